@@ -1,0 +1,40 @@
+# The two commands that matter: `make serve` and `make test`. Both set up what they need.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PY_STAMP := $(VENV)/.installed
+NPM_STAMP := node_modules/.installed
+PORT ?= 3000
+
+.PHONY: setup java test test-fast serve bench clean
+
+setup: $(PY_STAMP) $(NPM_STAMP) java
+
+$(PY_STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+# DynamoDB Local's jar (amplify-dynamodb-simulator) and the CDK CLI, pinned in package-lock.json.
+$(NPM_STAMP): package.json package-lock.json
+	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+# DynamoDB Local runs on Java; install a JRE where it is missing and we may (root, Debian).
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
+	  else \
+	    echo "DynamoDB Local needs Java 17+: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; \
+	  fi; }
+
+test: setup
+	$(PY) -m pytest
+
+# The quick tier: no DynamoDB Local, no threads.
+test-fast: setup
+	$(PY) -m pytest -m "not dynamodb_local and not concurrency"
+
+clean:
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache

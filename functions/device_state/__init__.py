@@ -1,0 +1,53 @@
+"""The device-state library: optimistic locking over the DynamoDB ``devices`` table.
+
+Free of HTTP and of Powertools; takes its DynamoDB client and table name as arguments.
+"""
+
+from .client import dynamodb_client
+from .errors import (
+    ConditionFailed,
+    DeviceAlreadyExists,
+    DeviceNotFound,
+    DeviceStateError,
+    InvalidCursor,
+    InvalidDeviceId,
+    InvalidPatch,
+    InvalidValue,
+    ItemTooLarge,
+    PatchError,
+    PatchNotApplicable,
+    PatchTestFailed,
+    RetriesExhausted,
+    StorageError,
+    StorageUnavailable,
+    VersionConflict,
+)
+from .manager import Backoff, Device, DeviceStateManager
+from .observer import UpdateObserver
+from .patches import JsonPatch, MergePatch
+
+__all__ = [
+    "Backoff",
+    "ConditionFailed",
+    "Device",
+    "DeviceAlreadyExists",
+    "DeviceNotFound",
+    "DeviceStateError",
+    "DeviceStateManager",
+    "InvalidCursor",
+    "InvalidDeviceId",
+    "InvalidPatch",
+    "InvalidValue",
+    "ItemTooLarge",
+    "JsonPatch",
+    "MergePatch",
+    "PatchError",
+    "PatchNotApplicable",
+    "PatchTestFailed",
+    "RetriesExhausted",
+    "StorageError",
+    "StorageUnavailable",
+    "UpdateObserver",
+    "VersionConflict",
+    "dynamodb_client",
+]

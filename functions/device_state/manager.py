@@ -1,0 +1,548 @@
+"""DeviceStateManager: version-based optimistic locking over the ``devices`` table."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable
+
+from boto3.dynamodb.conditions import ConditionBase, ConditionExpressionBuilder
+from botocore.exceptions import BotoCoreError, ClientError
+
+from . import table
+from .errors import (
+    ConditionFailed,
+    DeviceAlreadyExists,
+    DeviceNotFound,
+    InvalidCursor,
+    ItemTooLarge,
+    RetriesExhausted,
+    StorageError,
+    StorageUnavailable,
+    VersionConflict,
+)
+from .observer import NULL_OBSERVER, UpdateObserver
+from .values import (
+    DEVICE_ID_PATTERN,
+    check_item_size,
+    check_state,
+    from_attribute,
+    to_attribute,
+    validate_device_id,
+)
+
+logger = logging.getLogger("device_state")
+
+UpdateFn = Callable[[dict], dict]
+
+DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_BUDGET_SECONDS = 5.0
+MAX_LIST_LIMIT = 100
+MAX_SCAN_CALLS_PER_PAGE = 4  # a listing page never costs more than this many Scan calls
+
+_THROTTLING_CODES = frozenset(
+    {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
+)
+
+# Fixed placeholders; boto3's ConditionExpressionBuilder names a caller's condition
+# #n0.. and :v0.., so the two never collide.
+_NAMES = {
+    "#pk": table.PARTITION_KEY,
+    "#state": table.STATE,
+    "#version": table.VERSION,
+    "#createdAt": table.CREATED_AT,
+    "#updatedAt": table.UPDATED_AT,
+    "#expiresAt": table.TTL_ATTRIBUTE,
+}
+_LIVE = "(attribute_not_exists(#expiresAt) OR #expiresAt > :nowEpoch)"
+_EXISTS = f"attribute_exists(#pk) AND {_LIVE}"
+_ABSENT = "(attribute_not_exists(#pk) OR #expiresAt <= :nowEpoch)"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with full jitter: attempt n sleeps U(0, min(cap, base * 2^(n-1)))."""
+
+    base_seconds: float = 0.01
+    cap_seconds: float = 0.5
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        return rng.uniform(0, min(self.cap_seconds, self.base_seconds * 2 ** (attempt - 1)))
+
+
+@dataclass(frozen=True)
+class Device:
+    device_id: str
+    version: int
+    state: dict
+    created_at: str
+    updated_at: str
+
+    @classmethod
+    def from_item(cls, item: dict) -> "Device":
+        return cls(
+            device_id=item[table.PARTITION_KEY]["S"],
+            version=int(item[table.VERSION]["N"]),
+            state=from_attribute(item[table.STATE]),
+            created_at=item[table.CREATED_AT]["S"],
+            updated_at=item[table.UPDATED_AT]["S"],
+        )
+
+    def as_dict(self) -> dict:
+        """The resource as the API shows it."""
+        return {
+            "deviceId": self.device_id,
+            "version": self.version,
+            "state": self.state,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+        }
+
+
+class _Rejected(Exception):
+    """A conditional check failed; ``item`` is the item as it was (ALL_OLD), if any."""
+
+    def __init__(self, item: dict | None):
+        super().__init__("conditional check failed")
+        self.item = item
+
+
+def _timestamp(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z"
+    )
+
+
+def _number(value: int | float) -> dict:
+    return {"N": str(value)}
+
+
+class DeviceStateManager:
+    """Reads and writes device state items with version-based optimistic locking.
+
+    Takes its DynamoDB (low-level) client and table name; holds no global state.
+    ``clock``, ``monotonic``, ``sleep`` and ``rng`` are there so tests can drive time.
+    """
+
+    def __init__(
+        self,
+        client,
+        table_name: str,
+        *,
+        observer: UpdateObserver = NULL_OBSERVER,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        budget_seconds: float = DEFAULT_BUDGET_SECONDS,
+        backoff: Backoff = Backoff(),
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ):
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        self._client = client
+        self.table_name = table_name
+        self.observer = observer
+        self.max_attempts = max_attempts
+        self.budget_seconds = budget_seconds
+        self.backoff = backoff
+        self._clock = clock
+        self._monotonic = monotonic
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+
+    # ----------------------------------------------------------------- reads
+
+    def get(self, device_id: str) -> Device:
+        """Strongly consistent read of a device; ``DeviceNotFound`` when absent or expired."""
+        return Device.from_item(self._read(device_id))
+
+    def list_devices(self, limit: int = 50, cursor: str | None = None) -> tuple[list[Device], str | None]:
+        """One page of devices and the opaque cursor of the next page (None at the end).
+
+        A page costs at most ``MAX_SCAN_CALLS_PER_PAGE`` Scan calls of at most ``limit``
+        items each, so it may hold fewer than ``limit`` devices while a cursor remains.
+        """
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_LIMIT:
+            raise ValueError(f"limit must be an integer from 1 to {MAX_LIST_LIMIT}")
+        start_key = _decode_cursor(cursor) if cursor is not None else None
+        devices: list[Device] = []
+        for _ in range(MAX_SCAN_CALLS_PER_PAGE):
+            request = {
+                "TableName": self.table_name,
+                "Limit": limit - len(devices),
+                "ConsistentRead": True,
+                "FilterExpression": f"#sk = :stateSk AND {_LIVE}",
+                "ExpressionAttributeNames": {"#sk": table.SORT_KEY, "#expiresAt": table.TTL_ATTRIBUTE},
+                "ExpressionAttributeValues": {
+                    ":stateSk": {"S": table.STATE_SK},
+                    ":nowEpoch": _number(int(self._clock())),
+                },
+            }
+            if start_key:
+                request["ExclusiveStartKey"] = start_key
+            page = self._call("scan", **request)
+            devices.extend(Device.from_item(item) for item in page.get("Items", []))
+            start_key = page.get("LastEvaluatedKey")
+            if not start_key or len(devices) >= limit:
+                break
+        return devices, _encode_cursor(start_key) if start_key else None
+
+    # ---------------------------------------------------------------- writes
+
+    def create(self, device_id: str, state: dict) -> Device:
+        """Create a device at version 1; ``DeviceAlreadyExists`` if it exists."""
+        validate_device_id(device_id)
+        check_state(state)
+        now = self._clock()
+        stamp = _timestamp(now)
+        item = {
+            **table.state_key(device_id),
+            table.VERSION: _number(1),
+            table.STATE: to_attribute(state),
+            table.CREATED_AT: {"S": stamp},
+            table.UPDATED_AT: {"S": stamp},
+        }
+        check_item_size(item)
+        try:
+            self._call(
+                "put_item",
+                TableName=self.table_name,
+                Item=item,
+                ConditionExpression=_ABSENT,
+                ExpressionAttributeNames={"#pk": table.PARTITION_KEY, "#expiresAt": table.TTL_ATTRIBUTE},
+                ExpressionAttributeValues={":nowEpoch": _number(now)},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except _Rejected as rejected:
+            current = self._live_device(rejected.item) if rejected.item else None
+            raise DeviceAlreadyExists(device_id, current) from None
+        return Device.from_item(item)
+
+    def put(self, device_id: str, state: dict) -> tuple[Device, bool]:
+        """Create the device or replace its whole state; returns (device, created)."""
+        validate_device_id(device_id)
+        check_state(state)
+        self._check_state_fits(device_id, state)
+        now = self._clock()
+        try:
+            attributes = self._call(
+                "update_item",
+                TableName=self.table_name,
+                Key=table.state_key(device_id),
+                UpdateExpression=(
+                    "SET #state = :state, #updatedAt = :now, "
+                    "#createdAt = if_not_exists(#createdAt, :now) ADD #version :one"
+                ),
+                ConditionExpression=_LIVE,
+                ExpressionAttributeNames=_names("#state", "#updatedAt", "#createdAt", "#version", "#expiresAt"),
+                ExpressionAttributeValues={
+                    ":state": to_attribute(state),
+                    ":now": {"S": _timestamp(now)},
+                    ":one": _number(1),
+                    ":nowEpoch": _number(now),
+                },
+                ReturnValues="ALL_NEW",
+            )["Attributes"]
+        except _Rejected:
+            # Only an expired item fails the condition: it counts as absent, so create anew.
+            return self.create(device_id, state), True
+        device = Device.from_item(attributes)
+        return device, device.version == 1
+
+    def replace(self, device_id: str, state: dict, expected_version: int | None = None) -> Device:
+        """Replace the whole state. With ``expected_version`` only at that version;
+        without it a deliberate clobber (DynamoDBMapper's CLOBBER) that still bumps the
+        version by exactly one."""
+        validate_device_id(device_id)
+        check_state(state)
+        self._check_state_fits(device_id, state)
+        now = self._clock()
+        values = {":state": to_attribute(state), ":now": {"S": _timestamp(now)}, ":nowEpoch": _number(now)}
+        if expected_version is None:
+            update = "SET #state = :state, #updatedAt = :now ADD #version :one"
+            condition = _EXISTS
+            values[":one"] = _number(1)
+        else:
+            update = "SET #state = :state, #updatedAt = :now, #version = :next"
+            condition = f"#version = :expected AND {_LIVE}"
+            values[":expected"] = _number(expected_version)
+            values[":next"] = _number(expected_version + 1)
+        try:
+            attributes = self._call(
+                "update_item",
+                TableName=self.table_name,
+                Key=table.state_key(device_id),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=_names_in(update + condition),
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )["Attributes"]
+        except _Rejected as rejected:
+            raise self._rejection(device_id, expected_version, rejected.item) from None
+        return Device.from_item(attributes)
+
+    def update(
+        self,
+        device_id: str,
+        update_fn: UpdateFn,
+        expected_version: int,
+        *,
+        condition: ConditionBase | None = None,
+    ) -> Device:
+        """One conditional attempt (the ``If-Match`` path): apply ``update_fn`` to the
+        state at ``expected_version``; ``VersionConflict`` if the device is elsewhere."""
+        validate_device_id(device_id)
+        started = self._monotonic()
+        item = self._read(device_id)
+        current = Device.from_item(item)
+        if current.version != expected_version:
+            raise self._conflict(device_id, expected_version, current)
+        new_state = _apply(update_fn, current)
+        self.observer.attempt(device_id, 1)
+        try:
+            device = self._write_state(item, current, new_state, condition)
+        except _Rejected as rejected:
+            raise self._rejection(device_id, expected_version, rejected.item) from None
+        self.observer.succeeded(device_id, 1, self._monotonic() - started)
+        return device
+
+    def update_with_retry(
+        self,
+        device_id: str,
+        update_fn: UpdateFn,
+        *,
+        condition: ConditionBase | None = None,
+        max_attempts: int | None = None,
+        budget_seconds: float | None = None,
+    ) -> Device:
+        """Read, apply the pure ``update_fn`` to a copy of the state, and write it under
+        ``version = :expected``; when another writer got there first, re-apply it to
+        the newer state (the item the failed write returned) after a full-jitter
+        backoff. Gives up with ``RetriesExhausted``, having written nothing, after
+        ``max_attempts`` or when the next sleep would cross ``budget_seconds``.
+
+        ``condition`` (boto3 ``Attr(...)`` conditions, e.g. ``Attr("state.online").eq(True)``)
+        is ANDed with the version check; when it is false ``ConditionFailed`` is raised
+        at once. An exception from ``update_fn`` propagates at once, nothing written.
+        """
+        validate_device_id(device_id)
+        max_attempts = max_attempts or self.max_attempts
+        budget = self.budget_seconds if budget_seconds is None else budget_seconds
+        started = self._monotonic()
+        deadline = started + budget
+        item = self._read(device_id)
+        attempt = 0
+        while True:
+            attempt += 1
+            current = Device.from_item(item)
+            new_state = _apply(update_fn, current)
+            self.observer.attempt(device_id, attempt)
+            try:
+                device = self._write_state(item, current, new_state, condition)
+            except _Rejected as rejected:
+                error = self._rejection(device_id, current.version, rejected.item)
+                if not isinstance(error, VersionConflict):
+                    raise error from None
+                item = self._raw_live(rejected.item)
+                delay = self.backoff.delay(attempt, self._rng)
+                reason = None
+                if attempt >= max_attempts:
+                    reason = f"{max_attempts} attempts"
+                elif self._monotonic() + delay > deadline:
+                    reason = f"{budget} s budget"
+                if reason:
+                    elapsed = self._monotonic() - started
+                    logger.warning(
+                        "retries exhausted",
+                        extra={"device_id": device_id, "attempts": attempt, "reason": reason,
+                               "elapsed_seconds": round(elapsed, 4)},
+                    )
+                    self.observer.exhausted(device_id, attempt, elapsed)
+                    raise RetriesExhausted(device_id, attempt, elapsed, reason) from None
+                self._sleep(delay)
+                continue
+            self.observer.succeeded(device_id, attempt, self._monotonic() - started)
+            return device
+
+    def delete(self, device_id: str, expected_version: int | None = None) -> Device:
+        """Delete a device (version-checked when ``expected_version`` is given) and
+        return it as it was."""
+        validate_device_id(device_id)
+        now = self._clock()
+        condition = _EXISTS
+        values = {":nowEpoch": _number(now)}
+        if expected_version is not None:
+            condition += " AND #version = :expected"
+            values[":expected"] = _number(expected_version)
+        try:
+            old = self._call(
+                "delete_item",
+                TableName=self.table_name,
+                Key=table.state_key(device_id),
+                ConditionExpression=condition,
+                ExpressionAttributeNames=_names_in(condition),
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_OLD",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )["Attributes"]
+        except _Rejected as rejected:
+            raise self._rejection(device_id, expected_version, rejected.item) from None
+        return Device.from_item(old)
+
+    # -------------------------------------------------------------- internals
+
+    def _write_state(self, item: dict, current: Device, new_state: dict, condition) -> Device:
+        """One conditional write of ``new_state`` over ``current``; ``_Rejected`` when
+        the version moved (or the extra condition is false)."""
+        check_state(new_state)
+        now = self._clock()
+        stamp = _timestamp(now)
+        next_version = current.version + 1
+        state_attribute = to_attribute(new_state)
+        check_item_size(
+            {**item, table.STATE: state_attribute, table.VERSION: _number(next_version),
+             table.UPDATED_AT: {"S": stamp}}
+        )
+        expression = f"#version = :expected AND {_LIVE}"
+        names = _names("#state", "#version", "#updatedAt", "#expiresAt")
+        values = {
+            ":state": state_attribute,
+            ":expected": _number(current.version),
+            ":next": _number(next_version),
+            ":now": {"S": stamp},
+            ":nowEpoch": _number(now),
+        }
+        if condition is not None:
+            # The builder already parenthesises AND/OR/NOT (DynamoDB refuses redundant ones).
+            built = ConditionExpressionBuilder().build_expression(condition)
+            expression = f"{expression} AND {built.condition_expression}"
+            names.update(built.attribute_name_placeholders)
+            values.update({key: to_attribute(value) for key, value in built.attribute_value_placeholders.items()})
+        self._call(
+            "update_item",
+            TableName=self.table_name,
+            Key=table.state_key(current.device_id),
+            UpdateExpression="SET #state = :state, #version = :next, #updatedAt = :now",
+            ConditionExpression=expression,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+        return Device(current.device_id, next_version, new_state, current.created_at, stamp)
+
+    def _rejection(self, device_id: str, expected_version: int | None, old_item: dict | None) -> Exception:
+        """Tell apart why a conditional write failed, from the item it returned."""
+        old_item = self._raw_live(old_item)
+        if old_item is None:
+            return DeviceNotFound(device_id)
+        current = Device.from_item(old_item)
+        if expected_version is not None and current.version != expected_version:
+            return self._conflict(device_id, expected_version, current)
+        self.observer.condition_failed(device_id)
+        return ConditionFailed(device_id, current)
+
+    def _conflict(self, device_id: str, expected_version: int, current: Device) -> VersionConflict:
+        logger.info(
+            "version conflict",
+            extra={"device_id": device_id, "expected_version": expected_version,
+                   "found_version": current.version},
+        )
+        self.observer.conflict(device_id, expected_version, current.version)
+        return VersionConflict(device_id, expected_version, current)
+
+    def _raw_live(self, item: dict | None) -> dict | None:
+        """The item if it is present and unexpired, else None."""
+        if item is None or table.is_expired(item, self._clock()):
+            return None
+        return item
+
+    def _live_device(self, item: dict) -> Device | None:
+        live = self._raw_live(item)
+        return Device.from_item(live) if live else None
+
+    def _read(self, device_id: str) -> dict:
+        validate_device_id(device_id)
+        response = self._call(
+            "get_item", TableName=self.table_name, Key=table.state_key(device_id), ConsistentRead=True
+        )
+        item = self._raw_live(response.get("Item"))
+        if item is None:
+            raise DeviceNotFound(device_id)
+        return item
+
+    def _check_state_fits(self, device_id: str, state: dict) -> None:
+        """Size check for whole-state writes, which do not read the item first."""
+        stamp = _timestamp(0)
+        check_item_size({
+            **table.state_key(device_id),
+            table.VERSION: _number(10**20),
+            table.STATE: to_attribute(state),
+            table.CREATED_AT: {"S": stamp},
+            table.UPDATED_AT: {"S": stamp},
+        })
+
+    def _call(self, operation: str, **request) -> dict:
+        try:
+            return getattr(self._client, operation)(**request)
+        except ClientError as error:
+            details = error.response.get("Error", {})
+            code = details.get("Code", "")
+            message = details.get("Message", "")
+            if code == "ConditionalCheckFailedException":
+                raise _Rejected(error.response.get("Item")) from None
+            if code == "ValidationException" and "size" in message and "exceed" in message:
+                raise ItemTooLarge(f"DynamoDB refused the item: {message}") from None
+            status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if code in _THROTTLING_CODES or status >= 500:
+                raise StorageUnavailable(f"DynamoDB {operation} failed after retries: {code}") from error
+            raise StorageError(f"DynamoDB {operation} refused: {code}: {message}") from error
+        except BotoCoreError as error:
+            raise StorageUnavailable(f"DynamoDB {operation} did not answer: {error}") from error
+
+
+def _apply(update_fn: UpdateFn, current: Device) -> dict:
+    new_state = update_fn(copy.deepcopy(current.state))
+    if new_state is None:
+        raise TypeError("update_fn must return the new state")
+    return new_state
+
+
+def _names(*placeholders: str) -> dict:
+    return {placeholder: _NAMES[placeholder] for placeholder in placeholders}
+
+
+def _names_in(expression: str) -> dict:
+    return {placeholder: name for placeholder, name in _NAMES.items() if placeholder in expression}
+
+
+def _encode_cursor(key: dict) -> str:
+    raw = json.dumps([key[table.PARTITION_KEY]["S"], key[table.SORT_KEY]["S"]], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> dict:
+    """Only a key of this table's shape passes: a cursor just positions the scan, whose
+    filter still returns live device state items and nothing else."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        device_id, sort_key = json.loads(raw)
+    except (ValueError, TypeError, binascii.Error):
+        raise InvalidCursor("cursor is not one this service issued") from None
+    if (
+        not isinstance(device_id, str)
+        or not isinstance(sort_key, str)
+        or not DEVICE_ID_PATTERN.fullmatch(device_id)
+        or not 1 <= len(sort_key) <= 256
+    ):
+        raise InvalidCursor("cursor is not one this service issued")
+    return {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": sort_key}}

@@ -1,0 +1,17 @@
+"""Metric names: the one place they are spelled. The API layer emits them (EMF through
+Powertools) and the CDK alarms and dashboard import them from here."""
+
+NAMESPACE = "DeviceState"  # POWERTOOLS_METRICS_NAMESPACE in the deployed function
+SERVICE = "device-state"
+
+# Optimistic-locking writes (update / update_with_retry), counted per call or attempt.
+UPDATES = "Updates"  # writes that succeeded
+UPDATE_ATTEMPTS = "UpdateAttempts"  # conditional writes tried, successful or not
+VERSION_CONFLICTS = "VersionConflicts"  # attempts that met a newer version
+RETRIES_EXHAUSTED = "RetriesExhausted"  # calls that gave up (the client got a 503)
+CONDITION_FAILURES = "ConditionFailures"  # extra conditions that did not hold
+PATCH_LATENCY = "PatchLatency"  # milliseconds a PATCH spent in the library
+
+COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED, CONDITION_FAILURES)
+LATENCY_METRICS = (PATCH_LATENCY,)
+ALL_METRICS = COUNT_METRICS + LATENCY_METRICS

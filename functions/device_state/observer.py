@@ -1,0 +1,26 @@
+"""How the library reports what its write loops do, without depending on any metrics
+or logging framework. Subclass ``UpdateObserver`` and override what you need."""
+
+from __future__ import annotations
+
+
+class UpdateObserver:
+    """Receives one call per event of a conditional write loop; the default ignores them."""
+
+    def attempt(self, device_id: str, attempt: int) -> None:
+        """A conditional write is about to be sent (``attempt`` counts from 1)."""
+
+    def conflict(self, device_id: str, expected_version: int, found_version: int) -> None:
+        """A conditional write met a newer version than it expected."""
+
+    def condition_failed(self, device_id: str) -> None:
+        """The caller's extra condition did not hold (not retried)."""
+
+    def succeeded(self, device_id: str, attempts: int, elapsed: float) -> None:
+        """The write landed after ``attempts`` conditional writes."""
+
+    def exhausted(self, device_id: str, attempts: int, elapsed: float) -> None:
+        """The loop gave up; nothing was written."""
+
+
+NULL_OBSERVER = UpdateObserver()

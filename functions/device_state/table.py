@@ -1,0 +1,68 @@
+"""The one definition of the ``devices`` table, shared by the library, the tests, the
+local server and the CDK stack.
+
+Every item lives in a device's partition (``deviceId``); the sort key ``sk`` says what
+it is. The device's own state item is ``sk = "state"``; later features keep their items
+(lease tickets, idempotency records) in the same partition under other sort keys.
+``expiresAt`` (epoch seconds) is the TTL attribute: an item whose ``expiresAt`` has
+passed is treated as absent by every read, whatever DynamoDB's TTL has deleted yet.
+"""
+
+from __future__ import annotations
+
+DEFAULT_TABLE_NAME = "devices"
+PARTITION_KEY = "deviceId"
+SORT_KEY = "sk"
+STATE_SK = "state"
+TTL_ATTRIBUTE = "expiresAt"
+
+KEY_SCHEMA = (
+    {"AttributeName": PARTITION_KEY, "KeyType": "HASH"},
+    {"AttributeName": SORT_KEY, "KeyType": "RANGE"},
+)
+ATTRIBUTE_DEFINITIONS = (
+    {"AttributeName": PARTITION_KEY, "AttributeType": "S"},
+    {"AttributeName": SORT_KEY, "AttributeType": "S"},
+)
+
+
+def state_key(device_id: str) -> dict:
+    return {PARTITION_KEY: {"S": device_id}, SORT_KEY: {"S": STATE_SK}}
+
+
+def is_expired(item: dict, now_epoch: float) -> bool:
+    """True when a raw (low-level) item carries an ``expiresAt`` that has passed."""
+    expires = item.get(TTL_ATTRIBUTE)
+    return expires is not None and "N" in expires and float(expires["N"]) <= now_epoch
+
+
+def create_table(client, table_name: str) -> None:
+    """Create the table as the CDK stack defines it (on-demand, TTL on ``expiresAt``)
+    and wait until it is active. For tests, the local server and scripts."""
+    client.create_table(
+        TableName=table_name,
+        KeySchema=list(KEY_SCHEMA),
+        AttributeDefinitions=list(ATTRIBUTE_DEFINITIONS),
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.get_waiter("table_exists").wait(
+        TableName=table_name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 300}
+    )
+    client.update_time_to_live(
+        TableName=table_name,
+        TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+    )
+
+
+def ensure_table(client, table_name: str) -> None:
+    """Create the table unless it exists already."""
+    try:
+        client.describe_table(TableName=table_name)
+    except client.exceptions.ResourceNotFoundException:
+        create_table(client, table_name)
+
+# Attributes of a device's state item.
+VERSION = "version"
+STATE = "state"
+CREATED_AT = "createdAt"
+UPDATED_AT = "updatedAt"

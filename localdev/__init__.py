@@ -1,0 +1,1 @@
+"""Local development tools: DynamoDB Local launcher and the dev HTTP server."""

@@ -1,0 +1,116 @@
+"""Start and stop DynamoDB Local (AWS's own engine) from the jar that the pinned npm
+package ``amplify-dynamodb-simulator`` ships, on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EMULATOR_DIR = REPO_ROOT / "node_modules" / "amplify-dynamodb-simulator" / "emulator"
+
+
+class DynamoDBLocalError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise DynamoDBLocalError(
+            "DynamoDB Local needs Java 17 or newer, and no `java` is on PATH. "
+            "Install it with `apt-get install -y openjdk-17-jre-headless` (Debian/Ubuntu) "
+            "and run again."
+        )
+    return java
+
+
+class DynamoDBLocal:
+    """A DynamoDB Local process: in memory, or on disk under ``data_dir``."""
+
+    def __init__(self, port: int | None = None, data_dir: str | None = None):
+        self.port = port or free_port()
+        self.data_dir = data_dir
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._process: subprocess.Popen | None = None
+        self._log = None
+
+    def start(self, timeout: float = 60.0) -> "DynamoDBLocal":
+        jar = EMULATOR_DIR / "DynamoDBLocal.jar"
+        if not jar.exists():
+            raise DynamoDBLocalError(
+                f"{jar} is missing: run `npm ci` in {REPO_ROOT} (make does it for you)."
+            )
+        storage = ["-inMemory"]
+        if self.data_dir:
+            os.makedirs(self.data_dir, exist_ok=True)
+            storage = ["-dbPath", self.data_dir]
+        command = [
+            _java(),
+            f"-Djava.library.path={EMULATOR_DIR / 'DynamoDBLocal_lib'}",
+            "-jar", str(jar),
+            *storage,
+            "-port", str(self.port),
+            "-disableTelemetry",
+        ]
+        self._log = tempfile.TemporaryFile()
+        self._process = subprocess.Popen(
+            command, cwd=EMULATOR_DIR, stdout=self._log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise DynamoDBLocalError(f"DynamoDB Local exited early:\n{self._output()}")
+            if self._answers():
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise DynamoDBLocalError(f"DynamoDB Local did not answer within {timeout} s")
+
+    def _answers(self) -> bool:
+        try:
+            urllib.request.urlopen(self.endpoint, timeout=1)
+        except urllib.error.HTTPError:
+            return True  # any HTTP answer means it is listening
+        except OSError:
+            return False
+        return True
+
+    def _output(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+    def stop(self) -> None:
+        if self._process and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._process = None
+        if self._log:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> "DynamoDBLocal":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

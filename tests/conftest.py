@@ -1,0 +1,78 @@
+"""Engines for tests: moto (in process, single-threaded tests only) and DynamoDB Local
+(AWS's own engine, for everything concurrent). Neither needs AWS credentials."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import boto3
+import pytest
+
+# Tests never talk to AWS: fake credentials and a region for every client they make.
+for _name, _value in {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}.items():
+    os.environ[_name] = _value
+
+from functions.device_state import DeviceStateManager  # noqa: E402
+from functions.device_state.client import dynamodb_client  # noqa: E402
+from functions.device_state.table import create_table  # noqa: E402
+from localdev.dynamodb_local import DynamoDBLocal, DynamoDBLocalError  # noqa: E402
+
+ENGINES = ("moto", "dynamodb_local")
+
+
+@pytest.fixture(scope="session")
+def dynamodb_local():
+    """One DynamoDB Local process (in memory) for the whole session."""
+    server = DynamoDBLocal()
+    try:
+        server.start()
+    except DynamoDBLocalError as error:
+        pytest.fail(f"DynamoDB Local could not start: {error}", pytrace=False)
+    yield server
+    server.stop()
+
+
+def new_table_name() -> str:
+    return f"devices-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def local_table(dynamodb_local):
+    """A fresh table on DynamoDB Local: (client, table name)."""
+    client = dynamodb_client(dynamodb_local.endpoint, "us-east-1")
+    name = new_table_name()
+    create_table(client, name)
+    yield client, name
+    client.delete_table(TableName=name)
+
+
+@pytest.fixture
+def moto_table():
+    from moto import mock_aws
+
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        name = new_table_name()
+        create_table(client, name)
+        yield client, name
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+    """The same test on both engines: (client, table name)."""
+    if request.param == "dynamodb_local":
+        request.applymarker(pytest.mark.dynamodb_local)
+    return request.getfixturevalue(f"{'local' if request.param == 'dynamodb_local' else 'moto'}_table")
+
+
+@pytest.fixture
+def manager(engine):
+    client, name = engine
+    return DeviceStateManager(client, name)

@@ -1,0 +1,49 @@
+"""Small test doubles around a real DynamoDB client."""
+
+from __future__ import annotations
+
+import threading
+
+
+class RecordingClient:
+    """Passes every call to a real client and records the operation names, so a test
+    can tell which requests were (or were not) sent."""
+
+    def __init__(self, client):
+        self._client = client
+        self.calls: list[str] = []
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name):
+        attribute = getattr(self._client, name)
+        if not callable(attribute) or name.startswith("_") or name in ("exceptions", "meta", "get_waiter"):
+            return attribute
+
+        def call(*args, **kwargs):
+            with self._lock:
+                self.calls.append(name)
+            return attribute(*args, **kwargs)
+
+        return call
+
+    def count(self, operation: str) -> int:
+        return self.calls.count(operation)
+
+    @property
+    def writes(self) -> list[str]:
+        return [c for c in self.calls if c in ("put_item", "update_item", "delete_item", "transact_write_items")]
+
+
+class FakeTime:
+    """A monotonic clock that only moves when the code under test sleeps."""
+
+    def __init__(self):
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds

@@ -1,0 +1,438 @@
+"""DeviceStateManager against both engines (moto and DynamoDB Local), single-threaded."""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+
+import pytest
+from boto3.dynamodb.conditions import Attr
+
+from functions.device_state import (
+    ConditionFailed,
+    DeviceAlreadyExists,
+    DeviceNotFound,
+    DeviceStateManager,
+    InvalidCursor,
+    InvalidDeviceId,
+    InvalidValue,
+    ItemTooLarge,
+    JsonPatch,
+    MergePatch,
+    VersionConflict,
+)
+from functions.device_state import table
+from tests.helpers import RecordingClient
+
+
+def recording(engine):
+    client, name = engine
+    spy = RecordingClient(client)
+    return spy, DeviceStateManager(spy, name)
+
+
+def raw_item(engine, device_id, sk=table.STATE_SK):
+    client, name = engine
+    return client.get_item(
+        TableName=name, Key={"deviceId": {"S": device_id}, "sk": {"S": sk}}, ConsistentRead=True
+    ).get("Item")
+
+
+# ------------------------------------------------------------------ create / get
+
+
+def test_create_starts_at_version_1_and_reads_back(manager):
+    created = manager.create("lamp-1", {"power": "on", "brightness": 75})
+    assert created.version == 1
+    assert created.created_at == created.updated_at
+    assert created.created_at.endswith("Z")
+    read = manager.get("lamp-1")
+    assert read == created
+    assert read.state == {"power": "on", "brightness": Decimal(75)}
+
+
+def test_create_of_existing_device_fails_and_changes_nothing(manager):
+    manager.create("lamp-1", {"power": "on"})
+    with pytest.raises(DeviceAlreadyExists) as caught:
+        manager.create("lamp-1", {"power": "off"})
+    assert caught.value.current.state == {"power": "on"}
+    assert manager.get("lamp-1").version == 1
+    assert manager.get("lamp-1").state == {"power": "on"}
+
+
+def test_get_of_missing_device(manager):
+    with pytest.raises(DeviceNotFound):
+        manager.get("nothing-here")
+
+
+@pytest.mark.parametrize("bad_id", ["", "a" * 129, "lamp 1", "lamp/1", "läm", "a#b", None, 5])
+def test_bad_device_ids_are_refused_before_any_request(engine, bad_id):
+    spy, manager = recording(engine)
+    for call in (
+        lambda: manager.get(bad_id),
+        lambda: manager.create(bad_id, {}),
+        lambda: manager.put(bad_id, {}),
+        lambda: manager.replace(bad_id, {}),
+        lambda: manager.update(bad_id, lambda s: s, 1),
+        lambda: manager.update_with_retry(bad_id, lambda s: s),
+        lambda: manager.delete(bad_id),
+    ):
+        with pytest.raises(InvalidDeviceId):
+            call()
+    assert spy.calls == []
+
+
+def test_longest_and_all_allowed_characters_in_device_id(manager):
+    device_id = ("Az09._:-" * 16)[:128]
+    assert manager.create(device_id, {}).device_id == device_id
+
+
+# ------------------------------------------------------------- replace / put
+
+
+def test_replace_with_expected_version(manager):
+    manager.create("t-1", {"setpoint": 20})
+    replaced = manager.replace("t-1", {"setpoint": 21}, expected_version=1)
+    assert (replaced.version, replaced.state) == (2, {"setpoint": 21})
+    with pytest.raises(VersionConflict) as caught:
+        manager.replace("t-1", {"setpoint": 5}, expected_version=1)
+    assert caught.value.current.version == 2
+    assert caught.value.current.state == {"setpoint": 21}
+    assert manager.get("t-1").state == {"setpoint": 21}
+
+
+def test_replace_without_version_clobbers_but_still_bumps_by_one(manager):
+    manager.create("t-1", {"a": 1})
+    for expected in (2, 3, 4):
+        assert manager.replace("t-1", {"a": expected}).version == expected
+    device = manager.get("t-1")
+    assert device.state == {"a": 4}
+    assert device.created_at <= device.updated_at
+
+
+def test_replace_of_missing_device(manager):
+    with pytest.raises(DeviceNotFound):
+        manager.replace("ghost", {"a": 1})
+    with pytest.raises(DeviceNotFound):
+        manager.replace("ghost", {"a": 1}, expected_version=1)
+    with pytest.raises(DeviceNotFound):
+        manager.get("ghost")
+
+
+def test_put_creates_then_replaces(manager):
+    device, created = manager.put("cfg-1", {"blob": "x"})
+    assert created and device.version == 1
+    device, created = manager.put("cfg-1", {"blob": "y"})
+    assert not created and device.version == 2 and device.state == {"blob": "y"}
+    assert device.created_at == manager.get("cfg-1").created_at
+
+
+# ------------------------------------------------------------------ update
+
+
+def test_update_at_expected_version(manager):
+    manager.create("lamp-1", {"brightness": 50})
+    updated = manager.update("lamp-1", MergePatch({"brightness": 75}), expected_version=1)
+    assert (updated.version, updated.state) == (2, {"brightness": 75})
+    assert manager.get("lamp-1") == updated
+
+
+def test_update_at_stale_version_is_a_conflict_carrying_the_current_device(engine):
+    spy, manager = recording(engine)
+    manager.create("lamp-1", {"brightness": 50})
+    manager.update("lamp-1", MergePatch({"brightness": 75}), expected_version=1)
+    spy.calls.clear()
+    with pytest.raises(VersionConflict) as caught:
+        manager.update("lamp-1", MergePatch({"brightness": 25}), expected_version=1)
+    assert caught.value.expected_version == 1
+    assert caught.value.current.version == 2
+    assert caught.value.current.state == {"brightness": 75}
+    assert spy.writes == []
+    assert manager.get("lamp-1").state == {"brightness": 75}
+
+
+def test_update_of_missing_device(manager):
+    with pytest.raises(DeviceNotFound):
+        manager.update("ghost", lambda s: s, expected_version=1)
+    with pytest.raises(DeviceNotFound):
+        manager.update_with_retry("ghost", lambda s: s)
+
+
+def test_the_lost_update_of_the_issue_cannot_happen(manager):
+    """A reads 50 and writes 75; B read 50 too and writes 25 later: B is refused."""
+    manager.create("lamp-1", {"brightness": 50})
+    seen_by_a = manager.get("lamp-1")
+    seen_by_b = manager.get("lamp-1")
+    manager.update("lamp-1", MergePatch({"brightness": 75}), expected_version=seen_by_a.version)
+    with pytest.raises(VersionConflict):
+        manager.update("lamp-1", MergePatch({"brightness": 25}), expected_version=seen_by_b.version)
+    assert manager.get("lamp-1").state == {"brightness": 75}
+
+
+def test_every_write_bumps_version_by_exactly_one(manager):
+    manager.create("c-1", {"n": 0})
+    for expected in range(2, 12):
+        device = manager.update_with_retry("c-1", JsonPatch([{"op": "increment", "path": "/n", "value": 1}]))
+        assert device.version == expected
+    assert manager.get("c-1").state == {"n": 10}
+    assert manager.get("c-1").version == 11
+
+
+def test_update_fn_gets_a_copy_and_raising_stops_without_a_write(engine):
+    spy, manager = recording(engine)
+    manager.create("lamp-1", {"nested": {"a": 1}})
+    calls = []
+
+    def rule(state):
+        calls.append(state)
+        state["nested"]["a"] = 999  # mutating the copy must not leak anywhere
+        raise PermissionError("business rule says no")
+
+    spy.calls.clear()
+    with pytest.raises(PermissionError):
+        manager.update_with_retry("lamp-1", rule)
+    assert len(calls) == 1
+    assert spy.writes == []
+    assert manager.get("lamp-1").state == {"nested": {"a": 1}}
+    assert manager.get("lamp-1").version == 1
+
+
+def test_update_fn_must_return_a_state(manager):
+    manager.create("lamp-1", {})
+    with pytest.raises(TypeError):
+        manager.update_with_retry("lamp-1", lambda state: None)
+    assert manager.get("lamp-1").version == 1
+
+
+# --------------------------------------------------------- extra conditions
+
+
+def test_extra_condition_true_writes(manager):
+    manager.create("lamp-1", {"status": "online", "counter": 3})
+    device = manager.update_with_retry(
+        "lamp-1",
+        JsonPatch([{"op": "increment", "path": "/counter", "value": -1}]),
+        condition=Attr("state.status").eq("online") & Attr("state.counter").gt(0),
+    )
+    assert device.state["counter"] == 2
+
+
+def test_extra_condition_false_is_condition_failed_not_a_retry(engine):
+    client, name = engine
+    attempts = []
+
+    from functions.device_state import UpdateObserver
+
+    class Observer(UpdateObserver):
+        def attempt(self, device_id, attempt):
+            attempts.append(attempt)
+
+    manager = DeviceStateManager(client, name, observer=Observer())
+    manager.create("lamp-1", {"status": "offline", "counter": 0})
+    with pytest.raises(ConditionFailed) as caught:
+        manager.update_with_retry(
+            "lamp-1",
+            JsonPatch([{"op": "increment", "path": "/counter", "value": -1}]),
+            condition=Attr("state.counter").gt(0),
+        )
+    assert attempts == [1]
+    assert caught.value.current.state == {"status": "offline", "counter": 0}
+    assert manager.get("lamp-1").version == 1
+
+
+def test_compare_and_swap_with_update_and_condition(manager):
+    manager.create("lamp-1", {"status": "online", "lastUpdate": 100})
+    cas = Attr("state.status").eq("online") & Attr("state.lastUpdate").lt(150)
+    manager.update("lamp-1", MergePatch({"lastUpdate": 140}), expected_version=1, condition=cas)
+    with pytest.raises(ConditionFailed):
+        manager.update("lamp-1", MergePatch({"lastUpdate": 200}), expected_version=2,
+                       condition=Attr("state.lastUpdate").lt(100))
+    assert manager.get("lamp-1").state["lastUpdate"] == 140
+
+
+# ------------------------------------------------------------------ delete
+
+
+def test_delete_honours_expected_version(manager):
+    manager.create("lamp-1", {"a": 1})
+    manager.replace("lamp-1", {"a": 2})
+    with pytest.raises(VersionConflict) as caught:
+        manager.delete("lamp-1", expected_version=1)
+    assert caught.value.current.version == 2
+    assert manager.get("lamp-1").version == 2
+    deleted = manager.delete("lamp-1", expected_version=2)
+    assert deleted.state == {"a": 2}
+    with pytest.raises(DeviceNotFound):
+        manager.get("lamp-1")
+    with pytest.raises(DeviceNotFound):
+        manager.delete("lamp-1")
+
+
+def test_delete_without_version_and_recreate_starts_again_at_1(manager):
+    manager.create("lamp-1", {"a": 1})
+    manager.replace("lamp-1", {"a": 2})
+    manager.delete("lamp-1")
+    assert manager.create("lamp-1", {"a": 3}).version == 1
+
+
+# ------------------------------------------------------------ values, limits
+
+
+def test_decimals_are_exact_end_to_end(manager):
+    manager.create("m-1", {"x": Decimal("0.1"), "big": Decimal("1" * 38), "tiny": Decimal("1E-130")})
+    device = manager.update_with_retry("m-1", JsonPatch([{"op": "increment", "path": "/x", "value": Decimal("0.2")}]))
+    assert device.state["x"] == Decimal("0.3")
+    stored = manager.get("m-1").state
+    assert stored["x"] == Decimal("0.3")
+    assert stored["big"] == Decimal("1" * 38)
+    assert stored["tiny"] == Decimal("1E-130")
+
+
+@pytest.mark.parametrize(
+    "state, limit",
+    [
+        ({"x": Decimal("NaN")}, "number-finite"),
+        ({"x": Decimal("Infinity")}, "number-finite"),
+        ({"x": Decimal("1" * 39)}, "number-precision"),
+        ({"x": Decimal("1E+126")}, "number-range"),
+        ({"x": Decimal("1E-131")}, "number-range"),
+        ({"x": 0.5}, "number-exact"),
+        ({"": 1}, "member-name"),
+        ("not an object", "state-object"),
+    ],
+)
+def test_values_dynamodb_cannot_hold_are_refused_before_any_write(engine, state, limit):
+    spy, manager = recording(engine)
+    manager.create("v-1", {"ok": True})
+    spy.calls.clear()
+    for call in (
+        lambda: manager.create("v-2", state),
+        lambda: manager.put("v-1", state),
+        lambda: manager.replace("v-1", state),
+        lambda: manager.update_with_retry("v-1", lambda s: state),
+    ):
+        with pytest.raises(InvalidValue) as caught:
+            call()
+        assert caught.value.limit == limit
+    assert spy.writes == []
+    assert manager.get("v-1").state == {"ok": True}
+
+
+def nested(depth):
+    value = "leaf"
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+def test_nesting_limit_is_dynamodbs(manager):
+    deepest_allowed = nested(31)
+    manager.create("deep", deepest_allowed)  # accepted by the engine too
+    assert manager.get("deep").state == deepest_allowed
+    with pytest.raises(InvalidValue) as caught:
+        manager.create("deeper", nested(32))
+    assert caught.value.limit == "nesting-depth"
+
+
+def test_item_too_large_is_refused_before_any_write(engine):
+    spy, manager = recording(engine)
+    manager.create("big", {"blob": "x"})
+    spy.calls.clear()
+    too_big = {"blob": "x" * (400 * 1024)}
+    with pytest.raises(ItemTooLarge):
+        manager.create("big-2", too_big)
+    with pytest.raises(ItemTooLarge):
+        manager.replace("big", too_big)
+    with pytest.raises(ItemTooLarge):
+        manager.update_with_retry("big", lambda s: too_big)
+    assert spy.writes == []
+    assert manager.get("big").state == {"blob": "x"}
+
+
+def test_largest_item_under_the_limit_is_stored(local_table):
+    """DynamoDB Local only: moto sizes items more coarsely than DynamoDB does."""
+    manager = DeviceStateManager(*local_table)
+    state = {"blob": "x" * (400 * 1024 - 300)}
+    manager.create("big", state)
+    assert manager.get("big").state == state
+
+
+# ---------------------------------------------------------------- expiry
+
+
+def put_raw(engine, device_id, sk, expires_at, version=3):
+    client, name = engine
+    client.put_item(
+        TableName=name,
+        Item={
+            "deviceId": {"S": device_id},
+            "sk": {"S": sk},
+            "version": {"N": str(version)},
+            "state": {"M": {"old": {"BOOL": True}}},
+            "createdAt": {"S": "2020-01-01T00:00:00.000Z"},
+            "updatedAt": {"S": "2020-01-01T00:00:00.000Z"},
+            "expiresAt": {"N": str(expires_at)},
+        },
+    )
+
+
+def test_expired_items_read_as_absent(engine, manager):
+    put_raw(engine, "gone", table.STATE_SK, int(time.time()) - 10)
+    with pytest.raises(DeviceNotFound):
+        manager.get("gone")
+    with pytest.raises(DeviceNotFound):
+        manager.update_with_retry("gone", lambda s: s)
+    with pytest.raises(DeviceNotFound):
+        manager.replace("gone", {})
+    with pytest.raises(DeviceNotFound):
+        manager.delete("gone")
+    assert manager.list_devices()[0] == []
+    created = manager.create("gone", {"new": True})
+    assert created.version == 1
+    assert manager.get("gone").state == {"new": True}
+
+
+def test_put_over_an_expired_item_creates_anew(engine, manager):
+    put_raw(engine, "gone", table.STATE_SK, int(time.time()) - 10)
+    device, created = manager.put("gone", {"new": True})
+    assert created and device.version == 1 and device.state == {"new": True}
+
+
+def test_unexpired_item_with_a_ttl_is_present(engine, manager):
+    put_raw(engine, "soon", table.STATE_SK, int(time.time()) + 3600)
+    assert manager.get("soon").version == 3
+    with pytest.raises(DeviceAlreadyExists):
+        manager.create("soon", {})
+
+
+# ---------------------------------------------------------------- listing
+
+
+def test_list_pages_through_every_device_and_nothing_else(engine, manager):
+    ids = {f"dev-{i}" for i in range(7)}
+    for device_id in ids:
+        manager.create(device_id, {"id": device_id})
+    put_raw(engine, "dev-0", "lease#1", int(time.time()) + 3600)  # not a device state item
+    put_raw(engine, "expired", table.STATE_SK, int(time.time()) - 1)
+    seen, cursor, pages = [], None, 0
+    while True:
+        devices, cursor = manager.list_devices(limit=3, cursor=cursor)
+        assert len(devices) <= 3
+        seen.extend(d.device_id for d in devices)
+        pages += 1
+        if cursor is None:
+            break
+        assert pages < 20
+    assert sorted(seen) == sorted(ids)
+
+
+@pytest.mark.parametrize("cursor", ["", "!!!", "bm90IGpzb24", "WzEsMl0", "WyJhIGIiLCJzIl0"])
+def test_bad_cursors_are_refused(manager, cursor):
+    with pytest.raises(InvalidCursor):
+        manager.list_devices(limit=3, cursor=cursor)
+
+
+@pytest.mark.parametrize("limit", [0, 101, -1, True, "5"])
+def test_bad_limits_are_refused(manager, limit):
+    with pytest.raises(ValueError):
+        manager.list_devices(limit=limit)

@@ -1,0 +1,129 @@
+"""Merge Patch (RFC 7396) and JSON Patch (RFC 6902) with the increment extension."""
+
+from decimal import Decimal
+
+import pytest
+
+from functions.device_state import InvalidPatch, JsonPatch, MergePatch, PatchNotApplicable, PatchTestFailed
+from functions.device_state.values import loads
+
+D = Decimal
+
+
+# RFC 7396 Appendix A, with objects as targets (state is always an object).
+@pytest.mark.parametrize(
+    "target, patch, result",
+    [
+        ('{"a":"b"}', '{"a":"c"}', '{"a":"c"}'),
+        ('{"a":"b"}', '{"b":"c"}', '{"a":"b","b":"c"}'),
+        ('{"a":"b"}', '{"a":null}', '{}'),
+        ('{"a":"b","b":"c"}', '{"a":null}', '{"b":"c"}'),
+        ('{"a":["b"]}', '{"a":"c"}', '{"a":"c"}'),
+        ('{"a":"c"}', '{"a":["b"]}', '{"a":["b"]}'),
+        ('{"a":{"b":"c"}}', '{"a":{"b":"d","c":null}}', '{"a":{"b":"d"}}'),
+        ('{"a":[{"b":"c"}]}', '{"a":[1]}', '{"a":[1]}'),
+        ('{"e":null}', '{"a":1}', '{"e":null,"a":1}'),
+        ('{}', '{"a":{"bb":{"ccc":null}}}', '{"a":{"bb":{}}}'),
+    ],
+)
+def test_merge_patch_rfc7396_examples(target, patch, result):
+    assert MergePatch(loads(patch))(loads(target)) == loads(result)
+
+
+def test_merge_patch_does_not_share_structure_with_the_patch():
+    patch = MergePatch({"a": {"b": [1]}})
+    first = patch({})
+    first["a"]["b"].append(2)
+    assert patch({}) == {"a": {"b": [1]}}
+
+
+@pytest.mark.parametrize("bad", [[1], "x", None, D(1)])
+def test_merge_patch_must_be_an_object(bad):
+    with pytest.raises(InvalidPatch):
+        MergePatch(bad)
+
+
+def test_json_patch_all_six_operations():
+    state = {"a": D(1), "list": [D(1), D(2)], "obj": {"x": "y"}}
+    patch = JsonPatch([
+        {"op": "test", "path": "/a", "value": D(1)},
+        {"op": "add", "path": "/b", "value": "new"},
+        {"op": "add", "path": "/list/-", "value": D(3)},
+        {"op": "remove", "path": "/list/0"},
+        {"op": "replace", "path": "/a", "value": D("1.5")},
+        {"op": "move", "from": "/obj/x", "path": "/moved"},
+        {"op": "copy", "from": "/moved", "path": "/copied"},
+    ])
+    assert patch(state) == {
+        "a": D("1.5"), "b": "new", "list": [D(2), D(3)], "obj": {}, "moved": "y", "copied": "y",
+    }
+
+
+def test_test_compares_json_types_strictly():
+    with pytest.raises(PatchTestFailed):
+        JsonPatch([{"op": "test", "path": "/on", "value": D(1)}])({"on": True})
+    JsonPatch([{"op": "test", "path": "/n", "value": D("1.0")}])({"n": D(1)})  # numbers by value
+
+
+@pytest.mark.parametrize(
+    "operation, state, result",
+    [
+        ({"op": "increment", "path": "/n", "value": D(10)}, {"n": D(5)}, {"n": D(15)}),
+        ({"op": "increment", "path": "/n", "value": D(-3)}, {"n": D(5)}, {"n": D(2)}),
+        ({"op": "increment", "path": "/n", "value": D(4)}, {}, {"n": D(4)}),
+        ({"op": "increment", "path": "/n", "value": D(10), "max": D(100)}, {"n": D(95)}, {"n": D(100)}),
+        ({"op": "increment", "path": "/n", "value": D(-10), "min": D(0)}, {"n": D(5)}, {"n": D(0)}),
+        ({"op": "increment", "path": "/n", "value": D("0.2")}, {"n": D("0.1")}, {"n": D("0.3")}),
+        ({"op": "increment", "path": "/a/1", "value": D(1)}, {"a": [D(1), D(1)]}, {"a": [D(1), D(2)]}),
+        ({"op": "increment", "path": "/a/-", "value": D(1)}, {"a": []}, {"a": [D(1)]}),
+        ({"op": "increment", "path": "/o/n", "value": D(1)}, {"o": {}}, {"o": {"n": D(1)}}),
+    ],
+)
+def test_increment(operation, state, result):
+    assert JsonPatch([operation])(state) == result
+
+
+@pytest.mark.parametrize(
+    "operation, state",
+    [
+        ({"op": "increment", "path": "/s", "value": D(1)}, {"s": "text"}),
+        ({"op": "increment", "path": "/b", "value": D(1)}, {"b": True}),
+        ({"op": "increment", "path": "/missing/n", "value": D(1)}, {}),
+        ({"op": "increment", "path": "/a/5", "value": D(1)}, {"a": []}),
+        ({"op": "increment", "path": "", "value": D(1)}, {}),
+        ({"op": "remove", "path": "/missing"}, {}),
+        ({"op": "replace", "path": "/missing", "value": 1}, {}),
+        ({"op": "add", "path": "/a/b/c", "value": 1}, {}),
+        ({"op": "move", "from": "/missing", "path": "/x"}, {}),
+        ({"op": "add", "path": "/a/9", "value": 1}, {"a": []}),
+        ({"op": "replace", "path": "", "value": [1]}, {}),
+        ({"op": "add", "path": "/s/0", "value": 1}, {"s": "text"}),
+    ],
+)
+def test_well_formed_patches_that_cannot_apply(operation, state):
+    with pytest.raises(PatchNotApplicable):
+        JsonPatch([operation])(state)
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"op": "add", "path": "/a", "value": 1},  # not an array
+        [{"op": "nope", "path": "/a"}],
+        [{"path": "/a"}],
+        [{"op": "add", "path": "a", "value": 1}],
+        [{"op": "add", "path": 5, "value": 1}],
+        [{"op": "add", "path": "/a"}],
+        [{"op": "move", "path": "/a"}],
+        [{"op": "copy", "path": "/a", "from": 3}],
+        [{"op": "increment", "path": "/a"}],
+        [{"op": "increment", "path": "/a", "value": "1"}],
+        [{"op": "increment", "path": "/a", "value": True}],
+        [{"op": "increment", "path": "/a", "value": D(1), "min": D(5), "max": D(1)}],
+        [{"op": "increment", "path": "/a", "value": D("NaN")}],
+        ["add"],
+    ],
+)
+def test_malformed_patch_documents(document):
+    with pytest.raises(InvalidPatch):
+        JsonPatch(document)

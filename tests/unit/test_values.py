@@ -1,0 +1,107 @@
+"""JSON with exact decimals, and DynamoDB's limits, without any engine."""
+
+from decimal import Decimal
+
+import pytest
+
+from functions.device_state import InvalidDeviceId, InvalidValue
+from functions.device_state.values import (
+    check_number,
+    check_state,
+    dumps,
+    item_size,
+    loads,
+    to_attribute,
+    validate_device_id,
+)
+
+
+def test_numbers_parse_as_exact_decimals():
+    parsed = loads('{"a": 0.1, "b": 0.2, "i": 12345678901234567890123456789012345678, "e": 1.5e3}')
+    assert parsed["a"] + parsed["b"] == Decimal("0.3")
+    assert parsed["i"] == Decimal("12345678901234567890123456789012345678")
+    assert all(isinstance(v, Decimal) for v in parsed.values())
+
+
+@pytest.mark.parametrize("text", ['{"a": NaN}', '{"a": Infinity}', '{"a": -Infinity}'])
+def test_nan_and_infinity_are_refused(text):
+    with pytest.raises(InvalidValue) as caught:
+        loads(text)
+    assert caught.value.limit == "number-finite"
+
+
+def test_absurd_nesting_is_a_value_error_not_a_crash():
+    with pytest.raises(InvalidValue):
+        loads("[" * 100000 + "]" * 100000)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"x":0.1}', '{"x":1E+2}', '{"x":-0}', '{"x":[1,2.50,"s",true,false,null]}', '{"ü":"日本"}', '{}'],
+)
+def test_dumps_writes_numbers_exactly_and_round_trips(text):
+    value = loads(text)
+    again = loads(dumps(value))
+    assert again == value
+    assert dumps(loads('{"x": 0.30000000000000004}')) == '{"x":0.30000000000000004}'
+
+
+def test_dumps_refuses_floats():
+    with pytest.raises(TypeError):
+        dumps({"x": 0.1})
+
+
+@pytest.mark.parametrize(
+    "number, limit",
+    [
+        (Decimal("1" * 39), "number-precision"),
+        (Decimal("1E+126"), "number-range"),
+        (Decimal("-1E+126"), "number-range"),
+        (Decimal("1E-131"), "number-range"),
+        (Decimal("NaN"), "number-finite"),
+        (Decimal("sNaN"), "number-finite"),
+        (0.1, "number-exact"),
+        (True, "number-exact"),
+    ],
+)
+def test_numbers_dynamodb_cannot_hold(number, limit):
+    with pytest.raises(InvalidValue) as caught:
+        check_number(number)
+    assert caught.value.limit == limit
+
+
+@pytest.mark.parametrize(
+    "number",
+    [Decimal("1" * 38), Decimal("1" * 38 + "000"), Decimal("0.000" + "1" * 38), Decimal("9.9E+125"),
+     Decimal("1E-130"), Decimal(0), Decimal("-0"), 7],
+)
+def test_numbers_dynamodb_holds(number):
+    assert check_number(number) == number
+
+
+def test_state_checks_walk_the_whole_document():
+    check_state({"a": [{"b": [Decimal(1), "x", None, True]}]})
+    with pytest.raises(InvalidValue):
+        check_state({"a": [{"b": [Decimal("NaN")]}]})
+    with pytest.raises(InvalidValue):
+        check_state({"a": [{"": 1}]})
+    with pytest.raises(InvalidValue):
+        check_state({"a": "\ud800"})
+
+
+@pytest.mark.parametrize("good", ["a", "lamp-1", "A.b_c:d-9", "x" * 128])
+def test_good_device_ids(good):
+    assert validate_device_id(good) == good
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 129, "a b", "a/b", "a%2F", "é", "a\n", None, 1])
+def test_bad_device_ids(bad):
+    with pytest.raises(InvalidDeviceId):
+        validate_device_id(bad)
+
+
+def test_item_size_counts_names_values_and_nesting():
+    assert item_size({"ab": to_attribute("xyz")}) == 5
+    nested = item_size({"s": to_attribute({"k": ["v"]})})
+    assert nested == 1 + (3 + 1 + 1 + (3 + 1 + 1))
+    assert item_size({"n": to_attribute(Decimal("12345"))}) >= 1 + 3
