@@ -1,0 +1,88 @@
+"""The API's configuration: read from environment variables in this one place, checked
+on the first request (not at import), and set by the CDK stack to exactly these names."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+from functions.device_state.manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
+
+# Every variable the API reads. The CDK stack sets these and no others of its own
+# (plus Powertools' own POWERTOOLS_* variables).
+TABLE_NAME = "TABLE_NAME"
+DYNAMODB_ENDPOINT = "DYNAMODB_ENDPOINT"
+MAX_ATTEMPTS = "MAX_ATTEMPTS"
+RETRY_BUDGET_SECONDS = "RETRY_BUDGET_SECONDS"
+REQUIRE_IF_MATCH = "REQUIRE_IF_MATCH"
+VARIABLES = (TABLE_NAME, DYNAMODB_ENDPOINT, MAX_ATTEMPTS, RETRY_BUDGET_SECONDS, REQUIRE_IF_MATCH)
+
+MAX_BUDGET_SECONDS = 20.0  # must stay under API Gateway's 29 s integration timeout
+
+
+class ConfigError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Config:
+    table_name: str
+    dynamodb_endpoint: str | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    retry_budget_seconds: float = DEFAULT_BUDGET_SECONDS
+    require_if_match: bool = False
+
+    @classmethod
+    def from_environment(cls, environ=os.environ) -> "Config":
+        table_name = environ.get(TABLE_NAME, "").strip()
+        if not table_name:
+            raise ConfigError(f"{TABLE_NAME} is not set")
+        return cls(
+            table_name=table_name,
+            dynamodb_endpoint=environ.get(DYNAMODB_ENDPOINT) or None,
+            max_attempts=_integer(environ, MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS, 1, 100),
+            retry_budget_seconds=_number(environ, RETRY_BUDGET_SECONDS, DEFAULT_BUDGET_SECONDS, 0.0,
+                                         MAX_BUDGET_SECONDS),
+            require_if_match=_boolean(environ, REQUIRE_IF_MATCH),
+        )
+
+
+def _integer(environ, name, default, low, high) -> int:
+    raw = environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name}={value} is outside {low}..{high}")
+    return value
+
+
+def _number(environ, name, default, low, high) -> float:
+    raw = environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if not low < value <= high:
+        raise ConfigError(f"{name}={value} is outside ({low}, {high}]")
+    return value
+
+
+def _boolean(environ, name) -> bool:
+    raw = environ.get(name, "false").strip().lower()
+    if raw in ("true", "1", "yes"):
+        return True
+    if raw in ("false", "0", "no", ""):
+        return False
+    raise ConfigError(f"{name}={raw!r} is not true or false")
+
+
+@functools.lru_cache(maxsize=1)
+def load_config() -> Config:
+    return Config.from_environment()

@@ -1,0 +1,260 @@
+"""The Lambda handler: API Gateway (REST proxy) routes of shared/API.md on Powertools.
+
+Routes only parse, check preconditions and call the library; errors become problem
+details in ``problems`` (one place, by type).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from urllib.parse import quote
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.logging import correlation_paths
+
+from functions.device_state import (
+    DeviceAlreadyExists,
+    DeviceNotFound,
+    DeviceStateManager,
+    JsonPatch,
+    MergePatch,
+    dynamodb_client,
+)
+from functions.device_state.manager import MAX_LIST_LIMIT
+from functions.device_state.values import dumps, validate_device_id
+
+from . import request_parsing as parse
+from .config import load_config
+from .observability import MetricsObserver, logger, metrics, record_patch_latency, tracer
+from .openapi import OPENAPI
+from .problems import (
+    BadRequest,
+    MethodNotAllowed,
+    PreconditionFailed,
+    PreconditionRequired,
+    RouteNotFound,
+    etag,
+    internal_error_response,
+    known_error_response,
+)
+
+# Time kept back from the Lambda's remaining time for answering after the retry loop.
+RESPONSE_MARGIN_SECONDS = 1.0
+DEFAULT_LIST_LIMIT = 50
+
+app = APIGatewayRestResolver(serializer=dumps)
+
+
+@functools.lru_cache(maxsize=1)
+def _manager() -> DeviceStateManager:
+    config = load_config()
+    return DeviceStateManager(
+        dynamodb_client(config.dynamodb_endpoint),
+        config.table_name,
+        observer=MetricsObserver(),
+        max_attempts=config.max_attempts,
+        budget_seconds=config.retry_budget_seconds,
+    )
+
+
+def _budget() -> float:
+    """The retry budget, never past the Lambda's own deadline."""
+    budget = load_config().retry_budget_seconds
+    context = app.lambda_context
+    if context is not None and hasattr(context, "get_remaining_time_in_millis"):
+        budget = min(budget, context.get_remaining_time_in_millis() / 1000 - RESPONSE_MARGIN_SECONDS)
+    return max(budget, 0.0)
+
+
+def _device_response(device, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(
+        status_code=status,
+        content_type=parse.JSON,
+        body=dumps(device.as_dict()),
+        headers={"ETag": etag(device.version), **(headers or {})},
+    )
+
+
+def _location(device_id: str) -> str:
+    """The device's URL path as the client sees it (with the API Gateway stage, if any)."""
+    event = app.current_event
+    outer = (event.get("requestContext") or {}).get("path") or ""
+    prefix = outer[: -len(event.path)] if event.path and outer.endswith(event.path) else ""
+    return f"{prefix}/devices/{quote(device_id, safe='')}"
+
+
+def _require_if_match(preconditions: parse.Preconditions, method: str) -> None:
+    if preconditions.if_match is None and load_config().require_if_match:
+        raise PreconditionRequired(f"{method} needs If-Match with the device's ETag on this server")
+
+
+def _expected_version(device_id: str, preconditions: parse.Preconditions) -> int:
+    """The version a conditional write must find: a lone If-Match names it; any other
+    combination is checked against the current device, which the write then pins."""
+    version = preconditions.only_if_match_version()
+    if version is None:
+        current = _manager().get(device_id)
+        preconditions.check(current)
+        version = current.version
+    return version
+
+
+def _state_body(device_id: str) -> dict:
+    body = parse.json_object(parse.json_body(app.current_event), "the body", ("state",), ("deviceId",))
+    if "deviceId" in body and body["deviceId"] != device_id:
+        raise BadRequest("deviceId in the body differs from the one in the path")
+    return body["state"]
+
+
+def _patch_function():
+    event = app.current_event
+    kind = parse.media_type(event)
+    accepted = (parse.MERGE_PATCH, parse.JSON, parse.JSON_PATCH)
+    document = parse.json_body(event, accepted)
+    if kind == parse.JSON_PATCH:
+        return JsonPatch(document)
+    return MergePatch(document)
+
+
+# ---------------------------------------------------------------- routes
+
+
+@app.get("/devices")
+def list_devices():
+    query = parse.query_parameters(app.current_event, {"limit", "cursor"})
+    raw_limit = query.get("limit", str(DEFAULT_LIST_LIMIT))
+    if not raw_limit.isascii() or not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST_LIMIT:
+        raise BadRequest(f"limit must be an integer from 1 to {MAX_LIST_LIMIT}")
+    devices, cursor = _manager().list_devices(limit=int(raw_limit), cursor=query.get("cursor"))
+    body = {"items": [device.as_dict() for device in devices], "nextCursor": cursor}
+    return Response(status_code=200, content_type=parse.JSON, body=dumps(body))
+
+
+@app.post("/devices")
+def create_device():
+    body = parse.json_object(parse.json_body(app.current_event), "the body", ("deviceId", "state"))
+    device_id = validate_device_id(body["deviceId"])
+    device = _manager().create(device_id, body["state"])
+    return _device_response(device, 201, {"Location": _location(device_id)})
+
+
+@app.get("/devices/<device_id>")
+def get_device(device_id: str):
+    device_id = parse.device_id(device_id)
+    if_none_match = parse.entity_tags(app.current_event, "If-None-Match")
+    device = _manager().get(device_id)
+    if if_none_match is not None and if_none_match.matches_weak(device.version):
+        return Response(status_code=304, headers={"ETag": etag(device.version)})
+    return _device_response(device)
+
+
+@app.put("/devices/<device_id>")
+def put_device(device_id: str):
+    device_id = parse.device_id(device_id)
+    preconditions = parse.Preconditions.of(app.current_event)
+    state = _state_body(device_id)
+    manager = _manager()
+    if preconditions.create_only or (preconditions.none and load_config().require_if_match):
+        try:
+            device = manager.create(device_id, state)
+        except DeviceAlreadyExists as exists:
+            if preconditions.create_only:
+                raise PreconditionFailed("If-None-Match: * but the device exists", current=exists.current) from None
+            raise PreconditionRequired("replacing a device needs If-Match on this server") from None
+        return _device_response(device, 201, {"Location": _location(device_id)})
+    if preconditions.none:
+        device, created = manager.put(device_id, state)
+    else:
+        try:
+            current = manager.get(device_id)
+        except DeviceNotFound:
+            current = None
+        preconditions.check(current)
+        if current is None:
+            try:
+                device, created = manager.create(device_id, state), True
+            except DeviceAlreadyExists as exists:
+                raise PreconditionFailed("the device was created meanwhile", current=exists.current) from None
+        else:
+            _require_if_match(preconditions, "PUT")
+            try:
+                device, created = manager.replace(device_id, state, current.version), False
+            except DeviceNotFound:
+                raise PreconditionFailed("the device was deleted meanwhile") from None
+    if created:
+        return _device_response(device, 201, {"Location": _location(device_id)})
+    return _device_response(device)
+
+
+@app.patch("/devices/<device_id>")
+def patch_device(device_id: str):
+    device_id = parse.device_id(device_id)
+    update_fn = _patch_function()
+    preconditions = parse.Preconditions.of(app.current_event)
+    _require_if_match(preconditions, "PATCH")
+    manager = _manager()
+    started = time.perf_counter()
+    try:
+        if preconditions.none:
+            device = manager.update_with_retry(device_id, update_fn, budget_seconds=_budget())
+        else:
+            device = manager.update(device_id, update_fn, _expected_version(device_id, preconditions))
+    finally:
+        record_patch_latency((time.perf_counter() - started) * 1000)
+    return _device_response(device)
+
+
+@app.delete("/devices/<device_id>")
+def delete_device(device_id: str):
+    device_id = parse.device_id(device_id)
+    preconditions = parse.Preconditions.of(app.current_event)
+    _require_if_match(preconditions, "DELETE")
+    expected = None if preconditions.none else _expected_version(device_id, preconditions)
+    _manager().delete(device_id, expected)
+    return Response(status_code=204)
+
+
+@app.get("/openapi.json")
+def openapi_document():
+    return Response(status_code=200, content_type=parse.JSON, body=dumps(OPENAPI))
+
+
+# ------------------------------------------------------- errors, not found
+
+
+def _allowed_methods(path: str) -> list[str]:
+    routes = app._static_routes + app._dynamic_routes  # Powertools keeps no public list
+    return sorted({route.method for route in routes if route.rule.match(path)})
+
+
+@app.not_found
+def not_found(_error):
+    path = app.current_event.path
+    allowed = _allowed_methods(path)
+    if allowed:
+        problem = MethodNotAllowed(
+            f"{app.current_event.http_method} is not allowed here", headers={"Allow": ", ".join(allowed)}
+        )
+    else:
+        problem = RouteNotFound(f"no resource at {path}")
+    return known_error_response(problem, instance=path)
+
+
+@app.exception_handler(Exception)
+def handle_error(error: Exception):
+    path = app.current_event.path if app.current_event else None
+    response = known_error_response(error, instance=path)
+    if response is None:
+        logger.exception("request failed", extra={"path": path})
+        return internal_error_response(instance=path)
+    if response.status_code >= 500:
+        logger.warning("request refused for now", extra={"status": response.status_code, "reason": str(error)})
+    return response
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event, context):
+    return app.resolve(event, context)

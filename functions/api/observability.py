@@ -1,0 +1,50 @@
+"""Powertools Logger, Tracer and Metrics for the API, and the adapter that feeds the
+library's observer events into metrics named by the library's constants."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.metrics import MetricUnit
+
+from functions.device_state import UpdateObserver
+from functions.device_state import metrics as names
+
+logger = Logger(service=names.SERVICE)
+tracer = Tracer(service=names.SERVICE)
+# Powertools' own variable names the namespace (the CDK stack sets it); this default
+# keeps a local run from failing on an unset variable.
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or names.NAMESPACE,
+                  service=names.SERVICE)
+
+# A GET emits no metric; that is expected, not worth a warning per request.
+warnings.filterwarnings("ignore", message="No application metrics to publish")
+
+# The library logs conflicts and exhaustion on its own stdlib logger; give it ours.
+copy_config_to_registered_loggers(source_logger=logger, include={"device_state"})
+
+
+class MetricsObserver(UpdateObserver):
+    """One metric per library event; the metric names are the library's constants."""
+
+    def attempt(self, device_id, attempt):
+        metrics.add_metric(name=names.UPDATE_ATTEMPTS, unit=MetricUnit.Count, value=1)
+
+    def conflict(self, device_id, expected_version, found_version):
+        metrics.add_metric(name=names.VERSION_CONFLICTS, unit=MetricUnit.Count, value=1)
+
+    def condition_failed(self, device_id):
+        metrics.add_metric(name=names.CONDITION_FAILURES, unit=MetricUnit.Count, value=1)
+
+    def succeeded(self, device_id, attempts, elapsed):
+        metrics.add_metric(name=names.UPDATES, unit=MetricUnit.Count, value=1)
+
+    def exhausted(self, device_id, attempts, elapsed):
+        metrics.add_metric(name=names.RETRIES_EXHAUSTED, unit=MetricUnit.Count, value=1)
+
+
+def record_patch_latency(milliseconds: float) -> None:
+    metrics.add_metric(name=names.PATCH_LATENCY, unit=MetricUnit.Milliseconds, value=milliseconds)

@@ -1,0 +1,137 @@
+"""The API's OpenAPI 3 document, kept beside the routes (a test checks the two agree).
+Served at GET /openapi.json."""
+
+_DEVICE_ID = {"name": "deviceId", "in": "path", "required": True,
+              "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"}}
+_ETAG_HEADER = {"description": 'Strong entity tag of the device: "<version>"', "schema": {"type": "string"}}
+_IF_MATCH = {"name": "If-Match", "in": "header", "required": False, "schema": {"type": "string"},
+             "description": 'Write only if the device is at this version ("<v>"), else 412.'}
+_IF_NONE_MATCH = {"name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string"}}
+
+
+def _problem(description):
+    return {"description": description,
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+
+
+def _device(description, *extra_headers):
+    headers = {"ETag": _ETAG_HEADER}
+    for name in extra_headers:
+        headers[name] = {"schema": {"type": "string"}}
+    return {"description": description, "headers": headers,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Device"}}}}
+
+
+_COMMON_ERRORS = {
+    "400": _problem("Malformed request: JSON, deviceId, headers or parameters"),
+    "413": _problem("Body or resulting item too large"),
+    "415": _problem("Unsupported Content-Type"),
+    "503": _problem("Contention retries exhausted or storage unavailable; Retry-After is set"),
+}
+
+_STATE_BODY = {"type": "object", "required": ["state"], "additionalProperties": False,
+               "properties": {"state": {"type": "object"}, "deviceId": {"type": "string"}}}
+
+OPENAPI = {
+    "openapi": "3.0.3",
+    "info": {"title": "Device-state service", "version": "1.0.0",
+             "description": "Read and change the state of smart devices with optimistic locking."},
+    "paths": {
+        "/devices": {
+            "get": {
+                "operationId": "listDevices",
+                "parameters": [
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
+                    {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": {"description": "A page of devices",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DevicePage"}}}},
+                    "400": _COMMON_ERRORS["400"], "503": _COMMON_ERRORS["503"],
+                },
+            },
+            "post": {
+                "operationId": "createDevice",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["deviceId", "state"], "additionalProperties": False,
+                    "properties": {"deviceId": {"type": "string"}, "state": {"type": "object"}}}}}},
+                "responses": {"201": _device("Created", "Location"),
+                              "409": _problem("The device exists"), **_COMMON_ERRORS},
+            },
+        },
+        "/devices/{deviceId}": {
+            "parameters": [_DEVICE_ID],
+            "get": {
+                "operationId": "getDevice",
+                "parameters": [_IF_NONE_MATCH],
+                "responses": {"200": _device("The device"), "304": {"description": "Not modified"},
+                              "400": _COMMON_ERRORS["400"], "404": _problem("No such device"),
+                              "503": _COMMON_ERRORS["503"]},
+            },
+            "put": {
+                "operationId": "putDevice",
+                "parameters": [_IF_MATCH, _IF_NONE_MATCH],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": _STATE_BODY}}},
+                "responses": {"200": _device("Replaced"), "201": _device("Created", "Location"),
+                              "412": _problem("Precondition failed"), "428": _problem("Precondition required"),
+                              **_COMMON_ERRORS},
+            },
+            "patch": {
+                "operationId": "patchDevice",
+                "parameters": [_IF_MATCH, _IF_NONE_MATCH],
+                "requestBody": {"required": True, "content": {
+                    "application/merge-patch+json": {"schema": {"type": "object"}},
+                    "application/json": {"schema": {"type": "object"}},
+                    "application/json-patch+json": {"schema": {"$ref": "#/components/schemas/JsonPatch"}},
+                }},
+                "responses": {"200": _device("Patched"), "404": _problem("No such device"),
+                              "409": _problem("A JSON Patch test failed"),
+                              "412": _problem("Precondition failed"),
+                              "422": _problem("The patch cannot be applied to the state"),
+                              "428": _problem("Precondition required"), **_COMMON_ERRORS},
+            },
+            "delete": {
+                "operationId": "deleteDevice",
+                "parameters": [_IF_MATCH, _IF_NONE_MATCH],
+                "responses": {"204": {"description": "Deleted"}, "404": _problem("No such device"),
+                              "412": _problem("Precondition failed"), "428": _problem("Precondition required"),
+                              "400": _COMMON_ERRORS["400"], "503": _COMMON_ERRORS["503"]},
+            },
+        },
+        "/openapi.json": {
+            "get": {"operationId": "getOpenApi",
+                    "responses": {"200": {"description": "This document",
+                                          "content": {"application/json": {"schema": {"type": "object"}}}}}},
+        },
+    },
+    "components": {
+        "schemas": {
+            "Device": {
+                "type": "object", "required": ["deviceId", "version", "state", "createdAt", "updatedAt"],
+                "properties": {"deviceId": {"type": "string"}, "version": {"type": "integer", "minimum": 1},
+                               "state": {"type": "object"}, "createdAt": {"type": "string", "format": "date-time"},
+                               "updatedAt": {"type": "string", "format": "date-time"}},
+            },
+            "DevicePage": {
+                "type": "object", "required": ["items", "nextCursor"],
+                "properties": {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Device"}},
+                               "nextCursor": {"type": "string", "nullable": True}},
+            },
+            "JsonPatch": {
+                "type": "array",
+                "items": {"type": "object", "required": ["op", "path"], "properties": {
+                    "op": {"type": "string",
+                           "enum": ["add", "remove", "replace", "move", "copy", "test", "increment"]},
+                    "path": {"type": "string"}, "from": {"type": "string"}, "value": {},
+                    "min": {"type": "number"}, "max": {"type": "number"}}},
+            },
+            "Problem": {
+                "type": "object", "required": ["type", "title", "status", "detail"],
+                "properties": {"type": {"type": "string"}, "title": {"type": "string"},
+                               "status": {"type": "integer"}, "detail": {"type": "string"},
+                               "instance": {"type": "string"}, "deviceId": {"type": "string"},
+                               "currentVersion": {"type": "integer"}, "limit": {"type": "string"}},
+            },
+        },
+    },
+}

@@ -1,0 +1,137 @@
+"""RFC 9457 problem details: the one place where errors become HTTP statuses.
+
+Library errors map by type (never by message); the HTTP layer's own refusals are the
+``HttpProblem`` subclasses below.
+"""
+
+from __future__ import annotations
+
+from aws_lambda_powertools.event_handler import Response
+
+from functions.device_state import (
+    ConditionFailed,
+    DeviceAlreadyExists,
+    DeviceNotFound,
+    InvalidCursor,
+    InvalidDeviceId,
+    InvalidPatch,
+    InvalidValue,
+    ItemTooLarge,
+    PatchNotApplicable,
+    PatchTestFailed,
+    RetriesExhausted,
+    StorageError,
+    StorageUnavailable,
+    VersionConflict,
+)
+from functions.device_state.values import dumps
+
+PROBLEM_JSON = "application/problem+json"
+TYPE_PREFIX = "urn:device-state:problem:"
+RETRY_AFTER_SECONDS = "1"
+
+
+class HttpProblem(Exception):
+    status = 400
+    slug = "bad-request"
+    title = "Bad request"
+
+    def __init__(self, detail: str, *, headers: dict | None = None, current=None, **members):
+        super().__init__(detail)
+        self.detail = detail
+        self.headers = headers or {}
+        self.current = current
+        self.members = members
+
+
+class BadRequest(HttpProblem):
+    pass
+
+
+class RouteNotFound(HttpProblem):
+    status, slug, title = 404, "not-found", "No such resource"
+
+
+class MethodNotAllowed(HttpProblem):
+    status, slug, title = 405, "method-not-allowed", "Method not allowed"
+
+
+class PreconditionFailed(HttpProblem):
+    status, slug, title = 412, "precondition-failed", "Precondition failed"
+
+
+class PayloadTooLarge(HttpProblem):
+    status, slug, title = 413, "too-large", "Request or resulting item too large"
+
+
+class UnsupportedMediaType(HttpProblem):
+    status, slug, title = 415, "unsupported-media-type", "Unsupported Content-Type"
+
+
+class PreconditionRequired(HttpProblem):
+    status, slug, title = 428, "precondition-required", "Precondition required"
+
+
+# Library error type -> (status, slug, title). Looked up along the exception's MRO.
+_LIBRARY_ERRORS = {
+    InvalidDeviceId: (400, "invalid-device-id", "Invalid deviceId"),
+    ItemTooLarge: (413, "too-large", "Request or resulting item too large"),
+    InvalidValue: (400, "invalid-value", "Value cannot be stored"),
+    InvalidCursor: (400, "invalid-cursor", "Invalid cursor"),
+    InvalidPatch: (400, "invalid-patch", "Invalid patch document"),
+    PatchNotApplicable: (422, "patch-not-applicable", "Patch cannot be applied"),
+    PatchTestFailed: (409, "patch-test-failed", "JSON Patch test failed"),
+    DeviceNotFound: (404, "device-not-found", "No such device"),
+    DeviceAlreadyExists: (409, "device-exists", "Device exists already"),
+    VersionConflict: (412, "version-conflict", "Device is at another version"),
+    ConditionFailed: (409, "condition-failed", "Condition not met"),
+    RetriesExhausted: (503, "contention", "Too much contention on this device; nothing was written"),
+    StorageUnavailable: (503, "storage-unavailable", "Storage temporarily unavailable"),
+    StorageError: (500, "internal-error", "Internal error"),
+}
+_RETRYABLE = (RetriesExhausted, StorageUnavailable)
+
+
+def etag(version: int) -> str:
+    return f'"{version}"'
+
+
+def problem_response(status: int, slug: str, title: str, detail: str, *, instance: str | None = None,
+                     headers: dict | None = None, **members) -> Response:
+    body = {"type": TYPE_PREFIX + slug, "title": title, "status": status, "detail": detail}
+    if instance:
+        body["instance"] = instance
+    body.update({key: value for key, value in members.items() if value is not None})
+    return Response(status_code=status, content_type=PROBLEM_JSON, body=dumps(body), headers=headers)
+
+
+def known_error_response(error: Exception, instance: str | None = None) -> Response | None:
+    """The response for an error this service raises on purpose, or None for a fault."""
+    if isinstance(error, HttpProblem):
+        status, slug, title = error.status, error.slug, error.title
+        headers, members, current = dict(error.headers), dict(error.members), error.current
+    else:
+        mapped = next((_LIBRARY_ERRORS[cls] for cls in type(error).__mro__ if cls in _LIBRARY_ERRORS), None)
+        if mapped is None or status_is_fault(mapped[0]):
+            return None
+        status, slug, title = mapped
+        headers, members, current = {}, {}, getattr(error, "current", None)
+        members["deviceId"] = getattr(error, "device_id", None)
+        members["limit"] = getattr(error, "limit", None)
+        if isinstance(error, _RETRYABLE):
+            headers["Retry-After"] = RETRY_AFTER_SECONDS
+    if current is not None:
+        members["deviceId"] = current.device_id
+        members["currentVersion"] = current.version
+        headers["ETag"] = etag(current.version)
+    return problem_response(status, slug, title, str(error), instance=instance, headers=headers, **members)
+
+
+def status_is_fault(status: int) -> bool:
+    return status >= 500 and status != 503
+
+
+def internal_error_response(instance: str | None = None) -> Response:
+    return problem_response(500, "internal-error", "Internal error",
+                            "The service failed; the cause is logged. No partial write was made.",
+                            instance=instance)

@@ -1,0 +1,176 @@
+"""Turning an API Gateway request into checked values: bodies, media types, entity
+tags and preconditions (RFC 9110), query parameters. Refusals are ``HttpProblem``s."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from functions.device_state import Device, InvalidValue
+from functions.device_state.values import loads, validate_device_id
+
+from .problems import BadRequest, PayloadTooLarge, PreconditionFailed, UnsupportedMediaType
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+# No item can exceed 400 KB, so a body past 1 MiB is refused before it is parsed.
+MAX_BODY_BYTES = 1024 * 1024
+
+_ETAG = re.compile(r'\s*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*(?:,|$)')
+_VERSION = re.compile(r"[1-9][0-9]{0,17}")
+
+
+def device_id(raw: str) -> str:
+    return validate_device_id(unquote(raw))
+
+
+def header(event, name: str) -> str | None:
+    return event.headers.get(name)
+
+
+def media_type(event) -> str | None:
+    """The request's media type, lower-cased, without parameters; only UTF-8 text."""
+    raw = header(event, "Content-Type")
+    if raw is None:
+        return None
+    kind, *parameters = (part.strip() for part in raw.split(";"))
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            raise UnsupportedMediaType(f"only UTF-8 bodies are accepted, not charset={value.strip()}")
+    return kind.lower()
+
+
+def json_body(event, accepted: tuple[str, ...] = (JSON,)):
+    """The request body parsed as JSON with exact decimals, after its media type and size."""
+    kind = media_type(event)
+    if kind not in accepted:
+        raise UnsupportedMediaType(
+            f"Content-Type must be {' or '.join(accepted)}" + (f", not {kind}" if kind else ""),
+            headers={"Accept-Patch": ", ".join(accepted)} if MERGE_PATCH in accepted else None,
+        )
+    raw = event.get("body")
+    if raw is None or raw == "":
+        raise BadRequest("the request needs a JSON body")
+    if event.get("isBase64Encoded"):
+        try:
+            data = base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError):
+            raise BadRequest("the body is not valid base64") from None
+    else:
+        data = raw.encode("utf-8", "surrogatepass")
+    if len(data) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"the body is {len(data)} bytes; the limit is {MAX_BODY_BYTES}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("the body is not valid UTF-8") from None
+    try:
+        return loads(text)
+    except InvalidValue:
+        raise
+    except ValueError as error:
+        raise BadRequest(f"malformed JSON: {error}") from None
+
+
+def json_object(value, what: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} must be a JSON object")
+    missing = [name for name in required if name not in value]
+    unknown = sorted(set(value) - set(required) - set(optional))
+    if missing:
+        raise BadRequest(f"{what} needs {', '.join(missing)}")
+    if unknown:
+        raise BadRequest(f"{what} has unknown members: {', '.join(unknown)}")
+    return value
+
+
+@dataclass(frozen=True)
+class EntityTags:
+    """A parsed If-Match / If-None-Match value: ``*`` or a list of entity tags. Only
+    tags of the form ``"<version>"`` can ever match a device."""
+
+    any: bool
+    strong: frozenset
+    weak: frozenset
+
+    def matches_strong(self, version: int) -> bool:
+        return self.any or version in self.strong
+
+    def matches_weak(self, version: int) -> bool:
+        return self.any or version in self.strong or version in self.weak
+
+
+def entity_tags(event, name: str) -> EntityTags | None:
+    raw = header(event, name)
+    if raw is None:
+        return None
+    if raw.strip() == "*":
+        return EntityTags(True, frozenset(), frozenset())
+    strong, weak, position = set(), set(), 0
+    while position < len(raw):
+        match = _ETAG.match(raw, position)
+        if not match or match.end() == position:
+            raise BadRequest(f'{name} must be * or a list of entity tags such as "3"')
+        if _VERSION.fullmatch(match.group(2)):
+            (weak if match.group(1) else strong).add(int(match.group(2)))
+        position = match.end()
+    if position == 0:
+        raise BadRequest(f"{name} is empty")
+    return EntityTags(False, frozenset(strong), frozenset(weak))
+
+
+@dataclass(frozen=True)
+class Preconditions:
+    if_match: EntityTags | None
+    if_none_match: EntityTags | None
+
+    @classmethod
+    def of(cls, event) -> "Preconditions":
+        return cls(entity_tags(event, "If-Match"), entity_tags(event, "If-None-Match"))
+
+    @property
+    def none(self) -> bool:
+        return self.if_match is None and self.if_none_match is None
+
+    def only_if_match_version(self) -> int | None:
+        """The version of a lone ``If-Match: "<v>"``: the common case, which needs no read."""
+        tags = self.if_match
+        if self.if_none_match is None and tags and not tags.any and len(tags.strong) == 1 and not tags.weak:
+            return next(iter(tags.strong))
+        return None
+
+    @property
+    def create_only(self) -> bool:
+        return self.if_match is None and self.if_none_match is not None and self.if_none_match.any
+
+    def check(self, current: Device | None) -> None:
+        """RFC 9110 13.2.2: If-Match (strong comparison), then If-None-Match (weak)."""
+        if self.if_match is not None and (current is None or not self.if_match.matches_strong(current.version)):
+            raise PreconditionFailed(
+                "If-Match does not match the device" if current else "If-Match: the device does not exist",
+                current=current,
+            )
+        if self.if_none_match is not None and current is not None and self.if_none_match.matches_weak(current.version):
+            raise PreconditionFailed("If-None-Match matches the device", current=current)
+
+
+def query_parameters(event, allowed: set[str]) -> dict[str, str]:
+    multi = event.get("multiValueQueryStringParameters") or {}
+    single = event.get("queryStringParameters") or {}
+    names = set(multi) | set(single)
+    unknown = sorted(names - allowed)
+    if unknown:
+        raise BadRequest(f"unknown query parameters: {', '.join(unknown)}")
+    result = {}
+    for name in names:
+        values = multi.get(name) or [single.get(name)]
+        if len(values) != 1:
+            raise BadRequest(f"query parameter {name} is given more than once")
+        result[name] = values[0] if values[0] is not None else ""
+    return result

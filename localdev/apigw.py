@@ -1,0 +1,69 @@
+"""API Gateway REST proxy events and a Lambda context, as Lambda would hand them to
+the handler: shared by the dev server, `make invoke` and the tests."""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from urllib.parse import parse_qs, urlsplit
+
+STAGE = "local"
+
+
+def make_event(method: str, target: str, headers: dict | None = None, body: str | bytes | None = None,
+               source_ip: str = "127.0.0.1") -> dict:
+    """A REST API (v1) proxy event for ``method target`` (target = path?query)."""
+    url = urlsplit(target)
+    path = url.path or "/"  # REST APIs pass the path still percent-encoded
+    multi_query = parse_qs(url.query, keep_blank_values=True) or None
+    header_lists: dict[str, list[str]] = {}
+    for name, value in (headers or {}).items():
+        values = value if isinstance(value, list) else [value]
+        header_lists.setdefault(name, []).extend(values)
+    is_base64 = isinstance(body, bytes)
+    if is_base64:
+        body = base64.b64encode(body).decode()
+    request_id = str(uuid.uuid4())
+    return {
+        "resource": "/{proxy+}",
+        "path": path,
+        "httpMethod": method.upper(),
+        "headers": {name: values[-1] for name, values in header_lists.items()} or None,
+        "multiValueHeaders": header_lists or None,
+        "queryStringParameters": {k: v[-1] for k, v in multi_query.items()} if multi_query else None,
+        "multiValueQueryStringParameters": multi_query,
+        "pathParameters": {"proxy": path.lstrip("/")},
+        "stageVariables": None,
+        "requestContext": {
+            "resourcePath": "/{proxy+}",
+            "httpMethod": method.upper(),
+            "path": path,  # behind API Gateway this starts with the stage; locally there is none
+            "stage": STAGE,
+            "requestId": request_id,
+            "requestTimeEpoch": int(time.time() * 1000),
+            "identity": {"sourceIp": source_ip},
+            "accountId": "000000000000",
+            "apiId": "local",
+        },
+        "body": body,
+        "isBase64Encoded": is_base64,
+    }
+
+
+class LambdaContext:
+    """The attributes Powertools reads from a real Lambda context."""
+
+    function_name = "device-state-api"
+    function_version = "$LATEST"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:000000000000:function:device-state-api"
+    log_group_name = "/aws/lambda/device-state-api"
+    log_stream_name = "local"
+
+    def __init__(self, timeout_seconds: float = 15.0):
+        self.aws_request_id = str(uuid.uuid4())
+        self._deadline = time.monotonic() + timeout_seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))

@@ -1,0 +1,179 @@
+"""`make serve`: the Lambda handler behind real HTTP, on DynamoDB Local.
+
+Each request becomes an API Gateway REST proxy event for the same ``lambda_handler``
+that Lambda runs, so local and deployed behaviour cannot drift. Like Lambda, each
+worker process handles one request at a time (Powertools' resolver keeps the current
+request on the app object, so threads sharing one handler would mix requests); several
+workers share the listening socket, so requests run concurrently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from localdev.apigw import LambdaContext, make_event
+
+MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
+LAMBDA_TIMEOUT_SECONDS = 15.0
+
+_DEFAULTS = {
+    "TABLE_NAME": "devices",
+    "AWS_REGION": "us-east-1",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "POWERTOOLS_SERVICE_NAME": "device-state",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_METRICS_DISABLED": "true",
+    "POWERTOOLS_LOG_LEVEL": "WARNING",
+}
+# DynamoDB Local accepts any credentials; these are used only where none are configured.
+_LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "device-state-dev"
+    invoke_lock = threading.Lock()  # one invocation at a time per worker, as in Lambda
+
+    def _serve(self) -> None:
+        from functions.api.handler import lambda_handler
+
+        started = time.perf_counter()
+        length = int(self.headers.get("Content-Length") or 0)
+        if self.headers.get("Transfer-Encoding"):
+            self._send(411, {"Content-Type": "text/plain"}, b"Content-Length required\n")
+            return
+        if length > MAX_REQUEST_BYTES:
+            self._send(413, {"Content-Type": "text/plain", "Connection": "close"}, b"Request too large\n")
+            self.close_connection = True
+            return
+        raw = self.rfile.read(length) if length else None
+        headers: dict[str, list[str]] = {}
+        for name, value in self.headers.items():
+            headers.setdefault(name, []).append(value)
+        body = None
+        if raw is not None:
+            try:
+                body = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                body = raw  # sent base64-encoded, as API Gateway does for binary bodies
+        event = make_event(self.command, self.path, headers, body, source_ip=self.client_address[0])
+        with self.invoke_lock:
+            result = lambda_handler(event, LambdaContext(LAMBDA_TIMEOUT_SECONDS))
+        payload = result.get("body") or ""
+        data = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
+        response_headers = dict(result.get("headers") or {})
+        for name, values in (result.get("multiValueHeaders") or {}).items():
+            response_headers[name] = ", ".join(values)
+        self._send(result["statusCode"], response_headers, data)
+        elapsed = (time.perf_counter() - started) * 1000
+        sys.stderr.write(f"{self.client_address[0]} {self.command} {self.path} {result['statusCode']} "
+                         f"{elapsed:.1f}ms\n")
+
+    def _send(self, status: int, headers: dict, data: bytes) -> None:
+        self.send_response_only(status)
+        for name, value in headers.items():
+            if name.lower() not in ("content-length", "connection"):
+                self.send_header(name, value)
+        if status != 304 and status != 204:
+            self.send_header("Content-Length", str(len(data)))
+        self.send_header("Date", self.date_time_string())
+        self.end_headers()
+        if status not in (204, 304) and self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
+
+    def log_message(self, format, *args):  # one line per request is written by _serve
+        pass
+
+
+def _worker(listener: socket.socket) -> None:
+    server = ThreadingHTTPServer(listener.getsockname(), _Handler, bind_and_activate=False)
+    server.socket.close()
+    server.socket = listener
+    server.daemon_threads = True
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    os._exit(0)
+
+
+def _ensure_table(endpoint: str, table_name: str) -> None:
+    import boto3
+
+    from functions.device_state.table import ensure_table
+
+    client = boto3.session.Session().client("dynamodb", endpoint_url=endpoint)
+    ensure_table(client, table_name)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "3000")))
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", "8")))
+    parser.add_argument("--data-dir", default=os.environ.get("DYNAMODB_DATA_DIR"),
+                        help="keep DynamoDB Local's data on disk here (default: in memory)")
+    args = parser.parse_args(argv)
+
+    for name, value in _DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    if not (os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")):
+        os.environ.update(_LOCAL_CREDENTIALS)
+
+    dynamodb_local = None
+    endpoint = os.environ.get("DYNAMODB_ENDPOINT")
+    if not endpoint:
+        from localdev.dynamodb_local import DynamoDBLocal
+
+        dynamodb_local = DynamoDBLocal(data_dir=args.data_dir).start()
+        endpoint = os.environ["DYNAMODB_ENDPOINT"] = dynamodb_local.endpoint
+        print(f"DynamoDB Local on {endpoint} ({'on disk in ' + args.data_dir if args.data_dir else 'in memory'})",
+              flush=True)
+    workers: list[int] = []
+    try:
+        _ensure_table(endpoint, os.environ["TABLE_NAME"])
+        import functions.api.handler  # noqa: F401  (imported once, before the workers fork)
+
+        listener = socket.create_server((args.host, args.port), backlog=256, reuse_port=False)
+        for _ in range(max(1, args.workers)):
+            pid = os.fork()
+            if pid == 0:
+                _worker(listener)
+            workers.append(pid)
+        print(f"Serving the device-state API on http://{args.host}:{args.port} "
+              f"(table {os.environ['TABLE_NAME']}, {len(workers)} workers); Ctrl-C stops", flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        while True:
+            pid, _status = os.wait()
+            if pid in workers:
+                raise RuntimeError("a worker exited unexpectedly")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for pid in workers:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        if dynamodb_local:
+            dynamodb_local.stop()
+        print("stopped", flush=True)
+
+
+if __name__ == "__main__":
+    main()
