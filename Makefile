@@ -6,7 +6,7 @@ PY_STAMP := $(VENV)/.installed
 NPM_STAMP := node_modules/.installed
 PORT ?= 3000
 
-.PHONY: setup java test test-fast serve bench clean
+.PHONY: setup java test test-fast serve invoke bench clean
 
 setup: $(PY_STAMP) $(NPM_STAMP) java
 
@@ -35,6 +35,16 @@ test: setup
 # The quick tier: no DynamoDB Local, no threads.
 test-fast: setup
 	$(PY) -m pytest -m "not dynamodb_local and not concurrency"
+
+# The API on http://127.0.0.1:$(PORT), on a DynamoDB Local it starts and stops itself.
+# DYNAMODB_ENDPOINT=http://... uses another endpoint; DYNAMODB_DATA_DIR=dir keeps data on disk.
+serve: setup
+	PORT=$(PORT) $(PY) -m localdev.server
+
+# Replay one API Gateway event through the handler: make invoke EVENT=events/patch-device.json
+invoke: $(PY_STAMP)
+	@test -n "$(EVENT)" || { echo "usage: make invoke EVENT=events/<name>.json"; exit 2; }
+	$(PY) -m localdev.invoke $(EVENT)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache

@@ -42,7 +42,7 @@ logger = logging.getLogger("device_state")
 
 UpdateFn = Callable[[dict], dict]
 
-DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_MAX_ATTEMPTS = 25
 DEFAULT_BUDGET_SECONDS = 5.0
 MAX_LIST_LIMIT = 100
 MAX_SCAN_CALLS_PER_PAGE = 4  # a listing page never costs more than this many Scan calls
@@ -327,8 +327,9 @@ class DeviceStateManager:
     ) -> Device:
         """Read, apply the pure ``update_fn`` to a copy of the state, and write it under
         ``version = :expected``; when another writer got there first, re-apply it to
-        the newer state (the item the failed write returned) after a full-jitter
-        backoff. Gives up with ``RetriesExhausted``, having written nothing, after
+        the newer state: at once to the item the failed write returned after a first
+        conflict, and after a full-jitter backoff and a fresh read after later ones
+        (a returned item is stale once we have slept). Gives up with ``RetriesExhausted``, having written nothing, after
         ``max_attempts`` or when the next sleep would cross ``budget_seconds``.
 
         ``condition`` (boto3 ``Attr(...)`` conditions, e.g. ``Attr("state.online").eq(True)``)
@@ -354,22 +355,15 @@ class DeviceStateManager:
                 if not isinstance(error, VersionConflict):
                     raise error from None
                 item = self._raw_live(rejected.item)
+                if attempt == 1 and max_attempts > 1:
+                    continue  # the item the failed write returned is as fresh as a read: go at once
                 delay = self.backoff.delay(attempt, self._rng)
-                reason = None
                 if attempt >= max_attempts:
-                    reason = f"{max_attempts} attempts"
-                elif self._monotonic() + delay > deadline:
-                    reason = f"{budget} s budget"
-                if reason:
-                    elapsed = self._monotonic() - started
-                    logger.warning(
-                        "retries exhausted",
-                        extra={"device_id": device_id, "attempts": attempt, "reason": reason,
-                               "elapsed_seconds": round(elapsed, 4)},
-                    )
-                    self.observer.exhausted(device_id, attempt, elapsed)
-                    raise RetriesExhausted(device_id, attempt, elapsed, reason) from None
+                    raise self._exhausted(device_id, attempt, started, f"{max_attempts} attempts")
+                if self._monotonic() + delay > deadline:
+                    raise self._exhausted(device_id, attempt, started, f"{budget} s budget")
                 self._sleep(delay)
+                item = self._read(device_id)  # after a sleep the returned item is likely stale
                 continue
             self.observer.succeeded(device_id, attempt, self._monotonic() - started)
             return device
@@ -439,6 +433,16 @@ class DeviceStateManager:
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
         return Device(current.device_id, next_version, new_state, current.created_at, stamp)
+
+    def _exhausted(self, device_id: str, attempts: int, started: float, reason: str) -> RetriesExhausted:
+        elapsed = self._monotonic() - started
+        logger.warning(
+            "retries exhausted",
+            extra={"device_id": device_id, "attempts": attempts, "reason": reason,
+                   "elapsed_seconds": round(elapsed, 4)},
+        )
+        self.observer.exhausted(device_id, attempts, elapsed)
+        return RetriesExhausted(device_id, attempts, elapsed, reason)
 
     def _rejection(self, device_id: str, expected_version: int | None, old_item: dict | None) -> Exception:
         """Tell apart why a conditional write failed, from the item it returned."""
