@@ -32,6 +32,8 @@ def test_event_replays_with_its_status(name, monkeypatch):
     from functions.device_state.client import dynamodb_client
 
     monkeypatch.setenv("TABLE_NAME", "devices")
+    for variable in ("POWERTOOLS_TRACE_DISABLED", "POWERTOOLS_METRICS_DISABLED"):
+        monkeypatch.setenv(variable, "true")  # invoke() would otherwise set them for the whole session
     monkeypatch.delenv("DYNAMODB_ENDPOINT", raising=False)
     for cache in (handler._manager, load_config, dynamodb_client):
         cache.cache_clear()

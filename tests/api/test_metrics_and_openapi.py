@@ -27,6 +27,7 @@ def emitted_metrics(output: str) -> list[tuple[str, str]]:
 
 def test_metric_names_are_the_library_constants(api, monkeypatch, capsys):
     monkeypatch.setenv("MAX_ATTEMPTS", "2")
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
     api("POST", "/devices", {"deviceId": "m-1", "state": {"n": 0}})
     api("PATCH", "/devices/m-1", [{"op": "increment", "path": "/n", "value": 1}],
         content_type="application/json-patch+json")
