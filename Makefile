@@ -6,7 +6,12 @@ PY_STAMP := $(VENV)/.installed
 NPM_STAMP := node_modules/.installed
 PORT ?= 3000
 
-.PHONY: setup java test test-fast serve invoke bench clean
+.PHONY: setup java test test-fast serve invoke synth deploy bench clean
+
+# The CDK CLI runs app.py with the venv's python3; no telemetry, no notices (no network).
+CDK := PATH=$(CURDIR)/$(VENV)/bin:$$PATH CDK_DISABLE_CLI_TELEMETRY=1 JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
+	node_modules/.bin/cdk
+CDK_OUT ?= cdk.out
 
 setup: $(PY_STAMP) $(NPM_STAMP) java
 
@@ -45,6 +50,15 @@ serve: setup
 invoke: $(PY_STAMP)
 	@test -n "$(EVENT)" || { echo "usage: make invoke EVENT=events/<name>.json"; exit 2; }
 	$(PY) -m localdev.invoke $(EVENT)
+
+# Synthesize offline (no AWS account needed) and lint the template.
+synth: setup
+	$(CDK) synth --no-notices --quiet --output $(CDK_OUT)
+	$(VENV)/bin/cfn-lint --config-file .cfnlintrc.yaml -- $(CDK_OUT)/DeviceStateStack.template.json
+
+# Needs AWS credentials and a bootstrapped account (see README); never run by CI.
+deploy: synth
+	$(CDK) deploy --no-notices --app $(CDK_OUT) $(DEPLOY_ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache

@@ -3,6 +3,8 @@ Powertools) and the CDK alarms and dashboard import them from here."""
 
 NAMESPACE = "DeviceState"  # POWERTOOLS_METRICS_NAMESPACE in the deployed function
 SERVICE = "device-state"
+# Powertools adds this dimension to every metric; CloudWatch alarms must name it too.
+DIMENSIONS = {"service": SERVICE}
 
 # Optimistic-locking writes (update / update_with_retry), counted per call or attempt.
 UPDATES = "Updates"  # writes that succeeded

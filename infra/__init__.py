@@ -1,0 +1,1 @@
+"""The CDK stack: table, API with its function, monitoring."""

@@ -1,0 +1,118 @@
+"""The API function and the REST API in front of it."""
+
+from __future__ import annotations
+
+from aws_cdk import Aws, CfnOutput, Duration
+from aws_cdk import aws_apigateway as apigateway
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from functions.api import config
+from functions.device_state import metrics as metric_names
+from functions.device_state.manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
+
+from .bundling import REPO_ROOT, bundling_options
+
+RUNTIME = lambda_.Runtime.PYTHON_3_13
+PYTHON_VERSION = "3.13"
+ARCHITECTURE = lambda_.Architecture.ARM_64
+POWERTOOLS_LAYER = "arn:aws:lambda:{region}:017000801446:layer:AWSLambdaPowertoolsPythonV3-python313-arm64:{version}"
+HANDLER = "functions.api.handler.lambda_handler"
+# The retry budget plus room for the last attempt, botocore's own retries and the answer;
+# well under API Gateway's 29 s integration timeout.
+TIMEOUT = Duration.seconds(15)
+MEMORY_MB = 512
+LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+# Every DynamoDB action the library calls, and no other.
+DYNAMODB_ACTIONS = (
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:Scan",
+)
+# (path, methods) of shared/API.md plus the OpenAPI document.
+ROUTES = (
+    ("devices", ("GET", "POST")),
+    ("devices/{deviceId}", ("GET", "PUT", "PATCH", "DELETE")),
+    ("openapi.json", ("GET",)),
+)
+
+
+class DeviceApi(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        table: dynamodb.ITable,
+        powertools_layer_version: str,
+        throttle_rate: float,
+        throttle_burst: int,
+        require_if_match: bool = False,
+    ):
+        super().__init__(scope, construct_id)
+        self.log_group = logs.LogGroup(self, "FunctionLogs", retention=LOG_RETENTION)
+        self.role = iam.Role(self, "FunctionRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        self.role.add_to_policy(iam.PolicyStatement(actions=list(DYNAMODB_ACTIONS), resources=[table.table_arn]))
+        self.role.add_to_policy(iam.PolicyStatement(
+            actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[self.log_group.log_group_arn]))
+
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            handler=HANDLER,
+            code=lambda_.Code.from_asset(str(REPO_ROOT / "functions"),
+                                         bundling=bundling_options(PYTHON_VERSION)),
+            layers=[lambda_.LayerVersion.from_layer_version_arn(
+                self, "Powertools",
+                POWERTOOLS_LAYER.format(region=Aws.REGION, version=powertools_layer_version))],
+            timeout=TIMEOUT,
+            memory_size=MEMORY_MB,
+            role=self.role,
+            log_group=self.log_group,
+            tracing=lambda_.Tracing.ACTIVE,
+            environment={
+                config.TABLE_NAME: table.table_name,
+                config.MAX_ATTEMPTS: str(DEFAULT_MAX_ATTEMPTS),
+                config.RETRY_BUDGET_SECONDS: str(DEFAULT_BUDGET_SECONDS),
+                config.REQUIRE_IF_MATCH: "true" if require_if_match else "false",
+                "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
+                "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE,
+                "POWERTOOLS_LOG_LEVEL": "INFO",
+            },
+        )
+
+        self.access_logs = logs.LogGroup(self, "AccessLogs", retention=LOG_RETENTION)
+        self.api = apigateway.RestApi(
+            self,
+            "Api",
+            rest_api_name="device-state",
+            description="Device-state service",
+            cloud_watch_role=True,
+            deploy_options=apigateway.StageOptions(
+                stage_name="prod",
+                throttling_rate_limit=throttle_rate,
+                throttling_burst_limit=throttle_burst,
+                access_log_destination=apigateway.LogGroupLogDestination(self.access_logs),
+                access_log_format=apigateway.AccessLogFormat.json_with_standard_fields(
+                    caller=True, http_method=True, ip=True, protocol=True, request_time=True,
+                    resource_path=True, response_length=True, status=True, user=True),
+                logging_level=apigateway.MethodLoggingLevel.ERROR,
+                tracing_enabled=True,
+                metrics_enabled=True,
+            ),
+            default_method_options=apigateway.MethodOptions(
+                authorization_type=apigateway.AuthorizationType.IAM),
+        )
+        integration = apigateway.LambdaIntegration(self.function, proxy=True)
+        for path, methods in ROUTES:
+            resource = self.api.root.resource_for_path(path)
+            for method in methods:
+                resource.add_method(method, integration)
+        CfnOutput(self, "Url", value=self.api.url, description="Base URL of the device-state API (SigV4)")

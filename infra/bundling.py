@@ -1,0 +1,50 @@
+"""Local (Docker-free) bundling of the Lambda asset: the ``functions`` package plus the
+runtime dependencies that neither the Lambda runtime (boto3) nor the Powertools layer
+brings, as arm64 wheels for the function's Python."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsii
+from aws_cdk import BundlingOptions, DockerImage, ILocalBundling
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# What requirements.txt pins beyond boto3/botocore (runtime) and Powertools (layer).
+BUNDLED_PACKAGES = ("jsonpatch", "jsonpointer")
+
+
+def pinned(requirements: Path = REPO_ROOT / "requirements.txt") -> list[str]:
+    lines = [line.split("#")[0].strip() for line in requirements.read_text().splitlines()]
+    return [line for line in lines if line and line.split("==")[0].split("[")[0] in BUNDLED_PACKAGES]
+
+
+@jsii.implements(ILocalBundling)
+class _PipLocalBundling:
+    def __init__(self, python_version: str, platform: str):
+        self._python_version = python_version
+        self._platform = platform
+
+    def try_bundle(self, output_dir: str, *, image=None, **_options) -> bool:
+        output = Path(output_dir)
+        shutil.copytree(REPO_ROOT / "functions", output / "functions",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+             "--no-deps", "--no-compile", "--only-binary=:all:", "--platform", self._platform,
+             "--python-version", self._python_version, "--implementation", "cp",
+             "--target", str(output), *pinned()],
+            check=True,
+        )
+        return True
+
+
+def bundling_options(python_version: str, platform: str = "manylinux2014_aarch64") -> BundlingOptions:
+    return BundlingOptions(
+        # Never pulled: local bundling always succeeds, so no Docker is needed.
+        image=DockerImage.from_registry("public.ecr.aws/sam/build-python" + python_version),
+        local=_PipLocalBundling(python_version, platform),
+    )

@@ -1,0 +1,124 @@
+"""Alarms (to an SNS topic) and a dashboard: contention first, then the usual faults.
+
+Thresholds and periods are constants here, each with the reason for its value; the
+README's operations section says what each alarm means and what to do.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_apigateway as apigateway
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+from functions.device_state import metrics as names
+
+PERIOD = Duration.minutes(5)
+# Failed conditional writes are billed like successful ones; more than ~1 a second for
+# 5 minutes means clients are fighting over devices (or a client loops on stale ETags).
+CONDITIONAL_CHECK_FAILED_PER_PERIOD = 300
+# Any request that gave up under contention was answered 503: users felt it.
+RETRIES_EXHAUSTED_PER_PERIOD = 0
+# Conflicts per successful update: above 0.5, every other write pays for a retry.
+CONFLICTS_PER_UPDATE = 0.5
+RETRY_RATE_EVALUATION_PERIODS = 3  # sustained for 15 minutes, not a burst
+LAMBDA_ERRORS_PER_PERIOD = 0
+LAMBDA_THROTTLES_PER_PERIOD = 0
+API_5XX_PER_PERIOD = 5
+API_P99_LATENCY_MS = 3000  # the retry budget is 5 s; p99 above 3 s means heavy contention
+DYNAMODB_THROTTLES_PER_PERIOD = 0
+DYNAMODB_SYSTEM_ERRORS_PER_PERIOD = 0
+# The operations the function calls, for DynamoDB's per-operation metrics.
+DYNAMODB_OPERATIONS = (
+    dynamodb.Operation.GET_ITEM,
+    dynamodb.Operation.PUT_ITEM,
+    dynamodb.Operation.UPDATE_ITEM,
+    dynamodb.Operation.DELETE_ITEM,
+    dynamodb.Operation.SCAN,
+)
+
+
+def service_metric(name: str, statistic: str = "Sum") -> cloudwatch.Metric:
+    """One of the service's own metrics (as Powertools emits them)."""
+    return cloudwatch.Metric(namespace=names.NAMESPACE, metric_name=name, dimensions_map=names.DIMENSIONS,
+                             statistic=statistic, period=PERIOD)
+
+
+class Monitoring(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable,
+                 function: lambda_.IFunction, api: apigateway.RestApi, alarm_email: str | None = None):
+        super().__init__(scope, construct_id)
+        self.topic = sns.Topic(self, "AlarmTopic", display_name="Device-state alarms",
+                               master_key=kms.Alias.from_alias_name(self, "SnsKey", "alias/aws/sns"))
+        self.topic.add_to_resource_policy(iam.PolicyStatement(
+            effect=iam.Effect.DENY, actions=["sns:Publish"], principals=[iam.AnyPrincipal()],
+            resources=[self.topic.topic_arn], conditions={"Bool": {"aws:SecureTransport": "false"}}))
+        if alarm_email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
+
+        updates = service_metric(names.UPDATES)
+        conflicts = service_metric(names.VERSION_CONFLICTS)
+        conflicts_per_update = cloudwatch.MathExpression(
+            expression="IF(updates > 0, conflicts / updates, 0)",
+            using_metrics={"updates": updates, "conflicts": conflicts},
+            label="Version conflicts per successful update", period=PERIOD)
+        not_breaching = cloudwatch.TreatMissingData.NOT_BREACHING  # no traffic is not a fault
+
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+        self._alarm("ConditionalCheckFailed", table.metric_conditional_check_failed_requests(
+            statistic="Sum", period=PERIOD), CONDITIONAL_CHECK_FAILED_PER_PERIOD, not_breaching,
+            "DynamoDB refused more conditional writes than usual: heavy contention or clients on stale ETags")
+        self._alarm("RetriesExhausted", service_metric(names.RETRIES_EXHAUSTED), RETRIES_EXHAUSTED_PER_PERIOD,
+                    not_breaching, "PATCHes gave up under contention and answered 503")
+        self._alarm("RetryRate", conflicts_per_update, CONFLICTS_PER_UPDATE, not_breaching,
+                    "More than one version conflict per two successful updates, sustained",
+                    evaluation_periods=RETRY_RATE_EVALUATION_PERIODS)
+        self._alarm("LambdaErrors", function.metric_errors(statistic="Sum", period=PERIOD),
+                    LAMBDA_ERRORS_PER_PERIOD, not_breaching, "The API function failed (not a 4xx: a crash)")
+        self._alarm("LambdaThrottles", function.metric_throttles(statistic="Sum", period=PERIOD),
+                    LAMBDA_THROTTLES_PER_PERIOD, not_breaching, "Lambda refused invocations (concurrency)")
+        self._alarm("Api5xx", api.metric_server_error(statistic="Sum", period=PERIOD), API_5XX_PER_PERIOD,
+                    not_breaching, "The API answered 5xx")
+        self._alarm("ApiLatencyP99", api.metric_latency(statistic="p99", period=PERIOD), API_P99_LATENCY_MS,
+                    not_breaching, "p99 latency of the API is high")
+        self._alarm("DynamoDbThrottles", table.metric_throttled_requests_for_operations(
+            operations=list(DYNAMODB_OPERATIONS), period=PERIOD), DYNAMODB_THROTTLES_PER_PERIOD, not_breaching,
+            "DynamoDB throttled requests (botocore retries them: users see latency, then 503s)")
+        self._alarm("DynamoDbSystemErrors", table.metric_system_errors_for_operations(
+            operations=list(DYNAMODB_OPERATIONS), period=PERIOD), DYNAMODB_SYSTEM_ERRORS_PER_PERIOD,
+            not_breaching, "DynamoDB answered 5xx")
+
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Updates and attempts", width=12, left=[
+                updates, service_metric(names.UPDATE_ATTEMPTS)]),
+            cloudwatch.GraphWidget(title="Contention", width=12, left=[
+                conflicts, service_metric(names.RETRIES_EXHAUSTED), service_metric(names.CONDITION_FAILURES)],
+                right=[conflicts_per_update]),
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="PATCH latency (ms)", width=12, left=[
+                service_metric(names.PATCH_LATENCY, "p50"), service_metric(names.PATCH_LATENCY, "p99")]),
+            cloudwatch.GraphWidget(title="DynamoDB", width=12, left=[
+                table.metric_conditional_check_failed_requests(statistic="Sum", period=PERIOD)]),
+        )
+        self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(
+            title="Alarms", width=24, alarms=list(self.alarms.values())))
+
+    def _alarm(self, name: str, metric: cloudwatch.IMetric, threshold: float,
+               treat_missing_data: cloudwatch.TreatMissingData, description: str,
+               evaluation_periods: int = 1) -> None:
+        alarm = cloudwatch.Alarm(
+            self, name, metric=metric, threshold=threshold, evaluation_periods=evaluation_periods,
+            datapoints_to_alarm=evaluation_periods,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=treat_missing_data, alarm_description=description)
+        alarm.add_alarm_action(actions.SnsAction(self.topic))
+        self.alarms[name] = alarm

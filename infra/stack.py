@@ -1,0 +1,46 @@
+"""The device-state stack: table, API with its function, monitoring."""
+
+from __future__ import annotations
+
+from aws_cdk import Stack
+from constructs import Construct
+
+from .api import DeviceApi
+from .monitoring import Monitoring
+from .table import DevicesTable
+
+# Context values (cdk.json holds the defaults; `-c name=value` overrides).
+CONTEXT_DEFAULTS = {
+    "throwaway": False,  # true: no deletion protection, table destroyed with the stack (dev stacks)
+    "powertoolsLayerVersion": "27",
+    "throttleRateLimit": 100,
+    "throttleBurstLimit": 200,
+    "alarmEmail": "",
+    "requireIfMatch": False,
+}
+
+
+def context(scope: Construct, name: str):
+    value = scope.node.try_get_context(name)
+    return CONTEXT_DEFAULTS[name] if value is None else value
+
+
+def _flag(value) -> bool:
+    return value is True or str(value).lower() == "true"
+
+
+class DeviceStateStack(Stack):
+    def __init__(self, scope: Construct, construct_id: str, **kwargs):
+        super().__init__(scope, construct_id, **kwargs)
+        self.devices = DevicesTable(self, "Devices", throwaway=_flag(context(self, "throwaway")))
+        self.api = DeviceApi(
+            self, "DeviceApi",
+            table=self.devices.table,
+            powertools_layer_version=str(context(self, "powertoolsLayerVersion")),
+            throttle_rate=float(context(self, "throttleRateLimit")),
+            throttle_burst=int(context(self, "throttleBurstLimit")),
+            require_if_match=_flag(context(self, "requireIfMatch")),
+        )
+        self.monitoring = Monitoring(
+            self, "Monitoring", table=self.devices.table, function=self.api.function, api=self.api.api,
+            alarm_email=context(self, "alarmEmail") or None)

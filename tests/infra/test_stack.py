@@ -1,0 +1,286 @@
+"""The CDK stack, checked by property (aws_cdk.assertions), not by resource counts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk.assertions import Template
+
+from functions.api import config
+from functions.device_state import metrics as names
+from functions.device_state import table as model
+from functions.device_state.manager import DEFAULT_BUDGET_SECONDS
+from infra import api as api_module
+from infra import monitoring
+from infra.nag import REVIEWED
+from tests.infra.conftest import synth_stack
+
+
+def only(template: Template, resource_type: str, props: dict | None = None) -> tuple[str, dict]:
+    found = template.find_resources(resource_type, {"Properties": props} if props else None)
+    assert len(found) == 1, f"expected one {resource_type} matching {props}, found {list(found)}"
+    return next(iter(found.items()))
+
+
+# ------------------------------------------------------------------- table
+
+
+def test_table_keys_ttl_billing_and_recovery(template):
+    _, table = only(template, "AWS::DynamoDB::Table")
+    props = table["Properties"]
+    assert props["KeySchema"] == [{"AttributeName": model.PARTITION_KEY, "KeyType": "HASH"},
+                                  {"AttributeName": model.SORT_KEY, "KeyType": "RANGE"}]
+    assert sorted(props["AttributeDefinitions"], key=str) == sorted(
+        [{"AttributeName": model.PARTITION_KEY, "AttributeType": "S"},
+         {"AttributeName": model.SORT_KEY, "AttributeType": "S"}], key=str)
+    assert props["TimeToLiveSpecification"] == {"AttributeName": model.TTL_ATTRIBUTE, "Enabled": True}
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert props["DeletionProtectionEnabled"] is True
+    assert table["DeletionPolicy"] == "Retain" and table["UpdateReplacePolicy"] == "Retain"
+
+
+def test_throwaway_context_makes_a_disposable_table():
+    _, stack = synth_stack({"throwaway": "true"})
+    _, table = only(Template.from_stack(stack), "AWS::DynamoDB::Table")
+    assert table["Properties"]["DeletionProtectionEnabled"] is False
+    assert table["DeletionPolicy"] == "Delete"
+
+
+# ---------------------------------------------------------------- function
+
+
+def test_function_runtime_architecture_handler_layer(template):
+    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    props = function["Properties"]
+    assert props["Runtime"] == "python3.13"
+    assert props["Architectures"] == ["arm64"]
+    assert props["TracingConfig"] == {"Mode": "Active"}
+    layer = json.dumps(props["Layers"])
+    assert "017000801446:layer:AWSLambdaPowertoolsPythonV3-python313-arm64:27" in layer
+
+
+def test_layer_version_is_a_context_value():
+    _, stack = synth_stack({"powertoolsLayerVersion": "31"})
+    _, function = only(Template.from_stack(stack), "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    assert "python313-arm64:31" in json.dumps(function["Properties"]["Layers"])
+
+
+def test_timeout_exceeds_the_retry_budget_and_stays_under_api_gateways(template):
+    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    timeout = function["Properties"]["Timeout"]
+    assert DEFAULT_BUDGET_SECONDS + 2 <= timeout < 29
+    assert config.MAX_BUDGET_SECONDS < 29
+
+
+def test_environment_is_exactly_what_the_config_reads(template):
+    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    environment = function["Properties"]["Environment"]["Variables"]
+    ours = {name for name in environment if not name.startswith("POWERTOOLS_")}
+    assert ours == set(config.VARIABLES) - {config.DYNAMODB_ENDPOINT}
+    table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))
+    assert environment[config.TABLE_NAME] == {"Ref": table_id}
+    assert environment["POWERTOOLS_METRICS_NAMESPACE"] == names.NAMESPACE
+    assert environment["POWERTOOLS_SERVICE_NAME"] == names.SERVICE
+    deployed = config.Config.from_environment({k: v for k, v in environment.items() if isinstance(v, str)}
+                                              | {config.TABLE_NAME: "t"})
+    assert deployed.require_if_match is False
+
+
+def test_log_retention_is_set(template):
+    groups = template.find_resources("AWS::Logs::LogGroup")
+    assert groups and all(group["Properties"]["RetentionInDays"] == 30 for group in groups.values())
+    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    assert "LogGroup" in function["Properties"]["LoggingConfig"]
+
+
+def test_role_allows_exactly_the_dynamodb_actions_the_code_calls_on_this_table(template):
+    table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))
+    dynamodb_statements = []
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if any(action.startswith("dynamodb:") for action in actions):
+                dynamodb_statements.append(statement)
+    assert len(dynamodb_statements) == 1
+    statement = dynamodb_statements[0]
+    assert sorted(statement["Action"]) == sorted(api_module.DYNAMODB_ACTIONS)
+    assert statement["Effect"] == "Allow"
+    assert statement["Resource"] == {"Fn::GetAtt": [table_id, "Arn"]}
+
+
+def test_the_library_calls_no_dynamodb_action_the_role_lacks():
+    import re
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parents[2] / "functions" / "device_state" / "manager.py").read_text()
+    called = set(re.findall(r'_call\(\s*"([a-z_]+)"', source))
+    allowed = {"".join(part.capitalize() for part in name.split("_")) for name in called}
+    assert {f"dynamodb:{name}" for name in allowed} == set(api_module.DYNAMODB_ACTIONS)
+
+
+# --------------------------------------------------------------------- API
+
+
+def test_every_method_uses_iam_authorization(template):
+    methods = template.find_resources("AWS::ApiGateway::Method")
+    assert methods
+    routes = set()
+    for method in methods.values():
+        assert method["Properties"]["AuthorizationType"] == "AWS_IAM"
+        assert method["Properties"]["Integration"]["Type"] == "AWS_PROXY"
+        routes.add(method["Properties"]["HttpMethod"])
+    assert routes == {"GET", "POST", "PUT", "PATCH", "DELETE"}
+
+
+def test_stage_throttling_and_json_access_logs_from_context():
+    _, stack = synth_stack({"throttleRateLimit": 42, "throttleBurstLimit": 84})
+    _, stage = only(Template.from_stack(stack), "AWS::ApiGateway::Stage")
+    settings = stage["Properties"]["MethodSettings"][0]
+    assert settings["ThrottlingRateLimit"] == 42 and settings["ThrottlingBurstLimit"] == 84
+    access = stage["Properties"]["AccessLogSetting"]
+    assert json.loads(access["Format"])["requestId"] == "$context.requestId"
+    assert stage["Properties"]["TracingEnabled"] is True
+
+
+def test_url_is_an_output(template):
+    outputs = template.find_outputs("*")
+    assert any("Url" in name for name in outputs)
+
+
+# ------------------------------------------------------------------ alarms
+
+
+def alarms(template) -> dict:
+    return {logical: resource["Properties"] for logical, resource in
+            template.find_resources("AWS::CloudWatch::Alarm").items()}
+
+
+def alarm_named(template, name) -> dict:
+    matches = [props for logical, props in alarms(template).items() if logical.startswith(f"Monitoring{name}")]
+    assert len(matches) == 1, name
+    return matches[0]
+
+
+def test_every_alarm_notifies_the_topic_and_treats_missing_data_deliberately(template):
+    topic_id = next(iter(template.find_resources("AWS::SNS::Topic")))
+    for props in alarms(template).values():
+        assert props["AlarmActions"] == [{"Ref": topic_id}]
+        assert props["TreatMissingData"] == "notBreaching"
+        assert props["AlarmDescription"]
+
+
+@pytest.mark.parametrize("name, namespace, metric, statistic, threshold, dimension", [
+    ("ConditionalCheckFailed", "AWS/DynamoDB", "ConditionalCheckFailedRequests", "Sum",
+     monitoring.CONDITIONAL_CHECK_FAILED_PER_PERIOD, "TableName"),
+    ("RetriesExhausted", names.NAMESPACE, names.RETRIES_EXHAUSTED, "Sum", monitoring.RETRIES_EXHAUSTED_PER_PERIOD,
+     "service"),
+    ("LambdaErrors", "AWS/Lambda", "Errors", "Sum", monitoring.LAMBDA_ERRORS_PER_PERIOD, "FunctionName"),
+    ("LambdaThrottles", "AWS/Lambda", "Throttles", "Sum", monitoring.LAMBDA_THROTTLES_PER_PERIOD, "FunctionName"),
+    ("Api5xx", "AWS/ApiGateway", "5XXError", "Sum", monitoring.API_5XX_PER_PERIOD, "ApiName"),
+])
+def test_single_metric_alarms(template, name, namespace, metric, statistic, threshold, dimension):
+    props = alarm_named(template, name)
+    assert props["Namespace"] == namespace and props["MetricName"] == metric
+    assert props["Statistic"] == statistic and props["Threshold"] == threshold
+    assert props["Period"] == 300
+    assert [d["Name"] for d in props["Dimensions"]] == [dimension]
+    assert props["ComparisonOperator"] == "GreaterThanThreshold"
+
+
+def test_retries_exhausted_alarm_names_the_service_dimension(template):
+    props = alarm_named(template, "RetriesExhausted")
+    assert props["Dimensions"] == [{"Name": name, "Value": value} for name, value in names.DIMENSIONS.items()]
+
+
+def test_latency_alarm_is_p99(template):
+    props = alarm_named(template, "ApiLatencyP99")
+    assert props["ExtendedStatistic"] == "p99" and props["Threshold"] == monitoring.API_P99_LATENCY_MS
+
+
+def test_retry_rate_alarm_is_metric_math_over_the_service_metrics(template):
+    props = alarm_named(template, "RetryRate")
+    expression = next(m for m in props["Metrics"] if "Expression" in m)
+    assert "conflicts / updates" in expression["Expression"]
+    stats = {m["Id"]: m["MetricStat"] for m in props["Metrics"] if "MetricStat" in m}
+    assert stats["updates"]["Metric"]["MetricName"] == names.UPDATES
+    assert stats["conflicts"]["Metric"]["MetricName"] == names.VERSION_CONFLICTS
+    assert all(stat["Metric"]["Namespace"] == names.NAMESPACE for stat in stats.values())
+    assert props["Threshold"] == monitoring.CONFLICTS_PER_UPDATE
+    assert props["EvaluationPeriods"] == monitoring.RETRY_RATE_EVALUATION_PERIODS
+
+
+@pytest.mark.parametrize("name, metric", [("DynamoDbThrottles", "ThrottledRequests"),
+                                          ("DynamoDbSystemErrors", "SystemErrors")])
+def test_dynamodb_fault_alarms_cover_every_operation_the_code_uses(template, name, metric):
+    props = alarm_named(template, name)
+    stats = [m["MetricStat"]["Metric"] for m in props["Metrics"] if "MetricStat" in m]
+    assert {s["MetricName"] for s in stats} == {metric}
+    operations = {d["Value"] for s in stats for d in s["Dimensions"] if d["Name"] == "Operation"}
+    assert operations == {action.split(":")[1] for action in api_module.DYNAMODB_ACTIONS}
+
+
+def test_alarm_email_subscription_from_context():
+    _, stack = synth_stack({"alarmEmail": "ops@example.com"})
+    _, subscription = only(Template.from_stack(stack), "AWS::SNS::Subscription")
+    assert subscription["Properties"]["Protocol"] == "email"
+    assert subscription["Properties"]["Endpoint"] == "ops@example.com"
+
+
+# ------------------------------------------------------ metric contract
+
+
+def custom_metrics_in(value) -> set[str]:
+    """Metric names used under the service's namespace anywhere in a template value."""
+    found = set()
+    if isinstance(value, dict):
+        if value.get("Namespace") == names.NAMESPACE and "MetricName" in value:
+            found.add(value["MetricName"])
+        for member in value.values():
+            found |= custom_metrics_in(member)
+    elif isinstance(value, list):
+        for member in value:
+            found |= custom_metrics_in(member)
+    return found
+
+
+def test_every_alarmed_custom_metric_is_one_the_code_emits(template):
+    alarmed = custom_metrics_in(alarms(template))
+    assert alarmed and alarmed <= set(names.ALL_METRICS)
+
+
+def test_every_metric_the_code_emits_is_on_the_dashboard(template):
+    _, dashboard = only(template, "AWS::CloudWatch::Dashboard")
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in names.ALL_METRICS:
+        assert f'\\"{names.NAMESPACE}\\",\\"{metric}\\"' in body, metric
+
+
+# ------------------------------------------------------------------- nag
+
+
+def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding():
+    app, _ = synth_stack(nag=True)
+    app.synth()  # a policy-validation failure raises here
+
+
+def test_cdk_nag_would_fail_without_the_acknowledgements():
+    import aws_cdk as cdk
+
+    from infra.nag import add_checks
+    from infra.stack import DeviceStateStack
+    from tests.infra.conftest import NO_BUNDLING
+
+    app = cdk.App(context=NO_BUNDLING)
+    DeviceStateStack(app, "DeviceStateStack")
+    add_checks(app)
+    with pytest.raises(Exception, match="(?i)validation"):
+        app.synth()
+
+
+def test_every_acknowledgement_carries_a_reason():
+    assert REVIEWED
+    for finding, reason in REVIEWED:
+        assert finding.startswith("AwsSolutions::AwsSolutions-")
+        assert len(reason) > 40
