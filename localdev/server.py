@@ -96,6 +96,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _worker(listener: socket.socket) -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     server = ThreadingHTTPServer(listener.getsockname(), _Handler, bind_and_activate=False)
     server.socket.close()
     server.socket = listener
@@ -125,6 +127,13 @@ def main(argv=None) -> None:
                         help="keep DynamoDB Local's data on disk here (default: in memory)")
     args = parser.parse_args(argv)
 
+    # Ctrl-C and SIGTERM stop everything, even when started from a shell that ignores SIGINT.
+    def stop(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
     for name, value in _DEFAULTS.items():
         os.environ.setdefault(name, value)
     if not (os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")):
@@ -152,14 +161,12 @@ def main(argv=None) -> None:
             workers.append(pid)
         print(f"Serving the device-state API on http://{args.host}:{args.port} "
               f"(table {os.environ['TABLE_NAME']}, {len(workers)} workers); Ctrl-C stops", flush=True)
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
-        while True:
-            pid, _status = os.wait()
-            if pid in workers:
-                raise RuntimeError("a worker exited unexpectedly")
+        pid, _status = os.wait()
+        print(f"worker {pid} exited unexpectedly; stopping", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         for pid in workers:
             try:
                 os.kill(pid, signal.SIGTERM)

@@ -185,3 +185,33 @@ def test_fuzz_never_5xx_and_only_documented_statuses(server, method, target, bod
         problem = json.loads(payload)
         assert response_headers["content-type"] == "application/problem+json"
         assert problem["status"] == status
+
+
+def test_ctrl_c_stops_the_server_and_its_dynamodb_local():
+    """`make serve` as a user runs it: DynamoDB Local started by the server itself, then Ctrl-C
+    (SIGINT to the whole process group, as a terminal sends it)."""
+    import signal
+
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if key != "DYNAMODB_ENDPOINT"}
+    process = subprocess.Popen([sys.executable, "-m", "localdev.server", "--port", str(port), "--workers", "2"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    server = Server(port)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if server.request("PUT", "/devices/c", {"state": {}})[0] == 201:
+                break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        process.kill()
+        pytest.fail("the server did not start")
+    group = os.getpgid(process.pid)
+    os.killpg(group, signal.SIGINT)
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output
+    assert b"stopped" in output
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(group, 0)  # nothing of the group is left: workers and DynamoDB Local are gone
