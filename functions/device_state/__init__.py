@@ -9,6 +9,7 @@ from .errors import (
     DeviceAlreadyExists,
     DeviceNotFound,
     DeviceStateError,
+    IdempotencyKeyReused,
     InvalidCursor,
     InvalidDeviceId,
     InvalidPatch,
@@ -22,6 +23,7 @@ from .errors import (
     StorageUnavailable,
     VersionConflict,
 )
+from .idempotency import IdempotencyKey, InvalidIdempotencyKey
 from .manager import Backoff, Device, DeviceStateManager
 from .observer import UpdateObserver
 from .patches import JsonPatch, MergePatch
@@ -34,6 +36,9 @@ __all__ = [
     "DeviceNotFound",
     "DeviceStateError",
     "DeviceStateManager",
+    "IdempotencyKey",
+    "IdempotencyKeyReused",
+    "InvalidIdempotencyKey",
     "InvalidCursor",
     "InvalidDeviceId",
     "InvalidPatch",

@@ -95,6 +95,15 @@ class PatchTestFailed(PatchError):
     """A JSON Patch ``test`` operation did not hold."""
 
 
+class IdempotencyKeyReused(DeviceStateError):
+    """The idempotency key was used before for a different request."""
+
+    def __init__(self, device_id: str, key: str):
+        super().__init__(f"idempotency key {key!r} was used for a different request on device {device_id!r}")
+        self.device_id = device_id
+        self.key = key
+
+
 class StorageUnavailable(DeviceStateError):
     """DynamoDB throttled or failed even after botocore's own retries, or could not be
     reached. For a write, whether it landed is unknown unless the message says so."""

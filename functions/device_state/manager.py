@@ -9,18 +9,21 @@ import json
 import logging
 import random
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable
 
 from boto3.dynamodb.conditions import ConditionBase, ConditionExpressionBuilder
 from botocore.exceptions import BotoCoreError, ClientError
 
+from . import idempotency as idem
 from . import table
 from .errors import (
     ConditionFailed,
     DeviceAlreadyExists,
     DeviceNotFound,
+    IdempotencyKeyReused,
     InvalidCursor,
     ItemTooLarge,
     RetriesExhausted,
@@ -28,6 +31,7 @@ from .errors import (
     StorageUnavailable,
     VersionConflict,
 )
+from .idempotency import CREATED, DELETED, REPLACED, UPDATED, IdempotencyKey
 from .observer import NULL_OBSERVER, UpdateObserver
 from .values import (
     DEVICE_ID_PATTERN,
@@ -60,6 +64,7 @@ _NAMES = {
     "#createdAt": table.CREATED_AT,
     "#updatedAt": table.UPDATED_AT,
     "#expiresAt": table.TTL_ATTRIBUTE,
+    "#writeId": table.WRITE_ID,
 }
 _LIVE = "(attribute_not_exists(#expiresAt) OR #expiresAt > :nowEpoch)"
 _EXISTS = f"attribute_exists(#pk) AND {_LIVE}"
@@ -84,6 +89,8 @@ class Device:
     state: dict
     created_at: str
     updated_at: str
+    # True when a keyed write was answered from its idempotency record (nothing written).
+    replayed: bool = field(default=False, compare=False)
 
     @classmethod
     def from_item(cls, item: dict) -> "Device":
@@ -112,6 +119,33 @@ class _Rejected(Exception):
     def __init__(self, item: dict | None):
         super().__init__("conditional check failed")
         self.item = item
+
+
+class _Cancelled(Exception):
+    """A transaction was cancelled; ``reasons`` are DynamoDB's, one per action, in order."""
+
+    def __init__(self, reasons: list[dict]):
+        super().__init__("transaction cancelled")
+        self.reasons = reasons
+
+
+class _Moved(Exception):
+    """Another writer got there first; ``item`` is the newer live item when known."""
+
+    def __init__(self, item: dict | None):
+        super().__init__("moved")
+        self.item = item
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """One write, ready to send alone or inside a transaction (TransactWriteItems form)."""
+
+    request: dict
+    device: Device  # the device after the write (for a delete: as it was)
+    outcome: str
+    expected_version: int | None
+    write_id: str | None
 
 
 def _timestamp(epoch: float) -> str:
@@ -196,40 +230,34 @@ class DeviceStateManager:
         return devices, _encode_cursor(start_key) if start_key else None
 
     # ---------------------------------------------------------------- writes
+    #
+    # Every write takes an optional ``idempotency`` key. Without one it is a single
+    # conditional DynamoDB write. With one, the change and its idempotency record go in one
+    # TransactWriteItems, and a write whose record exists is answered from the record
+    # (``Device.replayed`` is then True) without touching the device.
 
-    def create(self, device_id: str, state: dict) -> Device:
+    def create(self, device_id: str, state: dict, *, idempotency: IdempotencyKey | None = None) -> Device:
         """Create a device at version 1; ``DeviceAlreadyExists`` if it exists."""
         validate_device_id(device_id)
         check_state(state)
-        now = self._clock()
-        stamp = _timestamp(now)
-        item = {
-            **table.state_key(device_id),
-            table.VERSION: _number(1),
-            table.STATE: to_attribute(state),
-            table.CREATED_AT: {"S": stamp},
-            table.UPDATED_AT: {"S": stamp},
-        }
-        check_item_size(item)
+        if idempotency is not None:
+            return self._keyed(device_id, idempotency, lambda item: self._plan_create(device_id, state, item))[0]
+        planned = self._plan_create(device_id, state, None)
         try:
-            self._call(
-                "put_item",
-                TableName=self.table_name,
-                Item=item,
-                ConditionExpression=_ABSENT,
-                ExpressionAttributeNames={"#pk": table.PARTITION_KEY, "#expiresAt": table.TTL_ATTRIBUTE},
-                ExpressionAttributeValues={":nowEpoch": _number(now)},
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
+            self._call("put_item", **planned.request["Put"])
         except _Rejected as rejected:
-            current = self._live_device(rejected.item) if rejected.item else None
-            raise DeviceAlreadyExists(device_id, current) from None
-        return Device.from_item(item)
+            raise DeviceAlreadyExists(device_id, self._live_device(rejected.item)) from None
+        return planned.device
 
-    def put(self, device_id: str, state: dict) -> tuple[Device, bool]:
+    def put(self, device_id: str, state: dict, *, idempotency: IdempotencyKey | None = None) -> tuple[Device, bool]:
         """Create the device or replace its whole state; returns (device, created)."""
         validate_device_id(device_id)
         check_state(state)
+        if idempotency is not None:
+            device, outcome = self._keyed(device_id, idempotency, lambda item: (
+                self._plan_create(device_id, state, None) if item is None
+                else self._plan_state(item, lambda _: state, None, REPLACED)))
+            return device, outcome == CREATED
         self._check_state_fits(device_id, state)
         now = self._clock()
         try:
@@ -257,12 +285,16 @@ class DeviceStateManager:
         device = Device.from_item(attributes)
         return device, device.version == 1
 
-    def replace(self, device_id: str, state: dict, expected_version: int | None = None) -> Device:
+    def replace(self, device_id: str, state: dict, expected_version: int | None = None, *,
+                idempotency: IdempotencyKey | None = None) -> Device:
         """Replace the whole state. With ``expected_version`` only at that version;
         without it a deliberate clobber (DynamoDBMapper's CLOBBER) that still bumps the
         version by exactly one."""
         validate_device_id(device_id)
         check_state(state)
+        if idempotency is not None:
+            return self._keyed(device_id, idempotency, lambda item: self._plan_state(
+                self._expect(device_id, item, expected_version), lambda _: state, None, REPLACED))[0]
         self._check_state_fits(device_id, state)
         now = self._clock()
         values = {":state": to_attribute(state), ":now": {"S": _timestamp(now)}, ":nowEpoch": _number(now)}
@@ -298,19 +330,19 @@ class DeviceStateManager:
         expected_version: int,
         *,
         condition: ConditionBase | None = None,
+        idempotency: IdempotencyKey | None = None,
     ) -> Device:
         """One conditional attempt (the ``If-Match`` path): apply ``update_fn`` to the
         state at ``expected_version``; ``VersionConflict`` if the device is elsewhere."""
         validate_device_id(device_id)
+        if idempotency is not None:
+            return self._keyed(device_id, idempotency, lambda item: self._plan_state(
+                self._expect(device_id, item, expected_version), update_fn, condition, UPDATED))[0]
         started = self._monotonic()
-        item = self._read(device_id)
-        current = Device.from_item(item)
-        if current.version != expected_version:
-            raise self._conflict(device_id, expected_version, current)
-        new_state = _apply(update_fn, current)
+        item = self._expect(device_id, self._read_optional(device_id), expected_version)
         self.observer.attempt(device_id, 1)
         try:
-            device = self._write_state(item, current, new_state, condition)
+            device = self._write(self._plan_state(item, update_fn, condition, UPDATED))
         except _Rejected as rejected:
             raise self._rejection(device_id, expected_version, rejected.item) from None
         self.observer.succeeded(device_id, 1, self._monotonic() - started)
@@ -324,54 +356,47 @@ class DeviceStateManager:
         condition: ConditionBase | None = None,
         max_attempts: int | None = None,
         budget_seconds: float | None = None,
+        idempotency: IdempotencyKey | None = None,
     ) -> Device:
         """Read, apply the pure ``update_fn`` to a copy of the state, and write it under
         ``version = :expected``; when another writer got there first, re-apply it to
         the newer state: at once to the item the failed write returned after a first
-        conflict, and after a full-jitter backoff and a fresh read after later ones
-        (a returned item is stale once we have slept). Gives up with ``RetriesExhausted``, having written nothing, after
-        ``max_attempts`` or when the next sleep would cross ``budget_seconds``.
+        conflict, and after a full-jitter backoff and a fresh read after later ones (a
+        returned item is stale once we have slept). Gives up with ``RetriesExhausted``,
+        having written nothing, after ``max_attempts`` or when the next sleep would cross
+        ``budget_seconds``.
 
         ``condition`` (boto3 ``Attr(...)`` conditions, e.g. ``Attr("state.online").eq(True)``)
         is ANDed with the version check; when it is false ``ConditionFailed`` is raised
         at once. An exception from ``update_fn`` propagates at once, nothing written.
         """
         validate_device_id(device_id)
-        max_attempts = max_attempts or self.max_attempts
-        budget = self.budget_seconds if budget_seconds is None else budget_seconds
-        started = self._monotonic()
-        deadline = started + budget
-        item = self._read(device_id)
-        attempt = 0
-        while True:
-            attempt += 1
-            current = Device.from_item(item)
-            new_state = _apply(update_fn, current)
-            self.observer.attempt(device_id, attempt)
-            try:
-                device = self._write_state(item, current, new_state, condition)
-            except _Rejected as rejected:
-                error = self._rejection(device_id, current.version, rejected.item)
-                if not isinstance(error, VersionConflict):
-                    raise error from None
-                item = self._raw_live(rejected.item)
-                if attempt == 1 and max_attempts > 1:
-                    continue  # the item the failed write returned is as fresh as a read: go at once
-                delay = self.backoff.delay(attempt, self._rng)
-                if attempt >= max_attempts:
-                    raise self._exhausted(device_id, attempt, started, f"{max_attempts} attempts")
-                if self._monotonic() + delay > deadline:
-                    raise self._exhausted(device_id, attempt, started, f"{budget} s budget")
-                self._sleep(delay)
-                item = self._read(device_id)  # after a sleep the returned item is likely stale
-                continue
-            self.observer.succeeded(device_id, attempt, self._monotonic() - started)
-            return device
 
-    def delete(self, device_id: str, expected_version: int | None = None) -> Device:
+        def plan(item):
+            return self._plan_state(self._expect(device_id, item, None), update_fn, condition, UPDATED)
+
+        if idempotency is not None:
+            return self._keyed(device_id, idempotency, plan, max_attempts=max_attempts,
+                               budget_seconds=budget_seconds)[0]
+
+        def attempt(item, number):
+            planned = plan(item)
+            self.observer.attempt(device_id, number)
+            try:
+                return self._write(planned)
+            except _Rejected as rejected:
+                raise self._moved_or_error(device_id, planned.expected_version, rejected.item) from None
+
+        return self._with_retries(device_id, attempt, max_attempts, budget_seconds)
+
+    def delete(self, device_id: str, expected_version: int | None = None, *,
+               idempotency: IdempotencyKey | None = None) -> Device:
         """Delete a device (version-checked when ``expected_version`` is given) and
         return it as it was."""
         validate_device_id(device_id)
+        if idempotency is not None:
+            return self._keyed(device_id, idempotency, lambda item: self._plan_delete(
+                self._expect(device_id, item, expected_version)))[0]
         now = self._clock()
         condition = _EXISTS
         values = {":nowEpoch": _number(now)}
@@ -393,28 +418,62 @@ class DeviceStateManager:
             raise self._rejection(device_id, expected_version, rejected.item) from None
         return Device.from_item(old)
 
-    # -------------------------------------------------------------- internals
+    # ------------------------------------------------------- planned writes
 
-    def _write_state(self, item: dict, current: Device, new_state: dict, condition) -> Device:
-        """One conditional write of ``new_state`` over ``current``; ``_Rejected`` when
-        the version moved (or the extra condition is false)."""
+    def _expect(self, device_id: str, item: dict | None, expected_version: int | None) -> dict:
+        """The live item, checked against the version the caller expects (if any)."""
+        if item is None:
+            raise DeviceNotFound(device_id)
+        if expected_version is not None:
+            current = Device.from_item(item)
+            if current.version != expected_version:
+                raise self._conflict(device_id, expected_version, current)
+        return item
+
+    def _plan_create(self, device_id: str, state: dict, item: dict | None) -> _Planned:
+        if item is not None:
+            raise DeviceAlreadyExists(device_id, Device.from_item(item))
+        now = self._clock()
+        stamp = _timestamp(now)
+        new_item = {
+            **table.state_key(device_id),
+            table.VERSION: _number(1),
+            table.STATE: to_attribute(state),
+            table.CREATED_AT: {"S": stamp},
+            table.UPDATED_AT: {"S": stamp},
+        }
+        check_item_size(new_item)
+        request = {"Put": {
+            "TableName": self.table_name,
+            "Item": new_item,
+            "ConditionExpression": _ABSENT,
+            "ExpressionAttributeNames": _names("#pk", "#expiresAt"),
+            "ExpressionAttributeValues": {":nowEpoch": _number(now)},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }}
+        return _Planned(request, Device.from_item(new_item), CREATED, None, None)
+
+    def _plan_state(self, item: dict, update_fn: UpdateFn, condition, outcome: str) -> _Planned:
+        """A conditional write of ``update_fn(state)`` over the live ``item``, at its version."""
+        current = Device.from_item(item)
+        new_state = _apply(update_fn, current)
         check_state(new_state)
         now = self._clock()
         stamp = _timestamp(now)
         next_version = current.version + 1
         state_attribute = to_attribute(new_state)
-        check_item_size(
-            {**item, table.STATE: state_attribute, table.VERSION: _number(next_version),
-             table.UPDATED_AT: {"S": stamp}}
-        )
+        write_id = uuid.uuid4().hex
+        check_item_size({**item, table.STATE: state_attribute, table.VERSION: _number(next_version),
+                         table.UPDATED_AT: {"S": stamp}, table.WRITE_ID: {"S": write_id}})
         expression = f"#version = :expected AND {_LIVE}"
-        names = _names("#state", "#version", "#updatedAt", "#expiresAt")
+        names = _names("#state", "#version", "#updatedAt", "#expiresAt", "#writeId")
         values = {
             ":state": state_attribute,
             ":expected": _number(current.version),
             ":next": _number(next_version),
             ":now": {"S": stamp},
             ":nowEpoch": _number(now),
+            ":writeId": {"S": write_id},
         }
         if condition is not None:
             # The builder already parenthesises AND/OR/NOT (DynamoDB refuses redundant ones).
@@ -422,17 +481,165 @@ class DeviceStateManager:
             expression = f"{expression} AND {built.condition_expression}"
             names.update(built.attribute_name_placeholders)
             values.update({key: to_attribute(value) for key, value in built.attribute_value_placeholders.items()})
-        self._call(
-            "update_item",
-            TableName=self.table_name,
-            Key=table.state_key(current.device_id),
-            UpdateExpression="SET #state = :state, #version = :next, #updatedAt = :now",
-            ConditionExpression=expression,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        request = {"Update": {
+            "TableName": self.table_name,
+            "Key": table.state_key(current.device_id),
+            "UpdateExpression": "SET #state = :state, #version = :next, #updatedAt = :now, #writeId = :writeId",
+            "ConditionExpression": expression,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }}
+        device = Device(current.device_id, next_version, new_state, current.created_at, stamp)
+        return _Planned(request, device, outcome, current.version, write_id)
+
+    def _plan_delete(self, item: dict) -> _Planned:
+        current = Device.from_item(item)
+        request = {"Delete": {
+            "TableName": self.table_name,
+            "Key": table.state_key(current.device_id),
+            "ConditionExpression": f"#version = :expected AND {_LIVE}",
+            "ExpressionAttributeNames": _names("#version", "#expiresAt"),
+            "ExpressionAttributeValues": {":expected": _number(current.version),
+                                          ":nowEpoch": _number(self._clock())},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }}
+        return _Planned(request, current, DELETED, current.version, None)
+
+    def _write(self, planned: _Planned) -> Device:
+        """One conditional update without a record. A botocore retry of a write whose
+        response was lost fails its own version check; the item it returns then carries
+        this attempt's write id, which shows the write landed (exactly once)."""
+        try:
+            self._call("update_item", **planned.request["Update"])
+        except _Rejected as rejected:
+            if rejected.item and rejected.item.get(table.WRITE_ID, {}).get("S") == planned.write_id:
+                return planned.device
+            raise
+        return planned.device
+
+    def _with_retries(self, device_id: str, attempt: Callable, max_attempts: int | None,
+                      budget_seconds: float | None):
+        """Run ``attempt(item, number)`` until it returns. It raises ``_Moved`` when another
+        writer got there first: after a first such conflict it runs again at once on the
+        item the failed write returned; after later ones, after a full-jitter backoff and
+        a fresh read. Stops at ``max_attempts`` or before a sleep would cross the budget."""
+        max_attempts = max_attempts or self.max_attempts
+        budget = self.budget_seconds if budget_seconds is None else budget_seconds
+        started = self._monotonic()
+        deadline = started + budget
+        item = self._read_optional(device_id)
+        number = 0
+        while True:
+            number += 1
+            try:
+                result = attempt(item, number)
+            except _Moved as moved:
+                if number == 1 and max_attempts > 1 and moved.item is not None:
+                    item = moved.item  # as fresh as a read: go again at once
+                    continue
+                if number >= max_attempts:
+                    raise self._exhausted(device_id, number, started, f"{max_attempts} attempts") from None
+                delay = self.backoff.delay(number, self._rng)
+                if self._monotonic() + delay > deadline:
+                    raise self._exhausted(device_id, number, started, f"{budget} s budget") from None
+                self._sleep(delay)
+                item = self._read_optional(device_id)  # after a sleep a returned item is likely stale
+                continue
+            self.observer.succeeded(device_id, number, self._monotonic() - started)
+            return result
+
+    def _moved_or_error(self, device_id: str, expected_version: int | None, old_item: dict | None) -> Exception:
+        error = self._rejection(device_id, expected_version, old_item)
+        if isinstance(error, VersionConflict):
+            return _Moved(self._raw_live(old_item))
+        return error
+
+    # ------------------------------------------------------------ idempotency
+
+    def _keyed(self, device_id: str, idempotency: IdempotencyKey, plan: Callable[[dict | None], _Planned], *,
+               max_attempts: int | None = None, budget_seconds: float | None = None) -> tuple[Device, str]:
+        """Apply ``plan`` once, atomically with the key's record, or replay the record."""
+        replay = self._replay(device_id, idempotency, self._read_record(device_id, idempotency))
+        if replay is not None:
+            return replay
+
+        def attempt(item, number):
+            planned = plan(item)
+            self.observer.attempt(device_id, number)
+            items = [planned.request, self._record_put(device_id, idempotency, planned)]
+            try:
+                self._call(
+                    "transact_write_items",
+                    TransactItems=items,
+                    ClientRequestToken=idempotency.client_request_token(self.table_name, device_id, items),
+                )
+            except _Cancelled as cancelled:
+                device_reason, record_reason = (cancelled.reasons + [{}, {}])[:2]
+                if record_reason.get("Code") == "ConditionalCheckFailed":
+                    replay = self._replay(device_id, idempotency, self._raw_live(record_reason.get("Item"))
+                                          or self._read_record(device_id, idempotency))
+                    if replay is not None:
+                        return replay
+                    raise _Moved(None) from None  # the record expired meanwhile: try again
+                if device_reason.get("Code") == "ConditionalCheckFailed":
+                    if planned.outcome == CREATED:
+                        raise _Moved(None) from None  # created meanwhile: the plan says so next time
+                    raise self._moved_or_error(device_id, planned.expected_version,
+                                               device_reason.get("Item")) from None
+                if any(reason.get("Code") == "TransactionConflict" for reason in cancelled.reasons):
+                    raise _Moved(None) from None
+                raise StorageError(f"transaction cancelled: {cancelled.reasons}") from None
+            return planned.device, planned.outcome
+
+        return self._with_retries(device_id, attempt, max_attempts, budget_seconds)
+
+    def _record_put(self, device_id: str, idempotency: IdempotencyKey, planned: _Planned) -> dict:
+        now = self._clock()
+        device = planned.device
+        record = {
+            table.PARTITION_KEY: {"S": device_id},
+            table.SORT_KEY: {"S": idempotency.sort_key},
+            idem.FINGERPRINT: {"S": idempotency.fingerprint},
+            idem.OUTCOME: {"S": planned.outcome},
+            idem.DEVICE: {"M": {
+                table.VERSION: _number(device.version),
+                table.STATE: to_attribute(device.state),
+                table.CREATED_AT: {"S": device.created_at},
+                table.UPDATED_AT: {"S": device.updated_at},
+            }},
+            idem.RECORDED_AT: {"S": _timestamp(now)},
+            table.TTL_ATTRIBUTE: _number(int(now) + idem.RECORD_TTL_SECONDS),
+        }
+        check_item_size(record)
+        return {"Put": {
+            "TableName": self.table_name,
+            "Item": record,
+            "ConditionExpression": "attribute_not_exists(#sk) OR #expiresAt <= :nowEpoch",
+            "ExpressionAttributeNames": {"#sk": table.SORT_KEY, "#expiresAt": table.TTL_ATTRIBUTE},
+            "ExpressionAttributeValues": {":nowEpoch": _number(now)},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }}
+
+    def _read_record(self, device_id: str, idempotency: IdempotencyKey) -> dict | None:
+        response = self._call(
+            "get_item", TableName=self.table_name, ConsistentRead=True,
+            Key={table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": idempotency.sort_key}},
         )
-        return Device(current.device_id, next_version, new_state, current.created_at, stamp)
+        return self._raw_live(response.get("Item"))
+
+    def _replay(self, device_id: str, idempotency: IdempotencyKey, record: dict | None) -> tuple[Device, str] | None:
+        if record is None:
+            return None
+        if record[idem.FINGERPRINT]["S"] != idempotency.fingerprint:
+            raise IdempotencyKeyReused(device_id, idempotency.key)
+        snapshot = record[idem.DEVICE]["M"]
+        device = Device(device_id, int(snapshot[table.VERSION]["N"]), from_attribute(snapshot[table.STATE]),
+                        snapshot[table.CREATED_AT]["S"], snapshot[table.UPDATED_AT]["S"], replayed=True)
+        self.observer.replayed(device_id)
+        return device, record[idem.OUTCOME]["S"]
+
+    # -------------------------------------------------------------- internals
 
     def _exhausted(self, device_id: str, attempts: int, started: float, reason: str) -> RetriesExhausted:
         elapsed = self._monotonic() - started
@@ -475,14 +682,18 @@ class DeviceStateManager:
         return Device.from_item(live) if live else None
 
     def _read(self, device_id: str) -> dict:
+        item = self._read_optional(device_id)
+        if item is None:
+            raise DeviceNotFound(device_id)
+        return item
+
+    def _read_optional(self, device_id: str) -> dict | None:
+        """The live state item (strongly consistent), or None."""
         validate_device_id(device_id)
         response = self._call(
             "get_item", TableName=self.table_name, Key=table.state_key(device_id), ConsistentRead=True
         )
-        item = self._raw_live(response.get("Item"))
-        if item is None:
-            raise DeviceNotFound(device_id)
-        return item
+        return self._raw_live(response.get("Item"))
 
     def _check_state_fits(self, device_id: str, state: dict) -> None:
         """Size check for whole-state writes, which do not read the item first."""
@@ -504,6 +715,8 @@ class DeviceStateManager:
             message = details.get("Message", "")
             if code == "ConditionalCheckFailedException":
                 raise _Rejected(error.response.get("Item")) from None
+            if code == "TransactionCanceledException":
+                raise _Cancelled(error.response.get("CancellationReasons") or []) from None
             if code == "ValidationException" and "size" in message and "exceed" in message:
                 raise ItemTooLarge(f"DynamoDB refused the item: {message}") from None
             status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)

@@ -22,5 +22,8 @@ class UpdateObserver:
     def exhausted(self, device_id: str, attempts: int, elapsed: float) -> None:
         """The loop gave up; nothing was written."""
 
+    def replayed(self, device_id: str) -> None:
+        """A keyed write was answered from its idempotency record; nothing was written."""
+
 
 NULL_OBSERVER = UpdateObserver()

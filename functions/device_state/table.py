@@ -66,3 +66,7 @@ VERSION = "version"
 STATE = "state"
 CREATED_AT = "createdAt"
 UPDATED_AT = "updatedAt"
+WRITE_ID = "writeId"  # random per write attempt: tells our own landed write from another's
+
+# Sort-key prefix of idempotency records (see idempotency.py).
+IDEMPOTENCY_SK_PREFIX = "idem#"

@@ -1,0 +1,216 @@
+"""Exactly-once keyed writes: the change and its idempotency record land together or not
+at all; a retry with the same key replays. Both engines; races on DynamoDB Local only."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+from functions.device_state import (
+    DeviceNotFound,
+    DeviceStateManager,
+    IdempotencyKey,
+    IdempotencyKeyReused,
+    InvalidIdempotencyKey,
+    JsonPatch,
+    PatchTestFailed,
+    StorageUnavailable,
+    VersionConflict,
+)
+from functions.device_state.idempotency import RECORD_TTL_SECONDS
+from tests.helpers import RecordingClient
+
+PLUS_ONE = JsonPatch([{"op": "increment", "path": "/n", "value": 1}])
+
+
+def key(name="k-1", scope="PATCH", fingerprint="f-1"):
+    return IdempotencyKey(name, scope, fingerprint)
+
+
+@pytest.fixture
+def manager_and_spy(engine):
+    client, name = engine
+    spy = RecordingClient(client)
+    return DeviceStateManager(spy, name), spy
+
+
+def test_a_keyed_update_applies_once_and_replays(manager):
+    manager.create("c", {"n": 0})
+    first = manager.update_with_retry("c", PLUS_ONE, idempotency=key())
+    again = manager.update_with_retry("c", PLUS_ONE, idempotency=key())
+    assert (first.version, first.state, first.replayed) == (2, {"n": 1}, False)
+    assert (again.version, again.state, again.replayed) == (2, {"n": 1}, True)
+    assert manager.get("c").version == 2
+
+
+def test_replay_answers_the_original_result_even_after_other_writes(manager):
+    manager.create("c", {"n": 0})
+    first = manager.update_with_retry("c", PLUS_ONE, idempotency=key())
+    manager.replace("c", {"n": 100})
+    again = manager.update_with_retry("c", PLUS_ONE, idempotency=key())
+    assert again == first and again.replayed
+    assert manager.get("c").state == {"n": 100}
+
+
+def test_same_key_with_a_different_request_is_refused_and_writes_nothing(manager):
+    manager.create("c", {"n": 0})
+    manager.update_with_retry("c", PLUS_ONE, idempotency=key(fingerprint="request-a"))
+    with pytest.raises(IdempotencyKeyReused):
+        manager.update_with_retry("c", PLUS_ONE, idempotency=key(fingerprint="request-b"))
+    assert manager.get("c").state == {"n": 1}
+
+
+def test_keys_are_scoped_to_the_device_and_the_operation(manager):
+    manager.create("a", {"n": 0})
+    manager.create("b", {"n": 0})
+    manager.update_with_retry("a", PLUS_ONE, idempotency=key())
+    manager.update_with_retry("b", PLUS_ONE, idempotency=key())
+    manager.replace("a", {"n": 10}, idempotency=key(scope="PUT"))
+    assert manager.get("a").state == {"n": 10} and manager.get("b").state == {"n": 1}
+
+
+def test_a_failed_request_records_nothing_so_a_retry_is_tried_again(manager):
+    manager.create("c", {"n": 0, "mode": "off"})
+    guarded = JsonPatch([{"op": "test", "path": "/mode", "value": "on"},
+                         {"op": "increment", "path": "/n", "value": 1}])
+    with pytest.raises(PatchTestFailed):
+        manager.update_with_retry("c", guarded, idempotency=key())
+    with pytest.raises(VersionConflict):
+        manager.update("c", guarded, expected_version=7, idempotency=key())
+    with pytest.raises(DeviceNotFound):
+        manager.update_with_retry("ghost", guarded, idempotency=key())
+    manager.replace("c", {"n": 0, "mode": "on"})
+    applied = manager.update_with_retry("c", guarded, idempotency=key())
+    assert applied.state == {"n": 1, "mode": "on"} and not applied.replayed
+
+
+def test_an_expired_record_counts_as_new(engine):
+    client, name = engine
+    now = [time.time()]
+    manager = DeviceStateManager(client, name, clock=lambda: now[0])
+    manager.create("c", {"n": 0})
+    manager.update_with_retry("c", PLUS_ONE, idempotency=key())
+    now[0] += RECORD_TTL_SECONDS + 1  # a day later; TTL may not have deleted the record yet
+    again = manager.update_with_retry("c", PLUS_ONE, idempotency=key())
+    assert not again.replayed and again.state == {"n": 2}
+
+
+def test_create_put_replace_delete_replay(manager):
+    created = manager.create("d", {"a": 1}, idempotency=key(scope="POST"))
+    assert manager.create("d", {"a": 1}, idempotency=key(scope="POST")) == created
+    device, was_created = manager.put("p", {"b": 1}, idempotency=key(scope="PUT"))
+    assert was_created
+    replayed, replay_created = manager.put("p", {"b": 1}, idempotency=key(scope="PUT"))
+    assert replayed.replayed and replay_created and replayed == device
+    replaced, was_created = manager.put("p", {"b": 2}, idempotency=key("k-2", scope="PUT"))
+    assert not was_created and replaced.version == 2
+    manager.replace("d", {"a": 2}, expected_version=1, idempotency=key("k-3", scope="PUT"))
+    again = manager.replace("d", {"a": 2}, expected_version=1, idempotency=key("k-3", scope="PUT"))
+    assert again.replayed and again.version == 2  # not a conflict: the retry of a write that landed
+    deleted = manager.delete("d", idempotency=key(scope="DELETE"))
+    assert manager.delete("d", idempotency=key(scope="DELETE")).replayed
+    assert deleted.state == {"a": 2}
+    with pytest.raises(DeviceNotFound):
+        manager.get("d")
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 256, "tab\there", "é"])
+def test_bad_keys(bad):
+    with pytest.raises(InvalidIdempotencyKey):
+        IdempotencyKey(bad)
+
+
+# ------------------------------------------------------------ fault injection
+
+
+class LosesResponses(RecordingClient):
+    """Lets chosen calls reach DynamoDB and then fails as if the response were lost, or
+    fails them before they are sent."""
+
+    def __init__(self, client, operation, *, commit_then_lose=0, never_reach=0):
+        super().__init__(client)
+        self._operation = operation
+        self.commit_then_lose = commit_then_lose
+        self.never_reach = never_reach
+
+    def __getattr__(self, name):
+        call = super().__getattr__(name)
+        if name != self._operation:
+            return call
+
+        def faulty(**kwargs):
+            if self.never_reach:
+                self.never_reach -= 1
+                raise EndpointConnectionError(endpoint_url="http://dynamodb")
+            result = call(**kwargs)
+            if self.commit_then_lose:
+                self.commit_then_lose -= 1
+                raise ReadTimeoutError(endpoint_url="http://dynamodb")
+            return result
+
+        return faulty
+
+
+@pytest.mark.parametrize("fault", ["commit_then_lose", "never_reach"])
+def test_a_retry_after_a_fault_applies_the_change_exactly_once(engine, fault):
+    client, name = engine
+    faulty = LosesResponses(client, "transact_write_items", **{fault: 1})
+    manager = DeviceStateManager(faulty, name)
+    DeviceStateManager(client, name).create("c", {"n": 0})
+    with pytest.raises(StorageUnavailable):
+        manager.update_with_retry("c", PLUS_ONE, idempotency=key())
+    retried = manager.update_with_retry("c", PLUS_ONE, idempotency=key())  # the caller retries, same key
+    assert retried.state == {"n": 1} and retried.version == 2
+    assert retried.replayed is (fault == "commit_then_lose")
+    assert manager.get("c").state == {"n": 1}
+
+
+def test_an_sdk_resend_of_a_landed_unkeyed_write_is_recognised_not_reapplied(engine):
+    """botocore resends a write whose response was lost; the resend fails its version check,
+    and the returned item carries this attempt's write id: the write landed once."""
+    client, name = engine
+
+    class ResendsOnce(RecordingClient):
+        def __getattr__(self, attribute):
+            call = super().__getattr__(attribute)
+            if attribute != "update_item":
+                return call
+
+            def twice(**kwargs):
+                call(**kwargs)  # lands; its response is "lost"
+                return call(**kwargs)  # the SDK's resend
+
+            return twice
+
+    manager = DeviceStateManager(ResendsOnce(client), name)
+    manager.create("c", {"n": 0})
+    device = manager.update_with_retry("c", PLUS_ONE)
+    assert device.state == {"n": 1} and device.version == 2
+    assert DeviceStateManager(client, name).get("c").state == {"n": 1}
+
+
+@pytest.mark.dynamodb_local
+def test_two_identical_requests_racing_with_one_key_apply_once(local_table):
+    client, name = local_table
+    manager = DeviceStateManager(client, name)
+    manager.create("c", {"n": 0})
+    for round_no in range(5):
+        barrier = threading.Barrier(2)
+        results = []
+
+        def send():
+            barrier.wait()
+            results.append(manager.update_with_retry("c", PLUS_ONE, idempotency=key(f"race-{round_no}")))
+
+        threads = [threading.Thread(target=send) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(results) == 2
+        assert results[0] == results[1]  # the same answer
+        assert sorted(r.replayed for r in results) == [False, True]
+    assert manager.get("c").state == {"n": 5} and manager.get("c").version == 6
