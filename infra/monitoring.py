@@ -106,8 +106,9 @@ class Monitoring(Construct):
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(title="PATCH latency (ms)", width=12, left=[
                 service_metric(names.PATCH_LATENCY, "p50"), service_metric(names.PATCH_LATENCY, "p99")]),
-            cloudwatch.GraphWidget(title="DynamoDB", width=12, left=[
-                table.metric_conditional_check_failed_requests(statistic="Sum", period=PERIOD)]),
+            cloudwatch.GraphWidget(title="DynamoDB and replays", width=12, left=[
+                table.metric_conditional_check_failed_requests(statistic="Sum", period=PERIOD)],
+                right=[service_metric(names.IDEMPOTENT_REPLAYS)]),
         )
         self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(
             title="Alarms", width=24, alarms=list(self.alarms.values())))

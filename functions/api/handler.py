@@ -17,10 +17,12 @@ from functions.device_state import (
     DeviceAlreadyExists,
     DeviceNotFound,
     DeviceStateManager,
+    IdempotencyKey,
     JsonPatch,
     MergePatch,
     dynamodb_client,
 )
+from functions.device_state.idempotency import CREATED, DELETED, REPLACED, UPDATED, fingerprint
 from functions.device_state.manager import MAX_LIST_LIMIT
 from functions.device_state.values import dumps, validate_device_id
 
@@ -42,6 +44,8 @@ from .problems import (
 # Time kept back from the Lambda's remaining time for answering after the retry loop.
 RESPONSE_MARGIN_SECONDS = 1.0
 DEFAULT_LIST_LIMIT = 50
+IDEMPOTENCY_KEY = "Idempotency-Key"
+IDEMPOTENT_REPLAYED = "Idempotent-Replayed"
 
 app = APIGatewayRestResolver(serializer=dumps)
 
@@ -74,6 +78,37 @@ def _device_response(device, status: int = 200, headers: dict | None = None) -> 
         body=dumps(device.as_dict()),
         headers={"ETag": etag(device.version), **(headers or {})},
     )
+
+
+def _write_response(device, outcome: str) -> Response:
+    """The answer to a write, the same whether it was just made or replayed from its
+    idempotency record (then marked ``Idempotent-Replayed: true``)."""
+    headers = {IDEMPOTENT_REPLAYED: "true"} if device.replayed else {}
+    if outcome == DELETED:
+        return Response(status_code=204, headers=headers)
+    if outcome == CREATED:
+        return _device_response(device, 201, {"Location": _location(device.device_id), **headers})
+    return _device_response(device, 200, headers)
+
+
+def _idempotency_key() -> IdempotencyKey | None:
+    """The request's Idempotency-Key, scoped to the method (the device scopes it too) and
+    fingerprinted by everything that makes two requests the same request."""
+    event = app.current_event
+    raw = parse.header(event, IDEMPOTENCY_KEY)
+    if raw is None:
+        return None
+    return IdempotencyKey(raw, scope=event.http_method, fingerprint=fingerprint(
+        event.http_method, event.path, event.get("body"), str(bool(event.get("isBase64Encoded"))),
+        parse.header(event, "Content-Type"), parse.header(event, "If-Match"), parse.header(event, "If-None-Match"),
+    ))
+
+
+def _replay(device_id: str, key: IdempotencyKey | None) -> Response | None:
+    """A keyed write that already happened is answered from its record, whatever the
+    device and the preconditions say now."""
+    recorded = _manager().recorded(device_id, key) if key else None
+    return _write_response(*recorded) if recorded else None
 
 
 def _location(device_id: str) -> str:
@@ -135,8 +170,11 @@ def list_devices():
 def create_device():
     body = parse.json_object(parse.json_body(app.current_event), "the body", ("deviceId", "state"))
     device_id = validate_device_id(body["deviceId"])
-    device = _manager().create(device_id, body["state"])
-    return _device_response(device, 201, {"Location": _location(device_id)})
+    key = _idempotency_key()
+    replay = _replay(device_id, key)
+    if replay:
+        return replay
+    return _write_response(_manager().create(device_id, body["state"], idempotency=key), CREATED)
 
 
 @app.get("/devices/<device_id>")
@@ -154,37 +192,37 @@ def put_device(device_id: str):
     device_id = parse.device_id(device_id)
     preconditions = parse.Preconditions.of(app.current_event)
     state = _state_body(device_id)
+    key = _idempotency_key()
+    replay = _replay(device_id, key)
+    if replay:
+        return replay
     manager = _manager()
     if preconditions.create_only or (preconditions.none and load_config().require_if_match):
         try:
-            device = manager.create(device_id, state)
+            device = manager.create(device_id, state, idempotency=key)
         except DeviceAlreadyExists as exists:
             if preconditions.create_only:
                 raise PreconditionFailed("If-None-Match: * but the device exists", current=exists.current) from None
             raise PreconditionRequired("replacing a device needs If-Match on this server") from None
-        return _device_response(device, 201, {"Location": _location(device_id)})
+        return _write_response(device, CREATED)
     if preconditions.none:
-        device, created = manager.put(device_id, state)
-    else:
+        device, created = manager.put(device_id, state, idempotency=key)
+        return _write_response(device, CREATED if created else REPLACED)
+    try:
+        current = manager.get(device_id)
+    except DeviceNotFound:
+        current = None
+    preconditions.check(current)
+    if current is None:
         try:
-            current = manager.get(device_id)
-        except DeviceNotFound:
-            current = None
-        preconditions.check(current)
-        if current is None:
-            try:
-                device, created = manager.create(device_id, state), True
-            except DeviceAlreadyExists as exists:
-                raise PreconditionFailed("the device was created meanwhile", current=exists.current) from None
-        else:
-            _require_if_match(preconditions, "PUT")
-            try:
-                device, created = manager.replace(device_id, state, current.version), False
-            except DeviceNotFound:
-                raise PreconditionFailed("the device was deleted meanwhile") from None
-    if created:
-        return _device_response(device, 201, {"Location": _location(device_id)})
-    return _device_response(device)
+            return _write_response(manager.create(device_id, state, idempotency=key), CREATED)
+        except DeviceAlreadyExists as exists:
+            raise PreconditionFailed("the device was created meanwhile", current=exists.current) from None
+    _require_if_match(preconditions, "PUT")
+    try:
+        return _write_response(manager.replace(device_id, state, current.version, idempotency=key), REPLACED)
+    except DeviceNotFound:
+        raise PreconditionFailed("the device was deleted meanwhile") from None
 
 
 @app.patch("/devices/<device_id>")
@@ -192,27 +230,35 @@ def patch_device(device_id: str):
     device_id = parse.device_id(device_id)
     update_fn = _patch_function()
     preconditions = parse.Preconditions.of(app.current_event)
+    key = _idempotency_key()
+    replay = _replay(device_id, key)
+    if replay:
+        return replay
     _require_if_match(preconditions, "PATCH")
     manager = _manager()
     started = time.perf_counter()
     try:
         if preconditions.none:
-            device = manager.update_with_retry(device_id, update_fn, budget_seconds=_budget())
+            device = manager.update_with_retry(device_id, update_fn, budget_seconds=_budget(), idempotency=key)
         else:
-            device = manager.update(device_id, update_fn, _expected_version(device_id, preconditions))
+            device = manager.update(device_id, update_fn, _expected_version(device_id, preconditions),
+                                    idempotency=key)
     finally:
         record_patch_latency((time.perf_counter() - started) * 1000)
-    return _device_response(device)
+    return _write_response(device, UPDATED)
 
 
 @app.delete("/devices/<device_id>")
 def delete_device(device_id: str):
     device_id = parse.device_id(device_id)
     preconditions = parse.Preconditions.of(app.current_event)
+    key = _idempotency_key()
+    replay = _replay(device_id, key)
+    if replay:
+        return replay
     _require_if_match(preconditions, "DELETE")
     expected = None if preconditions.none else _expected_version(device_id, preconditions)
-    _manager().delete(device_id, expected)
-    return Response(status_code=204)
+    return _write_response(_manager().delete(device_id, expected, idempotency=key), DELETED)
 
 
 @app.get("/openapi.json")

@@ -45,6 +45,9 @@ class MetricsObserver(UpdateObserver):
     def exhausted(self, device_id, attempts, elapsed):
         metrics.add_metric(name=names.RETRIES_EXHAUSTED, unit=MetricUnit.Count, value=1)
 
+    def replayed(self, device_id):
+        metrics.add_metric(name=names.IDEMPOTENT_REPLAYS, unit=MetricUnit.Count, value=1)
+
 
 def record_patch_latency(milliseconds: float) -> None:
     metrics.add_metric(name=names.PATCH_LATENCY, unit=MetricUnit.Milliseconds, value=milliseconds)

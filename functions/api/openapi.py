@@ -7,6 +7,10 @@ _ETAG_HEADER = {"description": 'Strong entity tag of the device: "<version>"', "
 _IF_MATCH = {"name": "If-Match", "in": "header", "required": False, "schema": {"type": "string"},
              "description": 'Write only if the device is at this version ("<v>"), else 412.'}
 _IF_NONE_MATCH = {"name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string"}}
+_IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                    "description": "Apply this write at most once in 24 h; a retry with the same key and request "
+                                   "gets the first answer again with Idempotent-Replayed: true."}
 
 
 def _problem(description):
@@ -15,7 +19,7 @@ def _problem(description):
 
 
 def _device(description, *extra_headers):
-    headers = {"ETag": _ETAG_HEADER}
+    headers = {"ETag": _ETAG_HEADER, "Idempotent-Replayed": {"schema": {"type": "string", "enum": ["true"]}}}
     for name in extra_headers:
         headers[name] = {"schema": {"type": "string"}}
     return {"description": description, "headers": headers,
@@ -28,6 +32,8 @@ _COMMON_ERRORS = {
     "415": _problem("Unsupported Content-Type"),
     "503": _problem("Contention retries exhausted or storage unavailable; Retry-After is set"),
 }
+
+_REUSED = _problem("The Idempotency-Key was used for a different request")
 
 _STATE_BODY = {"type": "object", "required": ["state"], "additionalProperties": False,
                "properties": {"state": {"type": "object"}, "deviceId": {"type": "string"}}}
@@ -52,11 +58,12 @@ OPENAPI = {
             },
             "post": {
                 "operationId": "createDevice",
+                "parameters": [_IDEMPOTENCY_KEY],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["deviceId", "state"], "additionalProperties": False,
                     "properties": {"deviceId": {"type": "string"}, "state": {"type": "object"}}}}}},
                 "responses": {"201": _device("Created", "Location"),
-                              "409": _problem("The device exists"), **_COMMON_ERRORS},
+                              "409": _problem("The device exists"), "422": _REUSED, **_COMMON_ERRORS},
             },
         },
         "/devices/{deviceId}": {
@@ -70,15 +77,15 @@ OPENAPI = {
             },
             "put": {
                 "operationId": "putDevice",
-                "parameters": [_IF_MATCH, _IF_NONE_MATCH],
+                "parameters": [_IF_MATCH, _IF_NONE_MATCH, _IDEMPOTENCY_KEY],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": _STATE_BODY}}},
                 "responses": {"200": _device("Replaced"), "201": _device("Created", "Location"),
                               "412": _problem("Precondition failed"), "428": _problem("Precondition required"),
-                              **_COMMON_ERRORS},
+                              "422": _REUSED, **_COMMON_ERRORS},
             },
             "patch": {
                 "operationId": "patchDevice",
-                "parameters": [_IF_MATCH, _IF_NONE_MATCH],
+                "parameters": [_IF_MATCH, _IF_NONE_MATCH, _IDEMPOTENCY_KEY],
                 "requestBody": {"required": True, "content": {
                     "application/merge-patch+json": {"schema": {"type": "object"}},
                     "application/json": {"schema": {"type": "object"}},
@@ -87,13 +94,15 @@ OPENAPI = {
                 "responses": {"200": _device("Patched"), "404": _problem("No such device"),
                               "409": _problem("A JSON Patch test failed"),
                               "412": _problem("Precondition failed"),
-                              "422": _problem("The patch cannot be applied to the state"),
+                              "422": _problem("The patch cannot be applied to the state, or the "
+                                              "Idempotency-Key was used for a different request"),
                               "428": _problem("Precondition required"), **_COMMON_ERRORS},
             },
             "delete": {
                 "operationId": "deleteDevice",
-                "parameters": [_IF_MATCH, _IF_NONE_MATCH],
+                "parameters": [_IF_MATCH, _IF_NONE_MATCH, _IDEMPOTENCY_KEY],
                 "responses": {"204": {"description": "Deleted"}, "404": _problem("No such device"),
+                              "422": _REUSED,
                               "412": _problem("Precondition failed"), "428": _problem("Precondition required"),
                               "400": _COMMON_ERRORS["400"], "503": _COMMON_ERRORS["503"]},
             },

@@ -557,6 +557,12 @@ class DeviceStateManager:
 
     # ------------------------------------------------------------ idempotency
 
+    def recorded(self, device_id: str, idempotency: IdempotencyKey) -> tuple[Device, str] | None:
+        """The recorded result of a keyed write (device, outcome) if it happened, else None;
+        ``IdempotencyKeyReused`` if the key was used for a different request."""
+        validate_device_id(device_id)
+        return self._replay(device_id, idempotency, self._read_record(device_id, idempotency))
+
     def _keyed(self, device_id: str, idempotency: IdempotencyKey, plan: Callable[[dict | None], _Planned], *,
                max_attempts: int | None = None, budget_seconds: float | None = None) -> tuple[Device, str]:
         """Apply ``plan`` once, atomically with the key's record, or replay the record."""

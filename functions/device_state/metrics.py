@@ -13,7 +13,9 @@ VERSION_CONFLICTS = "VersionConflicts"  # attempts that met a newer version
 RETRIES_EXHAUSTED = "RetriesExhausted"  # calls that gave up (the client got a 503)
 CONDITION_FAILURES = "ConditionFailures"  # extra conditions that did not hold
 PATCH_LATENCY = "PatchLatency"  # milliseconds a PATCH spent in the library
+IDEMPOTENT_REPLAYS = "IdempotentReplays"  # keyed writes answered from their record
 
-COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED, CONDITION_FAILURES)
+COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED, CONDITION_FAILURES,
+                 IDEMPOTENT_REPLAYS)
 LATENCY_METRICS = (PATCH_LATENCY,)
 ALL_METRICS = COUNT_METRICS + LATENCY_METRICS

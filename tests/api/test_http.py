@@ -109,6 +109,44 @@ def test_concurrent_increments_over_http_are_all_applied(server):
     assert headers["etag"] == f'"{device["version"]}"'
 
 
+def test_keyed_increments_with_lost_responses_apply_exactly_once(server):
+    """8 clients x 20 increments, each with its own key; a random third of the responses are
+    "lost" (the client never reads them) and the request is sent again with the same key."""
+    import random
+
+    clients, per_client = 8, 20
+    server.request("POST", "/devices", {"deviceId": "idem-http", "state": {"n": 0}})
+    patch = [{"op": "increment", "path": "/n", "value": 1}]
+    barrier = threading.Barrier(clients)
+    outcomes, lock = [], threading.Lock()
+
+    def client(number):
+        rng = random.Random(number)
+        barrier.wait()
+        for i in range(per_client):
+            headers = {"Content-Type": "application/json-patch+json", "Idempotency-Key": f"c{number}-{i}"}
+            if rng.random() < 1 / 3:
+                server.request("PATCH", "/devices/idem-http", patch, headers=headers)  # response lost
+                lost = True
+            else:
+                lost = False
+            status, response_headers, _ = server.request("PATCH", "/devices/idem-http", patch, headers=headers)
+            with lock:
+                outcomes.append((status, lost, response_headers.get("idempotent-replayed")))
+
+    pool = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    assert [status for status, _, _ in outcomes] == [200] * (clients * per_client)
+    lost = [replayed for _, was_lost, replayed in outcomes if was_lost]
+    assert lost and all(replayed == "true" for replayed in lost)
+    device = json.loads(server.request("GET", "/devices/idem-http")[2])
+    assert device["state"]["n"] == clients * per_client
+    assert device["version"] == 1 + clients * per_client
+
+
 def test_openapi_document_is_served(server):
     status, headers, body = server.request("GET", "/openapi.json")
     assert status == 200 and json.loads(body) == json.loads(json.dumps(OPENAPI))
@@ -163,11 +201,13 @@ _TYPES = st.sampled_from([None, "application/json", "application/merge-patch+jso
     content_type=_TYPES,
     if_match=_TAGS,
     if_none_match=_TAGS,
+    idempotency_key=st.sampled_from([None, "fuzz-key", "", "x" * 256]),
 )
 def test_fuzz_never_5xx_and_only_documented_statuses(server, method, target, body, content_type, if_match,
-                                                     if_none_match):
+                                                     if_none_match, idempotency_key):
     headers = {}
-    for name, value in (("Content-Type", content_type), ("If-Match", if_match), ("If-None-Match", if_none_match)):
+    for name, value in (("Content-Type", content_type), ("If-Match", if_match), ("If-None-Match", if_none_match),
+                        ("Idempotency-Key", idempotency_key)):
         if value is not None:
             headers[name] = value
     status, response_headers, payload = server.request(method, target, raw=body, headers=headers)

@@ -45,12 +45,15 @@ def test_metric_names_are_the_library_constants(api, monkeypatch, capsys):
     finally:
         client.meta.events.unregister("provide-client-params.dynamodb.UpdateItem", rival_first)
     assert exhausted.status == 503
+    for _ in range(2):
+        api("PATCH", "/devices/m-1", {"y": 1}, content_type="application/merge-patch+json",
+            headers={"Idempotency-Key": "once"})
     emitted = emitted_metrics(capsys.readouterr().out)
     assert {namespace for namespace, _ in emitted} == {names.NAMESPACE}
     metric_names = {name for _, name in emitted}
     assert metric_names <= set(names.ALL_METRICS)
     assert {names.UPDATES, names.UPDATE_ATTEMPTS, names.VERSION_CONFLICTS, names.RETRIES_EXHAUSTED,
-            names.PATCH_LATENCY} <= metric_names
+            names.PATCH_LATENCY, names.IDEMPOTENT_REPLAYS} <= metric_names
 
 
 def test_openapi_paths_are_exactly_the_routes():

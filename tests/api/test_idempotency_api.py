@@ -1,0 +1,116 @@
+"""The Idempotency-Key header through lambda_handler (moto and DynamoDB Local)."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions.device_state import table
+
+JSON_PATCH = "application/json-patch+json"
+PLUS_ONE = [{"op": "increment", "path": "/n", "value": 1}]
+
+
+def patch(api, key, body=PLUS_ONE, headers=None):
+    return api("PATCH", "/devices/c", body, content_type=JSON_PATCH,
+               headers={"Idempotency-Key": key, **(headers or {})})
+
+
+@pytest.fixture
+def device(api):
+    assert api("POST", "/devices", {"deviceId": "c", "state": {"n": 0}}).status == 201
+
+
+def n_and_version(api):
+    body = api("GET", "/devices/c").json
+    return body["state"]["n"], body["version"]
+
+
+def test_a_retried_patch_replays_the_first_answer(api, device):
+    first = patch(api, "k1")
+    again = patch(api, "k1")
+    assert first.status == again.status == 200
+    assert first.header("Idempotent-Replayed") is None
+    assert again.header("Idempotent-Replayed") == "true"
+    assert again.text == first.text and again.header("ETag") == first.header("ETag")
+    assert n_and_version(api) == (1, 2)
+
+
+def test_replay_even_after_the_device_changed_and_despite_a_now_stale_if_match(api, device):
+    first = patch(api, "k1", headers={"If-Match": '"1"'})
+    api("PATCH", "/devices/c", {"n": 50}, content_type="application/merge-patch+json")
+    again = patch(api, "k1", headers={"If-Match": '"1"'})
+    assert again.status == 200 and again.text == first.text
+    assert again.header("Idempotent-Replayed") == "true"
+    assert n_and_version(api) == (50, 3)
+
+
+def test_same_key_with_another_request_is_422(api, device):
+    patch(api, "k1")
+    other = patch(api, "k1", body=[{"op": "increment", "path": "/n", "value": 5}])
+    assert other.status == 422 and "idempotency-key-reused" in other.json["type"]
+    assert n_and_version(api) == (1, 2)
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 256, "\u00e9t\u00e9"])
+def test_malformed_keys_are_400(api, device, bad):
+    assert patch(api, bad).status == 400
+    assert n_and_version(api) == (0, 1)
+
+
+def test_create_put_and_delete_replay_with_their_status(api):
+    created = api("POST", "/devices", {"deviceId": "d", "state": {}}, headers={"Idempotency-Key": "c1"})
+    again = api("POST", "/devices", {"deviceId": "d", "state": {}}, headers={"Idempotency-Key": "c1"})
+    assert (created.status, again.status) == (201, 201)
+    assert again.header("Location") == "/devices/d" and again.header("Idempotent-Replayed") == "true"
+    put = api("PUT", "/devices/p", {"state": {"a": 1}}, headers={"Idempotency-Key": "p1"})
+    put_again = api("PUT", "/devices/p", {"state": {"a": 1}}, headers={"Idempotency-Key": "p1"})
+    assert (put.status, put_again.status) == (201, 201) and put_again.text == put.text
+    deleted = api("DELETE", "/devices/d", headers={"Idempotency-Key": "d1"})
+    deleted_again = api("DELETE", "/devices/d", headers={"Idempotency-Key": "d1"})
+    assert (deleted.status, deleted_again.status) == (204, 204)
+    assert deleted_again.header("Idempotent-Replayed") == "true"
+    assert api("DELETE", "/devices/d").status == 404  # without the key it is a new request
+
+
+def test_a_failed_request_records_nothing(api, device):
+    guarded = [{"op": "test", "path": "/mode", "value": "on"}, *PLUS_ONE]
+    assert patch(api, "k1", body=guarded).status == 409
+    api("PATCH", "/devices/c", {"mode": "on"}, content_type="application/merge-patch+json")
+    retried = patch(api, "k1", body=guarded)
+    assert retried.status == 200 and retried.header("Idempotent-Replayed") is None
+    assert n_and_version(api) == (1, 3)
+
+
+def test_an_expired_record_is_treated_as_new(api, device):
+    patch(api, "k1")
+    api.client.update_item(
+        TableName=api.table,
+        Key={table.PARTITION_KEY: {"S": "c"}, table.SORT_KEY: {"S": f"{table.IDEMPOTENCY_SK_PREFIX}PATCH#k1"}},
+        UpdateExpression="SET expiresAt = :past", ExpressionAttributeValues={":past": {"N": "1000"}})
+    again = patch(api, "k1")
+    assert again.status == 200 and again.header("Idempotent-Replayed") is None
+    assert n_and_version(api) == (2, 3)
+
+
+def test_a_crash_after_the_write_is_answered_by_a_replay(api, device, monkeypatch):
+    from functions.api import handler
+
+    real = handler._write_response
+    calls = []
+
+    def crash_once(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the function died after the library returned")
+        return real(*args)
+
+    monkeypatch.setattr(handler, "_write_response", crash_once)
+    from functions.api.handler import lambda_handler
+    from localdev.apigw import LambdaContext, make_event
+    from functions.device_state.values import dumps
+
+    event = make_event("PATCH", "/devices/c", {"Content-Type": JSON_PATCH, "Idempotency-Key": "k1"}, dumps(PLUS_ONE))
+    assert lambda_handler(event, LambdaContext())["statusCode"] == 500
+    retried = patch(api, "k1")
+    assert retried.status == 200 and retried.header("Idempotent-Replayed") == "true"
+    assert n_and_version(api) == (1, 2)
