@@ -24,8 +24,8 @@ SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 CREATED, REPLACED, UPDATED, DELETED = "created", "replaced", "updated", "deleted"
 
 FINGERPRINT = "fingerprint"
+RESULTS = "results"  # per device written: outcome and the device as answered
 OUTCOME = "outcome"
-DEVICE = "device"
 RECORDED_AT = "recordedAt"
 
 

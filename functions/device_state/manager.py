@@ -519,7 +519,7 @@ class DeviceStateManager:
         return planned.device
 
     def _with_retries(self, device_id: str, attempt: Callable, max_attempts: int | None,
-                      budget_seconds: float | None):
+                      budget_seconds: float | None, *, read_item: bool = True):
         """Run ``attempt(item, number)`` until it returns. It raises ``_Moved`` when another
         writer got there first: after a first such conflict it runs again at once on the
         item the failed write returned; after later ones, after a full-jitter backoff and
@@ -528,7 +528,7 @@ class DeviceStateManager:
         budget = self.budget_seconds if budget_seconds is None else budget_seconds
         started = self._monotonic()
         deadline = started + budget
-        item = self._read_optional(device_id)
+        item = self._read_optional(device_id) if read_item else None
         number = 0
         while True:
             number += 1
@@ -544,9 +544,11 @@ class DeviceStateManager:
                 if self._monotonic() + delay > deadline:
                     raise self._exhausted(device_id, number, started, f"{budget} s budget") from None
                 self._sleep(delay)
-                item = self._read_optional(device_id)  # after a sleep a returned item is likely stale
+                # after a sleep a returned item is likely stale
+                item = self._read_optional(device_id) if read_item else None
                 continue
-            self.observer.succeeded(device_id, number, self._monotonic() - started)
+            if read_item:
+                self.observer.succeeded(device_id, number, self._monotonic() - started)
             return result
 
     def _moved_or_error(self, device_id: str, expected_version: int | None, old_item: dict | None) -> Exception:
@@ -573,7 +575,7 @@ class DeviceStateManager:
         def attempt(item, number):
             planned = plan(item)
             self.observer.attempt(device_id, number)
-            items = [planned.request, self._record_put(device_id, idempotency, planned)]
+            items = [planned.request, self._record_put(device_id, idempotency, [planned])]
             try:
                 self._call(
                     "transact_write_items",
@@ -600,20 +602,22 @@ class DeviceStateManager:
 
         return self._with_retries(device_id, attempt, max_attempts, budget_seconds)
 
-    def _record_put(self, device_id: str, idempotency: IdempotencyKey, planned: _Planned) -> dict:
+    def _record_put(self, partition: str, idempotency: IdempotencyKey, planned: list[_Planned]) -> dict:
+        """The record of a keyed write: its fingerprint and, per device, the outcome and
+        the device as the answer showed it."""
         now = self._clock()
-        device = planned.device
         record = {
-            table.PARTITION_KEY: {"S": device_id},
+            table.PARTITION_KEY: {"S": partition},
             table.SORT_KEY: {"S": idempotency.sort_key},
             idem.FINGERPRINT: {"S": idempotency.fingerprint},
-            idem.OUTCOME: {"S": planned.outcome},
-            idem.DEVICE: {"M": {
-                table.VERSION: _number(device.version),
-                table.STATE: to_attribute(device.state),
-                table.CREATED_AT: {"S": device.created_at},
-                table.UPDATED_AT: {"S": device.updated_at},
-            }},
+            idem.RESULTS: {"L": [{"M": {
+                idem.OUTCOME: {"S": plan.outcome},
+                table.PARTITION_KEY: {"S": plan.device.device_id},
+                table.VERSION: _number(plan.device.version),
+                table.STATE: to_attribute(plan.device.state),
+                table.CREATED_AT: {"S": plan.device.created_at},
+                table.UPDATED_AT: {"S": plan.device.updated_at},
+            }} for plan in planned]},
             idem.RECORDED_AT: {"S": _timestamp(now)},
             table.TTL_ATTRIBUTE: _number(int(now) + idem.RECORD_TTL_SECONDS),
         }
@@ -627,23 +631,33 @@ class DeviceStateManager:
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }}
 
-    def _read_record(self, device_id: str, idempotency: IdempotencyKey) -> dict | None:
+    def _read_record(self, partition: str, idempotency: IdempotencyKey) -> dict | None:
         response = self._call(
             "get_item", TableName=self.table_name, ConsistentRead=True,
-            Key={table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": idempotency.sort_key}},
+            Key={table.PARTITION_KEY: {"S": partition}, table.SORT_KEY: {"S": idempotency.sort_key}},
         )
         return self._raw_live(response.get("Item"))
 
-    def _replay(self, device_id: str, idempotency: IdempotencyKey, record: dict | None) -> tuple[Device, str] | None:
+    def _replay_all(self, partition: str, idempotency: IdempotencyKey,
+                    record: dict | None) -> list[tuple[Device, str]] | None:
+        """The recorded results (device, outcome), or None without a record."""
         if record is None:
             return None
         if record[idem.FINGERPRINT]["S"] != idempotency.fingerprint:
-            raise IdempotencyKeyReused(device_id, idempotency.key)
-        snapshot = record[idem.DEVICE]["M"]
-        device = Device(device_id, int(snapshot[table.VERSION]["N"]), from_attribute(snapshot[table.STATE]),
-                        snapshot[table.CREATED_AT]["S"], snapshot[table.UPDATED_AT]["S"], replayed=True)
-        self.observer.replayed(device_id)
-        return device, record[idem.OUTCOME]["S"]
+            raise IdempotencyKeyReused(partition, idempotency.key)
+        results = []
+        for entry in record[idem.RESULTS]["L"]:
+            snapshot = entry["M"]
+            results.append((Device(
+                snapshot[table.PARTITION_KEY]["S"], int(snapshot[table.VERSION]["N"]),
+                from_attribute(snapshot[table.STATE]), snapshot[table.CREATED_AT]["S"],
+                snapshot[table.UPDATED_AT]["S"], replayed=True), snapshot[idem.OUTCOME]["S"]))
+        self.observer.replayed(partition)
+        return results
+
+    def _replay(self, device_id: str, idempotency: IdempotencyKey, record: dict | None) -> tuple[Device, str] | None:
+        results = self._replay_all(device_id, idempotency, record)
+        return results[0] if results else None
 
     # -------------------------------------------------------------- internals
 
