@@ -27,6 +27,7 @@ from .idempotency import IdempotencyKey, InvalidIdempotencyKey
 from .manager import Backoff, Device, DeviceStateManager
 from .observer import UpdateObserver
 from .patches import JsonPatch, MergePatch
+from .transactions import InvalidTransaction, Operation, OperationFailure, TransactionFailed, TransactionTooLarge
 
 __all__ = [
     "Backoff",
@@ -42,16 +43,21 @@ __all__ = [
     "InvalidCursor",
     "InvalidDeviceId",
     "InvalidPatch",
+    "InvalidTransaction",
     "InvalidValue",
     "ItemTooLarge",
     "JsonPatch",
     "MergePatch",
+    "Operation",
+    "OperationFailure",
     "PatchError",
     "PatchNotApplicable",
     "PatchTestFailed",
     "RetriesExhausted",
     "StorageError",
     "StorageUnavailable",
+    "TransactionFailed",
+    "TransactionTooLarge",
     "UpdateObserver",
     "VersionConflict",
     "dynamodb_client",

@@ -21,7 +21,7 @@ KEY_PATTERN = re.compile(r"[\x20-\x7e]{1,255}")
 SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 # What a keyed write did; the HTTP layer maps these to 201 / 200 / 204.
-CREATED, REPLACED, UPDATED, DELETED = "created", "replaced", "updated", "deleted"
+CREATED, REPLACED, UPDATED, DELETED, CHECKED = "created", "replaced", "updated", "deleted", "checked"
 
 FINGERPRINT = "fingerprint"
 RESULTS = "results"  # per device written: outcome and the device as answered

@@ -31,13 +31,17 @@ from .errors import (
     StorageUnavailable,
     VersionConflict,
 )
-from .idempotency import CREATED, DELETED, REPLACED, UPDATED, IdempotencyKey
+from .errors import PatchNotApplicable, PatchTestFailed
+from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED, IdempotencyKey
+from . import transactions as tx
+from .transactions import Operation, OperationFailure, TransactionFailed
 from .observer import NULL_OBSERVER, UpdateObserver
 from .values import (
     DEVICE_ID_PATTERN,
     check_item_size,
     check_state,
     from_attribute,
+    item_size,
     to_attribute,
     validate_device_id,
 )
@@ -418,6 +422,125 @@ class DeviceStateManager:
             raise self._rejection(device_id, expected_version, rejected.item) from None
         return Device.from_item(old)
 
+    def transact(self, operations: list[Operation], *, idempotency: IdempotencyKey | None = None,
+                 max_attempts: int | None = None, budget_seconds: float | None = None) -> list[Device]:
+        """All-or-nothing changes to up to 100 devices (99 with an idempotency key, whose
+        record is one more action). Reads every device (consistently, in one batch),
+        applies each operation to it, and writes one TransactWriteItems with every
+        version condition. When a version moved under an operation without an expected
+        version, or DynamoDB reports a TransactionConflict, it reads again and retries
+        with backoff inside the attempt and time budget; any other failure raises
+        ``TransactionFailed`` naming each failing operation, with nothing written.
+        Returns the devices in order: after the write, as deleted, or as checked."""
+        operations = list(operations)
+        limit = tx.MAX_OPERATIONS - (1 if idempotency else 0)
+        if not 1 <= len(operations) <= limit:
+            raise tx.InvalidTransaction(f"a transaction has 1 to {limit} operations, not {len(operations)}")
+        seen = set()
+        for operation in operations:
+            if not isinstance(operation, Operation):
+                raise tx.InvalidTransaction("operations must be Operation objects")
+            validate_device_id(operation.device_id)
+            if operation.device_id in seen:
+                raise tx.InvalidTransaction(f"device {operation.device_id!r} appears more than once")
+            seen.add(operation.device_id)
+            if operation.state is not None:
+                check_state(operation.state)
+        partition = operations[0].device_id  # where a keyed transaction's record lives
+        if idempotency is not None:
+            replay = self._replay_all(partition, idempotency, self._read_record(partition, idempotency))
+            if replay is not None:
+                return [device for device, _ in replay]
+
+        def attempt(_item, number):
+            items = self._batch_read([operation.device_id for operation in operations])
+            planned, failures = [], []
+            for index, operation in enumerate(operations):
+                try:
+                    planned.append(self._plan_operation(operation, items.get(operation.device_id)))
+                except (DeviceNotFound, DeviceAlreadyExists, VersionConflict, PatchTestFailed,
+                        PatchNotApplicable) as error:
+                    failures.append(_failure_of(index, operation, error))
+            if failures:
+                raise TransactionFailed(failures)
+            requests = [plan.request for plan in planned]
+            if idempotency is not None:
+                requests.append(self._record_put(partition, idempotency, planned))
+            size = sum(item_size(_written_attributes(request)) for request in requests)
+            if size > tx.MAX_TRANSACTION_BYTES:
+                raise tx.TransactionTooLarge(size)
+            token = (idempotency.client_request_token(self.table_name, partition, requests) if idempotency
+                     else uuid.uuid4().hex)
+            try:
+                self._call("transact_write_items", TransactItems=requests, ClientRequestToken=token)
+            except _Cancelled as cancelled:
+                reasons = cancelled.reasons
+                if idempotency is not None and len(reasons) > len(planned) \
+                        and reasons[-1].get("Code") == "ConditionalCheckFailed":
+                    replay = self._replay_all(partition, idempotency, self._read_record(partition, idempotency))
+                    if replay is not None:
+                        return [device for device, _ in replay]
+                failures, retry_reason = [], None
+                for index, (operation, plan, reason) in enumerate(zip(operations, planned, reasons)):
+                    code = reason.get("Code")
+                    if code in (None, "None"):
+                        continue
+                    if code == "TransactionConflict":
+                        retry_reason = "conflict"
+                        continue
+                    if code != "ConditionalCheckFailed":
+                        raise StorageError(f"transaction cancelled: {reasons}") from None
+                    failure = self._cancelled_operation(index, operation, plan, self._raw_live(reason.get("Item")))
+                    if failure is None:
+                        retry_reason = retry_reason or "version"
+                    else:
+                        failures.append(failure)
+                if failures:
+                    raise TransactionFailed(failures) from None
+                self.observer.transaction_retried(retry_reason or "unknown")
+                raise _Moved(None) from None
+            self.observer.transaction_committed(len(operations), number)
+            return [plan.device for plan in planned]
+
+        return self._with_retries(partition, attempt, max_attempts, budget_seconds, read_item=False)
+
+    def _cancelled_operation(self, index: int, operation: Operation, plan: _Planned,
+                             old: dict | None) -> OperationFailure | None:
+        """Why one operation's condition failed, or None when a retry may still succeed
+        (its device moved under an operation that named no version)."""
+        if plan.outcome == CREATED:
+            if old is not None and operation.action == tx.CREATE:
+                return OperationFailure(index, operation.device_id, tx.EXISTS, "the device exists",
+                                        Device.from_item(old))
+            return None
+        if old is None:
+            return OperationFailure(index, operation.device_id, tx.NOT_FOUND, "the device does not exist")
+        current = Device.from_item(old)
+        if current.version != plan.expected_version:
+            if operation.expected_version is None:
+                return None
+            return OperationFailure(index, operation.device_id, tx.VERSION,
+                                    f"the device is at version {current.version}, not {operation.expected_version}",
+                                    current)
+        return OperationFailure(index, operation.device_id, tx.CONDITION, "the condition is not met", current)
+
+    def _batch_read(self, device_ids: list[str]) -> dict[str, dict]:
+        """The live state items of up to 100 devices, strongly consistent, in one batch."""
+        found: dict[str, dict] = {}
+        pending = [table.state_key(device_id) for device_id in device_ids]
+        for round_no in range(1, 11):
+            response = self._call("batch_get_item", RequestItems={
+                self.table_name: {"Keys": pending, "ConsistentRead": True}})
+            for item in response.get("Responses", {}).get(self.table_name, []):
+                live = self._raw_live(item)
+                if live is not None:
+                    found[live[table.PARTITION_KEY]["S"]] = live
+            pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
+            if not pending:
+                return found
+            self._sleep(self.backoff.delay(round_no, self._rng))
+        raise StorageUnavailable("DynamoDB left keys unprocessed after 10 batch reads")
+
     # ------------------------------------------------------- planned writes
 
     def _expect(self, device_id: str, item: dict | None, expected_version: int | None) -> dict:
@@ -433,6 +556,7 @@ class DeviceStateManager:
     def _plan_create(self, device_id: str, state: dict, item: dict | None) -> _Planned:
         if item is not None:
             raise DeviceAlreadyExists(device_id, Device.from_item(item))
+        check_state(state)
         now = self._clock()
         stamp = _timestamp(now)
         new_item = {
@@ -475,12 +599,7 @@ class DeviceStateManager:
             ":nowEpoch": _number(now),
             ":writeId": {"S": write_id},
         }
-        if condition is not None:
-            # The builder already parenthesises AND/OR/NOT (DynamoDB refuses redundant ones).
-            built = ConditionExpressionBuilder().build_expression(condition)
-            expression = f"{expression} AND {built.condition_expression}"
-            names.update(built.attribute_name_placeholders)
-            values.update({key: to_attribute(value) for key, value in built.attribute_value_placeholders.items()})
+        expression = _and_condition(expression, names, values, condition)
         request = {"Update": {
             "TableName": self.table_name,
             "Key": table.state_key(current.device_id),
@@ -505,6 +624,36 @@ class DeviceStateManager:
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }}
         return _Planned(request, current, DELETED, current.version, None)
+
+    def _plan_check(self, item: dict, condition: ConditionBase | None) -> _Planned:
+        current = Device.from_item(item)
+        names = _names("#version", "#expiresAt")
+        values = {":expected": _number(current.version), ":nowEpoch": _number(self._clock())}
+        expression = _and_condition(f"#version = :expected AND {_LIVE}", names, values, condition)
+        request = {"ConditionCheck": {
+            "TableName": self.table_name,
+            "Key": table.state_key(current.device_id),
+            "ConditionExpression": expression,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }}
+        return _Planned(request, current, CHECKED, current.version, None)
+
+    def _plan_operation(self, operation: Operation, item: dict | None) -> _Planned:
+        action, device_id = operation.action, operation.device_id
+        if action == tx.CREATE or (action == tx.PUT and item is None):
+            return self._plan_create(device_id, operation.state, item)
+        if action == tx.PUT:
+            return self._plan_state(item, lambda _: operation.state, None, REPLACED)
+        item = self._expect(device_id, item, operation.expected_version)
+        if action == tx.REPLACE:
+            return self._plan_state(item, lambda _: operation.state, None, REPLACED)
+        if action == tx.UPDATE:
+            return self._plan_state(item, operation.update_fn, operation.condition, UPDATED)
+        if action == tx.DELETE:
+            return self._plan_delete(item)
+        return self._plan_check(item, operation.condition)
 
     def _write(self, planned: _Planned) -> Device:
         """One conditional update without a record. A botocore retry of a write whose
@@ -747,11 +896,36 @@ class DeviceStateManager:
             raise StorageUnavailable(f"DynamoDB {operation} did not answer: {error}") from error
 
 
+def _and_condition(expression: str, names: dict, values: dict, condition: ConditionBase | None) -> str:
+    """``expression`` ANDed with a caller's boto3 condition, its placeholders merged in."""
+    if condition is None:
+        return expression
+    # The builder already parenthesises AND/OR/NOT (DynamoDB refuses redundant ones).
+    built = ConditionExpressionBuilder().build_expression(condition)
+    names.update(built.attribute_name_placeholders)
+    values.update({key: to_attribute(value) for key, value in built.attribute_value_placeholders.items()})
+    return f"{expression} AND {built.condition_expression}"
+
+
 def _apply(update_fn: UpdateFn, current: Device) -> dict:
     new_state = update_fn(copy.deepcopy(current.state))
     if new_state is None:
         raise TypeError("update_fn must return the new state")
     return new_state
+
+
+def _failure_of(index: int, operation: Operation, error: Exception) -> OperationFailure:
+    reason = {DeviceNotFound: tx.NOT_FOUND, DeviceAlreadyExists: tx.EXISTS, VersionConflict: tx.VERSION,
+              PatchTestFailed: tx.TEST_FAILED, PatchNotApplicable: tx.NOT_APPLICABLE}[type(error)]
+    return OperationFailure(index, operation.device_id, reason, str(error), getattr(error, "current", None))
+
+
+def _written_attributes(request: dict) -> dict:
+    """The attributes one transaction action sends, for DynamoDB's 4 MB transaction limit."""
+    (kind, action), = request.items()
+    if kind == "Put":
+        return action["Item"]
+    return {**action["Key"], **{name: value for name, value in action.get("ExpressionAttributeValues", {}).items()}}
 
 
 def _names(*placeholders: str) -> dict:

@@ -22,6 +22,13 @@ class UpdateObserver:
     def exhausted(self, device_id: str, attempts: int, elapsed: float) -> None:
         """The loop gave up; nothing was written."""
 
+    def transaction_committed(self, operations: int, attempts: int) -> None:
+        """A multi-device transaction was written after ``attempts`` tries."""
+
+    def transaction_retried(self, reason: str) -> None:
+        """A transaction was cancelled and will be tried again: ``"conflict"`` (DynamoDB's
+        TransactionConflict) or ``"version"`` (a device moved under it)."""
+
     def replayed(self, device_id: str) -> None:
         """A keyed write was answered from its idempotency record; nothing was written."""
 
