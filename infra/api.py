@@ -27,17 +27,22 @@ TIMEOUT = Duration.seconds(15)
 MEMORY_MB = 512
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 # Every DynamoDB action the library calls, and no other.
+# (Transactions need no action of their own: each action inside is authorised as the
+# PutItem / UpdateItem / DeleteItem / ConditionCheckItem it is.)
 DYNAMODB_ACTIONS = (
     "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
     "dynamodb:PutItem",
     "dynamodb:UpdateItem",
     "dynamodb:DeleteItem",
+    "dynamodb:ConditionCheckItem",
     "dynamodb:Scan",
 )
 # (path, methods) of shared/API.md plus the OpenAPI document.
 ROUTES = (
     ("devices", ("GET", "POST")),
     ("devices/{deviceId}", ("GET", "PUT", "PATCH", "DELETE")),
+    ("transactions", ("POST",)),
     ("openapi.json", ("GET",)),
 )
 

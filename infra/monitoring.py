@@ -33,6 +33,9 @@ LAMBDA_ERRORS_PER_PERIOD = 0
 LAMBDA_THROTTLES_PER_PERIOD = 0
 API_5XX_PER_PERIOD = 5
 API_P99_LATENCY_MS = 3000  # the retry budget is 5 s; p99 above 3 s means heavy contention
+# Transactions that collided with other writes on the same items; the library retries
+# them, but a steady stream means scenes fight over the same devices.
+TRANSACTION_CONFLICTS_PER_PERIOD = 50
 DYNAMODB_THROTTLES_PER_PERIOD = 0
 DYNAMODB_SYSTEM_ERRORS_PER_PERIOD = 0
 # The operations the function calls, for DynamoDB's per-operation metrics.
@@ -42,6 +45,8 @@ DYNAMODB_OPERATIONS = (
     dynamodb.Operation.UPDATE_ITEM,
     dynamodb.Operation.DELETE_ITEM,
     dynamodb.Operation.SCAN,
+    dynamodb.Operation.BATCH_GET_ITEM,
+    dynamodb.Operation.TRANSACT_WRITE_ITEMS,
 )
 
 
@@ -80,6 +85,10 @@ class Monitoring(Construct):
         self._alarm("RetryRate", conflicts_per_update, CONFLICTS_PER_UPDATE, not_breaching,
                     "More than one version conflict per two successful updates, sustained",
                     evaluation_periods=RETRY_RATE_EVALUATION_PERIODS)
+        self._alarm("TransactionConflict", cloudwatch.Metric(
+            namespace="AWS/DynamoDB", metric_name="TransactionConflict", dimensions_map={"TableName": table.table_name},
+            statistic="Sum", period=PERIOD), TRANSACTION_CONFLICTS_PER_PERIOD, not_breaching,
+            "Transactions keep colliding on the same devices (DynamoDB TransactionConflict)")
         self._alarm("LambdaErrors", function.metric_errors(statistic="Sum", period=PERIOD),
                     LAMBDA_ERRORS_PER_PERIOD, not_breaching, "The API function failed (not a 4xx: a crash)")
         self._alarm("LambdaThrottles", function.metric_throttles(statistic="Sum", period=PERIOD),
@@ -109,6 +118,11 @@ class Monitoring(Construct):
             cloudwatch.GraphWidget(title="DynamoDB and replays", width=12, left=[
                 table.metric_conditional_check_failed_requests(statistic="Sum", period=PERIOD)],
                 right=[service_metric(names.IDEMPOTENT_REPLAYS)]),
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Transactions", width=24, left=[
+                service_metric(names.TRANSACTIONS), service_metric(names.TRANSACTION_RETRIES),
+                service_metric(names.TRANSACTION_CONFLICTS)]),
         )
         self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(
             title="Alarms", width=24, alarms=list(self.alarms.values())))

@@ -16,12 +16,16 @@ from aws_lambda_powertools.logging import correlation_paths
 from functions.device_state import (
     DeviceAlreadyExists,
     DeviceNotFound,
+    InvalidDeviceId,
+    InvalidPatch,
     DeviceStateManager,
     IdempotencyKey,
     JsonPatch,
     MergePatch,
+    Operation,
     dynamodb_client,
 )
+from functions.device_state.transactions import MAX_OPERATIONS
 from functions.device_state.idempotency import CREATED, DELETED, REPLACED, UPDATED, fingerprint
 from functions.device_state.manager import MAX_LIST_LIMIT
 from functions.device_state.values import dumps, validate_device_id
@@ -91,14 +95,14 @@ def _write_response(device, outcome: str) -> Response:
     return _device_response(device, 200, headers)
 
 
-def _idempotency_key() -> IdempotencyKey | None:
+def _idempotency_key(scope: str | None = None) -> IdempotencyKey | None:
     """The request's Idempotency-Key, scoped to the method (the device scopes it too) and
     fingerprinted by everything that makes two requests the same request."""
     event = app.current_event
     raw = parse.header(event, IDEMPOTENCY_KEY)
     if raw is None:
         return None
-    return IdempotencyKey(raw, scope=event.http_method, fingerprint=fingerprint(
+    return IdempotencyKey(raw, scope=scope or event.http_method, fingerprint=fingerprint(
         event.http_method, event.path, event.get("body"), str(bool(event.get("isBase64Encoded"))),
         parse.header(event, "Content-Type"), parse.header(event, "If-Match"), parse.header(event, "If-None-Match"),
     ))
@@ -259,6 +263,72 @@ def delete_device(device_id: str):
     _require_if_match(preconditions, "DELETE")
     expected = None if preconditions.none else _expected_version(device_id, preconditions)
     return _write_response(_manager().delete(device_id, expected, idempotency=key), DELETED)
+
+
+_TRANSACTION_ACTIONS = ("mergePatch", "jsonPatch", "put", "delete", "check")
+
+
+def _transaction_operation(index: int, entry) -> Operation:
+    """One entry of POST /transactions' ``operations`` as a library Operation."""
+    where = f"operations[{index}]"
+    if not isinstance(entry, dict):
+        raise BadRequest(f"{where} must be an object")
+    actions = [action for action in _TRANSACTION_ACTIONS if action in entry]
+    if len(actions) != 1:
+        raise BadRequest(f"{where} needs exactly one of {', '.join(_TRANSACTION_ACTIONS)}")
+    action = actions[0]
+    optional = ("ifMatch", "ifNoneMatch") if action == "put" else ("ifMatch",)
+    parse.json_object(entry, where, ("deviceId", action), optional)
+    try:
+        device_id = validate_device_id(entry["deviceId"])
+    except InvalidDeviceId as error:
+        raise BadRequest(f"{where}: {error}") from None
+    expected, must_exist = None, False
+    if "ifMatch" in entry:
+        tags = parse.parse_entity_tags(entry["ifMatch"], f"{where}.ifMatch")
+        if tags.any:
+            must_exist = True
+        elif len(tags.strong) == 1 and not tags.weak:
+            expected = next(iter(tags.strong))
+        else:
+            raise BadRequest(f'{where}.ifMatch takes one strong entity tag such as "\\"3\\"", or *')
+    value = entry[action]
+    try:
+        if action == "mergePatch":
+            return Operation.update(device_id, MergePatch(value), expected)
+        if action == "jsonPatch":
+            return Operation.update(device_id, JsonPatch(value), expected)
+    except InvalidPatch as error:
+        raise BadRequest(f"{where}: {error}") from None
+    if action == "put":
+        state = parse.json_object(value, f"{where}.put", ("state",))["state"]
+        if "ifNoneMatch" in entry:
+            if entry["ifNoneMatch"] != "*" or "ifMatch" in entry:
+                raise BadRequest(f'{where}.ifNoneMatch takes only "*" (create only), without ifMatch')
+            return Operation.create(device_id, state)
+        if expected is not None or must_exist:
+            return Operation.replace(device_id, state, expected)
+        return Operation.put(device_id, state)
+    if value is not True:
+        raise BadRequest(f"{where}.{action} must be true")
+    if action == "delete":
+        return Operation.delete(device_id, expected)
+    return Operation.check(device_id, expected)
+
+
+@app.post("/transactions")
+def run_transaction():
+    body = parse.json_object(parse.json_body(app.current_event), "the body", ("operations",))
+    entries = body["operations"]
+    if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_OPERATIONS:
+        raise BadRequest(f"operations must be an array of 1 to {MAX_OPERATIONS} operations")
+    operations = [_transaction_operation(index, entry) for index, entry in enumerate(entries)]
+    key = _idempotency_key(scope="transaction")
+    devices = _manager().transact(operations, idempotency=key, budget_seconds=_budget())
+    result = {"devices": [None if operation.action == "delete" else device.as_dict()
+                          for operation, device in zip(operations, devices)]}
+    headers = {IDEMPOTENT_REPLAYED: "true"} if devices and devices[0].replayed else None
+    return Response(status_code=200, content_type=parse.JSON, body=dumps(result), headers=headers)
 
 
 @app.get("/openapi.json")

@@ -45,6 +45,14 @@ class MetricsObserver(UpdateObserver):
     def exhausted(self, device_id, attempts, elapsed):
         metrics.add_metric(name=names.RETRIES_EXHAUSTED, unit=MetricUnit.Count, value=1)
 
+    def transaction_committed(self, operations, attempts):
+        metrics.add_metric(name=names.TRANSACTIONS, unit=MetricUnit.Count, value=1)
+
+    def transaction_retried(self, reason):
+        metrics.add_metric(name=names.TRANSACTION_RETRIES, unit=MetricUnit.Count, value=1)
+        if reason == "conflict":
+            metrics.add_metric(name=names.TRANSACTION_CONFLICTS, unit=MetricUnit.Count, value=1)
+
     def replayed(self, device_id):
         metrics.add_metric(name=names.IDEMPOTENT_REPLAYS, unit=MetricUnit.Count, value=1)
 

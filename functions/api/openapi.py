@@ -107,6 +107,27 @@ OPENAPI = {
                               "400": _COMMON_ERRORS["400"], "503": _COMMON_ERRORS["503"]},
             },
         },
+        "/transactions": {
+            "post": {
+                "operationId": "runTransaction",
+                "description": "All-or-nothing changes to up to 100 devices (99 with Idempotency-Key).",
+                "parameters": [_IDEMPOTENCY_KEY],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "$ref": "#/components/schemas/Transaction"}}}},
+                "responses": {
+                    "200": {"description": "Applied: the devices in order (null for a delete)",
+                            "headers": {"Idempotent-Replayed": {"schema": {"type": "string"}}},
+                            "content": {"application/json": {"schema": {
+                                "type": "object", "required": ["devices"], "properties": {"devices": {
+                                    "type": "array", "items": {"$ref": "#/components/schemas/Device"}}}}}}},
+                    "404": _problem("Every failing operation's device is missing (see operations)"),
+                    "409": _problem("Operations failed for different reasons, or exist/condition/test failed"),
+                    "412": _problem("Every failing operation's ifMatch is stale"),
+                    "422": _problem("A patch cannot be applied, or the Idempotency-Key was reused"),
+                    **_COMMON_ERRORS,
+                },
+            },
+        },
         "/openapi.json": {
             "get": {"operationId": "getOpenApi",
                     "responses": {"200": {"description": "This document",
@@ -134,12 +155,33 @@ OPENAPI = {
                     "path": {"type": "string"}, "from": {"type": "string"}, "value": {},
                     "min": {"type": "number"}, "max": {"type": "number"}}},
             },
+            "Transaction": {
+                "type": "object", "required": ["operations"], "additionalProperties": False,
+                "properties": {"operations": {"type": "array", "minItems": 1, "maxItems": 100, "items": {
+                    "type": "object", "required": ["deviceId"],
+                    "properties": {
+                        "deviceId": {"type": "string"},
+                        "mergePatch": {"type": "object"},
+                        "jsonPatch": {"$ref": "#/components/schemas/JsonPatch"},
+                        "put": {"type": "object", "required": ["state"],
+                                "properties": {"state": {"type": "object"}}},
+                        "delete": {"type": "boolean", "enum": [True]},
+                        "check": {"type": "boolean", "enum": [True]},
+                        "ifMatch": {"type": "string"},
+                        "ifNoneMatch": {"type": "string", "enum": ["*"]},
+                    }}}},
+            },
             "Problem": {
                 "type": "object", "required": ["type", "title", "status", "detail"],
                 "properties": {"type": {"type": "string"}, "title": {"type": "string"},
                                "status": {"type": "integer"}, "detail": {"type": "string"},
                                "instance": {"type": "string"}, "deviceId": {"type": "string"},
-                               "currentVersion": {"type": "integer"}, "limit": {"type": "string"}},
+                               "currentVersion": {"type": "integer"}, "limit": {"type": "string"},
+                               "operations": {"type": "array", "items": {"type": "object", "properties": {
+                                   "index": {"type": "integer"}, "deviceId": {"type": "string"},
+                                   "status": {"type": "integer"}, "reason": {"type": "string"},
+                                   "detail": {"type": "string"},
+                                   "currentVersion": {"type": "integer", "nullable": True}}}}},
             },
         },
     },

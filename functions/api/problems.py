@@ -24,8 +24,11 @@ from functions.device_state import (
     RetriesExhausted,
     StorageError,
     StorageUnavailable,
+    InvalidTransaction,
+    TransactionFailed,
     VersionConflict,
 )
+from functions.device_state import transactions as tx
 from functions.device_state.values import dumps
 
 PROBLEM_JSON = "application/problem+json"
@@ -89,11 +92,35 @@ _LIBRARY_ERRORS = {
     DeviceAlreadyExists: (409, "device-exists", "Device exists already"),
     VersionConflict: (412, "version-conflict", "Device is at another version"),
     ConditionFailed: (409, "condition-failed", "Condition not met"),
+    InvalidTransaction: (400, "invalid-transaction", "Invalid transaction"),
+    TransactionFailed: (409, "transaction-failed", "Transaction not applied; nothing was written"),
     RetriesExhausted: (503, "contention", "Too much contention on this device; nothing was written"),
     StorageUnavailable: (503, "storage-unavailable", "Storage temporarily unavailable"),
     StorageError: (500, "internal-error", "Internal error"),
 }
 _RETRYABLE = (RetriesExhausted, StorageUnavailable)
+
+
+# Why an operation of a transaction failed -> its status, as the single-device routes answer.
+TRANSACTION_REASON_STATUS = {
+    tx.NOT_FOUND: 404, tx.EXISTS: 409, tx.VERSION: 412, tx.CONDITION: 409,
+    tx.TEST_FAILED: 409, tx.NOT_APPLICABLE: 422,
+}
+
+
+def _transaction_members(error: TransactionFailed) -> tuple[int, list[dict]]:
+    """The per-operation report, and the status of the whole: the operations' own when
+    they agree, 409 when they differ."""
+    operations = [{
+        "index": failure.index,
+        "deviceId": failure.device_id,
+        "status": TRANSACTION_REASON_STATUS[failure.reason],
+        "reason": failure.reason,
+        "detail": failure.detail,
+        "currentVersion": failure.current.version if failure.current is not None else None,
+    } for failure in error.failures]
+    statuses = {operation["status"] for operation in operations}
+    return (statuses.pop() if len(statuses) == 1 else 409), operations
 
 
 def etag(version: int) -> str:
@@ -124,6 +151,8 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
         members["limit"] = getattr(error, "limit", None)
         if isinstance(error, _RETRYABLE):
             headers["Retry-After"] = RETRY_AFTER_SECONDS
+        if isinstance(error, TransactionFailed):
+            status, members["operations"] = _transaction_members(error)
     if current is not None:
         members["deviceId"] = current.device_id
         members["currentVersion"] = current.version

@@ -108,8 +108,13 @@ class EntityTags:
 
 def entity_tags(event, name: str) -> EntityTags | None:
     raw = header(event, name)
-    if raw is None:
-        return None
+    return None if raw is None else parse_entity_tags(raw, name)
+
+
+def parse_entity_tags(raw: str, name: str) -> EntityTags:
+    """``*`` or a list of entity tags (RFC 9110), as in If-Match and If-None-Match."""
+    if not isinstance(raw, str):
+        raise BadRequest(f"{name} must be a string")
     if raw.strip() == "*":
         return EntityTags(True, frozenset(), frozenset())
     strong, weak, position = set(), set(), 0

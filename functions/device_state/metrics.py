@@ -14,8 +14,11 @@ RETRIES_EXHAUSTED = "RetriesExhausted"  # calls that gave up (the client got a 5
 CONDITION_FAILURES = "ConditionFailures"  # extra conditions that did not hold
 PATCH_LATENCY = "PatchLatency"  # milliseconds a PATCH spent in the library
 IDEMPOTENT_REPLAYS = "IdempotentReplays"  # keyed writes answered from their record
+TRANSACTIONS = "Transactions"  # multi-device transactions written
+TRANSACTION_RETRIES = "TransactionRetries"  # transaction attempts cancelled and tried again
+TRANSACTION_CONFLICTS = "TransactionConflicts"  # of those, cancelled by DynamoDB's TransactionConflict
 
 COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED, CONDITION_FAILURES,
-                 IDEMPOTENT_REPLAYS)
+                 IDEMPOTENT_REPLAYS, TRANSACTIONS, TRANSACTION_RETRIES, TRANSACTION_CONFLICTS)
 LATENCY_METRICS = (PATCH_LATENCY,)
 ALL_METRICS = COUNT_METRICS + LATENCY_METRICS

@@ -17,7 +17,7 @@ EXPECTED = {
     "patch-device": 200, "patch-device-json-patch": 200, "patch-device-test-fails": 409,
     "patch-device-stale-if-match": 412, "patch-device-not-applicable": 422, "patch-device-bad-json": 400,
     "patch-device-unsupported-type": 415, "patch-device-nan": 400, "put-device": 200,
-    "put-device-create-only": 412,
+    "put-device-create-only": 412, "transaction-scene": 200, "transaction-stale-if-match": 412,
 }
 
 

@@ -117,10 +117,10 @@ def test_the_library_calls_no_dynamodb_action_the_role_lacks():
     source = (Path(__file__).resolve().parents[2] / "functions" / "device_state" / "manager.py").read_text()
     called = set(re.findall(r'_call\(\s*"([a-z_]+)"', source))
     # IAM has no TransactWriteItems action: each action inside is authorised as the
-    # PutItem / UpdateItem / DeleteItem it is, which the role grants.
-    assert "transact_write_items" in called
+    # PutItem / UpdateItem / DeleteItem / ConditionCheckItem it is.
+    assert "transact_write_items" in called and '"ConditionCheck"' in source
     called.discard("transact_write_items")
-    allowed = {"".join(part.capitalize() for part in name.split("_")) for name in called}
+    allowed = {"".join(part.capitalize() for part in name.split("_")) for name in called} | {"ConditionCheckItem"}
     assert {f"dynamodb:{name}" for name in allowed} == set(api_module.DYNAMODB_ACTIONS)
 
 
@@ -183,6 +183,8 @@ def test_every_alarm_notifies_the_topic_and_treats_missing_data_deliberately(tem
     ("LambdaErrors", "AWS/Lambda", "Errors", "Sum", monitoring.LAMBDA_ERRORS_PER_PERIOD, "FunctionName"),
     ("LambdaThrottles", "AWS/Lambda", "Throttles", "Sum", monitoring.LAMBDA_THROTTLES_PER_PERIOD, "FunctionName"),
     ("Api5xx", "AWS/ApiGateway", "5XXError", "Sum", monitoring.API_5XX_PER_PERIOD, "ApiName"),
+    ("TransactionConflict", "AWS/DynamoDB", "TransactionConflict", "Sum",
+     monitoring.TRANSACTION_CONFLICTS_PER_PERIOD, "TableName"),
 ])
 def test_single_metric_alarms(template, name, namespace, metric, statistic, threshold, dimension):
     props = alarm_named(template, name)
@@ -222,7 +224,8 @@ def test_dynamodb_fault_alarms_cover_every_operation_the_code_uses(template, nam
     stats = [m["MetricStat"]["Metric"] for m in props["Metrics"] if "MetricStat" in m]
     assert {s["MetricName"] for s in stats} == {metric}
     operations = {d["Value"] for s in stats for d in s["Dimensions"] if d["Name"] == "Operation"}
-    assert operations == {action.split(":")[1] for action in api_module.DYNAMODB_ACTIONS}
+    called = {action.split(":")[1] for action in api_module.DYNAMODB_ACTIONS} - {"ConditionCheckItem"}
+    assert operations == called | {"TransactWriteItems"}
 
 
 def test_alarm_email_subscription_from_context():
