@@ -108,6 +108,15 @@ def _idempotency_key(scope: str | None = None) -> IdempotencyKey | None:
     ))
 
 
+def _device_write(raw_device_id: str):
+    """What every write to one device starts from: its id, preconditions, idempotency key,
+    and the recorded answer when that key was already used."""
+    device_id = parse.device_id(raw_device_id)
+    preconditions = parse.Preconditions.of(app.current_event)
+    key = _idempotency_key()
+    return device_id, preconditions, key, _replay(device_id, key)
+
+
 def _replay(device_id: str, key: IdempotencyKey | None) -> Response | None:
     """A keyed write that already happened is answered from its record, whatever the
     device and the preconditions say now."""
@@ -193,11 +202,8 @@ def get_device(device_id: str):
 
 @app.put("/devices/<device_id>")
 def put_device(device_id: str):
-    device_id = parse.device_id(device_id)
-    preconditions = parse.Preconditions.of(app.current_event)
+    device_id, preconditions, key, replay = _device_write(device_id)
     state = _state_body(device_id)
-    key = _idempotency_key()
-    replay = _replay(device_id, key)
     if replay:
         return replay
     manager = _manager()
@@ -231,11 +237,8 @@ def put_device(device_id: str):
 
 @app.patch("/devices/<device_id>")
 def patch_device(device_id: str):
-    device_id = parse.device_id(device_id)
+    device_id, preconditions, key, replay = _device_write(device_id)
     update_fn = _patch_function()
-    preconditions = parse.Preconditions.of(app.current_event)
-    key = _idempotency_key()
-    replay = _replay(device_id, key)
     if replay:
         return replay
     _require_if_match(preconditions, "PATCH")
@@ -254,10 +257,7 @@ def patch_device(device_id: str):
 
 @app.delete("/devices/<device_id>")
 def delete_device(device_id: str):
-    device_id = parse.device_id(device_id)
-    preconditions = parse.Preconditions.of(app.current_event)
-    key = _idempotency_key()
-    replay = _replay(device_id, key)
+    device_id, preconditions, key, replay = _device_write(device_id)
     if replay:
         return replay
     _require_if_match(preconditions, "DELETE")
