@@ -51,6 +51,10 @@ invoke: $(PY_STAMP)
 	@test -n "$(EVENT)" || { echo "usage: make invoke EVENT=events/<name>.json"; exit 2; }
 	$(PY) -m localdev.invoke $(EVENT)
 
+# Contention and cold-start benchmark on DynamoDB Local: bench/results/latest.{json,md,png}.
+bench: setup
+	$(PY) bench/contention.py $(BENCH_ARGS)
+
 # Synthesize offline (no AWS account needed) and lint the template.
 synth: setup
 	$(CDK) synth --no-notices --quiet --output $(CDK_OUT)

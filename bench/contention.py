@@ -1,0 +1,422 @@
+"""`make bench`: contention on one hot device, measured side by side in one run on
+DynamoDB Local, plus the cold start of the Lambda handler.
+
+Strategies: naive (read, unconditional put: the control), seed (the textbook loop: read,
+conditional write, re-read on conflict, fixed retries, no backoff), library
+(DeviceStateManager.update_with_retry as shipped) and api (HTTP PATCHes through the local
+server). Workloads: increment (+1 per update) and rmw (bump a counter and append the
+writer's id to a bounded history: a result that depends on the state read).
+
+Writes bench/results/latest.{json,md,png} and prints the headline ratios last. Figures
+are compared within one run only (ratios), never against fixed numbers of seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+                      "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}.items():
+    os.environ.setdefault(_name, _value)
+
+from botocore.exceptions import ClientError  # noqa: E402
+
+from functions.device_state import DeviceStateManager, JsonPatch, RetriesExhausted, UpdateObserver  # noqa: E402
+from functions.device_state import table  # noqa: E402
+from functions.device_state.client import dynamodb_client  # noqa: E402
+from functions.device_state.values import from_attribute, to_attribute  # noqa: E402
+from localdev.dynamodb_local import DynamoDBLocal, free_port  # noqa: E402
+
+RESULTS = REPO_ROOT / "bench" / "results"
+HISTORY = 10
+SEED_RETRIES = 10
+STRATEGIES = ("naive", "seed", "library", "api")
+WORKLOADS = ("increment", "rmw")
+
+
+class CountingClient:
+    """Counts DynamoDB calls and failed conditional writes (both billed alike)."""
+
+    def __init__(self, client):
+        self._client = client
+        self.calls = 0
+        self.failed_conditions = 0
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name):
+        attribute = getattr(self._client, name)
+        if not callable(attribute) or name.startswith("_") or name in ("exceptions", "meta", "get_waiter"):
+            return attribute
+
+        def call(**kwargs):
+            with self._lock:
+                self.calls += 1
+            try:
+                return attribute(**kwargs)
+            except ClientError as error:
+                if error.response["Error"]["Code"] in ("ConditionalCheckFailedException",
+                                                       "TransactionCanceledException"):
+                    with self._lock:
+                        self.failed_conditions += 1
+                raise
+
+        return call
+
+
+class Attempts(UpdateObserver):
+    def __init__(self):
+        self.per_update: list[int] = []
+        self._lock = threading.Lock()
+
+    def succeeded(self, device_id, attempts, elapsed):
+        with self._lock:
+            self.per_update.append(attempts)
+
+
+def rmw_state(state: dict, writer: str) -> dict:
+    state["n"] += 1
+    state["history"] = (state["history"] + [writer])[-HISTORY:]
+    return state
+
+
+@dataclass
+class Cell:
+    workload: str
+    strategy: str
+    writers: int
+    updates: int
+    succeeded: int
+    lost_updates: int
+    seconds: float
+    goodput: float
+    success_rate: float
+    calls_per_update: float | None
+    failed_conditions_per_update: float | None
+    attempts_mean: float | None
+    attempts_p95: float | None
+    attempts_max: int | None
+    latency_ms_p50: float
+    latency_ms_p95: float
+    latency_ms_p99: float
+
+
+def percentile(values, fraction):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))] if ordered else 0.0
+
+
+class Bench:
+    def __init__(self, endpoint: str, server_port: int | None):
+        self.endpoint = endpoint
+        self.server_port = server_port
+        self.client = dynamodb_client(endpoint, "us-east-1")
+        self.table = f"bench-{uuid.uuid4().hex[:8]}"
+        table.create_table(self.client, self.table)
+
+    # one update per strategy ------------------------------------------------
+
+    def naive(self, client, device_id, workload, writer):
+        key = table.state_key(device_id)
+        item = client.get_item(TableName=self.table, Key=key, ConsistentRead=True)["Item"]
+        state = from_attribute(item[table.STATE])
+        state = rmw_state(state, writer) if workload == "rmw" else {**state, "n": state["n"] + 1}
+        item[table.STATE] = to_attribute(state)
+        item[table.VERSION] = {"N": str(int(item[table.VERSION]["N"]) + 1)}
+        client.put_item(TableName=self.table, Item=item)
+        return 1
+
+    def seed(self, client, device_id, workload, writer):
+        key = table.state_key(device_id)
+        for attempt in range(1, SEED_RETRIES + 1):
+            item = client.get_item(TableName=self.table, Key=key, ConsistentRead=True)["Item"]
+            version = int(item[table.VERSION]["N"])
+            state = from_attribute(item[table.STATE])
+            state = rmw_state(state, writer) if workload == "rmw" else {**state, "n": state["n"] + 1}
+            try:
+                client.update_item(
+                    TableName=self.table, Key=key,
+                    UpdateExpression="SET #s = :s, #v = :next",
+                    ConditionExpression="#v = :expected",
+                    ExpressionAttributeNames={"#s": table.STATE, "#v": table.VERSION},
+                    ExpressionAttributeValues={":s": to_attribute(state), ":next": {"N": str(version + 1)},
+                                               ":expected": {"N": str(version)}})
+                return attempt
+            except ClientError as error:
+                if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                    raise
+        raise RetriesExhausted(device_id, SEED_RETRIES, 0.0, "seed retries")
+
+    def library_update(self, manager, device_id, workload, writer):
+        if workload == "rmw":
+            manager.update_with_retry(device_id, lambda state: rmw_state(state, writer))
+        else:
+            manager.update_with_retry(device_id, JsonPatch([{"op": "increment", "path": "/n", "value": 1}]))
+
+    def api_update(self, device_id, workload, writer):
+        import http.client
+
+        patch = [{"op": "increment", "path": "/n", "value": 1}]
+        if workload == "rmw":
+            patch.append({"op": "add", "path": "/history/-", "value": writer})
+        connection = http.client.HTTPConnection("127.0.0.1", self.server_port, timeout=60)
+        try:
+            connection.request("PATCH", f"/devices/{device_id}", body=json.dumps(patch),
+                               headers={"Content-Type": "application/json-patch+json"})
+            response = connection.getresponse()
+            response.read()
+        finally:
+            connection.close()
+        if response.status == 503:
+            raise RetriesExhausted(device_id, 0, 0.0, "api 503")
+        if response.status != 200:
+            raise RuntimeError(f"PATCH answered {response.status}")
+
+    # one cell --------------------------------------------------------------
+
+    def run_cell(self, workload: str, strategy: str, writers: int, updates: int) -> Cell:
+        device_id = f"{workload}-{strategy}-{writers}-{uuid.uuid4().hex[:6]}"
+        DeviceStateManager(self.client, self.table).create(device_id, {"n": 0, "history": []})
+        counting = CountingClient(self.client)
+        attempts = Attempts()
+        manager = DeviceStateManager(counting, self.table, observer=attempts)
+        per_writer = [updates // writers + (1 if index < updates % writers else 0) for index in range(writers)]
+        latencies, seed_attempts, succeeded = [], [], [0]
+        lock = threading.Lock()
+        barrier = threading.Barrier(writers + 1)
+
+        def writer_loop(index: int):
+            name = f"w{index}"
+            barrier.wait()
+            for _ in range(per_writer[index]):
+                started = time.perf_counter()
+                try:
+                    if strategy == "naive":
+                        self.naive(counting, device_id, workload, name)
+                    elif strategy == "seed":
+                        used = self.seed(counting, device_id, workload, name)
+                        with lock:
+                            seed_attempts.append(used)
+                    elif strategy == "library":
+                        self.library_update(manager, device_id, workload, name)
+                    else:
+                        self.api_update(device_id, workload, name)
+                except RetriesExhausted:
+                    continue
+                elapsed = time.perf_counter() - started
+                with lock:
+                    latencies.append(elapsed * 1000)
+                    succeeded[0] += 1
+
+        threads = [threading.Thread(target=writer_loop, args=(index,)) for index in range(writers)]
+        for thread in threads:
+            thread.start()
+        barrier.wait()
+        started = time.perf_counter()
+        for thread in threads:
+            thread.join()
+        seconds = time.perf_counter() - started
+        final = DeviceStateManager(self.client, self.table).get(device_id).state["n"]
+        ok = succeeded[0]
+        attempt_list = {"library": attempts.per_update, "seed": seed_attempts,
+                        "naive": [1] * ok}.get(strategy)
+        counted = strategy != "api"  # the API's calls happen inside the server's processes
+        return Cell(
+            workload=workload, strategy=strategy, writers=writers, updates=updates, succeeded=ok,
+            lost_updates=int(ok - final), seconds=round(seconds, 4), goodput=round(ok / seconds, 1),
+            success_rate=round(ok / updates, 4),
+            calls_per_update=round(counting.calls / ok, 3) if counted and ok else None,
+            failed_conditions_per_update=round(counting.failed_conditions / ok, 3) if counted and ok else None,
+            attempts_mean=round(statistics.mean(attempt_list), 3) if attempt_list else None,
+            attempts_p95=percentile(attempt_list, 0.95) if attempt_list else None,
+            attempts_max=max(attempt_list) if attempt_list else None,
+            latency_ms_p50=round(percentile(latencies, 0.50), 2),
+            latency_ms_p95=round(percentile(latencies, 0.95), 2),
+            latency_ms_p99=round(percentile(latencies, 0.99), 2),
+        )
+
+
+# ------------------------------------------------------------- cold start
+
+_BASELINE = """
+import boto3
+client = boto3.client("dynamodb", endpoint_url={endpoint!r})
+client.update_item(TableName={table!r}, Key={{"deviceId": {{"S": "cold"}}, "sk": {{"S": "state"}}}},
+                   UpdateExpression="SET #n = :n", ExpressionAttributeNames={{"#n": "n"}},
+                   ExpressionAttributeValues={{":n": {{"N": "1"}}}})
+"""
+_HANDLER = """
+import json
+from functions.api.handler import lambda_handler
+from localdev.apigw import LambdaContext, make_event
+event = make_event("PATCH", "/devices/cold", {{"Content-Type": "application/merge-patch+json"}}, '{{"n": 2}}')
+assert lambda_handler(event, LambdaContext())["statusCode"] == 200
+"""
+
+
+def cold_start(endpoint: str, table_name: str, runs: int) -> dict:
+    DeviceStateManager(dynamodb_client(endpoint, "us-east-1"), table_name).put("cold", {"n": 0})
+    env = dict(os.environ, TABLE_NAME=table_name, DYNAMODB_ENDPOINT=endpoint, POWERTOOLS_TRACE_DISABLED="true",
+               POWERTOOLS_METRICS_DISABLED="true", POWERTOOLS_LOG_LEVEL="WARNING", PYTHONPATH=str(REPO_ROOT))
+    timings = {}
+    for name, code in (("baseline", _BASELINE), ("handler", _HANDLER)):
+        source = code.format(endpoint=endpoint, table=table_name)
+        samples = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-c", source], env=env, check=True, cwd=REPO_ROOT,
+                           stdout=subprocess.DEVNULL)
+            samples.append(time.perf_counter() - started)
+        timings[name] = round(statistics.median(samples) * 1000, 1)
+    timings["ratio"] = round(timings["handler"] / timings["baseline"], 3)
+    return timings
+
+
+# ---------------------------------------------------------------- output
+
+
+def headline(cells: list[Cell], cold: dict | None) -> list[str]:
+    def cell(workload, strategy, writers):
+        return next((c for c in cells if (c.workload, c.strategy, c.writers) == (workload, strategy, writers)), None)
+
+    lines = []
+    most = max(c.writers for c in cells)
+    hot = 16 if any(c.writers == 16 for c in cells) else most
+    for workload in WORKLOADS:
+        library_hot, seed_hot = cell(workload, "library", hot), cell(workload, "seed", hot)
+        library_one, seed_one = cell(workload, "library", 1), cell(workload, "seed", 1)
+        if library_hot and seed_hot and seed_one and library_one:
+            lines.append(
+                f"{workload} @ {hot} writers: library {library_hot.goodput}/s = "
+                f"{library_hot.goodput / seed_hot.goodput:.2f}x seed @ {hot}, "
+                f"{library_hot.goodput / seed_one.goodput:.2f}x seed @ 1, "
+                f"{library_hot.goodput / library_one.goodput:.2f}x library @ 1; "
+                f"failed conditional writes/update {library_hot.failed_conditions_per_update}, "
+                f"calls/update {library_hot.calls_per_update}, attempts p95 {library_hot.attempts_p95}, "
+                f"success {library_hot.success_rate:.0%}")
+    lost = {s: sum(c.lost_updates for c in cells if c.strategy == s) for s in STRATEGIES}
+    lines.append("lost updates: " + ", ".join(f"{s} {n}" for s, n in lost.items() if any(
+        c.strategy == s for c in cells)))
+    if cold:
+        lines.append(f"cold start: handler {cold['handler']} ms vs baseline {cold['baseline']} ms "
+                     f"= {cold['ratio']}x (median of runs)")
+    return lines
+
+
+def write_outputs(cells: list[Cell], cold: dict | None, out: Path, lines: list[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(
+        {"cells": [asdict(c) for c in cells], "cold_start": cold, "headline": lines}, indent=2) + "\n")
+    columns = ["workload", "strategy", "writers", "succeeded", "lost_updates", "goodput", "success_rate",
+               "calls_per_update", "failed_conditions_per_update", "attempts_mean", "attempts_p95",
+               "attempts_max", "latency_ms_p50", "latency_ms_p95", "latency_ms_p99"]
+    rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    rows += ["| " + " | ".join("" if getattr(c, k) is None else str(getattr(c, k)) for k in columns) + " |"
+             for c in cells]
+    text = "\n".join(rows) + "\n\n" + "\n".join(f"- {line}" for line in lines) + "\n"
+    (out / "latest.md").write_text(text)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = [w for w in WORKLOADS if any(c.workload == w for c in cells)]
+    figure, axes = plt.subplots(2, len(workloads), figsize=(6 * len(workloads), 8), squeeze=False)
+    for column, workload in enumerate(workloads):
+        for strategy in STRATEGIES:
+            series = sorted((c for c in cells if c.workload == workload and c.strategy == strategy),
+                            key=lambda c: c.writers)
+            if not series:
+                continue
+            writers = [c.writers for c in series]
+            axes[0][column].plot(writers, [c.goodput for c in series], marker="o", label=strategy)
+            wasted = [c.failed_conditions_per_update for c in series]
+            if all(value is not None for value in wasted):
+                axes[1][column].plot(writers, wasted, marker="o", label=strategy)
+        axes[0][column].set_title(f"{workload}: goodput (updates/s)")
+        axes[1][column].set_title(f"{workload}: failed conditional writes per update")
+        for row in (0, 1):
+            axes[row][column].set_xscale("log", base=2)
+            axes[row][column].set_xlabel("writers")
+            axes[row][column].legend()
+    figure.tight_layout()
+    figure.savefig(out / "latest.png", dpi=90)
+    plt.close(figure)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--writers", default="1,4,16,64")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--updates", type=int, default=320, help="updates per cell")
+    parser.add_argument("--cold-runs", type=int, default=5, help="0 skips the cold-start measurement")
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    writers = [int(n) for n in args.writers.split(",")]
+    strategies = args.strategies.split(",")
+    workloads = args.workloads.split(",")
+
+    with DynamoDBLocal() as dynamodb:
+        server = None
+        port = None
+        bench = Bench(dynamodb.endpoint, None)
+        if "api" in strategies:
+            port = free_port()
+            env = dict(os.environ, DYNAMODB_ENDPOINT=dynamodb.endpoint, TABLE_NAME=bench.table, PORT=str(port),
+                       WORKERS=str(max(writers)), POWERTOOLS_LOG_LEVEL="ERROR")
+            server = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=env, cwd=REPO_ROOT,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            bench.server_port = port
+            _wait_for(port)
+        try:
+            cells = []
+            for workload in workloads:
+                for count in writers:
+                    for strategy in strategies:
+                        cell = bench.run_cell(workload, strategy, count, args.updates)
+                        cells.append(cell)
+                        print(f"{workload:9s} {strategy:8s} {count:3d} writers: {cell.goodput:8.1f}/s "
+                              f"lost {cell.lost_updates:4d} success {cell.success_rate:.0%} "
+                              f"failed-cond/upd {cell.failed_conditions_per_update} "
+                              f"calls/upd {cell.calls_per_update} p95 {cell.latency_ms_p95} ms", flush=True)
+            cold = cold_start(dynamodb.endpoint, bench.table, args.cold_runs) if args.cold_runs else None
+        finally:
+            if server:
+                server.terminate()
+                server.wait(timeout=30)
+    lines = headline(cells, cold)
+    write_outputs(cells, cold, Path(args.out), lines)
+    print(f"\nwrote {args.out}/latest.json, latest.md, latest.png")
+    for line in lines:
+        print(line)
+
+
+def _wait_for(port: int) -> None:
+    import http.client
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            connection.request("GET", "/openapi.json")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError("the local server did not start")
+
+
+if __name__ == "__main__":
+    main()

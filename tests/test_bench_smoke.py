@@ -1,0 +1,31 @@
+"""`make bench` in miniature: its outputs have their shape, the naive control loses
+updates and the library loses none. (Targets are reported by `make bench`, not asserted.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import contention
+
+pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency]
+
+
+def test_bench_smoke(tmp_path):
+    contention.main(["--writers", "1,8", "--updates", "96", "--strategies", "naive,library",
+                     "--workloads", "increment", "--cold-runs", "1", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "latest.json").read_text())
+    cells = {(c["strategy"], c["writers"]): c for c in result["cells"]}
+    assert set(cells) == {("naive", 1), ("naive", 8), ("library", 1), ("library", 8)}
+    for cell in cells.values():
+        assert cell["goodput"] > 0 and 0 < cell["success_rate"] <= 1
+        assert cell["latency_ms_p50"] <= cell["latency_ms_p95"] <= cell["latency_ms_p99"]
+    assert cells[("naive", 8)]["lost_updates"] > 0
+    assert all(cells[("library", n)]["lost_updates"] == 0 for n in (1, 8))
+    assert cells[("library", 8)]["succeeded"] == 96
+    assert result["cold_start"]["handler"] > 0 and result["cold_start"]["baseline"] > 0
+    assert result["headline"] and "lost updates" in result["headline"][-2]
+    table = (tmp_path / "latest.md").read_text()
+    assert table.startswith("| workload | strategy | writers |") and table.count("\n| increment") == 4
+    assert (tmp_path / "latest.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
