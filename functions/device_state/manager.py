@@ -25,6 +25,7 @@ from .errors import (
     DeviceNotFound,
     IdempotencyKeyReused,
     InvalidCursor,
+    InvalidValue,
     ItemTooLarge,
     RetriesExhausted,
     StorageError,
@@ -123,6 +124,11 @@ class _Rejected(Exception):
     def __init__(self, item: dict | None):
         super().__init__("conditional check failed")
         self.item = item
+
+
+class _Invalid(StorageError):
+    """DynamoDB's ValidationException: a fault elsewhere, but an expected refusal of a
+    compiled patch (then read-modify-write decides)."""
 
 
 class _Cancelled(Exception):
@@ -382,6 +388,10 @@ class DeviceStateManager:
         if idempotency is not None:
             return self._keyed(device_id, idempotency, plan, max_attempts=max_attempts,
                                budget_seconds=budget_seconds)[0]
+        # A caller's own condition keeps read-modify-write, which tells its failure apart.
+        compiled = self._compiled_update(device_id, update_fn) if condition is None else None
+        if compiled is not None:
+            return compiled
 
         def attempt(item, number):
             planned = plan(item)
@@ -667,6 +677,53 @@ class DeviceStateManager:
             raise
         return planned.device
 
+    def _compiled_update(self, device_id: str, update_fn) -> Device | None:
+        """Apply a patch that compiles to one UpdateItem: no read, and nothing for another
+        writer to invalidate, so no conflict. None when it does not compile, or DynamoDB
+        refuses it (a guard, a missing parent, a type): read-modify-write then decides."""
+        compile_patch = getattr(update_fn, "compile", None)
+        compiled = compile_patch() if compile_patch else None
+        if compiled is None:
+            return None
+        try:
+            check_state({"values": list(compiled.values.values())})
+            values = {key: to_attribute(value) for key, value in compiled.values.items()}
+        except (InvalidValue, TypeError, ArithmeticError):
+            return None
+        started = self._monotonic()
+        now = self._clock()
+        write_id = uuid.uuid4().hex
+        names = {**_names("#pk", "#state", "#version", "#updatedAt", "#expiresAt", "#writeId"), **compiled.names}
+        values.update({":one": _number(1), ":now": {"S": _timestamp(now)}, ":nowEpoch": _number(now),
+                       ":writeId": {"S": write_id}})
+        update = "SET " + ", ".join(compiled.sets + [
+            "#version = #version + :one", "#updatedAt = :now", "#writeId = :writeId"])
+        if compiled.removes:
+            update += " REMOVE " + ", ".join(compiled.removes)
+        # No version check here, so a resend of this very request must fail on its own write id.
+        not_resent = "(attribute_not_exists(#writeId) OR #writeId <> :writeId)"
+        expression = " AND ".join([_EXISTS, not_resent, *compiled.conditions])
+        self.observer.attempt(device_id, 1)
+        try:
+            attributes = self._call(
+                "update_item", TableName=self.table_name, Key=table.state_key(device_id),
+                UpdateExpression=update, ConditionExpression=expression,
+                ExpressionAttributeNames=names, ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )["Attributes"]
+        except _Rejected as rejected:
+            old = self._raw_live(rejected.item)
+            if old is None:
+                raise DeviceNotFound(device_id) from None
+            if old.get(table.WRITE_ID, {}).get("S") == write_id:
+                attributes = old  # an SDK resend of our own landed write
+            else:
+                return None
+        except _Invalid:
+            return None
+        self.observer.succeeded(device_id, 1, self._monotonic() - started)
+        return Device.from_item(attributes)
+
     def _with_retries(self, device_id: str, attempt: Callable, max_attempts: int | None,
                       budget_seconds: float | None, *, read_item: bool = True):
         """Run ``attempt(item, number)`` until it returns. It raises ``_Moved`` when another
@@ -891,6 +948,8 @@ class DeviceStateManager:
             status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if code in _THROTTLING_CODES or status >= 500:
                 raise StorageUnavailable(f"DynamoDB {operation} failed after retries: {code}") from error
+            if code == "ValidationException":
+                raise _Invalid(f"DynamoDB {operation} refused: {message}") from error
             raise StorageError(f"DynamoDB {operation} refused: {code}: {message}") from error
         except BotoCoreError as error:
             raise StorageUnavailable(f"DynamoDB {operation} did not answer: {error}") from error

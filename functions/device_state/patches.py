@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import MutableMapping, MutableSequence
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 import jsonpatch
@@ -25,6 +26,9 @@ class MergePatch:
 
     def __call__(self, state: dict) -> dict:
         return _merge(state, self.patch)
+
+    def compile(self) -> "CompiledUpdate | None":
+        return _compile_merge_patch(self.patch) if self.patch else None
 
 
 def _merge(target, patch):
@@ -108,6 +112,11 @@ class JsonPatch:
             raise PatchNotApplicable("the patch would make the state something other than an object")
         return result
 
+    def compile(self) -> "CompiledUpdate | None":
+        """One UpdateItem with no read, where every operation is an increment, add,
+        replace or remove of an object member (the common device update); else None."""
+        return _compile_json_patch(self.operations) if self.operations else None
+
 
 def _check_operation(index: int, operation) -> None:
     where = f"operation {index}"
@@ -136,3 +145,107 @@ def _check_operation(index: int, operation) -> None:
                     raise InvalidPatch(f"{where}: increment '{member}' must be a number DynamoDB can hold") from None
         if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
             raise InvalidPatch(f"{where}: increment 'min' is greater than 'max'")
+
+
+@dataclass
+class CompiledUpdate:
+    """A patch as one DynamoDB update of the state's members, with the conditions that make
+    it mean what the patch means. Names and values are placeholders (#pN, :cN); values are
+    still Python values. When DynamoDB refuses it (a guard false, a parent missing, a
+    member of the wrong type), the caller falls back to read-modify-write, which then
+    applies the patch or raises the patch's own error."""
+
+    sets: list[str] = field(default_factory=list)
+    removes: list[str] = field(default_factory=list)
+    conditions: list[str] = field(default_factory=list)
+    names: dict = field(default_factory=dict)
+    values: dict = field(default_factory=dict)
+    _paths: list[tuple] = field(default_factory=list)
+
+    def path(self, parts: tuple) -> str | None:
+        """The placeholder path of state member ``parts``, or None when it overlaps one
+        already used (DynamoDB refuses overlapping paths in one update)."""
+        for used in self._paths:
+            if used[: len(parts)] == parts or parts[: len(used)] == used:
+                return None
+        self._paths.append(parts)
+        placeholders = []
+        for part in parts:
+            placeholder = f"#p{len(self.names)}"
+            self.names[placeholder] = part
+            placeholders.append(placeholder)
+        return ".".join(["#state", *placeholders])
+
+    def value(self, value) -> str:
+        placeholder = f":c{len(self.values)}"
+        self.values[placeholder] = value
+        return placeholder
+
+
+# |current| <= 9E+125 and |delta| <= 9E+124 keep |current + delta| under 9.99E+125.
+_COMPILED_VALUE_LIMIT = Decimal("9E+125")
+_COMPILED_DELTA_LIMIT = Decimal("9E+124")
+
+
+def _member_parts(pointer: str) -> tuple | None:
+    """The object-member names of a JSON Pointer, or None where it may touch an array."""
+    if not pointer:
+        return None
+    parts = tuple(jsonpointer.JsonPointer(pointer).parts)
+    if any(part == "-" or part.isdigit() or not part for part in parts):
+        return None
+    return parts
+
+
+def _compile_json_patch(operations: list) -> CompiledUpdate | None:
+    compiled = CompiledUpdate()
+    for operation in operations:
+        op, parts = operation["op"], _member_parts(operation["path"])
+        if parts is None or op not in ("increment", "add", "replace", "remove"):
+            return None
+        path = compiled.path(parts)
+        if path is None:
+            return None
+        if op == "remove":
+            compiled.removes.append(path)
+            compiled.conditions.append(f"attribute_exists({path})")
+            continue
+        if op in ("add", "replace"):
+            compiled.sets.append(f"{path} = {compiled.value(operation['value'])}")
+            if op == "replace":
+                compiled.conditions.append(f"attribute_exists({path})")
+            continue
+        delta = Decimal(operation["value"])
+        if abs(delta) > _COMPILED_DELTA_LIMIT:
+            return None
+        low, high = operation.get("min"), operation.get("max")
+        compiled.sets.append(f"{path} = if_not_exists({path}, {compiled.value(Decimal(0))}) + {compiled.value(delta)}")
+        # Keep the result inside DynamoDB's range on every engine (moto does not check).
+        compiled.conditions.append(
+            f"(attribute_not_exists({path}) OR (attribute_type({path}, {compiled.value('N')}) AND "
+            f"{path} BETWEEN {compiled.value(-_COMPILED_VALUE_LIMIT)} AND {compiled.value(_COMPILED_VALUE_LIMIT)}))")
+        if low is None and high is None:
+            continue
+        # Only where no clamping is needed: otherwise DynamoDB refuses and the caller clamps.
+        guards = []
+        if low is not None:
+            guards.append(f"{path} >= {compiled.value(Decimal(low) - delta)}")
+        if high is not None:
+            guards.append(f"{path} <= {compiled.value(Decimal(high) - delta)}")
+        guard = " AND ".join(guards)
+        missing_fits = (low is None or delta >= low) and (high is None or delta <= high)
+        compiled.conditions.append(f"(attribute_not_exists({path}) OR ({guard}))" if missing_fits else f"({guard})")
+    return compiled
+
+
+def _compile_merge_patch(patch: dict) -> CompiledUpdate | None:
+    compiled = CompiledUpdate()
+    for key, value in patch.items():
+        if isinstance(value, dict) or not key:
+            return None  # merging into an object DynamoDB cannot express without knowing it
+        path = compiled.path((key,))
+        if value is None:
+            compiled.removes.append(path)
+        else:
+            compiled.sets.append(f"{path} = {compiled.value(value)}")
+    return compiled

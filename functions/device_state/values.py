@@ -21,8 +21,17 @@ MAX_STATE_DEPTH = 31  # the state map itself is one level; 32 levels in all per 
 MAX_MEMBER_NAME_BYTES = 65535
 MAX_ITEM_BYTES = 400 * 1024
 
+class _ExactDeserializer(TypeDeserializer):
+    """boto3 reads numbers through a 38-digit context that traps rounding, so a valid
+    number DynamoDB sends in long form (1E+38 arrives as a 1 and 38 zeros) would fail to
+    read. Every number DynamoDB holds is an exact Decimal as written."""
+
+    def _deserialize_n(self, value):
+        return Decimal(value)
+
+
 _serializer = TypeSerializer()
-_deserializer = TypeDeserializer()
+_deserializer = _ExactDeserializer()
 
 
 def validate_device_id(device_id) -> str:
@@ -179,7 +188,7 @@ def _attribute_size(attribute: dict) -> int:
     if kind == "S":
         return len(value.encode("utf-8"))
     if kind == "N":
-        return (significant_digits(Decimal(value)) + 1) // 2 + 2
+        return (significant_digits(Decimal(value)) + 1) // 2 + 3  # integer and fraction halves, sign
     if kind in ("BOOL", "NULL"):
         return 1
     if kind == "M":

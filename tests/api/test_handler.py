@@ -348,7 +348,9 @@ def test_contention_exhaustion_is_503_with_retry_after_and_writes_nothing(api, m
 
     client.meta.events.register("provide-client-params.dynamodb.UpdateItem", rival_writes_first)
     try:
-        result = api("PATCH", "/devices/lamp-1", [{"op": "increment", "path": "/n", "value": 1}],
+        # copy keeps it read-modify-write (an increment alone compiles to one unconditional-version write)
+        result = api("PATCH", "/devices/lamp-1", [{"op": "increment", "path": "/n", "value": 1},
+                                                  {"op": "copy", "from": "/n", "path": "/m"}],
                      content_type=JSON_PATCH)
     finally:
         client.meta.events.unregister("provide-client-params.dynamodb.UpdateItem", rival_writes_first)

@@ -41,7 +41,7 @@ def test_metric_names_are_the_library_constants(api, monkeypatch, capsys):
 
     client.meta.events.register("provide-client-params.dynamodb.UpdateItem", rival_first)
     try:
-        exhausted = api("PATCH", "/devices/m-1", {"x": 1}, content_type="application/merge-patch+json")
+        exhausted = api("PATCH", "/devices/m-1", {"x": {"nested": 1}}, content_type="application/merge-patch+json")
     finally:
         client.meta.events.unregister("provide-client-params.dynamodb.UpdateItem", rival_first)
     assert exhausted.status == 503
