@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -356,6 +357,7 @@ def write_outputs(cells: list[Cell], cold: dict | None, out: Path, lines: list[s
 
 
 def main(argv=None) -> None:
+    logging.getLogger("device_state").setLevel(logging.ERROR)  # exhaustion is counted, not logged
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writers", default="1,4,16,64")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
