@@ -7,14 +7,19 @@ from .client import dynamodb_client
 from .errors import (
     ConditionFailed,
     DeviceAlreadyExists,
+    DeviceLocked,
     DeviceNotFound,
     DeviceStateError,
     IdempotencyKeyReused,
     InvalidCursor,
     InvalidDeviceId,
+    InvalidLease,
     InvalidPatch,
     InvalidValue,
     ItemTooLarge,
+    LeaseBusy,
+    LeaseLost,
+    LeaseNotHeld,
     PatchError,
     PatchNotApplicable,
     PatchTestFailed,
@@ -24,7 +29,8 @@ from .errors import (
     VersionConflict,
 )
 from .idempotency import IdempotencyKey, InvalidIdempotencyKey
-from .manager import Backoff, Device, DeviceStateManager
+from .manager import Backoff, Device, DeviceStateManager  # before .leases, which it imports
+from .leases import Lease, LeaseGrant, LeaseStatus
 from .observer import UpdateObserver
 from .patches import JsonPatch, MergePatch
 from .transactions import InvalidTransaction, Operation, OperationFailure, TransactionFailed, TransactionTooLarge
@@ -34,6 +40,7 @@ __all__ = [
     "ConditionFailed",
     "Device",
     "DeviceAlreadyExists",
+    "DeviceLocked",
     "DeviceNotFound",
     "DeviceStateError",
     "DeviceStateManager",
@@ -42,11 +49,18 @@ __all__ = [
     "InvalidIdempotencyKey",
     "InvalidCursor",
     "InvalidDeviceId",
+    "InvalidLease",
     "InvalidPatch",
     "InvalidTransaction",
     "InvalidValue",
     "ItemTooLarge",
     "JsonPatch",
+    "Lease",
+    "LeaseBusy",
+    "LeaseGrant",
+    "LeaseLost",
+    "LeaseNotHeld",
+    "LeaseStatus",
     "MergePatch",
     "Operation",
     "OperationFailure",

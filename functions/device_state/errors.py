@@ -111,3 +111,46 @@ class StorageUnavailable(DeviceStateError):
 
 class StorageError(DeviceStateError):
     """DynamoDB refused a request for a reason that is a fault of this service."""
+
+
+class InvalidLease(DeviceStateError, ValueError):
+    """A lease request or lease id that is malformed (a ttl or wait out of range)."""
+
+
+class LeaseBusy(DeviceStateError):
+    """The lease was not acquired within the wait; the ticket was withdrawn.
+    ``holder_expires_at`` (epoch seconds) is when the current holder's lease runs out."""
+
+    def __init__(self, device_id: str, holder_expires_at: float | None, waiting: int = 0):
+        super().__init__(f"device {device_id!r} is leased by another holder; not acquired within the wait")
+        self.device_id = device_id
+        self.holder_expires_at = holder_expires_at
+        self.waiting = waiting
+
+
+class LeaseLost(DeviceStateError):
+    """The lease expired or was released: it can no longer be heartbeated or written under."""
+
+    def __init__(self, device_id: str, lease_id: str):
+        super().__init__(f"lease {lease_id!r} on device {device_id!r} has expired or was released")
+        self.device_id = device_id
+        self.lease_id = lease_id
+
+
+class DeviceLocked(DeviceStateError):
+    """Another holder's lease is active on the device and the write did not present its
+    fencing token. ``lease_expires_at`` (epoch seconds) is when that lease runs out."""
+
+    def __init__(self, device_id: str, lease_expires_at: float):
+        super().__init__(f"device {device_id!r} is leased; writes need the holder's lease token")
+        self.device_id = device_id
+        self.lease_expires_at = lease_expires_at
+
+
+class LeaseNotHeld(DeviceStateError):
+    """A write presented a lease token, but no lease with that token is active on the device."""
+
+    def __init__(self, device_id: str, token: int):
+        super().__init__(f"lease token {token} holds no active lease on device {device_id!r}")
+        self.device_id = device_id
+        self.token = token

@@ -32,7 +32,8 @@ from .errors import (
     StorageUnavailable,
     VersionConflict,
 )
-from .errors import PatchNotApplicable, PatchTestFailed
+from .errors import DeviceLocked, LeaseNotHeld, PatchNotApplicable, PatchTestFailed
+from . import leases
 from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED, IdempotencyKey
 from . import transactions as tx
 from .transactions import Operation, OperationFailure, TransactionFailed
@@ -70,6 +71,8 @@ _NAMES = {
     "#updatedAt": table.UPDATED_AT,
     "#expiresAt": table.TTL_ATTRIBUTE,
     "#writeId": table.WRITE_ID,
+    "#leaseToken": table.LEASE_TOKEN,
+    "#leaseUntil": table.LEASE_UNTIL,
 }
 _LIVE = "(attribute_not_exists(#expiresAt) OR #expiresAt > :nowEpoch)"
 _EXISTS = f"attribute_exists(#pk) AND {_LIVE}"
@@ -201,6 +204,27 @@ class DeviceStateManager:
         self._monotonic = monotonic
         self._sleep = sleep
         self._rng = rng or random.Random()
+        self._lease_tokens: dict = {}
+
+    def fenced(self, tokens: dict) -> "DeviceStateManager":
+        """This manager, writing under lease fencing tokens: ``{device_id: token}`` (an
+        int, or a ``Lease``, which also refuses once it is lost). A write to a device
+        with an active lease must present that lease's token, and a write that presents
+        a token succeeds only while that lease is the active one."""
+        view = copy.copy(self)
+        view._lease_tokens = {**self._lease_tokens, **tokens}
+        return view
+
+    def lease(self, device_id: str, ttl_seconds: float = leases.DEFAULT_TTL_SECONDS,
+              wait_seconds: float = 0, *, owner: str | None = None) -> "leases.Lease":
+        """A FIFO lease on the device (not yet acquired): use it as a context manager
+        (acquires, heartbeats in the background, releases on exit) or call
+        ``acquire()``, ``heartbeat()`` and ``release()``. See ``leases.py``."""
+        return leases.Lease(leases.LeaseQueue(self), device_id, ttl_seconds, wait_seconds, owner)
+
+    def lease_queue(self) -> "leases.LeaseQueue":
+        """The lease protocol by lease id, for callers that hold no ``Lease`` object (HTTP)."""
+        return leases.LeaseQueue(self)
 
     # ----------------------------------------------------------------- reads
 
@@ -270,6 +294,10 @@ class DeviceStateManager:
             return device, outcome == CREATED
         self._check_state_fits(device_id, state)
         now = self._clock()
+        names = _names("#state", "#updatedAt", "#createdAt", "#version", "#expiresAt")
+        values = {":state": to_attribute(state), ":now": {"S": _timestamp(now)}, ":one": _number(1),
+                  ":nowEpoch": _number(now)}
+        condition = f"{_LIVE} AND {self._fence(device_id, names, values)}"
         try:
             attributes = self._call(
                 "update_item",
@@ -279,18 +307,17 @@ class DeviceStateManager:
                     "SET #state = :state, #updatedAt = :now, "
                     "#createdAt = if_not_exists(#createdAt, :now) ADD #version :one"
                 ),
-                ConditionExpression=_LIVE,
-                ExpressionAttributeNames=_names("#state", "#updatedAt", "#createdAt", "#version", "#expiresAt"),
-                ExpressionAttributeValues={
-                    ":state": to_attribute(state),
-                    ":now": {"S": _timestamp(now)},
-                    ":one": _number(1),
-                    ":nowEpoch": _number(now),
-                },
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
                 ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )["Attributes"]
-        except _Rejected:
-            # Only an expired item fails the condition: it counts as absent, so create anew.
+        except _Rejected as rejected:
+            fenced = self._lease_error(device_id, self._raw_live(rejected.item))
+            if fenced is not None:
+                raise fenced from None
+            # Otherwise only an expired item fails the condition: it counts as absent, so create anew.
             return self.create(device_id, state), True
         device = Device.from_item(attributes)
         return device, device.version == 1
@@ -317,6 +344,8 @@ class DeviceStateManager:
             condition = f"#version = :expected AND {_LIVE}"
             values[":expected"] = _number(expected_version)
             values[":next"] = _number(expected_version + 1)
+        names = _names_in(update + condition)
+        condition += " AND " + self._fence(device_id, names, values)
         try:
             attributes = self._call(
                 "update_item",
@@ -324,7 +353,7 @@ class DeviceStateManager:
                 Key=table.state_key(device_id),
                 UpdateExpression=update,
                 ConditionExpression=condition,
-                ExpressionAttributeNames=_names_in(update + condition),
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -417,13 +446,15 @@ class DeviceStateManager:
         if expected_version is not None:
             condition += " AND #version = :expected"
             values[":expected"] = _number(expected_version)
+        names = _names_in(condition)
+        condition += " AND " + self._fence(device_id, names, values)
         try:
             old = self._call(
                 "delete_item",
                 TableName=self.table_name,
                 Key=table.state_key(device_id),
                 ConditionExpression=condition,
-                ExpressionAttributeNames=_names_in(condition),
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
                 ReturnValues="ALL_OLD",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -526,6 +557,10 @@ class DeviceStateManager:
         if old is None:
             return OperationFailure(index, operation.device_id, tx.NOT_FOUND, "the device does not exist")
         current = Device.from_item(old)
+        fenced = self._lease_error(operation.device_id, old) if operation.action != tx.CHECK else None
+        if fenced is not None:
+            reason = tx.LOCKED if isinstance(fenced, DeviceLocked) else tx.LEASE_NOT_HELD
+            return OperationFailure(index, operation.device_id, reason, str(fenced), current)
         if current.version != plan.expected_version:
             if operation.expected_version is None:
                 return None
@@ -599,7 +634,6 @@ class DeviceStateManager:
         write_id = uuid.uuid4().hex
         check_item_size({**item, table.STATE: state_attribute, table.VERSION: _number(next_version),
                          table.UPDATED_AT: {"S": stamp}, table.WRITE_ID: {"S": write_id}})
-        expression = f"#version = :expected AND {_LIVE}"
         names = _names("#state", "#version", "#updatedAt", "#expiresAt", "#writeId")
         values = {
             ":state": state_attribute,
@@ -609,6 +643,7 @@ class DeviceStateManager:
             ":nowEpoch": _number(now),
             ":writeId": {"S": write_id},
         }
+        expression = f"#version = :expected AND {_LIVE} AND {self._fence(current.device_id, names, values)}"
         expression = _and_condition(expression, names, values, condition)
         request = {"Update": {
             "TableName": self.table_name,
@@ -624,13 +659,15 @@ class DeviceStateManager:
 
     def _plan_delete(self, item: dict) -> _Planned:
         current = Device.from_item(item)
+        names = _names("#version", "#expiresAt")
+        values = {":expected": _number(current.version), ":nowEpoch": _number(self._clock())}
         request = {"Delete": {
             "TableName": self.table_name,
             "Key": table.state_key(current.device_id),
-            "ConditionExpression": f"#version = :expected AND {_LIVE}",
-            "ExpressionAttributeNames": _names("#version", "#expiresAt"),
-            "ExpressionAttributeValues": {":expected": _number(current.version),
-                                          ":nowEpoch": _number(self._clock())},
+            "ConditionExpression": f"#version = :expected AND {_LIVE} AND "
+                                   + self._fence(current.device_id, names, values),
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }}
         return _Planned(request, current, DELETED, current.version, None)
@@ -702,7 +739,7 @@ class DeviceStateManager:
             update += " REMOVE " + ", ".join(compiled.removes)
         # No version check here, so a resend of this very request must fail on its own write id.
         not_resent = "(attribute_not_exists(#writeId) OR #writeId <> :writeId)"
-        expression = " AND ".join([_EXISTS, not_resent, *compiled.conditions])
+        expression = " AND ".join([_EXISTS, not_resent, self._fence(device_id, names, values), *compiled.conditions])
         self.observer.attempt(device_id, 1)
         try:
             attributes = self._call(
@@ -717,6 +754,8 @@ class DeviceStateManager:
                 raise DeviceNotFound(device_id) from None
             if old.get(table.WRITE_ID, {}).get("S") == write_id:
                 attributes = old  # an SDK resend of our own landed write
+            elif (fenced := self._lease_error(device_id, old)) is not None:
+                raise fenced from None
             else:
                 return None
         except _Invalid:
@@ -882,6 +921,9 @@ class DeviceStateManager:
         old_item = self._raw_live(old_item)
         if old_item is None:
             return DeviceNotFound(device_id)
+        fenced = self._lease_error(device_id, old_item)
+        if fenced is not None:
+            return fenced
         current = Device.from_item(old_item)
         if expected_version is not None and current.version != expected_version:
             return self._conflict(device_id, expected_version, current)
@@ -896,6 +938,33 @@ class DeviceStateManager:
         )
         self.observer.conflict(device_id, expected_version, current.version)
         return VersionConflict(device_id, expected_version, current)
+
+    def _fence(self, device_id: str, names: dict, values: dict) -> str:
+        """The lease condition every state write carries (its ``:nowEpoch`` already in
+        ``values``): no active lease, or, when this manager holds a token for the device,
+        exactly that lease, still active."""
+        names.update(_names("#leaseToken", "#leaseUntil"))
+        token = self._lease_tokens.get(device_id)
+        if token is None:
+            return "(attribute_not_exists(#leaseToken) OR #leaseUntil <= :nowEpoch)"
+        if isinstance(token, leases.Lease):
+            token = token.fencing_token_if_held()
+        values[":leaseToken"] = _number(token)
+        return "(#leaseToken = :leaseToken AND #leaseUntil > :nowEpoch)"
+
+    def _lease_error(self, device_id: str, item: dict | None) -> Exception | None:
+        """Why the fence refused a write to the live ``item``, or None if it did not."""
+        if item is None:
+            return None
+        holder, until = leases.active_holder(item, self._clock())
+        token = self._lease_tokens.get(device_id)
+        if isinstance(token, leases.Lease):
+            token = token.fencing_token
+        if token is None:
+            return DeviceLocked(device_id, until) if holder is not None else None
+        if holder == token:
+            return None
+        return DeviceLocked(device_id, until) if holder is not None else LeaseNotHeld(device_id, token)
 
     def _raw_live(self, item: dict | None) -> dict | None:
         """The item if it is present and unexpired, else None."""

@@ -33,4 +33,17 @@ class UpdateObserver:
         """A keyed write was answered from its idempotency record; nothing was written."""
 
 
+    def lease_acquired(self, device_id: str, waited: float) -> None:
+        """A lease was acquired after waiting ``waited`` seconds in the queue."""
+
+    def lease_busy(self, device_id: str) -> None:
+        """A lease was not acquired within its wait; the ticket was withdrawn."""
+
+    def lease_reclaimed(self, device_id: str, rows: int) -> None:
+        """Expired queue rows (crashed holders or waiters) were found and deleted."""
+
+    def lease_lost(self, device_id: str) -> None:
+        """A heartbeat was refused (or could not be sent before expiry): the lease is lost."""
+
+
 NULL_OBSERVER = UpdateObserver()

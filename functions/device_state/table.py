@@ -68,5 +68,12 @@ CREATED_AT = "createdAt"
 UPDATED_AT = "updatedAt"
 WRITE_ID = "writeId"  # random per write attempt: tells our own landed write from another's
 
+# The active lease holder, recorded on the state item so every write can be fenced.
+LEASE_TOKEN = "leaseToken"  # the holder's fencing token (its ticket)
+LEASE_UNTIL = "leaseUntil"  # epoch seconds (to the millisecond) when the holder's lease ends
+
 # Sort-key prefix of idempotency records (see idempotency.py).
 IDEMPOTENCY_SK_PREFIX = "idem#"
+# Lease queue rows and the ticket counter (see leases.py).
+LEASE_SK_PREFIX = "lease#"
+LEASE_COUNTER_SK = "lease-counter"

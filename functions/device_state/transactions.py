@@ -15,9 +15,10 @@ MAX_TRANSACTION_BYTES = 4 * 1024 * 1024
 
 CREATE, PUT, REPLACE, UPDATE, DELETE, CHECK = "create", "put", "replace", "update", "delete", "check"
 
-# Why an operation failed (the HTTP layer maps these to 404 / 409 / 412 / 409 / 409 / 422).
-NOT_FOUND, EXISTS, VERSION, CONDITION, TEST_FAILED, NOT_APPLICABLE = (
-    "not-found", "exists", "version", "condition", "patch-test-failed", "patch-not-applicable")
+# Why an operation failed (the HTTP layer maps these to 404 / 409 / 412 / 409 / 409 / 422 / 423 / 409).
+NOT_FOUND, EXISTS, VERSION, CONDITION, TEST_FAILED, NOT_APPLICABLE, LOCKED, LEASE_NOT_HELD = (
+    "not-found", "exists", "version", "condition", "patch-test-failed", "patch-not-applicable", "locked",
+    "lease-not-held")
 
 
 @dataclass(frozen=True)

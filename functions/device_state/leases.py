@@ -1,0 +1,448 @@
+"""Device leases: a FIFO lock per device with heartbeats, fencing tokens and TTL clean-up.
+
+In the device's partition:
+
+- ``sk = "lease-counter"``: the ticket counter. ``ADD`` creates it on first use
+  atomically, so there is no create race to handle; it never expires, so tickets (the
+  fencing tokens) only ever go up, even across a delete and re-create of the device.
+- ``sk = "lease#<ticket, 38 digits>"``: one queue row per ticket, sorted by ticket, with
+  ``secret``, ``owner``, ``ttlSeconds``, ``createdAt``, ``until`` (epoch seconds to the
+  millisecond) and ``expiresAt`` (whole seconds, the TTL backstop). A row whose ``until``
+  has passed is ignored at once and deleted when a waiter meets it.
+- On the state item, ``leaseToken`` and ``leaseUntil`` name the active holder. They are
+  what fences writes (see ``DeviceStateManager._fence``): the queue gives the order, the
+  state item's condition gives mutual exclusion, so even two waiters that both believe
+  they are at the head cannot both hold the lease.
+
+A waiter is at the head when no live row with a lower ticket exists; it then takes the
+lease with one transaction (its row refreshed, the holder recorded on the state item
+under the condition that no other lease is active). Heartbeats extend both in one
+transaction; release deletes the row and clears the holder in one transaction.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import threading
+import uuid
+from dataclasses import dataclass
+
+from . import manager as _manager  # circular on purpose: manager.py imports this module too
+from . import table
+from .errors import DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, StorageError
+from .values import validate_device_id
+
+DEFAULT_TTL_SECONDS = 60
+MAX_TTL_SECONDS = 900
+# A waiting row lives this long past each poll, so a crashed waiter stops blocking the
+# queue soon after it stops polling (a holder's row lives for its ttl).
+WAITING_ROW_SECONDS = 5.0
+POLL_SECONDS = (0.02, 0.2)  # a waiter polls at a uniformly jittered interval in this range
+MAX_REAPED_PER_POLL = 25  # expired rows deleted by one poll at most; TTL does the rest
+TICKET_DIGITS = 38
+
+_SECRET = "secret"
+_OWNER = "owner"
+_TICKET = "ticket"
+_TTL = "ttlSeconds"
+_UNTIL = "until"
+
+
+def _sort_key(ticket: int) -> str:
+    return f"{table.LEASE_SK_PREFIX}{ticket:0{TICKET_DIGITS}d}"
+
+
+def _n(value) -> dict:
+    return {"N": str(value)}
+
+
+def _epoch(value: float) -> dict:
+    return {"N": f"{value:.3f}"}
+
+
+def active_holder(state_item: dict, now: float) -> tuple[int | None, float | None]:
+    """The fencing token and expiry of the lease active on a state item, or (None, None)."""
+    token = state_item.get(table.LEASE_TOKEN)
+    until = state_item.get(table.LEASE_UNTIL)
+    if token is None or until is None or float(until["N"]) <= now:
+        return None, None
+    return int(token["N"]), float(until["N"])
+
+
+def parse_lease_id(lease_id: str) -> tuple[int, str]:
+    """``"<ticket>.<secret>"`` → (ticket, secret); ``InvalidLease`` for anything else."""
+    ticket, dot, secret = lease_id.partition(".") if isinstance(lease_id, str) else ("", "", "")
+    if not dot or not ticket.isascii() or not ticket.isdigit() or len(ticket) > TICKET_DIGITS \
+            or not 16 <= len(secret) <= 64 or not secret.isascii() or not secret.isalnum():
+        raise InvalidLease(f"{lease_id!r} is not a lease id this service issued")
+    return int(ticket), secret
+
+
+@dataclass(frozen=True)
+class LeaseGrant:
+    """An acquired or heartbeated lease."""
+
+    device_id: str
+    lease_id: str
+    fencing_token: int
+    expires_at: float  # epoch seconds
+    ttl_seconds: float
+
+
+@dataclass(frozen=True)
+class LeaseStatus:
+    """Who holds a device's lease (token and expiry, never the lease id) and how many wait."""
+
+    holder_token: int | None
+    holder_expires_at: float | None
+    holder_owner: str | None
+    waiting: int
+
+
+class LeaseQueue:
+    """The lease protocol for one ``DeviceStateManager`` (its client, table, clock,
+    sleep, randomness and observer)."""
+
+    def __init__(self, manager):
+        self._m = manager
+
+    # ------------------------------------------------------------- acquire
+
+    def acquire(self, device_id: str, ttl_seconds: float = DEFAULT_TTL_SECONDS, wait_seconds: float = 0,
+                owner: str | None = None) -> LeaseGrant:
+        """Take a ticket, queue, and wait up to ``wait_seconds`` to reach the head and
+        take the lease. ``LeaseBusy`` (ticket withdrawn) when the wait runs out;
+        ``DeviceNotFound`` when there is no such device. ``wait_seconds`` is finite:
+        a caller inside a Lambda caps it by its remaining time."""
+        validate_device_id(device_id)
+        ttl_seconds, wait_seconds = _check_ttl(ttl_seconds), float(wait_seconds)
+        if not 0 <= wait_seconds <= MAX_TTL_SECONDS or math.isnan(wait_seconds):
+            raise InvalidLease(f"wait_seconds must be from 0 to {MAX_TTL_SECONDS}")
+        if self._m._read_optional(device_id) is None:
+            raise DeviceNotFound(device_id)
+        m = self._m
+        started = m._monotonic()
+        deadline = started + wait_seconds
+        ticket = int(m._call(
+            "update_item", TableName=m.table_name,
+            Key={table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": table.LEASE_COUNTER_SK}},
+            UpdateExpression="ADD #ticket :one", ExpressionAttributeNames={"#ticket": _TICKET},
+            ExpressionAttributeValues={":one": _n(1)}, ReturnValues="UPDATED_NEW",
+        )["Attributes"][_TICKET]["N"])
+        secret = secrets.token_hex(16)
+        lease_id = f"{ticket}.{secret}"
+        row_refreshed = m._monotonic()
+        self._put_row(device_id, ticket, secret, owner, ttl_seconds, m._clock() + min(ttl_seconds, WAITING_ROW_SECONDS))
+        try:
+            while True:
+                ahead = self._live_rows(device_id, below=ticket)
+                holder_until = float(ahead[0][_UNTIL]["N"]) if ahead else None
+                if not ahead:
+                    taken, holder_until = self._take(device_id, ticket, secret, owner, ttl_seconds)
+                    if taken is not None:
+                        m.observer.lease_acquired(device_id, m._monotonic() - started)
+                        return LeaseGrant(device_id, lease_id, ticket, taken, ttl_seconds)
+                remaining = deadline - m._monotonic()
+                if remaining <= 0:
+                    m.observer.lease_busy(device_id)
+                    raise LeaseBusy(device_id, holder_until, len(ahead))
+                m._sleep(min(remaining, m._rng.uniform(*POLL_SECONDS)))
+                if m._monotonic() - row_refreshed > WAITING_ROW_SECONDS / 2:
+                    row_refreshed = m._monotonic()
+                    self._put_row(device_id, ticket, secret, owner, ttl_seconds,
+                                  m._clock() + min(ttl_seconds, WAITING_ROW_SECONDS))
+        except BaseException:
+            self._withdraw(device_id, ticket, secret)
+            raise
+
+    def _take(self, device_id, ticket, secret, owner, ttl_seconds) -> tuple[float | None, float | None]:
+        """At the head: record this ticket as the holder unless another lease is active.
+        Returns (our expiry, None) or (None, the active holder's expiry)."""
+        m = self._m
+        now = m._clock()
+        until = now + ttl_seconds
+        try:
+            m._call("transact_write_items", ClientRequestToken=uuid.uuid4().hex, TransactItems=[
+                {"Put": {"TableName": m.table_name, "Item": self._row(device_id, ticket, secret, owner, ttl_seconds, until)}},
+                {"Update": {
+                    "TableName": m.table_name, "Key": table.state_key(device_id),
+                    "UpdateExpression": "SET #leaseToken = :token, #leaseUntil = :until",
+                    "ConditionExpression": "attribute_exists(#pk) AND (attribute_not_exists(#expiresAt) OR "
+                                           "#expiresAt > :now) AND (attribute_not_exists(#leaseToken) OR "
+                                           "#leaseUntil <= :now OR #leaseToken = :token)",
+                    "ExpressionAttributeNames": {"#pk": table.PARTITION_KEY, "#expiresAt": table.TTL_ATTRIBUTE,
+                                                 "#leaseToken": table.LEASE_TOKEN, "#leaseUntil": table.LEASE_UNTIL},
+                    "ExpressionAttributeValues": {":token": _n(ticket), ":until": _epoch(until), ":now": _epoch(now)},
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }},
+            ])
+        except _manager._Cancelled as cancelled:
+            reasons = cancelled.reasons + [{}, {}]
+            state = reasons[1]
+            if state.get("Code") == "ConditionalCheckFailed":
+                item = m._raw_live(state.get("Item"))
+                if item is None:
+                    raise DeviceNotFound(device_id) from None
+                return None, active_holder(item, m._clock())[1]
+            if any(reason.get("Code") == "TransactionConflict" for reason in cancelled.reasons):
+                return None, None  # someone else's heartbeat or write at that instant: poll again
+            raise StorageError(f"lease transaction cancelled: {cancelled.reasons}") from None
+        return until, None
+
+    def _live_rows(self, device_id: str, below: int | None = None) -> list[dict]:
+        """Live queue rows in ticket order (those before ticket ``below`` only, if given),
+        strongly consistent and paginated; expired ones met on the way are deleted."""
+        m = self._m
+        now = m._clock()
+        high = _sort_key(below - 1) if below is not None else table.LEASE_SK_PREFIX + "9" * (TICKET_DIGITS + 1)
+        request = {
+            "TableName": m.table_name, "ConsistentRead": True,
+            "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :low AND :high",
+            "ExpressionAttributeNames": {"#pk": table.PARTITION_KEY, "#sk": table.SORT_KEY},
+            "ExpressionAttributeValues": {":pk": {"S": device_id}, ":low": {"S": _sort_key(0)},
+                                          ":high": {"S": high}},
+        }
+        if below is not None and below <= 1:
+            return []
+        live, expired = [], []
+        while True:
+            page = m._call("query", **request)
+            for row in page.get("Items", []):
+                (live if float(row[_UNTIL]["N"]) > now else expired).append(row)
+            if "LastEvaluatedKey" not in page:
+                break
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        for row in expired[:MAX_REAPED_PER_POLL]:
+            self._reap(row, now)
+        if expired:
+            m.observer.lease_reclaimed(device_id, min(len(expired), MAX_REAPED_PER_POLL))
+        return live
+
+    def _reap(self, row: dict, now: float) -> None:
+        """Delete an expired row, unless its holder heartbeated it meanwhile."""
+        m = self._m
+        try:
+            m._call("delete_item", TableName=m.table_name,
+                    Key={table.PARTITION_KEY: row[table.PARTITION_KEY], table.SORT_KEY: row[table.SORT_KEY]},
+                    ConditionExpression="#until <= :now", ExpressionAttributeNames={"#until": _UNTIL},
+                    ExpressionAttributeValues={":now": _epoch(now)})
+        except _manager._Rejected:
+            pass
+
+    # ----------------------------------------------------- heartbeat, release
+
+    def heartbeat(self, device_id: str, lease_id: str, ttl_seconds: float | None = None) -> LeaseGrant:
+        """Extend a held lease by ``ttl_seconds`` (default: its own ttl) from now;
+        ``LeaseLost`` when it expired, was released, or is not the holder."""
+        validate_device_id(device_id)
+        ticket, secret = parse_lease_id(lease_id)
+        m = self._m
+        key = {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": _sort_key(ticket)}}
+        if ttl_seconds is None:
+            row = m._call("get_item", TableName=m.table_name, Key=key, ConsistentRead=True).get("Item")
+            if row is None or row.get(_SECRET, {}).get("S") != secret:
+                raise self._lost(device_id, lease_id)
+            ttl_seconds = float(row[_TTL]["N"])
+        ttl_seconds = _check_ttl(ttl_seconds)
+        now = m._clock()
+        until = now + ttl_seconds
+        names = {"#until": _UNTIL, "#expiresAt": table.TTL_ATTRIBUTE, "#secret": _SECRET, "#ttl": _TTL}
+        try:
+            m._call("transact_write_items", ClientRequestToken=uuid.uuid4().hex, TransactItems=[
+                {"Update": {
+                    "TableName": m.table_name, "Key": key,
+                    "UpdateExpression": "SET #until = :until, #expiresAt = :expires, #ttl = :ttl",
+                    "ConditionExpression": "#secret = :secret AND #until > :now",
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": {":until": _epoch(until), ":expires": _n(math.ceil(until)),
+                                                  ":ttl": _n(ttl_seconds), ":secret": {"S": secret},
+                                                  ":now": _epoch(now)},
+                }},
+                {"Update": {
+                    "TableName": m.table_name, "Key": table.state_key(device_id),
+                    "UpdateExpression": "SET #leaseUntil = :until",
+                    "ConditionExpression": "#leaseToken = :token AND #leaseUntil > :now",
+                    "ExpressionAttributeNames": {"#leaseToken": table.LEASE_TOKEN, "#leaseUntil": table.LEASE_UNTIL},
+                    "ExpressionAttributeValues": {":until": _epoch(until), ":token": _n(ticket), ":now": _epoch(now)},
+                }},
+            ])
+        except _manager._Cancelled as cancelled:
+            if any(reason.get("Code") == "ConditionalCheckFailed" for reason in cancelled.reasons):
+                raise self._lost(device_id, lease_id) from None
+            raise StorageError(f"lease heartbeat cancelled: {cancelled.reasons}") from None
+        return LeaseGrant(device_id, lease_id, ticket, until, ttl_seconds)
+
+    def release(self, device_id: str, lease_id: str) -> bool:
+        """Give the lease (or a waiting ticket) back: the row goes and, if it held the
+        lease, the holder is cleared so the next waiter proceeds at once. True when
+        something was released, False when it was already gone."""
+        validate_device_id(device_id)
+        ticket, secret = parse_lease_id(lease_id)
+        m = self._m
+        key = {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": _sort_key(ticket)}}
+        try:
+            m._call("transact_write_items", ClientRequestToken=uuid.uuid4().hex, TransactItems=[
+                {"Delete": {"TableName": m.table_name, "Key": key, "ConditionExpression": "#secret = :secret",
+                            "ExpressionAttributeNames": {"#secret": _SECRET},
+                            "ExpressionAttributeValues": {":secret": {"S": secret}}}},
+                {"Update": {"TableName": m.table_name, "Key": table.state_key(device_id),
+                            "UpdateExpression": "REMOVE #leaseToken, #leaseUntil",
+                            "ConditionExpression": "#leaseToken = :token",
+                            "ExpressionAttributeNames": {"#leaseToken": table.LEASE_TOKEN,
+                                                         "#leaseUntil": table.LEASE_UNTIL},
+                            "ExpressionAttributeValues": {":token": _n(ticket)}}},
+            ])
+            return True
+        except _manager._Cancelled as cancelled:
+            row_reason = (cancelled.reasons + [{}])[0]
+            if row_reason.get("Code") == "ConditionalCheckFailed":
+                return False  # no such row (released, reaped, or never ours)
+        return self._withdraw(device_id, ticket, secret)  # a waiting ticket, or a holder already superseded
+
+    def _withdraw(self, device_id: str, ticket: int, secret: str) -> bool:
+        m = self._m
+        try:
+            m._call("delete_item", TableName=m.table_name,
+                    Key={table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": _sort_key(ticket)}},
+                    ConditionExpression="#secret = :secret", ExpressionAttributeNames={"#secret": _SECRET},
+                    ExpressionAttributeValues={":secret": {"S": secret}})
+            return True
+        except _manager._Rejected:
+            return False
+
+    def status(self, device_id: str) -> LeaseStatus:
+        """The active holder (from the state item) and how many live tickets wait behind it."""
+        state = self._m._read_optional(device_id)
+        if state is None:
+            raise DeviceNotFound(device_id)
+        token, until = active_holder(state, self._m._clock())
+        rows = self._live_rows(device_id)
+        holder_row = next((row for row in rows if token is not None and int(row[_TICKET]["N"]) == token), None)
+        owner = holder_row.get(_OWNER, {}).get("S") if holder_row else None
+        return LeaseStatus(token, until, owner, len(rows) - (1 if holder_row else 0))
+
+    # ------------------------------------------------------------ internals
+
+    def _row(self, device_id, ticket, secret, owner, ttl_seconds, until) -> dict:
+        row = {
+            table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": _sort_key(ticket)},
+            _TICKET: _n(ticket), _SECRET: {"S": secret}, _TTL: _n(ttl_seconds),
+            "createdAt": {"S": _manager._timestamp(self._m._clock())},
+            _UNTIL: _epoch(until), table.TTL_ATTRIBUTE: _n(math.ceil(until)),
+        }
+        if owner:
+            row[_OWNER] = {"S": owner}
+        return row
+
+    def _put_row(self, device_id, ticket, secret, owner, ttl_seconds, until) -> None:
+        m = self._m
+        m._call("put_item", TableName=m.table_name, Item=self._row(device_id, ticket, secret, owner, ttl_seconds, until))
+
+    def _lost(self, device_id: str, lease_id: str) -> LeaseLost:
+        self._m.observer.lease_lost(device_id)
+        return LeaseLost(device_id, lease_id)
+
+
+def _check_ttl(ttl_seconds) -> float:
+    try:
+        ttl = float(ttl_seconds)
+    except (TypeError, ValueError):
+        raise InvalidLease("ttl_seconds must be a number") from None
+    if not 1 <= ttl <= MAX_TTL_SECONDS:
+        raise InvalidLease(f"ttl_seconds must be from 1 to {MAX_TTL_SECONDS}")
+    return ttl
+
+
+class Lease:
+    """One caller's lease on a device. As a context manager it acquires, heartbeats on a
+    background thread every ttl/2 and releases on exit (also on an exception); or call
+    ``acquire()``, ``heartbeat()`` and ``release()`` yourself. ``manager`` writes to the
+    device under this lease's fencing token and refuses once the lease is lost."""
+
+    def __init__(self, queue: LeaseQueue, device_id: str, ttl_seconds: float, wait_seconds: float,
+                 owner: str | None):
+        self._queue = queue
+        self.device_id = device_id
+        self.ttl_seconds = _check_ttl(ttl_seconds)
+        self.wait_seconds = wait_seconds
+        self.owner = owner
+        self.grant: LeaseGrant | None = None
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def lease_id(self) -> str | None:
+        return self.grant.lease_id if self.grant else None
+
+    @property
+    def fencing_token(self) -> int | None:
+        return self.grant.fencing_token if self.grant else None
+
+    @property
+    def expires_at(self) -> float | None:
+        return self.grant.expires_at if self.grant else None
+
+    @property
+    def manager(self):
+        """The device-state manager, fenced by this lease."""
+        return self._queue._m.fenced({self.device_id: self})
+
+    def fencing_token_if_held(self) -> int:
+        if self.grant is None or self.lost or self._queue._m._clock() >= self.grant.expires_at:
+            raise LeaseLost(self.device_id, self.lease_id or "(not acquired)")
+        return self.grant.fencing_token
+
+    def acquire(self) -> "Lease":
+        self.grant = self._queue.acquire(self.device_id, self.ttl_seconds, self.wait_seconds, self.owner)
+        self.lost = False
+        return self
+
+    def heartbeat(self) -> "Lease":
+        if self.grant is None:
+            raise LeaseLost(self.device_id, "(not acquired)")
+        try:
+            self.grant = self._queue.heartbeat(self.device_id, self.grant.lease_id, self.ttl_seconds)
+        except LeaseLost:
+            self.lost = True
+            raise
+        return self
+
+    def release(self) -> bool:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._thread = None
+        if self.grant is None:
+            return False
+        released = self._queue.release(self.device_id, self.grant.lease_id)
+        self.lost = True  # nothing may be written under it any more
+        return released
+
+    def __enter__(self) -> "Lease":
+        self.acquire()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._heartbeat_loop, name=f"lease-{self.device_id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+    def _heartbeat_loop(self) -> None:
+        """Heartbeat at ttl/2; a failed heartbeat (storage trouble) is tried again sooner,
+        and the lease counts as lost once it is refused or its expiry has passed."""
+        interval = self.ttl_seconds / 2
+        while not self._stop.wait(interval):
+            try:
+                self.heartbeat()
+                interval = self.ttl_seconds / 2
+            except LeaseLost:
+                return
+            except StorageError:
+                if self._queue._m._clock() >= self.grant.expires_at:
+                    self.lost = True
+                    self._queue._m.observer.lease_lost(self.device_id)
+                    return
+                interval = max(0.05, min(interval / 2, self.grant.expires_at - self._queue._m._clock()) / 2)

@@ -1,0 +1,325 @@
+"""Device leases: FIFO order, mutual exclusion, crash recovery and fencing, waits and
+release. Single-threaded behaviour on both engines; everything with real threads on
+DynamoDB Local only."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from functions.device_state import (
+    DeviceLocked,
+    DeviceNotFound,
+    DeviceStateManager,
+    InvalidLease,
+    JsonPatch,
+    LeaseBusy,
+    LeaseLost,
+    LeaseNotHeld,
+    MergePatch,
+    UpdateObserver,
+)
+from functions.device_state import table
+
+
+class LeaseEvents(UpdateObserver):
+    def __init__(self):
+        self.acquired, self.busy, self.reclaimed, self.lost = [], 0, 0, 0
+
+    def lease_acquired(self, device_id, waited):
+        self.acquired.append(waited)
+
+    def lease_busy(self, device_id):
+        self.busy += 1
+
+    def lease_reclaimed(self, device_id, rows):
+        self.reclaimed += rows
+
+    def lease_lost(self, device_id):
+        self.lost += 1
+
+
+def lease_rows(client, name, device_id="lamp-1"):
+    return client.query(
+        TableName=name, ConsistentRead=True,
+        KeyConditionExpression="deviceId = :d AND begins_with(sk, :p)",
+        ExpressionAttributeValues={":d": {"S": device_id}, ":p": {"S": table.LEASE_SK_PREFIX}},
+    )["Items"]
+
+
+@pytest.fixture
+def lamp(manager):
+    manager.create("lamp-1", {"power": "on", "n": 0})
+    return manager
+
+
+# ------------------------------------------------------------- both engines
+
+
+def test_a_lease_needs_an_existing_device_and_sane_numbers(manager):
+    with pytest.raises(DeviceNotFound):
+        manager.lease("nope").acquire()
+    manager.create("lamp-1", {})
+    for bad in (0, 901, "x"):
+        with pytest.raises(InvalidLease):
+            manager.lease("lamp-1", ttl_seconds=bad)
+    with pytest.raises(InvalidLease):
+        manager.lease_queue().acquire("lamp-1", 10, wait_seconds=-1)
+    with pytest.raises(InvalidLease):
+        manager.lease_queue().heartbeat("lamp-1", "not-a-lease-id")
+
+
+def test_tickets_are_increasing_fencing_tokens_and_status_names_the_holder(lamp, engine):
+    first = lamp.lease("lamp-1", ttl_seconds=30, owner="firmware-job").acquire()
+    status = lamp.lease_queue().status("lamp-1")
+    assert (status.holder_token, status.holder_owner, status.waiting) == (first.fencing_token, "firmware-job", 0)
+    assert status.holder_expires_at == pytest.approx(time.time() + 30, abs=5)
+    assert first.release() is True
+    assert lamp.lease_queue().status("lamp-1").holder_token is None
+    second = lamp.lease("lamp-1").acquire()
+    assert second.fencing_token > first.fencing_token
+    second.release()
+    assert lease_rows(*engine) == []
+
+
+def test_no_wait_fails_at_once_and_withdraws_its_ticket(lamp, engine):
+    events = LeaseEvents()
+    lamp.observer = events
+    holder = lamp.lease("lamp-1", ttl_seconds=30).acquire()
+    started = time.monotonic()
+    with pytest.raises(LeaseBusy) as busy:
+        lamp.lease("lamp-1", wait_seconds=0).acquire()
+    assert time.monotonic() - started < 2
+    assert busy.value.holder_expires_at == pytest.approx(holder.expires_at, abs=0.01)
+    assert events.busy == 1
+    assert [int(row["ticket"]["N"]) for row in lease_rows(*engine)] == [holder.fencing_token]
+    holder.release()
+
+
+def test_a_bounded_wait_gives_up_after_the_wait_and_withdraws(lamp, engine):
+    holder = lamp.lease("lamp-1", ttl_seconds=30).acquire()
+    started = time.monotonic()
+    with pytest.raises(LeaseBusy):
+        lamp.lease("lamp-1", wait_seconds=0.4).acquire()
+    assert time.monotonic() - started >= 0.4
+    assert len(lease_rows(*engine)) == 1
+    holder.release()
+
+
+def test_writes_to_a_leased_device_need_the_holders_token(lamp):
+    lease = lamp.lease("lamp-1", ttl_seconds=30).acquire()
+    refused = [
+        lambda m: m.update_with_retry("lamp-1", MergePatch({"power": "off"})),
+        lambda m: m.update_with_retry("lamp-1", JsonPatch([{"op": "increment", "path": "/n", "value": 1}])),
+        lambda m: m.update_with_retry("lamp-1", lambda state: {**state, "x": 1}),
+        lambda m: m.update("lamp-1", MergePatch({"power": "off"}), expected_version=1),
+        lambda m: m.replace("lamp-1", {"power": "off"}),
+        lambda m: m.replace("lamp-1", {"power": "off"}, expected_version=1),
+        lambda m: m.put("lamp-1", {"power": "off"}),
+        lambda m: m.delete("lamp-1"),
+    ]
+    for write in refused:
+        with pytest.raises(DeviceLocked) as locked:
+            write(lamp)
+        assert locked.value.lease_expires_at == pytest.approx(lease.expires_at, abs=0.01)
+        with pytest.raises(DeviceLocked):
+            write(lamp.fenced({"lamp-1": lease.fencing_token + 1}))
+    assert lamp.get("lamp-1").version == 1  # nothing was written
+    fenced = lease.manager
+    fenced.update_with_retry("lamp-1", JsonPatch([{"op": "increment", "path": "/n", "value": 1}]))
+    fenced.update_with_retry("lamp-1", MergePatch({"power": "off"}))
+    device = lamp.fenced({"lamp-1": lease.fencing_token}).replace("lamp-1", {"power": "dim", "n": 1})
+    assert (device.version, device.state) == (4, {"power": "dim", "n": 1})
+    lease.release()
+    with pytest.raises(LeaseNotHeld):
+        fenced.fenced({"lamp-1": lease.fencing_token}).replace("lamp-1", {})
+    with pytest.raises(LeaseLost):
+        fenced.replace("lamp-1", {})  # the Lease itself knows it was released
+    assert lamp.replace("lamp-1", {"power": "on"}).version == 5  # free again
+
+
+def test_heartbeat_extends_and_a_released_lease_cannot_be_heartbeated(lamp):
+    events = LeaseEvents()
+    lamp.observer = events
+    lease = lamp.lease("lamp-1", ttl_seconds=5).acquire()
+    before = lease.expires_at
+    time.sleep(0.05)
+    lease.heartbeat()
+    assert lease.expires_at > before
+    queue = lamp.lease_queue()
+    grant = queue.heartbeat("lamp-1", lease.lease_id, ttl_seconds=100)
+    assert grant.expires_at == pytest.approx(time.time() + 100, abs=5)
+    assert queue.status("lamp-1").holder_expires_at == pytest.approx(grant.expires_at, abs=0.01)
+    lease.release()
+    with pytest.raises(LeaseLost):
+        queue.heartbeat("lamp-1", lease.lease_id)
+    with pytest.raises(LeaseLost):
+        lease.heartbeat()
+    assert events.lost == 2
+    assert queue.release("lamp-1", lease.lease_id) is False  # already gone: nothing to do
+    forged = f"{lease.fencing_token}.{'0' * 32}"
+    with pytest.raises(LeaseLost):
+        queue.heartbeat("lamp-1", forged)
+
+
+def test_the_context_manager_releases_on_an_exception(lamp, engine):
+    with pytest.raises(RuntimeError):
+        with lamp.lease("lamp-1", ttl_seconds=30) as lease:
+            lease.manager.update_with_retry("lamp-1", MergePatch({"power": "off"}))
+            raise RuntimeError("the job failed")
+    assert lamp.lease_queue().status("lamp-1").holder_token is None
+    assert lease_rows(*engine) == []
+    assert lamp.update_with_retry("lamp-1", MergePatch({"power": "on"})).version == 3
+
+
+def test_expired_rows_are_ignored_at_once_and_reaped(lamp, engine):
+    events = LeaseEvents()
+    lamp.observer = events
+    crashed = lamp.lease("lamp-1", ttl_seconds=1).acquire()  # never heartbeats, never releases
+    time.sleep(1.1)
+    # expiresAt (TTL) has passed or is about to, but neither engine deletes anything: the row is still there.
+    assert len(lease_rows(*engine)) == 1
+    lamp.update_with_retry("lamp-1", MergePatch({"power": "off"}))  # the device is free again
+    lease = lamp.lease("lamp-1", wait_seconds=0).acquire()
+    assert lease.fencing_token > crashed.fencing_token
+    assert events.reclaimed == 1
+    assert [int(row["ticket"]["N"]) for row in lease_rows(*engine)] == [lease.fencing_token]
+    lease.release()
+
+
+def test_a_transaction_on_a_leased_device_needs_its_token(lamp):
+    from functions.device_state import Operation, TransactionFailed
+
+    lamp.create("lamp-2", {"n": 0})
+    lease = lamp.lease("lamp-1", ttl_seconds=30).acquire()
+    operations = [Operation.update("lamp-1", MergePatch({"n": 1})), Operation.update("lamp-2", MergePatch({"n": 1}))]
+    with pytest.raises(TransactionFailed) as failed:
+        lamp.transact(operations)
+    assert [(f.index, f.reason) for f in failed.value.failures] == [(0, "locked")]
+    devices = lamp.fenced({"lamp-1": lease.fencing_token}).transact(operations)
+    assert [d.version for d in devices] == [2, 2]
+    lease.release()
+
+
+# ------------------------------------------------------- real threads, DynamoDB Local
+
+concurrent = [pytest.mark.dynamodb_local, pytest.mark.concurrency]
+
+
+@pytest.fixture
+def local_manager(local_table):
+    client, name = local_table
+    manager = DeviceStateManager(client, name)
+    manager.create("lamp-1", {"n": 0})
+    return manager
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_waiters_acquire_in_the_order_they_queued(local_manager):
+    holder = local_manager.lease("lamp-1", ttl_seconds=30).acquire()
+    order, errors = [], []
+    queue = local_manager.lease_queue()
+
+    def waiter(index):
+        try:
+            with local_manager.lease("lamp-1", ttl_seconds=10, wait_seconds=20) as lease:
+                order.append(index)
+                lease.manager.update_with_retry("lamp-1", lambda state: {**state, "order": state.get("order", []) + [index]})
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = []
+    for index in range(5):
+        thread = threading.Thread(target=waiter, args=(index,))
+        thread.start()
+        threads.append(thread)
+        deadline = time.monotonic() + 10
+        while queue.status("lamp-1").waiting < index + 1:  # queued before the next one starts
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    holder.release()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert order == [0, 1, 2, 3, 4]
+    assert local_manager.get("lamp-1").state["order"] == [0, 1, 2, 3, 4]
+
+
+def _counter_run(manager, use_lease: bool, threads: int = 6, rounds: int = 4) -> int:
+    """Each thread does read, sleep, blind write (no version check) of a counter."""
+    barrier = threading.Barrier(threads)
+    errors = []
+
+    def bump(writer):
+        current = writer.get("lamp-1").state["n"]
+        time.sleep(0.01)  # the critical section takes a while
+        writer.replace("lamp-1", {"n": current + 1})
+
+    def worker():
+        barrier.wait()
+        try:
+            for _ in range(rounds):
+                if use_lease:
+                    with manager.lease("lamp-1", ttl_seconds=10, wait_seconds=60) as lease:
+                        bump(lease.manager)
+                else:
+                    bump(manager)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    workers = [threading.Thread(target=worker) for _ in range(threads)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    assert errors == []
+    return manager.get("lamp-1").state["n"]
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_a_lease_gives_mutual_exclusion_and_the_control_without_one_loses_increments(local_manager):
+    assert _counter_run(local_manager, use_lease=True) == 24
+    local_manager.replace("lamp-1", {"n": 0})
+    assert _counter_run(local_manager, use_lease=False) < 24  # the control: read-sleep-write loses updates
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_a_crashed_holder_is_overtaken_right_after_expiry_and_fenced_off(local_manager):
+    crashed = local_manager.lease("lamp-1", ttl_seconds=2).acquire()  # then stops: no heartbeat
+    acquired = {}
+
+    def next_in_line():
+        lease = local_manager.lease("lamp-1", ttl_seconds=30, wait_seconds=15).acquire()
+        acquired["at"], acquired["lease"] = time.time(), lease
+
+    thread = threading.Thread(target=next_in_line)
+    thread.start()
+    thread.join()
+    lease = acquired["lease"]
+    # It proceeded right after the crashed holder's expiry, not a further lease period later.
+    assert crashed.expires_at <= acquired["at"] < crashed.expires_at + 1.0
+    # The stale holder wakes up and writes with its old token: refused, nothing written.
+    with pytest.raises(DeviceLocked):
+        local_manager.fenced({"lamp-1": crashed.fencing_token}).replace("lamp-1", {"n": 666})
+    with pytest.raises(LeaseLost):
+        crashed.heartbeat()
+    assert local_manager.get("lamp-1").state == {"n": 0}
+    lease.manager.replace("lamp-1", {"n": 1})
+    lease.release()
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_the_background_heartbeat_keeps_a_long_job_its_lease(local_manager):
+    with local_manager.lease("lamp-1", ttl_seconds=1) as lease:
+        time.sleep(2.2)  # more than two ttls: only heartbeats at ttl/2 keep it
+        with pytest.raises(LeaseBusy):
+            local_manager.lease("lamp-1", wait_seconds=0).acquire()
+        lease.manager.replace("lamp-1", {"n": 1})
+    assert lease.lost  # released: nothing more may be written under it
+    assert local_manager.get("lamp-1").state == {"n": 1}
