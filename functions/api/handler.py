@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import time
+from decimal import Decimal
 from urllib.parse import quote
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
@@ -17,6 +18,7 @@ from functions.device_state import (
     DeviceAlreadyExists,
     DeviceNotFound,
     InvalidDeviceId,
+    InvalidLease,
     InvalidPatch,
     DeviceStateManager,
     IdempotencyKey,
@@ -25,6 +27,7 @@ from functions.device_state import (
     Operation,
     dynamodb_client,
 )
+from functions.device_state import leases
 from functions.device_state.transactions import MAX_OPERATIONS
 from functions.device_state.idempotency import CREATED, DELETED, REPLACED, UPDATED, fingerprint
 from functions.device_state.manager import MAX_LIST_LIMIT
@@ -36,6 +39,7 @@ from .observability import MetricsObserver, logger, metrics, record_patch_latenc
 from .openapi import OPENAPI
 from .problems import (
     BadRequest,
+    LeaseNotFound,
     MethodNotAllowed,
     PreconditionFailed,
     PreconditionRequired,
@@ -50,6 +54,8 @@ RESPONSE_MARGIN_SECONDS = 1.0
 DEFAULT_LIST_LIMIT = 50
 IDEMPOTENCY_KEY = "Idempotency-Key"
 IDEMPOTENT_REPLAYED = "Idempotent-Replayed"
+LEASE_TOKEN = "Lease-Token"
+MAX_LEASE_WAIT_SECONDS = 25  # inside API Gateway's 29 s integration timeout
 
 app = APIGatewayRestResolver(serializer=dumps)
 
@@ -66,13 +72,19 @@ def _manager() -> DeviceStateManager:
     )
 
 
-def _budget() -> float:
-    """The retry budget, never past the Lambda's own deadline."""
-    budget = load_config().retry_budget_seconds
+def _budget(wanted: float | None = None) -> float:
+    """The retry budget (or another wait), never past the Lambda's own deadline."""
+    budget = load_config().retry_budget_seconds if wanted is None else wanted
     context = app.lambda_context
     if context is not None and hasattr(context, "get_remaining_time_in_millis"):
         budget = min(budget, context.get_remaining_time_in_millis() / 1000 - RESPONSE_MARGIN_SECONDS)
     return max(budget, 0.0)
+
+
+def _writer(device_id: str) -> DeviceStateManager:
+    """The manager for a write to one device, fenced by the request's Lease-Token if any."""
+    token = parse.lease_token(parse.header(app.current_event, LEASE_TOKEN), LEASE_TOKEN)
+    return _manager() if token is None else _manager().fenced({device_id: token})
 
 
 def _device_response(device, status: int = 200, headers: dict | None = None) -> Response:
@@ -206,7 +218,7 @@ def put_device(device_id: str):
     state = _state_body(device_id)
     if replay:
         return replay
-    manager = _manager()
+    manager = _writer(device_id)
     if preconditions.create_only or (preconditions.none and load_config().require_if_match):
         try:
             device = manager.create(device_id, state, idempotency=key)
@@ -242,7 +254,7 @@ def patch_device(device_id: str):
     if replay:
         return replay
     _require_if_match(preconditions, "PATCH")
-    manager = _manager()
+    manager = _writer(device_id)
     started = time.perf_counter()
     try:
         if preconditions.none:
@@ -262,7 +274,7 @@ def delete_device(device_id: str):
         return replay
     _require_if_match(preconditions, "DELETE")
     expected = None if preconditions.none else _expected_version(device_id, preconditions)
-    return _write_response(_manager().delete(device_id, expected, idempotency=key), DELETED)
+    return _write_response(_writer(device_id).delete(device_id, expected, idempotency=key), DELETED)
 
 
 _TRANSACTION_ACTIONS = ("mergePatch", "jsonPatch", "put", "delete", "check")
@@ -277,7 +289,7 @@ def _transaction_operation(index: int, entry) -> Operation:
     if len(actions) != 1:
         raise BadRequest(f"{where} needs exactly one of {', '.join(_TRANSACTION_ACTIONS)}")
     action = actions[0]
-    optional = ("ifMatch", "ifNoneMatch") if action == "put" else ("ifMatch",)
+    optional = ("ifMatch", "ifNoneMatch", "leaseToken") if action == "put" else ("ifMatch", "leaseToken")
     parse.json_object(entry, where, ("deviceId", action), optional)
     try:
         device_id = validate_device_id(entry["deviceId"])
@@ -323,12 +335,76 @@ def run_transaction():
     if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_OPERATIONS:
         raise BadRequest(f"operations must be an array of 1 to {MAX_OPERATIONS} operations")
     operations = [_transaction_operation(index, entry) for index, entry in enumerate(entries)]
+    tokens = {operation.device_id: parse.lease_token(entry["leaseToken"], f"operations[{index}].leaseToken")
+              for index, (operation, entry) in enumerate(zip(operations, entries)) if "leaseToken" in entry}
     key = _idempotency_key(scope="transaction")
-    devices = _manager().transact(operations, idempotency=key, budget_seconds=_budget())
+    devices = _manager().fenced(tokens).transact(operations, idempotency=key, budget_seconds=_budget())
     result = {"devices": [None if operation.action == "delete" else device.as_dict()
                           for operation, device in zip(operations, devices)]}
     headers = {IDEMPOTENT_REPLAYED: "true"} if devices and devices[0].replayed else None
     return Response(status_code=200, content_type=parse.JSON, body=dumps(result), headers=headers)
+
+
+def _lease_id(raw: str) -> str:
+    try:
+        leases.parse_lease_id(raw)
+    except InvalidLease:
+        raise LeaseNotFound("no lease has this id") from None
+    return raw
+
+
+def _lease_body(allowed: tuple[str, ...]) -> dict:
+    """The optional JSON body of a lease request, its numbers checked."""
+    event = app.current_event
+    if event.get("body") in (None, "") and parse.header(event, "Content-Type") is None:
+        return {}
+    body = parse.json_object(parse.json_body(event), "the body", (), allowed)
+    limits = {"ttlSeconds": (1, leases.MAX_TTL_SECONDS), "waitSeconds": (0, MAX_LEASE_WAIT_SECONDS)}
+    for name, (low, high) in limits.items():
+        value = body.get(name)
+        if name in body and (isinstance(value, bool) or not isinstance(value, (int, Decimal))
+                             or not low <= value <= high):
+            raise BadRequest(f"{name} must be a number from {low} to {high}")
+    owner = body.get("owner")
+    if owner is not None and (not isinstance(owner, str) or not 1 <= len(owner) <= 128):
+        raise BadRequest("owner must be a string of 1 to 128 characters")
+    return body
+
+
+def _lease_response(grant, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(status_code=status, content_type=parse.JSON, body=dumps(grant.as_dict()), headers=headers)
+
+
+@app.post("/devices/<device_id>/leases")
+def acquire_lease(device_id: str):
+    device_id = parse.device_id(device_id)
+    body = _lease_body(("ttlSeconds", "waitSeconds", "owner"))
+    wait = _budget(float(body.get("waitSeconds", 0)))
+    grant = _manager().lease_queue().acquire(device_id, float(body.get("ttlSeconds", leases.DEFAULT_TTL_SECONDS)),
+                                             wait, body.get("owner"))
+    location = f"{_location(device_id)}/leases/{grant.lease_id}"
+    return _lease_response(grant, 201, {"Location": location})
+
+
+@app.get("/devices/<device_id>/leases")
+def lease_status(device_id: str):
+    device_id = parse.device_id(device_id)
+    status = _manager().lease_queue().status(device_id)
+    return Response(status_code=200, content_type=parse.JSON, body=dumps(status.as_dict(device_id)))
+
+
+@app.put("/devices/<device_id>/leases/<lease_id>")
+def heartbeat_lease(device_id: str, lease_id: str):
+    device_id, lease_id = parse.device_id(device_id), _lease_id(lease_id)
+    ttl = _lease_body(("ttlSeconds",)).get("ttlSeconds")
+    return _lease_response(_manager().lease_queue().heartbeat(device_id, lease_id, None if ttl is None else float(ttl)))
+
+
+@app.delete("/devices/<device_id>/leases/<lease_id>")
+def release_lease(device_id: str, lease_id: str):
+    device_id, lease_id = parse.device_id(device_id), _lease_id(lease_id)
+    _manager().lease_queue().release(device_id, lease_id)
+    return Response(status_code=204)
 
 
 @app.get("/openapi.json")

@@ -11,6 +11,10 @@ _IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False
                     "schema": {"type": "string", "minLength": 1, "maxLength": 255},
                     "description": "Apply this write at most once in 24 h; a retry with the same key and request "
                                    "gets the first answer again with Idempotent-Replayed: true."}
+_LEASE_TOKEN = {"name": "Lease-Token", "in": "header", "required": False, "schema": {"type": "string"},
+                "description": "The fencingToken of the active lease on the device; needed while one is active "
+                               "(else 423), refused when it names no active lease (409)."}
+_LEASE_ID = {"name": "leaseId", "in": "path", "required": True, "schema": {"type": "string"}}
 
 
 def _problem(description):
@@ -34,6 +38,13 @@ _COMMON_ERRORS = {
 }
 
 _REUSED = _problem("The Idempotency-Key was used for a different request")
+_LOCKED = _problem("The device is leased and the request has not the holder's Lease-Token")
+_LEASE = {"description": "The lease", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Lease"}}}}
+_LEASE_BODY = {"required": False, "content": {"application/json": {"schema": {
+    "type": "object", "additionalProperties": False,
+    "properties": {"ttlSeconds": {"type": "number", "minimum": 1, "maximum": 900},
+                   "waitSeconds": {"type": "number", "minimum": 0, "maximum": 25},
+                   "owner": {"type": "string", "minLength": 1, "maxLength": 128}}}}}}
 
 _STATE_BODY = {"type": "object", "required": ["state"], "additionalProperties": False,
                "properties": {"state": {"type": "object"}, "deviceId": {"type": "string"}}}
@@ -77,22 +88,24 @@ OPENAPI = {
             },
             "put": {
                 "operationId": "putDevice",
-                "parameters": [_IF_MATCH, _IF_NONE_MATCH, _IDEMPOTENCY_KEY],
+                "parameters": [_IF_MATCH, _IF_NONE_MATCH, _IDEMPOTENCY_KEY, _LEASE_TOKEN],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": _STATE_BODY}}},
                 "responses": {"200": _device("Replaced"), "201": _device("Created", "Location"),
+                              "409": _problem("The Lease-Token names no active lease"), "423": _LOCKED,
                               "412": _problem("Precondition failed"), "428": _problem("Precondition required"),
                               "422": _REUSED, **_COMMON_ERRORS},
             },
             "patch": {
                 "operationId": "patchDevice",
-                "parameters": [_IF_MATCH, _IF_NONE_MATCH, _IDEMPOTENCY_KEY],
+                "parameters": [_IF_MATCH, _IF_NONE_MATCH, _IDEMPOTENCY_KEY, _LEASE_TOKEN],
                 "requestBody": {"required": True, "content": {
                     "application/merge-patch+json": {"schema": {"type": "object"}},
                     "application/json": {"schema": {"type": "object"}},
                     "application/json-patch+json": {"schema": {"$ref": "#/components/schemas/JsonPatch"}},
                 }},
                 "responses": {"200": _device("Patched"), "404": _problem("No such device"),
-                              "409": _problem("A JSON Patch test failed"),
+                              "409": _problem("A JSON Patch test failed, or the Lease-Token names no active lease"),
+                              "423": _LOCKED,
                               "412": _problem("Precondition failed"),
                               "422": _problem("The patch cannot be applied to the state, or the "
                                               "Idempotency-Key was used for a different request"),
@@ -100,11 +113,52 @@ OPENAPI = {
             },
             "delete": {
                 "operationId": "deleteDevice",
-                "parameters": [_IF_MATCH, _IF_NONE_MATCH, _IDEMPOTENCY_KEY],
+                "parameters": [_IF_MATCH, _IF_NONE_MATCH, _IDEMPOTENCY_KEY, _LEASE_TOKEN],
                 "responses": {"204": {"description": "Deleted"}, "404": _problem("No such device"),
+                              "409": _problem("The Lease-Token names no active lease"), "423": _LOCKED,
                               "422": _REUSED,
                               "412": _problem("Precondition failed"), "428": _problem("Precondition required"),
                               "400": _COMMON_ERRORS["400"], "503": _COMMON_ERRORS["503"]},
+            },
+        },
+        "/devices/{deviceId}/leases": {
+            "parameters": [_DEVICE_ID],
+            "post": {
+                "operationId": "acquireLease",
+                "description": "Queue for the device's FIFO lease and wait up to waitSeconds (default 0) to get it "
+                               "for ttlSeconds (default 60).",
+                "requestBody": _LEASE_BODY,
+                "responses": {"201": {**_LEASE, "headers": {"Location": {"schema": {"type": "string"}}}},
+                              "404": _problem("No such device"),
+                              "409": _problem("Leased by another holder and not acquired within the wait; "
+                                              "Retry-After and holderExpiresAt say when it runs out"),
+                              **_COMMON_ERRORS},
+            },
+            "get": {
+                "operationId": "getLeaseStatus",
+                "responses": {"200": {"description": "The holder, if any, and how many wait",
+                                      "content": {"application/json": {"schema": {
+                                          "$ref": "#/components/schemas/LeaseStatus"}}}},
+                              "400": _COMMON_ERRORS["400"], "404": _problem("No such device"),
+                              "503": _COMMON_ERRORS["503"]},
+            },
+        },
+        "/devices/{deviceId}/leases/{leaseId}": {
+            "parameters": [_DEVICE_ID, _LEASE_ID],
+            "put": {
+                "operationId": "heartbeatLease",
+                "description": "Extend the held lease by ttlSeconds (default: its own) from now.",
+                "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                    "type": "object", "additionalProperties": False,
+                    "properties": {"ttlSeconds": {"type": "number", "minimum": 1, "maximum": 900}}}}}},
+                "responses": {"200": _LEASE, "404": _problem("No lease has this id"),
+                              "410": _problem("The lease has expired or was released"), **_COMMON_ERRORS},
+            },
+            "delete": {
+                "operationId": "releaseLease",
+                "responses": {"204": {"description": "Released (or already gone)"},
+                              "400": _COMMON_ERRORS["400"], "404": _problem("No lease has this id"),
+                              "503": _COMMON_ERRORS["503"]},
             },
         },
         "/transactions": {
@@ -124,6 +178,7 @@ OPENAPI = {
                     "409": _problem("Operations failed for different reasons, or exist/condition/test failed"),
                     "412": _problem("Every failing operation's ifMatch is stale"),
                     "422": _problem("A patch cannot be applied, or the Idempotency-Key was reused"),
+                    "423": _problem("Every failing operation's device is leased to another holder"),
                     **_COMMON_ERRORS,
                 },
             },
@@ -169,7 +224,23 @@ OPENAPI = {
                         "check": {"type": "boolean", "enum": [True]},
                         "ifMatch": {"type": "string"},
                         "ifNoneMatch": {"type": "string", "enum": ["*"]},
+                        "leaseToken": {"type": "integer", "minimum": 1},
                     }}}},
+            },
+            "Lease": {
+                "type": "object", "required": ["deviceId", "leaseId", "fencingToken", "expiresAt", "ttlSeconds"],
+                "properties": {"deviceId": {"type": "string"}, "leaseId": {"type": "string"},
+                               "fencingToken": {"type": "integer", "minimum": 1},
+                               "expiresAt": {"type": "string", "format": "date-time"},
+                               "ttlSeconds": {"type": "number"}},
+            },
+            "LeaseStatus": {
+                "type": "object", "required": ["deviceId", "holder", "queueLength"],
+                "properties": {"deviceId": {"type": "string"}, "queueLength": {"type": "integer", "minimum": 0},
+                               "holder": {"type": "object", "nullable": True, "properties": {
+                                   "fencingToken": {"type": "integer"},
+                                   "expiresAt": {"type": "string", "format": "date-time"},
+                                   "owner": {"type": "string", "nullable": True}}}},
             },
             "Problem": {
                 "type": "object", "required": ["type", "title", "status", "detail"],
@@ -177,6 +248,8 @@ OPENAPI = {
                                "status": {"type": "integer"}, "detail": {"type": "string"},
                                "instance": {"type": "string"}, "deviceId": {"type": "string"},
                                "currentVersion": {"type": "integer"}, "limit": {"type": "string"},
+                               "holderExpiresAt": {"type": "string", "format": "date-time"},
+                               "leaseExpiresAt": {"type": "string", "format": "date-time"},
                                "operations": {"type": "array", "items": {"type": "object", "properties": {
                                    "index": {"type": "integer"}, "deviceId": {"type": "string"},
                                    "status": {"type": "integer"}, "reason": {"type": "string"},

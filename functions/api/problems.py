@@ -6,19 +6,27 @@ Library errors map by type (never by message); the HTTP layer's own refusals are
 
 from __future__ import annotations
 
+import math
+import time
+
 from aws_lambda_powertools.event_handler import Response
 
 from functions.device_state import (
     ConditionFailed,
     DeviceAlreadyExists,
+    DeviceLocked,
     DeviceNotFound,
     IdempotencyKeyReused,
     InvalidCursor,
     InvalidDeviceId,
     InvalidIdempotencyKey,
+    InvalidLease,
     InvalidPatch,
     InvalidValue,
     ItemTooLarge,
+    LeaseBusy,
+    LeaseLost,
+    LeaseNotHeld,
     PatchNotApplicable,
     PatchTestFailed,
     RetriesExhausted,
@@ -29,6 +37,7 @@ from functions.device_state import (
     VersionConflict,
 )
 from functions.device_state import transactions as tx
+from functions.device_state.manager import _timestamp as iso_timestamp
 from functions.device_state.values import dumps
 
 PROBLEM_JSON = "application/problem+json"
@@ -55,6 +64,10 @@ class BadRequest(HttpProblem):
 
 class RouteNotFound(HttpProblem):
     status, slug, title = 404, "not-found", "No such resource"
+
+
+class LeaseNotFound(HttpProblem):
+    status, slug, title = 404, "lease-not-found", "No such lease"
 
 
 class MethodNotAllowed(HttpProblem):
@@ -94,6 +107,11 @@ _LIBRARY_ERRORS = {
     ConditionFailed: (409, "condition-failed", "Condition not met"),
     InvalidTransaction: (400, "invalid-transaction", "Invalid transaction"),
     TransactionFailed: (409, "transaction-failed", "Transaction not applied; nothing was written"),
+    InvalidLease: (400, "invalid-lease", "Invalid lease request"),
+    LeaseBusy: (409, "lease-busy", "Device is leased by another holder"),
+    LeaseLost: (410, "lease-gone", "Lease has expired or was released"),
+    LeaseNotHeld: (409, "lease-not-held", "Lease-Token names no active lease"),
+    DeviceLocked: (423, "locked", "Device is leased; writes need the holder's Lease-Token"),
     RetriesExhausted: (503, "contention", "Too much contention on this device; nothing was written"),
     StorageUnavailable: (503, "storage-unavailable", "Storage temporarily unavailable"),
     StorageError: (500, "internal-error", "Internal error"),
@@ -104,7 +122,7 @@ _RETRYABLE = (RetriesExhausted, StorageUnavailable)
 # Why an operation of a transaction failed -> its status, as the single-device routes answer.
 TRANSACTION_REASON_STATUS = {
     tx.NOT_FOUND: 404, tx.EXISTS: 409, tx.VERSION: 412, tx.CONDITION: 409,
-    tx.TEST_FAILED: 409, tx.NOT_APPLICABLE: 422,
+    tx.TEST_FAILED: 409, tx.NOT_APPLICABLE: 422, tx.LOCKED: 423, tx.LEASE_NOT_HELD: 409,
 }
 
 
@@ -121,6 +139,16 @@ def _transaction_members(error: TransactionFailed) -> tuple[int, list[dict]]:
     } for failure in error.failures]
     statuses = {operation["status"] for operation in operations}
     return (statuses.pop() if len(statuses) == 1 else 409), operations
+
+
+def _lease_expiry(error, headers: dict, members: dict) -> None:
+    """When the lease in the way runs out: a member, and Retry-After in whole seconds."""
+    expires = error.holder_expires_at if isinstance(error, LeaseBusy) else error.lease_expires_at
+    if expires is None:
+        headers["Retry-After"] = RETRY_AFTER_SECONDS
+        return
+    members["holderExpiresAt" if isinstance(error, LeaseBusy) else "leaseExpiresAt"] = iso_timestamp(expires)
+    headers["Retry-After"] = str(max(1, math.ceil(expires - time.time())))
 
 
 def etag(version: int) -> str:
@@ -153,6 +181,8 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
             headers["Retry-After"] = RETRY_AFTER_SECONDS
         if isinstance(error, TransactionFailed):
             status, members["operations"] = _transaction_members(error)
+        if isinstance(error, (LeaseBusy, DeviceLocked)):
+            _lease_expiry(error, headers, members)
     if current is not None:
         members["deviceId"] = current.device_id
         members["currentVersion"] = current.version

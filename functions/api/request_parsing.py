@@ -7,6 +7,7 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from urllib.parse import unquote
 
 from functions.device_state import Device, InvalidValue
@@ -27,6 +28,19 @@ _VERSION = re.compile(r"[1-9][0-9]{0,17}")
 
 def device_id(raw: str) -> str:
     return validate_device_id(unquote(raw))
+
+
+def lease_token(raw, name: str) -> int | None:
+    """A lease's fencing token (a positive integer, given as a header string or a JSON number)."""
+    if raw is None:
+        return None
+    if isinstance(raw, str) and _VERSION.fullmatch(raw.strip()):
+        return int(raw.strip())
+    if isinstance(raw, Decimal) and raw.is_finite() and raw == raw.to_integral_value():
+        raw = int(raw)  # JSON numbers arrive as Decimal
+    if isinstance(raw, int) and not isinstance(raw, bool) and 1 <= raw < 10**18:
+        return raw
+    raise BadRequest(f"{name} must be the fencingToken of a lease (a positive integer)")
 
 
 def header(event, name: str) -> str | None:

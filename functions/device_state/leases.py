@@ -49,6 +49,10 @@ _TTL = "ttlSeconds"
 _UNTIL = "until"
 
 
+def _number_value(value: float):
+    return int(value) if float(value).is_integer() else value
+
+
 def _sort_key(ticket: int) -> str:
     return f"{table.LEASE_SK_PREFIX}{ticket:0{TICKET_DIGITS}d}"
 
@@ -89,6 +93,11 @@ class LeaseGrant:
     expires_at: float  # epoch seconds
     ttl_seconds: float
 
+    def as_dict(self) -> dict:
+        """The lease as the API shows it."""
+        return {"deviceId": self.device_id, "leaseId": self.lease_id, "fencingToken": self.fencing_token,
+                "expiresAt": _manager._timestamp(self.expires_at), "ttlSeconds": _number_value(self.ttl_seconds)}
+
 
 @dataclass(frozen=True)
 class LeaseStatus:
@@ -98,6 +107,13 @@ class LeaseStatus:
     holder_expires_at: float | None
     holder_owner: str | None
     waiting: int
+
+    def as_dict(self, device_id: str) -> dict:
+        holder = None
+        if self.holder_token is not None:
+            holder = {"fencingToken": self.holder_token, "expiresAt": _manager._timestamp(self.holder_expires_at),
+                      "owner": self.holder_owner}
+        return {"deviceId": device_id, "holder": holder, "queueLength": self.waiting}
 
 
 class LeaseQueue:
@@ -161,7 +177,7 @@ class LeaseQueue:
         Returns (our expiry, None) or (None, the active holder's expiry)."""
         m = self._m
         now = m._clock()
-        until = now + ttl_seconds
+        until = round(now + ttl_seconds, 3)  # as stored
         try:
             m._call("transact_write_items", ClientRequestToken=uuid.uuid4().hex, TransactItems=[
                 {"Put": {"TableName": m.table_name, "Item": self._row(device_id, ticket, secret, owner, ttl_seconds, until)}},
@@ -246,7 +262,7 @@ class LeaseQueue:
             ttl_seconds = float(row[_TTL]["N"])
         ttl_seconds = _check_ttl(ttl_seconds)
         now = m._clock()
-        until = now + ttl_seconds
+        until = round(now + ttl_seconds, 3)  # as stored
         names = {"#until": _UNTIL, "#expiresAt": table.TTL_ATTRIBUTE, "#secret": _SECRET, "#ttl": _TTL}
         try:
             m._call("transact_write_items", ClientRequestToken=uuid.uuid4().hex, TransactItems=[

@@ -1,0 +1,121 @@
+"""Lease routes and Lease-Token fencing through lambda_handler (moto and DynamoDB Local)."""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+from datetime import datetime
+
+import pytest
+
+MERGE = "application/merge-patch+json"
+
+
+@pytest.fixture
+def lamp(api):
+    assert api("POST", "/devices", {"deviceId": "lamp-1", "state": {"power": "on"}}).status == 201
+    return api
+
+
+def epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def test_acquire_status_heartbeat_release(lamp):
+    acquired = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": 30, "owner": "firmware-job"})
+    assert acquired.status == 201, acquired.text
+    lease = acquired.json
+    assert set(lease) == {"deviceId", "leaseId", "fencingToken", "expiresAt", "ttlSeconds"}
+    assert lease["ttlSeconds"] == 30 and epoch(lease["expiresAt"]) == pytest.approx(time.time() + 30, abs=5)
+    assert acquired.header("Location") == f"/devices/lamp-1/leases/{lease['leaseId']}"
+    status = lamp("GET", "/devices/lamp-1/leases")
+    assert status.json == {"deviceId": "lamp-1", "queueLength": 0, "holder": {
+        "fencingToken": lease["fencingToken"], "expiresAt": lease["expiresAt"], "owner": "firmware-job"}}
+    beat = lamp("PUT", f"/devices/lamp-1/leases/{lease['leaseId']}", {"ttlSeconds": 120})
+    assert beat.status == 200 and epoch(beat.json["expiresAt"]) == pytest.approx(time.time() + 120, abs=5)
+    assert lamp("PUT", f"/devices/lamp-1/leases/{lease['leaseId']}").status == 200  # no body: its own ttl
+    assert lamp("DELETE", f"/devices/lamp-1/leases/{lease['leaseId']}").status == 204
+    assert lamp("DELETE", f"/devices/lamp-1/leases/{lease['leaseId']}").status == 204  # already gone: still 204
+    gone = lamp("PUT", f"/devices/lamp-1/leases/{lease['leaseId']}")
+    assert gone.status == 410 and gone.json["type"].endswith("lease-gone")
+    assert lamp("GET", "/devices/lamp-1/leases").json["holder"] is None
+    again = lamp("POST", "/devices/lamp-1/leases")  # no body: defaults
+    assert again.status == 201 and again.json["ttlSeconds"] == 60
+    assert again.json["fencingToken"] > lease["fencingToken"]
+
+
+def test_a_busy_lease_is_409_with_retry_after_and_the_holders_expiry(lamp):
+    holder = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": 40}).json
+    busy = lamp("POST", "/devices/lamp-1/leases", {"waitSeconds": 0})
+    assert busy.status == 409 and busy.json["type"].endswith("lease-busy")
+    assert busy.json["holderExpiresAt"] == holder["expiresAt"]
+    assert 30 <= int(busy.header("Retry-After")) <= 41
+    assert lamp("GET", "/devices/lamp-1/leases").json["queueLength"] == 0  # the ticket was withdrawn
+    started = time.monotonic()
+    assert lamp("POST", "/devices/lamp-1/leases", {"waitSeconds": Decimal("0.3")}).status == 409
+    assert time.monotonic() - started >= 0.3
+
+
+def test_writes_to_a_leased_device_need_its_lease_token(lamp):
+    lease = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": 30}).json
+    token = str(lease["fencingToken"])
+    for method, body, content_type in (("PATCH", {"power": "off"}, MERGE),
+                                       ("PUT", {"state": {"power": "off"}}, "application/json"),
+                                       ("DELETE", None, "application/json")):
+        locked = lamp(method, "/devices/lamp-1", body, content_type=content_type)
+        assert locked.status == 423, locked.text
+        assert locked.json["leaseExpiresAt"] == lease["expiresAt"] and int(locked.header("Retry-After")) >= 1
+        wrong = lamp(method, "/devices/lamp-1", body, content_type=content_type,
+                     headers={"Lease-Token": str(lease["fencingToken"] + 1)})
+        assert wrong.status == 423
+    assert lamp("GET", "/devices/lamp-1").json["version"] == 1
+    patched = lamp("PATCH", "/devices/lamp-1", {"power": "off"}, content_type=MERGE, headers={"Lease-Token": token})
+    assert patched.status == 200 and patched.json["state"] == {"power": "off"}
+    put = lamp("PUT", "/devices/lamp-1", {"state": {"power": "dim"}}, headers={"Lease-Token": token,
+                                                                                "If-Match": '"2"'})
+    assert put.status == 200 and put.json["version"] == 3
+    assert lamp("DELETE", f"/devices/lamp-1/leases/{lease['leaseId']}").status == 204
+    stale = lamp("PATCH", "/devices/lamp-1", {"power": "x"}, content_type=MERGE, headers={"Lease-Token": token})
+    assert stale.status == 409 and stale.json["type"].endswith("lease-not-held")
+    assert lamp("PATCH", "/devices/lamp-1", {"power": "on"}, content_type=MERGE).status == 200
+
+
+def test_a_transaction_operation_carries_its_lease_token(lamp):
+    assert lamp("POST", "/devices", {"deviceId": "lamp-2", "state": {}}).status == 201
+    lease = lamp("POST", "/devices/lamp-1/leases").json
+    operations = [{"deviceId": "lamp-1", "mergePatch": {"scene": "movie"}},
+                  {"deviceId": "lamp-2", "mergePatch": {"scene": "movie"}}]
+    locked = lamp("POST", "/transactions", {"operations": operations})
+    assert locked.status == 423
+    assert [(o["index"], o["reason"]) for o in locked.json["operations"]] == [(0, "locked")]
+    operations[0]["leaseToken"] = lease["fencingToken"]
+    assert lamp("POST", "/transactions", {"operations": operations}).status == 200
+    operations[0]["leaseToken"] = "seven"
+    assert lamp("POST", "/transactions", {"operations": operations}).status == 400
+
+
+@pytest.mark.parametrize("method, path, body", [
+    ("POST", "/devices/lamp-1/leases", {"ttlSeconds": 0}),
+    ("POST", "/devices/lamp-1/leases", {"ttlSeconds": 901}),
+    ("POST", "/devices/lamp-1/leases", {"ttlSeconds": "60"}),
+    ("POST", "/devices/lamp-1/leases", {"ttlSeconds": True}),
+    ("POST", "/devices/lamp-1/leases", {"waitSeconds": 26}),
+    ("POST", "/devices/lamp-1/leases", {"waitSeconds": -1}),
+    ("POST", "/devices/lamp-1/leases", {"owner": ""}),
+    ("POST", "/devices/lamp-1/leases", {"colour": "red"}),
+    ("POST", "/devices/lamp-1/leases", [1]),
+    ("PUT", "/devices/lamp-1/leases/1.0123456789abcdef0123", {"ttlSeconds": 1000}),
+])
+def test_bad_lease_requests_are_400_and_change_nothing(lamp, method, path, body):
+    result = lamp(method, path, body)
+    assert result.status == 400, result.text
+    assert lamp("GET", "/devices/lamp-1/leases").json == {"deviceId": "lamp-1", "holder": None, "queueLength": 0}
+
+
+def test_unknown_devices_and_lease_ids(lamp):
+    assert lamp("POST", "/devices/nope/leases").status == 404
+    assert lamp("GET", "/devices/nope/leases").status == 404
+    assert lamp("PUT", "/devices/lamp-1/leases/garbage").status == 404
+    assert lamp("DELETE", "/devices/lamp-1/leases/garbage").status == 404
+    assert lamp("PUT", "/devices/lamp-1/leases/7.0123456789abcdef0123456789abcdef").status == 410
+    assert lamp("PATCH", "/devices/lamp-1", {"a": 1}, content_type=MERGE, headers={"Lease-Token": "x"}).status == 400
