@@ -21,9 +21,9 @@ PYTHON_VERSION = "3.13"
 ARCHITECTURE = lambda_.Architecture.ARM_64
 POWERTOOLS_LAYER = "arn:aws:lambda:{region}:017000801446:layer:AWSLambdaPowertoolsPythonV3-python313-arm64:{version}"
 HANDLER = "functions.api.handler.lambda_handler"
-# The retry budget plus room for the last attempt, botocore's own retries and the answer;
-# well under API Gateway's 29 s integration timeout.
-TIMEOUT = Duration.seconds(15)
+# A lease request may wait up to 25 s (POST .../leases waitSeconds); the retry budget is
+# 5 s. Both are capped by the remaining time, and this stays under API Gateway's 29 s.
+TIMEOUT = Duration.seconds(28)
 MEMORY_MB = 512
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 # Every DynamoDB action the library calls, and no other.
@@ -37,11 +37,14 @@ DYNAMODB_ACTIONS = (
     "dynamodb:DeleteItem",
     "dynamodb:ConditionCheckItem",
     "dynamodb:Scan",
+    "dynamodb:Query",
 )
 # (path, methods) of shared/API.md plus the OpenAPI document.
 ROUTES = (
     ("devices", ("GET", "POST")),
     ("devices/{deviceId}", ("GET", "PUT", "PATCH", "DELETE")),
+    ("devices/{deviceId}/leases", ("GET", "POST")),
+    ("devices/{deviceId}/leases/{leaseId}", ("PUT", "DELETE")),
     ("transactions", ("POST",)),
     ("openapi.json", ("GET",)),
 )

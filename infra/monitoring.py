@@ -36,6 +36,9 @@ API_P99_LATENCY_MS = 3000  # the retry budget is 5 s; p99 above 3 s means heavy 
 # Transactions that collided with other writes on the same items; the library retries
 # them, but a steady stream means scenes fight over the same devices.
 TRANSACTION_CONFLICTS_PER_PERIOD = 50
+# A holder whose heartbeat was refused had its lease run out mid-job: its later writes
+# are fenced off, but the job may be half done. Any one is worth a look.
+LEASE_HEARTBEATS_LOST_PER_PERIOD = 0
 DYNAMODB_THROTTLES_PER_PERIOD = 0
 DYNAMODB_SYSTEM_ERRORS_PER_PERIOD = 0
 # The operations the function calls, for DynamoDB's per-operation metrics.
@@ -45,6 +48,7 @@ DYNAMODB_OPERATIONS = (
     dynamodb.Operation.UPDATE_ITEM,
     dynamodb.Operation.DELETE_ITEM,
     dynamodb.Operation.SCAN,
+    dynamodb.Operation.QUERY,
     dynamodb.Operation.BATCH_GET_ITEM,
     dynamodb.Operation.TRANSACT_WRITE_ITEMS,
 )
@@ -89,6 +93,9 @@ class Monitoring(Construct):
             namespace="AWS/DynamoDB", metric_name="TransactionConflict", dimensions_map={"TableName": table.table_name},
             statistic="Sum", period=PERIOD), TRANSACTION_CONFLICTS_PER_PERIOD, not_breaching,
             "Transactions keep colliding on the same devices (DynamoDB TransactionConflict)")
+        self._alarm("LeaseHeartbeatsLost", service_metric(names.LEASE_HEARTBEATS_LOST),
+                    LEASE_HEARTBEATS_LOST_PER_PERIOD, not_breaching,
+                    "A lease holder's heartbeat was refused: its lease expired mid-job")
         self._alarm("LambdaErrors", function.metric_errors(statistic="Sum", period=PERIOD),
                     LAMBDA_ERRORS_PER_PERIOD, not_breaching, "The API function failed (not a 4xx: a crash)")
         self._alarm("LambdaThrottles", function.metric_throttles(statistic="Sum", period=PERIOD),
@@ -123,6 +130,13 @@ class Monitoring(Construct):
             cloudwatch.GraphWidget(title="Transactions", width=24, left=[
                 service_metric(names.TRANSACTIONS), service_metric(names.TRANSACTION_RETRIES),
                 service_metric(names.TRANSACTION_CONFLICTS)]),
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Leases", width=12, left=[
+                service_metric(names.LEASES_ACQUIRED), service_metric(names.LEASE_BUSY),
+                service_metric(names.LEASES_RECLAIMED), service_metric(names.LEASE_HEARTBEATS_LOST)]),
+            cloudwatch.GraphWidget(title="Lease wait (ms)", width=12, left=[
+                service_metric(names.LEASE_WAIT, "p50"), service_metric(names.LEASE_WAIT, "p99")]),
         )
         self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(
             title="Alarms", width=24, alarms=list(self.alarms.values())))

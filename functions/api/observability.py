@@ -70,6 +70,19 @@ class MetricsObserver(UpdateObserver):
     def replayed(self, device_id):
         metrics.add_metric(name=names.IDEMPOTENT_REPLAYS, unit=MetricUnit.Count, value=1)
 
+    def lease_acquired(self, device_id, waited):
+        metrics.add_metric(name=names.LEASES_ACQUIRED, unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=names.LEASE_WAIT, unit=MetricUnit.Milliseconds, value=waited * 1000)
+
+    def lease_busy(self, device_id):
+        metrics.add_metric(name=names.LEASE_BUSY, unit=MetricUnit.Count, value=1)
+
+    def lease_reclaimed(self, device_id, rows):
+        metrics.add_metric(name=names.LEASES_RECLAIMED, unit=MetricUnit.Count, value=rows)
+
+    def lease_lost(self, device_id):
+        metrics.add_metric(name=names.LEASE_HEARTBEATS_LOST, unit=MetricUnit.Count, value=1)
+
 
 def record_patch_latency(milliseconds: float) -> None:
     metrics.add_metric(name=names.PATCH_LATENCY, unit=MetricUnit.Milliseconds, value=milliseconds)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from . import manager as _manager  # circular on purpose: manager.py imports this module too
 from . import table
-from .errors import DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, StorageError
+from .errors import DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, StorageError, StorageUnavailable
 from .values import validate_device_id
 
 DEFAULT_TTL_SECONDS = 60
@@ -265,7 +265,7 @@ class LeaseQueue:
         until = round(now + ttl_seconds, 3)  # as stored
         names = {"#until": _UNTIL, "#expiresAt": table.TTL_ATTRIBUTE, "#secret": _SECRET, "#ttl": _TTL}
         try:
-            m._call("transact_write_items", ClientRequestToken=uuid.uuid4().hex, TransactItems=[
+            self._transact([
                 {"Update": {
                     "TableName": m.table_name, "Key": key,
                     "UpdateExpression": "SET #until = :until, #expiresAt = :expires, #ttl = :ttl",
@@ -286,7 +286,7 @@ class LeaseQueue:
         except _manager._Cancelled as cancelled:
             if any(reason.get("Code") == "ConditionalCheckFailed" for reason in cancelled.reasons):
                 raise self._lost(device_id, lease_id) from None
-            raise StorageError(f"lease heartbeat cancelled: {cancelled.reasons}") from None
+            raise StorageUnavailable(f"lease heartbeat kept conflicting: {cancelled.reasons}") from None
         return LeaseGrant(device_id, lease_id, ticket, until, ttl_seconds)
 
     def release(self, device_id: str, lease_id: str) -> bool:
@@ -298,7 +298,7 @@ class LeaseQueue:
         m = self._m
         key = {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": _sort_key(ticket)}}
         try:
-            m._call("transact_write_items", ClientRequestToken=uuid.uuid4().hex, TransactItems=[
+            self._transact([
                 {"Delete": {"TableName": m.table_name, "Key": key, "ConditionExpression": "#secret = :secret",
                             "ExpressionAttributeNames": {"#secret": _SECRET},
                             "ExpressionAttributeValues": {":secret": {"S": secret}}}},
@@ -311,9 +311,11 @@ class LeaseQueue:
             ])
             return True
         except _manager._Cancelled as cancelled:
-            row_reason = (cancelled.reasons + [{}])[0]
+            row_reason, state_reason = (cancelled.reasons + [{}, {}])[:2]
             if row_reason.get("Code") == "ConditionalCheckFailed":
                 return False  # no such row (released, reaped, or never ours)
+            if state_reason.get("Code") != "ConditionalCheckFailed":
+                raise StorageUnavailable(f"lease release kept conflicting: {cancelled.reasons}") from None
         return self._withdraw(device_id, ticket, secret)  # a waiting ticket, or a holder already superseded
 
     def _withdraw(self, device_id: str, ticket: int, secret: str) -> bool:
@@ -354,6 +356,21 @@ class LeaseQueue:
     def _put_row(self, device_id, ticket, secret, owner, ttl_seconds, until) -> None:
         m = self._m
         m._call("put_item", TableName=m.table_name, Item=self._row(device_id, ticket, secret, owner, ttl_seconds, until))
+
+    def _transact(self, items: list[dict], attempts: int = 8) -> None:
+        """TransactWriteItems, tried again after a TransactionConflict (another request on
+        the same items at that instant, e.g. a waiter taking the lease), which is not an
+        answer. Other cancellations are raised for the caller to read."""
+        m = self._m
+        for attempt in range(1, attempts + 1):
+            try:
+                m._call("transact_write_items", ClientRequestToken=uuid.uuid4().hex, TransactItems=items)
+                return
+            except _manager._Cancelled as cancelled:
+                codes = {reason.get("Code") for reason in cancelled.reasons}
+                if "ConditionalCheckFailed" in codes or "TransactionConflict" not in codes or attempt == attempts:
+                    raise
+            m._sleep(m.backoff.delay(attempt, m._rng))
 
     def _lost(self, device_id: str, lease_id: str) -> LeaseLost:
         self._m.observer.lease_lost(device_id)
@@ -456,7 +473,7 @@ class Lease:
                 interval = self.ttl_seconds / 2
             except LeaseLost:
                 return
-            except StorageError:
+            except (StorageError, StorageUnavailable):
                 if self._queue._m._clock() >= self.grant.expires_at:
                     self.lost = True
                     self._queue._m.observer.lease_lost(self.device_id)

@@ -17,8 +17,14 @@ IDEMPOTENT_REPLAYS = "IdempotentReplays"  # keyed writes answered from their rec
 TRANSACTIONS = "Transactions"  # multi-device transactions written
 TRANSACTION_RETRIES = "TransactionRetries"  # transaction attempts cancelled and tried again
 TRANSACTION_CONFLICTS = "TransactionConflicts"  # of those, cancelled by DynamoDB's TransactionConflict
+LEASES_ACQUIRED = "LeasesAcquired"
+LEASE_WAIT = "LeaseWait"  # milliseconds an acquired lease waited in the queue
+LEASE_BUSY = "LeaseBusy"  # lease requests refused: not acquired within their wait
+LEASES_RECLAIMED = "LeasesReclaimed"  # expired queue rows (crashed holders or waiters) deleted
+LEASE_HEARTBEATS_LOST = "LeaseHeartbeatsLost"  # heartbeats refused: a holder lost its lease
 
 COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED, CONDITION_FAILURES,
-                 IDEMPOTENT_REPLAYS, TRANSACTIONS, TRANSACTION_RETRIES, TRANSACTION_CONFLICTS)
-LATENCY_METRICS = (PATCH_LATENCY,)
+                 IDEMPOTENT_REPLAYS, TRANSACTIONS, TRANSACTION_RETRIES, TRANSACTION_CONFLICTS,
+                 LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST)
+LATENCY_METRICS = (PATCH_LATENCY, LEASE_WAIT)
 ALL_METRICS = COUNT_METRICS + LATENCY_METRICS

@@ -18,6 +18,9 @@ EXPECTED = {
     "patch-device-stale-if-match": 412, "patch-device-not-applicable": 422, "patch-device-bad-json": 400,
     "patch-device-unsupported-type": 415, "patch-device-nan": 400, "put-device": 200,
     "put-device-create-only": 412, "transaction-scene": 200, "transaction-stale-if-match": 412,
+    "acquire-lease": 201, "lease-status": 200, "heartbeat-expired-lease": 410,
+    # a token that names no active lease (lamp-1 is not leased in the seeded table)
+    "patch-device-wrong-lease-token": 409,
 }
 
 

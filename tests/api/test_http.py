@@ -147,6 +147,40 @@ def test_keyed_increments_with_lost_responses_apply_exactly_once(server):
     assert device["version"] == 1 + clients * per_client
 
 
+def test_a_waiter_over_http_gets_the_lease_when_the_holder_releases_and_the_old_token_is_fenced(server):
+    server.request("POST", "/devices", {"deviceId": "leased-http", "state": {"n": 0}})
+    status, headers, body = server.request("POST", "/devices/leased-http/leases", {"ttlSeconds": 30})
+    assert status == 201
+    first = json.loads(body)
+    merge = {"Content-Type": "application/merge-patch+json"}
+    assert server.request("PATCH", "/devices/leased-http", {"n": 1}, headers=merge)[0] == 423
+    waited = {}
+
+    def waiter():
+        started = time.monotonic()
+        waited["status"], _, payload = server.request("POST", "/devices/leased-http/leases", {"waitSeconds": 20})
+        waited["seconds"], waited["lease"] = time.monotonic() - started, json.loads(payload)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while json.loads(server.request("GET", "/devices/leased-http/leases")[2])["queueLength"] != 1:
+        assert time.monotonic() < deadline, "the waiter never queued"  # it queues in another worker process
+        time.sleep(0.05)
+    token = {**merge, "Lease-Token": str(first["fencingToken"])}
+    assert server.request("PATCH", "/devices/leased-http", {"n": 1}, headers=token)[0] == 200
+    assert server.request("DELETE", f"/devices/leased-http/leases/{first['leaseId']}")[0] == 204
+    thread.join()
+    assert waited["status"] == 201, waited
+    second = waited["lease"]
+    assert second["fencingToken"] > first["fencingToken"]
+    assert server.request("PATCH", "/devices/leased-http", {"n": 2}, headers=token)[0] == 423  # the old holder
+    status, _, body = server.request("PATCH", "/devices/leased-http", {"n": 2},
+                                     headers={**merge, "Lease-Token": str(second["fencingToken"])})
+    assert status == 200 and json.loads(body)["state"] == {"n": 2}
+    assert server.request("DELETE", f"/devices/leased-http/leases/{second['leaseId']}")[0] == 204
+
+
 def test_openapi_document_is_served(server):
     status, headers, body = server.request("GET", "/openapi.json")
     assert status == 200 and json.loads(body) == json.loads(json.dumps(OPENAPI))
@@ -188,6 +222,10 @@ _BODIES = st.one_of(
                   "delete": st.booleans(), "check": st.booleans(), "ifMatch": _TAGS,
                   "ifNoneMatch": st.sampled_from(["*", '"1"'])}),
         max_size=3).map(lambda ops: json.dumps({"operations": ops}).encode()),
+    st.fixed_dictionaries({}, optional={
+        "ttlSeconds": st.sampled_from([0, 1, 2, 900, 901, -3, 1.5, "60", True, None]),
+        "waitSeconds": st.sampled_from([0, 0.05, 26, -1, "x", None]),
+        "owner": st.sampled_from(["job", "", 7])}).map(lambda v: json.dumps(v).encode()),
 )
 _TYPES = st.sampled_from([None, "application/json", "application/merge-patch+json", "application/json-patch+json",
                           "text/plain", "application/json; charset=latin-1", "application/json;charset=utf-8"])
@@ -203,27 +241,35 @@ _TYPES = st.sampled_from([None, "application/json", "application/merge-patch+jso
                          "foo=bar", "limit=2&limit=3"]).map(lambda q: f"/devices?{q}"),
         st.just("/elsewhere"),
         st.just("/transactions"),
+        _IDS.map(lambda i: f"/devices/{i}/leases"),
+        st.sampled_from(["garbage", "1.0123456789abcdef0123456789abcdef", "1", "%2E"]).map(
+            lambda lease: f"/devices/fuzz-1/leases/{lease}"),
     ),
     body=_BODIES,
     content_type=_TYPES,
     if_match=_TAGS,
     if_none_match=_TAGS,
     idempotency_key=st.sampled_from([None, "fuzz-key", "", "x" * 256]),
+    lease_token=st.sampled_from([None, "1", "2", "x", "0", "99999999999999999999"]),
 )
 def test_fuzz_never_5xx_and_only_documented_statuses(server, method, target, body, content_type, if_match,
-                                                     if_none_match, idempotency_key):
+                                                     if_none_match, idempotency_key, lease_token):
     headers = {}
     for name, value in (("Content-Type", content_type), ("If-Match", if_match), ("If-None-Match", if_none_match),
-                        ("Idempotency-Key", idempotency_key)):
+                        ("Idempotency-Key", idempotency_key), ("Lease-Token", lease_token)):
         if value is not None:
             headers[name] = value
     status, response_headers, payload = server.request(method, target, raw=body, headers=headers)
     assert status < 500, payload
     path = target.split("?")[0]
     # Powertools treats a trailing slash as absent: /devices/ is the collection
+    segments = path.split("/")[2:] if path.startswith("/devices/") else None
     route = "/devices" if path in ("/devices", "/devices/") else \
-        "/devices/{deviceId}" if path.startswith("/devices/") else \
-        "/transactions" if path == "/transactions" else None
+        "/transactions" if path == "/transactions" else \
+        None if segments is None else \
+        "/devices/{deviceId}" if len(segments) == 1 else \
+        "/devices/{deviceId}/leases" if len(segments) == 2 and segments[1] == "leases" else \
+        "/devices/{deviceId}/leases/{leaseId}" if len(segments) == 3 and segments[1] == "leases" else None
     documented = _OPERATIONS.get((method, route))
     if documented is None:  # no such route: only 404 or 405
         assert status in (404, 405), (method, target, status, payload)

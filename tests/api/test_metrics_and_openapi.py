@@ -59,7 +59,7 @@ def test_metric_names_are_the_library_constants(api, monkeypatch, capsys):
 def test_openapi_paths_are_exactly_the_routes():
     routes = {(route.method, route.path) for route in app._static_routes + app._dynamic_routes}
     documented = {
-        (method.upper(), path.replace("{deviceId}", "<device_id>"))
+        (method.upper(), path.replace("{deviceId}", "<device_id>").replace("{leaseId}", "<lease_id>"))
         for path, item in OPENAPI["paths"].items()
         for method in item
         if method != "parameters"
