@@ -4,7 +4,9 @@ Each request becomes an API Gateway REST proxy event for the same ``lambda_handl
 that Lambda runs, so local and deployed behaviour cannot drift. Like Lambda, each
 worker process handles one request at a time (Powertools' resolver keeps the current
 request on the app object, so threads sharing one handler would mix requests); several
-workers share the listening socket, so requests run concurrently.
+workers share the listening socket, so requests run concurrently. A worker accepts a
+connection only when it is idle and closes it after one response, so a long request (a
+lease wait) never holds up another client's request queued behind it.
 """
 
 from __future__ import annotations
@@ -15,14 +17,13 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from localdev.apigw import LambdaContext, make_event
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
-LAMBDA_TIMEOUT_SECONDS = 15.0
+LAMBDA_TIMEOUT_SECONDS = 28.0  # the deployed function's timeout (infra/api.py), so waits are capped alike
 
 _DEFAULTS = {
     "TABLE_NAME": "devices",
@@ -40,7 +41,6 @@ _LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "lo
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "device-state-dev"
-    invoke_lock = threading.Lock()  # one invocation at a time per worker, as in Lambda
 
     def _serve(self) -> None:
         from functions.api.handler import lambda_handler
@@ -51,8 +51,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(411, {"Content-Type": "text/plain"}, b"Content-Length required\n")
             return
         if length > MAX_REQUEST_BYTES:
-            self._send(413, {"Content-Type": "text/plain", "Connection": "close"}, b"Request too large\n")
-            self.close_connection = True
+            self._send(413, {"Content-Type": "text/plain"}, b"Request too large\n")
             return
         raw = self.rfile.read(length) if length else None
         headers: dict[str, list[str]] = {}
@@ -65,8 +64,7 @@ class _Handler(BaseHTTPRequestHandler):
             except UnicodeDecodeError:
                 body = raw  # sent base64-encoded, as API Gateway does for binary bodies
         event = make_event(self.command, self.path, headers, body, source_ip=self.client_address[0])
-        with self.invoke_lock:
-            result = lambda_handler(event, LambdaContext(LAMBDA_TIMEOUT_SECONDS))
+        result = lambda_handler(event, LambdaContext(LAMBDA_TIMEOUT_SECONDS))
         payload = result.get("body") or ""
         data = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
         response_headers = dict(result.get("headers") or {})
@@ -78,12 +76,14 @@ class _Handler(BaseHTTPRequestHandler):
                          f"{elapsed:.1f}ms\n")
 
     def _send(self, status: int, headers: dict, data: bytes) -> None:
+        self.close_connection = True  # one response per connection: see the module docstring
         self.send_response_only(status)
         for name, value in headers.items():
             if name.lower() not in ("content-length", "connection"):
                 self.send_header(name, value)
         if status != 304 and status != 204:
             self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
         self.send_header("Date", self.date_time_string())
         self.end_headers()
         if status not in (204, 304) and self.command != "HEAD":
@@ -98,10 +98,9 @@ class _Handler(BaseHTTPRequestHandler):
 def _worker(listener: socket.socket) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    server = ThreadingHTTPServer(listener.getsockname(), _Handler, bind_and_activate=False)
+    server = HTTPServer(listener.getsockname(), _Handler, bind_and_activate=False)
     server.socket.close()
-    server.socket = listener
-    server.daemon_threads = True
+    server.socket = listener  # non-blocking: a worker that loses the race to accept goes back to waiting
     try:
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
@@ -154,6 +153,7 @@ def main(argv=None) -> None:
         import functions.api.handler  # noqa: F401  (imported once, before the workers fork)
 
         listener = socket.create_server((args.host, args.port), backlog=256, reuse_port=False)
+        listener.setblocking(False)
         for _ in range(max(1, args.workers)):
             pid = os.fork()
             if pid == 0:

@@ -181,6 +181,27 @@ def test_a_waiter_over_http_gets_the_lease_when_the_holder_releases_and_the_old_
     assert server.request("DELETE", f"/devices/leased-http/leases/{second['leaseId']}")[0] == 204
 
 
+def test_a_long_request_in_one_worker_holds_up_no_other_request(server):
+    server.request("POST", "/devices", {"deviceId": "busy-worker", "state": {}})
+    holder = json.loads(server.request("POST", "/devices/busy-worker/leases", {"ttlSeconds": 60})[2])
+    waited = {}
+    thread = threading.Thread(target=lambda: waited.update(status=server.request(
+        "POST", "/devices/busy-worker/leases", {"waitSeconds": 25})[0]))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while json.loads(server.request("GET", "/devices/busy-worker/leases")[2])["queueLength"] != 1:
+        assert time.monotonic() < deadline, "the waiter never queued"
+        time.sleep(0.05)
+    # More requests than workers, one after another: with the waiter's worker taking any of
+    # them, that request would stall until the wait ended.
+    for _ in range(24):
+        assert server.request("GET", "/devices/busy-worker")[0] == 200
+    assert thread.is_alive(), "the waiter finished early, so the test proved nothing"
+    assert server.request("DELETE", f"/devices/busy-worker/leases/{holder['leaseId']}")[0] == 204
+    thread.join()
+    assert waited["status"] == 201
+
+
 def test_openapi_document_is_served(server):
     status, headers, body = server.request("GET", "/openapi.json")
     assert status == 200 and json.loads(body) == json.loads(json.dumps(OPENAPI))

@@ -67,11 +67,16 @@ def test_layer_version_is_a_context_value():
     assert "python313-arm64:31" in json.dumps(function["Properties"]["Layers"])
 
 
-def test_timeout_exceeds_the_retry_budget_and_stays_under_api_gateways(template):
+def test_timeout_exceeds_the_retry_budget_and_the_lease_wait_and_stays_under_api_gateways(template):
+    from functions.api import handler
+    from localdev import server
+
     _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
     timeout = function["Properties"]["Timeout"]
     assert DEFAULT_BUDGET_SECONDS + 2 <= timeout < 29
     assert config.MAX_BUDGET_SECONDS < 29
+    assert handler.MAX_LEASE_WAIT_SECONDS + handler.RESPONSE_MARGIN_SECONDS < timeout
+    assert server.LAMBDA_TIMEOUT_SECONDS == timeout  # make serve caps waits as Lambda does
 
 
 def test_environment_is_exactly_what_the_config_reads(template):
