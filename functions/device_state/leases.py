@@ -57,6 +57,10 @@ def _sort_key(ticket: int) -> str:
     return f"{table.LEASE_SK_PREFIX}{ticket:0{TICKET_DIGITS}d}"
 
 
+def _row_key(device_id: str, ticket: int) -> dict:
+    return {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": _sort_key(ticket)}}
+
+
 def _n(value) -> dict:
     return {"N": str(value)}
 
@@ -135,9 +139,9 @@ class LeaseQueue:
         ttl_seconds, wait_seconds = _check_ttl(ttl_seconds), float(wait_seconds)
         if not 0 <= wait_seconds <= MAX_TTL_SECONDS or math.isnan(wait_seconds):
             raise InvalidLease(f"wait_seconds must be from 0 to {MAX_TTL_SECONDS}")
-        if self._m._read_optional(device_id) is None:
-            raise DeviceNotFound(device_id)
         m = self._m
+        if m._read_optional(device_id) is None:
+            raise DeviceNotFound(device_id)
         started = m._monotonic()
         deadline = started + wait_seconds
         ticket = int(m._call(
@@ -178,18 +182,18 @@ class LeaseQueue:
         m = self._m
         now = m._clock()
         until = round(now + ttl_seconds, 3)  # as stored
+        condition = (f"{_manager._EXISTS} AND "
+                     "(attribute_not_exists(#leaseToken) OR #leaseUntil <= :nowEpoch OR #leaseToken = :token)")
         try:
             m._call("transact_write_items", ClientRequestToken=uuid.uuid4().hex, TransactItems=[
                 {"Put": {"TableName": m.table_name, "Item": self._row(device_id, ticket, secret, owner, ttl_seconds, until)}},
                 {"Update": {
                     "TableName": m.table_name, "Key": table.state_key(device_id),
                     "UpdateExpression": "SET #leaseToken = :token, #leaseUntil = :until",
-                    "ConditionExpression": "attribute_exists(#pk) AND (attribute_not_exists(#expiresAt) OR "
-                                           "#expiresAt > :now) AND (attribute_not_exists(#leaseToken) OR "
-                                           "#leaseUntil <= :now OR #leaseToken = :token)",
-                    "ExpressionAttributeNames": {"#pk": table.PARTITION_KEY, "#expiresAt": table.TTL_ATTRIBUTE,
-                                                 "#leaseToken": table.LEASE_TOKEN, "#leaseUntil": table.LEASE_UNTIL},
-                    "ExpressionAttributeValues": {":token": _n(ticket), ":until": _epoch(until), ":now": _epoch(now)},
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeNames": _manager._names_in(condition),
+                    "ExpressionAttributeValues": {":token": _n(ticket), ":until": _epoch(until),
+                                                  ":nowEpoch": _epoch(now)},
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }},
             ])
@@ -209,6 +213,8 @@ class LeaseQueue:
     def _live_rows(self, device_id: str, below: int | None = None) -> list[dict]:
         """Live queue rows in ticket order (those before ticket ``below`` only, if given),
         strongly consistent and paginated; expired ones met on the way are deleted."""
+        if below is not None and below <= 1:
+            return []
         m = self._m
         now = m._clock()
         high = _sort_key(below - 1) if below is not None else table.LEASE_SK_PREFIX + "9" * (TICKET_DIGITS + 1)
@@ -219,8 +225,6 @@ class LeaseQueue:
             "ExpressionAttributeValues": {":pk": {"S": device_id}, ":low": {"S": _sort_key(0)},
                                           ":high": {"S": high}},
         }
-        if below is not None and below <= 1:
-            return []
         live, expired = [], []
         while True:
             page = m._call("query", **request)
@@ -254,7 +258,7 @@ class LeaseQueue:
         validate_device_id(device_id)
         ticket, secret = parse_lease_id(lease_id)
         m = self._m
-        key = {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": _sort_key(ticket)}}
+        key = _row_key(device_id, ticket)
         if ttl_seconds is None:
             row = m._call("get_item", TableName=m.table_name, Key=key, ConsistentRead=True).get("Item")
             if row is None or row.get(_SECRET, {}).get("S") != secret:
@@ -296,12 +300,9 @@ class LeaseQueue:
         validate_device_id(device_id)
         ticket, secret = parse_lease_id(lease_id)
         m = self._m
-        key = {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": _sort_key(ticket)}}
         try:
             self._transact([
-                {"Delete": {"TableName": m.table_name, "Key": key, "ConditionExpression": "#secret = :secret",
-                            "ExpressionAttributeNames": {"#secret": _SECRET},
-                            "ExpressionAttributeValues": {":secret": {"S": secret}}}},
+                {"Delete": self._delete_own_row(device_id, ticket, secret)},
                 {"Update": {"TableName": m.table_name, "Key": table.state_key(device_id),
                             "UpdateExpression": "REMOVE #leaseToken, #leaseUntil",
                             "ConditionExpression": "#leaseToken = :token",
@@ -319,15 +320,17 @@ class LeaseQueue:
         return self._withdraw(device_id, ticket, secret)  # a waiting ticket, or a holder already superseded
 
     def _withdraw(self, device_id: str, ticket: int, secret: str) -> bool:
-        m = self._m
         try:
-            m._call("delete_item", TableName=m.table_name,
-                    Key={table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": _sort_key(ticket)}},
-                    ConditionExpression="#secret = :secret", ExpressionAttributeNames={"#secret": _SECRET},
-                    ExpressionAttributeValues={":secret": {"S": secret}})
+            self._m._call("delete_item", **self._delete_own_row(device_id, ticket, secret))
             return True
         except _manager._Rejected:
             return False
+
+    def _delete_own_row(self, device_id: str, ticket: int, secret: str) -> dict:
+        """Deleting a queue row, only if it is still the one issued with ``secret``."""
+        return {"TableName": self._m.table_name, "Key": _row_key(device_id, ticket),
+                "ConditionExpression": "#secret = :secret", "ExpressionAttributeNames": {"#secret": _SECRET},
+                "ExpressionAttributeValues": {":secret": {"S": secret}}}
 
     def status(self, device_id: str) -> LeaseStatus:
         """The active holder (from the state item) and how many live tickets wait behind it."""
@@ -344,7 +347,7 @@ class LeaseQueue:
 
     def _row(self, device_id, ticket, secret, owner, ttl_seconds, until) -> dict:
         row = {
-            table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": _sort_key(ticket)},
+            **_row_key(device_id, ticket),
             _TICKET: _n(ticket), _SECRET: {"S": secret}, _TTL: _n(ttl_seconds),
             "createdAt": {"S": _manager._timestamp(self._m._clock())},
             _UNTIL: _epoch(until), table.TTL_ATTRIBUTE: _n(math.ceil(until)),

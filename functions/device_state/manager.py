@@ -960,11 +960,9 @@ class DeviceStateManager:
         token = self._lease_tokens.get(device_id)
         if isinstance(token, leases.Lease):
             token = token.fencing_token
-        if token is None:
-            return DeviceLocked(device_id, until) if holder is not None else None
-        if holder == token:
-            return None
-        return DeviceLocked(device_id, until) if holder is not None else LeaseNotHeld(device_id, token)
+        if holder is None:
+            return None if token is None else LeaseNotHeld(device_id, token)
+        return None if holder == token else DeviceLocked(device_id, until)
 
     def _raw_live(self, item: dict | None) -> dict | None:
         """The item if it is present and unexpired, else None."""

@@ -32,7 +32,6 @@ class UpdateObserver:
     def replayed(self, device_id: str) -> None:
         """A keyed write was answered from its idempotency record; nothing was written."""
 
-
     def lease_acquired(self, device_id: str, waited: float) -> None:
         """A lease was acquired after waiting ``waited`` seconds in the queue."""
 
