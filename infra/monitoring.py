@@ -26,6 +26,8 @@ PERIOD = Duration.minutes(5)
 CONDITIONAL_CHECK_FAILED_PER_PERIOD = 300
 # Any request that gave up under contention was answered 503: users felt it.
 RETRIES_EXHAUSTED_PER_PERIOD = 0
+# Any write whose answer was lost and could not be settled was answered 504: users must check.
+OUTCOME_UNKNOWN_PER_PERIOD = 0
 # Conflicts per successful update: above 0.5, every other write pays for a retry.
 CONFLICTS_PER_UPDATE = 0.5
 RETRY_RATE_EVALUATION_PERIODS = 3  # sustained for 15 minutes, not a burst
@@ -86,6 +88,9 @@ class Monitoring(Construct):
             "DynamoDB refused more conditional writes than usual: heavy contention or clients on stale ETags")
         self._alarm("RetriesExhausted", service_metric(names.RETRIES_EXHAUSTED), RETRIES_EXHAUSTED_PER_PERIOD,
                     not_breaching, "PATCHes gave up under contention and answered 503")
+        self._alarm("OutcomeUnknown", service_metric(names.OUTCOME_UNKNOWN), OUTCOME_UNKNOWN_PER_PERIOD,
+                    not_breaching, "Writes answered 504 outcome-unknown: DynamoDB's answers were lost and could "
+                                   "not be settled")
         self._alarm("RetryRate", conflicts_per_update, CONFLICTS_PER_UPDATE, not_breaching,
                     "More than one version conflict per two successful updates, sustained",
                     evaluation_periods=RETRY_RATE_EVALUATION_PERIODS)
@@ -124,7 +129,7 @@ class Monitoring(Construct):
                 service_metric(names.PATCH_LATENCY, "p50"), service_metric(names.PATCH_LATENCY, "p99")]),
             cloudwatch.GraphWidget(title="DynamoDB and replays", width=12, left=[
                 table.metric_conditional_check_failed_requests(statistic="Sum", period=PERIOD)],
-                right=[service_metric(names.IDEMPOTENT_REPLAYS)]),
+                right=[service_metric(names.IDEMPOTENT_REPLAYS), service_metric(names.OUTCOME_UNKNOWN)]),
         )
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(title="Transactions", width=24, left=[

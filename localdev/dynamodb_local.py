@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -95,6 +96,13 @@ class DynamoDBLocal:
             return ""
         self._log.seek(0)
         return self._log.read().decode(errors="replace")
+
+    def pause(self) -> None:
+        """Stall the engine (SIGSTOP): requests hang until ``resume``."""
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._process.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
         if self._process and self._process.poll() is None:

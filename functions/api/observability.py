@@ -70,6 +70,9 @@ class MetricsObserver(UpdateObserver):
     def replayed(self, device_id):
         metrics.add_metric(name=names.IDEMPOTENT_REPLAYS, unit=MetricUnit.Count, value=1)
 
+    def outcome_unknown(self, device_id):
+        metrics.add_metric(name=names.OUTCOME_UNKNOWN, unit=MetricUnit.Count, value=1)
+
     def lease_acquired(self, device_id, waited):
         metrics.add_metric(name=names.LEASES_ACQUIRED, unit=MetricUnit.Count, value=1)
         metrics.add_metric(name=names.LEASE_WAIT, unit=MetricUnit.Milliseconds, value=waited * 1000)

@@ -27,6 +27,7 @@ from functions.device_state import (
     LeaseBusy,
     LeaseLost,
     LeaseNotHeld,
+    OutcomeUnknown,
     PatchNotApplicable,
     PatchTestFailed,
     RetriesExhausted,
@@ -37,7 +38,8 @@ from functions.device_state import (
     VersionConflict,
 )
 from functions.device_state import transactions as tx
-from functions.device_state.manager import _timestamp as iso_timestamp
+from functions.device_state.store import Ambiguous
+from functions.device_state.device import timestamp as iso_timestamp
 from functions.device_state.values import dumps
 
 PROBLEM_JSON = "application/problem+json"
@@ -113,6 +115,8 @@ _LIBRARY_ERRORS = {
     LeaseNotHeld: (409, "lease-not-held", "Lease-Token names no active lease"),
     DeviceLocked: (423, "locked", "Device is leased; writes need the holder's Lease-Token"),
     RetriesExhausted: (503, "contention", "Too much contention on this device; nothing was written"),
+    OutcomeUnknown: (504, "outcome-unknown", "The change may or may not have been applied"),
+    Ambiguous: (504, "outcome-unknown", "The change may or may not have been applied"),
     StorageUnavailable: (503, "storage-unavailable", "Storage temporarily unavailable"),
     StorageError: (500, "internal-error", "Internal error"),
 }
@@ -191,7 +195,9 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
 
 
 def status_is_fault(status: int) -> bool:
-    return status >= 500 and status != 503
+    """5xx answers that are faults of the service; 503 (nothing was written) and 504 (the
+    outcome is unknown) are answers about DynamoDB that the client must act on."""
+    return status >= 500 and status not in (503, 504)
 
 
 def internal_error_response(instance: str | None = None) -> Response:

@@ -20,6 +20,7 @@ from .errors import (
     LeaseBusy,
     LeaseLost,
     LeaseNotHeld,
+    OutcomeUnknown,
     PatchError,
     PatchNotApplicable,
     PatchTestFailed,
@@ -29,8 +30,10 @@ from .errors import (
     VersionConflict,
 )
 from .idempotency import IdempotencyKey, InvalidIdempotencyKey
-from .manager import Backoff, Device, DeviceStateManager  # before .leases, which it imports
+from .device import Device
 from .leases import Lease, LeaseGrant, LeaseStatus
+from .manager import DeviceStateManager
+from .retry import Backoff
 from .observer import UpdateObserver
 from .patches import JsonPatch, MergePatch
 from .transactions import InvalidTransaction, Operation, OperationFailure, TransactionFailed, TransactionTooLarge
@@ -62,6 +65,7 @@ __all__ = [
     "LeaseNotHeld",
     "LeaseStatus",
     "MergePatch",
+    "OutcomeUnknown",
     "Operation",
     "OperationFailure",
     "PatchError",

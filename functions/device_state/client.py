@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 
-# Throttling and DynamoDB 5xx are retried here, by botocore's standard mode, never by the
-# optimistic-locking loop; the timeouts keep a stuck call well inside the Lambda timeout.
+# botocore sends each request once: a resend of a conditional write whose first copy
+# landed is a second, different write, so the library's store decides what is sent again
+# (see store.py). Short timeouts keep a lost answer's window to seconds.
 RETRY_MODE = "standard"
-RETRY_MAX_ATTEMPTS = 3
-CONNECT_TIMEOUT_SECONDS = 2
-READ_TIMEOUT_SECONDS = 5
+TOTAL_ATTEMPTS = 1
+CONNECT_TIMEOUT_SECONDS = 1
+READ_TIMEOUT_SECONDS = 3
 MAX_POOL_CONNECTIONS = 64
 
 
@@ -19,7 +20,7 @@ def dynamodb_client(endpoint_url: str | None = None, region_name: str | None = N
     from botocore.config import Config
 
     config = Config(
-        retries={"mode": RETRY_MODE, "max_attempts": RETRY_MAX_ATTEMPTS},
+        retries={"mode": RETRY_MODE, "total_max_attempts": TOTAL_ATTEMPTS},
         connect_timeout=CONNECT_TIMEOUT_SECONDS,
         read_timeout=READ_TIMEOUT_SECONDS,
         max_pool_connections=MAX_POOL_CONNECTIONS,

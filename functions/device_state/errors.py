@@ -154,3 +154,15 @@ class LeaseNotHeld(DeviceStateError):
         super().__init__(f"lease token {token} holds no active lease on device {device_id!r}")
         self.device_id = device_id
         self.token = token
+
+
+class OutcomeUnknown(DeviceStateError):
+    """A write's answer was lost and its outcome could not be settled: the change may or
+    may not have been applied (once at most). Read the device to see, or retry with an
+    idempotency key, which makes retries safe."""
+
+    def __init__(self, device_id: str, reason: str):
+        super().__init__(f"the write to device {device_id!r} may or may not have been applied ({reason}): "
+                         "GET the device to see, or retry with an Idempotency-Key, which makes retries safe")
+        self.device_id = device_id
+        self.reason = reason

@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass
 
 from . import table
-from .errors import DeviceStateError
+from .device import Device, timestamp
+from .errors import DeviceStateError, IdempotencyKeyReused
+from .values import check_item_size, from_attribute, to_attribute
 
 RECORD_TTL_SECONDS = 24 * 60 * 60
 KEY_PATTERN = re.compile(r"[\x20-\x7e]{1,255}")
@@ -70,3 +72,54 @@ def fingerprint(*parts: str | bytes | None) -> str:
         data = b"" if part is None else part if isinstance(part, bytes) else part.encode("utf-8", "surrogatepass")
         digest.update(len(data).to_bytes(8, "big") + data)
     return digest.hexdigest()
+
+
+def record_put(table_name: str, partition: str, key: IdempotencyKey, results: list[tuple], now: float) -> dict:
+    """The record of a keyed write (a TransactWriteItems Put): its fingerprint and, per
+    device, the outcome and the device as the answer showed it. ``results`` are
+    (device, outcome) pairs."""
+    record = {
+        table.PARTITION_KEY: {"S": partition},
+        table.SORT_KEY: {"S": key.sort_key},
+        FINGERPRINT: {"S": key.fingerprint},
+        RESULTS: {"L": [{"M": {
+            OUTCOME: {"S": outcome},
+            table.PARTITION_KEY: {"S": device.device_id},
+            table.VERSION: {"N": str(device.version)},
+            table.STATE: to_attribute(device.state),
+            table.CREATED_AT: {"S": device.created_at},
+            table.UPDATED_AT: {"S": device.updated_at},
+        }} for device, outcome in results]},
+        RECORDED_AT: {"S": timestamp(now)},
+        table.TTL_ATTRIBUTE: {"N": str(int(now) + RECORD_TTL_SECONDS)},
+    }
+    check_item_size(record)
+    return {"Put": {
+        "TableName": table_name,
+        "Item": record,
+        "ConditionExpression": "attribute_not_exists(#sk) OR #expiresAt <= :nowEpoch",
+        "ExpressionAttributeNames": {"#sk": table.SORT_KEY, "#expiresAt": table.TTL_ATTRIBUTE},
+        "ExpressionAttributeValues": {":nowEpoch": {"N": str(now)}},
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }}
+
+
+def record_key(partition: str, key: IdempotencyKey) -> dict:
+    return {table.PARTITION_KEY: {"S": partition}, table.SORT_KEY: {"S": key.sort_key}}
+
+
+def recorded_results(partition: str, key: IdempotencyKey, record: dict | None, now: float) -> list[tuple] | None:
+    """The recorded (device, outcome) pairs of a live record, None without one;
+    ``IdempotencyKeyReused`` when the key was used for a different request."""
+    if record is None or table.is_expired(record, now):
+        return None
+    if record[FINGERPRINT]["S"] != key.fingerprint:
+        raise IdempotencyKeyReused(partition, key.key)
+    results = []
+    for entry in record[RESULTS]["L"]:
+        snapshot = entry["M"]
+        results.append((Device(
+            snapshot[table.PARTITION_KEY]["S"], int(snapshot[table.VERSION]["N"]),
+            from_attribute(snapshot[table.STATE]), snapshot[table.CREATED_AT]["S"],
+            snapshot[table.UPDATED_AT]["S"], replayed=True), snapshot[OUTCOME]["S"]))
+    return results

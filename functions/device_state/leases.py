@@ -10,7 +10,7 @@ In the device's partition:
   millisecond) and ``expiresAt`` (whole seconds, the TTL backstop). A row whose ``until``
   has passed is ignored at once and deleted when a waiter meets it.
 - On the state item, ``leaseToken`` and ``leaseUntil`` name the active holder. They are
-  what fences writes (see ``DeviceStateManager._fence``): the queue gives the order, the
+  what fences writes (see ``fencing.py``): the queue gives the order, the
   state item's condition gives mutual exclusion, so even two waiters that both believe
   they are at the head cannot both hold the lease.
 
@@ -28,9 +28,13 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from . import manager as _manager  # circular on purpose: manager.py imports this module too
 from . import table
-from .errors import DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, StorageError, StorageUnavailable
+from .device import timestamp
+from .errors import (DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, OutcomeUnknown, StorageError,
+                     StorageUnavailable)
+from .expressions import LIVE, names_in
+from .fencing import active_holder
+from .store import IDEMPOTENT, Ambiguous, Cancelled, Rejected
 from .values import validate_device_id
 
 DEFAULT_TTL_SECONDS = 60
@@ -69,15 +73,6 @@ def _epoch(value: float) -> dict:
     return {"N": f"{value:.3f}"}
 
 
-def active_holder(state_item: dict, now: float) -> tuple[int | None, float | None]:
-    """The fencing token and expiry of the lease active on a state item, or (None, None)."""
-    token = state_item.get(table.LEASE_TOKEN)
-    until = state_item.get(table.LEASE_UNTIL)
-    if token is None or until is None or float(until["N"]) <= now:
-        return None, None
-    return int(token["N"]), float(until["N"])
-
-
 def parse_lease_id(lease_id: str) -> tuple[int, str]:
     """``"<ticket>.<secret>"`` → (ticket, secret); ``InvalidLease`` for anything else."""
     ticket, dot, secret = lease_id.partition(".") if isinstance(lease_id, str) else ("", "", "")
@@ -100,7 +95,7 @@ class LeaseGrant:
     def as_dict(self) -> dict:
         """The lease as the API shows it."""
         return {"deviceId": self.device_id, "leaseId": self.lease_id, "fencingToken": self.fencing_token,
-                "expiresAt": _manager._timestamp(self.expires_at), "ttlSeconds": _number_value(self.ttl_seconds)}
+                "expiresAt": timestamp(self.expires_at), "ttlSeconds": _number_value(self.ttl_seconds)}
 
 
 @dataclass(frozen=True)
@@ -115,7 +110,7 @@ class LeaseStatus:
     def as_dict(self, device_id: str) -> dict:
         holder = None
         if self.holder_token is not None:
-            holder = {"fencingToken": self.holder_token, "expiresAt": _manager._timestamp(self.holder_expires_at),
+            holder = {"fencingToken": self.holder_token, "expiresAt": timestamp(self.holder_expires_at),
                       "owner": self.holder_owner}
         return {"deviceId": device_id, "holder": holder, "queueLength": self.waiting}
 
@@ -126,6 +121,10 @@ class LeaseQueue:
 
     def __init__(self, manager):
         self._m = manager
+
+    @property
+    def manager(self):
+        return self._m
 
     # ------------------------------------------------------------- acquire
 
@@ -140,20 +139,21 @@ class LeaseQueue:
         if not 0 <= wait_seconds <= MAX_TTL_SECONDS or math.isnan(wait_seconds):
             raise InvalidLease(f"wait_seconds must be from 0 to {MAX_TTL_SECONDS}")
         m = self._m
-        if m._read_optional(device_id) is None:
+        if m.live_state(device_id) is None:
             raise DeviceNotFound(device_id)
-        started = m._monotonic()
+        started = m.monotonic()
         deadline = started + wait_seconds
-        ticket = int(m._call(
-            "update_item", TableName=m.table_name,
+        # A resend after a lost answer may skip a ticket number: harmless, tickets need only go up.
+        ticket = int(m.store.send(
+            "update_item", IDEMPOTENT,
             Key={table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": table.LEASE_COUNTER_SK}},
             UpdateExpression="ADD #ticket :one", ExpressionAttributeNames={"#ticket": _TICKET},
             ExpressionAttributeValues={":one": _n(1)}, ReturnValues="UPDATED_NEW",
         )["Attributes"][_TICKET]["N"])
         secret = secrets.token_hex(16)
         lease_id = f"{ticket}.{secret}"
-        row_refreshed = m._monotonic()
-        self._put_row(device_id, ticket, secret, owner, ttl_seconds, m._clock() + min(ttl_seconds, WAITING_ROW_SECONDS))
+        row_refreshed = m.monotonic()
+        self._put_row(device_id, ticket, secret, owner, ttl_seconds, m.clock() + min(ttl_seconds, WAITING_ROW_SECONDS))
         try:
             while True:
                 ahead = self._live_rows(device_id, below=ticket)
@@ -161,17 +161,17 @@ class LeaseQueue:
                 if not ahead:
                     taken, holder_until = self._take(device_id, ticket, secret, owner, ttl_seconds)
                     if taken is not None:
-                        m.observer.lease_acquired(device_id, m._monotonic() - started)
+                        m.observer.lease_acquired(device_id, m.monotonic() - started)
                         return LeaseGrant(device_id, lease_id, ticket, taken, ttl_seconds)
-                remaining = deadline - m._monotonic()
+                remaining = deadline - m.monotonic()
                 if remaining <= 0:
                     m.observer.lease_busy(device_id)
                     raise LeaseBusy(device_id, holder_until, len(ahead))
-                m._sleep(min(remaining, m._rng.uniform(*POLL_SECONDS)))
-                if m._monotonic() - row_refreshed > WAITING_ROW_SECONDS / 2:
-                    row_refreshed = m._monotonic()
+                m.sleep(min(remaining, m.rng.uniform(*POLL_SECONDS)))
+                if m.monotonic() - row_refreshed > WAITING_ROW_SECONDS / 2:
+                    row_refreshed = m.monotonic()
                     self._put_row(device_id, ticket, secret, owner, ttl_seconds,
-                                  m._clock() + min(ttl_seconds, WAITING_ROW_SECONDS))
+                                  m.clock() + min(ttl_seconds, WAITING_ROW_SECONDS))
         except BaseException:
             self._withdraw(device_id, ticket, secret)
             raise
@@ -180,31 +180,31 @@ class LeaseQueue:
         """At the head: record this ticket as the holder unless another lease is active.
         Returns (our expiry, None) or (None, the active holder's expiry)."""
         m = self._m
-        now = m._clock()
+        now = m.clock()
         until = round(now + ttl_seconds, 3)  # as stored
-        condition = (f"{_manager._EXISTS} AND "
+        condition = (f"{LIVE} AND "
                      "(attribute_not_exists(#leaseToken) OR #leaseUntil <= :nowEpoch OR #leaseToken = :token)")
         try:
-            m._call("transact_write_items", ClientRequestToken=uuid.uuid4().hex, TransactItems=[
+            self._send_transaction(device_id, [
                 {"Put": {"TableName": m.table_name, "Item": self._row(device_id, ticket, secret, owner, ttl_seconds, until)}},
                 {"Update": {
                     "TableName": m.table_name, "Key": table.state_key(device_id),
                     "UpdateExpression": "SET #leaseToken = :token, #leaseUntil = :until",
                     "ConditionExpression": condition,
-                    "ExpressionAttributeNames": _manager._names_in(condition),
+                    "ExpressionAttributeNames": names_in(condition),
                     "ExpressionAttributeValues": {":token": _n(ticket), ":until": _epoch(until),
                                                   ":nowEpoch": _epoch(now)},
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }},
             ])
-        except _manager._Cancelled as cancelled:
+        except Cancelled as cancelled:
             reasons = cancelled.reasons + [{}, {}]
             state = reasons[1]
             if state.get("Code") == "ConditionalCheckFailed":
-                item = m._raw_live(state.get("Item"))
-                if item is None:
+                item = state.get("Item")
+                if not table.is_live_state(item, m.clock()):
                     raise DeviceNotFound(device_id) from None
-                return None, active_holder(item, m._clock())[1]
+                return None, active_holder(item, m.clock())[1]
             if any(reason.get("Code") == "TransactionConflict" for reason in cancelled.reasons):
                 return None, None  # someone else's heartbeat or write at that instant: poll again
             raise StorageError(f"lease transaction cancelled: {cancelled.reasons}") from None
@@ -216,7 +216,7 @@ class LeaseQueue:
         if below is not None and below <= 1:
             return []
         m = self._m
-        now = m._clock()
+        now = m.clock()
         high = _sort_key(below - 1) if below is not None else table.LEASE_SK_PREFIX + "9" * (TICKET_DIGITS + 1)
         request = {
             "TableName": m.table_name, "ConsistentRead": True,
@@ -227,7 +227,7 @@ class LeaseQueue:
         }
         live, expired = [], []
         while True:
-            page = m._call("query", **request)
+            page = m.store.send("query", **request)
             for row in page.get("Items", []):
                 (live if float(row[_UNTIL]["N"]) > now else expired).append(row)
             if "LastEvaluatedKey" not in page:
@@ -243,11 +243,11 @@ class LeaseQueue:
         """Delete an expired row, unless its holder heartbeated it meanwhile."""
         m = self._m
         try:
-            m._call("delete_item", TableName=m.table_name,
+            m.store.send("delete_item", IDEMPOTENT,
                     Key={table.PARTITION_KEY: row[table.PARTITION_KEY], table.SORT_KEY: row[table.SORT_KEY]},
                     ConditionExpression="#until <= :now", ExpressionAttributeNames={"#until": _UNTIL},
                     ExpressionAttributeValues={":now": _epoch(now)})
-        except _manager._Rejected:
+        except Rejected:
             pass
 
     # ----------------------------------------------------- heartbeat, release
@@ -260,16 +260,16 @@ class LeaseQueue:
         m = self._m
         key = _row_key(device_id, ticket)
         if ttl_seconds is None:
-            row = m._call("get_item", TableName=m.table_name, Key=key, ConsistentRead=True).get("Item")
+            row = m.store.get(key)
             if row is None or row.get(_SECRET, {}).get("S") != secret:
                 raise self._lost(device_id, lease_id)
             ttl_seconds = float(row[_TTL]["N"])
         ttl_seconds = _check_ttl(ttl_seconds)
-        now = m._clock()
+        now = m.clock()
         until = round(now + ttl_seconds, 3)  # as stored
         names = {"#until": _UNTIL, "#expiresAt": table.TTL_ATTRIBUTE, "#secret": _SECRET, "#ttl": _TTL}
         try:
-            self._transact([
+            self._transact(device_id, [
                 {"Update": {
                     "TableName": m.table_name, "Key": key,
                     "UpdateExpression": "SET #until = :until, #expiresAt = :expires, #ttl = :ttl",
@@ -287,7 +287,7 @@ class LeaseQueue:
                     "ExpressionAttributeValues": {":until": _epoch(until), ":token": _n(ticket), ":now": _epoch(now)},
                 }},
             ])
-        except _manager._Cancelled as cancelled:
+        except Cancelled as cancelled:
             if any(reason.get("Code") == "ConditionalCheckFailed" for reason in cancelled.reasons):
                 raise self._lost(device_id, lease_id) from None
             raise StorageUnavailable(f"lease heartbeat kept conflicting: {cancelled.reasons}") from None
@@ -301,7 +301,7 @@ class LeaseQueue:
         ticket, secret = parse_lease_id(lease_id)
         m = self._m
         try:
-            self._transact([
+            self._transact(device_id, [
                 {"Delete": self._delete_own_row(device_id, ticket, secret)},
                 {"Update": {"TableName": m.table_name, "Key": table.state_key(device_id),
                             "UpdateExpression": "REMOVE #leaseToken, #leaseUntil",
@@ -311,7 +311,7 @@ class LeaseQueue:
                             "ExpressionAttributeValues": {":token": _n(ticket)}}},
             ])
             return True
-        except _manager._Cancelled as cancelled:
+        except Cancelled as cancelled:
             row_reason, state_reason = (cancelled.reasons + [{}, {}])[:2]
             if row_reason.get("Code") == "ConditionalCheckFailed":
                 return False  # no such row (released, reaped, or never ours)
@@ -321,9 +321,9 @@ class LeaseQueue:
 
     def _withdraw(self, device_id: str, ticket: int, secret: str) -> bool:
         try:
-            self._m._call("delete_item", **self._delete_own_row(device_id, ticket, secret))
+            self._m.store.send("delete_item", IDEMPOTENT, **self._delete_own_row(device_id, ticket, secret))
             return True
-        except _manager._Rejected:
+        except Rejected:
             return False
 
     def _delete_own_row(self, device_id: str, ticket: int, secret: str) -> dict:
@@ -334,10 +334,10 @@ class LeaseQueue:
 
     def status(self, device_id: str) -> LeaseStatus:
         """The active holder (from the state item) and how many live tickets wait behind it."""
-        state = self._m._read_optional(device_id)
+        state = self._m.live_state(device_id)
         if state is None:
             raise DeviceNotFound(device_id)
-        token, until = active_holder(state, self._m._clock())
+        token, until = active_holder(state, self._m.clock())
         rows = self._live_rows(device_id)
         holder_row = next((row for row in rows if token is not None and int(row[_TICKET]["N"]) == token), None)
         owner = holder_row.get(_OWNER, {}).get("S") if holder_row else None
@@ -349,7 +349,7 @@ class LeaseQueue:
         row = {
             **_row_key(device_id, ticket),
             _TICKET: _n(ticket), _SECRET: {"S": secret}, _TTL: _n(ttl_seconds),
-            "createdAt": {"S": _manager._timestamp(self._m._clock())},
+            "createdAt": {"S": timestamp(self._m.clock())},
             _UNTIL: _epoch(until), table.TTL_ATTRIBUTE: _n(math.ceil(until)),
         }
         if owner:
@@ -358,22 +358,32 @@ class LeaseQueue:
 
     def _put_row(self, device_id, ticket, secret, owner, ttl_seconds, until) -> None:
         m = self._m
-        m._call("put_item", TableName=m.table_name, Item=self._row(device_id, ticket, secret, owner, ttl_seconds, until))
+        m.store.send("put_item", IDEMPOTENT, Item=self._row(device_id, ticket, secret, owner, ttl_seconds, until))
 
-    def _transact(self, items: list[dict], attempts: int = 8) -> None:
+    def _transact(self, device_id: str, items: list[dict], attempts: int = 8) -> None:
         """TransactWriteItems, tried again after a TransactionConflict (another request on
         the same items at that instant, e.g. a waiter taking the lease), which is not an
         answer. Other cancellations are raised for the caller to read."""
         m = self._m
         for attempt in range(1, attempts + 1):
             try:
-                m._call("transact_write_items", ClientRequestToken=uuid.uuid4().hex, TransactItems=items)
+                self._send_transaction(device_id, items)
                 return
-            except _manager._Cancelled as cancelled:
+            except Cancelled as cancelled:
                 codes = {reason.get("Code") for reason in cancelled.reasons}
                 if "ConditionalCheckFailed" in codes or "TransactionConflict" not in codes or attempt == attempts:
                     raise
-            m._sleep(m.backoff.delay(attempt, m._rng))
+            m.sleep(m.backoff.delay(attempt, m.rng))
+
+    def _send_transaction(self, device_id: str, items: list[dict]) -> None:
+        """One TransactWriteItems; its ClientRequestToken makes the store's resend after a
+        lost answer safe. An answer that never comes is an unknown outcome, not a refusal."""
+        try:
+            self._m.store.send("transact_write_items", IDEMPOTENT, ClientRequestToken=uuid.uuid4().hex,
+                               TransactItems=items)
+        except Ambiguous as lost:
+            self._m.observer.outcome_unknown(device_id)
+            raise OutcomeUnknown(device_id, str(lost)) from None
 
     def _lost(self, device_id: str, lease_id: str) -> LeaseLost:
         self._m.observer.lease_lost(device_id)
@@ -423,10 +433,10 @@ class Lease:
     @property
     def manager(self):
         """The device-state manager, fenced by this lease."""
-        return self._queue._m.fenced({self.device_id: self})
+        return self._queue.manager.fenced({self.device_id: self})
 
     def fencing_token_if_held(self) -> int:
-        if self.grant is None or self.lost or self._queue._m._clock() >= self.grant.expires_at:
+        if self.grant is None or self.lost or self._queue.manager.clock() >= self.grant.expires_at:
             raise LeaseLost(self.device_id, self.lease_id or "(not acquired)")
         return self.grant.fencing_token
 
@@ -477,8 +487,8 @@ class Lease:
             except LeaseLost:
                 return
             except (StorageError, StorageUnavailable):
-                if self._queue._m._clock() >= self.grant.expires_at:
+                if self._queue.manager.clock() >= self.grant.expires_at:
                     self.lost = True
-                    self._queue._m.observer.lease_lost(self.device_id)
+                    self._queue.manager.observer.lease_lost(self.device_id)
                     return
-                interval = max(0.05, min(interval / 2, self.grant.expires_at - self._queue._m._clock()) / 2)
+                interval = max(0.05, min(interval / 2, self.grant.expires_at - self._queue.manager.clock()) / 2)

@@ -17,6 +17,7 @@ IDEMPOTENT_REPLAYS = "IdempotentReplays"  # keyed writes answered from their rec
 TRANSACTIONS = "Transactions"  # multi-device transactions written
 TRANSACTION_RETRIES = "TransactionRetries"  # transaction attempts cancelled and tried again
 TRANSACTION_CONFLICTS = "TransactionConflicts"  # of those, cancelled by DynamoDB's TransactionConflict
+OUTCOME_UNKNOWN = "OutcomeUnknown"  # writes whose answer was lost and could not be settled (504)
 LEASES_ACQUIRED = "LeasesAcquired"
 LEASE_WAIT = "LeaseWait"  # milliseconds an acquired lease waited in the queue
 LEASE_BUSY = "LeaseBusy"  # lease requests refused: not acquired within their wait
@@ -24,7 +25,7 @@ LEASES_RECLAIMED = "LeasesReclaimed"  # expired queue rows (crashed holders or w
 LEASE_HEARTBEATS_LOST = "LeaseHeartbeatsLost"  # heartbeats refused: a holder lost its lease
 
 COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED, CONDITION_FAILURES,
-                 IDEMPOTENT_REPLAYS, TRANSACTIONS, TRANSACTION_RETRIES, TRANSACTION_CONFLICTS,
+                 IDEMPOTENT_REPLAYS, OUTCOME_UNKNOWN, TRANSACTIONS, TRANSACTION_RETRIES, TRANSACTION_CONFLICTS,
                  LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST)
 LATENCY_METRICS = (PATCH_LATENCY, LEASE_WAIT)
 ALL_METRICS = COUNT_METRICS + LATENCY_METRICS

@@ -32,6 +32,9 @@ class UpdateObserver:
     def replayed(self, device_id: str) -> None:
         """A keyed write was answered from its idempotency record; nothing was written."""
 
+    def outcome_unknown(self, device_id: str) -> None:
+        """A write's answer was lost and whether it applied could not be settled."""
+
     def lease_acquired(self, device_id: str, waited: float) -> None:
         """A lease was acquired after waiting ``waited`` seconds in the queue."""
 

@@ -30,6 +30,13 @@ def state_key(device_id: str) -> dict:
     return {PARTITION_KEY: {"S": device_id}, SORT_KEY: {"S": STATE_SK}}
 
 
+def is_live_state(item: dict | None, now_epoch: float) -> bool:
+    """True for a device's live state item: it has a version, is no tombstone, and has
+    not expired (tombstones and settle stubs read as absent everywhere)."""
+    return (item is not None and VERSION in item and DELETED_AT not in item
+            and not is_expired(item, now_epoch))
+
+
 def is_expired(item: dict, now_epoch: float) -> bool:
     """True when a raw (low-level) item carries an ``expiresAt`` that has passed."""
     expires = item.get(TTL_ATTRIBUTE)
@@ -66,7 +73,12 @@ VERSION = "version"
 STATE = "state"
 CREATED_AT = "createdAt"
 UPDATED_AT = "updatedAt"
-WRITE_ID = "writeId"  # random per write attempt: tells our own landed write from another's
+DELETED_AT = "deletedAt"  # set on a tombstone: the device was deleted at this time
+
+# The write journal: one attribute per recent write, named by its write id and holding
+# the version that write produced (0: settled as never applied). See writes.py.
+JOURNAL_PREFIX = "w:"
+JOURNAL_TRIMMED = "journalTrimmed"  # the newest write-id stamp (ms) ever trimmed from the journal
 
 # The active lease holder, recorded on the state item so every write can be fenced.
 LEASE_TOKEN = "leaseToken"  # the holder's fencing token (its ticket)

@@ -6,9 +6,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import uuid
+
 from boto3.dynamodb.conditions import ConditionBase
 
-from .errors import DeviceStateError, ItemTooLarge
+from . import idempotency as idem
+from . import table
+from .device import Device
+from .errors import (DeviceAlreadyExists, DeviceLocked, DeviceNotFound, DeviceStateError, ItemTooLarge,
+                     OutcomeUnknown, PatchNotApplicable, PatchTestFailed, StorageError, VersionConflict)
+from .idempotency import CREATED, REPLACED, UPDATED
+from .retry import Moved, RetryLoop
+from .store import IDEMPOTENT, Ambiguous, Cancelled
+from .values import check_state, item_size, validate_device_id
+from .writes import Planned, Planner, expect
 
 MAX_OPERATIONS = 100  # DynamoDB's TransactWriteItems limit (a keyed transaction keeps one for its record)
 MAX_TRANSACTION_BYTES = 4 * 1024 * 1024
@@ -86,3 +97,156 @@ class TransactionFailed(DeviceStateError):
     def __init__(self, failures: list[OperationFailure]):
         super().__init__("; ".join(f"operation {f.index} ({f.device_id}): {f.detail}" for f in failures))
         self.failures = failures
+
+
+class TransactionRunner:
+    """``DeviceStateManager.transact``: reads every device (consistently, in one batch),
+    plans each operation with the same planners single writes use, and writes one
+    TransactWriteItems with every condition. When a version moved under an operation
+    without an expected version, or DynamoDB reports a TransactionConflict, it reads
+    again and retries with backoff inside the attempt and time budget; any other failure
+    raises ``TransactionFailed`` naming each failing operation, with nothing written.
+    The ClientRequestToken makes a resend safe: a lost answer is sent again with it, and
+    ``OutcomeUnknown`` only when that never gets an answer. Returns the devices in
+    order: after the write, as deleted, or as checked."""
+
+    def __init__(self, manager, loop: RetryLoop):
+        self._manager = manager
+        self._loop = loop
+
+    def run(self, operations: list, key: idem.IdempotencyKey | None) -> list[Device]:
+        limit = MAX_OPERATIONS - (1 if key else 0)
+        if not 1 <= len(operations) <= limit:
+            raise InvalidTransaction(f"a transaction has 1 to {limit} operations, not {len(operations)}")
+        seen = set()
+        for operation in operations:
+            if not isinstance(operation, Operation):
+                raise InvalidTransaction("operations must be Operation objects")
+            validate_device_id(operation.device_id)
+            if operation.device_id in seen:
+                raise InvalidTransaction(f"device {operation.device_id!r} appears more than once")
+            seen.add(operation.device_id)
+            if operation.state is not None:
+                check_state(operation.state)
+        partition = operations[0].device_id  # where a keyed transaction's record lives
+        if key is not None:
+            replay = self._manager.recorded_results(partition, key)
+            if replay is not None:
+                return [device for device, _ in replay]
+        return self._loop.run(partition, lambda _item, number: self._attempt(operations, key, partition, number),
+                              None, count_success=False)
+
+    def _attempt(self, operations: list, key, partition: str, number: int) -> list[Device]:
+        manager = self._manager
+        planner = manager.planner()
+        items = manager.store.batch_get_states([operation.device_id for operation in operations])
+        planned, failures = [], []
+        for index, operation in enumerate(operations):
+            try:
+                planned.append(_plan(planner, operation, items.get(operation.device_id)))
+            except (DeviceNotFound, DeviceAlreadyExists, VersionConflict, PatchTestFailed,
+                    PatchNotApplicable) as error:
+                failures.append(_failure_of(index, operation, error))
+        if failures:
+            raise TransactionFailed(failures)
+        requests = [plan.request for plan in planned]
+        if key is not None:
+            requests.append(idem.record_put(manager.table_name, partition, key,
+                                            [(plan.device, plan.outcome) for plan in planned], planner.now))
+        size = sum(item_size(_written_attributes(request)) for request in requests)
+        if size > MAX_TRANSACTION_BYTES:
+            raise TransactionTooLarge(size)
+        token = key.client_request_token(manager.table_name, partition, requests) if key else uuid.uuid4().hex
+        try:
+            manager.store.send("transact_write_items", IDEMPOTENT, TransactItems=requests, ClientRequestToken=token)
+        except Ambiguous as lost:
+            manager.observer.outcome_unknown(partition)
+            raise OutcomeUnknown(partition, str(lost)) from None
+        except Cancelled as cancelled:
+            return self._cancelled(operations, planned, planner, key, partition, cancelled.reasons)
+        manager.observer.transaction_committed(len(operations), number)
+        return [plan.device for plan in planned]
+
+    def _cancelled(self, operations, planned, planner: Planner, key, partition: str, reasons: list[dict]):
+        """The recorded answer when the key's record exists already; otherwise raise what the
+        cancellation means: ``TransactionFailed`` or ``Moved``."""
+        manager = self._manager
+        if key is not None and len(reasons) > len(planned) and reasons[-1].get("Code") == "ConditionalCheckFailed":
+            replay = manager.recorded_results(partition, key)
+            if replay is not None:
+                return [device for device, _ in replay]
+        failures, retry_reason = [], None
+        for index, (operation, plan, reason) in enumerate(zip(operations, planned, reasons)):
+            code = reason.get("Code")
+            if code in (None, "None"):
+                continue
+            if code == "TransactionConflict":
+                retry_reason = "conflict"
+                continue
+            if code != "ConditionalCheckFailed":
+                raise StorageError(f"transaction cancelled: {reasons}")
+            failure = _cancelled_operation(index, operation, plan, reason.get("Item"), planner)
+            if failure is None:
+                retry_reason = retry_reason or "version"
+            else:
+                failures.append(failure)
+        if failures:
+            raise TransactionFailed(failures)
+        manager.observer.transaction_retried(retry_reason or "unknown")
+        raise Moved(None, reason=retry_reason or "unknown")
+
+
+def _plan(planner: Planner, operation: Operation, item: dict | None) -> Planned:
+    action, device_id = operation.action, operation.device_id
+    live = table.is_live_state(item, planner.now)
+    if action == CREATE or (action == PUT and not live):
+        return planner.create(device_id, operation.state, item)
+    if action == PUT:
+        return planner.replace_state(item, lambda _: operation.state, None, REPLACED)
+    item = expect(device_id, item, operation.expected_version, planner.now)
+    if action == REPLACE:
+        return planner.replace_state(item, lambda _: operation.state, None, REPLACED)
+    if action == UPDATE:
+        return planner.replace_state(item, operation.update_fn, operation.condition, UPDATED)
+    if action == DELETE:
+        return planner.delete(item)
+    return planner.check(item, operation.condition)
+
+
+def _cancelled_operation(index: int, operation: Operation, plan: Planned, old: dict | None,
+                         planner: Planner) -> OperationFailure | None:
+    """Why one operation's condition failed, or None when a retry may still succeed
+    (its device moved under an operation that named no version)."""
+    live = old if table.is_live_state(old, planner.now) else None
+    if plan.outcome == CREATED:
+        if live is not None and operation.action == CREATE:
+            return OperationFailure(index, operation.device_id, EXISTS, "the device exists", Device.from_item(live))
+        return None
+    if live is None:
+        return OperationFailure(index, operation.device_id, NOT_FOUND, "the device does not exist")
+    current = Device.from_item(live)
+    fenced = planner.fence.error(operation.device_id, live, planner.now) if operation.action != CHECK else None
+    if fenced is not None:
+        reason = LOCKED if isinstance(fenced, DeviceLocked) else LEASE_NOT_HELD
+        return OperationFailure(index, operation.device_id, reason, str(fenced), current)
+    if current.version != plan.expected_version:
+        if operation.expected_version is None:
+            return None
+        return OperationFailure(index, operation.device_id, VERSION,
+                                f"the device is at version {current.version}, not {operation.expected_version}",
+                                current)
+    return OperationFailure(index, operation.device_id, CONDITION, "the condition is not met", current)
+
+
+def _failure_of(index: int, operation: Operation, error: Exception) -> OperationFailure:
+    reason = {DeviceNotFound: NOT_FOUND, DeviceAlreadyExists: EXISTS, VersionConflict: VERSION,
+              PatchTestFailed: TEST_FAILED, PatchNotApplicable: NOT_APPLICABLE}[type(error)]
+    return OperationFailure(index, operation.device_id, reason, str(error), getattr(error, "current", None))
+
+
+def _written_attributes(request: dict) -> dict:
+    """The attributes one transaction action sends, for DynamoDB's 4 MB transaction limit."""
+    (kind, action), = request.items()
+    if kind == "Put":
+        return action["Item"]
+    return {**action["Key"], **{name: value for name, value in action.get("ExpressionAttributeValues", {}).items()}}

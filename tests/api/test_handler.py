@@ -340,7 +340,7 @@ def test_contention_exhaustion_is_503_with_retry_after_and_writes_nothing(api, m
     from functions.api import handler as handler_module
 
     manager = handler_module._manager()
-    client = manager._client
+    client = manager.client
 
     def rival_writes_first(**kwargs):
         if kwargs.get("params", {}).get("Key", {}).get("deviceId", {}).get("S") == "lamp-1":

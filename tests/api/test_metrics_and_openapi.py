@@ -34,7 +34,7 @@ def test_metric_names_are_the_library_constants(api, monkeypatch, capsys):
     from functions.api import handler as handler_module
 
     rival = DeviceStateManager(api.client, api.table)
-    client = handler_module._manager()._client
+    client = handler_module._manager().client
 
     def rival_first(params, **kwargs):
         rival.replace("m-1", {"n": -1})

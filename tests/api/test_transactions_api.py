@@ -121,7 +121,7 @@ def test_endless_contention_is_503_with_retry_after(api, monkeypatch):
     from functions.api import handler
 
     rival = DeviceStateManager(api.client, api.table)
-    client = handler._manager()._client
+    client = handler._manager().client
 
     def rival_first(params, **kwargs):
         rival.replace("a", {"n": 42})

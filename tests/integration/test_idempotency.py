@@ -17,6 +17,7 @@ from functions.device_state import (
     InvalidIdempotencyKey,
     JsonPatch,
     PatchTestFailed,
+    OutcomeUnknown,
     StorageUnavailable,
     VersionConflict,
 )
@@ -130,11 +131,10 @@ class LosesResponses(RecordingClient):
     """Lets chosen calls reach DynamoDB and then fails as if the response were lost, or
     fails them before they are sent."""
 
-    def __init__(self, client, operation, *, commit_then_lose=0, never_reach=0):
+    def __init__(self, client, operation, *, commit_then_lose=0, never_reach=0, script=()):
         super().__init__(client)
         self._operation = operation
-        self.commit_then_lose = commit_then_lose
-        self.never_reach = never_reach
+        self.script = list(script) or ["never_reach"] * never_reach + ["commit_then_lose"] * commit_then_lose
 
     def __getattr__(self, name):
         call = super().__getattr__(name)
@@ -142,12 +142,11 @@ class LosesResponses(RecordingClient):
             return call
 
         def faulty(**kwargs):
-            if self.never_reach:
-                self.never_reach -= 1
+            fault = self.script.pop(0) if self.script else None
+            if fault == "never_reach":
                 raise EndpointConnectionError(endpoint_url="http://dynamodb")
             result = call(**kwargs)
-            if self.commit_then_lose:
-                self.commit_then_lose -= 1
+            if fault == "commit_then_lose":
                 raise ReadTimeoutError(endpoint_url="http://dynamodb")
             return result
 
@@ -155,16 +154,28 @@ class LosesResponses(RecordingClient):
 
 
 @pytest.mark.parametrize("fault", ["commit_then_lose", "never_reach"])
-def test_a_retry_after_a_fault_applies_the_change_exactly_once(engine, fault):
+def test_a_lost_answer_of_a_keyed_write_is_resent_with_its_token_and_applies_once(engine, fault):
     client, name = engine
     faulty = LosesResponses(client, "transact_write_items", **{fault: 1})
     manager = DeviceStateManager(faulty, name)
     DeviceStateManager(client, name).create("c", {"n": 0})
-    with pytest.raises(StorageUnavailable):
+    first = manager.update_with_retry("c", PLUS_ONE, idempotency=key())
+    assert first.state == {"n": 1} and first.version == 2
+    assert faulty.count("transact_write_items") == (2 if fault == "commit_then_lose" else 1)  # + the resend
+    retried = manager.update_with_retry("c", PLUS_ONE, idempotency=key())  # the caller retries, same key
+    assert retried.state == {"n": 1} and retried.version == 2 and retried.replayed
+    assert manager.get("c").state == {"n": 1}
+
+
+def test_a_keyed_write_whose_answers_never_come_is_an_unknown_outcome_and_a_retry_settles_it(engine):
+    client, name = engine
+    faulty = LosesResponses(client, "transact_write_items", script=["commit_then_lose", "never_reach", "never_reach"])
+    manager = DeviceStateManager(faulty, name)
+    DeviceStateManager(client, name).create("c", {"n": 0})
+    with pytest.raises(OutcomeUnknown):
         manager.update_with_retry("c", PLUS_ONE, idempotency=key())
     retried = manager.update_with_retry("c", PLUS_ONE, idempotency=key())  # the caller retries, same key
-    assert retried.state == {"n": 1} and retried.version == 2
-    assert retried.replayed is (fault == "commit_then_lose")
+    assert retried.state == {"n": 1} and retried.version == 2 and retried.replayed
     assert manager.get("c").state == {"n": 1}
 
 

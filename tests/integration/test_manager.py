@@ -268,11 +268,33 @@ def test_delete_honours_expected_version(manager):
         manager.delete("lamp-1")
 
 
-def test_delete_without_version_and_recreate_starts_again_at_1(manager):
+def test_a_device_created_again_continues_its_versions_so_an_old_etag_never_matches(manager):
     manager.create("lamp-1", {"a": 1})
     manager.replace("lamp-1", {"a": 2})
+    assert manager.delete("lamp-1").version == 2  # as it was; the tombstone holds version 3
+    again = manager.create("lamp-1", {"a": 3})
+    assert again.version == 4 and again.state == {"a": 3}
+    with pytest.raises(VersionConflict):
+        manager.delete("lamp-1", expected_version=2)  # a stale If-Match of the first incarnation
+    with pytest.raises(VersionConflict):
+        manager.replace("lamp-1", {"a": 9}, expected_version=1)
+    assert manager.get("lamp-1").version == 4
+
+
+def test_a_tombstone_reads_as_absent_everywhere_and_expires(engine, manager):
+    client, name = engine
+    manager.create("lamp-1", {"a": 1})
     manager.delete("lamp-1")
-    assert manager.create("lamp-1", {"a": 3}).version == 1
+    with pytest.raises(DeviceNotFound):
+        manager.get("lamp-1")
+    with pytest.raises(DeviceNotFound):
+        manager.update_with_retry("lamp-1", lambda s: s)
+    with pytest.raises(DeviceNotFound):
+        manager.delete("lamp-1")
+    assert manager.list_devices()[0] == []
+    tombstone = client.get_item(TableName=name, Key=table.state_key("lamp-1"))["Item"]
+    assert tombstone["version"] == {"N": "2"} and "state" not in tombstone and "deletedAt" in tombstone
+    assert int(tombstone["expiresAt"]["N"]) == pytest.approx(time.time() + 30 * 24 * 3600, abs=60)
 
 
 # ------------------------------------------------------------ values, limits
@@ -388,14 +410,14 @@ def test_expired_items_read_as_absent(engine, manager):
         manager.delete("gone")
     assert manager.list_devices()[0] == []
     created = manager.create("gone", {"new": True})
-    assert created.version == 1
+    assert created.version == 4  # versions never repeat while the old item is there
     assert manager.get("gone").state == {"new": True}
 
 
 def test_put_over_an_expired_item_creates_anew(engine, manager):
     put_raw(engine, "gone", table.STATE_SK, int(time.time()) - 10)
     device, created = manager.put("gone", {"new": True})
-    assert created and device.version == 1 and device.state == {"new": True}
+    assert created and device.version == 4 and device.state == {"new": True}
 
 
 def test_unexpired_item_with_a_ttl_is_present(engine, manager):

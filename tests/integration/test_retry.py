@@ -75,6 +75,7 @@ def test_retry_reapplies_update_fn_to_the_newer_state(setup):
 def test_no_value_computed_from_a_stale_read_is_ever_written(setup):
     manager, rival, spy, fake, events = setup
     manager.create("c-1", {"n": 0})
+    spy.calls.clear()
     rounds = []
 
     def double(state):

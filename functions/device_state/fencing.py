@@ -1,0 +1,53 @@
+"""Lease fencing: the condition every state write carries, and why it refused one.
+
+The active lease holder is recorded on the state item (``leaseToken``, ``leaseUntil``).
+A write to a device with an active lease must present that lease's token; a write that
+presents a token succeeds only while that lease is the active one.
+"""
+
+from __future__ import annotations
+
+from . import table
+from .errors import DeviceLocked, LeaseNotHeld
+
+
+def active_holder(state_item: dict, now: float) -> tuple[int | None, float | None]:
+    """The fencing token and expiry of the lease active on a state item, or (None, None)."""
+    token = state_item.get(table.LEASE_TOKEN)
+    until = state_item.get(table.LEASE_UNTIL)
+    if token is None or until is None or float(until["N"]) <= now:
+        return None, None
+    return int(token["N"]), float(until["N"])
+
+
+class Fence:
+    """The lease tokens one manager writes under: ``{device_id: token}``, where a token
+    is an int or a lease object with ``fencing_token`` and ``fencing_token_if_held()``
+    (which refuses once the lease is lost)."""
+
+    def __init__(self, tokens: dict | None = None):
+        self.tokens = dict(tokens or {})
+
+    def with_tokens(self, tokens: dict) -> "Fence":
+        return Fence({**self.tokens, **tokens})
+
+    def condition(self, device_id: str, names: dict, values: dict) -> str:
+        """The fence condition; ``values`` must already hold ``:nowEpoch``."""
+        names.update({"#leaseToken": table.LEASE_TOKEN, "#leaseUntil": table.LEASE_UNTIL})
+        token = self.tokens.get(device_id)
+        if token is None:
+            return "(attribute_not_exists(#leaseToken) OR #leaseUntil <= :nowEpoch)"
+        if not isinstance(token, int):
+            token = token.fencing_token_if_held()
+        values[":leaseToken"] = {"N": str(token)}
+        return "(#leaseToken = :leaseToken AND #leaseUntil > :nowEpoch)"
+
+    def error(self, device_id: str, item: dict | None, now: float) -> Exception | None:
+        """Why the fence refused a write to ``item`` (as it was), or None if it did not."""
+        holder, until = active_holder(item, now) if item is not None else (None, None)
+        token = self.tokens.get(device_id)
+        if token is not None and not isinstance(token, int):
+            token = token.fencing_token
+        if holder is None:
+            return None if token is None else LeaseNotHeld(device_id, token)
+        return None if holder == token else DeviceLocked(device_id, until)

@@ -1,0 +1,177 @@
+"""The one door to DynamoDB: every request goes through ``Store.send``, which owns error
+translation and the retry policy, plus the reads every part of the library shares.
+
+Retry policy, by what a failed request may have done:
+- surely nothing (throttling, a connection never made): sent again with backoff;
+- maybe applied (a read timeout, a reset connection, a DynamoDB 5xx):
+  - a read, or a write made idempotent by a ``ClientRequestToken``: sent again;
+  - any other write: never sent again here. ``Ambiguous`` goes up to the write
+    pipeline, which settles the outcome (see ``writes.settle_request``).
+The client must not retry on its own (``client.dynamodb_client`` makes one that does
+not): a blind resend of a conditional write whose first copy landed is a second write.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import random
+import time
+from typing import Callable
+
+from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError
+
+from . import table
+from .errors import InvalidCursor, ItemTooLarge, StorageError, StorageUnavailable
+from .retry import Backoff
+from .values import DEVICE_ID_PATTERN
+
+THROTTLING_CODES = frozenset(
+    {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+     "TransactionInProgressException"})
+SEND_ATTEMPTS = 3  # sends of one request at most, where sending again is safe
+
+# How a request is sent: a read, a write that DynamoDB itself makes idempotent (a
+# transaction with a ClientRequestToken, a put of a whole item), or a write that may
+# apply at most once and is therefore never sent twice.
+READ, IDEMPOTENT, ONCE = "read", "idempotent", "once"
+
+
+class Rejected(Exception):
+    """A condition failed: nothing was written. ``item`` is the item as it was (ALL_OLD)."""
+
+    def __init__(self, item: dict | None):
+        super().__init__("conditional check failed")
+        self.item = item
+
+
+class Cancelled(Exception):
+    """A transaction was cancelled (nothing written); ``reasons`` are DynamoDB's, one per action."""
+
+    def __init__(self, reasons: list[dict]):
+        super().__init__("transaction cancelled")
+        self.reasons = reasons
+
+
+class Ambiguous(StorageUnavailable):
+    """A write's answer was lost: it may or may not have applied."""
+
+
+class Refused(StorageError):
+    """DynamoDB's ValidationException: a fault of this service, or the expected refusal
+    of a compiled patch (read-modify-write then decides)."""
+
+
+class Store:
+    """The table's door: ``send`` for every request, and the shared reads."""
+
+    def __init__(self, client, table_name: str, *, backoff: Backoff = Backoff(),
+                 sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None,
+                 monotonic: Callable[[], float] = time.monotonic):
+        self.client = client
+        self.table_name = table_name
+        self.backoff = backoff
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._monotonic = monotonic
+
+    def send(self, operation: str, mode: str = READ, deadline: float | None = None, **request) -> dict:
+        """Send one request (``TableName`` is added), translating DynamoDB's errors."""
+        if operation not in ("transact_write_items", "batch_get_item"):
+            request.setdefault("TableName", self.table_name)
+        attempt, maybe_applied = 0, False
+        while True:
+            attempt += 1
+            try:
+                return getattr(self.client, operation)(**request)
+            except ClientError as error:
+                details = error.response.get("Error", {})
+                code, message = details.get("Code", ""), details.get("Message", "")
+                if code == "ConditionalCheckFailedException":
+                    raise Rejected(error.response.get("Item")) from None
+                if code == "TransactionCanceledException":
+                    raise Cancelled(error.response.get("CancellationReasons") or []) from None
+                if code == "ValidationException" and "size" in message and "exceed" in message:
+                    raise ItemTooLarge(f"DynamoDB refused the item: {message}") from None
+                status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+                if code in THROTTLING_CODES:
+                    applied = False
+                elif status >= 500:
+                    applied = None
+                elif code == "ValidationException":
+                    raise Refused(f"DynamoDB {operation} refused: {message}") from error
+                else:
+                    raise StorageError(f"DynamoDB {operation} refused: {code}: {message}") from error
+                cause = f"{code or status}"
+            except (ConnectTimeoutError, EndpointConnectionError) as error:
+                applied, cause = False, type(error).__name__
+            except BotoCoreError as error:
+                applied, cause = None, type(error).__name__
+            if applied is None and mode == ONCE:
+                raise Ambiguous(f"DynamoDB {operation}: the answer was lost ({cause})")
+            maybe_applied = maybe_applied or (applied is None and mode == IDEMPOTENT)
+            out_of_time = deadline is not None and self._monotonic() >= deadline
+            if attempt >= SEND_ATTEMPTS or out_of_time:
+                if maybe_applied:
+                    raise Ambiguous(f"DynamoDB {operation}: the answer was lost ({cause})")
+                raise StorageUnavailable(f"DynamoDB {operation} failed {attempt} times ({cause}); nothing was written")
+            self._sleep(self.backoff.delay(attempt, self._rng))
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, key: dict) -> dict | None:
+        """One item, strongly consistent, as stored (None when absent)."""
+        return self.send("get_item", Key=key, ConsistentRead=True).get("Item")
+
+    def get_state(self, device_id: str) -> dict | None:
+        return self.get(table.state_key(device_id))
+
+    def batch_get_states(self, device_ids: list[str]) -> dict[str, dict]:
+        """The state items (as stored) of up to 100 devices, strongly consistent, in one batch."""
+        found: dict[str, dict] = {}
+        pending = [table.state_key(device_id) for device_id in device_ids]
+        for round_no in range(1, 11):
+            response = self.send("batch_get_item", RequestItems={
+                self.table_name: {"Keys": pending, "ConsistentRead": True}})
+            for item in response.get("Responses", {}).get(self.table_name, []):
+                found[item[table.PARTITION_KEY]["S"]] = item
+            pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
+            if not pending:
+                return found
+            self._sleep(self.backoff.delay(round_no, self._rng))
+        raise StorageUnavailable("DynamoDB left keys unprocessed after 10 batch reads")
+
+    def query_all(self, request: dict) -> list[dict]:
+        """Every item of a Query, page after page."""
+        request = dict(request)
+        items = []
+        while True:
+            page = self.send("query", **request)
+            items.extend(page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                return items
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def encode_cursor(key: dict) -> str:
+    raw = json.dumps([key[table.PARTITION_KEY]["S"], key[table.SORT_KEY]["S"]], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> dict:
+    """Only a key of this table's shape passes: a cursor just positions the scan, whose
+    filter still returns live device state items and nothing else."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        device_id, sort_key = json.loads(raw)
+    except (ValueError, TypeError, binascii.Error, RecursionError):
+        raise InvalidCursor("cursor is not one this service issued") from None
+    if (
+        not isinstance(device_id, str)
+        or not isinstance(sort_key, str)
+        or not DEVICE_ID_PATTERN.fullmatch(device_id)
+        or not 1 <= len(sort_key) <= 256
+    ):
+        raise InvalidCursor("cursor is not one this service issued")
+    return {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": sort_key}}

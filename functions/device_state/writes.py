@@ -1,0 +1,321 @@
+"""Pure write planners, the write journal, and how a refused write is classified.
+
+Every state write is planned here from the item read (or none): the request with all
+its conditions (version or liveness, lease fence, caller condition, write identity),
+and the device it leaves. Nothing here talks to DynamoDB.
+
+The write journal answers "did my write land?" when a write's answer was lost. Every
+state write carries a fresh ``WriteId`` and records, in the same request, the
+attribute ``w:<write id>`` holding the version it produced; it also requires that
+attribute to be absent, so no copy of the same write can ever apply twice. A planned
+write keeps the newest ``JOURNAL_KEEP`` entries and raises ``journalTrimmed`` to the
+newest stamp it dropped, so an absent entry is proof of "never applied" only while
+``journalTrimmed`` is older than the write's own stamp.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+from dataclasses import dataclass
+from typing import Callable
+
+from boto3.dynamodb.conditions import ConditionBase
+
+from . import table
+from .device import Device, timestamp
+from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, InvalidValue, VersionConflict)
+from .expressions import LIVE, NOT_LIVE, and_condition, names_in, number
+from .fencing import Fence
+from .idempotency import CHECKED, CREATED, DELETED, UPDATED
+from .retry import Moved
+from .values import check_item_size, check_state, to_attribute
+
+UpdateFn = Callable[[dict], dict]
+
+JOURNAL_KEEP = 8  # entries a planned write leaves on the item
+JOURNAL_TRIM_EVERY = 16  # a compiled patch (which reads nothing) trims when its version is a multiple of this
+SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
+STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
+DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
+
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+_STAMP_WIDTH = 9  # base 36 milliseconds, good past the year 5000
+
+
+@dataclass(frozen=True)
+class WriteId:
+    """One write's identity: when it was planned (ms, its writer's clock) and a nonce."""
+
+    stamp_ms: int
+    nonce: str
+
+    @classmethod
+    def new(cls, now: float) -> "WriteId":
+        return cls(int(now * 1000), secrets.token_hex(4))
+
+    @property
+    def attribute(self) -> str:
+        stamp, digits = self.stamp_ms, ""
+        while stamp:
+            stamp, digit = divmod(stamp, 36)
+            digits = _DIGITS[digit] + digits
+        return f"{table.JOURNAL_PREFIX}{digits.rjust(_STAMP_WIDTH, '0')}{self.nonce}"
+
+    @classmethod
+    def parse(cls, attribute: str) -> "WriteId | None":
+        body = attribute[len(table.JOURNAL_PREFIX):]
+        if not attribute.startswith(table.JOURNAL_PREFIX) or len(body) <= _STAMP_WIDTH:
+            return None
+        try:
+            return cls(int(body[:_STAMP_WIDTH], 36), body[_STAMP_WIDTH:])
+        except ValueError:
+            return None
+
+
+def journal(item: dict | None) -> list[tuple[WriteId, int]]:
+    """The journal entries on an item: (write id, version it produced; 0 = never applied)."""
+    entries = []
+    for name, value in (item or {}).items():
+        write = WriteId.parse(name) if name.startswith(table.JOURNAL_PREFIX) else None
+        if write is not None and "N" in value:
+            entries.append((write, int(value["N"])))
+    return entries
+
+
+def written_version(item: dict | None, write: WriteId) -> int | None:
+    """The version ``write`` produced per the item's journal, 0 if it was settled as
+    never applied, None if the journal does not name it."""
+    value = (item or {}).get(write.attribute)
+    return int(value["N"]) if value and "N" in value else None
+
+
+def trimmed_stamp(item: dict | None) -> int:
+    value = (item or {}).get(table.JOURNAL_TRIMMED)
+    return int(value["N"]) if value else 0
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One write, ready to send alone or in a transaction (TransactWriteItems form)."""
+
+    request: dict
+    device: Device | None  # after the write (a delete: as it was; a compiled patch: unknown)
+    outcome: str
+    expected_version: int | None = None
+    write: WriteId | None = None
+
+
+def _apply(update_fn: UpdateFn, current: Device) -> dict:
+    new_state = update_fn(copy.deepcopy(current.state))
+    if new_state is None:
+        raise TypeError("update_fn must return the new state")
+    return new_state
+
+
+@dataclass(frozen=True)
+class Planner:
+    """Plans writes at one instant (``now``, epoch seconds) under one lease fence."""
+
+    table_name: str
+    fence: Fence
+    now: float
+    tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS
+
+    # ---------------------------------------------------------------- planners
+
+    def create(self, device_id: str, state: dict, item: dict | None) -> Planned:
+        """Create over nothing, a settle stub, or a tombstone (its version continues)."""
+        if table.is_live_state(item, self.now):
+            raise DeviceAlreadyExists(device_id, Device.from_item(item))
+        check_state(state)
+        previous = int(item[table.VERSION]["N"]) if item and table.VERSION in item else 0
+        stamp = timestamp(self.now)
+        device = Device(device_id, previous + 1, state, stamp, stamp)
+        values = {":state": to_attribute(state), ":now": {"S": stamp}}
+        if previous:
+            condition = f"#version = :expected AND {NOT_LIVE}"
+            values[":expected"] = number(previous)
+        else:
+            condition = "attribute_not_exists(#version)"
+        sets = ["#state = :state", "#createdAt = :now", "#updatedAt = :now"]
+        removes = ["#deletedAt", "#expiresAt", "#leaseToken", "#leaseUntil"]
+        return self._planned(device_id, item, device, CREATED, previous or None, condition, sets, removes, values)
+
+    def replace_state(self, item: dict, update_fn: UpdateFn, condition: ConditionBase | None,
+                      outcome: str) -> Planned:
+        """``update_fn(state)`` written over the live ``item``, at its version."""
+        current = Device.from_item(item)
+        new_state = _apply(update_fn, current)
+        check_state(new_state)
+        stamp = timestamp(self.now)
+        device = Device(current.device_id, current.version + 1, new_state, current.created_at, stamp)
+        values = {":state": to_attribute(new_state), ":now": {"S": stamp}, ":expected": number(current.version)}
+        return self._planned(current.device_id, item, device, outcome, current.version,
+                             f"#version = :expected AND {LIVE}", ["#state = :state", "#updatedAt = :now"], [],
+                             values, condition)
+
+    def delete(self, item: dict) -> Planned:
+        """The device becomes a tombstone: its version goes on (so it never repeats), its
+        state goes, and it expires after ``tombstone_seconds``."""
+        current = Device.from_item(item)
+        stamp = timestamp(self.now)
+        values = {":now": {"S": stamp}, ":expected": number(current.version),
+                  ":tombstoneExpires": number(int(self.now) + self.tombstone_seconds)}
+        planned = self._planned(current.device_id, item, current, DELETED, current.version,
+                                f"#version = :expected AND {LIVE}",
+                                ["#deletedAt = :now", "#updatedAt = :now", "#expiresAt = :tombstoneExpires"],
+                                ["#state", "#leaseToken", "#leaseUntil"], values, version=current.version + 1)
+        return planned
+
+    def check(self, item: dict, condition: ConditionBase | None) -> Planned:
+        current = Device.from_item(item)
+        names = names_in(LIVE + "#version")
+        values = {":expected": number(current.version), ":nowEpoch": number(self.now)}
+        expression = and_condition(f"#version = :expected AND {LIVE}", names, values, condition)
+        request = {"ConditionCheck": {
+            "TableName": self.table_name, "Key": table.state_key(current.device_id),
+            "ConditionExpression": expression, "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values, "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }}
+        return Planned(request, current, CHECKED, current.version)
+
+    def compiled(self, device_id: str, compiled) -> Planned | None:
+        """A patch compiled to one UpdateItem: no read, no version condition; its write id
+        alone keeps any copy of it from applying twice. None when its values cannot be
+        stored (read-modify-write then decides)."""
+        try:
+            check_state({"values": list(compiled.values.values())})
+            values = {key: to_attribute(value) for key, value in compiled.values.items()}
+        except (InvalidValue, TypeError, ArithmeticError):
+            return None
+        write = WriteId.new(self.now)
+        values.update({":one": number(1), ":now": {"S": timestamp(self.now)}, ":nowEpoch": number(self.now)})
+        names = {**names_in(LIVE + "#state #updatedAt"), "#w": write.attribute, **compiled.names}
+        update = "SET " + ", ".join(compiled.sets + [
+            "#version = #version + :one", "#updatedAt = :now", "#w = #version + :one"])
+        if compiled.removes:
+            update += " REMOVE " + ", ".join(compiled.removes)
+        expression = " AND ".join([LIVE, "attribute_not_exists(#w)",
+                                   self.fence.condition(device_id, names, values), *compiled.conditions])
+        request = {"Update": {
+            "TableName": self.table_name, "Key": table.state_key(device_id),
+            "UpdateExpression": update, "ConditionExpression": expression,
+            "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+            "ReturnValues": "ALL_NEW", "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }}
+        return Planned(request, None, UPDATED, None, write)
+
+    # --------------------------------------------------------------- internals
+
+    def _planned(self, device_id: str, item: dict | None, device: Device, outcome: str,
+                 expected_version: int | None, condition: str, sets: list[str], removes: list[str],
+                 values: dict, caller_condition: ConditionBase | None = None, *, version: int | None = None) -> Planned:
+        """A journaled state write: bumps the version, records its write id, trims the journal."""
+        write = WriteId.new(self.now)
+        next_version = device.version if version is None else version
+        values = {**values, ":next": number(next_version), ":nowEpoch": number(self.now)}
+        journal_removes, trimmed, journal_names = _trimming(item, JOURNAL_KEEP - 1, self.now)
+        sets = [*sets, "#version = :next", "#w = :next"]
+        if journal_removes:
+            sets.append("#trimmed = :trimmed")
+            values[":trimmed"] = number(trimmed)
+        update = "SET " + ", ".join(sets)
+        if removes or journal_removes:
+            update += " REMOVE " + ", ".join(removes + journal_removes)
+        names = names_in(update + condition, {"#w": write.attribute, **journal_names})
+        expression = f"{condition} AND attribute_not_exists(#w)"
+        if outcome != CHECKED:
+            expression += " AND " + self.fence.condition(device_id, names, values)
+        expression = and_condition(expression, names, values, caller_condition)
+        if outcome != DELETED:
+            check_item_size({**table.state_key(device_id), **(item or {}), table.STATE: values[":state"],
+                             table.VERSION: number(next_version), write.attribute: number(next_version),
+                             table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at}})
+        request = {"Update": {
+            "TableName": self.table_name, "Key": table.state_key(device_id),
+            "UpdateExpression": update, "ConditionExpression": expression,
+            "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }}
+        return Planned(request, device, outcome, expected_version, write)
+
+
+
+def _trimming(item: dict | None, keep: int, now: float) -> tuple[list[str], int, dict]:
+    """Journal entries to drop so ``keep`` applied ones remain (never-applied markers
+    go once they are old), and the new ``journalTrimmed`` stamp."""
+    entries = journal(item)
+    applied = sorted(((version, write) for write, version in entries if version > 0),
+                     key=lambda entry: entry[0], reverse=True)
+    dropped = [write for _, write in applied[keep:]]
+    old_markers = [write for write, version in entries
+                   if version == 0 and write.stamp_ms < (now - SETTLED_KEEP_SECONDS) * 1000]
+    trimmed = max([trimmed_stamp(item), *(write.stamp_ms for write in dropped)])
+    names = {f"#j{index}": write.attribute for index, write in enumerate(dropped + old_markers)}
+    return list(names), trimmed, names
+
+
+def settle_request(device_id: str, write: WriteId, on_versioned_item: bool, now: float) -> dict:
+    """An UpdateItem that marks ``write`` as never applied unless it already did: once
+    it lands, no copy of the write can land any more (each requires its entry absent).
+    On an item without a version (a device that never existed) it leaves a stub that
+    reads as absent and expires."""
+    values = {":never": number(0)}
+    if on_versioned_item:
+        update, condition = "SET #w = :never", "attribute_not_exists(#w) AND attribute_exists(#version)"
+    else:
+        update = "SET #w = :never, #expiresAt = :stubExpires"
+        condition = "attribute_not_exists(#w) AND attribute_not_exists(#version)"
+        values[":stubExpires"] = number(int(now) + STUB_SECONDS)
+    return {"Key": table.state_key(device_id), "UpdateExpression": update, "ConditionExpression": condition,
+            "ExpressionAttributeNames": names_in(update + condition, {"#w": write.attribute}),
+            "ExpressionAttributeValues": values,
+            "ReturnValues": "ALL_NEW", "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+
+def trim_request(item: dict, now: float) -> dict | None:
+    """An UpdateItem that trims the journal after a compiled patch, which read nothing and
+    so could not trim it itself. Only the patch that produced a version divisible by
+    ``JOURNAL_TRIM_EVERY`` asks, so one trim serves that many compiled patches; the
+    condition keeps ``journalTrimmed`` from ever going back."""
+    if int(item[table.VERSION]["N"]) % JOURNAL_TRIM_EVERY or len(journal(item)) <= JOURNAL_KEEP:
+        return None
+    removes, trimmed, names = _trimming(item, JOURNAL_KEEP, now)
+    if not removes:
+        return None
+    return {"Key": {k: item[k] for k in (table.PARTITION_KEY, table.SORT_KEY)},
+            "UpdateExpression": "SET #trimmed = :trimmed REMOVE " + ", ".join(removes),
+            "ConditionExpression": "attribute_not_exists(#trimmed) OR #trimmed <= :trimmed",
+            "ExpressionAttributeNames": {**names, "#trimmed": table.JOURNAL_TRIMMED},
+            "ExpressionAttributeValues": {":trimmed": number(trimmed)}}
+
+
+def refusal(planned: Planned, device_id: str, old: dict | None, fence: Fence, now: float) -> Exception:
+    """Why a planned write's condition failed, from the item as it was (ALL_OLD): a typed
+    error, or ``Moved`` when planning again from ``Moved.item`` may succeed."""
+    live = old if table.is_live_state(old, now) else None
+    fenced = fence.error(device_id, live, now) if planned.outcome != CHECKED else None
+    if planned.outcome == CREATED:
+        if live is not None:
+            return DeviceAlreadyExists(device_id, Device.from_item(live))
+        return fenced or Moved(old)
+    if live is None:
+        return DeviceNotFound(device_id)
+    if fenced is not None:
+        return fenced
+    current = Device.from_item(live)
+    if current.version != planned.expected_version:
+        return Moved(live)
+    return ConditionFailed(device_id, current)
+
+
+def expect(device_id: str, item: dict | None, expected_version: int | None, now: float) -> dict:
+    """The live item, checked against the version the caller expects (if any)."""
+    if not table.is_live_state(item, now):
+        raise DeviceNotFound(device_id)
+    if expected_version is not None:
+        current = Device.from_item(item)
+        if current.version != expected_version:
+            raise VersionConflict(device_id, expected_version, current)
+    return item
+

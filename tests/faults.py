@@ -1,0 +1,125 @@
+"""Fault injection in front of DynamoDB Local: an HTTP forwarder that can let a request
+land and lose its answer (or drop it before it reaches DynamoDB), optionally running
+another writer between the landing and the loss."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from localdev.dynamodb_local import free_port
+
+
+@dataclass
+class Fault:
+    target: str  # the operation, as in X-Amz-Target (e.g. "UpdateItem")
+    land: bool = True  # forward it (it applies) before the answer is lost
+    then: Callable[[], None] | None = None  # runs after it landed, before the answer is lost
+    when: Callable[[bytes], bool] | None = None  # only requests whose body matches
+    times: int = 1
+
+
+class Forwarder:
+    """``endpoint`` forwards to ``upstream`` (host, port). ``lose(...)`` arms a fault for
+    the next matching requests; ``unreachable = True`` drops every request unsent."""
+
+    def __init__(self, upstream_port: int):
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.faults: list[Fault] = []
+        self.unreachable = False
+        self.lost: list[str] = []  # targets whose answers were lost
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def lose(self, target: str, **options) -> Fault:
+        fault = Fault(target, **options)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+
+    # ------------------------------------------------------------ internals
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream = None
+        try:
+            while True:
+                request = _read_message(client, is_request=True)
+                if request is None:
+                    return
+                head, body = request
+                target = _header(head, b"x-amz-target").split(b".")[-1].decode()
+                fault = self._take_fault(target, body)
+                if self.unreachable or (fault is not None and not fault.land):
+                    self.lost.append(target)
+                    return  # never forwarded: close without an answer
+                if upstream is None:
+                    upstream = socket.create_connection(self.upstream)
+                upstream.sendall(head + body)
+                response = _read_message(upstream, is_request=False)
+                if response is None:
+                    return
+                if fault is not None:
+                    if fault.then is not None:
+                        fault.then()
+                    self.lost.append(target)
+                    return  # it landed; its answer is lost
+                client.sendall(response[0] + response[1])
+        except OSError:
+            return
+        finally:
+            client.close()
+            if upstream is not None:
+                upstream.close()
+
+    def _take_fault(self, target: str, body: bytes) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.target == target and fault.times > 0 and (fault.when is None or fault.when(body)):
+                    fault.times -= 1
+                    return fault
+        return None
+
+
+def _header(head: bytes, name: bytes) -> bytes:
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == name:
+            return value.strip()
+    return b""
+
+
+def _read_message(sock: socket.socket, is_request: bool) -> tuple[bytes, bytes] | None:
+    """One HTTP/1.1 message with a Content-Length body (all DynamoDB speaks)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    head += b"\r\n\r\n"
+    length = int(_header(head, b"content-length") or 0)
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        rest += chunk
+    return head, rest[:length]

@@ -1,0 +1,298 @@
+"""Every write verb resolves its own outcome when DynamoDB's answer is lost: a forwarder
+in front of DynamoDB Local lets the write land and drops its answer, with and without
+another writer landing in between. Each scenario applies the change exactly once and
+answers truthfully; naive controls (a botocore resend plus a last-writer write-id guard,
+as the service did before) fail in the same harness."""
+
+from __future__ import annotations
+
+import uuid
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from functions.device_state import (
+    DeviceStateManager,
+    IdempotencyKey,
+    JsonPatch,
+    MergePatch,
+    Operation,
+    OutcomeUnknown,
+)
+from functions.device_state.client import dynamodb_client
+from functions.device_state import table
+from functions.device_state.writes import JOURNAL_KEEP
+from tests.faults import Forwarder
+
+pytestmark = pytest.mark.dynamodb_local
+
+INCREMENT = JsonPatch([{"op": "increment", "path": "/n", "value": 1}])
+
+
+class Rig:
+    def __init__(self, dynamodb_local, client, name):
+        self.forwarder = Forwarder(dynamodb_local.port)
+        self.client, self.name = client, name
+        self.manager = DeviceStateManager(dynamodb_client(self.forwarder.endpoint, "us-east-1"), name,
+                                          settle_seconds=2)
+        self.other = DeviceStateManager(client, name)  # another client, straight to DynamoDB
+
+    def state(self, device_id):
+        return self.other.get(device_id).state
+
+    def version(self, device_id):
+        return self.other.get(device_id).version
+
+
+@pytest.fixture
+def rig(dynamodb_local, local_table):
+    rig = Rig(dynamodb_local, *local_table)
+    yield rig
+    rig.forwarder.close()
+
+
+BETWEEN = pytest.mark.parametrize("between", [False, True], ids=["alone", "another-writer-between"])
+
+
+def other_patch(rig, device_id, patch=None):
+    return lambda: rig.other.update_with_retry(device_id, MergePatch(patch or {"other": True}))
+
+
+@BETWEEN
+def test_a_compiled_increment_applies_once(rig, between):
+    rig.other.create("d", {"n": 0})
+    rig.forwarder.lose("UpdateItem", then=(lambda: rig.other.update_with_retry("d", INCREMENT)) if between else None)
+    device = rig.manager.update_with_retry("d", INCREMENT)
+    assert rig.forwarder.lost == ["UpdateItem"]
+    assert rig.state("d")["n"] == 1 + between and rig.version("d") == 2 + between
+    assert device.state["n"] >= 1
+
+
+@BETWEEN
+def test_a_read_modify_write_append_applies_once(rig, between):
+    rig.other.create("d", {"log": []})
+    append = JsonPatch([{"op": "add", "path": "/log/-", "value": "once"}])  # does not compile: read-modify-write
+    other = JsonPatch([{"op": "add", "path": "/log/-", "value": "other"}])
+    rig.forwarder.lose("UpdateItem", then=(lambda: rig.other.update_with_retry("d", other)) if between else None)
+    device = rig.manager.update_with_retry("d", append)
+    assert device.state == {"log": ["once"]} and device.version == 2
+    assert rig.state("d")["log"] == ["once", "other"][: 1 + between]
+
+
+@BETWEEN
+def test_a_put_without_if_match_applies_once_and_undoes_no_later_write(rig, between):
+    rig.other.create("d", {"a": 0})
+    rig.forwarder.lose("UpdateItem", then=other_patch(rig, "d") if between else None)
+    device, created = rig.manager.put("d", {"a": "put"})
+    assert not created and device.version == 2 and device.state == {"a": "put"}
+    assert rig.state("d") == ({"a": "put", "other": True} if between else {"a": "put"})
+    assert rig.version("d") == 2 + between
+
+
+@BETWEEN
+def test_a_put_that_creates_applies_once(rig, between):
+    rig.forwarder.lose("UpdateItem", then=other_patch(rig, "d") if between else None)
+    device, created = rig.manager.put("d", {"a": "put"})
+    assert created and device.version == 1
+    assert rig.version("d") == 1 + between
+
+
+@BETWEEN
+def test_a_replace_with_if_match_that_landed_is_no_412(rig, between):
+    rig.other.create("d", {"a": 0})
+    rig.forwarder.lose("UpdateItem", then=other_patch(rig, "d") if between else None)
+    device = rig.manager.replace("d", {"a": 1}, expected_version=1)
+    assert device.version == 2 and device.state == {"a": 1}
+    assert rig.version("d") == 2 + between
+
+
+@BETWEEN
+def test_a_replace_without_a_version_applies_once(rig, between):
+    rig.other.create("d", {"a": 0})
+    rig.forwarder.lose("UpdateItem", then=other_patch(rig, "d") if between else None)
+    assert rig.manager.replace("d", {"a": 1}).version == 2
+    assert rig.state("d") == ({"a": 1, "other": True} if between else {"a": 1})
+
+
+@BETWEEN
+def test_an_update_with_if_match_that_landed_is_no_412(rig, between):
+    rig.other.create("d", {"n": 0})
+    rig.forwarder.lose("UpdateItem", then=other_patch(rig, "d") if between else None)
+    device = rig.manager.update("d", MergePatch({"n": 5}), expected_version=1)
+    assert device.version == 2 and device.state == {"n": 5}
+    assert rig.version("d") == 2 + between
+
+
+@BETWEEN
+def test_a_create_that_landed_is_no_409(rig, between):
+    rig.forwarder.lose("UpdateItem", then=other_patch(rig, "d") if between else None)
+    device = rig.manager.create("d", {"n": 0})
+    assert device.version == 1
+    assert rig.version("d") == 1 + between
+
+
+@BETWEEN
+def test_a_delete_that_landed_is_no_404(rig, between):
+    rig.other.create("d", {"n": 0})
+    rig.forwarder.lose("UpdateItem", then=(lambda: rig.other.create("d", {"again": True})) if between else None)
+    deleted = rig.manager.delete("d")
+    assert deleted.version == 1 and deleted.state == {"n": 0}
+    if between:  # the device created again meanwhile is untouched
+        assert rig.other.get("d").state == {"again": True} and rig.version("d") == 3
+
+
+def test_a_delete_with_if_match_never_deletes_a_device_created_again_before_its_resend(rig):
+    rig.other.create("d", {"n": 0})
+    rig.forwarder.lose("UpdateItem", then=lambda: rig.other.create("d", {"again": True}))
+    assert rig.manager.delete("d", expected_version=1).version == 1  # 204: it did delete version 1
+    assert rig.other.get("d").state == {"again": True}  # version 3, never matched by the stale "1"
+
+
+@BETWEEN
+def test_a_transaction_whose_answer_is_lost_applies_once(rig, between):
+    rig.other.create("a", {"n": 0})
+    rig.other.create("b", {"n": 0})
+    rig.forwarder.lose("TransactWriteItems",
+                       then=(lambda: rig.other.update_with_retry("a", INCREMENT)) if between else None)
+    devices = rig.manager.transact([Operation.update("a", INCREMENT), Operation.update("b", INCREMENT)])
+    assert [d.version for d in devices] == [2, 2]
+    assert rig.state("a")["n"] == 1 + between and rig.state("b")["n"] == 1
+
+
+@BETWEEN
+def test_a_keyed_write_whose_answer_is_lost_applies_once(rig, between):
+    rig.other.create("d", {"n": 0})
+    rig.forwarder.lose("TransactWriteItems",
+                       then=(lambda: rig.other.update_with_retry("d", INCREMENT)) if between else None)
+    key = IdempotencyKey(uuid.uuid4().hex, "PATCH", "f")
+    assert rig.manager.update_with_retry("d", INCREMENT, idempotency=key).version == 2
+    assert rig.state("d")["n"] == 1 + between
+
+
+@pytest.mark.parametrize("verb", ["increment", "append", "create", "delete"])
+def test_a_write_that_never_reached_dynamodb_is_settled_and_applied_once(rig, verb):
+    if verb != "create":
+        rig.other.create("d", {"n": 0, "log": []})
+    rig.forwarder.lose("UpdateItem", land=False)
+    if verb == "increment":
+        rig.manager.update_with_retry("d", INCREMENT)
+        assert rig.state("d")["n"] == 1
+    elif verb == "append":
+        rig.manager.update_with_retry("d", JsonPatch([{"op": "add", "path": "/log/-", "value": "x"}]))
+        assert rig.state("d")["log"] == ["x"]
+    elif verb == "create":
+        assert rig.manager.create("d", {"n": 0}).version == 1
+    else:
+        rig.manager.delete("d")
+        assert rig.other.live_state("d") is None
+    assert rig.forwarder.lost == ["UpdateItem"]
+
+
+def test_when_dynamodb_stays_unreachable_the_outcome_is_unknown_and_applied_at_most_once(rig):
+    rig.other.create("d", {"n": 0})
+    rig.forwarder.lose("UpdateItem", then=lambda: setattr(rig.forwarder, "unreachable", True))
+    with pytest.raises(OutcomeUnknown) as caught:
+        rig.manager.update_with_retry("d", JsonPatch([{"op": "add", "path": "/log", "value": 1}]))
+    assert "GET the device" in str(caught.value)
+    rig.forwarder.unreachable = False
+    assert rig.state("d") == {"n": 0, "log": 1} and rig.version("d") == 2
+
+
+def test_when_the_journal_has_moved_past_a_write_it_is_reported_unknown_never_reapplied(rig):
+    rig.other.create("d", {"n": 0})
+
+    def many_writes():
+        for _ in range(JOURNAL_KEEP + 2):
+            rig.other.update_with_retry("d", MergePatch({"other": {"v": uuid.uuid4().hex}}))  # read-modify-write
+
+    rig.forwarder.lose("UpdateItem", then=many_writes)
+    with pytest.raises(OutcomeUnknown):
+        rig.manager.update_with_retry("d", JsonPatch([{"op": "add", "path": "/mine", "value": 1}]))
+    assert rig.state("d")["mine"] == 1 and rig.version("d") == 2 + JOURNAL_KEEP + 2  # applied once
+
+
+def test_the_journal_stays_bounded(rig):
+    rig.other.create("d", {"n": 0})
+    for _ in range(40):
+        rig.other.update_with_retry("d", INCREMENT)  # compiled: no read, trims every few versions
+    for _ in range(3):
+        rig.other.update_with_retry("d", MergePatch({"m": {"x": 1}}))  # read-modify-write: trims to the newest
+    item = rig.client.get_item(TableName=rig.name, Key=table.state_key("d"))["Item"]
+    entries = [name for name in item if name.startswith(table.JOURNAL_PREFIX)]
+    assert len(entries) == JOURNAL_KEEP
+
+
+# ------------------------------------------------------------------ naive controls
+
+
+class NaiveWriter:
+    """The service's write path before the journal: botocore resends a request whose answer
+    was lost, and a failed version check counts as ours only if the single ``writeId``
+    attribute still names this attempt (another writer overwrites it)."""
+
+    def __init__(self, endpoint, name):
+        self.client = boto3.session.Session().client(
+            "dynamodb", endpoint_url=endpoint, region_name="us-east-1",
+            config=Config(retries={"mode": "standard", "max_attempts": 3}, read_timeout=3))
+        self.name = name
+
+    def _item(self, device_id):
+        return self.client.get_item(TableName=self.name, Key=table.state_key(device_id), ConsistentRead=True)["Item"]
+
+    def read_modify_write(self, device_id, change):
+        for _ in range(10):
+            item = self._item(device_id)
+            version, write_id = int(item["version"]["N"]), uuid.uuid4().hex
+            state = rig_state(item)
+            try:
+                self.client.update_item(
+                    TableName=self.name, Key=table.state_key(device_id),
+                    UpdateExpression="SET #s = :s, #v = :next, writeId = :w",
+                    ConditionExpression="#v = :expected",
+                    ExpressionAttributeNames={"#s": "state", "#v": "version"},
+                    ExpressionAttributeValues={":s": to_attr(change(state)), ":next": {"N": str(version + 1)},
+                                               ":expected": {"N": str(version)}, ":w": {"S": write_id}},
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD")
+                return
+            except self.client.exceptions.ConditionalCheckFailedException as error:
+                if error.response.get("Item", {}).get("writeId", {}).get("S") == write_id:
+                    return  # "our own landed write" -- only while nobody else wrote
+        raise AssertionError("naive writer gave up")
+
+    def delete(self, device_id, expected_version):
+        self.client.delete_item(TableName=self.name, Key=table.state_key(device_id),
+                                ConditionExpression="#v = :expected", ExpressionAttributeNames={"#v": "version"},
+                                ExpressionAttributeValues={":expected": {"N": str(expected_version)}})
+
+
+def rig_state(item):
+    from functions.device_state.values import from_attribute
+    return from_attribute(item["state"])
+
+
+def to_attr(value):
+    from functions.device_state.values import to_attribute
+    return to_attribute(value)
+
+
+def test_control_the_naive_read_modify_write_applies_twice_in_the_same_harness(rig):
+    rig.other.create("d", {"n": 0})
+    naive = NaiveWriter(rig.forwarder.endpoint, rig.name)
+    other = NaiveWriter(f"http://{rig.forwarder.upstream[0]}:{rig.forwarder.upstream[1]}", rig.name)
+    plus_one = lambda state: {**state, "n": state["n"] + 1}  # noqa: E731
+    rig.forwarder.lose("UpdateItem", then=lambda: other.read_modify_write("d", plus_one))
+    naive.read_modify_write("d", plus_one)
+    assert rig.state("d")["n"] == 3  # one naive increment applied twice, plus the other writer's
+
+
+def test_control_a_naive_delete_resend_deletes_the_device_created_again(rig):
+    # Before tombstones, a re-created device started again at version 1, so a resent
+    # "delete at version 1" matched the new incarnation.
+    rig.client.put_item(TableName=rig.name, Item={**table.state_key("d"), "version": {"N": "1"}})
+    naive = NaiveWriter(rig.forwarder.endpoint, rig.name)
+    recreate = lambda: rig.client.put_item(TableName=rig.name, Item={  # noqa: E731
+        **table.state_key("d"), "version": {"N": "1"}, "again": {"BOOL": True}})
+    rig.forwarder.lose("DeleteItem", then=recreate)
+    naive.delete("d", expected_version=1)
+    assert "Item" not in rig.client.get_item(TableName=rig.name, Key=table.state_key("d"))
