@@ -4,6 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PY_STAMP := $(VENV)/.installed
 NPM_STAMP := node_modules/.installed
+JAVA_STAMP := $(VENV)/.java-checked
 PORT ?= 3000
 
 .PHONY: setup java test test-fast serve invoke synth deploy bench clean
@@ -15,7 +16,7 @@ NODE_PATH_FIRST := PATH=$(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$$PATH
 CDK := $(NODE_PATH_FIRST) CDK_DISABLE_CLI_TELEMETRY=1 node_modules/.bin/cdk
 CDK_OUT ?= cdk.out
 
-setup: $(PY_STAMP) $(NPM_STAMP) java
+setup: $(PY_STAMP) $(NPM_STAMP) $(JAVA_STAMP)
 
 $(PY_STAMP): requirements.txt requirements-dev.txt
 	@echo "setup: Python packages into $(VENV) (requirements-dev.txt; about a minute the first time)"
@@ -32,15 +33,20 @@ $(NPM_STAMP): package.json package-lock.json
 	  echo "The CDK CLI needs Node.js 22 or newer, found $$(node --version) and no node-linux-* package for this machine: install Node.js 22+"; exit 1; }
 	touch $@
 
-# DynamoDB Local runs on Java; install a JRE where it is missing and we may (root, Debian).
-java:
-	@command -v java >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "setup: Java for DynamoDB Local (apt-get install openjdk-17-jre-headless)"; \
-	    apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
-	  else \
-	    echo "DynamoDB Local needs Java 17+: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; \
-	  fi; }
+# DynamoDB Local runs on Java 17+; install a JRE where it is missing and we may (root, Debian).
+# Checked once (the stamp); DynamoDB Local's starter says so plainly if Java goes missing later.
+java: $(JAVA_STAMP)
+
+$(JAVA_STAMP): | $(PY_STAMP)
+	@if command -v java >/dev/null 2>&1; then \
+	  echo "setup: Java for DynamoDB Local: $$(java -version 2>&1 | head -n 1)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "setup: Java for DynamoDB Local: apt-get install openjdk-17-jre-headless"; \
+	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
+	else \
+	  echo "DynamoDB Local needs Java 17+: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; \
+	fi
+	@touch $@
 
 test: setup
 	$(PY) -m pytest
