@@ -4,35 +4,49 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PY_STAMP := $(VENV)/.installed
 NPM_STAMP := node_modules/.installed
+JAVA_STAMP := $(VENV)/.java-checked
 PORT ?= 3000
 
 .PHONY: setup java test test-fast serve invoke synth deploy bench clean
 
-# The CDK CLI runs app.py with the venv's python3; no telemetry, no notices (no network).
-CDK := PATH=$(CURDIR)/$(VENV)/bin:$$PATH CDK_DISABLE_CLI_TELEMETRY=1 JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
-	node_modules/.bin/cdk
+# Node.js 22+ for the CDK CLI and jsii: node_modules/.bin/node (the pinned node-linux-* package)
+# comes first on PATH where npm installed one, else the machine's node (checked in setup).
+NODE_PATH_FIRST := PATH=$(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$$PATH
+# The CDK CLI runs app.py with the venv's python (cdk.json); no telemetry, no notices (no network).
+CDK := $(NODE_PATH_FIRST) CDK_DISABLE_CLI_TELEMETRY=1 node_modules/.bin/cdk
 CDK_OUT ?= cdk.out
 
-setup: $(PY_STAMP) $(NPM_STAMP) java
+setup: $(PY_STAMP) $(NPM_STAMP) $(JAVA_STAMP)
 
 $(PY_STAMP): requirements.txt requirements-dev.txt
+	@echo "setup: Python packages into $(VENV) (requirements-dev.txt; about a minute the first time)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
-# DynamoDB Local's jar (amplify-dynamodb-simulator) and the CDK CLI, pinned in package-lock.json.
+# DynamoDB Local's jar (amplify-dynamodb-simulator), the CDK CLI, Swagger UI and, on Linux, a
+# Node.js 22 binary: all pinned in package-lock.json.
 $(NPM_STAMP): package.json package-lock.json
+	@echo "setup: npm packages into node_modules (CDK CLI, DynamoDB Local, Swagger UI, Node.js 22)"
 	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	@$(NODE_PATH_FIRST) node -e 'process.exit(+process.versions.node.split(".")[0] >= 22 ? 0 : 1)' || { \
+	  echo "The CDK CLI needs Node.js 22 or newer, found $$(node --version) and no node-linux-* package for this machine: install Node.js 22+"; exit 1; }
 	touch $@
 
-# DynamoDB Local runs on Java; install a JRE where it is missing and we may (root, Debian).
-java:
-	@command -v java >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
-	  else \
-	    echo "DynamoDB Local needs Java 17+: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; \
-	  fi; }
+# DynamoDB Local runs on Java 17+; install a JRE where it is missing and we may (root, Debian).
+# Checked once (the stamp); DynamoDB Local's starter says so plainly if Java goes missing later.
+java: $(JAVA_STAMP)
+
+$(JAVA_STAMP): | $(PY_STAMP)
+	@if command -v java >/dev/null 2>&1; then \
+	  echo "setup: Java for DynamoDB Local: $$(java -version 2>&1 | head -n 1)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "setup: Java for DynamoDB Local: apt-get install openjdk-17-jre-headless"; \
+	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
+	else \
+	  echo "DynamoDB Local needs Java 17+: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; \
+	fi
+	@touch $@
 
 test: setup
 	$(PY) -m pytest
@@ -42,7 +56,8 @@ test-fast: setup
 	$(PY) -m pytest -m "not dynamodb_local and not concurrency"
 
 # The API on http://127.0.0.1:$(PORT), on a DynamoDB Local it starts and stops itself.
-# DYNAMODB_ENDPOINT=http://... uses another endpoint; DYNAMODB_DATA_DIR=dir keeps data on disk.
+# DYNAMODB_ENDPOINT=http://... uses another endpoint; DYNAMODB_DATA_DIR=dir keeps data on disk
+# (a relative dir is taken from where make runs). Swagger UI on /docs.
 serve: setup
 	PORT=$(PORT) $(PY) -m localdev.server
 
@@ -60,9 +75,10 @@ synth: setup
 	$(CDK) synth --no-notices --quiet --output $(CDK_OUT)
 	$(VENV)/bin/cfn-lint --config-file .cfnlintrc.yaml -- $(CDK_OUT)/DeviceStateStack.template.json
 
-# Needs AWS credentials and a bootstrapped account (see README); never run by CI.
+# Needs AWS credentials and a bootstrapped account (see README); never run by CI. cdk deploy
+# synthesizes again itself, so the -c flags in DEPLOY_ARGS shape what is deployed.
 deploy: synth
-	$(CDK) deploy --no-notices --app $(CDK_OUT) $(DEPLOY_ARGS)
+	$(CDK) deploy --no-notices --output $(CDK_OUT) $(DEPLOY_ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
-from aws_cdk import Aws, CfnOutput, Duration
+from aws_cdk import CfnOutput, Duration
 from aws_cdk import aws_apigateway as apigateway
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from functions.api import config
 from functions.device_state import metrics as metric_names
 from functions.device_state.manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
 
-from .bundling import REPO_ROOT, bundling_options
+from .bundling import REPO_ROOT, bundling_options, pinned_version
 
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 PYTHON_VERSION = "3.13"
 ARCHITECTURE = lambda_.Architecture.ARM_64
-POWERTOOLS_LAYER = "arn:aws:lambda:{region}:017000801446:layer:AWSLambdaPowertoolsPythonV3-python313-arm64:{version}"
+# Powertools publishes each release's layer ARN per region as a public SSM parameter
+# (/aws/service/powertools/python/<arch>/<python>/<version>); CloudFormation resolves it at
+# deploy time, so the layer always matches the version requirements.txt pins.
+POWERTOOLS_LAYER_PARAMETER = "/aws/service/powertools/python/arm64/python{python}/{version}"
 HANDLER = "functions.api.handler.lambda_handler"
+OUTPUT_NAME = "Url"  # the stack output holding the API's base URL
 # A lease request may wait up to 25 s (POST .../leases waitSeconds); the retry budget is
 # 5 s. Both are capped by the remaining time, and this stays under API Gateway's 29 s.
 TIMEOUT = Duration.seconds(28)
@@ -57,10 +62,10 @@ class DeviceApi(Construct):
         construct_id: str,
         *,
         table: dynamodb.ITable,
-        powertools_layer_version: str,
         throttle_rate: float,
         throttle_burst: int,
         require_if_match: bool = False,
+        reserved_concurrency: int | None = None,
     ):
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(self, "FunctionLogs", retention=LOG_RETENTION)
@@ -78,8 +83,9 @@ class DeviceApi(Construct):
             code=lambda_.Code.from_asset(str(REPO_ROOT / "functions"),
                                          bundling=bundling_options(PYTHON_VERSION)),
             layers=[lambda_.LayerVersion.from_layer_version_arn(
-                self, "Powertools",
-                POWERTOOLS_LAYER.format(region=Aws.REGION, version=powertools_layer_version))],
+                self, "Powertools", ssm.StringParameter.value_for_string_parameter(
+                    self, powertools_layer_parameter()))],
+            reserved_concurrent_executions=reserved_concurrency,
             timeout=TIMEOUT,
             memory_size=MEMORY_MB,
             role=self.role,
@@ -123,4 +129,12 @@ class DeviceApi(Construct):
             resource = self.api.root.resource_for_path(path)
             for method in methods:
                 resource.add_method(method, integration)
-        CfnOutput(self, "Url", value=self.api.url, description="Base URL of the device-state API (SigV4)")
+        # One output, named plainly: RestApi's own "Endpoint" output (a hashed name) is dropped.
+        self.api.node.try_remove_child("Endpoint")
+        url = CfnOutput(self, "Url", value=self.api.url, description="Base URL of the device-state API (SigV4)")
+        url.override_logical_id(OUTPUT_NAME)
+
+
+def powertools_layer_parameter() -> str:
+    """The public SSM parameter naming the layer of the Powertools version requirements.txt pins."""
+    return POWERTOOLS_LAYER_PARAMETER.format(python=PYTHON_VERSION, version=pinned_version("aws-lambda-powertools"))

@@ -22,6 +22,15 @@ def pinned(requirements: Path = REPO_ROOT / "requirements.txt") -> list[str]:
     return [line for line in lines if line and line.split("==")[0].split("[")[0] in BUNDLED_PACKAGES]
 
 
+def pinned_version(package: str, requirements: Path = REPO_ROOT / "requirements.txt") -> str:
+    """The version requirements.txt pins for ``package`` (``name[extras]==version``)."""
+    for line in requirements.read_text().splitlines():
+        spec = line.split("#")[0].strip()
+        if spec.split("==")[0].split("[")[0].strip().lower() == package.lower():
+            return spec.split("==")[1].strip()
+    raise LookupError(f"{package} is not pinned in {requirements}")
+
+
 @jsii.implements(ILocalBundling)
 class _PipLocalBundling:
     def __init__(self, python_version: str, platform: str):

@@ -43,6 +43,8 @@ TRANSACTION_CONFLICTS_PER_PERIOD = 50
 LEASE_HEARTBEATS_LOST_PER_PERIOD = 0
 DYNAMODB_THROTTLES_PER_PERIOD = 0
 DYNAMODB_SYSTEM_ERRORS_PER_PERIOD = 0
+# What CloudWatch needs of the alarm topic's key to publish to it.
+CLOUDWATCH_KEY_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey*")
 # The operations the function calls, for DynamoDB's per-operation metrics.
 DYNAMODB_OPERATIONS = (
     dynamodb.Operation.GET_ITEM,
@@ -66,8 +68,15 @@ class Monitoring(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable,
                  function: lambda_.IFunction, api: apigateway.RestApi, alarm_email: str | None = None):
         super().__init__(scope, construct_id)
-        self.topic = sns.Topic(self, "AlarmTopic", display_name="Device-state alarms",
-                               master_key=kms.Alias.from_alias_name(self, "SnsKey", "alias/aws/sns"))
+        # CloudWatch can publish to an encrypted topic only if the key's policy lets it use the
+        # key; the AWS-managed alias/aws/sns key's policy cannot be changed, so the topic gets
+        # its own customer-managed key (about 1 USD a month) that grants cloudwatch.amazonaws.com.
+        self.key = kms.Key(self, "AlarmTopicKey", enable_key_rotation=True,
+                           description="Encrypts the device-state alarm topic; CloudWatch may use it")
+        self.key.add_to_resource_policy(iam.PolicyStatement(
+            principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+            actions=list(CLOUDWATCH_KEY_ACTIONS), resources=["*"]))
+        self.topic = sns.Topic(self, "AlarmTopic", display_name="Device-state alarms", master_key=self.key)
         self.topic.add_to_resource_policy(iam.PolicyStatement(
             effect=iam.Effect.DENY, actions=["sns:Publish"], principals=[iam.AnyPrincipal()],
             resources=[self.topic.topic_arn], conditions={"Bool": {"aws:SecureTransport": "false"}}))

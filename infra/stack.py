@@ -12,11 +12,15 @@ from .table import DevicesTable
 # Context values (cdk.json holds the defaults; `-c name=value` overrides).
 CONTEXT_DEFAULTS = {
     "throwaway": False,  # true: no deletion protection, table destroyed with the stack (dev stacks)
-    "powertoolsLayerVersion": "27",
     "throttleRateLimit": 100,
     "throttleBurstLimit": 200,
     "alarmEmail": "",
     "requireIfMatch": False,
+    # Concurrent executions reserved for (and capped at) the API function. A lease request
+    # may hold an execution for up to 25 s, so without a cap the stage throttle (100/s) could
+    # hold ~2,500 executions and starve every other function in the account (default
+    # limit 1,000). "none" leaves the function unreserved and uncapped.
+    "reservedConcurrency": 100,
 }
 
 
@@ -29,6 +33,10 @@ def _flag(value) -> bool:
     return value is True or str(value).lower() == "true"
 
 
+def _optional_int(value) -> int | None:
+    return None if str(value).lower() in ("none", "") else int(value)
+
+
 class DeviceStateStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, **kwargs):
         super().__init__(scope, construct_id, **kwargs)
@@ -36,10 +44,10 @@ class DeviceStateStack(Stack):
         self.api = DeviceApi(
             self, "DeviceApi",
             table=self.devices.table,
-            powertools_layer_version=str(context(self, "powertoolsLayerVersion")),
             throttle_rate=float(context(self, "throttleRateLimit")),
             throttle_burst=int(context(self, "throttleBurstLimit")),
             require_if_match=_flag(context(self, "requireIfMatch")),
+            reserved_concurrency=_optional_int(context(self, "reservedConcurrency")),
         )
         self.monitoring = Monitoring(
             self, "Monitoring", table=self.devices.table, function=self.api.function, api=self.api.api,

@@ -44,7 +44,9 @@ class DynamoDBLocal:
 
     def __init__(self, port: int | None = None, data_dir: str | None = None):
         self.port = port or free_port()
-        self.data_dir = data_dir
+        # Java runs in the emulator's folder, so a relative path is made absolute here, against
+        # the caller's working directory (where `make serve` was typed).
+        self.data_dir = os.path.abspath(data_dir) if data_dir else None
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._process: subprocess.Popen | None = None
         self._log = None

@@ -20,6 +20,7 @@ import sys
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+from localdev import docs
 from localdev.apigw import LambdaContext, make_event
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
@@ -89,7 +90,13 @@ class _Handler(BaseHTTPRequestHandler):
         if status not in (204, 304) and self.command != "HEAD":
             self.wfile.write(data)
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
+
+    def do_GET(self) -> None:
+        if docs.handles(self.path):  # Swagger UI: dev server only, never in Lambda
+            self._send(*docs.response(self.path))
+            return
+        self._serve()
 
     def log_message(self, format, *args):  # one line per request is written by _serve
         pass
@@ -161,6 +168,8 @@ def main(argv=None) -> None:
             workers.append(pid)
         print(f"Serving the device-state API on http://{args.host}:{args.port} "
               f"(table {os.environ['TABLE_NAME']}, {len(workers)} workers); Ctrl-C stops", flush=True)
+        print(f"API docs: http://{args.host}:{args.port}/docs (Swagger UI over "
+              f"http://{args.host}:{args.port}/openapi.json)", flush=True)
         pid, _status = os.wait()
         print(f"worker {pid} exited unexpectedly; stopping", file=sys.stderr, flush=True)
     except KeyboardInterrupt:

@@ -24,9 +24,6 @@ from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.table import create_table  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal, DynamoDBLocalError  # noqa: E402
 
-ENGINES = ("moto", "dynamodb_local")
-
-
 @pytest.fixture(scope="session")
 def dynamodb_local():
     """One DynamoDB Local process (in memory) for the whole session."""
@@ -37,6 +34,13 @@ def dynamodb_local():
         pytest.fail(f"DynamoDB Local could not start: {error}", pytrace=False)
     yield server
     server.stop()
+
+
+def pytest_itemcollected(item):
+    """A test that reaches DynamoDB Local through its fixtures is in that tier, marked or not
+    (marked here, during collection, so `-m "not dynamodb_local"` deselects it)."""
+    if "dynamodb_local" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.dynamodb_local)
 
 
 def new_table_name() -> str:
@@ -64,11 +68,12 @@ def moto_table():
         yield client, name
 
 
-@pytest.fixture(params=ENGINES)
+# The mark is part of the parameter, so it exists at collection time and `-m "not
+# dynamodb_local"` deselects these items (a mark applied inside the fixture comes too late).
+@pytest.fixture(params=[pytest.param("moto"),
+                        pytest.param("dynamodb_local", marks=pytest.mark.dynamodb_local)])
 def engine(request):
     """The same test on both engines: (client, table name)."""
-    if request.param == "dynamodb_local":
-        request.applymarker(pytest.mark.dynamodb_local)
     return request.getfixturevalue(f"{'local' if request.param == 'dynamodb_local' else 'moto'}_table")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from aws_cdk.assertions import Template
@@ -15,6 +16,8 @@ from infra import api as api_module
 from infra import monitoring
 from infra.nag import REVIEWED
 from tests.infra.conftest import synth_stack
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def only(template: Template, resource_type: str, props: dict | None = None) -> tuple[str, dict]:
@@ -51,20 +54,24 @@ def test_throwaway_context_makes_a_disposable_table():
 # ---------------------------------------------------------------- function
 
 
-def test_function_runtime_architecture_handler_layer(template):
+def test_function_runtime_architecture_handler(template):
     _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
     props = function["Properties"]
     assert props["Runtime"] == "python3.13"
     assert props["Architectures"] == ["arm64"]
     assert props["TracingConfig"] == {"Mode": "Active"}
-    layer = json.dumps(props["Layers"])
-    assert "017000801446:layer:AWSLambdaPowertoolsPythonV3-python313-arm64:27" in layer
 
 
-def test_layer_version_is_a_context_value():
-    _, stack = synth_stack({"powertoolsLayerVersion": "31"})
-    _, function = only(Template.from_stack(stack), "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
-    assert "python313-arm64:31" in json.dumps(function["Properties"]["Layers"])
+def test_powertools_layer_is_the_version_requirements_txt_pins_resolved_at_deploy_time(template):
+    pins = dict(line.split("#")[0].strip().split("==") for line in
+                (REPO_ROOT / "requirements.txt").read_text().splitlines() if "==" in line.split("#")[0])
+    version = pins["aws-lambda-powertools[tracer]"]
+    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    [layer] = function["Properties"]["Layers"]
+    parameter = layer["Ref"]  # a template parameter, not a literal ARN
+    declared = template.to_json()["Parameters"][parameter]
+    assert declared["Type"] == "AWS::SSM::Parameter::Value<String>"  # CloudFormation reads SSM at deploy
+    assert declared["Default"] == f"/aws/service/powertools/python/arm64/python3.13/{version}"
 
 
 def test_timeout_exceeds_the_retry_budget_and_the_lease_wait_and_stays_under_api_gateways(template):
@@ -154,9 +161,34 @@ def test_stage_throttling_and_json_access_logs_from_context():
     assert stage["Properties"]["TracingEnabled"] is True
 
 
-def test_url_is_an_output(template):
+def test_the_api_url_is_the_one_output_named_url(template):
     outputs = template.find_outputs("*")
-    assert any("Url" in name for name in outputs)
+    assert list(outputs) == ["Url"] and api_module.OUTPUT_NAME == "Url"
+    assert "execute-api" in json.dumps(outputs["Url"]["Value"])
+
+
+def test_reserved_concurrency_defaults_to_a_cap_and_follows_context(template):
+    from infra.stack import CONTEXT_DEFAULTS
+
+    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    default = function["Properties"]["ReservedConcurrentExecutions"]
+    assert default == CONTEXT_DEFAULTS["reservedConcurrency"] == 100
+    for value, expected in ((250, 250), ("40", 40)):
+        _, stack = synth_stack({"reservedConcurrency": value})
+        _, function = only(Template.from_stack(stack), "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+        assert function["Properties"]["ReservedConcurrentExecutions"] == expected
+    _, stack = synth_stack({"reservedConcurrency": "none"})
+    _, function = only(Template.from_stack(stack), "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    assert "ReservedConcurrentExecutions" not in function["Properties"]
+
+
+def test_cdk_json_context_matches_the_code_defaults_and_runs_the_venv_python():
+    from infra.stack import CONTEXT_DEFAULTS
+
+    cdk_json = json.loads((REPO_ROOT / "cdk.json").read_text())
+    context = {key: value for key, value in cdk_json["context"].items() if not key.startswith("@")}
+    assert context == CONTEXT_DEFAULTS
+    assert cdk_json["app"].split()[0] == ".venv/bin/python"  # plain `npx cdk` finds aws_cdk
 
 
 # ------------------------------------------------------------------ alarms
@@ -232,6 +264,18 @@ def test_dynamodb_fault_alarms_cover_every_operation_the_code_uses(template, nam
     operations = {d["Value"] for s in stats for d in s["Dimensions"] if d["Name"] == "Operation"}
     called = {action.split(":")[1] for action in api_module.DYNAMODB_ACTIONS} - {"ConditionCheckItem"}
     assert operations == called | {"TransactWriteItems"}
+
+
+def test_cloudwatch_may_use_the_alarm_topics_customer_managed_key(template):
+    key_id, key = only(template, "AWS::KMS::Key")
+    assert key["Properties"]["EnableKeyRotation"] is True
+    _, topic = only(template, "AWS::SNS::Topic")
+    assert topic["Properties"]["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    grants = [statement for statement in key["Properties"]["KeyPolicy"]["Statement"]
+              if statement.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
+    assert len(grants) == 1 and grants[0]["Effect"] == "Allow"
+    actions = grants[0]["Action"] if isinstance(grants[0]["Action"], list) else [grants[0]["Action"]]
+    assert {"kms:Decrypt", "kms:GenerateDataKey*"} <= set(actions)
 
 
 def test_alarm_email_subscription_from_context():

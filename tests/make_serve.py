@@ -1,0 +1,84 @@
+"""`make serve` exactly as a reader types it (in the repo, from make), on a free port: the
+process group is started here and stopped with SIGTERM, as Ctrl-C would."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from localdev.dynamodb_local import free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def get(port: int, path: str) -> tuple[int, dict, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+class Served:
+    def __init__(self, port: int, log):
+        self.port = port
+        self._log = log
+
+    @property
+    def output(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+
+@contextlib.contextmanager
+def make_serve(**environment: str):
+    """Runs `make -s serve` with PORT free and the given variables; yields a Served."""
+    port = free_port()
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("DYNAMODB_ENDPOINT", "TABLE_NAME", "DYNAMODB_DATA_DIR")}
+    env.update(PORT=str(port), WORKERS="2", **environment)
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(["make", "-s", "serve"], cwd=REPO_ROOT, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        served = Served(port, log)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    if get(port, "/openapi.json")[0] == 200:
+                        break
+                except OSError:
+                    pass
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"make serve did not start:\n{served.output}")
+                time.sleep(0.3)
+            yield served
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+            _wait_for_group_to_exit(process.pid)
+
+
+def _wait_for_group_to_exit(group: int, timeout: float = 30) -> None:
+    """The server and its DynamoDB Local are in the group too; wait until they are all gone."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.killpg(group, signal.SIGKILL)

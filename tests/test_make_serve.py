@@ -1,0 +1,78 @@
+"""`make serve` as the README describes it: on-disk data at a relative DYNAMODB_DATA_DIR,
+Swagger UI on /docs with both URLs printed at start; the deployed handler has no /docs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+
+import pytest
+
+from tests.make_serve import REPO_ROOT, get, make_serve
+
+pytestmark = pytest.mark.dynamodb_local
+
+
+def post_device(port: int, device_id: str) -> int:
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("POST", "/devices", body=json.dumps({"deviceId": device_id, "state": {"n": 1}}),
+                           headers={"Content-Type": "application/json"})
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_a_relative_data_dir_is_taken_from_where_make_runs_and_keeps_data_across_restarts():
+    relative = f".dynamodb-local/test-{uuid.uuid4().hex[:8]}"  # .gitignored, as the README's example
+    try:
+        with make_serve(DYNAMODB_DATA_DIR=relative) as served:
+            assert post_device(served.port, "kept") == 201
+            assert f"on disk in {relative}" in served.output
+        assert any((REPO_ROOT / relative).iterdir())  # the database file is there, not in node_modules
+        with make_serve(DYNAMODB_DATA_DIR=relative) as served:
+            status, _, body = get(served.port, "/devices/kept")
+            assert status == 200 and json.loads(body)["state"] == {"n": 1}
+    finally:
+        shutil.rmtree(REPO_ROOT / relative, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def served():
+    with make_serve() as served:
+        yield served
+
+
+def test_make_serve_prints_the_api_and_docs_urls(served):
+    assert f"http://127.0.0.1:{served.port} " in served.output
+    assert f"http://127.0.0.1:{served.port}/docs" in served.output
+    assert f"http://127.0.0.1:{served.port}/openapi.json" in served.output
+
+
+def test_docs_serve_swagger_ui_over_the_openapi_document(served):
+    status, headers, body = get(served.port, "/docs")
+    assert status == 200 and headers["content-type"].startswith("text/html")
+    page = body.decode()
+    assert 'url: "/openapi.json"' in page
+    for asset in ("/docs/swagger-ui-bundle.js", "/docs/swagger-ui-standalone-preset.js", "/docs/swagger-ui.css"):
+        assert asset in page
+        status, headers, body = get(served.port, asset)
+        shipped = (REPO_ROOT / "node_modules" / "swagger-ui-dist" / asset.rsplit("/", 1)[1]).read_bytes()
+        assert status == 200 and body == shipped, asset
+    assert "javascript" in get(served.port, "/docs/swagger-ui-bundle.js")[1]["content-type"]
+    assert get(served.port, "/docs/../package.json")[0] == 404
+    assert get(served.port, "/docs/%2e%2e/package.json")[0] == 404
+    assert get(served.port, "/openapi.json")[0] == 200
+
+
+def test_swagger_ui_is_pinned_and_the_deployed_api_has_no_docs_route():
+    package = json.loads((REPO_ROOT / "package.json").read_text())
+    assert package["devDependencies"]["swagger-ui-dist"].split(".")[0].isdigit()  # an exact version
+    from infra.api import ROUTES
+
+    assert not any(path.startswith("docs") for path, _ in ROUTES)
+    for source in (REPO_ROOT / "functions").rglob("*.py"):
+        assert "localdev" not in source.read_text() and "swagger" not in source.read_text().lower(), source

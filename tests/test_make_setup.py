@@ -1,0 +1,20 @@
+"""First-time setup says what it is doing: one `setup: ...` line per step, in order."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_first_time_setup_prints_one_line_per_step():
+    # -B: as on a fresh clone (every stamp out of date); -n: show the recipes, run nothing.
+    dry_run = subprocess.run(["make", "-n", "-B", "setup"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=60)
+    assert dry_run.returncode == 0, dry_run.stderr
+    steps = [re.match(r"setup: ([^:(]+)", line).group(1).strip()
+             for line in re.findall(r'echo "(setup: [^"]+)"', dry_run.stdout)]
+    assert steps[:2] == ["Python packages into .venv", "npm packages into node_modules"]
+    assert set(steps[2:]) == {"Java for DynamoDB Local"}  # found, or being installed

@@ -1,0 +1,66 @@
+"""`make test-fast` really leaves out the DynamoDB Local tier: no selected test is marked for it
+or reaches its fixture (so it needs no Java and starts no jar)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Runs pytest's collection with the given arguments and prints, for each selected item, its
+# id, marks, the fixtures it names and its parameters (the `engine` fixture picks its table
+# by parameter at run time, so "dynamodb_local" shows there, not among the fixtures).
+PROBE = """
+import json, sys, pytest
+
+class Report:
+    def pytest_collection_finish(self, session):
+        self.items = [{"id": item.nodeid, "marks": sorted({m.name for m in item.iter_markers()}),
+                       "fixtures": sorted(getattr(item, "fixturenames", ())),
+                       "params": sorted(str(value) for value in getattr(getattr(item, "callspec", None), "params",
+                                                                        {}).values())}
+                      for item in session.items]
+
+report = Report()
+pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *sys.argv[1:]], plugins=[report])
+print("ITEMS=" + json.dumps(report.items))
+"""
+
+
+def make_test_fast_arguments(makefile: Path = REPO_ROOT / "Makefile") -> list[str]:
+    """The pytest arguments of the Makefile's test-fast recipe (checked, and reused below)."""
+    recipe = re.search(r"^test-fast:.*\n\t(.*)$", makefile.read_text(), re.MULTILINE).group(1)
+    arguments = re.search(r"-m pytest (.*)$", recipe).group(1)
+    marks = re.search(r'-m "([^"]+)"', arguments)
+    assert marks, recipe
+    return ["-m", marks.group(1)]
+
+
+def collected(*arguments: str) -> list[dict]:
+    result = subprocess.run([sys.executable, "-c", PROBE, *arguments], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=300)
+    line = next((line for line in result.stdout.splitlines() if line.startswith("ITEMS=")), None)
+    assert line, result.stdout[-2000:] + result.stderr[-2000:]
+    return json.loads(line[len("ITEMS="):])
+
+
+def test_make_test_fast_selects_no_dynamodb_local_test():
+    every = collected()
+    fast = collected(*make_test_fast_arguments())
+    # The check can fail: the full run has engine-parametrized items that reach DynamoDB Local.
+    assert any("dynamodb_local" in item["params"] for item in every)
+    assert fast and len(fast) < len(every)
+    for item in fast:
+        assert "dynamodb_local" not in item["marks"], item["id"]
+        assert "dynamodb_local" not in item["fixtures"], item["id"]
+        assert "dynamodb_local" not in item["params"], item["id"]
+        assert "concurrency" not in item["marks"], item["id"]
+    # Every item left out needs DynamoDB Local (or threads on it): the fast tier loses nothing else.
+    fast_ids = {item["id"] for item in fast}
+    for item in every:
+        if item["id"] not in fast_ids:
+            assert {"dynamodb_local", "concurrency"} & set(item["marks"]), item["id"]
