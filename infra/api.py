@@ -95,6 +95,9 @@ class DeviceApi(Construct):
                 config.TABLE_NAME: table.table_name,
                 config.MAX_ATTEMPTS: str(DEFAULT_MAX_ATTEMPTS),
                 config.RETRY_BUDGET_SECONDS: str(DEFAULT_BUDGET_SECONDS),
+                config.SETTLE_SECONDS: str(config.DEFAULT_SETTLE_SECONDS),
+                config.TOMBSTONE_SECONDS: str(self.node.try_get_context("tombstoneSeconds")
+                                              or config.DEFAULT_TOMBSTONE_SECONDS),
                 config.REQUIRE_IF_MATCH: "true" if require_if_match else "false",
                 "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
                 "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE,

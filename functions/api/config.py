@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass
 
 from functions.device_state.manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
+from functions.device_state.pipeline import DEFAULT_SETTLE_SECONDS
+from functions.device_state.writes import DEFAULT_TOMBSTONE_SECONDS
 
 # Every variable the API reads. The CDK stack sets these and no others of its own
 # (plus Powertools' own POWERTOOLS_* variables).
@@ -16,9 +18,14 @@ DYNAMODB_ENDPOINT = "DYNAMODB_ENDPOINT"
 MAX_ATTEMPTS = "MAX_ATTEMPTS"
 RETRY_BUDGET_SECONDS = "RETRY_BUDGET_SECONDS"
 REQUIRE_IF_MATCH = "REQUIRE_IF_MATCH"
-VARIABLES = (TABLE_NAME, DYNAMODB_ENDPOINT, MAX_ATTEMPTS, RETRY_BUDGET_SECONDS, REQUIRE_IF_MATCH)
+SETTLE_SECONDS = "SETTLE_SECONDS"  # how long a write whose answer was lost is settled before a 504
+TOMBSTONE_SECONDS = "TOMBSTONE_SECONDS"  # how long a deleted device's version is kept
+VARIABLES = (TABLE_NAME, DYNAMODB_ENDPOINT, MAX_ATTEMPTS, RETRY_BUDGET_SECONDS, REQUIRE_IF_MATCH, SETTLE_SECONDS,
+             TOMBSTONE_SECONDS)
 
 MAX_BUDGET_SECONDS = 20.0  # must stay under API Gateway's 29 s integration timeout
+MAX_SETTLE_SECONDS = 15.0
+MAX_TOMBSTONE_SECONDS = 366 * 24 * 60 * 60
 
 
 class ConfigError(RuntimeError):
@@ -32,6 +39,8 @@ class Config:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     retry_budget_seconds: float = DEFAULT_BUDGET_SECONDS
     require_if_match: bool = False
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS
+    tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "Config":
@@ -45,6 +54,9 @@ class Config:
             retry_budget_seconds=_number(environ, RETRY_BUDGET_SECONDS, DEFAULT_BUDGET_SECONDS, 0.0,
                                          MAX_BUDGET_SECONDS),
             require_if_match=_boolean(environ, REQUIRE_IF_MATCH),
+            settle_seconds=_number(environ, SETTLE_SECONDS, DEFAULT_SETTLE_SECONDS, 0.0, MAX_SETTLE_SECONDS),
+            tombstone_seconds=_integer(environ, TOMBSTONE_SECONDS, DEFAULT_TOMBSTONE_SECONDS, 60,
+                                       MAX_TOMBSTONE_SECONDS),
         )
 
 

@@ -69,6 +69,8 @@ def _manager() -> DeviceStateManager:
         observer=MetricsObserver(),
         max_attempts=config.max_attempts,
         budget_seconds=config.retry_budget_seconds,
+        settle_seconds=config.settle_seconds,
+        tombstone_seconds=config.tombstone_seconds,
     )
 
 

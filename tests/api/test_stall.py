@@ -1,0 +1,102 @@
+"""16 writers PATCH one device through the real dev server while DynamoDB Local stalls
+twice (SIGSTOP/SIGCONT): every answer is the truth. A 200's change is stored exactly
+once, a 503's not at all, a 504 says outcome-unknown, and the version counts exactly
+the changes stored."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from localdev.dynamodb_local import DynamoDBLocal, free_port
+from tests.api.test_http import Server
+
+pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency]
+
+WRITERS, PATCHES = 16, 20
+STALLS = ((1.5, 5.0), (2.0, 8.0))  # (seconds before, seconds stalled): longer than the 3 s read timeout
+
+
+@pytest.fixture
+def stalling_server():
+    engine = DynamoDBLocal().start()
+    port = free_port()
+    env = dict(os.environ, DYNAMODB_ENDPOINT=engine.endpoint, TABLE_NAME=f"stall-{uuid.uuid4().hex[:8]}",
+               PORT=str(port), WORKERS="8")
+    process = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = Server(port)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if server.request("GET", "/openapi.json")[0] == 200:
+                break
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            engine.stop()
+            pytest.fail("the local server did not start")
+        time.sleep(0.2)
+    yield server, engine
+    engine.resume()
+    process.terminate()
+    process.wait(timeout=30)
+    engine.stop()
+
+
+def test_writes_through_two_dynamodb_stalls_are_answered_truthfully(stalling_server):
+    server, engine = stalling_server
+    assert server.request("POST", "/devices", {"deviceId": "s", "state": {"tokens": []}})[0] == 201
+    answers: list[tuple[str, int, dict]] = []
+    lock = threading.Lock()
+
+    def writer(index):
+        for number in range(PATCHES):
+            token = f"{index}-{number}"
+            status, _, body = server.request(
+                "PATCH", "/devices/s", [{"op": "add", "path": "/tokens/-", "value": token}],
+                headers={"Content-Type": "application/json-patch+json"})
+            with lock:
+                answers.append((token, status, json.loads(body) if body else {}))
+
+    def stall():
+        for before, stalled in STALLS:
+            time.sleep(before)
+            engine.pause()
+            time.sleep(stalled)
+            engine.resume()
+
+    threads = [threading.Thread(target=writer, args=(index,)) for index in range(WRITERS)]
+    staller = threading.Thread(target=stall)
+    for thread in [staller, *threads]:
+        thread.start()
+    for thread in [staller, *threads]:
+        thread.join()
+
+    status, headers, body = server.request("GET", "/devices/s")
+    device = json.loads(body)
+    stored = device["state"]["tokens"]
+    assert len(stored) == len(set(stored)), "a change was applied twice"
+    assert device["version"] == 1 + len(stored), "the version does not count the stored changes"
+    statuses = {}
+    for token, status, problem in answers:
+        statuses[status] = statuses.get(status, 0) + 1
+        if status == 200:
+            assert stored.count(token) == 1
+        elif status == 503:
+            assert token not in stored, "503 said nothing was written, but it was"
+        elif status == 504:
+            assert problem["type"].endswith(":outcome-unknown")
+        else:
+            pytest.fail(f"unexpected {status}: {problem}")
+    assert len(answers) == WRITERS * PATCHES
+    assert statuses.get(200, 0) > 0
+    print("statuses through the stalls:", statuses)
