@@ -1,17 +1,38 @@
 """The API's OpenAPI 3 document, kept beside the routes (a test checks the two agree).
-Served at GET /openapi.json."""
+Served at GET /openapi.json. Its limits are the library's and the routes' own constants,
+so the document cannot drift from what the service enforces."""
+
+from functions.device_state.idempotency import KEY_PATTERN
+from functions.device_state.manager import MAX_LIST_LIMIT
+from functions.device_state.transactions import MAX_OPERATIONS
+from functions.device_state.values import DEVICE_ID_PATTERN
+
+from .devices import DEFAULT_LIST_LIMIT
+from .leases import LIMITS as LEASE_LIMITS
+from .leases import MAX_OWNER_LENGTH
+from .request_parsing import CURSOR_PATTERN, MAX_BODY_BYTES
+
+_TTL = {"type": "number", "minimum": LEASE_LIMITS["ttlSeconds"][0], "maximum": LEASE_LIMITS["ttlSeconds"][1]}
+_WAIT = {"type": "number", "minimum": LEASE_LIMITS["waitSeconds"][0], "maximum": LEASE_LIMITS["waitSeconds"][1]}
+_TOKEN_PATTERN = "^[1-9][0-9]{0,17}$"  # request_parsing.lease_token
+# One or more entity tags, or *; the characters inside the quotes as RFC 9110's etagc (ASCII).
+_TAGS_PATTERN = r'^\s*(\*|(W/)?"[!#-~]*"(\s*,\s*(W/)?"[!#-~]*")*)\s*$'
 
 _DEVICE_ID = {"name": "deviceId", "in": "path", "required": True,
-              "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"}}
+              "schema": {"type": "string", "pattern": f"^{DEVICE_ID_PATTERN.pattern}$"}}
 _ETAG_HEADER = {"description": 'Strong entity tag of the device: "<version>"', "schema": {"type": "string"}}
-_IF_MATCH = {"name": "If-Match", "in": "header", "required": False, "schema": {"type": "string"},
-             "description": 'Write only if the device is at this version ("<v>"), else 412.'}
-_IF_NONE_MATCH = {"name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string"}}
+_IF_MATCH = {"name": "If-Match", "in": "header", "required": False,
+             "schema": {"type": "string", "minLength": 1, "pattern": _TAGS_PATTERN},
+             "description": 'Only if the device is at this version ("<v>", strong comparison) or exists (*), '
+                            'else 412.'}
+_IF_NONE_MATCH = {"name": "If-None-Match", "in": "header", "required": False,
+                  "schema": {"type": "string", "minLength": 1, "pattern": _TAGS_PATTERN}}
 _IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
-                    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                    "schema": {"type": "string", "pattern": f"^{KEY_PATTERN.pattern}$"},
                     "description": "Apply this write at most once in 24 h; a retry with the same key and request "
                                    "gets the first answer again with Idempotent-Replayed: true."}
-_LEASE_TOKEN = {"name": "Lease-Token", "in": "header", "required": False, "schema": {"type": "string"},
+_LEASE_TOKEN = {"name": "Lease-Token", "in": "header", "required": False,
+                "schema": {"type": "string", "pattern": _TOKEN_PATTERN},
                 "description": "The fencingToken of the active lease on the device; needed while one is active "
                                "(else 423), refused when it names no active lease (409)."}
 _LEASE_ID = {"name": "leaseId", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -31,8 +52,9 @@ def _device(description, *extra_headers):
 
 
 _COMMON_ERRORS = {
-    "400": _problem("Malformed request: JSON, deviceId, headers or parameters"),
-    "413": _problem("Body or resulting item too large"),
+    "400": _problem("Malformed request: JSON, deviceId, headers or parameters; a number DynamoDB cannot hold "
+                    "exactly (limit precision), text that is not valid Unicode, nesting too deep"),
+    "413": _problem(f"Body over {MAX_BODY_BYTES} bytes, or resulting item too large"),
     "415": _problem("Unsupported Content-Type"),
     "503": _problem("Contention retries exhausted or storage unavailable; Retry-After is set"),
 }
@@ -42,9 +64,8 @@ _LOCKED = _problem("The device is leased and the request has not the holder's Le
 _LEASE = {"description": "The lease", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Lease"}}}}
 _LEASE_BODY = {"required": False, "content": {"application/json": {"schema": {
     "type": "object", "additionalProperties": False,
-    "properties": {"ttlSeconds": {"type": "number", "minimum": 1, "maximum": 900},
-                   "waitSeconds": {"type": "number", "minimum": 0, "maximum": 25},
-                   "owner": {"type": "string", "minLength": 1, "maxLength": 128}}}}}}
+    "properties": {"ttlSeconds": _TTL, "waitSeconds": _WAIT,
+                   "owner": {"type": "string", "minLength": 1, "maxLength": MAX_OWNER_LENGTH}}}}}}
 
 _STATE_BODY = {"type": "object", "required": ["state"], "additionalProperties": False,
                "properties": {"state": {"type": "object"}, "deviceId": {"type": "string"}}}
@@ -58,8 +79,11 @@ OPENAPI = {
             "get": {
                 "operationId": "listDevices",
                 "parameters": [
-                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
-                    {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
+                                                                "maximum": MAX_LIST_LIMIT,
+                                                                "default": DEFAULT_LIST_LIMIT}},
+                    {"name": "cursor", "in": "query", "description": "nextCursor of the page before",
+                     "schema": {"type": "string", "pattern": CURSOR_PATTERN}},
                 ],
                 "responses": {
                     "200": {"description": "A page of devices",
@@ -72,7 +96,8 @@ OPENAPI = {
                 "parameters": [_IDEMPOTENCY_KEY],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["deviceId", "state"], "additionalProperties": False,
-                    "properties": {"deviceId": {"type": "string"}, "state": {"type": "object"}}}}}},
+                    "properties": {"deviceId": {"type": "string", "pattern": f"^{DEVICE_ID_PATTERN.pattern}$"},
+                                   "state": {"type": "object"}}}}}},
                 "responses": {"201": _device("Created", "Location"),
                               "409": _problem("The device exists"), "422": _REUSED, **_COMMON_ERRORS},
             },
@@ -81,9 +106,10 @@ OPENAPI = {
             "parameters": [_DEVICE_ID],
             "get": {
                 "operationId": "getDevice",
-                "parameters": [_IF_NONE_MATCH],
+                "parameters": [_IF_MATCH, _IF_NONE_MATCH],
                 "responses": {"200": _device("The device"), "304": {"description": "Not modified"},
                               "400": _COMMON_ERRORS["400"], "404": _problem("No such device"),
+                              "412": _problem("If-Match does not match the device"),
                               "503": _COMMON_ERRORS["503"]},
             },
             "put": {
@@ -149,8 +175,7 @@ OPENAPI = {
                 "operationId": "heartbeatLease",
                 "description": "Extend the held lease by ttlSeconds (default: its own) from now.",
                 "requestBody": {"required": False, "content": {"application/json": {"schema": {
-                    "type": "object", "additionalProperties": False,
-                    "properties": {"ttlSeconds": {"type": "number", "minimum": 1, "maximum": 900}}}}}},
+                    "type": "object", "additionalProperties": False, "properties": {"ttlSeconds": _TTL}}}}},
                 "responses": {"200": _LEASE, "404": _problem("No lease has this id"),
                               "410": _problem("The lease has expired or was released"), **_COMMON_ERRORS},
             },
@@ -164,7 +189,8 @@ OPENAPI = {
         "/transactions": {
             "post": {
                 "operationId": "runTransaction",
-                "description": "All-or-nothing changes to up to 100 devices (99 with Idempotency-Key).",
+                "description": f"All-or-nothing changes to up to {MAX_OPERATIONS} devices "
+                               f"({MAX_OPERATIONS - 1} with Idempotency-Key).",
                 "parameters": [_IDEMPOTENCY_KEY],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "$ref": "#/components/schemas/Transaction"}}}},
@@ -212,19 +238,19 @@ OPENAPI = {
             },
             "Transaction": {
                 "type": "object", "required": ["operations"], "additionalProperties": False,
-                "properties": {"operations": {"type": "array", "minItems": 1, "maxItems": 100, "items": {
-                    "type": "object", "required": ["deviceId"],
+                "properties": {"operations": {"type": "array", "minItems": 1, "maxItems": MAX_OPERATIONS, "items": {
+                    "type": "object", "required": ["deviceId"], "additionalProperties": False,
                     "properties": {
-                        "deviceId": {"type": "string"},
+                        "deviceId": {"type": "string", "pattern": f"^{DEVICE_ID_PATTERN.pattern}$"},
                         "mergePatch": {"type": "object"},
                         "jsonPatch": {"$ref": "#/components/schemas/JsonPatch"},
                         "put": {"type": "object", "required": ["state"],
                                 "properties": {"state": {"type": "object"}}},
                         "delete": {"type": "boolean", "enum": [True]},
                         "check": {"type": "boolean", "enum": [True]},
-                        "ifMatch": {"type": "string"},
+                        "ifMatch": {"type": "string", "pattern": _TAGS_PATTERN},
                         "ifNoneMatch": {"type": "string", "enum": ["*"]},
-                        "leaseToken": {"type": "integer", "minimum": 1},
+                        "leaseToken": {"type": "integer", "minimum": 1, "maximum": 10**18 - 1},
                     }}}},
             },
             "Lease": {
@@ -259,3 +285,17 @@ OPENAPI = {
         },
     },
 }
+
+
+def _with_head(document: dict) -> dict:
+    """HEAD beside every GET (RFC 9110 9.3.2): the same parameters and statuses, no body."""
+    for item in document["paths"].values():
+        if "get" in item:
+            get = item["get"]
+            item["head"] = {**get, "operationId": get["operationId"] + "Head", "responses": {
+                status: {key: value for key, value in response.items() if key != "content"}
+                for status, response in get["responses"].items()}}
+    return document
+
+
+_with_head(OPENAPI)

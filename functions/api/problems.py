@@ -121,6 +121,12 @@ _LIBRARY_ERRORS = {
     StorageError: (500, "internal-error", "Internal error"),
 }
 _RETRYABLE = (RetriesExhausted, StorageUnavailable)
+# Errors whose own message names internals (endpoint URLs, botocore's text): the client
+# gets this detail instead; the message is logged with the request.
+_GENERIC_DETAIL = {
+    StorageUnavailable: "Storage is unavailable for now. Retry after Retry-After; send a write again with "
+                        "the same Idempotency-Key to learn whether it was applied.",
+}
 
 
 # Why an operation of a transaction failed -> its status, as the single-device routes answer.
@@ -191,7 +197,8 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
         members["deviceId"] = current.device_id
         members["currentVersion"] = current.version
         headers["ETag"] = etag(current.version)
-    return problem_response(status, slug, title, str(error), instance=instance, headers=headers, **members)
+    detail = next((text for kind, text in _GENERIC_DETAIL.items() if isinstance(error, kind)), str(error))
+    return problem_response(status, slug, title, detail, instance=instance, headers=headers, **members)
 
 
 def status_is_fault(status: int) -> bool:
@@ -202,5 +209,5 @@ def status_is_fault(status: int) -> bool:
 
 def internal_error_response(instance: str | None = None) -> Response:
     return problem_response(500, "internal-error", "Internal error",
-                            "The service failed; the cause is logged. No partial write was made.",
+                            "The service failed; the cause is logged.",
                             instance=instance)

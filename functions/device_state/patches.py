@@ -7,13 +7,32 @@ from __future__ import annotations
 import copy
 from collections.abc import MutableMapping, MutableSequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Context, Decimal, Inexact, localcontext
 
 import jsonpatch
 import jsonpointer
 
 from .errors import InvalidPatch, InvalidValue, PatchNotApplicable, PatchTestFailed
-from .values import check_number
+from .values import MAX_SIGNIFICANT_DIGITS, canonical, check_number, check_text, significant_digits
+
+# Wide enough that a sum or difference of any two numbers DynamoDB holds (exponents -167
+# to 125, 38 digits) is exact; Inexact is trapped all the same, so nothing is ever rounded.
+_EXACT = Context(prec=400, Emax=999999, Emin=-999999, traps=[Inexact])
+
+
+def exact(operation, *operands) -> Decimal:
+    """``operation`` of ``operands`` computed exactly, or InvalidValue (limit ``precision``)
+    when the exact result needs more significant digits than DynamoDB holds."""
+    with localcontext(_EXACT):
+        result = operation(*(canonical(Decimal(operand)) for operand in operands))
+    return _fits(result)
+
+
+def _fits(result: Decimal) -> Decimal:
+    if significant_digits(result) > MAX_SIGNIFICANT_DIGITS:
+        raise InvalidValue(f"the exact result needs more than {MAX_SIGNIFICANT_DIGITS} significant digits",
+                           limit="precision")
+    return canonical(result)
 
 
 class MergePatch:
@@ -64,11 +83,13 @@ class IncrementOperation(jsonpatch.PatchOperation):
         current = subobj[part] if present else Decimal(0)
         if isinstance(current, bool) or not isinstance(current, (Decimal, int)):
             raise PatchNotApplicable(f"increment: {self.location} does not hold a number")
-        result = current + self.operation["value"]
+        with localcontext(_EXACT):  # exact sum and clamp; only then checked against 38 digits
+            result = canonical(Decimal(current)) + canonical(Decimal(self.operation["value"]))
         if "min" in self.operation:
-            result = max(result, self.operation["min"])
+            result = max(result, Decimal(self.operation["min"]))
         if "max" in self.operation:
-            result = min(result, self.operation["max"])
+            result = min(result, Decimal(self.operation["max"]))
+        result = _fits(result)
         if isinstance(subobj, MutableSequence) and part == "-":
             journal.append(subobj, result)
         else:
@@ -164,7 +185,10 @@ class CompiledUpdate:
 
     def path(self, parts: tuple) -> str | None:
         """The placeholder path of state member ``parts``, or None when it overlaps one
-        already used (DynamoDB refuses overlapping paths in one update)."""
+        already used (DynamoDB refuses overlapping paths in one update) or is not valid
+        Unicode (read-modify-write then refuses it with the state's own check)."""
+        if any(not isinstance(part, str) or not _is_text(part) for part in parts):
+            return None
         for used in self._paths:
             if used[: len(parts)] == parts or parts[: len(used)] == used:
                 return None
@@ -180,6 +204,14 @@ class CompiledUpdate:
         placeholder = f":c{len(self.values)}"
         self.values[placeholder] = value
         return placeholder
+
+
+def _is_text(part: str) -> bool:
+    try:
+        check_text(part)
+    except InvalidValue:
+        return False
+    return True
 
 
 # |current| <= 9E+125 and |delta| <= 9E+124 keep |current + delta| under 9.99E+125.
@@ -215,10 +247,13 @@ def _compile_json_patch(operations: list) -> CompiledUpdate | None:
             if op == "replace":
                 compiled.conditions.append(f"attribute_exists({path})")
             continue
-        delta = Decimal(operation["value"])
+        delta = canonical(Decimal(operation["value"]))
         if abs(delta) > _COMPILED_DELTA_LIMIT:
             return None
         low, high = operation.get("min"), operation.get("max")
+        # DynamoDB refuses (ValidationException, measured on DynamoDB Local) a sum that needs
+        # more than 38 digits rather than round it; the caller then falls back to
+        # read-modify-write, which refuses it with the precision limit: both paths agree.
         compiled.sets.append(f"{path} = if_not_exists({path}, {compiled.value(Decimal(0))}) + {compiled.value(delta)}")
         # Keep the result inside DynamoDB's range on every engine (moto does not check).
         compiled.conditions.append(
@@ -227,11 +262,16 @@ def _compile_json_patch(operations: list) -> CompiledUpdate | None:
         if low is None and high is None:
             continue
         # Only where no clamping is needed: otherwise DynamoDB refuses and the caller clamps.
+        # The bounds moved by delta, exactly; one that DynamoDB cannot hold is left to
+        # read-modify-write (a rounded guard would let the result pass the bound).
         guards = []
-        if low is not None:
-            guards.append(f"{path} >= {compiled.value(Decimal(low) - delta)}")
-        if high is not None:
-            guards.append(f"{path} <= {compiled.value(Decimal(high) - delta)}")
+        try:
+            if low is not None:
+                guards.append(f"{path} >= {compiled.value(exact(Decimal.__sub__, low, delta))}")
+            if high is not None:
+                guards.append(f"{path} <= {compiled.value(exact(Decimal.__sub__, high, delta))}")
+        except InvalidValue:
+            return None
         guard = " AND ".join(guards)
         missing_fits = (low is None or delta >= low) and (high is None or delta <= high)
         compiled.conditions.append(f"(attribute_not_exists({path}) OR ({guard}))" if missing_fits else f"({guard})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from decimal import Decimal
+from decimal import Context, Decimal
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
@@ -20,6 +20,9 @@ MIN_EXPONENT = -130  # smallest magnitude 1E-130
 MAX_STATE_DEPTH = 31  # the state map itself is one level; 32 levels in all per attribute
 MAX_MEMBER_NAME_BYTES = 65535
 MAX_ITEM_BYTES = 400 * 1024
+# Any JSON a client sends: deep enough for a state at DynamoDB's limit inside a request
+# body (a transaction's put is 4 levels down), shallow enough for every recursive consumer.
+MAX_JSON_DEPTH = 64
 
 class _ExactDeserializer(TypeDeserializer):
     """boto3 reads numbers through a 38-digit context that traps rounding, so a valid
@@ -30,7 +33,17 @@ class _ExactDeserializer(TypeDeserializer):
         return Decimal(value)
 
 
-_serializer = TypeSerializer()
+class _CanonicalSerializer(TypeSerializer):
+    """boto3 passes numbers through a 38-digit context that traps rounding, so an equal
+    spelling with more digits (``1.000…0``, ``1E41`` written out, ``0E+200``) would fail to
+    serialise. Numbers are written in their canonical form instead (they are checked
+    already by ``check_number``)."""
+
+    def _serialize_n(self, value):
+        return str(canonical(check_number(value)))
+
+
+_serializer = _CanonicalSerializer()
 _deserializer = _ExactDeserializer()
 
 
@@ -47,13 +60,47 @@ def _reject_constant(name: str):
 
 
 def loads(text: str | bytes):
-    """Parse JSON with every number as an exact ``Decimal``; NaN/Infinity refused."""
+    """Parse client JSON with every number as an exact ``Decimal``; NaN/Infinity, lone
+    surrogates (escaped as ``\\ud800``) and nesting past ``MAX_JSON_DEPTH`` refused, so
+    nothing downstream (copies, patches, checks) recurses without bound or stores text
+    that cannot be encoded again."""
     try:
-        return json.loads(
+        value = json.loads(
             text, parse_float=Decimal, parse_int=Decimal, parse_constant=_reject_constant
         )
     except RecursionError:
-        raise InvalidValue("JSON nesting is too deep", limit="nesting-depth") from None
+        raise _too_deep(MAX_JSON_DEPTH) from None
+    _check_parsed(value)
+    return value
+
+
+def _check_parsed(value) -> None:
+    """Depth and valid Unicode of a parsed document, without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise _too_deep(MAX_JSON_DEPTH)
+            if isinstance(node, dict):
+                for key, member in node.items():
+                    check_text(key)
+                    stack.append((member, depth + 1))
+            else:
+                stack.extend((member, depth + 1) for member in node)
+        elif isinstance(node, str):
+            check_text(node)
+
+
+def check_text(text: str) -> str:
+    """Refuse a string that is not valid Unicode (a lone surrogate cannot be encoded as
+    UTF-8, so it could be stored but never sent back)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidValue("strings and member names must be valid Unicode (no lone surrogates)",
+                           limit="unicode") from None
+    return text
 
 
 def dumps(value) -> str:
@@ -105,7 +152,7 @@ def check_number(number) -> Decimal:
     if not number.is_finite():
         raise InvalidValue("NaN and Infinity cannot be stored", limit="number-finite")
     if number.is_zero():
-        return number
+        return Decimal(0)  # 0E+200 and -0E-200 are 0, which DynamoDB holds
     if significant_digits(number) > MAX_SIGNIFICANT_DIGITS:
         raise InvalidValue(
             f"number {number} has more than {MAX_SIGNIFICANT_DIGITS} significant digits",
@@ -117,6 +164,17 @@ def check_number(number) -> Decimal:
             limit="number-range",
         )
     return number
+
+
+def canonical(number: Decimal) -> Decimal:
+    """An equal spelling DynamoDB accepts: 0 for any zero, trailing zeros dropped where
+    the digits would pass 38 (``1.000…0`` → 1, ``100…0`` → 1E+41); others unchanged."""
+    if number.is_zero():
+        return Decimal(0)
+    digits = len(number.as_tuple().digits)
+    if digits <= MAX_SIGNIFICANT_DIGITS:
+        return number
+    return number.normalize(Context(prec=digits))  # exact: only zeros are dropped
 
 
 def significant_digits(number: Decimal) -> int:
@@ -141,6 +199,7 @@ def _check_value(value, depth: int) -> None:
                 raise InvalidValue("object member names must be strings", limit="member-name")
             if not key:
                 raise InvalidValue("empty object member names cannot be stored", limit="member-name")
+            check_text(key)
             if len(key.encode("utf-8", "surrogatepass")) > MAX_MEMBER_NAME_BYTES:
                 raise InvalidValue(
                     f"object member names are limited to {MAX_MEMBER_NAME_BYTES} bytes",
@@ -153,21 +212,16 @@ def _check_value(value, depth: int) -> None:
         for member in value:
             _check_value(member, depth + 1)
     elif isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidValue("strings must be valid Unicode (no lone surrogates)", limit="string") from None
+        check_text(value)
     elif value is None or isinstance(value, bool):
         pass
     else:
         check_number(value)
 
 
-def _too_deep() -> InvalidValue:
-    return InvalidValue(
-        f"state nests objects and arrays more than {MAX_STATE_DEPTH} levels deep",
-        limit="nesting-depth",
-    )
+def _too_deep(levels: int = MAX_STATE_DEPTH) -> InvalidValue:
+    what = "state" if levels == MAX_STATE_DEPTH else "JSON"
+    return InvalidValue(f"{what} nests objects and arrays more than {levels} levels deep", limit="nesting-depth")
 
 
 def to_attribute(value) -> dict:

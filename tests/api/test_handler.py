@@ -429,8 +429,8 @@ def test_unknown_route_is_404_and_wrong_method_is_405(api):
     assert api("GET", "/nothing").status == 404
     assert api("GET", "/devices/a/b").status == 404
     wrong = api("POST", "/devices/lamp-1", {"x": 1})
-    assert wrong.status == 405 and wrong.header("Allow") == "DELETE, GET, PATCH, PUT"
-    assert api("DELETE", "/devices").header("Allow") == "GET, POST"
+    assert wrong.status == 405 and wrong.header("Allow") == "DELETE, GET, HEAD, PATCH, PUT"
+    assert api("DELETE", "/devices").header("Allow") == "GET, HEAD, POST"
 
 
 def test_a_fault_is_a_logged_500_problem(api, monkeypatch):

@@ -93,9 +93,9 @@ def test_an_expired_record_is_treated_as_new(api, device):
 
 
 def test_a_crash_after_the_write_is_answered_by_a_replay(api, device, monkeypatch):
-    from functions.api import handler
+    from functions.api import devices
 
-    real = handler._write_response
+    real = devices.write_response
     calls = []
 
     def crash_once(*args):
@@ -104,7 +104,7 @@ def test_a_crash_after_the_write_is_answered_by_a_replay(api, device, monkeypatc
             raise RuntimeError("the function died after the library returned")
         return real(*args)
 
-    monkeypatch.setattr(handler, "_write_response", crash_once)
+    monkeypatch.setattr(devices, "write_response", crash_once)
     from functions.api.handler import lambda_handler
     from localdev.apigw import LambdaContext, make_event
     from functions.device_state.values import dumps

@@ -8,7 +8,6 @@ import json
 import pytest
 
 from functions.api.config import Config, ConfigError
-from functions.api.handler import app
 from functions.api.openapi import OPENAPI
 from functions.device_state import DeviceStateManager
 from functions.device_state import metrics as names
@@ -57,7 +56,9 @@ def test_metric_names_are_the_library_constants(api, monkeypatch, capsys):
 
 
 def test_openapi_paths_are_exactly_the_routes():
-    routes = {(route.method, route.path) for route in app._static_routes + app._dynamic_routes}
+    from functions.api.common import ROUTES
+
+    routes = set(ROUTES)
     documented = {
         (method.upper(), path.replace("{deviceId}", "<device_id>").replace("{leaseId}", "<lease_id>"))
         for path, item in OPENAPI["paths"].items()
@@ -65,6 +66,45 @@ def test_openapi_paths_are_exactly_the_routes():
         if method != "parameters"
     }
     assert routes == documented
+
+
+def test_the_document_is_valid_openapi():
+    from openapi_spec_validator import validate
+
+    validate(json.loads(json.dumps(OPENAPI)))
+
+
+def test_the_documents_limits_are_the_services_constants():
+    from functions.api import leases, request_parsing
+    from functions.device_state.idempotency import KEY_PATTERN
+    from functions.device_state.leases import MAX_TTL_SECONDS
+    from functions.device_state.manager import MAX_LIST_LIMIT
+    from functions.device_state.transactions import MAX_OPERATIONS
+    from functions.device_state.values import DEVICE_ID_PATTERN
+
+    paths, schemas = OPENAPI["paths"], OPENAPI["components"]["schemas"]
+    device_id = paths["/devices/{deviceId}"]["parameters"][0]["schema"]["pattern"]
+    assert device_id == f"^{DEVICE_ID_PATTERN.pattern}$"
+    limit, cursor = paths["/devices"]["get"]["parameters"]
+    assert limit["schema"]["maximum"] == MAX_LIST_LIMIT
+    assert cursor["schema"]["pattern"] == request_parsing.CURSOR_PATTERN
+    assert schemas["Transaction"]["properties"]["operations"]["maxItems"] == MAX_OPERATIONS
+    lease_body = paths["/devices/{deviceId}/leases"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert lease_body["properties"]["ttlSeconds"]["maximum"] == MAX_TTL_SECONDS
+    assert lease_body["properties"]["waitSeconds"]["maximum"] == leases.MAX_LEASE_WAIT_SECONDS
+    assert lease_body["properties"]["owner"]["maxLength"] == leases.MAX_OWNER_LENGTH
+    key = next(p for p in paths["/devices"]["post"]["parameters"] if p["name"] == "Idempotency-Key")
+    assert key["schema"]["pattern"] == f"^{KEY_PATTERN.pattern}$"
+
+
+def test_every_get_has_a_head_and_get_of_a_device_documents_if_match_and_412():
+    for path, item in OPENAPI["paths"].items():
+        assert ("get" in item) == ("head" in item), path
+    get = OPENAPI["paths"]["/devices/{deviceId}"]["get"]
+    assert "If-Match" in {parameter["name"] for parameter in get["parameters"]}
+    assert "412" in get["responses"] and "412" in OPENAPI["paths"]["/devices/{deviceId}"]["head"]["responses"]
+    if_match = next(p for p in get["parameters"] if p["name"] == "If-Match")
+    assert if_match["schema"]["minLength"] == 1
 
 
 def test_every_documented_reference_resolves():

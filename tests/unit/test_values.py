@@ -105,3 +105,37 @@ def test_item_size_counts_names_values_and_nesting():
     nested = item_size({"s": to_attribute({"k": ["v"]})})
     assert nested == 1 + (3 + 1 + 1 + (3 + 1 + 1))
     assert item_size({"n": to_attribute(Decimal("12345"))}) >= 1 + 3
+
+
+# ------------------------------------------------ issue 13: hostile client JSON
+
+
+@pytest.mark.parametrize("text", ['{"\\ud800": 1}', '"\\ud800x"', '["ok", {"a": "\\udfff"}]'])
+def test_lone_surrogates_in_client_json_are_refused(text):
+    with pytest.raises(InvalidValue) as caught:
+        loads(text)
+    assert caught.value.limit == "unicode"
+
+
+def test_paired_surrogate_escapes_are_one_valid_character():
+    assert loads('"\\ud83d\\ude00"') == "\U0001F600"
+
+
+@pytest.mark.parametrize("depth", [65, 900])
+def test_client_json_deeper_than_64_is_refused_without_recursion(depth):
+    with pytest.raises(InvalidValue) as caught:
+        loads('{"a":' * depth + "1" + "}" * depth)
+    assert caught.value.limit == "nesting-depth"
+    assert loads("[" * 64 + "]" * 64) is not None
+
+
+@pytest.mark.parametrize("number, attribute", [
+    ("1.0000000000000000000000000000000000000000", "1"),
+    ("1" + "0" * 41, "1E+41"),
+    ("0E+200", "0"),
+    ("-0E-200", "0"),
+    ("1.50", "1.50"),
+])
+def test_to_attribute_writes_an_equal_spelling_dynamodb_accepts(number, attribute):
+    assert to_attribute(Decimal(number)) == {"N": attribute}
+    assert check_number(Decimal(number)) == Decimal(number)

@@ -1,0 +1,114 @@
+"""What the resource routers share: the library manager, time budgets, responses,
+idempotency keys, and the table of registered routes (which methods a path allows)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from urllib.parse import quote, unquote
+
+from aws_lambda_powertools.event_handler import Response
+
+from functions.device_state import DeviceStateManager, IdempotencyKey, dynamodb_client
+from functions.device_state.idempotency import CREATED, DELETED, fingerprint
+from functions.device_state.values import dumps
+
+from . import request_parsing as parse
+from .config import load_config
+from .observability import MetricsObserver
+from .problems import etag
+
+# Time kept back from the Lambda's remaining time for answering after the retry loop.
+RESPONSE_MARGIN_SECONDS = 1.0
+IDEMPOTENCY_KEY = "Idempotency-Key"
+IDEMPOTENT_REPLAYED = "Idempotent-Replayed"
+
+# (method, rule) of every route, as registered: what a 405's Allow header lists.
+ROUTES: list[tuple[str, str]] = []
+
+
+def route(router, rule: str, *methods: str):
+    """``router.route(rule, methods)``, recorded in ROUTES (Powertools keeps no public list)."""
+    def register(function):
+        ROUTES.extend((method, rule) for method in methods)
+        return router.route(rule, method=list(methods))(function)
+
+    return register
+
+
+def allowed_methods(path: str) -> list[str]:
+    path = path.rstrip("/") or "/"  # Powertools treats a trailing slash as absent
+    return sorted({method for method, rule in ROUTES if _rule_pattern(rule).fullmatch(path)})
+
+
+@functools.lru_cache(maxsize=None)
+def _rule_pattern(rule: str) -> re.Pattern:
+    return re.compile(re.sub(r"<\w+>", "[^/]+", re.escape(rule)))
+
+
+@functools.lru_cache(maxsize=1)
+def manager() -> DeviceStateManager:
+    config = load_config()
+    return DeviceStateManager(
+        dynamodb_client(config.dynamodb_endpoint),
+        config.table_name,
+        observer=MetricsObserver(),
+        max_attempts=config.max_attempts,
+        budget_seconds=config.retry_budget_seconds,
+        settle_seconds=config.settle_seconds,
+        tombstone_seconds=config.tombstone_seconds,
+    )
+
+
+def budget(context, wanted: float | None = None) -> float:
+    """The retry budget (or another wait), never past the Lambda's own deadline."""
+    seconds = load_config().retry_budget_seconds if wanted is None else wanted
+    if context is not None and hasattr(context, "get_remaining_time_in_millis"):
+        seconds = min(seconds, context.get_remaining_time_in_millis() / 1000 - RESPONSE_MARGIN_SECONDS)
+    return max(seconds, 0.0)
+
+
+def json_response(body, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(status_code=status, content_type=parse.JSON, body=dumps(body), headers=headers)
+
+
+def device_response(device, status: int = 200, headers: dict | None = None) -> Response:
+    return json_response(device.as_dict(), status, {"ETag": etag(device.version), **(headers or {})})
+
+
+def write_response(event, device, outcome: str) -> Response:
+    """The answer to a write, the same whether it was just made or replayed from its
+    idempotency record (then marked ``Idempotent-Replayed: true``)."""
+    headers = {IDEMPOTENT_REPLAYED: "true"} if device.replayed else {}
+    if outcome == DELETED:
+        return Response(status_code=204, headers=headers)
+    if outcome == CREATED:
+        return device_response(device, 201, {"Location": location(event, device.device_id), **headers})
+    return device_response(device, 200, headers)
+
+
+def idempotency_key(event, scope: str | None = None) -> IdempotencyKey | None:
+    """The request's Idempotency-Key, scoped to the method (the device scopes it too) and
+    fingerprinted by everything that makes two requests the same request. The path is
+    taken decoded: ``lamp%2D1`` and ``lamp-1`` name the same device."""
+    raw = parse.header(event, IDEMPOTENCY_KEY)
+    if raw is None:
+        return None
+    return IdempotencyKey(raw, scope=scope or event.http_method, fingerprint=fingerprint(
+        event.http_method, unquote(event.path), event.get("body"), str(bool(event.get("isBase64Encoded"))),
+        parse.header(event, "Content-Type"), parse.header(event, "If-Match"), parse.header(event, "If-None-Match"),
+    ))
+
+
+def replay(event, device_id: str, key: IdempotencyKey | None) -> Response | None:
+    """A keyed write that already happened is answered from its record, whatever the
+    device and the preconditions say now."""
+    recorded = manager().recorded(device_id, key) if key else None
+    return write_response(event, *recorded) if recorded else None
+
+
+def location(event, device_id: str) -> str:
+    """The device's URL path as the client sees it (with the API Gateway stage, if any)."""
+    outer = (event.get("requestContext") or {}).get("path") or ""
+    prefix = outer[: -len(event.path)] if event.path and outer.endswith(event.path) else ""
+    return f"{prefix}/devices/{quote(device_id, safe='')}"

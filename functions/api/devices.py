@@ -1,0 +1,176 @@
+"""Routes of one device and of the collection: parse, check preconditions, call the
+library. The PUT decision tree lives here, beside the parsing it depends on."""
+
+from __future__ import annotations
+
+import time
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+
+from functions.device_state import DeviceAlreadyExists, DeviceNotFound, DeviceStateManager, JsonPatch, MergePatch
+from functions.device_state.idempotency import CREATED, DELETED, REPLACED, UPDATED
+from functions.device_state.manager import MAX_LIST_LIMIT
+from functions.device_state.values import validate_device_id
+
+from . import request_parsing as parse
+from .common import budget, device_response, idempotency_key, json_response, manager, replay, route, write_response
+from .config import load_config
+from .observability import record_patch_latency
+from .problems import BadRequest, PreconditionFailed, PreconditionRequired, etag
+
+DEFAULT_LIST_LIMIT = 50
+LEASE_TOKEN = "Lease-Token"
+
+router = Router()
+
+
+def _writer(device_id: str) -> DeviceStateManager:
+    """The manager for a write to one device, fenced by the request's Lease-Token if any."""
+    token = parse.lease_token(parse.header(router.current_event, LEASE_TOKEN), LEASE_TOKEN)
+    return manager() if token is None else manager().fenced({device_id: token})
+
+
+def _device_write(raw_device_id: str):
+    """What every write to one device starts from: its id, preconditions, idempotency key,
+    and the recorded answer when that key was already used."""
+    event = router.current_event
+    device_id = parse.device_id(raw_device_id)
+    preconditions = parse.Preconditions.of(event)
+    key = idempotency_key(event)
+    return device_id, preconditions, key, replay(event, device_id, key)
+
+
+def _require_if_match(preconditions: parse.Preconditions, method: str) -> None:
+    if preconditions.if_match is None and load_config().require_if_match:
+        raise PreconditionRequired(f"{method} needs If-Match with the device's ETag on this server")
+
+
+def _expected_version(device_id: str, preconditions: parse.Preconditions) -> int:
+    """The version a conditional write must find: a lone If-Match names it; any other
+    combination is checked against the current device, which the write then pins."""
+    version = preconditions.only_if_match_version()
+    if version is None:
+        current = manager().get(device_id)
+        preconditions.check(current)
+        version = current.version
+    return version
+
+
+def _state_body(device_id: str) -> dict:
+    body = parse.json_object(parse.json_body(router.current_event), "the body", ("state",), ("deviceId",))
+    if "deviceId" in body and body["deviceId"] != device_id:
+        raise BadRequest("deviceId in the body differs from the one in the path")
+    return body["state"]
+
+
+def _patch_function():
+    event = router.current_event
+    kind = parse.media_type(event)
+    document = parse.json_body(event, (parse.MERGE_PATCH, parse.JSON, parse.JSON_PATCH))
+    return JsonPatch(document) if kind == parse.JSON_PATCH else MergePatch(document)
+
+
+@route(router, "/devices", "GET", "HEAD")
+def list_devices():
+    query = parse.query_parameters(router.current_event, {"limit", "cursor"})
+    raw_limit = query.get("limit", str(DEFAULT_LIST_LIMIT))
+    if not raw_limit.isascii() or not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST_LIMIT:
+        raise BadRequest(f"limit must be an integer from 1 to {MAX_LIST_LIMIT}")
+    cursor = parse.cursor(query.get("cursor"))
+    devices, next_cursor = manager().list_devices(limit=int(raw_limit), cursor=cursor)
+    return json_response({"items": [device.as_dict() for device in devices], "nextCursor": next_cursor})
+
+
+@route(router, "/devices", "POST")
+def create_device():
+    event = router.current_event
+    body = parse.json_object(parse.json_body(event), "the body", ("deviceId", "state"))
+    device_id = validate_device_id(body["deviceId"])
+    key = idempotency_key(event)
+    replayed = replay(event, device_id, key)
+    if replayed:
+        return replayed
+    return write_response(event, manager().create(device_id, body["state"], idempotency=key), CREATED)
+
+
+@route(router, "/devices/<device_id>", "GET", "HEAD")
+def get_device(device_id: str):
+    """RFC 9110 13.2.2: If-Match (strong) first, 412 when false; then If-None-Match
+    (weak), 304 when it matches."""
+    device_id = parse.device_id(device_id)
+    preconditions = parse.Preconditions.of(router.current_event)
+    device = manager().get(device_id)
+    if preconditions.if_match is not None and not preconditions.if_match.matches_strong(device.version):
+        raise PreconditionFailed("If-Match does not match the device", current=device)
+    if preconditions.if_none_match is not None and preconditions.if_none_match.matches_weak(device.version):
+        return Response(status_code=304, headers={"ETag": etag(device.version)})
+    return device_response(device)
+
+
+@route(router, "/devices/<device_id>", "PUT")
+def put_device(device_id: str):
+    event = router.current_event
+    device_id, preconditions, key, replayed = _device_write(device_id)
+    state = _state_body(device_id)
+    if replayed:
+        return replayed
+    writer = _writer(device_id)
+    if preconditions.create_only or (preconditions.none and load_config().require_if_match):
+        try:
+            device = writer.create(device_id, state, idempotency=key)
+        except DeviceAlreadyExists as exists:
+            if preconditions.create_only:
+                raise PreconditionFailed("If-None-Match: * but the device exists", current=exists.current) from None
+            raise PreconditionRequired("replacing a device needs If-Match on this server") from None
+        return write_response(event, device, CREATED)
+    if preconditions.none:
+        device, created = writer.put(device_id, state, idempotency=key)
+        return write_response(event, device, CREATED if created else REPLACED)
+    try:
+        current = writer.get(device_id)
+    except DeviceNotFound:
+        current = None
+    preconditions.check(current)
+    if current is None:
+        try:
+            return write_response(event, writer.create(device_id, state, idempotency=key), CREATED)
+        except DeviceAlreadyExists as exists:
+            raise PreconditionFailed("the device was created meanwhile", current=exists.current) from None
+    _require_if_match(preconditions, "PUT")
+    try:
+        return write_response(event, writer.replace(device_id, state, current.version, idempotency=key), REPLACED)
+    except DeviceNotFound:
+        raise PreconditionFailed("the device was deleted meanwhile") from None
+
+
+@route(router, "/devices/<device_id>", "PATCH")
+def patch_device(device_id: str):
+    device_id, preconditions, key, replayed = _device_write(device_id)
+    update_fn = _patch_function()
+    if replayed:
+        return replayed
+    _require_if_match(preconditions, "PATCH")
+    writer = _writer(device_id)
+    started = time.perf_counter()
+    try:
+        if preconditions.none:
+            device = writer.update_with_retry(device_id, update_fn, budget_seconds=budget(router.lambda_context),
+                                              idempotency=key)
+        else:
+            device = writer.update(device_id, update_fn, _expected_version(device_id, preconditions),
+                                   idempotency=key)
+    finally:
+        record_patch_latency((time.perf_counter() - started) * 1000)
+    return write_response(router.current_event, device, UPDATED)
+
+
+@route(router, "/devices/<device_id>", "DELETE")
+def delete_device(device_id: str):
+    device_id, preconditions, key, replayed = _device_write(device_id)
+    if replayed:
+        return replayed
+    _require_if_match(preconditions, "DELETE")
+    expected = None if preconditions.none else _expected_version(device_id, preconditions)
+    return write_response(router.current_event, _writer(device_id).delete(device_id, expected, idempotency=key),
+                          DELETED)

@@ -1,0 +1,78 @@
+"""A device's lease queue over HTTP: acquire (wait in line), status, heartbeat, release."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+
+from functions.device_state import InvalidLease
+from functions.device_state import leases
+
+from . import request_parsing as parse
+from .common import budget, json_response, location, manager, route
+from .problems import BadRequest, LeaseNotFound
+
+MAX_LEASE_WAIT_SECONDS = 25  # inside API Gateway's 29 s integration timeout
+MAX_OWNER_LENGTH = 128
+LIMITS = {"ttlSeconds": (1, leases.MAX_TTL_SECONDS), "waitSeconds": (0, MAX_LEASE_WAIT_SECONDS)}
+
+router = Router()
+
+
+def _lease_id(raw: str) -> str:
+    try:
+        leases.parse_lease_id(raw)
+    except InvalidLease:
+        raise LeaseNotFound("no lease has this id") from None
+    return raw
+
+
+def _body(allowed: tuple[str, ...]) -> dict:
+    """The optional JSON body of a lease request, its numbers checked."""
+    event = router.current_event
+    if event.get("body") in (None, "") and parse.header(event, "Content-Type") is None:
+        return {}
+    body = parse.json_object(parse.json_body(event), "the body", (), allowed)
+    for name, (low, high) in LIMITS.items():
+        value = body.get(name)
+        if name in body and (isinstance(value, bool) or not isinstance(value, (int, Decimal))
+                             or not low <= value <= high):
+            raise BadRequest(f"{name} must be a number from {low} to {high}")
+    owner = body.get("owner")
+    if owner is not None and (not isinstance(owner, str) or not 1 <= len(owner) <= MAX_OWNER_LENGTH):
+        raise BadRequest(f"owner must be a string of 1 to {MAX_OWNER_LENGTH} characters")
+    return body
+
+
+@route(router, "/devices/<device_id>/leases", "POST")
+def acquire_lease(device_id: str):
+    device_id = parse.device_id(device_id)
+    body = _body(("ttlSeconds", "waitSeconds", "owner"))
+    wait = budget(router.lambda_context, float(body.get("waitSeconds", 0)))
+    grant = manager().lease_queue().acquire(device_id, float(body.get("ttlSeconds", leases.DEFAULT_TTL_SECONDS)),
+                                            wait, body.get("owner"))
+    return json_response(grant.as_dict(), 201,
+                         {"Location": f"{location(router.current_event, device_id)}/leases/{grant.lease_id}"})
+
+
+@route(router, "/devices/<device_id>/leases", "GET", "HEAD")
+def lease_status(device_id: str):
+    device_id = parse.device_id(device_id)
+    return json_response(manager().lease_queue().status(device_id).as_dict(device_id))
+
+
+@route(router, "/devices/<device_id>/leases/<lease_id>", "PUT")
+def heartbeat_lease(device_id: str, lease_id: str):
+    device_id, lease_id = parse.device_id(device_id), _lease_id(lease_id)
+    ttl = _body(("ttlSeconds",)).get("ttlSeconds")
+    grant = manager().lease_queue().heartbeat(device_id, lease_id, None if ttl is None else float(ttl))
+    return json_response(grant.as_dict())
+
+
+@route(router, "/devices/<device_id>/leases/<lease_id>", "DELETE")
+def release_lease(device_id: str, lease_id: str):
+    device_id, lease_id = parse.device_id(device_id), _lease_id(lease_id)
+    manager().lease_queue().release(device_id, lease_id)
+    return Response(status_code=204)

@@ -1,0 +1,84 @@
+"""POST /transactions: the body's operations parsed into library Operations, run as one
+all-or-nothing transaction."""
+
+from __future__ import annotations
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+
+from functions.device_state import InvalidDeviceId, InvalidPatch, JsonPatch, MergePatch, Operation
+from functions.device_state.transactions import MAX_OPERATIONS
+from functions.device_state.values import validate_device_id
+
+from . import request_parsing as parse
+from .common import IDEMPOTENT_REPLAYED, budget, idempotency_key, json_response, manager, route
+from .problems import BadRequest
+
+ACTIONS = ("mergePatch", "jsonPatch", "put", "delete", "check")
+
+router = Router()
+
+
+def _operation(index: int, entry) -> Operation:
+    """One entry of ``operations`` as a library Operation."""
+    where = f"operations[{index}]"
+    if not isinstance(entry, dict):
+        raise BadRequest(f"{where} must be an object")
+    actions = [action for action in ACTIONS if action in entry]
+    if len(actions) != 1:
+        raise BadRequest(f"{where} needs exactly one of {', '.join(ACTIONS)}")
+    action = actions[0]
+    optional = ("ifMatch", "ifNoneMatch", "leaseToken") if action == "put" else ("ifMatch", "leaseToken")
+    parse.json_object(entry, where, ("deviceId", action), optional)
+    try:
+        device_id = validate_device_id(entry["deviceId"])
+    except InvalidDeviceId as error:
+        raise BadRequest(f"{where}: {error}") from None
+    expected, must_exist = None, False
+    if "ifMatch" in entry:
+        tags = parse.parse_entity_tags(entry["ifMatch"], f"{where}.ifMatch")
+        if tags.any:
+            must_exist = True
+        elif len(tags.strong) == 1 and not tags.weak:
+            expected = next(iter(tags.strong))
+        else:
+            raise BadRequest(f'{where}.ifMatch takes one strong entity tag such as "\\"3\\"", or *')
+    value = entry[action]
+    try:
+        if action == "mergePatch":
+            return Operation.update(device_id, MergePatch(value), expected)
+        if action == "jsonPatch":
+            return Operation.update(device_id, JsonPatch(value), expected)
+    except InvalidPatch as error:
+        raise BadRequest(f"{where}: {error}") from None
+    if action == "put":
+        state = parse.json_object(value, f"{where}.put", ("state",))["state"]
+        if "ifNoneMatch" in entry:
+            if entry["ifNoneMatch"] != "*" or "ifMatch" in entry:
+                raise BadRequest(f'{where}.ifNoneMatch takes only "*" (create only), without ifMatch')
+            return Operation.create(device_id, state)
+        if expected is not None or must_exist:
+            return Operation.replace(device_id, state, expected)
+        return Operation.put(device_id, state)
+    if value is not True:
+        raise BadRequest(f"{where}.{action} must be true")
+    if action == "delete":
+        return Operation.delete(device_id, expected)
+    return Operation.check(device_id, expected)
+
+
+@route(router, "/transactions", "POST")
+def run_transaction():
+    event = router.current_event
+    body = parse.json_object(parse.json_body(event), "the body", ("operations",))
+    entries = body["operations"]
+    if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_OPERATIONS:
+        raise BadRequest(f"operations must be an array of 1 to {MAX_OPERATIONS} operations")
+    operations = [_operation(index, entry) for index, entry in enumerate(entries)]
+    tokens = {operation.device_id: parse.lease_token(entry["leaseToken"], f"operations[{index}].leaseToken")
+              for index, (operation, entry) in enumerate(zip(operations, entries)) if "leaseToken" in entry}
+    key = idempotency_key(event, scope="transaction")
+    devices = manager().fenced(tokens).transact(operations, idempotency=key, budget_seconds=budget(router.lambda_context))
+    result = {"devices": [None if operation.action == "delete" else device.as_dict()
+                          for operation, device in zip(operations, devices)]}
+    headers = {IDEMPOTENT_REPLAYED: "true"} if devices and devices[0].replayed else None
+    return json_response(result, headers=headers)

@@ -1,0 +1,180 @@
+"""Issue 13's table, through the real lambda_handler (moto and DynamoDB Local): hostile
+input is refused with a 4xx that changes nothing, never a 500 or a stored value that
+breaks later reads; HEAD and If-Match on reads follow RFC 9110."""
+
+from __future__ import annotations
+
+import base64
+from decimal import Decimal
+
+import pytest
+
+from functions.device_state import StorageUnavailable
+
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+def create(api, state, device_id="h"):
+    result = api("POST", "/devices", {"deviceId": device_id, "state": state})
+    assert result.status == 201, result.text
+    return result
+
+
+def device(api, device_id="h"):
+    return api("GET", f"/devices/{device_id}").json
+
+
+# ------------------------------------------------------------- numbers (item 1)
+
+
+def test_increment_of_a_35_digit_number_with_if_match_is_exact(api):
+    create(api, {"n": Decimal("12345678901234567890123456789012345")})
+    result = api("PATCH", "/devices/h", raw='[{"op": "increment", "path": "/n", "value": 1}]',
+                 content_type=JSON_PATCH, headers={"If-Match": '"1"'})
+    assert result.status == 200
+    assert device(api)["state"]["n"] == Decimal("12345678901234567890123456789012346")
+
+
+@pytest.mark.parametrize("if_match", [None, '"1"'])
+def test_an_increment_needing_41_digits_is_400_precision_and_changes_nothing(api, if_match):
+    if if_match is None and not api.client.meta.endpoint_url.startswith("http://127.0.0.1"):
+        pytest.skip("moto crashes or rounds on a compiled inexact sum; DynamoDB refuses it (the DynamoDB Local run)")
+    create(api, {"n": Decimal("1E+30")})
+    result = api("PATCH", "/devices/h", raw='[{"op": "increment", "path": "/n", "value": 1E-10}]',
+                 content_type=JSON_PATCH, headers={"If-Match": if_match} if if_match else None)
+    assert result.status == 400 and result.json["limit"] == "precision"
+    assert device(api)["version"] == 1 and device(api)["state"]["n"] == Decimal("1E+30")
+
+
+def test_increment_with_a_31_digit_max_equal_to_the_value_stays_at_max(api):
+    top = "1234567890123456789012345678901"
+    create(api, {"n": Decimal(top)})
+    result = api("PATCH", "/devices/h", raw=f'[{{"op": "increment", "path": "/n", "value": 1, "max": {top}}}]',
+                 content_type=JSON_PATCH)
+    assert result.status == 200 and result.json["state"]["n"] == Decimal(top)
+    assert device(api)["state"]["n"] == Decimal(top)
+
+
+_SPELLINGS = ["1.0000000000000000000000000000000000000000", "1" + "0" * 41, "0E+200", "0E-200"]
+
+
+@pytest.mark.parametrize("spelling", _SPELLINGS)
+@pytest.mark.parametrize("how", ["post", "merge", "add"])
+def test_long_equal_spellings_are_stored_as_the_equal_number(api, spelling, how):
+    if how == "post":
+        result = api("POST", "/devices", raw=f'{{"deviceId": "h", "state": {{"n": {spelling}}}}}')
+    else:
+        create(api, {})
+        body = f'{{"n": {spelling}}}' if how == "merge" else f'[{{"op": "add", "path": "/n", "value": {spelling}}}]'
+        result = api("PATCH", "/devices/h", raw=body, content_type=MERGE if how == "merge" else JSON_PATCH)
+    assert result.status in (200, 201), result.text
+    assert device(api)["state"]["n"] == Decimal(spelling)
+
+
+# ------------------------------------------------------------- text (item 2)
+
+
+@pytest.mark.parametrize("body", ['{"\\ud800": 1}', '{"s": "x\\udfff"}', '{"o": {"a": ["\\ud800"]}}'])
+def test_lone_surrogates_are_400_and_nothing_is_stored(api, body):
+    create(api, {"ok": 1})
+    result = api("PATCH", "/devices/h", raw=body, content_type=MERGE)
+    assert result.status == 400 and result.json["limit"] == "unicode"
+    assert api("POST", "/devices", raw='{"deviceId": "s", "state": ' + body + "}").status == 400
+    assert device(api) == {**device(api), "version": 1, "state": {"ok": 1}}
+    page = api("GET", "/devices")
+    assert page.status == 200 and [item["deviceId"] for item in page.json["items"]] == ["h"]
+
+
+def test_a_lease_owner_with_a_lone_surrogate_is_400_and_no_lease(api):
+    create(api, {})
+    result = api("POST", "/devices/h/leases", raw='{"owner": "\\ud800x"}')
+    assert result.status == 400
+    status = api("GET", "/devices/h/leases")
+    assert status.status == 200 and status.json["holder"] is None
+
+
+# ------------------------------------------------------------- depth (item 3)
+
+
+def test_a_json_patch_value_nested_900_deep_is_400(api):
+    create(api, {})
+    deep = "[" * 900 + "]" * 900
+    result = api("PATCH", "/devices/h", raw=f'[{{"op": "add", "path": "/a", "value": {deep}}}]', content_type=JSON_PATCH)
+    assert result.status == 400 and result.json["limit"] == "nesting-depth"
+    assert device(api)["version"] == 1
+
+
+@pytest.mark.parametrize("decoded", [b"[" * 5000 + b"]" * 5000, b"[" * 700 + b"]" * 700, b'[["a"], "b"]', b'["a", "b", "c"]', b"\xff"])
+def test_a_cursor_that_decodes_to_deep_or_odd_json_is_400(api, decoded):
+    cursor = base64.urlsafe_b64encode(decoded).decode().rstrip("=")
+    result = api("GET", f"/devices?cursor={cursor}")
+    assert result.status == 400 and result.json["type"].endswith("invalid-cursor")
+
+
+def test_a_cursor_the_service_issued_still_pages(api):
+    for name in ("c1", "c2", "c3"):
+        create(api, {}, name)
+    first = api("GET", "/devices?limit=2").json
+    rest = api("GET", f"/devices?limit=2&cursor={first['nextCursor']}").json
+    assert sorted(item["deviceId"] for item in first["items"] + rest["items"]) == ["c1", "c2", "c3"]
+
+
+# ------------------------------------------------------------- HTTP (item 6)
+
+
+@pytest.mark.parametrize("path", ["/devices/h", "/devices", "/devices/h/leases", "/openapi.json"])
+def test_head_answers_every_get_route_with_its_status_and_headers(api, path):
+    create(api, {"a": 1})
+    got, head = api("GET", path), api("HEAD", path)
+    assert head.status == got.status == 200
+    assert head.header("ETag") == got.header("ETag")
+    assert head.header("Content-Type") == got.header("Content-Type")
+
+
+def test_if_match_on_get_and_head_is_412_when_false(api):
+    create(api, {"a": 1})
+    for method in ("GET", "HEAD"):
+        stale = api(method, "/devices/h", headers={"If-Match": '"7"'})
+        assert stale.status == 412 and stale.header("ETag") == '"1"'
+        assert api(method, "/devices/h", headers={"If-Match": '"1"'}).status == 200
+        assert api(method, "/devices/h", headers={"If-Match": "*"}).status == 200
+        assert api(method, "/devices/h", headers={"If-Match": 'W/"1"'}).status == 412  # strong comparison
+    # If-Match is evaluated first (RFC 9110 13.2.2): a false one wins over If-None-Match.
+    assert api("GET", "/devices/h", headers={"If-Match": '"7"', "If-None-Match": '"1"'}).status == 412
+    assert api("GET", "/devices/h", headers={"If-Match": '"1"', "If-None-Match": '"1"'}).status == 304
+    assert api("GET", "/devices/h", headers={"If-Match": ""}).status == 400
+
+
+@pytest.mark.parametrize("method", ["TRACE", "OPTIONS", "CONNECT", "FOO"])
+def test_unknown_methods_are_405_with_allow(api, method):
+    result = api(method, "/devices/h")
+    assert result.status == 405 and result.header("Allow") == "DELETE, GET, HEAD, PATCH, PUT"
+
+
+def test_a_503_shows_no_internal_endpoint(api, monkeypatch):
+    from functions.api import common
+
+    create(api, {})
+
+    def unavailable(*_args, **_kwargs):
+        raise StorageUnavailable('DynamoDB get_item did not answer: Could not connect to the endpoint URL: '
+                                 '"http://10.0.0.7:8000/"')
+
+    monkeypatch.setattr(common.manager(), "get", unavailable)
+    result = api("GET", "/devices/h")
+    assert result.status == 503 and result.header("Retry-After") == "1"
+    assert "http" not in result.text and "10.0.0.7" not in result.text and "endpoint" not in result.text
+
+
+# ------------------------------------------------------------- idempotency (item 5, HTTP)
+
+
+def test_a_keyed_retry_whose_path_is_percent_encoded_replays(api):
+    create(api, {"n": 0}, "lamp-1")
+    patch = '[{"op": "increment", "path": "/n", "value": 1}]'
+    first = api("PATCH", "/devices/lamp-1", raw=patch, content_type=JSON_PATCH, headers={"Idempotency-Key": "k"})
+    again = api("PATCH", "/devices/lamp%2D1", raw=patch, content_type=JSON_PATCH, headers={"Idempotency-Key": "k"})
+    assert first.status == again.status == 200
+    assert again.header("Idempotent-Replayed") == "true"
+    assert device(api, "lamp-1")["state"]["n"] == 1
