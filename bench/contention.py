@@ -38,6 +38,7 @@ from functions.device_state import DeviceStateManager, JsonPatch, RetriesExhaust
 from functions.device_state import table  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.values import from_attribute, to_attribute  # noqa: E402
+from bench import outcomes  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal, free_port  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -318,10 +319,11 @@ def headline(cells: list[Cell], cold: dict | None) -> list[str]:
     return lines
 
 
-def write_outputs(cells: list[Cell], cold: dict | None, out: Path, lines: list[str]) -> None:
+def write_outputs(cells: list[Cell], cold: dict | None, out: Path, lines: list[str], outcome: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "latest.json").write_text(json.dumps(
-        {"cells": [asdict(c) for c in cells], "cold_start": cold, "headline": lines}, indent=2) + "\n")
+        {"cells": [asdict(c) for c in cells], "cold_start": cold, "outcomes": outcome, "headline": lines},
+        indent=2) + "\n")
     columns = ["workload", "strategy", "writers", "succeeded", "lost_updates", "goodput", "success_rate",
                "calls_per_update", "failed_conditions_per_update", "attempts_mean", "attempts_p95",
                "attempts_max", "latency_ms_p50", "latency_ms_p95", "latency_ms_p99"]
@@ -367,6 +369,8 @@ def main(argv=None) -> None:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--updates", type=int, default=320, help="updates per cell")
     parser.add_argument("--cold-runs", type=int, default=5, help="0 skips the cold-start measurement")
+    parser.add_argument("--journal-writes", type=int, default=200, help="writes per journal-size workload")
+    parser.add_argument("--fault-updates", type=int, default=20, help="updates per writer in the lost-answer run")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     writers = [int(n) for n in args.writers.split(",")]
@@ -397,12 +401,14 @@ def main(argv=None) -> None:
                               f"failed-cond/upd {cell.failed_conditions_per_update} "
                               f"calls/upd {cell.calls_per_update} p95 {cell.latency_ms_p95} ms", flush=True)
             cold = cold_start(dynamodb.endpoint, bench.table, args.cold_runs) if args.cold_runs else None
+            costs = outcomes.journal_costs(dynamodb.endpoint, bench.table, writes=args.journal_writes)
+            faults = outcomes.fault_run(dynamodb.port, bench.table, updates=args.fault_updates)
         finally:
             if server:
                 server.terminate()
                 server.wait(timeout=30)
-    lines = headline(cells, cold)
-    write_outputs(cells, cold, Path(args.out), lines)
+    lines = headline(cells, cold) + outcomes.lines(costs, faults)
+    write_outputs(cells, cold, Path(args.out), lines, {"journal": costs, "lost_answers": faults})
     print(f"\nwrote {args.out}/latest.json, latest.md, latest.png")
     for line in lines:
         print(line)

@@ -14,7 +14,8 @@ pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency]
 
 def test_bench_smoke(tmp_path):
     contention.main(["--writers", "1,8", "--updates", "96", "--strategies", "naive,library",
-                     "--workloads", "increment", "--cold-runs", "1", "--out", str(tmp_path)])
+                     "--workloads", "increment", "--cold-runs", "1", "--journal-writes", "40",
+                     "--fault-updates", "6", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "latest.json").read_text())
     cells = {(c["strategy"], c["writers"]): c for c in result["cells"]}
     assert set(cells) == {("naive", 1), ("naive", 8), ("library", 1), ("library", 8)}
@@ -25,7 +26,12 @@ def test_bench_smoke(tmp_path):
     assert all(cells[("library", n)]["lost_updates"] == 0 for n in (1, 8))
     assert cells[("library", 8)]["succeeded"] == 96
     assert result["cold_start"]["handler"] > 0 and result["cold_start"]["baseline"] > 0
-    assert result["headline"] and "lost updates" in result["headline"][-2]
+    assert result["headline"] and "lost updates" in result["headline"][-4]
+    faults = result["outcomes"]["lost_answers"]
+    assert faults["duplicated_tokens"] == 0 and faults["acknowledged_tokens_missing"] == 0
+    assert 0 <= faults["increments_beyond_acknowledged"] <= faults["unknown_increments"]
+    assert faults["version_matches_changes"] and faults["answers_lost"] > 0
+    assert result["outcomes"]["journal"]["rmw"]["item_bytes_max"] > 0
     table = (tmp_path / "latest.md").read_text()
     assert table.startswith("| workload | strategy | writers |") and table.count("\n| increment") == 4
     assert (tmp_path / "latest.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from functions.device_state import DeviceStateManager, JsonPatch, MergePatch
-from tests.faults import Forwarder
+from localdev.faults import Forwarder
 
 pytestmark = pytest.mark.dynamodb_local
 

@@ -1,9 +1,11 @@
-"""Fault injection in front of DynamoDB Local: an HTTP forwarder that can let a request
-land and lose its answer (or drop it before it reaches DynamoDB), optionally running
-another writer between the landing and the loss."""
+"""Fault injection in front of DynamoDB Local, for tests and the benchmark: an HTTP
+forwarder that can let a request land and lose its answer (or drop it before it reaches
+DynamoDB), optionally running another writer between the landing and the loss. Point
+``DYNAMODB_ENDPOINT`` (or a client) at ``Forwarder.endpoint``. Loopback only."""
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 from dataclasses import dataclass
@@ -32,6 +34,8 @@ class Forwarder:
         self.faults: list[Fault] = []
         self.unreachable = False
         self.lost: list[str] = []  # targets whose answers were lost
+        # (target, probability, rng): also lose that share of those answers, after they landed
+        self.random_loss: tuple[str, float, random.Random] | None = None
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._closed = False
@@ -91,6 +95,8 @@ class Forwarder:
 
     def _take_fault(self, target: str, body: bytes) -> Fault | None:
         with self._lock:
+            if self.random_loss and self.random_loss[0] == target and self.random_loss[2].random() < self.random_loss[1]:
+                return Fault(target)
             for fault in self.faults:
                 if fault.target == target and fault.times > 0 and (fault.when is None or fault.when(body)):
                     fault.times -= 1
