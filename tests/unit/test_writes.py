@@ -1,0 +1,124 @@
+"""The exact request each write sends, planned without an engine: its conditions
+(version or liveness, lease fence, write identity) and its journal entry."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions.device_state import DeviceAlreadyExists, JsonPatch
+from functions.device_state import table
+from functions.device_state.fencing import Fence
+from functions.device_state.writes import (JOURNAL_KEEP, JOURNAL_TRIM_EVERY, Planner, WriteId, journal,
+                                           settle_request, trim_request)
+
+NOW = 1_800_000_000.0
+PLANNER = Planner("devices", Fence(), NOW, tombstone_seconds=100)
+LIVE = "(attribute_exists(#version) AND attribute_not_exists(#deletedAt) AND " \
+       "(attribute_not_exists(#expiresAt) OR #expiresAt > :nowEpoch))"
+UNFENCED = "(attribute_not_exists(#leaseToken) OR #leaseUntil <= :nowEpoch)"
+
+
+def item(version=3, journal_entries=(), **extra):
+    base = {**table.state_key("d"), "version": {"N": str(version)}, "state": {"M": {"n": {"N": "1"}}},
+            "createdAt": {"S": "2026-01-01T00:00:00.000Z"}, "updatedAt": {"S": "2026-01-01T00:00:00.000Z"}}
+    for write, produced in journal_entries:
+        base[write.attribute] = {"N": str(produced)}
+    return {**base, **extra}
+
+
+def test_a_write_id_names_its_journal_attribute_and_reads_back():
+    write = WriteId(1_800_000_000_123, "0a1b2c3d")
+    assert write.attribute.startswith(table.JOURNAL_PREFIX) and len(write.attribute) == 2 + 9 + 8
+    assert WriteId.parse(write.attribute) == write
+    assert WriteId.parse("w:nonsense") is None and WriteId.parse("state") is None
+
+
+def test_a_state_write_is_version_checked_fenced_and_journaled():
+    planned = PLANNER.replace_state(item(), lambda state: {"n": 2}, None, "updated")
+    request = planned.request["Update"]
+    names, values = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"]
+    write = planned.write
+    assert request["Key"] == table.state_key("d") and request["TableName"] == "devices"
+    assert request["UpdateExpression"] == "SET #state = :state, #updatedAt = :now, #version = :next, #w = :next"
+    assert request["ConditionExpression"] == (
+        f"#version = :expected AND {LIVE} AND attribute_not_exists(#w) AND {UNFENCED}")
+    assert names["#w"] == write.attribute and write.stamp_ms == int(NOW * 1000)
+    assert values[":expected"] == {"N": "3"} and values[":next"] == {"N": "4"}
+    assert values[":state"] == {"M": {"n": {"N": "2"}}}
+    assert request["ReturnValuesOnConditionCheckFailure"] == "ALL_OLD"
+    assert planned.device.version == 4 and planned.expected_version == 3
+
+
+def test_a_fenced_write_names_its_lease_token():
+    planned = Planner("devices", Fence({"d": 7}), NOW).replace_state(item(), lambda s: s, None, "updated")
+    request = planned.request["Update"]
+    assert request["ConditionExpression"].endswith("(#leaseToken = :leaseToken AND #leaseUntil > :nowEpoch)")
+    assert request["ExpressionAttributeValues"][":leaseToken"] == {"N": "7"}
+
+
+def test_a_state_write_keeps_the_newest_entries_and_raises_the_trim_watermark():
+    entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 12)]
+    marker = (WriteId(int((NOW - 3600) * 1000), "deadbeef"), 0)  # an old "never applied" mark
+    planned = PLANNER.replace_state(item(11, entries + [marker]), lambda state: state, None, "updated")
+    request = planned.request["Update"]
+    removed = {request["ExpressionAttributeNames"][name] for name in request["UpdateExpression"].split(
+        " REMOVE ")[1].split(", ")}
+    kept_after = JOURNAL_KEEP - 1  # plus this write's own entry
+    assert removed == {write.attribute for write, _ in entries[:-kept_after]} | {marker[0].attribute}
+    assert "#trimmed = :trimmed" in request["UpdateExpression"]
+    assert request["ExpressionAttributeValues"][":trimmed"] == {"N": str(entries[-kept_after - 1][0].stamp_ms)}
+
+
+def test_a_create_over_nothing_requires_no_version_and_over_a_tombstone_continues_it():
+    fresh = PLANNER.create("d", {"n": 0}, None).request["Update"]
+    assert fresh["ConditionExpression"].startswith("attribute_not_exists(#version) AND attribute_not_exists(#w)")
+    assert fresh["ExpressionAttributeValues"][":next"] == {"N": "1"}
+    tombstone = item(5, deletedAt={"S": "x"}, expiresAt={"N": str(int(NOW) + 10)})
+    again = PLANNER.create("d", {"n": 0}, tombstone)
+    request = again.request["Update"]
+    assert request["ConditionExpression"].startswith(
+        "#version = :expected AND (attribute_not_exists(#version) OR attribute_exists(#deletedAt) OR "
+        "#expiresAt <= :nowEpoch)")
+    assert request["ExpressionAttributeValues"][":next"] == {"N": "6"} and again.device.version == 6
+    assert "REMOVE #deletedAt, #expiresAt, #leaseToken, #leaseUntil" in request["UpdateExpression"]
+    with pytest.raises(DeviceAlreadyExists):
+        PLANNER.create("d", {}, item())
+
+
+def test_a_delete_leaves_a_tombstone_with_the_next_version():
+    planned = PLANNER.delete(item(3))
+    request = planned.request["Update"]
+    assert request["UpdateExpression"].startswith(
+        "SET #deletedAt = :now, #updatedAt = :now, #expiresAt = :tombstoneExpires, #version = :next, #w = :next "
+        "REMOVE #state, #leaseToken, #leaseUntil")
+    assert request["ExpressionAttributeValues"][":tombstoneExpires"] == {"N": str(int(NOW) + 100)}
+    assert request["ExpressionAttributeValues"][":next"] == {"N": "4"}
+    assert planned.device.version == 3  # the device as it was
+
+
+def test_a_compiled_patch_is_one_update_with_no_version_condition_guarded_by_its_write_id():
+    planned = PLANNER.compiled("d", JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile())
+    request = planned.request["Update"]
+    assert ", #version = #version + :one, #updatedAt = :now, #w = #version + :one" in request["UpdateExpression"]
+    assert request["ConditionExpression"].startswith(f"{LIVE} AND attribute_not_exists(#w) AND {UNFENCED}")
+    assert ":expected" not in request["ExpressionAttributeValues"] and request["ReturnValues"] == "ALL_NEW"
+
+
+def test_settling_marks_the_write_as_never_applied_only_if_its_entry_is_absent():
+    write = WriteId(123, "abcdef01")
+    on_device = settle_request("d", write, True, NOW)
+    assert on_device["UpdateExpression"] == "SET #w = :never"
+    assert on_device["ConditionExpression"] == "attribute_not_exists(#w) AND attribute_exists(#version)"
+    stub = settle_request("d", write, False, NOW)
+    assert stub["UpdateExpression"] == "SET #w = :never, #expiresAt = :stubExpires"
+    assert stub["ConditionExpression"] == "attribute_not_exists(#w) AND attribute_not_exists(#version)"
+
+
+def test_compiled_patches_trim_only_at_every_nth_version_and_never_lower_the_watermark():
+    entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 30)]
+    assert trim_request(item(JOURNAL_TRIM_EVERY + 1, entries), NOW) is None
+    request = trim_request(item(2 * JOURNAL_TRIM_EVERY, entries), NOW)
+    assert request["ConditionExpression"] == "attribute_not_exists(#trimmed) OR #trimmed <= :trimmed"
+    removed = request["UpdateExpression"].split(" REMOVE ")[1].split(", ")
+    assert len(entries) - len(removed) == JOURNAL_KEEP
+    assert len(journal(item(3, entries))) == len(entries)
