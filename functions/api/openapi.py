@@ -59,6 +59,11 @@ _COMMON_ERRORS = {
     "503": _problem("Contention retries exhausted or storage unavailable; Retry-After is set"),
 }
 
+# A write whose DynamoDB answer was lost and could not be settled: applied at most once, maybe not at all.
+_OUTCOME_UNKNOWN = _problem("outcome-unknown: the change may or may not have been applied (once at most); "
+                            "GET the device to see, or retry with an Idempotency-Key")
+_WRITE_ERRORS = {**_COMMON_ERRORS, "504": _OUTCOME_UNKNOWN}
+
 _REUSED = _problem("The Idempotency-Key was used for a different request")
 _LOCKED = _problem("The device is leased and the request has not the holder's Lease-Token")
 _LEASE = {"description": "The lease", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Lease"}}}}
@@ -99,7 +104,7 @@ OPENAPI = {
                     "properties": {"deviceId": {"type": "string", "pattern": f"^{DEVICE_ID_PATTERN.pattern}$"},
                                    "state": {"type": "object"}}}}}},
                 "responses": {"201": _device("Created", "Location"),
-                              "409": _problem("The device exists"), "422": _REUSED, **_COMMON_ERRORS},
+                              "409": _problem("The device exists"), "422": _REUSED, **_WRITE_ERRORS},
             },
         },
         "/devices/{deviceId}": {
@@ -119,7 +124,7 @@ OPENAPI = {
                 "responses": {"200": _device("Replaced"), "201": _device("Created", "Location"),
                               "409": _problem("The Lease-Token names no active lease"), "423": _LOCKED,
                               "412": _problem("Precondition failed"), "428": _problem("Precondition required"),
-                              "422": _REUSED, **_COMMON_ERRORS},
+                              "422": _REUSED, **_WRITE_ERRORS},
             },
             "patch": {
                 "operationId": "patchDevice",
@@ -135,7 +140,7 @@ OPENAPI = {
                               "412": _problem("Precondition failed"),
                               "422": _problem("The patch cannot be applied to the state, or the "
                                               "Idempotency-Key was used for a different request"),
-                              "428": _problem("Precondition required"), **_COMMON_ERRORS},
+                              "428": _problem("Precondition required"), **_WRITE_ERRORS},
             },
             "delete": {
                 "operationId": "deleteDevice",
@@ -158,7 +163,7 @@ OPENAPI = {
                               "404": _problem("No such device"),
                               "409": _problem("Leased by another holder and not acquired within the wait; "
                                               "Retry-After and holderExpiresAt say when it runs out"),
-                              **_COMMON_ERRORS},
+                              **_WRITE_ERRORS},
             },
             "get": {
                 "operationId": "getLeaseStatus",
@@ -177,13 +182,13 @@ OPENAPI = {
                 "requestBody": {"required": False, "content": {"application/json": {"schema": {
                     "type": "object", "additionalProperties": False, "properties": {"ttlSeconds": _TTL}}}}},
                 "responses": {"200": _LEASE, "404": _problem("No lease has this id"),
-                              "410": _problem("The lease has expired or was released"), **_COMMON_ERRORS},
+                              "410": _problem("The lease has expired or was released"), **_WRITE_ERRORS},
             },
             "delete": {
                 "operationId": "releaseLease",
                 "responses": {"204": {"description": "Released (or already gone)"},
                               "400": _COMMON_ERRORS["400"], "404": _problem("No lease has this id"),
-                              "503": _COMMON_ERRORS["503"]},
+                              "503": _COMMON_ERRORS["503"], "504": _OUTCOME_UNKNOWN},
             },
         },
         "/transactions": {
@@ -205,7 +210,7 @@ OPENAPI = {
                     "412": _problem("Every failing operation's ifMatch is stale"),
                     "422": _problem("A patch cannot be applied, or the Idempotency-Key was reused"),
                     "423": _problem("Every failing operation's device is leased to another holder"),
-                    **_COMMON_ERRORS,
+                    **_WRITE_ERRORS,
                 },
             },
         },
