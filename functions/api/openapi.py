@@ -14,7 +14,7 @@ from .request_parsing import CURSOR_PATTERN, MAX_BODY_BYTES
 
 _TTL = {"type": "number", "minimum": LEASE_LIMITS["ttlSeconds"][0], "maximum": LEASE_LIMITS["ttlSeconds"][1]}
 _WAIT = {"type": "number", "minimum": LEASE_LIMITS["waitSeconds"][0], "maximum": LEASE_LIMITS["waitSeconds"][1]}
-_TOKEN_PATTERN = "^[1-9][0-9]{0,17}$"  # request_parsing.lease_token
+_TOKEN_PATTERN = "^[0-9a-f]{32}$"  # request_parsing.LEASE_TOKEN_PATTERN
 # One or more entity tags, or *; the characters inside the quotes as RFC 9110's etagc (ASCII).
 _TAGS_PATTERN = r'^\s*(\*|(W/)?"[!#-~]*"(\s*,\s*(W/)?"[!#-~]*")*)\s*$'
 
@@ -33,7 +33,7 @@ _IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False
                                    "gets the first answer again with Idempotent-Replayed: true."}
 _LEASE_TOKEN = {"name": "Lease-Token", "in": "header", "required": False,
                 "schema": {"type": "string", "pattern": _TOKEN_PATTERN},
-                "description": "The fencingToken of the active lease on the device; needed while one is active "
+                "description": "The secret leaseToken of the active lease's grant; needed while one is active "
                                "(else 423), refused when it names no active lease (409)."}
 _LEASE_ID = {"name": "leaseId", "in": "path", "required": True, "schema": {"type": "string"}}
 
@@ -255,12 +255,15 @@ OPENAPI = {
                         "check": {"type": "boolean", "enum": [True]},
                         "ifMatch": {"type": "string", "pattern": _TAGS_PATTERN},
                         "ifNoneMatch": {"type": "string", "enum": ["*"]},
-                        "leaseToken": {"type": "integer", "minimum": 1, "maximum": 10**18 - 1},
+                        "leaseToken": {"type": "string", "pattern": _TOKEN_PATTERN},
                     }}}},
             },
             "Lease": {
-                "type": "object", "required": ["deviceId", "leaseId", "fencingToken", "expiresAt", "ttlSeconds"],
+                "type": "object",
+                "required": ["deviceId", "leaseId", "leaseToken", "fencingToken", "expiresAt", "ttlSeconds"],
                 "properties": {"deviceId": {"type": "string"}, "leaseId": {"type": "string"},
+                               "leaseToken": {"type": "string", "pattern": _TOKEN_PATTERN,
+                                              "description": "Secret: present it as Lease-Token to write"},
                                "fencingToken": {"type": "integer", "minimum": 1},
                                "expiresAt": {"type": "string", "format": "date-time"},
                                "ttlSeconds": {"type": "number"}},

@@ -34,17 +34,16 @@ def device_id(raw: str) -> str:
     return validate_device_id(unquote(raw))
 
 
-def lease_token(raw, name: str) -> int | None:
-    """A lease's fencing token (a positive integer, given as a header string or a JSON number)."""
+LEASE_TOKEN_PATTERN = re.compile(r"[0-9a-f]{32}")
+
+
+def lease_token(raw, name: str) -> str | None:
+    """The secret ``leaseToken`` of a lease grant (32 hex digits), from a header or a JSON body."""
     if raw is None:
         return None
-    if isinstance(raw, str) and _VERSION.fullmatch(raw.strip()):
-        return int(raw.strip())
-    if isinstance(raw, Decimal) and raw.is_finite() and raw == raw.to_integral_value():
-        raw = int(raw)  # JSON numbers arrive as Decimal
-    if isinstance(raw, int) and not isinstance(raw, bool) and 1 <= raw < 10**18:
-        return raw
-    raise BadRequest(f"{name} must be the fencingToken of a lease (a positive integer)")
+    if isinstance(raw, str) and LEASE_TOKEN_PATTERN.fullmatch(raw.strip()):
+        return raw.strip()
+    raise BadRequest(f"{name} must be the leaseToken of a lease grant (32 hex digits)")
 
 
 def header(event, name: str) -> str | None:

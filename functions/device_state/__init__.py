@@ -27,6 +27,7 @@ from .errors import (
     RetriesExhausted,
     StorageError,
     StorageUnavailable,
+    UnknownLease,
     VersionConflict,
 )
 from .idempotency import IdempotencyKey, InvalidIdempotencyKey
@@ -76,6 +77,7 @@ __all__ = [
     "StorageUnavailable",
     "TransactionFailed",
     "TransactionTooLarge",
+    "UnknownLease",
     "UpdateObserver",
     "VersionConflict",
     "dynamodb_client",

@@ -150,10 +150,18 @@ class DeviceLocked(DeviceStateError):
 class LeaseNotHeld(DeviceStateError):
     """A write presented a lease token, but no lease with that token is active on the device."""
 
-    def __init__(self, device_id: str, token: int):
-        super().__init__(f"lease token {token} holds no active lease on device {device_id!r}")
+    def __init__(self, device_id: str):
+        super().__init__(f"the lease token presented holds no active lease on device {device_id!r}")
         self.device_id = device_id
-        self.token = token
+
+
+class UnknownLease(DeviceStateError):
+    """No lease with this id was ever issued for the device."""
+
+    def __init__(self, device_id: str, lease_id: str):
+        super().__init__(f"no lease {lease_id!r} was issued for device {device_id!r}")
+        self.device_id = device_id
+        self.lease_id = lease_id
 
 
 class OutcomeUnknown(DeviceStateError):

@@ -26,6 +26,7 @@ NAMES = {
     "#expiresAt": table.TTL_ATTRIBUTE,
     "#trimmed": table.JOURNAL_TRIMMED,
     "#leaseToken": table.LEASE_TOKEN,
+    "#leaseKey": table.LEASE_KEY,
     "#leaseUntil": table.LEASE_UNTIL,
 }
 

@@ -1,14 +1,23 @@
 """Lease fencing: the condition every state write carries, and why it refused one.
 
-The active lease holder is recorded on the state item (``leaseToken``, ``leaseUntil``).
-A write to a device with an active lease must present that lease's token; a write that
-presents a token succeeds only while that lease is the active one.
+The active lease holder is recorded on the state item: ``leaseToken`` (its fencing token,
+a ticket number that orders leases), ``leaseKey`` (a digest of the holder's secret lease
+token) and ``leaseUntil``. A write to a device with an active lease must present that
+lease's secret token; a write that presents a token succeeds only while that lease is
+the active one. The fencing token opens nothing: anyone may see it.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 from . import table
 from .errors import DeviceLocked, LeaseNotHeld
+
+
+def lease_key(lease_token: str) -> str:
+    """What the state item stores of a secret lease token."""
+    return hashlib.sha256(f"lease-key\n{lease_token}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
 def active_holder(state_item: dict, now: float) -> tuple[int | None, float | None]:
@@ -22,8 +31,8 @@ def active_holder(state_item: dict, now: float) -> tuple[int | None, float | Non
 
 class Fence:
     """The lease tokens one manager writes under: ``{device_id: token}``, where a token
-    is an int or a lease object with ``fencing_token`` and ``fencing_token_if_held()``
-    (which refuses once the lease is lost)."""
+    is the secret lease token a grant returned (a string) or a lease object with
+    ``lease_token`` and ``lease_token_if_held()`` (which refuses once the lease is lost)."""
 
     def __init__(self, tokens: dict | None = None):
         self.tokens = dict(tokens or {})
@@ -33,21 +42,24 @@ class Fence:
 
     def condition(self, device_id: str, names: dict, values: dict) -> str:
         """The fence condition; ``values`` must already hold ``:nowEpoch``."""
-        names.update({"#leaseToken": table.LEASE_TOKEN, "#leaseUntil": table.LEASE_UNTIL})
+        names["#leaseUntil"] = table.LEASE_UNTIL
         token = self.tokens.get(device_id)
         if token is None:
+            names["#leaseToken"] = table.LEASE_TOKEN
             return "(attribute_not_exists(#leaseToken) OR #leaseUntil <= :nowEpoch)"
-        if not isinstance(token, int):
-            token = token.fencing_token_if_held()
-        values[":leaseToken"] = {"N": str(token)}
-        return "(#leaseToken = :leaseToken AND #leaseUntil > :nowEpoch)"
+        if not isinstance(token, str):
+            token = token.lease_token_if_held()
+        names["#leaseKey"] = table.LEASE_KEY
+        values[":leaseKey"] = {"S": lease_key(token)}
+        return "(#leaseKey = :leaseKey AND #leaseUntil > :nowEpoch)"
 
     def error(self, device_id: str, item: dict | None, now: float) -> Exception | None:
         """Why the fence refused a write to ``item`` (as it was), or None if it did not."""
         holder, until = active_holder(item, now) if item is not None else (None, None)
         token = self.tokens.get(device_id)
-        if token is not None and not isinstance(token, int):
-            token = token.fencing_token
+        if token is not None and not isinstance(token, str):
+            token = token.lease_token
         if holder is None:
-            return None if token is None else LeaseNotHeld(device_id, token)
-        return None if holder == token else DeviceLocked(device_id, until)
+            return None if token is None else LeaseNotHeld(device_id)
+        held = token is not None and item.get(table.LEASE_KEY, {}).get("S") == lease_key(token)
+        return None if held else DeviceLocked(device_id, until)

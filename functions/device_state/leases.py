@@ -22,6 +22,8 @@ transaction; release deletes the row and clears the holder in one transaction.
 
 from __future__ import annotations
 
+import hashlib
+from decimal import Decimal
 import math
 import secrets
 import threading
@@ -31,9 +33,9 @@ from dataclasses import dataclass
 from . import table
 from .device import timestamp
 from .errors import (DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, OutcomeUnknown, StorageError,
-                     StorageUnavailable)
+                     StorageUnavailable, UnknownLease)
 from .expressions import LIVE, names_in
-from .fencing import active_holder
+from .fencing import active_holder, lease_key
 from .store import IDEMPOTENT, Ambiguous, Cancelled, Rejected
 from .values import validate_device_id
 
@@ -51,10 +53,12 @@ _OWNER = "owner"
 _TICKET = "ticket"
 _TTL = "ttlSeconds"
 _UNTIL = "until"
+_CREATED_AT = "createdAt"
 
 
 def _number_value(value: float):
-    return int(value) if float(value).is_integer() else value
+    """A number for JSON: ints stay ints, fractions become exact Decimals (never a float)."""
+    return int(value) if float(value).is_integer() else Decimal(repr(float(value)))
 
 
 def _sort_key(ticket: int) -> str:
@@ -73,6 +77,12 @@ def _epoch(value: float) -> dict:
     return {"N": f"{value:.3f}"}
 
 
+def lease_token_of(secret: str) -> str:
+    """The secret lease token a holder presents on its writes, derived from its row's secret
+    (so a heartbeat can hand it out again); unguessable without the lease id."""
+    return hashlib.sha256(f"lease-token\n{secret}".encode()).hexdigest()[:32]
+
+
 def parse_lease_id(lease_id: str) -> tuple[int, str]:
     """``"<ticket>.<secret>"`` → (ticket, secret); ``InvalidLease`` for anything else."""
     ticket, dot, secret = lease_id.partition(".") if isinstance(lease_id, str) else ("", "", "")
@@ -88,14 +98,20 @@ class LeaseGrant:
 
     device_id: str
     lease_id: str
-    fencing_token: int
+    fencing_token: int  # orders leases; opens nothing
     expires_at: float  # epoch seconds
     ttl_seconds: float
 
+    @property
+    def lease_token(self) -> str:
+        """The secret a write presents (``Lease-Token``); only the holder ever gets it."""
+        return lease_token_of(parse_lease_id(self.lease_id)[1])
+
     def as_dict(self) -> dict:
-        """The lease as the API shows it."""
-        return {"deviceId": self.device_id, "leaseId": self.lease_id, "fencingToken": self.fencing_token,
-                "expiresAt": timestamp(self.expires_at), "ttlSeconds": _number_value(self.ttl_seconds)}
+        """The lease as the API shows it (to its holder only)."""
+        return {"deviceId": self.device_id, "leaseId": self.lease_id, "leaseToken": self.lease_token,
+                "fencingToken": self.fencing_token, "expiresAt": timestamp(self.expires_at),
+                "ttlSeconds": _number_value(self.ttl_seconds)}
 
 
 @dataclass(frozen=True)
@@ -139,8 +155,10 @@ class LeaseQueue:
         if not 0 <= wait_seconds <= MAX_TTL_SECONDS or math.isnan(wait_seconds):
             raise InvalidLease(f"wait_seconds must be from 0 to {MAX_TTL_SECONDS}")
         m = self._m
-        if m.live_state(device_id) is None:
+        device = m.live_state(device_id)
+        if device is None:
             raise DeviceNotFound(device_id)
+        since = device[table.CREATED_AT]["S"]  # rows of an earlier incarnation of the device do not count
         started = m.monotonic()
         deadline = started + wait_seconds
         # A resend after a lost answer may skip a ticket number: harmless, tickets need only go up.
@@ -156,7 +174,7 @@ class LeaseQueue:
         self._put_row(device_id, ticket, secret, owner, ttl_seconds, m.clock() + min(ttl_seconds, WAITING_ROW_SECONDS))
         try:
             while True:
-                ahead = self._live_rows(device_id, below=ticket)
+                ahead = self._live_rows(device_id, since, below=ticket)
                 holder_until = float(ahead[0][_UNTIL]["N"]) if ahead else None
                 if not ahead:
                     taken, holder_until = self._take(device_id, ticket, secret, owner, ttl_seconds)
@@ -189,10 +207,11 @@ class LeaseQueue:
                 {"Put": {"TableName": m.table_name, "Item": self._row(device_id, ticket, secret, owner, ttl_seconds, until)}},
                 {"Update": {
                     "TableName": m.table_name, "Key": table.state_key(device_id),
-                    "UpdateExpression": "SET #leaseToken = :token, #leaseUntil = :until",
+                    "UpdateExpression": "SET #leaseToken = :token, #leaseKey = :key, #leaseUntil = :until",
                     "ConditionExpression": condition,
-                    "ExpressionAttributeNames": names_in(condition),
+                    "ExpressionAttributeNames": names_in(condition + "#leaseKey"),
                     "ExpressionAttributeValues": {":token": _n(ticket), ":until": _epoch(until),
+                                                  ":key": {"S": lease_key(lease_token_of(secret))},
                                                   ":nowEpoch": _epoch(now)},
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }},
@@ -210,9 +229,10 @@ class LeaseQueue:
             raise StorageError(f"lease transaction cancelled: {cancelled.reasons}") from None
         return until, None
 
-    def _live_rows(self, device_id: str, below: int | None = None) -> list[dict]:
+    def _live_rows(self, device_id: str, since: str, below: int | None = None) -> list[dict]:
         """Live queue rows in ticket order (those before ticket ``below`` only, if given),
-        strongly consistent and paginated; expired ones met on the way are deleted."""
+        strongly consistent and paginated; expired ones met on the way, and rows created
+        before ``since`` (the device's creation: a deleted incarnation's queue), are deleted."""
         if below is not None and below <= 1:
             return []
         m = self._m
@@ -229,24 +249,26 @@ class LeaseQueue:
         while True:
             page = m.store.send("query", **request)
             for row in page.get("Items", []):
-                (live if float(row[_UNTIL]["N"]) > now else expired).append(row)
+                current = float(row[_UNTIL]["N"]) > now and row.get(_CREATED_AT, {}).get("S", since) >= since
+                (live if current else expired).append(row)
             if "LastEvaluatedKey" not in page:
                 break
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         for row in expired[:MAX_REAPED_PER_POLL]:
-            self._reap(row, now)
+            self._reap(row, now, since)
         if expired:
             m.observer.lease_reclaimed(device_id, min(len(expired), MAX_REAPED_PER_POLL))
         return live
 
-    def _reap(self, row: dict, now: float) -> None:
-        """Delete an expired row, unless its holder heartbeated it meanwhile."""
+    def _reap(self, row: dict, now: float, since: str) -> None:
+        """Delete an expired or stale row, unless its holder heartbeated it meanwhile."""
         m = self._m
         try:
             m.store.send("delete_item", IDEMPOTENT,
-                    Key={table.PARTITION_KEY: row[table.PARTITION_KEY], table.SORT_KEY: row[table.SORT_KEY]},
-                    ConditionExpression="#until <= :now", ExpressionAttributeNames={"#until": _UNTIL},
-                    ExpressionAttributeValues={":now": _epoch(now)})
+                         Key={table.PARTITION_KEY: row[table.PARTITION_KEY], table.SORT_KEY: row[table.SORT_KEY]},
+                         ConditionExpression="#until <= :now OR #createdAt < :since",
+                         ExpressionAttributeNames={"#until": _UNTIL, "#createdAt": _CREATED_AT},
+                         ExpressionAttributeValues={":now": _epoch(now), ":since": {"S": since}})
         except Rejected:
             pass
 
@@ -262,7 +284,7 @@ class LeaseQueue:
         if ttl_seconds is None:
             row = m.store.get(key)
             if row is None or row.get(_SECRET, {}).get("S") != secret:
-                raise self._lost(device_id, lease_id)
+                raise self._lost(device_id, lease_id, row)
             ttl_seconds = float(row[_TTL]["N"])
         ttl_seconds = _check_ttl(ttl_seconds)
         now = m.clock()
@@ -304,9 +326,9 @@ class LeaseQueue:
             self._transact(device_id, [
                 {"Delete": self._delete_own_row(device_id, ticket, secret)},
                 {"Update": {"TableName": m.table_name, "Key": table.state_key(device_id),
-                            "UpdateExpression": "REMOVE #leaseToken, #leaseUntil",
+                            "UpdateExpression": "REMOVE #leaseToken, #leaseKey, #leaseUntil",
                             "ConditionExpression": "#leaseToken = :token",
-                            "ExpressionAttributeNames": {"#leaseToken": table.LEASE_TOKEN,
+                            "ExpressionAttributeNames": {"#leaseToken": table.LEASE_TOKEN, "#leaseKey": table.LEASE_KEY,
                                                          "#leaseUntil": table.LEASE_UNTIL},
                             "ExpressionAttributeValues": {":token": _n(ticket)}}},
             ])
@@ -314,7 +336,9 @@ class LeaseQueue:
         except Cancelled as cancelled:
             row_reason, state_reason = (cancelled.reasons + [{}, {}])[:2]
             if row_reason.get("Code") == "ConditionalCheckFailed":
-                return False  # no such row (released, reaped, or never ours)
+                if self._never_issued(device_id, lease_id, m.store.get(_row_key(device_id, ticket))):
+                    raise UnknownLease(device_id, lease_id) from None
+                return False  # released, reaped, or expired already
             if state_reason.get("Code") != "ConditionalCheckFailed":
                 raise StorageUnavailable(f"lease release kept conflicting: {cancelled.reasons}") from None
         return self._withdraw(device_id, ticket, secret)  # a waiting ticket, or a holder already superseded
@@ -338,7 +362,7 @@ class LeaseQueue:
         if state is None:
             raise DeviceNotFound(device_id)
         token, until = active_holder(state, self._m.clock())
-        rows = self._live_rows(device_id)
+        rows = self._live_rows(device_id, state[table.CREATED_AT]["S"])
         holder_row = next((row for row in rows if token is not None and int(row[_TICKET]["N"]) == token), None)
         owner = holder_row.get(_OWNER, {}).get("S") if holder_row else None
         return LeaseStatus(token, until, owner, len(rows) - (1 if holder_row else 0))
@@ -349,7 +373,7 @@ class LeaseQueue:
         row = {
             **_row_key(device_id, ticket),
             _TICKET: _n(ticket), _SECRET: {"S": secret}, _TTL: _n(ttl_seconds),
-            "createdAt": {"S": timestamp(self._m.clock())},
+            _CREATED_AT: {"S": timestamp(self._m.clock())},
             _UNTIL: _epoch(until), table.TTL_ATTRIBUTE: _n(math.ceil(until)),
         }
         if owner:
@@ -385,9 +409,23 @@ class LeaseQueue:
             self._m.observer.outcome_unknown(device_id)
             raise OutcomeUnknown(device_id, str(lost)) from None
 
-    def _lost(self, device_id: str, lease_id: str) -> LeaseLost:
+    def _lost(self, device_id: str, lease_id: str, row: dict | None = None) -> Exception:
+        """``LeaseLost`` for a lease that was issued and has ended; ``UnknownLease`` for one
+        that never was (its row has another secret, or its ticket was never drawn)."""
+        if row is None:
+            row = self._m.store.get(_row_key(device_id, parse_lease_id(lease_id)[0]))
+        if self._never_issued(device_id, lease_id, row):
+            return UnknownLease(device_id, lease_id)
         self._m.observer.lease_lost(device_id)
         return LeaseLost(device_id, lease_id)
+
+    def _never_issued(self, device_id: str, lease_id: str, row: dict | None) -> bool:
+        ticket, secret = parse_lease_id(lease_id)
+        if row is not None:
+            return row.get(_SECRET, {}).get("S") != secret
+        counter = self._m.store.get({table.PARTITION_KEY: {"S": device_id},
+                                     table.SORT_KEY: {"S": table.LEASE_COUNTER_SK}})
+        return ticket > (int(counter[_TICKET]["N"]) if counter else 0)
 
 
 def _check_ttl(ttl_seconds) -> float:
@@ -427,6 +465,10 @@ class Lease:
         return self.grant.fencing_token if self.grant else None
 
     @property
+    def lease_token(self) -> str | None:
+        return self.grant.lease_token if self.grant else None
+
+    @property
     def expires_at(self) -> float | None:
         return self.grant.expires_at if self.grant else None
 
@@ -435,10 +477,10 @@ class Lease:
         """The device-state manager, fenced by this lease."""
         return self._queue.manager.fenced({self.device_id: self})
 
-    def fencing_token_if_held(self) -> int:
+    def lease_token_if_held(self) -> str:
         if self.grant is None or self.lost or self._queue.manager.clock() >= self.grant.expires_at:
             raise LeaseLost(self.device_id, self.lease_id or "(not acquired)")
-        return self.grant.fencing_token
+        return self.grant.lease_token
 
     def acquire(self) -> "Lease":
         self.grant = self._queue.acquire(self.device_id, self.ttl_seconds, self.wait_seconds, self.owner)

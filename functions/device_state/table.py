@@ -81,7 +81,8 @@ JOURNAL_PREFIX = "w:"
 JOURNAL_TRIMMED = "journalTrimmed"  # the newest write-id stamp (ms) ever trimmed from the journal
 
 # The active lease holder, recorded on the state item so every write can be fenced.
-LEASE_TOKEN = "leaseToken"  # the holder's fencing token (its ticket)
+LEASE_TOKEN = "leaseToken"  # the holder's fencing token (its ticket): ordering, never a credential
+LEASE_KEY = "leaseKey"  # a digest of the holder's secret lease token: what a write must present
 LEASE_UNTIL = "leaseUntil"  # epoch seconds (to the millisecond) when the holder's lease ends
 
 # Sort-key prefix of idempotency records (see idempotency.py).

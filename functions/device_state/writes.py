@@ -139,7 +139,7 @@ class Planner:
         else:
             condition = "attribute_not_exists(#version)"
         sets = ["#state = :state", "#createdAt = :now", "#updatedAt = :now"]
-        removes = ["#deletedAt", "#expiresAt", "#leaseToken", "#leaseUntil"]
+        removes = ["#deletedAt", "#expiresAt", "#leaseToken", "#leaseKey", "#leaseUntil"]
         return self._planned(device_id, item, device, CREATED, previous or None, condition, sets, removes, values)
 
     def replace_state(self, item: dict, update_fn: UpdateFn, condition: ConditionBase | None,
@@ -165,7 +165,8 @@ class Planner:
         planned = self._planned(current.device_id, item, current, DELETED, current.version,
                                 f"#version = :expected AND {LIVE}",
                                 ["#deletedAt = :now", "#updatedAt = :now", "#expiresAt = :tombstoneExpires"],
-                                ["#state", "#leaseToken", "#leaseUntil"], values, version=current.version + 1)
+                                ["#state", "#leaseToken", "#leaseKey", "#leaseUntil"], values,
+                                version=current.version + 1)
         return planned
 
     def check(self, item: dict, condition: ConditionBase | None) -> Planned:

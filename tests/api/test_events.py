@@ -18,7 +18,7 @@ EXPECTED = {
     "patch-device-stale-if-match": 412, "patch-device-not-applicable": 422, "patch-device-bad-json": 400,
     "patch-device-unsupported-type": 415, "patch-device-nan": 400, "put-device": 200,
     "put-device-create-only": 412, "transaction-scene": 200, "transaction-stale-if-match": 412,
-    "acquire-lease": 201, "lease-status": 200, "heartbeat-expired-lease": 410,
+    "acquire-lease": 201, "lease-status": 200, "heartbeat-unknown-lease": 404,
     # a token that names no active lease (lamp-1 is not leased in the seeded table)
     "patch-device-wrong-lease-token": 409,
 }

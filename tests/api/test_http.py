@@ -167,7 +167,7 @@ def test_a_waiter_over_http_gets_the_lease_when_the_holder_releases_and_the_old_
     while json.loads(server.request("GET", "/devices/leased-http/leases")[2])["queueLength"] != 1:
         assert time.monotonic() < deadline, "the waiter never queued"  # it queues in another worker process
         time.sleep(0.05)
-    token = {**merge, "Lease-Token": str(first["fencingToken"])}
+    token = {**merge, "Lease-Token": first["leaseToken"]}
     assert server.request("PATCH", "/devices/leased-http", {"n": 1}, headers=token)[0] == 200
     assert server.request("DELETE", f"/devices/leased-http/leases/{first['leaseId']}")[0] == 204
     thread.join()
@@ -176,7 +176,7 @@ def test_a_waiter_over_http_gets_the_lease_when_the_holder_releases_and_the_old_
     assert second["fencingToken"] > first["fencingToken"]
     assert server.request("PATCH", "/devices/leased-http", {"n": 2}, headers=token)[0] == 423  # the old holder
     status, _, body = server.request("PATCH", "/devices/leased-http", {"n": 2},
-                                     headers={**merge, "Lease-Token": str(second["fencingToken"])})
+                                     headers={**merge, "Lease-Token": second["leaseToken"]})
     assert status == 200 and json.loads(body)["state"] == {"n": 2}
     assert server.request("DELETE", f"/devices/leased-http/leases/{second['leaseId']}")[0] == 204
 
@@ -271,7 +271,7 @@ _TYPES = st.sampled_from([None, "application/json", "application/merge-patch+jso
     if_match=_TAGS,
     if_none_match=_TAGS,
     idempotency_key=st.sampled_from([None, "fuzz-key", "", "x" * 256]),
-    lease_token=st.sampled_from([None, "1", "2", "x", "0", "99999999999999999999"]),
+    lease_token=st.sampled_from([None, "1", "x", "0" * 32, "f" * 33, "99999999999999999999"]),
 )
 def test_fuzz_never_5xx_and_only_documented_statuses(server, method, target, body, content_type, if_match,
                                                      if_none_match, idempotency_key, lease_token):

@@ -25,7 +25,7 @@ def test_acquire_status_heartbeat_release(lamp):
     acquired = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": 30, "owner": "firmware-job"})
     assert acquired.status == 201, acquired.text
     lease = acquired.json
-    assert set(lease) == {"deviceId", "leaseId", "fencingToken", "expiresAt", "ttlSeconds"}
+    assert set(lease) == {"deviceId", "leaseId", "leaseToken", "fencingToken", "expiresAt", "ttlSeconds"}
     assert lease["ttlSeconds"] == 30 and epoch(lease["expiresAt"]) == pytest.approx(time.time() + 30, abs=5)
     assert acquired.header("Location") == f"/devices/lamp-1/leases/{lease['leaseId']}"
     status = lamp("GET", "/devices/lamp-1/leases")
@@ -58,7 +58,7 @@ def test_a_busy_lease_is_409_with_retry_after_and_the_holders_expiry(lamp):
 
 def test_writes_to_a_leased_device_need_its_lease_token(lamp):
     lease = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": 30}).json
-    token = str(lease["fencingToken"])
+    token = lease["leaseToken"]
     for method, body, content_type in (("PATCH", {"power": "off"}, MERGE),
                                        ("PUT", {"state": {"power": "off"}}, "application/json"),
                                        ("DELETE", None, "application/json")):
@@ -66,7 +66,7 @@ def test_writes_to_a_leased_device_need_its_lease_token(lamp):
         assert locked.status == 423, locked.text
         assert locked.json["leaseExpiresAt"] == lease["expiresAt"] and int(locked.header("Retry-After")) >= 1
         wrong = lamp(method, "/devices/lamp-1", body, content_type=content_type,
-                     headers={"Lease-Token": str(lease["fencingToken"] + 1)})
+                     headers={"Lease-Token": "0" * 32})
         assert wrong.status == 423
     assert lamp("GET", "/devices/lamp-1").json["version"] == 1
     patched = lamp("PATCH", "/devices/lamp-1", {"power": "off"}, content_type=MERGE, headers={"Lease-Token": token})
@@ -88,7 +88,7 @@ def test_a_transaction_operation_carries_its_lease_token(lamp):
     locked = lamp("POST", "/transactions", {"operations": operations})
     assert locked.status == 423
     assert [(o["index"], o["reason"]) for o in locked.json["operations"]] == [(0, "locked")]
-    operations[0]["leaseToken"] = lease["fencingToken"]
+    operations[0]["leaseToken"] = lease["leaseToken"]
     assert lamp("POST", "/transactions", {"operations": operations}).status == 200
     operations[0]["leaseToken"] = "seven"
     assert lamp("POST", "/transactions", {"operations": operations}).status == 400
@@ -117,5 +117,63 @@ def test_unknown_devices_and_lease_ids(lamp):
     assert lamp("GET", "/devices/nope/leases").status == 404
     assert lamp("PUT", "/devices/lamp-1/leases/garbage").status == 404
     assert lamp("DELETE", "/devices/lamp-1/leases/garbage").status == 404
-    assert lamp("PUT", "/devices/lamp-1/leases/7.0123456789abcdef0123456789abcdef").status == 410
+    assert lamp("PUT", "/devices/lamp-1/leases/7.0123456789abcdef0123456789abcdef").status == 404  # never issued
     assert lamp("PATCH", "/devices/lamp-1", {"a": 1}, content_type=MERGE, headers={"Lease-Token": "x"}).status == 400
+
+
+def test_only_the_holder_learns_the_lease_token_and_the_fencing_token_opens_nothing(lamp):
+    lease = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": 30}).json
+    status = lamp("GET", "/devices/lamp-1/leases").text
+    assert lease["leaseToken"] not in status and lease["leaseId"] not in status
+    for token in (str(lease["fencingToken"]), "0" * 32):
+        assert lamp("PATCH", "/devices/lamp-1", {"a": 1}, content_type=MERGE,
+                    headers={"Lease-Token": token}).status in (400, 423)
+    beat = lamp("PUT", f"/devices/lamp-1/leases/{lease['leaseId']}", {"ttlSeconds": 60}).json
+    assert beat["leaseToken"] == lease["leaseToken"]
+
+
+def test_another_devices_lease_token_opens_nothing(lamp):
+    assert lamp("POST", "/devices", {"deviceId": "lamp-2", "state": {}}).status == 201
+    mine = lamp("POST", "/devices/lamp-1/leases").json
+    lamp("POST", "/devices/lamp-2/leases")
+    assert lamp("PATCH", "/devices/lamp-2", {"a": 1}, content_type=MERGE,
+                headers={"Lease-Token": mine["leaseToken"]}).status == 423
+
+
+@pytest.mark.parametrize("ttl", [Decimal("1.9"), Decimal("866.48"), Decimal("30.001")])
+def test_fractional_seconds_are_granted_and_heartbeated(lamp, ttl):
+    lease = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": ttl, "waitSeconds": Decimal("0.5")})
+    assert lease.status == 201, lease.text
+    beat = lamp("PUT", f"/devices/lamp-1/leases/{lease.json['leaseId']}", {"ttlSeconds": ttl})
+    assert beat.status == 200, beat.text
+    assert lamp("DELETE", f"/devices/lamp-1/leases/{lease.json['leaseId']}").status == 204
+
+
+def test_a_deleted_device_ends_its_lease_queue(lamp):
+    lease = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": 600}).json
+    assert lamp("DELETE", "/devices/lamp-1", headers={"Lease-Token": lease["leaseToken"]}).status == 204
+    assert lamp("POST", "/devices", {"deviceId": "lamp-1", "state": {}}).status == 201
+    again = lamp("POST", "/devices/lamp-1/leases")
+    assert again.status == 201, again.text
+    assert lamp("GET", "/devices/lamp-1/leases").json["queueLength"] == 0
+
+
+def test_a_lease_id_never_issued_is_404_and_an_ended_one_410(lamp):
+    lease = lamp("POST", "/devices/lamp-1/leases").json
+    forged_secret = f"{lease['leaseId'].split('.')[0]}.{'0' * 32}"
+    never_drawn = f"{lease['fencingToken'] + 50}.{'0' * 32}"
+    for lease_id in (forged_secret, never_drawn):
+        assert lamp("PUT", f"/devices/lamp-1/leases/{lease_id}").status == 404
+        assert lamp("DELETE", f"/devices/lamp-1/leases/{lease_id}").status == 404
+    assert lamp("DELETE", f"/devices/lamp-1/leases/{lease['leaseId']}").status == 204
+    assert lamp("PUT", f"/devices/lamp-1/leases/{lease['leaseId']}").status == 410
+
+
+def test_every_write_verb_refuses_a_lease_token_of_no_lease_alike(lamp):
+    token = {"Lease-Token": "0" * 32}
+    assert lamp("PATCH", "/devices/lamp-1", {"a": 1}, content_type=MERGE, headers=token).status == 409
+    assert lamp("PUT", "/devices/lamp-1", {"state": {}}, headers=token).status == 409
+    created = lamp("PUT", "/devices/new-one", {"state": {}}, headers=token)
+    assert created.status == 409 and created.json["type"].endswith("lease-not-held")
+    assert lamp("GET", "/devices/new-one").status == 404
+    assert lamp("DELETE", "/devices/lamp-1", headers=token).status == 409

@@ -125,16 +125,18 @@ def test_writes_to_a_leased_device_need_the_holders_token(lamp):
             write(lamp)
         assert locked.value.lease_expires_at == pytest.approx(lease.expires_at, abs=0.01)
         with pytest.raises(DeviceLocked):
-            write(lamp.fenced({"lamp-1": lease.fencing_token + 1}))
+            write(lamp.fenced({"lamp-1": "0" * 32}))  # a guessed token opens nothing
+        with pytest.raises(DeviceLocked):
+            write(lamp.fenced({"lamp-1": str(lease.fencing_token)}))  # nor does the public fencing token
     assert lamp.get("lamp-1").version == 1  # nothing was written
     fenced = lease.manager
     fenced.update_with_retry("lamp-1", JsonPatch([{"op": "increment", "path": "/n", "value": 1}]))
     fenced.update_with_retry("lamp-1", MergePatch({"power": "off"}))
-    device = lamp.fenced({"lamp-1": lease.fencing_token}).replace("lamp-1", {"power": "dim", "n": 1})
+    device = lamp.fenced({"lamp-1": lease.lease_token}).replace("lamp-1", {"power": "dim", "n": 1})
     assert (device.version, device.state) == (4, {"power": "dim", "n": 1})
     lease.release()
     with pytest.raises(LeaseNotHeld):
-        fenced.fenced({"lamp-1": lease.fencing_token}).replace("lamp-1", {})
+        fenced.fenced({"lamp-1": lease.lease_token}).replace("lamp-1", {})
     with pytest.raises(LeaseLost):
         fenced.replace("lamp-1", {})  # the Lease itself knows it was released
     assert lamp.replace("lamp-1", {"power": "on"}).version == 5  # free again
@@ -198,7 +200,7 @@ def test_a_transaction_on_a_leased_device_needs_its_token(lamp):
     with pytest.raises(TransactionFailed) as failed:
         lamp.transact(operations)
     assert [(f.index, f.reason) for f in failed.value.failures] == [(0, "locked")]
-    devices = lamp.fenced({"lamp-1": lease.fencing_token}).transact(operations)
+    devices = lamp.fenced({"lamp-1": lease.lease_token}).transact(operations)
     assert [d.version for d in devices] == [2, 2]
     lease.release()
 
@@ -305,7 +307,7 @@ def test_a_crashed_holder_is_overtaken_right_after_expiry_and_fenced_off(local_m
     assert crashed.expires_at <= acquired["at"] < crashed.expires_at + 1.0
     # The stale holder wakes up and writes with its old token: refused, nothing written.
     with pytest.raises(DeviceLocked):
-        local_manager.fenced({"lamp-1": crashed.fencing_token}).replace("lamp-1", {"n": 666})
+        local_manager.fenced({"lamp-1": crashed.lease_token}).replace("lamp-1", {"n": 666})
     with pytest.raises(LeaseLost):
         crashed.heartbeat()
     assert local_manager.get("lamp-1").state == {"n": 0}
