@@ -6,14 +6,18 @@ worker process handles one request at a time (Powertools' resolver keeps the cur
 request on the app object, so threads sharing one handler would mix requests); several
 workers share the listening socket, so requests run concurrently. A worker accepts a
 connection only when it is idle and closes it after one response, so a long request (a
-lease wait) never holds up another client's request queued behind it.
+lease wait) never holds up another client's request queued behind it. Reading a request
+has a deadline (``REQUEST_READ_SECONDS``, and each socket read too), so an idle or slow
+client holds a worker for a few seconds at most, never all of them for good.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -25,6 +29,36 @@ from localdev.apigw import LambdaContext, make_event
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
 LAMBDA_TIMEOUT_SECONDS = 28.0  # the deployed function's timeout (infra/api.py), so waits are capped alike
+REQUEST_READ_SECONDS = float(os.environ.get("REQUEST_READ_SECONDS", "5"))  # to read one whole request
+
+
+class _ReadDeadline(TimeoutError):
+    """The client did not send its whole request in time (BaseHTTPRequestHandler drops
+    the connection on a TimeoutError)."""
+
+
+_reading = False  # a worker is single-threaded: at most one request is being read
+
+
+def _read_deadline_passed(_signum, _frame):
+    if _reading:  # a late alarm outside a read is ignored
+        raise _ReadDeadline("request not read within the deadline")
+
+
+def _arm(seconds: float) -> None:
+    global _reading
+    _reading = seconds > 0
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
+class _Server(HTTPServer):
+    def shutdown_request(self, request) -> None:
+        _arm(0)  # whatever happened to the request, its deadline ends with it
+        super().shutdown_request(request)
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (TimeoutError, ConnectionError)):
+            super().handle_error(request, client_address)
 
 _DEFAULTS = {
     "TABLE_NAME": "devices",
@@ -42,19 +76,53 @@ _LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "lo
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "device-state-dev"
+    timeout = REQUEST_READ_SECONDS  # each socket read; the whole request has the same deadline
+
+    def setup(self) -> None:
+        _arm(REQUEST_READ_SECONDS)  # from accept to the last byte of the body
+        super().setup()
+
+    def finish(self) -> None:
+        _arm(0)
+        super().finish()
+
+    def __getattr__(self, name: str):
+        if name.startswith("do_"):  # any method goes to the handler, which answers 405 with Allow
+            return self._serve
+        raise AttributeError(name)
+
+    def _refuse(self, status: int, title: str, detail: str) -> None:
+        """The server's own refusals (framing), as problem details like the handler's."""
+        body = json.dumps({"type": "about:blank", "title": title, "status": status, "detail": detail})
+        self._send(status, {"Content-Type": "application/problem+json"}, body.encode())
+
+    def _content_length(self) -> int | None:
+        values = {value.strip() for value in self.headers.get_all("Content-Length") or []}
+        if not values:
+            return 0
+        if len(values) == 1 and re.fullmatch(r"[0-9]{1,12}", next(iter(values))):
+            return int(next(iter(values)))
+        return None
 
     def _serve(self) -> None:
         from functions.api.handler import lambda_handler
 
         started = time.perf_counter()
-        length = int(self.headers.get("Content-Length") or 0)
         if self.headers.get("Transfer-Encoding"):
-            self._send(411, {"Content-Type": "text/plain"}, b"Content-Length required\n")
+            self._refuse(411, "Length required", "send the body with a Content-Length")
+            return
+        length = self._content_length()
+        if length is None:
+            self._refuse(400, "Bad request", "Content-Length must be one non-negative decimal integer")
             return
         if length > MAX_REQUEST_BYTES:
-            self._send(413, {"Content-Type": "text/plain"}, b"Request too large\n")
+            self._refuse(413, "Request too large", f"requests are limited to {MAX_REQUEST_BYTES} bytes")
             return
         raw = self.rfile.read(length) if length else None
+        if raw is not None and len(raw) < length:
+            self.close_connection = True  # the client closed before sending its whole body
+            return
+        _arm(0)  # the request is read; handling it may take as long as the Lambda would
         headers: dict[str, list[str]] = {}
         for name, value in self.headers.items():
             headers.setdefault(name, []).append(value)
@@ -90,8 +158,6 @@ class _Handler(BaseHTTPRequestHandler):
         if status not in (204, 304) and self.command != "HEAD":
             self.wfile.write(data)
 
-    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
-
     def do_GET(self) -> None:
         if docs.handles(self.path):  # Swagger UI: dev server only, never in Lambda
             self._send(*docs.response(self.path))
@@ -105,7 +171,8 @@ class _Handler(BaseHTTPRequestHandler):
 def _worker(listener: socket.socket) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    server = HTTPServer(listener.getsockname(), _Handler, bind_and_activate=False)
+    signal.signal(signal.SIGALRM, _read_deadline_passed)
+    server = _Server(listener.getsockname(), _Handler, bind_and_activate=False)
     server.socket.close()
     server.socket = listener  # non-blocking: a worker that loses the race to accept goes back to waiting
     try:

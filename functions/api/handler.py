@@ -13,8 +13,9 @@ from aws_lambda_powertools.logging import correlation_paths
 from functions.device_state.values import dumps
 
 from . import devices, leases, transactions
-from .common import allowed_methods, json_response, route
+from .common import RESPONSE_MARGIN_SECONDS, allowed_methods, json_response, route  # noqa: F401
 from .common import manager as _manager  # noqa: F401  (tests reset its cache)
+from .leases import MAX_LEASE_WAIT_SECONDS  # noqa: F401  (the stack's timeout is checked against it)
 from .observability import logger, metrics, tracer
 from .openapi import OPENAPI
 from .problems import MethodNotAllowed, RouteNotFound, internal_error_response, known_error_response

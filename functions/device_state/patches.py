@@ -20,16 +20,15 @@ from .values import MAX_SIGNIFICANT_DIGITS, canonical, check_number, check_text,
 _EXACT = Context(prec=400, Emax=999999, Emin=-999999, traps=[Inexact])
 
 
-def exact(operation, *operands) -> Decimal:
-    """``operation`` of ``operands`` computed exactly, or InvalidValue (limit ``precision``)
-    when the exact result needs more significant digits than DynamoDB holds."""
-    with localcontext(_EXACT):
-        result = operation(*(canonical(Decimal(operand)) for operand in operands))
-    return _fits(result)
-
-
-def _fits(result: Decimal) -> Decimal:
-    if significant_digits(result) > MAX_SIGNIFICANT_DIGITS:
+def exact(operation, *operands, clamp=lambda result: result) -> Decimal:
+    """``operation`` of ``operands`` computed exactly (then ``clamp``ed), or InvalidValue
+    (limit ``precision``) when the result needs more significant digits than DynamoDB holds."""
+    try:
+        with localcontext(_EXACT):
+            result = clamp(operation(*(canonical(Decimal(operand)) for operand in operands)))
+    except Inexact:  # only for operands no stored state can hold (exponents past DynamoDB's)
+        result = None
+    if result is None or significant_digits(result) > MAX_SIGNIFICANT_DIGITS:
         raise InvalidValue(f"the exact result needs more than {MAX_SIGNIFICANT_DIGITS} significant digits",
                            limit="precision")
     return canonical(result)
@@ -83,18 +82,21 @@ class IncrementOperation(jsonpatch.PatchOperation):
         current = subobj[part] if present else Decimal(0)
         if isinstance(current, bool) or not isinstance(current, (Decimal, int)):
             raise PatchNotApplicable(f"increment: {self.location} does not hold a number")
-        with localcontext(_EXACT):  # exact sum and clamp; only then checked against 38 digits
-            result = canonical(Decimal(current)) + canonical(Decimal(self.operation["value"]))
-        if "min" in self.operation:
-            result = max(result, Decimal(self.operation["min"]))
-        if "max" in self.operation:
-            result = min(result, Decimal(self.operation["max"]))
-        result = _fits(result)
+        result = exact(Decimal.__add__, current, self.operation["value"], clamp=self._clamp)
         if isinstance(subobj, MutableSequence) and part == "-":
             journal.append(subobj, result)
         else:
             journal.setitem(subobj, part, result)
         return obj
+
+
+    def _clamp(self, result: Decimal) -> Decimal:
+        """The exact sum clamped to [min, max] before it is checked against 38 digits."""
+        if "min" in self.operation:
+            result = max(result, Decimal(self.operation["min"]))
+        if "max" in self.operation:
+            result = min(result, Decimal(self.operation["max"]))
+        return result
 
 
 class _DevicePatch(jsonpatch.JsonPatch):

@@ -178,3 +178,27 @@ def test_a_keyed_retry_whose_path_is_percent_encoded_replays(api):
     assert first.status == again.status == 200
     assert again.header("Idempotent-Replayed") == "true"
     assert device(api, "lamp-1")["state"]["n"] == 1
+
+
+# ------------------------------------------- transactions and leases parse the same way
+
+
+@pytest.mark.parametrize("spelling", _SPELLINGS)
+def test_a_transaction_stores_long_equal_spellings_as_the_equal_number(api, spelling):
+    create(api, {})
+    body = (f'{{"operations": [{{"deviceId": "h", "mergePatch": {{"n": {spelling}}}}}, '
+            f'{{"deviceId": "t2", "put": {{"state": {{"n": {spelling}}}}}}}]}}')
+    result = api("POST", "/transactions", raw=body)
+    assert result.status == 200, result.text
+    assert device(api)["state"]["n"] == device(api, "t2")["state"]["n"] == Decimal(spelling)
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/transactions", '{"operations": [{"deviceId": "h", "mergePatch": {"n": ' + "[" * 900 + "]" * 900 + "}}]}"),
+    ("/transactions", '{"operations": [{"deviceId": "h", "mergePatch": {"\\ud800": 1}}]}'),
+    ("/devices/h/leases", '{"owner": ' + "[" * 900 + "]" * 900 + "}"),
+])
+def test_deep_or_invalid_transaction_and_lease_bodies_are_400_and_change_nothing(api, path, body):
+    create(api, {"n": 1})
+    assert api("POST", path, raw=body).status == 400
+    assert device(api)["version"] == 1 and api("GET", "/devices/h/leases").json["holder"] is None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +21,7 @@ from functions.api.openapi import OPENAPI
 from localdev.dynamodb_local import free_port
 
 pytestmark = pytest.mark.dynamodb_local
+READ_SECONDS = 2  # the server's deadline for reading one request (default 5)
 
 
 class Server:
@@ -45,7 +48,7 @@ class Server:
 def server(dynamodb_local):
     port = free_port()
     env = dict(os.environ, DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=f"http-{uuid.uuid4().hex[:8]}",
-               PORT=str(port), WORKERS="8")
+               PORT=str(port), WORKERS="8", REQUEST_READ_SECONDS=str(READ_SECONDS))
     process = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     candidate = Server(port)
@@ -207,6 +210,85 @@ def test_openapi_document_is_served(server):
     assert status == 200 and json.loads(body) == json.loads(json.dumps(OPENAPI))
 
 
+# ------------------------------------------------------- framing and methods (issue 13)
+
+
+def raw_exchange(server, data: bytes, timeout: float = 10) -> bytes:
+    """Send ``data`` on a fresh connection and read until the server closes it."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as connection:
+        connection.sendall(data)
+        chunks = []
+        while chunk := connection.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_idle_connections_time_out_and_never_stop_the_server_serving_others(server):
+    """More idle connections than workers (8): before, every worker sat in a read forever."""
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(20)]
+    try:
+        started = time.monotonic()
+        status, _, _ = server.request("GET", "/openapi.json")
+        served_after = time.monotonic() - started
+        assert status == 200 and served_after < READ_SECONDS * 4 + 5, served_after
+        for connection in idle:  # each was dropped by the server, not answered
+            connection.settimeout(READ_SECONDS * 4 + 5)
+            assert connection.recv(1) == b""
+    finally:
+        for connection in idle:
+            connection.close()
+
+
+def test_a_client_that_dribbles_its_request_is_dropped_at_the_deadline(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=READ_SECONDS * 4) as connection:
+        started = time.monotonic()
+        connection.sendall(b"GET /devices HTTP/1.1\r\n")
+        closed = False
+        for _ in range(READ_SECONDS * 4 * 2):
+            try:
+                connection.sendall(b"X-Slow: y\r\n")
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.5)
+            connection.setblocking(False)
+            try:
+                closed = connection.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed = True
+            connection.setblocking(True)
+            if closed:
+                break
+        assert closed and time.monotonic() - started < READ_SECONDS + 3
+
+
+@pytest.mark.parametrize("length", [b"abc", b"-1", b"1e3", b"5, 6"])
+def test_a_malformed_or_negative_content_length_is_400(server, length):
+    response = raw_exchange(server, b"POST /devices HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                    b"Content-Length: " + length + b"\r\n\r\n{}")
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), response
+    assert b"application/problem+json" in head and json.loads(body)["status"] == 400
+
+
+@pytest.mark.parametrize("method", ["TRACE", "OPTIONS", "PROPFIND"])
+def test_unknown_methods_get_a_405_problem_with_allow_from_the_server(server, method):
+    status, headers, body = server.request(method, "/devices/any")
+    assert status == 405 and headers["allow"] == "DELETE, GET, HEAD, PATCH, PUT"
+    assert headers["content-type"] == "application/problem+json" and json.loads(body)["status"] == 405
+
+
+def test_head_and_if_match_on_reads_over_http(server):
+    server.request("POST", "/devices", {"deviceId": "head-1", "state": {"a": 1}})
+    status, headers, body = server.request("HEAD", "/devices/head-1")
+    assert status == 200 and headers["etag"] == '"1"' and body == b""
+    status, headers, _ = server.request("GET", "/devices/head-1", headers={"If-Match": '"2"'})
+    assert status == 412 and headers["etag"] == '"1"'
+    assert server.request("HEAD", "/devices/head-1", headers={"If-Match": '"2"'})[0] == 412
+
+
 # ------------------------------------------------------------------- fuzz
 
 _OPERATIONS = {
@@ -248,18 +330,47 @@ _BODIES = st.one_of(
         "waitSeconds": st.sampled_from([0, 0.05, 26, -1, "x", None]),
         "owner": st.sampled_from(["job", "", 7])}).map(lambda v: json.dumps(v).encode()),
 )
+# Issue 13: the inputs that broke the service, as generators.
+_SURROGATES = st.sampled_from(["\\ud800", "\\udfff", "\\udbff", "x\\ud800y"])
+_NUMBERS = st.one_of(
+    st.integers(0, 8).map(lambda zeros: "1." + "0" * (38 + zeros)),  # trailing zeros past 38 digits
+    st.integers(37, 44).map(lambda zeros: "1" + "0" * zeros),  # exponents written out
+    st.integers(38, 45).flatmap(lambda digits: st.text("0123456789", min_size=digits, max_size=digits)).map(
+        lambda digits: "9" + digits),  # 38-46 significant digits
+    st.tuples(st.sampled_from(["0", "1", "-9.5", "0.0"]), st.sampled_from(["E", "e-", "E+"]),
+              st.integers(100, 400)).map(lambda t: f"{t[0]}{t[1]}{t[2]}"),  # extreme exponents, zero included
+)
+_DEEP = st.integers(20, 1200).map(lambda depth: "[" * depth + "1" + "]" * depth)
+_HOSTILE_VALUES = st.one_of(_SURROGATES.map(lambda s: f'"{s}"'), _NUMBERS, _DEEP)
+_HOSTILE_BODIES = st.one_of(
+    _SURROGATES.map(lambda s: f'{{"{s}": 1}}'),
+    _HOSTILE_VALUES.map(lambda v: f'{{"n": {v}}}'),
+    _HOSTILE_VALUES.map(lambda v: f'{{"deviceId": "fuzz-1", "state": {{"n": {v}}}}}'),
+    _HOSTILE_VALUES.map(lambda v: f'{{"state": {{"n": {v}}}}}'),
+    st.tuples(st.sampled_from(["add", "replace", "increment", "test"]), _HOSTILE_VALUES).map(
+        lambda t: f'[{{"op": "{t[0]}", "path": "/n", "value": {t[1]}}}]'),
+    st.tuples(_NUMBERS, _NUMBERS).map(lambda t: f'[{{"op": "increment", "path": "/n", "value": {t[0]}, "max": {t[1]}}}]'),
+    _SURROGATES.map(lambda s: f'{{"owner": "{s}"}}'),
+    _HOSTILE_VALUES.map(lambda v: f'{{"operations": [{{"deviceId": "fuzz-1", "mergePatch": {{"n": {v}}}}}]}}'),
+).map(str.encode)
+_HOSTILE_CURSORS = st.one_of(
+    _DEEP.map(str.encode), _SURROGATES.map(lambda s: f'["{s}", "state"]'.encode()), st.binary(max_size=30),
+).map(lambda raw: "cursor=" + __import__("base64").urlsafe_b64encode(raw).decode().rstrip("="))
+_BODIES = st.one_of(_BODIES, _HOSTILE_BODIES)
+
 _TYPES = st.sampled_from([None, "application/json", "application/merge-patch+json", "application/json-patch+json",
                           "text/plain", "application/json; charset=latin-1", "application/json;charset=utf-8"])
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
-    method=st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE"]),
+    method=st.sampled_from(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "TRACE", "OPTIONS"]),
     target=st.one_of(
         _IDS.map(lambda i: f"/devices/{i}"),
         st.just("/devices"),
         st.sampled_from(["limit=1", "limit=0", "limit=x", "cursor=abc", "cursor=WyJhIiwic3RhdGUiXQ",
                          "foo=bar", "limit=2&limit=3"]).map(lambda q: f"/devices?{q}"),
+        _HOSTILE_CURSORS.map(lambda q: f"/devices?{q}"),
         st.just("/elsewhere"),
         st.just("/transactions"),
         _IDS.map(lambda i: f"/devices/{i}/leases"),
@@ -280,8 +391,11 @@ def test_fuzz_never_5xx_and_only_documented_statuses(server, method, target, bod
                         ("Idempotency-Key", idempotency_key), ("Lease-Token", lease_token)):
         if value is not None:
             headers[name] = value
+    before = _snapshot(server)
     status, response_headers, payload = server.request(method, target, raw=body, headers=headers)
     assert status < 500, payload
+    if status >= 400:
+        assert _snapshot(server) == before, (method, target, status, payload)  # a refusal changed nothing
     path = target.split("?")[0]
     # Powertools treats a trailing slash as absent: /devices/ is the collection
     segments = path.split("/")[2:] if path.startswith("/devices/") else None
@@ -296,10 +410,87 @@ def test_fuzz_never_5xx_and_only_documented_statuses(server, method, target, bod
         assert status in (404, 405), (method, target, status, payload)
     else:
         assert status in documented, (method, target, status, payload)
-    if status >= 400:
+    if status >= 400 and method != "HEAD":
         problem = json.loads(payload)
         assert response_headers["content-type"] == "application/problem+json"
         assert problem["status"] == status
+
+
+def _snapshot(server) -> list:
+    """Every device with its version and state, and the fuzz device's lease holder."""
+    devices, cursor = [], None
+    while True:
+        status, _, body = server.request("GET", "/devices?limit=100" + (f"&cursor={cursor}" if cursor else ""))
+        assert status == 200
+        page = json.loads(body)
+        devices += [(item["deviceId"], item["version"], json.dumps(item["state"], sort_keys=True))
+                    for item in page["items"]]
+        cursor = page["nextCursor"]
+        if not cursor:
+            return sorted(devices) + [json.loads(server.request("GET", "/devices/fuzz-1/leases")[2]).get("holder")]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(spelling=_NUMBERS, how=st.sampled_from(["post", "merge", "add", "increment"]))
+def test_fuzz_numbers_are_stored_exactly_or_refused_with_4xx(server, spelling, how):
+    """A number is either stored as the equal number or refused (400/413) with nothing changed."""
+    from decimal import Decimal, localcontext
+
+    device_id = f"num-{uuid.uuid4().hex[:8]}"
+    status, _, _ = server.request("POST", "/devices", {"deviceId": device_id, "state": {"n": 5}})
+    assert status == 201
+    path = f"/devices/{device_id}"
+    if how == "post":
+        path, body, kind = "/devices", f'{{"deviceId": "{device_id}-p", "state": {{"n": {spelling}}}}}', "application/json"
+    elif how == "merge":
+        body, kind = f'{{"n": {spelling}}}', "application/merge-patch+json"
+    else:
+        body = f'[{{"op": "{how}", "path": "/n", "value": {spelling}}}]'
+        kind = "application/json-patch+json"
+    status, _, payload = server.request("PATCH" if how != "post" else "POST", path, raw=body.encode(),
+                                        headers={"Content-Type": kind})
+    assert status in (200, 201, 400, 413), (status, payload)
+    stored_id = f"{device_id}-p" if how == "post" else device_id
+    read_status, _, read = server.request("GET", f"/devices/{stored_id}")
+    if status >= 400:
+        assert read_status == (404 if how == "post" else 200)
+        if how != "post":
+            assert json.loads(read)["version"] == 1
+        return
+    with localcontext() as exact:
+        exact.prec = 1000  # the default 28 digits would round the expectation itself
+        expected = Decimal(spelling) + (5 if how == "increment" else 0)
+    assert Decimal(json.loads(read, parse_float=Decimal, parse_int=Decimal)["state"]["n"]) == expected
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(request=st.one_of(
+    st.sampled_from([b"GET / HTTP/1.1\r\n\r\n", b"\r\n\r\n", b"GET\r\n\r\n", b"GET /devices HTTP/9.9\r\n\r\n",
+                     b"POST /devices HTTP/1.1\r\nContent-Length: 10\r\n\r\n{}",
+                     b"POST /devices HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                     b"GET /devices HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n"]),
+    st.tuples(st.sampled_from(["GET", "POST", "PATCH", "BREW", "G\x00T"]),
+              st.sampled_from(["/devices", "/devices/x", "*", "http://h/devices", "/%ff", "/" + "a" * 70000]),
+              st.sampled_from(["", "Content-Length: -5\r\n", "Content-Length: +5\r\n", "Content-Length: 0x10\r\n",
+                               "Content-Length: 2\r\nContent-Length: 3\r\n", "X: \xff\r\n", "bad header\r\n"]),
+              st.binary(max_size=20)).map(
+        lambda t: f"{t[0]} {t[1]} HTTP/1.1\r\nHost: x\r\n{t[2]}\r\n".encode("latin-1") + t[3]),
+    st.binary(max_size=200),
+))
+def test_fuzz_malformed_framing_never_5xx_and_the_server_keeps_serving(server, request):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=READ_SECONDS * 3) as connection:
+        connection.sendall(request)
+        try:
+            connection.shutdown(socket.SHUT_WR)
+            response = connection.recv(65536)
+        except OSError:
+            response = b""
+    if response:
+        # An HTTP/0.9-style request line gets a bare body naming the code; 505 is the one right
+        # answer to an HTTP version the server does not speak (RFC 9110 15.6.6).
+        code = re.match(rb"HTTP/1\.[01] (\d{3}) ", response) or re.search(rb"Error code: (\d{3})", response)
+        assert code and (int(code.group(1)) < 500 or code.group(1) == b"505"), response
+    assert server.request("GET", "/openapi.json")[0] == 200
 
 
 def test_ctrl_c_stops_the_server_and_its_dynamodb_local():

@@ -127,3 +127,27 @@ def test_well_formed_patches_that_cannot_apply(operation, state):
 def test_malformed_patch_documents(document):
     with pytest.raises(InvalidPatch):
         JsonPatch(document)
+
+
+# ------------------------------------------------ issue 13: exact or refused
+
+
+def test_increment_is_exact_beyond_28_digits_and_clamps_exactly():
+    from functions.device_state import InvalidValue
+
+    big = Decimal("12345678901234567890123456789012345")
+    assert JsonPatch([{"op": "increment", "path": "/n", "value": Decimal(1)}])({"n": big}) == {"n": Decimal("12345678901234567890123456789012346")}
+    top = Decimal("1234567890123456789012345678901")
+    assert JsonPatch([{"op": "increment", "path": "/n", "value": 1, "max": top}])({"n": top}) == {"n": top}
+    assert JsonPatch([{"op": "increment", "path": "/n", "value": Decimal("1E-10"), "max": 5}])(
+        {"n": Decimal("1E+30")}) == {"n": 5}
+    for current in (Decimal("1E+30"), Decimal("1E-999")):  # the second is no stored value: still a 4xx
+        with pytest.raises(InvalidValue) as caught:
+            JsonPatch([{"op": "increment", "path": "/n", "value": Decimal("1E-10")}])({"n": current})
+        assert caught.value.limit == "precision"
+
+
+def test_a_clamp_guard_that_needs_more_than_38_digits_is_not_compiled():
+    top = Decimal("1234567890123456789012345678901234567")
+    assert JsonPatch([{"op": "increment", "path": "/n", "value": Decimal("0.01"), "max": top}]).compile() is None
+    assert JsonPatch([{"op": "increment", "path": "/n", "value": 1, "max": top}]).compile() is not None
