@@ -44,14 +44,15 @@ DYNAMODB_ACTIONS = (
     "dynamodb:Scan",
     "dynamodb:Query",
 )
-# (path, methods) of shared/API.md plus the OpenAPI document.
+# (path, methods) of shared/API.md plus the OpenAPI document. Every GET answers HEAD too, and
+# ANY sends every other method to the handler, which answers 405 with Allow (not API Gateway's 403).
 ROUTES = (
-    ("devices", ("GET", "POST")),
-    ("devices/{deviceId}", ("GET", "PUT", "PATCH", "DELETE")),
-    ("devices/{deviceId}/leases", ("GET", "POST")),
-    ("devices/{deviceId}/leases/{leaseId}", ("PUT", "DELETE")),
-    ("transactions", ("POST",)),
-    ("openapi.json", ("GET",)),
+    ("devices", ("GET", "HEAD", "POST", "ANY")),
+    ("devices/{deviceId}", ("GET", "HEAD", "PUT", "PATCH", "DELETE", "ANY")),
+    ("devices/{deviceId}/leases", ("GET", "HEAD", "POST", "ANY")),
+    ("devices/{deviceId}/leases/{leaseId}", ("PUT", "DELETE", "ANY")),
+    ("transactions", ("POST", "ANY")),
+    ("openapi.json", ("GET", "HEAD", "ANY")),
 )
 
 

@@ -148,7 +148,17 @@ def test_every_method_uses_iam_authorization(template):
         assert method["Properties"]["AuthorizationType"] == "AWS_IAM"
         assert method["Properties"]["Integration"]["Type"] == "AWS_PROXY"
         routes.add(method["Properties"]["HttpMethod"])
-    assert routes == {"GET", "POST", "PUT", "PATCH", "DELETE"}
+    assert routes == {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "ANY"}
+
+
+def test_every_get_route_answers_head_and_other_methods_reach_the_handlers_405(template):
+    methods = template.find_resources("AWS::ApiGateway::Method")
+    by_resource = {}
+    for method in methods.values():
+        by_resource.setdefault(json.dumps(method["Properties"]["ResourceId"]), set()).add(
+            method["Properties"]["HttpMethod"])
+    for verbs in by_resource.values():
+        assert "ANY" in verbs and ("GET" not in verbs or "HEAD" in verbs), verbs
 
 
 def test_stage_throttling_and_json_access_logs_from_context():
