@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import zlib
 from dataclasses import dataclass
+from typing import Callable
 
 from . import table
 from .device import Device, timestamp
 from .errors import DeviceStateError, IdempotencyKeyReused
-from .values import check_item_size, from_attribute, to_attribute
+from .values import check_item_size, dumps, loads
 
 RECORD_TTL_SECONDS = 24 * 60 * 60
 KEY_PATTERN = re.compile(r"[\x20-\x7e]{1,255}")
@@ -26,7 +28,9 @@ SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 CREATED, REPLACED, UPDATED, DELETED, CHECKED = "created", "replaced", "updated", "deleted", "checked"
 
 FINGERPRINT = "fingerprint"
-RESULTS = "results"  # per device written: outcome and the device as answered
+ANSWER = "answer"  # the recorded answer: compressed JSON, per device the outcome and the device
+PARTS = "parts"  # how many items the answer spans (the first holds part 0)
+PART_BYTES = 300 * 1024
 OUTCOME = "outcome"
 RECORDED_AT = "recordedAt"
 
@@ -61,7 +65,7 @@ class IdempotencyKey:
         carries the same token, any other attempt (new timestamps, new write id) another."""
         digest = hashlib.sha256()
         digest.update(f"{table_name}\n{device_id}\n{self.sort_key}\n".encode())
-        digest.update(json.dumps(transact_items, sort_keys=True).encode())
+        digest.update(json.dumps(transact_items, sort_keys=True, default=bytes.hex).encode())
         return digest.hexdigest()[:36]
 
 
@@ -74,52 +78,60 @@ def fingerprint(*parts: str | bytes | None) -> str:
     return digest.hexdigest()
 
 
-def record_put(table_name: str, partition: str, key: IdempotencyKey, results: list[tuple], now: float) -> dict:
-    """The record of a keyed write (a TransactWriteItems Put): its fingerprint and, per
-    device, the outcome and the device as the answer showed it. ``results`` are
-    (device, outcome) pairs."""
-    record = {
-        table.PARTITION_KEY: {"S": partition},
-        table.SORT_KEY: {"S": key.sort_key},
-        FINGERPRINT: {"S": key.fingerprint},
-        RESULTS: {"L": [{"M": {
-            OUTCOME: {"S": outcome},
-            table.PARTITION_KEY: {"S": device.device_id},
-            table.VERSION: {"N": str(device.version)},
-            table.STATE: to_attribute(device.state),
-            table.CREATED_AT: {"S": device.created_at},
-            table.UPDATED_AT: {"S": device.updated_at},
-        }} for device, outcome in results]},
-        RECORDED_AT: {"S": timestamp(now)},
-        table.TTL_ATTRIBUTE: {"N": str(int(now) + RECORD_TTL_SECONDS)},
-    }
-    check_item_size(record)
-    return {"Put": {
-        "TableName": table_name,
-        "Item": record,
+def record_puts(table_name: str, partition: str, key: IdempotencyKey, results: list[tuple], now: float) -> list[dict]:
+    """The record of a keyed write, as TransactWriteItems Puts: its fingerprint and, per
+    device, the outcome and the device as the answer showed it (``results`` are (device,
+    outcome) pairs). The answer is stored compressed, and split over as many items as it
+    needs, so a key never makes a write too large that fits without one. Only the first
+    item carries the condition that makes the key single-use."""
+    answer = zlib.compress(dumps([
+        {OUTCOME: outcome, "deviceId": device.device_id, "version": device.version, "state": device.state,
+         "createdAt": device.created_at, "updatedAt": device.updated_at}
+        for device, outcome in results]).encode(), 6)
+    parts = [answer[offset:offset + PART_BYTES] for offset in range(0, len(answer), PART_BYTES)] or [b""]
+    expires = {"N": str(int(now) + RECORD_TTL_SECONDS)}
+    first = {**record_key(partition, key), FINGERPRINT: {"S": key.fingerprint}, ANSWER: {"B": parts[0]},
+             PARTS: {"N": str(len(parts))}, RECORDED_AT: {"S": timestamp(now)}, table.TTL_ATTRIBUTE: expires}
+    puts = [{"Put": {
+        "TableName": table_name, "Item": first,
         "ConditionExpression": "attribute_not_exists(#sk) OR #expiresAt <= :nowEpoch",
         "ExpressionAttributeNames": {"#sk": table.SORT_KEY, "#expiresAt": table.TTL_ATTRIBUTE},
         "ExpressionAttributeValues": {":nowEpoch": {"N": str(now)}},
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-    }}
+    }}]
+    for index, part in enumerate(parts[1:], start=1):
+        puts.append({"Put": {"TableName": table_name, "Item": {
+            **part_key(partition, key, index), ANSWER: {"B": part}, table.TTL_ATTRIBUTE: expires}}})
+    for put in puts:
+        check_item_size(put["Put"]["Item"])
+    return puts
 
 
 def record_key(partition: str, key: IdempotencyKey) -> dict:
     return {table.PARTITION_KEY: {"S": partition}, table.SORT_KEY: {"S": key.sort_key}}
 
 
-def recorded_results(partition: str, key: IdempotencyKey, record: dict | None, now: float) -> list[tuple] | None:
+def part_key(partition: str, key: IdempotencyKey, index: int) -> dict:
+    """Where part ``index`` (from 1) of a long recorded answer lives."""
+    return {table.PARTITION_KEY: {"S": partition},
+            table.SORT_KEY: {"S": f"{table.IDEMPOTENCY_PART_SK_PREFIX}{index}#{key.scope}#{key.key}"}}
+
+
+def recorded_results(partition: str, key: IdempotencyKey, record: dict | None, now: float,
+                     read_part: Callable[[dict], dict | None]) -> list[tuple] | None:
     """The recorded (device, outcome) pairs of a live record, None without one;
-    ``IdempotencyKeyReused`` when the key was used for a different request."""
+    ``IdempotencyKeyReused`` when the key was used for a different request.
+    ``read_part(key)`` reads one further part of a long answer."""
     if record is None or table.is_expired(record, now):
         return None
     if record[FINGERPRINT]["S"] != key.fingerprint:
         raise IdempotencyKeyReused(partition, key.key)
-    results = []
-    for entry in record[RESULTS]["L"]:
-        snapshot = entry["M"]
-        results.append((Device(
-            snapshot[table.PARTITION_KEY]["S"], int(snapshot[table.VERSION]["N"]),
-            from_attribute(snapshot[table.STATE]), snapshot[table.CREATED_AT]["S"],
-            snapshot[table.UPDATED_AT]["S"], replayed=True), snapshot[OUTCOME]["S"]))
-    return results
+    answer = bytes(record[ANSWER]["B"])
+    for index in range(1, int(record[PARTS]["N"])):
+        part = read_part(part_key(partition, key, index))
+        if part is None:
+            return None  # expired part by part: the whole record counts as gone
+        answer += bytes(part[ANSWER]["B"])
+    return [(Device(entry["deviceId"], int(entry["version"]), entry["state"], entry["createdAt"],
+                    entry["updatedAt"], replayed=True), entry[OUTCOME])
+            for entry in loads(zlib.decompress(answer))]

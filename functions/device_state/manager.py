@@ -243,7 +243,7 @@ class DeviceStateManager:
 
     def recorded_results(self, partition: str, idempotency: IdempotencyKey) -> list[tuple[Device, str]] | None:
         record = self.store.get(idem.record_key(partition, idempotency))
-        results = idem.recorded_results(partition, idempotency, record, self.clock())
+        results = idem.recorded_results(partition, idempotency, record, self.clock(), self.store.get)
         if results is not None:
             self.observer.replayed(partition)
         return results
@@ -309,8 +309,8 @@ class DeviceStateManager:
                     idempotency: IdempotencyKey) -> tuple[Device, str]:
         """The change and its record in one transaction; DynamoDB's ClientRequestToken
         makes a resend of it safe, so the store sends it again on a lost answer."""
-        items = [planned.request, idem.record_put(self.table_name, device_id, idempotency,
-                                                  [(planned.device, planned.outcome)], planner.now)]
+        items = [planned.request, *idem.record_puts(self.table_name, device_id, idempotency,
+                                                    [(planned.device, planned.outcome)], planner.now)]
         try:
             self.store.send("transact_write_items", IDEMPOTENT, TransactItems=items,
                             ClientRequestToken=idempotency.client_request_token(self.table_name, device_id, items))

@@ -87,6 +87,7 @@ LEASE_UNTIL = "leaseUntil"  # epoch seconds (to the millisecond) when the holder
 
 # Sort-key prefix of idempotency records (see idempotency.py).
 IDEMPOTENCY_SK_PREFIX = "idem#"
+IDEMPOTENCY_PART_SK_PREFIX = "idem-part#"  # further parts of a long recorded answer
 # Lease queue rows and the ticket counter (see leases.py).
 LEASE_SK_PREFIX = "lease#"
 LEASE_COUNTER_SK = "lease-counter"

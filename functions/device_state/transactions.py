@@ -151,8 +151,10 @@ class TransactionRunner:
             raise TransactionFailed(failures)
         requests = [plan.request for plan in planned]
         if key is not None:
-            requests.append(idem.record_put(manager.table_name, partition, key,
-                                            [(plan.device, plan.outcome) for plan in planned], planner.now))
+            requests += idem.record_puts(manager.table_name, partition, key,
+                                         [(plan.device, plan.outcome) for plan in planned], planner.now)
+        if len(requests) > MAX_OPERATIONS:
+            raise TransactionTooLarge(sum(item_size(_written_attributes(request)) for request in requests))
         size = sum(item_size(_written_attributes(request)) for request in requests)
         if size > MAX_TRANSACTION_BYTES:
             raise TransactionTooLarge(size)
@@ -171,7 +173,8 @@ class TransactionRunner:
         """The recorded answer when the key's record exists already; otherwise raise what the
         cancellation means: ``TransactionFailed`` or ``Moved``."""
         manager = self._manager
-        if key is not None and len(reasons) > len(planned) and reasons[-1].get("Code") == "ConditionalCheckFailed":
+        record_reason = reasons[len(planned)] if key is not None and len(reasons) > len(planned) else {}
+        if record_reason.get("Code") == "ConditionalCheckFailed":
             replay = manager.recorded_results(partition, key)
             if replay is not None:
                 return [device for device, _ in replay]

@@ -114,3 +114,28 @@ def test_a_crash_after_the_write_is_answered_by_a_replay(api, device, monkeypatc
     retried = patch(api, "k1")
     assert retried.status == 200 and retried.header("Idempotent-Replayed") == "true"
     assert n_and_version(api) == (1, 2)
+
+
+def test_a_key_changes_no_outcome_for_large_devices_and_transactions(api):
+    if not api.client.meta.endpoint_url.startswith("http://127.0.0.1"):
+        pytest.skip("moto sizes items larger than DynamoDB does; AWS's sizing is the DynamoDB Local run")
+    import base64
+    import os
+
+    def blob(size):
+        return base64.b64encode(os.urandom(size)).decode()[:size]
+
+    big = {"blob": blob(400 * 1024 - 2048)}
+    assert api("POST", "/devices", {"deviceId": "big", "state": {}}).status == 201
+    first = api("PUT", "/devices/big", {"state": big}, headers={"Idempotency-Key": "put-big"})
+    again = api("PUT", "/devices/big", {"state": big}, headers={"Idempotency-Key": "put-big"})
+    assert first.status == again.status == 200, first.text
+    assert again.text == first.text and again.header("Idempotent-Replayed") == "true"
+    scene = []
+    for name in ("t1", "t2", "t3"):
+        assert api("POST", "/devices", {"deviceId": name, "state": {}}).status == 201
+        scene.append({"deviceId": name, "put": {"state": {"blob": blob(150 * 1024)}}})
+    done = api("POST", "/transactions", {"operations": scene}, headers={"Idempotency-Key": "scene"})
+    replayed = api("POST", "/transactions", {"operations": scene}, headers={"Idempotency-Key": "scene"})
+    assert done.status == replayed.status == 200, done.text
+    assert replayed.text == done.text

@@ -21,6 +21,7 @@ from functions.device_state import (
     StorageUnavailable,
     VersionConflict,
 )
+from functions.device_state import Operation
 from functions.device_state.idempotency import RECORD_TTL_SECONDS
 from tests.helpers import RecordingClient
 
@@ -225,3 +226,37 @@ def test_two_identical_requests_racing_with_one_key_apply_once(local_table):
         assert results[0] == results[1]  # the same answer
         assert sorted(r.replayed for r in results) == [False, True]
     assert manager.get("c").state == {"n": 5} and manager.get("c").version == 6
+
+
+def _incompressible(size: int) -> str:
+    import base64
+    import os
+
+    return base64.b64encode(os.urandom(size * 3 // 4)).decode()[:size]
+
+
+@pytest.mark.dynamodb_local  # AWS's own item sizing; moto refuses items DynamoDB accepts
+def test_a_key_never_makes_a_write_too_large_that_fits_without_one(local_table):
+    """The record holds the whole answer; it is compressed and split over several items,
+    so a device 1 KB under the item limit is written and replayed with a key as without."""
+    manager = DeviceStateManager(*local_table)
+    manager.create("big", {"blob": "", "n": 0})
+    state = {"blob": _incompressible(400 * 1024 - 1024), "n": 1}
+    unkeyed = manager.replace("big", state)
+    assert unkeyed.state == state
+    keyed = manager.replace("big", {**state, "n": 2}, idempotency=key("big-1"))
+    assert keyed.version == 3 and not keyed.replayed
+    replayed = manager.replace("big", {**state, "n": 2}, idempotency=key("big-1"))
+    assert replayed.replayed and replayed == keyed and replayed.state == keyed.state
+    assert manager.get("big").version == 3
+
+
+def test_a_keyed_transaction_of_large_devices_fits_as_without_a_key(manager):
+    states = {name: {"blob": _incompressible(150 * 1024)} for name in ("a", "b", "c")}
+    for name in states:
+        manager.create(name, {})
+    operations = [Operation.replace(name, state) for name, state in states.items()]
+    devices = manager.transact(operations, idempotency=IdempotencyKey("scene-big", "transaction", "f"))
+    again = manager.transact(operations, idempotency=IdempotencyKey("scene-big", "transaction", "f"))
+    assert [d.state for d in again] == [d.state for d in devices] == list(states.values())
+    assert all(d.replayed for d in again) and [manager.get(n).version for n in states] == [2, 2, 2]
