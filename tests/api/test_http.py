@@ -44,25 +44,29 @@ class Server:
             connection.close()
 
 
-@pytest.fixture(scope="module")
-def server(dynamodb_local):
+def launch(**env) -> tuple[subprocess.Popen, Server]:
+    """`python -m localdev.server` with ``env`` on a free port, once it answers."""
     port = free_port()
-    env = dict(os.environ, DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=f"http-{uuid.uuid4().hex[:8]}",
-               PORT=str(port), WORKERS="8", REQUEST_READ_SECONDS=str(READ_SECONDS))
-    process = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=env,
+    process = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=dict(os.environ, PORT=str(port), **env),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     candidate = Server(port)
     deadline = time.monotonic() + 60
     while True:
         try:
             if candidate.request("GET", "/openapi.json")[0] == 200:
-                break
+                return process, candidate
         except OSError:
             pass
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
             pytest.fail("the local server did not start")
         time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def server(dynamodb_local):
+    process, candidate = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=f"http-{uuid.uuid4().hex[:8]}",
+                                WORKERS="8", REQUEST_READ_SECONDS=str(READ_SECONDS))
     yield candidate
     process.terminate()
     process.wait(timeout=20)

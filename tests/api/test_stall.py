@@ -6,17 +6,14 @@ the changes stored."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
 
 import pytest
 
-from localdev.dynamodb_local import DynamoDBLocal, free_port
-from tests.api.test_http import Server
+from localdev.dynamodb_local import DynamoDBLocal
+from tests.api.test_http import launch
 
 pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency]
 
@@ -27,24 +24,12 @@ STALLS = ((1.5, 5.0), (2.0, 8.0))  # (seconds before, seconds stalled): longer t
 @pytest.fixture
 def stalling_server():
     engine = DynamoDBLocal().start()
-    port = free_port()
-    env = dict(os.environ, DYNAMODB_ENDPOINT=engine.endpoint, TABLE_NAME=f"stall-{uuid.uuid4().hex[:8]}",
-               PORT=str(port), WORKERS="8")
-    process = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    server = Server(port)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if server.request("GET", "/openapi.json")[0] == 200:
-                break
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            engine.stop()
-            pytest.fail("the local server did not start")
-        time.sleep(0.2)
+    try:
+        process, server = launch(DYNAMODB_ENDPOINT=engine.endpoint, TABLE_NAME=f"stall-{uuid.uuid4().hex[:8]}",
+                                 WORKERS="8")
+    except BaseException:
+        engine.stop()
+        raise
     yield server, engine
     engine.resume()
     process.terminate()

@@ -7,7 +7,7 @@ import pytest
 
 from functions.device_state import DeviceAlreadyExists, JsonPatch
 from functions.device_state import table
-from functions.device_state.fencing import Fence
+from functions.device_state.fencing import Fence, lease_key
 from functions.device_state.writes import (JOURNAL_KEEP, JOURNAL_TRIM_EVERY, Planner, WriteId, journal,
                                            settle_request, trim_request)
 
@@ -50,10 +50,11 @@ def test_a_state_write_is_version_checked_fenced_and_journaled():
 
 
 def test_a_fenced_write_names_its_lease_token():
-    planned = Planner("devices", Fence({"d": 7}), NOW).replace_state(item(), lambda s: s, None, "updated")
+    planned = Planner("devices", Fence({"d": "a" * 32}), NOW).replace_state(item(), lambda s: s, None, "updated")
     request = planned.request["Update"]
-    assert request["ConditionExpression"].endswith("(#leaseToken = :leaseToken AND #leaseUntil > :nowEpoch)")
-    assert request["ExpressionAttributeValues"][":leaseToken"] == {"N": "7"}
+    assert request["ConditionExpression"].endswith("(#leaseKey = :leaseKey AND #leaseUntil > :nowEpoch)")
+    assert request["ExpressionAttributeValues"][":leaseKey"] == {"S": lease_key("a" * 32)}
+    assert "a" * 32 not in str(request)  # the secret itself is never sent
 
 
 def test_a_state_write_keeps_the_newest_entries_and_raises_the_trim_watermark():
@@ -80,7 +81,7 @@ def test_a_create_over_nothing_requires_no_version_and_over_a_tombstone_continue
         "#version = :expected AND (attribute_not_exists(#version) OR attribute_exists(#deletedAt) OR "
         "#expiresAt <= :nowEpoch)")
     assert request["ExpressionAttributeValues"][":next"] == {"N": "6"} and again.device.version == 6
-    assert "REMOVE #deletedAt, #expiresAt, #leaseToken, #leaseUntil" in request["UpdateExpression"]
+    assert "REMOVE #deletedAt, #expiresAt, #leaseToken, #leaseKey, #leaseUntil" in request["UpdateExpression"]
     with pytest.raises(DeviceAlreadyExists):
         PLANNER.create("d", {}, item())
 
@@ -90,7 +91,7 @@ def test_a_delete_leaves_a_tombstone_with_the_next_version():
     request = planned.request["Update"]
     assert request["UpdateExpression"].startswith(
         "SET #deletedAt = :now, #updatedAt = :now, #expiresAt = :tombstoneExpires, #version = :next, #w = :next "
-        "REMOVE #state, #leaseToken, #leaseUntil")
+        "REMOVE #state, #leaseToken, #leaseKey, #leaseUntil")
     assert request["ExpressionAttributeValues"][":tombstoneExpires"] == {"N": str(int(NOW) + 100)}
     assert request["ExpressionAttributeValues"][":next"] == {"N": "4"}
     assert planned.device.version == 3  # the device as it was
