@@ -27,6 +27,7 @@ NAMES = {
     "#trimmed": table.JOURNAL_TRIMMED,
     "#leaseToken": table.LEASE_TOKEN,
     "#leaseUntil": table.LEASE_UNTIL,
+    "#lastWrite": table.LAST_WRITE,
 }
 
 NOT_EXPIRED = "(attribute_not_exists(#expiresAt) OR #expiresAt > :nowEpoch)"
