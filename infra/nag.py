@@ -25,6 +25,9 @@ REVIEWED: list[tuple[str, str]] = [
     ("AwsSolutions::AwsSolutions-APIG3",
      "Stage throttling (rate and burst from context) and IAM authorization front the API; accounts that "
      "expose it more widely should attach their organisation's WAF web ACL."),
+    ("AwsSolutions::AwsSolutions-SQS3",
+     "The change feed's on-failure queue is itself the dead-letter destination of the stream processor's "
+     "event source mapping; its messages are read by operators (README runbook), never consumed and retried."),
 ]
 
 
