@@ -6,8 +6,6 @@ with backoff until a change arrives or its wait ends, never past the Lambda's de
 
 from __future__ import annotations
 
-import functools
-
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions.device_state import dynamodb_client
@@ -32,8 +30,8 @@ class VersionGone(HttpProblem):
     status, slug, title = 404, "version-not-found", "No such version"
 
 
-@functools.lru_cache(maxsize=1)
 def change_log() -> ChangeLog:
+    """Made per request (cheap): the client under it is the cached one per endpoint."""
     config = load_config()
     return ChangeLog(dynamodb_client(config.dynamodb_endpoint), config.table_name,
                      retention_seconds=config.change_retention_seconds)

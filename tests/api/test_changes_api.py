@@ -13,19 +13,11 @@ import uuid
 
 import pytest
 
-from functions.api import changes as changes_routes
 from functions.changes.events import DETAIL_TYPE
 from functions.device_state.changes import ChangeLog
 from functions.device_state.table import state_key
 from localdev.dynamodb_local import free_port
 from tests.api.test_http import Server
-
-
-@pytest.fixture(autouse=True)
-def _fresh_change_log():
-    changes_routes.change_log.cache_clear()
-    yield
-    changes_routes.change_log.cache_clear()
 
 
 def _record_old_change(api, device_id):
