@@ -283,3 +283,28 @@ def test_the_feed_refuses_unknown_devices_and_impossible_versions(feed):
     manager.create("one", {})
     with pytest.raises(InvalidSince):
         log.read("one", 5)
+
+
+def test_a_record_that_keeps_failing_is_given_up_after_bounded_retries_and_the_feed_never_skips_it(
+        feed, local_table, dynamodb_local):
+    client, name = local_table
+    manager, log, _ = feed
+    flaky = FlakyLog(client, name, version=3, times=10 ** 6)
+    manager.create("poison", {"n": 0})
+    for version in range(1, 5):
+        manager.update("poison", MergePatch({"n": version}), version)
+    poller = StreamPoller(streams_client(dynamodb_local.endpoint), client, name,
+                          functools.partial(process, log=flaky, events=LogPublisher()), max_retry_attempts=2).start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(change_items(client, name, "poison")) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        poller.stop()
+    assert flaky.failures == 3  # the first try and two retries, then given up
+    assert [r["dynamodb"]["NewImage"]["version"]["N"] for r in poller.discarded] == ["3"]
+    assert [c.version for c in log.read("poison", 0)] == [1, 2]  # never past the missing version 3
+    with pytest.raises(ChangesExpired) as gone:
+        log.read("poison", 2)
+    assert gone.value.current_version == 5
+    assert [c.version for c in log.read("poison", 3)] == [4, 5]
