@@ -26,6 +26,9 @@ from localdev.apigw import LambdaContext, make_event
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
 LAMBDA_TIMEOUT_SECONDS = 28.0  # the deployed function's timeout (infra/api.py), so waits are capped alike
 STREAM_TIMEOUT_SECONDS = 60.0  # the stream processor's timeout (infra/changes.py)
+# The processor is background work: on a busy machine the API's requests go first (in Lambda
+# the two never share a CPU).
+STREAM_NICENESS = 10
 # The DeviceStateChanged events `make serve` publishes (there is no EventBridge locally), one JSON a line.
 DEFAULT_EVENTS_FILE = ".serve/change-events.jsonl"
 
@@ -130,6 +133,7 @@ def _stream_worker(endpoint: str, table_name: str) -> None:
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.nice(STREAM_NICENESS)
     logging.basicConfig(format="%(name)s: %(message)s", stream=sys.stderr)
     for name in ("device_state.changes", "device_state.stream"):
         logging.getLogger(name).setLevel(logging.INFO)

@@ -22,6 +22,11 @@ logger = logging.getLogger("device_state.stream")
 
 FIRST_BACKOFF_SECONDS = 0.05
 MAX_BACKOFF_SECONDS = 2.0
+# Between rounds even when records keep coming (Lambda's batching window, in effect): records
+# then arrive in batches, and the poller costs a busy machine one call per shard per window,
+# not one per record. It adds at most this much to the feed's lag.
+BATCH_WINDOW_SECONDS = 0.1
+DISCOVER_EVERY_SECONDS = 1.0  # new shards (DynamoDB Local rolls them over) are looked for this often
 
 
 def lambda_record(record: dict, stream_arn: str) -> dict:
@@ -37,13 +42,16 @@ class StreamPoller:
     """Polls a table's stream and feeds ``process(event, context) -> partial batch response``."""
 
     def __init__(self, streams_client, dynamodb_client, table_name: str, process: Callable[[dict, object], dict],
-                 *, context_factory: Callable[[], object] | None = None, idle_seconds: float = 0.05,
+                 *, context_factory: Callable[[], object] | None = None, idle_seconds: float = 0.1,
+                 batch_window_seconds: float = BATCH_WINDOW_SECONDS,
                  max_retry_attempts: int = MAX_RETRY_ATTEMPTS, batch_size: int = BATCH_SIZE):
         self.streams = streams_client
         self.table_name = table_name
         self.process = process
         self.context_factory = context_factory or (lambda: None)
         self.idle_seconds = idle_seconds
+        self.batch_window_seconds = batch_window_seconds
+        self._next_discovery = 0.0
         self.max_retry_attempts = max_retry_attempts
         self.batch_size = batch_size
         self.stream_arn = dynamodb_client.describe_table(TableName=table_name)["Table"]["LatestStreamArn"]
@@ -74,14 +82,15 @@ class StreamPoller:
             except Exception:  # DynamoDB Local went away for a moment, or a bug: keep polling
                 logger.exception("stream poll failed")
                 busy = False
-            if not busy:
-                self._stop.wait(self.idle_seconds)
+            self._stop.wait(self.batch_window_seconds if busy else self.idle_seconds)
 
     # ------------------------------------------------------------------ one round
 
     def poll_once(self) -> bool:
         """Read every open shard once; True when any records came."""
-        self._discover()
+        if not self.iterators or time.monotonic() >= self._next_discovery:
+            self._discover()
+            self._next_discovery = time.monotonic() + DISCOVER_EVERY_SECONDS
         busy = False
         for shard_id in list(self.iterators):
             busy = self._read(shard_id) or busy
@@ -142,6 +151,7 @@ class StreamPoller:
         if following is None:
             del self.iterators[shard_id]
             self.finished.add(shard_id)
+            self._next_discovery = 0.0  # its children come next
         else:
             self.iterators[shard_id] = following
         return bool(records)
