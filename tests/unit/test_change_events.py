@@ -55,3 +55,53 @@ def test_a_refused_entry_fails_the_record_so_it_is_retried():
 
     with pytest.raises(PublishFailed):
         EventBridgePublisher(Refusing(), "device-state").publish(change({}))
+
+
+def test_the_deployed_handler_writes_the_change_and_puts_the_event_on_the_configured_bus(monkeypatch):
+    """lambda_handler as Lambda runs it: config from the environment, EventBridge chosen by
+    EVENT_BUS_NAME, a stream batch in, a partial batch response out."""
+    from functions.changes import config, handler
+    from functions.device_state.client import dynamodb_client
+    from functions.device_state.table import create_table
+    from localdev.apigw import LambdaContext
+
+    def clear():
+        for cache in (handler.change_log, handler.publisher, config.load_config, dynamodb_client):
+            cache.cache_clear()
+
+    with mock_aws():
+        monkeypatch.setenv("TABLE_NAME", "devices-events")
+        monkeypatch.setenv("EVENT_BUS_NAME", "device-state")
+        monkeypatch.delenv("DYNAMODB_ENDPOINT", raising=False)
+        monkeypatch.delenv("CHANGE_EVENTS_FILE", raising=False)
+        clear()
+        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        create_table(dynamodb, "devices-events")
+        events = boto3.client("events", region_name="us-east-1")
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        events.create_event_bus(Name="device-state")
+        queue = sqs.create_queue(QueueName="all")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        events.put_rule(Name="all", EventBusName="device-state", EventPattern=json.dumps({"source": [SOURCE]}))
+        events.put_targets(Rule="all", EventBusName="device-state", Targets=[{"Id": "q", "Arn": arn}])
+        image = {"deviceId": {"S": "lamp-9"}, "sk": {"S": "state"}, "version": {"N": "1"},
+                 "state": {"M": {"on": {"BOOL": True}}}, "createdAt": {"S": "2026-11-22T00:00:00.000Z"},
+                 "updatedAt": {"S": "2026-11-22T00:00:00.000Z"}}
+        lease_only = {**image, "leaseToken": {"N": "3"}}
+        batch = {"Records": [
+            {"eventID": "1", "eventName": "INSERT", "eventSource": "aws:dynamodb", "eventSourceARN": "arn",
+             "dynamodb": {"Keys": {"deviceId": image["deviceId"], "sk": image["sk"]}, "NewImage": image,
+                          "SequenceNumber": "100", "ApproximateCreationDateTime": 1795000000}},
+            {"eventID": "2", "eventName": "MODIFY", "eventSource": "aws:dynamodb", "eventSourceARN": "arn",
+             "dynamodb": {"Keys": {"deviceId": image["deviceId"], "sk": image["sk"]}, "NewImage": lease_only,
+                          "OldImage": image, "SequenceNumber": "101", "ApproximateCreationDateTime": 1795000001}},
+        ]}
+        try:
+            assert handler.lambda_handler(batch, LambdaContext()) == {"batchItemFailures": []}
+            items = dynamodb.scan(TableName="devices-events")["Items"]
+            assert sorted(item["sk"]["S"] for item in items) == ["change#00000000000000000001"]
+            messages = sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=1, MaxNumberOfMessages=10)["Messages"]
+            assert [(m["detail"]["version"], m["detail"]["kind"]) for m in map(lambda m: loads(m["Body"]), messages)
+                    ] == [(1, "created")]  # one event: the lease bookkeeping made none
+        finally:
+            clear()
