@@ -66,9 +66,11 @@ invoke: $(PY_STAMP)
 	@test -n "$(EVENT)" || { echo "usage: make invoke EVENT=events/<name>.json"; exit 2; }
 	$(PY) -m localdev.invoke $(EVENT)
 
-# Contention and cold-start benchmark on DynamoDB Local: bench/results/latest.{json,md,png}.
+# Contention and cold-start benchmark on DynamoDB Local: bench/results/latest.{json,md,png};
+# then the change feed's lag and write capacity: bench/results/feed.{json,md}.
 bench: setup
 	$(PY) bench/contention.py $(BENCH_ARGS)
+	$(PY) bench/feed.py $(FEED_BENCH_ARGS)
 
 # Synthesize offline (no AWS account needed) and lint the template.
 synth: setup

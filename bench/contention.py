@@ -384,7 +384,8 @@ def main(argv=None) -> None:
         if "api" in strategies:
             port = free_port()
             env = dict(os.environ, DYNAMODB_ENDPOINT=dynamodb.endpoint, TABLE_NAME=bench.table, PORT=str(port),
-                       WORKERS=str(max(writers)), POWERTOOLS_LOG_LEVEL="ERROR")
+                       WORKERS=str(max(writers)), POWERTOOLS_LOG_LEVEL="ERROR",
+                       STREAM_PROCESSOR="off")  # contention alone; bench/feed.py measures the feed
             server = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=env, cwd=REPO_ROOT,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             bench.server_port = port

@@ -13,6 +13,7 @@ from constructs import Construct
 
 from functions.api import config
 from functions.device_state import metrics as metric_names
+from functions.device_state.changes import DEFAULT_RETENTION_SECONDS
 from functions.device_state.manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
 
 from .bundling import REPO_ROOT, bundling_options, pinned_version
@@ -51,6 +52,8 @@ ROUTES = (
     ("devices/{deviceId}", ("GET", "HEAD", "PUT", "PATCH", "DELETE", "ANY")),
     ("devices/{deviceId}/leases", ("GET", "HEAD", "POST", "ANY")),
     ("devices/{deviceId}/leases/{leaseId}", ("PUT", "DELETE", "ANY")),
+    ("devices/{deviceId}/changes", ("GET", "HEAD", "ANY")),
+    ("devices/{deviceId}/versions/{version}", ("GET", "HEAD", "ANY")),
     ("transactions", ("POST", "ANY")),
     ("openapi.json", ("GET", "HEAD", "ANY")),
 )
@@ -67,6 +70,7 @@ class DeviceApi(Construct):
         throttle_burst: int,
         require_if_match: bool = False,
         reserved_concurrency: int | None = None,
+        change_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
     ):
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(self, "FunctionLogs", retention=LOG_RETENTION)
@@ -75,17 +79,18 @@ class DeviceApi(Construct):
         self.role.add_to_policy(iam.PolicyStatement(
             actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[self.log_group.log_group_arn]))
 
+        # The asset and the layer are shared with the stream processor (infra/changes.py).
+        self.code = lambda_.Code.from_asset(str(REPO_ROOT / "functions"), bundling=bundling_options(PYTHON_VERSION))
+        self.layer = lambda_.LayerVersion.from_layer_version_arn(
+            self, "Powertools", ssm.StringParameter.value_for_string_parameter(self, powertools_layer_parameter()))
         self.function = lambda_.Function(
             self,
             "Function",
             runtime=RUNTIME,
             architecture=ARCHITECTURE,
             handler=HANDLER,
-            code=lambda_.Code.from_asset(str(REPO_ROOT / "functions"),
-                                         bundling=bundling_options(PYTHON_VERSION)),
-            layers=[lambda_.LayerVersion.from_layer_version_arn(
-                self, "Powertools", ssm.StringParameter.value_for_string_parameter(
-                    self, powertools_layer_parameter()))],
+            code=self.code,
+            layers=[self.layer],
             reserved_concurrent_executions=reserved_concurrency,
             timeout=TIMEOUT,
             memory_size=MEMORY_MB,
@@ -100,6 +105,7 @@ class DeviceApi(Construct):
                 config.TOMBSTONE_SECONDS: str(self.node.try_get_context("tombstoneSeconds")
                                               or config.DEFAULT_TOMBSTONE_SECONDS),
                 config.REQUIRE_IF_MATCH: "true" if require_if_match else "false",
+                config.CHANGE_RETENTION_SECONDS: str(change_retention_seconds),
                 "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
                 "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE,
                 "POWERTOOLS_LOG_LEVEL": "INFO",

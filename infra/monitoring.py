@@ -42,6 +42,11 @@ TRANSACTION_CONFLICTS_PER_PERIOD = 50
 # are fenced off, but the job may be half done. Any one is worth a look.
 LEASE_HEARTBEATS_LOST_PER_PERIOD = 0
 DYNAMODB_THROTTLES_PER_PERIOD = 0
+# The change feed (README "Runbook: change feed"): the feed trails writes by the stream
+# processor's iterator age; a minute means followers see changes a minute late.
+FEED_ITERATOR_AGE_MS = 60_000
+FEED_FAILURES_VISIBLE = 0  # any record on the on-failure queue is a change the feed could not record
+FEED_PROCESSOR_ERRORS_PER_PERIOD = 0  # a whole invocation failed (records are retried, the feed stalls)
 DYNAMODB_SYSTEM_ERRORS_PER_PERIOD = 0
 # What CloudWatch needs of the alarm topic's key to publish to it.
 CLOUDWATCH_KEY_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey*")
@@ -66,7 +71,8 @@ def service_metric(name: str, statistic: str = "Sum") -> cloudwatch.Metric:
 
 class Monitoring(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable,
-                 function: lambda_.IFunction, api: apigateway.RestApi, alarm_email: str | None = None):
+                 function: lambda_.IFunction, api: apigateway.RestApi, alarm_email: str | None = None,
+                 change_feed=None):
         super().__init__(scope, construct_id)
         # CloudWatch can publish to an encrypted topic only if the key's policy lets it use the
         # key; the AWS-managed alias/aws/sns key's policy cannot be changed, so the topic gets
@@ -152,8 +158,32 @@ class Monitoring(Construct):
             cloudwatch.GraphWidget(title="Lease wait (ms)", width=12, left=[
                 service_metric(names.LEASE_WAIT, "p50"), service_metric(names.LEASE_WAIT, "p99")]),
         )
+        if change_feed is not None:
+            self._watch_change_feed(change_feed, not_breaching)
         self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(
             title="Alarms", width=24, alarms=list(self.alarms.values())))
+
+    def _watch_change_feed(self, feed, not_breaching: cloudwatch.TreatMissingData) -> None:
+        """Alarms and widgets of the change feed (infra/changes.py)."""
+        processor = feed.function
+        iterator_age = processor.metric("IteratorAge", statistic="Maximum", period=PERIOD)
+        self._alarm("ChangeFeedIteratorAge", iterator_age, FEED_ITERATOR_AGE_MS, not_breaching,
+                    "The change feed lags the table by over a minute (stream processor iterator age)")
+        self._alarm("ChangeFeedFailures", feed.failures.metric_approximate_number_of_messages_visible(
+            statistic="Maximum", period=PERIOD), FEED_FAILURES_VISIBLE, not_breaching,
+            "Stream records the processor gave up on are on the on-failure queue: the feed of their devices "
+            "stops before them")
+        self._alarm("ChangeProcessorErrors", processor.metric_errors(statistic="Sum", period=PERIOD),
+                    FEED_PROCESSOR_ERRORS_PER_PERIOD, not_breaching, "The stream processor failed whole batches")
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Change feed lag (ms)", width=12, left=[
+                service_metric(names.CHANGE_LAG, "p50"), service_metric(names.CHANGE_LAG, "p95")],
+                right=[iterator_age]),
+            cloudwatch.GraphWidget(title="Change throughput", width=12, left=[
+                service_metric(names.CHANGES_RECORDED)], right=[
+                processor.metric_errors(statistic="Sum", period=PERIOD),
+                feed.failures.metric_approximate_number_of_messages_visible(statistic="Maximum", period=PERIOD)]),
+        )
 
     def _alarm(self, name: str, metric: cloudwatch.IMetric, threshold: float,
                treat_missing_data: cloudwatch.TreatMissingData, description: str,

@@ -5,7 +5,10 @@ from __future__ import annotations
 from aws_cdk import Stack
 from constructs import Construct
 
+from functions.device_state.changes import DEFAULT_RETENTION_SECONDS
+
 from .api import DeviceApi
+from .changes import ChangeFeed
 from .monitoring import Monitoring
 from .table import DevicesTable
 
@@ -21,6 +24,7 @@ CONTEXT_DEFAULTS = {
     # hold ~2,500 executions and starve every other function in the account (default
     # limit 1,000). "none" leaves the function unreserved and uncapped.
     "reservedConcurrency": 100,
+    "changeRetentionSeconds": DEFAULT_RETENTION_SECONDS,  # how long the change feed and history are kept
 }
 
 
@@ -48,7 +52,11 @@ class DeviceStateStack(Stack):
             throttle_burst=int(context(self, "throttleBurstLimit")),
             require_if_match=_flag(context(self, "requireIfMatch")),
             reserved_concurrency=_optional_int(context(self, "reservedConcurrency")),
+            change_retention_seconds=int(context(self, "changeRetentionSeconds")),
         )
+        self.changes = ChangeFeed(self, "ChangeFeed", table=self.devices.table, code=self.api.code,
+                                  layer=self.api.layer,
+                                  retention_seconds=int(context(self, "changeRetentionSeconds")))
         self.monitoring = Monitoring(
             self, "Monitoring", table=self.devices.table, function=self.api.function, api=self.api.api,
-            alarm_email=context(self, "alarmEmail") or None)
+            alarm_email=context(self, "alarmEmail") or None, change_feed=self.changes)

@@ -18,6 +18,7 @@ class DevicesTable(Construct):
             partition_key=dynamodb.Attribute(name=model.PARTITION_KEY, type=dynamodb.AttributeType.STRING),
             sort_key=dynamodb.Attribute(name=model.SORT_KEY, type=dynamodb.AttributeType.STRING),
             time_to_live_attribute=model.TTL_ATTRIBUTE,
+            stream=dynamodb.StreamViewType(model.STREAM_VIEW_TYPE),  # the change feed's processor reads it
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True

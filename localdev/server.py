@@ -29,6 +29,12 @@ from localdev.apigw import LambdaContext, make_event
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
 LAMBDA_TIMEOUT_SECONDS = 28.0  # the deployed function's timeout (infra/api.py), so waits are capped alike
+STREAM_TIMEOUT_SECONDS = 60.0  # the stream processor's timeout (infra/changes.py)
+# The processor is background work: on a busy machine the API's requests go first (in Lambda
+# the two never share a CPU).
+STREAM_NICENESS = 10
+# The DeviceStateChanged events `make serve` publishes (there is no EventBridge locally), one JSON a line.
+DEFAULT_EVENTS_FILE = ".serve/change-events.jsonl"
 REQUEST_READ_SECONDS = float(os.environ.get("REQUEST_READ_SECONDS", "5"))  # to read one whole request
 
 
@@ -182,13 +188,46 @@ def _worker(listener: socket.socket) -> None:
     os._exit(0)
 
 
+def _stream_worker(endpoint: str, table_name: str) -> None:
+    """The stream processor, as Lambda's event source mapping would run it (localdev/stream.py)."""
+    import logging
+
+    import boto3
+
+    from functions.changes.handler import lambda_handler
+    from functions.device_state import dynamodb_client
+    from localdev.stream import StreamPoller
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.nice(STREAM_NICENESS)
+    logging.basicConfig(format="%(name)s: %(message)s", stream=sys.stderr)
+    for name in ("device_state.changes", "device_state.stream"):
+        logging.getLogger(name).setLevel(logging.INFO)
+
+    def context():
+        lambda_context = LambdaContext(STREAM_TIMEOUT_SECONDS)
+        lambda_context.function_name = "device-state-changes"
+        return lambda_context
+
+    streams = boto3.session.Session().client("dynamodbstreams", endpoint_url=endpoint)
+    try:
+        StreamPoller(streams, dynamodb_client(endpoint), table_name, lambda_handler, context_factory=context).run()
+    except KeyboardInterrupt:
+        pass
+    os._exit(0)
+
+
 def _ensure_table(endpoint: str, table_name: str) -> None:
     import boto3
 
-    from functions.device_state.table import ensure_table
+    from functions.device_state.table import STREAM_VIEW_TYPE, ensure_table
 
     client = boto3.session.Session().client("dynamodb", endpoint_url=endpoint)
     ensure_table(client, table_name)
+    if "LatestStreamArn" not in client.describe_table(TableName=table_name)["Table"]:  # kept on disk from before
+        client.update_table(TableName=table_name,
+                            StreamSpecification={"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE})
 
 
 def main(argv=None) -> None:
@@ -233,6 +272,15 @@ def main(argv=None) -> None:
             if pid == 0:
                 _worker(listener)
             workers.append(pid)
+        if os.environ.get("STREAM_PROCESSOR", "on") != "off":
+            events_file = os.environ.setdefault("CHANGE_EVENTS_FILE", os.path.abspath(DEFAULT_EVENTS_FILE))
+            os.makedirs(os.path.dirname(events_file), exist_ok=True)
+            pid = os.fork()
+            if pid == 0:
+                _stream_worker(endpoint, os.environ["TABLE_NAME"])
+            workers.append(pid)
+            print(f"Stream processor on the table's stream; DeviceStateChanged events go to {events_file}",
+                  flush=True)
         print(f"Serving the device-state API on http://{args.host}:{args.port} "
               f"(table {os.environ['TABLE_NAME']}, {len(workers)} workers); Ctrl-C stops", flush=True)
         print(f"API docs: http://{args.host}:{args.port}/docs (Swagger UI over "

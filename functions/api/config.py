@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functions.device_state.manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
 from functions.device_state.pipeline import DEFAULT_SETTLE_SECONDS
 from functions.device_state.writes import DEFAULT_TOMBSTONE_SECONDS
+from functions.device_state.changes import DEFAULT_RETENTION_SECONDS
 
 # Every variable the API reads. The CDK stack sets these and no others of its own
 # (plus Powertools' own POWERTOOLS_* variables).
@@ -20,8 +21,9 @@ RETRY_BUDGET_SECONDS = "RETRY_BUDGET_SECONDS"
 REQUIRE_IF_MATCH = "REQUIRE_IF_MATCH"
 SETTLE_SECONDS = "SETTLE_SECONDS"  # how long a write whose answer was lost is settled before a 504
 TOMBSTONE_SECONDS = "TOMBSTONE_SECONDS"  # how long a deleted device's version is kept
+CHANGE_RETENTION_SECONDS = "CHANGE_RETENTION_SECONDS"  # how long the change feed and history are kept
 VARIABLES = (TABLE_NAME, DYNAMODB_ENDPOINT, MAX_ATTEMPTS, RETRY_BUDGET_SECONDS, REQUIRE_IF_MATCH, SETTLE_SECONDS,
-             TOMBSTONE_SECONDS)
+             TOMBSTONE_SECONDS, CHANGE_RETENTION_SECONDS)
 
 MAX_BUDGET_SECONDS = 20.0  # must stay under API Gateway's 29 s integration timeout
 MAX_SETTLE_SECONDS = 15.0
@@ -41,6 +43,7 @@ class Config:
     require_if_match: bool = False
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS
+    change_retention_seconds: int = DEFAULT_RETENTION_SECONDS
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "Config":
@@ -57,6 +60,8 @@ class Config:
             settle_seconds=_number(environ, SETTLE_SECONDS, DEFAULT_SETTLE_SECONDS, 0.0, MAX_SETTLE_SECONDS),
             tombstone_seconds=_integer(environ, TOMBSTONE_SECONDS, DEFAULT_TOMBSTONE_SECONDS, 60,
                                        MAX_TOMBSTONE_SECONDS),
+            change_retention_seconds=_integer(environ, CHANGE_RETENTION_SECONDS, DEFAULT_RETENTION_SECONDS, 60,
+                                              MAX_TOMBSTONE_SECONDS),
         )
 
 

@@ -12,7 +12,7 @@ from aws_lambda_powertools.logging import correlation_paths
 
 from functions.device_state.values import dumps
 
-from . import devices, leases, transactions
+from . import changes, devices, leases, transactions
 from .common import RESPONSE_MARGIN_SECONDS, allowed_methods, json_response, route  # noqa: F401
 from .common import manager as _manager  # noqa: F401  (tests reset its cache)
 from .leases import MAX_LEASE_WAIT_SECONDS  # noqa: F401  (the stack's timeout is checked against it)
@@ -21,7 +21,7 @@ from .openapi import OPENAPI
 from .problems import MethodNotAllowed, RouteNotFound, internal_error_response, known_error_response
 
 app = APIGatewayRestResolver(serializer=dumps)
-for _router in (devices.router, transactions.router, leases.router):
+for _router in (devices.router, transactions.router, leases.router, changes.router):
     app.include_router(_router)
 
 

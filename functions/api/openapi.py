@@ -295,6 +295,68 @@ OPENAPI = {
 }
 
 
+# ---- The change feed and history (issue 15): GET /devices/{id}/changes, /versions/{v}.
+from functions.device_state.changes import MAX_FEED_LIMIT  # noqa: E402
+from .changes import DEFAULT_FEED_LIMIT, MAX_WAIT_SECONDS  # noqa: E402
+
+_FEED_GUARANTEE = (
+    "Every change of the device, oldest first, contiguous from since + 1: no gaps, no duplicates, across "
+    "deletes and re-creations (versions never repeat). The feed trails writes by the stream's delay (usually "
+    "well under a second); a writer that needs its own change asks with since = its version - 1. Changes are "
+    "kept for the retention (CHANGE_RETENTION_SECONDS, default 7 days); since older than that is 410.")
+OPENAPI["paths"]["/devices/{deviceId}/changes"] = {
+    "parameters": [_DEVICE_ID],
+    "get": {
+        "operationId": "listChanges", "description": _FEED_GUARANTEE,
+        "parameters": [
+            {"name": "since", "in": "query", "description": "The last version seen (0: from the creation)",
+             "schema": {"type": "integer", "minimum": 0, "default": 0}},
+            {"name": "limit", "in": "query",
+             "schema": {"type": "integer", "minimum": 1, "maximum": MAX_FEED_LIMIT, "default": DEFAULT_FEED_LIMIT}},
+            {"name": "waitSeconds", "in": "query",
+             "description": "Long-poll: when nothing is newer, wait up to this long for a change",
+             "schema": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_SECONDS, "default": 0}},
+        ],
+        "responses": {
+            "200": {"description": "The changes after since (empty at the wait's end)", "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/ChangePage"}}}},
+            "400": _problem("Malformed parameter, or since past the device's current version"),
+            "404": _problem("No such device: no device, tombstone or change"),
+            "410": _problem("changes-expired: since is older than the retention; currentVersion says where to "
+                            "continue after reading the device"),
+            "503": _COMMON_ERRORS["503"],
+        },
+    },
+}
+OPENAPI["paths"]["/devices/{deviceId}/versions/{version}"] = {
+    "parameters": [_DEVICE_ID, {"name": "version", "in": "path", "required": True,
+                                "schema": {"type": "integer", "minimum": 1}}],
+    "get": {
+        "operationId": "getDeviceVersion",
+        "description": "The device as it was at this version, within the change retention.",
+        "responses": {"200": _device("The device at that version"), "400": _COMMON_ERRORS["400"],
+                      "404": _problem("No such version: never written, deleted at it, or past the retention"),
+                      "503": _COMMON_ERRORS["503"]},
+    },
+}
+OPENAPI["components"]["schemas"]["Change"] = {
+    "type": "object", "required": ["deviceId", "version", "previousVersion", "kind", "patch", "updatedAt"],
+    "properties": {
+        "deviceId": {"type": "string"}, "version": {"type": "integer", "minimum": 1},
+        "previousVersion": {"type": "integer", "minimum": 0},
+        "kind": {"type": "string", "enum": ["created", "updated", "replaced", "deleted"]},
+        "patch": {"type": "array", "nullable": True, "items": {"type": "object"},
+                  "description": "RFC 6902 from the previous state ({} for created) to this one; null for deleted"},
+        "updatedAt": {"type": "string", "format": "date-time"}},
+}
+OPENAPI["components"]["schemas"]["ChangePage"] = {
+    "type": "object", "required": ["changes", "nextSince"],
+    "properties": {"changes": {"type": "array", "items": {"$ref": "#/components/schemas/Change"}},
+                   "nextSince": {"type": "integer", "minimum": 0}},
+}
+# ---- end of the change feed block
+
+
 def _with_head(document: dict) -> dict:
     """HEAD beside every GET (RFC 9110 9.3.2): the same parameters and statuses, no body."""
     for item in document["paths"].values():

@@ -28,6 +28,7 @@ NAMES = {
     "#leaseToken": table.LEASE_TOKEN,
     "#leaseKey": table.LEASE_KEY,
     "#leaseUntil": table.LEASE_UNTIL,
+    "#lastWrite": table.LAST_WRITE,
 }
 
 NOT_EXPIRED = "(attribute_not_exists(#expiresAt) OR #expiresAt > :nowEpoch)"

@@ -24,8 +24,13 @@ LEASE_BUSY = "LeaseBusy"  # lease requests refused: not acquired within their wa
 LEASES_RECLAIMED = "LeasesReclaimed"  # expired queue rows (crashed holders or waiters) deleted
 LEASE_HEARTBEATS_LOST = "LeaseHeartbeatsLost"  # heartbeats refused: a holder lost its lease
 
+# The stream processor (functions/changes): change items written, and how long after the
+# write (the stream record's creation) each was written.
+CHANGES_RECORDED = "ChangesRecorded"
+CHANGE_LAG = "ChangeLag"  # milliseconds
+
 COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED, CONDITION_FAILURES,
                  IDEMPOTENT_REPLAYS, OUTCOME_UNKNOWN, TRANSACTIONS, TRANSACTION_RETRIES, TRANSACTION_CONFLICTS,
-                 LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST)
-LATENCY_METRICS = (PATCH_LATENCY, LEASE_WAIT)
+                 LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST, CHANGES_RECORDED)
+LATENCY_METRICS = (PATCH_LATENCY, LEASE_WAIT, CHANGE_LAG)
 ALL_METRICS = COUNT_METRICS + LATENCY_METRICS

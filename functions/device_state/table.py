@@ -15,6 +15,7 @@ PARTITION_KEY = "deviceId"
 SORT_KEY = "sk"
 STATE_SK = "state"
 TTL_ATTRIBUTE = "expiresAt"
+STREAM_VIEW_TYPE = "NEW_AND_OLD_IMAGES"  # the change feed's processor diffs old and new images
 
 KEY_SCHEMA = (
     {"AttributeName": PARTITION_KEY, "KeyType": "HASH"},
@@ -44,13 +45,14 @@ def is_expired(item: dict, now_epoch: float) -> bool:
 
 
 def create_table(client, table_name: str) -> None:
-    """Create the table as the CDK stack defines it (on-demand, TTL on ``expiresAt``)
+    """Create the table as the CDK stack defines it (on-demand, TTL on ``expiresAt``, a stream)
     and wait until it is active. For tests, the local server and scripts."""
     client.create_table(
         TableName=table_name,
         KeySchema=list(KEY_SCHEMA),
         AttributeDefinitions=list(ATTRIBUTE_DEFINITIONS),
         BillingMode="PAY_PER_REQUEST",
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE},
     )
     client.get_waiter("table_exists").wait(
         TableName=table_name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 300}
@@ -74,6 +76,7 @@ STATE = "state"
 CREATED_AT = "createdAt"
 UPDATED_AT = "updatedAt"
 DELETED_AT = "deletedAt"  # set on a tombstone: the device was deleted at this time
+LAST_WRITE = "lastWrite"  # what the write that made this version did: created, replaced, updated, deleted
 
 # The write journal: one attribute per recent write, named by its write id and holding
 # the version that write produced (0: settled as never applied). See writes.py.

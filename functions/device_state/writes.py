@@ -191,10 +191,11 @@ class Planner:
         except (InvalidValue, TypeError, ArithmeticError):
             return None
         write = WriteId.new(self.now)
-        values.update({":one": number(1), ":now": {"S": timestamp(self.now)}, ":nowEpoch": number(self.now)})
-        names = {**names_in(LIVE + "#state #updatedAt"), "#w": write.attribute, **compiled.names}
+        values.update({":one": number(1), ":now": {"S": timestamp(self.now)}, ":nowEpoch": number(self.now),
+                       ":lastWrite": {"S": UPDATED}})
+        names = {**names_in(LIVE + "#state #updatedAt #lastWrite"), "#w": write.attribute, **compiled.names}
         update = "SET " + ", ".join(compiled.sets + [
-            "#version = #version + :one", "#updatedAt = :now", "#w = #version + :one"])
+            "#version = #version + :one", "#updatedAt = :now", "#w = #version + :one", "#lastWrite = :lastWrite"])
         if compiled.removes:
             update += " REMOVE " + ", ".join(compiled.removes)
         expression = " AND ".join([LIVE, "attribute_not_exists(#w)",
@@ -217,7 +218,8 @@ class Planner:
         next_version = device.version if version is None else version
         values = {**values, ":next": number(next_version), ":nowEpoch": number(self.now)}
         journal_removes, trimmed, journal_names = _trimming(item, JOURNAL_KEEP - 1, self.now)
-        sets = [*sets, "#version = :next", "#w = :next"]
+        sets = [*sets, "#version = :next", "#w = :next", "#lastWrite = :lastWrite"]
+        values[":lastWrite"] = {"S": outcome}  # the stream processor tells updated from replaced by it
         if journal_removes:
             sets.append("#trimmed = :trimmed")
             values[":trimmed"] = number(trimmed)

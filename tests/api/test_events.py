@@ -21,6 +21,8 @@ EXPECTED = {
     "acquire-lease": 201, "lease-status": 200, "heartbeat-unknown-lease": 404,
     # a token that names no active lease (lamp-1 is not leased in the seeded table)
     "patch-device-wrong-lease-token": 409,
+    # the change feed: lamp-1 is at version 1 (caught up: an empty page); no version 7
+    "get-changes": 200, "get-changes-bad-limit": 400, "get-device-version-missing": 404,
 }
 
 

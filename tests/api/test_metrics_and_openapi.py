@@ -60,7 +60,8 @@ def test_openapi_paths_are_exactly_the_routes():
 
     routes = set(ROUTES)
     documented = {
-        (method.upper(), path.replace("{deviceId}", "<device_id>").replace("{leaseId}", "<lease_id>"))
+        (method.upper(), path.replace("{deviceId}", "<device_id>").replace("{leaseId}", "<lease_id>")
+         .replace("{version}", "<version>"))
         for path, item in OPENAPI["paths"].items()
         for method in item
         if method != "parameters"

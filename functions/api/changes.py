@@ -1,0 +1,74 @@
+"""Routes of a device's change feed and history: parse, call the library's ``ChangeLog``.
+
+The feed trails writes by the stream's delay. A long-poll (``waitSeconds``) re-queries
+with backoff until a change arrives or its wait ends, never past the Lambda's deadline.
+"""
+
+from __future__ import annotations
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+
+from functions.device_state import dynamodb_client
+from functions.device_state.changes import MAX_FEED_LIMIT, ChangeLog, ChangesExpired, InvalidSince, VersionNotFound
+
+from . import request_parsing as parse
+from .common import budget, device_response, json_response, route
+from .config import load_config
+from .problems import BadRequest, HttpProblem
+
+DEFAULT_FEED_LIMIT = 100
+MAX_WAIT_SECONDS = 20
+
+router = Router()
+
+
+class ChangesGone(HttpProblem):
+    status, slug, title = 410, "changes-expired", "Changes past the retention"
+
+
+class VersionGone(HttpProblem):
+    status, slug, title = 404, "version-not-found", "No such version"
+
+
+def change_log() -> ChangeLog:
+    """Made per request (cheap): the client under it is the cached one per endpoint."""
+    config = load_config()
+    return ChangeLog(dynamodb_client(config.dynamodb_endpoint), config.table_name,
+                     retention_seconds=config.change_retention_seconds)
+
+
+def _integer(query: dict, name: str, default: int, low: int, high: int) -> int:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18 or not low <= int(raw) <= high:
+        raise BadRequest(f"{name} must be an integer from {low} to {high}")
+    return int(raw)
+
+
+@route(router, "/devices/<device_id>/changes", "GET", "HEAD")
+def list_changes(device_id: str):
+    device_id = parse.device_id(device_id)
+    query = parse.query_parameters(router.current_event, {"since", "limit", "waitSeconds"})
+    since = _integer(query, "since", 0, 0, 10 ** 18 - 1)
+    limit = _integer(query, "limit", DEFAULT_FEED_LIMIT, 1, MAX_FEED_LIMIT)
+    wait = _integer(query, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
+    try:
+        changes = change_log().wait(device_id, since, limit, budget(router.lambda_context, wait) if wait else 0)
+    except ChangesExpired as expired:
+        raise ChangesGone(str(expired), deviceId=device_id, currentVersion=expired.current_version) from None
+    except InvalidSince as invalid:
+        raise BadRequest(str(invalid)) from None
+    next_since = changes[-1].version if changes else since
+    return json_response({"changes": [change.as_dict() for change in changes], "nextSince": next_since})
+
+
+@route(router, "/devices/<device_id>/versions/<version>", "GET", "HEAD")
+def get_version(device_id: str, version: str):
+    device_id = parse.device_id(device_id)
+    if not version.isascii() or not version.isdigit() or len(version) > 18 or int(version) < 1:
+        raise BadRequest("version must be a positive integer")
+    try:
+        return device_response(change_log().at_version(device_id, int(version)))
+    except VersionNotFound as missing:
+        raise VersionGone(str(missing), deviceId=device_id) from None

@@ -1,0 +1,76 @@
+"""DeviceStateChanged events: one per change, on EventBridge (deployed) or appended to a
+file and the log (locally, where there is no EventBridge). Published after the change item
+is written, so a retried record may publish its event again: subscribers deduplicate by
+(deviceId, version)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+from functions.device_state.changes import Change
+from functions.device_state.values import dumps
+
+SOURCE = "device-state"
+DETAIL_TYPE = "DeviceStateChanged"
+MAX_EVENT_BYTES = 256 * 1024  # EventBridge's limit for one entry
+EVENT_MARGIN_BYTES = 1024
+
+logger = logging.getLogger("device_state.changes")
+
+
+class PublishFailed(RuntimeError):
+    pass
+
+
+def detail(change: Change) -> dict:
+    """The event detail: the state too when the entry fits EventBridge's limit, else
+    ``stateOmitted`` (read it with GET /devices/{id}/versions/{version}); the patch is
+    left out (``patchOmitted``) only when even that does not fit."""
+    body = {"deviceId": change.device_id, "version": change.version, "previousVersion": change.previous_version,
+            "kind": change.kind, "updatedAt": change.updated_at, "patch": change.patch, "state": change.state}
+    for omitted in ("state", "patch"):
+        if _entry_bytes(body) <= MAX_EVENT_BYTES - EVENT_MARGIN_BYTES:
+            break
+        body.pop(omitted)
+        body[f"{omitted}Omitted"] = True
+    return body
+
+
+def _entry_bytes(body: dict) -> int:
+    return len(dumps(body).encode()) + len(SOURCE) + len(DETAIL_TYPE)
+
+
+class EventBridgePublisher:
+    def __init__(self, client, bus_name: str):
+        self.client, self.bus_name = client, bus_name
+
+    def publish(self, change: Change) -> None:
+        response = self.client.put_events(Entries=[{
+            "Source": SOURCE, "DetailType": DETAIL_TYPE, "Detail": dumps(detail(change)),
+            "EventBusName": self.bus_name, "Resources": []}])
+        if response.get("FailedEntryCount"):
+            entry = response["Entries"][0]
+            raise PublishFailed(f"EventBridge refused the event: {entry.get('ErrorCode')} {entry.get('ErrorMessage')}")
+
+
+class FilePublisher:
+    """Locally: one JSON line per event, in EventBridge's envelope shape, plus a log line."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def publish(self, change: Change) -> None:
+        line = dumps({"source": SOURCE, "detail-type": DETAIL_TYPE, "detail": detail(change)})
+        with self._lock, open(self.path, "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+        logger.info("%s %s", DETAIL_TYPE, json.dumps({"deviceId": change.device_id, "version": change.version,
+                                                     "kind": change.kind}))
+
+
+class LogPublisher:
+    def publish(self, change: Change) -> None:
+        logger.info("%s %s v%s (no bus configured)", DETAIL_TYPE, change.device_id, change.version)

@@ -1,0 +1,125 @@
+"""The stream processor's Lambda handler: Powertools' batch utility over DynamoDB Streams
+records, answering with partial batch responses.
+
+Records of one shard arrive in order, and a device's records all come from one shard.
+Once a record fails, every later record of the batch is reported failed too (without
+being tried), so Lambda retries from the first failed record and no change is written
+ahead of an earlier one. Records that are no change (see ``device_state.changes``) are
+dropped; the event source mapping's filter (``FILTER_PATTERN``) drops most before they
+cost an invocation, and the same test runs again here.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+
+from functions.device_state import dynamodb_client, metrics as names, table
+from functions.device_state.changes import ChangeLog
+
+from .config import load_config
+from .events import EventBridgePublisher, FilePublisher, LogPublisher
+
+# The event source mapping's filter (Lambda filter-pattern syntax). Only a state item
+# that has a version can be a change; the version comparison itself is done in code.
+FILTER_PATTERN = {
+    "eventName": ["INSERT", "MODIFY"],
+    "dynamodb": {
+        "Keys": {table.SORT_KEY: {"S": [table.STATE_SK]}},
+        "NewImage": {table.VERSION: {"N": [{"exists": True}]}},
+    },
+}
+
+logger = Logger(service=names.SERVICE)
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or names.NAMESPACE,
+                  service=names.SERVICE)
+
+
+def matches_filter(record: dict) -> bool:
+    """``FILTER_PATTERN``, as the event source mapping applies it (for the local poller and
+    as the code's own second check)."""
+    dynamodb = record.get("dynamodb") or {}
+    return (record.get("eventName") in ("INSERT", "MODIFY")
+            and (dynamodb.get("Keys") or {}).get(table.SORT_KEY, {}).get("S") == table.STATE_SK
+            and "N" in (dynamodb.get("NewImage") or {}).get(table.VERSION, {}))
+
+
+@functools.lru_cache(maxsize=1)
+def change_log() -> ChangeLog:
+    config = load_config()
+    return ChangeLog(dynamodb_client(config.dynamodb_endpoint), config.table_name,
+                     retention_seconds=config.retention_seconds)
+
+
+@functools.lru_cache(maxsize=1)
+def publisher():
+    config = load_config()
+    if config.event_bus_name:
+        import boto3
+
+        return EventBridgePublisher(boto3.session.Session().client("events"), config.event_bus_name)
+    if config.events_file:
+        return FilePublisher(config.events_file)
+    return LogPublisher()
+
+
+# The event source mapping's settings (infra/changes.py); the local poller keeps the same.
+BATCH_SIZE = 100
+MAX_RETRY_ATTEMPTS = 10  # then the batch's first failed record goes to the on-failure queue
+MAX_RECORD_AGE_SECONDS = 6 * 60 * 60
+
+
+class SkippedAfterFailure(RuntimeError):
+    """Not tried: an earlier record of the batch failed, and order must hold."""
+
+
+class InOrder:
+    """The record handler for one batch: stops trying at the first failure."""
+
+    def __init__(self, log: ChangeLog, events):
+        self.log, self.events = log, events
+        self.failed = False
+
+    def __call__(self, record) -> None:
+        if self.failed:
+            raise SkippedAfterFailure("an earlier record of this batch failed")
+        try:
+            handle(record.raw_event, self.log, self.events)
+        except Exception:
+            self.failed = True
+            raise
+
+
+def handle(raw: dict, log: ChangeLog, events) -> None:
+    """One stream record: write its change (once) and publish its event."""
+    if not matches_filter(raw):
+        return
+    dynamodb = raw["dynamodb"]
+    change = log.record(dynamodb.get("OldImage"), dynamodb.get("NewImage"))
+    if change is None:
+        return
+    events.publish(change)
+    metrics.add_metric(name=names.CHANGES_RECORDED, unit=MetricUnit.Count, value=1)
+    created = dynamodb.get("ApproximateCreationDateTime")
+    if isinstance(created, (int, float)):
+        metrics.add_metric(name=names.CHANGE_LAG, unit=MetricUnit.Milliseconds,
+                           value=max(0.0, time.time() - created) * 1000)
+
+
+def process(event: dict, context, log: ChangeLog, events) -> dict:
+    """One batch of stream records -> ``{"batchItemFailures": [...]}`` (Lambda's partial
+    batch response: the sequence numbers of the records to retry, from the first failed)."""
+    processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
+    return process_partial_response(event=event, record_handler=InOrder(log, events), processor=processor,
+                                    context=context)
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+def lambda_handler(event, context):
+    return process(event, context, change_log(), publisher())

@@ -1,0 +1,274 @@
+"""Change records: one item per new version of a device's state, and the reads of the
+feed and of history over them.
+
+The stream processor (``functions/changes``) turns every stream record of a state item
+whose version went up into one change item in the device's partition,
+``sk = change#<zero-padded version>``, written once (a redelivered record finds it there
+and changes nothing). Everything else the stream carries (lease bookkeeping, the write
+journal and its trims, settle stubs, idempotency records, lease rows, change items
+themselves) is no change: ``change_of`` returns None for it.
+
+A change item holds the version, the previous version, the kind, an RFC 6902 patch from
+the previous state to the new one, the new state itself (so history needs no replay), the
+device's timestamps, and ``expiresAt`` = ``updatedAt`` + retention. When patch and state
+do not both fit in one item, the patch is left out and read back as one ``replace`` of
+the whole document (``""``), which is equally exact.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable
+
+from . import table
+from .device import Device
+from .errors import DeviceNotFound, DeviceStateError
+from .store import Rejected, IDEMPOTENT, Store
+from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads, validate_device_id
+
+CHANGE_SK_PREFIX = "change#"
+VERSION_WIDTH = 20  # zero-padded, so sort keys sort as versions do
+DEFAULT_RETENTION_SECONDS = 7 * 24 * 60 * 60
+MAX_FEED_LIMIT = 100
+CREATED, UPDATED, REPLACED, DELETED = "created", "updated", "replaced", "deleted"
+
+# Attributes of a change item (besides deviceId, sk, version, state, createdAt, updatedAt, expiresAt).
+PREVIOUS_VERSION = "previousVersion"
+KIND = "kind"
+PATCH = "patch"  # RFC 6902, as JSON text (no nesting limit to meet)
+SIZE_MARGIN_BYTES = 1024
+
+
+class ChangesExpired(DeviceStateError):
+    """The changes after ``since`` are past the retention: re-read the device and go on
+    from its version."""
+
+    def __init__(self, device_id: str, since: int, current_version: int):
+        super().__init__(f"the changes of {device_id} after version {since} are past the retention; "
+                         f"read the device and continue from its version ({current_version})")
+        self.device_id = device_id
+        self.current_version = current_version
+
+
+class InvalidSince(DeviceStateError, ValueError):
+    pass
+
+
+class VersionNotFound(DeviceStateError):
+    def __init__(self, device_id: str, version: int, why: str):
+        super().__init__(f"{device_id} has no version {version} to show: {why}")
+        self.device_id = device_id
+
+
+def change_sk(version: int) -> str:
+    return f"{CHANGE_SK_PREFIX}{version:0{VERSION_WIDTH}d}"
+
+
+@dataclass(frozen=True)
+class Change:
+    device_id: str
+    version: int
+    previous_version: int
+    kind: str
+    patch: list | None  # None for a delete
+    state: dict | None  # None for a delete
+    created_at: str | None
+    updated_at: str
+
+    def as_dict(self) -> dict:
+        return {"deviceId": self.device_id, "version": self.version, "previousVersion": self.previous_version,
+                "kind": self.kind, "patch": self.patch, "updatedAt": self.updated_at}
+
+
+def _version(image: dict | None) -> int:
+    return int(image[table.VERSION]["N"]) if image and table.VERSION in image else 0
+
+
+def change_of(old: dict | None, new: dict | None) -> Change | None:
+    """The change a stream record's images (low-level form) describe, or None when the
+    record is not a new version of a device's state item."""
+    if not new or new.get(table.SORT_KEY, {}).get("S") != table.STATE_SK or table.VERSION not in new:
+        return None
+    version, previous = _version(new), _version(old)
+    if version <= previous:
+        return None  # lease bookkeeping, the journal, a trim: the version did not move
+    if table.DELETED_AT in new:
+        kind = DELETED
+    elif not old or table.VERSION not in old or table.DELETED_AT in old:
+        kind = CREATED
+    else:
+        kind = REPLACED if new.get(table.LAST_WRITE, {}).get("S") == REPLACED else UPDATED
+    before = from_attribute(old[table.STATE]) if kind != CREATED and old and table.STATE in old else {}
+    after = from_attribute(new[table.STATE]) if kind != DELETED else None
+    return Change(
+        device_id=new[table.PARTITION_KEY]["S"], version=version, previous_version=version - 1, kind=kind,
+        patch=None if after is None else diff(before, after), state=after,
+        created_at=new.get(table.CREATED_AT, {}).get("S"),
+        updated_at=new.get(table.UPDATED_AT, {}).get("S") or new[table.DELETED_AT]["S"])
+
+
+def diff(before, after, path: str = "") -> list[dict]:
+    """An RFC 6902 patch that turns ``before`` into ``after``: objects member by member,
+    anything else replaced whole when it differs (true and 1 differ)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        operations = []
+        for name in before:
+            if name not in after:
+                operations.append({"op": "remove", "path": f"{path}/{_escape(name)}"})
+        for name, value in after.items():
+            member = f"{path}/{_escape(name)}"
+            if name not in before:
+                operations.append({"op": "add", "path": member, "value": value})
+            else:
+                operations.extend(diff(before[name], value, member))
+        return operations
+    return [] if _same(before, after) else [{"op": "replace", "path": path, "value": after}]
+
+
+def _escape(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def _same(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def change_item(change: Change, new_image: dict, retention_seconds: int) -> dict:
+    """The change item (low-level form): the state copied from the stream image as is."""
+    item = {
+        table.PARTITION_KEY: {"S": change.device_id}, table.SORT_KEY: {"S": change_sk(change.version)},
+        table.VERSION: {"N": str(change.version)}, PREVIOUS_VERSION: {"N": str(change.previous_version)},
+        KIND: {"S": change.kind}, table.UPDATED_AT: {"S": change.updated_at},
+        table.TTL_ATTRIBUTE: {"N": str(int(_epoch(change.updated_at)) + retention_seconds)},
+    }
+    if change.created_at:
+        item[table.CREATED_AT] = {"S": change.created_at}
+    if change.state is not None:
+        item[table.STATE] = new_image[table.STATE]
+        with_patch = {**item, PATCH: {"S": dumps(change.patch)}}
+        if item_size(with_patch) <= MAX_ITEM_BYTES - SIZE_MARGIN_BYTES:
+            item = with_patch
+    return item
+
+
+def _from_item(item: dict) -> Change:
+    state = from_attribute(item[table.STATE]) if table.STATE in item else None
+    if PATCH in item:
+        patch = loads(item[PATCH]["S"])
+    else:
+        patch = None if state is None else [{"op": "replace", "path": "", "value": state}]
+    return Change(
+        device_id=item[table.PARTITION_KEY]["S"], version=int(item[table.VERSION]["N"]),
+        previous_version=int(item[PREVIOUS_VERSION]["N"]), kind=item[KIND]["S"], patch=patch, state=state,
+        created_at=item.get(table.CREATED_AT, {}).get("S"), updated_at=item[table.UPDATED_AT]["S"])
+
+
+class ChangeLog:
+    """Writes change items (the stream processor) and reads them (the feed, history)."""
+
+    def __init__(self, client, table_name: str, *, retention_seconds: int = DEFAULT_RETENTION_SECONDS,
+                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.store = Store(client, table_name)
+        self.retention_seconds = retention_seconds
+        self.clock, self.monotonic, self.sleep = clock, monotonic, sleep
+
+    # ------------------------------------------------------------------ writes
+
+    def record(self, old_image: dict | None, new_image: dict | None) -> Change | None:
+        """Write the change a stream record describes, once; None when it is no change.
+        A record seen again finds its item there and changes nothing."""
+        change = change_of(old_image, new_image)
+        if change is None:
+            return None
+        try:
+            self.store.send("put_item", IDEMPOTENT, Item=change_item(change, new_image, self.retention_seconds),
+                            ConditionExpression="attribute_not_exists(#sk)",
+                            ExpressionAttributeNames={"#sk": table.SORT_KEY})
+        except Rejected:
+            pass  # written before: by an earlier delivery of this record
+        return change
+
+    # ------------------------------------------------------------------- reads
+
+    def read(self, device_id: str, since: int, limit: int = MAX_FEED_LIMIT) -> list[Change]:
+        """Up to ``limit`` changes after version ``since``, oldest first and contiguous
+        from ``since + 1`` (an empty list when none is recorded yet)."""
+        validate_device_id(device_id)
+        if not 1 <= limit <= MAX_FEED_LIMIT:
+            raise ValueError(f"limit must be 1..{MAX_FEED_LIMIT}")
+        if since < 0:
+            raise InvalidSince("since must be 0 or more")
+        now = self.clock()
+        items = self.store.send("query", ConsistentRead=True, Limit=limit,
+                                KeyConditionExpression="#pk = :pk AND #sk BETWEEN :from AND :to",
+                                ExpressionAttributeNames={"#pk": table.PARTITION_KEY, "#sk": table.SORT_KEY},
+                                ExpressionAttributeValues={
+                                    ":pk": {"S": device_id}, ":from": {"S": change_sk(since + 1)},
+                                    ":to": {"S": change_sk(10 ** VERSION_WIDTH - 1)}}).get("Items", [])
+        changes = []
+        for item in items:
+            if table.is_expired(item, now) or int(item[table.VERSION]["N"]) != since + 1 + len(changes):
+                break
+            changes.append(_from_item(item))
+        if changes:
+            return changes
+        current, updated_at = self._current(device_id, now)
+        if items:  # the change right after `since` is gone while later ones exist
+            raise ChangesExpired(device_id, since, current)
+        if since > current:
+            raise InvalidSince(f"since ({since}) is past the device's current version ({current})")
+        if since < current and updated_at is not None and _epoch(updated_at) + self.retention_seconds <= now:
+            raise ChangesExpired(device_id, since, current)
+        return []  # caught up, or the processor has not written the next change yet
+
+    def wait(self, device_id: str, since: int, limit: int = MAX_FEED_LIMIT, wait_seconds: float = 0.0,
+             first_delay: float = 0.05, max_delay: float = 1.0) -> list[Change]:
+        """``read``, polled with backoff until a change arrives or ``wait_seconds`` pass."""
+        deadline = self.monotonic() + max(wait_seconds, 0.0)
+        delay = first_delay
+        while True:
+            changes = self.read(device_id, since, limit)
+            left = deadline - self.monotonic()
+            if changes or left <= 0:
+                return changes
+            self.sleep(min(delay, left))
+            delay = min(delay * 2, max_delay)
+
+    def at_version(self, device_id: str, version: int) -> Device:
+        """The device as it was at ``version``, within the retention."""
+        validate_device_id(device_id)
+        item = self.store.get({table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": change_sk(version)}})
+        if item is None or table.is_expired(item, self.clock()):
+            raise VersionNotFound(device_id, version, "never written, or past the retention")
+        change = _from_item(item)
+        if change.state is None:
+            raise VersionNotFound(device_id, version, "the device was deleted at this version")
+        return Device(device_id, version, change.state, change.created_at or "", change.updated_at)
+
+    def _current(self, device_id: str, now: float) -> tuple[int, str | None]:
+        """The device's current version (a tombstone's too) and when it was last written;
+        DeviceNotFound when there is no device, tombstone or change at all."""
+        item = self.store.get_state(device_id)
+        if item is not None and table.VERSION in item and not table.is_expired(item, now):
+            return int(item[table.VERSION]["N"]), item.get(table.UPDATED_AT, {}).get("S")
+        latest = self.store.send("query", ConsistentRead=True, Limit=1, ScanIndexForward=False,
+                                 KeyConditionExpression="#pk = :pk AND begins_with(#sk, :prefix)",
+                                 ExpressionAttributeNames={"#pk": table.PARTITION_KEY, "#sk": table.SORT_KEY},
+                                 ExpressionAttributeValues={":pk": {"S": device_id},
+                                                            ":prefix": {"S": CHANGE_SK_PREFIX}}).get("Items", [])
+        if latest and not table.is_expired(latest[0], now):
+            return int(latest[0][table.VERSION]["N"]), latest[0][table.UPDATED_AT]["S"]
+        raise DeviceNotFound(device_id)

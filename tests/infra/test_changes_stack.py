@@ -1,0 +1,89 @@
+"""The change feed in the CDK stack: stream, processor, mapping, queue, bus, IAM, alarms."""
+
+from __future__ import annotations
+
+import json
+
+from functions.changes import config as processor_config
+from functions.changes.handler import BATCH_SIZE, FILTER_PATTERN, MAX_RECORD_AGE_SECONDS, MAX_RETRY_ATTEMPTS
+from functions.api import config as api_config
+from infra import api as api_module
+from infra import changes as changes_module
+from tests.infra.test_stack import REPO_ROOT, only
+
+
+def _statements(template, role_id):
+    found = []
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        if {"Ref": role_id} in policy["Properties"]["Roles"]:
+            found.extend(policy["Properties"]["PolicyDocument"]["Statement"])
+    return found
+
+
+def _actions(statement):
+    return statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+
+
+def test_the_table_streams_new_and_old_images(template):
+    _, table = only(template, "AWS::DynamoDB::Table")
+    assert table["Properties"]["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
+
+
+def test_the_processor_shares_the_api_asset_and_layer_on_arm64(template):
+    _, api = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, processor = only(template, "AWS::Lambda::Function", {"Handler": changes_module.HANDLER})
+    assert processor["Properties"]["Architectures"] == ["arm64"]
+    assert processor["Properties"]["Code"] == api["Properties"]["Code"]
+    assert processor["Properties"]["Layers"] == api["Properties"]["Layers"]
+    environment = processor["Properties"]["Environment"]["Variables"]
+    ours = {name for name in environment if not name.startswith("POWERTOOLS_")}
+    assert ours == set(processor_config.VARIABLES) - {processor_config.DYNAMODB_ENDPOINT,
+                                                      processor_config.CHANGE_EVENTS_FILE}
+    retention = api["Properties"]["Environment"]["Variables"][api_config.CHANGE_RETENTION_SECONDS]
+    assert environment[processor_config.CHANGE_RETENTION_SECONDS] == retention == "604800"
+
+
+def test_the_mapping_filters_bisects_bounds_retries_and_sends_failures_to_an_encrypted_queue(template):
+    _, mapping = only(template, "AWS::Lambda::EventSourceMapping")
+    props = mapping["Properties"]
+    assert [json.loads(f["Pattern"]) for f in props["FilterCriteria"]["Filters"]] == [FILTER_PATTERN]
+    assert props["BatchSize"] == BATCH_SIZE
+    assert props["BisectBatchOnFunctionError"] is True
+    assert props["MaximumRetryAttempts"] == MAX_RETRY_ATTEMPTS
+    assert props["MaximumRecordAgeInSeconds"] == MAX_RECORD_AGE_SECONDS
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert props["ParallelizationFactor"] == 1 and props["StartingPosition"] == "TRIM_HORIZON"
+    queue_id, queue = only(template, "AWS::SQS::Queue")
+    assert queue["Properties"]["SqsManagedSseEnabled"] is True
+    assert props["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": [queue_id, "Arn"]}
+
+
+def test_the_processor_may_put_items_and_events_and_read_its_stream_nothing_else(template):
+    table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))
+    bus_id, _ = only(template, "AWS::Events::EventBus")
+    _, processor = only(template, "AWS::Lambda::Function", {"Handler": changes_module.HANDLER})
+    statements = _statements(template, processor["Properties"]["Role"]["Fn::GetAtt"][0])
+    table_actions = [s for s in statements if any(a.startswith("dynamodb:") and "Stream" not in a
+                                                  and a != "dynamodb:GetRecords" and a != "dynamodb:GetShardIterator"
+                                                  for a in _actions(s))]
+    assert table_actions == [{"Action": "dynamodb:PutItem", "Effect": "Allow",
+                              "Resource": {"Fn::GetAtt": [table_id, "Arn"]}}]
+    events = [s for s in statements if any(a.startswith("events:") for a in _actions(s))]
+    assert events == [{"Action": "events:PutEvents", "Effect": "Allow",
+                       "Resource": {"Fn::GetAtt": [bus_id, "Arn"]}}]
+    stream_reads = {a for s in statements for a in _actions(s) if a.startswith("dynamodb:")} - {"dynamodb:PutItem"}
+    assert stream_reads <= {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator",
+                            "dynamodb:ListStreams"}
+    every = {a for s in statements for a in _actions(s)}
+    assert not {a for a in every if a.startswith(("dynamodb:Delete", "dynamodb:Update", "dynamodb:Scan",
+                                                  "dynamodb:Query", "dynamodb:GetItem"))}
+
+
+def test_feed_alarms_exist_and_each_has_a_runbook_entry(template):
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    metrics = {alarm["Properties"].get("MetricName") for alarm in alarms.values()}
+    assert {"IteratorAge", "ApproximateNumberOfMessagesVisible"} <= metrics
+    readme = (REPO_ROOT / "README.md").read_text()
+    for name in ("ChangeFeedIteratorAge", "ChangeFeedFailures", "ChangeProcessorErrors"):
+        assert any(name in logical_id for logical_id in alarms), name
+        assert f"`{name}`" in readme, f"README has no runbook entry for {name}"

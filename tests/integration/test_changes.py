@@ -1,0 +1,310 @@
+"""The change feed on DynamoDB Local: the stream processor (run by the local poller, as
+`make serve` runs it) turns every new version into exactly one change item, in order."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import threading
+import time
+
+import boto3
+import jsonpatch
+import pytest
+
+from functions.changes.events import LogPublisher
+from functions.changes.handler import process
+from functions.device_state import DeviceNotFound, DeviceStateManager, IdempotencyKey, JsonPatch, MergePatch
+from functions.device_state.changes import (CHANGE_SK_PREFIX, ChangeLog, ChangesExpired, InvalidSince,
+                                            VersionNotFound, change_of)
+from localdev.stream import StreamPoller
+
+pytestmark = pytest.mark.dynamodb_local
+
+
+def streams_client(endpoint):
+    return boto3.client("dynamodbstreams", endpoint_url=endpoint, region_name="us-east-1")
+
+
+class FlakyLog(ChangeLog):
+    """Fails the first ``times`` tries of writing the change of ``version``."""
+
+    def __init__(self, *args, version: int, times: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.version, self.left, self.failures = version, times, 0
+
+    def record(self, old_image, new_image):
+        change = change_of(old_image, new_image)
+        if change is not None and change.version == self.version and self.left > 0:
+            self.left -= 1
+            self.failures += 1
+            raise RuntimeError("injected processor failure")
+        return super().record(old_image, new_image)
+
+
+@pytest.fixture
+def feed(local_table, dynamodb_local):
+    """(manager, change log, start) where start(log=None) runs the local poller."""
+    client, name = local_table
+    pollers = []
+
+    def start(log: ChangeLog | None = None) -> StreamPoller:
+        log = log or ChangeLog(client, name)
+        poller = StreamPoller(streams_client(dynamodb_local.endpoint), client, name,
+                              functools.partial(process, log=log, events=LogPublisher()))
+        pollers.append(poller.start())
+        return poller
+
+    yield DeviceStateManager(client, name), ChangeLog(client, name), start
+    for poller in pollers:
+        poller.stop()
+
+
+def follow(log: ChangeLog, device_id: str, until: int, timeout: float = 60.0) -> list:
+    """Every change from since=0 up to version ``until``, page by page."""
+    changes, since, deadline = [], 0, time.monotonic() + timeout
+    while since < until:
+        assert time.monotonic() < deadline, f"the feed stopped at {since} of {until}"
+        page = log.wait(device_id, since, 100, wait_seconds=1)
+        changes.extend(page)
+        since = page[-1].version if page else since
+    return changes
+
+
+def change_items(client, name, device_id):
+    return client.query(TableName=name, ConsistentRead=True,
+                        KeyConditionExpression="deviceId = :d AND begins_with(sk, :p)",
+                        ExpressionAttributeValues={":d": {"S": device_id}, ":p": {"S": CHANGE_SK_PREFIX}})["Items"]
+
+
+@pytest.mark.concurrency
+def test_16_writers_x_20_patches_give_versions_1_to_321_in_order_and_the_patches_rebuild_the_state(feed):
+    manager, log, start = feed
+    start()
+    manager.create("hot", {"n": 0})
+    writers, per_writer = 16, 20
+    barrier = threading.Barrier(writers)
+    errors = []
+
+    def writer(index):
+        barrier.wait()
+        try:
+            for step in range(per_writer):
+                patch = (JsonPatch([{"op": "increment", "path": "/n", "value": 1}]) if step % 2
+                         else MergePatch({f"w{index}": step, "last": index}))
+                manager.update_with_retry("hot", patch, budget_seconds=60)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    final = manager.get("hot")
+    assert final.version == 1 + writers * per_writer == 321
+
+    changes = follow(log, "hot", final.version)
+    assert [change.version for change in changes] == list(range(1, 322))
+    assert [change.previous_version for change in changes] == list(range(0, 321))
+    assert changes[0].kind == "created" and {change.kind for change in changes[1:]} == {"updated"}
+    state = {}
+    for change in changes:
+        state = jsonpatch.apply_patch(state, copy.deepcopy(change.patch))
+    assert state == final.state
+    assert log.read("hot", 321) == []
+
+
+def test_a_batch_delivered_twice_changes_nothing(feed, local_table, dynamodb_local):
+    client, name = local_table
+    manager, log, _ = feed
+    manager.create("twice", {"a": 1})
+    manager.update("twice", MergePatch({"b": 2}), 1)
+    streams = streams_client(dynamodb_local.endpoint)
+    poller = StreamPoller(streams, client, name, lambda event, context: {"batchItemFailures": []})
+    shard = streams.describe_stream(StreamArn=poller.stream_arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    iterator = streams.get_shard_iterator(StreamArn=poller.stream_arn, ShardId=shard,
+                                          ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    from localdev.stream import lambda_record
+
+    event = {"Records": [lambda_record(r, poller.stream_arn)
+                         for r in streams.get_records(ShardIterator=iterator)["Records"]]}
+    assert process(event, None, log, LogPublisher()) == {"batchItemFailures": []}
+    first = change_items(client, name, "twice")
+    assert [item["version"]["N"] for item in first] == ["1", "2"]
+    manager.update("twice", MergePatch({"c": 3}), 2)  # a later write must not be disturbed either
+    time.sleep(1.1)  # a rewrite would show a new expiresAt/updatedAt only if it were recomputed from the clock
+    assert process(event, None, log, LogPublisher()) == {"batchItemFailures": []}
+    assert change_items(client, name, "twice") == first
+
+
+def test_a_failure_mid_batch_retries_from_the_failed_record_and_the_feed_stays_gap_free(feed, local_table):
+    client, name = local_table
+    manager, log, start = feed
+    flaky = FlakyLog(client, name, version=4, times=3)
+    manager.create("flaky", {"n": 0})
+    for version in range(1, 8):
+        manager.update("flaky", MergePatch({"n": version}), version)
+    start(flaky)
+    changes = follow(log, "flaky", 8)
+    assert flaky.failures == 3  # it did fail, three times, and was retried
+    assert [change.version for change in changes] == list(range(1, 9))
+    assert [change.patch for change in changes[1:]] == [[{"op": "replace", "path": "/n", "value": v}]
+                                                        for v in range(1, 8)]
+
+
+def test_a_failure_reports_the_failed_record_and_every_later_one(local_table):
+    client, name = local_table
+    log = FlakyLog(client, name, version=2, times=1)
+    images = [({}, 1), ({"version": {"N": "1"}}, 2), ({"version": {"N": "2"}}, 3)]
+    records = []
+    for sequence, (old, version) in enumerate(images, start=100):
+        new = {"deviceId": {"S": "d"}, "sk": {"S": "state"}, "version": {"N": str(version)},
+               "state": {"M": {}}, "createdAt": {"S": "2026-11-22T00:00:00.000Z"},
+               "updatedAt": {"S": "2026-11-22T00:00:00.000Z"}}
+        old = {**new, **old} if old else None
+        records.append({"eventID": str(sequence), "eventName": "MODIFY" if old else "INSERT",
+                        "eventSource": "aws:dynamodb", "eventSourceARN": "arn",
+                        "dynamodb": {"Keys": {"deviceId": {"S": "d"}, "sk": {"S": "state"}}, "NewImage": new,
+                                     **({"OldImage": old} if old else {}), "SequenceNumber": str(sequence)}})
+    response = process({"Records": records}, None, log, LogPublisher())
+    assert response == {"batchItemFailures": [{"itemIdentifier": "101"}, {"itemIdentifier": "102"}]}
+    assert [item["version"]["N"] for item in change_items(client, name, "d")] == ["1"]
+
+
+def test_a_long_poll_returns_once_a_change_is_written(feed):
+    manager, log, start = feed
+    start()
+    manager.create("poll", {"on": False})
+    assert [c.version for c in log.wait("poll", 0, wait_seconds=10)] == [1]
+    result = {}
+
+    def poll():
+        started = time.monotonic()
+        result["changes"] = log.wait("poll", 1, wait_seconds=20)
+        result["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    time.sleep(0.5)
+    assert thread.is_alive()  # it waits while nothing is newer
+    manager.update("poll", MergePatch({"on": True}), 1)
+    thread.join(timeout=30)
+    assert [c.version for c in result["changes"]] == [2]
+    assert result["seconds"] < 15  # generous: it returned on the change, not at the 20 s deadline
+
+
+def test_an_empty_long_poll_returns_at_its_deadline(feed):
+    manager, log, start = feed
+    start()
+    manager.create("quiet", {})
+    log.wait("quiet", 0, wait_seconds=10)
+    started = time.monotonic()
+    assert log.wait("quiet", 1, wait_seconds=1) == []
+    assert 0.9 <= time.monotonic() - started < 5
+
+
+def test_since_older_than_the_retention_is_expired_with_the_current_version(feed, local_table):
+    client, name = local_table
+    manager, log, start = feed
+    start()
+    manager.create("old", {"n": 0})
+    manager.update("old", MergePatch({"n": 1}), 1)
+    assert len(follow(log, "old", 2)) == 2
+    later = ChangeLog(client, name, clock=lambda: time.time() + 8 * 24 * 3600)  # the default 7 days have passed
+    with pytest.raises(ChangesExpired) as expired:
+        later.read("old", 0)
+    assert expired.value.current_version == 2
+    assert later.read("old", 2) == []  # caught up is not expired
+    with pytest.raises(VersionNotFound):
+        later.at_version("old", 1)
+
+
+def test_history_returns_past_states_exactly_even_near_the_item_size_limit(feed):
+    manager, log, start = feed
+    start()
+    big = {"blob": "x" * 380_000, "n": 1}
+    manager.create("big", big)
+    manager.update("big", MergePatch({"n": 2}), 1)
+    manager.replace("big", {"blob": "y" * 380_000, "n": 3}, 2)
+    changes = follow(log, "big", 3)
+    assert [c.kind for c in changes] == ["created", "updated", "replaced"]
+    assert changes[1].patch == [{"op": "replace", "path": "/n", "value": 2}]
+    state = {}
+    for change in changes:  # patches too large to store beside the state come back as one replace
+        state = jsonpatch.apply_patch(state, copy.deepcopy(change.patch))
+        assert state == log.at_version("big", change.version).state
+    assert log.at_version("big", 1).state == big
+    assert log.at_version("big", 2).state == {**big, "n": 2}
+    assert log.at_version("big", 3).state == manager.get("big").state
+    with pytest.raises(VersionNotFound):
+        log.at_version("big", 4)
+
+
+def test_a_lease_produces_no_change_and_a_delete_produces_one_with_the_tombstone_version(feed, local_table):
+    client, name = local_table
+    manager, log, start = feed
+    start()
+    manager.create("leased", {"n": 0})
+    with manager.lease("leased", 5) as lease:
+        manager.fenced({"leased": lease}).update("leased", MergePatch({"n": 1}), 1)
+    manager.update("leased", MergePatch({"n": 2}), 2, idempotency=IdempotencyKey("key-1", scope="PATCH"))
+    manager.delete("leased")
+    changes = follow(log, "leased", 4)
+    time.sleep(1)  # anything late would show now
+    assert [(c.version, c.kind) for c in log.read("leased", 0)] == [(1, "created"), (2, "updated"),
+                                                                   (3, "updated"), (4, "deleted")]
+    assert changes[-1].patch is None
+    assert [item["sk"]["S"] for item in change_items(client, name, "leased")] == [
+        f"{CHANGE_SK_PREFIX}{v:020d}" for v in (1, 2, 3, 4)]
+    with pytest.raises(VersionNotFound):
+        log.at_version("leased", 4)  # deleted at that version
+    assert log.at_version("leased", 3).state == {"n": 2}  # the tombstone's history stays readable
+    manager.create("leased", {"again": True})
+    assert [(c.version, c.kind) for c in log.wait("leased", 4, wait_seconds=10)] == [(5, "created")]
+
+
+def test_non_state_items_and_unversioned_changes_are_no_change():
+    state = {"deviceId": {"S": "d"}, "sk": {"S": "state"}, "version": {"N": "3"}, "state": {"M": {}},
+             "updatedAt": {"S": "2026-11-22T00:00:00.000Z"}}
+    assert change_of(state, {**state, "leaseToken": {"N": "7"}}) is None
+    assert change_of(state, {**state, "w:000abc": {"N": "3"}}) is None
+    assert change_of(None, {"deviceId": {"S": "d"}, "sk": {"S": "state"}, "w:1": {"N": "0"}}) is None
+    for sk in ("idem#PATCH#k", "lease#0001", "lease-counter", "change#00000000000000000003"):
+        assert change_of(None, {**state, "sk": {"S": sk}}) is None
+    assert change_of({**state, "version": {"N": "2"}}, state).kind == "updated"
+
+
+def test_the_feed_refuses_unknown_devices_and_impossible_versions(feed):
+    manager, log, start = feed
+    with pytest.raises(DeviceNotFound):
+        log.read("never-was", 0)
+    manager.create("one", {})
+    with pytest.raises(InvalidSince):
+        log.read("one", 5)
+
+
+def test_a_record_that_keeps_failing_is_given_up_after_bounded_retries_and_the_feed_never_skips_it(
+        feed, local_table, dynamodb_local):
+    client, name = local_table
+    manager, log, _ = feed
+    flaky = FlakyLog(client, name, version=3, times=10 ** 6)
+    manager.create("poison", {"n": 0})
+    for version in range(1, 5):
+        manager.update("poison", MergePatch({"n": version}), version)
+    poller = StreamPoller(streams_client(dynamodb_local.endpoint), client, name,
+                          functools.partial(process, log=flaky, events=LogPublisher()), max_retry_attempts=2).start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(change_items(client, name, "poison")) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        poller.stop()
+    assert flaky.failures == 3  # the first try and two retries, then given up
+    assert [r["dynamodb"]["NewImage"]["version"]["N"] for r in poller.discarded] == ["3"]
+    assert [c.version for c in log.read("poison", 0)] == [1, 2]  # never past the missing version 3
+    with pytest.raises(ChangesExpired) as gone:
+        log.read("poison", 2)
+    assert gone.value.current_version == 5
+    assert [c.version for c in log.read("poison", 3)] == [4, 5]
