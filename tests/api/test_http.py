@@ -369,7 +369,7 @@ _TYPES = st.sampled_from([None, "application/json", "application/merge-patch+jso
                           "text/plain", "application/json; charset=latin-1", "application/json;charset=utf-8"])
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     method=st.sampled_from(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "TRACE", "OPTIONS"]),
     target=st.one_of(

@@ -22,7 +22,7 @@ _SCHEMA = schemathesis.openapi.from_dict(json.loads(json.dumps(OPENAPI)))
 _OPERATIONS = [result.ok() for result in _SCHEMA.get_all_operations()]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=st.sampled_from(_OPERATIONS).flatmap(lambda operation: operation.as_strategy()))
 def test_requests_generated_from_the_document(server, case):  # noqa: F811
     response = case.call(base_url=f"http://127.0.0.1:{server.port}", timeout=30)

@@ -17,8 +17,8 @@ from tests.api.test_http import launch
 
 pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency]
 
-WRITERS, PATCHES = 16, 20
-STALLS = ((1.5, 5.0), (2.0, 8.0))  # (seconds before, seconds stalled): longer than the 3 s read timeout
+WRITERS, PATCHES = 16, 12
+STALLS = ((1.0, 4.0), (1.0, 6.0))  # (seconds before, seconds stalled): longer than the 3 s read timeout
 
 
 @pytest.fixture

@@ -39,7 +39,8 @@ def test_a_state_write_is_version_checked_fenced_and_journaled():
     names, values = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"]
     write = planned.write
     assert request["Key"] == table.state_key("d") and request["TableName"] == "devices"
-    assert request["UpdateExpression"] == "SET #state = :state, #updatedAt = :now, #version = :next, #w = :next"
+    assert request["UpdateExpression"] == (
+        "SET #state = :state, #updatedAt = :now, #version = :next, #w = :next, #lastWrite = :lastWrite")
     assert request["ConditionExpression"] == (
         f"#version = :expected AND {LIVE} AND attribute_not_exists(#w) AND {UNFENCED}")
     assert names["#w"] == write.attribute and write.stamp_ms == int(NOW * 1000)
@@ -90,8 +91,8 @@ def test_a_delete_leaves_a_tombstone_with_the_next_version():
     planned = PLANNER.delete(item(3))
     request = planned.request["Update"]
     assert request["UpdateExpression"].startswith(
-        "SET #deletedAt = :now, #updatedAt = :now, #expiresAt = :tombstoneExpires, #version = :next, #w = :next "
-        "REMOVE #state, #leaseToken, #leaseKey, #leaseUntil")
+        "SET #deletedAt = :now, #updatedAt = :now, #expiresAt = :tombstoneExpires, #version = :next, #w = :next, "
+        "#lastWrite = :lastWrite REMOVE #state, #leaseToken, #leaseKey, #leaseUntil")
     assert request["ExpressionAttributeValues"][":tombstoneExpires"] == {"N": str(int(NOW) + 100)}
     assert request["ExpressionAttributeValues"][":next"] == {"N": "4"}
     assert planned.device.version == 3  # the device as it was
