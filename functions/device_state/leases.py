@@ -190,8 +190,13 @@ class LeaseQueue:
                     row_refreshed = m.monotonic()
                     self._put_row(device_id, ticket, secret, owner, ttl_seconds,
                                   m.clock() + min(ttl_seconds, WAITING_ROW_SECONDS))
-        except BaseException:
-            self._withdraw(device_id, ticket, secret)
+        except BaseException as error:
+            if isinstance(error, OutcomeUnknown):
+                self._unseat(device_id, ticket)  # a take whose answer was lost may have landed
+            try:
+                self._withdraw(device_id, ticket, secret)
+            except (StorageError, StorageUnavailable):
+                pass  # the row runs out by itself; what the caller must hear is the first error
             raise
 
     def _take(self, device_id, ticket, secret, owner, ttl_seconds) -> tuple[float | None, float | None]:
@@ -342,6 +347,20 @@ class LeaseQueue:
             if state_reason.get("Code") != "ConditionalCheckFailed":
                 raise StorageUnavailable(f"lease release kept conflicting: {cancelled.reasons}") from None
         return self._withdraw(device_id, ticket, secret)  # a waiting ticket, or a holder already superseded
+
+    def _unseat(self, device_id: str, ticket: int) -> None:
+        """Clear the holder if it is this ticket (best effort): nobody else knows its lease id,
+        so a take that landed unanswered would otherwise lock the device for its whole ttl."""
+        try:
+            self._m.store.send(
+                "update_item", IDEMPOTENT, Key=table.state_key(device_id),
+                UpdateExpression="REMOVE #leaseToken, #leaseKey, #leaseUntil",
+                ConditionExpression="#leaseToken = :token",
+                ExpressionAttributeNames={"#leaseToken": table.LEASE_TOKEN, "#leaseKey": table.LEASE_KEY,
+                                          "#leaseUntil": table.LEASE_UNTIL},
+                ExpressionAttributeValues={":token": _n(ticket)})
+        except (Rejected, StorageError, StorageUnavailable):
+            pass  # not the holder, or DynamoDB still silent: then the lease ends at its expiry
 
     def _withdraw(self, device_id: str, ticket: int, secret: str) -> bool:
         try:
@@ -528,7 +547,7 @@ class Lease:
                 interval = self.ttl_seconds / 2
             except LeaseLost:
                 return
-            except (StorageError, StorageUnavailable):
+            except (StorageError, StorageUnavailable, OutcomeUnknown):  # try again sooner
                 if self._queue.manager.clock() >= self.grant.expires_at:
                     self.lost = True
                     self._queue.manager.observer.lease_lost(self.device_id)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import random
 import time
 from typing import Callable
@@ -14,8 +15,8 @@ from boto3.dynamodb.conditions import ConditionBase
 from . import idempotency as idem
 from . import table
 from .device import Device
-from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, OutcomeUnknown, StorageError,
-                     VersionConflict)
+from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, DeviceStateError, OutcomeUnknown,
+                     StorageError, VersionConflict)
 from .expressions import LIVE, names_in, number
 from .fencing import Fence
 from .idempotency import CREATED, REPLACED, UPDATED, IdempotencyKey
@@ -29,6 +30,7 @@ from .values import check_state, validate_device_id
 from .writes import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect, refusal, trim_request
 
 UpdateFn = Callable[[dict], dict]
+logger = logging.getLogger("device_state")
 
 DEFAULT_MAX_ATTEMPTS = 25
 DEFAULT_BUDGET_SECONDS = 5.0
@@ -359,6 +361,6 @@ class DeviceStateManager:
             return
         try:
             self.store.send("update_item", ONCE, **request)
-        except (Rejected, Ambiguous):
-            pass  # another trimmer went further, or the answer was lost: trimming is best effort
+        except (Rejected, DeviceStateError) as error:  # the patch itself applied: never fail its answer
+            logger.info("journal trim skipped", extra={"reason": type(error).__name__})
 

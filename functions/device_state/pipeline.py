@@ -12,7 +12,7 @@ from typing import Callable
 
 from . import table
 from .device import Device
-from .errors import OutcomeUnknown, StorageUnavailable
+from .errors import ItemTooLarge, OutcomeUnknown, StorageUnavailable
 from .observer import UpdateObserver
 from .retry import Backoff, Moved
 from .store import ONCE, Ambiguous, Rejected, Store
@@ -72,6 +72,9 @@ class WritePipeline:
                     return self._never_applied(device_id, planned, rejected.item)
                 on_versioned_item = not on_versioned_item  # the item was not as this attempt assumed
                 continue
+            except ItemTooLarge:  # not even the mark fits: nothing can settle it
+                self.observer.outcome_unknown(device_id)
+                raise OutcomeUnknown(device_id, "the item has no room left to settle the write") from None
             except StorageUnavailable as error:  # Ambiguous too: try again until the deadline
                 cause = str(error)
             if self._monotonic() >= deadline:

@@ -38,6 +38,9 @@ JOURNAL_TRIM_EVERY = 16  # a compiled patch (which reads nothing) trims when its
 SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
+# Room a state write leaves on the item for what later requests add without a state change:
+# journal entries of compiled patches between trims, a settle mark, the lease holder.
+BOOKKEEPING_BYTES = 768
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 _STAMP_WIDTH = 9  # base 36 milliseconds, good past the year 5000
@@ -234,7 +237,8 @@ class Planner:
         if outcome != DELETED:
             check_item_size({**table.state_key(device_id), **(item or {}), table.STATE: values[":state"],
                              table.VERSION: number(next_version), write.attribute: number(next_version),
-                             table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at}})
+                             table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
+                             "bookkeeping": {"B": bytes(BOOKKEEPING_BYTES)}})
         request = {"Update": {
             "TableName": self.table_name, "Key": table.state_key(device_id),
             "UpdateExpression": update, "ConditionExpression": expression,

@@ -296,3 +296,42 @@ def test_control_a_naive_delete_resend_deletes_the_device_created_again(rig):
     rig.forwarder.lose("DeleteItem", then=recreate)
     naive.delete("d", expected_version=1)
     assert "Item" not in rig.client.get_item(TableName=rig.name, Key=table.state_key("d"))
+
+
+def test_a_compiled_patch_that_applied_is_never_answered_as_failed_when_its_journal_trim_fails(rig):
+    """The patch producing every JOURNAL_TRIM_EVERY-th version also trims; a throttled or
+    refused trim must not turn the applied patch into a 503 (a retry would apply it twice)."""
+    from botocore.exceptions import ClientError
+
+    class TrimsFail:
+        def __init__(self, client):
+            self._client = client
+
+        def __getattr__(self, name):
+            call = getattr(self._client, name)
+            if name != "update_item":
+                return call
+
+            def update_item(**kwargs):
+                if kwargs["UpdateExpression"].startswith("SET #trimmed"):
+                    raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"},
+                                       "ResponseMetadata": {"HTTPStatusCode": 400}}, "UpdateItem")
+                return call(**kwargs)
+
+            return update_item
+
+    manager = DeviceStateManager(TrimsFail(rig.client), rig.name, sleep=lambda seconds: None)
+    rig.other.create("d", {"n": 0})
+    for _ in range(40):
+        manager.update_with_retry("d", INCREMENT)  # every one answered: none may raise
+    assert rig.state("d")["n"] == 40 and rig.version("d") == 41
+
+
+def test_a_lease_take_whose_answer_never_comes_leaves_the_device_free(rig):
+    rig.other.create("d", {"n": 0})
+    rig.forwarder.lose("TransactWriteItems", times=3)  # the take lands; its answer and resends are lost
+    with pytest.raises(OutcomeUnknown):
+        rig.manager.lease_queue().acquire("d", 600)
+    assert rig.other.lease_queue().status("d").holder_token is None
+    rig.other.update_with_retry("d", INCREMENT)  # not locked for the lease's 600 s
+    assert rig.other.lease_queue().acquire("d", 30).fencing_token > 0

@@ -238,10 +238,10 @@ def _incompressible(size: int) -> str:
 @pytest.mark.dynamodb_local  # AWS's own item sizing; moto refuses items DynamoDB accepts
 def test_a_key_never_makes_a_write_too_large_that_fits_without_one(local_table):
     """The record holds the whole answer; it is compressed and split over several items,
-    so a device 1 KB under the item limit is written and replayed with a key as without."""
+    so a device 2 KB under the item limit is written and replayed with a key as without."""
     manager = DeviceStateManager(*local_table)
     manager.create("big", {"blob": "", "n": 0})
-    state = {"blob": _incompressible(400 * 1024 - 1024), "n": 1}
+    state = {"blob": _incompressible(400 * 1024 - 2048), "n": 1}
     unkeyed = manager.replace("big", state)
     assert unkeyed.state == state
     keyed = manager.replace("big", {**state, "n": 2}, idempotency=key("big-1"))
