@@ -4,9 +4,6 @@ through the real dev server, whose stream processor runs on DynamoDB Local's str
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -16,8 +13,7 @@ import pytest
 from functions.changes.events import DETAIL_TYPE
 from functions.device_state.changes import ChangeLog
 from functions.device_state.table import state_key
-from localdev.dynamodb_local import free_port
-from tests.api.test_http import Server
+from tests.api.test_http import launch
 
 
 def _record_old_change(api, device_id):
@@ -56,24 +52,9 @@ def test_unknown_devices_are_404_and_since_past_the_current_version_is_400(api):
 
 @pytest.fixture(scope="module")
 def feed_server(dynamodb_local, tmp_path_factory):
-    port = free_port()
     events = tmp_path_factory.mktemp("events") / "change-events.jsonl"
-    env = dict(os.environ, DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=f"feed-{uuid.uuid4().hex[:8]}",
-               PORT=str(port), WORKERS="4", CHANGE_EVENTS_FILE=str(events))
-    process = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    server = Server(port)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if server.request("GET", "/openapi.json")[0] == 200:
-                break
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail("the local server did not start")
-        time.sleep(0.2)
+    process, server = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=f"feed-{uuid.uuid4().hex[:8]}",
+                             WORKERS="4", CHANGE_EVENTS_FILE=str(events))
     server.events = events
     yield server
     process.terminate()
