@@ -5,7 +5,6 @@ it; the deployed function has no such route and never loads this module."""
 from __future__ import annotations
 
 import mimetypes
-from pathlib import Path
 
 from localdev.dynamodb_local import REPO_ROOT
 

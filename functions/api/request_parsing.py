@@ -7,7 +7,6 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass
-from decimal import Decimal
 from urllib.parse import unquote
 
 from functions.device_state import Device, InvalidCursor, InvalidValue

@@ -33,7 +33,7 @@ NAMES = {
 
 NOT_EXPIRED = "(attribute_not_exists(#expiresAt) OR #expiresAt > :nowEpoch)"
 LIVE = f"(attribute_exists(#version) AND attribute_not_exists(#deletedAt) AND {NOT_EXPIRED})"
-NOT_LIVE = f"(attribute_not_exists(#version) OR attribute_exists(#deletedAt) OR #expiresAt <= :nowEpoch)"
+NOT_LIVE = "(attribute_not_exists(#version) OR attribute_exists(#deletedAt) OR #expiresAt <= :nowEpoch)"
 
 
 def names_in(expression: str, extra: dict | None = None) -> dict:

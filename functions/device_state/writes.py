@@ -165,12 +165,11 @@ class Planner:
         stamp = timestamp(self.now)
         values = {":now": {"S": stamp}, ":expected": number(current.version),
                   ":tombstoneExpires": number(int(self.now) + self.tombstone_seconds)}
-        planned = self._planned(current.device_id, item, current, DELETED, current.version,
+        return self._planned(current.device_id, item, current, DELETED, current.version,
                                 f"#version = :expected AND {LIVE}",
                                 ["#deletedAt = :now", "#updatedAt = :now", "#expiresAt = :tombstoneExpires"],
                                 ["#state", "#leaseToken", "#leaseKey", "#leaseUntil"], values,
                                 version=current.version + 1)
-        return planned
 
     def check(self, item: dict, condition: ConditionBase | None) -> Planned:
         current = Device.from_item(item)
