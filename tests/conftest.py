@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 
@@ -57,12 +58,21 @@ def local_table(dynamodb_local):
     client.delete_table(TableName=name)
 
 
+@functools.cache
+def moto_session() -> boto3.session.Session:
+    """One session for moto's clients: it loads the service models once (a client of a new
+    session costs about 0.3 s). Made after moto is imported, so its clients are mocked."""
+    import moto  # noqa: F401
+
+    return boto3.session.Session()
+
+
 @pytest.fixture
 def moto_table():
     from moto import mock_aws
 
     with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
+        client = moto_session().client("dynamodb", region_name="us-east-1")
         name = new_table_name()
         create_table(client, name)
         yield client, name
