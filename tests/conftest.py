@@ -20,6 +20,10 @@ for _name, _value in {
 }.items():
     os.environ[_name] = _value
 
+# moto mocks the clients of boto3 sessions made after it is imported, and the library keeps
+# one session per process (functions/device_state/client.py): import it before any is made.
+import moto  # noqa: E402, F401
+
 from functions.device_state import DeviceStateManager  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.table import create_table  # noqa: E402
@@ -61,9 +65,7 @@ def local_table(dynamodb_local):
 @functools.cache
 def moto_session() -> boto3.session.Session:
     """One session for moto's clients: it loads the service models once (a client of a new
-    session costs about 0.3 s). Made after moto is imported, so its clients are mocked."""
-    import moto  # noqa: F401
-
+    session costs about 0.3 s)."""
     return boto3.session.Session()
 
 
