@@ -48,10 +48,10 @@ $(JAVA_STAMP): | $(PY_STAMP)
 	fi
 	@touch $@
 
-# One process: two xdist workers took 6.5 minutes instead of 9.5, but the stall test's dev
-# server twice stopped mid-run beside the other worker (cause not found yet), so CI stays serial.
+# Two pytest-xdist workers, a whole file each (a file's module-scoped server stays on one
+# worker); each worker starts its own DynamoDB Local and draws ports from its own range.
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 # The quick tier: no DynamoDB Local, no threads.
 test-fast: setup

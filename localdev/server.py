@@ -37,6 +37,7 @@ STREAM_NICENESS = 10
 # The DeviceStateChanged events `make serve` publishes (there is no EventBridge locally), one JSON a line.
 DEFAULT_EVENTS_FILE = ".serve/change-events.jsonl"
 REQUEST_READ_SECONDS = float(os.environ.get("REQUEST_READ_SECONDS", "5"))  # to read one whole request
+RESTARTS_PER_MINUTE = 10  # more workers than this exiting within a minute stop the server
 
 
 class _ReadDeadline(TimeoutError):
@@ -242,6 +243,25 @@ def _ensure_table(endpoint: str, table_name: str) -> None:
                             StreamSpecification={"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE})
 
 
+def _supervise(workers: dict[int, tuple]) -> None:
+    """Replaces a worker that exits (its traceback is in the log), as Lambda replaces a failed
+    instance, so one failure never stops the server; returns when another child (DynamoDB
+    Local) exits, or when workers keep exiting (more than RESTARTS_PER_MINUTE)."""
+    restarts: list[float] = []
+    while True:
+        pid, status = os.wait()
+        job = workers.pop(pid, None)
+        now = time.monotonic()
+        restarts = [at for at in restarts if now - at < 60] + [now]
+        if job is None or len(restarts) > RESTARTS_PER_MINUTE:
+            print(f"process {pid} exited unexpectedly ({_exit_description(status)}); stopping",
+                  file=sys.stderr, flush=True)
+            return
+        print(f"worker {pid} exited unexpectedly ({_exit_description(status)}); starting another",
+              file=sys.stderr, flush=True)
+        workers[_forked(*job)] = job
+
+
 def _exit_description(status: int) -> str:
     if os.WIFSIGNALED(status):
         return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
@@ -278,27 +298,26 @@ def main(argv=None) -> None:
         endpoint = os.environ["DYNAMODB_ENDPOINT"] = dynamodb_local.endpoint
         print(f"DynamoDB Local on {endpoint} ({'on disk in ' + args.data_dir if args.data_dir else 'in memory'})",
               flush=True)
-    workers: list[int] = []
+    workers: dict[int, tuple] = {}  # pid -> what it runs
     try:
         _ensure_table(endpoint, os.environ["TABLE_NAME"])
         import functions.api.handler  # noqa: F401  (imported once, before the workers fork)
 
         listener = socket.create_server((args.host, args.port), backlog=256, reuse_port=False)
         listener.setblocking(False)
-        workers += [_forked(_worker, listener) for _ in range(max(1, args.workers))]
+        jobs = [(_worker, listener)] * max(1, args.workers)
         if os.environ.get("STREAM_PROCESSOR", "on") != "off":
             events_file = os.environ.setdefault("CHANGE_EVENTS_FILE", os.path.abspath(DEFAULT_EVENTS_FILE))
             os.makedirs(os.path.dirname(events_file), exist_ok=True)
-            workers.append(_forked(_stream_worker, endpoint, os.environ["TABLE_NAME"]))
+            jobs.append((_stream_worker, endpoint, os.environ["TABLE_NAME"]))
             print(f"Stream processor on the table's stream; DeviceStateChanged events go to {events_file}",
                   flush=True)
+        workers.update((_forked(*job), job) for job in jobs)
         print(f"Serving the device-state API on http://{args.host}:{args.port} "
               f"(table {os.environ['TABLE_NAME']}, {len(workers)} workers); Ctrl-C stops", flush=True)
         print(f"API docs: http://{args.host}:{args.port}/docs (Swagger UI over "
               f"http://{args.host}:{args.port}/openapi.json)", flush=True)
-        pid, status = os.wait()
-        print(f"worker {pid} exited unexpectedly ({_exit_description(status)}); stopping",
-              file=sys.stderr, flush=True)
+        _supervise(workers)
     except KeyboardInterrupt:
         pass
     finally:
