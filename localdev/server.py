@@ -194,7 +194,7 @@ def _stream_worker(endpoint: str, table_name: str) -> None:
 
     import boto3
 
-    from functions.changes.handler import lambda_handler
+    from functions.changes.handler import give_up, lambda_handler
     from functions.device_state import dynamodb_client
     from localdev.stream import StreamPoller
 
@@ -212,7 +212,8 @@ def _stream_worker(endpoint: str, table_name: str) -> None:
 
     streams = boto3.session.Session().client("dynamodbstreams", endpoint_url=endpoint)
     try:
-        StreamPoller(streams, dynamodb_client(endpoint), table_name, lambda_handler, context_factory=context).run()
+        StreamPoller(streams, dynamodb_client(endpoint), table_name, lambda_handler, context_factory=context,
+                     on_give_up=give_up).run()
     except KeyboardInterrupt:
         pass
     os._exit(0)

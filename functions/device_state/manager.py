@@ -15,8 +15,8 @@ from boto3.dynamodb.conditions import ConditionBase
 from . import idempotency as idem
 from . import table
 from .device import Device
-from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, DeviceStateError, OutcomeUnknown,
-                     StorageError, VersionConflict)
+from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, DeviceStateError, ItemTooLarge,
+                     OutcomeUnknown, StorageError, VersionConflict)
 from .expressions import LIVE, names_in, number
 from .fencing import Fence
 from .idempotency import CREATED, REPLACED, UPDATED, IdempotencyKey
@@ -347,8 +347,10 @@ class DeviceStateManager:
         self.observer.attempt(device_id, 1)
         try:
             device, item = self.pipeline.send(planner, device_id, planned)
-        except (Moved, ConditionFailed, Refused):
-            return None  # a guard or DynamoDB refused it; Moved "settled": never applied
+        except (Moved, ConditionFailed, Refused, ItemTooLarge):
+            # A guard or DynamoDB refused it (its form: expression size, too many names; or
+            # the item's size); Moved "settled": never applied. Read-modify-write decides.
+            return None
         self.observer.succeeded(device_id, 1, self.monotonic() - started)
         self._trim_if_grown(item)
         return device

@@ -40,7 +40,8 @@ def test_a_state_write_is_version_checked_fenced_and_journaled():
     write = planned.write
     assert request["Key"] == table.state_key("d") and request["TableName"] == "devices"
     assert request["UpdateExpression"] == (
-        "SET #state = :state, #updatedAt = :now, #version = :next, #w = :next, #lastWrite = :lastWrite")
+        "SET #state = :state, #updatedAt = :now, #version = :next, #w = :next, #lastWrite = :lastWrite, "
+        "#itemBytes = :itemBytes")
     assert request["ConditionExpression"] == (
         f"#version = :expected AND {LIVE} AND attribute_not_exists(#w) AND {UNFENCED}")
     assert names["#w"] == write.attribute and write.stamp_ms == int(NOW * 1000)
