@@ -41,26 +41,60 @@ def member_name_works(client, streams, table: str, size: int) -> tuple[bool, str
     return True, "ok"
 
 
+def depth_works(client, streams, table: str, depth: int) -> tuple[bool, str]:
+    """A state attribute of ``depth`` levels of maps in all (the state map is level 1)."""
+    value = {"N": "1"}
+    for _ in range(depth):
+        value = {"M": {"a": value}}
+    try:
+        client.put_item(TableName=table, Item={"deviceId": {"S": "d"}, "sk": {"S": "state"}, "state": value})
+    except Exception as error:  # noqa: BLE001
+        return False, f"{type(error).__name__}: {str(error)[:120]}"
+    return True, "ok"
+
+
+def item_bytes_works(client, streams, table: str, size: int) -> tuple[bool, str]:
+    """An item of ``size`` bytes by DynamoDB's rules: keys (deviceId "d", sk "state") and one string."""
+    overhead = len("deviceId") + 1 + len("sk") + len("state") + len("blob")
+    try:
+        client.put_item(TableName=table, Item={"deviceId": {"S": "d"}, "sk": {"S": "state"},
+                                               "blob": {"S": "x" * (size - overhead)}})
+    except Exception as error:  # noqa: BLE001
+        return False, f"{type(error).__name__}: {str(error)[:120]}"
+    return True, "ok"
+
+
+def largest(client, streams, what: str, works, low: int, high: int) -> int:
+    why = ""
+    while low < high:
+        middle = (low + high + 1) // 2
+        table = f"probe-{what.replace(' ', '-')}-{middle}"
+        create_table(client, table)
+        ok, reason = works(client, streams, table, middle)
+        client.delete_table(TableName=table)
+        if ok:
+            low = middle
+        else:
+            high, why = middle - 1, reason
+        print(f"{what} {middle}: {reason}", flush=True)
+    print(f"largest {what} DynamoDB Local accepts: {low} ({why})", flush=True)
+    return low
+
+
 def main() -> None:
     server = DynamoDBLocal()
     server.start()
     try:
         client = dynamodb_client(server.endpoint, "us-east-1")
         streams = boto3.client("dynamodbstreams", endpoint_url=server.endpoint, region_name="us-east-1")
-        low, high = 1, 70000
-        why = ""
-        while low < high:
-            middle = (low + high + 1) // 2
-            table = f"probe{middle}"
-            create_table(client, table)
-            works, reason = member_name_works(client, streams, table, middle)
-            client.delete_table(TableName=table)
-            if works:
-                low = middle
-            else:
-                high, why = middle - 1, reason
-            print(f"member name {middle:6d} bytes: {reason}", flush=True)
-        print(f"largest member name DynamoDB Local stores, updates and streams: {low} bytes ({why})")
+        results = {
+            "member name bytes (stored, updated, streamed)": largest(client, streams, "member name bytes",
+                                                                     member_name_works, 1, 70000),
+            "state nesting levels": largest(client, streams, "state nesting levels", depth_works, 1, 64),
+            "item bytes": largest(client, streams, "item bytes", item_bytes_works, 1000, 500 * 1024),
+        }
+        for what, value in results.items():
+            print(f"SUMMARY {what}: {value}")
     finally:
         server.stop()
 

@@ -208,3 +208,12 @@ def test_versions_and_since_take_percent_encoded_digits_and_leading_zeros(api):
     page = api("GET", "/devices/lim/changes?since=00000000000000000000")
     assert page.status == 200 and [change["version"] for change in page.json["changes"]] == [1]
     assert api("GET", "/devices/lim/changes?since=00000000000000000001").json == {"changes": [], "nextSince": 1}
+
+
+def test_the_openapi_document_states_every_limit(api):
+    document = api("GET", "/openapi.json").json
+    assert document["info"]["x-limits"] == {
+        "memberNameBytes": MAX_MEMBER_NAME_BYTES, "stateDepth": 31, "patchMembers": MAX_PATCH_OPERATIONS,
+        "stateItemBytes": MAX_STATE_ITEM_BYTES, "bodyBytes": 1024 * 1024, "transactionOperations": 100}
+    for limit in ("member-name", "nesting-depth", "patch-members", "item-size"):
+        assert limit in document["info"]["description"]
