@@ -118,12 +118,12 @@ def test_a_patch_whose_compiled_form_dynamodb_refuses_is_applied_by_read_modify_
 # ------------------------------------------------- the item size, change record included (row 3)
 
 
-def test_a_state_write_that_leaves_no_room_is_413_and_one_that_fits_is_not(api):
+def test_a_state_write_that_leaves_no_room_is_413_and_one_that_fits_is_not(api, stream_processor):
     state = {"blob": incompressible(MAX_STATE_ITEM_BYTES - 600)}
     create(api, state)
     grown = api("PATCH", "/devices/lim", {"more": "m" * 2000}, content_type=MERGE)
     assert grown.status == 413 and grown.json["limit"] == "item-size", grown.text
-    assert "DynamoDB" not in grown.json["detail"] or "limit" in grown.json["detail"]
+    assert str(MAX_STATE_ITEM_BYTES) in grown.json["detail"] and "exceeded" not in grown.json["detail"]
     assert api("GET", "/devices/lim").json["version"] == 1
     lease = api("POST", "/devices/lim/leases", {"ttlSeconds": 5})
     assert lease.status == 201, lease.text
@@ -139,6 +139,12 @@ def test_a_state_write_that_leaves_no_room_is_413_and_one_that_fits_is_not(api):
     assert result.status == 200, result.text
     assert api("PATCH", "/devices/lim", {"n": 1}, content_type=MERGE, headers=headers).status == 200
     assert api("GET", "/devices/lim").json["version"] == 5
+    # Every version the device reached is in the feed and in history, the largest too.
+    for version in range(1, 6):
+        page = api("GET", f"/devices/lim/changes?since={version - 1}&limit=1&waitSeconds=15")
+        assert [change["version"] for change in page.json["changes"]] == [version]
+    assert api("GET", "/devices/lim/versions/4").json["state"] == same
+    assert api("GET", "/devices/lim/versions/5").json["state"] == {**same, "n": 1}
 
 
 # ------------------------------------------------ keys never turn a fitting write into 413 (row 5)
