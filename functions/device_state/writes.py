@@ -275,9 +275,9 @@ def _checked_size(item: dict, device: Device) -> int:
                            f"(DynamoDB's {MAX_ITEM_BYTES} less {BOOKKEEPING_BYTES} kept for leases, the write "
                            "journal and its change record)")
     change_size = change_item_size(device, item[table.STATE])
-    if change_size > MAX_ITEM_BYTES - BOOKKEEPING_BYTES:
-        raise ItemTooLarge(f"the change record of this version would be about {change_size} bytes; the limit is "
-                           f"{MAX_ITEM_BYTES - BOOKKEEPING_BYTES}")
+    if change_size > MAX_ITEM_BYTES:
+        raise ItemTooLarge(f"the change record of this version would be about {change_size} bytes; DynamoDB's "
+                           f"limit is {MAX_ITEM_BYTES}")
     return size
 
 
