@@ -25,6 +25,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
 from functions.device_state import dynamodb_client, metrics as names, table
+from functions.device_state import changes
 from functions.device_state.changes import ChangeLog
 from functions.device_state.errors import InvalidValue
 from functions.device_state.store import Refused
@@ -78,7 +79,7 @@ def publisher():
 # The event source mapping's settings (infra/changes.py); the local poller keeps the same.
 BATCH_SIZE = 100
 MAX_RETRY_ATTEMPTS = 10  # then the batch's first failed record goes to the on-failure queue
-MAX_RECORD_AGE_SECONDS = 6 * 60 * 60
+MAX_RECORD_AGE_SECONDS = changes.MAX_RECORD_AGE_SECONDS  # the feed relies on it (a given-up record)
 
 
 class SkippedAfterFailure(RuntimeError):

@@ -50,6 +50,12 @@ KIND = "kind"
 PATCH = "patch"  # RFC 6902, as JSON text (no nesting limit to meet)
 LOST = "lost"  # true on the marker of a version whose change could not be recorded
 SIZE_MARGIN_BYTES = 1024
+# The processor's event source mapping gives a record up once it is this old (to the
+# on-failure queue; infra/changes.py). A device's last write older than that, plus a
+# margin, with the change after ``since`` still missing: its record was given up, so the
+# feed answers ChangesExpired rather than an empty page that would never fill.
+MAX_RECORD_AGE_SECONDS = 6 * 60 * 60
+GIVEN_UP_SECONDS = MAX_RECORD_AGE_SECONDS + 5 * 60
 MAX_REBUILD_STEPS = 100  # versions history walks back to rebuild one stored without its state
 
 
@@ -297,7 +303,10 @@ class ChangeLog:
             raise ChangesExpired(device_id, since, current)
         if since > current:
             raise InvalidSince(f"since ({since}) is past the device's current version ({current})")
-        if since < current and updated_at is not None and _epoch(updated_at) + self.retention_seconds <= now:
+        if since < current and updated_at is not None and (
+                _epoch(updated_at) + min(self.retention_seconds, GIVEN_UP_SECONDS) <= now):
+            # Past the retention, or a record the processor gave up (on AWS, to the
+            # on-failure queue) long ago: the next change will not come.
             raise ChangesExpired(device_id, since, current)
         return []  # caught up, or the processor has not written the next change yet
 

@@ -14,7 +14,7 @@ import pytest
 from functions.changes.events import LogPublisher
 from functions.changes.handler import process
 from functions.device_state import DeviceStateManager, MergePatch
-from functions.device_state.changes import ChangeLog, ChangesExpired, VersionNotFound, change_of
+from functions.device_state.changes import GIVEN_UP_SECONDS, ChangeLog, ChangesExpired, VersionNotFound, change_of
 from localdev.stream import StreamPoller, typed
 
 pytestmark = pytest.mark.dynamodb_local
@@ -156,3 +156,16 @@ def test_a_change_too_large_to_hold_its_state_keeps_its_patch_and_history_rebuil
     assert log.at_version("huge", 2).state == grown
     with pytest.raises(ChangesExpired):  # neither state nor patch fits: marked lost, 410 at once
         log.read("lost", 0)
+
+
+def test_a_version_whose_change_never_came_is_410_once_the_processor_would_have_given_up(local_table):
+    """On AWS a record given up after its tries goes to the on-failure queue and writes no
+    marker: the feed still answers 410 (not an empty page forever) once that is certain."""
+    client, name = local_table
+    DeviceStateManager(client, name).create("silent", {"n": 0})  # no processor: its change never comes
+    assert ChangeLog(client, name).read("silent", 0) == []  # still on its way, as far as anyone can tell
+    later = ChangeLog(client, name, clock=lambda: time.time() + GIVEN_UP_SECONDS + 1)
+    with pytest.raises(ChangesExpired) as gone:
+        later.read("silent", 0)
+    assert gone.value.current_version == 1
+    assert later.read("silent", 1) == []  # caught up is not expired
