@@ -6,6 +6,8 @@ with backoff until a change arrives or its wait ends, never past the Lambda's de
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions.device_state import dynamodb_client
@@ -39,11 +41,7 @@ def change_log() -> ChangeLog:
 
 def _integer(query: dict, name: str, default: int, low: int, high: int) -> int:
     raw = query.get(name)
-    if raw is None:
-        return default
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 18 or not low <= int(raw) <= high:
-        raise BadRequest(f"{name} must be an integer from {low} to {high}")
-    return int(raw)
+    return default if raw is None else parse.decimal_integer(raw, name, low, high)
 
 
 @route(router, "/devices/<device_id>/changes", "GET", "HEAD")
@@ -66,9 +64,8 @@ def list_changes(device_id: str):
 @route(router, "/devices/<device_id>/versions/<version>", "GET", "HEAD")
 def get_version(device_id: str, version: str):
     device_id = parse.device_id(device_id)
-    if not version.isascii() or not version.isdigit() or len(version) > 18 or int(version) < 1:
-        raise BadRequest("version must be a positive integer")
+    number = parse.decimal_integer(unquote(version), "version", 1, 10 ** 18 - 1)  # decoded as device ids are
     try:
-        return device_response(change_log().at_version(device_id, int(version)))
+        return device_response(change_log().at_version(device_id, number))
     except VersionNotFound as missing:
         raise VersionGone(str(missing), deviceId=device_id) from None

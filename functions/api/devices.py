@@ -27,7 +27,7 @@ router = Router()
 
 def _writer(device_id: str) -> DeviceStateManager:
     """The manager for a write to one device, fenced by the request's Lease-Token if any."""
-    token = parse.lease_token(parse.header(router.current_event, LEASE_TOKEN), LEASE_TOKEN)
+    token = parse.lease_token(parse.single_header(router.current_event, LEASE_TOKEN), LEASE_TOKEN)
     return manager() if token is None else manager().fenced({device_id: token})
 
 

@@ -5,7 +5,9 @@ so the document cannot drift from what the service enforces."""
 from functions.device_state.idempotency import KEY_PATTERN
 from functions.device_state.manager import MAX_LIST_LIMIT
 from functions.device_state.transactions import MAX_OPERATIONS
-from functions.device_state.values import DEVICE_ID_PATTERN
+from functions.device_state.values import (DEVICE_ID_PATTERN, MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS,
+                                           MAX_STATE_DEPTH)
+from functions.device_state.writes import MAX_STATE_ITEM_BYTES
 
 from .devices import DEFAULT_LIST_LIMIT
 from .leases import LIMITS as LEASE_LIMITS
@@ -51,10 +53,31 @@ def _device(description, *extra_headers):
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Device"}}}}
 
 
+# The limits every write is checked against before anything is written (the problem's
+# `limit` member names the one a request broke).
+LIMITS = {
+    "memberNameBytes": MAX_MEMBER_NAME_BYTES,  # 400, limit member-name
+    "stateDepth": MAX_STATE_DEPTH,  # 400, limit nesting-depth
+    "patchMembers": MAX_PATCH_OPERATIONS,  # 400, limit patch-members
+    "stateItemBytes": MAX_STATE_ITEM_BYTES,  # 413, limit item-size
+    "bodyBytes": MAX_BODY_BYTES,  # 413
+    "transactionOperations": MAX_OPERATIONS,
+}
+_LIMITS_TEXT = (f"Limits, checked before anything is written: object member names up to {MAX_MEMBER_NAME_BYTES} "
+                f"bytes of UTF-8 (400, limit member-name); state nested up to {MAX_STATE_DEPTH} levels (400, "
+                f"nesting-depth); a patch sets up to {MAX_PATCH_OPERATIONS} members or JSON Patch operations (400, "
+                f"patch-members); the device's stored item up to {MAX_STATE_ITEM_BYTES} bytes, which keeps room "
+                f"for the lease holder, the write journal and the version's change record (413, item-size); "
+                f"bodies up to {MAX_BODY_BYTES} bytes (413); transactions of up to {MAX_OPERATIONS} operations "
+                f"({MAX_OPERATIONS - 1} with Idempotency-Key).")
+
 _COMMON_ERRORS = {
     "400": _problem("Malformed request: JSON, deviceId, headers or parameters; a number DynamoDB cannot hold "
-                    "exactly (limit precision), text that is not valid Unicode, nesting too deep"),
-    "413": _problem(f"Body over {MAX_BODY_BYTES} bytes, or resulting item too large"),
+                    "exactly (limit precision), text that is not valid Unicode, nesting too deep (limit "
+                    f"nesting-depth), a member name over {MAX_MEMBER_NAME_BYTES} bytes (limit member-name), a patch "
+                    f"of more than {MAX_PATCH_OPERATIONS} members (limit patch-members)"),
+    "413": _problem(f"Body over {MAX_BODY_BYTES} bytes, or the device's item would pass {MAX_STATE_ITEM_BYTES} "
+                    "bytes (limit item-size)"),
     "415": _problem("Unsupported Content-Type"),
     "503": _problem("Contention retries exhausted or storage unavailable; Retry-After is set"),
 }
@@ -78,7 +101,8 @@ _STATE_BODY = {"type": "object", "required": ["state"], "additionalProperties": 
 OPENAPI = {
     "openapi": "3.0.3",
     "info": {"title": "Device-state service", "version": "1.0.0",
-             "description": "Read and change the state of smart devices with optimistic locking."},
+             "description": "Read and change the state of smart devices with optimistic locking. " + _LIMITS_TEXT,
+             "x-limits": LIMITS},
     "paths": {
         "/devices": {
             "get": {

@@ -49,6 +49,26 @@ def header(event, name: str) -> str | None:
     return event.headers.get(name)
 
 
+def single_header(event, name: str) -> str | None:
+    """A header that must be sent once (its value may itself hold commas, so two
+    copies cannot be told from one): 400 when the request repeats it."""
+    lowered = name.lower()
+    copies = sum(len(values or []) for key, values in (event.get("multiValueHeaders") or {}).items()
+                 if key.lower() == lowered)
+    if copies > 1:
+        raise BadRequest(f"{name} is given {copies} times; send it once")
+    return header(event, name)
+
+
+def decimal_integer(raw: str, name: str, low: int, high: int) -> int:
+    """A decimal integer of ASCII digits, leading zeros allowed."""
+    text = raw
+    digits = text.lstrip("0") or ("0" if text else "")
+    if not text.isascii() or not text.isdigit() or len(digits) > 18 or not low <= int(digits) <= high:
+        raise BadRequest(f"{name} must be an integer from {low} to {high}")
+    return int(digits)
+
+
 def media_type(event) -> str | None:
     """The request's media type, lower-cased, without parameters; only UTF-8 text."""
     raw = header(event, "Content-Type")

@@ -13,18 +13,28 @@ the previous state to the new one, the new state itself (so history needs no rep
 device's timestamps, and ``expiresAt`` = ``updatedAt`` + retention. When patch and state
 do not both fit in one item, the patch is left out and read back as one ``replace`` of
 the whole document (``""``), which is equally exact.
+
+A state write is refused unless its change item fits (``change_item_size``), so the state
+always fits. Should DynamoDB still refuse one, the state is left out and history rebuilds
+that version from the one before and the patch; should even that be refused, or the
+processor give a record up, a *lost* marker takes the version's place: followers that
+reach it get ``ChangesExpired`` (HTTP 410 with the current version) at once, never a
+silent gap.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable
 
+import jsonpatch
+
 from . import table
 from .device import Device
-from .errors import DeviceNotFound, DeviceStateError
+from .errors import DeviceNotFound, DeviceStateError, ItemTooLarge
 from .store import Rejected, IDEMPOTENT, Store
 from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads, validate_device_id
 
@@ -38,7 +48,15 @@ CREATED, UPDATED, REPLACED, DELETED = "created", "updated", "replaced", "deleted
 PREVIOUS_VERSION = "previousVersion"
 KIND = "kind"
 PATCH = "patch"  # RFC 6902, as JSON text (no nesting limit to meet)
+LOST = "lost"  # true on the marker of a version whose change could not be recorded
 SIZE_MARGIN_BYTES = 1024
+# The processor's event source mapping gives a record up once it is this old (to the
+# on-failure queue; infra/changes.py). A device's last write older than that, plus a
+# margin, with the change after ``since`` still missing: its record was given up, so the
+# feed answers ChangesExpired rather than an empty page that would never fill.
+MAX_RECORD_AGE_SECONDS = 6 * 60 * 60
+GIVEN_UP_SECONDS = MAX_RECORD_AGE_SECONDS + 5 * 60
+MAX_REBUILD_STEPS = 100  # versions history walks back to rebuild one stored without its state
 
 
 class ChangesExpired(DeviceStateError):
@@ -73,9 +91,10 @@ class Change:
     previous_version: int
     kind: str
     patch: list | None  # None for a delete
-    state: dict | None  # None for a delete
+    state: dict | None  # None for a delete (and when stored without it: see ``at_version``)
     created_at: str | None
     updated_at: str
+    lost: bool = False  # its change could not be recorded
 
     def as_dict(self) -> dict:
         return {"deviceId": self.device_id, "version": self.version, "previousVersion": self.previous_version,
@@ -141,12 +160,16 @@ def _same(a, b) -> bool:
     return a == b
 
 
+def apply_patch(state: dict, patch: list) -> dict:
+    """``patch`` (as ``diff`` makes it) applied to a copy of ``state``."""
+    return jsonpatch.apply_patch(copy.deepcopy(state), patch)
+
+
 def _epoch(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def change_item(change: Change, new_image: dict, retention_seconds: int) -> dict:
-    """The change item (low-level form): the state copied from the stream image as is."""
+def _change_base(change: Change, retention_seconds: int) -> dict:
     item = {
         table.PARTITION_KEY: {"S": change.device_id}, table.SORT_KEY: {"S": change_sk(change.version)},
         table.VERSION: {"N": str(change.version)}, PREVIOUS_VERSION: {"N": str(change.previous_version)},
@@ -155,6 +178,12 @@ def change_item(change: Change, new_image: dict, retention_seconds: int) -> dict
     }
     if change.created_at:
         item[table.CREATED_AT] = {"S": change.created_at}
+    return item
+
+
+def change_item(change: Change, new_image: dict, retention_seconds: int) -> dict:
+    """The change item (low-level form): the state copied from the stream image as is."""
+    item = _change_base(change, retention_seconds)
     if change.state is not None:
         item[table.STATE] = new_image[table.STATE]
         with_patch = {**item, PATCH: {"S": dumps(change.patch)}}
@@ -163,16 +192,36 @@ def change_item(change: Change, new_image: dict, retention_seconds: int) -> dict
     return item
 
 
+def change_item_size(device: Device, state_attribute: dict) -> int:
+    """The size of the smallest change item that holds ``device``'s state (the most a
+    retention can add to ``expiresAt`` included): what a state write must leave room for."""
+    change = Change(device.device_id, device.version, device.version - 1, REPLACED, None, device.state,
+                    device.created_at or None, device.updated_at)
+    return item_size({**_change_base(change, 10 ** 10), table.STATE: state_attribute})
+
+
+def _without_state(change: Change, retention_seconds: int) -> dict:
+    """The change with its patch but not its state (history rebuilds it from the version before)."""
+    return {**_change_base(change, retention_seconds), PATCH: {"S": dumps(change.patch)}}
+
+
+def _lost(change: Change, retention_seconds: int) -> dict:
+    return {**_change_base(change, retention_seconds), LOST: {"BOOL": True}}
+
+
 def _from_item(item: dict) -> Change:
     state = from_attribute(item[table.STATE]) if table.STATE in item else None
-    if PATCH in item:
+    if LOST in item:
+        patch = None
+    elif PATCH in item:
         patch = loads(item[PATCH]["S"])
     else:
         patch = None if state is None else [{"op": "replace", "path": "", "value": state}]
     return Change(
         device_id=item[table.PARTITION_KEY]["S"], version=int(item[table.VERSION]["N"]),
         previous_version=int(item[PREVIOUS_VERSION]["N"]), kind=item[KIND]["S"], patch=patch, state=state,
-        created_at=item.get(table.CREATED_AT, {}).get("S"), updated_at=item[table.UPDATED_AT]["S"])
+        created_at=item.get(table.CREATED_AT, {}).get("S"), updated_at=item[table.UPDATED_AT]["S"],
+        lost=LOST in item)
 
 
 class ChangeLog:
@@ -193,13 +242,33 @@ class ChangeLog:
         change = change_of(old_image, new_image)
         if change is None:
             return None
+        forms = [change_item(change, new_image, self.retention_seconds)]
+        if change.state is not None:
+            forms.append(_without_state(change, self.retention_seconds))
+        forms.append(_lost(change, self.retention_seconds))
+        for form in forms:
+            try:
+                self._put_once(form)
+                return change
+            except ItemTooLarge:
+                continue  # a smaller form next; the last (the lost marker) always fits
+        return change
+
+    def record_lost(self, new_image: dict | None) -> Change | None:
+        """Mark the version a stream record describes as lost (its change could not be
+        written): followers that reach it learn so at once."""
+        change = change_of(None, new_image) if new_image else None
+        if change is None:
+            return None
+        self._put_once(_lost(change, self.retention_seconds))
+        return change
+
+    def _put_once(self, item: dict) -> None:
         try:
-            self.store.send("put_item", IDEMPOTENT, Item=change_item(change, new_image, self.retention_seconds),
-                            ConditionExpression="attribute_not_exists(#sk)",
+            self.store.send("put_item", IDEMPOTENT, Item=item, ConditionExpression="attribute_not_exists(#sk)",
                             ExpressionAttributeNames={"#sk": table.SORT_KEY})
         except Rejected:
             pass  # written before: by an earlier delivery of this record
-        return change
 
     # ------------------------------------------------------------------- reads
 
@@ -218,19 +287,26 @@ class ChangeLog:
                                 ExpressionAttributeValues={
                                     ":pk": {"S": device_id}, ":from": {"S": change_sk(since + 1)},
                                     ":to": {"S": change_sk(10 ** VERSION_WIDTH - 1)}}).get("Items", [])
-        changes = []
+        changes, lost = [], False
         for item in items:
             if table.is_expired(item, now) or int(item[table.VERSION]["N"]) != since + 1 + len(changes):
                 break
-            changes.append(_from_item(item))
+            change = _from_item(item)
+            if change.lost:
+                lost = not changes
+                break
+            changes.append(change)
         if changes:
             return changes
         current, updated_at = self._current(device_id, now)
-        if items:  # the change right after `since` is gone while later ones exist
+        if items or lost:  # the change right after `since` is gone (or lost) while later ones exist
             raise ChangesExpired(device_id, since, current)
         if since > current:
             raise InvalidSince(f"since ({since}) is past the device's current version ({current})")
-        if since < current and updated_at is not None and _epoch(updated_at) + self.retention_seconds <= now:
+        if since < current and updated_at is not None and (
+                _epoch(updated_at) + min(self.retention_seconds, GIVEN_UP_SECONDS) <= now):
+            # Past the retention, or a record the processor gave up (on AWS, to the
+            # on-failure queue) long ago: the next change will not come.
             raise ChangesExpired(device_id, since, current)
         return []  # caught up, or the processor has not written the next change yet
 
@@ -250,13 +326,24 @@ class ChangeLog:
     def at_version(self, device_id: str, version: int) -> Device:
         """The device as it was at ``version``, within the retention."""
         validate_device_id(device_id)
-        item = self.store.get({table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": change_sk(version)}})
-        if item is None or table.is_expired(item, self.clock()):
-            raise VersionNotFound(device_id, version, "never written, or past the retention")
-        change = _from_item(item)
-        if change.state is None:
-            raise VersionNotFound(device_id, version, "the device was deleted at this version")
-        return Device(device_id, version, change.state, change.created_at or "", change.updated_at)
+        pending: list[Change] = []  # versions stored without their state, newest first
+        for at in range(version, max(version - MAX_REBUILD_STEPS, 0), -1):
+            item = self.store.get({table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": change_sk(at)}})
+            if item is None or table.is_expired(item, self.clock()):
+                raise VersionNotFound(device_id, version, "never written, or past the retention")
+            change = _from_item(item)
+            if change.lost:
+                raise VersionNotFound(device_id, version, "its change could not be recorded")
+            if change.kind == DELETED:
+                raise VersionNotFound(device_id, version, "the device was deleted at this version")
+            if change.state is not None:
+                state = change.state
+                for later in reversed(pending):  # rebuilt from the state before and each patch
+                    state = apply_patch(state, later.patch)
+                newest = pending[0] if pending else change
+                return Device(device_id, version, state, newest.created_at or "", newest.updated_at)
+            pending.append(change)
+        raise VersionNotFound(device_id, version, "too far from a version stored with its state")
 
     def _current(self, device_id: str, now: float) -> tuple[int, str | None]:
         """The device's current version (a tombstone's too) and when it was last written;

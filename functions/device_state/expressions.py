@@ -29,6 +29,7 @@ NAMES = {
     "#leaseKey": table.LEASE_KEY,
     "#leaseUntil": table.LEASE_UNTIL,
     "#lastWrite": table.LAST_WRITE,
+    "#itemBytes": table.ITEM_BYTES,
 }
 
 NOT_EXPIRED = "(attribute_not_exists(#expiresAt) OR #expiresAt > :nowEpoch)"

@@ -25,7 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError,
 from . import table
 from .errors import InvalidCursor, ItemTooLarge, StorageError, StorageUnavailable
 from .retry import Backoff
-from .values import DEVICE_ID_PATTERN
+from .values import DEVICE_ID_PATTERN, MAX_ITEM_BYTES
 
 THROTTLING_CODES = frozenset(
     {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
@@ -92,8 +92,8 @@ class Store:
                     raise Rejected(error.response.get("Item")) from None
                 if code == "TransactionCanceledException":
                     raise Cancelled(error.response.get("CancellationReasons") or []) from None
-                if code == "ValidationException" and "size" in message and "exceed" in message:
-                    raise ItemTooLarge(f"DynamoDB refused the item: {message}") from None
+                if code == "ValidationException" and "item size" in message.lower() and "exceed" in message:
+                    raise ItemTooLarge(f"the item would exceed DynamoDB's limit of {MAX_ITEM_BYTES} bytes") from None
                 status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
                 if code in THROTTLING_CODES:
                     applied = False

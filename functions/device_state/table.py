@@ -77,6 +77,10 @@ CREATED_AT = "createdAt"
 UPDATED_AT = "updatedAt"
 DELETED_AT = "deletedAt"  # set on a tombstone: the device was deleted at this time
 LAST_WRITE = "lastWrite"  # what the write that made this version did: created, replaced, updated, deleted
+# An upper estimate of the item's size: set by every read-modify-write, raised by each
+# compiled patch by the most it can add. A compiled patch (which reads nothing) applies
+# only while it leaves room; otherwise read-modify-write checks the size exactly.
+ITEM_BYTES = "itemBytes"
 
 # The write journal: one attribute per recent write, named by its write id and holding
 # the version that write produced (0: settled as never applied). See writes.py.

@@ -24,12 +24,14 @@ from boto3.dynamodb.conditions import ConditionBase
 
 from . import table
 from .device import Device, timestamp
-from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, InvalidValue, VersionConflict)
+from .changes import change_item_size
+from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, InvalidValue, ItemTooLarge,
+                     VersionConflict)
 from .expressions import LIVE, NOT_LIVE, and_condition, names_in, number
 from .fencing import Fence
 from .idempotency import CHECKED, CREATED, DELETED, UPDATED
 from .retry import Moved
-from .values import check_item_size, check_state, to_attribute
+from .values import MAX_ITEM_BYTES, check_state, item_size, to_attribute
 
 UpdateFn = Callable[[dict], dict]
 
@@ -41,6 +43,9 @@ DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
 # Room a state write leaves on the item for what later requests add without a state change:
 # journal entries of compiled patches between trims, a settle mark, the lease holder.
 BOOKKEEPING_BYTES = 768
+MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state write may leave on the item
+COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit, lastWrite becoming "updated"
+BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL})
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 _STAMP_WIDTH = 9  # base 36 milliseconds, good past the year 5000
@@ -193,15 +198,19 @@ class Planner:
         except (InvalidValue, TypeError, ArithmeticError):
             return None
         write = WriteId.new(self.now)
+        growth = _most_added(compiled.names, values)
         values.update({":one": number(1), ":now": {"S": timestamp(self.now)}, ":nowEpoch": number(self.now),
-                       ":lastWrite": {"S": UPDATED}})
-        names = {**names_in(LIVE + "#state #updatedAt #lastWrite"), "#w": write.attribute, **compiled.names}
+                       ":lastWrite": {"S": UPDATED}, ":growth": number(growth),
+                       ":roomFor": number(MAX_STATE_ITEM_BYTES - growth)})
+        names = {**names_in(LIVE + "#state #updatedAt #lastWrite #itemBytes"), "#w": write.attribute,
+                 **compiled.names}
         update = "SET " + ", ".join(compiled.sets + [
-            "#version = #version + :one", "#updatedAt = :now", "#w = #version + :one", "#lastWrite = :lastWrite"])
+            "#version = #version + :one", "#updatedAt = :now", "#w = #version + :one", "#lastWrite = :lastWrite",
+            "#itemBytes = #itemBytes + :growth"])
         if compiled.removes:
             update += " REMOVE " + ", ".join(compiled.removes)
-        expression = " AND ".join([LIVE, "attribute_not_exists(#w)",
-                                   self.fence.condition(device_id, names, values), *compiled.conditions])
+        expression = " AND ".join([LIVE, "attribute_not_exists(#w)", self.fence.condition(device_id, names, values),
+                                   "#itemBytes <= :roomFor", *compiled.conditions])
         request = {"Update": {
             "TableName": self.table_name, "Key": table.state_key(device_id),
             "UpdateExpression": update, "ConditionExpression": expression,
@@ -221,6 +230,13 @@ class Planner:
         values = {**values, ":next": number(next_version), ":nowEpoch": number(self.now)}
         journal_removes, trimmed, journal_names = _trimming(item, JOURNAL_KEEP - 1, self.now)
         sets = [*sets, "#version = :next", "#w = :next", "#lastWrite = :lastWrite"]
+        if outcome != DELETED:
+            values[":itemBytes"] = number(_checked_size(
+                {**table.state_key(device_id), **_without_bookkeeping(item), table.STATE: values[":state"],
+                 table.VERSION: number(next_version), write.attribute: number(next_version),
+                 table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
+                 table.LAST_WRITE: {"S": outcome}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device))
+            sets.append("#itemBytes = :itemBytes")
         values[":lastWrite"] = {"S": outcome}  # the stream processor tells updated from replaced by it
         if journal_removes:
             sets.append("#trimmed = :trimmed")
@@ -233,11 +249,6 @@ class Planner:
         if outcome != CHECKED:
             expression += " AND " + self.fence.condition(device_id, names, values)
         expression = and_condition(expression, names, values, caller_condition)
-        if outcome != DELETED:
-            check_item_size({**table.state_key(device_id), **(item or {}), table.STATE: values[":state"],
-                             table.VERSION: number(next_version), write.attribute: number(next_version),
-                             table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
-                             "bookkeeping": {"B": bytes(BOOKKEEPING_BYTES)}})
         request = {"Update": {
             "TableName": self.table_name, "Key": table.state_key(device_id),
             "UpdateExpression": update, "ConditionExpression": expression,
@@ -246,6 +257,41 @@ class Planner:
         }}
         return Planned(request, device, outcome, expected_version, write)
 
+
+
+def _without_bookkeeping(item: dict | None) -> dict:
+    """The item without what ``BOOKKEEPING_BYTES`` keeps room for (journal, lease holder)."""
+    return {name: value for name, value in (item or {}).items()
+            if not name.startswith(table.JOURNAL_PREFIX) and name not in BOOKKEEPING_ATTRIBUTES}
+
+
+def _checked_size(item: dict, device: Device) -> int:
+    """The state item's size after a write, bookkeeping aside; ItemTooLarge unless it
+    leaves the bookkeeping room and its change item (what the feed writes for this
+    version) fits too."""
+    size = item_size(item)
+    if size > MAX_STATE_ITEM_BYTES:
+        raise ItemTooLarge(f"the device item would be about {size} bytes; the limit is {MAX_STATE_ITEM_BYTES} "
+                           f"(DynamoDB's {MAX_ITEM_BYTES} less {BOOKKEEPING_BYTES} kept for leases, the write "
+                           "journal and its change record)")
+    change_size = change_item_size(device, item[table.STATE])
+    if change_size > MAX_ITEM_BYTES:
+        raise ItemTooLarge(f"the change record of this version would be about {change_size} bytes; DynamoDB's "
+                           f"limit is {MAX_ITEM_BYTES}")
+    return size
+
+
+def _most_added(names: dict, values: dict) -> int:
+    """The most a compiled patch can add to the item, bookkeeping aside (its journal entry
+    is in ``BOOKKEEPING_BYTES``): every member it names and every value it sets, as if all
+    were new."""
+    added = sum(1 + len(name.encode()) for name in names.values())
+    added += sum(1 + _value_size(value) for value in values.values())
+    return added + COMPILED_EXTRA_BYTES
+
+
+def _value_size(attribute: dict) -> int:
+    return item_size({"": attribute})
 
 
 def _trimming(item: dict | None, keep: int, now: float) -> tuple[list[str], int, dict]:
