@@ -79,6 +79,8 @@ OPENAPI = {
     "openapi": "3.0.3",
     "info": {"title": "Device-state service", "version": "1.0.0",
              "description": "Read and change the state of smart devices with optimistic locking."},
+    "servers": [{"url": "/", "description": "The API's base path, where GET /openapi.json was served from: / "
+                                            "under make serve, the stage (/prod) behind API Gateway"}],
     "paths": {
         "/devices": {
             "get": {

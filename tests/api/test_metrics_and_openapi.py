@@ -135,3 +135,16 @@ def test_config_from_environment():
 def test_bad_configuration_is_refused(environ):
     with pytest.raises(ConfigError):
         Config.from_environment(environ)
+
+
+@pytest.mark.parametrize("request_path, server", [("/openapi.json", "/"), ("/prod/openapi.json", "/prod")])
+def test_the_served_document_names_its_server(request_path, server):
+    from functions.api.handler import lambda_handler
+    from localdev.apigw import LambdaContext, make_event
+
+    event = make_event("GET", "/openapi.json")
+    event["requestContext"]["path"] = request_path  # behind API Gateway the stage comes first
+    response = lambda_handler(event, LambdaContext())
+    assert response["statusCode"] == 200
+    assert [entry["url"] for entry in json.loads(response["body"])["servers"]] == [server]
+    assert OPENAPI["servers"][0]["url"] == "/"
