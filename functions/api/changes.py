@@ -18,6 +18,7 @@ from .problems import BadRequest, HttpProblem
 
 DEFAULT_FEED_LIMIT = 100
 MAX_WAIT_SECONDS = 20
+MAX_VERSION = 10 ** 18 - 1  # versions in paths and queries: at most 18 digits
 
 router = Router()
 
@@ -50,7 +51,7 @@ def _integer(query: dict, name: str, default: int, low: int, high: int) -> int:
 def list_changes(device_id: str):
     device_id = parse.device_id(device_id)
     query = parse.query_parameters(router.current_event, {"since", "limit", "waitSeconds"})
-    since = _integer(query, "since", 0, 0, 10 ** 18 - 1)
+    since = _integer(query, "since", 0, 0, MAX_VERSION)
     limit = _integer(query, "limit", DEFAULT_FEED_LIMIT, 1, MAX_FEED_LIMIT)
     wait = _integer(query, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
     try:
@@ -66,7 +67,7 @@ def list_changes(device_id: str):
 @route(router, "/devices/<device_id>/versions/<version>", "GET", "HEAD")
 def get_version(device_id: str, version: str):
     device_id = parse.device_id(device_id)
-    if not version.isascii() or not version.isdigit() or len(version) > 18 or int(version) < 1:
+    if not version.isascii() or not version.isdigit() or len(version) > 18 or not 1 <= int(version) <= MAX_VERSION:
         raise BadRequest("version must be a positive integer")
     try:
         return device_response(change_log().at_version(device_id, int(version)))
