@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import re
 import select
+import shlex
 import signal
 import socket
 import sys
@@ -360,6 +361,15 @@ def _exit_description(status: int) -> str:
     return f"exit code {os.waitstatus_to_exitcode(status)}"
 
 
+def _library_environment(endpoint: str) -> str:
+    """The export line that points dynamodb_client() (and boto3) at the table this server uses."""
+    names = ["DYNAMODB_ENDPOINT", "AWS_REGION"]
+    if os.environ.get("AWS_ACCESS_KEY_ID") == _LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"]:
+        names += list(_LOCAL_CREDENTIALS)  # placeholders DynamoDB Local accepts, never real secrets
+    values = {**os.environ, "DYNAMODB_ENDPOINT": endpoint}
+    return "export " + " ".join(f"{name}={shlex.quote(values[name])}" for name in names)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
@@ -383,6 +393,13 @@ def main(argv=None) -> None:
     if not (os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")):
         os.environ.update(_LOCAL_CREDENTIALS)
 
+    try:  # before anything is started, so a busy port is one line and nothing to clean up
+        listener = socket.create_server((args.host, args.port), backlog=256, reuse_port=False)
+    except OSError as error:
+        sys.exit(f"make serve: cannot listen on {args.host}:{args.port}: {error.strerror}. "
+                 f"Stop what uses it, or pick another port: PORT={args.port + 1} make serve")
+    listener.setblocking(False)
+
     dynamodb_local = None
     endpoint = os.environ.get("DYNAMODB_ENDPOINT")
     if not endpoint:
@@ -400,8 +417,6 @@ def main(argv=None) -> None:
         global _waiting_slots
         workers_count = max(1, args.workers)
         _waiting_slots = multiprocessing.Semaphore(min(args.waiting or max(1, workers_count // 2), workers_count))
-        listener = socket.create_server((args.host, args.port), backlog=256, reuse_port=False)
-        listener.setblocking(False)
         jobs = [(_worker, listener)] * workers_count
         if os.environ.get("STREAM_PROCESSOR", "on") != "off":
             events_file = os.environ.setdefault("CHANGE_EVENTS_FILE", os.path.abspath(DEFAULT_EVENTS_FILE))
@@ -414,6 +429,7 @@ def main(argv=None) -> None:
               f"(table {os.environ['TABLE_NAME']}, {len(workers)} workers); Ctrl-C stops", flush=True)
         print(f"API docs: http://{args.host}:{args.port}/docs (Swagger UI over "
               f"http://{args.host}:{args.port}/openapi.json)", flush=True)
+        print(f"For scripts and the library: {_library_environment(endpoint)}", flush=True)
         _supervise(workers)
     except KeyboardInterrupt:
         pass

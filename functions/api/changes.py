@@ -20,6 +20,7 @@ from .problems import BadRequest, HttpProblem
 
 DEFAULT_FEED_LIMIT = 100
 MAX_WAIT_SECONDS = 20
+MAX_VERSION = 10 ** 18 - 1  # versions in paths and queries: at most 18 digits
 
 router = Router()
 
@@ -48,7 +49,7 @@ def _integer(query: dict, name: str, default: int, low: int, high: int) -> int:
 def list_changes(device_id: str):
     device_id = parse.device_id(device_id)
     query = parse.query_parameters(router.current_event, {"since", "limit", "waitSeconds"})
-    since = _integer(query, "since", 0, 0, 10 ** 18 - 1)
+    since = _integer(query, "since", 0, 0, MAX_VERSION)
     limit = _integer(query, "limit", DEFAULT_FEED_LIMIT, 1, MAX_FEED_LIMIT)
     wait = _integer(query, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
     try:
@@ -64,7 +65,7 @@ def list_changes(device_id: str):
 @route(router, "/devices/<device_id>/versions/<version>", "GET", "HEAD")
 def get_version(device_id: str, version: str):
     device_id = parse.device_id(device_id)
-    number = parse.decimal_integer(unquote(version), "version", 1, 10 ** 18 - 1)  # decoded as device ids are
+    number = parse.decimal_integer(unquote(version), "version", 1, MAX_VERSION)  # decoded as device ids are
     try:
         return device_response(change_log().at_version(device_id, number))
     except VersionNotFound as missing:

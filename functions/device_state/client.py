@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 # botocore sends each request once: a resend of a conditional write whose first copy
 # landed is a second, different write, so the library's store decides what is sent again
@@ -33,8 +34,17 @@ def boto3_session():
     return boto3.session.Session(botocore_session=core)
 
 
-@functools.lru_cache(maxsize=None)
 def dynamodb_client(endpoint_url: str | None = None, region_name: str | None = None):
+    """The client for ``endpoint_url`` (else ``DYNAMODB_ENDPOINT``, else AWS) in ``region_name``
+    (else ``AWS_REGION``, which Lambda sets, else ``AWS_DEFAULT_REGION``), read at each call so a
+    script can point the library anywhere; one client per endpoint and region."""
+    endpoint_url = endpoint_url or os.environ.get("DYNAMODB_ENDPOINT") or None
+    region_name = region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+    return _client(endpoint_url, region_name)
+
+
+@functools.lru_cache(maxsize=None)
+def _client(endpoint_url: str | None, region_name: str | None):
     from botocore.config import Config
 
     config = Config(
@@ -45,3 +55,6 @@ def dynamodb_client(endpoint_url: str | None = None, region_name: str | None = N
         tcp_keepalive=True,
     )
     return boto3_session().client("dynamodb", endpoint_url=endpoint_url, region_name=region_name, config=config)
+
+
+dynamodb_client.cache_clear = _client.cache_clear  # a test that swaps engines starts from fresh clients

@@ -11,7 +11,8 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from .errors import InvalidDeviceId, InvalidValue, ItemTooLarge
 
-DEVICE_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+MAX_DEVICE_ID_CHARS = 128
+DEVICE_ID_PATTERN = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_DEVICE_ID_CHARS}}}")
 
 # DynamoDB's own limits (measured on DynamoDB Local, which refuses exactly these).
 MAX_SIGNIFICANT_DIGITS = 38

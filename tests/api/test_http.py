@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from functions.api.openapi import OPENAPI
+from functions.device_state.values import dumps
 from localdev.dynamodb_local import free_port
 
 pytestmark = pytest.mark.dynamodb_local
@@ -228,7 +229,7 @@ def test_a_long_request_in_one_worker_holds_up_no_other_request(server):
 
 def test_openapi_document_is_served(server):
     status, headers, body = server.request("GET", "/openapi.json")
-    assert status == 200 and json.loads(body) == json.loads(json.dumps(OPENAPI))
+    assert status == 200 and json.loads(body) == json.loads(dumps(OPENAPI))
 
 
 # ------------------------------------------------------- framing and methods (issue 13)
