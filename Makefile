@@ -53,9 +53,9 @@ $(JAVA_STAMP): | $(PY_STAMP)
 test: setup
 	$(PY) -m pytest -n 2 --dist loadfile
 
-# The quick tier: no DynamoDB Local, no threads.
+# The quick tier: no DynamoDB Local, no threads, no whole-toolchain runs (CDK CLI, make, pip).
 test-fast: setup
-	$(PY) -m pytest -m "not dynamodb_local and not concurrency"
+	$(PY) -m pytest -n 2 -m "not dynamodb_local and not concurrency and not toolchain"
 
 # The API on http://127.0.0.1:$(PORT), on a DynamoDB Local it starts and stops itself.
 # DYNAMODB_ENDPOINT=http://... uses another endpoint; DYNAMODB_DATA_DIR=dir keeps data on disk
