@@ -7,10 +7,14 @@ and the device it leaves. Nothing here talks to DynamoDB.
 The write journal answers "did my write land?" when a write's answer was lost. Every
 state write carries a fresh ``WriteId`` and records, in the same request, the
 attribute ``w:<write id>`` holding the version it produced; it also requires that
-attribute to be absent, so no copy of the same write can ever apply twice. A planned
-write keeps the newest ``JOURNAL_KEEP`` entries and raises ``journalTrimmed`` to the
-newest stamp it dropped, so an absent entry is proof of "never applied" only while
-``journalTrimmed`` is older than the write's own stamp.
+attribute to be absent, so no copy of the same write can ever apply twice. Every write
+keeps the newest ``JOURNAL_KEEP`` entries, and every entry younger than
+``JOURNAL_KEEP_SECONDS`` (up to ``JOURNAL_MAX``): a writer whose answer was lost settles
+within a round trip or two, and on a hot device more than ``JOURNAL_KEEP`` other writes
+can land in that time. A write that drops entries raises ``journalTrimmed`` to at least
+the newest stamp it dropped (it never goes back), so an absent entry is proof of "never
+applied" only while ``journalTrimmed`` is older than the write's own stamp. A compiled
+patch reads nothing: it drops what the container last saw of the journal.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ from .values import check_item_size, check_state, to_attribute
 
 UpdateFn = Callable[[dict], dict]
 
-JOURNAL_KEEP = 8  # entries a planned write leaves on the item
-JOURNAL_TRIM_EVERY = 16  # a compiled patch (which reads nothing) trims when its version is a multiple of this
+JOURNAL_KEEP = 8  # the newest entries every write leaves on the item
+JOURNAL_KEEP_SECONDS = 1.0  # and the entries younger than this (by the trimming writer's clock)...
+JOURNAL_MAX = 32  # ...up to this many entries in all
 SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
@@ -183,10 +188,14 @@ class Planner:
         }}
         return Planned(request, current, CHECKED, current.version)
 
-    def compiled(self, device_id: str, compiled) -> Planned | None:
+    def compiled(self, device_id: str, compiled, seen: dict | None = None) -> Planned | None:
         """A patch compiled to one UpdateItem: no read, no version condition; its write id
-        alone keeps any copy of it from applying twice. None when its values cannot be
-        stored (read-modify-write then decides)."""
+        alone keeps any copy of it from applying twice. It also drops the journal entries
+        that ``seen`` (the item as this container last saw it, if it did) shows beyond the
+        journal's keep: entries written since are newer still, so the newest stay.
+        ``journalTrimmed`` goes up by ADD, never back: by at least the distance from the
+        seen watermark to the newest stamp dropped. None when its values cannot be stored
+        (read-modify-write then decides)."""
         try:
             check_state({"values": list(compiled.values.values())})
             values = {key: to_attribute(value) for key, value in compiled.values.items()}
@@ -198,8 +207,14 @@ class Planner:
         names = {**names_in(LIVE + "#state #updatedAt #lastWrite"), "#w": write.attribute, **compiled.names}
         update = "SET " + ", ".join(compiled.sets + [
             "#version = #version + :one", "#updatedAt = :now", "#w = #version + :one", "#lastWrite = :lastWrite"])
-        if compiled.removes:
-            update += " REMOVE " + ", ".join(compiled.removes)
+        journal_removes, trimmed, journal_names = _trimming(seen, JOURNAL_KEEP - 1, self.now)
+        if compiled.removes or journal_removes:
+            update += " REMOVE " + ", ".join(compiled.removes + journal_removes)
+            names.update(journal_names)
+        if trimmed > trimmed_stamp(seen):
+            update += " ADD #trimmed :trimmedBy"
+            names["#trimmed"] = table.JOURNAL_TRIMMED
+            values[":trimmedBy"] = number(trimmed - trimmed_stamp(seen))
         expression = " AND ".join([LIVE, "attribute_not_exists(#w)",
                                    self.fence.condition(device_id, names, values), *compiled.conditions])
         request = {"Update": {
@@ -249,12 +264,18 @@ class Planner:
 
 
 def _trimming(item: dict | None, keep: int, now: float) -> tuple[list[str], int, dict]:
-    """Journal entries to drop so ``keep`` applied ones remain (never-applied markers
-    go once they are old), and the new ``journalTrimmed`` stamp."""
+    """Journal entries to drop so that the newest ``keep`` applied ones remain, and those
+    younger than ``JOURNAL_KEEP_SECONDS`` up to ``JOURNAL_MAX`` in all (``keep`` and the
+    maximum count the write's own entry); never-applied markers go once they are old.
+    Returns the names to REMOVE, the new ``journalTrimmed`` stamp and the name map."""
     entries = journal(item)
     applied = sorted(((version, write) for write, version in entries if version > 0),
                      key=lambda entry: entry[0], reverse=True)
-    dropped = [write for _, write in applied[keep:]]
+    young_after = (now - JOURNAL_KEEP_SECONDS) * 1000
+    kept = applied[:keep] + [entry for entry in applied[keep:] if entry[1].stamp_ms > young_after]
+    kept = kept[:JOURNAL_MAX - (JOURNAL_KEEP - keep)]
+    kept_writes = {write for _, write in kept}
+    dropped = [write for _, write in applied if write not in kept_writes]
     old_markers = [write for write, version in entries
                    if version == 0 and write.stamp_ms < (now - SETTLED_KEEP_SECONDS) * 1000]
     trimmed = max([trimmed_stamp(item), *(write.stamp_ms for write in dropped)])
@@ -278,23 +299,6 @@ def settle_request(device_id: str, write: WriteId, on_versioned_item: bool, now:
             "ExpressionAttributeNames": names_in(update + condition, {"#w": write.attribute}),
             "ExpressionAttributeValues": values,
             "ReturnValues": "ALL_NEW", "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
-
-def trim_request(item: dict, now: float) -> dict | None:
-    """An UpdateItem that trims the journal after a compiled patch, which read nothing and
-    so could not trim it itself. Only the patch that produced a version divisible by
-    ``JOURNAL_TRIM_EVERY`` asks, so one trim serves that many compiled patches; the
-    condition keeps ``journalTrimmed`` from ever going back."""
-    if int(item[table.VERSION]["N"]) % JOURNAL_TRIM_EVERY or len(journal(item)) <= JOURNAL_KEEP:
-        return None
-    removes, trimmed, names = _trimming(item, JOURNAL_KEEP, now)
-    if not removes:
-        return None
-    return {"Key": {k: item[k] for k in (table.PARTITION_KEY, table.SORT_KEY)},
-            "UpdateExpression": "SET #trimmed = :trimmed REMOVE " + ", ".join(removes),
-            "ConditionExpression": "attribute_not_exists(#trimmed) OR #trimmed <= :trimmed",
-            "ExpressionAttributeNames": {**names, "#trimmed": table.JOURNAL_TRIMMED},
-            "ExpressionAttributeValues": {":trimmed": number(trimmed)}}
-
 
 def refusal(planned: Planned, device_id: str, old: dict | None, fence: Fence, now: float) -> Exception:
     """Why a planned write's condition failed, from the item as it was (ALL_OLD): a typed
