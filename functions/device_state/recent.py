@@ -16,7 +16,7 @@ MAX_DEVICES = 1024  # devices remembered per container (least recently seen forg
 
 class RecentJournals:
     """The newest journal seen per device (by version), and at most one trimming write
-    per device in flight: two trims from one view would both raise ``journalTrimmed``."""
+    per device in flight: two trims from one view would both raise the watermark."""
 
     def __init__(self, max_devices: int = MAX_DEVICES):
         self._max_devices = max_devices
@@ -28,7 +28,7 @@ class RecentJournals:
         if not item or table.VERSION not in item:
             return
         journal = {name: value for name, value in item.items()
-                   if name.startswith(table.JOURNAL_PREFIX) or name in (table.VERSION, table.JOURNAL_TRIMMED)}
+                   if name.startswith(table.JOURNAL_PREFIX) or name in (table.VERSION, table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_BY_PATCHES)}
         with self._lock:
             known = self._journals.get(device_id)
             if known is None or int(known[table.VERSION]["N"]) <= int(item[table.VERSION]["N"]):

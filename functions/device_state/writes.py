@@ -11,10 +11,14 @@ attribute to be absent, so no copy of the same write can ever apply twice. Every
 keeps the newest ``JOURNAL_KEEP`` entries, and every entry younger than
 ``JOURNAL_KEEP_SECONDS`` (up to ``JOURNAL_MAX``): a writer whose answer was lost settles
 within a round trip or two, and on a hot device more than ``JOURNAL_KEEP`` other writes
-can land in that time. A write that drops entries raises ``journalTrimmed`` to at least
-the newest stamp it dropped (it never goes back), so an absent entry is proof of "never
-applied" only while ``journalTrimmed`` is older than the write's own stamp. A compiled
-patch reads nothing: it drops what the container last saw of the journal.
+can land in that time. A write that drops entries raises a watermark to at least the
+newest stamp it dropped, so an absent entry is proof of "never applied" only while both
+watermarks are older than the write's own stamp: ``journalTrimmed``, SET by the writes
+that read the item (their version condition makes it exact), and
+``journalTrimmedByPatches``, which compiled patches raise by ADD: they read nothing and
+drop what their container last saw of the journal, and an ADD never lowers a watermark
+(if another container raised it meanwhile, it ends higher than needed: a possible 504,
+never a wrong answer).
 """
 
 from __future__ import annotations
@@ -99,7 +103,12 @@ def written_version(item: dict | None, write: WriteId) -> int | None:
 
 
 def trimmed_stamp(item: dict | None) -> int:
-    value = (item or {}).get(table.JOURNAL_TRIMMED)
+    """The newest write-id stamp the journal may have dropped: the higher of the two watermarks."""
+    return max(_number(item, table.JOURNAL_TRIMMED), _number(item, table.JOURNAL_TRIMMED_BY_PATCHES))
+
+
+def _number(item: dict | None, name: str) -> int:
+    value = (item or {}).get(name)
     return int(value["N"]) if value else 0
 
 
@@ -193,8 +202,8 @@ class Planner:
         alone keeps any copy of it from applying twice. It also drops the journal entries
         that ``seen`` (the item as this container last saw it, if it did) shows beyond the
         journal's keep: entries written since are newer still, so the newest stay.
-        ``journalTrimmed`` goes up by ADD, never back: by at least the distance from the
-        seen watermark to the newest stamp dropped. None when its values cannot be stored
+        ``journalTrimmedByPatches`` goes up by ADD, never back: by the distance from the
+        seen value to the newest stamp dropped. None when its values cannot be stored
         (read-modify-write then decides)."""
         try:
             check_state({"values": list(compiled.values.values())})
@@ -207,14 +216,15 @@ class Planner:
         names = {**names_in(LIVE + "#state #updatedAt #lastWrite"), "#w": write.attribute, **compiled.names}
         update = "SET " + ", ".join(compiled.sets + [
             "#version = #version + :one", "#updatedAt = :now", "#w = #version + :one", "#lastWrite = :lastWrite"])
-        journal_removes, trimmed, journal_names = _trimming(seen, JOURNAL_KEEP - 1, self.now)
+        journal_removes, newest_dropped, journal_names = _trimming(seen, JOURNAL_KEEP - 1, self.now)
         if compiled.removes or journal_removes:
             update += " REMOVE " + ", ".join(compiled.removes + journal_removes)
             names.update(journal_names)
-        if trimmed > trimmed_stamp(seen):
-            update += " ADD #trimmed :trimmedBy"
-            names["#trimmed"] = table.JOURNAL_TRIMMED
-            values[":trimmedBy"] = number(trimmed - trimmed_stamp(seen))
+        raise_by = newest_dropped - _number(seen, table.JOURNAL_TRIMMED_BY_PATCHES)
+        if raise_by > 0:
+            update += " ADD #trimmedByPatches :raiseBy"
+            names["#trimmedByPatches"] = table.JOURNAL_TRIMMED_BY_PATCHES
+            values[":raiseBy"] = number(raise_by)
         expression = " AND ".join([LIVE, "attribute_not_exists(#w)",
                                    self.fence.condition(device_id, names, values), *compiled.conditions])
         request = {"Update": {
@@ -234,12 +244,12 @@ class Planner:
         write = WriteId.new(self.now)
         next_version = device.version if version is None else version
         values = {**values, ":next": number(next_version), ":nowEpoch": number(self.now)}
-        journal_removes, trimmed, journal_names = _trimming(item, JOURNAL_KEEP - 1, self.now)
+        journal_removes, newest_dropped, journal_names = _trimming(item, JOURNAL_KEEP - 1, self.now)
         sets = [*sets, "#version = :next", "#w = :next", "#lastWrite = :lastWrite"]
         values[":lastWrite"] = {"S": outcome}  # the stream processor tells updated from replaced by it
-        if journal_removes:
+        if newest_dropped > _number(item, table.JOURNAL_TRIMMED):
             sets.append("#trimmed = :trimmed")
-            values[":trimmed"] = number(trimmed)
+            values[":trimmed"] = number(newest_dropped)
         update = "SET " + ", ".join(sets)
         if removes or journal_removes:
             update += " REMOVE " + ", ".join(removes + journal_removes)
@@ -267,7 +277,8 @@ def _trimming(item: dict | None, keep: int, now: float) -> tuple[list[str], int,
     """Journal entries to drop so that the newest ``keep`` applied ones remain, and those
     younger than ``JOURNAL_KEEP_SECONDS`` up to ``JOURNAL_MAX`` in all (``keep`` and the
     maximum count the write's own entry); never-applied markers go once they are old.
-    Returns the names to REMOVE, the new ``journalTrimmed`` stamp and the name map."""
+    Returns the names to REMOVE, the newest stamp of an applied entry dropped (0: none)
+    and the name map."""
     entries = journal(item)
     applied = sorted(((version, write) for write, version in entries if version > 0),
                      key=lambda entry: entry[0], reverse=True)
@@ -278,9 +289,9 @@ def _trimming(item: dict | None, keep: int, now: float) -> tuple[list[str], int,
     dropped = [write for _, write in applied if write not in kept_writes]
     old_markers = [write for write, version in entries
                    if version == 0 and write.stamp_ms < (now - SETTLED_KEEP_SECONDS) * 1000]
-    trimmed = max([trimmed_stamp(item), *(write.stamp_ms for write in dropped)])
+    newest_dropped = max((write.stamp_ms for write in dropped), default=0)
     names = {f"#j{index}": write.attribute for index, write in enumerate(dropped + old_markers)}
-    return list(names), trimmed, names
+    return list(names), newest_dropped, names
 
 
 def settle_request(device_id: str, write: WriteId, on_versioned_item: bool, now: float) -> dict:

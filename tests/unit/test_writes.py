@@ -135,16 +135,18 @@ def test_a_write_keeps_the_entries_of_the_last_second_up_to_the_maximum():
     assert request["ExpressionAttributeValues"][":trimmed"] == {"N": str(many[-JOURNAL_MAX][0].stamp_ms)}
 
 
-def test_a_compiled_patch_drops_what_the_container_last_saw_and_raises_the_watermark_by_add():
+def test_a_compiled_patch_drops_what_the_container_last_saw_and_raises_its_own_watermark_by_add():
     entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 30)]
-    seen = item(29, entries, journalTrimmed={"N": "900"})
+    seen = item(29, entries, journalTrimmed={"N": "950"}, journalTrimmedByPatches={"N": "900"})
     compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
     request = PLANNER.compiled("d", compiled, seen).request["Update"]
     assert removed_names(request) == {write.attribute for write, _ in entries[:-(JOURNAL_KEEP - 1)]}
-    assert request["UpdateExpression"].endswith(" ADD #trimmed :trimmedBy")
+    assert request["UpdateExpression"].endswith(" ADD #trimmedByPatches :raiseBy")
+    assert request["ExpressionAttributeNames"]["#trimmedByPatches"] == table.JOURNAL_TRIMMED_BY_PATCHES
     newest_dropped = entries[-JOURNAL_KEEP][0].stamp_ms
-    assert request["ExpressionAttributeValues"][":trimmedBy"] == {"N": str(newest_dropped - 900)}
-    assert trimmed_stamp(seen) + newest_dropped - 900 == newest_dropped  # never below what it dropped
+    assert request["ExpressionAttributeValues"][":raiseBy"] == {"N": str(newest_dropped - 900)}
+    assert "#trimmed" not in request["ExpressionAttributeNames"]  # the exact watermark is the readers' alone
+    assert trimmed_stamp(seen) == 950 and trimmed_stamp({"journalTrimmedByPatches": {"N": "990"}}) == 990
     unseen = PLANNER.compiled("d", compiled, None).request["Update"]
-    assert " REMOVE " not in unseen["UpdateExpression"] and "#trimmed" not in unseen["ExpressionAttributeNames"]
+    assert " REMOVE " not in unseen["UpdateExpression"] and " ADD " not in unseen["UpdateExpression"]
     assert len(journal(item(3, entries))) == len(entries)
