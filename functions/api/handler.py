@@ -10,6 +10,7 @@ from __future__ import annotations
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
 
+from functions.device_state import restore
 from functions.device_state.values import dumps
 
 from . import changes, devices, leases, transactions
@@ -20,6 +21,7 @@ from .observability import logger, metrics, tracer
 from .openapi import OPENAPI
 from .problems import MethodNotAllowed, RouteNotFound, internal_error_response, known_error_response
 
+restore.register_with_lambda()  # SnapStart: reseed generators, recreate clients after each restore
 app = APIGatewayRestResolver(serializer=dumps)
 for _router in (devices.router, transactions.router, leases.router, changes.router):
     app.include_router(_router)

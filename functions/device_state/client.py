@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 
+from .restore import on_restore
+
 # botocore sends each request once: a resend of a conditional write whose first copy
 # landed is a second, different write, so the library's store decides what is sent again
 # (see store.py). Short timeouts keep a lost answer's window to seconds.
@@ -29,3 +31,6 @@ def dynamodb_client(endpoint_url: str | None = None, region_name: str | None = N
     return boto3.session.Session().client(
         "dynamodb", endpoint_url=endpoint_url, region_name=region_name, config=config
     )
+
+
+on_restore(dynamodb_client.cache_clear)  # a restored copy must not reuse the snapshotted process's connections

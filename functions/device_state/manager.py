@@ -24,6 +24,7 @@ from .leases import DEFAULT_TTL_SECONDS, Lease, LeaseQueue
 from .observer import NULL_OBSERVER, UpdateObserver
 from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
 from .recent import RecentJournals
+from .restore import random_generator
 from .retry import Backoff, Moved, RetryLoop
 from .store import IDEMPOTENT, ONCE, Ambiguous, Cancelled, Refused, Rejected, Store, decode_cursor, encode_cursor
 from .transactions import Operation, TransactionRunner
@@ -73,7 +74,7 @@ class DeviceStateManager:
         self.clock = clock
         self.monotonic = monotonic
         self.sleep = sleep
-        self.rng = rng or random.Random()
+        self.rng = rng or random_generator()
         self.store = Store(client, table_name, backoff=backoff, sleep=sleep, rng=self.rng, monotonic=monotonic)
         self.pipeline = WritePipeline(self.store, observer=observer, backoff=backoff, clock=clock,
                                       monotonic=monotonic, sleep=sleep, rng=self.rng, settle_seconds=settle_seconds)
