@@ -6,7 +6,7 @@ with backoff until a change arrives or its wait ends, never past the Lambda's de
 
 from __future__ import annotations
 
-from aws_lambda_powertools.event_handler.api_gateway import Router
+from .resolver import Router
 
 from functions.device_state import dynamodb_client
 from functions.device_state.changes import MAX_FEED_LIMIT, ChangeLog, ChangesExpired, InvalidSince, VersionNotFound

@@ -7,7 +7,7 @@ import functools
 import re
 from urllib.parse import quote, unquote
 
-from aws_lambda_powertools.event_handler import Response
+from .resolver import Response
 
 from functions.device_state import DeviceStateManager, IdempotencyKey, dynamodb_client
 from functions.device_state import restore

@@ -7,7 +7,7 @@ call the library. Errors become problem details in ``problems`` (one place, by t
 
 from __future__ import annotations
 
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+from .resolver import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
 
 from functions.device_state import restore

@@ -43,7 +43,7 @@ UpdateFn = Callable[[dict], dict]
 
 JOURNAL_KEEP = 8  # the newest entries every write leaves on the item
 JOURNAL_KEEP_SECONDS = 1.0  # and the entries younger than this (by the trimming writer's clock)...
-JOURNAL_MAX = 32  # ...up to this many entries in all
+JOURNAL_MAX = 16  # ...up to this many entries in all
 SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
