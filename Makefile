@@ -74,15 +74,16 @@ bench: setup
 	$(PY) bench/contention.py $(BENCH_ARGS)
 	$(PY) bench/feed.py $(FEED_BENCH_ARGS)
 
-# Synthesize offline (no AWS account needed) and lint the template.
+# Synthesize offline (no AWS account needed) and lint the template; DEPLOY_ARGS' -c flags
+# shape it as they would a deploy.
 synth: setup
-	$(CDK) synth --no-notices --quiet --output $(CDK_OUT)
+	$(CDK) synth --no-notices --quiet --output $(CDK_OUT) $(DEPLOY_ARGS)
 	$(VENV)/bin/cfn-lint --config-file .cfnlintrc.yaml -- $(CDK_OUT)/DeviceStateStack.template.json
 
-# Needs AWS credentials and a bootstrapped account (see README); never run by CI. cdk deploy
-# synthesizes again itself, so the -c flags in DEPLOY_ARGS shape what is deployed.
+# Needs AWS credentials and a bootstrapped account (see README); never run by CI. Deploys the
+# cloud assembly just synthesized and linted, so what is deployed is exactly what was checked.
 deploy: synth
-	$(CDK) deploy --no-notices --output $(CDK_OUT) $(DEPLOY_ARGS)
+	$(CDK) deploy --no-notices --app $(CDK_OUT) $(DEPLOY_ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache

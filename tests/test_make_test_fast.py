@@ -14,6 +14,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Runs pytest's collection with the given arguments and prints, for each selected item, its
 # id, marks, the fixtures it names and its parameters (the `engine` fixture picks its table
 # by parameter at run time, so "dynamodb_local" shows there, not among the fixtures).
+# Each argument is one selection (a JSON list of pytest arguments), collected in turn in one
+# process: the second collection reuses the imports of the first.
 PROBE = """
 import json, sys, pytest
 
@@ -25,9 +27,10 @@ class Report:
                                                                         {}).values())}
                       for item in session.items]
 
-report = Report()
-pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *sys.argv[1:]], plugins=[report])
-print("ITEMS=" + json.dumps(report.items))
+for selection in sys.argv[1:]:
+    report = Report()
+    pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *json.loads(selection)], plugins=[report])
+    print("ITEMS=" + json.dumps(report.items))
 """
 
 
@@ -40,17 +43,17 @@ def make_test_fast_arguments(makefile: Path = REPO_ROOT / "Makefile") -> list[st
     return ["-m", marks.group(1)]
 
 
-def collected(*arguments: str) -> list[dict]:
-    result = subprocess.run([sys.executable, "-c", PROBE, *arguments], cwd=REPO_ROOT, capture_output=True,
-                            text=True, timeout=300)
-    line = next((line for line in result.stdout.splitlines() if line.startswith("ITEMS=")), None)
-    assert line, result.stdout[-2000:] + result.stderr[-2000:]
-    return json.loads(line[len("ITEMS="):])
+def collected(*selections: list[str]) -> list[list[dict]]:
+    """The items pytest selects for each list of arguments."""
+    result = subprocess.run([sys.executable, "-c", PROBE, *map(json.dumps, selections)], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=300)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("ITEMS=")]
+    assert len(lines) == len(selections), result.stdout[-2000:] + result.stderr[-2000:]
+    return [json.loads(line[len("ITEMS="):]) for line in lines]
 
 
 def test_make_test_fast_selects_no_dynamodb_local_test():
-    every = collected()
-    fast = collected(*make_test_fast_arguments())
+    every, fast = collected([], make_test_fast_arguments())
     # The check can fail: the full run has engine-parametrized items that reach DynamoDB Local.
     assert any("dynamodb_local" in item["params"] for item in every)
     assert fast and len(fast) < len(every)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 
 from .restore import on_restore
 
@@ -16,9 +17,20 @@ READ_TIMEOUT_SECONDS = 3
 MAX_POOL_CONNECTIONS = 64
 
 
+_creating = threading.Lock()  # a boto3 session is not safe for creating clients from many threads
+
+
+@functools.lru_cache(maxsize=1)
+def _session():
+    """One boto3 session per process: it loads the service models once, so a second client
+    (another endpoint, or one made again after a cache reset) costs milliseconds, not 0.3 s."""
+    import boto3
+
+    return boto3.session.Session()
+
+
 @functools.lru_cache(maxsize=None)
 def dynamodb_client(endpoint_url: str | None = None, region_name: str | None = None):
-    import boto3
     from botocore.config import Config
 
     config = Config(
@@ -28,9 +40,11 @@ def dynamodb_client(endpoint_url: str | None = None, region_name: str | None = N
         max_pool_connections=MAX_POOL_CONNECTIONS,
         tcp_keepalive=True,
     )
-    return boto3.session.Session().client(
-        "dynamodb", endpoint_url=endpoint_url, region_name=region_name, config=config
-    )
+    with _creating:
+        return _session().client("dynamodb", endpoint_url=endpoint_url, region_name=region_name, config=config)
 
 
-on_restore(dynamodb_client.cache_clear)  # a restored copy must not reuse the snapshotted process's connections
+# A restored copy must not reuse the snapshotted process's connections, nor the credentials
+# its session resolved before the snapshot: both are created afresh on first use.
+on_restore(dynamodb_client.cache_clear)
+on_restore(_session.cache_clear)

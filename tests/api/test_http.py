@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -25,11 +26,20 @@ READ_SECONDS = 2  # the server's deadline for reading one request (default 5)
 
 
 class Server:
-    def __init__(self, port: int):
+    def __init__(self, port: int, log=None):
         self.port = port
+        self._log = log  # an unnamed temporary file the server process writes to
 
-    def request(self, method, path, body=None, headers=None, raw: bytes | None = None):
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+    @property
+    def log(self) -> str:
+        """What the server printed so far (its request lines, tracebacks, why it stopped)."""
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+    def request(self, method, path, body=None, headers=None, raw: bytes | None = None, timeout: float = 30):
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         headers = dict(headers or {})
         data = raw
         if body is not None:
@@ -45,11 +55,13 @@ class Server:
 
 
 def launch(**env) -> tuple[subprocess.Popen, Server]:
-    """`python -m localdev.server` with ``env`` on a free port, once it answers."""
+    """`python -m localdev.server` with ``env`` on a free port, once it answers. What it prints
+    goes to ``server.log``, so a test can show why a server stopped."""
     port = free_port()
+    log = tempfile.TemporaryFile()
     process = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=dict(os.environ, PORT=str(port), **env),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    candidate = Server(port)
+                               stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    candidate = Server(port, log)
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -59,7 +71,7 @@ def launch(**env) -> tuple[subprocess.Popen, Server]:
             pass
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
-            pytest.fail("the local server did not start")
+            pytest.fail(f"the local server did not start:\n{candidate.log[-4000:]}")
         time.sleep(0.2)
 
 

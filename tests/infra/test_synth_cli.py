@@ -85,13 +85,15 @@ def test_plain_npx_cdk_synth_works_from_a_set_up_clone(tmp_path):
 
 
 def test_make_deploy_synthesizes_with_its_deploy_args(tmp_path):
-    """No account here, so the deploy itself fails; the assembly it built shows the flags took effect."""
+    """No account here, so the deploy itself fails (for that reason, not another); the assembly it
+    synthesized once, linted and handed to `cdk deploy --app` shows the flags took effect."""
     out = tmp_path / "cdk.out"
     result = subprocess.run(
         ["make", "-s", "deploy", f"CDK_OUT={out}",
          "DEPLOY_ARGS=-c alarmEmail=ops@example.com -c throttleRateLimit=42"],
         cwd=REPO_ROOT, env=without_aws(), capture_output=True, text=True, timeout=900)
     assert result.returncode != 0  # no credentials: nothing was deployed
+    assert "Unable to resolve AWS account" in result.stdout + result.stderr, result.stdout + result.stderr
     template = json.loads((out / "DeviceStateStack.template.json").read_text())
     resources = template["Resources"].values()
     subscription = next(r for r in resources if r["Type"] == "AWS::SNS::Subscription")
