@@ -18,7 +18,6 @@ from .common import RESPONSE_MARGIN_SECONDS, allowed_methods, json_response, rou
 from .common import manager as _manager  # noqa: F401  (tests reset its cache)
 from .leases import MAX_LEASE_WAIT_SECONDS  # noqa: F401  (the stack's timeout is checked against it)
 from .observability import logger, metrics, tracer
-from .openapi import OPENAPI
 from .problems import MethodNotAllowed, RouteNotFound, internal_error_response, known_error_response
 
 restore.register_with_lambda()  # SnapStart: reseed generators, recreate clients after each restore
@@ -29,6 +28,8 @@ for _router in (devices.router, transactions.router, leases.router, changes.rout
 
 @route(app, "/openapi.json", "GET", "HEAD")
 def openapi_document():
+    from .openapi import OPENAPI  # imported by the one route that serves it, not at every cold start
+
     return json_response(OPENAPI)
 
 
