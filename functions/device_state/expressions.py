@@ -29,6 +29,10 @@ NAMES = {
     "#leaseKey": table.LEASE_KEY,
     "#leaseUntil": table.LEASE_UNTIL,
     "#lastWrite": table.LAST_WRITE,
+    "#desired": table.DESIRED,
+    "#reported": table.REPORTED,
+    "#metaDesired": table.META_DESIRED,
+    "#metaReported": table.META_REPORTED,
 }
 
 NOT_EXPIRED = "(attribute_not_exists(#expiresAt) OR #expiresAt > :nowEpoch)"

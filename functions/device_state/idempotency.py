@@ -86,7 +86,8 @@ def record_puts(table_name: str, partition: str, key: IdempotencyKey, results: l
     item carries the condition that makes the key single-use."""
     answer = zlib.compress(dumps([
         {OUTCOME: outcome, "deviceId": device.device_id, "version": device.version, "state": device.state,
-         "createdAt": device.created_at, "updatedAt": device.updated_at}
+         "createdAt": device.created_at, "updatedAt": device.updated_at, "desired": device.desired,
+         "reported": device.reported, "entries": device.entries}
         for device, outcome in results]).encode(), 6)
     parts = [answer[offset:offset + PART_BYTES] for offset in range(0, len(answer), PART_BYTES)] or [b""]
     expires = {"N": str(int(now) + RECORD_TTL_SECONDS)}
@@ -133,5 +134,6 @@ def recorded_results(partition: str, key: IdempotencyKey, record: dict | None, n
             return None  # expired part by part: the whole record counts as gone
         answer += bytes(part[ANSWER]["B"])
     return [(Device(entry["deviceId"], int(entry["version"]), entry["state"], entry["createdAt"],
-                    entry["updatedAt"], replayed=True), entry[OUTCOME])
+                    entry["updatedAt"], replayed=True, desired=entry.get("desired", {}),
+                    reported=entry.get("reported", {}), entries=entry.get("entries", {})), entry[OUTCOME])
             for entry in loads(zlib.decompress(answer))]

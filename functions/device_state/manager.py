@@ -24,6 +24,7 @@ from .leases import DEFAULT_TTL_SECONDS, Lease, LeaseQueue
 from .observer import NULL_OBSERVER, UpdateObserver
 from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
 from .retry import Backoff, Moved, RetryLoop
+from .sections import DEVICE_SECTIONS, STATE, SectionWrite, check_section
 from .store import IDEMPOTENT, ONCE, Ambiguous, Cancelled, Refused, Rejected, Store, decode_cursor, encode_cursor
 from .transactions import Operation, TransactionRunner
 from .values import check_state, validate_device_id
@@ -151,49 +152,70 @@ class DeviceStateManager:
     # TransactWriteItems, and a write whose record exists is answered from the record
     # (``Device.replayed`` is then True) without touching the device.
 
-    def create(self, device_id: str, state: dict, *, idempotency: IdempotencyKey | None = None) -> Device:
+    def create(self, device_id: str, state: dict, *, sections: dict | None = None,
+               idempotency: IdempotencyKey | None = None) -> Device:
         """Create a device at version 1 (or, over a deleted one's tombstone, at its last
-        version + 1); ``DeviceAlreadyExists`` if it exists."""
+        version + 1); ``DeviceAlreadyExists`` if it exists. ``sections``: its ``desired``
+        and ``reported`` (each ``{}`` when absent)."""
         validate_device_id(device_id)
         check_state(state)
-        return self._write(device_id, lambda planner, item: planner.create(device_id, state, item), idempotency)[0]
+        _check_sections(sections)
+        return self._write(device_id, lambda planner, item: planner.create(device_id, state, item, sections),
+                           idempotency)[0]
 
-    def put(self, device_id: str, state: dict, *, idempotency: IdempotencyKey | None = None) -> tuple[Device, bool]:
-        """Create the device or replace its whole state; returns (device, created)."""
+    def put(self, device_id: str, state: dict, *, sections: dict | None = None,
+            idempotency: IdempotencyKey | None = None) -> tuple[Device, bool]:
+        """Create the device or replace its whole state (and the ``sections`` given, the
+        others unchanged); returns (device, created)."""
         validate_device_id(device_id)
         check_state(state)
+        _check_sections(sections)
 
         def plan(planner: Planner, item):
             if table.is_live_state(item, planner.now):
-                return planner.replace_state(item, lambda _: state, None, REPLACED)
-            return planner.create(device_id, state, item)
+                return planner.write_sections(item, _replacing(state, sections), None, REPLACED)
+            return planner.create(device_id, state, item, sections)
 
         device, outcome = self._write(device_id, plan, idempotency, created_may_move=True)
         return device, outcome == CREATED
 
     def replace(self, device_id: str, state: dict, expected_version: int | None = None, *,
-                idempotency: IdempotencyKey | None = None) -> Device:
-        """Replace the whole state. With ``expected_version`` only at that version;
-        without it a deliberate clobber (DynamoDBMapper's CLOBBER) that still bumps the
-        version by exactly one."""
+                sections: dict | None = None, idempotency: IdempotencyKey | None = None) -> Device:
+        """Replace the whole state (and the ``sections`` given). With ``expected_version``
+        only at that version; without it a deliberate clobber (DynamoDBMapper's CLOBBER)
+        that still bumps the version by exactly one."""
         validate_device_id(device_id)
         check_state(state)
+        _check_sections(sections)
+        return self._write(device_id, lambda planner, item: planner.write_sections(
+            expect(device_id, item, expected_version, planner.now), _replacing(state, sections), None, REPLACED),
+            idempotency, expected_version=expected_version)[0]
+
+    def replace_section(self, device_id: str, section: str, document: dict, expected_version: int | None = None,
+                        *, idempotency: IdempotencyKey | None = None) -> Device:
+        """Replace one section (``state``, ``desired`` or ``reported``) whole."""
+        validate_device_id(device_id)
+        check_section(section)
+        check_state(document)
         return self._write(device_id, lambda planner, item: planner.replace_state(
-            expect(device_id, item, expected_version, planner.now), lambda _: state, None, REPLACED),
+            expect(device_id, item, expected_version, planner.now), lambda _: document, None, REPLACED, section),
             idempotency, expected_version=expected_version)[0]
 
     def update(self, device_id: str, update_fn: UpdateFn, expected_version: int, *,
-               condition: ConditionBase | None = None, idempotency: IdempotencyKey | None = None) -> Device:
+               condition: ConditionBase | None = None, idempotency: IdempotencyKey | None = None,
+               section: str = STATE) -> Device:
         """One conditional change (the ``If-Match`` path): apply ``update_fn`` to the
-        state at ``expected_version``; ``VersionConflict`` if the device is elsewhere."""
+        state (or ``section``) at ``expected_version``; ``VersionConflict`` if the device
+        is elsewhere."""
         validate_device_id(device_id)
+        check_section(section)
         return self._write(device_id, lambda planner, item: planner.replace_state(
-            expect(device_id, item, expected_version, planner.now), update_fn, condition, UPDATED),
+            expect(device_id, item, expected_version, planner.now), update_fn, condition, UPDATED, section),
             idempotency, expected_version=expected_version, counted=True)[0]
 
     def update_with_retry(self, device_id: str, update_fn: UpdateFn, *, condition: ConditionBase | None = None,
                           max_attempts: int | None = None, budget_seconds: float | None = None,
-                          idempotency: IdempotencyKey | None = None) -> Device:
+                          idempotency: IdempotencyKey | None = None, section: str = STATE) -> Device:
         """Read, apply the pure ``update_fn`` to a copy of the state, and write it under
         ``version = :expected``; when another writer got there first, re-apply it to
         the newer state: at once to the item the failed write returned after a first
@@ -208,14 +230,16 @@ class DeviceStateManager:
         ``condition`` (boto3 ``Attr(...)`` conditions, e.g. ``Attr("state.online").eq(True)``)
         is ANDed with the version check; when it is false ``ConditionFailed`` is raised
         at once. An exception from ``update_fn`` propagates at once, nothing written.
+        ``section``: the section the patch applies to (``state`` unless named).
         """
         validate_device_id(device_id)
+        check_section(section)
         if idempotency is None and condition is None:  # a caller's condition keeps read-modify-write
-            compiled = self._compiled_update(device_id, update_fn)
+            compiled = self._compiled_update(device_id, update_fn, section)
             if compiled is not None:
                 return compiled
         return self._write(device_id, lambda planner, item: planner.replace_state(
-            expect(device_id, item, None, planner.now), update_fn, condition, UPDATED),
+            expect(device_id, item, None, planner.now), update_fn, condition, UPDATED, section),
             idempotency, max_attempts=max_attempts, budget_seconds=budget_seconds, counted=True)[0]
 
     def delete(self, device_id: str, expected_version: int | None = None, *,
@@ -333,14 +357,20 @@ class DeviceStateManager:
             raise StorageError(f"transaction cancelled: {cancelled.reasons}") from None
         return planned.device, planned.outcome
 
-    def _compiled_update(self, device_id: str, update_fn) -> Device | None:
+    def _compiled_update(self, device_id: str, update_fn, section: str = STATE) -> Device | None:
         """Apply a patch that compiles to one UpdateItem: no read, and nothing for another
         writer to invalidate, so no conflict. None when it does not compile, or DynamoDB
-        refuses it (a guard, a missing parent, a type): read-modify-write then decides."""
+        refuses it (a guard, a missing parent, a type): read-modify-write then decides.
+        Desired and reported compile nested merge patches too (``MergePatch.compile``)."""
         compile_patch = getattr(update_fn, "compile", None)
-        compiled = compile_patch() if compile_patch else None
+        if compile_patch is None:
+            compiled = None
+        elif section == STATE:
+            compiled = compile_patch()
+        else:
+            compiled = compile_patch(root="#" + section, nested=True)
         planner = self.planner()
-        planned = planner.compiled(device_id, compiled) if compiled is not None else None
+        planned = planner.compiled(device_id, compiled, section) if compiled is not None else None
         if planned is None:
             return None
         started = self.monotonic()
@@ -364,3 +394,16 @@ class DeviceStateManager:
         except (Rejected, DeviceStateError) as error:  # the patch itself applied: never fail its answer
             logger.info("journal trim skipped", extra={"reason": type(error).__name__})
 
+
+
+def _check_sections(sections: dict | None) -> None:
+    for section, document in (sections or {}).items():
+        if section not in DEVICE_SECTIONS:
+            raise ValueError(f"sections are {', '.join(DEVICE_SECTIONS)}, not {section!r}")
+        check_state(document)
+
+
+def _replacing(state: dict, sections: dict | None) -> list[SectionWrite]:
+    """Section writes replacing the state and the ``sections`` given, each whole."""
+    documents = {STATE: state, **(sections or {})}
+    return [SectionWrite(section, lambda _, document=document: document) for section, document in documents.items()]

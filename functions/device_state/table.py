@@ -76,6 +76,10 @@ STATE = "state"
 CREATED_AT = "createdAt"
 UPDATED_AT = "updatedAt"
 DELETED_AT = "deletedAt"  # set on a tombstone: the device was deleted at this time
+DESIRED = "desired"  # what apps want the device to be
+REPORTED = "reported"  # what the device says it is
+META_DESIRED = "metaDesired"  # per-leaf metadata of desired and reported (see sections.py)
+META_REPORTED = "metaReported"
 LAST_WRITE = "lastWrite"  # what the write that made this version did: created, replaced, updated, deleted
 
 # The write journal: one attribute per recent write, named by its write id and holding

@@ -29,6 +29,8 @@ from .expressions import LIVE, NOT_LIVE, and_condition, names_in, number
 from .fencing import Fence
 from .idempotency import CHECKED, CREATED, DELETED, UPDATED
 from .retry import Moved
+from .sections import (ALL, DESIRED, DEVICE_SECTIONS, META_ATTRIBUTES, REPORTED, STATE, SectionWrite, next_entries,
+                       pack, touched_by)
 from .values import check_item_size, check_state, to_attribute
 
 UpdateFn = Callable[[dict], dict]
@@ -109,8 +111,8 @@ class Planned:
     write: WriteId | None = None
 
 
-def _apply(update_fn: UpdateFn, current: Device) -> dict:
-    new_state = update_fn(copy.deepcopy(current.state))
+def _apply(update_fn: UpdateFn, document: dict) -> dict:
+    new_state = update_fn(copy.deepcopy(document))
     if new_state is None:
         raise TypeError("update_fn must return the new state")
     return new_state
@@ -127,14 +129,19 @@ class Planner:
 
     # ---------------------------------------------------------------- planners
 
-    def create(self, device_id: str, state: dict, item: dict | None) -> Planned:
-        """Create over nothing, a settle stub, or a tombstone (its version continues)."""
+    def create(self, device_id: str, state: dict, item: dict | None, sections: dict | None = None) -> Planned:
+        """Create over nothing, a settle stub, or a tombstone (its version continues).
+        ``sections``: the device's desired and reported (each ``{}`` when absent)."""
         if table.is_live_state(item, self.now):
             raise DeviceAlreadyExists(device_id, Device.from_item(item))
         check_state(state)
         previous = int(item[table.VERSION]["N"]) if item and table.VERSION in item else 0
         stamp = timestamp(self.now)
-        device = Device(device_id, previous + 1, state, stamp, stamp)
+        documents = {section: (sections or {}).get(section) or {} for section in DEVICE_SECTIONS}
+        entries = {section: next_entries(documents[section], {}, (ALL,), pack(previous + 1, self.now))
+                   for section in DEVICE_SECTIONS}
+        device = Device(device_id, previous + 1, state, stamp, stamp, desired=documents[DESIRED],
+                        reported=documents[REPORTED], entries=entries)
         values = {":state": to_attribute(state), ":now": {"S": stamp}}
         if previous:
             condition = f"#version = :expected AND {NOT_LIVE}"
@@ -142,21 +149,45 @@ class Planner:
         else:
             condition = "attribute_not_exists(#version)"
         sets = ["#state = :state", "#createdAt = :now", "#updatedAt = :now"]
+        sets += _section_sets(documents, entries, values)
         removes = ["#deletedAt", "#expiresAt", "#leaseToken", "#leaseKey", "#leaseUntil"]
         return self._planned(device_id, item, device, CREATED, previous or None, condition, sets, removes, values)
 
     def replace_state(self, item: dict, update_fn: UpdateFn, condition: ConditionBase | None,
-                      outcome: str) -> Planned:
-        """``update_fn(state)`` written over the live ``item``, at its version."""
+                      outcome: str, section: str = STATE) -> Planned:
+        """``update_fn(state)`` (or of another section) written over the live ``item``, at its version."""
+        return self.write_sections(item, [SectionWrite(section, update_fn, touched_by(update_fn))],
+                                   condition, outcome)
+
+    def write_sections(self, item: dict, writes: list[SectionWrite], condition: ConditionBase | None,
+                       outcome: str) -> Planned:
+        """Each ``SectionWrite``'s update function applied to its section of the live
+        ``item``, all in one write at its version; desired and reported renew the
+        metadata of the leaves each write touched."""
         current = Device.from_item(item)
-        new_state = _apply(update_fn, current)
-        check_state(new_state)
+        documents = {STATE: current.state, DESIRED: current.desired, REPORTED: current.reported}
+        entries = dict(current.entries)
         stamp = timestamp(self.now)
-        device = Device(current.device_id, current.version + 1, new_state, current.created_at, stamp)
-        values = {":state": to_attribute(new_state), ":now": {"S": stamp}, ":expected": number(current.version)}
+        version = current.version + 1
+        values = {":now": {"S": stamp}, ":expected": number(current.version)}
+        for write in writes:
+            new_document = _apply(write.update_fn, documents[write.section])
+            check_state(new_document)
+            documents[write.section] = new_document
+            if write.section != STATE:
+                entries[write.section] = next_entries(new_document, entries.get(write.section, {}),
+                                                      write.touched, pack(version, self.now))
+        changed = {write.section for write in writes}
+        sets = ["#updatedAt = :now"]
+        if STATE in changed:
+            sets.insert(0, "#state = :state")
+            values[":state"] = to_attribute(documents[STATE])
+        sets += _section_sets({section: documents[section] for section in DEVICE_SECTIONS if section in changed},
+                              entries, values)
+        device = Device(current.device_id, version, documents[STATE], current.created_at, stamp,
+                        desired=documents[DESIRED], reported=documents[REPORTED], entries=entries)
         return self._planned(current.device_id, item, device, outcome, current.version,
-                             f"#version = :expected AND {LIVE}", ["#state = :state", "#updatedAt = :now"], [],
-                             values, condition)
+                             f"#version = :expected AND {LIVE}", sets, [], values, condition)
 
     def delete(self, item: dict) -> Planned:
         """The device becomes a tombstone: its version goes on (so it never repeats), its
@@ -168,7 +199,8 @@ class Planner:
         return self._planned(current.device_id, item, current, DELETED, current.version,
                                 f"#version = :expected AND {LIVE}",
                                 ["#deletedAt = :now", "#updatedAt = :now", "#expiresAt = :tombstoneExpires"],
-                                ["#state", "#leaseToken", "#leaseKey", "#leaseUntil"], values,
+                                ["#state", "#leaseToken", "#leaseKey", "#leaseUntil", "#desired", "#reported",
+                                 "#metaDesired", "#metaReported"], values,
                                 version=current.version + 1)
 
     def check(self, item: dict, condition: ConditionBase | None) -> Planned:
@@ -183,10 +215,11 @@ class Planner:
         }}
         return Planned(request, current, CHECKED, current.version)
 
-    def compiled(self, device_id: str, compiled) -> Planned | None:
+    def compiled(self, device_id: str, compiled, section: str = STATE) -> Planned | None:
         """A patch compiled to one UpdateItem: no read, no version condition; its write id
         alone keeps any copy of it from applying twice. None when its values cannot be
-        stored (read-modify-write then decides)."""
+        stored (read-modify-write then decides). A desired or reported patch sets the
+        metadata of the members it changes in the same request (``sections.pack``)."""
         try:
             check_state({"values": list(compiled.values.values())})
             values = {key: to_attribute(value) for key, value in compiled.values.items()}
@@ -195,13 +228,24 @@ class Planner:
         write = WriteId.new(self.now)
         values.update({":one": number(1), ":now": {"S": timestamp(self.now)}, ":nowEpoch": number(self.now),
                        ":lastWrite": {"S": UPDATED}})
-        names = {**names_in(LIVE + "#state #updatedAt #lastWrite"), "#w": write.attribute, **compiled.names}
-        update = "SET " + ", ".join(compiled.sets + [
+        sets = list(compiled.sets)
+        conditions = list(compiled.conditions)
+        names = {}
+        if section != STATE:
+            meta = "#" + META_ATTRIBUTES[section]
+            values[":metaStamp"] = number(pack(1, self.now))
+            for index, leaf in enumerate(compiled.pointers):
+                names[f"#m{index}"] = leaf
+                sets.append(f"{meta}.#m{index} = #version + :metaStamp")
+            conditions += [f"attribute_type({compiled.root}, :mapType)", f"attribute_type({meta}, :mapType)"]
+            values[":mapType"] = {"S": "M"}
+        update = "SET " + ", ".join(sets + [
             "#version = #version + :one", "#updatedAt = :now", "#w = #version + :one", "#lastWrite = :lastWrite"])
         if compiled.removes:
             update += " REMOVE " + ", ".join(compiled.removes)
+        names.update({**names_in(LIVE + update + " ".join(conditions)), "#w": write.attribute, **compiled.names})
         expression = " AND ".join([LIVE, "attribute_not_exists(#w)",
-                                   self.fence.condition(device_id, names, values), *compiled.conditions])
+                                   self.fence.condition(device_id, names, values), *conditions])
         request = {"Update": {
             "TableName": self.table_name, "Key": table.state_key(device_id),
             "UpdateExpression": update, "ConditionExpression": expression,
@@ -234,7 +278,11 @@ class Planner:
             expression += " AND " + self.fence.condition(device_id, names, values)
         expression = and_condition(expression, names, values, caller_condition)
         if outcome != DELETED:
-            check_item_size({**table.state_key(device_id), **(item or {}), table.STATE: values[":state"],
+            sections = {table.STATE: values[":state"]} if ":state" in values else {}
+            sections.update({attribute: values[f":{attribute}"] for attribute in
+                             (table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
+                             if f":{attribute}" in values})
+            check_item_size({**table.state_key(device_id), **(item or {}), **sections,
                              table.VERSION: number(next_version), write.attribute: number(next_version),
                              table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
                              "bookkeeping": {"B": bytes(BOOKKEEPING_BYTES)}})
@@ -246,6 +294,17 @@ class Planner:
         }}
         return Planned(request, device, outcome, expected_version, write)
 
+
+
+def _section_sets(documents: dict, entries: dict, values: dict) -> list[str]:
+    """SET clauses (and their values) writing desired/reported documents and their metadata."""
+    sets = []
+    for section, document in documents.items():
+        meta = META_ATTRIBUTES[section]
+        values[f":{section}"] = to_attribute(document)
+        values[f":{meta}"] = to_attribute(entries.get(section, {}))
+        sets += [f"#{section} = :{section}", f"#{meta} = :{meta}"]
+    return sets
 
 
 def _trimming(item: dict | None, keep: int, now: float) -> tuple[list[str], int, dict]:
