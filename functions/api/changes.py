@@ -37,22 +37,13 @@ def change_log() -> ChangeLog:
                      retention_seconds=config.change_retention_seconds)
 
 
-def _integer(query: dict, name: str, default: int, low: int, high: int) -> int:
-    raw = query.get(name)
-    if raw is None:
-        return default
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 18 or not low <= int(raw) <= high:
-        raise BadRequest(f"{name} must be an integer from {low} to {high}")
-    return int(raw)
-
-
 @route(router, "/devices/<device_id>/changes", "GET", "HEAD")
 def list_changes(device_id: str):
     device_id = parse.device_id(device_id)
     query = parse.query_parameters(router.current_event, {"since", "limit", "waitSeconds"})
-    since = _integer(query, "since", 0, 0, 10 ** 18 - 1)
-    limit = _integer(query, "limit", DEFAULT_FEED_LIMIT, 1, MAX_FEED_LIMIT)
-    wait = _integer(query, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
+    since = parse.integer(query, "since", 0, 0, 10 ** 18 - 1)
+    limit = parse.integer(query, "limit", DEFAULT_FEED_LIMIT, 1, MAX_FEED_LIMIT)
+    wait = parse.integer(query, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
     try:
         changes = change_log().wait(device_id, since, limit, budget(router.lambda_context, wait) if wait else 0)
     except ChangesExpired as expired:

@@ -106,6 +106,13 @@ def json_object(value, what: str, required: tuple[str, ...], optional: tuple[str
     return value
 
 
+def document(value, what: str) -> dict:
+    """A client's JSON object whose members are its own (a section of a device)."""
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} must be a JSON object")
+    return value
+
+
 @dataclass(frozen=True)
 class EntityTags:
     """A parsed If-Match / If-None-Match value: ``*`` or a list of entity tags. Only
@@ -195,6 +202,30 @@ def cursor(raw: str | None) -> str | None:
     if not (isinstance(key, list) and len(key) == 2 and all(isinstance(part, str) for part in key)):
         raise InvalidCursor("cursor is not one this service issued")
     return raw
+
+
+def integer(query: dict, name: str, default: int | None, low: int, high: int) -> int | None:
+    """An integer query parameter from ``low`` to ``high``, or ``default`` when absent."""
+    raw = query.get(name)
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18 or not low <= int(raw) <= high:
+        raise BadRequest(f"{name} must be an integer from {low} to {high}")
+    return int(raw)
+
+
+INCLUDE = "include"
+METADATA = "metadata"
+
+
+def include_metadata(event) -> bool:
+    """True when the query asks ``include=metadata`` (the only thing it can include)."""
+    multi = event.get("multiValueQueryStringParameters") or {}
+    single = event.get("queryStringParameters") or {}
+    values = multi.get(INCLUDE) or ([single[INCLUDE]] if INCLUDE in single else [])
+    if any(value != METADATA for value in values):
+        raise BadRequest(f"{INCLUDE} can only be {METADATA}")
+    return bool(values)
 
 
 def query_parameters(event, allowed: set[str]) -> dict[str, str]:

@@ -33,6 +33,8 @@ NAMES = {
     "#reported": table.REPORTED,
     "#metaDesired": table.META_DESIRED,
     "#metaReported": table.META_REPORTED,
+    "#changedDesired": table.CHANGED_DESIRED,
+    "#changedReported": table.CHANGED_REPORTED,
 }
 
 NOT_EXPIRED = "(attribute_not_exists(#expiresAt) OR #expiresAt > :nowEpoch)"

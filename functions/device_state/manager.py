@@ -24,7 +24,7 @@ from .leases import DEFAULT_TTL_SECONDS, Lease, LeaseQueue
 from .observer import NULL_OBSERVER, UpdateObserver
 from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
 from .retry import Backoff, Moved, RetryLoop
-from .sections import DEVICE_SECTIONS, STATE, SectionWrite, check_section
+from .sections import CHANGED_ATTRIBUTES, DEVICE_SECTIONS, STATE, SectionWrite, check_section
 from .store import IDEMPOTENT, ONCE, Ambiguous, Cancelled, Refused, Rejected, Store, decode_cursor, encode_cursor
 from .transactions import Operation, TransactionRunner
 from .values import check_state, validate_device_id
@@ -117,6 +117,25 @@ class DeviceStateManager:
         validate_device_id(device_id)
         item = self.store.get_state(device_id)
         return item if table.is_live_state(item, self.clock()) else None
+
+    def wait_for_sections(self, device_id: str, since: int, wait_seconds: float,
+                          first_delay: float = 0.05, max_delay: float = 0.5) -> Device:
+        """The device once a write after version ``since`` has changed its desired or
+        reported (at once when one already has), or as it is when ``wait_seconds`` pass.
+        Polls the state item (strongly consistent), so it never trails the writes."""
+        deadline = self.monotonic() + max(wait_seconds, 0.0)
+        delay = first_delay
+        while True:
+            item = self.live_state(device_id)
+            if item is None:
+                raise DeviceNotFound(device_id)
+            changed = max((int(item[attribute]["N"]) for attribute in CHANGED_ATTRIBUTES.values()
+                           if attribute in item), default=0)
+            left = deadline - self.monotonic()
+            if changed > since or left <= 0:
+                return Device.from_item(item)
+            self.sleep(min(delay, left))
+            delay = min(delay * 2, max_delay)
 
     def list_devices(self, limit: int = 50, cursor: str | None = None) -> tuple[list[Device], str | None]:
         """One page of devices and the opaque cursor of the next page (None at the end).

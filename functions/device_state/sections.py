@@ -32,6 +32,7 @@ STATE, DESIRED, REPORTED = "state", "desired", "reported"
 SECTIONS = (STATE, DESIRED, REPORTED)
 DEVICE_SECTIONS = (DESIRED, REPORTED)  # the sections with per-leaf metadata
 META_ATTRIBUTES = {DESIRED: table.META_DESIRED, REPORTED: table.META_REPORTED}
+CHANGED_ATTRIBUTES = {DESIRED: table.CHANGED_DESIRED, REPORTED: table.CHANGED_REPORTED}
 VERSION_SPAN = 10 ** 16  # versions below this pack with a millisecond time into 29 digits
 
 ALL = ""  # the touched pointer of a write that sets a whole section

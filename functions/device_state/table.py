@@ -80,6 +80,8 @@ DESIRED = "desired"  # what apps want the device to be
 REPORTED = "reported"  # what the device says it is
 META_DESIRED = "metaDesired"  # per-leaf metadata of desired and reported (see sections.py)
 META_REPORTED = "metaReported"
+CHANGED_DESIRED = "changedDesired"  # the version of the last write to desired (what a delta waiter waits for)
+CHANGED_REPORTED = "changedReported"
 LAST_WRITE = "lastWrite"  # what the write that made this version did: created, replaced, updated, deleted
 
 # The write journal: one attribute per recent write, named by its write id and holding

@@ -29,7 +29,7 @@ from .expressions import LIVE, NOT_LIVE, and_condition, names_in, number
 from .fencing import Fence
 from .idempotency import CHECKED, CREATED, DELETED, UPDATED
 from .retry import Moved
-from .sections import (ALL, DESIRED, DEVICE_SECTIONS, META_ATTRIBUTES, REPORTED, STATE, SectionWrite, next_entries,
+from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, META_ATTRIBUTES, REPORTED, STATE, SectionWrite, next_entries,
                        pack, touched_by)
 from .values import check_item_size, check_state, to_attribute
 
@@ -200,7 +200,7 @@ class Planner:
                                 f"#version = :expected AND {LIVE}",
                                 ["#deletedAt = :now", "#updatedAt = :now", "#expiresAt = :tombstoneExpires"],
                                 ["#state", "#leaseToken", "#leaseKey", "#leaseUntil", "#desired", "#reported",
-                                 "#metaDesired", "#metaReported"], values,
+                                 "#metaDesired", "#metaReported", "#changedDesired", "#changedReported"], values,
                                 version=current.version + 1)
 
     def check(self, item: dict, condition: ConditionBase | None) -> Planned:
@@ -237,6 +237,7 @@ class Planner:
             for index, leaf in enumerate(compiled.pointers):
                 names[f"#m{index}"] = leaf
                 sets.append(f"{meta}.#m{index} = #version + :metaStamp")
+            sets.append(f"#{CHANGED_ATTRIBUTES[section]} = #version + :one")
             conditions += [f"attribute_type({compiled.root}, :mapType)", f"attribute_type({meta}, :mapType)"]
             values[":mapType"] = {"S": "M"}
         update = "SET " + ", ".join(sets + [
@@ -303,7 +304,7 @@ def _section_sets(documents: dict, entries: dict, values: dict) -> list[str]:
         meta = META_ATTRIBUTES[section]
         values[f":{section}"] = to_attribute(document)
         values[f":{meta}"] = to_attribute(entries.get(section, {}))
-        sets += [f"#{section} = :{section}", f"#{meta} = :{meta}"]
+        sets += [f"#{section} = :{section}", f"#{meta} = :{meta}", f"#{CHANGED_ATTRIBUTES[section]} = :next"]
     return sets
 
 
