@@ -60,6 +60,7 @@ def get_version(device_id: str, version: str):
     if not version.isascii() or not version.isdigit() or len(version) > 18 or int(version) < 1:
         raise BadRequest("version must be a positive integer")
     try:
-        return device_response(change_log().at_version(device_id, int(version)))
+        return device_response(change_log().at_version(device_id, int(version)),
+                               metadata=parse.include_metadata(router.current_event))
     except VersionNotFound as missing:
         raise VersionGone(str(missing), deviceId=device_id) from None
