@@ -10,6 +10,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions.device_state import dynamodb_client
 from functions.device_state.changes import MAX_FEED_LIMIT, ChangeLog, ChangesExpired, InvalidSince, VersionNotFound
+from functions.device_state.sections import SECTIONS
 
 from . import request_parsing as parse
 from .common import budget, device_response, json_response, route
@@ -40,7 +41,8 @@ def change_log() -> ChangeLog:
 @route(router, "/devices/<device_id>/changes", "GET", "HEAD")
 def list_changes(device_id: str):
     device_id = parse.device_id(device_id)
-    query = parse.query_parameters(router.current_event, {"since", "limit", "waitSeconds"})
+    query = parse.query_parameters(router.current_event, {"since", "limit", "waitSeconds", "sections"})
+    wanted = _sections(query.get("sections"))
     since = parse.integer(query, "since", 0, 0, 10 ** 18 - 1)
     limit = parse.integer(query, "limit", DEFAULT_FEED_LIMIT, 1, MAX_FEED_LIMIT)
     wait = parse.integer(query, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
@@ -50,8 +52,19 @@ def list_changes(device_id: str):
         raise ChangesGone(str(expired), deviceId=device_id, currentVersion=expired.current_version) from None
     except InvalidSince as invalid:
         raise BadRequest(str(invalid)) from None
-    next_since = changes[-1].version if changes else since
-    return json_response({"changes": [change.as_dict() for change in changes], "nextSince": next_since})
+    next_since = changes[-1].version if changes else since  # past the changes filtered out too
+    shown = [change.as_dict() for change in changes if wanted.intersection(change.sections)]
+    return json_response({"changes": shown, "nextSince": next_since})
+
+
+def _sections(raw: str | None) -> set:
+    """The sections a feed reader follows (``?sections=desired,reported``; all by default)."""
+    if raw is None:
+        return set(SECTIONS)
+    names = raw.split(",")
+    if not raw or any(name not in SECTIONS for name in names):
+        raise BadRequest(f"sections must be a comma-separated list of {', '.join(SECTIONS)}")
+    return set(names)
 
 
 @route(router, "/devices/<device_id>/versions/<version>", "GET", "HEAD")

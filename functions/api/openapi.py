@@ -436,6 +436,16 @@ OPENAPI["paths"]["/devices"]["post"]["parameters"].append(_INCLUDE)
 for _method in ("get", "put", "patch"):
     OPENAPI["paths"]["/devices/{deviceId}"][_method]["parameters"].append(_INCLUDE)
 OPENAPI["paths"]["/devices/{deviceId}/versions/{version}"]["get"]["parameters"] = [_INCLUDE]
+OPENAPI["paths"]["/devices/{deviceId}/changes"]["get"]["parameters"].append({
+    "name": "sections", "in": "query", "schema": {"type": "string", "pattern": "^(state|desired|reported)"
+                                                                              "(,(state|desired|reported))*$"},
+    "description": "Only changes to these sections (comma-separated); nextSince still moves past the others"})
+_schemas["Change"]["properties"]["sections"] = {
+    "type": "array", "items": {"type": "string", "enum": ["state", "desired", "reported"]},
+    "description": "The sections the write changed"}
+_schemas["Change"]["properties"]["patch"]["description"] = (
+    "RFC 6902 over the whole document {state, desired, reported} (paths /state/..., /desired/..., /reported/...) "
+    "from the previous version ({} for created) to this one; null for deleted")
 # ---- end of the sections block
 
 

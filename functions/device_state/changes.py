@@ -8,11 +8,13 @@ and changes nothing). Everything else the stream carries (lease bookkeeping, the
 journal and its trims, settle stubs, idempotency records, lease rows, change items
 themselves) is no change: ``change_of`` returns None for it.
 
-A change item holds the version, the previous version, the kind, an RFC 6902 patch from
-the previous state to the new one, the new state itself (so history needs no replay), the
-device's timestamps, and ``expiresAt`` = ``updatedAt`` + retention. When patch and state
-do not both fit in one item, the patch is left out and read back as one ``replace`` of
-the whole document (``""``), which is equally exact.
+A change item holds the version, the previous version, the kind, the sections the write
+changed, an RFC 6902 patch over the whole document ``{"state", "desired", "reported"}``
+(paths ``/state/...``, ``/desired/...``, ``/reported/...``) from the previous version to
+this one, the new sections themselves and their per-leaf metadata (so history needs no
+replay), the device's timestamps, and ``expiresAt`` = ``updatedAt`` + retention. When
+patch and sections do not both fit in one item, the patch is left out and read back as
+one ``replace`` of the whole document (``""``), which is equally exact.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from typing import Callable
 from . import table
 from .device import Device
 from .errors import DeviceNotFound, DeviceStateError
+from .sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, entries_of, stored_map
 from .store import Rejected, IDEMPOTENT, Store
-from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads, validate_device_id
+from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads, to_attribute, validate_device_id
 
 CHANGE_SK_PREFIX = "change#"
 VERSION_WIDTH = 20  # zero-padded, so sort keys sort as versions do
@@ -38,6 +41,9 @@ CREATED, UPDATED, REPLACED, DELETED = "created", "updated", "replaced", "deleted
 PREVIOUS_VERSION = "previousVersion"
 KIND = "kind"
 PATCH = "patch"  # RFC 6902, as JSON text (no nesting limit to meet)
+SECTIONS_CHANGED = "sections"  # the sections the write changed (a list of names)
+# The device attributes a change item copies from the new image (besides state).
+_COPIED = (table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
 SIZE_MARGIN_BYTES = 1024
 
 
@@ -76,10 +82,20 @@ class Change:
     state: dict | None  # None for a delete
     created_at: str | None
     updated_at: str
+    sections: tuple = SECTIONS  # the sections the write changed
+    desired: dict | None = None  # None for a delete
+    reported: dict | None = None
+    entries: dict | None = None  # per-leaf metadata entries of desired and reported
 
     def as_dict(self) -> dict:
         return {"deviceId": self.device_id, "version": self.version, "previousVersion": self.previous_version,
-                "kind": self.kind, "patch": self.patch, "updatedAt": self.updated_at}
+                "kind": self.kind, "sections": list(self.sections), "patch": self.patch,
+                "updatedAt": self.updated_at}
+
+    def device(self) -> Device:
+        """The device as it was at this change (not for a delete)."""
+        return Device(self.device_id, self.version, self.state, self.created_at or "", self.updated_at,
+                      desired=self.desired or {}, reported=self.reported or {}, entries=self.entries or {})
 
 
 def _version(image: dict | None) -> int:
@@ -100,13 +116,32 @@ def change_of(old: dict | None, new: dict | None) -> Change | None:
         kind = CREATED
     else:
         kind = REPLACED if new.get(table.LAST_WRITE, {}).get("S") == REPLACED else UPDATED
-    before = from_attribute(old[table.STATE]) if kind != CREATED and old and table.STATE in old else {}
-    after = from_attribute(new[table.STATE]) if kind != DELETED else None
+    before = document(old) if kind != CREATED else {}
+    after = document(new) if kind != DELETED else None
     return Change(
         device_id=new[table.PARTITION_KEY]["S"], version=version, previous_version=version - 1, kind=kind,
-        patch=None if after is None else diff(before, after), state=after,
+        patch=None if after is None else diff(before, after), state=None if after is None else after[STATE],
         created_at=new.get(table.CREATED_AT, {}).get("S"),
-        updated_at=new.get(table.UPDATED_AT, {}).get("S") or new[table.DELETED_AT]["S"])
+        updated_at=new.get(table.UPDATED_AT, {}).get("S") or new[table.DELETED_AT]["S"],
+        sections=SECTIONS if kind in (CREATED, DELETED) else changed_sections(before, after, new, version),
+        desired=after and after[DESIRED], reported=after and after[REPORTED], entries=after and entries_of(new))
+
+
+def document(image: dict | None) -> dict:
+    """The whole document of a state image: every section, ``{}`` where it has none."""
+    return {section: stored_map(image[section]) if image and section in image else {}
+            for section in SECTIONS}
+
+
+def changed_sections(before: dict, after: dict, new: dict, version: int) -> tuple:
+    """The sections a write changed: those it wrote (desired and reported mark the
+    version that last wrote them) or whose document differs; a write that names no
+    section wrote the state."""
+    written = {section for section in (DESIRED, REPORTED)
+               if new.get(CHANGED_ATTRIBUTES[section], {}).get("N") == str(version)}
+    differ = {section for section in SECTIONS if not _same(before[section], after[section])}
+    changed = written | differ or {STATE}
+    return tuple(section for section in SECTIONS if section in changed)
 
 
 def diff(before, after, path: str = "") -> list[dict]:
@@ -155,8 +190,10 @@ def change_item(change: Change, new_image: dict, retention_seconds: int) -> dict
     }
     if change.created_at:
         item[table.CREATED_AT] = {"S": change.created_at}
+    item[SECTIONS_CHANGED] = {"L": [{"S": section} for section in change.sections]}
     if change.state is not None:
-        item[table.STATE] = new_image[table.STATE]
+        item[table.STATE] = to_attribute(stored_map(new_image[table.STATE]))
+        item.update({name: to_attribute(stored_map(new_image[name])) for name in _COPIED if name in new_image})
         with_patch = {**item, PATCH: {"S": dumps(change.patch)}}
         if item_size(with_patch) <= MAX_ITEM_BYTES - SIZE_MARGIN_BYTES:
             item = with_patch
@@ -168,11 +205,14 @@ def _from_item(item: dict) -> Change:
     if PATCH in item:
         patch = loads(item[PATCH]["S"])
     else:
-        patch = None if state is None else [{"op": "replace", "path": "", "value": state}]
+        patch = None if state is None else [{"op": "replace", "path": "", "value": document(item)}]
+    sections = tuple(from_attribute(item[SECTIONS_CHANGED])) if SECTIONS_CHANGED in item else SECTIONS
+    whole = document(item)
     return Change(
         device_id=item[table.PARTITION_KEY]["S"], version=int(item[table.VERSION]["N"]),
         previous_version=int(item[PREVIOUS_VERSION]["N"]), kind=item[KIND]["S"], patch=patch, state=state,
-        created_at=item.get(table.CREATED_AT, {}).get("S"), updated_at=item[table.UPDATED_AT]["S"])
+        created_at=item.get(table.CREATED_AT, {}).get("S"), updated_at=item[table.UPDATED_AT]["S"],
+        sections=sections, desired=whole[DESIRED], reported=whole[REPORTED], entries=entries_of(item))
 
 
 class ChangeLog:
@@ -256,7 +296,7 @@ class ChangeLog:
         change = _from_item(item)
         if change.state is None:
             raise VersionNotFound(device_id, version, "the device was deleted at this version")
-        return Device(device_id, version, change.state, change.created_at or "", change.updated_at)
+        return change.device()
 
     def _current(self, device_id: str, now: float) -> tuple[int, str | None]:
         """The device's current version (a tombstone's too) and when it was last written;

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import table
-from .sections import delta, metadata
+from .sections import delta, entries_of, metadata
 from .times import timestamp
 from .values import from_attribute
 
@@ -36,9 +36,7 @@ class Device:
             updated_at=item[table.UPDATED_AT]["S"],
             desired=from_attribute(item[table.DESIRED]) if table.DESIRED in item else {},
             reported=from_attribute(item[table.REPORTED]) if table.REPORTED in item else {},
-            entries={section: from_attribute(item[attribute]) for section, attribute in
-                     ((table.DESIRED, table.META_DESIRED), (table.REPORTED, table.META_REPORTED))
-                     if attribute in item},
+            entries=entries_of(item),
         )
 
     def as_dict(self, include_metadata: bool = False) -> dict:

@@ -190,3 +190,34 @@ def test_a_section_route_allows_only_its_methods(api):
     answer = api("DELETE", "/devices/lamp-1/desired")
     assert answer.status == 405 and answer.header("Allow") == "PATCH, PUT"
     assert api("POST", "/devices/lamp-1/delta").header("Allow") == "GET, HEAD"
+
+
+def test_the_feed_filters_by_section_and_next_since_moves_past_what_it_filtered(api):
+    from functions.device_state.changes import ChangeLog
+    from functions.device_state.store import Store
+
+    store, log, previous = Store(api.client, api.table), ChangeLog(api.client, api.table), None
+
+    def recorded(answer):  # the stream processor's step, on the item as each write left it
+        nonlocal previous
+        item = store.get_state("lamp-1")
+        log.record(previous, item)
+        previous = item
+        return answer
+
+    recorded(lamp(api))
+    recorded(api("PATCH", "/devices/lamp-1", {"x": 1}, content_type=MERGE))
+    recorded(api("PATCH", "/devices/lamp-1/desired", {"power": "on"}, content_type=MERGE))
+    recorded(api("PATCH", "/devices/lamp-1/reported", {"power": "on"}, content_type=MERGE))
+    recorded(api("PATCH", "/devices/lamp-1", {"x": 2}, content_type=MERGE))
+    page = api("GET", "/devices/lamp-1/changes?since=1&sections=desired,reported").json
+    assert [(c["version"], c["sections"]) for c in page["changes"]] == [(3, ["desired"]), (4, ["reported"])]
+    assert page["changes"][0]["patch"] == [{"op": "add", "path": "/desired/power", "value": "on"}]
+    assert page["nextSince"] == 5  # past the state change it left out: no version is skipped silently
+    only_state = api("GET", "/devices/lamp-1/changes?since=2&sections=state&limit=2").json
+    assert only_state == {"changes": [], "nextSince": 4}
+    assert api("GET", "/devices/lamp-1/changes?sections=desired,bogus").status == 400
+    assert api("GET", "/devices/lamp-1/changes?sections=").status == 400
+    version = api("GET", "/devices/lamp-1/versions/3?include=metadata").json
+    assert version["desired"] == {"power": "on"} and version["delta"] == {"power": "on"}
+    assert version["metadata"]["desired"]["power"]["version"] == 3
