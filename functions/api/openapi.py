@@ -446,6 +446,10 @@ _schemas["Change"]["properties"]["sections"] = {
 _schemas["Change"]["properties"]["patch"]["description"] = (
     "RFC 6902 over the whole document {state, desired, reported} (paths /state/..., /desired/..., /reported/...) "
     "from the previous version ({} for created) to this one; null for deleted")
+_operation = _schemas["Transaction"]["properties"]["operations"]["items"]["properties"]
+_operation["section"] = {"type": "string", "enum": ["state", "desired", "reported"], "default": "state",
+                         "description": "The section a mergePatch or jsonPatch applies to"}
+_operation["put"]["properties"].update(_sections_members)
 # ---- end of the sections block
 
 

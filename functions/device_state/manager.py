@@ -24,7 +24,7 @@ from .leases import DEFAULT_TTL_SECONDS, Lease, LeaseQueue
 from .observer import NULL_OBSERVER, UpdateObserver
 from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
 from .retry import Backoff, Moved, RetryLoop
-from .sections import CHANGED_ATTRIBUTES, DEVICE_SECTIONS, STATE, SectionWrite, check_section
+from .sections import CHANGED_ATTRIBUTES, STATE, check_section, check_sections, replacing
 from .store import IDEMPOTENT, ONCE, Ambiguous, Cancelled, Refused, Rejected, Store, decode_cursor, encode_cursor
 from .transactions import Operation, TransactionRunner
 from .values import check_state, validate_device_id
@@ -178,7 +178,7 @@ class DeviceStateManager:
         and ``reported`` (each ``{}`` when absent)."""
         validate_device_id(device_id)
         check_state(state)
-        _check_sections(sections)
+        check_sections(sections)
         return self._write(device_id, lambda planner, item: planner.create(device_id, state, item, sections),
                            idempotency)[0]
 
@@ -188,11 +188,11 @@ class DeviceStateManager:
         others unchanged); returns (device, created)."""
         validate_device_id(device_id)
         check_state(state)
-        _check_sections(sections)
+        check_sections(sections)
 
         def plan(planner: Planner, item):
             if table.is_live_state(item, planner.now):
-                return planner.write_sections(item, _replacing(state, sections), None, REPLACED)
+                return planner.write_sections(item, replacing(state, sections), None, REPLACED)
             return planner.create(device_id, state, item, sections)
 
         device, outcome = self._write(device_id, plan, idempotency, created_may_move=True)
@@ -205,9 +205,9 @@ class DeviceStateManager:
         that still bumps the version by exactly one."""
         validate_device_id(device_id)
         check_state(state)
-        _check_sections(sections)
+        check_sections(sections)
         return self._write(device_id, lambda planner, item: planner.write_sections(
-            expect(device_id, item, expected_version, planner.now), _replacing(state, sections), None, REPLACED),
+            expect(device_id, item, expected_version, planner.now), replacing(state, sections), None, REPLACED),
             idempotency, expected_version=expected_version)[0]
 
     def replace_section(self, device_id: str, section: str, document: dict, expected_version: int | None = None,
@@ -413,16 +413,3 @@ class DeviceStateManager:
         except (Rejected, DeviceStateError) as error:  # the patch itself applied: never fail its answer
             logger.info("journal trim skipped", extra={"reason": type(error).__name__})
 
-
-
-def _check_sections(sections: dict | None) -> None:
-    for section, document in (sections or {}).items():
-        if section not in DEVICE_SECTIONS:
-            raise ValueError(f"sections are {', '.join(DEVICE_SECTIONS)}, not {section!r}")
-        check_state(document)
-
-
-def _replacing(state: dict, sections: dict | None) -> list[SectionWrite]:
-    """Section writes replacing the state and the ``sections`` given, each whole."""
-    documents = {STATE: state, **(sections or {})}
-    return [SectionWrite(section, lambda _, document=document: document) for section, document in documents.items()]

@@ -26,7 +26,7 @@ import jsonpointer
 
 from . import table
 from .times import timestamp
-from .values import from_attribute
+from .values import check_state, from_attribute
 
 STATE, DESIRED, REPORTED = "state", "desired", "reported"
 SECTIONS = (STATE, DESIRED, REPORTED)
@@ -141,6 +141,20 @@ class SectionWrite:
     section: str
     update_fn: object
     touched: tuple[str, ...] = (ALL,)
+
+
+def replacing(state: dict, sections: dict | None) -> list[SectionWrite]:
+    """Section writes replacing the state and the ``sections`` given, each whole."""
+    documents = {STATE: state, **(sections or {})}
+    return [SectionWrite(section, lambda _, document=document: document) for section, document in documents.items()]
+
+
+def check_sections(sections: dict | None) -> None:
+    """``sections`` names only desired and reported, each a storable object."""
+    for section, document in (sections or {}).items():
+        if section not in DEVICE_SECTIONS:
+            raise ValueError(f"sections are {', '.join(DEVICE_SECTIONS)}, not {section!r}")
+        check_state(document)
 
 
 def touched_by(update_fn) -> tuple[str, ...]:

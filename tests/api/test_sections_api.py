@@ -221,3 +221,20 @@ def test_the_feed_filters_by_section_and_next_since_moves_past_what_it_filtered(
     version = api("GET", "/devices/lamp-1/versions/3?include=metadata").json
     assert version["desired"] == {"power": "on"} and version["delta"] == {"power": "on"}
     assert version["metadata"]["desired"]["power"]["version"] == 3
+
+
+def test_a_transaction_names_sections_on_patches_and_puts(api):
+    lamp(api)
+    answer = api("POST", "/transactions", {"operations": [
+        {"deviceId": "lamp-1", "section": "desired", "mergePatch": {"power": "on"}},
+        {"deviceId": "lamp-2", "put": {"state": {}, "desired": {"power": "on"}, "reported": {"power": "off"}}},
+    ]})
+    assert answer.status == 200, answer.text
+    assert [(d["desired"], d["delta"]) for d in answer.json["devices"]] == [({"power": "on"}, {"power": "on"}),
+                                                                          ({"power": "on"}, {"power": "on"})]
+    assert api("GET", "/devices/lamp-1").json["state"] == {"room": "kitchen"}
+    for bad in ({"deviceId": "lamp-1", "section": "delta", "mergePatch": {}},
+                {"deviceId": "lamp-1", "section": "desired", "delete": True},
+                {"deviceId": "lamp-1", "put": {"state": {}, "desired": []}}):
+        assert api("POST", "/transactions", {"operations": [bad]}).status == 400
+    assert api("GET", "/devices/lamp-1").json["version"] == 2

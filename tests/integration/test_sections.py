@@ -149,3 +149,24 @@ def test_a_keyed_section_write_replays_with_its_sections(manager):
 def test_numbers_in_sections_are_exact(manager):
     manager.create("lamp", {}, sections={"desired": {"t": Decimal("21.50")}, "reported": {"t": Decimal("21.5")}})
     assert manager.get("lamp").as_dict()["delta"] == {}
+
+
+def test_a_transaction_sets_desired_on_many_devices_all_or_nothing(manager):
+    from functions.device_state import Operation, TransactionFailed
+
+    manager.create("a", {}, sections={"reported": {"power": "off"}})
+    manager.create("b", {})
+    devices = manager.transact([Operation.update("a", MergePatch({"power": "on"}), section="desired"),
+                                Operation.update("b", MergePatch({"power": "on"}), section="desired"),
+                                Operation.put("c", {"room": "hall"}, {"desired": {"power": "on"}})])
+    assert [(d.device_id, d.version, d.desired) for d in devices] == [("a", 2, {"power": "on"}),
+                                                                     ("b", 2, {"power": "on"}),
+                                                                     ("c", 1, {"power": "on"})]
+    assert manager.get("a").as_dict()["delta"] == {"power": "on"}
+    assert versions(manager.get("a").as_dict(include_metadata=True)["metadata"]["desired"]) == {
+        "power": {"version": 2}}
+    with pytest.raises(TransactionFailed):
+        manager.transact([Operation.update("a", MergePatch({"power": "off"}), section="desired"),
+                          Operation.update("b", JsonPatch([{"op": "test", "path": "/power", "value": "x"}]),
+                                           section="desired")])
+    assert manager.get("a").desired == {"power": "on"} and manager.get("a").version == 2
