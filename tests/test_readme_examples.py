@@ -20,7 +20,7 @@ MARKER = re.compile(r"<!-- readme-test: ([\w-]+) -->\n```(\w+)\n(.*?)\n```", re.
 
 def examples() -> dict[str, tuple[str, str]]:
     found = {name: (language, code) for name, language, code in MARKER.findall(README.read_text())}
-    assert {"quickstart", "lease", "transaction", "changes", "python-client"} <= set(found), sorted(found)
+    assert {"quickstart", "lease", "transaction", "changes", "sections", "python-client"} <= set(found), sorted(found)
     return found
 
 
@@ -54,7 +54,7 @@ def test_the_readme_examples_run_as_written_on_a_fresh_make_serve():
     blocks = examples()
     with make_serve() as served:
         base = f"localhost:{served.port}"
-        for name in ("quickstart", "lease", "transaction", "changes"):
+        for name in ("quickstart", "lease", "transaction", "changes", "sections"):
             language, script = blocks[name]
             assert language == "sh"
             script = script.replace("localhost:3000", base)
