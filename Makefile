@@ -69,10 +69,12 @@ invoke: $(PY_STAMP)
 	$(PY) -m localdev.invoke $(EVENT)
 
 # Contention and cold-start benchmark on DynamoDB Local: bench/results/latest.{json,md,png};
-# then the change feed's lag and write capacity: bench/results/feed.{json,md}.
+# then the change feed's lag and write capacity: bench/results/feed.{json,md};
+# then 16 reporters on one device's reported: bench/results/sections.json.
 bench: setup
 	$(PY) bench/contention.py $(BENCH_ARGS)
 	$(PY) bench/feed.py $(FEED_BENCH_ARGS)
+	$(PY) bench/sections.py
 
 # Synthesize offline (no AWS account needed) and lint the template; DEPLOY_ARGS' -c flags
 # shape it as they would a deploy.
