@@ -121,6 +121,8 @@ def test_section_writes_have_every_precondition(api, monkeypatch):
     assert api("PATCH", "/devices/lamp-1/desired", {"a": 1}, content_type=MERGE,
                headers={"If-Match": '"9"'}).status == 412
     assert api("PUT", "/devices/lamp-1/desired", {"desired": {"a": 1}}, headers={"If-Match": '"9"'}).status == 412
+    assert api("PATCH", "/devices/lamp-1/reported", {"a": 1}, content_type=MERGE,
+               headers={"If-None-Match": "*"}).status == 412
     ok = api("PUT", "/devices/lamp-1/reported", {"reported": {"a": 1}}, headers={"If-Match": '"1"'})
     assert ok.status == 200 and ok.json["version"] == 2
     assert api("GET", "/devices/lamp-1").json["version"] == 2
