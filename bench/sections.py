@@ -61,11 +61,12 @@ def metadata_bytes_per_leaf(manager: DeviceStateManager, client, name: str, leav
     return (item_size(item) - item_size(without)) / leaves
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--writers", type=int, default=16)
     parser.add_argument("--updates", type=int, default=20, help="reports per writer")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where sections.json goes")
+    args = parser.parse_args(argv)
     with DynamoDBLocal() as dynamodb:
         client = dynamodb_client(dynamodb.endpoint, "us-east-1")
         name = f"bench-sections-{uuid.uuid4().hex[:6]}"
@@ -90,8 +91,8 @@ def main() -> None:
             "metadataBytesPerLeaf": round(metadata_bytes_per_leaf(manager, client, name, 100), 1),
             "errors": run["errors"][:5],
         }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "sections.json").write_text(json.dumps(figures, indent=2) + "\n")
+    args.out.mkdir(exist_ok=True)
+    (args.out / "sections.json").write_text(json.dumps(figures, indent=2) + "\n")
     for key, value in figures.items():
         print(f"{key}: {value}")
 
