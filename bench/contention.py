@@ -7,7 +7,8 @@ conditional write, re-read on conflict, fixed retries, no backoff), library
 server). Workloads: increment (+1 per update) and rmw (bump a counter and append the
 writer's id to a bounded history: a result that depends on the state read).
 
-Writes bench/results/latest.{json,md,png} and prints the headline ratios last. Figures
+Writes bench/out/latest.{json,md,png} (untracked; `make bench UPDATE_RESULTS=1` writes the
+committed reference results in bench/results/ instead) and prints the headline ratios last. Figures
 are compared within one run only (ratios), never against fixed numbers of seconds.
 """
 
@@ -41,7 +42,7 @@ from functions.device_state.values import from_attribute, to_attribute  # noqa: 
 from bench import outcomes  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal, free_port  # noqa: E402
 
-RESULTS = REPO_ROOT / "bench" / "results"
+OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
 HISTORY = 10
 SEED_RETRIES = 10
 STRATEGIES = ("naive", "seed", "library", "api")
@@ -371,7 +372,7 @@ def main(argv=None) -> None:
     parser.add_argument("--cold-runs", type=int, default=5, help="0 skips the cold-start measurement")
     parser.add_argument("--journal-writes", type=int, default=200, help="writes per journal-size workload")
     parser.add_argument("--fault-updates", type=int, default=20, help="updates per writer in the lost-answer run")
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args(argv)
     writers = [int(n) for n in args.writers.split(",")]
     strategies = args.strategies.split(",")

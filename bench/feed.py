@@ -9,7 +9,8 @@ and its stream processor.
   the item written, DynamoDB's rule for a standard put), beside what the state write itself
   costs, for small, medium and large states.
 
-Writes bench/results/feed.{json,md} and prints the figures.
+Writes bench/out/feed.{json,md} (untracked; `make bench UPDATE_RESULTS=1`: bench/results/) and
+prints the figures.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from functions.device_state.table import state_key  # noqa: E402
 from functions.device_state.values import item_size  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal, free_port  # noqa: E402
 
-RESULTS = REPO_ROOT / "bench" / "results"
+OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
 STATE_SIZES = {"small (~100 B)": 100, "medium (~10 KB)": 10_000, "large (~100 KB)": 100_000}
 
 
@@ -95,7 +96,7 @@ def write_capacity(port: int, endpoint: str, table_name: str) -> list[dict]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=200, help="sequential writes for the lag figure")
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args(argv)
     table_name = f"feed-{uuid.uuid4().hex[:8]}"
     with DynamoDBLocal() as dynamodb:

@@ -4,7 +4,8 @@ sets the member and its metadata, with no read and no version condition, so ther
 nothing to conflict: calls per update, failed conditional writes, lost reports and
 success rate are printed, and the bytes per-leaf metadata adds to the item.
 
-Writes bench/results/sections.json and prints the figures."""
+Writes sections.json into bench/out/ (untracked; ``--out bench/results`` updates the
+committed reference result) and prints the figures."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.values import item_size  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal  # noqa: E402
 
-RESULTS = REPO_ROOT / "bench" / "results"
+OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
 
 
 def reporters(manager: DeviceStateManager, device_id: str, writers: int, updates: int) -> dict:
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--writers", type=int, default=16)
     parser.add_argument("--updates", type=int, default=20, help="reports per writer")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where sections.json goes")
+    parser.add_argument("--out", type=Path, default=OUT, help="where sections.json goes")
     args = parser.parse_args(argv)
     with DynamoDBLocal() as dynamodb:
         client = dynamodb_client(dynamodb.endpoint, "us-east-1")
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
             "metadataBytesPerLeaf": round(metadata_bytes_per_leaf(manager, client, name, 100), 1),
             "errors": run["errors"][:5],
         }
-    args.out.mkdir(exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sections.json").write_text(json.dumps(figures, indent=2) + "\n")
     for key, value in figures.items():
         print(f"{key}: {value}")

@@ -45,7 +45,7 @@ DYNAMODB_ACTIONS = (
     "dynamodb:Scan",
     "dynamodb:Query",
 )
-# (path, methods) of shared/API.md plus the OpenAPI document. Every GET answers HEAD too, and
+# (path, methods) of docs/api.md plus the OpenAPI document. Every GET answers HEAD too, and
 # ANY sends every other method to the handler, which answers 405 with Allow (not API Gateway's 403).
 ROUTES = (
     ("devices", ("GET", "HEAD", "POST", "ANY")),

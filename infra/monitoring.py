@@ -1,7 +1,7 @@
 """Alarms (to an SNS topic) and a dashboard: contention first, then the usual faults.
 
 Thresholds and periods are constants here, each with the reason for its value; the
-README's operations section says what each alarm means and what to do.
+runbook in docs/operations.md says what each alarm means and what to do.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ TRANSACTION_CONFLICTS_PER_PERIOD = 50
 # are fenced off, but the job may be half done. Any one is worth a look.
 LEASE_HEARTBEATS_LOST_PER_PERIOD = 0
 DYNAMODB_THROTTLES_PER_PERIOD = 0
-# The change feed (README "Runbook: change feed"): the feed trails writes by the stream
+# The change feed (docs/operations.md, the runbook): the feed trails writes by the stream
 # processor's iterator age; a minute means followers see changes a minute late.
 FEED_ITERATOR_AGE_MS = 60_000
 FEED_FAILURES_VISIBLE = 0  # any record on the on-failure queue is a change the feed could not record

@@ -15,7 +15,7 @@ REVIEWED: list[tuple[str, str]] = [
      "Python 3.13 is pinned on purpose: AWS publishes the Powertools layer this function uses for "
      "python313/arm64; moving to a newer runtime goes with its layer, in one reviewed change."),
     ("AwsSolutions::AwsSolutions-APIG2",
-     "The Lambda validates every body, header and parameter against the contract (shared/API.md) and answers "
+     "The Lambda validates every body, header and parameter against the contract (docs/api.md) and answers "
      "RFC 9457 problem details; API Gateway models would duplicate that and answer in another format."),
     ("AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
      "AmazonAPIGatewayPushToCloudWatchLogs]",
@@ -28,7 +28,7 @@ REVIEWED: list[tuple[str, str]] = [
      "expose it more widely should attach their organisation's WAF web ACL."),
     ("AwsSolutions::AwsSolutions-SQS3",
      "The change feed's on-failure queue is itself the dead-letter destination of the stream processor's "
-     "event source mapping; its messages are read by operators (README runbook), never consumed and retried."),
+     "event source mapping; its messages are read by operators (docs/operations.md runbook), never consumed and retried."),
 ]
 
 

@@ -6,6 +6,7 @@ from aws_cdk import Stack
 from constructs import Construct
 
 from functions.device_state.changes import DEFAULT_RETENTION_SECONDS
+from functions.device_state.writes import DEFAULT_TOMBSTONE_SECONDS
 
 from .api import DeviceApi
 from .changes import ChangeFeed
@@ -25,6 +26,7 @@ CONTEXT_DEFAULTS = {
     # limit 1,000). "none" leaves the function unreserved and uncapped.
     "reservedConcurrency": 100,
     "changeRetentionSeconds": DEFAULT_RETENTION_SECONDS,  # how long the change feed and history are kept
+    "tombstoneSeconds": DEFAULT_TOMBSTONE_SECONDS,  # how long a deleted device keeps its last version
 }
 
 

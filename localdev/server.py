@@ -9,6 +9,12 @@ connection only when it is idle and closes it after one response, so a long requ
 lease wait) never holds up another client's request queued behind it. Reading a request
 has a deadline (``REQUEST_READ_SECONDS``, and each socket read too), so an idle or slow
 client holds a worker for a few seconds at most, never all of them for good.
+
+Requests that wait (a long-poll of the change feed, a lease request with ``waitSeconds``)
+may take at most ``WAITING_REQUESTS`` workers at once (half of them by default); one more
+is answered 503 with Retry-After, so other requests always find a worker. A waiting
+request whose client hangs up is stopped at once (as if its Lambda had crashed, which the
+lease queue and the feed are built to survive), and its worker goes back to serving.
 """
 
 from __future__ import annotations
@@ -16,14 +22,19 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import multiprocessing
 import os
 import re
+import select
+import shlex
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 from localdev import docs
 from localdev.apigw import LambdaContext, make_event
@@ -37,6 +48,58 @@ STREAM_NICENESS = 10
 # The DeviceStateChanged events `make serve` publishes (there is no EventBridge locally), one JSON a line.
 DEFAULT_EVENTS_FILE = ".serve/change-events.jsonl"
 REQUEST_READ_SECONDS = float(os.environ.get("REQUEST_READ_SECONDS", "5"))  # to read one whole request
+RESTARTS_PER_MINUTE = 10  # more workers than this exiting within a minute stop the server
+
+
+HANG_UP_POLL_SECONDS = 0.1  # how often a waiting request's connection is checked for a hang-up
+_waiting_slots = None  # a semaphore shared by the workers (made before they fork)
+_interruptible = False  # a waiting request is being handled, and may be stopped when its client goes
+
+
+class _ClientGone(BaseException):
+    """Raised into a waiting request whose client hung up. Not an Exception, so nothing
+    on the way (the API's catch-all, the library's retries) mistakes it for a fault."""
+
+
+def _client_gone(_signum, _frame):
+    if _interruptible:
+        raise _ClientGone()
+
+
+def _waits(method: str, target: str, body: bytes | None) -> bool:
+    """Whether a request may wait: a feed long-poll or a lease request with waitSeconds."""
+    url = urlsplit(target)
+    parts = url.path.rstrip("/").split("/")
+    if len(parts) != 4 or parts[1] != "devices":
+        return False
+    if parts[3] == "changes" and method in ("GET", "HEAD"):
+        return any(value.strip("0") for value in parse_qs(url.query).get("waitSeconds", []))
+    if parts[3] == "leases" and method == "POST" and body:
+        try:
+            document = json.loads(body)
+        except ValueError:
+            return False
+        return isinstance(document, dict) and bool(document.get("waitSeconds"))
+    return False
+
+
+def _watch_for_hang_up(connection: socket.socket, done: threading.Event) -> None:
+    """Signal this process when the client closes its end while its request is handled."""
+    while not done.is_set():
+        try:
+            readable, _, _ = select.select([connection], [], [], HANG_UP_POLL_SECONDS)
+            if readable and connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                break
+            if readable:
+                done.wait(HANG_UP_POLL_SECONDS)  # it sent more (it is still there); look again later
+        except BlockingIOError:
+            continue
+        except (OSError, ValueError):
+            break
+    else:
+        return
+    if not done.is_set():
+        os.kill(os.getpid(), signal.SIGUSR1)
 
 
 class _ReadDeadline(TimeoutError):
@@ -98,10 +161,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._serve
         raise AttributeError(name)
 
-    def _refuse(self, status: int, title: str, detail: str) -> None:
-        """The server's own refusals (framing), as problem details like the handler's."""
+    def _refuse(self, status: int, title: str, detail: str, headers: dict | None = None) -> None:
+        """The server's own refusals (framing, load), as problem details like the handler's."""
         body = json.dumps({"type": "about:blank", "title": title, "status": status, "detail": detail})
-        self._send(status, {"Content-Type": "application/problem+json"}, body.encode())
+        self._send(status, {"Content-Type": "application/problem+json", **(headers or {})}, body.encode())
 
     def _content_length(self) -> int | None:
         values = {value.strip() for value in self.headers.get_all("Content-Length") or []}
@@ -140,7 +203,21 @@ class _Handler(BaseHTTPRequestHandler):
             except UnicodeDecodeError:
                 body = raw  # sent base64-encoded, as API Gateway does for binary bodies
         event = make_event(self.command, self.path, headers, body, source_ip=self.client_address[0])
-        result = lambda_handler(event, LambdaContext(LAMBDA_TIMEOUT_SECONDS))
+        waits = _waits(self.command, self.path, raw)
+        if waits and not _waiting_slots.acquire(block=False):
+            self._refuse(503, "Too many waiting requests",
+                         "every worker this server gives to waiting requests is taken; retry after Retry-After",
+                         {"Retry-After": "1"})
+            return
+        try:
+            result = self._handle(lambda_handler, event, waits)
+        except _ClientGone:
+            self.close_connection = True
+            sys.stderr.write(f"{self.client_address[0]} {self.command} {self.path} client hung up while waiting\n")
+            return
+        finally:
+            if waits:
+                _waiting_slots.release()
         payload = result.get("body") or ""
         data = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
         response_headers = dict(result.get("headers") or {})
@@ -150,6 +227,21 @@ class _Handler(BaseHTTPRequestHandler):
         elapsed = (time.perf_counter() - started) * 1000
         sys.stderr.write(f"{self.client_address[0]} {self.command} {self.path} {result['statusCode']} "
                          f"{elapsed:.1f}ms\n")
+
+    def _handle(self, lambda_handler, event: dict, waits: bool) -> dict:
+        """The handler's answer; a waiting request is stopped (``_ClientGone``) once its client hangs up."""
+        global _interruptible
+        if not waits:
+            return lambda_handler(event, LambdaContext(LAMBDA_TIMEOUT_SECONDS))
+        done = threading.Event()
+        watcher = threading.Thread(target=_watch_for_hang_up, args=(self.connection, done), daemon=True)
+        _interruptible = True
+        try:
+            watcher.start()
+            return lambda_handler(event, LambdaContext(LAMBDA_TIMEOUT_SECONDS))
+        finally:
+            _interruptible = False
+            done.set()
 
     def _send(self, status: int, headers: dict, data: bytes) -> None:
         self.close_connection = True  # one response per connection: see the module docstring
@@ -179,6 +271,7 @@ def _worker(listener: socket.socket) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGALRM, _read_deadline_passed)
+    signal.signal(signal.SIGUSR1, _client_gone)
     server = _Server(listener.getsockname(), _Handler, bind_and_activate=False)
     server.socket.close()
     server.socket = listener  # non-blocking: a worker that loses the race to accept goes back to waiting
@@ -191,7 +284,7 @@ def _stream_worker(endpoint: str, table_name: str) -> None:
 
     import boto3
 
-    from functions.changes.handler import lambda_handler
+    from functions.changes.handler import give_up, lambda_handler
     from functions.device_state import dynamodb_client
     from localdev.stream import StreamPoller
 
@@ -208,7 +301,8 @@ def _stream_worker(endpoint: str, table_name: str) -> None:
         return lambda_context
 
     streams = boto3.session.Session().client("dynamodbstreams", endpoint_url=endpoint)
-    StreamPoller(streams, dynamodb_client(endpoint), table_name, lambda_handler, context_factory=context).run()
+    StreamPoller(streams, dynamodb_client(endpoint), table_name, lambda_handler, context_factory=context,
+                 on_give_up=give_up).run()
 
 
 def _forked(target, *args) -> int:
@@ -242,10 +336,38 @@ def _ensure_table(endpoint: str, table_name: str) -> None:
                             StreamSpecification={"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE})
 
 
+def _supervise(workers: dict[int, tuple]) -> None:
+    """Replaces a worker that exits (its traceback is in the log), as Lambda replaces a failed
+    instance, so one failure never stops the server; returns when another child (DynamoDB
+    Local) exits, or when workers keep exiting (more than RESTARTS_PER_MINUTE)."""
+    restarts: list[float] = []
+    while True:
+        pid, status = os.wait()
+        job = workers.pop(pid, None)
+        now = time.monotonic()
+        restarts = [at for at in restarts if now - at < 60] + [now]
+        if job is None or len(restarts) > RESTARTS_PER_MINUTE:
+            print(f"process {pid} exited unexpectedly ({_exit_description(status)}); stopping",
+                  file=sys.stderr, flush=True)
+            return
+        print(f"worker {pid} exited unexpectedly ({_exit_description(status)}); starting another",
+              file=sys.stderr, flush=True)
+        workers[_forked(*job)] = job
+
+
 def _exit_description(status: int) -> str:
     if os.WIFSIGNALED(status):
         return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
     return f"exit code {os.waitstatus_to_exitcode(status)}"
+
+
+def _library_environment(endpoint: str) -> str:
+    """The export line that points dynamodb_client() (and boto3) at the table this server uses."""
+    names = ["DYNAMODB_ENDPOINT", "AWS_REGION"]
+    if os.environ.get("AWS_ACCESS_KEY_ID") == _LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"]:
+        names += list(_LOCAL_CREDENTIALS)  # placeholders DynamoDB Local accepts, never real secrets
+    values = {**os.environ, "DYNAMODB_ENDPOINT": endpoint}
+    return "export " + " ".join(f"{name}={shlex.quote(values[name])}" for name in names)
 
 
 def main(argv=None) -> None:
@@ -253,6 +375,8 @@ def main(argv=None) -> None:
     parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "3000")))
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", "8")))
+    parser.add_argument("--waiting", type=int, default=int(os.environ.get("WAITING_REQUESTS", "0")),
+                        help="workers that waiting requests may take at once (default: half of them)")
     parser.add_argument("--data-dir", default=os.environ.get("DYNAMODB_DATA_DIR"),
                         help="keep DynamoDB Local's data on disk here (default: in memory)")
     args = parser.parse_args(argv)
@@ -269,6 +393,13 @@ def main(argv=None) -> None:
     if not (os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")):
         os.environ.update(_LOCAL_CREDENTIALS)
 
+    try:  # before anything is started, so a busy port is one line and nothing to clean up
+        listener = socket.create_server((args.host, args.port), backlog=256, reuse_port=False)
+    except OSError as error:
+        sys.exit(f"make serve: cannot listen on {args.host}:{args.port}: {error.strerror}. "
+                 f"Stop what uses it, or pick another port: PORT={args.port + 1} make serve")
+    listener.setblocking(False)
+
     dynamodb_local = None
     endpoint = os.environ.get("DYNAMODB_ENDPOINT")
     if not endpoint:
@@ -278,27 +409,28 @@ def main(argv=None) -> None:
         endpoint = os.environ["DYNAMODB_ENDPOINT"] = dynamodb_local.endpoint
         print(f"DynamoDB Local on {endpoint} ({'on disk in ' + args.data_dir if args.data_dir else 'in memory'})",
               flush=True)
-    workers: list[int] = []
+    workers: dict[int, tuple] = {}  # pid -> what it runs
     try:
         _ensure_table(endpoint, os.environ["TABLE_NAME"])
         import functions.api.handler  # noqa: F401  (imported once, before the workers fork)
 
-        listener = socket.create_server((args.host, args.port), backlog=256, reuse_port=False)
-        listener.setblocking(False)
-        workers += [_forked(_worker, listener) for _ in range(max(1, args.workers))]
+        global _waiting_slots
+        workers_count = max(1, args.workers)
+        _waiting_slots = multiprocessing.Semaphore(min(args.waiting or max(1, workers_count // 2), workers_count))
+        jobs = [(_worker, listener)] * workers_count
         if os.environ.get("STREAM_PROCESSOR", "on") != "off":
             events_file = os.environ.setdefault("CHANGE_EVENTS_FILE", os.path.abspath(DEFAULT_EVENTS_FILE))
             os.makedirs(os.path.dirname(events_file), exist_ok=True)
-            workers.append(_forked(_stream_worker, endpoint, os.environ["TABLE_NAME"]))
+            jobs.append((_stream_worker, endpoint, os.environ["TABLE_NAME"]))
             print(f"Stream processor on the table's stream; DeviceStateChanged events go to {events_file}",
                   flush=True)
+        workers.update((_forked(*job), job) for job in jobs)
         print(f"Serving the device-state API on http://{args.host}:{args.port} "
               f"(table {os.environ['TABLE_NAME']}, {len(workers)} workers); Ctrl-C stops", flush=True)
         print(f"API docs: http://{args.host}:{args.port}/docs (Swagger UI over "
               f"http://{args.host}:{args.port}/openapi.json)", flush=True)
-        pid, status = os.wait()
-        print(f"worker {pid} exited unexpectedly ({_exit_description(status)}); stopping",
-              file=sys.stderr, flush=True)
+        print(f"For scripts and the library: {_library_environment(endpoint)}", flush=True)
+        _supervise(workers)
     except KeyboardInterrupt:
         pass
     finally:

@@ -6,7 +6,13 @@ records that pass the mapping's filter (``matches_filter``) go in batches of at 
 ``BATCH_SIZE`` to the same ``process`` the Lambda handler runs. When the partial batch
 response names failed records, the shard is read again from the first of them, after a
 backoff; after ``MAX_RETRY_ATTEMPTS`` failed tries of one record it is logged as sent to
-the on-failure destination and passed, as Lambda does.
+the on-failure destination and passed, as Lambda does (and ``on_give_up`` marks its
+version lost, so the feed answers 410 rather than wait on it). ``process`` handles every
+device's records apart (``functions.changes.handler``), so a failing record delays other
+devices' changes by one backoff at most: each retry reads on from the failed record and
+handles the others again, which finds their changes written and changes nothing.
+Records pass through ``lambda_record``, which also repairs what DynamoDB Local sends
+differently from DynamoDB (an empty map without its type).
 """
 
 from __future__ import annotations
@@ -29,9 +35,26 @@ BATCH_WINDOW_SECONDS = 0.1
 DISCOVER_EVERY_SECONDS = 1.0  # new shards (DynamoDB Local rolls them over) are looked for this often
 
 
+def typed(attribute):
+    """An attribute value as DynamoDB Streams documents it. DynamoDB Local sends an empty
+    map as ``{}``, without its type (measured on 3.3.1: ``{"state": {}}``, ``{"cfg": {}}``,
+    ``[{}]``); nothing else is ever an empty dict, so it is ``{"M": {}}``."""
+    if not attribute:
+        return {"M": {}}
+    (kind, value), = attribute.items()
+    if kind == "M":
+        return {"M": {name: typed(member) for name, member in value.items()}}
+    if kind == "L":
+        return {"L": [typed(member) for member in value]}
+    return attribute
+
+
 def lambda_record(record: dict, stream_arn: str) -> dict:
     """A DynamoDB Streams record as boto3 returns it -> as Lambda hands it to a handler."""
     dynamodb = dict(record["dynamodb"])
+    for image in ("Keys", "NewImage", "OldImage"):
+        if image in dynamodb:
+            dynamodb[image] = {name: typed(value) for name, value in dynamodb[image].items()}
     created = dynamodb.get("ApproximateCreationDateTime")
     if hasattr(created, "timestamp"):
         dynamodb["ApproximateCreationDateTime"] = created.timestamp()
@@ -44,10 +67,12 @@ class StreamPoller:
     def __init__(self, streams_client, dynamodb_client, table_name: str, process: Callable[[dict, object], dict],
                  *, context_factory: Callable[[], object] | None = None, idle_seconds: float = 0.1,
                  batch_window_seconds: float = BATCH_WINDOW_SECONDS,
-                 max_retry_attempts: int = MAX_RETRY_ATTEMPTS, batch_size: int = BATCH_SIZE):
+                 max_retry_attempts: int = MAX_RETRY_ATTEMPTS, batch_size: int = BATCH_SIZE,
+                 on_give_up: Callable[[dict], None] | None = None):
         self.streams = streams_client
         self.table_name = table_name
         self.process = process
+        self.on_give_up = on_give_up or (lambda record: None)  # e.g. mark the record's version lost
         self.context_factory = context_factory or (lambda: None)
         self.idle_seconds = idle_seconds
         self.batch_window_seconds = batch_window_seconds
@@ -140,6 +165,10 @@ class StreamPoller:
             record = next(r for r in batch if r["dynamodb"]["SequenceNumber"] == failed)
             logger.error("stream record %s failed %d times: sent to the on-failure destination", failed, tries)
             self.discarded.append(record)
+            try:
+                self.on_give_up(record)
+            except Exception:  # the record is given up all the same: the shard must go on
+                logger.exception("marking the given-up record %s failed", failed)
             del self.failures[failed]
             self.last_sequence[shard_id] = failed
             self.iterators[shard_id] = self._iterator(shard_id, "AFTER_SEQUENCE_NUMBER", failed)

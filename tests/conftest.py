@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import uuid
 
@@ -20,12 +19,8 @@ for _name, _value in {
 }.items():
     os.environ[_name] = _value
 
-# moto mocks the clients of boto3 sessions made after it is imported, and the library keeps
-# one session per process (functions/device_state/client.py): import it before any is made.
-import moto  # noqa: E402, F401
-
 from functions.device_state import DeviceStateManager  # noqa: E402
-from functions.device_state.client import dynamodb_client  # noqa: E402
+from functions.device_state.client import boto3_session, dynamodb_client  # noqa: E402
 from functions.device_state.table import create_table  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal, DynamoDBLocalError  # noqa: E402
 
@@ -62,19 +57,12 @@ def local_table(dynamodb_local):
     client.delete_table(TableName=name)
 
 
-@functools.cache
-def moto_session() -> boto3.session.Session:
-    """One session for moto's clients: it loads the service models once (a client of a new
-    session costs about 0.3 s)."""
-    return boto3.session.Session()
-
-
 @pytest.fixture
 def moto_table():
     from moto import mock_aws
 
     with mock_aws():
-        client = moto_session().client("dynamodb", region_name="us-east-1")
+        client = boto3_session().client("dynamodb", region_name="us-east-1")
         name = new_table_name()
         create_table(client, name)
         yield client, name

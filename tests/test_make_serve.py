@@ -76,3 +76,19 @@ def test_swagger_ui_is_pinned_and_the_deployed_api_has_no_docs_route():
     assert not any(path.startswith("docs") for path, _ in ROUTES)
     for source in (REPO_ROOT / "functions").rglob("*.py"):
         assert "localdev" not in source.read_text() and "swagger" not in source.read_text().lower(), source
+
+
+def test_a_busy_port_is_one_clear_line_and_a_failed_exit():
+    import os
+    import socket
+    import subprocess
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        env = {key: value for key, value in os.environ.items() if key != "DYNAMODB_ENDPOINT"}
+        result = subprocess.run(["make", "-s", "serve"], cwd=REPO_ROOT, env=dict(env, PORT=str(port)),
+                                capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "Traceback" not in output and "DynamoDB Local on" not in output, output
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in output, output

@@ -1,12 +1,17 @@
-"""The README's examples, run as written against a fresh `make serve`: each shell block marked
-`<!-- readme-test: NAME -->` runs in bash and every `# NNN` comment on a command is checked
-against the HTTP status that command got; the Python SigV4 client runs too. So the examples
-cannot drift from the code."""
+"""The README's and docs/'s examples, run as written against a fresh `make serve`.
+
+Every fenced block in README.md and docs/*.md is marked: `<!-- readme-test: NAME -->` blocks
+run (shell blocks in bash, every `# NNN` comment on a command checked against the HTTP status
+that command got; Python blocks with the environment the docs tell a reader to set, every
+`# ...` after a `print` checked against the line it printed), and `<!-- not-run: why -->`
+blocks say why they cannot run here (they need AWS, or are not commands). So the examples
+cannot drift from the code, and no block goes untested without saying so."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -14,13 +19,32 @@ import pytest
 
 from tests.make_serve import REPO_ROOT, make_serve
 
-README = REPO_ROOT / "README.md"
-MARKER = re.compile(r"<!-- readme-test: ([\w-]+) -->\n```(\w+)\n(.*?)\n```", re.DOTALL)
+DOCUMENTS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(\w*)\n(.*?)\n```$", re.DOTALL | re.MULTILINE)
+MARK = re.compile(r"<!-- (readme-test|not-run): ?([^>]*?) -->\n$")
+PYTHON_CLIENT_ENVIRONMENT = {"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "local",
+                             "AWS_SECRET_ACCESS_KEY": "local"}  # as docs/api.md tells a reader to set
+
+
+def blocks() -> list[tuple[str, str, str, str, str]]:
+    """(document, mark, name or reason, language, code) of every fenced block."""
+    found = []
+    for document in DOCUMENTS:
+        text = document.read_text()
+        for match in FENCE.finditer(text):
+            mark = MARK.search(text[:match.start()])
+            kind, label = mark.groups() if mark else ("", "")
+            found.append((document.name, kind, label, match.group(1), match.group(2)))
+    return found
 
 
 def examples() -> dict[str, tuple[str, str]]:
-    found = {name: (language, code) for name, language, code in MARKER.findall(README.read_text())}
-    assert {"quickstart", "lease", "transaction", "changes", "sections", "python-client"} <= set(found), sorted(found)
+    found = {}
+    for document, kind, name, language, code in blocks():
+        if kind == "readme-test":
+            assert name not in found, f"two examples named {name}"
+            found[name] = (language, code)
+    assert {"quickstart", "lease", "transaction", "changes", "sections", "python-client", "library"} <= set(found), sorted(found)
     return found
 
 
@@ -35,28 +59,86 @@ def expected_statuses(script: str) -> list[int]:
     return statuses
 
 
+def expected_prints(code: str) -> list[str]:
+    """The `# ...` comment of every `print(...)` line of a Python example, in order."""
+    return [line.partition("# ")[2].strip() for line in code.splitlines()
+            if line.lstrip().startswith("print(") and "# " in line]
+
+
 def test_the_status_comments_are_read_as_intended():
     script = "curl -si x   # 201, ETag\n# 200 only a comment\nLEASE=$(curl -s x)\ncurl -si y  # 423: no token"
     assert expected_statuses(script) == [201, 423]
 
 
+def test_the_print_comments_are_read_as_intended():
+    code = "x = 1  # not a print\nprint(x)      # 1\n# print(2)  # a comment\nprint(x, 2)   # 1 2"
+    assert expected_prints(code) == ["1", "1 2"]
+
+
+def test_every_block_is_run_or_says_why_not():
+    unmarked = [(document, code[:60]) for document, kind, _, _, code in blocks() if not kind]
+    assert not unmarked, f"blocks neither marked readme-test nor not-run: {unmarked}"
+    assert all(label for _, kind, label, _, _ in blocks() if kind == "not-run"), "a not-run block gives no reason"
+
+
+def test_the_mark_check_finds_an_unmarked_block(tmp_path, monkeypatch):
+    document = tmp_path / "x.md"
+    document.write_text("<!-- not-run: needs AWS -->\n```sh\naws s3 ls\n```\n\ntext\n\n```sh\nmake x\n```\n")
+    monkeypatch.setattr(sys.modules[__name__], "DOCUMENTS", [document])
+    assert [kind for _, kind, *_ in blocks()] == ["not-run", ""]
+
+
 def test_every_markdown_table_is_contiguous():
     """A blank line inside a table makes the rest render as raw text."""
-    lines = README.read_text().splitlines()
-    for number, line in enumerate(lines):
-        if line.startswith("|") and number and not lines[number - 1].strip():
-            following = lines[number + 1] if number + 1 < len(lines) else ""
-            assert re.match(r"^\|[-| :]+\|$", following), f"README line {number + 1} starts a table with no header"
+    for document in DOCUMENTS:
+        lines = document.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if line.startswith("|") and number and not lines[number - 1].strip():
+                following = lines[number + 1] if number + 1 < len(lines) else ""
+                assert re.match(r"^\|[-| :]+\|$", following), f"{document.name} line {number + 1}: a table with no header"
+
+
+def test_the_docs_speak_of_the_project_not_of_how_it_was_built():
+    stale = re.compile(r"\bissue \d+|\(issue|this session|these machines|this shared|about 9\.5 minutes", re.I)
+    for document in DOCUMENTS:
+        for number, line in enumerate(document.read_text().splitlines(), 1):
+            assert not stale.search(line), f"{document.name} line {number}: {line}"
+
+
+def test_nothing_in_the_repository_points_outside_it():
+    outside = "\\.\\." + "/shared"  # spelled apart so this file does not match itself
+    result = subprocess.run(["git", "grep", "-n", "-e", outside], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 1 and not result.stdout, result.stdout
+
+
+def test_the_readme_stays_a_front_door():
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    first_screen = "\n".join(readme.splitlines()[:20])
+    assert "make serve" in first_screen and "make test" in first_screen
+    for document in ("docs/api.md", "docs/operations.md", "docs/decisions.md", "docs/library.md"):
+        assert f"]({document})" in readme, f"the README does not link {document}"
+
+
+def _run_python(code: str, environment_lines: str, **variables: str) -> subprocess.CompletedProcess:
+    """A Python example as a reader runs it in the shell that started make serve (the same
+    credentials, if any): the environment the docs name, then the code."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("AWS_REGION", "AWS_DEFAULT_REGION", "DYNAMODB_ENDPOINT", "URL")}
+    env.update(variables)
+    script = f"{environment_lines}\nexec {shlex.quote(sys.executable)} - <<'EXAMPLE'\n{code}\nEXAMPLE\n"
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, env=env,
+                          cwd=REPO_ROOT, timeout=60)
 
 
 @pytest.mark.dynamodb_local
-def test_the_readme_examples_run_as_written_on_a_fresh_make_serve():
-    blocks = examples()
+def test_the_examples_run_as_written_on_a_fresh_make_serve():
+    blocks_by_name = examples()
     with make_serve() as served:
         base = f"localhost:{served.port}"
-        for name in ("quickstart", "lease", "transaction", "changes", "sections"):
-            language, script = blocks[name]
-            assert language == "sh"
+        for name, (language, script) in blocks_by_name.items():
+            if language != "sh":
+                continue
             script = script.replace("localhost:3000", base)
             result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True,
                                     timeout=120)
@@ -64,12 +146,17 @@ def test_the_readme_examples_run_as_written_on_a_fresh_make_serve():
             got = [int(status) for status in re.findall(r"HTTP/1\.[01] (\d{3}) ", result.stdout)]
             assert got == expected_statuses(script), f"{name}:\n{result.stdout}"
 
-        language, code = blocks["python-client"]
+        # The library, pointed at make serve's DynamoDB Local by the line make serve printed.
+        export = re.search(r"^For scripts and the library: (export .+)$", served.output, re.MULTILINE)
+        assert export, served.output
+        language, code = blocks_by_name["library"]
         assert language == "python"
-        environment = dict(os.environ, URL=f"http://{base}/", AWS_REGION="eu-west-1",
-                           AWS_ACCESS_KEY_ID="AKIDEXAMPLE", AWS_SECRET_ACCESS_KEY="example")
-        environment.pop("AWS_SESSION_TOKEN", None)
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment,
-                                timeout=60)
+        result = _run_python(code, export.group(1))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == expected_prints(code), result.stdout
+
+        language, code = blocks_by_name["python-client"]
+        assert language == "python"
+        result = _run_python(code, "", URL=f"http://{base}/", **PYTHON_CLIENT_ENVIRONMENT)
         assert result.returncode == 0, result.stderr
         assert [line.split(",")[0] for line in result.stdout.splitlines()] == ["(201", "(200"], result.stdout

@@ -6,6 +6,8 @@ with backoff until a change arrives or its wait ends, never past the Lambda's de
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions.device_state import dynamodb_client
@@ -19,6 +21,7 @@ from .problems import BadRequest, HttpProblem
 
 DEFAULT_FEED_LIMIT = 100
 MAX_WAIT_SECONDS = 20
+MAX_VERSION = parse.MAX_VERSION
 
 router = Router()
 
@@ -43,7 +46,7 @@ def list_changes(device_id: str):
     device_id = parse.device_id(device_id)
     query = parse.query_parameters(router.current_event, {"since", "limit", "waitSeconds", "sections"})
     wanted = _sections(query.get("sections"))
-    since = parse.integer(query, "since", 0, 0, 10 ** 18 - 1)
+    since = parse.integer(query, "since", 0, 0, MAX_VERSION)
     limit = parse.integer(query, "limit", DEFAULT_FEED_LIMIT, 1, MAX_FEED_LIMIT)
     wait = parse.integer(query, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
     try:
@@ -70,10 +73,9 @@ def _sections(raw: str | None) -> set:
 @route(router, "/devices/<device_id>/versions/<version>", "GET", "HEAD")
 def get_version(device_id: str, version: str):
     device_id = parse.device_id(device_id)
-    if not version.isascii() or not version.isdigit() or len(version) > 18 or int(version) < 1:
-        raise BadRequest("version must be a positive integer")
+    number = parse.decimal_integer(unquote(version), "version", 1, MAX_VERSION)  # decoded as device ids are
     try:
-        return device_response(change_log().at_version(device_id, int(version)),
+        return device_response(change_log().at_version(device_id, number),
                                metadata=parse.include_metadata(router.current_event))
     except VersionNotFound as missing:
         raise VersionGone(str(missing), deviceId=device_id) from None

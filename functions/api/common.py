@@ -94,7 +94,7 @@ def idempotency_key(event, scope: str | None = None) -> IdempotencyKey | None:
     """The request's Idempotency-Key, scoped to the method (the device scopes it too) and
     fingerprinted by everything that makes two requests the same request. The path is
     taken decoded: ``lamp%2D1`` and ``lamp-1`` name the same device."""
-    raw = parse.header(event, IDEMPOTENCY_KEY)
+    raw = parse.single_header(event, IDEMPOTENCY_KEY)
     if raw is None:
         return None
     return IdempotencyKey(raw, scope=scope or event.http_method, fingerprint=fingerprint(

@@ -30,7 +30,7 @@ router = Router()
 
 def _writer(device_id: str) -> DeviceStateManager:
     """The manager for a write to one device, fenced by the request's Lease-Token if any."""
-    token = parse.lease_token(parse.header(router.current_event, LEASE_TOKEN), LEASE_TOKEN)
+    token = parse.lease_token(parse.single_header(router.current_event, LEASE_TOKEN), LEASE_TOKEN)
     return manager() if token is None else manager().fenced({device_id: token})
 
 
@@ -185,19 +185,18 @@ def put_reported(device_id: str):
 
 @route(router, "/devices/<device_id>/delta", "GET", "HEAD")
 def get_delta(device_id: str):
-    """The lean document a device acts on. With ``since``, waits up to ``waitSeconds``
-    for a write after that version to change desired or reported."""
+    """The lean document a device acts on. Waits up to ``waitSeconds`` for a write after
+    version ``since`` (without it: the version found first) to change desired or reported."""
     event = router.current_event
     device_id = parse.device_id(device_id)
     query = parse.query_parameters(event, {"since", "waitSeconds"})
-    since = parse.integer(query, "since", None, 0, 10 ** 18 - 1)
+    since = parse.integer(query, "since", None, 0, parse.MAX_VERSION)
     wait = parse.integer(query, "waitSeconds", 0, 0, MAX_DELTA_WAIT_SECONDS)
+    device = manager().get(device_id) if since is None else None
     if wait and since is None:
-        raise BadRequest("waitSeconds needs since (the version the caller has seen)")
-    if since is None:
-        device = manager().get(device_id)
-    else:
-        device = manager().wait_for_sections(device_id, since, budget(router.lambda_context, wait or 0))
+        since = device.version  # waits for the next change from the version it found
+    if since is not None:
+        device = manager().wait_for_sections(device_id, since, budget(router.lambda_context, wait))
     preconditions = parse.Preconditions.of(event)
     if preconditions.if_none_match is not None and preconditions.if_none_match.matches_weak(device.version):
         return Response(status_code=304, headers={"ETag": etag(device.version)})

@@ -1,4 +1,4 @@
-"""The Lambda handler: API Gateway (REST proxy) routes of shared/API.md on Powertools.
+"""The Lambda handler: API Gateway (REST proxy) routes of docs/api.md on Powertools.
 
 The routes live in one ``Router`` per resource (``devices``, ``transactions``,
 ``leases``) with their parsing beside them; they only parse, check preconditions and
@@ -27,7 +27,10 @@ for _router in (devices.router, transactions.router, leases.router, changes.rout
 
 @route(app, "/openapi.json", "GET", "HEAD")
 def openapi_document():
-    return json_response(OPENAPI)
+    # The server is where this document was fetched from: behind API Gateway the request
+    # context's path starts with the stage (/prod/openapi.json), under make serve it does not.
+    base = app.current_event.request_context.path.removesuffix("/openapi.json") or "/"
+    return json_response({**OPENAPI, "servers": [{**OPENAPI["servers"][0], "url": base}]})
 
 
 @app.not_found

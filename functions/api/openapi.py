@@ -2,10 +2,15 @@
 Served at GET /openapi.json. Its limits are the library's and the routes' own constants,
 so the document cannot drift from what the service enforces."""
 
+from decimal import Decimal
+
 from functions.device_state.idempotency import KEY_PATTERN
 from functions.device_state.manager import MAX_LIST_LIMIT
 from functions.device_state.transactions import MAX_OPERATIONS
-from functions.device_state.values import DEVICE_ID_PATTERN
+from functions.device_state.values import (DEVICE_ID_PATTERN, MAX_EXPONENT, MAX_MEMBER_NAME_BYTES,
+                                           MAX_PATCH_OPERATIONS, MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH,
+                                           MIN_EXPONENT)
+from functions.device_state.writes import MAX_STATE_ITEM_BYTES
 
 from .devices import DEFAULT_LIST_LIMIT
 from .leases import LIMITS as LEASE_LIMITS
@@ -51,10 +56,31 @@ def _device(description, *extra_headers):
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Device"}}}}
 
 
+# The limits every write is checked against before anything is written (the problem's
+# `limit` member names the one a request broke).
+LIMITS = {
+    "memberNameBytes": MAX_MEMBER_NAME_BYTES,  # 400, limit member-name
+    "stateDepth": MAX_STATE_DEPTH,  # 400, limit nesting-depth
+    "patchMembers": MAX_PATCH_OPERATIONS,  # 400, limit patch-members
+    "stateItemBytes": MAX_STATE_ITEM_BYTES,  # 413, limit item-size
+    "bodyBytes": MAX_BODY_BYTES,  # 413
+    "transactionOperations": MAX_OPERATIONS,
+}
+_LIMITS_TEXT = (f"Limits, checked before anything is written: object member names up to {MAX_MEMBER_NAME_BYTES} "
+                f"bytes of UTF-8 (400, limit member-name); state nested up to {MAX_STATE_DEPTH} levels (400, "
+                f"nesting-depth); a patch sets up to {MAX_PATCH_OPERATIONS} members or JSON Patch operations (400, "
+                f"patch-members); the device's stored item up to {MAX_STATE_ITEM_BYTES} bytes, which keeps room "
+                f"for the lease holder, the write journal and the version's change record (413, item-size); "
+                f"bodies up to {MAX_BODY_BYTES} bytes (413); transactions of up to {MAX_OPERATIONS} operations "
+                f"({MAX_OPERATIONS - 1} with Idempotency-Key).")
+
 _COMMON_ERRORS = {
     "400": _problem("Malformed request: JSON, deviceId, headers or parameters; a number DynamoDB cannot hold "
-                    "exactly (limit precision), text that is not valid Unicode, nesting too deep"),
-    "413": _problem(f"Body over {MAX_BODY_BYTES} bytes, or resulting item too large"),
+                    "exactly (limit precision), text that is not valid Unicode, nesting too deep (limit "
+                    f"nesting-depth), a member name over {MAX_MEMBER_NAME_BYTES} bytes (limit member-name), a patch "
+                    f"of more than {MAX_PATCH_OPERATIONS} members (limit patch-members)"),
+    "413": _problem(f"Body over {MAX_BODY_BYTES} bytes, or the device's item would pass {MAX_STATE_ITEM_BYTES} "
+                    "bytes (limit item-size)"),
     "415": _problem("Unsupported Content-Type"),
     "503": _problem("Contention retries exhausted or storage unavailable; Retry-After is set"),
 }
@@ -72,13 +98,79 @@ _LEASE_BODY = {"required": False, "content": {"application/json": {"schema": {
     "properties": {"ttlSeconds": _TTL, "waitSeconds": _WAIT,
                    "owner": {"type": "string", "minLength": 1, "maxLength": MAX_OWNER_LENGTH}}}}}}
 
+# What a state can hold, as DynamoDB stores it exactly. JSON Schema cannot count significant
+# digits or nesting levels, so the document admits a subset of what is stored: integers of at
+# most MAX_SIGNIFICANT_DIGITS digits and non-integral numbers within DynamoDB's magnitudes.
+_REF_VALUE = {"$ref": "#/components/schemas/Value"}
+_LARGEST = Decimal(f"9.9E{MAX_EXPONENT}")  # Decimal: the service's JSON has no floats
+_SMALLEST = Decimal(f"1E{MIN_EXPONENT}")
+_NUMBERS = [
+    {"type": "integer", "minimum": -(10 ** MAX_SIGNIFICANT_DIGITS - 1), "maximum": 10 ** MAX_SIGNIFICANT_DIGITS - 1},
+    {"type": "number", "not": {"type": "integer"}, "minimum": _SMALLEST, "maximum": _LARGEST},
+    {"type": "number", "not": {"type": "integer"}, "minimum": -_LARGEST, "maximum": -_SMALLEST},
+]
+_OBJECT_OF_VALUES = {"type": "object", "properties": {"": {"not": {}}},  # DynamoDB has no empty member name
+                     "additionalProperties": _REF_VALUE}
+_STATE = {**_OBJECT_OF_VALUES, "description": (
+    f"Any JSON object DynamoDB can hold exactly: numbers of at most {MAX_SIGNIFICANT_DIGITS} significant digits "
+    f"within 1E{MIN_EXPONENT}..9.9E{MAX_EXPONENT} in magnitude, no empty member names, at most 31 levels deep, "
+    "and an item under 400 KB.")}
+
 _STATE_BODY = {"type": "object", "required": ["state"], "additionalProperties": False,
-               "properties": {"state": {"type": "object"}, "deviceId": {"type": "string"}}}
+               "description": "deviceId may be repeated in the body when it equals the path's",
+               "properties": {"state": _STATE}}
+
+# A JSON Pointer into the state: one or more non-empty member names, ~0 and ~1 escaped.
+_POINTER = {"type": "string", "pattern": "^(/([^~/]|~[01])+)+$"}
+
+
+def _json_patch_operations() -> list:
+    """One schema per op, with the members that op needs (RFC 6902, plus increment)."""
+    def operation(op, **members):
+        required = ["op", "path", *[name for name in members if name in ("value", "from")]]
+        return {"type": "object", "required": required, "additionalProperties": False,
+                "properties": {"op": {"type": "string", "enum": [op]}, "path": _POINTER, **members}}
+
+    number = {"anyOf": _NUMBERS}
+    # min <= max is a rule JSON Schema cannot state between two members: when both are given,
+    # the document admits min <= 0 <= max.
+    integer, positive, negative = _NUMBERS
+    low = {"anyOf": [{**integer, "maximum": 0}, negative]}
+    high = {"anyOf": [{**integer, "minimum": 0}, positive]}
+    return [operation("add", value=_REF_VALUE), operation("remove"), operation("replace", value=_REF_VALUE),
+            operation("move", **{"from": _POINTER}), operation("copy", **{"from": _POINTER}),
+            operation("test", value=_REF_VALUE),
+            operation("increment", value=number, min=number), operation("increment", value=number, max=number),
+            {**operation("increment", value=number, min=low, max=high), "required": ["op", "path", "value", "min", "max"]}]
+
+
+def _transaction_operations() -> list:
+    """One schema per action; ifNoneMatch only on a put, and then without ifMatch."""
+    device_id = {"type": "string", "pattern": f"^{DEVICE_ID_PATTERN.pattern}$"}
+    if_match = {"type": "string", "pattern": '^(\\*|"[1-9][0-9]{0,17}")$',
+                "description": 'One strong entity tag ("3") or *'}
+    lease_token = {"type": "string", "pattern": _TOKEN_PATTERN}
+    put = {"type": "object", "required": ["state"], "additionalProperties": False, "properties": {"state": _STATE}}
+
+    def operation(action, value, **optional):
+        return {"type": "object", "required": ["deviceId", action], "additionalProperties": False,
+                "properties": {"deviceId": device_id, action: value, "leaseToken": lease_token, **optional}}
+
+    return [operation("mergePatch", _OBJECT_OF_VALUES, ifMatch=if_match),
+            operation("jsonPatch", {"$ref": "#/components/schemas/JsonPatch"}, ifMatch=if_match),
+            operation("put", put, ifMatch=if_match),
+            {**operation("put", put, ifNoneMatch={"type": "string", "enum": ["*"]}),
+             "required": ["deviceId", "put", "ifNoneMatch"]},
+            operation("delete", {"type": "boolean", "enum": [True]}, ifMatch=if_match),
+            operation("check", {"type": "boolean", "enum": [True]}, ifMatch=if_match)]
 
 OPENAPI = {
     "openapi": "3.0.3",
     "info": {"title": "Device-state service", "version": "1.0.0",
-             "description": "Read and change the state of smart devices with optimistic locking."},
+             "description": "Read and change the state of smart devices with optimistic locking. " + _LIMITS_TEXT,
+             "x-limits": LIMITS},
+    "servers": [{"url": "/", "description": "The API's base path, where GET /openapi.json was served from: / "
+                                            "under make serve, the stage (/prod) behind API Gateway"}],
     "paths": {
         "/devices": {
             "get": {
@@ -102,7 +194,7 @@ OPENAPI = {
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["deviceId", "state"], "additionalProperties": False,
                     "properties": {"deviceId": {"type": "string", "pattern": f"^{DEVICE_ID_PATTERN.pattern}$"},
-                                   "state": {"type": "object"}}}}}},
+                                   "state": _STATE}}}}},
                 "responses": {"201": _device("Created", "Location"),
                               "409": _problem("The device exists"), "422": _REUSED, **_WRITE_ERRORS},
             },
@@ -130,8 +222,8 @@ OPENAPI = {
                 "operationId": "patchDevice",
                 "parameters": [_IF_MATCH, _IF_NONE_MATCH, _IDEMPOTENCY_KEY, _LEASE_TOKEN],
                 "requestBody": {"required": True, "content": {
-                    "application/merge-patch+json": {"schema": {"type": "object"}},
-                    "application/json": {"schema": {"type": "object"}},
+                    "application/merge-patch+json": {"schema": _OBJECT_OF_VALUES},
+                    "application/json": {"schema": _OBJECT_OF_VALUES},
                     "application/json-patch+json": {"schema": {"$ref": "#/components/schemas/JsonPatch"}},
                 }},
                 "responses": {"200": _device("Patched"), "404": _problem("No such device"),
@@ -233,30 +325,17 @@ OPENAPI = {
                 "properties": {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Device"}},
                                "nextCursor": {"type": "string", "nullable": True}},
             },
-            "JsonPatch": {
-                "type": "array",
-                "items": {"type": "object", "required": ["op", "path"], "properties": {
-                    "op": {"type": "string",
-                           "enum": ["add", "remove", "replace", "move", "copy", "test", "increment"]},
-                    "path": {"type": "string"}, "from": {"type": "string"}, "value": {},
-                    "min": {"type": "number"}, "max": {"type": "number"}}},
-            },
+            "Value": {"description": "A JSON value a state can hold", "anyOf": [
+                {"type": "string"}, {"type": "boolean"}, *_NUMBERS,
+                {"type": "array", "items": _REF_VALUE}, _OBJECT_OF_VALUES,
+                {"type": "string", "nullable": True, "enum": [None]}]},
+            "JsonPatch": {"type": "array", "items": {"anyOf": _json_patch_operations()}},
             "Transaction": {
                 "type": "object", "required": ["operations"], "additionalProperties": False,
-                "properties": {"operations": {"type": "array", "minItems": 1, "maxItems": MAX_OPERATIONS, "items": {
-                    "type": "object", "required": ["deviceId"], "additionalProperties": False,
-                    "properties": {
-                        "deviceId": {"type": "string", "pattern": f"^{DEVICE_ID_PATTERN.pattern}$"},
-                        "mergePatch": {"type": "object"},
-                        "jsonPatch": {"$ref": "#/components/schemas/JsonPatch"},
-                        "put": {"type": "object", "required": ["state"],
-                                "properties": {"state": {"type": "object"}}},
-                        "delete": {"type": "boolean", "enum": [True]},
-                        "check": {"type": "boolean", "enum": [True]},
-                        "ifMatch": {"type": "string", "pattern": _TAGS_PATTERN},
-                        "ifNoneMatch": {"type": "string", "enum": ["*"]},
-                        "leaseToken": {"type": "string", "pattern": _TOKEN_PATTERN},
-                    }}}},
+                "description": "Each device at most once per transaction; at most "
+                               f"{MAX_OPERATIONS - 1} operations with an Idempotency-Key.",
+                "properties": {"operations": {"type": "array", "minItems": 1, "maxItems": MAX_OPERATIONS,
+                                              "items": {"anyOf": _transaction_operations()}}},
             },
             "Lease": {
                 "type": "object",
@@ -297,7 +376,7 @@ OPENAPI = {
 
 # ---- The change feed and history (issue 15): GET /devices/{id}/changes, /versions/{v}.
 from functions.device_state.changes import MAX_FEED_LIMIT  # noqa: E402
-from .changes import DEFAULT_FEED_LIMIT, MAX_WAIT_SECONDS  # noqa: E402
+from .changes import DEFAULT_FEED_LIMIT, MAX_VERSION, MAX_WAIT_SECONDS  # noqa: E402
 
 _FEED_GUARANTEE = (
     "Every change of the device, oldest first, contiguous from since + 1: no gaps, no duplicates, across "
@@ -310,7 +389,7 @@ OPENAPI["paths"]["/devices/{deviceId}/changes"] = {
         "operationId": "listChanges", "description": _FEED_GUARANTEE,
         "parameters": [
             {"name": "since", "in": "query", "description": "The last version seen (0: from the creation)",
-             "schema": {"type": "integer", "minimum": 0, "default": 0}},
+             "schema": {"type": "integer", "minimum": 0, "maximum": MAX_VERSION, "default": 0}},
             {"name": "limit", "in": "query",
              "schema": {"type": "integer", "minimum": 1, "maximum": MAX_FEED_LIMIT, "default": DEFAULT_FEED_LIMIT}},
             {"name": "waitSeconds", "in": "query",
@@ -330,7 +409,7 @@ OPENAPI["paths"]["/devices/{deviceId}/changes"] = {
 }
 OPENAPI["paths"]["/devices/{deviceId}/versions/{version}"] = {
     "parameters": [_DEVICE_ID, {"name": "version", "in": "path", "required": True,
-                                "schema": {"type": "integer", "minimum": 1}}],
+                                "schema": {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}}],
     "get": {
         "operationId": "getDeviceVersion",
         "description": "The device as it was at this version, within the change retention.",
@@ -387,7 +466,7 @@ for _section in DEVICE_SECTIONS:
             "parameters": [_IF_MATCH, _IF_NONE_MATCH, _IDEMPOTENCY_KEY, _LEASE_TOKEN, _INCLUDE],
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "required": [_section], "additionalProperties": False,
-                "properties": {_section: {"type": "object"}}}}}},
+                "properties": {_section: _STATE}}}}},
             "responses": {"200": _device("Replaced"), "404": _problem("No such device"),
                           "409": _problem("The Lease-Token names no active lease"), "423": _LOCKED,
                           "412": _problem("Precondition failed"), "428": _problem("Precondition required"),
@@ -398,14 +477,15 @@ OPENAPI["paths"]["/devices/{deviceId}/delta"] = {
     "parameters": [_DEVICE_ID],
     "get": {
         "operationId": "getDelta",
-        "description": "What the device must change. " + _DELTA_RULES + " With since, waits up to waitSeconds "
-                       "until a write after version since has changed desired or reported (at once when one "
-                       "already has); either way it answers the current delta.",
+        "description": "What the device must change. " + _DELTA_RULES + " Waits up to waitSeconds until a "
+                       "write after version since (without since: the version found first) has changed desired "
+                       "or reported (at once when one already has); either way it answers the current delta.",
         "parameters": [
             _IF_NONE_MATCH,
             {"name": "since", "in": "query", "description": "The last version the caller has seen",
-             "schema": {"type": "integer", "minimum": 0}},
-            {"name": "waitSeconds", "in": "query", "description": "Long-poll (needs since)",
+             "schema": {"type": "integer", "minimum": 0, "maximum": MAX_VERSION}},
+            {"name": "waitSeconds", "in": "query",
+             "description": "Long-poll: wait for a write after since (without since: after the version found)",
              "schema": {"type": "integer", "minimum": 0, "maximum": MAX_DELTA_WAIT_SECONDS, "default": 0}},
         ],
         "responses": {
@@ -427,7 +507,7 @@ _schemas["Device"]["properties"].update({
                                                   "the section) {version, updatedAt}. " + _CONFIRMATION,
                  "properties": {section: {"type": "object"} for section in DEVICE_SECTIONS}},
 })
-_sections_members = {section: {"type": "object"} for section in DEVICE_SECTIONS}
+_sections_members = {section: _STATE for section in DEVICE_SECTIONS}
 _STATE_BODY["properties"].update(_sections_members)  # PUT /devices/{id}: absent sections stay as they are
 OPENAPI["paths"]["/devices"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"].update(
     _sections_members)  # absent sections are {}
@@ -446,10 +526,13 @@ _schemas["Change"]["properties"]["sections"] = {
 _schemas["Change"]["properties"]["patch"]["description"] = (
     "RFC 6902 over the whole document {state, desired, reported} (paths /state/..., /desired/..., /reported/...) "
     "from the previous version ({} for created) to this one; null for deleted")
-_operation = _schemas["Transaction"]["properties"]["operations"]["items"]["properties"]
-_operation["section"] = {"type": "string", "enum": ["state", "desired", "reported"], "default": "state",
-                         "description": "The section a mergePatch or jsonPatch applies to"}
-_operation["put"]["properties"].update(_sections_members)
+for _operation in _schemas["Transaction"]["properties"]["operations"]["items"]["anyOf"]:
+    _members = _operation["properties"]
+    if "mergePatch" in _members or "jsonPatch" in _members:
+        _members["section"] = {"type": "string", "enum": ["state", "desired", "reported"], "default": "state",
+                               "description": "The section the patch applies to (its paths are inside it)"}
+    if "put" in _members:
+        _members["put"]["properties"].update(_sections_members)
 # ---- end of the sections block
 
 

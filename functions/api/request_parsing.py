@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from functions.device_state import Device, InvalidCursor, InvalidValue
+from functions.device_state import Device, InvalidCursor, InvalidValue, store
 from functions.device_state.values import loads, validate_device_id
 
 from .problems import BadRequest, PayloadTooLarge, PreconditionFailed, UnsupportedMediaType
@@ -23,10 +23,8 @@ MAX_BODY_BYTES = 1024 * 1024
 
 _ETAG = re.compile(r'\s*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*(?:,|$)')
 _VERSION = re.compile(r"[1-9][0-9]{0,17}")
-# A cursor this service issues: unpadded base64url of a JSON array of two key strings
-# (a device id and a sort key of at most about 330 characters, escaped).
-MAX_CURSOR_CHARS = 1024
-CURSOR_PATTERN = f"^[A-Za-z0-9_-]{{1,{MAX_CURSOR_CHARS}}}$"
+# A cursor of the form this service issues (the library's, so the document states it exactly).
+CURSOR_PATTERN = f"^{store.CURSOR_PATTERN.pattern}$"
 
 
 def device_id(raw: str) -> str:
@@ -47,6 +45,29 @@ def lease_token(raw, name: str) -> str | None:
 
 def header(event, name: str) -> str | None:
     return event.headers.get(name)
+
+
+def single_header(event, name: str) -> str | None:
+    """A header that must be sent once (its value may itself hold commas, so two
+    copies cannot be told from one): 400 when the request repeats it."""
+    lowered = name.lower()
+    copies = sum(len(values or []) for key, values in (event.get("multiValueHeaders") or {}).items()
+                 if key.lower() == lowered)
+    if copies > 1:
+        raise BadRequest(f"{name} is given {copies} times; send it once")
+    return header(event, name)
+
+
+MAX_VERSION = 10 ** 18 - 1  # versions in paths and queries: at most 18 digits
+
+
+def decimal_integer(raw: str, name: str, low: int, high: int) -> int:
+    """A decimal integer of ASCII digits, leading zeros allowed."""
+    text = raw
+    digits = text.lstrip("0") or ("0" if text else "")
+    if not text.isascii() or not text.isdigit() or len(digits) > 18 or not low <= int(digits) <= high:
+        raise BadRequest(f"{name} must be an integer from {low} to {high}")
+    return int(digits)
 
 
 def media_type(event) -> str | None:
@@ -193,13 +214,7 @@ def cursor(raw: str | None) -> str | None:
     ever reaches the library's decoder (which trusts the shape it gets)."""
     if raw is None:
         return None
-    key = None
-    if re.fullmatch(CURSOR_PATTERN, raw):
-        try:
-            key = loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
-        except (ValueError, binascii.Error):
-            pass
-    if not (isinstance(key, list) and len(key) == 2 and all(isinstance(part, str) for part in key)):
+    if not re.fullmatch(CURSOR_PATTERN, raw):
         raise InvalidCursor("cursor is not one this service issued")
     return raw
 
@@ -207,11 +222,7 @@ def cursor(raw: str | None) -> str | None:
 def integer(query: dict, name: str, default: int | None, low: int, high: int) -> int | None:
     """An integer query parameter from ``low`` to ``high``, or ``default`` when absent."""
     raw = query.get(name)
-    if raw is None:
-        return default
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 18 or not low <= int(raw) <= high:
-        raise BadRequest(f"{name} must be an integer from {low} to {high}")
-    return int(raw)
+    return default if raw is None else decimal_integer(raw, name, low, high)
 
 
 INCLUDE = "include"

@@ -2,11 +2,16 @@
 records, answering with partial batch responses.
 
 Records of one shard arrive in order, and a device's records all come from one shard.
-Once a record fails, every later record of the batch is reported failed too (without
-being tried), so Lambda retries from the first failed record and no change is written
-ahead of an earlier one. Records that are no change (see ``device_state.changes``) are
-dropped; the event source mapping's filter (``FILTER_PATTERN``) drops most before they
-cost an invocation, and the same test runs again here.
+Once a device's record fails, that device's later records in the batch are reported
+failed too (without being tried), so its changes are never written out of order; every
+other device's records are still handled, so one poison record holds no other device's
+feed beyond one retry cycle (Lambda resends from the first failed record, and what was
+written already is found there and left alone). A record that can never be written
+(DynamoDB refuses it: a permanent failure) is not retried: its version is marked lost
+at once (``ChangeLog.record_lost``), so followers get 410 instead of waiting on a gap.
+Records that are no change (see ``device_state.changes``) are dropped; the event source
+mapping's filter (``FILTER_PATTERN``) drops most before they cost an invocation, and the
+same test runs again here.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
 from functions.device_state import dynamodb_client, metrics as names, table
+from functions.device_state import changes
 from functions.device_state.changes import ChangeLog
+from functions.device_state.errors import InvalidValue
+from functions.device_state.store import Refused
 
 from .config import load_config
 from .events import EventBridgePublisher, FilePublisher, LogPublisher
@@ -71,28 +79,47 @@ def publisher():
 # The event source mapping's settings (infra/changes.py); the local poller keeps the same.
 BATCH_SIZE = 100
 MAX_RETRY_ATTEMPTS = 10  # then the batch's first failed record goes to the on-failure queue
-MAX_RECORD_AGE_SECONDS = 6 * 60 * 60
+MAX_RECORD_AGE_SECONDS = changes.MAX_RECORD_AGE_SECONDS  # the feed relies on it (a given-up record)
 
 
 class SkippedAfterFailure(RuntimeError):
-    """Not tried: an earlier record of the batch failed, and order must hold."""
+    """Not tried: an earlier record of the same device failed in this batch, and order must hold."""
 
 
 class InOrder:
-    """The record handler for one batch: stops trying at the first failure."""
+    """The record handler for one batch: after a device's first failure, skips that
+    device's later records; other devices' records go on."""
 
     def __init__(self, log: ChangeLog, events):
         self.log, self.events = log, events
-        self.failed = False
+        self.failed: set[str] = set()
 
     def __call__(self, record) -> None:
-        if self.failed:
-            raise SkippedAfterFailure("an earlier record of this batch failed")
+        device_id = record_device(record.raw_event)
+        if device_id in self.failed:
+            raise SkippedAfterFailure(f"an earlier record of {device_id} failed in this batch")
         try:
             handle(record.raw_event, self.log, self.events)
+        except PERMANENT_FAILURES:
+            logger.exception("stream record can never be written: its version is marked lost",
+                             extra={"device_id": device_id})
+            try:
+                self.log.record_lost((record.raw_event.get("dynamodb") or {}).get("NewImage"))
+            except Exception:
+                self.failed.add(device_id)
+                raise
         except Exception:
-            self.failed = True
+            self.failed.add(device_id)
             raise
+
+
+# Failures no retry can cure: the record's change cannot be stored (DynamoDB refuses it).
+PERMANENT_FAILURES = (InvalidValue, Refused)
+
+
+def record_device(raw: dict) -> str | None:
+    keys = (raw.get("dynamodb") or {}).get("Keys") or {}
+    return keys.get(table.PARTITION_KEY, {}).get("S")
 
 
 def handle(raw: dict, log: ChangeLog, events) -> None:
@@ -117,6 +144,12 @@ def process(event: dict, context, log: ChangeLog, events) -> dict:
     processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
     return process_partial_response(event=event, record_handler=InOrder(log, events), processor=processor,
                                     context=context)
+
+
+def give_up(record: dict) -> None:
+    """What the local poller does with a record it gives up (Lambda's on-failure
+    destination): its version is marked lost, so followers learn at once."""
+    change_log().record_lost((record.get("dynamodb") or {}).get("NewImage"))
 
 
 @logger.inject_lambda_context

@@ -15,21 +15,31 @@ this one, the new sections themselves and their per-leaf metadata (so history ne
 replay), the device's timestamps, and ``expiresAt`` = ``updatedAt`` + retention. When
 patch and sections do not both fit in one item, the patch is left out and read back as
 one ``replace`` of the whole document (``""``), which is equally exact.
+
+A state write is refused unless its change item fits (``change_item_size``), so the
+sections always fit. Should DynamoDB still refuse one, the sections are left out (the
+metadata kept if it fits) and history rebuilds that version from the one before and the
+patch; should even that be refused, or the processor give a record up, a *lost* marker
+takes the version's place: followers that reach it get ``ChangesExpired`` (HTTP 410 with
+the current version) at once, never a silent gap.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable
 
+import jsonpatch
+
 from . import table
 from .device import Device
-from .errors import DeviceNotFound, DeviceStateError
-from .sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, entries_of, stored_map
+from .errors import DeviceNotFound, DeviceStateError, ItemTooLarge
+from .sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, entries_of
 from .store import Rejected, IDEMPOTENT, Store
-from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads, to_attribute, validate_device_id
+from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads, validate_device_id
 
 CHANGE_SK_PREFIX = "change#"
 VERSION_WIDTH = 20  # zero-padded, so sort keys sort as versions do
@@ -42,9 +52,18 @@ PREVIOUS_VERSION = "previousVersion"
 KIND = "kind"
 PATCH = "patch"  # RFC 6902, as JSON text (no nesting limit to meet)
 SECTIONS_CHANGED = "sections"  # the sections the write changed (a list of names)
+LOST = "lost"  # true on the marker of a version whose change could not be recorded
 # The device attributes a change item copies from the new image (besides state).
 _COPIED = (table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
+_METADATA = (table.META_DESIRED, table.META_REPORTED)
 SIZE_MARGIN_BYTES = 1024
+# The processor's event source mapping gives a record up once it is this old (to the
+# on-failure queue; infra/changes.py). A device's last write older than that, plus a
+# margin, with the change after ``since`` still missing: its record was given up, so the
+# feed answers ChangesExpired rather than an empty page that would never fill.
+MAX_RECORD_AGE_SECONDS = 6 * 60 * 60
+GIVEN_UP_SECONDS = MAX_RECORD_AGE_SECONDS + 5 * 60
+MAX_REBUILD_STEPS = 100  # versions history walks back to rebuild one stored without its state
 
 
 class ChangesExpired(DeviceStateError):
@@ -79,13 +98,14 @@ class Change:
     previous_version: int
     kind: str
     patch: list | None  # None for a delete
-    state: dict | None  # None for a delete
+    state: dict | None  # None for a delete (and when stored without it: see ``at_version``)
     created_at: str | None
     updated_at: str
     sections: tuple = SECTIONS  # the sections the write changed
-    desired: dict | None = None  # None for a delete
+    desired: dict | None = None  # None for a delete (and when stored without it)
     reported: dict | None = None
     entries: dict | None = None  # per-leaf metadata entries of desired and reported
+    lost: bool = False  # its change could not be recorded
 
     def as_dict(self) -> dict:
         return {"deviceId": self.device_id, "version": self.version, "previousVersion": self.previous_version,
@@ -129,7 +149,7 @@ def change_of(old: dict | None, new: dict | None) -> Change | None:
 
 def document(image: dict | None) -> dict:
     """The whole document of a state image: every section, ``{}`` where it has none."""
-    return {section: stored_map(image[section]) if image and section in image else {}
+    return {section: from_attribute(image[section]) if image and section in image else {}
             for section in SECTIONS}
 
 
@@ -176,12 +196,16 @@ def _same(a, b) -> bool:
     return a == b
 
 
+def apply_patch(state: dict, patch: list) -> dict:
+    """``patch`` (as ``diff`` makes it) applied to a copy of ``state``."""
+    return jsonpatch.apply_patch(copy.deepcopy(state), patch)
+
+
 def _epoch(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def change_item(change: Change, new_image: dict, retention_seconds: int) -> dict:
-    """The change item (low-level form): the state copied from the stream image as is."""
+def _change_base(change: Change, retention_seconds: int) -> dict:
     item = {
         table.PARTITION_KEY: {"S": change.device_id}, table.SORT_KEY: {"S": change_sk(change.version)},
         table.VERSION: {"N": str(change.version)}, PREVIOUS_VERSION: {"N": str(change.previous_version)},
@@ -191,18 +215,49 @@ def change_item(change: Change, new_image: dict, retention_seconds: int) -> dict
     if change.created_at:
         item[table.CREATED_AT] = {"S": change.created_at}
     item[SECTIONS_CHANGED] = {"L": [{"S": section} for section in change.sections]}
+    return item
+
+
+def change_item(change: Change, new_image: dict, retention_seconds: int) -> dict:
+    """The change item (low-level form): the sections and metadata copied from the stream
+    image as they are."""
+    item = _change_base(change, retention_seconds)
     if change.state is not None:
-        item[table.STATE] = to_attribute(stored_map(new_image[table.STATE]))
-        item.update({name: to_attribute(stored_map(new_image[name])) for name in _COPIED if name in new_image})
+        item[table.STATE] = new_image[table.STATE]
+        item.update({name: new_image[name] for name in _COPIED if name in new_image})
         with_patch = {**item, PATCH: {"S": dumps(change.patch)}}
         if item_size(with_patch) <= MAX_ITEM_BYTES - SIZE_MARGIN_BYTES:
             item = with_patch
     return item
 
 
+def change_item_size(device: Device, attributes: dict) -> int:
+    """The size of the smallest change item that holds ``device``'s sections and metadata
+    (``attributes``, low-level form; the most a retention can add to ``expiresAt`` and
+    every section name in ``sections`` included): what a state write must leave room for."""
+    change = Change(device.device_id, device.version, device.version - 1, REPLACED, None, device.state,
+                    device.created_at or None, device.updated_at)
+    return item_size({**_change_base(change, 10 ** 10), **attributes})
+
+
+def _without_sections(change: Change, new_image: dict, retention_seconds: int, metadata: bool) -> dict:
+    """The change with its patch but not its sections (history rebuilds them from the
+    version before), with the metadata of the new version if ``metadata``."""
+    item = {**_change_base(change, retention_seconds), PATCH: {"S": dumps(change.patch)}}
+    if metadata:
+        item.update({name: new_image[name] for name in _METADATA if name in new_image})
+    return item
+
+
+def _lost(change: Change, retention_seconds: int) -> dict:
+    return {**_change_base(change, retention_seconds), LOST: {"BOOL": True}}
+
+
 def _from_item(item: dict) -> Change:
     state = from_attribute(item[table.STATE]) if table.STATE in item else None
-    if PATCH in item:
+    if LOST in item:
+        patch = None
+    elif PATCH in item:
         patch = loads(item[PATCH]["S"])
     else:
         patch = None if state is None else [{"op": "replace", "path": "", "value": document(item)}]
@@ -212,7 +267,8 @@ def _from_item(item: dict) -> Change:
         device_id=item[table.PARTITION_KEY]["S"], version=int(item[table.VERSION]["N"]),
         previous_version=int(item[PREVIOUS_VERSION]["N"]), kind=item[KIND]["S"], patch=patch, state=state,
         created_at=item.get(table.CREATED_AT, {}).get("S"), updated_at=item[table.UPDATED_AT]["S"],
-        sections=sections, desired=whole[DESIRED], reported=whole[REPORTED], entries=entries_of(item))
+        sections=sections, desired=whole[DESIRED], reported=whole[REPORTED], entries=entries_of(item),
+        lost=LOST in item)
 
 
 class ChangeLog:
@@ -233,13 +289,34 @@ class ChangeLog:
         change = change_of(old_image, new_image)
         if change is None:
             return None
+        forms = [change_item(change, new_image, self.retention_seconds)]
+        if change.state is not None:
+            forms += [_without_sections(change, new_image, self.retention_seconds, metadata=True),
+                      _without_sections(change, new_image, self.retention_seconds, metadata=False)]
+        forms.append(_lost(change, self.retention_seconds))
+        for form in forms:
+            try:
+                self._put_once(form)
+                return change
+            except ItemTooLarge:
+                continue  # a smaller form next; the last (the lost marker) always fits
+        return change
+
+    def record_lost(self, new_image: dict | None) -> Change | None:
+        """Mark the version a stream record describes as lost (its change could not be
+        written): followers that reach it learn so at once."""
+        change = change_of(None, new_image) if new_image else None
+        if change is None:
+            return None
+        self._put_once(_lost(change, self.retention_seconds))
+        return change
+
+    def _put_once(self, item: dict) -> None:
         try:
-            self.store.send("put_item", IDEMPOTENT, Item=change_item(change, new_image, self.retention_seconds),
-                            ConditionExpression="attribute_not_exists(#sk)",
+            self.store.send("put_item", IDEMPOTENT, Item=item, ConditionExpression="attribute_not_exists(#sk)",
                             ExpressionAttributeNames={"#sk": table.SORT_KEY})
         except Rejected:
             pass  # written before: by an earlier delivery of this record
-        return change
 
     # ------------------------------------------------------------------- reads
 
@@ -258,19 +335,26 @@ class ChangeLog:
                                 ExpressionAttributeValues={
                                     ":pk": {"S": device_id}, ":from": {"S": change_sk(since + 1)},
                                     ":to": {"S": change_sk(10 ** VERSION_WIDTH - 1)}}).get("Items", [])
-        changes = []
+        changes, lost = [], False
         for item in items:
             if table.is_expired(item, now) or int(item[table.VERSION]["N"]) != since + 1 + len(changes):
                 break
-            changes.append(_from_item(item))
+            change = _from_item(item)
+            if change.lost:
+                lost = not changes
+                break
+            changes.append(change)
         if changes:
             return changes
         current, updated_at = self._current(device_id, now)
-        if items:  # the change right after `since` is gone while later ones exist
+        if items or lost:  # the change right after `since` is gone (or lost) while later ones exist
             raise ChangesExpired(device_id, since, current)
         if since > current:
             raise InvalidSince(f"since ({since}) is past the device's current version ({current})")
-        if since < current and updated_at is not None and _epoch(updated_at) + self.retention_seconds <= now:
+        if since < current and updated_at is not None and (
+                _epoch(updated_at) + min(self.retention_seconds, GIVEN_UP_SECONDS) <= now):
+            # Past the retention, or a record the processor gave up (on AWS, to the
+            # on-failure queue) long ago: the next change will not come.
             raise ChangesExpired(device_id, since, current)
         return []  # caught up, or the processor has not written the next change yet
 
@@ -290,13 +374,25 @@ class ChangeLog:
     def at_version(self, device_id: str, version: int) -> Device:
         """The device as it was at ``version``, within the retention."""
         validate_device_id(device_id)
-        item = self.store.get({table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": change_sk(version)}})
-        if item is None or table.is_expired(item, self.clock()):
-            raise VersionNotFound(device_id, version, "never written, or past the retention")
-        change = _from_item(item)
-        if change.state is None:
-            raise VersionNotFound(device_id, version, "the device was deleted at this version")
-        return change.device()
+        pending: list[Change] = []  # versions stored without their sections, newest first
+        for at in range(version, max(version - MAX_REBUILD_STEPS, 0), -1):
+            item = self.store.get({table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": change_sk(at)}})
+            if item is None or table.is_expired(item, self.clock()):
+                raise VersionNotFound(device_id, version, "never written, or past the retention")
+            change = _from_item(item)
+            if change.lost:
+                raise VersionNotFound(device_id, version, "its change could not be recorded")
+            if change.kind == DELETED:
+                raise VersionNotFound(device_id, version, "the device was deleted at this version")
+            if change.state is not None:
+                whole = {STATE: change.state, DESIRED: change.desired or {}, REPORTED: change.reported or {}}
+                for later in reversed(pending):  # rebuilt from the version before and each patch
+                    whole = apply_patch(whole, later.patch)
+                newest = pending[0] if pending else change
+                return Device(device_id, version, whole[STATE], newest.created_at or "", newest.updated_at,
+                              desired=whole[DESIRED], reported=whole[REPORTED], entries=newest.entries or {})
+            pending.append(change)
+        raise VersionNotFound(device_id, version, "too far from a version stored with its sections")
 
     def _current(self, device_id: str, now: float) -> tuple[int, str | None]:
         """The device's current version (a tombstone's too) and when it was last written;

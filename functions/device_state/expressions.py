@@ -35,6 +35,7 @@ NAMES = {
     "#metaReported": table.META_REPORTED,
     "#changedDesired": table.CHANGED_DESIRED,
     "#changedReported": table.CHANGED_REPORTED,
+    "#itemBytes": table.ITEM_BYTES,
 }
 
 NOT_EXPIRED = "(attribute_not_exists(#expiresAt) OR #expiresAt > :nowEpoch)"

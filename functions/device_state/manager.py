@@ -15,8 +15,9 @@ from boto3.dynamodb.conditions import ConditionBase
 from . import idempotency as idem
 from . import table
 from .device import Device
-from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, DeviceStateError, OutcomeUnknown,
-                     StorageError, VersionConflict)
+from .changes import ChangeLog, VersionNotFound
+from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, DeviceStateError, ItemTooLarge,
+                     OutcomeUnknown, StorageError, StorageUnavailable, VersionConflict)
 from .expressions import LIVE, names_in, number
 from .fencing import Fence
 from .idempotency import CREATED, REPLACED, UPDATED, IdempotencyKey
@@ -37,6 +38,7 @@ DEFAULT_MAX_ATTEMPTS = 25
 DEFAULT_BUDGET_SECONDS = 5.0
 MAX_LIST_LIMIT = 100
 MAX_SCAN_CALLS_PER_PAGE = 4  # a listing page never costs more than this many Scan calls
+REPLAY_HISTORY_WAIT_SECONDS = 5.0  # a replay waits this long for the feed to record a version
 
 class DeviceStateManager:
     """Reads and writes device state items with version-based optimistic locking.
@@ -288,10 +290,29 @@ class DeviceStateManager:
 
     def recorded_results(self, partition: str, idempotency: IdempotencyKey) -> list[tuple[Device, str]] | None:
         record = self.store.get(idem.record_key(partition, idempotency))
-        results = idem.recorded_results(partition, idempotency, record, self.clock(), self.store.get)
+        results = idem.recorded_results(partition, idempotency, record, self.clock(), self.store.get,
+                                        self._device_at)
         if results is not None:
             self.observer.replayed(partition)
         return results
+
+    def _device_at(self, device_id: str, version: int) -> Device:
+        """The device at ``version`` (state and sections): its state item while it is there, else the
+        feed's history (written a moment after the version; waited for that long)."""
+        deadline = self.monotonic() + REPLAY_HISTORY_WAIT_SECONDS
+        log = ChangeLog(self.client, self.table_name, clock=self.clock)
+        while True:
+            item = self.store.get_state(device_id)
+            if item is not None and table.VERSION in item and int(item[table.VERSION]["N"]) == version \
+                    and table.STATE in item:
+                return Device.from_item(item)
+            try:
+                return log.at_version(device_id, version)
+            except VersionNotFound:
+                if self.monotonic() >= deadline:
+                    raise StorageUnavailable(f"the recorded answer of {device_id} at version {version} cannot be "
+                                             "read back yet") from None
+            self.sleep(0.1)
 
     # ------------------------------------------------------------ internals
 
@@ -396,8 +417,10 @@ class DeviceStateManager:
         self.observer.attempt(device_id, 1)
         try:
             device, item = self.pipeline.send(planner, device_id, planned)
-        except (Moved, ConditionFailed, Refused):
-            return None  # a guard or DynamoDB refused it; Moved "settled": never applied
+        except (Moved, ConditionFailed, Refused, ItemTooLarge):
+            # A guard or DynamoDB refused it (its form: expression size, too many names; or
+            # the item's size); Moved "settled": never applied. Read-modify-write decides.
+            return None
         self.observer.succeeded(device_id, 1, self.monotonic() - started)
         self._trim_if_grown(item)
         return device

@@ -14,7 +14,10 @@ import jsonpointer
 
 from .sections import pointer
 from .errors import InvalidPatch, InvalidValue, PatchNotApplicable, PatchTestFailed
-from .values import MAX_SIGNIFICANT_DIGITS, canonical, check_number, check_text, significant_digits
+from .values import (MAX_PATCH_OPERATIONS, MAX_SIGNIFICANT_DIGITS, canonical, check_member_name, check_number,
+                     check_text, dumps, significant_digits)
+
+_SHOWN_CHARS = 200  # of a value quoted in an error's detail
 
 # Wide enough that a sum or difference of any two numbers DynamoDB holds (exponents -167
 # to 125, 38 digits) is exact; Inexact is trapped all the same, so nothing is ever rounded.
@@ -41,6 +44,7 @@ class MergePatch:
     def __init__(self, patch):
         if not isinstance(patch, dict):
             raise InvalidPatch("a merge patch of a device's state must be a JSON object")
+        _check_merge_members(patch)
         self.patch = patch
 
     def __call__(self, state: dict) -> dict:
@@ -64,6 +68,22 @@ def _merge_leaves(patch: dict, parts: tuple) -> list[str]:
         else:
             found.append(pointer(parts + (key,)))
     return found
+
+
+def _check_merge_members(patch: dict) -> None:
+    """Member names within the limit, and at most ``MAX_PATCH_OPERATIONS`` members at all depths."""
+    count, stack = 0, [patch]
+    while stack:
+        node = stack.pop()
+        for name, value in node.items():
+            count += 1
+            if count > MAX_PATCH_OPERATIONS:
+                raise InvalidValue(f"a merge patch sets at most {MAX_PATCH_OPERATIONS} members (at all depths); "
+                                   "replace the state with PUT instead", limit="patch-members")
+            if isinstance(name, str):
+                check_member_name(name)
+            if isinstance(value, dict):
+                stack.append(value)
 
 
 def _merge(target, patch):
@@ -131,23 +151,31 @@ class JsonPatch:
     def __init__(self, operations):
         if not isinstance(operations, list):
             raise InvalidPatch("a JSON Patch must be an array of operations")
+        if len(operations) > MAX_PATCH_OPERATIONS:
+            raise InvalidValue(f"a JSON Patch has at most {MAX_PATCH_OPERATIONS} operations, not {len(operations)}",
+                               limit="patch-members")
         for index, operation in enumerate(operations):
             _check_operation(index, operation)
         try:
-            self._patch = _DevicePatch(operations)
+            self._steps = [_DevicePatch([operation]) for operation in operations]
         except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as error:
             raise InvalidPatch(str(error)) from None
         self.operations = operations
 
     def __call__(self, state: dict) -> dict:
-        try:
-            result = self._patch.apply(state, in_place=True)
-        except jsonpatch.JsonPatchTestFailed as error:
-            raise PatchTestFailed(f"test failed: {error}") from None
-        except jsonpatch.InvalidJsonPatch as error:
-            raise InvalidPatch(str(error)) from None
-        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as error:
-            raise PatchNotApplicable(str(error)) from None
+        """The patched state; its errors say which operation failed and why, in the
+        document's own terms (paths and JSON values), one operation applied at a time."""
+        result = state
+        for index, (operation, step) in enumerate(zip(self.operations, self._steps)):
+            try:
+                result = step.apply(result, in_place=True)
+            except PatchNotApplicable:
+                raise
+            except jsonpatch.JsonPatchTestFailed:
+                raise PatchTestFailed(_test_failure(index, operation, result)) from None
+            except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError, KeyError,
+                    IndexError):
+                raise PatchNotApplicable(_not_applicable(index, operation, result)) from None
         if not isinstance(result, dict):
             raise PatchNotApplicable("the patch would make the state something other than an object")
         return result
@@ -163,6 +191,69 @@ class JsonPatch:
                 for pointer in (operation["path"], *((operation["from"],) if operation["op"] == "move" else ()))]
 
 
+def _shown(value) -> str:
+    text = dumps(value)
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
+
+
+def _kind(value) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    return "a boolean" if isinstance(value, bool) else "a number"
+
+
+def _resolve(document, pointer: str, *, parent_only: bool = False):
+    """(value, None) at ``pointer``, or (None, why it cannot be reached)."""
+    parts = jsonpointer.JsonPointer(pointer).parts
+    node, walked = document, ""
+    for part in parts[:-1] if parent_only else parts:
+        here = walked or "the state"
+        walked += "/" + part.replace("~", "~0").replace("/", "~1")
+        if isinstance(node, dict):
+            if part not in node:
+                return None, f"{walked} does not exist"
+            node = node[part]
+        elif isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node) or (part != "0" and part.startswith("0")):
+                return None, f"{walked} is not an element of the array at {here} ({len(node)} elements)"
+            node = node[int(part)]
+        else:
+            return None, f"{here} holds {_kind(node)}, not an object or array"
+    if parent_only and parts and not isinstance(node, (dict, list)):
+        return None, f"{walked or 'the state'} holds {_kind(node)}, not an object or array"
+    return node, None
+
+
+def _not_applicable(index: int, operation: dict, document) -> str:
+    op, path = operation["op"], operation["path"]
+    checks = [(operation["from"], False)] if op in _NEEDS_FROM else []
+    checks.append((path, op in ("add", "copy", "move")))
+    for pointer, parent_only in checks:
+        _, why = _resolve(document, pointer, parent_only=parent_only)
+        if why:
+            return f"operation {index} ({op} {path}): {why}"
+    if op in ("add", "copy", "move") and path:
+        parent, _ = _resolve(document, path, parent_only=True)
+        if isinstance(parent, list):
+            return f"operation {index} ({op} {path}): not a position in the array ({len(parent)} elements)"
+    if op == "move" and (path + "/").startswith(operation["from"] + "/"):
+        return f"operation {index} (move {path}): a member cannot move into itself"
+    return f"operation {index} ({op} {path}) cannot be applied to the state"
+
+
+def _test_failure(index: int, operation: dict, document) -> str:
+    path = operation["path"]
+    found, why = _resolve(document, path)
+    found_text = why if why else _shown(found)
+    return f"operation {index} (test {path}): expected {_shown(operation['value'])}, found {found_text}"
+
+
 def _check_operation(index: int, operation) -> None:
     where = f"operation {index}"
     if not isinstance(operation, dict):
@@ -175,9 +266,11 @@ def _check_operation(index: int, operation) -> None:
         if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
             raise InvalidPatch(f"{where}: '{member}' must be a JSON Pointer string ('' or starting with '/')")
         try:
-            jsonpointer.JsonPointer(pointer)
+            parts = jsonpointer.JsonPointer(pointer).parts
         except jsonpointer.JsonPointerException as error:
             raise InvalidPatch(f"{where}: '{member}': {error}") from None
+        for part in parts:
+            check_member_name(part)
     if op in _NEEDS_VALUE and "value" not in operation:
         raise InvalidPatch(f"{where}: '{op}' needs a 'value'")
     if op == "increment":

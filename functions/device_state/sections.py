@@ -165,24 +165,8 @@ def touched_by(update_fn) -> tuple[str, ...]:
 
 def entries_of(item: dict) -> dict:
     """The stored per-leaf metadata entries of an item's desired and reported."""
-    return {section: stored_map(item[attribute]) for section, attribute in META_ATTRIBUTES.items()
+    return {section: from_attribute(item[attribute]) for section, attribute in META_ATTRIBUTES.items()
             if attribute in item}
-
-
-def stored_map(attribute: dict) -> dict:
-    """A stored map attribute. DynamoDB Local's stream images write an empty map, at any
-    depth, as ``{}`` instead of ``{"M": {}}``."""
-    return from_attribute(_empty_maps_filled(attribute)) if attribute else {}
-
-
-def _empty_maps_filled(attribute: dict) -> dict:
-    if not attribute:
-        return {"M": {}}
-    if "M" in attribute:
-        return {"M": {name: _empty_maps_filled(member) for name, member in attribute["M"].items()}}
-    if "L" in attribute:
-        return {"L": [_empty_maps_filled(member) for member in attribute["L"]]}
-    return attribute
 
 
 def metadata(desired: dict, reported: dict, entries: dict) -> dict:

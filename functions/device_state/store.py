@@ -13,10 +13,8 @@ not): a blind resend of a conditional write whose first copy landed is a second 
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import random
+import re
 import time
 from typing import Callable
 
@@ -25,7 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError,
 from . import table
 from .errors import InvalidCursor, ItemTooLarge, StorageError, StorageUnavailable
 from .retry import Backoff
-from .values import DEVICE_ID_PATTERN
+from .values import MAX_DEVICE_ID_CHARS, MAX_ITEM_BYTES
 
 THROTTLING_CODES = frozenset(
     {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
@@ -92,8 +90,8 @@ class Store:
                     raise Rejected(error.response.get("Item")) from None
                 if code == "TransactionCanceledException":
                     raise Cancelled(error.response.get("CancellationReasons") or []) from None
-                if code == "ValidationException" and "size" in message and "exceed" in message:
-                    raise ItemTooLarge(f"DynamoDB refused the item: {message}") from None
+                if code == "ValidationException" and "item size" in message.lower() and "exceed" in message:
+                    raise ItemTooLarge(f"the item would exceed DynamoDB's limit of {MAX_ITEM_BYTES} bytes") from None
                 status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
                 if code in THROTTLING_CODES:
                     applied = False
@@ -154,24 +152,24 @@ class Store:
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
+# A cursor is the scan's last key in hex: the device id's characters, ".", the sort key's
+# (printable ASCII, as every sort key of this table is). So every string of this form is a
+# key of the table's shape, and the OpenAPI document can state exactly which cursors exist.
+_DEVICE_ID_CHAR_HEX = "(?:2[de]|3[0-9a]|4[1-9a-f]|5[0-9af]|6[1-9a-f]|7[0-9a])"  # A-Z a-z 0-9 . _ : -
+_SORT_KEY_CHAR_HEX = "(?:[2-6][0-9a-f]|7[0-9a-e])"  # printable ASCII, 0x20-0x7e
+MAX_SORT_KEY_CHARS = 1024  # DynamoDB's limit for a sort key
+CURSOR_PATTERN = re.compile(
+    f"{_DEVICE_ID_CHAR_HEX}{{1,{MAX_DEVICE_ID_CHARS}}}\\.{_SORT_KEY_CHAR_HEX}{{1,{MAX_SORT_KEY_CHARS}}}")
+
+
 def encode_cursor(key: dict) -> str:
-    raw = json.dumps([key[table.PARTITION_KEY]["S"], key[table.SORT_KEY]["S"]], separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return f"{key[table.PARTITION_KEY]['S'].encode().hex()}.{key[table.SORT_KEY]['S'].encode().hex()}"
 
 
 def decode_cursor(cursor: str) -> dict:
     """Only a key of this table's shape passes: a cursor just positions the scan, whose
     filter still returns live device state items and nothing else."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        device_id, sort_key = json.loads(raw)
-    except (ValueError, TypeError, binascii.Error, RecursionError):
-        raise InvalidCursor("cursor is not one this service issued") from None
-    if (
-        not isinstance(device_id, str)
-        or not isinstance(sort_key, str)
-        or not DEVICE_ID_PATTERN.fullmatch(device_id)
-        or not 1 <= len(sort_key) <= 256
-    ):
+    if not isinstance(cursor, str) or not CURSOR_PATTERN.fullmatch(cursor):
         raise InvalidCursor("cursor is not one this service issued")
+    device_id, sort_key = (bytes.fromhex(part).decode("ascii") for part in cursor.split("."))
     return {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": sort_key}}

@@ -83,6 +83,10 @@ META_REPORTED = "metaReported"
 CHANGED_DESIRED = "changedDesired"  # the version of the last write to desired (what a delta waiter waits for)
 CHANGED_REPORTED = "changedReported"
 LAST_WRITE = "lastWrite"  # what the write that made this version did: created, replaced, updated, deleted
+# An upper estimate of the item's size: set by every read-modify-write, raised by each
+# compiled patch by the most it can add. A compiled patch (which reads nothing) applies
+# only while it leaves room; otherwise read-modify-write checks the size exactly.
+ITEM_BYTES = "itemBytes"
 
 # The write journal: one attribute per recent write, named by its write id and holding
 # the version that write produced (0: settled as never applied). See writes.py.

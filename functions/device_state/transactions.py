@@ -157,10 +157,12 @@ class TransactionRunner:
             raise TransactionFailed(failures)
         requests = [plan.request for plan in planned]
         if key is not None:
-            requests += idem.record_puts(manager.table_name, partition, key,
-                                         [(plan.device, plan.outcome) for plan in planned], planner.now)
-        if len(requests) > MAX_OPERATIONS:
-            raise TransactionTooLarge(sum(item_size(_written_attributes(request)) for request in requests))
+            results = [(plan.device, plan.outcome) for plan in planned]
+            record = idem.record_puts(manager.table_name, partition, key, results, planner.now)
+            if not _fits(requests + record):  # the answer goes; the versions it needs stay atomic
+                record = idem.record_puts(manager.table_name, partition, key, results, planner.now,
+                                          with_states=False)
+            requests += record
         size = sum(item_size(_written_attributes(request)) for request in requests)
         if size > MAX_TRANSACTION_BYTES:
             raise TransactionTooLarge(size)
@@ -251,6 +253,11 @@ def _failure_of(index: int, operation: Operation, error: Exception) -> Operation
     reason = {DeviceNotFound: NOT_FOUND, DeviceAlreadyExists: EXISTS, VersionConflict: VERSION,
               PatchTestFailed: TEST_FAILED, PatchNotApplicable: NOT_APPLICABLE}[type(error)]
     return OperationFailure(index, operation.device_id, reason, str(error), getattr(error, "current", None))
+
+
+def _fits(requests: list[dict]) -> bool:
+    return (len(requests) <= MAX_OPERATIONS
+            and sum(item_size(_written_attributes(request)) for request in requests) <= MAX_TRANSACTION_BYTES)
 
 
 def _written_attributes(request: dict) -> dict:

@@ -11,15 +11,20 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from .errors import InvalidDeviceId, InvalidValue, ItemTooLarge
 
-DEVICE_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+MAX_DEVICE_ID_CHARS = 128
+DEVICE_ID_PATTERN = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_DEVICE_ID_CHARS}}}")
 
 # DynamoDB's own limits (measured on DynamoDB Local, which refuses exactly these).
 MAX_SIGNIFICANT_DIGITS = 38
 MAX_EXPONENT = 125  # largest magnitude 9.99...E+125
 MIN_EXPONENT = -130  # smallest magnitude 1E-130
 MAX_STATE_DEPTH = 31  # the state map itself is one level; 32 levels in all per attribute
-MAX_MEMBER_NAME_BYTES = 65535
 MAX_ITEM_BYTES = 400 * 1024
+# This service's own limits, far inside what DynamoDB Local handles (it fails on a member
+# name past 50,000 bytes: `python -m bench.probe_limits`), so no state a client can store
+# makes a later read, write or stream record fail.
+MAX_MEMBER_NAME_BYTES = 1024
+MAX_PATCH_OPERATIONS = 1000  # JSON Patch operations, or members of a merge patch (at any depth)
 # Any JSON a client sends: deep enough for a state at DynamoDB's limit inside a request
 # body (a transaction's put is 4 levels down), shallow enough for every recursive consumer.
 MAX_JSON_DEPTH = 64
@@ -200,11 +205,7 @@ def _check_value(value, depth: int) -> None:
             if not key:
                 raise InvalidValue("empty object member names cannot be stored", limit="member-name")
             check_text(key)
-            if len(key.encode("utf-8", "surrogatepass")) > MAX_MEMBER_NAME_BYTES:
-                raise InvalidValue(
-                    f"object member names are limited to {MAX_MEMBER_NAME_BYTES} bytes",
-                    limit="member-name",
-                )
+            check_member_name(key)
             _check_value(member, depth + 1)
     elif isinstance(value, list):
         if depth > MAX_STATE_DEPTH:
@@ -217,6 +218,15 @@ def _check_value(value, depth: int) -> None:
         pass
     else:
         check_number(value)
+
+
+def check_member_name(name: str) -> str:
+    """Refuse a member name longer than ``MAX_MEMBER_NAME_BYTES`` (as UTF-8)."""
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_MEMBER_NAME_BYTES:
+        raise InvalidValue(f"object member names are limited to {MAX_MEMBER_NAME_BYTES} bytes; "
+                           f"one has {size}", limit="member-name")
+    return name
 
 
 def _too_deep(levels: int = MAX_STATE_DEPTH) -> InvalidValue:

@@ -24,14 +24,16 @@ from boto3.dynamodb.conditions import ConditionBase
 
 from . import table
 from .device import Device, timestamp
-from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, InvalidValue, VersionConflict)
+from .changes import change_item_size
+from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, InvalidValue, ItemTooLarge,
+                     VersionConflict)
 from .expressions import LIVE, NOT_LIVE, and_condition, names_in, number
 from .fencing import Fence
 from .idempotency import CHECKED, CREATED, DELETED, UPDATED
 from .retry import Moved
-from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, META_ATTRIBUTES, REPORTED, STATE, SectionWrite, next_entries,
-                       pack, touched_by)
-from .values import check_item_size, check_state, to_attribute
+from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, META_ATTRIBUTES, REPORTED, STATE,
+                       VERSION_SPAN, SectionWrite, next_entries, pack, touched_by)
+from .values import MAX_ITEM_BYTES, check_state, item_size, to_attribute
 
 UpdateFn = Callable[[dict], dict]
 
@@ -43,6 +45,11 @@ DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
 # Room a state write leaves on the item for what later requests add without a state change:
 # journal entries of compiled patches between trims, a settle mark, the lease holder.
 BOOKKEEPING_BYTES = 768
+MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state write may leave on the item
+COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit, lastWrite becoming "updated"
+# What a state write stores and its change record copies: the sections and their metadata.
+SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
+BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL})
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 _STAMP_WIDTH = 9  # base 36 milliseconds, good past the year 5000
@@ -226,6 +233,7 @@ class Planner:
         except (InvalidValue, TypeError, ArithmeticError):
             return None
         write = WriteId.new(self.now)
+        growth = _most_added(compiled.names, values)
         values.update({":one": number(1), ":now": {"S": timestamp(self.now)}, ":nowEpoch": number(self.now),
                        ":lastWrite": {"S": UPDATED}})
         sets = list(compiled.sets)
@@ -240,10 +248,17 @@ class Planner:
             sets.append(f"#{CHANGED_ATTRIBUTES[section]} = #version + :one")
             conditions += [f"attribute_type({compiled.root}, :mapType)", f"attribute_type({meta}, :mapType)"]
             values[":mapType"] = {"S": "M"}
+            # each leaf's metadata entry and the section's changed mark, all as if new
+            growth += sum(1 + len(leaf.encode()) + _value_size(number(pack(VERSION_SPAN - 1, self.now)))
+                          for leaf in compiled.pointers)
+            growth += 1 + len(CHANGED_ATTRIBUTES[section]) + _value_size(number(VERSION_SPAN - 1))
+        values.update({":growth": number(growth), ":roomFor": number(MAX_STATE_ITEM_BYTES - growth)})
         update = "SET " + ", ".join(sets + [
-            "#version = #version + :one", "#updatedAt = :now", "#w = #version + :one", "#lastWrite = :lastWrite"])
+            "#version = #version + :one", "#updatedAt = :now", "#w = #version + :one", "#lastWrite = :lastWrite",
+            "#itemBytes = #itemBytes + :growth"])
         if compiled.removes:
             update += " REMOVE " + ", ".join(compiled.removes)
+        conditions.insert(0, "#itemBytes <= :roomFor")
         names.update({**names_in(LIVE + update + " ".join(conditions)), "#w": write.attribute, **compiled.names})
         expression = " AND ".join([LIVE, "attribute_not_exists(#w)",
                                    self.fence.condition(device_id, names, values), *conditions])
@@ -266,6 +281,15 @@ class Planner:
         values = {**values, ":next": number(next_version), ":nowEpoch": number(self.now)}
         journal_removes, trimmed, journal_names = _trimming(item, JOURNAL_KEEP - 1, self.now)
         sets = [*sets, "#version = :next", "#w = :next", "#lastWrite = :lastWrite"]
+        if outcome != DELETED:
+            written = {attribute: values[f":{attribute}"] for attribute in SECTION_ATTRIBUTES
+                       if f":{attribute}" in values}
+            values[":itemBytes"] = number(_checked_size(
+                {**table.state_key(device_id), **_without_bookkeeping(item), **written,
+                 table.VERSION: number(next_version), write.attribute: number(next_version),
+                 table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
+                 table.LAST_WRITE: {"S": outcome}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device))
+            sets.append("#itemBytes = :itemBytes")
         values[":lastWrite"] = {"S": outcome}  # the stream processor tells updated from replaced by it
         if journal_removes:
             sets.append("#trimmed = :trimmed")
@@ -278,15 +302,6 @@ class Planner:
         if outcome != CHECKED:
             expression += " AND " + self.fence.condition(device_id, names, values)
         expression = and_condition(expression, names, values, caller_condition)
-        if outcome != DELETED:
-            sections = {table.STATE: values[":state"]} if ":state" in values else {}
-            sections.update({attribute: values[f":{attribute}"] for attribute in
-                             (table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
-                             if f":{attribute}" in values})
-            check_item_size({**table.state_key(device_id), **(item or {}), **sections,
-                             table.VERSION: number(next_version), write.attribute: number(next_version),
-                             table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
-                             "bookkeeping": {"B": bytes(BOOKKEEPING_BYTES)}})
         request = {"Update": {
             "TableName": self.table_name, "Key": table.state_key(device_id),
             "UpdateExpression": update, "ConditionExpression": expression,
@@ -295,6 +310,41 @@ class Planner:
         }}
         return Planned(request, device, outcome, expected_version, write)
 
+
+
+def _without_bookkeeping(item: dict | None) -> dict:
+    """The item without what ``BOOKKEEPING_BYTES`` keeps room for (journal, lease holder)."""
+    return {name: value for name, value in (item or {}).items()
+            if not name.startswith(table.JOURNAL_PREFIX) and name not in BOOKKEEPING_ATTRIBUTES}
+
+
+def _checked_size(item: dict, device: Device) -> int:
+    """The state item's size after a write, bookkeeping aside; ItemTooLarge unless it
+    leaves the bookkeeping room and its change item (what the feed writes for this
+    version) fits too."""
+    size = item_size(item)
+    if size > MAX_STATE_ITEM_BYTES:
+        raise ItemTooLarge(f"the device item would be about {size} bytes; the limit is {MAX_STATE_ITEM_BYTES} "
+                           f"(DynamoDB's {MAX_ITEM_BYTES} less {BOOKKEEPING_BYTES} kept for leases, the write "
+                           "journal and its change record)")
+    change_size = change_item_size(device, {name: item[name] for name in SECTION_ATTRIBUTES if name in item})
+    if change_size > MAX_ITEM_BYTES:
+        raise ItemTooLarge(f"the change record of this version would be about {change_size} bytes; DynamoDB's "
+                           f"limit is {MAX_ITEM_BYTES}")
+    return size
+
+
+def _most_added(names: dict, values: dict) -> int:
+    """The most a compiled patch can add to the item, bookkeeping aside (its journal entry
+    is in ``BOOKKEEPING_BYTES``): every member it names and every value it sets, as if all
+    were new."""
+    added = sum(1 + len(name.encode()) for name in names.values())
+    added += sum(1 + _value_size(value) for value in values.values())
+    return added + COMPILED_EXTRA_BYTES
+
+
+def _value_size(attribute: dict) -> int:
+    return item_size({"": attribute})
 
 
 def _section_sets(documents: dict, entries: dict, values: dict) -> list[str]:

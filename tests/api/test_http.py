@@ -6,6 +6,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from functions.api.openapi import OPENAPI
+from functions.device_state.values import dumps
 from localdev.dynamodb_local import free_port
 
 pytestmark = pytest.mark.dynamodb_local
@@ -227,7 +229,7 @@ def test_a_long_request_in_one_worker_holds_up_no_other_request(server):
 
 def test_openapi_document_is_served(server):
     status, headers, body = server.request("GET", "/openapi.json")
-    assert status == 200 and json.loads(body) == json.loads(json.dumps(OPENAPI))
+    assert status == 200 and json.loads(body) == json.loads(dumps(OPENAPI))
 
 
 # ------------------------------------------------------- framing and methods (issue 13)
@@ -516,8 +518,6 @@ def test_fuzz_malformed_framing_never_5xx_and_the_server_keeps_serving(server, r
 def test_ctrl_c_stops_the_server_and_its_dynamodb_local():
     """`make serve` as a user runs it: DynamoDB Local started by the server itself, then Ctrl-C
     (SIGINT to the whole process group, as a terminal sends it)."""
-    import signal
-
     port = free_port()
     env = {key: value for key, value in os.environ.items() if key != "DYNAMODB_ENDPOINT"}
     process = subprocess.Popen([sys.executable, "-m", "localdev.server", "--port", str(port), "--workers", "2"],
@@ -541,3 +541,24 @@ def test_ctrl_c_stops_the_server_and_its_dynamodb_local():
     time.sleep(0.5)
     with pytest.raises(ProcessLookupError):
         os.killpg(group, 0)  # nothing of the group is left: workers and DynamoDB Local are gone
+
+
+def test_a_worker_that_dies_is_replaced_and_the_server_keeps_serving(dynamodb_local):
+    """One failed worker (killed here; a bug would do the same) never stops the server: the
+    others keep serving, a new worker takes its place, and the log says what happened."""
+    process, server = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=f"crash-{uuid.uuid4().hex[:8]}",
+                             WORKERS="2", STREAM_PROCESSOR="off")
+    try:
+        with open(f"/proc/{process.pid}/task/{process.pid}/children") as children:
+            workers = [int(pid) for pid in children.read().split()]
+        assert len(workers) == 2
+        os.kill(workers[0], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while "starting another" not in server.log and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [server.request("PUT", f"/devices/after-crash-{n}", {"state": {}})[0] for n in range(6)] == [201] * 6
+        assert process.poll() is None, server.log
+        assert f"worker {workers[0]} exited unexpectedly (signal SIGKILL); starting another" in server.log
+    finally:
+        process.terminate()
+        process.wait(timeout=20)

@@ -9,6 +9,7 @@ import pytest
 
 from functions.api.config import Config, ConfigError
 from functions.api.openapi import OPENAPI
+from functions.device_state.values import dumps
 from functions.device_state import DeviceStateManager
 from functions.device_state import metrics as names
 
@@ -72,7 +73,7 @@ def test_openapi_paths_are_exactly_the_routes():
 def test_the_document_is_valid_openapi():
     from openapi_spec_validator import validate
 
-    validate(json.loads(json.dumps(OPENAPI)))
+    validate(json.loads(dumps(OPENAPI)))
 
 
 def test_the_documents_limits_are_the_services_constants():
@@ -109,7 +110,7 @@ def test_every_get_has_a_head_and_get_of_a_device_documents_if_match_and_412():
 
 
 def test_every_documented_reference_resolves():
-    text = json.dumps(OPENAPI)
+    text = dumps(OPENAPI)
     for schema in ("Device", "DevicePage", "JsonPatch", "Problem"):
         assert schema in OPENAPI["components"]["schemas"]
     for reference in {part.split('"')[0] for part in text.split('"$ref": "#/components/schemas/')[1:]}:
@@ -135,3 +136,16 @@ def test_config_from_environment():
 def test_bad_configuration_is_refused(environ):
     with pytest.raises(ConfigError):
         Config.from_environment(environ)
+
+
+@pytest.mark.parametrize("request_path, server", [("/openapi.json", "/"), ("/prod/openapi.json", "/prod")])
+def test_the_served_document_names_its_server(request_path, server):
+    from functions.api.handler import lambda_handler
+    from localdev.apigw import LambdaContext, make_event
+
+    event = make_event("GET", "/openapi.json")
+    event["requestContext"]["path"] = request_path  # behind API Gateway the stage comes first
+    response = lambda_handler(event, LambdaContext())
+    assert response["statusCode"] == 200
+    assert [entry["url"] for entry in json.loads(response["body"])["servers"]] == [server]
+    assert OPENAPI["servers"][0]["url"] == "/"

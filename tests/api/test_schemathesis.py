@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from schemathesis import checks
 
 from functions.api.openapi import OPENAPI
+from functions.device_state.values import dumps
 from tests.api.test_http import server  # noqa: F401  (the real server, module scoped)
 
 pytestmark = pytest.mark.dynamodb_local
 
-_SCHEMA = schemathesis.openapi.from_dict(json.loads(json.dumps(OPENAPI)))
+_SCHEMA = schemathesis.openapi.from_dict(json.loads(dumps(OPENAPI)))
 _OPERATIONS = [result.ok() for result in _SCHEMA.get_all_operations()]
 
 

@@ -110,7 +110,24 @@ def test_a_delta_long_poll_ends_at_its_deadline_with_the_current_delta(api):
     assert answer.status == 200 and answer.json["delta"] == {"a": 1} and time.monotonic() - started >= 1
 
 
-@pytest.mark.parametrize("query", ["waitSeconds=1", "since=-1", "since=x", "waitSeconds=21&since=1", "other=1"])
+def test_a_delta_long_poll_without_since_waits_for_the_next_section_write(api):
+    lamp(api, desired={"a": 1})  # a delta already there does not end the wait: no version was given
+
+    def later():
+        time.sleep(0.5)
+        api("PATCH", "/devices/lamp-1/desired", {"b": 2}, content_type=MERGE)
+
+    writer = threading.Thread(target=later)
+    started = time.monotonic()
+    writer.start()
+    answer = api("GET", "/devices/lamp-1/delta?waitSeconds=10")
+    writer.join()
+    assert answer.json == {"deviceId": "lamp-1", "version": 2, "delta": {"a": 1, "b": 2}}
+    assert 0.4 < time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("query", ["since=-1", "since=x", "waitSeconds=21&since=1", "other=1",
+                                   "since=1000000000000000000"])
 def test_bad_delta_queries_are_400(api, query):
     lamp(api)
     assert api("GET", f"/devices/lamp-1/delta?{query}").status == 400

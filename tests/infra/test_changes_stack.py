@@ -83,7 +83,7 @@ def test_feed_alarms_exist_and_each_has_a_runbook_entry(template):
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
     metrics = {alarm["Properties"].get("MetricName") for alarm in alarms.values()}
     assert {"IteratorAge", "ApproximateNumberOfMessagesVisible"} <= metrics
-    readme = (REPO_ROOT / "README.md").read_text()
+    runbook = (REPO_ROOT / "docs" / "operations.md").read_text()
     for name in ("ChangeFeedIteratorAge", "ChangeFeedFailures", "ChangeProcessorErrors"):
         assert any(name in logical_id for logical_id in alarms), name
-        assert f"`{name}`" in readme, f"README has no runbook entry for {name}"
+        assert f"`{name}`" in runbook, f"docs/operations.md has no runbook entry for {name}"

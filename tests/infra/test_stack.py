@@ -205,6 +205,19 @@ def test_cdk_json_context_matches_the_code_defaults_and_runs_the_venv_python():
     assert cdk_json["app"].split()[0] == ".venv/bin/python"  # plain `npx cdk` finds aws_cdk
 
 
+def test_every_context_value_the_stack_reads_is_in_the_operations_table():
+    import re
+
+    from infra.stack import CONTEXT_DEFAULTS
+
+    source = "\n".join(path.read_text() for path in (REPO_ROOT / "infra").glob("*.py"))
+    read = set(CONTEXT_DEFAULTS) | set(re.findall(r'try_get_context\("(\w+)"\)', source))
+    operations = (REPO_ROOT / "docs" / "operations.md").read_text()
+    documented = set(re.findall(r"^\| `(\w+)`(?: / `(\w+)`)? \|", operations, re.MULTILINE))
+    documented = {name for pair in documented for name in pair if name}
+    assert read - documented == set(), "context values missing from docs/operations.md's table"
+
+
 # ------------------------------------------------------------------ alarms
 
 

@@ -40,7 +40,8 @@ def test_a_state_write_is_version_checked_fenced_and_journaled():
     write = planned.write
     assert request["Key"] == table.state_key("d") and request["TableName"] == "devices"
     assert request["UpdateExpression"] == (
-        "SET #state = :state, #updatedAt = :now, #version = :next, #w = :next, #lastWrite = :lastWrite")
+        "SET #state = :state, #updatedAt = :now, #version = :next, #w = :next, #lastWrite = :lastWrite, "
+        "#itemBytes = :itemBytes")
     assert request["ConditionExpression"] == (
         f"#version = :expected AND {LIVE} AND attribute_not_exists(#w) AND {UNFENCED}")
     assert names["#w"] == write.attribute and write.stamp_ms == int(NOW * 1000)
@@ -124,3 +125,28 @@ def test_compiled_patches_trim_only_at_every_nth_version_and_never_lower_the_wat
     removed = request["UpdateExpression"].split(" REMOVE ")[1].split(", ")
     assert len(entries) - len(removed) == JOURNAL_KEEP
     assert len(journal(item(3, entries))) == len(entries)
+
+
+def test_a_state_at_the_item_limit_leaves_room_for_its_change_record():
+    """The change record (state + its keys and timestamps) of the largest state a write
+    accepts always fits DynamoDB's item limit, so the feed can always record it."""
+    from functions.device_state.changes import change_item_size
+    from functions.device_state.device import Device
+    from functions.device_state.errors import ItemTooLarge
+    from functions.device_state.values import MAX_ITEM_BYTES, to_attribute
+    from functions.device_state.writes import MAX_STATE_ITEM_BYTES
+
+    device_id = "d" * 128  # the longest id: the most key bytes on both items
+    accepted, size = None, 1000
+    while True:  # the largest blob a create accepts, to the byte
+        try:
+            PLANNER.create(device_id, {"blob": "x" * size}, None)
+            accepted = size
+            size += 1 if accepted > MAX_STATE_ITEM_BYTES - 600 else 100
+        except ItemTooLarge:
+            break
+    assert accepted is not None and accepted > MAX_STATE_ITEM_BYTES - 600
+    state = {"blob": "x" * accepted}
+    stamp = "2026-11-23T00:00:00.000Z"
+    device = Device(device_id, 10 ** 17, state, stamp, stamp)
+    assert change_item_size(device, to_attribute(state)) <= MAX_ITEM_BYTES

@@ -1,0 +1,225 @@
+"""The stated limits through the real lambda_handler on DynamoDB Local: each is checked
+before anything is written and answered 4xx naming it; a write that fits is never
+refused (a key or a compiled patch included); errors speak the client's terms."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import os
+
+import boto3
+import pytest
+
+from functions.changes.events import LogPublisher
+from functions.changes.handler import process
+from functions.device_state.changes import ChangeLog
+from localdev.stream import StreamPoller
+
+from functions.device_state.values import MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS
+from functions.device_state.writes import MAX_STATE_ITEM_BYTES
+
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+@pytest.fixture
+def engine(local_table):
+    """DynamoDB Local only: these limits are the real engine's."""
+    return local_table
+
+
+@pytest.fixture
+def stream_processor(local_table, dynamodb_local):
+    """The change feed's processor on the table's stream, as `make serve` runs it."""
+    client, name = local_table
+    streams = boto3.client("dynamodbstreams", endpoint_url=dynamodb_local.endpoint, region_name="us-east-1")
+    poller = StreamPoller(streams, client, name,
+                          functools.partial(process, log=ChangeLog(client, name), events=LogPublisher())).start()
+    yield poller
+    poller.stop()
+
+
+def create(api, state, device_id="lim"):
+    result = api("POST", "/devices", {"deviceId": device_id, "state": state})
+    assert result.status == 201, result.text
+    return result
+
+
+def incompressible(size: int) -> str:
+    """Text of ``size`` characters that zlib cannot shrink much (as real payloads often are)."""
+    return base64.b64encode(os.urandom(size * 3 // 4 + 3)).decode()[:size]
+
+
+# ------------------------------------------------------------ member names (row 1)
+
+
+@pytest.mark.parametrize("size", [MAX_MEMBER_NAME_BYTES + 1, 50_001])
+@pytest.mark.parametrize("content_type", [MERGE, JSON_PATCH])
+def test_a_member_name_past_the_limit_is_refused_by_a_patch_and_nothing_changes(api, size, content_type):
+    create(api, {"n": 1})
+    name = "k" * size
+    body = {name: 1} if content_type == MERGE else [{"op": "add", "path": f"/{name}", "value": 1}]
+    result = api("PATCH", "/devices/lim", body, content_type=content_type)
+    assert result.status == 400 and result.json["limit"] == "member-name", result.text
+    assert str(MAX_MEMBER_NAME_BYTES) in result.json["detail"]
+    after = api("GET", "/devices/lim")
+    assert after.status == 200 and after.json["version"] == 1
+    assert api("DELETE", "/devices/lim").status == 204
+
+
+@pytest.mark.parametrize("size", [MAX_MEMBER_NAME_BYTES + 1, 50_001])
+def test_a_member_name_past_the_limit_is_refused_by_every_write(api, size):
+    state = {"nested": {"k" * size: True}}
+    assert api("POST", "/devices", {"deviceId": "p", "state": state}).json["limit"] == "member-name"
+    assert api("PUT", "/devices/p", {"state": state}, headers={"Idempotency-Key": "k1"}).json["limit"] == "member-name"
+    result = api("POST", "/transactions", {"operations": [{"deviceId": "p", "put": {"state": state}}]},
+                 headers={"Idempotency-Key": "k2"})
+    assert result.status == 400 and result.json["limit"] == "member-name"
+    assert api("GET", "/devices/p").status == 404
+
+
+def test_a_member_name_at_the_limit_is_stored_read_and_patched(api):
+    name = "é" * (MAX_MEMBER_NAME_BYTES // 2)  # 2 bytes each: exactly the limit
+    create(api, {name: 1})
+    patched = api("PATCH", "/devices/lim", [{"op": "increment", "path": f"/{name}", "value": 1}],
+                  content_type=JSON_PATCH)
+    assert patched.status == 200 and patched.json["state"] == {name: 2}
+    assert api("GET", "/devices/lim").json["state"] == {name: 2}
+
+
+def test_a_patch_with_more_members_than_the_limit_is_refused(api):
+    create(api, {})
+    too_many = {f"m{index}": index for index in range(MAX_PATCH_OPERATIONS + 1)}
+    result = api("PATCH", "/devices/lim", too_many, content_type=MERGE)
+    assert result.status == 400 and result.json["limit"] == "patch-members"
+    operations = [{"op": "add", "path": f"/m{index}", "value": index} for index in range(MAX_PATCH_OPERATIONS + 1)]
+    result = api("PATCH", "/devices/lim", operations, content_type=JSON_PATCH)
+    assert result.status == 400 and result.json["limit"] == "patch-members"
+    assert api("GET", "/devices/lim").json["version"] == 1
+
+
+# -------------------------------------------- compiled patches that DynamoDB refuses (row 4)
+
+
+@pytest.mark.parametrize("body, content_type", [
+    ([{"op": "increment", "path": f"/c{index}", "value": 1, "min": 0, "max": 1000} for index in range(20)], JSON_PATCH),
+    ([{"op": "increment", "path": f"/c{index}", "value": 1} for index in range(40)], JSON_PATCH),
+    ({f"member{index}": index for index in range(200)}, MERGE),
+    ({f"member{index}": index for index in range(MAX_PATCH_OPERATIONS)}, MERGE),
+])
+def test_a_patch_whose_compiled_form_dynamodb_refuses_is_applied_by_read_modify_write(api, body, content_type):
+    create(api, {})
+    result = api("PATCH", "/devices/lim", body, content_type=content_type)
+    assert result.status == 200, result.text
+    assert result.json["version"] == 2 and len(result.json["state"]) == len(body)
+
+
+# ------------------------------------------------- the item size, change record included (row 3)
+
+
+def test_a_state_write_that_leaves_no_room_is_413_and_one_that_fits_is_not(api, stream_processor):
+    state = {"blob": incompressible(MAX_STATE_ITEM_BYTES - 600)}
+    create(api, state)
+    grown = api("PATCH", "/devices/lim", {"more": "m" * 2000}, content_type=MERGE)
+    assert grown.status == 413 and grown.json["limit"] == "item-size", grown.text
+    assert str(MAX_STATE_ITEM_BYTES) in grown.json["detail"] and "exceeded" not in grown.json["detail"]
+    assert api("GET", "/devices/lim").json["version"] == 1
+    lease = api("POST", "/devices/lim/leases", {"ttlSeconds": 5})
+    assert lease.status == 201, lease.text
+    token = lease.json["leaseToken"]
+    # Writes of the same size fit, however they are sent.
+    same = {"blob": incompressible(len(state["blob"]))}
+    headers = {"Lease-Token": token}
+    assert api("PUT", "/devices/lim", {"state": same}, headers={**headers, "If-Match": '"1"'}).status == 200
+    assert api("PUT", "/devices/lim", {"state": same}, headers={**headers, "Idempotency-Key": "same-1"}).status == 200
+    result = api("POST", "/transactions", {"operations": [{"deviceId": "lim", "put": {"state": same},
+                                                           "leaseToken": token}]},
+                 headers={"Idempotency-Key": "same-2"})
+    assert result.status == 200, result.text
+    assert api("PATCH", "/devices/lim", {"n": 1}, content_type=MERGE, headers=headers).status == 200
+    assert api("GET", "/devices/lim").json["version"] == 5
+    # Every version the device reached is in the feed and in history, the largest too.
+    for version in range(1, 6):
+        page = api("GET", f"/devices/lim/changes?since={version - 1}&limit=1&waitSeconds=15")
+        assert [change["version"] for change in page.json["changes"]] == [version]
+    assert api("GET", "/devices/lim/versions/4").json["state"] == same
+    assert api("GET", "/devices/lim/versions/5").json["state"] == {**same, "n": 1}
+
+
+# ------------------------------------------------ keys never turn a fitting write into 413 (row 5)
+
+
+def test_a_keyed_transaction_of_seven_large_devices_applies_and_replays_the_same_answer(api):
+    for index in range(7):
+        create(api, {"blob": incompressible(350_000)}, device_id=f"big{index}")
+    body = {"operations": [{"deviceId": f"big{index}", "mergePatch": {"n": index}} for index in range(7)]}
+    first = api("POST", "/transactions", body, headers={"Idempotency-Key": "seven"})
+    assert first.status == 200, first.text
+    again = api("POST", "/transactions", body, headers={"Idempotency-Key": "seven"})
+    assert again.status == 200 and again.header("Idempotent-Replayed") == "true"
+    assert again.json == first.json
+    assert [device["version"] for device in first.json["devices"]] == [2] * 7
+
+
+def test_a_keyed_transaction_of_99_checks_applies_and_replays(api, stream_processor):
+    """The replay reads c00's state at the checked version back from the feed's history."""
+    ids = [f"c{index:02d}" for index in range(99)]
+    states = {}
+    for device_id in ids:
+        states[device_id] = {"blob": incompressible(5_000)}
+        create(api, states[device_id], device_id=device_id)
+    body = {"operations": [{"deviceId": device_id, "check": True} for device_id in ids]}
+    first = api("POST", "/transactions", body, headers={"Idempotency-Key": "checks"})
+    assert first.status == 200, first.text
+    api("PATCH", "/devices/c00", {"moved": True}, content_type=MERGE)  # the replay shows the answer, not now
+    again = api("POST", "/transactions", body, headers={"Idempotency-Key": "checks"})
+    assert again.status == 200 and again.json == first.json
+    assert again.json["devices"][0]["state"] == states["c00"]
+
+
+# ------------------------------------------------------------------ clean errors (row 7)
+
+
+def test_add_under_a_number_says_where_in_the_clients_terms(api):
+    create(api, {"n": 5})
+    result = api("PATCH", "/devices/lim", [{"op": "add", "path": "/n/x", "value": 1}], content_type=JSON_PATCH)
+    assert result.status == 422
+    assert result.json["detail"] == "operation 0 (add /n/x): /n holds a number, not an object or array"
+
+
+def test_a_failed_test_says_expected_and_found_as_json(api):
+    create(api, {"n": 5, "cfg": {"mode": "eco"}})
+    result = api("PATCH", "/devices/lim", [{"op": "test", "path": "/cfg/mode", "value": "on"},
+                                           {"op": "replace", "path": "/n", "value": 6}], content_type=JSON_PATCH)
+    assert result.status == 409
+    assert result.json["detail"] == 'operation 0 (test /cfg/mode): expected "on", found "eco"'
+    result = api("PATCH", "/devices/lim", [{"op": "test", "path": "", "value": {}}], content_type=JSON_PATCH)
+    assert "Decimal" not in result.json["detail"] and "'" not in result.json["detail"]
+
+
+def test_a_repeated_idempotency_key_header_is_400(api):
+    create(api, {"n": 1})
+    result = api("PATCH", "/devices/lim", {"n": 2}, content_type=MERGE, headers={"Idempotency-Key": ["a", "b"]})
+    assert result.status == 400 and "Idempotency-Key" in result.json["detail"]
+    assert api("GET", "/devices/lim").json["version"] == 1
+
+
+def test_versions_and_since_take_percent_encoded_digits_and_leading_zeros(api):
+    create(api, {"n": 1})
+    item = api.client.get_item(TableName=api.table, Key={"deviceId": {"S": "lim"}, "sk": {"S": "state"}})["Item"]
+    ChangeLog(api.client, api.table).record(None, item)  # version 1's change, as the processor writes it
+    assert api("GET", "/devices/lim/versions/%31").json["version"] == 1
+    assert api("GET", "/devices/lim/versions/0001").json["version"] == 1
+    page = api("GET", "/devices/lim/changes?since=00000000000000000000")
+    assert page.status == 200 and [change["version"] for change in page.json["changes"]] == [1]
+    assert api("GET", "/devices/lim/changes?since=00000000000000000001").json == {"changes": [], "nextSince": 1}
+
+
+def test_the_openapi_document_states_every_limit(api):
+    document = api("GET", "/openapi.json").json
+    assert document["info"]["x-limits"] == {
+        "memberNameBytes": MAX_MEMBER_NAME_BYTES, "stateDepth": 31, "patchMembers": MAX_PATCH_OPERATIONS,
+        "stateItemBytes": MAX_STATE_ITEM_BYTES, "bodyBytes": 1024 * 1024, "transactionOperations": 100}
+    for limit in ("member-name", "nesting-depth", "patch-members", "item-size"):
+        assert limit in document["info"]["description"]

@@ -1,0 +1,74 @@
+"""The OpenAPI document states what the server accepts: schemathesis' positive data (requests
+valid by the document) for every operation, sent to the real dev server on DynamoDB Local, is
+never refused as malformed (400/422). Outcomes that depend on what is stored rather than on the
+request's shape stay allowed: a missing device (404), a conflict (409/412/423), and the few
+400/422 problems listed in STORED_STATE below, each for its reason. (schemathesis through plain
+hypothesis, as in test_schemathesis.py: its pytest plugin does not run under pytest 9.)"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+
+from functions.api.openapi import OPENAPI
+from functions.device_state.values import dumps
+from tests.api.test_http import server  # noqa: F401  (the real server, module scoped)
+
+pytestmark = pytest.mark.dynamodb_local
+
+EXAMPLES_PER_OPERATION = 10
+# Refusals that no document can rule out, because they depend on what is stored or on a rule
+# between array items that JSON Schema cannot state: problem type suffix -> detail pattern.
+STORED_STATE = {
+    "patch-not-applicable": r"",  # the patch names members the stored state lacks (RFC 6902 errors)
+    "idempotency-key-reused": r"",  # the key was used before, for another request
+    "bad-request": r"since \(\d+\) is past the device's current version",  # since > stored version
+    "invalid-transaction": r"appears more than once",  # a device named twice: a rule across items
+}
+
+_SCHEMA = schemathesis.openapi.from_dict(json.loads(dumps(OPENAPI)))
+_OPERATIONS = {result.ok().label: result.ok() for result in _SCHEMA.get_all_operations()}
+
+
+def _problem(server, case, response) -> dict:  # noqa: F811
+    """The problem a refusal carries; a HEAD has no body, so the same request as GET tells."""
+    if case.method.upper() != "HEAD":
+        return response.json()
+    again = case.call(base_url=f"http://127.0.0.1:{server.port}", method="GET", timeout=30)
+    assert again.status_code == response.status_code, (response.status_code, again.text)
+    return again.json()
+
+
+def _explained(problem: dict) -> bool:
+    kind = problem.get("type", "").rsplit(":", 1)[-1]
+    return kind in STORED_STATE and re.search(STORED_STATE[kind], problem.get("detail", "")) is not None
+
+
+@pytest.mark.parametrize("label", sorted(_OPERATIONS))
+def test_data_valid_by_the_document_is_not_refused_as_malformed(server, label):  # noqa: F811
+    refused = []
+
+    @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(case=_OPERATIONS[label].as_strategy())
+    def send(case):
+        response = case.call(base_url=f"http://127.0.0.1:{server.port}", timeout=30)
+        assert response.status_code < 500, (response.status_code, response.text)
+        if response.status_code in (400, 422):
+            problem = _problem(server, case, response)
+            if not _explained(problem):
+                refused.append((case.path_parameters, case.query, case.headers, case.body, problem))
+
+    send()
+    assert not refused, f"{label}: the document admits what the server refuses:\n" + "\n".join(map(repr, refused))
+
+
+def test_the_refusal_check_can_fail():
+    assert not _explained({"type": "urn:device-state:problem:invalid-value", "detail": "number out of range"})
+    assert not _explained({"type": "urn:device-state:problem:bad-request", "detail": "deviceId differs"})
+    assert _explained({"type": "urn:device-state:problem:bad-request",
+                       "detail": "since (9) is past the device's current version (1)"})

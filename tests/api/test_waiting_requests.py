@@ -1,0 +1,69 @@
+"""Waiting requests on the real dev server never block the others: long-polls take at most
+their share of the workers (503 + Retry-After beyond it), and one whose client hung up
+gives its worker back at once."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+
+from tests.api.test_http import launch
+
+pytestmark = pytest.mark.dynamodb_local
+
+WAIT = 8  # seconds each long-poll would wait: far longer than a write may take
+
+
+@pytest.fixture(scope="module")
+def server(dynamodb_local):
+    process, candidate = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=f"wait-{uuid.uuid4().hex[:8]}",
+                                WORKERS="4", STREAM_PROCESSOR="off")  # nothing reaches the feed: polls wait
+    assert candidate.request("POST", "/devices", {"deviceId": "w", "state": {"n": 0}})[0] == 201
+    yield candidate
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def timed_patch(server) -> tuple[int, float]:
+    started = time.monotonic()
+    status = server.request("PATCH", "/devices/w", {"n": time.time()},
+                            headers={"Content-Type": "application/merge-patch+json"})[0]
+    return status, time.monotonic() - started
+
+
+def test_writes_are_answered_promptly_while_long_polls_fill_their_share(server):
+    answers = []
+    current = int(server.request("GET", "/devices/w")[1]["etag"].strip('"'))
+    polls = [threading.Thread(target=lambda: answers.append(
+        server.request("GET", f"/devices/w/changes?since={current}&waitSeconds={WAIT}")[:2]))
+        for _ in range(6)]
+    for thread in polls:
+        thread.start()
+    time.sleep(1.0)  # every poll is in: the share waits, the rest were refused
+    refused = [(status, headers.get("retry-after")) for status, headers in answers]
+    status, seconds = timed_patch(server)
+    assert status == 200 and seconds < 3, seconds
+    assert refused == [(503, "1")] * 4, refused  # 4 workers: 2 may wait, 4 more polls told to come back
+    for thread in polls:
+        thread.join(timeout=WAIT + 10)
+
+
+def test_long_polls_whose_clients_hung_up_release_their_workers_at_once(server):
+    current = int(server.request("GET", "/devices/w")[1]["etag"].strip('"'))
+    request = (f"GET /devices/w/changes?since={current}&waitSeconds={WAIT} HTTP/1.1\r\n"
+               f"Host: 127.0.0.1\r\nContent-Length: 0\r\n\r\n").encode()
+    for _ in range(4):
+        with socket.create_connection(("127.0.0.1", server.port)) as client:
+            client.sendall(request)
+            time.sleep(0.3)  # the server has it and waits on it; then the client goes
+    time.sleep(0.5)
+    for _ in range(3):
+        status, seconds = timed_patch(server)
+        assert status == 200 and seconds < 3, seconds
+    started = time.monotonic()
+    status = server.request("GET", f"/devices/w/changes?since={current + 3}&waitSeconds=1")[0]
+    assert status == 200 and time.monotonic() - started < 3  # a waiting slot is free again

@@ -1,0 +1,171 @@
+"""The change feed under hostile input, on DynamoDB Local's real stream: every version a
+device reaches gets its change (empty maps included), a change that cannot be stored is
+marked lost so followers learn at once (410), and one device's failing record holds no
+other device's feed beyond one retry."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import boto3
+import pytest
+
+from functions.changes.events import LogPublisher
+from functions.changes.handler import process
+from functions.device_state import DeviceStateManager, MergePatch
+from functions.device_state.changes import GIVEN_UP_SECONDS, ChangeLog, ChangesExpired, VersionNotFound, change_of
+from localdev.stream import StreamPoller, typed
+
+pytestmark = pytest.mark.dynamodb_local
+
+
+def streams_client(endpoint):
+    return boto3.client("dynamodbstreams", endpoint_url=endpoint, region_name="us-east-1")
+
+
+class PoisonLog(ChangeLog):
+    """Fails every try of writing one device's changes (a bug, or a fault that does not pass)."""
+
+    def __init__(self, *args, poisoned: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.poisoned, self.failures = poisoned, 0
+
+    def record(self, old_image, new_image):
+        change = change_of(old_image, new_image)
+        if change is not None and change.device_id == self.poisoned:
+            self.failures += 1
+            raise RuntimeError("injected processor failure")
+        return super().record(old_image, new_image)
+
+
+def poller(dynamodb_local, local_table, log: ChangeLog, **options) -> StreamPoller:
+    client, name = local_table
+    return StreamPoller(streams_client(dynamodb_local.endpoint), client, name,
+                        functools.partial(process, log=log, events=LogPublisher()), **options).start()
+
+
+def wait_for(log: ChangeLog, device_id: str, version: int, timeout: float = 20.0) -> float:
+    """Seconds until the feed holds ``version`` of the device."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        changes = log.read(device_id, version - 1, 1) if version > 1 else log.read(device_id, 0, 1)
+        if changes and changes[-1].version >= version:
+            return time.monotonic() - started
+        time.sleep(0.05)
+    raise AssertionError(f"the feed of {device_id} never reached version {version}")
+
+
+def test_empty_objects_reach_the_feed_and_history(dynamodb_local, local_table):
+    client, name = local_table
+    manager, log = DeviceStateManager(client, name), ChangeLog(client, name)
+    manager.put("empty", {})
+    manager.put("cfg", {"cfg": {}, "list": [{}], "deep": {"a": {"b": {}}}})
+    manager.update("cfg", MergePatch({"cfg": {"on": True}}), 1)
+    running = poller(dynamodb_local, local_table, log)
+    try:
+        wait_for(log, "empty", 1)
+        wait_for(log, "cfg", 2)
+    finally:
+        running.stop()
+    assert running.discarded == []
+    assert log.at_version("empty", 1).state == {}
+    assert log.at_version("cfg", 1).state == {"cfg": {}, "list": [{}], "deep": {"a": {"b": {}}}}
+    assert [change.patch for change in log.read("cfg", 1)] == [[{"op": "add", "path": "/cfg/on", "value": True}]]
+
+
+def test_dynamodb_locals_untyped_empty_map_is_read_as_a_map():
+    assert typed({}) == {"M": {}}
+    assert typed({"M": {"a": {}, "l": {"L": [{}, {"S": "x"}]}}}) == {
+        "M": {"a": {"M": {}}, "l": {"L": [{"M": {}}, {"S": "x"}]}}}
+
+
+def test_one_devices_failing_record_does_not_hold_other_devices_feeds(dynamodb_local, local_table):
+    client, name = local_table
+    manager = DeviceStateManager(client, name)
+    log = PoisonLog(client, name, poisoned="poison")
+    running = poller(dynamodb_local, local_table, log, max_retry_attempts=10)
+    try:
+        manager.create("poison", {"n": 0})
+        time.sleep(0.3)  # its record is failing now, and being retried
+        manager.create("healthy", {"n": 0})
+        delay = wait_for(log, "healthy", 1)
+        manager.update("healthy", MergePatch({"n": 1}), 1)
+        later_delay = wait_for(log, "healthy", 2)
+        assert log.failures >= 1 and not running.discarded  # the poison record is still being retried
+    finally:
+        running.stop()
+    # One backoff at most (2 s) and the batch window, never the poison record's whole retry cycle (~13 s).
+    assert delay < 3 and later_delay < 3, (delay, later_delay)
+
+
+def test_a_given_up_record_makes_the_feed_answer_410_at_once(dynamodb_local, local_table):
+    client, name = local_table
+    manager, log = DeviceStateManager(client, name), ChangeLog(client, name)
+    manager.create("poison", {"n": 0})
+    manager.update("poison", MergePatch({"n": 1}), 1)
+    failing = PoisonLog(client, name, poisoned="poison")
+    running = poller(dynamodb_local, local_table, failing, max_retry_attempts=1,
+                     on_give_up=lambda record: log.record_lost(record["dynamodb"].get("NewImage")))
+    try:
+        deadline = time.monotonic() + 20
+        while len(running.discarded) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        running.stop()
+    assert len(running.discarded) == 2
+    with pytest.raises(ChangesExpired) as gone:  # not an empty page: the follower learns now
+        log.read("poison", 1)
+    assert gone.value.current_version == 2
+    with pytest.raises(ChangesExpired):
+        log.read("poison", 0)
+    with pytest.raises(VersionNotFound):
+        log.at_version("poison", 2)
+
+
+def stream_record(device_id: str, version: int, old_state: dict | None, new_state: dict, sequence: int) -> dict:
+    """A stream record as Lambda hands it over (low-level images)."""
+    stamp = {"S": "2026-11-23T00:00:00.000Z"}
+
+    def image(state, at):
+        return {"deviceId": {"S": device_id}, "sk": {"S": "state"}, "version": {"N": str(at)},
+                "state": {"M": {key: {"S": value} for key, value in state.items()}},
+                "createdAt": stamp, "updatedAt": stamp, "lastWrite": {"S": "updated"}}
+
+    dynamodb = {"Keys": {"deviceId": {"S": device_id}, "sk": {"S": "state"}}, "SequenceNumber": str(sequence),
+                "NewImage": image(new_state, version)}
+    if old_state is not None:
+        dynamodb["OldImage"] = image(old_state, version - 1)
+    return {"eventID": str(sequence), "eventName": "MODIFY" if old_state is not None else "INSERT",
+            "eventSource": "aws:dynamodb", "eventSourceARN": "arn", "dynamodb": dynamodb}
+
+
+def test_a_change_too_large_to_hold_its_state_keeps_its_patch_and_history_rebuilds_it(local_table):
+    """Records a state write can no longer produce (its limit keeps the change record in
+    size), as an older item or a bug could: the version is never dropped."""
+    client, name = local_table
+    log = ChangeLog(client, name)
+    base = {"blob": "b" * 300_000}
+    grown = {**base, "extra": "e" * 105_000}  # 405 KB: no change record can hold this state
+    records = [stream_record("huge", 1, None, base, 100), stream_record("huge", 2, base, grown, 101),
+               stream_record("huge", 3, grown, {**grown, "n": "1"}, 102)]
+    records.append(stream_record("lost", 1, None, {"a": "x" * 420_000}, 103))
+    assert process({"Records": records}, None, log, LogPublisher()) == {"batchItemFailures": []}
+    assert [change.version for change in log.read("huge", 0)] == [1, 2, 3]
+    assert log.at_version("huge", 3).state == {**grown, "n": "1"}
+    assert log.at_version("huge", 2).state == grown
+    with pytest.raises(ChangesExpired):  # neither state nor patch fits: marked lost, 410 at once
+        log.read("lost", 0)
+
+
+def test_a_version_whose_change_never_came_is_410_once_the_processor_would_have_given_up(local_table):
+    """On AWS a record given up after its tries goes to the on-failure queue and writes no
+    marker: the feed still answers 410 (not an empty page forever) once that is certain."""
+    client, name = local_table
+    DeviceStateManager(client, name).create("silent", {"n": 0})  # no processor: its change never comes
+    assert ChangeLog(client, name).read("silent", 0) == []  # still on its way, as far as anyone can tell
+    later = ChangeLog(client, name, clock=lambda: time.time() + GIVEN_UP_SECONDS + 1)
+    with pytest.raises(ChangesExpired) as gone:
+        later.read("silent", 0)
+    assert gone.value.current_version == 1
+    assert later.read("silent", 1) == []  # caught up is not expired
