@@ -147,6 +147,46 @@ def test_a_state_write_that_leaves_no_room_is_413_and_one_that_fits_is_not(api, 
     assert api("GET", "/devices/lim/versions/5").json["state"] == {**same, "n": 1}
 
 
+@pytest.mark.parametrize("section", ["desired", "reported"])
+@pytest.mark.parametrize("how", ["merge", "json-patch", "put"])
+def test_a_member_name_past_the_limit_is_refused_by_a_section_write_and_nothing_changes(api, section, how):
+    create(api, {"n": 1})
+    assert api("PATCH", f"/devices/lim/{section}", {"kept": 1}, content_type=MERGE).status == 200
+    name = "k" * (MAX_MEMBER_NAME_BYTES + 1)
+    if how == "merge":
+        result = api("PATCH", f"/devices/lim/{section}", {"a": {name: 1}}, content_type=MERGE)
+    elif how == "json-patch":
+        result = api("PATCH", f"/devices/lim/{section}", [{"op": "add", "path": f"/{name}", "value": 1}],
+                     content_type=JSON_PATCH)
+    else:
+        result = api("PUT", f"/devices/lim/{section}", {section: {"a": {name: 1}}})
+    assert result.status == 400 and result.json["limit"] == "member-name", result.text
+    after = api("GET", "/devices/lim")
+    assert after.json["version"] == 2 and after.json[section] == {"kept": 1}
+
+
+def test_a_section_write_that_leaves_no_room_is_413_and_one_that_fits_is_not(api, stream_processor):
+    state = {"blob": incompressible(MAX_STATE_ITEM_BYTES - 600)}
+    create(api, state)
+    refused = [
+        api("PATCH", "/devices/lim/desired", {"more": "m" * 2000}, content_type=MERGE),  # compiled, read-free
+        api("PATCH", "/devices/lim/reported", [{"op": "add", "path": "/more", "value": "m" * 2000}],
+            content_type=JSON_PATCH),
+        api("PUT", "/devices/lim/reported", {"reported": {"more": "m" * 2000}}, headers={"If-Match": '"1"'}),
+        api("POST", "/transactions", {"operations": [{"deviceId": "lim", "section": "desired",
+                                                      "mergePatch": {"more": "m" * 2000}}]}),
+    ]
+    for result in refused:
+        assert result.status == 413 and result.json["limit"] == "item-size", result.text
+    assert api("GET", "/devices/lim").json["version"] == 1
+    # A small report fits beside the large state, metadata included, and its change is recorded.
+    fits = api("PATCH", "/devices/lim/reported", {"power": "on"}, content_type=MERGE)
+    assert fits.status == 200 and fits.json["version"] == 2, fits.text
+    page = api("GET", "/devices/lim/changes?since=1&waitSeconds=15")
+    assert [change["sections"] for change in page.json["changes"]] == [["reported"]]
+    assert api("GET", "/devices/lim/versions/2").json["reported"] == {"power": "on"}
+
+
 # ------------------------------------------------ keys never turn a fitting write into 413 (row 5)
 
 
