@@ -193,13 +193,18 @@ def test_a_section_write_that_leaves_no_room_is_413_and_one_that_fits_is_not(api
 def test_a_keyed_transaction_of_seven_large_devices_applies_and_replays_the_same_answer(api):
     for index in range(7):
         create(api, {"blob": incompressible(350_000)}, device_id=f"big{index}")
-    body = {"operations": [{"deviceId": f"big{index}", "mergePatch": {"n": index}} for index in range(7)]}
+    # odd devices get a desired patch: the replay (read back at the recorded versions) shows it too
+    body = {"operations": [{"deviceId": f"big{index}", "mergePatch": {"n": index},
+                            **({"section": "desired"} if index % 2 else {})} for index in range(7)]}
     first = api("POST", "/transactions", body, headers={"Idempotency-Key": "seven"})
     assert first.status == 200, first.text
     again = api("POST", "/transactions", body, headers={"Idempotency-Key": "seven"})
     assert again.status == 200 and again.header("Idempotent-Replayed") == "true"
     assert again.json == first.json
     assert [device["version"] for device in first.json["devices"]] == [2] * 7
+    assert [device["desired"] for device in again.json["devices"]] == [{} if index % 2 == 0 else {"n": index}
+                                                                        for index in range(7)]
+    assert again.json["devices"][1]["delta"] == {"n": 1}
 
 
 def test_a_keyed_transaction_of_99_checks_applies_and_replays(api, stream_processor):
