@@ -5,7 +5,7 @@ the same ``TransactWriteItems`` as the device change it describes, under
 ``attribute_not_exists``: either both land or neither does, so a retry after a lost
 response finds the record and replays instead of applying the change again. A
 transaction too large to carry its whole answer beside it records the versions only
-(one small item, one action), and a replay reads those versions' states back.
+(one small item, one action), and a replay reads those versions back, every section.
 """
 
 from __future__ import annotations
@@ -87,10 +87,10 @@ def record_puts(table_name: str, partition: str, key: IdempotencyKey, results: l
     outcome) pairs). The answer is stored compressed, and split over as many items as it
     needs. Only the first item carries the condition that makes the key single-use.
 
-    ``with_states=False`` records each device's version but not its state: one small item,
+    ``with_states=False`` records each device's version but not its sections: one small item,
     for a transaction whose answer would not fit beside it (DynamoDB's 4 MB and 100
-    actions). A replay then reads each state back at its version (``recorded_results``):
-    a version's state never changes, so the answer is the same."""
+    actions). A replay then reads each device back at its version (``recorded_results``):
+    a version's sections never change, so the answer is the same."""
     answer = zlib.compress(dumps([
         {OUTCOME: outcome, "deviceId": device.device_id, "version": device.version,
          **({"state": device.state, "desired": device.desired, "reported": device.reported,
