@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
-from aws_lambda_powertools.event_handler.api_gateway import Router
+from .resolver import Router
 
 from functions.device_state import dynamodb_client
 from functions.device_state.changes import MAX_FEED_LIMIT, ChangeLog, ChangesExpired, InvalidSince, VersionNotFound

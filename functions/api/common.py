@@ -7,9 +7,10 @@ import functools
 import re
 from urllib.parse import quote, unquote
 
-from aws_lambda_powertools.event_handler import Response
+from .resolver import Response
 
 from functions.device_state import DeviceStateManager, IdempotencyKey, dynamodb_client
+from functions.device_state import restore
 from functions.device_state.idempotency import CREATED, DELETED, fingerprint
 from functions.device_state.values import dumps
 
@@ -58,6 +59,9 @@ def manager() -> DeviceStateManager:
         settle_seconds=config.settle_seconds,
         tombstone_seconds=config.tombstone_seconds,
     )
+
+
+restore.on_restore(manager.cache_clear)  # its client and generator are created afresh after a restore
 
 
 def budget(context, wanted: float | None = None) -> float:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.api_gateway import Router
+from .resolver import Response
+from .resolver import Router
 
 from functions.device_state import DeviceAlreadyExists, DeviceNotFound, DeviceStateManager, JsonPatch, MergePatch
 from functions.device_state.idempotency import CREATED, DELETED, REPLACED, UPDATED

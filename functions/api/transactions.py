@@ -3,7 +3,7 @@ all-or-nothing transaction."""
 
 from __future__ import annotations
 
-from aws_lambda_powertools.event_handler.api_gateway import Router
+from .resolver import Router
 
 from functions.device_state import InvalidDeviceId, InvalidPatch, JsonPatch, MergePatch, Operation
 from functions.device_state.sections import DEVICE_SECTIONS, SECTIONS, STATE

@@ -24,12 +24,14 @@ from .idempotency import CREATED, REPLACED, UPDATED, IdempotencyKey
 from .leases import DEFAULT_TTL_SECONDS, Lease, LeaseQueue
 from .observer import NULL_OBSERVER, UpdateObserver
 from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
+from .recent import RecentJournals
+from .restore import random_generator
 from .retry import Backoff, Moved, RetryLoop
 from .sections import CHANGED_ATTRIBUTES, STATE, check_section, check_sections, replacing
 from .store import IDEMPOTENT, ONCE, Ambiguous, Cancelled, Refused, Rejected, Store, decode_cursor, encode_cursor
 from .transactions import Operation, TransactionRunner
 from .values import check_state, validate_device_id
-from .writes import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect, refusal, trim_request
+from .writes import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect, refusal
 
 UpdateFn = Callable[[dict], dict]
 logger = logging.getLogger("device_state")
@@ -75,11 +77,12 @@ class DeviceStateManager:
         self.clock = clock
         self.monotonic = monotonic
         self.sleep = sleep
-        self.rng = rng or random.Random()
+        self.rng = rng or random_generator()
         self.store = Store(client, table_name, backoff=backoff, sleep=sleep, rng=self.rng, monotonic=monotonic)
         self.pipeline = WritePipeline(self.store, observer=observer, backoff=backoff, clock=clock,
                                       monotonic=monotonic, sleep=sleep, rng=self.rng, settle_seconds=settle_seconds)
         self.fence = Fence()
+        self.recent = RecentJournals()
 
     @property
     def client(self):
@@ -339,6 +342,7 @@ class DeviceStateManager:
                 return recorded
 
         def attempt(item, number):
+            self.recent.saw(device_id, item)
             planner = self.planner()
             try:
                 planned = plan(planner, item)
@@ -380,9 +384,8 @@ class DeviceStateManager:
         try:
             self.store.send("transact_write_items", IDEMPOTENT, TransactItems=items,
                             ClientRequestToken=idempotency.client_request_token(self.table_name, device_id, items))
-        except Ambiguous as lost:
-            self.observer.outcome_unknown(device_id)
-            raise OutcomeUnknown(device_id, str(lost)) from None
+        except Ambiguous as lost:  # every send's answer lost: the journal tells whether it applied
+            return self.pipeline.settle(device_id, planned, str(lost)), planned.outcome
         except Cancelled as cancelled:
             device_reason, record_reason = (cancelled.reasons + [{}, {}])[:2]
             if record_reason.get("Code") == "ConditionalCheckFailed":
@@ -409,30 +412,24 @@ class DeviceStateManager:
             compiled = compile_patch()
         else:
             compiled = compile_patch(root="#" + section, nested=True)
-        planner = self.planner()
-        planned = planner.compiled(device_id, compiled, section) if compiled is not None else None
-        if planned is None:
+        if compiled is None:
             return None
-        started = self.monotonic()
-        self.observer.attempt(device_id, 1)
-        try:
-            device, item = self.pipeline.send(planner, device_id, planned)
-        except (Moved, ConditionFailed, Refused, ItemTooLarge):
-            # A guard or DynamoDB refused it (its form: expression size, too many names; or
-            # the item's size); Moved "settled": never applied. Read-modify-write decides.
-            return None
+        with self.recent.to_trim(device_id) as seen:
+            planner = self.planner()
+            planned = planner.compiled(device_id, compiled, seen, section)
+            if planned is None:
+                return None
+            started = self.monotonic()
+            self.observer.attempt(device_id, 1)
+            try:
+                device, item = self.pipeline.send(planner, device_id, planned)
+            except (Moved, ConditionFailed, Refused, ItemTooLarge):
+                # A guard or DynamoDB refused it (its form: expression size, too many names; or
+                # the item's size); Moved "settled": never applied. Read-modify-write decides.
+                return None
+            if item is None:  # settled as applied: what it trimmed was not seen
+                self.recent.forget(device_id)
+            self.recent.saw(device_id, item)
         self.observer.succeeded(device_id, 1, self.monotonic() - started)
-        self._trim_if_grown(item)
         return device
-
-    def _trim_if_grown(self, item: dict | None) -> None:
-        """Compiled patches read nothing, so they cannot trim the journal; one trim per
-        ``JOURNAL_TRIM_EVERY`` versions keeps it bounded."""
-        request = trim_request(item, self.clock()) if item else None
-        if request is None:
-            return
-        try:
-            self.store.send("update_item", ONCE, **request)
-        except (Rejected, DeviceStateError) as error:  # the patch itself applied: never fail its answer
-            logger.info("journal trim skipped", extra={"reason": type(error).__name__})
 

@@ -91,7 +91,8 @@ ITEM_BYTES = "itemBytes"
 # The write journal: one attribute per recent write, named by its write id and holding
 # the version that write produced (0: settled as never applied). See writes.py.
 JOURNAL_PREFIX = "w:"
-JOURNAL_TRIMMED = "journalTrimmed"  # the newest write-id stamp (ms) ever trimmed from the journal
+JOURNAL_TRIMMED = "journalTrimmed"  # the newest write-id stamp (ms) trimmed by a write that read the item
+JOURNAL_TRIMMED_BY_PATCHES = "journalTrimmedByPatches"  # at least the newest one compiled patches trimmed
 
 # The active lease holder, recorded on the state item so every write can be fenced.
 LEASE_TOKEN = "leaseToken"  # the holder's fencing token (its ticket): ordering, never a credential

@@ -169,9 +169,12 @@ class TransactionRunner:
         token = key.client_request_token(manager.table_name, partition, requests) if key else uuid.uuid4().hex
         try:
             manager.store.send("transact_write_items", IDEMPOTENT, TransactItems=requests, ClientRequestToken=token)
-        except Ambiguous as lost:
-            manager.observer.outcome_unknown(partition)
-            raise OutcomeUnknown(partition, str(lost)) from None
+        except Ambiguous as lost:  # every send's answer lost: one journal entry tells for all
+            journaled = next((plan for plan in planned if plan.write is not None), None)
+            if journaled is None:
+                manager.observer.outcome_unknown(partition)
+                raise OutcomeUnknown(partition, str(lost)) from None
+            manager.pipeline.settle(journaled.device.device_id, journaled, str(lost))  # Moved if never applied
         except Cancelled as cancelled:
             return self._cancelled(operations, planned, planner, key, partition, cancelled.reasons)
         manager.observer.transaction_committed(len(operations), number)

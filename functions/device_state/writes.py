@@ -7,10 +7,18 @@ and the device it leaves. Nothing here talks to DynamoDB.
 The write journal answers "did my write land?" when a write's answer was lost. Every
 state write carries a fresh ``WriteId`` and records, in the same request, the
 attribute ``w:<write id>`` holding the version it produced; it also requires that
-attribute to be absent, so no copy of the same write can ever apply twice. A planned
-write keeps the newest ``JOURNAL_KEEP`` entries and raises ``journalTrimmed`` to the
-newest stamp it dropped, so an absent entry is proof of "never applied" only while
-``journalTrimmed`` is older than the write's own stamp.
+attribute to be absent, so no copy of the same write can ever apply twice. Every write
+keeps the newest ``JOURNAL_KEEP`` entries, and every entry younger than
+``JOURNAL_KEEP_SECONDS`` (up to ``JOURNAL_MAX``): a writer whose answer was lost settles
+within a round trip or two, and on a hot device more than ``JOURNAL_KEEP`` other writes
+can land in that time. A write that drops entries raises a watermark to at least the
+newest stamp it dropped, so an absent entry is proof of "never applied" only while both
+watermarks are older than the write's own stamp: ``journalTrimmed``, SET by the writes
+that read the item (their version condition makes it exact), and
+``journalTrimmedByPatches``, which compiled patches raise by ADD: they read nothing and
+drop what their container last saw of the journal, and an ADD never lowers a watermark
+(if another container raised it meanwhile, it ends higher than needed: a possible 504,
+never a wrong answer).
 """
 
 from __future__ import annotations
@@ -37,8 +45,9 @@ from .values import MAX_ITEM_BYTES, check_state, item_size, to_attribute
 
 UpdateFn = Callable[[dict], dict]
 
-JOURNAL_KEEP = 8  # entries a planned write leaves on the item
-JOURNAL_TRIM_EVERY = 16  # a compiled patch (which reads nothing) trims when its version is a multiple of this
+JOURNAL_KEEP = 8  # the newest entries every write leaves on the item
+JOURNAL_KEEP_SECONDS = 1.0  # and the entries younger than this (by the trimming writer's clock)...
+JOURNAL_MAX = 16  # ...up to this many entries in all
 SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
@@ -103,7 +112,12 @@ def written_version(item: dict | None, write: WriteId) -> int | None:
 
 
 def trimmed_stamp(item: dict | None) -> int:
-    value = (item or {}).get(table.JOURNAL_TRIMMED)
+    """The newest write-id stamp the journal may have dropped: the higher of the two watermarks."""
+    return max(_number(item, table.JOURNAL_TRIMMED), _number(item, table.JOURNAL_TRIMMED_BY_PATCHES))
+
+
+def _number(item: dict | None, name: str) -> int:
+    value = (item or {}).get(name)
     return int(value["N"]) if value else 0
 
 
@@ -222,11 +236,15 @@ class Planner:
         }}
         return Planned(request, current, CHECKED, current.version)
 
-    def compiled(self, device_id: str, compiled, section: str = STATE) -> Planned | None:
+    def compiled(self, device_id: str, compiled, seen: dict | None = None, section: str = STATE) -> Planned | None:
         """A patch compiled to one UpdateItem: no read, no version condition; its write id
-        alone keeps any copy of it from applying twice. None when its values cannot be
-        stored (read-modify-write then decides). A desired or reported patch sets the
-        metadata of the members it changes in the same request (``sections.pack``)."""
+        alone keeps any copy of it from applying twice. A desired or reported patch sets the
+        metadata of the members it changes in the same request (``sections.pack``). It also
+        drops the journal entries that ``seen`` (the item as this container last saw it, if
+        it did) shows beyond the journal's keep: entries written since are newer still, so
+        the newest stay. ``journalTrimmedByPatches`` goes up by ADD, never back: by the
+        distance from the seen value to the newest stamp dropped. None when its values
+        cannot be stored (read-modify-write then decides)."""
         try:
             check_state({"values": list(compiled.values.values())})
             values = {key: to_attribute(value) for key, value in compiled.values.items()}
@@ -256,10 +274,18 @@ class Planner:
         update = "SET " + ", ".join(sets + [
             "#version = #version + :one", "#updatedAt = :now", "#w = #version + :one", "#lastWrite = :lastWrite",
             "#itemBytes = #itemBytes + :growth"])
-        if compiled.removes:
-            update += " REMOVE " + ", ".join(compiled.removes)
         conditions.insert(0, "#itemBytes <= :roomFor")
-        names.update({**names_in(LIVE + update + " ".join(conditions)), "#w": write.attribute, **compiled.names})
+        names.update({**names_in(" ".join([LIVE, update, *compiled.removes, *conditions])), "#w": write.attribute,
+                      **compiled.names})
+        journal_removes, newest_dropped, journal_names = _trimming(seen, JOURNAL_KEEP - 1, self.now)
+        if compiled.removes or journal_removes:
+            update += " REMOVE " + ", ".join(compiled.removes + journal_removes)
+            names.update(journal_names)
+        raise_by = newest_dropped - _number(seen, table.JOURNAL_TRIMMED_BY_PATCHES)
+        if raise_by > 0:
+            update += " ADD #trimmedByPatches :raiseBy"
+            names["#trimmedByPatches"] = table.JOURNAL_TRIMMED_BY_PATCHES
+            values[":raiseBy"] = number(raise_by)
         expression = " AND ".join([LIVE, "attribute_not_exists(#w)",
                                    self.fence.condition(device_id, names, values), *conditions])
         request = {"Update": {
@@ -279,7 +305,7 @@ class Planner:
         write = WriteId.new(self.now)
         next_version = device.version if version is None else version
         values = {**values, ":next": number(next_version), ":nowEpoch": number(self.now)}
-        journal_removes, trimmed, journal_names = _trimming(item, JOURNAL_KEEP - 1, self.now)
+        journal_removes, newest_dropped, journal_names = _trimming(item, JOURNAL_KEEP - 1, self.now)
         sets = [*sets, "#version = :next", "#w = :next", "#lastWrite = :lastWrite"]
         if outcome != DELETED:
             written = {attribute: values[f":{attribute}"] for attribute in SECTION_ATTRIBUTES
@@ -291,9 +317,9 @@ class Planner:
                  table.LAST_WRITE: {"S": outcome}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device))
             sets.append("#itemBytes = :itemBytes")
         values[":lastWrite"] = {"S": outcome}  # the stream processor tells updated from replaced by it
-        if journal_removes:
+        if newest_dropped > _number(item, table.JOURNAL_TRIMMED):
             sets.append("#trimmed = :trimmed")
-            values[":trimmed"] = number(trimmed)
+            values[":trimmed"] = number(newest_dropped)
         update = "SET " + ", ".join(sets)
         if removes or journal_removes:
             update += " REMOVE " + ", ".join(removes + journal_removes)
@@ -359,17 +385,24 @@ def _section_sets(documents: dict, entries: dict, values: dict) -> list[str]:
 
 
 def _trimming(item: dict | None, keep: int, now: float) -> tuple[list[str], int, dict]:
-    """Journal entries to drop so ``keep`` applied ones remain (never-applied markers
-    go once they are old), and the new ``journalTrimmed`` stamp."""
+    """Journal entries to drop so that the newest ``keep`` applied ones remain, and those
+    younger than ``JOURNAL_KEEP_SECONDS`` up to ``JOURNAL_MAX`` in all (``keep`` and the
+    maximum count the write's own entry); never-applied markers go once they are old.
+    Returns the names to REMOVE, the newest stamp of an applied entry dropped (0: none)
+    and the name map."""
     entries = journal(item)
     applied = sorted(((version, write) for write, version in entries if version > 0),
                      key=lambda entry: entry[0], reverse=True)
-    dropped = [write for _, write in applied[keep:]]
+    young_after = (now - JOURNAL_KEEP_SECONDS) * 1000
+    kept = applied[:keep] + [entry for entry in applied[keep:] if entry[1].stamp_ms > young_after]
+    kept = kept[:JOURNAL_MAX - (JOURNAL_KEEP - keep)]
+    kept_writes = {write for _, write in kept}
+    dropped = [write for _, write in applied if write not in kept_writes]
     old_markers = [write for write, version in entries
                    if version == 0 and write.stamp_ms < (now - SETTLED_KEEP_SECONDS) * 1000]
-    trimmed = max([trimmed_stamp(item), *(write.stamp_ms for write in dropped)])
+    newest_dropped = max((write.stamp_ms for write in dropped), default=0)
     names = {f"#j{index}": write.attribute for index, write in enumerate(dropped + old_markers)}
-    return list(names), trimmed, names
+    return list(names), newest_dropped, names
 
 
 def settle_request(device_id: str, write: WriteId, on_versioned_item: bool, now: float) -> dict:
@@ -388,23 +421,6 @@ def settle_request(device_id: str, write: WriteId, on_versioned_item: bool, now:
             "ExpressionAttributeNames": names_in(update + condition, {"#w": write.attribute}),
             "ExpressionAttributeValues": values,
             "ReturnValues": "ALL_NEW", "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
-
-def trim_request(item: dict, now: float) -> dict | None:
-    """An UpdateItem that trims the journal after a compiled patch, which read nothing and
-    so could not trim it itself. Only the patch that produced a version divisible by
-    ``JOURNAL_TRIM_EVERY`` asks, so one trim serves that many compiled patches; the
-    condition keeps ``journalTrimmed`` from ever going back."""
-    if int(item[table.VERSION]["N"]) % JOURNAL_TRIM_EVERY or len(journal(item)) <= JOURNAL_KEEP:
-        return None
-    removes, trimmed, names = _trimming(item, JOURNAL_KEEP, now)
-    if not removes:
-        return None
-    return {"Key": {k: item[k] for k in (table.PARTITION_KEY, table.SORT_KEY)},
-            "UpdateExpression": "SET #trimmed = :trimmed REMOVE " + ", ".join(removes),
-            "ConditionExpression": "attribute_not_exists(#trimmed) OR #trimmed <= :trimmed",
-            "ExpressionAttributeNames": {**names, "#trimmed": table.JOURNAL_TRIMMED},
-            "ExpressionAttributeValues": {":trimmed": number(trimmed)}}
-
 
 def refusal(planned: Planned, device_id: str, old: dict | None, fence: Fence, now: float) -> Exception:
     """Why a planned write's condition failed, from the item as it was (ALL_OLD): a typed
