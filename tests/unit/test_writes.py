@@ -175,4 +175,26 @@ def test_a_state_at_the_item_limit_leaves_room_for_its_change_record():
     state = {"blob": "x" * accepted}
     stamp = "2026-11-23T00:00:00.000Z"
     device = Device(device_id, 10 ** 17, state, stamp, stamp)
-    assert change_item_size(device, to_attribute(state)) <= MAX_ITEM_BYTES
+    empty = to_attribute({})  # desired, reported and their metadata, as a create stores them
+    attributes = {"state": to_attribute(state), "desired": empty, "reported": empty, "metaDesired": empty,
+                  "metaReported": empty}
+    assert change_item_size(device, attributes) <= MAX_ITEM_BYTES
+
+
+def test_desired_reported_and_their_metadata_count_toward_the_item_size():
+    """A state that fits alone is refused when desired or reported (stored beside it and
+    copied into the change record) would fill the item."""
+    from functions.device_state.errors import ItemTooLarge
+    from functions.device_state.sections import REPORTED, SectionWrite
+    from functions.device_state.values import to_attribute
+    from functions.device_state.writes import MAX_STATE_ITEM_BYTES
+
+    half = {"blob": "x" * (MAX_STATE_ITEM_BYTES // 2)}
+    PLANNER.create("d", half, None)
+    with pytest.raises(ItemTooLarge):
+        PLANNER.create("d", half, None, {"desired": half})
+    stored = item(1, state=to_attribute(half), desired={"M": {}}, reported={"M": {}}, metaDesired={"M": {}},
+                  metaReported={"M": {}})
+    PLANNER.write_sections(stored, [SectionWrite(REPORTED, lambda reported: {"n": 1}, ("",))], None, "updated")
+    with pytest.raises(ItemTooLarge):
+        PLANNER.write_sections(stored, [SectionWrite(REPORTED, lambda reported: half, ("",))], None, "updated")
