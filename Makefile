@@ -53,9 +53,9 @@ $(JAVA_STAMP): | $(PY_STAMP)
 test: setup
 	$(PY) -m pytest -n 2 --dist loadfile
 
-# The quick tier: no DynamoDB Local, no threads.
+# The quick tier: no DynamoDB Local, no threads, no whole-toolchain runs (CDK CLI, make, pip).
 test-fast: setup
-	$(PY) -m pytest -m "not dynamodb_local and not concurrency"
+	$(PY) -m pytest -n 2 -m "not dynamodb_local and not concurrency and not toolchain"
 
 # The API on http://127.0.0.1:$(PORT), on a DynamoDB Local it starts and stops itself.
 # DYNAMODB_ENDPOINT=http://... uses another endpoint; DYNAMODB_DATA_DIR=dir keeps data on disk
@@ -69,12 +69,14 @@ invoke: $(PY_STAMP)
 	$(PY) -m localdev.invoke $(EVENT)
 
 # Contention and cold-start benchmark on DynamoDB Local: latest.{json,md,png}; then the change
-# feed's lag and write capacity: feed.{json,md}. Into bench/out/ (untracked), or with
-# UPDATE_RESULTS=1 into bench/results/, the committed reference results the docs quote.
+# feed's lag and write capacity: feed.{json,md}; then 16 reporters on one device's reported:
+# sections.json. Into bench/out/ (untracked), or with UPDATE_RESULTS=1 into bench/results/,
+# the committed reference results the docs quote.
 BENCH_OUT := $(if $(UPDATE_RESULTS),bench/results,bench/out)
 bench: setup
 	$(PY) bench/contention.py --out $(BENCH_OUT) $(BENCH_ARGS)
 	$(PY) bench/feed.py --out $(BENCH_OUT) $(FEED_BENCH_ARGS)
+	$(PY) bench/sections.py --out $(BENCH_OUT) $(SECTIONS_BENCH_ARGS)
 
 # Synthesize offline (no AWS account needed) and lint the template; DEPLOY_ARGS' -c flags
 # shape it as they would a deploy.

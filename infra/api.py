@@ -32,6 +32,7 @@ OUTPUT_NAME = "Url"  # the stack output holding the API's base URL
 TIMEOUT = Duration.seconds(28)
 MEMORY_MB = 512
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+ALIAS_NAME = "live"  # what API Gateway and the stream's event source mapping invoke
 # Every DynamoDB action the library calls, and no other.
 # (Transactions need no action of their own: each action inside is authorised as the
 # PutItem / UpdateItem / DeleteItem / ConditionCheckItem it is.)
@@ -71,6 +72,7 @@ class DeviceApi(Construct):
         require_if_match: bool = False,
         reserved_concurrency: int | None = None,
         change_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
+        snap_start: bool = True,
     ):
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(self, "FunctionLogs", retention=LOG_RETENTION)
@@ -97,6 +99,7 @@ class DeviceApi(Construct):
             role=self.role,
             log_group=self.log_group,
             tracing=lambda_.Tracing.ACTIVE,
+            snap_start=snap_start_conf(snap_start),
             environment={
                 config.TABLE_NAME: table.table_name,
                 config.MAX_ATTEMPTS: str(DEFAULT_MAX_ATTEMPTS),
@@ -111,6 +114,8 @@ class DeviceApi(Construct):
                 "POWERTOOLS_LOG_LEVEL": "INFO",
             },
         )
+
+        self.alias = published_alias(self.function) if snap_start else self.function
 
         self.access_logs = logs.LogGroup(self, "AccessLogs", retention=LOG_RETENTION)
         self.api = apigateway.RestApi(
@@ -134,7 +139,7 @@ class DeviceApi(Construct):
             default_method_options=apigateway.MethodOptions(
                 authorization_type=apigateway.AuthorizationType.IAM),
         )
-        integration = apigateway.LambdaIntegration(self.function, proxy=True)
+        integration = apigateway.LambdaIntegration(self.alias, proxy=True)
         for path, methods in ROUTES:
             resource = self.api.root.resource_for_path(path)
             for method in methods:
@@ -143,6 +148,19 @@ class DeviceApi(Construct):
         self.api.node.try_remove_child("Endpoint")
         url = CfnOutput(self, "Url", value=self.api.url, description="Base URL of the device-state API (SigV4)")
         url.override_logical_id(OUTPUT_NAME)
+
+
+def snap_start_conf(enabled: bool) -> lambda_.SnapStartConf | None:
+    """SnapStart on published versions: Lambda runs init when a version is published and
+    starts new execution environments from its snapshot (``functions.device_state.restore``
+    reseeds and reconnects after each restore)."""
+    return lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS if enabled else None
+
+
+def published_alias(function: lambda_.Function) -> lambda_.Alias:
+    """An alias on the version published from the current code and configuration: callers
+    invoke it, so they always reach a published version (SnapStart works only on those)."""
+    return lambda_.Alias(function, "Live", alias_name=ALIAS_NAME, version=function.current_version)
 
 
 def powertools_layer_parameter() -> str:

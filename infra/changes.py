@@ -18,7 +18,7 @@ from functions.changes import config
 from functions.changes.handler import BATCH_SIZE, FILTER_PATTERN, MAX_RECORD_AGE_SECONDS, MAX_RETRY_ATTEMPTS
 from functions.device_state import metrics as metric_names
 
-from .api import ARCHITECTURE, LOG_RETENTION, RUNTIME
+from .api import ARCHITECTURE, LOG_RETENTION, RUNTIME, published_alias, snap_start_conf
 
 HANDLER = "functions.changes.handler.lambda_handler"
 BUS_NAME = "device-state"
@@ -33,7 +33,7 @@ FAILURE_RETENTION = Duration.days(14)  # SQS's longest: time to read and replay 
 
 class ChangeFeed(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable, code: lambda_.Code,
-                 layer: lambda_.ILayerVersion, retention_seconds: int):
+                 layer: lambda_.ILayerVersion, retention_seconds: int, snap_start: bool = True):
         super().__init__(scope, construct_id)
         self.bus = events.EventBus(self, "Bus", event_bus_name=BUS_NAME)
         self.failures = sqs.Queue(self, "OnFailure", encryption=sqs.QueueEncryption.SQS_MANAGED,
@@ -48,6 +48,7 @@ class ChangeFeed(Construct):
         self.function = lambda_.Function(
             self, "Processor", runtime=RUNTIME, architecture=ARCHITECTURE, handler=HANDLER, code=code,
             layers=[layer], timeout=TIMEOUT, memory_size=MEMORY_MB, role=self.role, log_group=self.log_group,
+            snap_start=snap_start_conf(snap_start),
             environment={
                 config.TABLE_NAME: table.table_name,
                 config.CHANGE_RETENTION_SECONDS: str(retention_seconds),
@@ -57,8 +58,9 @@ class ChangeFeed(Construct):
                 "POWERTOOLS_LOG_LEVEL": "INFO",
             },
         )
+        self.alias = published_alias(self.function) if snap_start else self.function
         # The mapping grants the stream reads (and SendMessage on the queue) to the role itself.
-        self.function.add_event_source(sources.DynamoEventSource(
+        self.alias.add_event_source(sources.DynamoEventSource(
             table, starting_position=lambda_.StartingPosition.TRIM_HORIZON, batch_size=BATCH_SIZE,
             max_batching_window=MAX_BATCHING_WINDOW, bisect_batch_on_error=True,
             retry_attempts=MAX_RETRY_ATTEMPTS, max_record_age=MAX_RECORD_AGE, report_batch_item_failures=True,

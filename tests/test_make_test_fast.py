@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Runs pytest's collection with the given arguments and prints, for each selected item, its
@@ -52,6 +54,7 @@ def collected(*selections: list[str]) -> list[list[dict]]:
     return [json.loads(line[len("ITEMS="):]) for line in lines]
 
 
+@pytest.mark.toolchain
 def test_make_test_fast_selects_no_dynamodb_local_test():
     every, fast = collected([], make_test_fast_arguments())
     # The check can fail: the full run has engine-parametrized items that reach DynamoDB Local.
@@ -62,8 +65,9 @@ def test_make_test_fast_selects_no_dynamodb_local_test():
         assert "dynamodb_local" not in item["fixtures"], item["id"]
         assert "dynamodb_local" not in item["params"], item["id"]
         assert "concurrency" not in item["marks"], item["id"]
-    # Every item left out needs DynamoDB Local (or threads on it): the fast tier loses nothing else.
+    # Every item left out needs DynamoDB Local (or threads on it) or runs a whole toolchain: the
+    # fast tier loses nothing else.
     fast_ids = {item["id"] for item in fast}
     for item in every:
         if item["id"] not in fast_ids:
-            assert {"dynamodb_local", "concurrency"} & set(item["marks"]), item["id"]
+            assert {"dynamodb_local", "concurrency", "toolchain"} & set(item["marks"]), item["id"]

@@ -18,6 +18,8 @@ from packaging.requirements import Requirement
 
 from tests.make_serve import REPO_ROOT
 
+pytestmark = pytest.mark.toolchain
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:

@@ -44,7 +44,7 @@ def examples() -> dict[str, tuple[str, str]]:
         if kind == "readme-test":
             assert name not in found, f"two examples named {name}"
             found[name] = (language, code)
-    assert {"quickstart", "lease", "transaction", "changes", "python-client", "library"} <= set(found), sorted(found)
+    assert {"quickstart", "lease", "transaction", "changes", "sections", "python-client", "library"} <= set(found), sorted(found)
     return found
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
-from aws_lambda_powertools.event_handler.api_gateway import Router
+from .resolver import Router
 
 from functions.device_state import dynamodb_client
 from functions.device_state.changes import MAX_FEED_LIMIT, ChangeLog, ChangesExpired, InvalidSince, VersionNotFound
+from functions.device_state.sections import SECTIONS
 
 from . import request_parsing as parse
 from .common import budget, device_response, json_response, route
@@ -20,7 +21,7 @@ from .problems import BadRequest, HttpProblem
 
 DEFAULT_FEED_LIMIT = 100
 MAX_WAIT_SECONDS = 20
-MAX_VERSION = 10 ** 18 - 1  # versions in paths and queries: at most 18 digits
+MAX_VERSION = parse.MAX_VERSION
 
 router = Router()
 
@@ -40,26 +41,33 @@ def change_log() -> ChangeLog:
                      retention_seconds=config.change_retention_seconds)
 
 
-def _integer(query: dict, name: str, default: int, low: int, high: int) -> int:
-    raw = query.get(name)
-    return default if raw is None else parse.decimal_integer(raw, name, low, high)
-
-
 @route(router, "/devices/<device_id>/changes", "GET", "HEAD")
 def list_changes(device_id: str):
     device_id = parse.device_id(device_id)
-    query = parse.query_parameters(router.current_event, {"since", "limit", "waitSeconds"})
-    since = _integer(query, "since", 0, 0, MAX_VERSION)
-    limit = _integer(query, "limit", DEFAULT_FEED_LIMIT, 1, MAX_FEED_LIMIT)
-    wait = _integer(query, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
+    query = parse.query_parameters(router.current_event, {"since", "limit", "waitSeconds", "sections"})
+    wanted = _sections(query.get("sections"))
+    since = parse.integer(query, "since", 0, 0, MAX_VERSION)
+    limit = parse.integer(query, "limit", DEFAULT_FEED_LIMIT, 1, MAX_FEED_LIMIT)
+    wait = parse.integer(query, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
     try:
         changes = change_log().wait(device_id, since, limit, budget(router.lambda_context, wait) if wait else 0)
     except ChangesExpired as expired:
         raise ChangesGone(str(expired), deviceId=device_id, currentVersion=expired.current_version) from None
     except InvalidSince as invalid:
         raise BadRequest(str(invalid)) from None
-    next_since = changes[-1].version if changes else since
-    return json_response({"changes": [change.as_dict() for change in changes], "nextSince": next_since})
+    next_since = changes[-1].version if changes else since  # past the changes filtered out too
+    shown = [change.as_dict() for change in changes if wanted.intersection(change.sections)]
+    return json_response({"changes": shown, "nextSince": next_since})
+
+
+def _sections(raw: str | None) -> set:
+    """The sections a feed reader follows (``?sections=desired,reported``; all by default)."""
+    if raw is None:
+        return set(SECTIONS)
+    names = raw.split(",")
+    if not raw or any(name not in SECTIONS for name in names):
+        raise BadRequest(f"sections must be a comma-separated list of {', '.join(SECTIONS)}")
+    return set(names)
 
 
 @route(router, "/devices/<device_id>/versions/<version>", "GET", "HEAD")
@@ -67,6 +75,7 @@ def get_version(device_id: str, version: str):
     device_id = parse.device_id(device_id)
     number = parse.decimal_integer(unquote(version), "version", 1, MAX_VERSION)  # decoded as device ids are
     try:
-        return device_response(change_log().at_version(device_id, number))
+        return device_response(change_log().at_version(device_id, number),
+                               metadata=parse.include_metadata(router.current_event))
     except VersionNotFound as missing:
         raise VersionGone(str(missing), deviceId=device_id) from None

@@ -7,9 +7,10 @@ import functools
 import re
 from urllib.parse import quote, unquote
 
-from aws_lambda_powertools.event_handler import Response
+from .resolver import Response
 
 from functions.device_state import DeviceStateManager, IdempotencyKey, dynamodb_client
+from functions.device_state import restore
 from functions.device_state.idempotency import CREATED, DELETED, fingerprint
 from functions.device_state.values import dumps
 
@@ -60,6 +61,9 @@ def manager() -> DeviceStateManager:
     )
 
 
+restore.on_restore(manager.cache_clear)  # its client and generator are created afresh after a restore
+
+
 def budget(context, wanted: float | None = None) -> float:
     """The retry budget (or another wait), never past the Lambda's own deadline."""
     seconds = load_config().retry_budget_seconds if wanted is None else wanted
@@ -72,8 +76,10 @@ def json_response(body, status: int = 200, headers: dict | None = None) -> Respo
     return Response(status_code=status, content_type=parse.JSON, body=dumps(body), headers=headers)
 
 
-def device_response(device, status: int = 200, headers: dict | None = None) -> Response:
-    return json_response(device.as_dict(), status, {"ETag": etag(device.version), **(headers or {})})
+def device_response(device, status: int = 200, headers: dict | None = None, metadata: bool = False) -> Response:
+    """The device with its ETag; per-leaf metadata when ``metadata`` (``?include=metadata``)."""
+    return json_response(device.as_dict(include_metadata=metadata), status,
+                         {"ETag": etag(device.version), **(headers or {})})
 
 
 def write_response(event, device, outcome: str) -> Response:
@@ -82,9 +88,10 @@ def write_response(event, device, outcome: str) -> Response:
     headers = {IDEMPOTENT_REPLAYED: "true"} if device.replayed else {}
     if outcome == DELETED:
         return Response(status_code=204, headers=headers)
+    metadata = parse.include_metadata(event)
     if outcome == CREATED:
-        return device_response(device, 201, {"Location": location(event, device.device_id), **headers})
-    return device_response(device, 200, headers)
+        return device_response(device, 201, {"Location": location(event, device.device_id), **headers}, metadata)
+    return device_response(device, 200, headers, metadata)
 
 
 def idempotency_key(event, scope: str | None = None) -> IdempotencyKey | None:

@@ -5,21 +5,24 @@ from __future__ import annotations
 
 import time
 
-from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.api_gateway import Router
+from .resolver import Response
+from .resolver import Router
 
 from functions.device_state import DeviceAlreadyExists, DeviceNotFound, DeviceStateManager, JsonPatch, MergePatch
 from functions.device_state.idempotency import CREATED, DELETED, REPLACED, UPDATED
 from functions.device_state.manager import MAX_LIST_LIMIT
+from functions.device_state.sections import DESIRED, DEVICE_SECTIONS, REPORTED, STATE
 from functions.device_state.values import validate_device_id
 
 from . import request_parsing as parse
-from .common import budget, device_response, idempotency_key, json_response, manager, replay, route, write_response
+from .common import (budget, device_response, idempotency_key, json_response, manager, replay, route,
+                     write_response)
 from .config import load_config
 from .observability import record_patch_latency
 from .problems import BadRequest, PreconditionFailed, PreconditionRequired, etag
 
 DEFAULT_LIST_LIMIT = 50
+MAX_DELTA_WAIT_SECONDS = 20
 LEASE_TOKEN = "Lease-Token"
 
 router = Router()
@@ -57,11 +60,17 @@ def _expected_version(device_id: str, preconditions: parse.Preconditions) -> int
     return version
 
 
-def _state_body(device_id: str) -> dict:
-    body = parse.json_object(parse.json_body(router.current_event), "the body", ("state",), ("deviceId",))
+def _state_body(device_id: str) -> tuple[dict, dict]:
+    """The state and the sections (desired, reported) a PUT names."""
+    body = parse.json_object(parse.json_body(router.current_event), "the body", ("state",),
+                             ("deviceId", *DEVICE_SECTIONS))
     if "deviceId" in body and body["deviceId"] != device_id:
         raise BadRequest("deviceId in the body differs from the one in the path")
-    return body["state"]
+    return body["state"], _sections(body)
+
+
+def _sections(body: dict) -> dict:
+    return {section: parse.document(body[section], section) for section in DEVICE_SECTIONS if section in body}
 
 
 def _patch_function():
@@ -73,25 +82,28 @@ def _patch_function():
 
 @route(router, "/devices", "GET", "HEAD")
 def list_devices():
-    query = parse.query_parameters(router.current_event, {"limit", "cursor"})
+    query = parse.query_parameters(router.current_event, {"limit", "cursor", parse.INCLUDE})
     raw_limit = query.get("limit", str(DEFAULT_LIST_LIMIT))
     if not raw_limit.isascii() or not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST_LIMIT:
         raise BadRequest(f"limit must be an integer from 1 to {MAX_LIST_LIMIT}")
     cursor = parse.cursor(query.get("cursor"))
     devices, next_cursor = manager().list_devices(limit=int(raw_limit), cursor=cursor)
-    return json_response({"items": [device.as_dict() for device in devices], "nextCursor": next_cursor})
+    metadata = parse.include_metadata(router.current_event)
+    return json_response({"items": [device.as_dict(metadata) for device in devices], "nextCursor": next_cursor})
 
 
 @route(router, "/devices", "POST")
 def create_device():
     event = router.current_event
-    body = parse.json_object(parse.json_body(event), "the body", ("deviceId", "state"))
+    body = parse.json_object(parse.json_body(event), "the body", ("deviceId", "state"), DEVICE_SECTIONS)
     device_id = validate_device_id(body["deviceId"])
+    sections = _sections(body)
     key = idempotency_key(event)
     replayed = replay(event, device_id, key)
     if replayed:
         return replayed
-    return write_response(event, manager().create(device_id, body["state"], idempotency=key), CREATED)
+    return write_response(event, manager().create(device_id, body["state"], sections=sections, idempotency=key),
+                          CREATED)
 
 
 @route(router, "/devices/<device_id>", "GET", "HEAD")
@@ -105,27 +117,27 @@ def get_device(device_id: str):
         raise PreconditionFailed("If-Match does not match the device", current=device)
     if preconditions.if_none_match is not None and preconditions.if_none_match.matches_weak(device.version):
         return Response(status_code=304, headers={"ETag": etag(device.version)})
-    return device_response(device)
+    return device_response(device, metadata=parse.include_metadata(router.current_event))
 
 
 @route(router, "/devices/<device_id>", "PUT")
 def put_device(device_id: str):
     event = router.current_event
     device_id, preconditions, key, replayed = _device_write(device_id)
-    state = _state_body(device_id)
+    state, sections = _state_body(device_id)
     if replayed:
         return replayed
     writer = _writer(device_id)
     if preconditions.create_only or (preconditions.none and load_config().require_if_match):
         try:
-            device = writer.create(device_id, state, idempotency=key)
+            device = writer.create(device_id, state, sections=sections, idempotency=key)
         except DeviceAlreadyExists as exists:
             if preconditions.create_only:
                 raise PreconditionFailed("If-None-Match: * but the device exists", current=exists.current) from None
             raise PreconditionRequired("replacing a device needs If-Match on this server") from None
         return write_response(event, device, CREATED)
     if preconditions.none:
-        device, created = writer.put(device_id, state, idempotency=key)
+        device, created = writer.put(device_id, state, sections=sections, idempotency=key)
         return write_response(event, device, CREATED if created else REPLACED)
     try:
         current = writer.get(device_id)
@@ -134,18 +146,79 @@ def put_device(device_id: str):
     preconditions.check(current)
     if current is None:
         try:
-            return write_response(event, writer.create(device_id, state, idempotency=key), CREATED)
+            return write_response(event, writer.create(device_id, state, sections=sections, idempotency=key),
+                                  CREATED)
         except DeviceAlreadyExists as exists:
             raise PreconditionFailed("the device was created meanwhile", current=exists.current) from None
     _require_if_match(preconditions, "PUT")
     try:
-        return write_response(event, writer.replace(device_id, state, current.version, idempotency=key), REPLACED)
+        return write_response(event, writer.replace(device_id, state, current.version, sections=sections,
+                                                    idempotency=key), REPLACED)
     except DeviceNotFound:
         raise PreconditionFailed("the device was deleted meanwhile") from None
 
 
 @route(router, "/devices/<device_id>", "PATCH")
 def patch_device(device_id: str):
+    return _patch_section(device_id, STATE)
+
+
+@route(router, "/devices/<device_id>/desired", "PATCH")
+def patch_desired(device_id: str):
+    return _patch_section(device_id, DESIRED)
+
+
+@route(router, "/devices/<device_id>/reported", "PATCH")
+def patch_reported(device_id: str):
+    return _patch_section(device_id, REPORTED)
+
+
+@route(router, "/devices/<device_id>/desired", "PUT")
+def put_desired(device_id: str):
+    return _put_section(device_id, DESIRED)
+
+
+@route(router, "/devices/<device_id>/reported", "PUT")
+def put_reported(device_id: str):
+    return _put_section(device_id, REPORTED)
+
+
+@route(router, "/devices/<device_id>/delta", "GET", "HEAD")
+def get_delta(device_id: str):
+    """The lean document a device acts on. Waits up to ``waitSeconds`` for a write after
+    version ``since`` (without it: the version found first) to change desired or reported."""
+    event = router.current_event
+    device_id = parse.device_id(device_id)
+    query = parse.query_parameters(event, {"since", "waitSeconds"})
+    since = parse.integer(query, "since", None, 0, parse.MAX_VERSION)
+    wait = parse.integer(query, "waitSeconds", 0, 0, MAX_DELTA_WAIT_SECONDS)
+    device = manager().get(device_id) if since is None else None
+    if wait and since is None:
+        since = device.version  # waits for the next change from the version it found
+    if since is not None:
+        device = manager().wait_for_sections(device_id, since, budget(router.lambda_context, wait))
+    preconditions = parse.Preconditions.of(event)
+    if preconditions.if_none_match is not None and preconditions.if_none_match.matches_weak(device.version):
+        return Response(status_code=304, headers={"ETag": etag(device.version)})
+    shown = device.as_dict()
+    return json_response({key: shown[key] for key in ("deviceId", "version", "delta")},
+                         headers={"ETag": etag(device.version)})
+
+
+def _put_section(device_id: str, section: str):
+    """Replace one section whole: body ``{"<section>": {...}}``."""
+    device_id, preconditions, key, replayed = _device_write(device_id)
+    body = parse.json_object(parse.json_body(router.current_event), "the body", (section,))
+    document = parse.document(body[section], section)
+    if replayed:
+        return replayed
+    _require_if_match(preconditions, "PUT")
+    expected = None if preconditions.none else _expected_version(device_id, preconditions)
+    device = _writer(device_id).replace_section(device_id, section, document, expected, idempotency=key)
+    return write_response(router.current_event, device, REPLACED)
+
+
+def _patch_section(device_id: str, section: str):
     device_id, preconditions, key, replayed = _device_write(device_id)
     update_fn = _patch_function()
     if replayed:
@@ -156,10 +229,10 @@ def patch_device(device_id: str):
     try:
         if preconditions.none:
             device = writer.update_with_retry(device_id, update_fn, budget_seconds=budget(router.lambda_context),
-                                              idempotency=key)
+                                              idempotency=key, section=section)
         else:
             device = writer.update(device_id, update_fn, _expected_version(device_id, preconditions),
-                                   idempotency=key)
+                                   idempotency=key, section=section)
     finally:
         record_patch_latency((time.perf_counter() - started) * 1000)
     return write_response(router.current_event, device, UPDATED)

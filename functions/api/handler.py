@@ -7,9 +7,10 @@ call the library. Errors become problem details in ``problems`` (one place, by t
 
 from __future__ import annotations
 
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+from .resolver import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
 
+from functions.device_state import restore
 from functions.device_state.values import dumps
 
 from . import changes, devices, leases, transactions
@@ -17,9 +18,9 @@ from .common import RESPONSE_MARGIN_SECONDS, allowed_methods, json_response, rou
 from .common import manager as _manager  # noqa: F401  (tests reset its cache)
 from .leases import MAX_LEASE_WAIT_SECONDS  # noqa: F401  (the stack's timeout is checked against it)
 from .observability import logger, metrics, tracer
-from .openapi import OPENAPI
 from .problems import MethodNotAllowed, RouteNotFound, internal_error_response, known_error_response
 
+restore.register_with_lambda()  # SnapStart: reseed generators, recreate clients after each restore
 app = APIGatewayRestResolver(serializer=dumps)
 for _router in (devices.router, transactions.router, leases.router, changes.router):
     app.include_router(_router)
@@ -27,6 +28,8 @@ for _router in (devices.router, transactions.router, leases.router, changes.rout
 
 @route(app, "/openapi.json", "GET", "HEAD")
 def openapi_document():
+    from .openapi import OPENAPI  # imported by the one route that serves it, not at every cold start
+
     # The server is where this document was fetched from: behind API Gateway the request
     # context's path starts with the stage (/prod/openapi.json), under make serve it does not.
     base = app.current_event.request_context.path.removesuffix("/openapi.json") or "/"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.api_gateway import Router
+from .resolver import Response
+from .resolver import Router
 
 from functions.device_state import InvalidLease
 from functions.device_state import leases

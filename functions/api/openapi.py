@@ -436,6 +436,106 @@ OPENAPI["components"]["schemas"]["ChangePage"] = {
 # ---- end of the change feed block
 
 
+# ---- Desired, reported and delta: section routes, the lean delta, include=metadata.
+from functions.device_state.sections import DEVICE_SECTIONS  # noqa: E402
+from .devices import MAX_DELTA_WAIT_SECONDS  # noqa: E402
+
+_INCLUDE = {"name": "include", "in": "query", "required": False, "schema": {"type": "string", "enum": ["metadata"]},
+            "description": "metadata: add per-leaf version, updatedAt and confirmedVersion of desired and reported"}
+_DELTA_RULES = (
+    "delta: every desired leaf (a scalar, an array compared whole, or an empty object) that reported lacks or "
+    "holds differently (numbers by exact value), at its full path with the desired value; reported-only "
+    "members are not in it; {} when there is no difference.")
+_CONFIRMATION = (
+    "A desired leaf carries confirmedVersion v when reported holds an equal value at the same path, last set "
+    "at version v >= the desired leaf's version.")
+for _section in DEVICE_SECTIONS:
+    OPENAPI["paths"][f"/devices/{{deviceId}}/{_section}"] = {
+        "parameters": [_DEVICE_ID],
+        "patch": {
+            "operationId": f"patch{_section.capitalize()}",
+            "description": f"Merge patch (null removes) or JSON Patch (paths inside {_section}) of {_section}. "
+                           "Answers the whole device with its delta.",
+            "parameters": [_IF_MATCH, _IF_NONE_MATCH, _IDEMPOTENCY_KEY, _LEASE_TOKEN, _INCLUDE],
+            "requestBody": OPENAPI["paths"]["/devices/{deviceId}"]["patch"]["requestBody"],
+            "responses": {**OPENAPI["paths"]["/devices/{deviceId}"]["patch"]["responses"]},
+        },
+        "put": {
+            "operationId": f"put{_section.capitalize()}",
+            "description": f"Replace {_section} whole. Answers the whole device with its delta.",
+            "parameters": [_IF_MATCH, _IF_NONE_MATCH, _IDEMPOTENCY_KEY, _LEASE_TOKEN, _INCLUDE],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": [_section], "additionalProperties": False,
+                "properties": {_section: _STATE}}}}},
+            "responses": {"200": _device("Replaced"), "404": _problem("No such device"),
+                          "409": _problem("The Lease-Token names no active lease"), "423": _LOCKED,
+                          "412": _problem("Precondition failed"), "428": _problem("Precondition required"),
+                          "422": _REUSED, **_WRITE_ERRORS},
+        },
+    }
+OPENAPI["paths"]["/devices/{deviceId}/delta"] = {
+    "parameters": [_DEVICE_ID],
+    "get": {
+        "operationId": "getDelta",
+        "description": "What the device must change. " + _DELTA_RULES + " Waits up to waitSeconds until a "
+                       "write after version since (without since: the version found first) has changed desired "
+                       "or reported (at once when one already has); either way it answers the current delta.",
+        "parameters": [
+            _IF_NONE_MATCH,
+            {"name": "since", "in": "query", "description": "The last version the caller has seen",
+             "schema": {"type": "integer", "minimum": 0, "maximum": MAX_VERSION}},
+            {"name": "waitSeconds", "in": "query",
+             "description": "Long-poll: wait for a write after since (without since: after the version found)",
+             "schema": {"type": "integer", "minimum": 0, "maximum": MAX_DELTA_WAIT_SECONDS, "default": 0}},
+        ],
+        "responses": {
+            "200": {"description": "The delta", "headers": {"ETag": _ETAG_HEADER}, "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/Delta"}}}},
+            "304": {"description": "Not modified"}, "400": _COMMON_ERRORS["400"],
+            "404": _problem("No such device"), "503": _COMMON_ERRORS["503"]},
+    },
+}
+_schemas = OPENAPI["components"]["schemas"]
+_schemas["Delta"] = {"type": "object", "required": ["deviceId", "version", "delta"], "properties": {
+    "deviceId": {"type": "string"}, "version": {"type": "integer", "minimum": 1}, "delta": {"type": "object"}}}
+_schemas["Device"]["required"] += ["desired", "reported", "delta"]
+_schemas["Device"]["properties"].update({
+    "desired": {"type": "object", "description": "What apps want the device to be"},
+    "reported": {"type": "object", "description": "What the device says it is"},
+    "delta": {"type": "object", "description": _DELTA_RULES},
+    "metadata": {"type": "object", "description": "Only with include=metadata: per section, per leaf (nested like "
+                                                  "the section) {version, updatedAt}. " + _CONFIRMATION,
+                 "properties": {section: {"type": "object"} for section in DEVICE_SECTIONS}},
+})
+_sections_members = {section: _STATE for section in DEVICE_SECTIONS}
+_STATE_BODY["properties"].update(_sections_members)  # PUT /devices/{id}: absent sections stay as they are
+OPENAPI["paths"]["/devices"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"].update(
+    _sections_members)  # absent sections are {}
+OPENAPI["paths"]["/devices"]["get"]["parameters"].append(_INCLUDE)
+OPENAPI["paths"]["/devices"]["post"]["parameters"].append(_INCLUDE)
+for _method in ("get", "put", "patch"):
+    OPENAPI["paths"]["/devices/{deviceId}"][_method]["parameters"].append(_INCLUDE)
+OPENAPI["paths"]["/devices/{deviceId}/versions/{version}"]["get"]["parameters"] = [_INCLUDE]
+OPENAPI["paths"]["/devices/{deviceId}/changes"]["get"]["parameters"].append({
+    "name": "sections", "in": "query", "schema": {"type": "string", "pattern": "^(state|desired|reported)"
+                                                                              "(,(state|desired|reported))*$"},
+    "description": "Only changes to these sections (comma-separated); nextSince still moves past the others"})
+_schemas["Change"]["properties"]["sections"] = {
+    "type": "array", "items": {"type": "string", "enum": ["state", "desired", "reported"]},
+    "description": "The sections the write changed"}
+_schemas["Change"]["properties"]["patch"]["description"] = (
+    "RFC 6902 over the whole document {state, desired, reported} (paths /state/..., /desired/..., /reported/...) "
+    "from the previous version ({} for created) to this one; null for deleted")
+for _operation in _schemas["Transaction"]["properties"]["operations"]["items"]["anyOf"]:
+    _members = _operation["properties"]
+    if "mergePatch" in _members or "jsonPatch" in _members:
+        _members["section"] = {"type": "string", "enum": ["state", "desired", "reported"], "default": "state",
+                               "description": "The section the patch applies to (its paths are inside it)"}
+    if "put" in _members:
+        _members["put"]["properties"].update(_sections_members)
+# ---- end of the sections block
+
+
 def _with_head(document: dict) -> dict:
     """HEAD beside every GET (RFC 9110 9.3.2): the same parameters and statuses, no body."""
     for item in document["paths"].values():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 
-from aws_lambda_powertools.event_handler import Response
+from .resolver import Response
 
 from functions.device_state import (
     ConditionFailed,

@@ -58,6 +58,9 @@ def single_header(event, name: str) -> str | None:
     return header(event, name)
 
 
+MAX_VERSION = 10 ** 18 - 1  # versions in paths and queries: at most 18 digits
+
+
 def decimal_integer(raw: str, name: str, low: int, high: int) -> int:
     """A decimal integer of ASCII digits, leading zeros allowed."""
     text = raw
@@ -121,6 +124,13 @@ def json_object(value, what: str, required: tuple[str, ...], optional: tuple[str
         raise BadRequest(f"{what} needs {', '.join(missing)}")
     if unknown:
         raise BadRequest(f"{what} has unknown members: {', '.join(unknown)}")
+    return value
+
+
+def document(value, what: str) -> dict:
+    """A client's JSON object whose members are its own (a section of a device)."""
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} must be a JSON object")
     return value
 
 
@@ -207,6 +217,26 @@ def cursor(raw: str | None) -> str | None:
     if not re.fullmatch(CURSOR_PATTERN, raw):
         raise InvalidCursor("cursor is not one this service issued")
     return raw
+
+
+def integer(query: dict, name: str, default: int | None, low: int, high: int) -> int | None:
+    """An integer query parameter from ``low`` to ``high``, or ``default`` when absent."""
+    raw = query.get(name)
+    return default if raw is None else decimal_integer(raw, name, low, high)
+
+
+INCLUDE = "include"
+METADATA = "metadata"
+
+
+def include_metadata(event) -> bool:
+    """True when the query asks ``include=metadata`` (the only thing it can include)."""
+    multi = event.get("multiValueQueryStringParameters") or {}
+    single = event.get("queryStringParameters") or {}
+    values = multi.get(INCLUDE) or ([single[INCLUDE]] if INCLUDE in single else [])
+    if any(value != METADATA for value in values):
+        raise BadRequest(f"{INCLUDE} can only be {METADATA}")
+    return bool(values)
 
 
 def query_parameters(event, allowed: set[str]) -> dict[str, str]:

@@ -3,9 +3,10 @@ all-or-nothing transaction."""
 
 from __future__ import annotations
 
-from aws_lambda_powertools.event_handler.api_gateway import Router
+from .resolver import Router
 
 from functions.device_state import InvalidDeviceId, InvalidPatch, JsonPatch, MergePatch, Operation
+from functions.device_state.sections import DEVICE_SECTIONS, SECTIONS, STATE
 from functions.device_state.transactions import MAX_OPERATIONS
 from functions.device_state.values import validate_device_id
 
@@ -28,6 +29,8 @@ def _operation(index: int, entry) -> Operation:
         raise BadRequest(f"{where} needs exactly one of {', '.join(ACTIONS)}")
     action = actions[0]
     optional = ("ifMatch", "ifNoneMatch", "leaseToken") if action == "put" else ("ifMatch", "leaseToken")
+    if action in ("mergePatch", "jsonPatch"):
+        optional += ("section",)
     parse.json_object(entry, where, ("deviceId", action), optional)
     try:
         device_id = validate_device_id(entry["deviceId"])
@@ -43,22 +46,27 @@ def _operation(index: int, entry) -> Operation:
         else:
             raise BadRequest(f'{where}.ifMatch takes one strong entity tag such as "\\"3\\"", or *')
     value = entry[action]
+    section = entry.get("section", STATE)
+    if section not in SECTIONS:
+        raise BadRequest(f"{where}.section must be one of {', '.join(SECTIONS)}")
     try:
         if action == "mergePatch":
-            return Operation.update(device_id, MergePatch(value), expected)
+            return Operation.update(device_id, MergePatch(value), expected, section=section)
         if action == "jsonPatch":
-            return Operation.update(device_id, JsonPatch(value), expected)
+            return Operation.update(device_id, JsonPatch(value), expected, section=section)
     except InvalidPatch as error:
         raise BadRequest(f"{where}: {error}") from None
     if action == "put":
-        state = parse.json_object(value, f"{where}.put", ("state",))["state"]
+        put = parse.json_object(value, f"{where}.put", ("state",), DEVICE_SECTIONS)
+        state = put["state"]
+        sections = {name: parse.document(put[name], f"{where}.put.{name}") for name in DEVICE_SECTIONS if name in put}
         if "ifNoneMatch" in entry:
             if entry["ifNoneMatch"] != "*" or "ifMatch" in entry:
                 raise BadRequest(f'{where}.ifNoneMatch takes only "*" (create only), without ifMatch')
-            return Operation.create(device_id, state)
+            return Operation.create(device_id, state, sections)
         if expected is not None or must_exist:
-            return Operation.replace(device_id, state, expected)
-        return Operation.put(device_id, state)
+            return Operation.replace(device_id, state, expected, sections)
+        return Operation.put(device_id, state, sections)
     if value is not True:
         raise BadRequest(f"{where}.{action} must be true")
     if action == "delete":

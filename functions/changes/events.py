@@ -10,6 +10,7 @@ import logging
 import threading
 
 from functions.device_state.changes import Change
+from functions.device_state.sections import delta
 from functions.device_state.values import dumps
 
 SOURCE = "device-state"
@@ -25,12 +26,16 @@ class PublishFailed(RuntimeError):
 
 
 def detail(change: Change) -> dict:
-    """The event detail: the state too when the entry fits EventBridge's limit, else
-    ``stateOmitted`` (read it with GET /devices/{id}/versions/{version}); the patch is
-    left out (``patchOmitted``) only when even that does not fit."""
+    """The event detail: the sections the write changed and the delta after it (null for
+    a delete), so a rule can match "this device now has a delta"; the state too when the
+    entry fits EventBridge's limit, else ``stateOmitted`` (read it with GET
+    /devices/{id}/versions/{version}); the patch, then the delta, are left out
+    (``patchOmitted``, ``deltaOmitted``) only when even that does not fit."""
     body = {"deviceId": change.device_id, "version": change.version, "previousVersion": change.previous_version,
-            "kind": change.kind, "updatedAt": change.updated_at, "patch": change.patch, "state": change.state}
-    for omitted in ("state", "patch"):
+            "kind": change.kind, "updatedAt": change.updated_at, "sections": list(change.sections),
+            "delta": None if change.state is None else delta(change.desired or {}, change.reported or {}),
+            "patch": change.patch, "state": change.state}
+    for omitted in ("state", "patch", "delta"):
         if _entry_bytes(body) <= MAX_EVENT_BYTES - EVENT_MARGIN_BYTES:
             break
         body.pop(omitted)

@@ -24,8 +24,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
-from functions.device_state import dynamodb_client, metrics as names, table
-from functions.device_state import changes
+from functions.device_state import changes, dynamodb_client, metrics as names, restore, table
 from functions.device_state.changes import ChangeLog
 from functions.device_state.errors import InvalidValue
 from functions.device_state.store import Refused
@@ -74,6 +73,12 @@ def publisher():
     if config.events_file:
         return FilePublisher(config.events_file)
     return LogPublisher()
+
+
+# A SnapStart restore reseeds the library's generators and creates these clients afresh.
+restore.on_restore(change_log.cache_clear)
+restore.on_restore(publisher.cache_clear)
+restore.register_with_lambda()
 
 
 # The event source mapping's settings (infra/changes.py); the local poller keeps the same.

@@ -8,18 +8,20 @@ and changes nothing). Everything else the stream carries (lease bookkeeping, the
 journal and its trims, settle stubs, idempotency records, lease rows, change items
 themselves) is no change: ``change_of`` returns None for it.
 
-A change item holds the version, the previous version, the kind, an RFC 6902 patch from
-the previous state to the new one, the new state itself (so history needs no replay), the
-device's timestamps, and ``expiresAt`` = ``updatedAt`` + retention. When patch and state
-do not both fit in one item, the patch is left out and read back as one ``replace`` of
-the whole document (``""``), which is equally exact.
+A change item holds the version, the previous version, the kind, the sections the write
+changed, an RFC 6902 patch over the whole document ``{"state", "desired", "reported"}``
+(paths ``/state/...``, ``/desired/...``, ``/reported/...``) from the previous version to
+this one, the new sections themselves and their per-leaf metadata (so history needs no
+replay), the device's timestamps, and ``expiresAt`` = ``updatedAt`` + retention. When
+patch and sections do not both fit in one item, the patch is left out and read back as
+one ``replace`` of the whole document (``""``), which is equally exact.
 
-A state write is refused unless its change item fits (``change_item_size``), so the state
-always fits. Should DynamoDB still refuse one, the state is left out and history rebuilds
-that version from the one before and the patch; should even that be refused, or the
-processor give a record up, a *lost* marker takes the version's place: followers that
-reach it get ``ChangesExpired`` (HTTP 410 with the current version) at once, never a
-silent gap.
+A state write is refused unless its change item fits (``change_item_size``), so the
+sections always fit. Should DynamoDB still refuse one, the sections are left out (the
+metadata kept if it fits) and history rebuilds that version from the one before and the
+patch; should even that be refused, or the processor give a record up, a *lost* marker
+takes the version's place: followers that reach it get ``ChangesExpired`` (HTTP 410 with
+the current version) at once, never a silent gap.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import jsonpatch
 from . import table
 from .device import Device
 from .errors import DeviceNotFound, DeviceStateError, ItemTooLarge
+from .sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, entries_of
 from .store import Rejected, IDEMPOTENT, Store
 from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads, validate_device_id
 
@@ -48,7 +51,11 @@ CREATED, UPDATED, REPLACED, DELETED = "created", "updated", "replaced", "deleted
 PREVIOUS_VERSION = "previousVersion"
 KIND = "kind"
 PATCH = "patch"  # RFC 6902, as JSON text (no nesting limit to meet)
+SECTIONS_CHANGED = "sections"  # the sections the write changed (a list of names)
 LOST = "lost"  # true on the marker of a version whose change could not be recorded
+# The device attributes a change item copies from the new image (besides state).
+_COPIED = (table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
+_METADATA = (table.META_DESIRED, table.META_REPORTED)
 SIZE_MARGIN_BYTES = 1024
 # The processor's event source mapping gives a record up once it is this old (to the
 # on-failure queue; infra/changes.py). A device's last write older than that, plus a
@@ -94,11 +101,21 @@ class Change:
     state: dict | None  # None for a delete (and when stored without it: see ``at_version``)
     created_at: str | None
     updated_at: str
+    sections: tuple = SECTIONS  # the sections the write changed
+    desired: dict | None = None  # None for a delete (and when stored without it)
+    reported: dict | None = None
+    entries: dict | None = None  # per-leaf metadata entries of desired and reported
     lost: bool = False  # its change could not be recorded
 
     def as_dict(self) -> dict:
         return {"deviceId": self.device_id, "version": self.version, "previousVersion": self.previous_version,
-                "kind": self.kind, "patch": self.patch, "updatedAt": self.updated_at}
+                "kind": self.kind, "sections": list(self.sections), "patch": self.patch,
+                "updatedAt": self.updated_at}
+
+    def device(self) -> Device:
+        """The device as it was at this change (not for a delete)."""
+        return Device(self.device_id, self.version, self.state, self.created_at or "", self.updated_at,
+                      desired=self.desired or {}, reported=self.reported or {}, entries=self.entries or {})
 
 
 def _version(image: dict | None) -> int:
@@ -119,13 +136,32 @@ def change_of(old: dict | None, new: dict | None) -> Change | None:
         kind = CREATED
     else:
         kind = REPLACED if new.get(table.LAST_WRITE, {}).get("S") == REPLACED else UPDATED
-    before = from_attribute(old[table.STATE]) if kind != CREATED and old and table.STATE in old else {}
-    after = from_attribute(new[table.STATE]) if kind != DELETED else None
+    before = document(old) if kind != CREATED else {}
+    after = document(new) if kind != DELETED else None
     return Change(
         device_id=new[table.PARTITION_KEY]["S"], version=version, previous_version=version - 1, kind=kind,
-        patch=None if after is None else diff(before, after), state=after,
+        patch=None if after is None else diff(before, after), state=None if after is None else after[STATE],
         created_at=new.get(table.CREATED_AT, {}).get("S"),
-        updated_at=new.get(table.UPDATED_AT, {}).get("S") or new[table.DELETED_AT]["S"])
+        updated_at=new.get(table.UPDATED_AT, {}).get("S") or new[table.DELETED_AT]["S"],
+        sections=SECTIONS if kind in (CREATED, DELETED) else changed_sections(before, after, new, version),
+        desired=after and after[DESIRED], reported=after and after[REPORTED], entries=after and entries_of(new))
+
+
+def document(image: dict | None) -> dict:
+    """The whole document of a state image: every section, ``{}`` where it has none."""
+    return {section: from_attribute(image[section]) if image and section in image else {}
+            for section in SECTIONS}
+
+
+def changed_sections(before: dict, after: dict, new: dict, version: int) -> tuple:
+    """The sections a write changed: those it wrote (desired and reported mark the
+    version that last wrote them) or whose document differs; a write that names no
+    section wrote the state."""
+    written = {section for section in (DESIRED, REPORTED)
+               if new.get(CHANGED_ATTRIBUTES[section], {}).get("N") == str(version)}
+    differ = {section for section in SECTIONS if not _same(before[section], after[section])}
+    changed = written | differ or {STATE}
+    return tuple(section for section in SECTIONS if section in changed)
 
 
 def diff(before, after, path: str = "") -> list[dict]:
@@ -178,31 +214,39 @@ def _change_base(change: Change, retention_seconds: int) -> dict:
     }
     if change.created_at:
         item[table.CREATED_AT] = {"S": change.created_at}
+    item[SECTIONS_CHANGED] = {"L": [{"S": section} for section in change.sections]}
     return item
 
 
 def change_item(change: Change, new_image: dict, retention_seconds: int) -> dict:
-    """The change item (low-level form): the state copied from the stream image as is."""
+    """The change item (low-level form): the sections and metadata copied from the stream
+    image as they are."""
     item = _change_base(change, retention_seconds)
     if change.state is not None:
         item[table.STATE] = new_image[table.STATE]
+        item.update({name: new_image[name] for name in _COPIED if name in new_image})
         with_patch = {**item, PATCH: {"S": dumps(change.patch)}}
         if item_size(with_patch) <= MAX_ITEM_BYTES - SIZE_MARGIN_BYTES:
             item = with_patch
     return item
 
 
-def change_item_size(device: Device, state_attribute: dict) -> int:
-    """The size of the smallest change item that holds ``device``'s state (the most a
-    retention can add to ``expiresAt`` included): what a state write must leave room for."""
+def change_item_size(device: Device, attributes: dict) -> int:
+    """The size of the smallest change item that holds ``device``'s sections and metadata
+    (``attributes``, low-level form; the most a retention can add to ``expiresAt`` and
+    every section name in ``sections`` included): what a state write must leave room for."""
     change = Change(device.device_id, device.version, device.version - 1, REPLACED, None, device.state,
                     device.created_at or None, device.updated_at)
-    return item_size({**_change_base(change, 10 ** 10), table.STATE: state_attribute})
+    return item_size({**_change_base(change, 10 ** 10), **attributes})
 
 
-def _without_state(change: Change, retention_seconds: int) -> dict:
-    """The change with its patch but not its state (history rebuilds it from the version before)."""
-    return {**_change_base(change, retention_seconds), PATCH: {"S": dumps(change.patch)}}
+def _without_sections(change: Change, new_image: dict, retention_seconds: int, metadata: bool) -> dict:
+    """The change with its patch but not its sections (history rebuilds them from the
+    version before), with the metadata of the new version if ``metadata``."""
+    item = {**_change_base(change, retention_seconds), PATCH: {"S": dumps(change.patch)}}
+    if metadata:
+        item.update({name: new_image[name] for name in _METADATA if name in new_image})
+    return item
 
 
 def _lost(change: Change, retention_seconds: int) -> dict:
@@ -216,11 +260,14 @@ def _from_item(item: dict) -> Change:
     elif PATCH in item:
         patch = loads(item[PATCH]["S"])
     else:
-        patch = None if state is None else [{"op": "replace", "path": "", "value": state}]
+        patch = None if state is None else [{"op": "replace", "path": "", "value": document(item)}]
+    sections = tuple(from_attribute(item[SECTIONS_CHANGED])) if SECTIONS_CHANGED in item else SECTIONS
+    whole = document(item)
     return Change(
         device_id=item[table.PARTITION_KEY]["S"], version=int(item[table.VERSION]["N"]),
         previous_version=int(item[PREVIOUS_VERSION]["N"]), kind=item[KIND]["S"], patch=patch, state=state,
         created_at=item.get(table.CREATED_AT, {}).get("S"), updated_at=item[table.UPDATED_AT]["S"],
+        sections=sections, desired=whole[DESIRED], reported=whole[REPORTED], entries=entries_of(item),
         lost=LOST in item)
 
 
@@ -244,7 +291,8 @@ class ChangeLog:
             return None
         forms = [change_item(change, new_image, self.retention_seconds)]
         if change.state is not None:
-            forms.append(_without_state(change, self.retention_seconds))
+            forms += [_without_sections(change, new_image, self.retention_seconds, metadata=True),
+                      _without_sections(change, new_image, self.retention_seconds, metadata=False)]
         forms.append(_lost(change, self.retention_seconds))
         for form in forms:
             try:
@@ -326,7 +374,7 @@ class ChangeLog:
     def at_version(self, device_id: str, version: int) -> Device:
         """The device as it was at ``version``, within the retention."""
         validate_device_id(device_id)
-        pending: list[Change] = []  # versions stored without their state, newest first
+        pending: list[Change] = []  # versions stored without their sections, newest first
         for at in range(version, max(version - MAX_REBUILD_STEPS, 0), -1):
             item = self.store.get({table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": change_sk(at)}})
             if item is None or table.is_expired(item, self.clock()):
@@ -337,13 +385,14 @@ class ChangeLog:
             if change.kind == DELETED:
                 raise VersionNotFound(device_id, version, "the device was deleted at this version")
             if change.state is not None:
-                state = change.state
-                for later in reversed(pending):  # rebuilt from the state before and each patch
-                    state = apply_patch(state, later.patch)
+                whole = {STATE: change.state, DESIRED: change.desired or {}, REPORTED: change.reported or {}}
+                for later in reversed(pending):  # rebuilt from the version before and each patch
+                    whole = apply_patch(whole, later.patch)
                 newest = pending[0] if pending else change
-                return Device(device_id, version, state, newest.created_at or "", newest.updated_at)
+                return Device(device_id, version, whole[STATE], newest.created_at or "", newest.updated_at,
+                              desired=whole[DESIRED], reported=whole[REPORTED], entries=newest.entries or {})
             pending.append(change)
-        raise VersionNotFound(device_id, version, "too far from a version stored with its state")
+        raise VersionNotFound(device_id, version, "too far from a version stored with its sections")
 
     def _current(self, device_id: str, now: float) -> tuple[int, str | None]:
         """The device's current version (a tombstone's too) and when it was last written;

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import os
 
+from .restore import on_restore
+
 # botocore sends each request once: a resend of a conditional write whose first copy
 # landed is a second, different write, so the library's store decides what is sent again
 # (see store.py). Short timeouts keep a lost answer's window to seconds.
@@ -58,3 +60,8 @@ def _client(endpoint_url: str | None, region_name: str | None):
 
 
 dynamodb_client.cache_clear = _client.cache_clear  # a test that swaps engines starts from fresh clients
+
+
+# A restored copy must not reuse the snapshotted process's connections, nor the credentials
+# its sessions resolved before the snapshot: clients are created afresh on first use.
+on_restore(dynamodb_client.cache_clear)

@@ -29,6 +29,12 @@ NAMES = {
     "#leaseKey": table.LEASE_KEY,
     "#leaseUntil": table.LEASE_UNTIL,
     "#lastWrite": table.LAST_WRITE,
+    "#desired": table.DESIRED,
+    "#reported": table.REPORTED,
+    "#metaDesired": table.META_DESIRED,
+    "#metaReported": table.META_REPORTED,
+    "#changedDesired": table.CHANGED_DESIRED,
+    "#changedReported": table.CHANGED_REPORTED,
     "#itemBytes": table.ITEM_BYTES,
 }
 

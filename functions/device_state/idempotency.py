@@ -5,7 +5,7 @@ the same ``TransactWriteItems`` as the device change it describes, under
 ``attribute_not_exists``: either both land or neither does, so a retry after a lost
 response finds the record and replays instead of applying the change again. A
 transaction too large to carry its whole answer beside it records the versions only
-(one small item, one action), and a replay reads those versions' states back.
+(one small item, one action), and a replay reads those versions back, every section.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from . import table
@@ -87,13 +87,14 @@ def record_puts(table_name: str, partition: str, key: IdempotencyKey, results: l
     outcome) pairs). The answer is stored compressed, and split over as many items as it
     needs. Only the first item carries the condition that makes the key single-use.
 
-    ``with_states=False`` records each device's version but not its state: one small item,
+    ``with_states=False`` records each device's version but not its sections: one small item,
     for a transaction whose answer would not fit beside it (DynamoDB's 4 MB and 100
-    actions). A replay then reads each state back at its version (``recorded_results``):
-    a version's state never changes, so the answer is the same."""
+    actions). A replay then reads each device back at its version (``recorded_results``):
+    a version's sections never change, so the answer is the same."""
     answer = zlib.compress(dumps([
         {OUTCOME: outcome, "deviceId": device.device_id, "version": device.version,
-         **({"state": device.state} if with_states else {}),
+         **({"state": device.state, "desired": device.desired, "reported": device.reported,
+             "entries": device.entries} if with_states else {}),
          "createdAt": device.created_at, "updatedAt": device.updated_at}
         for device, outcome in results]).encode(), 6)
     parts = [answer[offset:offset + PART_BYTES] for offset in range(0, len(answer), PART_BYTES)] or [b""]
@@ -127,11 +128,11 @@ def part_key(partition: str, key: IdempotencyKey, index: int) -> dict:
 
 def recorded_results(partition: str, key: IdempotencyKey, record: dict | None, now: float,
                      read_part: Callable[[dict], dict | None],
-                     read_state: Callable[[str, int], dict] | None = None) -> list[tuple] | None:
+                     read_device: Callable[[str, int], Device] | None = None) -> list[tuple] | None:
     """The recorded (device, outcome) pairs of a live record, None without one;
     ``IdempotencyKeyReused`` when the key was used for a different request.
-    ``read_part(key)`` reads one further part of a long answer; ``read_state(device_id,
-    version)`` the state of a device at a version a record holds without its state."""
+    ``read_part(key)`` reads one further part of a long answer; ``read_device(device_id,
+    version)`` the device at a version a record holds without its state."""
     if record is None or table.is_expired(record, now):
         return None
     if record[FINGERPRINT]["S"] != key.fingerprint:
@@ -145,7 +146,11 @@ def recorded_results(partition: str, key: IdempotencyKey, record: dict | None, n
     results = []
     for entry in loads(zlib.decompress(answer)):
         version = int(entry["version"])
-        state = entry["state"] if "state" in entry else read_state(entry["deviceId"], version)
-        results.append((Device(entry["deviceId"], version, state, entry["createdAt"], entry["updatedAt"],
-                               replayed=True), entry[OUTCOME]))
+        if "state" in entry:
+            device = Device(entry["deviceId"], version, entry["state"], entry["createdAt"], entry["updatedAt"],
+                            desired=entry.get("desired", {}), reported=entry.get("reported", {}),
+                            entries=entry.get("entries", {}))
+        else:
+            device = read_device(entry["deviceId"], version)
+        results.append((replace(device, replayed=True), entry[OUTCOME]))
     return results

@@ -24,11 +24,14 @@ from .idempotency import CREATED, REPLACED, UPDATED, IdempotencyKey
 from .leases import DEFAULT_TTL_SECONDS, Lease, LeaseQueue
 from .observer import NULL_OBSERVER, UpdateObserver
 from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
+from .recent import RecentJournals
+from .restore import random_generator
 from .retry import Backoff, Moved, RetryLoop
+from .sections import CHANGED_ATTRIBUTES, STATE, check_section, check_sections, replacing
 from .store import IDEMPOTENT, ONCE, Ambiguous, Cancelled, Refused, Rejected, Store, decode_cursor, encode_cursor
 from .transactions import Operation, TransactionRunner
 from .values import check_state, validate_device_id
-from .writes import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect, refusal, trim_request
+from .writes import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect, refusal
 
 UpdateFn = Callable[[dict], dict]
 logger = logging.getLogger("device_state")
@@ -74,11 +77,12 @@ class DeviceStateManager:
         self.clock = clock
         self.monotonic = monotonic
         self.sleep = sleep
-        self.rng = rng or random.Random()
+        self.rng = rng or random_generator()
         self.store = Store(client, table_name, backoff=backoff, sleep=sleep, rng=self.rng, monotonic=monotonic)
         self.pipeline = WritePipeline(self.store, observer=observer, backoff=backoff, clock=clock,
                                       monotonic=monotonic, sleep=sleep, rng=self.rng, settle_seconds=settle_seconds)
         self.fence = Fence()
+        self.recent = RecentJournals()
 
     @property
     def client(self):
@@ -119,6 +123,25 @@ class DeviceStateManager:
         item = self.store.get_state(device_id)
         return item if table.is_live_state(item, self.clock()) else None
 
+    def wait_for_sections(self, device_id: str, since: int, wait_seconds: float,
+                          first_delay: float = 0.05, max_delay: float = 0.5) -> Device:
+        """The device once a write after version ``since`` has changed its desired or
+        reported (at once when one already has), or as it is when ``wait_seconds`` pass.
+        Polls the state item (strongly consistent), so it never trails the writes."""
+        deadline = self.monotonic() + max(wait_seconds, 0.0)
+        delay = first_delay
+        while True:
+            item = self.live_state(device_id)
+            if item is None:
+                raise DeviceNotFound(device_id)
+            changed = max((int(item[attribute]["N"]) for attribute in CHANGED_ATTRIBUTES.values()
+                           if attribute in item), default=0)
+            left = deadline - self.monotonic()
+            if changed > since or left <= 0:
+                return Device.from_item(item)
+            self.sleep(min(delay, left))
+            delay = min(delay * 2, max_delay)
+
     def list_devices(self, limit: int = 50, cursor: str | None = None) -> tuple[list[Device], str | None]:
         """One page of devices and the opaque cursor of the next page (None at the end).
 
@@ -153,49 +176,70 @@ class DeviceStateManager:
     # TransactWriteItems, and a write whose record exists is answered from the record
     # (``Device.replayed`` is then True) without touching the device.
 
-    def create(self, device_id: str, state: dict, *, idempotency: IdempotencyKey | None = None) -> Device:
+    def create(self, device_id: str, state: dict, *, sections: dict | None = None,
+               idempotency: IdempotencyKey | None = None) -> Device:
         """Create a device at version 1 (or, over a deleted one's tombstone, at its last
-        version + 1); ``DeviceAlreadyExists`` if it exists."""
+        version + 1); ``DeviceAlreadyExists`` if it exists. ``sections``: its ``desired``
+        and ``reported`` (each ``{}`` when absent)."""
         validate_device_id(device_id)
         check_state(state)
-        return self._write(device_id, lambda planner, item: planner.create(device_id, state, item), idempotency)[0]
+        check_sections(sections)
+        return self._write(device_id, lambda planner, item: planner.create(device_id, state, item, sections),
+                           idempotency)[0]
 
-    def put(self, device_id: str, state: dict, *, idempotency: IdempotencyKey | None = None) -> tuple[Device, bool]:
-        """Create the device or replace its whole state; returns (device, created)."""
+    def put(self, device_id: str, state: dict, *, sections: dict | None = None,
+            idempotency: IdempotencyKey | None = None) -> tuple[Device, bool]:
+        """Create the device or replace its whole state (and the ``sections`` given, the
+        others unchanged); returns (device, created)."""
         validate_device_id(device_id)
         check_state(state)
+        check_sections(sections)
 
         def plan(planner: Planner, item):
             if table.is_live_state(item, planner.now):
-                return planner.replace_state(item, lambda _: state, None, REPLACED)
-            return planner.create(device_id, state, item)
+                return planner.write_sections(item, replacing(state, sections), None, REPLACED)
+            return planner.create(device_id, state, item, sections)
 
         device, outcome = self._write(device_id, plan, idempotency, created_may_move=True)
         return device, outcome == CREATED
 
     def replace(self, device_id: str, state: dict, expected_version: int | None = None, *,
-                idempotency: IdempotencyKey | None = None) -> Device:
-        """Replace the whole state. With ``expected_version`` only at that version;
-        without it a deliberate clobber (DynamoDBMapper's CLOBBER) that still bumps the
-        version by exactly one."""
+                sections: dict | None = None, idempotency: IdempotencyKey | None = None) -> Device:
+        """Replace the whole state (and the ``sections`` given). With ``expected_version``
+        only at that version; without it a deliberate clobber (DynamoDBMapper's CLOBBER)
+        that still bumps the version by exactly one."""
         validate_device_id(device_id)
         check_state(state)
+        check_sections(sections)
+        return self._write(device_id, lambda planner, item: planner.write_sections(
+            expect(device_id, item, expected_version, planner.now), replacing(state, sections), None, REPLACED),
+            idempotency, expected_version=expected_version)[0]
+
+    def replace_section(self, device_id: str, section: str, document: dict, expected_version: int | None = None,
+                        *, idempotency: IdempotencyKey | None = None) -> Device:
+        """Replace one section (``state``, ``desired`` or ``reported``) whole."""
+        validate_device_id(device_id)
+        check_section(section)
+        check_state(document)
         return self._write(device_id, lambda planner, item: planner.replace_state(
-            expect(device_id, item, expected_version, planner.now), lambda _: state, None, REPLACED),
+            expect(device_id, item, expected_version, planner.now), lambda _: document, None, REPLACED, section),
             idempotency, expected_version=expected_version)[0]
 
     def update(self, device_id: str, update_fn: UpdateFn, expected_version: int, *,
-               condition: ConditionBase | None = None, idempotency: IdempotencyKey | None = None) -> Device:
+               condition: ConditionBase | None = None, idempotency: IdempotencyKey | None = None,
+               section: str = STATE) -> Device:
         """One conditional change (the ``If-Match`` path): apply ``update_fn`` to the
-        state at ``expected_version``; ``VersionConflict`` if the device is elsewhere."""
+        state (or ``section``) at ``expected_version``; ``VersionConflict`` if the device
+        is elsewhere."""
         validate_device_id(device_id)
+        check_section(section)
         return self._write(device_id, lambda planner, item: planner.replace_state(
-            expect(device_id, item, expected_version, planner.now), update_fn, condition, UPDATED),
+            expect(device_id, item, expected_version, planner.now), update_fn, condition, UPDATED, section),
             idempotency, expected_version=expected_version, counted=True)[0]
 
     def update_with_retry(self, device_id: str, update_fn: UpdateFn, *, condition: ConditionBase | None = None,
                           max_attempts: int | None = None, budget_seconds: float | None = None,
-                          idempotency: IdempotencyKey | None = None) -> Device:
+                          idempotency: IdempotencyKey | None = None, section: str = STATE) -> Device:
         """Read, apply the pure ``update_fn`` to a copy of the state, and write it under
         ``version = :expected``; when another writer got there first, re-apply it to
         the newer state: at once to the item the failed write returned after a first
@@ -210,14 +254,16 @@ class DeviceStateManager:
         ``condition`` (boto3 ``Attr(...)`` conditions, e.g. ``Attr("state.online").eq(True)``)
         is ANDed with the version check; when it is false ``ConditionFailed`` is raised
         at once. An exception from ``update_fn`` propagates at once, nothing written.
+        ``section``: the section the patch applies to (``state`` unless named).
         """
         validate_device_id(device_id)
+        check_section(section)
         if idempotency is None and condition is None:  # a caller's condition keeps read-modify-write
-            compiled = self._compiled_update(device_id, update_fn)
+            compiled = self._compiled_update(device_id, update_fn, section)
             if compiled is not None:
                 return compiled
         return self._write(device_id, lambda planner, item: planner.replace_state(
-            expect(device_id, item, None, planner.now), update_fn, condition, UPDATED),
+            expect(device_id, item, None, planner.now), update_fn, condition, UPDATED, section),
             idempotency, max_attempts=max_attempts, budget_seconds=budget_seconds, counted=True)[0]
 
     def delete(self, device_id: str, expected_version: int | None = None, *,
@@ -248,13 +294,13 @@ class DeviceStateManager:
     def recorded_results(self, partition: str, idempotency: IdempotencyKey) -> list[tuple[Device, str]] | None:
         record = self.store.get(idem.record_key(partition, idempotency))
         results = idem.recorded_results(partition, idempotency, record, self.clock(), self.store.get,
-                                        self._state_at)
+                                        self._device_at)
         if results is not None:
             self.observer.replayed(partition)
         return results
 
-    def _state_at(self, device_id: str, version: int) -> dict:
-        """The device's state at ``version``: its state item while it is there, else the
+    def _device_at(self, device_id: str, version: int) -> Device:
+        """The device at ``version`` (state and sections): its state item while it is there, else the
         feed's history (written a moment after the version; waited for that long)."""
         deadline = self.monotonic() + REPLAY_HISTORY_WAIT_SECONDS
         log = ChangeLog(self.client, self.table_name, clock=self.clock)
@@ -262,9 +308,9 @@ class DeviceStateManager:
             item = self.store.get_state(device_id)
             if item is not None and table.VERSION in item and int(item[table.VERSION]["N"]) == version \
                     and table.STATE in item:
-                return Device.from_item(item).state
+                return Device.from_item(item)
             try:
-                return log.at_version(device_id, version).state
+                return log.at_version(device_id, version)
             except VersionNotFound:
                 if self.monotonic() >= deadline:
                     raise StorageUnavailable(f"the recorded answer of {device_id} at version {version} cannot be "
@@ -296,6 +342,7 @@ class DeviceStateManager:
                 return recorded
 
         def attempt(item, number):
+            self.recent.saw(device_id, item)
             planner = self.planner()
             try:
                 planned = plan(planner, item)
@@ -337,9 +384,8 @@ class DeviceStateManager:
         try:
             self.store.send("transact_write_items", IDEMPOTENT, TransactItems=items,
                             ClientRequestToken=idempotency.client_request_token(self.table_name, device_id, items))
-        except Ambiguous as lost:
-            self.observer.outcome_unknown(device_id)
-            raise OutcomeUnknown(device_id, str(lost)) from None
+        except Ambiguous as lost:  # every send's answer lost: the journal tells whether it applied
+            return self.pipeline.settle(device_id, planned, str(lost)), planned.outcome
         except Cancelled as cancelled:
             device_reason, record_reason = (cancelled.reasons + [{}, {}])[:2]
             if record_reason.get("Code") == "ConditionalCheckFailed":
@@ -354,36 +400,36 @@ class DeviceStateManager:
             raise StorageError(f"transaction cancelled: {cancelled.reasons}") from None
         return planned.device, planned.outcome
 
-    def _compiled_update(self, device_id: str, update_fn) -> Device | None:
+    def _compiled_update(self, device_id: str, update_fn, section: str = STATE) -> Device | None:
         """Apply a patch that compiles to one UpdateItem: no read, and nothing for another
         writer to invalidate, so no conflict. None when it does not compile, or DynamoDB
-        refuses it (a guard, a missing parent, a type): read-modify-write then decides."""
+        refuses it (a guard, a missing parent, a type): read-modify-write then decides.
+        Desired and reported compile nested merge patches too (``MergePatch.compile``)."""
         compile_patch = getattr(update_fn, "compile", None)
-        compiled = compile_patch() if compile_patch else None
-        planner = self.planner()
-        planned = planner.compiled(device_id, compiled) if compiled is not None else None
-        if planned is None:
+        if compile_patch is None:
+            compiled = None
+        elif section == STATE:
+            compiled = compile_patch()
+        else:
+            compiled = compile_patch(root="#" + section, nested=True)
+        if compiled is None:
             return None
-        started = self.monotonic()
-        self.observer.attempt(device_id, 1)
-        try:
-            device, item = self.pipeline.send(planner, device_id, planned)
-        except (Moved, ConditionFailed, Refused, ItemTooLarge):
-            # A guard or DynamoDB refused it (its form: expression size, too many names; or
-            # the item's size); Moved "settled": never applied. Read-modify-write decides.
-            return None
+        with self.recent.to_trim(device_id) as seen:
+            planner = self.planner()
+            planned = planner.compiled(device_id, compiled, seen, section)
+            if planned is None:
+                return None
+            started = self.monotonic()
+            self.observer.attempt(device_id, 1)
+            try:
+                device, item = self.pipeline.send(planner, device_id, planned)
+            except (Moved, ConditionFailed, Refused, ItemTooLarge):
+                # A guard or DynamoDB refused it (its form: expression size, too many names; or
+                # the item's size); Moved "settled": never applied. Read-modify-write decides.
+                return None
+            if item is None:  # settled as applied: what it trimmed was not seen
+                self.recent.forget(device_id)
+            self.recent.saw(device_id, item)
         self.observer.succeeded(device_id, 1, self.monotonic() - started)
-        self._trim_if_grown(item)
         return device
-
-    def _trim_if_grown(self, item: dict | None) -> None:
-        """Compiled patches read nothing, so they cannot trim the journal; one trim per
-        ``JOURNAL_TRIM_EVERY`` versions keeps it bounded."""
-        request = trim_request(item, self.clock()) if item else None
-        if request is None:
-            return
-        try:
-            self.store.send("update_item", ONCE, **request)
-        except (Rejected, DeviceStateError) as error:  # the patch itself applied: never fail its answer
-            logger.info("journal trim skipped", extra={"reason": type(error).__name__})
 

@@ -12,6 +12,7 @@ from decimal import Context, Decimal, Inexact, localcontext
 import jsonpatch
 import jsonpointer
 
+from .sections import pointer
 from .errors import InvalidPatch, InvalidValue, PatchNotApplicable, PatchTestFailed
 from .values import (MAX_PATCH_OPERATIONS, MAX_SIGNIFICANT_DIGITS, canonical, check_member_name, check_number,
                      check_text, dumps, significant_digits)
@@ -49,8 +50,24 @@ class MergePatch:
     def __call__(self, state: dict) -> dict:
         return _merge(state, self.patch)
 
-    def compile(self) -> "CompiledUpdate | None":
-        return _compile_merge_patch(self.patch) if self.patch else None
+    def compile(self, root: str = "#state", nested: bool = False) -> "CompiledUpdate | None":
+        """``nested``: members of objects in the patch compile too, on condition that the
+        object exists (else read-modify-write merges into whatever is there)."""
+        return _compile_merge_patch(self.patch, CompiledUpdate(root=root), nested) if self.patch else None
+
+    def touched(self) -> list[str]:
+        """The pointers the patch sets or removes (its leaves)."""
+        return _merge_leaves(self.patch, ())
+
+
+def _merge_leaves(patch: dict, parts: tuple) -> list[str]:
+    found = []
+    for key, value in patch.items():
+        if isinstance(value, dict) and value:
+            found.extend(_merge_leaves(value, parts + (key,)))
+        else:
+            found.append(pointer(parts + (key,)))
+    return found
 
 
 def _check_merge_members(patch: dict) -> None:
@@ -163,10 +180,15 @@ class JsonPatch:
             raise PatchNotApplicable("the patch would make the state something other than an object")
         return result
 
-    def compile(self) -> "CompiledUpdate | None":
+    def compile(self, root: str = "#state", nested: bool = False) -> "CompiledUpdate | None":
         """One UpdateItem with no read, where every operation is an increment, add,
         replace or remove of an object member (the common device update); else None."""
-        return _compile_json_patch(self.operations) if self.operations else None
+        return _compile_json_patch(self.operations, CompiledUpdate(root=root)) if self.operations else None
+
+    def touched(self) -> list[str]:
+        """The pointers the patch may set or remove (a move's source too; a test's none)."""
+        return [pointer for operation in self.operations if operation["op"] != "test"
+                for pointer in (operation["path"], *((operation["from"],) if operation["op"] == "move" else ()))]
 
 
 def _shown(value) -> str:
@@ -277,6 +299,12 @@ class CompiledUpdate:
     names: dict = field(default_factory=dict)
     values: dict = field(default_factory=dict)
     _paths: list[tuple] = field(default_factory=list)
+    root: str = "#state"  # the placeholder of the section it changes
+
+    @property
+    def pointers(self) -> list[str]:
+        """The JSON Pointers (inside the section) of the members it sets or removes."""
+        return [pointer(parts) for parts in self._paths]
 
     def path(self, parts: tuple) -> str | None:
         """The placeholder path of state member ``parts``, or None when it overlaps one
@@ -288,12 +316,16 @@ class CompiledUpdate:
             if used[: len(parts)] == parts or parts[: len(used)] == used:
                 return None
         self._paths.append(parts)
+        return self.placeholder_path(parts)
+
+    def placeholder_path(self, parts: tuple) -> str:
+        """The placeholder path of ``parts``, not recorded as a changed member."""
         placeholders = []
         for part in parts:
             placeholder = f"#p{len(self.names)}"
             self.names[placeholder] = part
             placeholders.append(placeholder)
-        return ".".join(["#state", *placeholders])
+        return ".".join([self.root, *placeholders])
 
     def value(self, value) -> str:
         placeholder = f":c{len(self.values)}"
@@ -324,8 +356,7 @@ def _member_parts(pointer: str) -> tuple | None:
     return parts
 
 
-def _compile_json_patch(operations: list) -> CompiledUpdate | None:
-    compiled = CompiledUpdate()
+def _compile_json_patch(operations: list, compiled: CompiledUpdate) -> CompiledUpdate | None:
     for operation in operations:
         op, parts = operation["op"], _member_parts(operation["path"])
         if parts is None or op not in ("increment", "add", "replace", "remove"):
@@ -373,14 +404,31 @@ def _compile_json_patch(operations: list) -> CompiledUpdate | None:
     return compiled
 
 
-def _compile_merge_patch(patch: dict) -> CompiledUpdate | None:
-    compiled = CompiledUpdate()
+def _compile_merge_patch(patch: dict, compiled: CompiledUpdate, nested: bool,
+                         parent: tuple = ()) -> CompiledUpdate | None:
+    if parent:
+        if not _is_text_path(parent):
+            return None
+        compiled.conditions.append(
+            f"attribute_type({compiled.placeholder_path(parent)}, {compiled.value('M')})")
     for key, value in patch.items():
-        if isinstance(value, dict) or not key:
-            return None  # merging into an object DynamoDB cannot express without knowing it
-        path = compiled.path((key,))
+        if not key:
+            return None
+        if isinstance(value, dict):
+            # Merging into an object DynamoDB cannot express without knowing it, except
+            # member by member into an object that exists (the condition says so).
+            if not nested or not value or _compile_merge_patch(value, compiled, nested, parent + (key,)) is None:
+                return None
+            continue
+        path = compiled.path(parent + (key,))
+        if path is None:
+            return None
         if value is None:
             compiled.removes.append(path)
         else:
             compiled.sets.append(f"{path} = {compiled.value(value)}")
     return compiled
+
+
+def _is_text_path(parts: tuple) -> bool:
+    return all(isinstance(part, str) and _is_text(part) for part in parts)

@@ -14,6 +14,7 @@ from . import table
 from .device import Device
 from .errors import ItemTooLarge, OutcomeUnknown, StorageUnavailable
 from .observer import UpdateObserver
+from .restore import random_generator
 from .retry import Backoff, Moved
 from .store import ONCE, Ambiguous, Rejected, Store
 from .writes import Planned, Planner, refusal, settle_request, trimmed_stamp, written_version
@@ -35,7 +36,7 @@ class WritePipeline:
         self._clock = clock
         self._monotonic = monotonic
         self._sleep = sleep
-        self._rng = rng or random.Random()
+        self._rng = rng or random_generator()
 
     def send(self, planner: Planner, device_id: str, planned: Planned) -> tuple[Device, dict | None]:
         """Send one planned UpdateItem. Returns the device after it when it applied (once),

@@ -22,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError,
 
 from . import table
 from .errors import InvalidCursor, ItemTooLarge, StorageError, StorageUnavailable
+from .restore import random_generator
 from .retry import Backoff
 from .values import MAX_DEVICE_ID_CHARS, MAX_ITEM_BYTES
 
@@ -71,7 +72,7 @@ class Store:
         self.table_name = table_name
         self.backoff = backoff
         self._sleep = sleep
-        self._rng = rng or random.Random()
+        self._rng = rng or random_generator()
         self._monotonic = monotonic
 
     def send(self, operation: str, mode: str = READ, deadline: float | None = None, **request) -> dict:

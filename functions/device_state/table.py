@@ -76,6 +76,12 @@ STATE = "state"
 CREATED_AT = "createdAt"
 UPDATED_AT = "updatedAt"
 DELETED_AT = "deletedAt"  # set on a tombstone: the device was deleted at this time
+DESIRED = "desired"  # what apps want the device to be
+REPORTED = "reported"  # what the device says it is
+META_DESIRED = "metaDesired"  # per-leaf metadata of desired and reported (see sections.py)
+META_REPORTED = "metaReported"
+CHANGED_DESIRED = "changedDesired"  # the version of the last write to desired (what a delta waiter waits for)
+CHANGED_REPORTED = "changedReported"
 LAST_WRITE = "lastWrite"  # what the write that made this version did: created, replaced, updated, deleted
 # An upper estimate of the item's size: set by every read-modify-write, raised by each
 # compiled patch by the most it can add. A compiled patch (which reads nothing) applies
@@ -85,7 +91,8 @@ ITEM_BYTES = "itemBytes"
 # The write journal: one attribute per recent write, named by its write id and holding
 # the version that write produced (0: settled as never applied). See writes.py.
 JOURNAL_PREFIX = "w:"
-JOURNAL_TRIMMED = "journalTrimmed"  # the newest write-id stamp (ms) ever trimmed from the journal
+JOURNAL_TRIMMED = "journalTrimmed"  # the newest write-id stamp (ms) trimmed by a write that read the item
+JOURNAL_TRIMMED_BY_PATCHES = "journalTrimmedByPatches"  # at least the newest one compiled patches trimmed
 
 # The active lease holder, recorded on the state item so every write can be fenced.
 LEASE_TOKEN = "leaseToken"  # the holder's fencing token (its ticket): ordering, never a credential

@@ -17,6 +17,7 @@ from .errors import (DeviceAlreadyExists, DeviceLocked, DeviceNotFound, DeviceSt
                      OutcomeUnknown, PatchNotApplicable, PatchTestFailed, StorageError, VersionConflict)
 from .idempotency import CREATED, REPLACED, UPDATED
 from .retry import Moved, RetryLoop
+from .sections import STATE, check_section, check_sections, replacing
 from .store import IDEMPOTENT, Ambiguous, Cancelled
 from .values import check_state, item_size, validate_device_id
 from .writes import Planned, Planner, expect
@@ -42,24 +43,28 @@ class Operation:
     update_fn: Callable[[dict], dict] | None = None
     expected_version: int | None = None
     condition: ConditionBase | None = None
+    section: str = STATE  # the section an update patches
+    sections: dict | None = None  # desired/reported a create, put or replace sets beside the state
 
     @classmethod
-    def create(cls, device_id: str, state: dict) -> "Operation":
-        return cls(device_id, CREATE, state=state)
+    def create(cls, device_id: str, state: dict, sections: dict | None = None) -> "Operation":
+        return cls(device_id, CREATE, state=state, sections=sections)
 
     @classmethod
-    def put(cls, device_id: str, state: dict) -> "Operation":
-        """Create, or replace the whole state of an existing device."""
-        return cls(device_id, PUT, state=state)
+    def put(cls, device_id: str, state: dict, sections: dict | None = None) -> "Operation":
+        """Create, or replace the whole state (and the sections given) of an existing device."""
+        return cls(device_id, PUT, state=state, sections=sections)
 
     @classmethod
-    def replace(cls, device_id: str, state: dict, expected_version: int | None = None) -> "Operation":
-        return cls(device_id, REPLACE, state=state, expected_version=expected_version)
+    def replace(cls, device_id: str, state: dict, expected_version: int | None = None,
+                sections: dict | None = None) -> "Operation":
+        return cls(device_id, REPLACE, state=state, expected_version=expected_version, sections=sections)
 
     @classmethod
     def update(cls, device_id: str, update_fn, expected_version: int | None = None,
-               condition: ConditionBase | None = None) -> "Operation":
-        return cls(device_id, UPDATE, update_fn=update_fn, expected_version=expected_version, condition=condition)
+               condition: ConditionBase | None = None, section: str = STATE) -> "Operation":
+        return cls(device_id, UPDATE, update_fn=update_fn, expected_version=expected_version, condition=condition,
+                   section=check_section(section))
 
     @classmethod
     def delete(cls, device_id: str, expected_version: int | None = None) -> "Operation":
@@ -128,6 +133,7 @@ class TransactionRunner:
             seen.add(operation.device_id)
             if operation.state is not None:
                 check_state(operation.state)
+            check_sections(operation.sections)
         partition = operations[0].device_id  # where a keyed transaction's record lives
         if key is not None:
             replay = self._manager.recorded_results(partition, key)
@@ -163,9 +169,12 @@ class TransactionRunner:
         token = key.client_request_token(manager.table_name, partition, requests) if key else uuid.uuid4().hex
         try:
             manager.store.send("transact_write_items", IDEMPOTENT, TransactItems=requests, ClientRequestToken=token)
-        except Ambiguous as lost:
-            manager.observer.outcome_unknown(partition)
-            raise OutcomeUnknown(partition, str(lost)) from None
+        except Ambiguous as lost:  # every send's answer lost: one journal entry tells for all
+            journaled = next((plan for plan in planned if plan.write is not None), None)
+            if journaled is None:
+                manager.observer.outcome_unknown(partition)
+                raise OutcomeUnknown(partition, str(lost)) from None
+            manager.pipeline.settle(journaled.device.device_id, journaled, str(lost))  # Moved if never applied
         except Cancelled as cancelled:
             return self._cancelled(operations, planned, planner, key, partition, cancelled.reasons)
         manager.observer.transaction_committed(len(operations), number)
@@ -205,14 +214,14 @@ def _plan(planner: Planner, operation: Operation, item: dict | None) -> Planned:
     action, device_id = operation.action, operation.device_id
     live = table.is_live_state(item, planner.now)
     if action == CREATE or (action == PUT and not live):
-        return planner.create(device_id, operation.state, item)
+        return planner.create(device_id, operation.state, item, operation.sections)
     if action == PUT:
-        return planner.replace_state(item, lambda _: operation.state, None, REPLACED)
+        return planner.write_sections(item, replacing(operation.state, operation.sections), None, REPLACED)
     item = expect(device_id, item, operation.expected_version, planner.now)
     if action == REPLACE:
-        return planner.replace_state(item, lambda _: operation.state, None, REPLACED)
+        return planner.write_sections(item, replacing(operation.state, operation.sections), None, REPLACED)
     if action == UPDATE:
-        return planner.replace_state(item, operation.update_fn, operation.condition, UPDATED)
+        return planner.replace_state(item, operation.update_fn, operation.condition, UPDATED, operation.section)
     if action == DELETE:
         return planner.delete(item)
     return planner.check(item, operation.condition)

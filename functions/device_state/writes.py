@@ -7,10 +7,18 @@ and the device it leaves. Nothing here talks to DynamoDB.
 The write journal answers "did my write land?" when a write's answer was lost. Every
 state write carries a fresh ``WriteId`` and records, in the same request, the
 attribute ``w:<write id>`` holding the version it produced; it also requires that
-attribute to be absent, so no copy of the same write can ever apply twice. A planned
-write keeps the newest ``JOURNAL_KEEP`` entries and raises ``journalTrimmed`` to the
-newest stamp it dropped, so an absent entry is proof of "never applied" only while
-``journalTrimmed`` is older than the write's own stamp.
+attribute to be absent, so no copy of the same write can ever apply twice. Every write
+keeps the newest ``JOURNAL_KEEP`` entries, and every entry younger than
+``JOURNAL_KEEP_SECONDS`` (up to ``JOURNAL_MAX``): a writer whose answer was lost settles
+within a round trip or two, and on a hot device more than ``JOURNAL_KEEP`` other writes
+can land in that time. A write that drops entries raises a watermark to at least the
+newest stamp it dropped, so an absent entry is proof of "never applied" only while both
+watermarks are older than the write's own stamp: ``journalTrimmed``, SET by the writes
+that read the item (their version condition makes it exact), and
+``journalTrimmedByPatches``, which compiled patches raise by ADD: they read nothing and
+drop what their container last saw of the journal, and an ADD never lowers a watermark
+(if another container raised it meanwhile, it ends higher than needed: a possible 504,
+never a wrong answer).
 """
 
 from __future__ import annotations
@@ -31,12 +39,15 @@ from .expressions import LIVE, NOT_LIVE, and_condition, names_in, number
 from .fencing import Fence
 from .idempotency import CHECKED, CREATED, DELETED, UPDATED
 from .retry import Moved
+from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, META_ATTRIBUTES, REPORTED, STATE,
+                       VERSION_SPAN, SectionWrite, next_entries, pack, touched_by)
 from .values import MAX_ITEM_BYTES, check_state, item_size, to_attribute
 
 UpdateFn = Callable[[dict], dict]
 
-JOURNAL_KEEP = 8  # entries a planned write leaves on the item
-JOURNAL_TRIM_EVERY = 16  # a compiled patch (which reads nothing) trims when its version is a multiple of this
+JOURNAL_KEEP = 8  # the newest entries every write leaves on the item
+JOURNAL_KEEP_SECONDS = 1.0  # and the entries younger than this (by the trimming writer's clock)...
+JOURNAL_MAX = 16  # ...up to this many entries in all
 SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
@@ -45,6 +56,8 @@ DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
 BOOKKEEPING_BYTES = 768
 MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state write may leave on the item
 COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit, lastWrite becoming "updated"
+# What a state write stores and its change record copies: the sections and their metadata.
+SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
 BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL})
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -99,7 +112,12 @@ def written_version(item: dict | None, write: WriteId) -> int | None:
 
 
 def trimmed_stamp(item: dict | None) -> int:
-    value = (item or {}).get(table.JOURNAL_TRIMMED)
+    """The newest write-id stamp the journal may have dropped: the higher of the two watermarks."""
+    return max(_number(item, table.JOURNAL_TRIMMED), _number(item, table.JOURNAL_TRIMMED_BY_PATCHES))
+
+
+def _number(item: dict | None, name: str) -> int:
+    value = (item or {}).get(name)
     return int(value["N"]) if value else 0
 
 
@@ -114,8 +132,8 @@ class Planned:
     write: WriteId | None = None
 
 
-def _apply(update_fn: UpdateFn, current: Device) -> dict:
-    new_state = update_fn(copy.deepcopy(current.state))
+def _apply(update_fn: UpdateFn, document: dict) -> dict:
+    new_state = update_fn(copy.deepcopy(document))
     if new_state is None:
         raise TypeError("update_fn must return the new state")
     return new_state
@@ -132,14 +150,19 @@ class Planner:
 
     # ---------------------------------------------------------------- planners
 
-    def create(self, device_id: str, state: dict, item: dict | None) -> Planned:
-        """Create over nothing, a settle stub, or a tombstone (its version continues)."""
+    def create(self, device_id: str, state: dict, item: dict | None, sections: dict | None = None) -> Planned:
+        """Create over nothing, a settle stub, or a tombstone (its version continues).
+        ``sections``: the device's desired and reported (each ``{}`` when absent)."""
         if table.is_live_state(item, self.now):
             raise DeviceAlreadyExists(device_id, Device.from_item(item))
         check_state(state)
         previous = int(item[table.VERSION]["N"]) if item and table.VERSION in item else 0
         stamp = timestamp(self.now)
-        device = Device(device_id, previous + 1, state, stamp, stamp)
+        documents = {section: (sections or {}).get(section) or {} for section in DEVICE_SECTIONS}
+        entries = {section: next_entries(documents[section], {}, (ALL,), pack(previous + 1, self.now))
+                   for section in DEVICE_SECTIONS}
+        device = Device(device_id, previous + 1, state, stamp, stamp, desired=documents[DESIRED],
+                        reported=documents[REPORTED], entries=entries)
         values = {":state": to_attribute(state), ":now": {"S": stamp}}
         if previous:
             condition = f"#version = :expected AND {NOT_LIVE}"
@@ -147,21 +170,45 @@ class Planner:
         else:
             condition = "attribute_not_exists(#version)"
         sets = ["#state = :state", "#createdAt = :now", "#updatedAt = :now"]
+        sets += _section_sets(documents, entries, values)
         removes = ["#deletedAt", "#expiresAt", "#leaseToken", "#leaseKey", "#leaseUntil"]
         return self._planned(device_id, item, device, CREATED, previous or None, condition, sets, removes, values)
 
     def replace_state(self, item: dict, update_fn: UpdateFn, condition: ConditionBase | None,
-                      outcome: str) -> Planned:
-        """``update_fn(state)`` written over the live ``item``, at its version."""
+                      outcome: str, section: str = STATE) -> Planned:
+        """``update_fn(state)`` (or of another section) written over the live ``item``, at its version."""
+        return self.write_sections(item, [SectionWrite(section, update_fn, touched_by(update_fn))],
+                                   condition, outcome)
+
+    def write_sections(self, item: dict, writes: list[SectionWrite], condition: ConditionBase | None,
+                       outcome: str) -> Planned:
+        """Each ``SectionWrite``'s update function applied to its section of the live
+        ``item``, all in one write at its version; desired and reported renew the
+        metadata of the leaves each write touched."""
         current = Device.from_item(item)
-        new_state = _apply(update_fn, current)
-        check_state(new_state)
+        documents = {STATE: current.state, DESIRED: current.desired, REPORTED: current.reported}
+        entries = dict(current.entries)
         stamp = timestamp(self.now)
-        device = Device(current.device_id, current.version + 1, new_state, current.created_at, stamp)
-        values = {":state": to_attribute(new_state), ":now": {"S": stamp}, ":expected": number(current.version)}
+        version = current.version + 1
+        values = {":now": {"S": stamp}, ":expected": number(current.version)}
+        for write in writes:
+            new_document = _apply(write.update_fn, documents[write.section])
+            check_state(new_document)
+            documents[write.section] = new_document
+            if write.section != STATE:
+                entries[write.section] = next_entries(new_document, entries.get(write.section, {}),
+                                                      write.touched, pack(version, self.now))
+        changed = {write.section for write in writes}
+        sets = ["#updatedAt = :now"]
+        if STATE in changed:
+            sets.insert(0, "#state = :state")
+            values[":state"] = to_attribute(documents[STATE])
+        sets += _section_sets({section: documents[section] for section in DEVICE_SECTIONS if section in changed},
+                              entries, values)
+        device = Device(current.device_id, version, documents[STATE], current.created_at, stamp,
+                        desired=documents[DESIRED], reported=documents[REPORTED], entries=entries)
         return self._planned(current.device_id, item, device, outcome, current.version,
-                             f"#version = :expected AND {LIVE}", ["#state = :state", "#updatedAt = :now"], [],
-                             values, condition)
+                             f"#version = :expected AND {LIVE}", sets, [], values, condition)
 
     def delete(self, item: dict) -> Planned:
         """The device becomes a tombstone: its version goes on (so it never repeats), its
@@ -173,7 +220,8 @@ class Planner:
         return self._planned(current.device_id, item, current, DELETED, current.version,
                                 f"#version = :expected AND {LIVE}",
                                 ["#deletedAt = :now", "#updatedAt = :now", "#expiresAt = :tombstoneExpires"],
-                                ["#state", "#leaseToken", "#leaseKey", "#leaseUntil"], values,
+                                ["#state", "#leaseToken", "#leaseKey", "#leaseUntil", "#desired", "#reported",
+                                 "#metaDesired", "#metaReported", "#changedDesired", "#changedReported"], values,
                                 version=current.version + 1)
 
     def check(self, item: dict, condition: ConditionBase | None) -> Planned:
@@ -188,10 +236,15 @@ class Planner:
         }}
         return Planned(request, current, CHECKED, current.version)
 
-    def compiled(self, device_id: str, compiled) -> Planned | None:
+    def compiled(self, device_id: str, compiled, seen: dict | None = None, section: str = STATE) -> Planned | None:
         """A patch compiled to one UpdateItem: no read, no version condition; its write id
-        alone keeps any copy of it from applying twice. None when its values cannot be
-        stored (read-modify-write then decides)."""
+        alone keeps any copy of it from applying twice. A desired or reported patch sets the
+        metadata of the members it changes in the same request (``sections.pack``). It also
+        drops the journal entries that ``seen`` (the item as this container last saw it, if
+        it did) shows beyond the journal's keep: entries written since are newer still, so
+        the newest stay. ``journalTrimmedByPatches`` goes up by ADD, never back: by the
+        distance from the seen value to the newest stamp dropped. None when its values
+        cannot be stored (read-modify-write then decides)."""
         try:
             check_state({"values": list(compiled.values.values())})
             values = {key: to_attribute(value) for key, value in compiled.values.items()}
@@ -200,17 +253,41 @@ class Planner:
         write = WriteId.new(self.now)
         growth = _most_added(compiled.names, values)
         values.update({":one": number(1), ":now": {"S": timestamp(self.now)}, ":nowEpoch": number(self.now),
-                       ":lastWrite": {"S": UPDATED}, ":growth": number(growth),
-                       ":roomFor": number(MAX_STATE_ITEM_BYTES - growth)})
-        names = {**names_in(LIVE + "#state #updatedAt #lastWrite #itemBytes"), "#w": write.attribute,
-                 **compiled.names}
-        update = "SET " + ", ".join(compiled.sets + [
+                       ":lastWrite": {"S": UPDATED}})
+        sets = list(compiled.sets)
+        conditions = list(compiled.conditions)
+        names = {}
+        if section != STATE:
+            meta = "#" + META_ATTRIBUTES[section]
+            values[":metaStamp"] = number(pack(1, self.now))
+            for index, leaf in enumerate(compiled.pointers):
+                names[f"#m{index}"] = leaf
+                sets.append(f"{meta}.#m{index} = #version + :metaStamp")
+            sets.append(f"#{CHANGED_ATTRIBUTES[section]} = #version + :one")
+            conditions += [f"attribute_type({compiled.root}, :mapType)", f"attribute_type({meta}, :mapType)"]
+            values[":mapType"] = {"S": "M"}
+            # each leaf's metadata entry and the section's changed mark, all as if new
+            growth += sum(1 + len(leaf.encode()) + _value_size(number(pack(VERSION_SPAN - 1, self.now)))
+                          for leaf in compiled.pointers)
+            growth += 1 + len(CHANGED_ATTRIBUTES[section]) + _value_size(number(VERSION_SPAN - 1))
+        values.update({":growth": number(growth), ":roomFor": number(MAX_STATE_ITEM_BYTES - growth)})
+        update = "SET " + ", ".join(sets + [
             "#version = #version + :one", "#updatedAt = :now", "#w = #version + :one", "#lastWrite = :lastWrite",
             "#itemBytes = #itemBytes + :growth"])
-        if compiled.removes:
-            update += " REMOVE " + ", ".join(compiled.removes)
-        expression = " AND ".join([LIVE, "attribute_not_exists(#w)", self.fence.condition(device_id, names, values),
-                                   "#itemBytes <= :roomFor", *compiled.conditions])
+        conditions.insert(0, "#itemBytes <= :roomFor")
+        names.update({**names_in(" ".join([LIVE, update, *compiled.removes, *conditions])), "#w": write.attribute,
+                      **compiled.names})
+        journal_removes, newest_dropped, journal_names = _trimming(seen, JOURNAL_KEEP - 1, self.now)
+        if compiled.removes or journal_removes:
+            update += " REMOVE " + ", ".join(compiled.removes + journal_removes)
+            names.update(journal_names)
+        raise_by = newest_dropped - _number(seen, table.JOURNAL_TRIMMED_BY_PATCHES)
+        if raise_by > 0:
+            update += " ADD #trimmedByPatches :raiseBy"
+            names["#trimmedByPatches"] = table.JOURNAL_TRIMMED_BY_PATCHES
+            values[":raiseBy"] = number(raise_by)
+        expression = " AND ".join([LIVE, "attribute_not_exists(#w)",
+                                   self.fence.condition(device_id, names, values), *conditions])
         request = {"Update": {
             "TableName": self.table_name, "Key": table.state_key(device_id),
             "UpdateExpression": update, "ConditionExpression": expression,
@@ -228,19 +305,21 @@ class Planner:
         write = WriteId.new(self.now)
         next_version = device.version if version is None else version
         values = {**values, ":next": number(next_version), ":nowEpoch": number(self.now)}
-        journal_removes, trimmed, journal_names = _trimming(item, JOURNAL_KEEP - 1, self.now)
+        journal_removes, newest_dropped, journal_names = _trimming(item, JOURNAL_KEEP - 1, self.now)
         sets = [*sets, "#version = :next", "#w = :next", "#lastWrite = :lastWrite"]
         if outcome != DELETED:
+            written = {attribute: values[f":{attribute}"] for attribute in SECTION_ATTRIBUTES
+                       if f":{attribute}" in values}
             values[":itemBytes"] = number(_checked_size(
-                {**table.state_key(device_id), **_without_bookkeeping(item), table.STATE: values[":state"],
+                {**table.state_key(device_id), **_without_bookkeeping(item), **written,
                  table.VERSION: number(next_version), write.attribute: number(next_version),
                  table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
                  table.LAST_WRITE: {"S": outcome}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device))
             sets.append("#itemBytes = :itemBytes")
         values[":lastWrite"] = {"S": outcome}  # the stream processor tells updated from replaced by it
-        if journal_removes:
+        if newest_dropped > _number(item, table.JOURNAL_TRIMMED):
             sets.append("#trimmed = :trimmed")
-            values[":trimmed"] = number(trimmed)
+            values[":trimmed"] = number(newest_dropped)
         update = "SET " + ", ".join(sets)
         if removes or journal_removes:
             update += " REMOVE " + ", ".join(removes + journal_removes)
@@ -274,7 +353,7 @@ def _checked_size(item: dict, device: Device) -> int:
         raise ItemTooLarge(f"the device item would be about {size} bytes; the limit is {MAX_STATE_ITEM_BYTES} "
                            f"(DynamoDB's {MAX_ITEM_BYTES} less {BOOKKEEPING_BYTES} kept for leases, the write "
                            "journal and its change record)")
-    change_size = change_item_size(device, item[table.STATE])
+    change_size = change_item_size(device, {name: item[name] for name in SECTION_ATTRIBUTES if name in item})
     if change_size > MAX_ITEM_BYTES:
         raise ItemTooLarge(f"the change record of this version would be about {change_size} bytes; DynamoDB's "
                            f"limit is {MAX_ITEM_BYTES}")
@@ -294,18 +373,36 @@ def _value_size(attribute: dict) -> int:
     return item_size({"": attribute})
 
 
+def _section_sets(documents: dict, entries: dict, values: dict) -> list[str]:
+    """SET clauses (and their values) writing desired/reported documents and their metadata."""
+    sets = []
+    for section, document in documents.items():
+        meta = META_ATTRIBUTES[section]
+        values[f":{section}"] = to_attribute(document)
+        values[f":{meta}"] = to_attribute(entries.get(section, {}))
+        sets += [f"#{section} = :{section}", f"#{meta} = :{meta}", f"#{CHANGED_ATTRIBUTES[section]} = :next"]
+    return sets
+
+
 def _trimming(item: dict | None, keep: int, now: float) -> tuple[list[str], int, dict]:
-    """Journal entries to drop so ``keep`` applied ones remain (never-applied markers
-    go once they are old), and the new ``journalTrimmed`` stamp."""
+    """Journal entries to drop so that the newest ``keep`` applied ones remain, and those
+    younger than ``JOURNAL_KEEP_SECONDS`` up to ``JOURNAL_MAX`` in all (``keep`` and the
+    maximum count the write's own entry); never-applied markers go once they are old.
+    Returns the names to REMOVE, the newest stamp of an applied entry dropped (0: none)
+    and the name map."""
     entries = journal(item)
     applied = sorted(((version, write) for write, version in entries if version > 0),
                      key=lambda entry: entry[0], reverse=True)
-    dropped = [write for _, write in applied[keep:]]
+    young_after = (now - JOURNAL_KEEP_SECONDS) * 1000
+    kept = applied[:keep] + [entry for entry in applied[keep:] if entry[1].stamp_ms > young_after]
+    kept = kept[:JOURNAL_MAX - (JOURNAL_KEEP - keep)]
+    kept_writes = {write for _, write in kept}
+    dropped = [write for _, write in applied if write not in kept_writes]
     old_markers = [write for write, version in entries
                    if version == 0 and write.stamp_ms < (now - SETTLED_KEEP_SECONDS) * 1000]
-    trimmed = max([trimmed_stamp(item), *(write.stamp_ms for write in dropped)])
+    newest_dropped = max((write.stamp_ms for write in dropped), default=0)
     names = {f"#j{index}": write.attribute for index, write in enumerate(dropped + old_markers)}
-    return list(names), trimmed, names
+    return list(names), newest_dropped, names
 
 
 def settle_request(device_id: str, write: WriteId, on_versioned_item: bool, now: float) -> dict:
@@ -324,23 +421,6 @@ def settle_request(device_id: str, write: WriteId, on_versioned_item: bool, now:
             "ExpressionAttributeNames": names_in(update + condition, {"#w": write.attribute}),
             "ExpressionAttributeValues": values,
             "ReturnValues": "ALL_NEW", "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
-
-def trim_request(item: dict, now: float) -> dict | None:
-    """An UpdateItem that trims the journal after a compiled patch, which read nothing and
-    so could not trim it itself. Only the patch that produced a version divisible by
-    ``JOURNAL_TRIM_EVERY`` asks, so one trim serves that many compiled patches; the
-    condition keeps ``journalTrimmed`` from ever going back."""
-    if int(item[table.VERSION]["N"]) % JOURNAL_TRIM_EVERY or len(journal(item)) <= JOURNAL_KEEP:
-        return None
-    removes, trimmed, names = _trimming(item, JOURNAL_KEEP, now)
-    if not removes:
-        return None
-    return {"Key": {k: item[k] for k in (table.PARTITION_KEY, table.SORT_KEY)},
-            "UpdateExpression": "SET #trimmed = :trimmed REMOVE " + ", ".join(removes),
-            "ConditionExpression": "attribute_not_exists(#trimmed) OR #trimmed <= :trimmed",
-            "ExpressionAttributeNames": {**names, "#trimmed": table.JOURNAL_TRIMMED},
-            "ExpressionAttributeValues": {":trimmed": number(trimmed)}}
-
 
 def refusal(planned: Planned, device_id: str, old: dict | None, fence: Fence, now: float) -> Exception:
     """Why a planned write's condition failed, from the item as it was (ALL_OLD): a typed

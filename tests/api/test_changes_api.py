@@ -69,7 +69,9 @@ def test_write_then_long_poll_over_http_and_history(feed_server):
     assert status == 200
     page = json.loads(body)
     assert [(c["version"], c["kind"]) for c in page["changes"]] == [(1, "created")]
-    assert page["changes"][0]["patch"] == [{"op": "add", "path": "/on", "value": False}]
+    assert page["changes"][0]["patch"] == [{"op": "add", "path": "/state", "value": {"on": False}},
+                                           {"op": "add", "path": "/desired", "value": {}},
+                                           {"op": "add", "path": "/reported", "value": {}}]
     assert page["nextSince"] == 1
 
     result = {}
@@ -90,8 +92,8 @@ def test_write_then_long_poll_over_http_and_history(feed_server):
     status, _, body = result["answer"]
     assert status == 200 and result["seconds"] < 15
     assert json.loads(body) == {"changes": [{
-        "deviceId": "porch", "version": 2, "previousVersion": 1, "kind": "updated",
-        "patch": [{"op": "replace", "path": "/on", "value": True}],
+        "deviceId": "porch", "version": 2, "previousVersion": 1, "kind": "updated", "sections": ["state"],
+        "patch": [{"op": "replace", "path": "/state/on", "value": True}],
         "updatedAt": json.loads(server.request("GET", "/devices/porch")[2])["updatedAt"]}], "nextSince": 2}
 
     status, headers, body = server.request("GET", "/devices/porch/versions/1")

@@ -147,19 +147,64 @@ def test_a_state_write_that_leaves_no_room_is_413_and_one_that_fits_is_not(api, 
     assert api("GET", "/devices/lim/versions/5").json["state"] == {**same, "n": 1}
 
 
+@pytest.mark.parametrize("section", ["desired", "reported"])
+@pytest.mark.parametrize("how", ["merge", "json-patch", "put"])
+def test_a_member_name_past_the_limit_is_refused_by_a_section_write_and_nothing_changes(api, section, how):
+    create(api, {"n": 1})
+    assert api("PATCH", f"/devices/lim/{section}", {"kept": 1}, content_type=MERGE).status == 200
+    name = "k" * (MAX_MEMBER_NAME_BYTES + 1)
+    if how == "merge":
+        result = api("PATCH", f"/devices/lim/{section}", {"a": {name: 1}}, content_type=MERGE)
+    elif how == "json-patch":
+        result = api("PATCH", f"/devices/lim/{section}", [{"op": "add", "path": f"/{name}", "value": 1}],
+                     content_type=JSON_PATCH)
+    else:
+        result = api("PUT", f"/devices/lim/{section}", {section: {"a": {name: 1}}})
+    assert result.status == 400 and result.json["limit"] == "member-name", result.text
+    after = api("GET", "/devices/lim")
+    assert after.json["version"] == 2 and after.json[section] == {"kept": 1}
+
+
+def test_a_section_write_that_leaves_no_room_is_413_and_one_that_fits_is_not(api, stream_processor):
+    state = {"blob": incompressible(MAX_STATE_ITEM_BYTES - 600)}
+    create(api, state)
+    refused = [
+        api("PATCH", "/devices/lim/desired", {"more": "m" * 2000}, content_type=MERGE),  # compiled, read-free
+        api("PATCH", "/devices/lim/reported", [{"op": "add", "path": "/more", "value": "m" * 2000}],
+            content_type=JSON_PATCH),
+        api("PUT", "/devices/lim/reported", {"reported": {"more": "m" * 2000}}, headers={"If-Match": '"1"'}),
+        api("POST", "/transactions", {"operations": [{"deviceId": "lim", "section": "desired",
+                                                      "mergePatch": {"more": "m" * 2000}}]}),
+    ]
+    for result in refused:
+        assert result.status == 413 and result.json["limit"] == "item-size", result.text
+    assert api("GET", "/devices/lim").json["version"] == 1
+    # A small report fits beside the large state, metadata included, and its change is recorded.
+    fits = api("PATCH", "/devices/lim/reported", {"power": "on"}, content_type=MERGE)
+    assert fits.status == 200 and fits.json["version"] == 2, fits.text
+    page = api("GET", "/devices/lim/changes?since=1&waitSeconds=15")
+    assert [change["sections"] for change in page.json["changes"]] == [["reported"]]
+    assert api("GET", "/devices/lim/versions/2").json["reported"] == {"power": "on"}
+
+
 # ------------------------------------------------ keys never turn a fitting write into 413 (row 5)
 
 
 def test_a_keyed_transaction_of_seven_large_devices_applies_and_replays_the_same_answer(api):
     for index in range(7):
         create(api, {"blob": incompressible(350_000)}, device_id=f"big{index}")
-    body = {"operations": [{"deviceId": f"big{index}", "mergePatch": {"n": index}} for index in range(7)]}
+    # odd devices get a desired patch: the replay (read back at the recorded versions) shows it too
+    body = {"operations": [{"deviceId": f"big{index}", "mergePatch": {"n": index},
+                            **({"section": "desired"} if index % 2 else {})} for index in range(7)]}
     first = api("POST", "/transactions", body, headers={"Idempotency-Key": "seven"})
     assert first.status == 200, first.text
     again = api("POST", "/transactions", body, headers={"Idempotency-Key": "seven"})
     assert again.status == 200 and again.header("Idempotent-Replayed") == "true"
     assert again.json == first.json
     assert [device["version"] for device in first.json["devices"]] == [2] * 7
+    assert [device["desired"] for device in again.json["devices"]] == [{} if index % 2 == 0 else {"n": index}
+                                                                        for index in range(7)]
+    assert again.json["devices"][1]["delta"] == {"n": 1}
 
 
 def test_a_keyed_transaction_of_99_checks_applies_and_replays(api, stream_processor):

@@ -87,7 +87,7 @@ def test_the_documents_limits_are_the_services_constants():
     paths, schemas = OPENAPI["paths"], OPENAPI["components"]["schemas"]
     device_id = paths["/devices/{deviceId}"]["parameters"][0]["schema"]["pattern"]
     assert device_id == f"^{DEVICE_ID_PATTERN.pattern}$"
-    limit, cursor = paths["/devices"]["get"]["parameters"]
+    limit, cursor, *_ = paths["/devices"]["get"]["parameters"]  # then include
     assert limit["schema"]["maximum"] == MAX_LIST_LIMIT
     assert cursor["schema"]["pattern"] == request_parsing.CURSOR_PATTERN
     assert schemas["Transaction"]["properties"]["operations"]["maxItems"] == MAX_OPERATIONS

@@ -9,12 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # What the Lambda runtime (boto3) and the Powertools layer provide, nothing else.
 RUNTIME_AND_LAYER = ("aws_lambda_powertools", "boto3", "botocore", "jmespath", "dateutil", "s3transfer",
                      "urllib3", "six.py", "typing_extensions.py", "aws_xray_sdk", "wrapt")
 
 
+@pytest.mark.toolchain
 def test_make_synth_bundles_lints_and_the_asset_imports_the_handler(tmp_path):
     out = tmp_path / "cdk.out"
     environment = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
@@ -74,6 +77,7 @@ def without_aws(extra: dict | None = None) -> dict:
     return environment | (extra or {})
 
 
+@pytest.mark.toolchain
 def test_plain_npx_cdk_synth_works_from_a_set_up_clone(tmp_path):
     """cdk.json runs the venv's python, and npx puts node_modules/.bin (Node 22) on PATH."""
     out = tmp_path / "cdk.out"
@@ -84,6 +88,7 @@ def test_plain_npx_cdk_synth_works_from_a_set_up_clone(tmp_path):
     assert (out / "DeviceStateStack.template.json").exists()
 
 
+@pytest.mark.toolchain
 def test_make_deploy_synthesizes_with_its_deploy_args(tmp_path):
     """No account here, so the deploy itself fails (for that reason, not another); the assembly it
     synthesized once, linted and handed to `cdk deploy --app` shows the flags took effect."""

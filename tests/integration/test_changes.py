@@ -109,10 +109,10 @@ def test_16_writers_x_20_patches_give_versions_1_to_321_in_order_and_the_patches
     assert [change.version for change in changes] == list(range(1, 322))
     assert [change.previous_version for change in changes] == list(range(0, 321))
     assert changes[0].kind == "created" and {change.kind for change in changes[1:]} == {"updated"}
-    state = {}
+    document = {}
     for change in changes:
-        state = jsonpatch.apply_patch(state, copy.deepcopy(change.patch))
-    assert state == final.state
+        document = jsonpatch.apply_patch(document, copy.deepcopy(change.patch))
+    assert document == {"state": final.state, "desired": {}, "reported": {}}
     assert log.read("hot", 321) == []
 
 
@@ -150,7 +150,7 @@ def test_a_failure_mid_batch_retries_from_the_failed_record_and_the_feed_stays_g
     changes = follow(log, "flaky", 8)
     assert flaky.failures == 3  # it did fail, three times, and was retried
     assert [change.version for change in changes] == list(range(1, 9))
-    assert [change.patch for change in changes[1:]] == [[{"op": "replace", "path": "/n", "value": v}]
+    assert [change.patch for change in changes[1:]] == [[{"op": "replace", "path": "/state/n", "value": v}]
                                                         for v in range(1, 8)]
 
 
@@ -230,11 +230,11 @@ def test_history_returns_past_states_exactly_even_near_the_item_size_limit(feed)
     manager.replace("big", {"blob": "y" * 380_000, "n": 3}, 2)
     changes = follow(log, "big", 3)
     assert [c.kind for c in changes] == ["created", "updated", "replaced"]
-    assert changes[1].patch == [{"op": "replace", "path": "/n", "value": 2}]
-    state = {}
+    assert changes[1].patch == [{"op": "replace", "path": "/state/n", "value": 2}]
+    document = {}
     for change in changes:  # patches too large to store beside the state come back as one replace
-        state = jsonpatch.apply_patch(state, copy.deepcopy(change.patch))
-        assert state == log.at_version("big", change.version).state
+        document = jsonpatch.apply_patch(document, copy.deepcopy(change.patch))
+        assert document["state"] == log.at_version("big", change.version).state
     assert log.at_version("big", 1).state == big
     assert log.at_version("big", 2).state == {**big, "n": 2}
     assert log.at_version("big", 3).state == manager.get("big").state

@@ -15,6 +15,7 @@ from functions.changes.events import LogPublisher
 from functions.changes.handler import process
 from functions.device_state import DeviceStateManager, MergePatch
 from functions.device_state.changes import GIVEN_UP_SECONDS, ChangeLog, ChangesExpired, VersionNotFound, change_of
+from functions.device_state.sections import pack
 from localdev.stream import StreamPoller, typed
 
 pytestmark = pytest.mark.dynamodb_local
@@ -71,7 +72,7 @@ def test_empty_objects_reach_the_feed_and_history(dynamodb_local, local_table):
     assert running.discarded == []
     assert log.at_version("empty", 1).state == {}
     assert log.at_version("cfg", 1).state == {"cfg": {}, "list": [{}], "deep": {"a": {"b": {}}}}
-    assert [change.patch for change in log.read("cfg", 1)] == [[{"op": "add", "path": "/cfg/on", "value": True}]]
+    assert [change.patch for change in log.read("cfg", 1)] == [[{"op": "add", "path": "/state/cfg/on", "value": True}]]
 
 
 def test_dynamodb_locals_untyped_empty_map_is_read_as_a_map():
@@ -169,3 +170,40 @@ def test_a_version_whose_change_never_came_is_410_once_the_processor_would_have_
         later.read("silent", 0)
     assert gone.value.current_version == 1
     assert later.read("silent", 1) == []  # caught up is not expired
+
+
+def test_a_section_change_too_large_to_hold_its_sections_keeps_its_patch_and_metadata(local_table):
+    """The same for desired: history rebuilds every section from the version before and the
+    whole-document patch, and the version's metadata is kept beside its patch."""
+    client, name = local_table
+    log = ChangeLog(client, name)
+    stamp = {"S": "2026-11-23T00:00:00.000Z"}
+
+    def image(desired: dict, at: int) -> dict:
+        entries = {f"/{key}": {"N": str(pack(at, 1_800_000_000))} for key in desired}
+        return {"deviceId": {"S": "wish"}, "sk": {"S": "state"}, "version": {"N": str(at)},
+                "state": {"M": {"room": {"S": "hall"}}}, "reported": {"M": {}}, "metaReported": {"M": {}},
+                "desired": {"M": {key: {"S": value} for key, value in desired.items()}},
+                "metaDesired": {"M": entries}, "changedDesired": {"N": str(at)},
+                "createdAt": stamp, "updatedAt": stamp, "lastWrite": {"S": "updated"}}
+
+    def record(old: dict | None, new: dict, at: int) -> dict:
+        dynamodb = {"Keys": {"deviceId": {"S": "wish"}, "sk": {"S": "state"}}, "SequenceNumber": str(200 + at),
+                    "NewImage": image(new, at)}
+        if old is not None:
+            dynamodb["OldImage"] = image(old, at - 1)
+        return {"eventID": str(200 + at), "eventName": "MODIFY" if old is not None else "INSERT",
+                "eventSource": "aws:dynamodb", "eventSourceARN": "arn", "dynamodb": dynamodb}
+
+    base = {"blob": "b" * 300_000}
+    grown = {**base, "extra": "e" * 110_000}  # no change record can hold this desired
+    last = {**grown, "n": "1"}
+    records = [record(None, base, 1), record(base, grown, 2), record(grown, last, 3)]
+    assert process({"Records": records}, None, log, LogPublisher()) == {"batchItemFailures": []}
+    changes = log.read("wish", 0)
+    assert [change.version for change in changes] == [1, 2, 3]
+    assert changes[1].sections == ("desired",) and changes[1].state is None  # stored without its sections
+    at_three, at_two = log.at_version("wish", 3), log.at_version("wish", 2)
+    assert (at_three.desired, at_three.state, at_three.reported) == (last, {"room": "hall"}, {})
+    assert (at_two.desired, at_two.state) == (grown, {"room": "hall"})
+    assert set(at_two.entries["desired"]) == {"/blob", "/extra"}  # the version's metadata, kept with its patch

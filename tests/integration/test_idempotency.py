@@ -17,7 +17,6 @@ from functions.device_state import (
     InvalidIdempotencyKey,
     JsonPatch,
     PatchTestFailed,
-    OutcomeUnknown,
     StorageUnavailable,
     VersionConflict,
 )
@@ -168,13 +167,13 @@ def test_a_lost_answer_of_a_keyed_write_is_resent_with_its_token_and_applies_onc
     assert manager.get("c").state == {"n": 1}
 
 
-def test_a_keyed_write_whose_answers_never_come_is_an_unknown_outcome_and_a_retry_settles_it(engine):
+def test_a_keyed_write_whose_answers_never_come_is_settled_through_its_journal_and_a_retry_replays_it(engine):
     client, name = engine
     faulty = LosesResponses(client, "transact_write_items", script=["commit_then_lose", "never_reach", "never_reach"])
     manager = DeviceStateManager(faulty, name)
     DeviceStateManager(client, name).create("c", {"n": 0})
-    with pytest.raises(OutcomeUnknown):
-        manager.update_with_retry("c", PLUS_ONE, idempotency=key())
+    first = manager.update_with_retry("c", PLUS_ONE, idempotency=key())  # its journal entry says it applied
+    assert first.state == {"n": 1} and first.version == 2
     retried = manager.update_with_retry("c", PLUS_ONE, idempotency=key())  # the caller retries, same key
     assert retried.state == {"n": 1} and retried.version == 2 and retried.replayed
     assert manager.get("c").state == {"n": 1}

@@ -37,6 +37,7 @@ def test_a_change_reaches_a_rule_on_the_bus_with_its_patch_and_state():
         assert event["source"] == SOURCE and event["detail-type"] == DETAIL_TYPE
         assert event["detail"] == {"deviceId": "lamp-1", "version": 2, "previousVersion": 1, "kind": "updated",
                                    "updatedAt": "2026-11-22T00:00:01.000Z",
+                                   "sections": ["state", "desired", "reported"], "delta": {},
                                    "patch": [{"op": "replace", "path": "/on", "value": True}],
                                    "state": {"on": True, "level": loads("1.25")}}  # exact decimals
 
@@ -105,3 +106,11 @@ def test_the_deployed_handler_writes_the_change_and_puts_the_event_on_the_config
                     ] == [(1, "created")]  # one event: the lease bookkeeping made none
         finally:
             clear()
+
+
+def test_an_event_carries_the_sections_it_changed_and_the_delta_after_it():
+    body = detail(Change("lamp-1", 3, 2, "updated", [{"op": "add", "path": "/desired/power", "value": "on"}],
+                         {}, "t", "t", sections=("desired",), desired={"power": "on"}, reported={}))
+    assert body["sections"] == ["desired"] and body["delta"] == {"power": "on"}
+    deleted = detail(Change("lamp-1", 4, 3, "deleted", None, None, "t", "t"))
+    assert deleted["delta"] is None

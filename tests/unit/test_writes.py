@@ -8,8 +8,8 @@ import pytest
 from functions.device_state import DeviceAlreadyExists, JsonPatch
 from functions.device_state import table
 from functions.device_state.fencing import Fence, lease_key
-from functions.device_state.writes import (JOURNAL_KEEP, JOURNAL_TRIM_EVERY, Planner, WriteId, journal,
-                                           settle_request, trim_request)
+from functions.device_state.writes import (JOURNAL_KEEP, JOURNAL_MAX, Planner, WriteId, journal, settle_request,
+                                           trimmed_stamp)
 
 NOW = 1_800_000_000.0
 PLANNER = Planner("devices", Fence(), NOW, tombstone_seconds=100)
@@ -117,13 +117,39 @@ def test_settling_marks_the_write_as_never_applied_only_if_its_entry_is_absent()
     assert stub["ConditionExpression"] == "attribute_not_exists(#w) AND attribute_not_exists(#version)"
 
 
-def test_compiled_patches_trim_only_at_every_nth_version_and_never_lower_the_watermark():
+def removed_names(request):
+    if " REMOVE " not in request["UpdateExpression"]:
+        return set()
+    clause = request["UpdateExpression"].split(" REMOVE ")[1].split(" ADD ")[0]
+    return {request["ExpressionAttributeNames"].get(name, name) for name in clause.split(", ")}
+
+
+def test_a_write_keeps_the_entries_of_the_last_second_up_to_the_maximum():
+    """A writer whose answer was lost settles a round trip later; on a hot device more than
+    JOURNAL_KEEP writes land in that time, so young entries stay (up to JOURNAL_MAX)."""
+    young = [(WriteId(int(NOW * 1000) - 500 + version, f"{version:08x}"), version) for version in range(1, 12)]
+    request = PLANNER.replace_state(item(11, young), lambda state: state, None, "updated").request["Update"]
+    assert " REMOVE " not in request["UpdateExpression"]  # all 11 young entries stay, with the write's own
+    many = [(WriteId(int(NOW * 1000) - 500 + version, f"{version:08x}"), version) for version in range(1, 41)]
+    request = PLANNER.replace_state(item(40, many), lambda state: state, None, "updated").request["Update"]
+    assert removed_names(request) == {write.attribute for write, _ in many[:-(JOURNAL_MAX - 1)]}
+    assert request["ExpressionAttributeValues"][":trimmed"] == {"N": str(many[-JOURNAL_MAX][0].stamp_ms)}
+
+
+def test_a_compiled_patch_drops_what_the_container_last_saw_and_raises_its_own_watermark_by_add():
     entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 30)]
-    assert trim_request(item(JOURNAL_TRIM_EVERY + 1, entries), NOW) is None
-    request = trim_request(item(2 * JOURNAL_TRIM_EVERY, entries), NOW)
-    assert request["ConditionExpression"] == "attribute_not_exists(#trimmed) OR #trimmed <= :trimmed"
-    removed = request["UpdateExpression"].split(" REMOVE ")[1].split(", ")
-    assert len(entries) - len(removed) == JOURNAL_KEEP
+    seen = item(29, entries, journalTrimmed={"N": "950"}, journalTrimmedByPatches={"N": "900"})
+    compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
+    request = PLANNER.compiled("d", compiled, seen).request["Update"]
+    assert removed_names(request) == {write.attribute for write, _ in entries[:-(JOURNAL_KEEP - 1)]}
+    assert request["UpdateExpression"].endswith(" ADD #trimmedByPatches :raiseBy")
+    assert request["ExpressionAttributeNames"]["#trimmedByPatches"] == table.JOURNAL_TRIMMED_BY_PATCHES
+    newest_dropped = entries[-JOURNAL_KEEP][0].stamp_ms
+    assert request["ExpressionAttributeValues"][":raiseBy"] == {"N": str(newest_dropped - 900)}
+    assert "#trimmed" not in request["ExpressionAttributeNames"]  # the exact watermark is the readers' alone
+    assert trimmed_stamp(seen) == 950 and trimmed_stamp({"journalTrimmedByPatches": {"N": "990"}}) == 990
+    unseen = PLANNER.compiled("d", compiled, None).request["Update"]
+    assert " REMOVE " not in unseen["UpdateExpression"] and " ADD " not in unseen["UpdateExpression"]
     assert len(journal(item(3, entries))) == len(entries)
 
 
@@ -149,4 +175,26 @@ def test_a_state_at_the_item_limit_leaves_room_for_its_change_record():
     state = {"blob": "x" * accepted}
     stamp = "2026-11-23T00:00:00.000Z"
     device = Device(device_id, 10 ** 17, state, stamp, stamp)
-    assert change_item_size(device, to_attribute(state)) <= MAX_ITEM_BYTES
+    empty = to_attribute({})  # desired, reported and their metadata, as a create stores them
+    attributes = {"state": to_attribute(state), "desired": empty, "reported": empty, "metaDesired": empty,
+                  "metaReported": empty}
+    assert change_item_size(device, attributes) <= MAX_ITEM_BYTES
+
+
+def test_desired_reported_and_their_metadata_count_toward_the_item_size():
+    """A state that fits alone is refused when desired or reported (stored beside it and
+    copied into the change record) would fill the item."""
+    from functions.device_state.errors import ItemTooLarge
+    from functions.device_state.sections import REPORTED, SectionWrite
+    from functions.device_state.values import to_attribute
+    from functions.device_state.writes import MAX_STATE_ITEM_BYTES
+
+    half = {"blob": "x" * (MAX_STATE_ITEM_BYTES // 2)}
+    PLANNER.create("d", half, None)
+    with pytest.raises(ItemTooLarge):
+        PLANNER.create("d", half, None, {"desired": half})
+    stored = item(1, state=to_attribute(half), desired={"M": {}}, reported={"M": {}}, metaDesired={"M": {}},
+                  metaReported={"M": {}})
+    PLANNER.write_sections(stored, [SectionWrite(REPORTED, lambda reported: {"n": 1}, ("",))], None, "updated")
+    with pytest.raises(ItemTooLarge):
+        PLANNER.write_sections(stored, [SectionWrite(REPORTED, lambda reported: half, ("",))], None, "updated")

@@ -1,0 +1,199 @@
+"""The sections of a device (``state``, ``desired``, ``reported``), the delta between
+desired and reported, and per-leaf metadata with confirmation. All pure.
+
+A *leaf* is a scalar, an array (taken whole) or an empty object; it is named by its JSON
+Pointer inside its section. ``desired`` and ``reported`` keep per-leaf metadata on the
+item (``metaDesired``/``metaReported``): a map from a pointer to one number packing the
+device version of the write that set it and that write's time,
+``updatedAt_ms * VERSION_SPAN + version``. One number lets a compiled patch, which reads
+nothing, set it in its own UpdateItem as ``#version + :stamp`` (DynamoDB evaluates SET
+operands against the item before the update; it can add, but cannot build a list).
+
+Compiled patches add entries and never prune, so an entry may be stale (its member was
+removed or replaced by a write to an ancestor). A leaf's metadata is therefore the entry
+of the newest write among entries at its pointer, at an ancestor (a write that replaced a
+whole object set every leaf in it) and at a descendant (a member removed from it, which
+left it an empty object): stale entries are always older than the write that made them
+stale, so the newest wins. Read-modify-write writes store exactly one entry per leaf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+import jsonpointer
+
+from . import table
+from .times import timestamp
+from .values import check_state, from_attribute
+
+STATE, DESIRED, REPORTED = "state", "desired", "reported"
+SECTIONS = (STATE, DESIRED, REPORTED)
+DEVICE_SECTIONS = (DESIRED, REPORTED)  # the sections with per-leaf metadata
+META_ATTRIBUTES = {DESIRED: table.META_DESIRED, REPORTED: table.META_REPORTED}
+CHANGED_ATTRIBUTES = {DESIRED: table.CHANGED_DESIRED, REPORTED: table.CHANGED_REPORTED}
+VERSION_SPAN = 10 ** 16  # versions below this pack with a millisecond time into 29 digits
+
+ALL = ""  # the touched pointer of a write that sets a whole section
+
+
+def check_section(section) -> str:
+    if section not in SECTIONS:
+        raise ValueError(f"section must be one of {', '.join(SECTIONS)}")
+    return section
+
+
+def pack(version: int, epoch: float) -> int:
+    return int(epoch * 1000) * VERSION_SPAN + version
+
+
+def unpack(packed) -> tuple[int, str]:
+    """(version, updatedAt) of one stored entry."""
+    milliseconds, version = divmod(int(packed), VERSION_SPAN)
+    return version, timestamp(milliseconds / 1000)
+
+
+def pointer(parts) -> str:
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def _parts(path: str) -> list[str]:
+    return jsonpointer.JsonPointer(path).parts if path else []
+
+
+# ------------------------------------------------------------------------- delta
+
+
+def is_leaf(value) -> bool:
+    return not isinstance(value, dict) or not value
+
+
+def same_value(left, right) -> bool:
+    """JSON equality with numbers by exact value (1.0 equals 1) and booleans apart from numbers."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if isinstance(left, (int, Decimal)) and isinstance(right, (int, Decimal)):
+        return Decimal(left) == Decimal(right)
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(same_value(left[key], right[key]) for key in left)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(same_value(a, b) for a, b in zip(left, right))
+    return type(left) is type(right) and left == right
+
+
+def delta(desired: dict, reported: dict) -> dict:
+    """Every desired leaf that ``reported`` lacks or holds differently, at its full path
+    with the desired value; ``{}`` when there is no difference."""
+    result = {}
+    for key, want in desired.items():
+        have = reported.get(key) if isinstance(reported, dict) else None
+        if not is_leaf(want) and isinstance(have, dict):
+            inner = delta(want, have)
+            if inner:
+                result[key] = inner
+        elif not is_leaf(want):
+            result[key] = want
+        elif not (isinstance(reported, dict) and key in reported and same_value(want, have)):
+            result[key] = want
+    return result
+
+
+def leaves(document: dict) -> dict[str, object]:
+    """Every leaf of a section by its pointer."""
+    found, stack = {}, [((), document)]
+    while stack:
+        parts, value = stack.pop()
+        if parts and is_leaf(value):
+            found[pointer(parts)] = value
+        elif isinstance(value, dict):
+            stack.extend((parts + (key,), member) for key, member in value.items())
+    return found
+
+
+# ---------------------------------------------------------------------- metadata
+
+
+def _related(leaf: str, entry: str) -> bool:
+    """True when ``entry`` is the leaf's pointer, an ancestor's or a descendant's."""
+    return (leaf == entry or entry == ALL or leaf.startswith(entry + "/") or entry.startswith(leaf + "/"))
+
+
+def leaf_entries(document: dict, entries: dict) -> dict[str, int]:
+    """The packed entry of every leaf of ``document`` (0 when none is known)."""
+    return {leaf: max((int(value) for entry, value in entries.items() if _related(leaf, entry)), default=0)
+            for leaf in leaves(document)}
+
+
+def next_entries(document: dict, entries: dict, touched: tuple[str, ...], stamp: int) -> dict[str, int]:
+    """The entries after a read-modify-write that set the pointers ``touched``: one per
+    leaf, the new ``stamp`` for every leaf a touched pointer covers or lies under."""
+    current = leaf_entries(document, entries)
+    return {leaf: stamp if any(_related(leaf, path) for path in touched) else value
+            for leaf, value in current.items()}
+
+
+@dataclass(frozen=True)
+class SectionWrite:
+    """A change to one section: the pure ``update_fn`` of its document, and the pointers
+    inside the section it sets (its metadata is renewed there)."""
+
+    section: str
+    update_fn: object
+    touched: tuple[str, ...] = (ALL,)
+
+
+def replacing(state: dict, sections: dict | None) -> list[SectionWrite]:
+    """Section writes replacing the state and the ``sections`` given, each whole."""
+    documents = {STATE: state, **(sections or {})}
+    return [SectionWrite(section, lambda _, document=document: document) for section, document in documents.items()]
+
+
+def check_sections(sections: dict | None) -> None:
+    """``sections`` names only desired and reported, each a storable object."""
+    for section, document in (sections or {}).items():
+        if section not in DEVICE_SECTIONS:
+            raise ValueError(f"sections are {', '.join(DEVICE_SECTIONS)}, not {section!r}")
+        check_state(document)
+
+
+def touched_by(update_fn) -> tuple[str, ...]:
+    """The pointers a patch sets (``touched()``), or the whole section."""
+    touched = getattr(update_fn, "touched", None)
+    return tuple(touched()) if touched else (ALL,)
+
+
+def entries_of(item: dict) -> dict:
+    """The stored per-leaf metadata entries of an item's desired and reported."""
+    return {section: from_attribute(item[attribute]) for section, attribute in META_ATTRIBUTES.items()
+            if attribute in item}
+
+
+def metadata(desired: dict, reported: dict, entries: dict) -> dict:
+    """``{"desired": {...}, "reported": {...}}``: per leaf, nested like the section,
+    ``version`` and ``updatedAt``; a desired leaf the device has confirmed (an equal
+    reported value set at or after the desire) also carries ``confirmedVersion``."""
+    desired_leaves = leaf_entries(desired, entries.get(DESIRED, {}))
+    reported_leaves = leaf_entries(reported, entries.get(REPORTED, {}))
+    reported_values = leaves(reported)
+    desired_values = leaves(desired)
+    result = {DESIRED: {}, REPORTED: {}}
+    for leaf, packed in desired_leaves.items():
+        version, updated_at = unpack(packed)
+        entry = {"version": version, "updatedAt": updated_at}
+        if leaf in reported_values and same_value(desired_values[leaf], reported_values[leaf]):
+            confirmed, _ = unpack(reported_leaves[leaf])
+            if confirmed >= version:
+                entry["confirmedVersion"] = confirmed
+        _place(result[DESIRED], leaf, entry)
+    for leaf, packed in reported_leaves.items():
+        version, updated_at = unpack(packed)
+        _place(result[REPORTED], leaf, {"version": version, "updatedAt": updated_at})
+    return result
+
+
+def _place(tree: dict, leaf: str, entry: dict) -> None:
+    *parents, last = _parts(leaf)
+    for part in parents:
+        tree = tree.setdefault(part, {})
+    tree[last] = entry

@@ -1,0 +1,83 @@
+"""Lambda SnapStart: both functions snapshot their published versions, API Gateway and the
+stream's event source mapping invoke the alias on such a version, and the `snapStart`
+context flag turns it all off (the functions are then invoked unqualified)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk.assertions import Template
+
+from functions.changes import handler as changes_handler
+from infra import api as api_module
+from tests.infra.conftest import synth_stack
+
+HANDLERS = (api_module.HANDLER, "functions.changes.handler.lambda_handler")
+
+
+def function_of(template: Template, handler: str) -> tuple[str, dict]:
+    found = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}})
+    assert len(found) == 1, handler
+    return next(iter(found.items()))
+
+
+def alias_of(template: Template, function_logical: str) -> tuple[str, dict]:
+    aliases = {logical: resource["Properties"] for logical, resource in
+               template.find_resources("AWS::Lambda::Alias").items()
+               if resource["Properties"]["FunctionName"] == {"Ref": function_logical}}
+    assert len(aliases) == 1, function_logical
+    return next(iter(aliases.items()))
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_snapstart_is_on_for_published_versions_behind_the_live_alias(template, handler):
+    logical, function = function_of(template, handler)
+    assert function["Properties"]["SnapStart"] == {"ApplyOn": "PublishedVersions"}
+    assert function["Properties"]["Runtime"] in ("python3.12", "python3.13")  # SnapStart needs 3.12+
+    _, alias = alias_of(template, logical)
+    assert alias["Name"] == api_module.ALIAS_NAME
+    version_logical = alias["FunctionVersion"]["Fn::GetAtt"][0]
+    version = template.to_json()["Resources"][version_logical]
+    assert version["Type"] == "AWS::Lambda::Version"
+    assert version["Properties"]["FunctionName"] == {"Ref": logical}
+
+
+def test_api_gateway_invokes_the_alias(template):
+    api_logical, _ = function_of(template, api_module.HANDLER)
+    alias_logical, _ = alias_of(template, api_logical)
+    methods = template.find_resources("AWS::ApiGateway::Method")
+    uris = [json.dumps(method["Properties"]["Integration"]["Uri"]) for method in methods.values()]
+    assert uris and all(alias_logical in uri for uri in uris)
+    permissions = template.find_resources("AWS::Lambda::Permission",
+                                          {"Properties": {"Principal": "apigateway.amazonaws.com"}})
+    assert permissions and all(permission["Properties"]["FunctionName"] == {"Ref": alias_logical}
+                               for permission in permissions.values())
+
+
+def test_the_stream_mapping_invokes_the_processors_alias(template):
+    processor_logical, _ = function_of(template, HANDLERS[1])
+    alias_logical, _ = alias_of(template, processor_logical)
+    mappings = list(template.find_resources("AWS::Lambda::EventSourceMapping").values())
+    assert len(mappings) == 1
+    name = json.dumps(mappings[0]["Properties"]["FunctionName"])  # "<function>:live", from the alias ARN
+    assert alias_logical in name and f":{api_module.ALIAS_NAME}" in name
+
+
+def test_the_snapstart_flag_off_leaves_unqualified_functions_without_snapshots():
+    _, stack = synth_stack({"snapStart": "false"})
+    template = Template.from_stack(stack)
+    for handler in HANDLERS:
+        logical, function = function_of(template, handler)
+        assert "SnapStart" not in function["Properties"]
+    assert not template.find_resources("AWS::Lambda::Alias")
+    mapping = next(iter(template.find_resources("AWS::Lambda::EventSourceMapping").values()))
+    assert mapping["Properties"]["FunctionName"] == {"Ref": function_of(template, HANDLERS[1])[0]}
+    uris = [json.dumps(m["Properties"]["Integration"]["Uri"])
+            for m in template.find_resources("AWS::ApiGateway::Method").values()]
+    api_logical, _ = function_of(template, api_module.HANDLER)
+    assert all(api_logical in uri for uri in uris)
+
+
+def test_the_changes_handler_is_the_one_the_stack_names():
+    assert HANDLERS[1] == f"{changes_handler.__name__}.lambda_handler"

@@ -1,0 +1,107 @@
+"""Every section write verb under a lost DynamoDB answer (the forwarder lets the write land
+and drops its answer), with and without another writer landing in between: each applies
+exactly once and answers truthfully. A naive compiled report (a botocore resend with no
+journal) applies twice in the same harness."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from functions.device_state import IdempotencyKey, JsonPatch, MergePatch, table
+from tests.integration.test_faults import Rig
+
+pytestmark = pytest.mark.dynamodb_local
+
+BETWEEN = pytest.mark.parametrize("between", [False, True], ids=["alone", "another-writer-between"])
+REPORT_TICK = JsonPatch([{"op": "increment", "path": "/ticks", "value": 1}])
+
+
+@pytest.fixture
+def rig(dynamodb_local, local_table):
+    rig = Rig(dynamodb_local, *local_table)
+    yield rig
+    rig.forwarder.close()
+
+
+def other_report(rig, device_id):
+    return lambda: rig.other.update_with_retry(device_id, MergePatch({"other": True}), section="reported")
+
+
+def sections(rig, device_id):
+    device = rig.other.get(device_id)
+    return device.version, device.desired, device.reported
+
+
+@BETWEEN
+def test_a_compiled_report_applies_once_with_its_metadata(rig, between):
+    rig.other.create("d", {}, sections={"reported": {"ticks": 0}})
+    rig.forwarder.lose("UpdateItem", then=other_report(rig, "d") if between else None)
+    device = rig.manager.update_with_retry("d", REPORT_TICK, section="reported")
+    assert rig.forwarder.lost == ["UpdateItem"] and device.reported["ticks"] == 1
+    version, _, reported = sections(rig, "d")
+    assert reported["ticks"] == 1 and version == 2 + between
+    metadata = rig.other.get("d").as_dict(include_metadata=True)["metadata"]["reported"]
+    assert metadata["ticks"]["version"] == 2
+
+
+@BETWEEN
+def test_a_read_modify_write_desired_patch_applies_once(rig, between):
+    rig.other.create("d", {}, sections={"desired": {"log": []}})
+    append = JsonPatch([{"op": "add", "path": "/log/-", "value": "once"}])
+    rig.forwarder.lose("UpdateItem", then=other_report(rig, "d") if between else None)
+    device = rig.manager.update_with_retry("d", append, section="desired")
+    assert device.desired == {"log": ["once"]}
+    version, desired, _ = sections(rig, "d")
+    assert desired == {"log": ["once"]} and version == 2 + between
+
+
+@BETWEEN
+def test_a_section_patch_with_if_match_that_landed_is_no_412(rig, between):
+    rig.other.create("d", {})
+    rig.forwarder.lose("UpdateItem", then=other_report(rig, "d") if between else None)
+    device = rig.manager.update("d", MergePatch({"power": "on"}), expected_version=1, section="desired")
+    assert device.version == 2 and device.desired == {"power": "on"}
+    assert sections(rig, "d")[0] == 2 + between
+
+
+@BETWEEN
+@pytest.mark.parametrize("expected", [None, 1], ids=["no-version", "if-match"])
+def test_a_section_replace_applies_once(rig, between, expected):
+    rig.other.create("d", {}, sections={"desired": {"a": 0}})
+    rig.forwarder.lose("UpdateItem", then=other_report(rig, "d") if between else None)
+    device = rig.manager.replace_section("d", "desired", {"a": 1}, expected)
+    assert device.version == 2 and device.desired == {"a": 1}
+    version, desired, reported = sections(rig, "d")
+    assert (version, desired, reported) == (2 + between, {"a": 1}, {"other": True} if between else {})
+
+
+@BETWEEN
+def test_a_create_with_sections_that_landed_is_no_409(rig, between):
+    rig.forwarder.lose("UpdateItem", then=other_report(rig, "d") if between else None)
+    device = rig.manager.create("d", {}, sections={"desired": {"a": 1}})
+    assert device.version == 1 and device.desired == {"a": 1}
+    assert sections(rig, "d")[:2] == (1 + between, {"a": 1})
+
+
+@BETWEEN
+def test_a_keyed_section_write_applies_once(rig, between):
+    rig.other.create("d", {}, sections={"reported": {"ticks": 0}})
+    key = IdempotencyKey("k", scope="PATCH", fingerprint="f")
+    rig.forwarder.lose("TransactWriteItems", then=other_report(rig, "d") if between else None)
+    device = rig.manager.update_with_retry("d", REPORT_TICK, section="reported", idempotency=key)
+    assert device.reported["ticks"] == 1
+    assert sections(rig, "d")[2]["ticks"] == 1
+
+
+def test_control_a_naive_compiled_report_applies_twice_in_the_same_harness(rig):
+    rig.other.create("d", {}, sections={"reported": {"ticks": 0}})
+    naive = boto3.session.Session().client(
+        "dynamodb", endpoint_url=rig.forwarder.endpoint, region_name="us-east-1",
+        config=Config(retries={"mode": "standard", "max_attempts": 3}, read_timeout=3))
+    rig.forwarder.lose("UpdateItem")
+    naive.update_item(TableName=rig.name, Key=table.state_key("d"),
+                      UpdateExpression="SET reported.ticks = reported.ticks + :one, version = version + :one",
+                      ExpressionAttributeValues={":one": {"N": "1"}})
+    assert sections(rig, "d")[2]["ticks"] == 2  # one report, applied twice
