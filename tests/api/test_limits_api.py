@@ -250,6 +250,14 @@ def test_a_repeated_idempotency_key_header_is_400(api):
     assert api("GET", "/devices/lim").json["version"] == 1
 
 
+def test_a_repeated_content_type_header_is_400_not_the_last_copy_silently(api):
+    create(api, {"n": 1})
+    result = api("PATCH", "/devices/lim", [{"op": "replace", "path": "/n", "value": 2}],
+                 headers={"Content-Type": [MERGE, JSON_PATCH]})
+    assert result.status == 400 and "Content-Type" in result.json["detail"], result.text
+    assert api("GET", "/devices/lim").json["version"] == 1
+
+
 def test_versions_and_since_take_percent_encoded_digits_and_leading_zeros(api):
     create(api, {"n": 1})
     item = api.client.get_item(TableName=api.table, Key={"deviceId": {"S": "lim"}, "sk": {"S": "state"}})["Item"]
