@@ -72,7 +72,7 @@ def decimal_integer(raw: str, name: str, low: int, high: int) -> int:
 
 def media_type(event) -> str | None:
     """The request's media type, lower-cased, without parameters; only UTF-8 text."""
-    raw = header(event, "Content-Type")
+    raw = single_header(event, "Content-Type")
     if raw is None:
         return None
     kind, *parameters = (part.strip() for part in raw.split(";"))

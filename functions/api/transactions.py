@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .resolver import Router
 
-from functions.device_state import InvalidDeviceId, InvalidPatch, JsonPatch, MergePatch, Operation
+from functions.device_state import InvalidDeviceId, InvalidPatch, InvalidValue, JsonPatch, MergePatch, Operation
 from functions.device_state.sections import DEVICE_SECTIONS, SECTIONS, STATE
 from functions.device_state.transactions import MAX_OPERATIONS
 from functions.device_state.values import validate_device_id
@@ -56,6 +56,9 @@ def _operation(index: int, entry) -> Operation:
             return Operation.update(device_id, JsonPatch(value), expected, section=section)
     except InvalidPatch as error:
         raise BadRequest(f"{where}: {error}") from None
+    except InvalidValue as invalid:  # keeps its limit; the detail says which operation
+        invalid.args = (f"{where}: {invalid}",)
+        raise
     if action == "put":
         put = parse.json_object(value, f"{where}.put", ("state",), DEVICE_SECTIONS)
         state = put["state"]

@@ -3,6 +3,8 @@ how a refused transaction reports which operation failed and why."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from dataclasses import dataclass
 from typing import Callable
 
@@ -13,8 +15,8 @@ from boto3.dynamodb.conditions import ConditionBase
 from . import idempotency as idem
 from . import table
 from .device import Device
-from .errors import (DeviceAlreadyExists, DeviceLocked, DeviceNotFound, DeviceStateError, ItemTooLarge,
-                     OutcomeUnknown, PatchNotApplicable, PatchTestFailed, StorageError, VersionConflict)
+from .errors import (DeviceAlreadyExists, DeviceLocked, DeviceNotFound, DeviceStateError, InvalidValue,
+                     ItemTooLarge, OutcomeUnknown, PatchNotApplicable, PatchTestFailed, StorageError, VersionConflict)
 from .idempotency import CREATED, REPLACED, UPDATED
 from .retry import Moved, RetryLoop
 from .sections import STATE, check_section, check_sections, replacing
@@ -124,16 +126,17 @@ class TransactionRunner:
         if not 1 <= len(operations) <= limit:
             raise InvalidTransaction(f"a transaction has 1 to {limit} operations, not {len(operations)}")
         seen = set()
-        for operation in operations:
+        for index, operation in enumerate(operations):
             if not isinstance(operation, Operation):
                 raise InvalidTransaction("operations must be Operation objects")
             validate_device_id(operation.device_id)
             if operation.device_id in seen:
                 raise InvalidTransaction(f"device {operation.device_id!r} appears more than once")
             seen.add(operation.device_id)
-            if operation.state is not None:
-                check_state(operation.state)
-            check_sections(operation.sections)
+            with _named(index, operation):
+                if operation.state is not None:
+                    check_state(operation.state)
+                check_sections(operation.sections)
         partition = operations[0].device_id  # where a keyed transaction's record lives
         if key is not None:
             replay = self._manager.recorded_results(partition, key)
@@ -149,7 +152,8 @@ class TransactionRunner:
         planned, failures = [], []
         for index, operation in enumerate(operations):
             try:
-                planned.append(_plan(planner, operation, items.get(operation.device_id)))
+                with _named(index, operation):
+                    planned.append(_plan(planner, operation, items.get(operation.device_id)))
             except (DeviceNotFound, DeviceAlreadyExists, VersionConflict, PatchTestFailed,
                     PatchNotApplicable) as error:
                 failures.append(_failure_of(index, operation, error))
@@ -208,6 +212,16 @@ class TransactionRunner:
             raise TransactionFailed(failures)
         manager.observer.transaction_retried(retry_reason or "unknown")
         raise Moved(None, reason=retry_reason or "unknown")
+
+
+@contextmanager
+def _named(index: int, operation: Operation):
+    """A value one operation cannot store refuses the whole request: its detail says which."""
+    try:
+        yield
+    except InvalidValue as invalid:
+        invalid.args = (f"operation {index} ({operation.device_id}): {invalid}",)
+        raise
 
 
 def _plan(planner: Planner, operation: Operation, item: dict | None) -> Planned:

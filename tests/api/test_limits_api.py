@@ -79,6 +79,17 @@ def test_a_member_name_past_the_limit_is_refused_by_every_write(api, size):
     assert api("GET", "/devices/p").status == 404
 
 
+def test_a_transaction_refused_for_a_member_name_names_the_operation(api):
+    long_name = "k" * (MAX_MEMBER_NAME_BYTES + 1)
+    assert api("POST", "/devices", {"deviceId": "t0", "state": {"n": 0}}).status == 201
+    for operation in ({"deviceId": "t1", "put": {"state": {long_name: 1}}},
+                      {"deviceId": "t1", "jsonPatch": [{"op": "add", "path": "/" + long_name, "value": 1}]}):
+        result = api("POST", "/transactions", {"operations": [{"deviceId": "t0", "mergePatch": {"n": 1}}, operation]})
+        assert result.status == 400 and result.json["limit"] == "member-name"
+        assert "operation" in result.json["detail"] and "1" in result.json["detail"].split(":")[0], result.json
+    assert api("GET", "/devices/t0").json["state"] == {"n": 0}
+
+
 def test_a_member_name_at_the_limit_is_stored_read_and_patched(api):
     name = "é" * (MAX_MEMBER_NAME_BYTES // 2)  # 2 bytes each: exactly the limit
     create(api, {name: 1})
@@ -247,6 +258,14 @@ def test_a_repeated_idempotency_key_header_is_400(api):
     create(api, {"n": 1})
     result = api("PATCH", "/devices/lim", {"n": 2}, content_type=MERGE, headers={"Idempotency-Key": ["a", "b"]})
     assert result.status == 400 and "Idempotency-Key" in result.json["detail"]
+    assert api("GET", "/devices/lim").json["version"] == 1
+
+
+def test_a_repeated_content_type_header_is_400_not_the_last_copy_silently(api):
+    create(api, {"n": 1})
+    result = api("PATCH", "/devices/lim", [{"op": "replace", "path": "/n", "value": 2}],
+                 headers={"Content-Type": [MERGE, JSON_PATCH]})
+    assert result.status == 400 and "Content-Type" in result.json["detail"], result.text
     assert api("GET", "/devices/lim").json["version"] == 1
 
 
