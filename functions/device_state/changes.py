@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable
 
-import jsonpatch
 
 from . import table
 from .device import Device
@@ -198,6 +197,8 @@ def _same(a, b) -> bool:
 
 def apply_patch(state: dict, patch: list) -> dict:
     """``patch`` (as ``diff`` makes it) applied to a copy of ``state``."""
+    import jsonpatch  # only a history read needs it; kept off the cold start
+
     return jsonpatch.apply_patch(copy.deepcopy(state), patch)
 
 

@@ -5,11 +5,11 @@ them to a newer state: RFC 7396 JSON Merge Patch and RFC 6902 JSON Patch (throug
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import MutableMapping, MutableSequence
 from dataclasses import dataclass, field
 from decimal import Context, Decimal, Inexact, localcontext
 
-import jsonpatch
 import jsonpointer
 
 from .sections import pointer
@@ -99,45 +99,54 @@ def _merge(target, patch):
     return target
 
 
-class IncrementOperation(jsonpatch.PatchOperation):
-    """``{"op": "increment", "path": ..., "value": n, "min": a, "max": b}``: add ``n``
-    (which may be negative) to the number at ``path``, a missing member counting as 0,
-    and clamp the result to ``[min, max]`` where given."""
+@functools.cache
+def _device_patch():
+    """jsonpatch's patch class with ``increment``. Built on first use: jsonpatch (with
+    difflib) is imported by the first JSON Patch, not by every cold start (a merge patch,
+    the common request, does not need it)."""
+    import jsonpatch
 
-    def _apply(self, obj, journal):
-        subobj, part = self.pointer.to_last(obj)
-        if part is None:
-            raise PatchNotApplicable("increment needs a path to a member, not the whole state")
-        if isinstance(subobj, MutableMapping):
-            present = part in subobj
-        elif isinstance(subobj, MutableSequence):
-            if part != "-" and not 0 <= part < len(subobj):
-                raise PatchNotApplicable(f"increment: {self.location} is outside the array")
-            present = part != "-"
-        else:
-            raise PatchNotApplicable(f"increment: the parent of {self.location} is not an object or array")
-        current = subobj[part] if present else Decimal(0)
-        if isinstance(current, bool) or not isinstance(current, (Decimal, int)):
-            raise PatchNotApplicable(f"increment: {self.location} does not hold a number")
-        result = exact(Decimal.__add__, current, self.operation["value"], clamp=self._clamp)
-        if isinstance(subobj, MutableSequence) and part == "-":
-            journal.append(subobj, result)
-        else:
-            journal.setitem(subobj, part, result)
-        return obj
+    class IncrementOperation(jsonpatch.PatchOperation):
+        """``{"op": "increment", "path": ..., "value": n, "min": a, "max": b}``: add ``n``
+        (which may be negative) to the number at ``path``, a missing member counting as 0,
+        and clamp the result to ``[min, max]`` where given."""
 
-
-    def _clamp(self, result: Decimal) -> Decimal:
-        """The exact sum clamped to [min, max] before it is checked against 38 digits."""
-        if "min" in self.operation:
-            result = max(result, Decimal(self.operation["min"]))
-        if "max" in self.operation:
-            result = min(result, Decimal(self.operation["max"]))
-        return result
+        def _apply(self, obj, journal):
+            subobj, part = self.pointer.to_last(obj)
+            if part is None:
+                raise PatchNotApplicable("increment needs a path to a member, not the whole state")
+            if isinstance(subobj, MutableMapping):
+                present = part in subobj
+            elif isinstance(subobj, MutableSequence):
+                if part != "-" and not 0 <= part < len(subobj):
+                    raise PatchNotApplicable(f"increment: {self.location} is outside the array")
+                present = part != "-"
+            else:
+                raise PatchNotApplicable(f"increment: the parent of {self.location} is not an object or array")
+            current = subobj[part] if present else Decimal(0)
+            if isinstance(current, bool) or not isinstance(current, (Decimal, int)):
+                raise PatchNotApplicable(f"increment: {self.location} does not hold a number")
+            result = exact(Decimal.__add__, current, self.operation["value"], clamp=self._clamp)
+            if isinstance(subobj, MutableSequence) and part == "-":
+                journal.append(subobj, result)
+            else:
+                journal.setitem(subobj, part, result)
+            return obj
 
 
-class _DevicePatch(jsonpatch.JsonPatch):
-    operations = {**jsonpatch.JsonPatch.operations, "increment": IncrementOperation}
+        def _clamp(self, result: Decimal) -> Decimal:
+            """The exact sum clamped to [min, max] before it is checked against 38 digits."""
+            if "min" in self.operation:
+                result = max(result, Decimal(self.operation["min"]))
+            if "max" in self.operation:
+                result = min(result, Decimal(self.operation["max"]))
+            return result
+
+
+    class _DevicePatch(jsonpatch.JsonPatch):
+        operations = {**jsonpatch.JsonPatch.operations, "increment": IncrementOperation}
+
+    return _DevicePatch
 
 
 _NEEDS_VALUE = {"add", "replace", "test", "increment"}
@@ -156,8 +165,11 @@ class JsonPatch:
                                limit="patch-members")
         for index, operation in enumerate(operations):
             _check_operation(index, operation)
+        import jsonpatch
+
+        device_patch = _device_patch()
         try:
-            self._steps = [_DevicePatch([operation]) for operation in operations]
+            self._steps = [device_patch([operation]) for operation in operations]
         except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as error:
             raise InvalidPatch(str(error)) from None
         self.operations = operations
@@ -165,6 +177,8 @@ class JsonPatch:
     def __call__(self, state: dict) -> dict:
         """The patched state; its errors say which operation failed and why, in the
         document's own terms (paths and JSON values), one operation applied at a time."""
+        import jsonpatch
+
         result = state
         for index, (operation, step) in enumerate(zip(self.operations, self._steps)):
             try:
@@ -259,8 +273,9 @@ def _check_operation(index: int, operation) -> None:
     if not isinstance(operation, dict):
         raise InvalidPatch(f"{where} is not an object")
     op = operation.get("op")
-    if op not in _DevicePatch.operations:
-        raise InvalidPatch(f"{where}: 'op' must be one of {', '.join(sorted(_DevicePatch.operations))}")
+    operations = _device_patch().operations
+    if op not in operations:
+        raise InvalidPatch(f"{where}: 'op' must be one of {', '.join(sorted(operations))}")
     for member in ("path", *(("from",) if op in _NEEDS_FROM else ())):
         pointer = operation.get(member)
         if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):

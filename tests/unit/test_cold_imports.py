@@ -1,0 +1,33 @@
+"""What a cold start imports: modules the common request never uses stay out until used."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+_PROBE = """
+import sys
+import functions.api.handler
+UNUSED = ("jsonpatch", "difflib", "aws_xray_sdk", "asyncio", "aws_lambda_powertools.event_handler.appsync",
+          "aws_lambda_powertools.utilities.data_classes.sqs_event")
+print(sorted(name for name in UNUSED if name in sys.modules))
+from functions.device_state import JsonPatch
+print(JsonPatch([{"op": "increment", "path": "/n", "value": 2}, {"op": "test", "path": "/n", "value": 3}])({"n": 1}))
+print("jsonpatch" in sys.modules)
+from aws_lambda_powertools.utilities.data_classes import SQSEvent
+from aws_lambda_powertools.event_handler import AppSyncResolver
+print(SQSEvent.__module__, AppSyncResolver.__module__)
+"""
+
+
+def test_handler_import_leaves_unused_modules_until_used():
+    env = dict(os.environ, POWERTOOLS_TRACE_DISABLED="true", PYTHONPATH=str(REPO_ROOT))
+    lines = subprocess.run([sys.executable, "-c", _PROBE], env=env, cwd=REPO_ROOT, check=True,
+                           capture_output=True, text=True).stdout.splitlines()
+    assert lines[0] == "[]"
+    assert lines[1] == "{'n': Decimal('3')}"
+    assert lines[2] == "True"
+    assert lines[3] == ("aws_lambda_powertools.utilities.data_classes.sqs_event "
+                        "aws_lambda_powertools.event_handler.appsync")
