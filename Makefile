@@ -48,10 +48,12 @@ $(JAVA_STAMP): | $(PY_STAMP)
 	fi
 	@touch $@
 
-# Two pytest-xdist workers, a whole file each (a file's module-scoped server stays on one
-# worker); each worker starts its own DynamoDB Local and draws ports from its own range.
+# Three pytest-xdist workers on 2 cores, a whole file each (a file's module-scoped server stays
+# on one worker): many tests wait (stalls, long-polls, servers starting), so a third worker
+# overlaps those waits (4.4 instead of 5.8 minutes, measured side by side). Each worker starts
+# its own DynamoDB Local and draws ports from its own range.
 test: setup
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 3 --dist loadfile
 
 # The quick tier: no DynamoDB Local, no threads, no whole-toolchain runs (CDK CLI, make, pip).
 test-fast: setup
