@@ -114,8 +114,26 @@ class InOrder:
                 self.failed.add(device_id)
                 raise
         except Exception:
+            if self._given_up(record.raw_event):
+                return
             self.failed.add(device_id)
             raise
+
+    def _given_up(self, raw: dict) -> bool:
+        """Lambda gives a record up after ``MAX_RETRY_ATTEMPTS`` retries and leaves no trace in
+        the feed, so the processor counts its own tries and on the last one marks the version
+        lost itself: followers that reach it get 410 at once. False (retry) while tries are
+        left, or when even the count or the marker cannot be written."""
+        new_image = (raw.get("dynamodb") or {}).get("NewImage")
+        try:
+            if self.log.count_try(new_image) < MAX_RETRY_ATTEMPTS:
+                return False
+            self.log.record_lost(new_image)
+        except Exception:  # noqa: BLE001 - DynamoDB itself failing: Lambda's retries go on
+            return False
+        logger.exception("stream record failed on every try: its version is marked lost",
+                         extra={"device_id": record_device(raw)})
+        return True
 
 
 # Failures no retry can cure: the record's change cannot be stored (DynamoDB refuses it).

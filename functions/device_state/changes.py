@@ -37,10 +37,11 @@ from . import table
 from .device import Device
 from .errors import DeviceNotFound, DeviceStateError, ItemTooLarge
 from .sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, entries_of
-from .store import Rejected, IDEMPOTENT, Store
+from .store import ONCE, Rejected, IDEMPOTENT, Store
 from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads, validate_device_id
 
 CHANGE_SK_PREFIX = "change#"
+TRIES_SK_PREFIX = "change-tries#"  # the processor's failed tries at one version's change
 VERSION_WIDTH = 20  # zero-padded, so sort keys sort as versions do
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 60 * 60
 MAX_FEED_LIMIT = 100
@@ -311,6 +312,22 @@ class ChangeLog:
             return None
         self._put_once(_lost(change, self.retention_seconds))
         return change
+
+    def count_try(self, new_image: dict | None) -> int:
+        """Counts one failed try at recording the version a stream record describes and
+        answers how many there were (an item beside the changes, expiring with them)."""
+        change = change_of(None, new_image) if new_image else None
+        if change is None:
+            return 0
+        answer = self.store.send(
+            "update_item", ONCE, Key={table.PARTITION_KEY: {"S": change.device_id},
+                                      table.SORT_KEY: {"S": f"{TRIES_SK_PREFIX}{change.version:020d}"}},
+            UpdateExpression="ADD #tries :one SET #expiresAt = :expires",
+            ExpressionAttributeNames={"#tries": "tries", "#expiresAt": table.TTL_ATTRIBUTE},
+            ExpressionAttributeValues={":one": {"N": "1"},
+                                       ":expires": {"N": str(int(self.clock()) + self.retention_seconds)}},
+            ReturnValues="UPDATED_NEW")
+        return int(answer["Attributes"]["tries"]["N"])
 
     def _put_once(self, item: dict) -> None:
         try:

@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from functions.changes.events import LogPublisher
-from functions.changes.handler import process
+from functions.changes.handler import MAX_RETRY_ATTEMPTS, process
 from functions.device_state import DeviceStateManager, MergePatch
 from functions.device_state.changes import GIVEN_UP_SECONDS, ChangeLog, ChangesExpired, VersionNotFound, change_of
 from functions.device_state.sections import pack
@@ -207,3 +207,22 @@ def test_a_section_change_too_large_to_hold_its_sections_keeps_its_patch_and_met
     assert (at_three.desired, at_three.state, at_three.reported) == (last, {"room": "hall"}, {})
     assert (at_two.desired, at_two.state) == (grown, {"room": "hall"})
     assert set(at_two.entries["desired"]) == {"/blob", "/extra"}  # the version's metadata, kept with its patch
+
+
+def test_the_processor_marks_a_version_lost_on_its_last_try_so_lambda_never_gives_it_up_silently(local_table):
+    """Lambda sends a record it gives up to the on-failure queue and leaves no marker; the
+    processor counts its own tries and, on the last one, marks the version lost itself, so
+    followers get 410 at once on AWS too. Before the last try the record is retried."""
+    client, name = local_table
+    log = ChangeLog(client, name)
+    records = [stream_record("hard", 1, None, {"a": "1"}, 200), stream_record("hard", 2, {"a": "1"}, {"a": "2"}, 201)]
+    assert process({"Records": records[:1]}, None, log, LogPublisher()) == {"batchItemFailures": []}
+    failing = PoisonLog(client, name, poisoned="hard")
+    for _ in range(MAX_RETRY_ATTEMPTS - 1):  # Lambda's first try and its retries but the last
+        assert process({"Records": records[1:]}, None, failing, LogPublisher()) == {
+            "batchItemFailures": [{"itemIdentifier": "201"}]}
+        assert log.read("hard", 1) == []  # retried, nothing marked yet
+    assert process({"Records": records[1:]}, None, failing, LogPublisher()) == {"batchItemFailures": []}
+    with pytest.raises(ChangesExpired) as gone:
+        log.read("hard", 1)
+    assert gone.value.current_version == 2
