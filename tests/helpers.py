@@ -47,3 +47,25 @@ class FakeTime:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
+
+
+def run_writers(writers: int, per_writer: int, write) -> list[Exception]:
+    """``write(index, step)`` for ``per_writer`` steps in each of ``writers`` threads, released
+    together; the errors they raised (a writer stops at its first)."""
+    barrier = threading.Barrier(writers)
+    errors: list[Exception] = []
+
+    def writer(index):
+        barrier.wait()
+        try:
+            for step in range(per_writer):
+                write(index, step)
+        except Exception as error:  # noqa: BLE001 - returned to the test
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(index,)) for index in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors

@@ -18,6 +18,7 @@ from functions.device_state import DeviceNotFound, DeviceStateManager, Idempoten
 from functions.device_state.changes import (CHANGE_SK_PREFIX, ChangeLog, ChangesExpired, InvalidSince,
                                             VersionNotFound, change_of)
 from localdev.stream import StreamPoller
+from tests.helpers import run_writers
 
 pytestmark = pytest.mark.dynamodb_local
 
@@ -83,24 +84,13 @@ def test_16_writers_x_20_patches_give_versions_1_to_321_in_order_and_the_patches
     start()
     manager.create("hot", {"n": 0})
     writers, per_writer = 16, 20
-    barrier = threading.Barrier(writers)
-    errors = []
 
-    def writer(index):
-        barrier.wait()
-        try:
-            for step in range(per_writer):
-                patch = (JsonPatch([{"op": "increment", "path": "/n", "value": 1}]) if step % 2
-                         else MergePatch({f"w{index}": step, "last": index}))
-                manager.update_with_retry("hot", patch, budget_seconds=60)
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(error)
+    def write(index, step):
+        patch = (JsonPatch([{"op": "increment", "path": "/n", "value": 1}]) if step % 2
+                 else MergePatch({f"w{index}": step, "last": index}))
+        manager.update_with_retry("hot", patch, budget_seconds=60)
 
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    errors = run_writers(writers, per_writer, write)
     assert errors == []
     final = manager.get("hot")
     assert final.version == 1 + writers * per_writer == 321

@@ -6,7 +6,6 @@ the delta as they were."""
 from __future__ import annotations
 
 import copy
-import threading
 
 import jsonpatch
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from functions.device_state import JsonPatch, MergePatch
 from functions.device_state.changes import change_of
 from functions.device_state.sections import delta
+from tests.helpers import run_writers
 from tests.integration.test_changes import feed, follow  # noqa: F401  (the poller fixture)
 
 pytestmark = pytest.mark.dynamodb_local
@@ -38,22 +38,7 @@ def test_16_writers_x_20_mixed_section_writes_rebuild_every_section(feed):  # no
     start()
     manager.create("hot", {}, sections={"desired": {"n": 0}, "reported": {"nested": {}}})
     writers, per_writer = 16, 20
-    barrier = threading.Barrier(writers)
-    errors = []
-
-    def writer(index):
-        barrier.wait()
-        try:
-            for step in range(per_writer):
-                write(manager, index, step)
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(error)
-
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    errors = run_writers(writers, per_writer, lambda index, step: write(manager, index, step))
     assert errors == []
     final = manager.get("hot")
     assert final.version == 1 + writers * per_writer
