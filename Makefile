@@ -7,7 +7,7 @@ NPM_STAMP := node_modules/.installed
 JAVA_STAMP := $(VENV)/.java-checked
 PORT ?= 3000
 
-.PHONY: setup java test test-fast serve invoke synth deploy bench clean
+.PHONY: setup java test test-fast serve invoke synth deploy bench clean token
 
 # Node.js 22+ for the CDK CLI and jsii: node_modules/.bin/node (the pinned node-linux-* package)
 # comes first on PATH where npm installed one, else the machine's node (checked in setup).
@@ -93,3 +93,9 @@ deploy: synth
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache
+
+# A bearer token (1 hour) from this checkout's local issuer (.serve/issuer/, which make serve
+# trusts): make -s token [SCOPES="devices.read devices.write"] [DEVICE=lamp-1]. One line on stdout.
+token:
+	@$(MAKE) --no-print-directory $(PY_STAMP) >&2
+	@$(PY) -m localdev.issuer token --scopes "$(SCOPES)" --device "$(DEVICE)"

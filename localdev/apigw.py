@@ -9,6 +9,7 @@ import uuid
 from urllib.parse import parse_qs, urlsplit
 
 STAGE = "local"
+METHOD_ARN_PREFIX = f"arn:aws:execute-api:us-east-1:000000000000:local/{STAGE}"
 
 
 def make_event(method: str, target: str, headers: dict | None = None, body: str | bytes | None = None,
@@ -67,3 +68,35 @@ class LambdaContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def authorizer_step(event: dict) -> tuple[int, dict, dict] | None:
+    """What API Gateway does before the handler on every route but the public ones: run the
+    Lambda authorizer (``functions.auth.authorizer``) on the request and either refuse it
+    (its UNAUTHORIZED or ACCESS_DENIED response, returned as (status, headers, body)) or
+    pass its principal to the handler in ``requestContext.authorizer``. A path that is no
+    route goes to the handler unchecked (it answers 404)."""
+    from urllib.parse import unquote
+
+    from functions.auth import authorizer
+    from functions.auth.credentials import Unauthenticated, authenticate_event
+    from functions.auth.rights import PUBLIC, rules_for_path
+
+    rules = rules_for_path(event["path"])
+    if not rules or any(rights == PUBLIC for _, rights in rules):
+        return None
+    method_arn = f"{METHOD_ARN_PREFIX}/{event['httpMethod']}{unquote(event['path'])}"
+    try:
+        decision = authorizer.decide({**event, "type": "REQUEST", "methodArn": method_arn})
+    except authorizer.Unauthorized:
+        status, headers, body = authorizer.gateway_problem("UNAUTHORIZED")
+        try:  # the same answer, with the handler's detail (API Gateway's own is a fixed text)
+            authenticate_event(event)
+        except Unauthenticated as error:
+            body["detail"] = str(error)
+            headers["WWW-Authenticate"] = 'Bearer error="invalid_token"' if error.token_given else "Bearer"
+        return status, headers, body
+    if not authorizer.allows(decision, method_arn):
+        return authorizer.gateway_problem("ACCESS_DENIED")
+    event["requestContext"]["authorizer"] = {"principalId": decision["principalId"], **decision["context"]}
+    return None

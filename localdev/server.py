@@ -37,7 +37,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from localdev import docs
-from localdev.apigw import LambdaContext, make_event
+from localdev.apigw import LambdaContext, authorizer_step, make_event
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
 LAMBDA_TIMEOUT_SECONDS = 28.0  # the deployed function's timeout (infra/api.py), so waits are capped alike
@@ -203,6 +203,11 @@ class _Handler(BaseHTTPRequestHandler):
             except UnicodeDecodeError:
                 body = raw  # sent base64-encoded, as API Gateway does for binary bodies
         event = make_event(self.command, self.path, headers, body, source_ip=self.client_address[0])
+        refusal = authorizer_step(event)
+        if refusal:
+            status, refusal_headers, problem = refusal
+            self._send(status, refusal_headers, json.dumps(problem).encode())
+            return
         waits = _waits(self.command, self.path, raw)
         if waits and not _waiting_slots.acquire(block=False):
             self._refuse(503, "Too many waiting requests",
@@ -392,6 +397,12 @@ def main(argv=None) -> None:
         os.environ.setdefault(name, value)
     if not (os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")):
         os.environ.update(_LOCAL_CREDENTIALS)
+    issuer_note = "the issuer named by AUTH_ISSUER, AUTH_AUDIENCE and AUTH_JWKS"
+    if not os.environ.get("AUTH_JWKS"):  # this checkout's own issuer: `make -s token` prints its tokens
+        from localdev.issuer import DEFAULT_DIRECTORY, Issuer
+
+        os.environ.update(Issuer.load_or_create(DEFAULT_DIRECTORY).environment())
+        issuer_note = f"the local issuer in {DEFAULT_DIRECTORY}/ (a token: make -s token)"
 
     try:  # before anything is started, so a busy port is one line and nothing to clean up
         listener = socket.create_server((args.host, args.port), backlog=256, reuse_port=False)
@@ -429,6 +440,8 @@ def main(argv=None) -> None:
               f"(table {os.environ['TABLE_NAME']}, {len(workers)} workers); Ctrl-C stops", flush=True)
         print(f"API docs: http://{args.host}:{args.port}/docs (Swagger UI over "
               f"http://{args.host}:{args.port}/openapi.json)", flush=True)
+        print(f"Every route but /openapi.json and /docs needs 'Authorization: Bearer <token>' from "
+              f"{issuer_note}", flush=True)
         print(f"For scripts and the library: {_library_environment(endpoint)}", flush=True)
         _supervise(workers)
     except KeyboardInterrupt:

@@ -19,6 +19,10 @@ for _name, _value in {
 }.items():
     os.environ[_name] = _value
 
+from tests.auth import ISSUER  # noqa: E402
+
+# Every handler in process and every server a test starts accepts the suite's own tokens.
+os.environ.update(ISSUER.environment())
 from functions.device_state import DeviceStateManager  # noqa: E402
 from functions.device_state.client import boto3_session, dynamodb_client  # noqa: E402
 from functions.device_state.table import create_table  # noqa: E402

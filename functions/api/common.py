@@ -4,7 +4,6 @@ idempotency keys, and the table of registered routes (which methods a path allow
 from __future__ import annotations
 
 import functools
-import re
 from urllib.parse import quote, unquote
 
 from .resolver import Response
@@ -14,6 +13,9 @@ from functions.device_state import restore
 from functions.device_state.idempotency import CREATED, DELETED, fingerprint
 from functions.device_state.values import dumps
 
+from functions.auth.rights import route_rights, rules_for_path
+
+from . import access
 from . import request_parsing as parse
 from .config import load_config
 from .observability import MetricsObserver
@@ -29,22 +31,29 @@ ROUTES: list[tuple[str, str]] = []
 
 
 def route(router, rule: str, *methods: str):
-    """``router.route(rule, methods)``, recorded in ROUTES (Powertools keeps no public list)."""
+    """``router.route(rule, methods)``, recorded in ROUTES (Powertools keeps no public list),
+    with the caller authenticated and authorized (``access.check``) before the route's code
+    runs. A route missing from ``functions.auth.rights.ROUTE_RIGHTS`` fails here, at import."""
+    for method in methods:
+        route_rights(method, rule)
+
     def register(function):
         ROUTES.extend((method, rule) for method in methods)
-        return router.route(rule, method=list(methods))(function)
+
+        @functools.wraps(function)
+        def checked(**parameters):
+            event = router.current_event
+            access.check(event, event.http_method, rule, parameters)
+            return function(**parameters)
+
+        return router.route(rule, method=list(methods))(checked)
 
     return register
 
 
 def allowed_methods(path: str) -> list[str]:
-    path = path.rstrip("/") or "/"  # Powertools treats a trailing slash as absent
-    return sorted({method for method, rule in ROUTES if _rule_pattern(rule).fullmatch(path)})
-
-
-@functools.lru_cache(maxsize=None)
-def _rule_pattern(rule: str) -> re.Pattern:
-    return re.compile(re.sub(r"<\w+>", "[^/]+", re.escape(rule)))
+    """Powertools treats a trailing slash as absent; so does ``rules_for_path``."""
+    return sorted({method for (method, rule), _ in rules_for_path(path) if (method, rule) in ROUTES})
 
 
 @functools.lru_cache(maxsize=1)
@@ -95,13 +104,15 @@ def write_response(event, device, outcome: str) -> Response:
 
 
 def idempotency_key(event, scope: str | None = None) -> IdempotencyKey | None:
-    """The request's Idempotency-Key, scoped to the method (the device scopes it too) and
-    fingerprinted by everything that makes two requests the same request. The path is
-    taken decoded: ``lamp%2D1`` and ``lamp-1`` name the same device."""
+    """The request's Idempotency-Key, scoped to the method and the caller (the device scopes
+    it too: a key one caller used never replays its answer to another) and fingerprinted by
+    everything that makes two requests the same request. The path is taken decoded:
+    ``lamp%2D1`` and ``lamp-1`` name the same device."""
     raw = parse.single_header(event, IDEMPOTENCY_KEY)
     if raw is None:
         return None
-    return IdempotencyKey(raw, scope=scope or event.http_method, fingerprint=fingerprint(
+    scope = f"{scope or event.http_method}.{access.principal_of(event).digest}"
+    return IdempotencyKey(raw, scope=scope, fingerprint=fingerprint(
         event.http_method, unquote(event.path), event.get("body"), str(bool(event.get("isBase64Encoded"))),
         parse.header(event, "Content-Type"), parse.header(event, "If-Match"), parse.header(event, "If-None-Match"),
     ))

@@ -38,6 +38,8 @@ from functions.device_state import (
     TransactionFailed,
     VersionConflict,
 )
+from functions.auth.credentials import MixedCredentials, Unauthenticated
+from functions.auth.rights import Forbidden
 from functions.device_state import transactions as tx
 from functions.device_state.store import Ambiguous
 from functions.device_state.device import timestamp as iso_timestamp
@@ -95,6 +97,9 @@ class PreconditionRequired(HttpProblem):
 
 # Library error type -> (status, slug, title). Looked up along the exception's MRO.
 _LIBRARY_ERRORS = {
+    Unauthenticated: (401, "unauthorized", "Unauthorized"),
+    Forbidden: (403, "forbidden", "Forbidden"),
+    MixedCredentials: (400, "mixed-credentials", "A certificate and a token together"),
     InvalidDeviceId: (400, "invalid-device-id", "Invalid deviceId"),
     ItemTooLarge: (413, "too-large", "Request or resulting item too large"),
     InvalidValue: (400, "invalid-value", "Value cannot be stored"),
@@ -195,6 +200,10 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
             status, members["operations"] = _transaction_members(error)
         if isinstance(error, (LeaseBusy, DeviceLocked)):
             _lease_expiry(error, headers, members)
+        if isinstance(error, Unauthenticated):  # RFC 6750 3.1
+            headers["WWW-Authenticate"] = 'Bearer error="invalid_token"' if error.token_given else "Bearer"
+        if isinstance(error, Forbidden):
+            members.update(action=error.action, resource=error.resource, index=error.index)
     if current is not None:
         members["deviceId"] = current.device_id
         members["currentVersion"] = current.version

@@ -7,9 +7,13 @@ from .resolver import Router
 
 from functions.device_state import InvalidDeviceId, InvalidPatch, InvalidValue, JsonPatch, MergePatch, Operation
 from functions.device_state.sections import DEVICE_SECTIONS, SECTIONS, STATE
+from functions.device_state import transactions as tx
 from functions.device_state.transactions import MAX_OPERATIONS
 from functions.device_state.values import validate_device_id
 
+from functions.auth import rights
+
+from . import access
 from . import request_parsing as parse
 from .common import IDEMPOTENT_REPLAYED, budget, idempotency_key, json_response, manager, route
 from .problems import BadRequest
@@ -77,6 +81,20 @@ def _operation(index: int, entry) -> Operation:
     return Operation.check(device_id, expected)
 
 
+def _rights_needed(operation: Operation) -> tuple[str, str]:
+    """(action, resource) an operation needs, as its single-device route would."""
+    device = rights.device_resource(operation.device_id)
+    if operation.action == tx.UPDATE:
+        return rights.WRITE, rights.device_resource(operation.device_id, operation.section)
+    if operation.action in (tx.PUT, tx.REPLACE):
+        return rights.REPLACE, device
+    if operation.action == tx.CREATE:
+        return rights.CREATE, rights.COLLECTION
+    if operation.action == tx.DELETE:
+        return rights.DELETE, device
+    return rights.READ, device
+
+
 @route(router, "/transactions", "POST")
 def run_transaction():
     event = router.current_event
@@ -85,6 +103,9 @@ def run_transaction():
     if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_OPERATIONS:
         raise BadRequest(f"operations must be an array of 1 to {MAX_OPERATIONS} operations")
     operations = [_operation(index, entry) for index, entry in enumerate(entries)]
+    principal = access.principal_of(event)
+    for index, operation in enumerate(operations):  # every one, before anything is read or written
+        rights.authorize(principal, *_rights_needed(operation), index=index)
     tokens = {operation.device_id: parse.lease_token(entry["leaseToken"], f"operations[{index}].leaseToken")
               for index, (operation, entry) in enumerate(zip(operations, entries)) if "leaseToken" in entry}
     key = idempotency_key(event, scope="transaction")

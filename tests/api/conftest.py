@@ -9,9 +9,11 @@ import pytest
 
 from functions.api import handler as handler_module
 from functions.api.config import load_config
+from functions.auth.credentials import load_auth_config
 from functions.device_state.client import dynamodb_client
 from functions.device_state.values import dumps, loads
 from localdev.apigw import LambdaContext, make_event
+from tests.auth import with_credentials
 
 
 @dataclass
@@ -30,6 +32,7 @@ class Result:
 
 
 def _reset_caches():
+    load_auth_config.cache_clear()
     handler_module._manager.cache_clear()
     load_config.cache_clear()
     dynamodb_client.cache_clear()
@@ -49,7 +52,7 @@ def api(engine, monkeypatch, dynamodb_local_endpoint_for):
     _reset_caches()
 
     def call(method, path, body=None, headers=None, content_type="application/json", raw=None):
-        headers = dict(headers or {})
+        headers = with_credentials(headers)
         if body is not None or raw is not None:
             headers.setdefault("Content-Type", content_type)
         payload = raw if raw is not None else (None if body is None else dumps(body))

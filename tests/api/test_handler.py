@@ -10,6 +10,7 @@ import pytest
 
 from functions.device_state import DeviceStateManager
 from tests.api.conftest import header_of
+from tests.auth import with_credentials
 
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -103,8 +104,8 @@ def test_bodies_that_are_not_utf8_or_bad_base64_are_400(api):
     from localdev.apigw import LambdaContext, make_event
 
     for event in (
-        make_event("POST", "/devices", {"Content-Type": "application/json"}, b'{"deviceId": "\xff"}'),
-        {**make_event("POST", "/devices", {"Content-Type": "application/json"}, "not base64!"),
+        make_event("POST", "/devices", with_credentials({"Content-Type": "application/json"}), b'{"deviceId": "\xff"}'),
+        {**make_event("POST", "/devices", with_credentials({"Content-Type": "application/json"}), "not base64!"),
          "isBase64Encoded": True},
     ):
         response = lambda_handler(event, LambdaContext())
@@ -116,7 +117,7 @@ def test_base64_encoded_json_body_is_accepted(api):
     from localdev.apigw import LambdaContext, make_event
 
     body = '{"deviceId": "b64", "state": {"x": 1}}'.encode()
-    event = make_event("POST", "/devices", {"Content-Type": "application/json"}, body)
+    event = make_event("POST", "/devices", with_credentials({"Content-Type": "application/json"}), body)
     assert event["isBase64Encoded"] and base64.b64decode(event["body"]) == body
     assert lambda_handler(event, LambdaContext())["statusCode"] == 201
 
@@ -293,7 +294,7 @@ def test_patch_with_unsupported_content_type_is_415(api, content_type):
     from functions.api.handler import lambda_handler
     from localdev.apigw import LambdaContext, make_event
 
-    response = lambda_handler(make_event("PATCH", "/devices/lamp-1", headers, '{"a": 1}'), LambdaContext())
+    response = lambda_handler(make_event("PATCH", "/devices/lamp-1", with_credentials(headers), '{"a": 1}'), LambdaContext())
     assert response["statusCode"] == 415
     assert "application/merge-patch+json" in header_of(response, "Accept-Patch")
 
@@ -448,7 +449,7 @@ def test_a_fault_is_a_logged_500_problem(api, monkeypatch):
 
     handler_module._manager.cache_clear()
     load_config.cache_clear()
-    response = lambda_handler(make_event("GET", "/devices/x"), LambdaContext())
+    response = lambda_handler(make_event("GET", "/devices/x", with_credentials({})), LambdaContext())
     assert response["statusCode"] == 500
     assert header_of(response, "Content-Type") == "application/problem+json"
     assert "ResourceNotFoundException" in log.getvalue()  # the cause is in the log

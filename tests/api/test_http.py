@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from functions.api.openapi import OPENAPI
 from functions.device_state.values import dumps
 from localdev.dynamodb_local import free_port
+from tests.auth import with_credentials
 
 pytestmark = pytest.mark.dynamodb_local
 READ_SECONDS = 2  # the server's deadline for reading one request (default 5)
@@ -42,7 +43,7 @@ class Server:
 
     def request(self, method, path, body=None, headers=None, raw: bytes | None = None, timeout: float = 30):
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        headers = dict(headers or {})
+        headers = with_credentials(headers)
         data = raw
         if body is not None:
             data = json.dumps(body).encode()

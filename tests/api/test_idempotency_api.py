@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from functions.device_state import table
+from tests.auth import with_credentials
 
 JSON_PATCH = "application/json-patch+json"
 PLUS_ONE = [{"op": "increment", "path": "/n", "value": 1}]
@@ -83,9 +84,14 @@ def test_a_failed_request_records_nothing(api, device):
 
 def test_an_expired_record_is_treated_as_new(api, device):
     patch(api, "k1")
+    [record] = api.client.query(
+        TableName=api.table, KeyConditionExpression="#pk = :device AND begins_with(#sk, :prefix)",
+        ExpressionAttributeNames={"#pk": table.PARTITION_KEY, "#sk": table.SORT_KEY},
+        ExpressionAttributeValues={":device": {"S": "c"}, ":prefix": {"S": f"{table.IDEMPOTENCY_SK_PREFIX}PATCH."}},
+    )["Items"]
     api.client.update_item(
         TableName=api.table,
-        Key={table.PARTITION_KEY: {"S": "c"}, table.SORT_KEY: {"S": f"{table.IDEMPOTENCY_SK_PREFIX}PATCH#k1"}},
+        Key={table.PARTITION_KEY: {"S": "c"}, table.SORT_KEY: record[table.SORT_KEY]},
         UpdateExpression="SET expiresAt = :past", ExpressionAttributeValues={":past": {"N": "1000"}})
     again = patch(api, "k1")
     assert again.status == 200 and again.header("Idempotent-Replayed") is None
@@ -109,7 +115,7 @@ def test_a_crash_after_the_write_is_answered_by_a_replay(api, device, monkeypatc
     from localdev.apigw import LambdaContext, make_event
     from functions.device_state.values import dumps
 
-    event = make_event("PATCH", "/devices/c", {"Content-Type": JSON_PATCH, "Idempotency-Key": "k1"}, dumps(PLUS_ONE))
+    event = make_event("PATCH", "/devices/c", with_credentials({"Content-Type": JSON_PATCH, "Idempotency-Key": "k1"}), dumps(PLUS_ONE))
     assert lambda_handler(event, LambdaContext())["statusCode"] == 500
     retried = patch(api, "k1")
     assert retried.status == 200 and retried.header("Idempotent-Replayed") == "true"

@@ -1,0 +1,94 @@
+"""The API Gateway Lambda authorizer (REQUEST type): the same verification the handler
+uses, run before the function. Its policy lists every route the principal may call (a
+device's only with its own id), never a wildcard over methods, because API Gateway caches
+the result by token and applies it to the token's later requests on other routes; the
+handler's ``authorize()`` stays the authoritative check (bodies, transactions).
+
+The dev server runs ``decide()`` before the handler as API Gateway runs this function,
+and fills the same event fields (``requestContext.authorizer``)."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+
+from .credentials import MixedCredentials, Unauthenticated, authenticate_event
+from .principals import Principal
+from .rights import ROUTE_RIGHTS, PUBLIC, may_call
+
+# What API Gateway itself answers when the authorizer refuses (its gateway responses
+# UNAUTHORIZED and ACCESS_DENIED), in the handler's problem+json form. The stack installs
+# these; the dev server answers the same.
+PROBLEM_TYPE = "urn:device-state:problem:"
+GATEWAY_RESPONSES = {
+    "UNAUTHORIZED": (401, "unauthorized", "Unauthorized",
+                     "this route needs a valid 'Authorization: Bearer <token>' or a device certificate",
+                     {"WWW-Authenticate": "Bearer"}),
+    "ACCESS_DENIED": (403, "forbidden", "Forbidden", "this caller may not call this route", {}),
+}
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+MIXED = "mixed"  # context principalKind of a request carrying a certificate and a token (answered 400)
+
+
+class Unauthorized(Exception):
+    """Raised with exactly this message, API Gateway answers 401 (its UNAUTHORIZED response)."""
+
+    def __init__(self):
+        super().__init__("Unauthorized")
+
+
+def gateway_problem(response_type: str) -> tuple[int, dict, dict]:
+    """(status, headers, body) of a gateway response, as the stack declares it."""
+    status, slug, title, detail, headers = GATEWAY_RESPONSES[response_type]
+    body = {"type": PROBLEM_TYPE + slug, "title": title, "status": status, "detail": detail}
+    return status, {"Content-Type": "application/problem+json", **headers}, body
+
+
+def _arn_path(rule: str, device_id: str) -> str:
+    return re.sub(r"<(\w+)>", lambda name: device_id if name.group(1) == "device_id" else "*", rule)
+
+
+def policy_resources(principal: Principal, method_arn: str) -> list[str]:
+    """The execute-api ARNs of every route the principal may call, in this API and stage.
+    On a path it may call, the methods no route has are listed too: the handler answers
+    them 405 with Allow (API Gateway would answer 403)."""
+    api_and_stage = "/".join(method_arn.split("/", 2)[:2])  # arn:...:apiId/stage
+    device = principal.device_id or "*"
+    callable_rules = {rule for (method, rule), rights in ROUTE_RIGHTS.items()
+                      if rights != PUBLIC and may_call(principal, method, rule)}
+    registered = set(ROUTE_RIGHTS)
+    return sorted({f"{api_and_stage}/{method}{_arn_path(rule, device)}"
+                   for rule in callable_rules for method in METHODS
+                   if (method, rule) not in registered or may_call(principal, method, rule)})
+
+
+def decide(event: dict) -> dict:
+    """The authorizer's answer for a REQUEST authorizer event; raises Unauthorized."""
+    try:
+        principal = authenticate_event(event)
+    except Unauthenticated:
+        raise Unauthorized() from None
+    except MixedCredentials:
+        # Answered 400 by the handler; allowed for this one request only (caching is off
+        # whenever certificates can arrive, see infra/api.py).
+        return {"principalId": MIXED, "context": {"principalKind": MIXED},
+                "policyDocument": _policy([event["methodArn"]])}
+    return {"principalId": principal.subject, "context": principal.as_context(),
+            "policyDocument": _policy(policy_resources(principal, event["methodArn"]))}
+
+
+def _policy(resources: list[str]) -> dict:
+    return {"Version": "2012-10-17",
+            "Statement": [{"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": resources}]}
+
+
+def allows(decision: dict, method_arn: str) -> bool:
+    """Whether the decision's policy allows this call, matched as API Gateway matches ARNs
+    (``*`` any run of characters)."""
+    return any(fnmatch.fnmatchcase(method_arn, resource)
+               for statement in decision["policyDocument"]["Statement"] if statement["Effect"] == "Allow"
+               for resource in statement["Resource"])
+
+
+def lambda_handler(event, _context):
+    return decide(event)

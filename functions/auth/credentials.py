@@ -1,0 +1,203 @@
+"""Verifying a request's credentials into a Principal: a bearer token (JWT) checked
+against configuration, or a client certificate that TLS already verified.
+
+Configuration (the same variables locally and deployed):
+- ``AUTH_ISSUER``: the one issuer whose tokens are accepted (``iss``).
+- ``AUTH_AUDIENCE``: comma-separated audiences; a token must name one in ``aud``, or, with
+  no ``aud`` (Cognito access tokens), in ``client_id``.
+- ``AUTH_JWKS``: the issuer's public keys, a JWKS document inline (``{...}``) or a file's
+  path. Never fetched at request time: an unknown ``kid`` is a bad token, not a fetch.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from functions.device_state.values import DEVICE_ID_PATTERN
+
+from .principals import Principal, scopes_of
+
+AUTH_ISSUER = "AUTH_ISSUER"
+AUTH_AUDIENCE = "AUTH_AUDIENCE"
+AUTH_JWKS = "AUTH_JWKS"
+VARIABLES = (AUTH_ISSUER, AUTH_AUDIENCE, AUTH_JWKS)
+ALGORITHMS = {"RSA": "RS256", "EC": "ES256"}  # the one algorithm accepted for each key type
+LEEWAY_SECONDS = 60
+MAX_TOKEN_LENGTH = 8192
+DEVICE_URI_PREFIX = "urn:device:"
+
+
+class AuthConfigError(RuntimeError):
+    """The service's own authentication settings are missing or wrong (a fault, not the caller's)."""
+
+
+class Unauthenticated(Exception):
+    """No usable credentials. ``token_given``: a token came and failed (``invalid_token``)."""
+
+    def __init__(self, detail: str, token_given: bool = False):
+        super().__init__(detail)
+        self.token_given = token_given
+
+
+class MixedCredentials(Exception):
+    """A request that carries both a client certificate and a token."""
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    issuer: str
+    audiences: frozenset
+    keys: dict  # kid -> (key, algorithm)
+
+    @classmethod
+    def from_environment(cls, environ=os.environ) -> "AuthConfig":
+        issuer = environ.get(AUTH_ISSUER, "").strip()
+        audiences = frozenset(name.strip() for name in environ.get(AUTH_AUDIENCE, "").split(",") if name.strip())
+        raw = environ.get(AUTH_JWKS, "").strip()
+        if not issuer or not audiences or not raw:
+            raise AuthConfigError(f"{', '.join(VARIABLES)} must all be set")
+        return cls(issuer, audiences, _keys(_jwks_document(raw)))
+
+
+def _jwks_document(raw: str) -> dict:
+    try:
+        text = raw if raw.startswith("{") else Path(raw).read_text()
+        return json.loads(text)
+    except (OSError, ValueError) as error:
+        raise AuthConfigError(f"{AUTH_JWKS} is neither a JWKS document nor a readable file: {error}") from None
+
+
+def _keys(document: dict) -> dict:
+    import jwt
+
+    keys = {}
+    for entry in document.get("keys", []) if isinstance(document, dict) else []:
+        algorithm = ALGORITHMS.get(entry.get("kty")) if isinstance(entry, dict) else None
+        if algorithm is None or entry.get("use", "sig") != "sig" or entry.get("alg", algorithm) != algorithm:
+            continue  # a key this service would never accept a signature from
+        keys[entry.get("kid")] = (jwt.PyJWK.from_dict({**entry, "alg": algorithm}).key, algorithm)
+    if not keys:
+        raise AuthConfigError(f"{AUTH_JWKS} holds no RSA (RS256) or EC (ES256) signing key")
+    return keys
+
+
+@functools.lru_cache(maxsize=1)
+def load_auth_config() -> AuthConfig:
+    return AuthConfig.from_environment()
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header; None when there is no header."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("Authorization must be 'Bearer <token>'")
+    return token.strip()
+
+
+def verify_token(token: str, config: AuthConfig | None = None) -> Principal:
+    """The principal of a valid token; Unauthenticated (token_given) for any other."""
+    import jwt
+
+    config = config or load_auth_config()
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise Unauthenticated("the token is too long", token_given=True)
+    try:
+        header = jwt.get_unverified_header(token)
+        kid = header.get("kid")
+        if kid not in config.keys and not (kid is None and len(config.keys) == 1):
+            raise Unauthenticated("the token's key is not one of the issuer's", token_given=True)
+        key, algorithm = config.keys[kid] if kid in config.keys else next(iter(config.keys.values()))
+        claims = jwt.decode(token, key, algorithms=[algorithm], issuer=config.issuer, leeway=LEEWAY_SECONDS,
+                            options={"require": ["exp", "iss"], "verify_aud": False})
+    except jwt.ExpiredSignatureError:
+        raise Unauthenticated("the token has expired", token_given=True) from None
+    except jwt.ImmatureSignatureError:
+        raise Unauthenticated("the token is not valid yet", token_given=True) from None
+    except jwt.InvalidIssuerError:
+        raise Unauthenticated("the token is from another issuer", token_given=True) from None
+    except jwt.InvalidAlgorithmError:
+        raise Unauthenticated("the token's algorithm is not accepted", token_given=True) from None
+    except jwt.PyJWTError:
+        raise Unauthenticated("the token is malformed or its signature is invalid", token_given=True) from None
+    _check_audience(claims, config)
+    return _principal(claims)
+
+
+def _check_audience(claims: dict, config: AuthConfig) -> None:
+    audience = claims.get("aud")
+    named = {audience} if isinstance(audience, str) else set(audience) if isinstance(audience, list) else set()
+    if audience is None and claims.get("token_use") == "access":
+        named = {claims.get("client_id")}  # Cognito access tokens name their client, not an audience
+    if not named.intersection(config.audiences):
+        raise Unauthenticated("the token is for another audience", token_given=True)
+
+
+def _principal(claims: dict) -> Principal:
+    expires_at = int(claims["exp"])
+    if "device_id" in claims:
+        return device_principal(claims["device_id"], expires_at)
+    subject = claims.get("sub") or claims.get("client_id")
+    if not isinstance(subject, str) or not subject:
+        raise Unauthenticated("the token names no subject", token_given=True)
+    return Principal.client(subject, scopes_of(claims.get("scope")), expires_at)
+
+
+def device_principal(device_id, expires_at: int | None = None) -> Principal:
+    if not isinstance(device_id, str) or not DEVICE_ID_PATTERN.fullmatch(device_id):
+        raise Unauthenticated("the credential names no valid device id", token_given=True)
+    return Principal.device(device_id, expires_at)
+
+
+def certificate_principal(pem: str) -> Principal:
+    """The device a client certificate (already verified by TLS against the truststore)
+    names: its SAN ``URI:urn:device:<id>``, or failing that its subject CN."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    try:
+        certificate = x509.load_pem_x509_certificate(pem.encode())
+    except ValueError:
+        raise Unauthenticated("the client certificate cannot be read") from None
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        uris = [uri for uri in names.get_values_for_type(x509.UniformResourceIdentifier)
+                if uri.startswith(DEVICE_URI_PREFIX)]
+    except x509.ExtensionNotFound:
+        uris = []
+    if uris:
+        return device_principal(uris[0][len(DEVICE_URI_PREFIX):])
+    common_names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if not common_names:
+        raise Unauthenticated("the client certificate names no device (no urn:device: URI, no CN)")
+    return device_principal(common_names[0].value)
+
+
+def authenticate(authorization: str | None, client_certificate_pem: str | None,
+                 config: AuthConfig | None = None) -> Principal:
+    """The principal of a request's credentials: its certificate or its bearer token, never both."""
+    if client_certificate_pem and authorization is not None:
+        raise MixedCredentials("send a client certificate or a bearer token, not both")
+    if client_certificate_pem:
+        return certificate_principal(client_certificate_pem)
+    token = bearer_token(authorization)
+    if token is None:
+        raise Unauthenticated("this route needs 'Authorization: Bearer <token>' or a device certificate")
+    return verify_token(token, config)
+
+
+
+
+def authenticate_event(event: dict, config: AuthConfig | None = None) -> Principal:
+    """``authenticate`` over an API Gateway event (REST proxy or REQUEST authorizer): its
+    Authorization header and the client certificate mutual TLS verified, if any."""
+    headers = event.get("headers") or {}
+    authorization = next((value for name, value in headers.items() if name.lower() == "authorization"), None)
+    identity = (event.get("requestContext") or {}).get("identity") or {}
+    certificate = (identity.get("clientCert") or {}).get("clientCertPem")
+    return authenticate(authorization, certificate, config)

@@ -1,0 +1,131 @@
+"""What each caller may do: the one pure ``authorize(principal, action, resource)``, and
+the table of what every API route needs (``ROUTE_RIGHTS``), which both the handler and the
+API Gateway authorizer read.
+
+Resources are ``devices`` (the collection), ``device:<id>`` (the device: read it, its
+delta and versions; replace or delete it whole) and ``device:<id>/<part>`` with part
+``state``, ``desired``, ``reported`` (write one section), ``leases`` (read the queue's
+status; take, heartbeat, release) and ``changes`` (read the feed).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from .principals import CLIENT, DEVICE, READ_SCOPE, REPORT_SCOPE, WRITE_SCOPE, Principal
+
+READ, WRITE, LIST, CREATE, REPLACE, DELETE = "read", "write", "list", "create", "replace", "delete"
+COLLECTION = "devices"
+STATE, DESIRED, REPORTED, LEASES, CHANGES = "state", "desired", "reported", "leases", "changes"
+DEVICE_PARTS = (STATE, DESIRED, REPORTED, LEASES, CHANGES)
+
+# (action, part) each scope grants on every device; part None is the device itself,
+# COLLECTION the collection.
+_SCOPE_GRANTS = {
+    READ_SCOPE: {(READ, None), (READ, CHANGES), (READ, LEASES), (LIST, COLLECTION)},
+    WRITE_SCOPE: {(CREATE, COLLECTION), (REPLACE, None), (DELETE, None), (WRITE, STATE), (WRITE, DESIRED),
+                  (WRITE, LEASES)},
+    REPORT_SCOPE: {(WRITE, REPORTED)},
+}
+# What a device principal may do to itself, and nothing else.
+_DEVICE_GRANTS = {(READ, None), (READ, CHANGES), (READ, LEASES), (WRITE, REPORTED), (WRITE, LEASES)}
+
+
+class Forbidden(Exception):
+    """The principal may not do ``action`` on ``resource``."""
+
+    def __init__(self, action: str, resource: str, index: int | None = None):
+        where = "" if index is None else f"operations[{index}]: "
+        super().__init__(f"{where}{action} on {resource} is not allowed for this caller")
+        self.action, self.resource, self.index = action, resource, index
+
+
+def device_resource(device_id: str, part: str | None = None) -> str:
+    return f"device:{device_id}" if part is None else f"device:{device_id}/{part}"
+
+
+def parse_resource(resource: str) -> tuple[str | None, str | None]:
+    """(device id, part): (None, COLLECTION) for the collection; part None for the device."""
+    if resource == COLLECTION:
+        return None, COLLECTION
+    if not resource.startswith("device:"):
+        raise ValueError(f"unknown resource {resource!r}")
+    name, _, part = resource[len("device:"):].partition("/")
+    if not name or (part and part not in DEVICE_PARTS):
+        raise ValueError(f"unknown resource {resource!r}")
+    return name, part or None
+
+
+def allowed(principal: Principal, action: str, resource: str) -> bool:
+    device_id, part = parse_resource(resource)
+    if principal.kind == DEVICE:
+        return device_id is not None and device_id == principal.device_id and (action, part) in _DEVICE_GRANTS
+    if principal.kind == CLIENT:
+        return any((action, part) in _SCOPE_GRANTS.get(scope, ()) for scope in principal.scopes)
+    return False
+
+
+def authorize(principal: Principal, action: str, resource: str, index: int | None = None) -> None:
+    """Raises Forbidden unless ``principal`` may do ``action`` on ``resource``."""
+    if not allowed(principal, action, resource):
+        raise Forbidden(action, resource, index)
+
+
+# What each route needs: (method, rule) -> (action, resource template with {device_id}),
+# PUBLIC (no credentials), or PER_OPERATION (the route authorizes each operation of its
+# body before it reads or writes anything). The API refuses to register a route missing here.
+PUBLIC = "public"
+PER_OPERATION = "per-operation"
+_D = "device:{device_id}"
+ROUTE_RIGHTS: dict[tuple[str, str], object] = {}
+
+
+def _rights(methods: str, rule: str, rights) -> None:
+    for method in methods.split():
+        ROUTE_RIGHTS[(method, rule)] = rights
+
+
+_rights("GET HEAD", "/openapi.json", PUBLIC)
+_rights("GET HEAD", "/devices", (LIST, COLLECTION))
+_rights("POST", "/devices", (CREATE, COLLECTION))
+_rights("GET HEAD", "/devices/<device_id>", (READ, _D))
+_rights("PUT", "/devices/<device_id>", (REPLACE, _D))
+_rights("DELETE", "/devices/<device_id>", (DELETE, _D))
+_rights("PATCH", "/devices/<device_id>", (WRITE, f"{_D}/{STATE}"))
+_rights("PATCH PUT", "/devices/<device_id>/desired", (WRITE, f"{_D}/{DESIRED}"))
+_rights("PATCH PUT", "/devices/<device_id>/reported", (WRITE, f"{_D}/{REPORTED}"))
+_rights("GET HEAD", "/devices/<device_id>/delta", (READ, _D))
+_rights("GET HEAD", "/devices/<device_id>/versions/<version>", (READ, _D))
+_rights("GET HEAD", "/devices/<device_id>/changes", (READ, f"{_D}/{CHANGES}"))
+_rights("GET HEAD", "/devices/<device_id>/leases", (READ, f"{_D}/{LEASES}"))
+_rights("POST", "/devices/<device_id>/leases", (WRITE, f"{_D}/{LEASES}"))
+_rights("PUT DELETE", "/devices/<device_id>/leases/<lease_id>", (WRITE, f"{_D}/{LEASES}"))
+_rights("POST", "/transactions", PER_OPERATION)
+
+
+def rules_for_path(path: str) -> list[tuple[tuple[str, str], object]]:
+    """((method, rule), rights) of every route whose rule matches ``path``."""
+    path = path.rstrip("/") or "/"
+    return [(route, rights) for route, rights in ROUTE_RIGHTS.items() if _rule_pattern(route[1]).fullmatch(path)]
+
+
+@functools.lru_cache(maxsize=None)
+def _rule_pattern(rule: str) -> re.Pattern:
+    return re.compile(re.sub(r"<\w+>", "[^/]+", re.escape(rule)))
+
+
+def route_rights(method: str, rule: str):
+    try:
+        return ROUTE_RIGHTS[(method, rule)]
+    except KeyError:
+        raise LookupError(f"{method} {rule} has no entry in functions/auth/rights.ROUTE_RIGHTS") from None
+
+
+def may_call(principal: Principal, method: str, rule: str) -> bool:
+    """Whether the principal may call this route on some device (its own, for a device)."""
+    rights = route_rights(method, rule)
+    if rights == PUBLIC or rights == PER_OPERATION:
+        return True
+    action, template = rights
+    return allowed(principal, action, template.format(device_id=principal.device_id or "any"))
