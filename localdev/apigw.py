@@ -96,7 +96,8 @@ def authorizer_step(event: dict) -> tuple[int, dict, dict] | None:
             body["detail"] = str(error)
             headers["WWW-Authenticate"] = 'Bearer error="invalid_token"' if error.token_given else "Bearer"
         return status, headers, body
-    if not authorizer.allows(decision, method_arn):
+    registered = any(method == event["httpMethod"] for (method, _), _ in rules)
+    if registered and not authorizer.allows(decision, method_arn):  # (others: the handler answers 405)
         return authorizer.gateway_problem("ACCESS_DENIED")
     event["requestContext"]["authorizer"] = {"principalId": decision["principalId"], **decision["context"]}
     return None

@@ -51,12 +51,21 @@ class Issuer:
             issuer = cls.generate()
             pem = issuer.private_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                    serialization.NoEncryption())
-            descriptor = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            partial = directory / f".{KEY_FILE}.{os.getpid()}"
+            descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(descriptor, "wb") as file:
                 file.write(pem)
+            try:  # whole or not at all; of two made at once, the first linked is the key
+                os.link(partial, key_path)
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(partial)
         key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
         issuer = cls(key, _thumbprint(key))
-        (directory / JWKS_FILE).write_text(json.dumps(issuer.jwks(), indent=2) + "\n")
+        partial = directory / f".{JWKS_FILE}.{os.getpid()}"
+        partial.write_text(json.dumps(issuer.jwks(), indent=2) + "\n")
+        os.replace(partial, directory / JWKS_FILE)  # for other servers to trust this issuer
         return issuer
 
     @property

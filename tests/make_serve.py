@@ -12,15 +12,23 @@ import tempfile
 import time
 from pathlib import Path
 
+from functions.auth.credentials import VARIABLES as AUTH_VARIABLES
 from localdev.dynamodb_local import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def checkout_bearer() -> dict:
+    """Credentials `make serve` accepts: a token of this checkout's issuer, as `make -s token` prints."""
+    from localdev.issuer import DEFAULT_DIRECTORY, Issuer
+
+    return {"Authorization": f"Bearer {Issuer.load_or_create(REPO_ROOT / DEFAULT_DIRECTORY).token()}"}
+
+
 def get(port: int, path: str) -> tuple[int, dict, bytes]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        connection.request("GET", path)
+        connection.request("GET", path, headers=checkout_bearer())
         response = connection.getresponse()
         return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
     finally:
@@ -40,10 +48,11 @@ class Served:
 
 @contextlib.contextmanager
 def make_serve(**environment: str):
-    """Runs `make -s serve` with PORT free and the given variables; yields a Served."""
+    """Runs `make -s serve` with PORT free and the given variables; yields a Served. Like a
+    reader's, it trusts this checkout's own issuer (`make -s token`), not the suite's."""
     port = free_port()
     env = {key: value for key, value in os.environ.items()
-           if key not in ("DYNAMODB_ENDPOINT", "TABLE_NAME", "DYNAMODB_DATA_DIR")}
+           if key not in ("DYNAMODB_ENDPOINT", "TABLE_NAME", "DYNAMODB_DATA_DIR", *AUTH_VARIABLES)}
     env.update(PORT=str(port), WORKERS="2", **environment)
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(["make", "-s", "serve"], cwd=REPO_ROOT, env=env, stdout=log,

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from tests.make_serve import REPO_ROOT, get, make_serve
+from tests.make_serve import REPO_ROOT, checkout_bearer, get, make_serve
 
 pytestmark = pytest.mark.dynamodb_local
 
@@ -20,7 +20,7 @@ def post_device(port: int, device_id: str) -> int:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         connection.request("POST", "/devices", body=json.dumps({"deviceId": device_id, "state": {"n": 1}}),
-                           headers={"Content-Type": "application/json"})
+                           headers={"Content-Type": "application/json", **checkout_bearer()})
         return connection.getresponse().status
     finally:
         connection.close()

@@ -22,8 +22,6 @@ from tests.make_serve import REPO_ROOT, make_serve
 DOCUMENTS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)\n```$", re.DOTALL | re.MULTILINE)
 MARK = re.compile(r"<!-- (readme-test|not-run): ?([^>]*?) -->\n$")
-PYTHON_CLIENT_ENVIRONMENT = {"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "local",
-                             "AWS_SECRET_ACCESS_KEY": "local"}  # as docs/api.md tells a reader to set
 
 
 def blocks() -> list[tuple[str, str, str, str, str]]:
@@ -131,17 +129,27 @@ def _run_python(code: str, environment_lines: str, **variables: str) -> subproce
                           cwd=REPO_ROOT, timeout=60)
 
 
+def _token() -> str:
+    """`make -s token` as a reader runs it: one line, a token make serve accepts."""
+    result = subprocess.run(["make", "-s", "token"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and len(result.stdout.splitlines()) == 1, result.stderr
+    return result.stdout.strip()
+
+
 @pytest.mark.dynamodb_local
 def test_the_examples_run_as_written_on_a_fresh_make_serve():
     blocks_by_name = examples()
     with make_serve() as served:
         base = f"localhost:{served.port}"
+        # What the README's first block exports, as a reader's shell keeps it for the later blocks.
+        token = _token()
+        assert "export TOKEN=$(make -s token)" in blocks_by_name["quickstart"][1]
         for name, (language, script) in blocks_by_name.items():
             if language != "sh":
                 continue
             script = script.replace("localhost:3000", base)
             result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True,
-                                    timeout=120)
+                                    timeout=120, cwd=REPO_ROOT, env={**os.environ, "TOKEN": token})
             assert result.returncode == 0, f"{name}:\n{result.stdout}\n{result.stderr}"
             got = [int(status) for status in re.findall(r"HTTP/1\.[01] (\d{3}) ", result.stdout)]
             assert got == expected_statuses(script), f"{name}:\n{result.stdout}"
@@ -157,6 +165,6 @@ def test_the_examples_run_as_written_on_a_fresh_make_serve():
 
         language, code = blocks_by_name["python-client"]
         assert language == "python"
-        result = _run_python(code, "", URL=f"http://{base}/", **PYTHON_CLIENT_ENVIRONMENT)
+        result = _run_python(code, "", URL=f"http://{base}/", TOKEN=token)  # as docs/api.md runs it
         assert result.returncode == 0, result.stderr
         assert [line.split(",")[0] for line in result.stdout.splitlines()] == ["(201", "(200"], result.stdout

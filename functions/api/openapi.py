@@ -2,8 +2,11 @@
 Served at GET /openapi.json. Its limits are the library's and the routes' own constants,
 so the document cannot drift from what the service enforces."""
 
+import re
 from decimal import Decimal
 
+from functions.auth import rights
+from functions.auth.principals import SCOPES, Principal
 from functions.device_state.idempotency import KEY_PATTERN
 from functions.device_state.manager import MAX_LIST_LIMIT
 from functions.device_state.transactions import MAX_OPERATIONS
@@ -548,3 +551,48 @@ def _with_head(document: dict) -> dict:
 
 
 _with_head(OPENAPI)
+
+_AUTH_TEXT = ("Every operation but GET /openapi.json needs credentials: a back-end sends a bearer token (JWT) whose "
+              "scope claim names what it may do (devices.read, devices.write, devices.report); a device sends a "
+              "bearer token with a device_id claim, or, on the device domain, a client certificate (mutual TLS, "
+              "SAN URI:urn:device:<id> or CN <id>; OpenAPI 3.0 has no scheme for it, see x-mutual-tls), never "
+              "both. A device may read itself, write its own reported section and take its own leases.")
+
+
+def _with_security(document: dict) -> dict:
+    """Each operation's security (the scopes that grant it; a device token where a device may call it), and
+    its 401 and 403 answers, from the route table of rights (functions/auth/rights.py)."""
+    document["components"]["securitySchemes"] = {
+        "backEnd": {"type": "oauth2", "description": "A back-end's token: client credentials, scopes in scope",
+                    "flows": {"clientCredentials": {"tokenUrl": "/oauth2/token", "scopes": {
+                        rights_scope: "see the table of rights in docs/api.md" for rights_scope in SCOPES}}}},
+        "deviceToken": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                        "description": "A device's token: a device_id claim names the one device it is"},
+    }
+    document["x-mutual-tls"] = {"description": "Devices may call the device domain with a client certificate "
+                                               "under the truststore instead of a token (not both: 400)"}
+    document["info"]["description"] += " " + _AUTH_TEXT
+    for path, item in document["paths"].items():
+        rule = re.sub(r"\{(\w+)\}", lambda name: "<" + re.sub(r"(?<!^)([A-Z])", r"_\1", name.group(1)).lower() + ">",
+                      path)
+        for method, operation in item.items():
+            if method == "parameters":
+                continue
+            needed = rights.route_rights(method.upper(), rule)
+            if needed == rights.PUBLIC:
+                operation["security"] = []
+                continue
+            granting = [scope for scope in SCOPES if rights.may_call(Principal.client("any", [scope]), method.upper(),
+                                                                     rule)]
+            operation["security"] = [{"backEnd": [scope]} for scope in granting]
+            if rights.may_call(Principal.device("any"), method.upper(), rule):
+                operation["security"].append({"deviceToken": []})
+            operation["responses"]["401"] = _problem("No credentials, or a token that is not valid "
+                                                     "(WWW-Authenticate says which)")
+            operation["responses"]["403"] = _problem("These credentials may not do this to this device "
+                                                     "(the problem names the action and resource)")
+            operation["responses"].setdefault("400", _COMMON_ERRORS["400"])
+    return document
+
+
+_with_security(OPENAPI)

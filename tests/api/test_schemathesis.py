@@ -16,6 +16,7 @@ from schemathesis import checks
 from functions.api.openapi import OPENAPI
 from functions.device_state.values import dumps
 from tests.api.test_http import server  # noqa: F401  (the real server, module scoped)
+from tests.auth import bearer
 
 pytestmark = pytest.mark.dynamodb_local
 
@@ -26,6 +27,6 @@ _OPERATIONS = [result.ok() for result in _SCHEMA.get_all_operations()]
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=st.sampled_from(_OPERATIONS).flatmap(lambda operation: operation.as_strategy()))
 def test_requests_generated_from_the_document(server, case):  # noqa: F811
-    response = case.call(base_url=f"http://127.0.0.1:{server.port}", timeout=30)
+    response = case.call(base_url=f"http://127.0.0.1:{server.port}", timeout=30, headers=bearer())
     case.validate_response(response, checks=[checks.not_a_server_error, checks.status_code_conformance,
                                              checks.content_type_conformance])
