@@ -1,0 +1,214 @@
+"""Token and certificate verification and the one authorize(): pure, with real signed tokens
+and certificates minted here."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import hmac
+import json
+import time
+
+import jwt
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from functions.auth import rights
+from functions.auth.credentials import (AuthConfig, AuthConfigError, MixedCredentials, Unauthenticated,
+                                        authenticate, certificate_principal, verify_token)
+from functions.auth.principals import CLIENT, DEVICE, Principal
+from localdev.issuer import Issuer
+from tests.auth import ISSUER
+
+CONFIG = AuthConfig.from_environment(ISSUER.environment())
+NOW = int(time.time())
+
+
+def _unsigned(header: dict, claims: dict) -> str:
+    return f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}."
+
+
+def _claims(**changes) -> dict:
+    claims = {"iss": ISSUER.issuer, "aud": ISSUER.audience, "sub": "svc", "iat": NOW, "exp": NOW + 600,
+              "scope": "devices.read"}
+    claims.update(changes)
+    return {key: value for key, value in claims.items() if value is not None}
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _hs256_with_public_key() -> str:
+    """The classic confusion attack: an HMAC over the token keyed with the issuer's public key."""
+    signing_input = f"{_b64(json.dumps({'alg': 'HS256', 'kid': ISSUER.kid}).encode())}.{_b64(json.dumps(_claims()).encode())}"
+    signature = hmac.new(_public_pem(), signing_input.encode(), hashlib.sha256).digest()
+    return f"{signing_input}.{_b64(signature)}"
+
+
+def _public_pem() -> bytes:
+    return ISSUER.private_key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                        serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+BAD_TOKENS = {
+    "expired": lambda: ISSUER.token(exp=NOW - 120, iat=NOW - 3600, nbf=NOW - 3600),
+    "not yet valid": lambda: ISSUER.token(nbf=NOW + 600, iat=NOW),
+    "issued in the future": lambda: ISSUER.token(iat=NOW + 600, nbf=None),
+    "wrong issuer": lambda: ISSUER.token(iss="https://evil.example"),
+    "wrong audience": lambda: ISSUER.token(aud="someone-else"),
+    "no exp": lambda: ISSUER.token(exp=None),
+    "alg none": lambda: _unsigned({"alg": "none", "typ": "JWT", "kid": ISSUER.kid}, _claims()),
+    "HS256 signed with the public key": lambda: _hs256_with_public_key(),
+    "unknown kid": lambda: ISSUER.token(headers={"kid": "not-a-key-of-the-issuer"}),
+    "garbage": lambda: "not.a.token",
+    "another issuer's key, same kid and claims": lambda: Issuer(Issuer.generate().private_key, ISSUER.kid).token(),
+    "a bad device id": lambda: ISSUER.token(device="no spaces allowed"),
+    "tampered claims": lambda: _tampered(),
+}
+
+
+def _tampered() -> str:
+    header, _, signature = ISSUER.token(["devices.read"]).split(".")
+    forged = _b64(json.dumps(_claims(scope="devices.write")).encode())
+    return f"{header}.{forged}.{signature}"
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_TOKENS))
+def test_every_bad_token_is_unauthenticated(kind):
+    with pytest.raises(Unauthenticated) as refused:
+        verify_token(BAD_TOKENS[kind](), CONFIG)
+    assert refused.value.token_given
+
+
+def test_the_hs256_forgery_would_pass_a_verifier_that_took_the_algorithm_from_the_token():
+    """The control: the forged token's HMAC is valid under the public key, so a verifier
+    keyed by the token's own alg header would accept it."""
+    signing_input, _, signature = BAD_TOKENS["HS256 signed with the public key"]().rpartition(".")
+    expected = hmac.new(_public_pem(), signing_input.encode(), hashlib.sha256).digest()
+    assert hmac.compare_digest(_b64(expected), signature)
+
+
+def test_tokens_within_the_leeway_are_accepted():
+    assert verify_token(ISSUER.token(exp=NOW - 30), CONFIG).kind == CLIENT
+    assert verify_token(ISSUER.token(nbf=NOW + 30, iat=NOW + 30), CONFIG).kind == CLIENT
+
+
+def test_claims_make_the_principal():
+    backend = verify_token(ISSUER.token(["devices.read", "device-state/devices.report", "admin"]), CONFIG)
+    assert (backend.kind, backend.scopes) == (CLIENT, frozenset({"devices.read", "devices.report"}))
+    device = verify_token(ISSUER.token(["devices.write"], device="lamp-1"), CONFIG)
+    assert (device.kind, device.device_id, device.scopes) == (DEVICE, "lamp-1", frozenset())  # scope ignored
+
+
+def test_a_cognito_access_token_names_its_client_instead_of_an_audience():
+    token = ISSUER.token(aud=None, token_use="access", client_id=ISSUER.audience, scope="device-state/devices.read")
+    assert verify_token(token, CONFIG).scopes == {"devices.read"}
+    other = ISSUER.token(aud=None, token_use="access", client_id="another-client")
+    with pytest.raises(Unauthenticated):
+        verify_token(other, CONFIG)
+
+
+def test_rsa_keys_verify_rs256_and_a_key_type_never_takes_another_algorithm():
+    rsa_issuer = Issuer.generate("RSA")
+    config = AuthConfig.from_environment(rsa_issuer.environment())
+    assert verify_token(rsa_issuer.token(), config).kind == CLIENT
+    with pytest.raises(Unauthenticated):  # an ES256 token under the RSA key's kid
+        verify_token(Issuer(Issuer.generate().private_key, rsa_issuer.kid).token(), config)
+
+
+def test_configuration_is_checked():
+    with pytest.raises(AuthConfigError):
+        AuthConfig.from_environment({})
+    with pytest.raises(AuthConfigError):
+        AuthConfig.from_environment({**ISSUER.environment(), "AUTH_JWKS": '{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}'})
+    with pytest.raises(AuthConfigError):
+        AuthConfig.from_environment({**ISSUER.environment(), "AUTH_JWKS": "/no/such/file.json"})
+
+
+def _certificate(subject_cn: str | None, uri: str | None) -> str:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject_cn)] if subject_cn else [])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+               .serial_number(x509.random_serial_number()).not_valid_before(now)
+               .not_valid_after(now + datetime.timedelta(days=1)))
+    if uri:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), False)
+    return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode()
+
+
+def test_a_certificate_names_its_device_by_san_uri_then_cn():
+    assert certificate_principal(_certificate("ignored-cn", "urn:device:lamp-9")).device_id == "lamp-9"
+    assert certificate_principal(_certificate("lamp-3", None)).device_id == "lamp-3"
+    assert certificate_principal(_certificate("lamp-4", "https://example.com/x")).device_id == "lamp-4"
+    with pytest.raises(Unauthenticated):
+        certificate_principal(_certificate(None, None))
+    with pytest.raises(Unauthenticated):
+        certificate_principal(_certificate("has spaces", None))
+
+
+def test_credentials_are_one_kind_or_none():
+    certificate = _certificate("lamp-1", None)
+    with pytest.raises(MixedCredentials):
+        authenticate(f"Bearer {ISSUER.token()}", certificate, CONFIG)
+    with pytest.raises(Unauthenticated) as missing:
+        authenticate(None, None, CONFIG)
+    assert not missing.value.token_given
+    for header in ("Basic dXNlcjpwYXNz", "Bearer", "Bearer  ", ISSUER.token()):
+        with pytest.raises(Unauthenticated):
+            authenticate(header, None, CONFIG)
+
+
+READER, WRITER, REPORTER = (Principal.client("x", [scope]) for scope in ("devices.read", "devices.write",
+                                                                         "devices.report"))
+LAMP = Principal.device("lamp-1")
+NOBODY = Principal.client("x", [])
+
+# (principal, action, resource) -> allowed: the table of docs/api.md.
+RIGHTS_TABLE = [
+    (READER, rights.READ, "device:lamp-2", True), (READER, rights.LIST, "devices", True),
+    (READER, rights.READ, "device:lamp-2/changes", True), (READER, rights.READ, "device:lamp-2/leases", True),
+    (READER, rights.WRITE, "device:lamp-2/state", False), (READER, rights.WRITE, "device:lamp-2/leases", False),
+    (WRITER, rights.CREATE, "devices", True), (WRITER, rights.REPLACE, "device:lamp-2", True),
+    (WRITER, rights.DELETE, "device:lamp-2", True), (WRITER, rights.WRITE, "device:lamp-2/state", True),
+    (WRITER, rights.WRITE, "device:lamp-2/desired", True), (WRITER, rights.WRITE, "device:lamp-2/leases", True),
+    (WRITER, rights.WRITE, "device:lamp-2/reported", False), (WRITER, rights.READ, "device:lamp-2", False),
+    (REPORTER, rights.WRITE, "device:lamp-2/reported", True), (REPORTER, rights.WRITE, "device:lamp-2/desired", False),
+    (REPORTER, rights.READ, "device:lamp-2", False),
+    (LAMP, rights.READ, "device:lamp-1", True), (LAMP, rights.READ, "device:lamp-1/changes", True),
+    (LAMP, rights.READ, "device:lamp-1/leases", True), (LAMP, rights.WRITE, "device:lamp-1/leases", True),
+    (LAMP, rights.WRITE, "device:lamp-1/reported", True), (LAMP, rights.WRITE, "device:lamp-1/desired", False),
+    (LAMP, rights.WRITE, "device:lamp-1/state", False), (LAMP, rights.DELETE, "device:lamp-1", False),
+    (LAMP, rights.REPLACE, "device:lamp-1", False), (LAMP, rights.LIST, "devices", False),
+    (LAMP, rights.CREATE, "devices", False), (LAMP, rights.READ, "device:lamp-10", False),
+    (LAMP, rights.READ, "device:lamp-2", False), (LAMP, rights.WRITE, "device:lamp-2/reported", False),
+    (NOBODY, rights.READ, "device:lamp-1", False), (NOBODY, rights.LIST, "devices", False),
+]
+
+
+@pytest.mark.parametrize("principal, action, resource, expected", RIGHTS_TABLE)
+def test_authorize_follows_the_table(principal, action, resource, expected):
+    assert rights.allowed(principal, action, resource) is expected
+    if expected:
+        rights.authorize(principal, action, resource)
+    else:
+        with pytest.raises(rights.Forbidden, match=resource):
+            rights.authorize(principal, action, resource)
+
+
+def test_unknown_resources_are_errors_not_grants():
+    for resource in ("device:", "device:lamp-1/secrets", "fleet", ""):
+        with pytest.raises(ValueError):
+            rights.allowed(WRITER, rights.WRITE, resource)
+
+
+def test_the_principal_survives_the_authorizer_context():
+    for principal in (READER, LAMP, Principal.client("svc", ["devices.write", "devices.read"], expires_at=NOW)):
+        assert Principal.from_context(principal.as_context()) == principal
+    assert Principal.from_context({}) is None
+    assert Principal.from_context({"principalKind": "device", "deviceId": ""}) is None
