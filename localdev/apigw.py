@@ -98,6 +98,6 @@ def authorizer_step(event: dict) -> tuple[int, dict, dict] | None:
         return status, headers, body
     registered = any(method == event["httpMethod"] for (method, _), _ in rules)
     if registered and not authorizer.allows(decision, method_arn):  # (others: the handler answers 405)
-        return authorizer.gateway_problem("ACCESS_DENIED")
+        return authorizer.gateway_problem("ACCESS_DENIED", event["httpMethod"], event["requestContext"]["path"])
     event["requestContext"]["authorizer"] = {"principalId": decision["principalId"], **decision["context"]}
     return None

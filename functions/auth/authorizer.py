@@ -24,7 +24,10 @@ GATEWAY_RESPONSES = {
     "UNAUTHORIZED": (401, "unauthorized", "Unauthorized",
                      "this route needs a valid 'Authorization: Bearer <token>' or a device certificate",
                      {"WWW-Authenticate": "Bearer"}),
-    "ACCESS_DENIED": (403, "forbidden", "Forbidden", "this caller may not call this route", {}),
+    # API Gateway fills in the $context variables (the authorizer's policy, cached per token,
+    # cannot name the route it is asked about; the gateway can).
+    "ACCESS_DENIED": (403, "forbidden", "Forbidden", "$context.httpMethod $context.path is not allowed for this caller",
+                      {}),
 }
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 MIXED = "mixed"  # context principalKind of a request carrying a certificate and a token (answered 400)
@@ -37,9 +40,12 @@ class Unauthorized(Exception):
         super().__init__("Unauthorized")
 
 
-def gateway_problem(response_type: str) -> tuple[int, dict, dict]:
-    """(status, headers, body) of a gateway response, as the stack declares it."""
+def gateway_problem(response_type: str, method: str = "", path: str = "") -> tuple[int, dict, dict]:
+    """(status, headers, body) of a gateway response, as the stack declares it; with a method
+    and path, its $context variables filled in as API Gateway does."""
     status, slug, title, detail, headers = GATEWAY_RESPONSES[response_type]
+    if method:
+        detail = detail.replace("$context.httpMethod", method).replace("$context.path", path)
     body = {"type": PROBLEM_TYPE + slug, "title": title, "status": status, "detail": detail}
     return status, {"Content-Type": "application/problem+json", **headers}, body
 

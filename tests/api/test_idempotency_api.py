@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from functions.device_state import table
-from tests.auth import with_credentials
+from tests.auth import bearer, with_credentials
 
 JSON_PATCH = "application/json-patch+json"
 PLUS_ONE = [{"op": "increment", "path": "/n", "value": 1}]
@@ -145,3 +145,19 @@ def test_a_key_changes_no_outcome_for_large_devices_and_transactions(api):
     replayed = api("POST", "/transactions", {"operations": scene}, headers={"Idempotency-Key": "scene"})
     assert done.status == replayed.status == 200, done.text
     assert replayed.text == done.text
+
+
+def test_a_key_is_the_callers_own_and_never_replays_another_callers_answer(api):
+    api("POST", "/devices", {"deviceId": "shared", "state": {}})
+    body, headers = {"n": 1}, {"Idempotency-Key": "same-key"}
+
+    def report(credentials):
+        return api("PATCH", "/devices/shared/reported", body, {**headers, **credentials},
+                   content_type="application/merge-patch+json")
+
+    first = report(bearer(device="shared"))
+    assert first.status == 200 and first.header("ETag") == '"2"'
+    other = report(bearer(["devices.report"]))  # the same key, body and route from another caller
+    assert other.status == 200 and other.header("Idempotent-Replayed") is None and other.header("ETag") == '"3"'
+    again = report(bearer(device="shared"))  # the control: the first caller's retry is replayed
+    assert again.header("Idempotent-Replayed") == "true" and again.header("ETag") == '"2"'

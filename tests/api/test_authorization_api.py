@@ -1,0 +1,166 @@
+"""Who may call what, over the real dev server (its authorizer step, then the handler):
+every principal kind against every route, with nothing written by a refusal."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import uuid
+
+import pytest
+
+from functions.api.common import ROUTES
+from functions.auth.rights import PUBLIC, ROUTE_RIGHTS
+from tests.api.test_http import server  # noqa: F401  (the real server, module scoped)
+from tests.auth import NO_CREDENTIALS, bearer, token
+
+pytestmark = pytest.mark.dynamodb_local
+ADMIN = bearer()
+MERGE = "application/merge-patch+json"
+_numbers = itertools.count()
+
+
+def _principals(device: str) -> dict:
+    """Name -> headers, for a request about ``device``."""
+    return {
+        "none": NO_CREDENTIALS,
+        "expired": {"Authorization": f"Bearer {token(exp=1_000_000, iat=999_000, nbf=999_000)}"},
+        "nobody": bearer([]),
+        "read": bearer(["devices.read"]),
+        "write": bearer(["devices.write"]),
+        "report": bearer(["devices.report"]),
+        "self": bearer(device=device),
+        "other": bearer(device=f"{device}-other"),
+    }
+
+
+# (method, path, body, content type, success status, the principals allowed). {d}: the device, {lease}: a lease
+# the device holds, {new}: a device id that does not exist yet.
+CASES = [
+    ("GET", "/devices", None, None, 200, {"read"}),
+    ("POST", "/devices", {"deviceId": "{new}", "state": {}}, "application/json", 201, {"write"}),
+    ("GET", "/devices/{d}", None, None, 200, {"read", "self"}),
+    ("HEAD", "/devices/{d}", None, None, 200, {"read", "self"}),
+    ("PUT", "/devices/{d}", {"state": {"a": 1}}, "application/json", 200, {"write"}),
+    ("PATCH", "/devices/{d}", {"a": 2}, MERGE, 200, {"write"}),
+    ("DELETE", "/devices/{d}", None, None, 204, {"write"}),
+    ("PATCH", "/devices/{d}/desired", {"power": "on"}, MERGE, 200, {"write"}),
+    ("PUT", "/devices/{d}/desired", {"desired": {"power": "on"}}, "application/json", 200, {"write"}),
+    ("PATCH", "/devices/{d}/reported", {"power": "on"}, MERGE, 200, {"report", "self"}),
+    ("PUT", "/devices/{d}/reported", {"reported": {"power": "on"}}, "application/json", 200, {"report", "self"}),
+    ("GET", "/devices/{d}/delta", None, None, 200, {"read", "self"}),
+    # This server runs no stream processor, so there is no history: an allowed caller reaches the read (404).
+    ("GET", "/devices/{d}/versions/1", None, None, 404, {"read", "self"}),
+    ("GET", "/devices/{d}/changes?since=0", None, None, 200, {"read", "self"}),
+    ("GET", "/devices/{d}/leases", None, None, 200, {"read", "self"}),
+    ("POST", "/devices/{d}/leases", {"ttlSeconds": 30}, "application/json", 201, {"write", "self"}),
+    ("PUT", "/devices/{d}/leases/{lease}", {"ttlSeconds": 30}, "application/json", 200, {"write", "self"}),
+    ("DELETE", "/devices/{d}/leases/{lease}", None, None, 204, {"write", "self"}),
+    ("POST", "/transactions", {"operations": [{"deviceId": "{d}", "mergePatch": {"a": 3}}]}, "application/json",
+     200, {"write"}),
+    ("POST", "/transactions", {"operations": [{"deviceId": "{d}", "mergePatch": {"p": 1}, "section": "reported"}]},
+     "application/json", 200, {"report", "self"}),
+    ("POST", "/transactions", {"operations": [{"deviceId": "{d}", "check": True}]}, "application/json", 200,
+     {"read", "self"}),
+]
+PRINCIPALS = list(_principals("x"))
+
+
+def _fill(value, names: dict):
+    text = json.dumps(value) if not isinstance(value, str) else value
+    for name, replacement in names.items():
+        text = text.replace("{" + name + "}", replacement)
+    return json.loads(text) if not isinstance(value, str) else text
+
+
+def _snapshot(server, device: str) -> tuple:
+    """What a refusal must leave as it was: the device (status, version) and its lease queue."""
+    status, headers, _ = server.request("GET", f"/devices/{device}", headers=ADMIN)
+    leases = json.loads(server.request("GET", f"/devices/{device}/leases", headers=ADMIN)[2])
+    return status, headers.get("etag"), leases.get("holder"), leases.get("waiting")
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case[0]} {case[1]} {case[5]}"[:60])
+def test_each_principal_on_each_route(server, case, principal):
+    method, path, body, content_type, success, allowed = case
+    device, new = f"authz-{next(_numbers)}-{uuid.uuid4().hex[:6]}", f"authz-new-{uuid.uuid4().hex[:8]}"
+    status, _, _ = server.request("POST", "/devices", {"deviceId": device, "state": {"a": 0}}, headers=ADMIN)
+    assert status == 201
+    names = {"d": device, "new": new}
+    if "{lease}" in path:
+        status, _, grant = server.request("POST", f"/devices/{device}/leases", {"ttlSeconds": 60}, headers=ADMIN)
+        assert status == 201
+        names["lease"] = json.loads(grant)["leaseId"]
+    before = _snapshot(server, device)
+    headers = dict(_principals(device)[principal])
+    if content_type:
+        headers["Content-Type"] = content_type
+    raw = None if body is None else json.dumps(_fill(body, names)).encode()
+    status, response_headers, payload = server.request(method, _fill(path, names), headers=headers, raw=raw)
+
+    if principal in allowed:
+        assert status == success, payload
+        return
+    expected = 401 if principal in ("none", "expired") else 403
+    assert status == expected, payload
+    if method != "HEAD":
+        problem = json.loads(payload)
+        assert response_headers["content-type"] == "application/problem+json"
+        assert problem["status"] == expected and problem["type"].endswith("unauthorized" if expected == 401
+                                                                          else "forbidden")
+    if expected == 401:
+        assert response_headers["www-authenticate"] == (
+            'Bearer error="invalid_token"' if principal == "expired" else "Bearer")
+    assert _snapshot(server, device) == before  # nothing written
+    assert server.request("GET", f"/devices/{new}", headers=ADMIN)[0] == 404
+
+
+def test_the_table_covers_every_route():
+    """Each registered route (a HEAD aside: it is its GET) appears in CASES."""
+    covered = {(method, re.sub(r"\{\w+\}", "<x>", path.split("?")[0])) for method, path, *_ in CASES}
+    for method, rule in ROUTES:
+        if ROUTE_RIGHTS[(method, rule)] == PUBLIC:
+            continue
+        shape = re.sub(r"<\w+>", "<x>", rule).replace("/versions/<x>", "/versions/1")
+        assert (method, shape) in covered or (method == "HEAD" and ("GET", shape) in covered), (method, rule)
+
+
+def test_a_device_naming_another_device_learns_nothing_of_whether_it_exists(server):
+    status, _, _ = server.request("POST", "/devices", {"deviceId": "exists-1", "state": {}}, headers=ADMIN)
+    assert status in (201, 409)
+    lamp = bearer(device="lamp-zz")
+    for path in ("/devices/exists-1", "/devices/ghost-1", "/devices/exists-1/changes", "/devices/ghost-1/delta"):
+        status, _, payload = server.request("GET", path, headers=lamp)
+        problem = json.loads(payload)  # API Gateway's own refusal: the route, and nothing about the device
+        assert status == 403 and problem["detail"] == f"GET {path} is not allowed for this caller", payload
+        assert set(problem) == {"type", "title", "status", "detail"}
+    assert server.request("GET", "/devices/ghost-1", headers=bearer(["devices.read"]))[0] == 404  # the control
+
+
+def test_a_transaction_naming_a_foreign_device_is_refused_whole(server):
+    for device in ("tx-own", "tx-foreign"):
+        server.request("PUT", f"/devices/{device}", {"state": {"n": 0}}, headers=ADMIN)
+    before = [server.request("GET", f"/devices/{device}", headers=ADMIN)[1]["etag"] for device in ("tx-own", "tx-foreign")]
+    operations = [{"deviceId": "tx-own", "mergePatch": {"n": 1}, "section": "reported"},
+                  {"deviceId": "tx-foreign", "mergePatch": {"n": 1}, "section": "reported"}]
+    status, _, payload = server.request("POST", "/transactions", {"operations": operations},
+                                        headers=bearer(device="tx-own"))
+    problem = json.loads(payload)
+    assert status == 403 and problem["index"] == 1 and problem["resource"] == "device:tx-foreign/reported", problem
+    forbidden_section = [{"deviceId": "tx-own", "mergePatch": {"n": 1}, "section": "desired"}]
+    status, _, payload = server.request("POST", "/transactions", {"operations": forbidden_section},
+                                        headers=bearer(device="tx-own"))
+    assert status == 403 and json.loads(payload)["index"] == 0
+    after = [server.request("GET", f"/devices/{device}", headers=ADMIN)[1]["etag"] for device in ("tx-own", "tx-foreign")]
+    assert after == before
+    status, _, _ = server.request("POST", "/transactions", {"operations": operations[:1]},
+                                  headers=bearer(device="tx-own"))
+    assert status == 200  # the control: its own reported alone is allowed
+
+
+def test_a_request_with_a_token_and_an_unknown_method_still_gets_405(server):
+    status, headers, _ = server.request("OPTIONS", "/devices/lamp-1", headers=bearer(device="lamp-1"))
+    assert status == 405 and "GET" in headers["allow"]
+    assert server.request("OPTIONS", "/devices/lamp-1", headers=NO_CREDENTIALS)[0] == 401

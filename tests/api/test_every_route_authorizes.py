@@ -1,0 +1,72 @@
+"""Every registered route authenticates and authorizes before it reads or writes anything:
+called against a table that does not exist (so any read or write would fail with a 5xx or
+404), a caller without the right gets its 401 or 403, while the control with the right
+reaches the storage."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from functions.api import handler as handler_module
+from functions.api.common import ROUTES
+from functions.api.config import load_config
+from functions.auth.credentials import load_auth_config
+from functions.auth.rights import PER_OPERATION, PUBLIC, ROUTE_RIGHTS
+from functions.device_state.client import dynamodb_client
+from localdev.apigw import LambdaContext, make_event
+from tests.auth import NO_CREDENTIALS, bearer, with_credentials
+
+BODIES = {  # a well-formed body for each route that takes one
+    ("POST", "/devices"): {"deviceId": "lamp-1", "state": {}},
+    ("PUT", "/devices/<device_id>"): {"state": {}},
+    ("PATCH", "/devices/<device_id>"): {"a": 1},
+    ("PATCH", "/devices/<device_id>/desired"): {"a": 1},
+    ("PATCH", "/devices/<device_id>/reported"): {"a": 1},
+    ("PUT", "/devices/<device_id>/desired"): {"desired": {}},
+    ("PUT", "/devices/<device_id>/reported"): {"reported": {}},
+    ("POST", "/transactions"): {"operations": [{"deviceId": "lamp-1", "mergePatch": {"a": 1}}]},
+}
+PROTECTED = [route for route in ROUTES if ROUTE_RIGHTS[route] != PUBLIC]
+
+
+@pytest.fixture
+def missing_table(moto_table, monkeypatch):
+    monkeypatch.setenv("TABLE_NAME", "no-such-table")
+    monkeypatch.delenv("DYNAMODB_ENDPOINT", raising=False)
+    for cache in (handler_module._manager, load_config, load_auth_config, dynamodb_client):
+        cache.cache_clear()
+    yield
+    for cache in (handler_module._manager, load_config, load_auth_config, dynamodb_client):
+        cache.cache_clear()
+
+
+def _call(method: str, rule: str, headers: dict) -> dict:
+    path = re.sub(r"<device_id>", "lamp-1", rule).replace("<lease_id>", "1.0123456789abcdef").replace(
+        "<version>", "1")
+    body = BODIES.get((method, rule))
+    content_type = {"PATCH": "application/merge-patch+json"}.get(method, "application/json")
+    headers = {**headers, **({"Content-Type": content_type} if body is not None else {})}
+    event = make_event(method, path, with_credentials(headers), None if body is None else json.dumps(body))
+    return handler_module.lambda_handler(event, LambdaContext())
+
+
+def test_the_route_table_of_rights_is_the_registered_routes():
+    assert set(ROUTES) == set(ROUTE_RIGHTS)
+
+
+@pytest.mark.parametrize("method, rule", PROTECTED, ids=lambda value: value)
+def test_a_caller_without_the_right_is_refused_before_anything_is_read(missing_table, method, rule):
+    for headers, status in ((bearer([]), 403), (bearer(device="lamp-2"), 403), (NO_CREDENTIALS, 401)):
+        response = _call(method, rule, headers)
+        assert response["statusCode"] == status, response
+        problem = json.loads(response["body"])
+        if status == 403:
+            assert problem["resource"].startswith(("device:lamp-1", "devices")), problem
+            assert problem["action"] in problem["detail"] and problem["resource"] in problem["detail"]
+            if ROUTE_RIGHTS[(method, rule)] == PER_OPERATION:
+                assert problem["index"] == 0
+    control = _call(method, rule, bearer())  # with every scope it goes on to the missing table
+    assert control["statusCode"] >= 404 and control["statusCode"] not in (401, 403), control
