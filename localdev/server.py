@@ -36,7 +36,7 @@ import traceback
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from localdev import docs
+from localdev import docs, websocket
 from localdev.apigw import LambdaContext, authorizer_step, make_event
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
@@ -67,12 +67,13 @@ def _client_gone(_signum, _frame):
 
 
 def _waits(method: str, target: str, body: bytes | None) -> bool:
-    """Whether a request may wait: a feed long-poll or a lease request with waitSeconds."""
+    """Whether a request may wait: a long-poll of the feed or the delta, or a lease request
+    with waitSeconds (the routes the deployed stack gives a function of their own)."""
     url = urlsplit(target)
     parts = url.path.rstrip("/").split("/")
     if len(parts) != 4 or parts[1] != "devices":
         return False
-    if parts[3] == "changes" and method in ("GET", "HEAD"):
+    if parts[3] in ("changes", "delta") and method in ("GET", "HEAD"):
         return any(value.strip("0") for value in parse_qs(url.query).get("waitSeconds", []))
     if parts[3] == "leases" and method == "POST" and body:
         try:
@@ -121,7 +122,19 @@ def _arm(seconds: float) -> None:
     signal.setitimer(signal.ITIMER_REAL, seconds)
 
 
+_websocket_channel = None  # where a worker hands a WebSocket request's socket (made before the workers fork)
+WEBSOCKET_PEEK_BYTES = 8  # len(b"GET /ws ")
+
+
 class _Server(HTTPServer):
+    def process_request(self, request, client_address) -> None:
+        """A ``GET /ws`` goes, unread, to the WebSocket process (localdev/websocket.py)."""
+        if _websocket_channel is not None and websocket.is_websocket_request(_peek(request)):
+            websocket.hand_off(_websocket_channel, request, client_address)
+            request.close()  # this process's copy only: no shutdown, the WebSocket process goes on with it
+            return
+        super().process_request(request, client_address)
+
     def shutdown_request(self, request) -> None:
         _arm(0)  # whatever happened to the request, its deadline ends with it
         super().shutdown_request(request)
@@ -129,6 +142,27 @@ class _Server(HTTPServer):
     def handle_error(self, request, client_address) -> None:
         if not isinstance(sys.exc_info()[1], (TimeoutError, ConnectionError)):
             super().handle_error(request, client_address)
+
+def _peek(connection: socket.socket) -> bytes:
+    """The request's first bytes, left unread (within the read deadline)."""
+    _arm(REQUEST_READ_SECONDS)
+    try:
+        connection.settimeout(REQUEST_READ_SECONDS)
+        head = b""
+        while len(head) < WEBSOCKET_PEEK_BYTES:
+            more = connection.recv(WEBSOCKET_PEEK_BYTES, socket.MSG_PEEK)
+            if len(more) == len(head):  # closed, or no more yet: look again shortly
+                if not more:
+                    return head
+                time.sleep(0.01)
+            head = more
+        return head
+    except (OSError, _ReadDeadline):
+        return b""
+    finally:
+        _arm(0)
+        connection.settimeout(None)
+
 
 _DEFAULTS = {
     "TABLE_NAME": "devices",
@@ -310,6 +344,30 @@ def _stream_worker(endpoint: str, table_name: str) -> None:
                  on_give_up=give_up).run()
 
 
+def _fanout_worker(endpoint: str, table_name: str) -> None:
+    """The push fan-out, a consumer of the stream of its own as its own event source mapping
+    is deployed (functions/push/fanout.py), posting to the WebSocket process's @connections."""
+    import boto3
+
+    from functions.device_state import dynamodb_client
+    from functions.push.fanout import BATCH_SIZE, MAX_RETRY_ATTEMPTS, lambda_handler, matches_filter
+    from localdev.stream import StreamPoller
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.nice(STREAM_NICENESS)
+    streams = boto3.session.Session().client("dynamodbstreams", endpoint_url=endpoint)
+    StreamPoller(streams, dynamodb_client(endpoint), table_name, lambda_handler, batch_size=BATCH_SIZE,
+                 max_retry_attempts=MAX_RETRY_ATTEMPTS, record_filter=matches_filter,
+                 context_factory=lambda: LambdaContext(STREAM_TIMEOUT_SECONDS)).run()
+
+
+def _websocket_process(channel: socket.socket, connections_listener: socket.socket) -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    websocket.serve(channel, connections_listener)
+
+
 def _forked(target, *args) -> int:
     """Runs ``target`` in a forked child that exits when it ends, however it ends: an error
     must never carry the child back into ``main``, whose clean-up would stop its siblings."""
@@ -425,11 +483,15 @@ def main(argv=None) -> None:
         _ensure_table(endpoint, os.environ["TABLE_NAME"])
         import functions.api.handler  # noqa: F401  (imported once, before the workers fork)
 
-        global _waiting_slots
+        global _waiting_slots, _websocket_channel
+        _websocket_channel, websocket_inbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        connections_listener = socket.create_server(("127.0.0.1", 0))
+        os.environ["CONNECTIONS_ENDPOINT"] = f"http://127.0.0.1:{connections_listener.getsockname()[1]}"
         workers_count = max(1, args.workers)
         _waiting_slots = multiprocessing.Semaphore(min(args.waiting or max(1, workers_count // 2), workers_count))
-        jobs = [(_worker, listener)] * workers_count
+        jobs = [(_worker, listener)] * workers_count + [(_websocket_process, websocket_inbox, connections_listener)]
         if os.environ.get("STREAM_PROCESSOR", "on") != "off":
+            jobs.append((_fanout_worker, endpoint, os.environ["TABLE_NAME"]))
             events_file = os.environ.setdefault("CHANGE_EVENTS_FILE", os.path.abspath(DEFAULT_EVENTS_FILE))
             os.makedirs(os.path.dirname(events_file), exist_ok=True)
             jobs.append((_stream_worker, endpoint, os.environ["TABLE_NAME"]))
@@ -438,6 +500,8 @@ def main(argv=None) -> None:
         workers.update((_forked(*job), job) for job in jobs)
         print(f"Serving the device-state API on http://{args.host}:{args.port} "
               f"(table {os.environ['TABLE_NAME']}, {len(workers)} workers); Ctrl-C stops", flush=True)
+        print(f"WebSocket push: ws://{args.host}:{args.port}{websocket.PATH} (@connections on "
+              f"{os.environ['CONNECTIONS_ENDPOINT']})", flush=True)
         print(f"API docs: http://{args.host}:{args.port}/docs (Swagger UI over "
               f"http://{args.host}:{args.port}/openapi.json)", flush=True)
         print(f"Every route but /openapi.json and /docs needs 'Authorization: Bearer <token>' from "

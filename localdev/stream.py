@@ -68,8 +68,10 @@ class StreamPoller:
                  *, context_factory: Callable[[], object] | None = None, idle_seconds: float = 0.1,
                  batch_window_seconds: float = BATCH_WINDOW_SECONDS,
                  max_retry_attempts: int = MAX_RETRY_ATTEMPTS, batch_size: int = BATCH_SIZE,
-                 on_give_up: Callable[[dict], None] | None = None):
+                 on_give_up: Callable[[dict], None] | None = None,
+                 record_filter: Callable[[dict], bool] = matches_filter):
         self.streams = streams_client
+        self.record_filter = record_filter  # the mapping's filter: the change feed's by default
         self.table_name = table_name
         self.process = process
         self.on_give_up = on_give_up or (lambda record: None)  # e.g. mark the record's version lost
@@ -154,7 +156,7 @@ class StreamPoller:
                                         else self._iterator(shard_id, "TRIM_HORIZON"))
             return True
         records = page.get("Records", [])
-        batch = [lambda_record(record, self.stream_arn) for record in records if matches_filter(record)]
+        batch = [lambda_record(record, self.stream_arn) for record in records if self.record_filter(record)]
         failed = self._failed_sequence(batch) if batch else None
         if failed is not None:
             tries = self.failures[failed] = self.failures.get(failed, 0) + 1

@@ -8,30 +8,16 @@ credentials with the same code and records the principal in the same place."""
 
 from __future__ import annotations
 
-import time
-
-from functions.auth.credentials import LEEWAY_SECONDS, Unauthenticated, MixedCredentials, authenticate_event
+from functions.auth import authorizer
 from functions.auth.principals import Principal
 from functions.auth.rights import PER_OPERATION, PUBLIC, authorize, route_rights
-from functions.auth.authorizer import MIXED
 
 from . import request_parsing as parse
 
 
 def principal_of(event) -> Principal:
-    """The request's principal; Unauthenticated (401) or MixedCredentials (400) otherwise."""
-    raw = event.raw_event if hasattr(event, "raw_event") else event
-    context = raw.setdefault("requestContext", {})
-    given = context.get("authorizer") or {}
-    if given.get("principalKind") == MIXED:
-        raise MixedCredentials("send a client certificate or a bearer token, not both")
-    principal = Principal.from_context(given)
-    if principal is None:
-        principal = authenticate_event(raw)
-        context["authorizer"] = {"principalId": principal.subject, **principal.as_context()}
-    if principal.expired(time.time(), LEEWAY_SECONDS):  # a cached authorizer answer outlives its token
-        raise Unauthenticated("the token has expired", token_given=True)
-    return principal
+    """The request's principal (``functions.auth.authorizer.principal_of``)."""
+    return authorizer.principal_of(event.raw_event if hasattr(event, "raw_event") else event)
 
 
 def check(event, method: str, rule: str, parameters: dict) -> None:

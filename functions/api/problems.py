@@ -45,8 +45,8 @@ from functions.device_state.store import Ambiguous
 from functions.device_state.device import timestamp as iso_timestamp
 from functions.device_state.values import dumps
 
-PROBLEM_JSON = "application/problem+json"
-TYPE_PREFIX = "urn:device-state:problem:"
+from functions.problem_details import MEDIA_TYPE as PROBLEM_JSON
+from functions.problem_details import TYPE_PREFIX, problem
 RETRY_AFTER_SECONDS = "1"
 
 
@@ -174,10 +174,7 @@ def etag(version: int) -> str:
 
 def problem_response(status: int, slug: str, title: str, detail: str, *, instance: str | None = None,
                      headers: dict | None = None, **members) -> Response:
-    body = {"type": TYPE_PREFIX + slug, "title": title, "status": status, "detail": detail}
-    if instance:
-        body["instance"] = instance
-    body.update({key: value for key, value in members.items() if value is not None})
+    body = problem(status, slug, title, detail, instance=instance or None, **members)
     return Response(status_code=status, content_type=PROBLEM_JSON, body=dumps(body), headers=headers)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from functions.device_state import Device, InvalidCursor, InvalidValue, store
-from functions.device_state.values import loads, validate_device_id
+from functions.device_state.values import MAX_VERSION, loads, validate_device_id  # noqa: F401 (parse.MAX_VERSION)
 
 from .problems import BadRequest, PayloadTooLarge, PreconditionFailed, UnsupportedMediaType
 
@@ -58,7 +58,6 @@ def single_header(event, name: str) -> str | None:
     return header(event, name)
 
 
-MAX_VERSION = 10 ** 18 - 1  # versions in paths and queries: at most 18 digits
 
 
 def decimal_integer(raw: str, name: str, low: int, high: int) -> int:

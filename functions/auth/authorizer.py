@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import time
 
-from .credentials import MixedCredentials, Unauthenticated, authenticate_event
+from functions.problem_details import MEDIA_TYPE, problem
+
+from .credentials import LEEWAY_SECONDS, MixedCredentials, Unauthenticated, authenticate_event
 from .principals import Principal
 from .rights import ROUTE_RIGHTS, PUBLIC, may_call
 
 # What API Gateway itself answers when the authorizer refuses (its gateway responses
 # UNAUTHORIZED and ACCESS_DENIED), in the handler's problem+json form. The stack installs
 # these; the dev server answers the same.
-PROBLEM_TYPE = "urn:device-state:problem:"
 GATEWAY_RESPONSES = {
     "UNAUTHORIZED": (401, "unauthorized", "Unauthorized",
                      "this route needs a valid 'Authorization: Bearer <token>' or a device certificate",
@@ -46,8 +48,7 @@ def gateway_problem(response_type: str, method: str = "", path: str = "") -> tup
     status, slug, title, detail, headers = GATEWAY_RESPONSES[response_type]
     if method:
         detail = detail.replace("$context.httpMethod", method).replace("$context.path", path)
-    body = {"type": PROBLEM_TYPE + slug, "title": title, "status": status, "detail": detail}
-    return status, {"Content-Type": "application/problem+json", **headers}, body
+    return status, {"Content-Type": MEDIA_TYPE, **headers}, problem(status, slug, title, detail)
 
 
 def _arn_path(rule: str, device_id: str) -> str:
@@ -79,8 +80,11 @@ def decide(event: dict) -> dict:
         # whenever certificates can arrive, see infra/api.py).
         return {"principalId": MIXED, "context": {"principalKind": MIXED},
                 "policyDocument": _policy([event["methodArn"]])}
-    return {"principalId": principal.subject, "context": principal.as_context(),
-            "policyDocument": _policy(policy_resources(principal, event["methodArn"]))}
+    if event["methodArn"].endswith("/$connect"):  # the WebSocket API: each subscription is authorized apart
+        resources = [event["methodArn"]]
+    else:
+        resources = policy_resources(principal, event["methodArn"])
+    return {"principalId": principal.subject, "context": principal.as_context(), "policyDocument": _policy(resources)}
 
 
 def _policy(resources: list[str]) -> dict:
@@ -94,6 +98,24 @@ def allows(decision: dict, method_arn: str) -> bool:
     return any(fnmatch.fnmatchcase(method_arn, resource)
                for statement in decision["policyDocument"]["Statement"] if statement["Effect"] == "Allow"
                for resource in statement["Resource"])
+
+
+def principal_of(event: dict) -> Principal:
+    """The principal of an API Gateway event (REST or WebSocket): the one the authorizer put
+    in ``requestContext.authorizer``, or, with none there (no authorizer ran: tests, ``make
+    invoke``), the request's own credentials verified with the same code and recorded there.
+    Unauthenticated (401) or MixedCredentials (400) otherwise."""
+    context = event.setdefault("requestContext", {})
+    given = context.get("authorizer") or {}
+    if given.get("principalKind") == MIXED:
+        raise MixedCredentials("send a client certificate or a bearer token, not both")
+    principal = Principal.from_context(given)
+    if principal is None:
+        principal = authenticate_event(event)
+        context["authorizer"] = {"principalId": principal.subject, **principal.as_context()}
+    if principal.expired(time.time(), LEEWAY_SECONDS):  # a cached authorizer answer outlives its token
+        raise Unauthenticated("the token has expired", token_given=True)
+    return principal
 
 
 def lambda_handler(event, _context):

@@ -194,10 +194,19 @@ def authenticate(authorization: str | None, client_certificate_pem: str | None,
 
 
 def authenticate_event(event: dict, config: AuthConfig | None = None) -> Principal:
-    """``authenticate`` over an API Gateway event (REST proxy or REQUEST authorizer): its
-    Authorization header and the client certificate mutual TLS verified, if any."""
+    """``authenticate`` over an API Gateway event (REST proxy, WebSocket, REQUEST authorizer):
+    its Authorization header and the client certificate mutual TLS verified, if any. A
+    WebSocket connect may carry the token as ``?token=`` instead (browsers cannot set headers)."""
     headers = event.get("headers") or {}
     authorization = next((value for name, value in headers.items() if name.lower() == "authorization"), None)
+    if authorization is None and _is_websocket_connect(event):
+        query_token = (event.get("queryStringParameters") or {}).get("token")
+        authorization = None if query_token is None else f"Bearer {query_token}"
     identity = (event.get("requestContext") or {}).get("identity") or {}
     certificate = (identity.get("clientCert") or {}).get("clientCertPem")
     return authenticate(authorization, certificate, config)
+
+
+def _is_websocket_connect(event: dict) -> bool:
+    return ((event.get("requestContext") or {}).get("routeKey") == "$connect"
+            or str(event.get("methodArn", "")).endswith("/$connect"))

@@ -12,6 +12,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from .errors import InvalidDeviceId, InvalidValue, ItemTooLarge
 
 MAX_DEVICE_ID_CHARS = 128
+MAX_VERSION = 10 ** 18 - 1  # versions a client may name (paths, queries, since): at most 18 digits
 DEVICE_ID_PATTERN = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_DEVICE_ID_CHARS}}}")
 
 # DynamoDB's own limits (measured on DynamoDB Local, which refuses exactly these).

@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from tests.api.test_http import launch
+from tests.auth import token
 
 pytestmark = pytest.mark.dynamodb_local
 
@@ -35,11 +36,12 @@ def timed_patch(server) -> tuple[int, float]:
     return status, time.monotonic() - started
 
 
-def test_writes_are_answered_promptly_while_long_polls_fill_their_share(server):
+@pytest.mark.parametrize("poll", ["changes", "delta"])
+def test_writes_are_answered_promptly_while_long_polls_fill_their_share(server, poll):
     answers = []
     current = int(server.request("GET", "/devices/w")[1]["etag"].strip('"'))
     polls = [threading.Thread(target=lambda: answers.append(
-        server.request("GET", f"/devices/w/changes?since={current}&waitSeconds={WAIT}")[:2]))
+        server.request("GET", f"/devices/w/{poll}?since={current}&waitSeconds={WAIT}")[:2]))
         for _ in range(6)]
     for thread in polls:
         thread.start()
@@ -55,7 +57,7 @@ def test_writes_are_answered_promptly_while_long_polls_fill_their_share(server):
 def test_long_polls_whose_clients_hung_up_release_their_workers_at_once(server):
     current = int(server.request("GET", "/devices/w")[1]["etag"].strip('"'))
     request = (f"GET /devices/w/changes?since={current}&waitSeconds={WAIT} HTTP/1.1\r\n"
-               f"Host: 127.0.0.1\r\nContent-Length: 0\r\n\r\n").encode()
+               f"Host: 127.0.0.1\r\nAuthorization: Bearer {token()}\r\nContent-Length: 0\r\n\r\n").encode()
     for _ in range(4):
         with socket.create_connection(("127.0.0.1", server.port)) as client:
             client.sendall(request)

@@ -1,0 +1,100 @@
+"""Sending a subscriber its changes: every version after its ``delivered``, oldest first,
+each posted before ``delivered`` moves past it. Catch-up on subscribe and the stream's
+fan-out run the same ``advance``; when two run at once for one subscriber a version may go
+out twice, but a version is posted only once every earlier one was, so a client that drops
+versions it has already seen gets each version after its ``since`` exactly once, in order."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from functions.device_state.changes import DELETED, Change, ChangeLog, ChangesExpired, VersionNotFound
+from functions.device_state.errors import DeviceNotFound
+from functions.device_state.values import dumps
+from functions.problem_details import problem
+
+from .subscriptions import Subscription, Subscriptions
+
+MAX_MESSAGE_BYTES = 128 * 1024  # API Gateway's WebSocket message limit
+PAGE = 100
+
+
+class Gone(Exception):
+    """The connection no longer exists (@connections answered 410)."""
+
+
+def change_message(change: Change, delta: dict | None) -> dict:
+    """The feed's change plus the delta after it; too large for one message, it says so and
+    where the version is."""
+    message = {"type": "change", **change.as_dict(), "delta": delta}
+    if len(dumps(message).encode()) <= MAX_MESSAGE_BYTES:
+        return message
+    slim = {key: value for key, value in message.items() if key not in ("patch", "delta")}
+    return {**slim, "tooLarge": True,
+            "detail": f"over {MAX_MESSAGE_BYTES} bytes: GET /devices/{change.device_id}/versions/{change.version}"}
+
+
+class Delivery:
+    def __init__(self, subscriptions: Subscriptions, log: ChangeLog, post: Callable[[str, dict], None]):
+        self.subscriptions, self.log, self.post = subscriptions, log, post
+
+    def advance(self, subscription: Subscription, up_to: int | None = None) -> Subscription | None:
+        """Sends the subscriber the changes after its ``delivered`` (up to ``up_to``, or all
+        recorded yet). Raises ChangesExpired when the next one is past the retention, Gone
+        when the connection is; returns the subscription as it ends (None if it ended)."""
+        while subscription is not None and (up_to is None or subscription.delivered < up_to):
+            try:
+                changes = self.log.read(subscription.device_id, subscription.delivered, PAGE)
+            except DeviceNotFound:
+                return subscription  # nothing written yet: the device's first change comes by fan-out
+            if not changes:
+                return subscription
+            for change in changes:
+                if set(subscription.sections).intersection(change.sections) or change.kind == DELETED:
+                    self.post(subscription.connection_id, change_message(change, self._delta(change)))
+                if not self.subscriptions.advance(subscription, change.version):
+                    subscription = self.subscriptions.current(subscription)  # another sender moved it
+                    break
+                subscription = Subscription(subscription.device_id, subscription.connection_id, change.version,
+                                            subscription.sections)
+        return subscription
+
+    def _delta(self, change: Change) -> dict | None:
+        if change.kind == DELETED or change.lost:
+            return None
+        if change.state is not None:
+            return change.device().as_dict()["delta"]
+        try:  # stored without its sections (too large): rebuilt from the versions before
+            return self.log.at_version(change.device_id, change.version).as_dict()["delta"]
+        except VersionNotFound:
+            return None
+
+    def fan_out(self, device_id: str, version: int) -> int:
+        """Brings every subscriber of the device up to ``version``; how many were sent to."""
+        sent = 0
+        for subscription in self.subscriptions.of_device(device_id):
+            if subscription.delivered >= version:
+                continue
+            try:
+                self.advance(subscription, version)
+                sent += 1
+            except Gone:
+                self.subscriptions.close(subscription.connection_id)
+            except ChangesExpired as expired:
+                self._expired(subscription, expired)
+        return sent
+
+    def _expired(self, subscription: Subscription, expired: ChangesExpired) -> None:
+        try:
+            self.post(subscription.connection_id, error_message(
+                "changes-expired", "Changes past the retention", str(expired), deviceId=subscription.device_id,
+                currentVersion=expired.current_version))
+        except Gone:
+            pass
+        self.subscriptions.unsubscribe(subscription.connection_id, subscription.device_id)
+
+
+def error_message(slug: str, title: str, detail: str, status: int = 400, **members) -> dict:
+    """An error to the client: ``{"type": "error", "problem": <problem details>}``."""
+    return json.loads(dumps({"type": "error", "problem": problem(status, slug, title, detail, **members)}))

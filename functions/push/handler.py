@@ -1,0 +1,148 @@
+"""The WebSocket API's routes (API Gateway WebSocket events; `make serve` feeds it the same):
+``$connect`` (the caller authenticated as on the REST API), ``subscribe``, ``unsubscribe``,
+``$default`` (anything else: an error message), ``$disconnect``. Every client message is
+answered with a message (``subscribed``, ``unsubscribed`` or ``error``); the connection
+stays open after an error."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+
+from functions.api.config import load_config
+from functions.auth import rights
+from functions.auth.authorizer import principal_of
+from functions.auth.credentials import MixedCredentials, Unauthenticated
+from functions.device_state import dynamodb_client
+from functions.device_state.changes import ChangeLog, ChangesExpired
+from functions.device_state.errors import InvalidDeviceId
+from functions.device_state.sections import SECTIONS
+from functions.device_state.values import MAX_VERSION, validate_device_id
+
+from . import connections
+from .delivery import Delivery, Gone, error_message
+from .subscriptions import Subscriptions, TooManySubscriptions, UnknownConnection
+
+logger = logging.getLogger("device_state.push")
+MAX_MESSAGE_CHARS = 4096  # a client's message (subscribe/unsubscribe) is small
+
+
+class BadMessage(Exception):
+    def __init__(self, slug: str, title: str, detail: str, status: int = 400, **members):
+        super().__init__(detail)
+        self.message = error_message(slug, title, detail, status, **members)
+
+
+@functools.lru_cache(maxsize=1)
+def services() -> tuple[Subscriptions, Delivery]:
+    """The subscriptions and the delivery over them, made once per process."""
+    config = load_config()
+    client = dynamodb_client(config.dynamodb_endpoint)
+    subscriptions = Subscriptions(client, config.table_name)
+    log = ChangeLog(client, config.table_name, retention_seconds=config.change_retention_seconds)
+    return subscriptions, Delivery(subscriptions, log, connections.post)
+
+
+def lambda_handler(event, _context):
+    context = event["requestContext"]
+    route, connection_id = context["routeKey"], context["connectionId"]
+    subscriptions, delivery = services()
+    if route == "$connect":
+        try:
+            principal = principal_of(event)
+        except (Unauthenticated, MixedCredentials):
+            return {"statusCode": 401}
+        subscriptions.open(connection_id, principal.subject)
+        return {"statusCode": 200}
+    if route == "$disconnect":
+        subscriptions.close(connection_id)
+        return {"statusCode": 200}
+    try:
+        answer = _message(event, subscriptions, delivery, connection_id)
+    except BadMessage as bad:
+        answer = bad.message
+    except Gone:
+        subscriptions.close(connection_id)
+        return {"statusCode": 200}
+    if answer is not None:
+        try:
+            connections.post(connection_id, answer)
+        except Gone:
+            subscriptions.close(connection_id)
+    return {"statusCode": 200}
+
+
+def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, connection_id: str) -> dict | None:
+    body = _body(event.get("body"))
+    action = body.get("action")
+    if action not in ("subscribe", "unsubscribe"):
+        raise BadMessage("unknown-action", "Unknown action", 'action must be "subscribe" or "unsubscribe"')
+    device_id = _device_id(body)
+    principal = principal_of(event)
+    if not rights.allowed(principal, rights.READ, rights.device_resource(device_id, rights.CHANGES)):
+        raise BadMessage("forbidden", "Forbidden", f"this caller may not follow {device_id}", 403,
+                         action=rights.READ, resource=rights.device_resource(device_id, rights.CHANGES))
+    if action == "unsubscribe":
+        _only(body, {"action", "deviceId"})
+        subscriptions.unsubscribe(connection_id, device_id)
+        return {"type": "unsubscribed", "deviceId": device_id}
+    _only(body, {"action", "deviceId", "since", "sections"})
+    since, sections = _since(body), _sections(body)
+    try:
+        subscription = subscriptions.subscribe(connection_id, device_id, since, sections)
+    except TooManySubscriptions as error:
+        raise BadMessage("too-many-subscriptions", "Too many subscriptions", str(error), 429) from None
+    except UnknownConnection:
+        raise Gone(connection_id) from None
+    connections.post(connection_id, {"type": "subscribed", "deviceId": device_id, "since": since,
+                                     "sections": list(sections)})
+    try:
+        delivery.advance(subscription)  # catch-up: every change after since, then the fan-out's
+    except ChangesExpired as expired:
+        subscriptions.unsubscribe(connection_id, device_id)
+        raise BadMessage("changes-expired", "Changes past the retention", str(expired), 410, deviceId=device_id,
+                         currentVersion=expired.current_version) from None
+    return None
+
+
+def _body(raw) -> dict:
+    if not isinstance(raw, str) or len(raw) > MAX_MESSAGE_CHARS:
+        raise BadMessage("bad-message", "Bad message", f"a message is a JSON object of at most {MAX_MESSAGE_CHARS} "
+                                                       "characters")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise BadMessage("bad-message", "Bad message", "the message is not JSON") from None
+    if not isinstance(body, dict):
+        raise BadMessage("bad-message", "Bad message", "the message must be a JSON object")
+    return body
+
+
+def _only(body: dict, allowed: set) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise BadMessage("bad-message", "Bad message", f"unknown member {unknown[0]}")
+
+
+def _device_id(body: dict) -> str:
+    try:
+        return validate_device_id(body.get("deviceId"))
+    except InvalidDeviceId as error:
+        raise BadMessage("invalid-device-id", "Invalid deviceId", str(error)) from None
+
+
+def _since(body: dict) -> int:
+    since = body.get("since")
+    if isinstance(since, bool) or not isinstance(since, int) or not 0 <= since <= MAX_VERSION:
+        raise BadMessage("bad-message", "Bad message", "since must be an integer version, 0 or more: the last "
+                                                       "version the client has (0 for everything)")
+    return since
+
+
+def _sections(body: dict) -> tuple:
+    sections = body.get("sections", list(SECTIONS))
+    if (not isinstance(sections, list) or not sections or len(set(sections)) != len(sections)
+            or any(name not in SECTIONS for name in sections)):
+        raise BadMessage("bad-message", "Bad message", f"sections must be a list of {', '.join(SECTIONS)}")
+    return tuple(sections)

@@ -1,0 +1,137 @@
+"""Subscriptions and connections as items of the devices table, through the library's one
+door (``Store``). A subscription lives in its device's partition (``sk =
+subscription#<connectionId>``), so a change's fan-out finds its subscribers with one query;
+it records ``delivered``, the last version sent, which every sender advances only from the
+value it read (a conditional write), so the first copy of each version goes out in order.
+A connection's item (partition ``connection#<id>``, never a device id: those have no ``#``)
+lists the devices it follows, for the limit and for clean-up. Both expire with API
+Gateway's connection lifetime. Neither is a device's state item, so neither makes a change."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from functions.device_state import table
+from functions.device_state.store import IDEMPOTENT, ONCE, Ambiguous, Rejected, Store
+
+SUBSCRIPTION_SK_PREFIX = "subscription#"
+CONNECTION_PK_PREFIX = "connection#"
+CONNECTION_SK = "connection"
+MAX_SUBSCRIPTIONS = 100  # per connection
+CONNECTION_LIFETIME_SECONDS = 2 * 60 * 60  # API Gateway closes a WebSocket connection after 2 hours
+
+
+class TooManySubscriptions(Exception):
+    pass
+
+
+class UnknownConnection(Exception):
+    """The connection has no item: it closed (or expired) meanwhile."""
+
+
+@dataclass(frozen=True)
+class Subscription:
+    device_id: str
+    connection_id: str
+    delivered: int  # the last version sent (``since`` at first)
+    sections: tuple
+
+
+def _connection_key(connection_id: str) -> dict:
+    return {table.PARTITION_KEY: {"S": CONNECTION_PK_PREFIX + connection_id}, table.SORT_KEY: {"S": CONNECTION_SK}}
+
+
+def _subscription_key(device_id: str, connection_id: str) -> dict:
+    return {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": SUBSCRIPTION_SK_PREFIX + connection_id}}
+
+
+class Subscriptions:
+    def __init__(self, client, table_name: str, clock=time.time):
+        self.store = Store(client, table_name)
+        self.clock = clock
+
+    def open(self, connection_id: str, subject: str) -> None:
+        self.store.send("put_item", IDEMPOTENT, Item={
+            **_connection_key(connection_id), "subject": {"S": subject},
+            table.TTL_ATTRIBUTE: {"N": str(int(self.clock()) + CONNECTION_LIFETIME_SECONDS)}})
+
+    def subscribe(self, connection_id: str, device_id: str, since: int, sections) -> Subscription:
+        """Follows ``device_id`` from ``since`` (a subscription of the same device replaced)."""
+        try:
+            answer = self.store.send(
+                "update_item", IDEMPOTENT, Key=_connection_key(connection_id),
+                UpdateExpression="ADD #devices :device",
+                ConditionExpression="attribute_exists(#sk) AND (attribute_not_exists(#devices) OR "
+                                    "contains(#devices, :name) OR size(#devices) < :max)",
+                ExpressionAttributeNames={"#devices": "devices", "#sk": table.SORT_KEY},
+                ExpressionAttributeValues={":device": {"SS": [device_id]}, ":name": {"S": device_id},
+                                           ":max": {"N": str(MAX_SUBSCRIPTIONS)}},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD", ReturnValues="ALL_NEW")
+        except Rejected as refused:
+            if refused.item is None:
+                raise UnknownConnection(connection_id) from None
+            raise TooManySubscriptions(f"a connection follows at most {MAX_SUBSCRIPTIONS} devices") from None
+        expires = answer["Attributes"][table.TTL_ATTRIBUTE]
+        subscription = Subscription(device_id, connection_id, since, tuple(sections))
+        self.store.send("put_item", IDEMPOTENT, Item={
+            **_subscription_key(device_id, connection_id), "connectionId": {"S": connection_id},
+            "delivered": {"N": str(since)}, "sections": {"L": [{"S": name} for name in sections]},
+            table.TTL_ATTRIBUTE: expires})
+        return subscription
+
+    def unsubscribe(self, connection_id: str, device_id: str) -> bool:
+        """Whether there was such a subscription."""
+        answer = self.store.send("delete_item", IDEMPOTENT, Key=_subscription_key(device_id, connection_id),
+                                 ReturnValues="ALL_OLD")
+        try:
+            self.store.send("update_item", IDEMPOTENT, Key=_connection_key(connection_id),
+                            UpdateExpression="DELETE #devices :device", ConditionExpression="attribute_exists(#sk)",
+                            ExpressionAttributeNames={"#devices": "devices", "#sk": table.SORT_KEY},
+                            ExpressionAttributeValues={":device": {"SS": [device_id]}})
+        except Rejected:
+            pass  # the connection is gone already
+        return "Attributes" in answer
+
+    def close(self, connection_id: str) -> None:
+        """Forgets the connection and every subscription it had."""
+        answer = self.store.send("delete_item", IDEMPOTENT, Key=_connection_key(connection_id),
+                                 ReturnValues="ALL_OLD")
+        for device_id in answer.get("Attributes", {}).get("devices", {}).get("SS", []):
+            self.store.send("delete_item", IDEMPOTENT, Key=_subscription_key(device_id, connection_id))
+
+    def of_device(self, device_id: str) -> list[Subscription]:
+        now, found, start = self.clock(), [], None
+        while True:
+            page = self.store.send(
+                "query", ConsistentRead=True, KeyConditionExpression="#pk = :pk AND begins_with(#sk, :prefix)",
+                ExpressionAttributeNames={"#pk": table.PARTITION_KEY, "#sk": table.SORT_KEY},
+                ExpressionAttributeValues={":pk": {"S": device_id}, ":prefix": {"S": SUBSCRIPTION_SK_PREFIX}},
+                **({"ExclusiveStartKey": start} if start else {}))
+            found += [_subscription(item) for item in page.get("Items", []) if not table.is_expired(item, now)]
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return found
+
+    def current(self, subscription: Subscription) -> Subscription | None:
+        item = self.store.get(_subscription_key(subscription.device_id, subscription.connection_id))
+        return None if item is None or table.is_expired(item, self.clock()) else _subscription(item)
+
+    def advance(self, subscription: Subscription, version: int) -> bool:
+        """Records ``version`` as sent if nothing moved ``delivered`` since it was read."""
+        try:
+            self.store.send("update_item", ONCE, Key=_subscription_key(subscription.device_id,
+                                                                       subscription.connection_id),
+                            UpdateExpression="SET #delivered = :version",
+                            ConditionExpression="#delivered = :read",
+                            ExpressionAttributeNames={"#delivered": "delivered"},
+                            ExpressionAttributeValues={":version": {"N": str(version)},
+                                                       ":read": {"N": str(subscription.delivered)}})
+            return True
+        except (Rejected, Ambiguous):  # moved by another sender, or unknown: read it again
+            return False
+
+
+def _subscription(item: dict) -> Subscription:
+    return Subscription(item[table.PARTITION_KEY]["S"], item["connectionId"]["S"], int(item["delivered"]["N"]),
+                        tuple(entry["S"] for entry in item.get("sections", {}).get("L", [])))
