@@ -15,8 +15,8 @@ from functions.auth import rights
 from functions.auth.authorizer import principal_of
 from functions.auth.credentials import MixedCredentials, Unauthenticated
 from functions.device_state import dynamodb_client
-from functions.device_state.changes import ChangeLog, ChangesExpired
-from functions.device_state.errors import InvalidDeviceId
+from functions.device_state.changes import ChangeLog, ChangesExpired, InvalidSince
+from functions.device_state.errors import DeviceNotFound, InvalidDeviceId
 from functions.device_state.sections import SECTIONS
 from functions.device_state.values import MAX_VERSION, validate_device_id
 
@@ -89,6 +89,15 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
         return {"type": "unsubscribed", "deviceId": device_id}
     _only(body, {"action", "deviceId", "since", "sections"})
     since, sections = _since(body), _sections(body)
+    try:
+        delivery.log.read(device_id, since, 1)  # a since the feed would refuse is refused here, before anything
+    except ChangesExpired as expired:
+        raise BadMessage("changes-expired", "Changes past the retention", str(expired), 410, deviceId=device_id,
+                         currentVersion=expired.current_version) from None
+    except InvalidSince as invalid:
+        raise BadMessage("invalid-since", "Invalid since", str(invalid)) from None
+    except DeviceNotFound:
+        pass  # a device not created yet may be followed: its first change comes by fan-out
     try:
         subscription = subscriptions.subscribe(connection_id, device_id, since, sections)
     except TooManySubscriptions as error:

@@ -1,0 +1,217 @@
+"""WebSocket push over the real dev server (its WebSocket process, stream processor and
+fan-out consumer on DynamoDB Local), with real WebSocket clients."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from functions.device_state import table
+from functions.device_state.changes import change_sk
+from functions.device_state.client import dynamodb_client
+from functions.push.subscriptions import MAX_SUBSCRIPTIONS
+from tests.api.test_http import launch
+from tests.auth import bearer, token
+from tests.helpers import run_writers
+
+pytestmark = pytest.mark.dynamodb_local
+MERGE = {"Content-Type": "application/merge-patch+json"}
+RECEIVE_SECONDS = 20
+
+
+@pytest.fixture(scope="module")
+def server(dynamodb_local):
+    table_name = f"push-{uuid.uuid4().hex[:8]}"
+    process, candidate = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=table_name, WORKERS="6")
+    candidate.table = table_name
+    yield candidate
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def _connect(server, credentials: dict | None = None, query=""):
+    return connect(f"ws://127.0.0.1:{server.port}/ws{query}",
+                   additional_headers=bearer() if credentials is None else credentials, open_timeout=10)
+
+
+def _device(server, **state) -> str:
+    device = f"push-{uuid.uuid4().hex[:8]}"
+    assert server.request("POST", "/devices", {"deviceId": device, "state": state or {"n": 0}})[0] == 201
+    return device
+
+
+def _subscribe(client, device, since=0, **extra) -> dict:
+    client.send(json.dumps({"action": "subscribe", "deviceId": device, "since": since, **extra}))
+    return json.loads(client.recv(timeout=RECEIVE_SECONDS))
+
+
+def _changes(client, device, until_version: int, seen: int = 0) -> list[int]:
+    """Versions received for ``device`` until ``until_version``, repeats (at or below the
+    last seen) dropped as a client does; fails on a gap or on running out of time."""
+    versions, deadline = [], time.monotonic() + RECEIVE_SECONDS
+    while seen < until_version:
+        message = json.loads(client.recv(timeout=max(deadline - time.monotonic(), 0.01)))
+        if message["type"] != "change" or message["deviceId"] != device or message["version"] <= seen:
+            continue
+        assert message["previousVersion"] == seen or message["version"] == seen + 1, (seen, message)
+        seen = message["version"]
+        versions.append(seen)
+    return versions
+
+
+def test_subscribe_from_zero_receives_every_version_in_order_then_live_ones(server):
+    device = _device(server)
+    for n in range(1, 5):
+        server.request("PATCH", f"/devices/{device}", {"n": n}, headers=MERGE)
+    with _connect(server) as client:
+        assert _subscribe(client, device) == {"type": "subscribed", "deviceId": device, "since": 0,
+                                              "sections": ["state", "desired", "reported"]}
+        assert _changes(client, device, 5) == [1, 2, 3, 4, 5]
+        server.request("PATCH", f"/devices/{device}/desired", {"power": "on"}, headers=MERGE)
+        message = json.loads(client.recv(timeout=RECEIVE_SECONDS))
+        while message.get("version", 0) <= 5:
+            message = json.loads(client.recv(timeout=RECEIVE_SECONDS))
+        assert message["version"] == 6 and message["kind"] == "updated" and message["sections"] == ["desired"]
+        assert message["delta"] == {"power": "on"} and message["patch"] == [
+            {"op": "add", "path": "/desired/power", "value": "on"}]
+
+
+def test_sixteen_writers_and_three_subscribers_each_see_every_version_once_in_order(server):
+    device = _device(server)
+    subscribers = [_connect(server) for _ in range(3)]
+    try:
+        for client in subscribers:
+            assert _subscribe(client, device)["type"] == "subscribed"
+        errors = run_writers(16, 20, lambda index, step: _write(server, device, index, step))
+        assert not errors, errors
+        received = {}
+
+        def listen(number, client):
+            received[number] = _changes(client, device, 1 + 16 * 20)
+
+        threads = [threading.Thread(target=listen, args=pair) for pair in enumerate(subscribers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=RECEIVE_SECONDS * 3)
+        assert [received.get(number) for number in range(3)] == [list(range(1, 322))] * 3
+    finally:
+        for client in subscribers:
+            client.close()
+
+
+def _write(server, device, index, step):
+    status = server.request("PATCH", f"/devices/{device}", {f"w{index}": step}, headers=MERGE)[0]
+    assert status == 200, status
+
+
+def test_a_client_that_reconnects_with_its_last_version_misses_nothing(server):
+    device = _device(server)
+    with _connect(server) as client:
+        _subscribe(client, device)
+        for n in range(1, 4):
+            server.request("PATCH", f"/devices/{device}", {"n": n}, headers=MERGE)
+        seen = _changes(client, device, 3)
+    for n in range(4, 8):  # while it is away
+        server.request("PATCH", f"/devices/{device}", {"n": n}, headers=MERGE)
+    with _connect(server) as client:
+        _subscribe(client, device, since=seen[-1])
+        assert _changes(client, device, 8, seen=seen[-1]) == [4, 5, 6, 7, 8]
+
+
+def test_unsubscribe_stops_the_messages(server):
+    device = _device(server)
+    with _connect(server) as client:
+        _subscribe(client, device)
+        _changes(client, device, 1)
+        client.send(json.dumps({"action": "unsubscribe", "deviceId": device}))
+        assert json.loads(client.recv(timeout=RECEIVE_SECONDS)) == {"type": "unsubscribed", "deviceId": device}
+        server.request("PATCH", f"/devices/{device}", {"n": 9}, headers=MERGE)
+        other = _device(server)  # the control: a subscription made after it still gets its changes
+        _subscribe(client, other)
+        assert _changes(client, other, 1) == [1]
+        with pytest.raises(TimeoutError):
+            while True:
+                message = json.loads(client.recv(timeout=2))
+                assert message.get("deviceId") != device, message
+
+
+def test_a_device_may_follow_itself_only(server):
+    own, foreign = _device(server), _device(server)
+    with _connect(server, bearer(device=own)) as client:
+        refused = _subscribe(client, foreign)
+        assert refused["type"] == "error" and refused["problem"]["status"] == 403
+        assert _subscribe(client, own)["type"] == "subscribed"  # the connection is still open
+        assert _changes(client, own, 1) == [1]
+    with _connect(server, bearer(["devices.write"])) as client:  # write does not imply read
+        assert _subscribe(client, own)["problem"]["status"] == 403
+
+
+def test_connect_needs_credentials_and_takes_a_token_in_the_query(server):
+    for credentials in ({"Authorization": None}, {"Authorization": "Bearer nonsense"}):
+        with pytest.raises(InvalidStatus) as refused:
+            _connect(server, {name: value for name, value in credentials.items() if value})
+        assert refused.value.response.status_code == 401
+    device = _device(server)
+    with _connect(server, {}, query=f"?token={token(device=device)}") as client:
+        assert _subscribe(client, device)["type"] == "subscribed"
+
+
+@pytest.mark.parametrize("message, slug", [
+    ("not json", "bad-message"), ("[1]", "bad-message"), ('{"action": "dance"}', "unknown-action"),
+    ('{"action": "subscribe", "deviceId": "no spaces", "since": 0}', "invalid-device-id"),
+    ('{"action": "subscribe", "deviceId": "d", "since": -1}', "bad-message"),
+    ('{"action": "subscribe", "deviceId": "d", "since": 0, "sections": ["secret"]}', "bad-message"),
+    ('{"action": "subscribe", "deviceId": "d", "since": 0, "extra": 1}', "bad-message"),
+])
+def test_bad_messages_get_errors_and_the_connection_survives(server, message, slug):
+    with _connect(server) as client:
+        client.send(message)
+        answer = json.loads(client.recv(timeout=RECEIVE_SECONDS))
+        assert answer["type"] == "error" and answer["problem"]["type"].endswith(slug), answer
+        device = _device(server)
+        assert _subscribe(client, device)["type"] == "subscribed"
+
+
+def test_too_many_subscriptions_is_an_error(server):
+    with _connect(server) as client:
+        for number in range(MAX_SUBSCRIPTIONS):
+            client.send(json.dumps({"action": "subscribe", "deviceId": f"many-{number}", "since": 0}))
+        answers = [json.loads(client.recv(timeout=RECEIVE_SECONDS))["type"] for _ in range(MAX_SUBSCRIPTIONS)]
+        assert answers == ["subscribed"] * MAX_SUBSCRIPTIONS
+        refused = _subscribe(client, "one-too-many")
+        assert refused["type"] == "error" and refused["problem"]["type"].endswith("too-many-subscriptions")
+        assert _subscribe(client, "many-0")["type"] == "subscribed"  # subscribing again to one it has is fine
+
+
+def test_a_deleted_devices_deleted_change_is_pushed(server):
+    device = _device(server)
+    with _connect(server) as client:
+        _subscribe(client, device, since=1, sections=["desired"])  # a delete comes whatever the sections
+        assert server.request("DELETE", f"/devices/{device}")[0] == 204
+        message = json.loads(client.recv(timeout=RECEIVE_SECONDS))
+        assert (message["type"], message["kind"], message["version"], message["delta"]) == (
+            "change", "deleted", 2, None)
+
+
+def test_since_past_the_retention_is_changes_expired_and_since_past_the_device_is_refused(server, dynamodb_local):
+    device = _device(server)
+    server.request("PATCH", f"/devices/{device}", {"n": 1}, headers=MERGE)
+    with _connect(server) as client:
+        _subscribe(client, device)
+        _changes(client, device, 2)  # both changes are recorded
+        refused = _subscribe(client, device, since=99)
+        assert refused["problem"]["type"].endswith("invalid-since"), refused
+    client = dynamodb_client(dynamodb_local.endpoint)  # version 1's change passes the retention (as TTL would)
+    client.delete_item(TableName=server.table, Key={table.PARTITION_KEY: {"S": device},
+                                                    table.SORT_KEY: {"S": change_sk(1)}})
+    with _connect(server) as client:
+        refused = _subscribe(client, device, since=0)
+        assert refused["problem"]["type"].endswith("changes-expired") and refused["problem"]["currentVersion"] == 2
+        assert _subscribe(client, device, since=1)["type"] == "subscribed"  # the control: from 1 it is all there

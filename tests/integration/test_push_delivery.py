@@ -1,0 +1,105 @@
+"""In-order delivery under concurrency, on DynamoDB Local: a catch-up and a fan-out per
+version run at once for the same subscribers, their posts slowed at random so they
+interleave. After dropping repeats, each subscriber has every version after its since
+exactly once, in order. The naive control (each sender posts the change it was given, as a
+stream record would, with no watermark) delivers them out of order."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from functions.device_state import MergePatch
+from functions.push.delivery import Delivery
+from functions.push.subscriptions import Subscriptions
+from tests.integration.test_changes import feed, follow  # noqa: F401  (the local stream processor)
+
+pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency]
+VERSIONS = 30
+SUBSCRIBERS = 3
+
+
+class Recorder:
+    def __init__(self, seed: int):
+        self.received: dict[str, list[int]] = {}
+        self.lock = threading.Lock()
+        self.rng = random.Random(seed)
+
+    def post(self, connection_id: str, message: dict) -> None:
+        with self.lock:
+            pause = self.rng.random() * 0.004
+        time.sleep(pause)  # the post's own latency, so senders interleave
+        if message.get("type") == "change":
+            with self.lock:
+                self.received.setdefault(connection_id, []).append(message["version"])
+
+
+def first_arrivals(versions: list[int]) -> list[int]:
+    """What a client keeps when it drops versions it has already seen."""
+    kept = []
+    for version in versions:
+        if not kept or version > kept[-1]:
+            kept.append(version)
+    return kept
+
+
+@pytest.fixture
+def recorded(feed, local_table):  # noqa: F811
+    """A device with VERSIONS versions whose changes the stream processor has recorded."""
+    manager, log, start = feed
+    start()
+    manager.create("lamp", {"n": 0})
+    for n in range(1, VERSIONS):
+        manager.update_with_retry("lamp", MergePatch({"n": n}))
+    assert [change.version for change in follow(log, "lamp", VERSIONS)] == list(range(1, VERSIONS + 1))
+    client, name = local_table
+    return Subscriptions(client, name), log
+
+
+def _run(recorded, seed: int, naive: bool) -> dict[str, list[int]]:
+    subscriptions, log = recorded
+    recorder = Recorder(seed)
+    delivery = Delivery(subscriptions, log, recorder.post)
+    subscribers = []
+    for number in range(SUBSCRIBERS):
+        connection = f"c{seed}-{number}"
+        subscriptions.open(connection, "test")
+        subscribers.append(subscriptions.subscribe(connection, "lamp", 0, ("state", "desired", "reported")))
+    barrier = threading.Barrier(VERSIONS + 1)
+
+    def sender(version):
+        barrier.wait()
+        if naive:
+            change = log.read("lamp", version - 1, 1)[0] if version else None
+            for subscription in subscribers if change else ():
+                recorder.post(subscription.connection_id, {"type": "change", "version": change.version})
+        elif version == 0:
+            for subscription in subscribers:
+                delivery.advance(subscription)  # the catch-up on subscribe
+        else:
+            delivery.fan_out("lamp", version)  # the stream's record of this version
+
+    threads = [threading.Thread(target=sender, args=(version,)) for version in range(VERSIONS + 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return recorder.received
+
+
+def test_every_subscriber_gets_every_version_once_in_order_however_senders_interleave(recorded):
+    for seed in range(3):
+        received = _run(recorded, seed, naive=False)
+        assert len(received) == SUBSCRIBERS
+        for versions in received.values():
+            kept = first_arrivals(versions)
+            assert kept == list(range(1, VERSIONS + 1)), versions
+            assert len(kept) == len(set(versions))  # repeats only of versions already kept
+
+
+def test_the_naive_control_delivers_out_of_order(recorded):
+    orders = [first_arrivals(versions) for versions in _run(recorded, 7, naive=True).values()]
+    assert any(kept != list(range(1, VERSIONS + 1)) for kept in orders), orders
