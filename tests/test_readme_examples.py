@@ -42,7 +42,8 @@ def examples() -> dict[str, tuple[str, str]]:
         if kind == "readme-test":
             assert name not in found, f"two examples named {name}"
             found[name] = (language, code)
-    assert {"quickstart", "lease", "transaction", "changes", "sections", "python-client", "library"} <= set(found), sorted(found)
+    assert {"quickstart", "lease", "transaction", "changes", "sections", "python-client", "library",
+            "device-token", "push-client"} <= set(found), sorted(found)
     return found
 
 
@@ -168,3 +169,9 @@ def test_the_examples_run_as_written_on_a_fresh_make_serve():
         result = _run_python(code, "", URL=f"http://{base}/", TOKEN=token)  # as docs/api.md runs it
         assert result.returncode == 0, result.stderr
         assert [line.split(",")[0] for line in result.stdout.splitlines()] == ["(201", "(200"], result.stdout
+
+        language, code = blocks_by_name["push-client"]  # after the quickstart made lamp-1's versions 1 and 2
+        assert language == "python"
+        result = _run_python(code.replace("localhost:3000", base), "", TOKEN=token)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == expected_prints(code), result.stdout
