@@ -76,8 +76,10 @@ def lambda_handler(event, _context):
 def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, connection_id: str) -> dict | None:
     body = _body(event.get("body"))
     action = body.get("action")
+    if action == "ping":  # keeps the connection from API Gateway's 10-minute idle timeout
+        return {"type": "pong"}
     if action not in ("subscribe", "unsubscribe"):
-        raise BadMessage("unknown-action", "Unknown action", 'action must be "subscribe" or "unsubscribe"')
+        raise BadMessage("unknown-action", "Unknown action", 'action must be "subscribe", "unsubscribe" or "ping"')
     device_id = _device_id(body)
     principal = principal_of(event)
     if not rights.allowed(principal, rights.READ, rights.device_resource(device_id, rights.CHANGES)):

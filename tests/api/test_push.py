@@ -179,6 +179,12 @@ def test_bad_messages_get_errors_and_the_connection_survives(server, message, sl
         assert _subscribe(client, device)["type"] == "subscribed"
 
 
+def test_ping_is_answered_pong(server):
+    with _connect(server) as client:
+        client.send('{"action": "ping"}')
+        assert json.loads(client.recv(timeout=RECEIVE_SECONDS)) == {"type": "pong"}
+
+
 def test_too_many_subscriptions_is_an_error(server):
     with _connect(server) as client:
         for number in range(MAX_SUBSCRIPTIONS):
