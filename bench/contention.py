@@ -41,6 +41,7 @@ from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.values import from_attribute, to_attribute  # noqa: E402
 from bench import outcomes  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal, free_port  # noqa: E402
+from bench import credentials  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
 HISTORY = 10
@@ -176,7 +177,7 @@ class Bench:
         connection = http.client.HTTPConnection("127.0.0.1", self.server_port, timeout=60)
         try:
             connection.request("PATCH", f"/devices/{device_id}", body=json.dumps(patch),
-                               headers={"Content-Type": "application/json-patch+json"})
+                               headers={"Content-Type": "application/json-patch+json", **credentials.HEADERS})
             response = connection.getresponse()
             response.read()
         finally:
@@ -264,6 +265,9 @@ import json
 from functions.api.handler import lambda_handler
 from localdev.apigw import LambdaContext, make_event
 event = make_event("PATCH", "/devices/cold", {{"Content-Type": "application/merge-patch+json"}}, '{{"n": 2}}')
+# As deployed: the authorizer has run, and its principal is in the request context.
+event["requestContext"]["authorizer"] = {{"principalId": "client:bench", "principalKind": "client",
+                                          "subject": "client:bench", "scopes": "devices.write"}}
 assert lambda_handler(event, LambdaContext())["statusCode"] == 200
 """
 
@@ -384,7 +388,8 @@ def main(argv=None) -> None:
         bench = Bench(dynamodb.endpoint, None)
         if "api" in strategies:
             port = free_port()
-            env = dict(os.environ, DYNAMODB_ENDPOINT=dynamodb.endpoint, TABLE_NAME=bench.table, PORT=str(port),
+            env = dict(os.environ, **credentials.server_environment(), DYNAMODB_ENDPOINT=dynamodb.endpoint,
+                       TABLE_NAME=bench.table, PORT=str(port),
                        WORKERS=str(max(writers)), POWERTOOLS_LOG_LEVEL="ERROR",
                        STREAM_PROCESSOR="off")  # contention alone; bench/feed.py measures the feed
             server = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=env, cwd=REPO_ROOT,

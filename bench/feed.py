@@ -36,6 +36,7 @@ from functions.device_state.changes import change_sk  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.table import state_key  # noqa: E402
 from functions.device_state.values import item_size  # noqa: E402
+from bench import credentials  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal, free_port  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
@@ -46,7 +47,8 @@ def request(port: int, method: str, path: str, body=None, headers=None):
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
         data = None if body is None else json.dumps(body).encode()
-        connection.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+        connection.request(method, path, body=data, headers={"Content-Type": "application/json", **credentials.HEADERS,
+                                                             **(headers or {})})
         response = connection.getresponse()
         return response.status, response.read()
     finally:
@@ -101,7 +103,8 @@ def main(argv=None) -> None:
     table_name = f"feed-{uuid.uuid4().hex[:8]}"
     with DynamoDBLocal() as dynamodb:
         port = free_port()
-        env = dict(os.environ, DYNAMODB_ENDPOINT=dynamodb.endpoint, TABLE_NAME=table_name, PORT=str(port),
+        env = dict(os.environ, **credentials.server_environment(), DYNAMODB_ENDPOINT=dynamodb.endpoint,
+                   TABLE_NAME=table_name, PORT=str(port),
                    WORKERS="2", POWERTOOLS_LOG_LEVEL="ERROR", CHANGE_EVENTS_FILE=os.devnull)
         server = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=env, cwd=REPO_ROOT,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
