@@ -1,0 +1,20 @@
+"""`make bench`'s push part in miniature: its outputs have their shape and sane values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import push
+
+pytestmark = [pytest.mark.dynamodb_local]
+
+
+def test_push_bench_smoke(tmp_path):
+    push.main(["--subscribers", "6", "--devices", "2", "--seconds", "2", "--rate", "5", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "push.json").read_text())
+    assert result["lost"] == 0 and result["messages"] == 3 * result["writes"]
+    assert 0 < result["latency_ms_p50"] <= result["latency_ms_p95"] <= result["latency_ms_max"]
+    assert 0 < result["websocket_concurrency_per_subscriber"] < result["long_poll_concurrency_per_client"] <= 1.0
+    assert (tmp_path / "push.md").read_text().startswith("Push over WebSocket")
