@@ -39,6 +39,10 @@ def test_make_synth_bundles_lints_and_the_asset_imports_the_handler(tmp_path):
     binaries = [asset / "cryptography" / "hazmat" / "bindings" / "_rust.abi3.so",
                 asset / "_cffi_backend.cpython-313-aarch64-linux-gnu.so"]
     assert all(elf_machine(binary) == ELF_AARCH64 for binary in binaries), binaries
+    authorizer = next(resource for resource in template["Resources"].values()
+                      if resource["Type"] == "AWS::Lambda::Function"
+                      and resource["Properties"].get("Handler") == "functions.auth.authorizer.lambda_handler")
+    assert authorizer["Metadata"]["aws:asset:path"] == function["Metadata"]["aws:asset:path"]
 
     site_packages = Path(next(p for p in sys.path if p.endswith("site-packages")))
     provided = tmp_path / "runtime-and-layer"
@@ -47,7 +51,7 @@ def test_make_synth_bundles_lints_and_the_asset_imports_the_handler(tmp_path):
         (provided / name).symlink_to(site_packages / name)
     probe = (
         "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]];"
-        "import functions.api.handler, jsonpatch;"
+        "import functions.api.handler, functions.auth.authorizer, jsonpatch;"
         "assert jsonpatch.__file__.startswith(sys.argv[1]), jsonpatch.__file__;"
         "print('ok')"
     )
