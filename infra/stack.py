@@ -92,4 +92,5 @@ class DeviceStateStack(Stack):
                                   snap_start=_flag(context(self, "snapStart")))
         self.monitoring = Monitoring(
             self, "Monitoring", table=self.devices.table, function=self.api.function, api=self.api.api,
-            alarm_email=context(self, "alarmEmail") or None, change_feed=self.changes)
+            alarm_email=context(self, "alarmEmail") or None, change_feed=self.changes,
+            authorizer=self.api.authorizer_function)

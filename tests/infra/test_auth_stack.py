@@ -315,3 +315,14 @@ def test_cdk_nag_stays_clean_with_a_device_domain_and_with_your_own_issuer(conte
     app, _ = synth_stack(context, nag=True)
     app.synth()  # a policy-validation failure raises here
 
+
+def test_the_authorizer_alarm_watches_its_throttles_and_has_a_runbook_entry(template):
+    from infra import monitoring
+    from tests.infra.test_stack import REPO_ROOT, alarm_named
+
+    function_id, _ = only(template, "AWS::Lambda::Function", {"Handler": api_module.AUTHORIZER_HANDLER})
+    props = alarm_named(template, "AuthorizerThrottles")
+    assert props["Namespace"] == "AWS/Lambda" and props["MetricName"] == "Throttles"
+    assert props["Threshold"] == monitoring.AUTHORIZER_THROTTLES_PER_PERIOD
+    assert props["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": function_id}}]
+    assert "`AuthorizerThrottles`" in (REPO_ROOT / "docs" / "operations.md").read_text()
