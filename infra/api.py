@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass
+
 from aws_cdk import CfnOutput, Duration
 from aws_cdk import aws_apigateway as apigateway
+from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from functions.api import config
+from functions.auth.authorizer import GATEWAY_RESPONSES, gateway_problem
+from functions.auth.rights import PUBLIC, ROUTE_RIGHTS
 from functions.device_state import metrics as metric_names
 from functions.device_state.changes import DEFAULT_RETENTION_SECONDS
 from functions.device_state.manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
@@ -46,18 +54,50 @@ DYNAMODB_ACTIONS = (
     "dynamodb:Scan",
     "dynamodb:Query",
 )
-# (path, methods) of docs/api.md plus the OpenAPI document. Every GET answers HEAD too, and
-# ANY sends every other method to the handler, which answers 405 with Allow (not API Gateway's 403).
-ROUTES = (
-    ("devices", ("GET", "HEAD", "POST", "ANY")),
-    ("devices/{deviceId}", ("GET", "HEAD", "PUT", "PATCH", "DELETE", "ANY")),
-    ("devices/{deviceId}/leases", ("GET", "HEAD", "POST", "ANY")),
-    ("devices/{deviceId}/leases/{leaseId}", ("PUT", "DELETE", "ANY")),
-    ("devices/{deviceId}/changes", ("GET", "HEAD", "ANY")),
-    ("devices/{deviceId}/versions/{version}", ("GET", "HEAD", "ANY")),
-    ("transactions", ("POST", "ANY")),
-    ("openapi.json", ("GET", "HEAD", "ANY")),
-)
+# The Lambda authorizer: it verifies a token or a device certificate in milliseconds.
+AUTHORIZER_HANDLER = "functions.auth.authorizer.lambda_handler"
+AUTHORIZER_TIMEOUT = Duration.seconds(5)
+AUTHORIZER_MEMORY_MB = 256
+DEVICE_URL_OUTPUT, DEVICE_DOMAIN_TARGET_OUTPUT = "DeviceUrl", "DeviceDomainTarget"
+
+
+def resource_path(rule: str) -> str:
+    """A rule of functions/auth/rights.ROUTE_RIGHTS as an API Gateway resource path:
+    ``/devices/<device_id>/leases/<lease_id>`` is ``devices/{deviceId}/leases/{leaseId}``."""
+    def parameter(match: re.Match) -> str:
+        first, *rest = match.group(1).split("_")
+        return "{" + first + "".join(part.capitalize() for part in rest) + "}"
+
+    return re.sub(r"<(\w+)>", parameter, rule).lstrip("/")
+
+
+def _routes() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    methods: dict[str, list[str]] = {}
+    for method, rule in ROUTE_RIGHTS:
+        methods.setdefault(resource_path(rule), []).append(method)
+    return tuple((path, (*found, "ANY")) for path, found in methods.items())
+
+
+# (path, methods): every route of ROUTE_RIGHTS (the handler registers no route missing there).
+# Every GET answers HEAD too, and ANY sends every other method to the handler, which answers
+# 405 with Allow (not API Gateway's 403).
+ROUTES = _routes()
+# Paths any caller may read without credentials (the OpenAPI document): no authorizer on any
+# of their methods, as the dev server (localdev/apigw.py) skips it on them.
+PUBLIC_PATHS = frozenset(resource_path(rule) for (_, rule), rights in ROUTE_RIGHTS.items() if rights == PUBLIC)
+
+
+@dataclass(frozen=True)
+class DeviceDomain:
+    """A custom domain with mutual TLS for devices that call with a client certificate."""
+
+    name: str
+    certificate_arn: str
+    truststore_uri: str  # s3://bucket/key of the PEM bundle of CAs device certificates chain to
+
+    def __post_init__(self):
+        if not self.certificate_arn or not self.truststore_uri.startswith("s3://"):
+            raise ValueError("context deviceDomainName needs certificateArn and truststoreUri (s3://bucket/key)")
 
 
 class DeviceApi(Construct):
@@ -73,6 +113,9 @@ class DeviceApi(Construct):
         reserved_concurrency: int | None = None,
         change_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
         snap_start: bool = True,
+        auth_environment: dict[str, str],
+        authorizer_cache_seconds: int = 300,
+        device_domain: DeviceDomain | None = None,
     ):
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(self, "FunctionLogs", retention=LOG_RETENTION)
@@ -112,10 +155,14 @@ class DeviceApi(Construct):
                 "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
                 "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE,
                 "POWERTOOLS_LOG_LEVEL": "INFO",
+                **auth_environment,
             },
         )
 
         self.alias = published_alias(self.function) if snap_start else self.function
+        self.authorizer = self._authorizer(auth_environment, snap_start,
+                                           cache_seconds=0 if device_domain else authorizer_cache_seconds,
+                                           certificates=device_domain is not None)
 
         self.access_logs = logs.LogGroup(self, "AccessLogs", retention=LOG_RETENTION)
         self.api = apigateway.RestApi(
@@ -136,18 +183,70 @@ class DeviceApi(Construct):
                 tracing_enabled=True,
                 metrics_enabled=True,
             ),
-            default_method_options=apigateway.MethodOptions(
-                authorization_type=apigateway.AuthorizationType.IAM),
+            default_method_options=apigateway.MethodOptions(authorizer=self.authorizer),
         )
-        integration = apigateway.LambdaIntegration(self.alias, proxy=True)
+        # One invoke permission for the whole API, not two per method: Lambda caps a function's
+        # resource policy at 20 KB, which 37 methods' statements (with their test-invoke twins)
+        # exceed. Every method of this API integrates with this function anyway.
+        integration = apigateway.LambdaIntegration(self.alias, proxy=True, scope_permission_to_method=False)
         for path, methods in ROUTES:
             resource = self.api.root.resource_for_path(path)
             for method in methods:
-                resource.add_method(method, integration)
+                resource.add_method(method, integration, authorization_type=apigateway.AuthorizationType.NONE
+                                    if path in PUBLIC_PATHS else None)
+        for response_type in GATEWAY_RESPONSES:
+            status, headers, body = gateway_problem(response_type)
+            self.api.add_gateway_response(
+                response_type.title().replace("_", ""), type=apigateway.ResponseType.of(response_type),
+                status_code=str(status), response_headers={name: f"'{value}'" for name, value in headers.items()},
+                templates={"application/json": json.dumps(body)})
         # One output, named plainly: RestApi's own "Endpoint" output (a hashed name) is dropped.
         self.api.node.try_remove_child("Endpoint")
-        url = CfnOutput(self, "Url", value=self.api.url, description="Base URL of the device-state API (SigV4)")
+        url = CfnOutput(self, "Url", value=self.api.url, description="Base URL of the device-state API")
         url.override_logical_id(OUTPUT_NAME)
+        if device_domain:
+            self._device_domain(device_domain)
+
+    def _authorizer(self, auth_environment: dict[str, str], snap_start: bool, *, cache_seconds: int,
+                    certificates: bool) -> apigateway.RequestAuthorizer:
+        """The REQUEST authorizer in front of every route but the public ones. It has no
+        DynamoDB rights: it reads nothing but the request and its AUTH_* configuration."""
+        log_group = logs.LogGroup(self, "AuthorizerLogs", retention=LOG_RETENTION)
+        role = iam.Role(self, "AuthorizerRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]))
+        self.authorizer_function = lambda_.Function(
+            self, "AuthorizerFunction", runtime=RUNTIME, architecture=ARCHITECTURE, handler=AUTHORIZER_HANDLER,
+            code=self.code, timeout=AUTHORIZER_TIMEOUT, memory_size=AUTHORIZER_MEMORY_MB, role=role,
+            log_group=log_group, tracing=lambda_.Tracing.ACTIVE, snap_start=snap_start_conf(snap_start),
+            environment=dict(auth_environment))
+        handler = published_alias(self.authorizer_function) if snap_start else self.authorizer_function
+        # API Gateway answers 401 without calling a cached REQUEST authorizer when any of its
+        # identity sources is missing, and a device calling with a certificate sends no
+        # Authorization header. So where certificates can arrive the authorizer has no
+        # identity source and no cache: it runs on every request.
+        authorizer = apigateway.RequestAuthorizer(
+            self, "Authorizer", handler=handler, results_cache_ttl=Duration.seconds(cache_seconds),
+            identity_sources=[] if certificates else [apigateway.IdentitySource.header("Authorization")])
+        if certificates:
+            authorizer.node.default_child.add_property_deletion_override("IdentitySource")  # CDK writes ""
+        return authorizer
+
+    def _device_domain(self, device_domain: DeviceDomain) -> None:
+        """A regional custom domain with mutual TLS: API Gateway verifies the client certificate
+        against the truststore and hands it to the authorizer and the function."""
+        bucket, _, key = device_domain.truststore_uri.removeprefix("s3://").partition("/")
+        domain = apigateway.DomainName(
+            self, "DeviceDomain", domain_name=device_domain.name, mapping=self.api,
+            certificate=acm.Certificate.from_certificate_arn(self, "DeviceCertificate",
+                                                              device_domain.certificate_arn),
+            endpoint_type=apigateway.EndpointType.REGIONAL, security_policy=apigateway.SecurityPolicy.TLS_1_2,
+            mtls=apigateway.MTLSConfig(bucket=s3.Bucket.from_bucket_name(self, "Truststore", bucket), key=key))
+        for name, value, description in (
+                (DEVICE_URL_OUTPUT, f"https://{device_domain.name}/", "Base URL for devices (mutual TLS)"),
+                (DEVICE_DOMAIN_TARGET_OUTPUT, domain.domain_name_alias_domain_name,
+                 f"Where {device_domain.name}'s DNS record (CNAME or alias) points")):
+            CfnOutput(self, name, value=value, description=description).override_logical_id(name)
 
 
 def snap_start_conf(enabled: bool) -> lambda_.SnapStartConf | None:

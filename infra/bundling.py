@@ -14,7 +14,11 @@ from aws_cdk import BundlingOptions, DockerImage, ILocalBundling
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # What requirements.txt pins beyond boto3/botocore (runtime) and Powertools (layer).
-BUNDLED_PACKAGES = ("jsonpatch", "jsonpointer")
+# cryptography loads cffi's _cffi_backend at import; cffi declares pycparser.
+BUNDLED_PACKAGES = ("jsonpatch", "jsonpointer", "PyJWT", "cryptography", "cffi", "pycparser")
+# Wheel platforms pip may take for arm64: cryptography publishes manylinux_2_28/_2_34 aarch64
+# wheels, not only manylinux2014. All run on the Python 3.13 runtime (Amazon Linux 2023, glibc 2.34).
+PLATFORMS = ("manylinux2014_aarch64", "manylinux_2_28_aarch64", "manylinux_2_34_aarch64")
 
 
 def pinned(requirements: Path = REPO_ROOT / "requirements.txt") -> list[str]:
@@ -33,9 +37,9 @@ def pinned_version(package: str, requirements: Path = REPO_ROOT / "requirements.
 
 @jsii.implements(ILocalBundling)
 class _PipLocalBundling:
-    def __init__(self, python_version: str, platform: str):
+    def __init__(self, python_version: str, platforms: tuple[str, ...]):
         self._python_version = python_version
-        self._platform = platform
+        self._platforms = platforms
 
     def try_bundle(self, output_dir: str, *, image=None, **_options) -> bool:
         output = Path(output_dir)
@@ -43,7 +47,8 @@ class _PipLocalBundling:
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-             "--no-deps", "--no-compile", "--only-binary=:all:", "--platform", self._platform,
+             "--no-deps", "--no-compile", "--only-binary=:all:",
+             *(option for platform in self._platforms for option in ("--platform", platform)),
              "--python-version", self._python_version, "--implementation", "cp",
              "--target", str(output), *pinned()],
             check=True,
@@ -51,9 +56,9 @@ class _PipLocalBundling:
         return True
 
 
-def bundling_options(python_version: str, platform: str = "manylinux2014_aarch64") -> BundlingOptions:
+def bundling_options(python_version: str, platforms: tuple[str, ...] = PLATFORMS) -> BundlingOptions:
     return BundlingOptions(
         # Never pulled: local bundling always succeeds, so no Docker is needed.
         image=DockerImage.from_registry("public.ecr.aws/sam/build-python" + python_version),
-        local=_PipLocalBundling(python_version, platform),
+        local=_PipLocalBundling(python_version, platforms),
     )

@@ -33,6 +33,9 @@ CONFLICTS_PER_UPDATE = 0.5
 RETRY_RATE_EVALUATION_PERIODS = 3  # sustained for 15 minutes, not a burst
 LAMBDA_ERRORS_PER_PERIOD = 0
 LAMBDA_THROTTLES_PER_PERIOD = 0
+# A throttled authorizer is a 500 for a caller with good credentials. (Its Errors are no alarm:
+# every refused token is one, since raising "Unauthorized" is how a Lambda authorizer says 401.)
+AUTHORIZER_THROTTLES_PER_PERIOD = 0
 API_5XX_PER_PERIOD = 5
 API_P99_LATENCY_MS = 3000  # the retry budget is 5 s; p99 above 3 s means heavy contention
 # Transactions that collided with other writes on the same items; the library retries
@@ -72,7 +75,7 @@ def service_metric(name: str, statistic: str = "Sum") -> cloudwatch.Metric:
 class Monitoring(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable,
                  function: lambda_.IFunction, api: apigateway.RestApi, alarm_email: str | None = None,
-                 change_feed=None):
+                 change_feed=None, authorizer: lambda_.IFunction | None = None):
         super().__init__(scope, construct_id)
         # CloudWatch can publish to an encrypted topic only if the key's policy lets it use the
         # key; the AWS-managed alias/aws/sns key's policy cannot be changed, so the topic gets
@@ -160,6 +163,8 @@ class Monitoring(Construct):
         )
         if change_feed is not None:
             self._watch_change_feed(change_feed, not_breaching)
+        if authorizer is not None:
+            self._watch_authorizer(authorizer, not_breaching)
         self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(
             title="Alarms", width=24, alarms=list(self.alarms.values())))
 
@@ -184,6 +189,18 @@ class Monitoring(Construct):
                 processor.metric_errors(statistic="Sum", period=PERIOD),
                 feed.failures.metric_approximate_number_of_messages_visible(statistic="Maximum", period=PERIOD)]),
         )
+
+    def _watch_authorizer(self, authorizer: lambda_.IFunction, not_breaching: cloudwatch.TreatMissingData) -> None:
+        """The Lambda authorizer's alarm and widget (infra/api.py)."""
+        self._alarm("AuthorizerThrottles", authorizer.metric_throttles(statistic="Sum", period=PERIOD),
+                    AUTHORIZER_THROTTLES_PER_PERIOD, not_breaching,
+                    "Lambda refused authorizer invocations: callers got 500 whatever their credentials")
+        self.dashboard.add_widgets(cloudwatch.GraphWidget(
+            title="Authorizer (errors include every refused token)", width=24,
+            left=[authorizer.metric_invocations(statistic="Sum", period=PERIOD),
+                  authorizer.metric_errors(statistic="Sum", period=PERIOD),
+                  authorizer.metric_throttles(statistic="Sum", period=PERIOD)],
+            right=[authorizer.metric_duration(statistic="p99", period=PERIOD)]))
 
     def _alarm(self, name: str, metric: cloudwatch.IMetric, threshold: float,
                treat_missing_data: cloudwatch.TreatMissingData, description: str,

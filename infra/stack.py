@@ -8,7 +8,8 @@ from constructs import Construct
 from functions.device_state.changes import DEFAULT_RETENTION_SECONDS
 from functions.device_state.writes import DEFAULT_TOMBSTONE_SECONDS
 
-from .api import DeviceApi
+from .api import DeviceApi, DeviceDomain
+from .auth import CallerIdentity
 from .changes import ChangeFeed
 from .monitoring import Monitoring
 from .table import DevicesTable
@@ -30,6 +31,22 @@ CONTEXT_DEFAULTS = {
     # Lambda SnapStart for both functions (published versions behind the "live" alias); false
     # runs init on every cold start instead and saves the snapshot's caching and restore charges.
     "snapStart": True,
+    # How long API Gateway keeps the authorizer's answer for one Authorization header (0-3600);
+    # 0 whenever deviceDomainName is set (see infra/api.py).
+    "authorizerCacheSeconds": 300,
+    # A custom domain with mutual TLS for devices calling with a client certificate: its name,
+    # its ACM certificate's ARN and the s3:// URI of the CA bundle client certificates chain to.
+    "deviceDomainName": "",
+    "certificateArn": "",
+    "truststoreUri": "",
+    # The Cognito domain's prefix (<prefix>.auth.<region>.amazoncognito.com); empty: the stack
+    # name and the account.
+    "authDomainPrefix": "",
+    # Your own token issuer instead of Cognito (no user pool is made): its iss, the audience its
+    # tokens name, and its JWKS file (read at synth, a path in the repository).
+    "authIssuer": "",
+    "authAudience": "",
+    "authJwksFile": "",
 }
 
 
@@ -50,6 +67,11 @@ class DeviceStateStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, **kwargs):
         super().__init__(scope, construct_id, **kwargs)
         self.devices = DevicesTable(self, "Devices", throwaway=_flag(context(self, "throwaway")))
+        self.identity = CallerIdentity(
+            self, "Callers", throwaway=_flag(context(self, "throwaway")),
+            domain_prefix=context(self, "authDomainPrefix"), issuer=context(self, "authIssuer"),
+            audience=context(self, "authAudience"), jwks_file=context(self, "authJwksFile"))
+        domain_name = context(self, "deviceDomainName")
         self.api = DeviceApi(
             self, "DeviceApi",
             table=self.devices.table,
@@ -59,6 +81,10 @@ class DeviceStateStack(Stack):
             reserved_concurrency=_optional_int(context(self, "reservedConcurrency")),
             change_retention_seconds=int(context(self, "changeRetentionSeconds")),
             snap_start=_flag(context(self, "snapStart")),
+            auth_environment=self.identity.environment,
+            authorizer_cache_seconds=int(context(self, "authorizerCacheSeconds")),
+            device_domain=DeviceDomain(domain_name, context(self, "certificateArn"),
+                                       context(self, "truststoreUri")) if domain_name else None,
         )
         self.changes = ChangeFeed(self, "ChangeFeed", table=self.devices.table, code=self.api.code,
                                   layer=self.api.layer,
@@ -66,4 +92,5 @@ class DeviceStateStack(Stack):
                                   snap_start=_flag(context(self, "snapStart")))
         self.monitoring = Monitoring(
             self, "Monitoring", table=self.devices.table, function=self.api.function, api=self.api.api,
-            alarm_email=context(self, "alarmEmail") or None, change_feed=self.changes)
+            alarm_email=context(self, "alarmEmail") or None, change_feed=self.changes,
+            authorizer=self.api.authorizer_function)

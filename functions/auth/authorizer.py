@@ -1,8 +1,9 @@
 """The API Gateway Lambda authorizer (REQUEST type): the same verification the handler
 uses, run before the function. Its policy lists every route the principal may call (a
 device's only with its own id), never a wildcard over methods, because API Gateway caches
-the result by token and applies it to the token's later requests on other routes; the
-handler's ``authorize()`` stays the authoritative check (bodies, transactions).
+the result by token and applies it to the token's later requests on other routes; it
+denies the routes an allowed ``*`` would reach beyond them. The handler's ``authorize()``
+stays the authoritative check (bodies, transactions).
 
 The dev server runs ``decide()`` before the handler as API Gateway runs this function,
 and fills the same event fields (``requestContext.authorizer``)."""
@@ -69,6 +70,18 @@ def policy_resources(principal: Principal, method_arn: str) -> list[str]:
                    if (method, rule) not in registered or may_call(principal, method, rule)})
 
 
+def denied_resources(principal: Principal, method_arn: str, allowed: list[str]) -> list[str]:
+    """The execute-api ARNs of the routes the principal may not call that an allowed ARN
+    would still let through: API Gateway's ``*`` spans ``/``, so a writer's
+    ``PATCH/devices/*`` also matches ``PATCH/devices/lamp-1/reported``, a reporter's route.
+    The policy denies these, and a Deny wins over any Allow."""
+    api_and_stage = "/".join(method_arn.split("/", 2)[:2])
+    device = principal.device_id or "*"
+    refused = {f"{api_and_stage}/{method}{_arn_path(rule, device)}" for (method, rule), rights in ROUTE_RIGHTS.items()
+               if rights != PUBLIC and not may_call(principal, method, rule)}
+    return sorted(arn for arn in refused if any(fnmatch.fnmatchcase(arn, resource) for resource in allowed))
+
+
 def decide(event: dict) -> dict:
     """The authorizer's answer for a REQUEST authorizer event; raises Unauthorized."""
     try:
@@ -81,23 +94,29 @@ def decide(event: dict) -> dict:
         return {"principalId": MIXED, "context": {"principalKind": MIXED},
                 "policyDocument": _policy([event["methodArn"]])}
     if event["methodArn"].endswith("/$connect"):  # the WebSocket API: each subscription is authorized apart
-        resources = [event["methodArn"]]
-    else:
-        resources = policy_resources(principal, event["methodArn"])
-    return {"principalId": principal.subject, "context": principal.as_context(), "policyDocument": _policy(resources)}
+        return {"principalId": principal.subject, "context": principal.as_context(),
+                "policyDocument": _policy([event["methodArn"]])}
+    allowed = policy_resources(principal, event["methodArn"])
+    return {"principalId": principal.subject, "context": principal.as_context(),
+            "policyDocument": _policy(allowed, denied_resources(principal, event["methodArn"], allowed))}
 
 
-def _policy(resources: list[str]) -> dict:
-    return {"Version": "2012-10-17",
-            "Statement": [{"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": resources}]}
+def _policy(allowed: list[str], denied: list[str] = ()) -> dict:
+    statements = [{"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": allowed}]
+    if denied:
+        statements.append({"Action": "execute-api:Invoke", "Effect": "Deny", "Resource": list(denied)})
+    return {"Version": "2012-10-17", "Statement": statements}
 
 
 def allows(decision: dict, method_arn: str) -> bool:
     """Whether the decision's policy allows this call, matched as API Gateway matches ARNs
-    (``*`` any run of characters)."""
-    return any(fnmatch.fnmatchcase(method_arn, resource)
-               for statement in decision["policyDocument"]["Statement"] if statement["Effect"] == "Allow"
-               for resource in statement["Resource"])
+    (``*`` any run of characters, ``/`` included; a Deny wins)."""
+    def matched(effect: str) -> bool:
+        return any(fnmatch.fnmatchcase(method_arn, resource)
+                   for statement in decision["policyDocument"]["Statement"] if statement["Effect"] == effect
+                   for resource in statement["Resource"])
+
+    return matched("Allow") and not matched("Deny")
 
 
 def principal_of(event: dict) -> Principal:

@@ -1,6 +1,7 @@
-"""Lambda SnapStart: both functions snapshot their published versions, API Gateway and the
-stream's event source mapping invoke the alias on such a version, and the `snapStart`
-context flag turns it all off (the functions are then invoked unqualified)."""
+"""Lambda SnapStart: the API function, the authorizer and the stream processor snapshot their
+published versions, API Gateway and the stream's event source mapping invoke the alias on
+such a version, and the `snapStart` context flag turns it all off (the functions are then
+invoked unqualified)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from functions.changes import handler as changes_handler
 from infra import api as api_module
 from tests.infra.conftest import synth_stack
 
-HANDLERS = (api_module.HANDLER, "functions.changes.handler.lambda_handler")
+HANDLERS = (api_module.HANDLER, "functions.changes.handler.lambda_handler", api_module.AUTHORIZER_HANDLER)
 
 
 def function_of(template: Template, handler: str) -> tuple[str, dict]:
@@ -49,10 +50,13 @@ def test_api_gateway_invokes_the_alias(template):
     methods = template.find_resources("AWS::ApiGateway::Method")
     uris = [json.dumps(method["Properties"]["Integration"]["Uri"]) for method in methods.values()]
     assert uris and all(alias_logical in uri for uri in uris)
+    authorizer_alias, _ = alias_of(template, function_of(template, api_module.AUTHORIZER_HANDLER)[0])
+    [authorizer] = template.find_resources("AWS::ApiGateway::Authorizer").values()
+    assert authorizer_alias in json.dumps(authorizer["Properties"]["AuthorizerUri"])
     permissions = template.find_resources("AWS::Lambda::Permission",
                                           {"Properties": {"Principal": "apigateway.amazonaws.com"}})
-    assert permissions and all(permission["Properties"]["FunctionName"] == {"Ref": alias_logical}
-                               for permission in permissions.values())
+    assert {json.dumps(permission["Properties"]["FunctionName"]) for permission in permissions.values()} == {
+        json.dumps({"Ref": alias_logical}), json.dumps({"Ref": authorizer_alias})}
 
 
 def test_the_stream_mapping_invokes_the_processors_alias(template):

@@ -9,6 +9,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from functions.api import config
+from functions.auth import credentials
 from functions.device_state import metrics as names
 from functions.device_state import table as model
 from functions.device_state.manager import DEFAULT_BUDGET_SECONDS
@@ -90,7 +91,7 @@ def test_environment_is_exactly_what_the_config_reads(template):
     _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
     environment = function["Properties"]["Environment"]["Variables"]
     ours = {name for name in environment if not name.startswith("POWERTOOLS_")}
-    assert ours == set(config.VARIABLES) - {config.DYNAMODB_ENDPOINT}
+    assert ours == set(config.VARIABLES) - {config.DYNAMODB_ENDPOINT} | set(credentials.VARIABLES)
     table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))
     assert environment[config.TABLE_NAME] == {"Ref": table_id}
     assert environment["POWERTOOLS_METRICS_NAMESPACE"] == names.NAMESPACE
@@ -144,15 +145,13 @@ def test_the_library_calls_no_dynamodb_action_the_role_lacks():
 # --------------------------------------------------------------------- API
 
 
-def test_every_method_uses_iam_authorization(template):
+def test_every_method_is_a_lambda_proxy_integration(template):
     methods = template.find_resources("AWS::ApiGateway::Method")
     assert methods
-    routes = set()
     for method in methods.values():
-        assert method["Properties"]["AuthorizationType"] == "AWS_IAM"
         assert method["Properties"]["Integration"]["Type"] == "AWS_PROXY"
-        routes.add(method["Properties"]["HttpMethod"])
-    assert routes == {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "ANY"}
+    verbs = {method["Properties"]["HttpMethod"] for method in methods.values()}
+    assert verbs == {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "ANY"}
 
 
 def test_every_get_route_answers_head_and_other_methods_reach_the_handlers_405(template):
@@ -175,9 +174,13 @@ def test_stage_throttling_and_json_access_logs_from_context():
     assert stage["Properties"]["TracingEnabled"] is True
 
 
-def test_the_api_url_is_the_one_output_named_url(template):
+def test_the_outputs_are_the_api_url_and_how_back_ends_get_tokens(template):
+    from infra import auth
+
     outputs = template.find_outputs("*")
-    assert list(outputs) == ["Url"] and api_module.OUTPUT_NAME == "Url"
+    assert sorted(outputs) == sorted([api_module.OUTPUT_NAME, auth.USER_POOL_OUTPUT, auth.CLIENT_OUTPUT,
+                                      auth.TOKEN_ENDPOINT_OUTPUT])
+    assert api_module.OUTPUT_NAME == "Url"
     assert "execute-api" in json.dumps(outputs["Url"]["Value"])
 
 

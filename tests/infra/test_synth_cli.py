@@ -33,7 +33,16 @@ def test_make_synth_bundles_lints_and_the_asset_imports_the_handler(tmp_path):
     asset = out / function["Metadata"]["aws:asset:path"]
     assert (asset / "functions" / "api" / "handler.py").exists()
     assert (asset / "jsonpatch.py").exists() and (asset / "jsonpointer.py").exists()
+    assert (asset / "jwt" / "__init__.py").exists() and (asset / "cryptography" / "__init__.py").exists()
     assert not (asset / "boto3").exists() and not (asset / "aws_lambda_powertools").exists()
+    # cryptography's and cffi's compiled parts for the function's platform (arm64, Python 3.13).
+    binaries = [asset / "cryptography" / "hazmat" / "bindings" / "_rust.abi3.so",
+                asset / "_cffi_backend.cpython-313-aarch64-linux-gnu.so"]
+    assert all(elf_machine(binary) == ELF_AARCH64 for binary in binaries), binaries
+    authorizer = next(resource for resource in template["Resources"].values()
+                      if resource["Type"] == "AWS::Lambda::Function"
+                      and resource["Properties"].get("Handler") == "functions.auth.authorizer.lambda_handler")
+    assert authorizer["Metadata"]["aws:asset:path"] == function["Metadata"]["aws:asset:path"]
 
     site_packages = Path(next(p for p in sys.path if p.endswith("site-packages")))
     provided = tmp_path / "runtime-and-layer"
@@ -42,13 +51,22 @@ def test_make_synth_bundles_lints_and_the_asset_imports_the_handler(tmp_path):
         (provided / name).symlink_to(site_packages / name)
     probe = (
         "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]];"
-        "import functions.api.handler, jsonpatch;"
+        "import functions.api.handler, functions.auth.authorizer, jsonpatch;"
         "assert jsonpatch.__file__.startswith(sys.argv[1]), jsonpatch.__file__;"
         "print('ok')"
     )
     imported = subprocess.run([sys.executable, "-S", "-c", probe, str(asset), str(provided)],
                               capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, timeout=120)
     assert imported.stdout.strip() == "ok", imported.stderr
+
+
+ELF_AARCH64 = 183  # e_machine of an ELF file built for arm64
+
+
+def elf_machine(path: Path) -> int:
+    header = path.read_bytes()[:20]
+    assert header[:4] == b"\x7fELF", path
+    return int.from_bytes(header[18:20], "little")
 
 
 def assert_no_node_warning(output: str) -> None:

@@ -1,0 +1,328 @@
+"""Callers in the CDK stack: every route of ROUTE_RIGHTS is a method, every method but the
+public OpenAPI document has the Lambda authorizer, the gateway responses are problem+json,
+the Cognito pool and app client, the AUTH_* configuration of both functions, mutual TLS
+on a device domain, and your own issuer instead of Cognito."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk.assertions import Template
+
+from functions.auth import jwks_resource
+from functions.auth.authorizer import GATEWAY_RESPONSES, gateway_problem
+from functions.auth.credentials import AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS, VARIABLES
+from functions.auth.principals import RESOURCE_SERVER, SCOPES
+from functions.auth.rights import PUBLIC, ROUTE_RIGHTS
+from infra import api as api_module
+from infra import auth
+from infra.stack import CONTEXT_DEFAULTS
+from tests.auth import ISSUER
+from tests.infra.conftest import synth_stack
+from tests.infra.test_stack import only
+
+DEVICE_DOMAIN = {"deviceDomainName": "devices.example.com",
+                 "certificateArn": "arn:aws:acm:eu-west-1:123456789012:certificate/0b1c2d3e",
+                 "truststoreUri": "s3://example-truststore/devices/ca-bundle.pem"}
+
+
+def template_with(context: dict) -> Template:
+    _, stack = synth_stack(context)
+    return Template.from_stack(stack)
+
+
+@pytest.fixture(scope="module")
+def device_domain_template() -> Template:
+    return template_with(DEVICE_DOMAIN)
+
+
+def methods_by_route(template: Template) -> dict[tuple[str, str], dict]:
+    """{(HTTP method, "/devices/{deviceId}"): method properties} of every API Gateway method."""
+    resources = template.find_resources("AWS::ApiGateway::Resource")
+
+    def path(resource_id) -> str:
+        if "Ref" not in resource_id:  # the API's root resource
+            return ""
+        props = resources[resource_id["Ref"]]["Properties"]
+        return f"{path(props['ParentId'])}/{props['PathPart']}"
+
+    return {(props["HttpMethod"], path(props["ResourceId"])): props for props in
+            (method["Properties"] for method in template.find_resources("AWS::ApiGateway::Method").values())}
+
+
+def gateway_path(rule: str) -> str:
+    return "/" + api_module.resource_path(rule)
+
+
+def function_environment(template: Template, handler: str) -> dict:
+    _, function = only(template, "AWS::Lambda::Function", {"Handler": handler})
+    return function["Properties"]["Environment"]["Variables"]
+
+
+# ------------------------------------------------------------ routes and authorizer
+
+
+def test_the_rules_become_api_gateway_paths():
+    assert gateway_path("/devices/<device_id>/leases/<lease_id>") == "/devices/{deviceId}/leases/{leaseId}"
+    assert gateway_path("/devices/<device_id>/versions/<version>") == "/devices/{deviceId}/versions/{version}"
+
+
+def test_every_route_the_handler_knows_is_a_method_and_every_path_has_any(template):
+    methods = methods_by_route(template)
+    for method, rule in ROUTE_RIGHTS:
+        assert (method, gateway_path(rule)) in methods, f"{method} {rule} has no API Gateway method"
+    for rule in {"/devices/<device_id>/desired", "/devices/<device_id>/reported", "/devices/<device_id>/delta"}:
+        assert ("ANY", gateway_path(rule)) in methods
+    assert {path for _, path in methods} == {gateway_path(rule) for _, rule in ROUTE_RIGHTS}
+    assert {(method, path) for method, path in methods if method != "ANY"} == {
+        (method, gateway_path(rule)) for method, rule in ROUTE_RIGHTS}
+
+
+def test_api_gateway_may_invoke_the_function_by_one_api_wide_permission(template):
+    """Not two per method: Lambda caps a function's resource policy at 20 KB."""
+    permissions = template.find_resources("AWS::Lambda::Permission",
+                                          {"Properties": {"Principal": "apigateway.amazonaws.com"}})
+    source_arns = [permission["Properties"]["SourceArn"]["Fn::Join"][1][-2:] for permission in permissions.values()]
+    assert [arn for arn in source_arns if arn[-1] == "/*/*/*"] and all(
+        arn[-1] == "/*/*/*" or arn[0] == "/authorizers/" for arn in source_arns), source_arns
+
+
+def test_every_method_but_the_public_documents_has_the_lambda_authorizer(template):
+    authorizer_id, _ = only(template, "AWS::ApiGateway::Authorizer")
+    public = {gateway_path(rule) for (_, rule), rights in ROUTE_RIGHTS.items() if rights == PUBLIC}
+    assert public == {"/openapi.json"}
+    for (method, path), props in methods_by_route(template).items():
+        if path in public:
+            assert props["AuthorizationType"] == "NONE" and "AuthorizerId" not in props, (method, path)
+        else:
+            assert props["AuthorizationType"] == "CUSTOM", (method, path)
+            assert props["AuthorizerId"] == {"Ref": authorizer_id}, (method, path)
+
+
+def test_the_authorizer_is_a_cached_request_authorizer_on_the_authorization_header(template):
+    _, authorizer = only(template, "AWS::ApiGateway::Authorizer")
+    props = authorizer["Properties"]
+    assert props["Type"] == "REQUEST"
+    assert props["IdentitySource"] == "method.request.header.Authorization"
+    assert props["AuthorizerResultTtlInSeconds"] == CONTEXT_DEFAULTS["authorizerCacheSeconds"] == 300
+
+
+def test_the_cache_follows_context():
+    _, authorizer = only(template_with({"authorizerCacheSeconds": 60}), "AWS::ApiGateway::Authorizer")
+    assert authorizer["Properties"]["AuthorizerResultTtlInSeconds"] == 60
+
+
+def test_the_authorizer_function(template):
+    _, api_function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.AUTHORIZER_HANDLER})
+    props = function["Properties"]
+    assert props["Runtime"] == api_function["Properties"]["Runtime"] == "python3.13"
+    assert props["Architectures"] == ["arm64"]
+    assert props["Code"] == api_function["Properties"]["Code"]  # the same asset
+    assert props["MemorySize"] <= 256 and props["Timeout"] <= 10
+    assert "LogGroup" in props["LoggingConfig"]
+    assert props["LoggingConfig"]["LogGroup"] != api_function["Properties"]["LoggingConfig"]["LogGroup"]
+    assert "Layers" not in props  # it needs no Powertools
+
+
+def test_the_authorizer_may_not_touch_dynamodb(template):
+    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.AUTHORIZER_HANDLER})
+    role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    actions = set()
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        if {"Ref": role} in policy["Properties"]["Roles"]:
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                action = statement["Action"]
+                actions |= set(action if isinstance(action, list) else [action])
+    assert actions and not [action for action in actions if action.startswith("dynamodb:")]
+    assert {action.split(":")[0] for action in actions} <= {"logs", "xray"}
+    assert "ManagedPolicyArns" not in template.find_resources("AWS::IAM::Role")[role]["Properties"]
+
+
+# ------------------------------------------------------------------ gateway responses
+
+
+@pytest.mark.parametrize("response_type", sorted(GATEWAY_RESPONSES))
+def test_gateway_responses_are_the_authorizers_problem_details(template, response_type):
+    _, response = only(template, "AWS::ApiGateway::GatewayResponse", {"ResponseType": response_type})
+    props = response["Properties"]
+    status, headers, body = gateway_problem(response_type)
+    assert props["StatusCode"] == str(status)
+    parameters = props["ResponseParameters"]
+    assert parameters["gatewayresponse.header.Content-Type"] == "'application/problem+json'"
+    [template_body] = props["ResponseTemplates"].values()
+    document = json.loads(template_body)
+    assert document == body and {"type", "title", "status", "detail"} <= set(document)
+    assert document["status"] == status
+    assert "$" not in template_body and "#" not in template_body  # plain text to API Gateway's template engine
+    www_authenticate = parameters.get("gatewayresponse.header.WWW-Authenticate")
+    assert www_authenticate == ("'Bearer'" if status == 401 else None)
+    assert {name for name in headers} == {key.removeprefix("gatewayresponse.header.") for key in parameters}
+
+
+# ------------------------------------------------------------------------- Cognito
+
+
+def test_the_user_pool_has_no_self_sign_up_and_is_kept(template):
+    _, pool = only(template, "AWS::Cognito::UserPool")
+    assert pool["Properties"]["AdminCreateUserConfig"]["AllowAdminCreateUserOnly"] is True
+    assert pool["Properties"]["DeletionProtection"] == "ACTIVE"
+    assert pool["DeletionPolicy"] == "Retain"
+
+
+def test_a_throwaway_stack_throws_the_user_pool_away():
+    _, pool = only(template_with({"throwaway": "true"}), "AWS::Cognito::UserPool")
+    assert pool["Properties"]["DeletionProtection"] == "INACTIVE" and pool["DeletionPolicy"] == "Delete"
+
+
+def test_the_resource_server_defines_the_three_scopes(template):
+    pool_id, _ = only(template, "AWS::Cognito::UserPool")
+    _, server = only(template, "AWS::Cognito::UserPoolResourceServer")
+    props = server["Properties"]
+    assert props["Identifier"] == RESOURCE_SERVER == "device-state"
+    assert props["UserPoolId"] == {"Ref": pool_id}
+    assert [scope["ScopeName"] for scope in props["Scopes"]] == list(SCOPES)
+    assert set(SCOPES) == {"devices.read", "devices.write", "devices.report"}
+
+
+def test_the_back_end_client_uses_client_credentials_with_a_secret_and_the_scopes(template):
+    server_id, _ = only(template, "AWS::Cognito::UserPoolResourceServer")
+    _, client = only(template, "AWS::Cognito::UserPoolClient")
+    props = client["Properties"]
+    assert props["AllowedOAuthFlows"] == ["client_credentials"] and props["AllowedOAuthFlowsUserPoolClient"]
+    assert props["GenerateSecret"] is True
+    assert props["AllowedOAuthScopes"] == [{"Fn::Join": ["", [{"Ref": server_id}, f"/{scope}"]]}
+                                           for scope in SCOPES]
+
+
+def test_the_domain_prefix_defaults_to_the_stack_and_account_and_follows_context(template):
+    _, domain = only(template, "AWS::Cognito::UserPoolDomain")
+    assert domain["Properties"]["Domain"] == {"Fn::Join": ["", ["devicestatestack-", {"Ref": "AWS::AccountId"}]]}
+    _, domain = only(template_with({"authDomainPrefix": "acme-devices"}), "AWS::Cognito::UserPoolDomain")
+    assert domain["Properties"]["Domain"] == "acme-devices"
+
+
+def test_both_functions_trust_the_pool_with_its_keys_resolved_at_deploy(template):
+    pool_id, _ = only(template, "AWS::Cognito::UserPool")
+    client_id, _ = only(template, "AWS::Cognito::UserPoolClient")
+    jwks_id, jwks = only(template, "Custom::Jwks")
+    issuer = {"Fn::Join": ["", ["https://cognito-idp.", {"Ref": "AWS::Region"}, ".", {"Ref": "AWS::URLSuffix"},
+                                "/", {"Ref": pool_id}]]}
+    for handler in (api_module.HANDLER, api_module.AUTHORIZER_HANDLER):
+        environment = function_environment(template, handler)
+        assert environment[AUTH_ISSUER] == issuer, handler
+        assert environment[AUTH_AUDIENCE] == {"Ref": client_id}, handler
+        assert environment[AUTH_JWKS] == {"Fn::GetAtt": [jwks_id, "Jwks"]}, handler
+    assert set(function_environment(template, api_module.AUTHORIZER_HANDLER)) == set(VARIABLES)
+    assert jwks["Properties"]["Issuer"] == issuer
+
+
+def test_the_jwks_resource_runs_the_standard_library_fetcher_inline(template):
+    jwks_id, jwks = only(template, "Custom::Jwks")
+    _, function = only(template, "AWS::Lambda::Function", {"Handler": "index.on_event"})
+    assert function["Properties"]["Code"]["ZipFile"] == open(jwks_resource.__file__).read()
+    assert function["Properties"]["Runtime"] == "python3.13"
+    imports = [line for line in function["Properties"]["Code"]["ZipFile"].splitlines()
+               if line.startswith(("import ", "from "))]
+    assert imports == ["import json", "import time", "import urllib.request"]
+
+
+def test_the_outputs_say_how_back_ends_get_tokens(template):
+    pool_id, _ = only(template, "AWS::Cognito::UserPool")
+    client_id, _ = only(template, "AWS::Cognito::UserPoolClient")
+    domain_id, _ = only(template, "AWS::Cognito::UserPoolDomain")
+    outputs = template.find_outputs("*")
+    assert outputs[auth.USER_POOL_OUTPUT]["Value"] == {"Ref": pool_id}
+    assert outputs[auth.CLIENT_OUTPUT]["Value"] == {"Ref": client_id}
+    assert outputs[auth.TOKEN_ENDPOINT_OUTPUT]["Value"] == {"Fn::Join": ["", [
+        "https://", {"Ref": domain_id}, ".auth.", {"Ref": "AWS::Region"}, ".amazoncognito.com/oauth2/token"]]}
+
+
+# ------------------------------------------------------------------ mutual TLS
+
+
+def test_a_device_domain_has_mutual_tls_and_maps_the_api(device_domain_template):
+    api_id, _ = only(device_domain_template, "AWS::ApiGateway::RestApi")
+    domain_id, domain = only(device_domain_template, "AWS::ApiGateway::DomainName")
+    props = domain["Properties"]
+    assert props["DomainName"] == DEVICE_DOMAIN["deviceDomainName"]
+    assert props["MutualTlsAuthentication"]["TruststoreUri"] == DEVICE_DOMAIN["truststoreUri"]
+    assert props["RegionalCertificateArn"] == DEVICE_DOMAIN["certificateArn"]
+    assert props["EndpointConfiguration"] == {"Types": ["REGIONAL"]} and props["SecurityPolicy"] == "TLS_1_2"
+    _, mapping = only(device_domain_template, "AWS::ApiGateway::BasePathMapping")
+    assert mapping["Properties"]["DomainName"] == {"Ref": domain_id}
+    assert mapping["Properties"]["RestApiId"] == {"Ref": api_id}
+    outputs = device_domain_template.find_outputs("*")
+    assert outputs[api_module.DEVICE_URL_OUTPUT]["Value"] == "https://devices.example.com/"
+    assert api_module.DEVICE_DOMAIN_TARGET_OUTPUT in outputs
+
+
+def test_with_a_device_domain_the_authorizer_runs_on_every_request(device_domain_template):
+    """A device sends a certificate and no Authorization header; API Gateway would answer a
+    cached authorizer's missing identity source with 401 without calling it."""
+    _, authorizer = only(device_domain_template, "AWS::ApiGateway::Authorizer")
+    assert authorizer["Properties"]["AuthorizerResultTtlInSeconds"] == 0
+    assert "IdentitySource" not in authorizer["Properties"]
+
+
+@pytest.mark.parametrize("missing", ["certificateArn", "truststoreUri"])
+def test_a_device_domain_needs_a_certificate_and_a_truststore(missing):
+    with pytest.raises(ValueError, match="certificateArn and truststoreUri"):
+        synth_stack({**DEVICE_DOMAIN, missing: ""})
+
+
+# -------------------------------------------------------------- your own issuer
+
+
+@pytest.fixture
+def own_jwks(tmp_path):
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps(ISSUER.jwks(), indent=2))
+    return path
+
+
+def test_your_own_issuer_replaces_cognito(own_jwks):
+    template = template_with({"authIssuer": ISSUER.issuer, "authAudience": ISSUER.audience,
+                              "authJwksFile": str(own_jwks)})
+    assert not template.find_resources("AWS::Cognito::UserPool")
+    assert not template.find_resources("Custom::Jwks")
+    for handler in (api_module.HANDLER, api_module.AUTHORIZER_HANDLER):
+        environment = function_environment(template, handler)
+        assert environment[AUTH_ISSUER] == ISSUER.issuer and environment[AUTH_AUDIENCE] == ISSUER.audience
+        assert json.loads(environment[AUTH_JWKS]) == ISSUER.jwks()
+    assert sorted(template.find_outputs("*")) == [api_module.OUTPUT_NAME]
+
+
+@pytest.mark.parametrize("context, message", [
+    ({"authAudience": ""}, "authAudience and authJwksFile"),
+    ({"authJwksFile": "no/such/jwks.json"}, "no/such/jwks.json"),
+    ({"authJwksFile": "cdk.json"}, "no keys"),
+])
+def test_your_own_issuer_needs_an_audience_and_a_readable_jwks(own_jwks, context, message):
+    with pytest.raises(ValueError, match=message):
+        synth_stack({"authIssuer": ISSUER.issuer, "authAudience": ISSUER.audience,
+                     "authJwksFile": str(own_jwks), **context})
+
+
+# ------------------------------------------------------------------------- nag
+
+
+@pytest.mark.parametrize("context", [DEVICE_DOMAIN, {"authIssuer": "x"}], ids=["device domain", "own issuer"])
+def test_cdk_nag_stays_clean_with_a_device_domain_and_with_your_own_issuer(context, own_jwks):
+    if "authIssuer" in context:
+        context = {"authIssuer": ISSUER.issuer, "authAudience": ISSUER.audience, "authJwksFile": str(own_jwks)}
+    app, _ = synth_stack(context, nag=True)
+    app.synth()  # a policy-validation failure raises here
+
+
+def test_the_authorizer_alarm_watches_its_throttles_and_has_a_runbook_entry(template):
+    from infra import monitoring
+    from tests.infra.test_stack import REPO_ROOT, alarm_named
+
+    function_id, _ = only(template, "AWS::Lambda::Function", {"Handler": api_module.AUTHORIZER_HANDLER})
+    props = alarm_named(template, "AuthorizerThrottles")
+    assert props["Namespace"] == "AWS/Lambda" and props["MetricName"] == "Throttles"
+    assert props["Threshold"] == monitoring.AUTHORIZER_THROTTLES_PER_PERIOD
+    assert props["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": function_id}}]
+    assert "`AuthorizerThrottles`" in (REPO_ROOT / "docs" / "operations.md").read_text()
