@@ -82,7 +82,7 @@ def _snapshot(server, device: str) -> tuple:
 
 
 @pytest.mark.parametrize("principal", PRINCIPALS)
-@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case[0]} {case[1]} {case[5]}"[:60])
+@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case[0]} {case[1]} {','.join(sorted(case[5]))}")
 def test_each_principal_on_each_route(server, case, principal):
     method, path, body, content_type, success, allowed = case
     device, new = f"authz-{next(_numbers)}-{uuid.uuid4().hex[:6]}", f"authz-new-{uuid.uuid4().hex[:8]}"

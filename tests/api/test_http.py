@@ -552,7 +552,7 @@ def test_a_worker_that_dies_is_replaced_and_the_server_keeps_serving(dynamodb_lo
     try:
         with open(f"/proc/{process.pid}/task/{process.pid}/children") as children:
             workers = [int(pid) for pid in children.read().split()]
-        assert len(workers) == 2
+        assert len(workers) == 3  # two HTTP workers, then the WebSocket process
         os.kill(workers[0], signal.SIGKILL)
         deadline = time.monotonic() + 10
         while "starting another" not in server.log and time.monotonic() < deadline:

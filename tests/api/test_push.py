@@ -47,8 +47,12 @@ def _device(server, **state) -> str:
 
 
 def _subscribe(client, device, since=0, **extra) -> dict:
+    """The answer to a subscribe (changes still arriving for earlier subscriptions passed over)."""
     client.send(json.dumps({"action": "subscribe", "deviceId": device, "since": since, **extra}))
-    return json.loads(client.recv(timeout=RECEIVE_SECONDS))
+    while True:
+        message = json.loads(client.recv(timeout=RECEIVE_SECONDS))
+        if message["type"] != "change":
+            return message
 
 
 def _changes(client, device, until_version: int, seen: int = 0) -> list[int]:

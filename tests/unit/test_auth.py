@@ -25,7 +25,10 @@ from localdev.issuer import Issuer
 from tests.auth import ISSUER
 
 CONFIG = AuthConfig.from_environment(ISSUER.environment())
-NOW = int(time.time())
+
+
+def _now() -> int:
+    return int(time.time())
 
 
 def _unsigned(header: dict, claims: dict) -> str:
@@ -33,7 +36,8 @@ def _unsigned(header: dict, claims: dict) -> str:
 
 
 def _claims(**changes) -> dict:
-    claims = {"iss": ISSUER.issuer, "aud": ISSUER.audience, "sub": "svc", "iat": NOW, "exp": NOW + 600,
+    now = int(time.time())
+    claims = {"iss": ISSUER.issuer, "aud": ISSUER.audience, "sub": "svc", "iat": now, "exp": now + 600,
               "scope": "devices.read"}
     claims.update(changes)
     return {key: value for key, value in claims.items() if value is not None}
@@ -56,9 +60,9 @@ def _public_pem() -> bytes:
 
 
 BAD_TOKENS = {
-    "expired": lambda: ISSUER.token(exp=NOW - 120, iat=NOW - 3600, nbf=NOW - 3600),
-    "not yet valid": lambda: ISSUER.token(nbf=NOW + 600, iat=NOW),
-    "issued in the future": lambda: ISSUER.token(iat=NOW + 600, nbf=None),
+    "expired": lambda: ISSUER.token(exp=_now() - 120, iat=_now() - 3600, nbf=_now() - 3600),
+    "not yet valid": lambda: ISSUER.token(nbf=_now() + 600, iat=_now()),
+    "issued in the future": lambda: ISSUER.token(iat=_now() + 600, nbf=None),
     "wrong issuer": lambda: ISSUER.token(iss="https://evil.example"),
     "wrong audience": lambda: ISSUER.token(aud="someone-else"),
     "no exp": lambda: ISSUER.token(exp=None),
@@ -94,8 +98,9 @@ def test_the_hs256_forgery_would_pass_a_verifier_that_took_the_algorithm_from_th
 
 
 def test_tokens_within_the_leeway_are_accepted():
-    assert verify_token(ISSUER.token(exp=NOW - 30), CONFIG).kind == CLIENT
-    assert verify_token(ISSUER.token(nbf=NOW + 30, iat=NOW + 30), CONFIG).kind == CLIENT
+    now = int(time.time())
+    assert verify_token(ISSUER.token(exp=now - 30), CONFIG).kind == CLIENT
+    assert verify_token(ISSUER.token(nbf=now + 30, iat=now + 30), CONFIG).kind == CLIENT
 
 
 def test_claims_make_the_principal():
@@ -208,7 +213,7 @@ def test_unknown_resources_are_errors_not_grants():
 
 
 def test_the_principal_survives_the_authorizer_context():
-    for principal in (READER, LAMP, Principal.client("svc", ["devices.write", "devices.read"], expires_at=NOW)):
+    for principal in (READER, LAMP, Principal.client("svc", ["devices.write", "devices.read"], expires_at=_now())):
         assert Principal.from_context(principal.as_context()) == principal
     assert Principal.from_context({}) is None
     assert Principal.from_context({"principalKind": "device", "deviceId": ""}) is None
