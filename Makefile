@@ -7,7 +7,7 @@ NPM_STAMP := node_modules/.installed
 JAVA_STAMP := $(VENV)/.java-checked
 PORT ?= 3000
 
-.PHONY: setup java test test-fast serve invoke synth deploy bench clean token
+.PHONY: setup java test test-fast serve invoke synth deploy bench clean token device-cert
 
 # Node.js 22+ for the CDK CLI and jsii: node_modules/.bin/node (the pinned node-linux-* package)
 # comes first on PATH where npm installed one, else the machine's node (checked in setup).
@@ -61,7 +61,8 @@ test-fast: setup
 
 # The API on http://127.0.0.1:$(PORT), on a DynamoDB Local it starts and stops itself.
 # DYNAMODB_ENDPOINT=http://... uses another endpoint; DYNAMODB_DATA_DIR=dir keeps data on disk
-# (a relative dir is taken from where make runs). Swagger UI on /docs.
+# (a relative dir is taken from where make runs). Swagger UI on /docs. TLS=1 serves HTTPS and asks
+# for (does not require) a client certificate of the local CA it makes under .serve/tls/ (TLS_DIR).
 serve: setup
 	PORT=$(PORT) $(PY) -m localdev.server
 
@@ -100,3 +101,9 @@ clean:
 token:
 	@$(MAKE) --no-print-directory $(PY_STAMP) >&2
 	@$(PY) -m localdev.issuer token --scopes "$(SCOPES)" --device "$(DEVICE)"
+
+# A device's client certificate from make serve TLS=1's local CA (.serve/tls/, made on first use):
+# make -s device-cert DEVICE=lamp-1. Two lines on stdout: the certificate's path, then the key's.
+device-cert:
+	@$(MAKE) --no-print-directory $(PY_STAMP) >&2
+	@$(PY) -m localdev.tls device-cert --device "$(DEVICE)"

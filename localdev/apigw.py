@@ -13,8 +13,9 @@ METHOD_ARN_PREFIX = f"arn:aws:execute-api:us-east-1:000000000000:local/{STAGE}"
 
 
 def make_event(method: str, target: str, headers: dict | None = None, body: str | bytes | None = None,
-               source_ip: str = "127.0.0.1") -> dict:
-    """A REST API (v1) proxy event for ``method target`` (target = path?query)."""
+               source_ip: str = "127.0.0.1", client_cert: dict | None = None) -> dict:
+    """A REST API (v1) proxy event for ``method target`` (target = path?query); ``client_cert``:
+    the certificate mutual TLS verified (``localdev.tls.client_cert``), if the client sent one."""
     url = urlsplit(target)
     path = url.path or "/"  # REST APIs pass the path still percent-encoded
     multi_query = parse_qs(url.query, keep_blank_values=True) or None
@@ -43,7 +44,7 @@ def make_event(method: str, target: str, headers: dict | None = None, body: str 
             "stage": STAGE,
             "requestId": request_id,
             "requestTimeEpoch": int(time.time() * 1000),
-            "identity": {"sourceIp": source_ip},
+            "identity": {"sourceIp": source_ip, **({"clientCert": client_cert} if client_cert else {})},
             "accountId": "000000000000",
             "apiId": "local",
         },

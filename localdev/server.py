@@ -10,6 +10,12 @@ lease wait) never holds up another client's request queued behind it. Reading a 
 has a deadline (``REQUEST_READ_SECONDS``, and each socket read too), so an idle or slow
 client holds a worker for a few seconds at most, never all of them for good.
 
+With ``TLS=1`` it serves HTTPS (``localdev/tls.py``'s local CA) and asks each client for a
+certificate of that CA without requiring one. The handshake is done by the worker that
+accepted the connection, under the same read deadline, so a slow or failed handshake holds
+up no other client; a client certificate reaches the handler as API Gateway passes one
+verified by mutual TLS (``requestContext.identity.clientCert``).
+
 Requests that wait (a long-poll of the change feed, a lease request with ``waitSeconds``)
 may take at most ``WAITING_REQUESTS`` workers at once (half of them by default); one more
 is answered 503 with Retry-After, so other requests always find a worker. A waiting
@@ -29,6 +35,7 @@ import select
 import shlex
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -86,21 +93,35 @@ def _waits(method: str, target: str, body: bytes | None) -> bool:
 
 def _watch_for_hang_up(connection: socket.socket, done: threading.Event) -> None:
     """Signal this process when the client closes its end while its request is handled."""
+    gone = _closed_under_tls if isinstance(connection, ssl.SSLSocket) and hasattr(select, "POLLRDHUP") else _closed
+    if gone(connection, done) and not done.is_set():
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+
+def _closed(connection: socket.socket, done: threading.Event) -> bool:
     while not done.is_set():
         try:
             readable, _, _ = select.select([connection], [], [], HANG_UP_POLL_SECONDS)
             if readable and connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
-                break
+                return True
             if readable:
                 done.wait(HANG_UP_POLL_SECONDS)  # it sent more (it is still there); look again later
         except BlockingIOError:
             continue
         except (OSError, ValueError):
-            break
-    else:
-        return
-    if not done.is_set():
-        os.kill(os.getpid(), signal.SIGUSR1)
+            return True
+    return False
+
+
+def _closed_under_tls(connection: ssl.SSLSocket, done: threading.Event) -> bool:
+    """An SSLSocket cannot peek, and a TLS client may send bytes before its FIN (a close_notify):
+    Linux's POLLRDHUP sees the FIN behind whatever the client sent."""
+    poller = select.poll()
+    poller.register(connection, select.POLLRDHUP)
+    while not done.is_set():
+        if poller.poll(HANG_UP_POLL_SECONDS * 1000):
+            return True
+    return False
 
 
 class _ReadDeadline(TimeoutError):
@@ -127,9 +148,26 @@ WEBSOCKET_PEEK_BYTES = 8  # len(b"GET /ws ")
 
 
 class _Server(HTTPServer):
+    tls: ssl.SSLContext | None = None
+
+    def get_request(self):
+        connection, address = self.socket.accept()
+        _arm(REQUEST_READ_SECONDS)  # from accept (and the TLS handshake) to the last byte of the body
+        if self.tls is None:
+            return connection, address
+        connection.settimeout(REQUEST_READ_SECONDS)
+        try:
+            return self.tls.wrap_socket(connection, server_side=True), address  # closes it on failure
+        except OSError as error:  # another CA's certificate, the deadline, a client gone: this one only
+            _arm(0)
+            sys.stderr.write(f"{address[0]} TLS handshake failed: {error}\n")
+            raise
+
     def process_request(self, request, client_address) -> None:
-        """A ``GET /ws`` goes, unread, to the WebSocket process (localdev/websocket.py)."""
-        if _websocket_channel is not None and websocket.is_websocket_request(_peek(request)):
+        """A ``GET /ws`` goes, unread, to the WebSocket process (localdev/websocket.py); not
+        under TLS, where the connection's TLS state cannot move to another process."""
+        if (self.tls is None and _websocket_channel is not None
+                and websocket.is_websocket_request(_peek(request))):
             websocket.hand_off(_websocket_channel, request, client_address)
             request.close()  # this process's copy only: no shutdown, the WebSocket process goes on with it
             return
@@ -140,7 +178,7 @@ class _Server(HTTPServer):
         super().shutdown_request(request)
 
     def handle_error(self, request, client_address) -> None:
-        if not isinstance(sys.exc_info()[1], (TimeoutError, ConnectionError)):
+        if not isinstance(sys.exc_info()[1], (TimeoutError, ConnectionError, ssl.SSLError)):
             super().handle_error(request, client_address)
 
 def _peek(connection: socket.socket) -> bytes:
@@ -181,10 +219,6 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "device-state-dev"
     timeout = REQUEST_READ_SECONDS  # each socket read; the whole request has the same deadline
-
-    def setup(self) -> None:
-        _arm(REQUEST_READ_SECONDS)  # from accept to the last byte of the body
-        super().setup()
 
     def finish(self) -> None:
         _arm(0)
@@ -236,7 +270,8 @@ class _Handler(BaseHTTPRequestHandler):
                 body = raw.decode("utf-8")
             except UnicodeDecodeError:
                 body = raw  # sent base64-encoded, as API Gateway does for binary bodies
-        event = make_event(self.command, self.path, headers, body, source_ip=self.client_address[0])
+        event = make_event(self.command, self.path, headers, body, source_ip=self.client_address[0],
+                           client_cert=self._client_cert())
         refusal = authorizer_step(event)
         if refusal:
             status, refusal_headers, problem = refusal
@@ -266,6 +301,17 @@ class _Handler(BaseHTTPRequestHandler):
         elapsed = (time.perf_counter() - started) * 1000
         sys.stderr.write(f"{self.client_address[0]} {self.command} {self.path} {result['statusCode']} "
                          f"{elapsed:.1f}ms\n")
+
+    def _client_cert(self) -> dict | None:
+        """The certificate the client sent (TLS verified it against the local CA), if any."""
+        if not isinstance(self.connection, ssl.SSLSocket):
+            return None
+        der = self.connection.getpeercert(binary_form=True)
+        if not der:
+            return None
+        from localdev.tls import client_cert
+
+        return client_cert(der)
 
     def _handle(self, lambda_handler, event: dict, waits: bool) -> dict:
         """The handler's answer; a waiting request is stopped (``_ClientGone``) once its client hangs up."""
@@ -306,7 +352,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def _worker(listener: socket.socket) -> None:
+def _worker(listener: socket.socket, tls: ssl.SSLContext | None) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGALRM, _read_deadline_passed)
@@ -314,6 +360,7 @@ def _worker(listener: socket.socket) -> None:
     server = _Server(listener.getsockname(), _Handler, bind_and_activate=False)
     server.socket.close()
     server.socket = listener  # non-blocking: a worker that loses the race to accept goes back to waiting
+    server.tls = tls
     server.serve_forever(poll_interval=0.2)
 
 
@@ -440,6 +487,9 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", "8")))
     parser.add_argument("--waiting", type=int, default=int(os.environ.get("WAITING_REQUESTS", "0")),
                         help="workers that waiting requests may take at once (default: half of them)")
+    parser.add_argument("--tls", action="store_true", default=os.environ.get("TLS", "") not in ("", "0"),
+                        help="HTTPS, asking for (not requiring) a client certificate of the local CA "
+                             "(TLS=1; the CA in $TLS_DIR, default .serve/tls)")
     parser.add_argument("--data-dir", default=os.environ.get("DYNAMODB_DATA_DIR"),
                         help="keep DynamoDB Local's data on disk here (default: in memory)")
     args = parser.parse_args(argv)
@@ -468,6 +518,13 @@ def main(argv=None) -> None:
         sys.exit(f"make serve: cannot listen on {args.host}:{args.port}: {error.strerror}. "
                  f"Stop what uses it, or pick another port: PORT={args.port + 1} make serve")
     listener.setblocking(False)
+    tls = None
+    if args.tls:
+        from localdev.tls import LocalCA
+
+        local_ca = LocalCA.load_or_create()
+        tls = local_ca.server_context()
+    scheme = "https" if tls else "http"
 
     dynamodb_local = None
     endpoint = os.environ.get("DYNAMODB_ENDPOINT")
@@ -489,7 +546,8 @@ def main(argv=None) -> None:
         os.environ["CONNECTIONS_ENDPOINT"] = f"http://127.0.0.1:{connections_listener.getsockname()[1]}"
         workers_count = max(1, args.workers)
         _waiting_slots = multiprocessing.Semaphore(min(args.waiting or max(1, workers_count // 2), workers_count))
-        jobs = [(_worker, listener)] * workers_count + [(_websocket_process, websocket_inbox, connections_listener)]
+        jobs = [(_worker, listener, tls)] * workers_count + [(_websocket_process, websocket_inbox,
+                                                              connections_listener)]
         if os.environ.get("STREAM_PROCESSOR", "on") != "off":
             jobs.append((_fanout_worker, endpoint, os.environ["TABLE_NAME"]))
             events_file = os.environ.setdefault("CHANGE_EVENTS_FILE", os.path.abspath(DEFAULT_EVENTS_FILE))
@@ -498,14 +556,21 @@ def main(argv=None) -> None:
             print(f"Stream processor on the table's stream; DeviceStateChanged events go to {events_file}",
                   flush=True)
         workers.update((_forked(*job), job) for job in jobs)
-        print(f"Serving the device-state API on http://{args.host}:{args.port} "
+        print(f"Serving the device-state API on {scheme}://{args.host}:{args.port} "
               f"(table {os.environ['TABLE_NAME']}, {len(workers)} workers); Ctrl-C stops", flush=True)
-        print(f"WebSocket push: ws://{args.host}:{args.port}{websocket.PATH} (@connections on "
-              f"{os.environ['CONNECTIONS_ENDPOINT']})", flush=True)
-        print(f"API docs: http://{args.host}:{args.port}/docs (Swagger UI over "
-              f"http://{args.host}:{args.port}/openapi.json)", flush=True)
+        if tls is None:
+            print(f"WebSocket push: ws://{args.host}:{args.port}{websocket.PATH} (@connections on "
+                  f"{os.environ['CONNECTIONS_ENDPOINT']})", flush=True)
+        else:
+            print("WebSocket push is served without TLS only (make serve, not TLS=1)", flush=True)
+        print(f"API docs: {scheme}://{args.host}:{args.port}/docs (Swagger UI over "
+              f"{scheme}://{args.host}:{args.port}/openapi.json)", flush=True)
         print(f"Every route but /openapi.json and /docs needs 'Authorization: Bearer <token>' from "
-              f"{issuer_note}", flush=True)
+              f"{issuer_note}{', or a device certificate' if tls else ''}", flush=True)
+        if tls:
+            print(f"TLS: the server's certificate is signed by the local CA {local_ca.certificate_path} "
+                  f"(curl --cacert {local_ca.certificate_path}); a client certificate of that CA is asked for, "
+                  f"not required: a device's from make -s device-cert DEVICE=<id>", flush=True)
         print(f"For scripts and the library: {_library_environment(endpoint)}", flush=True)
         _supervise(workers)
     except KeyboardInterrupt:

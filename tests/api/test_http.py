@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -29,9 +30,10 @@ READ_SECONDS = 2  # the server's deadline for reading one request (default 5)
 
 
 class Server:
-    def __init__(self, port: int, log=None):
+    def __init__(self, port: int, log=None, tls: ssl.SSLContext | None = None):
         self.port = port
         self._log = log  # an unnamed temporary file the server process writes to
+        self.tls = tls  # the client's TLS context when the server speaks HTTPS
 
     @property
     def log(self) -> str:
@@ -41,8 +43,13 @@ class Server:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")
 
-    def request(self, method, path, body=None, headers=None, raw: bytes | None = None, timeout: float = 30):
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+    def request(self, method, path, body=None, headers=None, raw: bytes | None = None, timeout: float = 30,
+                tls: ssl.SSLContext | None = None):
+        """One request on its own connection; ``tls``: this request's TLS context (a client
+        certificate), instead of the server's default one."""
+        tls = tls or self.tls
+        connection = (http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout, context=tls) if tls
+                      else http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout))
         headers = with_credentials(headers)
         data = raw
         if body is not None:
@@ -57,14 +64,15 @@ class Server:
             connection.close()
 
 
-def launch(**env) -> tuple[subprocess.Popen, Server]:
-    """`python -m localdev.server` with ``env`` on a free port, once it answers. What it prints
-    goes to ``server.log``, so a test can show why a server stopped."""
+def launch(tls: ssl.SSLContext | None = None, **env) -> tuple[subprocess.Popen, Server]:
+    """`python -m localdev.server` with ``env`` on a free port, once it answers (over HTTPS with
+    ``tls``, the client's context, for a server started with TLS=1). What it prints goes to
+    ``server.log``, so a test can show why a server stopped."""
     port = free_port()
     log = tempfile.TemporaryFile()
     process = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=dict(os.environ, PORT=str(port), **env),
                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    candidate = Server(port, log)
+    candidate = Server(port, log, tls)
     deadline = time.monotonic() + 60
     while True:
         try:
