@@ -182,23 +182,24 @@ class _Server(HTTPServer):
             super().handle_error(request, client_address)
 
 def _peek(connection: socket.socket) -> bytes:
-    """The request's first bytes, left unread (within the read deadline)."""
-    _arm(REQUEST_READ_SECONDS)
+    """The request's first bytes, left unread, within the read deadline armed at accept
+    (when it passes, ``_ReadDeadline`` drops the connection as it would mid-request)."""
     try:
         connection.settimeout(REQUEST_READ_SECONDS)
         head = b""
         while len(head) < WEBSOCKET_PEEK_BYTES:
             more = connection.recv(WEBSOCKET_PEEK_BYTES, socket.MSG_PEEK)
-            if len(more) == len(head):  # closed, or no more yet: look again shortly
-                if not more:
-                    return head
-                time.sleep(0.01)
+            if not more:
+                return head  # closed before a whole request line
+            if len(more) == len(head):
+                time.sleep(0.01)  # no more yet: look again shortly
             head = more
         return head
-    except (OSError, _ReadDeadline):
+    except _ReadDeadline:
+        raise
+    except OSError:
         return b""
     finally:
-        _arm(0)
         connection.settimeout(None)
 
 
