@@ -14,6 +14,7 @@ from functions.api.common import ROUTES
 from functions.auth.rights import PUBLIC, ROUTE_RIGHTS
 from tests.api.test_http import server  # noqa: F401  (the real server, module scoped)
 from tests.auth import NO_CREDENTIALS, bearer, token
+from tests.unit.test_auth import BAD_TOKENS
 
 pytestmark = pytest.mark.dynamodb_local
 ADMIN = bearer()
@@ -164,3 +165,15 @@ def test_a_request_with_a_token_and_an_unknown_method_still_gets_405(server):
     status, headers, _ = server.request("OPTIONS", "/devices/lamp-1", headers=bearer(device="lamp-1"))
     assert status == 405 and "GET" in headers["allow"]
     assert server.request("OPTIONS", "/devices/lamp-1", headers=NO_CREDENTIALS)[0] == 401
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_TOKENS))
+def test_every_bad_token_is_401_over_http_and_writes_nothing(server, kind):
+    device = f"bad-token-{uuid.uuid4().hex[:8]}"
+    assert server.request("POST", "/devices", {"deviceId": device, "state": {"n": 0}}, headers=ADMIN)[0] == 201
+    before = _snapshot(server, device)
+    status, headers, payload = server.request("PATCH", f"/devices/{device}", {"n": 1}, headers={
+        "Authorization": f"Bearer {BAD_TOKENS[kind]()}", "Content-Type": MERGE})
+    assert status == 401 and headers["www-authenticate"] == 'Bearer error="invalid_token"', payload
+    assert json.loads(payload)["type"].endswith("unauthorized")
+    assert _snapshot(server, device) == before
