@@ -109,7 +109,7 @@ def main(argv=None) -> None:
         server = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=env, cwd=REPO_ROOT,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            _wait_for(port)
+            wait_for(port)
             lags = feed_lag(port, args.writes)
             capacity = write_capacity(port, dynamodb.endpoint, table_name)
         finally:
@@ -131,7 +131,7 @@ def main(argv=None) -> None:
     print("\n".join(lines))
 
 
-def _wait_for(port: int) -> None:
+def wait_for(port: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import http.client
 import json
-import math
 import os
 import subprocess
 import sys
@@ -37,25 +35,10 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
     os.environ.setdefault(_name, _value)
 
 from bench import credentials  # noqa: E402
+from bench.feed import percentile, request, wait_for  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal, free_port  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"
-
-
-def request(port: int, method: str, path: str, body=None, content_type="application/json"):
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        connection.request(method, path, body=None if body is None else json.dumps(body).encode(),
-                           headers={"Content-Type": content_type, **credentials.HEADERS})
-        response = connection.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
-    finally:
-        connection.close()
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(math.ceil(fraction * len(ordered))) - 1)], 1)
 
 
 async def _subscriber(port: int, device: str, since: int, received: dict, ready: asyncio.Event, stop: asyncio.Event):
@@ -104,10 +87,10 @@ def delivery(port: int, devices: list[str], subscribers: int, rate: float, secon
         started, count = time.monotonic(), 0
         while time.monotonic() - started < seconds:
             device = devices[count % len(devices)]
-            status, headers, _ = request(port, "PATCH", f"/devices/{device}", {"n": count},
-                                         "application/merge-patch+json")
+            status, body = request(port, "PATCH", f"/devices/{device}", {"n": count},
+                                   {"Content-Type": "application/merge-patch+json"})
             assert status == 200, status
-            acknowledged[(device, int(headers["ETag"].strip('"')))] = time.monotonic()
+            acknowledged[(device, json.loads(body)["version"])] = time.monotonic()
             count += 1
             time.sleep(max(0.0, started + count / rate - time.monotonic()))
 
@@ -158,8 +141,7 @@ def fan_out_seconds_per_message(endpoint: str, table_name: str, device: str) -> 
 
 def long_poll_share(port: int, device: str, polls: int, wait: int) -> float:
     """The share of a long-polling client's time spent inside a poll (the Lambda it holds)."""
-    status, headers, _ = request(port, "GET", f"/devices/{device}")
-    since = int(headers["ETag"].strip('"'))
+    since = json.loads(request(port, "GET", f"/devices/{device}")[1])["version"]
     inside, started = 0.0, time.monotonic()
     for _ in range(polls):
         began = time.monotonic()
@@ -185,7 +167,7 @@ def main(argv=None) -> None:
         server = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=env, cwd=REPO_ROOT,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            _wait_for(port)
+            wait_for(port)
             devices = [f"bench-{number}" for number in range(args.devices)]
             for device in devices:
                 assert request(port, "POST", "/devices", {"deviceId": device, "state": {"n": 0}})[0] == 201
@@ -213,18 +195,6 @@ def main(argv=None) -> None:
     ]
     (out / "push.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-
-
-def _wait_for(port: int) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if request(port, "GET", "/openapi.json")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("the local server did not start")
 
 
 if __name__ == "__main__":
