@@ -165,7 +165,7 @@ def main(argv=None) -> None:
                    TABLE_NAME=table_name, PORT=str(port), WORKERS="4", POWERTOOLS_LOG_LEVEL="ERROR",
                    CHANGE_EVENTS_FILE=os.devnull)
         server = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=env, cwd=REPO_ROOT,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                  stdout=subprocess.DEVNULL, stderr=open(os.environ.get("PUSH_BENCH_LOG", os.devnull), "w"))
         try:
             wait_for(port)
             devices = [f"bench-{number}" for number in range(args.devices)]

@@ -169,6 +169,7 @@ class _Server(HTTPServer):
         if (self.tls is None and _websocket_channel is not None
                 and websocket.is_websocket_request(_peek(request))):
             websocket.hand_off(_websocket_channel, request, client_address)
+            _arm(0)  # its deadline is the WebSocket process's now (shutdown_request, which disarms, is skipped)
             request.close()  # this process's copy only: no shutdown, the WebSocket process goes on with it
             return
         super().process_request(request, client_address)

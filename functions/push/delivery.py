@@ -7,7 +7,8 @@ versions it has already seen gets each version after its ``since`` exactly once,
 from __future__ import annotations
 
 import json
-from typing import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Sequence
 
 from functions.device_state.changes import DELETED, Change, ChangeLog, ChangesExpired, VersionNotFound
 from functions.device_state.errors import DeviceNotFound
@@ -18,6 +19,7 @@ from .subscriptions import Subscription, Subscriptions
 
 MAX_MESSAGE_BYTES = 128 * 1024  # API Gateway's WebSocket message limit
 PAGE = 100
+FAN_OUT_THREADS = 16  # subscribers of one device posted to side by side
 
 
 class Gone(Exception):
@@ -39,15 +41,20 @@ class Delivery:
     def __init__(self, subscriptions: Subscriptions, log: ChangeLog, post: Callable[[str, dict], None]):
         self.subscriptions, self.log, self.post = subscriptions, log, post
 
-    def advance(self, subscription: Subscription, up_to: int | None = None) -> Subscription | None:
+    def advance(self, subscription: Subscription, up_to: int | None = None,
+                known: Sequence[Change] = ()) -> Subscription | None:
         """Sends the subscriber the changes after its ``delivered`` (up to ``up_to``, or all
-        recorded yet). Raises ChangesExpired when the next one is past the retention, Gone
-        when the connection is; returns the subscription as it ends (None if it ended)."""
+        recorded yet), starting from ``known`` (changes already read, oldest first) where they
+        reach. Raises ChangesExpired when the next one is past the retention, Gone when the
+        connection is; returns the subscription as it ends (None if it ended)."""
         while subscription is not None and (up_to is None or subscription.delivered < up_to):
-            try:
-                changes = self.log.read(subscription.device_id, subscription.delivered, PAGE)
-            except DeviceNotFound:
-                return subscription  # nothing written yet: the device's first change comes by fan-out
+            changes = [change for change in known if change.version > subscription.delivered]
+            known = ()
+            if not changes or changes[0].version != subscription.delivered + 1:
+                try:
+                    changes = self.log.read(subscription.device_id, subscription.delivered, PAGE)
+                except DeviceNotFound:
+                    return subscription  # nothing written yet: the device's first change comes by fan-out
             if not changes:
                 return subscription
             for change in changes:
@@ -71,19 +78,34 @@ class Delivery:
             return None
 
     def fan_out(self, device_id: str, version: int) -> int:
-        """Brings every subscriber of the device up to ``version``; how many were sent to."""
-        sent = 0
-        for subscription in self.subscriptions.of_device(device_id):
-            if subscription.delivered >= version:
-                continue
-            try:
-                self.advance(subscription, version)
-                sent += 1
-            except Gone:
-                self.subscriptions.close(subscription.connection_id)
-            except ChangesExpired as expired:
-                self._expired(subscription, expired)
-        return sent
+        """Brings every subscriber of the device up to ``version``, side by side (the changes
+        read once for all); how many were sent to. A failure other than a gone connection or
+        an expired ``since`` is raised once every subscriber has had its turn."""
+        behind = [subscription for subscription in self.subscriptions.of_device(device_id)
+                  if subscription.delivered < version]
+        if not behind:
+            return 0
+        try:
+            known = self.log.read(device_id, min(subscription.delivered for subscription in behind), PAGE)
+        except (ChangesExpired, DeviceNotFound):
+            known = []  # each subscriber finds out on its own read
+        with ThreadPoolExecutor(max_workers=min(FAN_OUT_THREADS, len(behind))) as pool:
+            outcomes = list(pool.map(lambda subscription: self._bring_up(subscription, version, known), behind))
+        failures = [outcome for outcome in outcomes if isinstance(outcome, Exception)]
+        if failures:
+            raise failures[0]
+        return len(behind)
+
+    def _bring_up(self, subscription: Subscription, version: int, known: list) -> Exception | None:
+        try:
+            self.advance(subscription, version, known)
+        except Gone:
+            self.subscriptions.close(subscription.connection_id)
+        except ChangesExpired as expired:
+            self._expired(subscription, expired)
+        except Exception as error:  # noqa: BLE001 - raised by fan_out after the others had their turn
+            return error
+        return None
 
     def _expired(self, subscription: Subscription, expired: ChangesExpired) -> None:
         try:
