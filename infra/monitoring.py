@@ -33,6 +33,9 @@ CONFLICTS_PER_UPDATE = 0.5
 RETRY_RATE_EVALUATION_PERIODS = 3  # sustained for 15 minutes, not a burst
 LAMBDA_ERRORS_PER_PERIOD = 0
 LAMBDA_THROTTLES_PER_PERIOD = 0
+# A throttled waiting request is a 500 for a long-poll or a lease request: more clients wait at
+# once than waitingReservedConcurrency allows.
+WAITING_THROTTLES_PER_PERIOD = 0
 # A throttled authorizer is a 500 for a caller with good credentials. (Its Errors are no alarm:
 # every refused token is one, since raising "Unauthorized" is how a Lambda authorizer says 401.)
 AUTHORIZER_THROTTLES_PER_PERIOD = 0
@@ -75,7 +78,8 @@ def service_metric(name: str, statistic: str = "Sum") -> cloudwatch.Metric:
 class Monitoring(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable,
                  function: lambda_.IFunction, api: apigateway.RestApi, alarm_email: str | None = None,
-                 change_feed=None, authorizer: lambda_.IFunction | None = None):
+                 change_feed=None, authorizer: lambda_.IFunction | None = None,
+                 waiting_function: lambda_.IFunction | None = None):
         super().__init__(scope, construct_id)
         # CloudWatch can publish to an encrypted topic only if the key's policy lets it use the
         # key; the AWS-managed alias/aws/sns key's policy cannot be changed, so the topic gets
@@ -165,6 +169,8 @@ class Monitoring(Construct):
             self._watch_change_feed(change_feed, not_breaching)
         if authorizer is not None:
             self._watch_authorizer(authorizer, not_breaching)
+        if waiting_function is not None:
+            self._watch_waiting(waiting_function, not_breaching)
         self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(
             title="Alarms", width=24, alarms=list(self.alarms.values())))
 
@@ -201,6 +207,21 @@ class Monitoring(Construct):
                   authorizer.metric_errors(statistic="Sum", period=PERIOD),
                   authorizer.metric_throttles(statistic="Sum", period=PERIOD)],
             right=[authorizer.metric_duration(statistic="p99", period=PERIOD)]))
+
+    def _watch_waiting(self, waiting: lambda_.IFunction, not_breaching: cloudwatch.TreatMissingData) -> None:
+        """The waiting function's alarms and widget (infra/api.py, WAITING_ROUTES)."""
+        self._alarm("WaitingThrottles", waiting.metric_throttles(statistic="Sum", period=PERIOD),
+                    WAITING_THROTTLES_PER_PERIOD, not_breaching,
+                    "Long-polls or lease requests were refused (500): more clients waited at once than the waiting "
+                    "function's reserved concurrency")
+        # Its crashes were LambdaErrors' when these routes ran in the API function.
+        self._alarm("WaitingErrors", waiting.metric_errors(statistic="Sum", period=PERIOD), LAMBDA_ERRORS_PER_PERIOD,
+                    not_breaching, "The waiting function failed (not a 4xx: a crash)")
+        self.dashboard.add_widgets(cloudwatch.GraphWidget(
+            title="Waiting requests (long-polls, lease waits)", width=24,
+            left=[waiting.metric("ConcurrentExecutions", statistic="Maximum", period=PERIOD)],
+            right=[waiting.metric_throttles(statistic="Sum", period=PERIOD),
+                   waiting.metric_errors(statistic="Sum", period=PERIOD)]))
 
     def _alarm(self, name: str, metric: cloudwatch.IMetric, threshold: float,
                treat_missing_data: cloudwatch.TreatMissingData, description: str,

@@ -20,6 +20,7 @@ from infra import auth
 from infra.stack import CONTEXT_DEFAULTS
 from tests.auth import ISSUER
 from tests.infra.conftest import synth_stack
+from tests.infra.test_stack import api_function as api_function_of
 from tests.infra.test_stack import only
 
 DEVICE_DOMAIN = {"deviceDomainName": "devices.example.com",
@@ -56,8 +57,12 @@ def gateway_path(rule: str) -> str:
 
 
 def function_environment(template: Template, handler: str) -> dict:
-    _, function = only(template, "AWS::Lambda::Function", {"Handler": handler})
-    return function["Properties"]["Environment"]["Variables"]
+    """The environment of the functions running ``handler`` (the API function and the waiting
+    function run the same one, with the same environment)."""
+    found = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}})
+    environments = [function["Properties"]["Environment"]["Variables"] for function in found.values()]
+    assert environments and all(environment == environments[0] for environment in environments), handler
+    return environments[0]
 
 
 # ------------------------------------------------------------ routes and authorizer
@@ -114,7 +119,7 @@ def test_the_cache_follows_context():
 
 
 def test_the_authorizer_function(template):
-    _, api_function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, api_function = api_function_of(template)
     _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.AUTHORIZER_HANDLER})
     props = function["Properties"]
     assert props["Runtime"] == api_function["Properties"]["Runtime"] == "python3.13"

@@ -9,7 +9,7 @@ from functions.changes.handler import BATCH_SIZE, FILTER_PATTERN, MAX_RECORD_AGE
 from functions.api import config as api_config
 from infra import api as api_module
 from infra import changes as changes_module
-from tests.infra.test_stack import REPO_ROOT, only
+from tests.infra.test_stack import REPO_ROOT, api_function, only
 
 
 def _statements(template, role_id):
@@ -30,7 +30,7 @@ def test_the_table_streams_new_and_old_images(template):
 
 
 def test_the_processor_shares_the_api_asset_and_layer_on_arm64(template):
-    _, api = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, api = api_function(template)
     _, processor = only(template, "AWS::Lambda::Function", {"Handler": changes_module.HANDLER})
     assert processor["Properties"]["Architectures"] == ["arm64"]
     assert processor["Properties"]["Code"] == api["Properties"]["Code"]

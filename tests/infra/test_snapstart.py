@@ -1,7 +1,7 @@
-"""Lambda SnapStart: the API function, the authorizer and the stream processor snapshot their
-published versions, API Gateway and the stream's event source mapping invoke the alias on
-such a version, and the `snapStart` context flag turns it all off (the functions are then
-invoked unqualified)."""
+"""Lambda SnapStart: the API and waiting functions, the authorizer and the stream processor
+snapshot their published versions, API Gateway and the stream's event source mapping invoke
+the alias on such a version, and the `snapStart` context flag turns it all off (the
+functions are then invoked unqualified)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,15 @@ from tests.infra.conftest import synth_stack
 HANDLERS = (api_module.HANDLER, "functions.changes.handler.lambda_handler", api_module.AUTHORIZER_HANDLER)
 
 
-def function_of(template: Template, handler: str) -> tuple[str, dict]:
+def functions_of(template: Template, handler: str) -> dict[str, dict]:
+    """{logical id: resource} of the functions running ``handler`` (two run the API's)."""
     found = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}})
+    assert found, handler
+    return found
+
+
+def function_of(template: Template, handler: str) -> tuple[str, dict]:
+    found = functions_of(template, handler)
     assert len(found) == 1, handler
     return next(iter(found.items()))
 
@@ -33,30 +40,29 @@ def alias_of(template: Template, function_logical: str) -> tuple[str, dict]:
 
 @pytest.mark.parametrize("handler", HANDLERS)
 def test_snapstart_is_on_for_published_versions_behind_the_live_alias(template, handler):
-    logical, function = function_of(template, handler)
-    assert function["Properties"]["SnapStart"] == {"ApplyOn": "PublishedVersions"}
-    assert function["Properties"]["Runtime"] in ("python3.12", "python3.13")  # SnapStart needs 3.12+
-    _, alias = alias_of(template, logical)
-    assert alias["Name"] == api_module.ALIAS_NAME
-    version_logical = alias["FunctionVersion"]["Fn::GetAtt"][0]
-    version = template.to_json()["Resources"][version_logical]
-    assert version["Type"] == "AWS::Lambda::Version"
-    assert version["Properties"]["FunctionName"] == {"Ref": logical}
+    for logical, function in functions_of(template, handler).items():
+        assert function["Properties"]["SnapStart"] == {"ApplyOn": "PublishedVersions"}
+        assert function["Properties"]["Runtime"] in ("python3.12", "python3.13")  # SnapStart needs 3.12+
+        _, alias = alias_of(template, logical)
+        assert alias["Name"] == api_module.ALIAS_NAME
+        version_logical = alias["FunctionVersion"]["Fn::GetAtt"][0]
+        version = template.to_json()["Resources"][version_logical]
+        assert version["Type"] == "AWS::Lambda::Version"
+        assert version["Properties"]["FunctionName"] == {"Ref": logical}
 
 
-def test_api_gateway_invokes_the_alias(template):
-    api_logical, _ = function_of(template, api_module.HANDLER)
-    alias_logical, _ = alias_of(template, api_logical)
+def test_api_gateway_invokes_the_aliases(template):
+    api_aliases = {alias_of(template, logical)[0] for logical in functions_of(template, api_module.HANDLER)}
     methods = template.find_resources("AWS::ApiGateway::Method")
     uris = [json.dumps(method["Properties"]["Integration"]["Uri"]) for method in methods.values()]
-    assert uris and all(alias_logical in uri for uri in uris)
+    assert len(api_aliases) == 2 and uris and all(any(alias in uri for alias in api_aliases) for uri in uris)
     authorizer_alias, _ = alias_of(template, function_of(template, api_module.AUTHORIZER_HANDLER)[0])
     [authorizer] = template.find_resources("AWS::ApiGateway::Authorizer").values()
     assert authorizer_alias in json.dumps(authorizer["Properties"]["AuthorizerUri"])
     permissions = template.find_resources("AWS::Lambda::Permission",
                                           {"Properties": {"Principal": "apigateway.amazonaws.com"}})
     assert {json.dumps(permission["Properties"]["FunctionName"]) for permission in permissions.values()} == {
-        json.dumps({"Ref": alias_logical}), json.dumps({"Ref": authorizer_alias})}
+        json.dumps({"Ref": alias}) for alias in (*api_aliases, authorizer_alias)}
 
 
 def test_the_stream_mapping_invokes_the_processors_alias(template):
@@ -72,15 +78,15 @@ def test_the_snapstart_flag_off_leaves_unqualified_functions_without_snapshots()
     _, stack = synth_stack({"snapStart": "false"})
     template = Template.from_stack(stack)
     for handler in HANDLERS:
-        logical, function = function_of(template, handler)
-        assert "SnapStart" not in function["Properties"]
+        for function in functions_of(template, handler).values():
+            assert "SnapStart" not in function["Properties"]
     assert not template.find_resources("AWS::Lambda::Alias")
     mapping = next(iter(template.find_resources("AWS::Lambda::EventSourceMapping").values()))
     assert mapping["Properties"]["FunctionName"] == {"Ref": function_of(template, HANDLERS[1])[0]}
     uris = [json.dumps(m["Properties"]["Integration"]["Uri"])
             for m in template.find_resources("AWS::ApiGateway::Method").values()]
-    api_logical, _ = function_of(template, api_module.HANDLER)
-    assert all(api_logical in uri for uri in uris)
+    api_functions = functions_of(template, api_module.HANDLER)
+    assert all(any(logical in uri for logical in api_functions) for uri in uris)
 
 
 def test_the_changes_handler_is_the_one_the_stack_names():
