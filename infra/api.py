@@ -196,6 +196,9 @@ class DeviceApi(Construct):
                 response_type.title().replace("_", ""), type=apigateway.ResponseType.of(response_type),
                 status_code=str(status), response_headers={name: f"'{value}'" for name, value in headers.items()},
                 templates={"application/json": json.dumps(body)})
+        # API Gateway's account-level role for CloudWatch Logs (cloud_watch_role), which the
+        # WebSocket stage's access logs need too.
+        self.cloud_watch_account = self.api.node.find_child("Account")
         # One output, named plainly: RestApi's own "Endpoint" output (a hashed name) is dropped.
         self.api.node.try_remove_child("Endpoint")
         url = CfnOutput(self, "Url", value=self.api.url, description="Base URL of the device-state API")
@@ -231,7 +234,9 @@ class DeviceApi(Construct):
             code=self.code, timeout=AUTHORIZER_TIMEOUT, memory_size=AUTHORIZER_MEMORY_MB, role=role,
             log_group=log_group, tracing=lambda_.Tracing.ACTIVE, snap_start=snap_start_conf(snap_start),
             environment=dict(auth_environment))
-        handler = published_alias(self.authorizer_function) if snap_start else self.authorizer_function
+        # What API Gateway invokes, here and on the WebSocket API's $connect (infra/push.py).
+        self.authorizer_handler = handler = (published_alias(self.authorizer_function) if snap_start
+                                             else self.authorizer_function)
         # API Gateway answers 401 without calling a cached REQUEST authorizer when any of its
         # identity sources is missing, and a device calling with a certificate sends no
         # Authorization header. So where certificates can arrive the authorizer has no

@@ -1,4 +1,4 @@
-"""The device-state stack: table, API with its function, monitoring."""
+"""The device-state stack: table, API with its functions, change feed, push, monitoring."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from .api import DeviceApi, DeviceDomain
 from .auth import CallerIdentity
 from .changes import ChangeFeed
 from .monitoring import Monitoring
+from .push import Push
 from .table import DevicesTable
 
 # Context values (cdk.json holds the defaults; `-c name=value` overrides).
@@ -95,7 +96,14 @@ class DeviceStateStack(Stack):
                                   layer=self.api.layer,
                                   retention_seconds=int(context(self, "changeRetentionSeconds")),
                                   snap_start=_flag(context(self, "snapStart")))
+        self.push = Push(self, "Push", table=self.devices.table, code=self.api.code, layer=self.api.layer,
+                         authorizer=self.api.authorizer_handler, auth_environment=self.identity.environment,
+                         retention_seconds=int(context(self, "changeRetentionSeconds")),
+                         throttle_rate=float(context(self, "throttleRateLimit")),
+                         throttle_burst=int(context(self, "throttleBurstLimit")),
+                         snap_start=_flag(context(self, "snapStart")), depends_on=[self.api.cloud_watch_account])
         self.monitoring = Monitoring(
             self, "Monitoring", table=self.devices.table, function=self.api.function, api=self.api.api,
             alarm_email=context(self, "alarmEmail") or None, change_feed=self.changes,
-            authorizer=self.api.authorizer_function, waiting_function=self.api.waiting_function)
+            authorizer=self.api.authorizer_function, waiting_function=self.api.waiting_function,
+            push=self.push)

@@ -9,7 +9,7 @@ from functions.changes.handler import BATCH_SIZE, FILTER_PATTERN, MAX_RECORD_AGE
 from functions.api import config as api_config
 from infra import api as api_module
 from infra import changes as changes_module
-from tests.infra.test_stack import REPO_ROOT, api_function, only
+from tests.infra.test_stack import REPO_ROOT, api_function, only, under
 
 
 def _statements(template, role_id):
@@ -44,7 +44,7 @@ def test_the_processor_shares_the_api_asset_and_layer_on_arm64(template):
 
 
 def test_the_mapping_filters_bisects_bounds_retries_and_sends_failures_to_an_encrypted_queue(template):
-    _, mapping = only(template, "AWS::Lambda::EventSourceMapping")
+    _, mapping = under(template, "AWS::Lambda::EventSourceMapping", "ChangeFeed")
     props = mapping["Properties"]
     assert [json.loads(f["Pattern"]) for f in props["FilterCriteria"]["Filters"]] == [FILTER_PATTERN]
     assert props["BatchSize"] == BATCH_SIZE
@@ -53,7 +53,7 @@ def test_the_mapping_filters_bisects_bounds_retries_and_sends_failures_to_an_enc
     assert props["MaximumRecordAgeInSeconds"] == MAX_RECORD_AGE_SECONDS
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert props["ParallelizationFactor"] == 1 and props["StartingPosition"] == "TRIM_HORIZON"
-    queue_id, queue = only(template, "AWS::SQS::Queue")
+    queue_id, queue = under(template, "AWS::SQS::Queue", "ChangeFeed")
     assert queue["Properties"]["SqsManagedSseEnabled"] is True
     assert props["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": [queue_id, "Arn"]}
 

@@ -1,7 +1,7 @@
-"""Lambda SnapStart: the API and waiting functions, the authorizer and the stream processor
-snapshot their published versions, API Gateway and the stream's event source mapping invoke
-the alias on such a version, and the `snapStart` context flag turns it all off (the
-functions are then invoked unqualified)."""
+"""Lambda SnapStart: every function of ours (API, waiting, authorizer, stream processor, push
+and fan-out) snapshots its published versions, API Gateway (REST and WebSocket) and the
+stream's event source mappings invoke the alias on such a version, and the `snapStart`
+context flag turns it all off (the functions are then invoked unqualified)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ from aws_cdk.assertions import Template
 
 from functions.changes import handler as changes_handler
 from infra import api as api_module
+from infra import push as push_module
 from tests.infra.conftest import synth_stack
 
-HANDLERS = (api_module.HANDLER, "functions.changes.handler.lambda_handler", api_module.AUTHORIZER_HANDLER)
+HANDLERS = (api_module.HANDLER, "functions.changes.handler.lambda_handler", api_module.AUTHORIZER_HANDLER,
+            push_module.HANDLER, push_module.FANOUT_HANDLER)
+STREAM_HANDLERS = (HANDLERS[1], push_module.FANOUT_HANDLER)  # the stream's two consumers
 
 
 def functions_of(template: Template, handler: str) -> dict[str, dict]:
@@ -59,19 +62,25 @@ def test_api_gateway_invokes_the_aliases(template):
     authorizer_alias, _ = alias_of(template, function_of(template, api_module.AUTHORIZER_HANDLER)[0])
     [authorizer] = template.find_resources("AWS::ApiGateway::Authorizer").values()
     assert authorizer_alias in json.dumps(authorizer["Properties"]["AuthorizerUri"])
+    push_alias, _ = alias_of(template, function_of(template, push_module.HANDLER)[0])
+    websocket_integrations = template.find_resources("AWS::ApiGatewayV2::Integration")
+    assert websocket_integrations and all(push_alias in json.dumps(integration["Properties"]["IntegrationUri"])
+                                          for integration in websocket_integrations.values())
+    [websocket_authorizer] = template.find_resources("AWS::ApiGatewayV2::Authorizer").values()
+    assert authorizer_alias in json.dumps(websocket_authorizer["Properties"]["AuthorizerUri"])
     permissions = template.find_resources("AWS::Lambda::Permission",
                                           {"Properties": {"Principal": "apigateway.amazonaws.com"}})
     assert {json.dumps(permission["Properties"]["FunctionName"]) for permission in permissions.values()} == {
-        json.dumps({"Ref": alias}) for alias in (*api_aliases, authorizer_alias)}
+        json.dumps({"Ref": alias}) for alias in (*api_aliases, authorizer_alias, push_alias)}
 
 
-def test_the_stream_mapping_invokes_the_processors_alias(template):
-    processor_logical, _ = function_of(template, HANDLERS[1])
-    alias_logical, _ = alias_of(template, processor_logical)
-    mappings = list(template.find_resources("AWS::Lambda::EventSourceMapping").values())
-    assert len(mappings) == 1
-    name = json.dumps(mappings[0]["Properties"]["FunctionName"])  # "<function>:live", from the alias ARN
-    assert alias_logical in name and f":{api_module.ALIAS_NAME}" in name
+@pytest.mark.parametrize("handler", STREAM_HANDLERS)
+def test_each_stream_mapping_invokes_its_consumers_alias(template, handler):
+    alias_logical, _ = alias_of(template, function_of(template, handler)[0])
+    names = [json.dumps(mapping["Properties"]["FunctionName"])  # "<function>:live", from the alias ARN
+             for mapping in template.find_resources("AWS::Lambda::EventSourceMapping").values()]
+    [name] = [name for name in names if alias_logical in name]
+    assert f":{api_module.ALIAS_NAME}" in name
 
 
 def test_the_snapstart_flag_off_leaves_unqualified_functions_without_snapshots():
@@ -81,8 +90,9 @@ def test_the_snapstart_flag_off_leaves_unqualified_functions_without_snapshots()
         for function in functions_of(template, handler).values():
             assert "SnapStart" not in function["Properties"]
     assert not template.find_resources("AWS::Lambda::Alias")
-    mapping = next(iter(template.find_resources("AWS::Lambda::EventSourceMapping").values()))
-    assert mapping["Properties"]["FunctionName"] == {"Ref": function_of(template, HANDLERS[1])[0]}
+    mappings = template.find_resources("AWS::Lambda::EventSourceMapping").values()
+    assert sorted(json.dumps(mapping["Properties"]["FunctionName"]) for mapping in mappings) == sorted(
+        json.dumps({"Ref": function_of(template, handler)[0]}) for handler in STREAM_HANDLERS)
     uris = [json.dumps(m["Properties"]["Integration"]["Uri"])
             for m in template.find_resources("AWS::ApiGateway::Method").values()]
     api_functions = functions_of(template, api_module.HANDLER)

@@ -28,6 +28,15 @@ def only(template: Template, resource_type: str, props: dict | None = None) -> t
     return next(iter(found.items()))
 
 
+def under(template: Template, resource_type: str, construct: str) -> tuple[str, dict]:
+    """The one resource of the type within a top-level construct of the stack (its logical id
+    starts with the construct's id)."""
+    found = {logical: resource for logical, resource in template.find_resources(resource_type).items()
+             if logical.startswith(construct)}
+    assert len(found) == 1, f"expected one {resource_type} in {construct}, found {list(found)}"
+    return next(iter(found.items()))
+
+
 def api_function(template: Template, construct: str = "Function") -> tuple[str, dict]:
     """The API function, or with construct "WaitingFunction" the waiting function: both run
     api_module.HANDLER, and their construct ids in DeviceApi tell them apart."""
@@ -185,12 +194,12 @@ def test_stage_throttling_and_json_access_logs_from_context():
     assert stage["Properties"]["TracingEnabled"] is True
 
 
-def test_the_outputs_are_the_api_url_and_how_back_ends_get_tokens(template):
-    from infra import auth
+def test_the_outputs_are_the_api_urls_and_how_back_ends_get_tokens(template):
+    from infra import auth, push
 
     outputs = template.find_outputs("*")
     assert sorted(outputs) == sorted([api_module.OUTPUT_NAME, auth.USER_POOL_OUTPUT, auth.CLIENT_OUTPUT,
-                                      auth.TOKEN_ENDPOINT_OUTPUT])
+                                      auth.TOKEN_ENDPOINT_OUTPUT, push.URL_OUTPUT])
     assert api_module.OUTPUT_NAME == "Url"
     assert "execute-api" in json.dumps(outputs["Url"]["Value"])
 
