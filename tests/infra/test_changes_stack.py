@@ -7,7 +7,6 @@ import json
 from functions.changes import config as processor_config
 from functions.changes.handler import BATCH_SIZE, FILTER_PATTERN, MAX_RECORD_AGE_SECONDS, MAX_RETRY_ATTEMPTS
 from functions.api import config as api_config
-from infra import api as api_module
 from infra import changes as changes_module
 from tests.infra.test_stack import REPO_ROOT, api_function, only, under
 

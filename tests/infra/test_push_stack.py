@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+from aws_cdk.assertions import Template
 
 from functions.api import config
 from functions.auth import authorizer as authorizer_code
@@ -93,8 +94,6 @@ def test_the_authorizer_allows_a_connect_with_the_token_in_either_place(where):
 
 def test_the_stage_is_prod_auto_deployed_throttled_and_logged():
     _, stack = synth_stack({"throttleRateLimit": 42, "throttleBurstLimit": 84})
-    from aws_cdk.assertions import Template
-
     template = Template.from_stack(stack)
     _, stage = only(template, "AWS::ApiGatewayV2::Stage")
     props = stage["Properties"]
