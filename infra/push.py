@@ -7,6 +7,7 @@ functions run the API's asset on its Powertools layer."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import jsii
 from aws_cdk import CfnOutput, Duration, Stack
@@ -76,7 +77,7 @@ class Push(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable, code: lambda_.Code,
                  layer: lambda_.ILayerVersion, authorizer: lambda_.IFunction, auth_environment: dict[str, str],
                  retention_seconds: int, throttle_rate: float, throttle_burst: int, snap_start: bool = True,
-                 depends_on: list[Construct] = ()):
+                 depends_on: Sequence[Construct] = ()):
         super().__init__(scope, construct_id)
         self.api = apigatewayv2.WebSocketApi(self, "Api", api_name="device-state-push",
                                              description="Device-state push: follow devices' changes",
@@ -111,8 +112,8 @@ class Push(Construct):
         for route in ROUTES:
             self.api.add_route(route, integration=integration,
                                authorizer=connect_authorizer if route == "$connect" else None)
-        self.api.node.find_child("ConnectAuthorizer").node.default_child.add_property_deletion_override(
-            "IdentitySource")
+        authorizer_resource = self.api.node.find_child("ConnectAuthorizer").node.default_child
+        authorizer_resource.add_property_deletion_override("IdentitySource")  # CDK writes []; it is optional
 
         self.failures = sqs.Queue(self, "FanOutFailures", encryption=sqs.QueueEncryption.SQS_MANAGED,
                                   enforce_ssl=True, retention_period=FAILURE_RETENTION)
