@@ -82,6 +82,16 @@ def _routes() -> tuple[tuple[str, tuple[str, ...]], ...]:
 # Every GET answers HEAD too, and ANY sends every other method to the handler, which answers
 # 405 with Allow (not API Gateway's 403).
 ROUTES = _routes()
+# The routes that wait: long-polls of the change feed and of the delta, and a lease request
+# (each with waitSeconds). A wait holds its Lambda execution for its whole length, so these
+# methods integrate the waiting function, whose reserved concurrency caps them: however many
+# clients wait, the API function's executions stay free for writes. (The dev server picks the
+# same routes by their waitSeconds, localdev/server.py's _waits; a test keeps the two in step.)
+_WAITING_METHODS = {"/devices/<device_id>/changes": ("GET", "HEAD"), "/devices/<device_id>/delta": ("GET", "HEAD"),
+                    "/devices/<device_id>/leases": ("POST",)}
+# (method, resource path) of every waiting route, from ROUTE_RIGHTS.
+WAITING_ROUTES = frozenset((method, resource_path(rule)) for method, rule in ROUTE_RIGHTS
+                           if method in _WAITING_METHODS.get(rule, ()))
 # Paths any caller may read without credentials (the OpenAPI document): no authorizer on any
 # of their methods, as the dev server (localdev/apigw.py) skips it on them.
 PUBLIC_PATHS = frozenset(resource_path(rule) for (_, rule), rights in ROUTE_RIGHTS.items() if rights == PUBLIC)
@@ -111,6 +121,7 @@ class DeviceApi(Construct):
         throttle_burst: int,
         require_if_match: bool = False,
         reserved_concurrency: int | None = None,
+        waiting_reserved_concurrency: int | None = None,
         change_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
         snap_start: bool = True,
         auth_environment: dict[str, str],
@@ -118,48 +129,31 @@ class DeviceApi(Construct):
         device_domain: DeviceDomain | None = None,
     ):
         super().__init__(scope, construct_id)
-        self.log_group = logs.LogGroup(self, "FunctionLogs", retention=LOG_RETENTION)
-        self.role = iam.Role(self, "FunctionRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
-        self.role.add_to_policy(iam.PolicyStatement(actions=list(DYNAMODB_ACTIONS), resources=[table.table_arn]))
-        self.role.add_to_policy(iam.PolicyStatement(
-            actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[self.log_group.log_group_arn]))
-
         # The asset and the layer are shared with the stream processor (infra/changes.py).
         self.code = lambda_.Code.from_asset(str(REPO_ROOT / "functions"), bundling=bundling_options(PYTHON_VERSION))
         self.layer = lambda_.LayerVersion.from_layer_version_arn(
             self, "Powertools", ssm.StringParameter.value_for_string_parameter(self, powertools_layer_parameter()))
-        self.function = lambda_.Function(
-            self,
-            "Function",
-            runtime=RUNTIME,
-            architecture=ARCHITECTURE,
-            handler=HANDLER,
-            code=self.code,
-            layers=[self.layer],
-            reserved_concurrent_executions=reserved_concurrency,
-            timeout=TIMEOUT,
-            memory_size=MEMORY_MB,
-            role=self.role,
-            log_group=self.log_group,
-            tracing=lambda_.Tracing.ACTIVE,
-            snap_start=snap_start_conf(snap_start),
-            environment={
-                config.TABLE_NAME: table.table_name,
-                config.MAX_ATTEMPTS: str(DEFAULT_MAX_ATTEMPTS),
-                config.RETRY_BUDGET_SECONDS: str(DEFAULT_BUDGET_SECONDS),
-                config.SETTLE_SECONDS: str(config.DEFAULT_SETTLE_SECONDS),
-                config.TOMBSTONE_SECONDS: str(self.node.try_get_context("tombstoneSeconds")
-                                              or config.DEFAULT_TOMBSTONE_SECONDS),
-                config.REQUIRE_IF_MATCH: "true" if require_if_match else "false",
-                config.CHANGE_RETENTION_SECONDS: str(change_retention_seconds),
-                "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
-                "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE,
-                "POWERTOOLS_LOG_LEVEL": "INFO",
-                **auth_environment,
-            },
-        )
-
+        environment = {
+            config.TABLE_NAME: table.table_name,
+            config.MAX_ATTEMPTS: str(DEFAULT_MAX_ATTEMPTS),
+            config.RETRY_BUDGET_SECONDS: str(DEFAULT_BUDGET_SECONDS),
+            config.SETTLE_SECONDS: str(config.DEFAULT_SETTLE_SECONDS),
+            config.TOMBSTONE_SECONDS: str(self.node.try_get_context("tombstoneSeconds")
+                                          or config.DEFAULT_TOMBSTONE_SECONDS),
+            config.REQUIRE_IF_MATCH: "true" if require_if_match else "false",
+            config.CHANGE_RETENTION_SECONDS: str(change_retention_seconds),
+            "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
+            "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE,
+            "POWERTOOLS_LOG_LEVEL": "INFO",
+            **auth_environment,
+        }
+        # Two functions of the same code, configuration and rights: one for the waiting routes
+        # (WAITING_ROUTES), one for every other, each with its own reserved concurrency.
+        self.function = self._api_function("Function", table, environment, reserved_concurrency, snap_start)
+        self.waiting_function = self._api_function("WaitingFunction", table, environment,
+                                                   waiting_reserved_concurrency, snap_start)
         self.alias = published_alias(self.function) if snap_start else self.function
+        self.waiting_alias = published_alias(self.waiting_function) if snap_start else self.waiting_function
         self.authorizer = self._authorizer(auth_environment, snap_start,
                                            cache_seconds=0 if device_domain else authorizer_cache_seconds,
                                            certificates=device_domain is not None)
@@ -185,14 +179,16 @@ class DeviceApi(Construct):
             ),
             default_method_options=apigateway.MethodOptions(authorizer=self.authorizer),
         )
-        # One invoke permission for the whole API, not two per method: Lambda caps a function's
-        # resource policy at 20 KB, which 37 methods' statements (with their test-invoke twins)
-        # exceed. Every method of this API integrates with this function anyway.
-        integration = apigateway.LambdaIntegration(self.alias, proxy=True, scope_permission_to_method=False)
+        # One invoke permission per function for the whole API, not two per method: Lambda caps a
+        # function's resource policy at 20 KB, which 37 methods' statements (with their test-invoke
+        # twins) exceed. Every method of this API integrates with one of these two functions anyway.
+        integration, waiting = (apigateway.LambdaIntegration(alias, proxy=True, scope_permission_to_method=False)
+                                for alias in (self.alias, self.waiting_alias))
         for path, methods in ROUTES:
             resource = self.api.root.resource_for_path(path)
             for method in methods:
-                resource.add_method(method, integration, authorization_type=apigateway.AuthorizationType.NONE
+                resource.add_method(method, waiting if (method, path) in WAITING_ROUTES else integration,
+                                    authorization_type=apigateway.AuthorizationType.NONE
                                     if path in PUBLIC_PATHS else None)
         for response_type in GATEWAY_RESPONSES:
             status, headers, body = gateway_problem(response_type)
@@ -200,12 +196,30 @@ class DeviceApi(Construct):
                 response_type.title().replace("_", ""), type=apigateway.ResponseType.of(response_type),
                 status_code=str(status), response_headers={name: f"'{value}'" for name, value in headers.items()},
                 templates={"application/json": json.dumps(body)})
+        # API Gateway's account-level role for CloudWatch Logs (cloud_watch_role), which the
+        # WebSocket stage's access logs need too.
+        self.cloud_watch_account = self.api.node.find_child("Account")
         # One output, named plainly: RestApi's own "Endpoint" output (a hashed name) is dropped.
         self.api.node.try_remove_child("Endpoint")
         url = CfnOutput(self, "Url", value=self.api.url, description="Base URL of the device-state API")
         url.override_logical_id(OUTPUT_NAME)
         if device_domain:
             self._device_domain(device_domain)
+
+    def _api_function(self, name: str, table: dynamodb.ITable, environment: dict[str, str],
+                      reserved_concurrency: int | None, snap_start: bool) -> lambda_.Function:
+        """A function of the API's handler with its own log group and its own role (the table's
+        DYNAMODB_ACTIONS and its own log group, nothing else)."""
+        log_group = logs.LogGroup(self, f"{name}Logs", retention=LOG_RETENTION)
+        role = iam.Role(self, f"{name}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        role.add_to_policy(iam.PolicyStatement(actions=list(DYNAMODB_ACTIONS), resources=[table.table_arn]))
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]))
+        return lambda_.Function(
+            self, name, runtime=RUNTIME, architecture=ARCHITECTURE, handler=HANDLER, code=self.code,
+            layers=[self.layer], reserved_concurrent_executions=reserved_concurrency, timeout=TIMEOUT,
+            memory_size=MEMORY_MB, role=role, log_group=log_group, tracing=lambda_.Tracing.ACTIVE,
+            snap_start=snap_start_conf(snap_start), environment=environment)
 
     def _authorizer(self, auth_environment: dict[str, str], snap_start: bool, *, cache_seconds: int,
                     certificates: bool) -> apigateway.RequestAuthorizer:
@@ -220,7 +234,9 @@ class DeviceApi(Construct):
             code=self.code, timeout=AUTHORIZER_TIMEOUT, memory_size=AUTHORIZER_MEMORY_MB, role=role,
             log_group=log_group, tracing=lambda_.Tracing.ACTIVE, snap_start=snap_start_conf(snap_start),
             environment=dict(auth_environment))
-        handler = published_alias(self.authorizer_function) if snap_start else self.authorizer_function
+        # What API Gateway invokes, here and on the WebSocket API's $connect (infra/push.py).
+        self.authorizer_handler = handler = (published_alias(self.authorizer_function) if snap_start
+                                             else self.authorizer_function)
         # API Gateway answers 401 without calling a cached REQUEST authorizer when any of its
         # identity sources is missing, and a device calling with a certificate sends no
         # Authorization header. So where certificates can arrive the authorizer has no

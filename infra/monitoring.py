@@ -33,6 +33,9 @@ CONFLICTS_PER_UPDATE = 0.5
 RETRY_RATE_EVALUATION_PERIODS = 3  # sustained for 15 minutes, not a burst
 LAMBDA_ERRORS_PER_PERIOD = 0
 LAMBDA_THROTTLES_PER_PERIOD = 0
+# A throttled waiting request is a 500 for a long-poll or a lease request: more clients wait at
+# once than waitingReservedConcurrency allows.
+WAITING_THROTTLES_PER_PERIOD = 0
 # A throttled authorizer is a 500 for a caller with good credentials. (Its Errors are no alarm:
 # every refused token is one, since raising "Unauthorized" is how a Lambda authorizer says 401.)
 AUTHORIZER_THROTTLES_PER_PERIOD = 0
@@ -51,6 +54,12 @@ FEED_ITERATOR_AGE_MS = 60_000
 FEED_FAILURES_VISIBLE = 0  # any record on the on-failure queue is a change the feed could not record
 FEED_PROCESSOR_ERRORS_PER_PERIOD = 0  # a whole invocation failed (records are retried, the feed stalls)
 DYNAMODB_SYSTEM_ERRORS_PER_PERIOD = 0
+# Push (infra/push.py): subscribers get a change the fan-out's iterator age after the change feed
+# recorded it; a minute late is as late as the feed may be.
+FANOUT_ITERATOR_AGE_MS = 60_000
+FANOUT_FAILURES_VISIBLE = 0  # any batch on its queue: subscribers of its devices missed a change's push
+FANOUT_ERRORS_PER_PERIOD = 0  # a whole invocation failed (its batch is retried, pushes are late)
+PUSH_ERRORS_PER_PERIOD = 0  # a connect, subscribe or disconnect crashed
 # What CloudWatch needs of the alarm topic's key to publish to it.
 CLOUDWATCH_KEY_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey*")
 # The operations the function calls, for DynamoDB's per-operation metrics.
@@ -75,7 +84,8 @@ def service_metric(name: str, statistic: str = "Sum") -> cloudwatch.Metric:
 class Monitoring(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable,
                  function: lambda_.IFunction, api: apigateway.RestApi, alarm_email: str | None = None,
-                 change_feed=None, authorizer: lambda_.IFunction | None = None):
+                 change_feed=None, authorizer: lambda_.IFunction | None = None,
+                 waiting_function: lambda_.IFunction | None = None, push=None):
         super().__init__(scope, construct_id)
         # CloudWatch can publish to an encrypted topic only if the key's policy lets it use the
         # key; the AWS-managed alias/aws/sns key's policy cannot be changed, so the topic gets
@@ -165,6 +175,10 @@ class Monitoring(Construct):
             self._watch_change_feed(change_feed, not_breaching)
         if authorizer is not None:
             self._watch_authorizer(authorizer, not_breaching)
+        if waiting_function is not None:
+            self._watch_waiting(waiting_function, not_breaching)
+        if push is not None:
+            self._watch_push(push, not_breaching)
         self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(
             title="Alarms", width=24, alarms=list(self.alarms.values())))
 
@@ -201,6 +215,45 @@ class Monitoring(Construct):
                   authorizer.metric_errors(statistic="Sum", period=PERIOD),
                   authorizer.metric_throttles(statistic="Sum", period=PERIOD)],
             right=[authorizer.metric_duration(statistic="p99", period=PERIOD)]))
+
+    def _watch_waiting(self, waiting: lambda_.IFunction, not_breaching: cloudwatch.TreatMissingData) -> None:
+        """The waiting function's alarms and widget (infra/api.py, WAITING_ROUTES)."""
+        self._alarm("WaitingThrottles", waiting.metric_throttles(statistic="Sum", period=PERIOD),
+                    WAITING_THROTTLES_PER_PERIOD, not_breaching,
+                    "Long-polls or lease requests were refused (500): more clients waited at once than the waiting "
+                    "function's reserved concurrency")
+        # Its crashes were LambdaErrors' when these routes ran in the API function.
+        self._alarm("WaitingErrors", waiting.metric_errors(statistic="Sum", period=PERIOD), LAMBDA_ERRORS_PER_PERIOD,
+                    not_breaching, "The waiting function failed (not a 4xx: a crash)")
+        self.dashboard.add_widgets(cloudwatch.GraphWidget(
+            title="Waiting requests (long-polls, lease waits)", width=24,
+            left=[waiting.metric("ConcurrentExecutions", statistic="Maximum", period=PERIOD)],
+            right=[waiting.metric_throttles(statistic="Sum", period=PERIOD),
+                   waiting.metric_errors(statistic="Sum", period=PERIOD)]))
+
+    def _watch_push(self, push, not_breaching: cloudwatch.TreatMissingData) -> None:
+        """Alarms and widgets of push (infra/push.py): the WebSocket routes' function and the fan-out."""
+        fanout, function = push.fanout, push.function
+        iterator_age = fanout.metric("IteratorAge", statistic="Maximum", period=PERIOD)
+        queued = push.failures.metric_approximate_number_of_messages_visible(statistic="Maximum", period=PERIOD)
+        self._alarm("FanOutIteratorAge", iterator_age, FANOUT_ITERATOR_AGE_MS, not_breaching,
+                    "The fan-out lags the change feed by over a minute: WebSocket subscribers get changes late")
+        self._alarm("FanOutFailures", queued, FANOUT_FAILURES_VISIBLE, not_breaching,
+                    "Stream records the fan-out gave up on are on its on-failure queue: subscribers of their devices "
+                    "were not sent those changes (they get them with the device's next change or a new subscribe)")
+        self._alarm("FanOutErrors", fanout.metric_errors(statistic="Sum", period=PERIOD), FANOUT_ERRORS_PER_PERIOD,
+                    not_breaching, "The fan-out failed whole batches")
+        self._alarm("PushErrors", function.metric_errors(statistic="Sum", period=PERIOD), PUSH_ERRORS_PER_PERIOD,
+                    not_breaching, "The WebSocket routes' function failed (a crash, not an error message)")
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Push: WebSocket", width=12, left=[
+                push.api.metric("ConnectCount", statistic="Sum", period=PERIOD),
+                push.api.metric("MessageCount", statistic="Sum", period=PERIOD)], right=[
+                function.metric_errors(statistic="Sum", period=PERIOD),
+                function.metric_duration(statistic="p99", period=PERIOD)]),
+            cloudwatch.GraphWidget(title="Push: fan-out", width=12, left=[iterator_age], right=[
+                fanout.metric_errors(statistic="Sum", period=PERIOD), queued]),
+        )
 
     def _alarm(self, name: str, metric: cloudwatch.IMetric, threshold: float,
                treat_missing_data: cloudwatch.TreatMissingData, description: str,

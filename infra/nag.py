@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from aws_cdk import Acknowledgment, App, Stack, Validations
 from aws_cdk import aws_apigateway as apigateway
+from aws_cdk import aws_apigatewayv2 as apigatewayv2
 from aws_cdk import custom_resources
 from cdk_nag import AwsSolutionsChecks
 
 from .api import PUBLIC_PATHS
+from .push import CONNECTION_METHODS, STAGE_NAME, Push
 
 REVIEWED: list[tuple[str, str]] = [
     ("AwsSolutions::AwsSolutions-IAM5[Resource::*]",
@@ -38,8 +40,9 @@ REVIEWED: list[tuple[str, str]] = [
      "Stage throttling (rate and burst from context) and the Lambda authorizer front the API; accounts that "
      "expose it more widely should attach their organisation's WAF web ACL."),
     ("AwsSolutions::AwsSolutions-SQS3",
-     "The change feed's on-failure queue is itself the dead-letter destination of the stream processor's "
-     "event source mapping; its messages are read by operators (docs/operations.md runbook), never consumed and retried."),
+     "The change feed's and the fan-out's on-failure queues are themselves the dead-letter destinations of their "
+     "event source mappings; their messages are read by operators (docs/operations.md runbook), never consumed "
+     "and retried."),
 ]
 
 
@@ -62,6 +65,24 @@ PROVIDER_INVOKES_HANDLER: tuple[str, str] = (
     "ARN's :* suffix); it can invoke nothing else.")
 
 
+# Acknowledged on the WebSocket API's routes but $connect, which has the Lambda authorizer.
+WEBSOCKET_MESSAGE_ROUTES: tuple[str, str] = (
+    "AwsSolutions::AwsSolutions-APIG4",
+    "API Gateway runs a WebSocket API's authorizer on $connect only (no other route may have one): every later "
+    "message of a connection comes from the caller authenticated when it connected, whose principal API Gateway "
+    "hands the push function with each message; the function checks that caller may read each device it "
+    "subscribes to (functions/push/handler.py).")
+
+
+# Acknowledged where the push functions' roles are, for this one WebSocket API and stage.
+MANAGE_CONNECTIONS: tuple[str, str] = (
+    "AwsSolutions::AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:"
+    "<{api}>/{stage}/{method}/@connections/*]",
+    "A connection's id exists only at run time (API Gateway names each connection at $connect), so the push and "
+    "fan-out functions may post to and close any connection of this one WebSocket API's stage: no other API, "
+    "stage or @connections method.")
+
+
 def acknowledge_reviewed_findings(stack: Stack) -> None:
     for finding, reason in REVIEWED:
         Validations.of(stack).acknowledge(Acknowledgment(id=finding, reason=reason))
@@ -69,6 +90,15 @@ def acknowledge_reviewed_findings(stack: Stack) -> None:
     for construct in stack.node.find_all():
         if isinstance(construct, apigateway.Method) and construct.resource.path.lstrip("/") in PUBLIC_PATHS:
             Validations.of(construct).acknowledge(Acknowledgment(id=finding, reason=reason))
+        if isinstance(construct, apigatewayv2.WebSocketRoute) and construct.route_key != "$connect":
+            Validations.of(construct).acknowledge(Acknowledgment(id=WEBSOCKET_MESSAGE_ROUTES[0],
+                                                                 reason=WEBSOCKET_MESSAGE_ROUTES[1]))
+        if isinstance(construct, Push):
+            api = stack.resolve(stack.get_logical_id(construct.api.node.default_child))
+            for method in CONNECTION_METHODS:
+                Validations.of(construct).acknowledge(Acknowledgment(
+                    id=MANAGE_CONNECTIONS[0].format(api=api, stage=STAGE_NAME, method=method),
+                    reason=MANAGE_CONNECTIONS[1]))
         if isinstance(construct, custom_resources.Provider):
             handler = stack.resolve(stack.get_logical_id(construct.on_event_handler.node.default_child))
             Validations.of(construct.node.scope).acknowledge(Acknowledgment(

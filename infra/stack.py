@@ -1,4 +1,4 @@
-"""The device-state stack: table, API with its function, monitoring."""
+"""The device-state stack: table, API with its functions, change feed, push, monitoring."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from .api import DeviceApi, DeviceDomain
 from .auth import CallerIdentity
 from .changes import ChangeFeed
 from .monitoring import Monitoring
+from .push import Push
 from .table import DevicesTable
 
 # Context values (cdk.json holds the defaults; `-c name=value` overrides).
@@ -26,6 +27,10 @@ CONTEXT_DEFAULTS = {
     # hold ~2,500 executions and starve every other function in the account (default
     # limit 1,000). "none" leaves the function unreserved and uncapped.
     "reservedConcurrency": 100,
+    # The same for the waiting function, which serves only the routes that wait (long-polls of
+    # the feed and the delta, lease requests): 50 clients may wait at once, the 51st is refused,
+    # and the API function's 100 stay for everything else. "none" leaves it unreserved and uncapped.
+    "waitingReservedConcurrency": 50,
     "changeRetentionSeconds": DEFAULT_RETENTION_SECONDS,  # how long the change feed and history are kept
     "tombstoneSeconds": DEFAULT_TOMBSTONE_SECONDS,  # how long a deleted device keeps its last version
     # Lambda SnapStart for both functions (published versions behind the "live" alias); false
@@ -79,6 +84,7 @@ class DeviceStateStack(Stack):
             throttle_burst=int(context(self, "throttleBurstLimit")),
             require_if_match=_flag(context(self, "requireIfMatch")),
             reserved_concurrency=_optional_int(context(self, "reservedConcurrency")),
+            waiting_reserved_concurrency=_optional_int(context(self, "waitingReservedConcurrency")),
             change_retention_seconds=int(context(self, "changeRetentionSeconds")),
             snap_start=_flag(context(self, "snapStart")),
             auth_environment=self.identity.environment,
@@ -90,7 +96,14 @@ class DeviceStateStack(Stack):
                                   layer=self.api.layer,
                                   retention_seconds=int(context(self, "changeRetentionSeconds")),
                                   snap_start=_flag(context(self, "snapStart")))
+        self.push = Push(self, "Push", table=self.devices.table, code=self.api.code, layer=self.api.layer,
+                         authorizer=self.api.authorizer_handler, auth_environment=self.identity.environment,
+                         retention_seconds=int(context(self, "changeRetentionSeconds")),
+                         throttle_rate=float(context(self, "throttleRateLimit")),
+                         throttle_burst=int(context(self, "throttleBurstLimit")),
+                         snap_start=_flag(context(self, "snapStart")), depends_on=[self.api.cloud_watch_account])
         self.monitoring = Monitoring(
             self, "Monitoring", table=self.devices.table, function=self.api.function, api=self.api.api,
             alarm_email=context(self, "alarmEmail") or None, change_feed=self.changes,
-            authorizer=self.api.authorizer_function)
+            authorizer=self.api.authorizer_function, waiting_function=self.api.waiting_function,
+            push=self.push)

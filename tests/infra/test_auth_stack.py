@@ -16,10 +16,11 @@ from functions.auth.credentials import AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS, VA
 from functions.auth.principals import RESOURCE_SERVER, SCOPES
 from functions.auth.rights import PUBLIC, ROUTE_RIGHTS
 from infra import api as api_module
-from infra import auth
+from infra import auth, push
 from infra.stack import CONTEXT_DEFAULTS
 from tests.auth import ISSUER
 from tests.infra.conftest import synth_stack
+from tests.infra.test_stack import api_function as api_function_of
 from tests.infra.test_stack import only
 
 DEVICE_DOMAIN = {"deviceDomainName": "devices.example.com",
@@ -56,8 +57,12 @@ def gateway_path(rule: str) -> str:
 
 
 def function_environment(template: Template, handler: str) -> dict:
-    _, function = only(template, "AWS::Lambda::Function", {"Handler": handler})
-    return function["Properties"]["Environment"]["Variables"]
+    """The environment of the functions running ``handler`` (the API function and the waiting
+    function run the same one, with the same environment)."""
+    found = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}})
+    environments = [function["Properties"]["Environment"]["Variables"] for function in found.values()]
+    assert environments and all(environment == environments[0] for environment in environments), handler
+    return environments[0]
 
 
 # ------------------------------------------------------------ routes and authorizer
@@ -81,9 +86,11 @@ def test_every_route_the_handler_knows_is_a_method_and_every_path_has_any(templa
 
 def test_api_gateway_may_invoke_the_function_by_one_api_wide_permission(template):
     """Not two per method: Lambda caps a function's resource policy at 20 KB."""
+    rest_api_id, _ = only(template, "AWS::ApiGateway::RestApi")
     permissions = template.find_resources("AWS::Lambda::Permission",
                                           {"Properties": {"Principal": "apigateway.amazonaws.com"}})
-    source_arns = [permission["Properties"]["SourceArn"]["Fn::Join"][1][-2:] for permission in permissions.values()]
+    source_arns = [permission["Properties"]["SourceArn"]["Fn::Join"][1][-2:] for permission in permissions.values()
+                   if {"Ref": rest_api_id} in permission["Properties"]["SourceArn"]["Fn::Join"][1]]
     assert [arn for arn in source_arns if arn[-1] == "/*/*/*"] and all(
         arn[-1] == "/*/*/*" or arn[0] == "/authorizers/" for arn in source_arns), source_arns
 
@@ -114,7 +121,7 @@ def test_the_cache_follows_context():
 
 
 def test_the_authorizer_function(template):
-    _, api_function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, api_function = api_function_of(template)
     _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.AUTHORIZER_HANDLER})
     props = function["Properties"]
     assert props["Runtime"] == api_function["Properties"]["Runtime"] == "python3.13"
@@ -293,7 +300,7 @@ def test_your_own_issuer_replaces_cognito(own_jwks):
         environment = function_environment(template, handler)
         assert environment[AUTH_ISSUER] == ISSUER.issuer and environment[AUTH_AUDIENCE] == ISSUER.audience
         assert json.loads(environment[AUTH_JWKS]) == ISSUER.jwks()
-    assert sorted(template.find_outputs("*")) == [api_module.OUTPUT_NAME]
+    assert sorted(template.find_outputs("*")) == [api_module.OUTPUT_NAME, push.URL_OUTPUT]
 
 
 @pytest.mark.parametrize("context, message", [

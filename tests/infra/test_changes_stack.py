@@ -7,9 +7,8 @@ import json
 from functions.changes import config as processor_config
 from functions.changes.handler import BATCH_SIZE, FILTER_PATTERN, MAX_RECORD_AGE_SECONDS, MAX_RETRY_ATTEMPTS
 from functions.api import config as api_config
-from infra import api as api_module
 from infra import changes as changes_module
-from tests.infra.test_stack import REPO_ROOT, only
+from tests.infra.test_stack import REPO_ROOT, api_function, only, under
 
 
 def _statements(template, role_id):
@@ -30,7 +29,7 @@ def test_the_table_streams_new_and_old_images(template):
 
 
 def test_the_processor_shares_the_api_asset_and_layer_on_arm64(template):
-    _, api = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, api = api_function(template)
     _, processor = only(template, "AWS::Lambda::Function", {"Handler": changes_module.HANDLER})
     assert processor["Properties"]["Architectures"] == ["arm64"]
     assert processor["Properties"]["Code"] == api["Properties"]["Code"]
@@ -44,7 +43,7 @@ def test_the_processor_shares_the_api_asset_and_layer_on_arm64(template):
 
 
 def test_the_mapping_filters_bisects_bounds_retries_and_sends_failures_to_an_encrypted_queue(template):
-    _, mapping = only(template, "AWS::Lambda::EventSourceMapping")
+    _, mapping = under(template, "AWS::Lambda::EventSourceMapping", "ChangeFeed")
     props = mapping["Properties"]
     assert [json.loads(f["Pattern"]) for f in props["FilterCriteria"]["Filters"]] == [FILTER_PATTERN]
     assert props["BatchSize"] == BATCH_SIZE
@@ -53,7 +52,7 @@ def test_the_mapping_filters_bisects_bounds_retries_and_sends_failures_to_an_enc
     assert props["MaximumRecordAgeInSeconds"] == MAX_RECORD_AGE_SECONDS
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert props["ParallelizationFactor"] == 1 and props["StartingPosition"] == "TRIM_HORIZON"
-    queue_id, queue = only(template, "AWS::SQS::Queue")
+    queue_id, queue = under(template, "AWS::SQS::Queue", "ChangeFeed")
     assert queue["Properties"]["SqsManagedSseEnabled"] is True
     assert props["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": [queue_id, "Arn"]}
 

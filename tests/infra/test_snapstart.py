@@ -1,7 +1,7 @@
-"""Lambda SnapStart: the API function, the authorizer and the stream processor snapshot their
-published versions, API Gateway and the stream's event source mapping invoke the alias on
-such a version, and the `snapStart` context flag turns it all off (the functions are then
-invoked unqualified)."""
+"""Lambda SnapStart: every function of ours (API, waiting, authorizer, stream processor, push
+and fan-out) snapshots its published versions, API Gateway (REST and WebSocket) and the
+stream's event source mappings invoke the alias on such a version, and the `snapStart`
+context flag turns it all off (the functions are then invoked unqualified)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,23 @@ from aws_cdk.assertions import Template
 
 from functions.changes import handler as changes_handler
 from infra import api as api_module
+from infra import push as push_module
 from tests.infra.conftest import synth_stack
 
-HANDLERS = (api_module.HANDLER, "functions.changes.handler.lambda_handler", api_module.AUTHORIZER_HANDLER)
+HANDLERS = (api_module.HANDLER, "functions.changes.handler.lambda_handler", api_module.AUTHORIZER_HANDLER,
+            push_module.HANDLER, push_module.FANOUT_HANDLER)
+STREAM_HANDLERS = (HANDLERS[1], push_module.FANOUT_HANDLER)  # the stream's two consumers
+
+
+def functions_of(template: Template, handler: str) -> dict[str, dict]:
+    """{logical id: resource} of the functions running ``handler`` (two run the API's)."""
+    found = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}})
+    assert found, handler
+    return found
 
 
 def function_of(template: Template, handler: str) -> tuple[str, dict]:
-    found = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}})
+    found = functions_of(template, handler)
     assert len(found) == 1, handler
     return next(iter(found.items()))
 
@@ -33,54 +43,60 @@ def alias_of(template: Template, function_logical: str) -> tuple[str, dict]:
 
 @pytest.mark.parametrize("handler", HANDLERS)
 def test_snapstart_is_on_for_published_versions_behind_the_live_alias(template, handler):
-    logical, function = function_of(template, handler)
-    assert function["Properties"]["SnapStart"] == {"ApplyOn": "PublishedVersions"}
-    assert function["Properties"]["Runtime"] in ("python3.12", "python3.13")  # SnapStart needs 3.12+
-    _, alias = alias_of(template, logical)
-    assert alias["Name"] == api_module.ALIAS_NAME
-    version_logical = alias["FunctionVersion"]["Fn::GetAtt"][0]
-    version = template.to_json()["Resources"][version_logical]
-    assert version["Type"] == "AWS::Lambda::Version"
-    assert version["Properties"]["FunctionName"] == {"Ref": logical}
+    for logical, function in functions_of(template, handler).items():
+        assert function["Properties"]["SnapStart"] == {"ApplyOn": "PublishedVersions"}
+        assert function["Properties"]["Runtime"] in ("python3.12", "python3.13")  # SnapStart needs 3.12+
+        _, alias = alias_of(template, logical)
+        assert alias["Name"] == api_module.ALIAS_NAME
+        version_logical = alias["FunctionVersion"]["Fn::GetAtt"][0]
+        version = template.to_json()["Resources"][version_logical]
+        assert version["Type"] == "AWS::Lambda::Version"
+        assert version["Properties"]["FunctionName"] == {"Ref": logical}
 
 
-def test_api_gateway_invokes_the_alias(template):
-    api_logical, _ = function_of(template, api_module.HANDLER)
-    alias_logical, _ = alias_of(template, api_logical)
+def test_api_gateway_invokes_the_aliases(template):
+    api_aliases = {alias_of(template, logical)[0] for logical in functions_of(template, api_module.HANDLER)}
     methods = template.find_resources("AWS::ApiGateway::Method")
     uris = [json.dumps(method["Properties"]["Integration"]["Uri"]) for method in methods.values()]
-    assert uris and all(alias_logical in uri for uri in uris)
+    assert len(api_aliases) == 2 and uris and all(any(alias in uri for alias in api_aliases) for uri in uris)
     authorizer_alias, _ = alias_of(template, function_of(template, api_module.AUTHORIZER_HANDLER)[0])
     [authorizer] = template.find_resources("AWS::ApiGateway::Authorizer").values()
     assert authorizer_alias in json.dumps(authorizer["Properties"]["AuthorizerUri"])
+    push_alias, _ = alias_of(template, function_of(template, push_module.HANDLER)[0])
+    websocket_integrations = template.find_resources("AWS::ApiGatewayV2::Integration")
+    assert websocket_integrations and all(push_alias in json.dumps(integration["Properties"]["IntegrationUri"])
+                                          for integration in websocket_integrations.values())
+    [websocket_authorizer] = template.find_resources("AWS::ApiGatewayV2::Authorizer").values()
+    assert authorizer_alias in json.dumps(websocket_authorizer["Properties"]["AuthorizerUri"])
     permissions = template.find_resources("AWS::Lambda::Permission",
                                           {"Properties": {"Principal": "apigateway.amazonaws.com"}})
     assert {json.dumps(permission["Properties"]["FunctionName"]) for permission in permissions.values()} == {
-        json.dumps({"Ref": alias_logical}), json.dumps({"Ref": authorizer_alias})}
+        json.dumps({"Ref": alias}) for alias in (*api_aliases, authorizer_alias, push_alias)}
 
 
-def test_the_stream_mapping_invokes_the_processors_alias(template):
-    processor_logical, _ = function_of(template, HANDLERS[1])
-    alias_logical, _ = alias_of(template, processor_logical)
-    mappings = list(template.find_resources("AWS::Lambda::EventSourceMapping").values())
-    assert len(mappings) == 1
-    name = json.dumps(mappings[0]["Properties"]["FunctionName"])  # "<function>:live", from the alias ARN
-    assert alias_logical in name and f":{api_module.ALIAS_NAME}" in name
+@pytest.mark.parametrize("handler", STREAM_HANDLERS)
+def test_each_stream_mapping_invokes_its_consumers_alias(template, handler):
+    alias_logical, _ = alias_of(template, function_of(template, handler)[0])
+    names = [json.dumps(mapping["Properties"]["FunctionName"])  # "<function>:live", from the alias ARN
+             for mapping in template.find_resources("AWS::Lambda::EventSourceMapping").values()]
+    [name] = [name for name in names if alias_logical in name]
+    assert f":{api_module.ALIAS_NAME}" in name
 
 
 def test_the_snapstart_flag_off_leaves_unqualified_functions_without_snapshots():
     _, stack = synth_stack({"snapStart": "false"})
     template = Template.from_stack(stack)
     for handler in HANDLERS:
-        logical, function = function_of(template, handler)
-        assert "SnapStart" not in function["Properties"]
+        for function in functions_of(template, handler).values():
+            assert "SnapStart" not in function["Properties"]
     assert not template.find_resources("AWS::Lambda::Alias")
-    mapping = next(iter(template.find_resources("AWS::Lambda::EventSourceMapping").values()))
-    assert mapping["Properties"]["FunctionName"] == {"Ref": function_of(template, HANDLERS[1])[0]}
+    mappings = template.find_resources("AWS::Lambda::EventSourceMapping").values()
+    assert sorted(json.dumps(mapping["Properties"]["FunctionName"]) for mapping in mappings) == sorted(
+        json.dumps({"Ref": function_of(template, handler)[0]}) for handler in STREAM_HANDLERS)
     uris = [json.dumps(m["Properties"]["Integration"]["Uri"])
             for m in template.find_resources("AWS::ApiGateway::Method").values()]
-    api_logical, _ = function_of(template, api_module.HANDLER)
-    assert all(api_logical in uri for uri in uris)
+    api_functions = functions_of(template, api_module.HANDLER)
+    assert all(any(logical in uri for logical in api_functions) for uri in uris)
 
 
 def test_the_changes_handler_is_the_one_the_stack_names():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,25 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def only(template: Template, resource_type: str, props: dict | None = None) -> tuple[str, dict]:
     found = template.find_resources(resource_type, {"Properties": props} if props else None)
     assert len(found) == 1, f"expected one {resource_type} matching {props}, found {list(found)}"
+    return next(iter(found.items()))
+
+
+def under(template: Template, resource_type: str, construct: str) -> tuple[str, dict]:
+    """The one resource of the type within a top-level construct of the stack (its logical id
+    starts with the construct's id)."""
+    found = {logical: resource for logical, resource in template.find_resources(resource_type).items()
+             if logical.startswith(construct)}
+    assert len(found) == 1, f"expected one {resource_type} in {construct}, found {list(found)}"
+    return next(iter(found.items()))
+
+
+def api_function(template: Template, construct: str = "Function") -> tuple[str, dict]:
+    """The API function, or with construct "WaitingFunction" the waiting function: both run
+    api_module.HANDLER, and their construct ids in DeviceApi tell them apart."""
+    found = {logical: resource for logical, resource in template.find_resources(
+                 "AWS::Lambda::Function", {"Properties": {"Handler": api_module.HANDLER}}).items()
+             if re.fullmatch(rf"DeviceApi{construct}[0-9A-F]{{8}}", logical)}
+    assert len(found) == 1, f"expected one DeviceApi/{construct}, found {list(found)}"
     return next(iter(found.items()))
 
 
@@ -56,7 +76,7 @@ def test_throwaway_context_makes_a_disposable_table():
 
 
 def test_function_runtime_architecture_handler(template):
-    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, function = api_function(template)
     props = function["Properties"]
     assert props["Runtime"] == "python3.13"
     assert props["Architectures"] == ["arm64"]
@@ -67,7 +87,7 @@ def test_powertools_layer_is_the_version_requirements_txt_pins_resolved_at_deplo
     pins = dict(line.split("#")[0].strip().split("==") for line in
                 (REPO_ROOT / "requirements.txt").read_text().splitlines() if "==" in line.split("#")[0])
     version = pins["aws-lambda-powertools[tracer]"]
-    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, function = api_function(template)
     [layer] = function["Properties"]["Layers"]
     parameter = layer["Ref"]  # a template parameter, not a literal ARN
     declared = template.to_json()["Parameters"][parameter]
@@ -79,7 +99,7 @@ def test_timeout_exceeds_the_retry_budget_and_the_lease_wait_and_stays_under_api
     from functions.api import handler
     from localdev import server
 
-    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, function = api_function(template)
     timeout = function["Properties"]["Timeout"]
     assert DEFAULT_BUDGET_SECONDS + 2 <= timeout < 29
     assert config.MAX_BUDGET_SECONDS < 29
@@ -88,7 +108,7 @@ def test_timeout_exceeds_the_retry_budget_and_the_lease_wait_and_stays_under_api
 
 
 def test_environment_is_exactly_what_the_config_reads(template):
-    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, function = api_function(template)
     environment = function["Properties"]["Environment"]["Variables"]
     ours = {name for name in environment if not name.startswith("POWERTOOLS_")}
     assert ours == set(config.VARIABLES) - {config.DYNAMODB_ENDPOINT} | set(credentials.VARIABLES)
@@ -104,13 +124,13 @@ def test_environment_is_exactly_what_the_config_reads(template):
 def test_log_retention_is_set(template):
     groups = template.find_resources("AWS::Logs::LogGroup")
     assert groups and all(group["Properties"]["RetentionInDays"] == 30 for group in groups.values())
-    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, function = api_function(template)
     assert "LogGroup" in function["Properties"]["LoggingConfig"]
 
 
 def test_role_allows_exactly_the_dynamodb_actions_the_code_calls_on_this_table(template):
     table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))
-    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, function = api_function(template)
     api_role = function["Properties"]["Role"]["Fn::GetAtt"][0]
     dynamodb_statements = []
     for policy in template.find_resources("AWS::IAM::Policy").values():
@@ -174,12 +194,12 @@ def test_stage_throttling_and_json_access_logs_from_context():
     assert stage["Properties"]["TracingEnabled"] is True
 
 
-def test_the_outputs_are_the_api_url_and_how_back_ends_get_tokens(template):
-    from infra import auth
+def test_the_outputs_are_the_api_urls_and_how_back_ends_get_tokens(template):
+    from infra import auth, push
 
     outputs = template.find_outputs("*")
     assert sorted(outputs) == sorted([api_module.OUTPUT_NAME, auth.USER_POOL_OUTPUT, auth.CLIENT_OUTPUT,
-                                      auth.TOKEN_ENDPOINT_OUTPUT])
+                                      auth.TOKEN_ENDPOINT_OUTPUT, push.URL_OUTPUT])
     assert api_module.OUTPUT_NAME == "Url"
     assert "execute-api" in json.dumps(outputs["Url"]["Value"])
 
@@ -187,15 +207,15 @@ def test_the_outputs_are_the_api_url_and_how_back_ends_get_tokens(template):
 def test_reserved_concurrency_defaults_to_a_cap_and_follows_context(template):
     from infra.stack import CONTEXT_DEFAULTS
 
-    _, function = only(template, "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, function = api_function(template)
     default = function["Properties"]["ReservedConcurrentExecutions"]
     assert default == CONTEXT_DEFAULTS["reservedConcurrency"] == 100
     for value, expected in ((250, 250), ("40", 40)):
         _, stack = synth_stack({"reservedConcurrency": value})
-        _, function = only(Template.from_stack(stack), "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+        _, function = api_function(Template.from_stack(stack))
         assert function["Properties"]["ReservedConcurrentExecutions"] == expected
     _, stack = synth_stack({"reservedConcurrency": "none"})
-    _, function = only(Template.from_stack(stack), "AWS::Lambda::Function", {"Handler": api_module.HANDLER})
+    _, function = api_function(Template.from_stack(stack))
     assert "ReservedConcurrentExecutions" not in function["Properties"]
 
 

@@ -1,5 +1,5 @@
 """`make synth`: the real CDK CLI from npm, offline, with the asset bundled without
-Docker; the template passes cfn-lint; the bundled asset alone imports the handler."""
+Docker; the template passes cfn-lint; the bundled asset alone imports the handlers."""
 
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ def test_make_synth_bundles_lints_and_the_asset_imports_the_handler(tmp_path):
         (provided / name).symlink_to(site_packages / name)
     probe = (
         "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]];"
-        "import functions.api.handler, functions.auth.authorizer, jsonpatch;"
+        "import functions.api.handler, functions.auth.authorizer, functions.push.handler, functions.push.fanout;"
+        "import jsonpatch;"
         "assert jsonpatch.__file__.startswith(sys.argv[1]), jsonpatch.__file__;"
         "print('ok')"
     )

@@ -1,0 +1,104 @@
+"""Waiting apart from writing: the routes that wait (long-polls of the feed and the delta,
+lease requests) integrate a function of their own with its own reserved concurrency; every
+other method integrates the API function."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from aws_cdk.assertions import Template
+
+from functions.auth.rights import ROUTE_RIGHTS
+from infra import api as api_module
+from infra import monitoring
+from infra.stack import CONTEXT_DEFAULTS
+from tests.infra.conftest import synth_stack
+from tests.infra.test_auth_stack import methods_by_route
+from tests.infra.test_stack import REPO_ROOT, alarm_named, api_function
+from tests.infra.test_snapstart import alias_of
+
+WAITING = {("GET", "devices/{deviceId}/changes"), ("HEAD", "devices/{deviceId}/changes"),
+           ("GET", "devices/{deviceId}/delta"), ("HEAD", "devices/{deviceId}/delta"),
+           ("POST", "devices/{deviceId}/leases")}
+
+
+def test_the_waiting_routes_are_the_feed_and_delta_long_polls_and_lease_requests():
+    assert api_module.WAITING_ROUTES == WAITING
+    assert WAITING <= {(method, api_module.resource_path(rule)) for method, rule in ROUTE_RIGHTS}
+
+
+def test_the_dev_server_counts_the_same_routes_as_waiting():
+    """localdev/server.py caps waiting requests by their waitSeconds; the stack routes them by route."""
+    from localdev import server
+
+    for method, rule in ROUTE_RIGHTS:
+        path = re.sub(r"<\w+>", "x1", rule)
+        waits = server._waits(method, f"{path}?waitSeconds=5", b'{"waitSeconds": 5}')
+        assert waits == ((method, api_module.resource_path(rule)) in WAITING), (method, rule)
+
+
+def test_waiting_methods_integrate_the_waiting_function_and_every_other_the_api_function(template):
+    api_logical, _ = api_function(template)
+    waiting_logical, _ = api_function(template, "WaitingFunction")
+    assert api_logical != waiting_logical
+    api_alias, _ = alias_of(template, api_logical)
+    waiting_alias, _ = alias_of(template, waiting_logical)
+    methods = methods_by_route(template)
+    assert {(method, path.lstrip("/")) for method, path in methods} >= WAITING
+    for (method, path), props in methods.items():
+        uri = json.dumps(props["Integration"]["Uri"])
+        expected, other = (waiting_alias, api_alias) if (method, path.lstrip("/")) in WAITING else (api_alias,
+                                                                                                  waiting_alias)
+        assert expected in uri and other not in uri, (method, path)
+
+
+def test_the_waiting_function_is_the_api_function_twin_with_its_own_logs_and_role(template):
+    _, api = api_function(template)
+    _, waiting = api_function(template, "WaitingFunction")
+    same = ("Handler", "Code", "Layers", "Runtime", "Architectures", "Timeout", "MemorySize", "Environment",
+            "TracingConfig")
+    assert {key: waiting["Properties"][key] for key in same} == {key: api["Properties"][key] for key in same}
+    assert waiting["Properties"]["LoggingConfig"] != api["Properties"]["LoggingConfig"]
+    assert waiting["Properties"]["Role"] != api["Properties"]["Role"]
+
+    def statements(function):
+        role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+        return [statement for policy in template.find_resources("AWS::IAM::Policy").values()
+                if {"Ref": role} in policy["Properties"]["Roles"]
+                for statement in policy["Properties"]["PolicyDocument"]["Statement"]]
+
+    def dynamodb(function):
+        return [s for s in statements(function) if str(s["Action"]).startswith(("dynamodb:", "['dynamodb:"))]
+
+    assert dynamodb(waiting) == dynamodb(api) and len(dynamodb(api)) == 1
+    logs = [s for s in statements(waiting) if "logs:PutLogEvents" in s["Action"]]
+    assert [s["Resource"]["Fn::GetAtt"][0] for s in logs] == [
+        waiting["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]]
+
+
+def test_the_waiting_function_has_its_own_reserved_concurrency_from_context(template):
+    _, api = api_function(template)
+    _, waiting = api_function(template, "WaitingFunction")
+    assert waiting["Properties"]["ReservedConcurrentExecutions"] == CONTEXT_DEFAULTS["waitingReservedConcurrency"] == 50
+    assert api["Properties"]["ReservedConcurrentExecutions"] == CONTEXT_DEFAULTS["reservedConcurrency"]
+    _, stack = synth_stack({"waitingReservedConcurrency": "20"})
+    _, waiting = api_function(Template.from_stack(stack), "WaitingFunction")
+    assert waiting["Properties"]["ReservedConcurrentExecutions"] == 20
+    _, stack = synth_stack({"waitingReservedConcurrency": "none"})
+    _, waiting = api_function(Template.from_stack(stack), "WaitingFunction")
+    assert "ReservedConcurrentExecutions" not in waiting["Properties"]
+
+
+@pytest.mark.parametrize("name, metric, threshold", [
+    ("WaitingThrottles", "Throttles", monitoring.WAITING_THROTTLES_PER_PERIOD),
+    ("WaitingErrors", "Errors", monitoring.LAMBDA_ERRORS_PER_PERIOD),
+])
+def test_the_waiting_function_alarms_watch_it_and_have_runbook_entries(template, name, metric, threshold):
+    waiting_logical, _ = api_function(template, "WaitingFunction")
+    props = alarm_named(template, name)
+    assert props["Namespace"] == "AWS/Lambda" and props["MetricName"] == metric
+    assert props["Threshold"] == threshold
+    assert props["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": waiting_logical}}]
+    assert f"`{name}`" in (REPO_ROOT / "docs" / "operations.md").read_text()
