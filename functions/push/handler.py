@@ -13,7 +13,7 @@ import logging
 from functions.api.config import load_config
 from functions.auth import rights
 from functions.auth.authorizer import principal_of
-from functions.auth.credentials import MixedCredentials, Unauthenticated
+from functions.auth.credentials import LEEWAY_SECONDS, MixedCredentials, Unauthenticated
 from functions.device_state import dynamodb_client
 from functions.device_state.changes import ChangeLog, ChangesExpired, InvalidSince
 from functions.device_state.errors import DeviceNotFound, InvalidDeviceId
@@ -53,7 +53,8 @@ def lambda_handler(event, _context):
             principal = principal_of(event)
         except (Unauthenticated, MixedCredentials):
             return {"statusCode": 401}
-        subscriptions.open(connection_id, principal.subject)
+        ends = None if principal.expires_at is None else principal.expires_at + LEEWAY_SECONDS  # as principal_of
+        subscriptions.open(connection_id, principal.subject, ends)
         return {"statusCode": 200}
     if route == "$disconnect":
         subscriptions.close(connection_id)
@@ -81,7 +82,11 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
     if action not in ("subscribe", "unsubscribe"):
         raise BadMessage("unknown-action", "Unknown action", 'action must be "subscribe", "unsubscribe" or "ping"')
     device_id = _device_id(body)
-    principal = principal_of(event)
+    try:
+        principal = principal_of(event)
+    except (Unauthenticated, MixedCredentials) as error:  # the token the connection was opened with expired
+        raise BadMessage("unauthorized", "Unauthorized", f"{error}: connect again with a fresh token, and subscribe "
+                                                         "from the last version you have", 401) from None
     if not rights.allowed(principal, rights.READ, rights.device_resource(device_id, rights.CHANGES)):
         raise BadMessage("forbidden", "Forbidden", f"this caller may not follow {device_id}", 403,
                          action=rights.READ, resource=rights.device_resource(device_id, rights.CHANGES))

@@ -51,10 +51,15 @@ class Subscriptions:
         self.store = Store(client, table_name)
         self.clock = clock
 
-    def open(self, connection_id: str, subject: str) -> None:
+    def open(self, connection_id: str, subject: str, credential_expires_at: int | None = None) -> None:
+        """A connection's item. It and its subscriptions expire with API Gateway's connection
+        lifetime, or with the credential it was opened with if that ends sooner: no change
+        is pushed on a token past its expiry."""
+        expires = int(self.clock()) + CONNECTION_LIFETIME_SECONDS
+        if credential_expires_at is not None:
+            expires = min(expires, credential_expires_at)
         self.store.send("put_item", IDEMPOTENT, Item={
-            **_connection_key(connection_id), "subject": {"S": subject},
-            table.TTL_ATTRIBUTE: {"N": str(int(self.clock()) + CONNECTION_LIFETIME_SECONDS)}})
+            **_connection_key(connection_id), "subject": {"S": subject}, table.TTL_ATTRIBUTE: {"N": str(expires)}})
 
     def subscribe(self, connection_id: str, device_id: str, since: int, sections) -> Subscription:
         """Follows ``device_id`` from ``since`` (a subscription of the same device replaced)."""

@@ -12,6 +12,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from functions.auth.credentials import LEEWAY_SECONDS
 from functions.device_state import table
 from functions.device_state.changes import change_sk
 from functions.device_state.client import dynamodb_client
@@ -165,6 +166,26 @@ def test_connect_needs_credentials_and_takes_a_token_in_the_query(server):
     device = _device(server)
     with _connect(server, {}, query=f"?token={token(device=device)}") as client:
         assert _subscribe(client, device)["type"] == "subscribed"
+
+
+def test_nothing_is_pushed_on_a_token_past_its_expiry(server):
+    device = _device(server)
+    # Past its exp already, but within the 60 s of leeway for clocks: valid for 4 more seconds.
+    with _connect(server, bearer(exp=int(time.time()) - LEEWAY_SECONDS + 4)) as client:
+        _subscribe(client, device)
+        assert _changes(client, device, 1) == [1]
+        time.sleep(5)  # the token expires; the connection stays open
+        server.request("PATCH", f"/devices/{device}", {"n": 1}, headers=MERGE)
+        with pytest.raises(TimeoutError):
+            while True:
+                message = json.loads(client.recv(timeout=3))
+                assert message.get("type") != "change", message
+        client.send(json.dumps({"action": "subscribe", "deviceId": device, "since": 1}))
+        refused = json.loads(client.recv(timeout=RECEIVE_SECONDS))
+        assert refused["problem"]["status"] == 401 and "connect again" in refused["problem"]["detail"]
+    with _connect(server) as client:  # the control: a fresh token gets the change it missed
+        _subscribe(client, device, since=1)
+        assert _changes(client, device, 2, seen=1) == [2]
 
 
 @pytest.mark.parametrize("message, slug", [
