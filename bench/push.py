@@ -79,7 +79,11 @@ def delivery(port: int, devices: list[str], subscribers: int, rate: float, secon
         writer = threading.Thread(target=write)
         writer.start()
         await asyncio.get_running_loop().run_in_executor(None, writer.join)
-        await asyncio.sleep(10)  # the last changes through the stream, the processor and the fan-out
+        deadline = time.monotonic() + 15  # the last changes through the stream, the processor and the fan-out
+        while time.monotonic() < deadline and not all(
+                all(version in received for (written, version) in acknowledged if written == device)
+                for device, received in receipts):
+            await asyncio.sleep(0.2)
         stop.set()
         await asyncio.gather(*tasks)
 
