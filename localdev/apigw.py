@@ -86,7 +86,8 @@ def authorizer_step(event: dict) -> tuple[int, dict, dict] | None:
     rules = rules_for_path(event["path"])
     if not rules or any(rights == PUBLIC for _, rights in rules):
         return None
-    method_arn = f"{METHOD_ARN_PREFIX}/{event['httpMethod']}{unquote(event['path'])}"
+    # The resource path as routing sees it: a trailing slash is absent (as in common.allowed_methods).
+    method_arn = f"{METHOD_ARN_PREFIX}/{event['httpMethod']}{unquote(event['path']).rstrip('/') or '/'}"
     try:
         decision = authorizer.decide({**event, "type": "REQUEST", "methodArn": method_arn})
     except authorizer.Unauthorized:

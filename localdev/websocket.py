@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import base64
 import json
-import os
+import queue
 import socket
+import traceback
 import threading
 import time
 import uuid
@@ -32,7 +33,7 @@ METHOD_ARN = f"arn:aws:execute-api:us-east-1:000000000000:local-ws/{STAGE}/$conn
 
 def is_websocket_request(head: bytes) -> bool:
     """Whether the first bytes of a request are a ``GET /ws`` (with or without a query)."""
-    return head.startswith(b"GET /ws ") or head.startswith(b"GET /ws?") or head.startswith(b"GET /ws/ ")
+    return head.startswith(b"GET /ws ") or head.startswith(b"GET /ws?")
 
 
 def hand_off(channel: socket.socket, connection: socket.socket, address) -> None:
@@ -40,21 +41,51 @@ def hand_off(channel: socket.socket, connection: socket.socket, address) -> None
     socket.send_fds(channel, [json.dumps(list(address)).encode()], [connection.fileno()])
 
 
+OUTBOX_MESSAGES = 1000  # posts waiting for a client that does not read; one more and it is dropped
+
+
 class Gateway:
-    """The connections this process holds, by API Gateway-style connection id."""
+    """The connections this process holds, by API Gateway-style connection id. A post is
+    queued for the connection's own sender thread and answered at once, as API Gateway
+    answers a post, so a client that stops reading holds up nobody else; when its queue is
+    full, it is closed (and then gone, 410)."""
 
     def __init__(self):
         self.connections: dict[str, object] = {}
-        self.locks: dict[str, threading.Lock] = {}
+        self.outboxes: dict[str, queue.Queue] = {}
         self.connected_at: dict[str, float] = {}
         self.last_active: dict[str, float] = {}
 
+    def add(self, connection_id: str, connection) -> None:
+        outbox = queue.Queue(OUTBOX_MESSAGES)
+        self.connections[connection_id], self.outboxes[connection_id] = connection, outbox
+        self.connected_at[connection_id] = time.time()
+        threading.Thread(target=self._send_all, args=(connection, outbox), daemon=True).start()
+
+    def remove(self, connection_id: str) -> None:
+        self.connections.pop(connection_id, None)
+        outbox = self.outboxes.pop(connection_id, None)
+        if outbox is not None:
+            outbox.put(None)
+
+    @staticmethod
+    def _send_all(connection, outbox: queue.Queue) -> None:
+        while (data := outbox.get()) is not None:
+            try:
+                connection.send(data.decode())
+            except Exception:  # noqa: BLE001 - closed meanwhile: what is left goes nowhere
+                return
+
     def post(self, connection_id: str, data: bytes) -> bool:
-        connection = self.connections.get(connection_id)
-        if connection is None:
+        connection, outbox = self.connections.get(connection_id), self.outboxes.get(connection_id)
+        if connection is None or outbox is None:
             return False
-        with self.locks[connection_id]:
-            connection.send(data.decode())
+        try:
+            outbox.put_nowait(data)
+        except queue.Full:
+            connection.close(1008, "too slow: reconnect, and subscribe again from the last version seen")
+            self.remove(connection_id)
+            return False
         return True
 
 
@@ -79,7 +110,7 @@ def _route(body: str) -> str:
     """API Gateway's route selection expression ``$request.body.action``."""
     try:
         action = json.loads(body).get("action")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return "$default"
     return action if action in ("subscribe", "unsubscribe") else "$default"
 
@@ -94,7 +125,6 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
     from functions.push.handler import lambda_handler
 
     gateway = Gateway()
-    pending: dict[int, tuple[str, dict]] = {}  # id(connection) -> (connection id, authorizer context)
 
     def refuse(status: int, headers: dict, body: dict) -> Response:
         data = json.dumps(body).encode()
@@ -102,9 +132,12 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
                         Headers({**headers, "Content-Length": str(len(data))}), data)
 
     def process_request(connection, request):
-        if urlsplit(request.path).path.rstrip("/") != PATH:
+        """API Gateway's part before the connection exists: the route, then the authorizer."""
+        if urlsplit(request.path).path != PATH:
             return refuse(404, {"Content-Type": "application/problem+json"},
                           {"type": "about:blank", "title": "Not found", "status": 404, "detail": f"WebSocket is on {PATH}"})
+        if "websocket" not in request.headers.get("Upgrade", "").lower():
+            return None  # the handshake answers 426, before anything is connected
         connection_id = base64.b64encode(uuid.uuid4().bytes[:10]).decode()
         event = _event("$connect", connection_id, {}, request=request)
         try:
@@ -118,26 +151,24 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
                                 LambdaContext())
         if answer.get("statusCode") != 200:
             return refuse(*authorizer.gateway_problem("UNAUTHORIZED"))
-        pending[id(connection)] = (connection_id, context)
+        connection.device_state_route = (connection_id, context)  # for handle(), once connected
         return None
 
     def handle(connection) -> None:
-        connection_id, context = pending.pop(id(connection))
-        gateway.connections[connection_id] = connection
-        gateway.locks[connection_id] = threading.Lock()
-        gateway.connected_at[connection_id] = time.time()
+        connection_id, context = connection.device_state_route
+        gateway.add(connection_id, connection)
         try:
             for message in connection:
                 if isinstance(message, bytes):
                     message = message.decode(errors="replace")
                 gateway.last_active[connection_id] = time.time()
-                lambda_handler(_event(_route(message), connection_id, context, body=message), LambdaContext())
-        except Exception:  # noqa: BLE001 - a failing handler closes this connection, as a Lambda error would
-            import traceback
-
-            traceback.print_exc()
+                try:
+                    lambda_handler(_event(_route(message), connection_id, context, body=message), LambdaContext())
+                except Exception:  # noqa: BLE001 - as API Gateway does when a route's Lambda fails
+                    traceback.print_exc()
+                    gateway.post(connection_id, json.dumps({"message": "Internal server error"}).encode())
         finally:
-            gateway.connections.pop(connection_id, None)
+            gateway.remove(connection_id)
             lambda_handler(_event("$disconnect", connection_id, context), LambdaContext())
 
     placeholder = socket.create_server(("127.0.0.1", 0))  # the handler is what serves each handed-off socket

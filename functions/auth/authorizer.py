@@ -16,7 +16,7 @@ import time
 
 from functions.problem_details import MEDIA_TYPE, problem
 
-from .credentials import LEEWAY_SECONDS, MixedCredentials, Unauthenticated, authenticate_event
+from .credentials import LEEWAY_SECONDS, MixedCredentials, Unauthenticated, authenticate_event, is_websocket_connect
 from .principals import Principal
 from .rights import ROUTE_RIGHTS, PUBLIC, may_call
 
@@ -93,7 +93,7 @@ def decide(event: dict) -> dict:
         # whenever certificates can arrive, see infra/api.py).
         return {"principalId": MIXED, "context": {"principalKind": MIXED},
                 "policyDocument": _policy([event["methodArn"]])}
-    if event["methodArn"].endswith("/$connect"):  # the WebSocket API: each subscription is authorized apart
+    if is_websocket_connect(event):  # the WebSocket API: each subscription is authorized apart
         return {"principalId": principal.subject, "context": principal.as_context(),
                 "policyDocument": _policy([event["methodArn"]])}
     allowed = policy_resources(principal, event["methodArn"])

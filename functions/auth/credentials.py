@@ -125,15 +125,20 @@ def verify_token(token: str, config: AuthConfig | None = None) -> Principal:
         raise Unauthenticated("the token's algorithm is not accepted", token_given=True) from None
     except jwt.PyJWTError:
         raise Unauthenticated("the token is malformed or its signature is invalid", token_given=True) from None
+    for name in ("exp", "nbf", "iat"):  # RFC 7519: NumericDate, a JSON number (PyJWT would take "123")
+        value = claims.get(name)
+        if name in claims and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise Unauthenticated(f"the token's {name} is not a number", token_given=True)
     _check_audience(claims, config)
     return _principal(claims)
 
 
 def _check_audience(claims: dict, config: AuthConfig) -> None:
     audience = claims.get("aud")
-    named = {audience} if isinstance(audience, str) else set(audience) if isinstance(audience, list) else set()
+    named = [audience] if isinstance(audience, str) else audience if isinstance(audience, list) else []
     if audience is None and claims.get("token_use") == "access":
-        named = {claims.get("client_id")}  # Cognito access tokens name their client, not an audience
+        named = [claims.get("client_id")]  # Cognito access tokens name their client, not an audience
+    named = {name for name in named if isinstance(name, str)}
     if not named.intersection(config.audiences):
         raise Unauthenticated("the token is for another audience", token_given=True)
 
@@ -198,8 +203,12 @@ def authenticate_event(event: dict, config: AuthConfig | None = None) -> Princip
     its Authorization header and the client certificate mutual TLS verified, if any. A
     WebSocket connect may carry the token as ``?token=`` instead (browsers cannot set headers)."""
     headers = event.get("headers") or {}
-    authorization = next((value for name, value in headers.items() if name.lower() == "authorization"), None)
-    if authorization is None and _is_websocket_connect(event):
+    given = [value for name, values in (event.get("multiValueHeaders") or {}).items() if name.lower() == "authorization"
+             for value in values] or [value for name, value in headers.items() if name.lower() == "authorization"]
+    if len(given) > 1:
+        raise Unauthenticated("send one Authorization header", token_given=True)
+    authorization = given[0] if given else None
+    if authorization is None and is_websocket_connect(event):
         query_token = (event.get("queryStringParameters") or {}).get("token")
         authorization = None if query_token is None else f"Bearer {query_token}"
     identity = (event.get("requestContext") or {}).get("identity") or {}
@@ -207,6 +216,7 @@ def authenticate_event(event: dict, config: AuthConfig | None = None) -> Princip
     return authenticate(authorization, certificate, config)
 
 
-def _is_websocket_connect(event: dict) -> bool:
-    return ((event.get("requestContext") or {}).get("routeKey") == "$connect"
-            or str(event.get("methodArn", "")).endswith("/$connect"))
+def is_websocket_connect(event: dict) -> bool:
+    """A WebSocket API's $connect (its request context says so; a REST request's never does)."""
+    context = event.get("requestContext") or {}
+    return context.get("routeKey") == "$connect" and context.get("eventType") == "CONNECT"

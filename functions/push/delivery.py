@@ -7,6 +7,7 @@ versions it has already seen gets each version after its ``since`` exactly once,
 from __future__ import annotations
 
 import json
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
@@ -17,6 +18,7 @@ from functions.problem_details import problem
 
 from .subscriptions import Subscription, Subscriptions
 
+logger = logging.getLogger("device_state.push")
 MAX_MESSAGE_BYTES = 128 * 1024  # API Gateway's WebSocket message limit
 PAGE = 100
 FAN_OUT_THREADS = 16  # subscribers of one device posted to side by side
@@ -24,6 +26,11 @@ FAN_OUT_THREADS = 16  # subscribers of one device posted to side by side
 
 class Gone(Exception):
     """The connection no longer exists (@connections answered 410)."""
+
+
+class PostFailed(Exception):
+    """A post to one connection failed otherwise (throttled, timed out): that subscriber stays
+    where it was and catches up with the device's next change, or when it subscribes again."""
 
 
 def change_message(change: Change, delta: dict | None) -> dict:
@@ -59,13 +66,21 @@ class Delivery:
                 return subscription
             for change in changes:
                 if set(subscription.sections).intersection(change.sections) or change.kind == DELETED:
-                    self.post(subscription.connection_id, change_message(change, self._delta(change)))
+                    self._post(subscription.connection_id, change_message(change, self._delta(change)))
                 if not self.subscriptions.advance(subscription, change.version):
                     subscription = self.subscriptions.current(subscription)  # another sender moved it
                     break
                 subscription = Subscription(subscription.device_id, subscription.connection_id, change.version,
                                             subscription.sections)
         return subscription
+
+    def _post(self, connection_id: str, message: dict) -> None:
+        try:
+            self.post(connection_id, message)
+        except Gone:
+            raise
+        except Exception as error:  # noqa: BLE001 - one connection's trouble, not the stream's
+            raise PostFailed(f"post to {connection_id} failed: {error}") from error
 
     def _delta(self, change: Change) -> dict | None:
         if change.kind == DELETED or change.lost:
@@ -103,6 +118,8 @@ class Delivery:
             self.subscriptions.close(subscription.connection_id)
         except ChangesExpired as expired:
             self._expired(subscription, expired)
+        except PostFailed as failed:  # this subscriber only: it catches up later, the others go on
+            logger.warning("post failed; the subscriber catches up later", extra={"reason": str(failed)})
         except Exception as error:  # noqa: BLE001 - raised by fan_out after the others had their turn
             return error
         return None

@@ -21,7 +21,7 @@ from functions.device_state.sections import SECTIONS
 from functions.device_state.values import MAX_VERSION, validate_device_id
 
 from . import connections
-from .delivery import Delivery, Gone, error_message
+from .delivery import Delivery, Gone, PostFailed, error_message
 from .subscriptions import Subscriptions, TooManySubscriptions, UnknownConnection
 
 logger = logging.getLogger("device_state.push")
@@ -66,6 +66,9 @@ def lambda_handler(event, _context):
     except Gone:
         subscriptions.close(connection_id)
         return {"statusCode": 200}
+    except PostFailed as failed:  # the catch-up stopped at a post; the fan-out goes on from where it got
+        logger.warning("catch-up stopped", extra={"reason": str(failed)})
+        return {"statusCode": 200}
     if answer is not None:
         try:
             connections.post(connection_id, answer)
@@ -103,8 +106,10 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
                          currentVersion=expired.current_version) from None
     except InvalidSince as invalid:
         raise BadMessage("invalid-since", "Invalid since", str(invalid)) from None
-    except DeviceNotFound:
-        pass  # a device not created yet may be followed: its first change comes by fan-out
+    except DeviceNotFound:  # a device not created yet may be followed from 0: its first change comes by fan-out
+        if since:
+            raise BadMessage("invalid-since", "Invalid since", f"{device_id} has no version yet: subscribe from 0") \
+                from None
     try:
         subscription = subscriptions.subscribe(connection_id, device_id, since, sections)
     except TooManySubscriptions as error:
@@ -128,8 +133,8 @@ def _body(raw) -> dict:
                                                        "characters")
     try:
         body = json.loads(raw)
-    except ValueError:
-        raise BadMessage("bad-message", "Bad message", "the message is not JSON") from None
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        raise BadMessage("bad-message", "Bad message", "the message is not JSON, or is nested too deep") from None
     if not isinstance(body, dict):
         raise BadMessage("bad-message", "Bad message", "the message must be a JSON object")
     return body
@@ -158,7 +163,7 @@ def _since(body: dict) -> int:
 
 def _sections(body: dict) -> tuple:
     sections = body.get("sections", list(SECTIONS))
-    if (not isinstance(sections, list) or not sections or len(set(sections)) != len(sections)
-            or any(name not in SECTIONS for name in sections)):
+    if (not isinstance(sections, list) or not sections or not all(isinstance(name, str) for name in sections)
+            or len(set(sections)) != len(sections) or any(name not in SECTIONS for name in sections)):
         raise BadMessage("bad-message", "Bad message", f"sections must be a list of {', '.join(SECTIONS)}")
     return tuple(sections)

@@ -16,7 +16,7 @@ from functions.auth.credentials import LEEWAY_SECONDS
 from functions.device_state import table
 from functions.device_state.changes import change_sk
 from functions.device_state.client import dynamodb_client
-from functions.push.subscriptions import MAX_SUBSCRIPTIONS
+from functions.push.subscriptions import CONNECTION_PK_PREFIX, MAX_SUBSCRIPTIONS
 from tests.api.test_http import launch
 from tests.auth import bearer, token
 from tests.helpers import run_writers
@@ -194,6 +194,10 @@ def test_nothing_is_pushed_on_a_token_past_its_expiry(server):
     ('{"action": "subscribe", "deviceId": "d", "since": -1}', "bad-message"),
     ('{"action": "subscribe", "deviceId": "d", "since": 0, "sections": ["secret"]}', "bad-message"),
     ('{"action": "subscribe", "deviceId": "d", "since": 0, "extra": 1}', "bad-message"),
+    ('{"action": "subscribe", "deviceId": "d", "since": 0, "sections": [["state"]]}', "bad-message"),
+    ('{"action": "subscribe", "deviceId": "d", "since": 0, "sections": [{}]}', "bad-message"),
+    ("[" * 2000 + "]" * 2000, "bad-message"), ('{"a":' * 1000 + "1" + "}" * 1000, "bad-message"),
+    ('{"action": "subscribe", "deviceId": "not-created-yet", "since": 5}', "invalid-since"),
 ])
 def test_bad_messages_get_errors_and_the_connection_survives(server, message, slug):
     with _connect(server) as client:
@@ -208,6 +212,26 @@ def test_ping_is_answered_pong(server):
     with _connect(server) as client:
         client.send('{"action": "ping"}')
         assert json.loads(client.recv(timeout=RECEIVE_SECONDS)) == {"type": "pong"}
+
+
+def test_only_an_upgrade_on_exactly_ws_reaches_the_websocket_api(server, dynamodb_local):
+    status, _, _ = server.request("GET", "/ws")  # no Upgrade: refused before anything is connected
+    assert status == 426
+    items = dynamodb_client(dynamodb_local.endpoint).scan(
+        TableName=server.table, FilterExpression="begins_with(#pk, :connection)",
+        ExpressionAttributeNames={"#pk": table.PARTITION_KEY}, ExpressionAttributeValues={
+            ":connection": {"S": CONNECTION_PK_PREFIX}})["Items"]
+    opened = {item[table.PARTITION_KEY]["S"] for item in items}
+    assert server.request("GET", "/ws")[0] == 426
+    items = dynamodb_client(dynamodb_local.endpoint).scan(
+        TableName=server.table, FilterExpression="begins_with(#pk, :connection)",
+        ExpressionAttributeNames={"#pk": table.PARTITION_KEY}, ExpressionAttributeValues={
+            ":connection": {"S": CONNECTION_PK_PREFIX}})["Items"]
+    assert {item[table.PARTITION_KEY]["S"] for item in items} == opened  # nothing new connected
+    for path in ("/ws/", "/wsx"):
+        with pytest.raises(InvalidStatus) as refused:
+            connect(f"ws://127.0.0.1:{server.port}{path}", additional_headers=bearer(), open_timeout=10)
+        assert refused.value.response.status_code == 404
 
 
 def test_too_many_subscriptions_is_an_error(server):

@@ -103,3 +103,21 @@ def test_every_subscriber_gets_every_version_once_in_order_however_senders_inter
 def test_the_naive_control_delivers_out_of_order(recorded):
     orders = [first_arrivals(versions) for versions in _run(recorded, 7, naive=True).values()]
     assert any(kept != list(range(1, VERSIONS + 1)) for kept in orders), orders
+
+
+def test_one_subscriber_whose_posts_fail_holds_up_none_of_the_others(recorded):
+    subscriptions, log = recorded
+    recorder = Recorder(3)
+
+    def post(connection_id, message):
+        if connection_id == "slow":
+            raise TimeoutError("the connection's post timed out")
+        recorder.post(connection_id, message)
+
+    for connection in ("slow", "fine"):
+        subscriptions.open(connection, "test")
+        subscriptions.subscribe(connection, "lamp", 0, ("state",))
+    assert Delivery(subscriptions, log, post).fan_out("lamp", VERSIONS) == 2  # no exception: the batch goes on
+    assert recorder.received["fine"] == list(range(1, VERSIONS + 1))
+    [slow] = [subscription for subscription in subscriptions.of_device("lamp") if subscription.connection_id == "slow"]
+    assert slow.delivered == 0  # it catches up later from where it was

@@ -217,3 +217,34 @@ def test_the_principal_survives_the_authorizer_context():
         assert Principal.from_context(principal.as_context()) == principal
     assert Principal.from_context({}) is None
     assert Principal.from_context({"principalKind": "device", "deviceId": ""}) is None
+
+
+@pytest.mark.parametrize("claims", [
+    {"aud": [["device-state"]]}, {"aud": {"x": 1}}, {"aud": None, "token_use": "access", "client_id": ["device-state"]},
+    {"exp": "9999999999"}, {"nbf": "0"}, {"iat": True},
+])
+def test_odd_claim_types_are_unauthenticated_not_faults(claims):
+    with pytest.raises(Unauthenticated):
+        verify_token(ISSUER.token(**claims), CONFIG)
+
+
+def test_two_authorization_headers_are_refused_whatever_their_order_or_case():
+    from functions.auth.credentials import authenticate_event
+
+    good, other = f"Bearer {ISSUER.token()}", f"Bearer {ISSUER.token(device='lamp-2')}"
+    for headers in ({"Authorization": [good, other]}, {"Authorization": [good], "authorization": [other]}):
+        with pytest.raises(Unauthenticated, match="one Authorization"):
+            authenticate_event({"multiValueHeaders": headers, "headers": {k: v[-1] for k, v in headers.items()}},
+                               CONFIG)
+    assert authenticate_event({"multiValueHeaders": {"Authorization": [good]}}, CONFIG).kind == CLIENT
+
+
+def test_a_query_token_counts_only_on_a_websocket_connect():
+    from functions.auth.credentials import authenticate_event
+
+    query = {"queryStringParameters": {"token": ISSUER.token()}}
+    with pytest.raises(Unauthenticated):  # a REST request, even one whose path ends in /$connect
+        authenticate_event({**query, "methodArn": "arn:aws:execute-api:r:1:api/prod/GET/devices/x/versions/$connect",
+                            "requestContext": {"path": "/devices/x/versions/$connect"}}, CONFIG)
+    connect = {**query, "requestContext": {"routeKey": "$connect", "eventType": "CONNECT"}}
+    assert authenticate_event(connect, CONFIG).kind == CLIENT
