@@ -65,8 +65,11 @@ class Gateway:
     def remove(self, connection_id: str) -> None:
         self.connections.pop(connection_id, None)
         outbox = self.outboxes.pop(connection_id, None)
-        if outbox is not None:
-            outbox.put(None)
+        try:
+            if outbox is not None:
+                outbox.put_nowait(None)  # the sender stops; full, it stops at its next send to the closed connection
+        except queue.Full:
+            pass
 
     @staticmethod
     def _send_all(connection, outbox: queue.Queue) -> None:
