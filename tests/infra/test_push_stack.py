@@ -82,7 +82,7 @@ def test_the_rest_apis_authorizer_guards_connect_and_only_connect(template):
 def test_the_authorizer_allows_a_connect_with_the_token_in_either_place(where):
     arn = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/$connect"
     credential = token()
-    event = {"type": "REQUEST", "methodArn": arn, "requestContext": {"routeKey": "$connect"},
+    event = {"type": "REQUEST", "methodArn": arn, "requestContext": {"routeKey": "$connect", "eventType": "CONNECT"},
              "headers": {"Authorization": f"Bearer {credential}"} if where == "header" else {},
              "queryStringParameters": {"token": credential} if where == "query" else {}}
     decision = authorizer_code.decide(event)
