@@ -125,8 +125,13 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
     from websockets.sync.server import serve as websocket_server
 
     from functions.auth import authorizer
-    from functions.push.handler import lambda_handler
+    from functions.auth.credentials import load_auth_config
+    from functions.push.handler import lambda_handler, services
 
+    # Made once, before connections come: a flood of first connects would otherwise each build
+    # the clients at once (a Lambda instance takes one event at a time; this process takes many).
+    services()
+    load_auth_config()
     gateway = Gateway()
 
     def refuse(status: int, headers: dict, body: dict) -> Response:
