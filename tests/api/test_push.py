@@ -234,6 +234,31 @@ def test_only_an_upgrade_on_exactly_ws_reaches_the_websocket_api(server, dynamod
         assert refused.value.response.status_code == 404
 
 
+def test_two_hundred_clients_connecting_at_once_are_all_served(server):
+    """A fleet reconnecting together (after a deploy, a network blip) all gets through."""
+    clients, errors = [], []
+
+    def join():
+        try:
+            clients.append(_connect(server))
+        except Exception as error:  # noqa: BLE001 - counted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=join) for _ in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert not errors and len(clients) == 200, errors[:3]
+        device = _device(server)
+        for client in clients[:5]:
+            assert _subscribe(client, device)["type"] == "subscribed"
+    finally:
+        for client in clients:
+            client.close()
+
+
 def test_too_many_subscriptions_is_an_error(server):
     with _connect(server) as client:
         for number in range(MAX_SUBSCRIPTIONS):
