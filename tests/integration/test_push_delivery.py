@@ -13,8 +13,10 @@ import time
 import pytest
 
 from functions.device_state import MergePatch
+from functions.device_state.client import dynamodb_client
 from functions.push.delivery import Delivery
 from functions.push.subscriptions import Subscriptions
+from localdev.faults import Forwarder
 from tests.integration.test_changes import feed, follow  # noqa: F401  (the local stream processor)
 
 pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency]
@@ -121,3 +123,57 @@ def test_one_subscriber_whose_posts_fail_holds_up_none_of_the_others(recorded):
     assert recorder.received["fine"] == list(range(1, VERSIONS + 1))
     [slow] = [subscription for subscription in subscriptions.of_device("lamp") if subscription.connection_id == "slow"]
     assert slow.delivered == 0  # it catches up later from where it was
+
+
+BETWEEN = pytest.mark.parametrize("between", [False, True], ids=["alone", "another-sender-between"])
+
+
+def _is_advance(body: bytes) -> bool:
+    return b"#delivered" in body
+
+
+@BETWEEN
+def test_a_lost_answer_to_the_watermark_write_leaves_no_gap_and_no_disorder(recorded, dynamodb_local, local_table,
+                                                                            between):
+    """The advance of ``delivered`` lands and its answer is lost (localdev/faults.py), alone
+    or with another sender delivering everything in between: the sender reads the watermark
+    again and goes on, so the subscriber's first copies are still 1..VERSIONS in order."""
+    client, name = local_table
+    subscriptions, log = recorded
+    forwarder = Forwarder(dynamodb_local.port)
+    try:
+        recorder = Recorder(5)
+        faulty = Subscriptions(dynamodb_client(forwarder.endpoint, "us-east-1"), name)
+        subscriptions.open("c", "test")
+        subscription = subscriptions.subscribe("c", "lamp", 0, ("state",))
+        other = Delivery(subscriptions, log, recorder.post)
+        forwarder.lose("UpdateItem", when=_is_advance,
+                       then=(lambda: other.advance(subscriptions.current(subscription))) if between else None)
+        Delivery(faulty, log, recorder.post).advance(subscription)
+        assert forwarder.lost == ["UpdateItem"]
+        assert first_arrivals(recorder.received["c"]) == list(range(1, VERSIONS + 1)), recorder.received
+        assert subscriptions.current(subscription).delivered == VERSIONS
+    finally:
+        forwarder.close()
+
+
+def test_the_naive_control_claim_then_post_loses_the_version_whose_answer_was_lost(recorded, dynamodb_local,
+                                                                                  local_table):
+    """Claiming a version (advancing ``delivered``) before posting it, a lost answer reads as
+    "not mine" and the version that landed is never posted: a gap."""
+    client, name = local_table
+    subscriptions, log = recorded
+    forwarder = Forwarder(dynamodb_local.port)
+    try:
+        recorder = Recorder(6)
+        faulty = Subscriptions(dynamodb_client(forwarder.endpoint, "us-east-1"), name)
+        subscriptions.open("n", "test")
+        subscription = subscriptions.subscribe("n", "lamp", 0, ("state",))
+        forwarder.lose("UpdateItem", when=_is_advance)
+        for change in log.read("lamp", 0, VERSIONS):
+            if faulty.advance(subscription, change.version):
+                recorder.post("n", {"type": "change", "version": change.version})
+            subscription = faulty.current(subscription)
+        assert first_arrivals(recorder.received["n"]) != list(range(1, VERSIONS + 1))
+    finally:
+        forwarder.close()
