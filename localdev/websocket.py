@@ -23,10 +23,11 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from functions.push.delivery import MAX_MESSAGE_BYTES
+from functions.push.subscriptions import CONNECTION_LIFETIME_SECONDS
 from localdev.apigw import LambdaContext, STAGE
 
 PATH = "/ws"
-CONNECTION_LIFETIME_SECONDS = 2 * 60 * 60  # API Gateway's connection lifetime, kept here too
 IDLE_SECONDS = 10 * 60  # API Gateway's idle timeout, kept here too
 METHOD_ARN = f"arn:aws:execute-api:us-east-1:000000000000:local-ws/{STAGE}/$connect"
 
@@ -181,7 +182,7 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
 
     placeholder = socket.create_server(("127.0.0.1", 0))  # the handler is what serves each handed-off socket
     server = websocket_server(handle, sock=placeholder, process_request=process_request, compression=None,
-                              ping_interval=30, ping_timeout=30, max_size=128 * 1024)
+                              ping_interval=30, ping_timeout=30, max_size=MAX_MESSAGE_BYTES)
     threading.Thread(target=_serve_connections_api, args=(connections_listener, gateway), daemon=True).start()
     threading.Thread(target=_expire, args=(gateway,), daemon=True).start()
     while True:

@@ -34,10 +34,3 @@ def post(connection_id: str, message: dict, endpoint: str | None = None) -> None
             raise Gone(connection_id) from None
         raise
 
-
-def disconnect(connection_id: str, endpoint: str | None = None) -> None:
-    try:
-        _client(endpoint or os.environ[CONNECTIONS_ENDPOINT]).delete_connection(ConnectionId=connection_id)
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") != "GoneException":
-            raise
