@@ -3,8 +3,9 @@ DynamoDB Local, plus the cold start of the Lambda handler.
 
 Strategies: naive (read, unconditional put: the control), seed (the textbook loop: read,
 conditional write, re-read on conflict, fixed retries, no backoff), library
-(DeviceStateManager.update_with_retry as shipped) and api (HTTP PATCHes through the local
-server). Workloads: increment (+1 per update) and rmw (bump a counter and append the
+(DeviceStateManager.update_with_retry as shipped, the writers sharing one manager, so taking
+turns on the device), apart (the same with a manager per writer, as writers in separate
+processes or Lambdas have: they race) and api (HTTP PATCHes through the local server). Workloads: increment (+1 per update) and rmw (bump a counter and append the
 writer's id to a bounded history: a result that depends on the state read).
 
 Writes bench/out/latest.{json,md,png} (untracked; `make bench UPDATE_RESULTS=1` writes the
@@ -46,7 +47,7 @@ from bench import credentials  # noqa: E402
 OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
 HISTORY = 10
 SEED_RETRIES = 10
-STRATEGIES = ("naive", "seed", "library", "api")
+STRATEGIES = ("naive", "seed", "library", "apart", "api")
 WORKLOADS = ("increment", "rmw")
 
 
@@ -194,7 +195,9 @@ class Bench:
         DeviceStateManager(self.client, self.table).create(device_id, {"n": 0, "history": []})
         counting = CountingClient(self.client)
         attempts = Attempts()
-        manager = DeviceStateManager(counting, self.table, observer=attempts)
+        shared = DeviceStateManager(counting, self.table, observer=attempts)
+        managers = [DeviceStateManager(counting, self.table, observer=attempts) if strategy == "apart" else shared
+                    for _ in range(writers)]
         per_writer = [updates // writers + (1 if index < updates % writers else 0) for index in range(writers)]
         latencies, seed_attempts, succeeded = [], [], [0]
         lock = threading.Lock()
@@ -212,8 +215,8 @@ class Bench:
                         used = self.seed(counting, device_id, workload, name)
                         with lock:
                             seed_attempts.append(used)
-                    elif strategy == "library":
-                        self.library_update(manager, device_id, workload, name)
+                    elif strategy in ("library", "apart"):
+                        self.library_update(managers[index], device_id, workload, name)
                     else:
                         self.api_update(device_id, workload, name)
                 except RetriesExhausted:
@@ -233,7 +236,7 @@ class Bench:
         seconds = time.perf_counter() - started
         final = DeviceStateManager(self.client, self.table).get(device_id).state["n"]
         ok = succeeded[0]
-        attempt_list = {"library": attempts.per_update, "seed": seed_attempts,
+        attempt_list = {"library": attempts.per_update, "apart": attempts.per_update, "seed": seed_attempts,
                         "naive": [1] * ok}.get(strategy)
         counted = strategy != "api"  # the API's calls happen inside the server's processes
         return Cell(
@@ -315,6 +318,11 @@ def headline(cells: list[Cell], cold: dict | None) -> list[str]:
                 f"failed conditional writes/update {library_hot.failed_conditions_per_update}, "
                 f"calls/update {library_hot.calls_per_update}, attempts p95 {library_hot.attempts_p95}, "
                 f"success {library_hot.success_rate:.0%}")
+        apart_hot = cell(workload, "apart", hot)
+        if apart_hot:
+            lines.append(f"{workload} @ {hot} writers, a manager each (as separate processes): "
+                         f"failed conditional writes/update {apart_hot.failed_conditions_per_update}, "
+                         f"calls/update {apart_hot.calls_per_update}, success {apart_hot.success_rate:.0%}")
     lost = {s: sum(c.lost_updates for c in cells if c.strategy == s) for s in STRATEGIES}
     lines.append("lost updates: " + ", ".join(f"{s} {n}" for s, n in lost.items() if any(
         c.strategy == s for c in cells)))

@@ -30,6 +30,7 @@ from .retry import Backoff, Moved, RetryLoop
 from .sections import CHANGED_ATTRIBUTES, STATE, check_section, check_sections, replacing
 from .store import IDEMPOTENT, ONCE, Ambiguous, Cancelled, Refused, Rejected, Store, decode_cursor, encode_cursor
 from .transactions import Operation, TransactionRunner
+from .turns import DeviceTurns
 from .values import check_state, validate_device_id
 from .writes import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect, refusal
 
@@ -83,6 +84,7 @@ class DeviceStateManager:
                                       monotonic=monotonic, sleep=sleep, rng=self.rng, settle_seconds=settle_seconds)
         self.fence = Fence()
         self.recent = RecentJournals()
+        self.turns = DeviceTurns()
 
     @property
     def client(self):
@@ -255,6 +257,9 @@ class DeviceStateManager:
         is ANDed with the version check; when it is false ``ConditionFailed`` is raised
         at once. An exception from ``update_fn`` propagates at once, nothing written.
         ``section``: the section the patch applies to (``state`` unless named).
+        Writers sharing this manager take turns on a device (``turns.py``): only writers
+        elsewhere can move it under a read-modify-write, and the wait counts against
+        ``budget_seconds``.
         """
         validate_device_id(device_id)
         check_section(section)
@@ -262,9 +267,16 @@ class DeviceStateManager:
             compiled = self._compiled_update(device_id, update_fn, section)
             if compiled is not None:
                 return compiled
-        return self._write(device_id, lambda planner, item: planner.replace_state(
-            expect(device_id, item, None, planner.now), update_fn, condition, UPDATED, section),
-            idempotency, max_attempts=max_attempts, budget_seconds=budget_seconds, counted=True)[0]
+        budget = self.budget_seconds if budget_seconds is None else budget_seconds
+        asked = self.monotonic()
+        with self.turns.turn(device_id, budget) as mine:
+            if not mine:
+                raise self._loop(max_attempts, budget).exhausted(
+                    device_id, 0, asked, f"{budget} s budget spent waiting for its turn on the device")
+            return self._write(device_id, lambda planner, item: planner.replace_state(
+                expect(device_id, item, None, planner.now), update_fn, condition, UPDATED, section),
+                idempotency, max_attempts=max_attempts, budget_seconds=budget - (self.monotonic() - asked),
+                counted=True)[0]
 
     def delete(self, device_id: str, expected_version: int | None = None, *,
                idempotency: IdempotencyKey | None = None) -> Device:

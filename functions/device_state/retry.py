@@ -66,10 +66,10 @@ class RetryLoop:
                     item = moved.item
                     continue
                 if number >= self.max_attempts:
-                    raise self._exhausted(device_id, number, started, f"{self.max_attempts} attempts") from None
+                    raise self.exhausted(device_id, number, started, f"{self.max_attempts} attempts") from None
                 delay = self.backoff.delay(number, self.rng)
                 if self.monotonic() + delay > deadline:
-                    raise self._exhausted(device_id, number, started, f"{self.budget_seconds} s budget") from None
+                    raise self.exhausted(device_id, number, started, f"{self.budget_seconds} s budget") from None
                 self.sleep(delay)
                 item = read() if read else None  # after a sleep a returned item is likely stale
                 continue
@@ -77,7 +77,8 @@ class RetryLoop:
                 self.observer.succeeded(device_id, number, self.monotonic() - started)
             return result
 
-    def _exhausted(self, device_id: str, attempts: int, started: float, reason: str) -> RetriesExhausted:
+    def exhausted(self, device_id: str, attempts: int, started: float, reason: str) -> RetriesExhausted:
+        """Logs and counts giving up, and returns the error to raise."""
         elapsed = self.monotonic() - started
         logger.warning("retries exhausted", extra={"device_id": device_id, "attempts": attempts, "reason": reason,
                                                    "elapsed_seconds": round(elapsed, 4)})
