@@ -275,24 +275,37 @@ assert lambda_handler(event, LambdaContext())["statusCode"] == 200
 """
 
 
+_ANSWERED = "\nimport sys\nsys.stdout.write('answered\\n')\nsys.stdout.flush()\n"
+
+
 def cold_start(endpoint: str, table_name: str, runs: int) -> dict:
     """Whole-process times, baseline and handler alternating so that the machine's drift
-    (other load, CPU frequency) falls on both alike; the ratio is the median of the pairs'."""
+    (other load, CPU frequency) falls on both alike; the ratio is the median of the pairs'.
+    The clock stops when the process has its answer (what a caller waits for), not when it
+    has exited: Lambda never waits for a process to exit, and exiting (a last garbage
+    collection, module teardown) took 100 ms or more of a bare boto3 process here. The
+    ratio to the exit is reported beside it, as this bench measured it before."""
     DeviceStateManager(dynamodb_client(endpoint, "us-east-1"), table_name).put("cold", {"n": 0})
     # No .pyc written: the Lambda asset ships none (and /var/task is read-only), so a cold
     # start compiles our modules; boto3 and Powertools come precompiled in both places.
     env = dict(os.environ, TABLE_NAME=table_name, DYNAMODB_ENDPOINT=endpoint, POWERTOOLS_TRACE_DISABLED="true",
                POWERTOOLS_METRICS_DISABLED="true", POWERTOOLS_LOG_LEVEL="WARNING", PYTHONPATH=str(REPO_ROOT),
                PYTHONDONTWRITEBYTECODE="1")
-    samples = {"baseline": [], "handler": []}
+    answered = {"baseline": [], "handler": []}
+    exited = {"baseline": [], "handler": []}
     for _ in range(runs):
         for name, code in (("baseline", _BASELINE), ("handler", _HANDLER)):
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-c", code.format(endpoint=endpoint, table=table_name)], env=env,
-                           check=True, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
-            samples[name].append(time.perf_counter() - started)
-    timings = {name: round(statistics.median(times) * 1000, 1) for name, times in samples.items()}
-    timings["ratio"] = round(statistics.median(h / b for b, h in zip(samples["baseline"], samples["handler"])), 3)
+            process = subprocess.Popen([sys.executable, "-c", code.format(endpoint=endpoint, table=table_name) + _ANSWERED],
+                                       env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+            line = process.stdout.readline()
+            answered[name].append(time.perf_counter() - started)
+            if process.wait() != 0 or line != "answered\n":
+                raise RuntimeError(f"the {name} process failed (exit {process.returncode})")
+            exited[name].append(time.perf_counter() - started)
+    timings = {name: round(statistics.median(times) * 1000, 1) for name, times in answered.items()}
+    timings["ratio"] = round(statistics.median(h / b for b, h in zip(answered["baseline"], answered["handler"])), 3)
+    timings["ratio_to_exit"] = round(statistics.median(h / b for b, h in zip(exited["baseline"], exited["handler"])), 3)
     return timings
 
 
@@ -327,8 +340,8 @@ def headline(cells: list[Cell], cold: dict | None) -> list[str]:
     lines.append("lost updates: " + ", ".join(f"{s} {n}" for s, n in lost.items() if any(
         c.strategy == s for c in cells)))
     if cold:
-        lines.append(f"cold start: handler {cold['handler']} ms vs baseline {cold['baseline']} ms "
-                     f"= {cold['ratio']}x (median of runs)")
+        lines.append(f"cold start, to the answer: handler {cold['handler']} ms vs baseline {cold['baseline']} ms "
+                     f"= {cold['ratio']}x (median of pairs; to the process's exit {cold['ratio_to_exit']}x)")
     return lines
 
 

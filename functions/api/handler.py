@@ -7,6 +7,8 @@ call the library. Errors become problem details in ``problems`` (one place, by t
 
 from __future__ import annotations
 
+from functions import cold_start  # first: no garbage collection while the modules below import
+
 from .resolver import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
 
@@ -66,3 +68,6 @@ def handle_error(error: Exception):
 @metrics.log_metrics
 def lambda_handler(event, context):
     return app.resolve(event, context)
+
+
+cold_start.done()

@@ -31,3 +31,29 @@ def test_handler_import_leaves_unused_modules_until_used():
     assert lines[2] == "True"
     assert lines[3] == ("aws_lambda_powertools.utilities.data_classes.sqs_event "
                         "aws_lambda_powertools.event_handler.appsync")
+
+
+_COLLECTIONS = """
+import gc
+{before}
+collections = []
+gc.callbacks.append(lambda phase, info: phase == "stop" and collections.append(info["generation"]))
+import functions.api.handler
+print(len(collections), gc.isenabled(), gc.get_freeze_count() > 10000)
+"""
+
+
+def run_probe(code: str) -> str:
+    env = dict(os.environ, POWERTOOLS_TRACE_DISABLED="true", PYTHONPATH=str(REPO_ROOT))
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_the_handler_imports_without_garbage_collections_and_freezes_what_it_imported():
+    collections, enabled, frozen = run_probe(_COLLECTIONS.format(before="")).split()
+    assert int(collections) <= 1  # one may run before functions.cold_start is reached (with it on: ~100)
+    assert (enabled, frozen) == ("True", "True")
+
+
+def test_a_process_that_had_the_collector_off_keeps_it_off():
+    assert run_probe(_COLLECTIONS.format(before="gc.disable()")) == "0 False True"
