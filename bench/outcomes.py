@@ -65,11 +65,14 @@ def fault_run(dynamodb_port: int, table_name: str, writers: int = 8, updates: in
               loss: float = 0.1, seed: int = 7) -> dict:
     """``writers`` threads each apply ``updates`` read-modify-write and ``updates`` compiled
     increments to one device through a forwarder that loses ``loss`` of the UpdateItem
-    answers after they landed. Counts answers by kind and checks exactly-once."""
+    answers after they landed. Counts answers by kind and checks exactly-once. Each writer
+    has its own manager, as separate Lambdas do: writers sharing one take turns, and would
+    settle against a quieter device."""
     forwarder = Forwarder(dynamodb_port)
     forwarder.random_loss = ("UpdateItem", loss, random.Random(seed))
     direct = DeviceStateManager(dynamodb_client(f"http://127.0.0.1:{dynamodb_port}", "us-east-1"), table_name)
-    manager = DeviceStateManager(dynamodb_client(forwarder.endpoint, "us-east-1"), table_name)
+    managers = [DeviceStateManager(dynamodb_client(forwarder.endpoint, "us-east-1"), table_name)
+                for _ in range(writers)]
     device_id = f"faults-{uuid.uuid4().hex[:6]}"
     direct.create(device_id, {"n": 0, "tokens": []})
     outcomes = {"applied": [], "unknown": [], "exhausted": []}
@@ -81,7 +84,7 @@ def fault_run(dynamodb_port: int, table_name: str, writers: int = 8, updates: in
             for patch, kind in ((JsonPatch([{"op": "add", "path": "/tokens/-", "value": token}]), "rmw"),
                                 (INCREMENT, "inc")):
                 try:
-                    manager.update_with_retry(device_id, patch)
+                    managers[index].update_with_retry(device_id, patch)
                     outcome = "applied"
                 except OutcomeUnknown:
                     outcome = "unknown"
