@@ -28,7 +28,9 @@ class RecentJournals:
         if not item or table.VERSION not in item:
             return
         journal = {name: value for name, value in item.items()
-                   if name.startswith(table.JOURNAL_PREFIX) or name in (table.VERSION, table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_BY_PATCHES)}
+                   if name.startswith(table.JOURNAL_PREFIX) or name in (
+                       table.VERSION, table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS,
+                       table.JOURNAL_TRIMMED_BY_PATCHES)}
         with self._lock:
             known = self._journals.get(device_id)
             if known is None or int(known[table.VERSION]["N"]) <= int(item[table.VERSION]["N"]):

@@ -264,6 +264,8 @@ def _attribute_size(attribute: dict) -> int:
         return 3 + sum(1 + _attribute_size(member) for member in value)
     if kind == "B":
         return len(value)
+    if kind == "NS":  # the journal's trimmed stamps; as a list of numbers, an upper estimate
+        return 3 + sum(1 + _attribute_size({"N": member}) for member in value)
     raise ValueError(f"unexpected attribute type {kind}")
 
 

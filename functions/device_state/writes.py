@@ -12,13 +12,17 @@ keeps the newest ``JOURNAL_KEEP`` entries, and every entry younger than
 ``JOURNAL_KEEP_SECONDS`` (up to ``JOURNAL_MAX``): a writer whose answer was lost settles
 within a round trip or two, and on a hot device more than ``JOURNAL_KEEP`` other writes
 can land in that time. A write that drops entries raises a watermark to at least the
-newest stamp it dropped, so an absent entry is proof of "never applied" only while both
+newest stamp it dropped, so an absent entry is proof of "never applied" only while the
 watermarks are older than the write's own stamp: ``journalTrimmed``, SET by the writes
-that read the item (their version condition makes it exact), and
-``journalTrimmedByPatches``, which compiled patches raise by ADD: they read nothing and
-drop what their container last saw of the journal, and an ADD never lowers a watermark
-(if another container raised it meanwhile, it ends higher than needed: a possible 504,
-never a wrong answer).
+that read the item (their version condition makes it exact), and the highest of
+``journalTrimmedStamps``, a number set to which compiled patches ADD the newest stamp
+they dropped. Compiled patches read nothing and drop what their container last saw of
+the journal; a set union is the same in whatever order containers apply it, so the
+highest stamp is exact however many trim at once (an ADD to a number from each one's view
+added up, and once stood decades ahead, turning every later settle into a 504). A patch
+that sees ``TRIMMED_STAMPS_KEEP`` stamps DELETEs all but the highest it saw (never the
+highest of all: nobody sees a higher one) and drops only entries the set already covers;
+a write that reads the item folds the set into ``journalTrimmed`` and removes it.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ UpdateFn = Callable[[dict], dict]
 JOURNAL_KEEP = 8  # the newest entries every write leaves on the item
 JOURNAL_KEEP_SECONDS = 1.0  # and the entries younger than this (by the trimming writer's clock)...
 JOURNAL_MAX = 16  # ...up to this many entries in all
+TRIMMED_STAMPS_KEEP = 4  # a compiled patch that sees this many trimmed stamps prunes them instead of adding one
 SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
@@ -112,8 +117,15 @@ def written_version(item: dict | None, write: WriteId) -> int | None:
 
 
 def trimmed_stamp(item: dict | None) -> int:
-    """The newest write-id stamp the journal may have dropped: the higher of the two watermarks."""
-    return max(_number(item, table.JOURNAL_TRIMMED), _number(item, table.JOURNAL_TRIMMED_BY_PATCHES))
+    """The newest write-id stamp the journal may have dropped: the highest watermark."""
+    return max(_number(item, table.JOURNAL_TRIMMED), max(trimmed_stamps(item), default=0),
+               _number(item, table.JOURNAL_TRIMMED_BY_PATCHES))
+
+
+def trimmed_stamps(item: dict | None) -> list[int]:
+    """The stamps compiled patches added to ``journalTrimmedStamps``, lowest first."""
+    value = (item or {}).get(table.JOURNAL_TRIMMED_STAMPS)
+    return sorted(int(stamp) for stamp in value["NS"]) if value else []
 
 
 def _number(item: dict | None, name: str) -> int:
@@ -242,16 +254,25 @@ class Planner:
         metadata of the members it changes in the same request (``sections.pack``). It also
         drops the journal entries that ``seen`` (the item as this container last saw it, if
         it did) shows beyond the journal's keep: entries written since are newer still, so
-        the newest stay. ``journalTrimmedByPatches`` goes up by ADD, never back: by the
-        distance from the seen value to the newest stamp dropped. None when its values
-        cannot be stored (read-modify-write then decides)."""
+        the newest stay. It ADDs the newest stamp it drops to ``journalTrimmedStamps``, or,
+        when it saw ``TRIMMED_STAMPS_KEEP`` of them, prunes the set and drops only what the
+        set covers (see the module's docstring). None when its values cannot be stored
+        (read-modify-write then decides)."""
         try:
             check_state({"values": list(compiled.values.values())})
             values = {key: to_attribute(value) for key, value in compiled.values.items()}
         except (InvalidValue, TypeError, ArithmeticError):
             return None
         write = WriteId.new(self.now)
+        stamps = trimmed_stamps(seen)
+        pruning = len(stamps) >= TRIMMED_STAMPS_KEEP
+        journal_removes, newest_dropped, journal_names = _trimming(
+            seen, JOURNAL_KEEP - 1, self.now, covered=trimmed_stamp(seen) if pruning else None)
+        adds_stamp = not pruning and newest_dropped > trimmed_stamp(seen)
+        trimmed = {"NS": [str(newest_dropped)]}
         growth = _most_added(compiled.names, values)
+        if adds_stamp:  # as if the set were new
+            growth += 1 + len(table.JOURNAL_TRIMMED_STAMPS) + _value_size(trimmed)
         values.update({":one": number(1), ":now": {"S": timestamp(self.now)}, ":nowEpoch": number(self.now),
                        ":lastWrite": {"S": UPDATED}})
         sets = list(compiled.sets)
@@ -277,15 +298,17 @@ class Planner:
         conditions.insert(0, "#itemBytes <= :roomFor")
         names.update({**names_in(" ".join([LIVE, update, *compiled.removes, *conditions])), "#w": write.attribute,
                       **compiled.names})
-        journal_removes, newest_dropped, journal_names = _trimming(seen, JOURNAL_KEEP - 1, self.now)
         if compiled.removes or journal_removes:
             update += " REMOVE " + ", ".join(compiled.removes + journal_removes)
             names.update(journal_names)
-        raise_by = newest_dropped - _number(seen, table.JOURNAL_TRIMMED_BY_PATCHES)
-        if raise_by > 0:
-            update += " ADD #trimmedByPatches :raiseBy"
-            names["#trimmedByPatches"] = table.JOURNAL_TRIMMED_BY_PATCHES
-            values[":raiseBy"] = number(raise_by)
+        if pruning:
+            update += " DELETE #trimmedStamps :prunedStamps"
+            values[":prunedStamps"] = {"NS": [str(stamp) for stamp in stamps[:-1]]}
+        elif adds_stamp:
+            update += " ADD #trimmedStamps :trimmedStamp"
+            values[":trimmedStamp"] = trimmed
+        if pruning or adds_stamp:
+            names["#trimmedStamps"] = table.JOURNAL_TRIMMED_STAMPS
         expression = " AND ".join([LIVE, "attribute_not_exists(#w)",
                                    self.fence.condition(device_id, names, values), *conditions])
         request = {"Update": {
@@ -317,9 +340,17 @@ class Planner:
                  table.LAST_WRITE: {"S": outcome}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device))
             sets.append("#itemBytes = :itemBytes")
         values[":lastWrite"] = {"S": outcome}  # the stream processor tells updated from replaced by it
-        if newest_dropped > _number(item, table.JOURNAL_TRIMMED):
+        # The version condition makes this write's view exact, so it folds what compiled patches
+        # added into its own watermark. The old ADD watermark counts up to now at most: every
+        # entry it covered was older than the trimming writer's clock by a second.
+        folded = max(newest_dropped, max(trimmed_stamps(item), default=0),
+                     min(_number(item, table.JOURNAL_TRIMMED_BY_PATCHES), int(self.now * 1000)))
+        if folded > _number(item, table.JOURNAL_TRIMMED):
             sets.append("#trimmed = :trimmed")
-            values[":trimmed"] = number(newest_dropped)
+            values[":trimmed"] = number(folded)
+        removes = [*removes, *(f"#{name}" for name, attribute in (("trimmedStamps", table.JOURNAL_TRIMMED_STAMPS),
+                                                                    ("trimmedByPatches", table.JOURNAL_TRIMMED_BY_PATCHES))
+                               if attribute in (item or {}))]
         update = "SET " + ", ".join(sets)
         if removes or journal_removes:
             update += " REMOVE " + ", ".join(removes + journal_removes)
@@ -384,12 +415,12 @@ def _section_sets(documents: dict, entries: dict, values: dict) -> list[str]:
     return sets
 
 
-def _trimming(item: dict | None, keep: int, now: float) -> tuple[list[str], int, dict]:
+def _trimming(item: dict | None, keep: int, now: float, covered: int | None = None) -> tuple[list[str], int, dict]:
     """Journal entries to drop so that the newest ``keep`` applied ones remain, and those
     younger than ``JOURNAL_KEEP_SECONDS`` up to ``JOURNAL_MAX`` in all (``keep`` and the
     maximum count the write's own entry); never-applied markers go once they are old.
-    Returns the names to REMOVE, the newest stamp of an applied entry dropped (0: none)
-    and the name map."""
+    ``covered``: drop only applied entries stamped at or before it. Returns the names to
+    REMOVE, the newest stamp of an applied entry dropped (0: none) and the name map."""
     entries = journal(item)
     applied = sorted(((version, write) for write, version in entries if version > 0),
                      key=lambda entry: entry[0], reverse=True)
@@ -397,7 +428,8 @@ def _trimming(item: dict | None, keep: int, now: float) -> tuple[list[str], int,
     kept = applied[:keep] + [entry for entry in applied[keep:] if entry[1].stamp_ms > young_after]
     kept = kept[:JOURNAL_MAX - (JOURNAL_KEEP - keep)]
     kept_writes = {write for _, write in kept}
-    dropped = [write for _, write in applied if write not in kept_writes]
+    dropped = [write for _, write in applied
+               if write not in kept_writes and (covered is None or write.stamp_ms <= covered)]
     old_markers = [write for write, version in entries
                    if version == 0 and write.stamp_ms < (now - SETTLED_KEEP_SECONDS) * 1000]
     newest_dropped = max((write.stamp_ms for write in dropped), default=0)

@@ -23,7 +23,7 @@ from functions.device_state import (
 )
 from functions.device_state.client import dynamodb_client
 from functions.device_state import table
-from functions.device_state.writes import JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX
+from functions.device_state.writes import JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX, journal, trimmed_stamp
 from localdev.faults import Forwarder
 
 pytestmark = pytest.mark.dynamodb_local
@@ -261,6 +261,35 @@ def test_when_the_journal_has_moved_past_a_write_it_is_reported_unknown_never_re
     assert rig.state("d")["mine"] == 1 and rig.version("d") == 2 + JOURNAL_KEEP + 2  # applied once
 
 
+def containers_trimming_from_one_view(rig, device_id, count):
+    """``count`` containers whose last view of the device is the same item each apply a
+    compiled increment, which drops the entries that view shows beyond the journal's keep
+    (their clocks run ahead, so every entry is old to them). Returns (view, item after)."""
+    rig.other.create(device_id, {"n": 0})
+    for _ in range(JOURNAL_MAX + 4):  # a new container each time: it has seen nothing, so it trims nothing
+        DeviceStateManager(rig.client, rig.name).update_with_retry(device_id, INCREMENT)
+    view = rig.client.get_item(TableName=rig.name, Key=table.state_key(device_id), ConsistentRead=True)["Item"]
+    for _ in range(count):
+        container = DeviceStateManager(rig.client, rig.name, clock=lambda: time.time() + 2 * JOURNAL_KEEP_SECONDS)
+        container.recent.saw(device_id, view)
+        container.update_with_retry(device_id, INCREMENT)
+    return view, rig.client.get_item(TableName=rig.name, Key=table.state_key(device_id), ConsistentRead=True)["Item"]
+
+
+@pytest.mark.parametrize("kind", MINE)
+def test_containers_trimming_at_once_leave_the_exact_watermark_and_a_lost_answer_is_settled(rig, kind):
+    view, after = containers_trimming_from_one_view(rig, "d", 3)
+    dropped = [write.stamp_ms for write, _ in journal(view) if write.attribute not in after]
+    assert dropped and trimmed_stamp(after) == max(dropped)  # not the sum of three raises
+    # A write lost before it reached DynamoDB: its entry is absent, so only the watermark
+    # can tell "never applied" from "dropped from the journal"; it is settled and sent again.
+    rig.forwarder.lose("UpdateItem", land=False)
+    device = rig.manager.update_with_retry("d", MINE[kind])  # answered: no OutcomeUnknown
+    assert rig.forwarder.lost == ["UpdateItem"] and device.version >= 2
+    state = rig.state("d")
+    assert (state["n"] == JOURNAL_MAX + 4 + 3 + 1) if kind == "compiled" else (state["mine"] == 1)
+
+
 def journal_entries(rig, device_id):
     item = rig.client.get_item(TableName=rig.name, Key=table.state_key(device_id))["Item"]
     return [name for name in item if name.startswith(table.JOURNAL_PREFIX)]
@@ -327,6 +356,23 @@ def rig_state(item):
 def to_attr(value):
     from functions.device_state.values import to_attribute
     return to_attribute(value)
+
+
+def test_control_a_watermark_raised_by_add_from_one_view_overshoots_and_every_later_settle_is_unknown(rig):
+    """The watermark compiled patches kept before: each raised it by ADD of (newest stamp
+    dropped - the value its container last saw). Two containers with one view add twice."""
+    rig.other.create("d", {"n": 0})
+    raise_by = int(time.time() * 1000) - 2000  # the newest stamp dropped, minus a view without the attribute (0)
+    for _ in range(2):
+        rig.client.update_item(TableName=rig.name, Key=table.state_key("d"), UpdateExpression="ADD #t :raise",
+                               ExpressionAttributeNames={"#t": table.JOURNAL_TRIMMED_BY_PATCHES},
+                               ExpressionAttributeValues={":raise": {"N": str(raise_by)}})
+    item = rig.client.get_item(TableName=rig.name, Key=table.state_key("d"), ConsistentRead=True)["Item"]
+    assert trimmed_stamp(item) > time.time() * 1000 + 365 * 24 * 3600 * 1000  # decades ahead
+    rig.forwarder.lose("UpdateItem", land=False)
+    with pytest.raises(OutcomeUnknown):  # though DynamoDB answered the settle: the write never applied
+        rig.manager.update_with_retry("d", JsonPatch([{"op": "add", "path": "/mine", "value": 1}]))
+    assert "mine" not in rig.state("d")
 
 
 def test_control_the_naive_read_modify_write_applies_twice_in_the_same_harness(rig):

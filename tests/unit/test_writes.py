@@ -8,8 +8,8 @@ import pytest
 from functions.device_state import DeviceAlreadyExists, JsonPatch
 from functions.device_state import table
 from functions.device_state.fencing import Fence, lease_key
-from functions.device_state.writes import (JOURNAL_KEEP, JOURNAL_MAX, Planner, WriteId, journal, settle_request,
-                                           trimmed_stamp)
+from functions.device_state.writes import (JOURNAL_KEEP, JOURNAL_MAX, TRIMMED_STAMPS_KEEP, Planner, WriteId, journal,
+                                           settle_request, trimmed_stamp)
 
 NOW = 1_800_000_000.0
 PLANNER = Planner("devices", Fence(), NOW, tombstone_seconds=100)
@@ -120,7 +120,7 @@ def test_settling_marks_the_write_as_never_applied_only_if_its_entry_is_absent()
 def removed_names(request):
     if " REMOVE " not in request["UpdateExpression"]:
         return set()
-    clause = request["UpdateExpression"].split(" REMOVE ")[1].split(" ADD ")[0]
+    clause = request["UpdateExpression"].split(" REMOVE ")[1].split(" ADD ")[0].split(" DELETE ")[0]
     return {request["ExpressionAttributeNames"].get(name, name) for name in clause.split(", ")}
 
 
@@ -136,21 +136,52 @@ def test_a_write_keeps_the_entries_of_the_last_second_up_to_the_maximum():
     assert request["ExpressionAttributeValues"][":trimmed"] == {"N": str(many[-JOURNAL_MAX][0].stamp_ms)}
 
 
-def test_a_compiled_patch_drops_what_the_container_last_saw_and_raises_its_own_watermark_by_add():
+def test_a_compiled_patch_drops_what_the_container_last_saw_and_adds_the_newest_dropped_stamp_to_a_set():
     entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 30)]
-    seen = item(29, entries, journalTrimmed={"N": "950"}, journalTrimmedByPatches={"N": "900"})
+    seen = item(29, entries, journalTrimmed={"N": "950"}, journalTrimmedStamps={"NS": ["900"]})
     compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
     request = PLANNER.compiled("d", compiled, seen).request["Update"]
     assert removed_names(request) == {write.attribute for write, _ in entries[:-(JOURNAL_KEEP - 1)]}
-    assert request["UpdateExpression"].endswith(" ADD #trimmedByPatches :raiseBy")
-    assert request["ExpressionAttributeNames"]["#trimmedByPatches"] == table.JOURNAL_TRIMMED_BY_PATCHES
+    assert request["UpdateExpression"].endswith(" ADD #trimmedStamps :trimmedStamp")
+    assert request["ExpressionAttributeNames"]["#trimmedStamps"] == table.JOURNAL_TRIMMED_STAMPS
     newest_dropped = entries[-JOURNAL_KEEP][0].stamp_ms
-    assert request["ExpressionAttributeValues"][":raiseBy"] == {"N": str(newest_dropped - 900)}
+    # the stamp itself, not a distance from this container's view: a set union adds up to nothing
+    assert request["ExpressionAttributeValues"][":trimmedStamp"] == {"NS": [str(newest_dropped)]}
     assert "#trimmed" not in request["ExpressionAttributeNames"]  # the exact watermark is the readers' alone
-    assert trimmed_stamp(seen) == 950 and trimmed_stamp({"journalTrimmedByPatches": {"N": "990"}}) == 990
+    assert trimmed_stamp(seen) == 950 and trimmed_stamp({"journalTrimmedStamps": {"NS": ["990", "20"]}}) == 990
+    assert trimmed_stamp({"journalTrimmedByPatches": {"N": "995"}}) == 995  # the old watermark still counts
     unseen = PLANNER.compiled("d", compiled, None).request["Update"]
     assert " REMOVE " not in unseen["UpdateExpression"] and " ADD " not in unseen["UpdateExpression"]
     assert len(journal(item(3, entries))) == len(entries)
+
+
+def test_a_compiled_patch_that_sees_many_stamps_prunes_them_and_drops_only_what_they_cover():
+    entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 30)]
+    stamps = ["1003", "1010", "1001", "1012"][:TRIMMED_STAMPS_KEEP]
+    seen = item(29, entries, journalTrimmedStamps={"NS": stamps})
+    compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
+    request = PLANNER.compiled("d", compiled, seen).request["Update"]
+    assert " ADD " not in request["UpdateExpression"]
+    assert request["UpdateExpression"].endswith(" DELETE #trimmedStamps :prunedStamps")
+    highest = max(int(stamp) for stamp in stamps)
+    assert sorted(request["ExpressionAttributeValues"][":prunedStamps"]["NS"]) == sorted(
+        stamp for stamp in stamps if int(stamp) != highest)  # never the highest it saw
+    assert removed_names(request) == {write.attribute for write, _ in entries if write.stamp_ms <= highest}
+
+
+def test_a_write_that_read_the_item_folds_the_patches_watermarks_into_its_own():
+    """Its version condition makes its view exact: the set's highest stamp, and the old ADD
+    watermark counted up to now at most (it overshot when containers raised it at once)."""
+    stamps = item(5, journalTrimmed={"N": "700"}, journalTrimmedStamps={"NS": ["900", "800"]})
+    request = PLANNER.replace_state(stamps, lambda state: state, None, "updated").request["Update"]
+    assert request["ExpressionAttributeValues"][":trimmed"] == {"N": "900"}
+    assert removed_names(request) == {table.JOURNAL_TRIMMED_STAMPS}
+    overshot = item(5, journalTrimmed={"N": "700"}, journalTrimmedByPatches={"N": str(2 * int(NOW * 1000))})
+    request = PLANNER.replace_state(overshot, lambda state: state, None, "updated").request["Update"]
+    assert request["ExpressionAttributeValues"][":trimmed"] == {"N": str(int(NOW * 1000))}
+    assert removed_names(request) == {table.JOURNAL_TRIMMED_BY_PATCHES}
+    quiet = PLANNER.replace_state(item(5, journalTrimmed={"N": "700"}), lambda state: state, None, "updated")
+    assert " REMOVE " not in quiet.request["Update"]["UpdateExpression"]
 
 
 def test_a_state_at_the_item_limit_leaves_room_for_its_change_record():
