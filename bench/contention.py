@@ -5,7 +5,9 @@ Strategies: naive (read, unconditional put: the control), seed (the textbook loo
 conditional write, re-read on conflict, fixed retries, no backoff), library
 (DeviceStateManager.update_with_retry as shipped, the writers sharing one manager, so taking
 turns on the device), apart (the same with a manager per writer, as writers in separate
-processes or Lambdas have: they race) and api (HTTP PATCHes through the local server). Workloads: increment (+1 per update) and rmw (bump a counter and append the
+processes or Lambdas have: those that lose a race line up on the device item), racing
+(apart without the line, ``line_up=False``) and api (HTTP PATCHes through the local
+server). Workloads: increment (+1 per update) and rmw (bump a counter and append the
 writer's id to a bounded history: a result that depends on the state read).
 
 Writes bench/out/latest.{json,md,png} (untracked; `make bench UPDATE_RESULTS=1` writes the
@@ -47,7 +49,7 @@ from bench import credentials  # noqa: E402
 OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
 HISTORY = 10
 SEED_RETRIES = 10
-STRATEGIES = ("naive", "seed", "library", "apart", "api")
+STRATEGIES = ("naive", "seed", "library", "apart", "racing", "api")
 WORKLOADS = ("increment", "rmw")
 
 
@@ -196,8 +198,8 @@ class Bench:
         counting = CountingClient(self.client)
         attempts = Attempts()
         shared = DeviceStateManager(counting, self.table, observer=attempts)
-        managers = [DeviceStateManager(counting, self.table, observer=attempts) if strategy == "apart" else shared
-                    for _ in range(writers)]
+        managers = [DeviceStateManager(counting, self.table, observer=attempts, line_up=strategy == "apart")
+                    if strategy in ("apart", "racing") else shared for _ in range(writers)]
         per_writer = [updates // writers + (1 if index < updates % writers else 0) for index in range(writers)]
         latencies, seed_attempts, succeeded = [], [], [0]
         lock = threading.Lock()
@@ -215,7 +217,7 @@ class Bench:
                         used = self.seed(counting, device_id, workload, name)
                         with lock:
                             seed_attempts.append(used)
-                    elif strategy in ("library", "apart"):
+                    elif strategy in ("library", "apart", "racing"):
                         self.library_update(managers[index], device_id, workload, name)
                     else:
                         self.api_update(device_id, workload, name)
@@ -236,8 +238,8 @@ class Bench:
         seconds = time.perf_counter() - started
         final = DeviceStateManager(self.client, self.table).get(device_id).state["n"]
         ok = succeeded[0]
-        attempt_list = {"library": attempts.per_update, "apart": attempts.per_update, "seed": seed_attempts,
-                        "naive": [1] * ok}.get(strategy)
+        attempt_list = {"library": attempts.per_update, "apart": attempts.per_update, "racing": attempts.per_update,
+                        "seed": seed_attempts, "naive": [1] * ok}.get(strategy)
         counted = strategy != "api"  # the API's calls happen inside the server's processes
         return Cell(
             workload=workload, strategy=strategy, writers=writers, updates=updates, succeeded=ok,
@@ -331,11 +333,13 @@ def headline(cells: list[Cell], cold: dict | None) -> list[str]:
                 f"failed conditional writes/update {library_hot.failed_conditions_per_update}, "
                 f"calls/update {library_hot.calls_per_update}, attempts p95 {library_hot.attempts_p95}, "
                 f"success {library_hot.success_rate:.0%}")
-        apart_hot = cell(workload, "apart", hot)
-        if apart_hot:
-            lines.append(f"{workload} @ {hot} writers, a manager each (as separate processes): "
-                         f"failed conditional writes/update {apart_hot.failed_conditions_per_update}, "
-                         f"calls/update {apart_hot.calls_per_update}, success {apart_hot.success_rate:.0%}")
+        for strategy, how in (("apart", "lining up"), ("racing", "racing")):
+            apart_hot = cell(workload, strategy, hot)
+            if apart_hot:
+                lines.append(f"{workload} @ {hot} writers, a manager each (as separate processes), {how}: "
+                             f"failed conditional writes/update {apart_hot.failed_conditions_per_update}, "
+                             f"calls/update {apart_hot.calls_per_update}, {apart_hot.goodput}/s, "
+                             f"p95 {apart_hot.latency_ms_p95} ms, success {apart_hot.success_rate:.0%}")
     lost = {s: sum(c.lost_updates for c in cells if c.strategy == s) for s in STRATEGIES}
     lines.append("lost updates: " + ", ".join(f"{s} {n}" for s, n in lost.items() if any(
         c.strategy == s for c in cells)))

@@ -8,6 +8,8 @@ and ``expiresAt``; a settle stub (see ``writes.settle_request``) has no version 
 
 from __future__ import annotations
 
+import re
+
 from boto3.dynamodb.conditions import ConditionBase, ConditionExpressionBuilder
 
 from . import table
@@ -27,6 +29,8 @@ NAMES = {
     "#trimmed": table.JOURNAL_TRIMMED,
     "#trimmedStamps": table.JOURNAL_TRIMMED_STAMPS,
     "#trimmedByPatches": table.JOURNAL_TRIMMED_BY_PATCHES,
+    "#turnsServed": table.TURNS_SERVED,
+    "#turnsMovedAt": table.TURNS_MOVED_AT,
     "#leaseToken": table.LEASE_TOKEN,
     "#leaseKey": table.LEASE_KEY,
     "#leaseUntil": table.LEASE_UNTIL,
@@ -45,9 +49,13 @@ LIVE = f"(attribute_exists(#version) AND attribute_not_exists(#deletedAt) AND {N
 NOT_LIVE = "(attribute_not_exists(#version) OR attribute_exists(#deletedAt) OR #expiresAt <= :nowEpoch)"
 
 
+_PLACEHOLDER = re.compile(r"#[A-Za-z0-9_]+")
+
+
 def names_in(expression: str, extra: dict | None = None) -> dict:
     """The fixed placeholders ``expression`` uses, with their attribute names."""
-    names = {placeholder: name for placeholder, name in NAMES.items() if placeholder in expression}
+    used = set(_PLACEHOLDER.findall(expression))  # whole placeholders: #trimmed is not in #trimmedStamps
+    names = {placeholder: name for placeholder, name in NAMES.items() if placeholder in used}
     return {**names, **(extra or {})}
 
 

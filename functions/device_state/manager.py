@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import random
 import time
@@ -22,6 +23,7 @@ from .expressions import LIVE, names_in, number
 from .fencing import Fence
 from .idempotency import CREATED, REPLACED, UPDATED, IdempotencyKey
 from .leases import DEFAULT_TTL_SECONDS, Lease, LeaseQueue
+from .line import DeviceLine, Place
 from .observer import NULL_OBSERVER, UpdateObserver
 from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
 from .recent import RecentJournals
@@ -49,6 +51,9 @@ class DeviceStateManager:
     Takes its DynamoDB (low-level) client and table name; holds no global state. The
     client should not retry on its own (``dynamodb_client`` makes one that does not).
     ``clock``, ``monotonic``, ``sleep`` and ``rng`` are there so tests can drive time.
+    ``line_up``: read-modify-writes that lose a race join the device's line across
+    processes (``line.py``): far fewer failed writes and a shorter tail, for about a third
+    more calls and a lower peak rate on one device; ``False`` races as before.
     """
 
     def __init__(
@@ -66,6 +71,7 @@ class DeviceStateManager:
         rng: random.Random | None = None,
         tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+        line_up: bool = True,
     ):
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -85,6 +91,7 @@ class DeviceStateManager:
         self.fence = Fence()
         self.recent = RecentJournals()
         self.turns = DeviceTurns()
+        self.line = DeviceLine(self.store, observer, clock, monotonic, sleep, self.rng) if line_up else None
 
     @property
     def client(self):
@@ -257,9 +264,9 @@ class DeviceStateManager:
         is ANDed with the version check; when it is false ``ConditionFailed`` is raised
         at once. An exception from ``update_fn`` propagates at once, nothing written.
         ``section``: the section the patch applies to (``state`` unless named).
-        Writers sharing this manager take turns on a device (``turns.py``): only writers
-        elsewhere can move it under a read-modify-write, and the wait counts against
-        ``budget_seconds``.
+        Writers sharing this manager take turns on a device (``turns.py``); writers in other
+        processes that keep losing to each other line up on the device item (``line.py``).
+        Both waits count against ``budget_seconds``.
         """
         validate_device_id(device_id)
         check_section(section)
@@ -273,10 +280,17 @@ class DeviceStateManager:
             if not mine:
                 raise self._loop(max_attempts, budget).exhausted(
                     device_id, 0, asked, f"{budget} s budget spent waiting for its turn on the device")
-            return self._write(device_id, lambda planner, item: planner.replace_state(
-                expect(device_id, item, None, planner.now), update_fn, condition, UPDATED, section),
-                idempotency, max_attempts=max_attempts, budget_seconds=budget - (self.monotonic() - asked),
-                counted=True)[0]
+            place = self.line and self.line.place(device_id, asked + budget, lambda reason: self._loop(
+                max_attempts, budget).exhausted(device_id, 0, asked, reason))
+            try:
+                return self._write(device_id, lambda planner, item: planner.replace_state(
+                    expect(device_id, item, None, planner.now), update_fn, condition, UPDATED, section),
+                    idempotency, max_attempts=max_attempts, budget_seconds=budget - (self.monotonic() - asked),
+                    counted=True, place=place)[0]
+            except BaseException:
+                if place is not None:
+                    place.leave()
+                raise
 
     def delete(self, device_id: str, expected_version: int | None = None, *,
                idempotency: IdempotencyKey | None = None) -> Device:
@@ -343,19 +357,25 @@ class DeviceStateManager:
     def _write(self, device_id: str, plan: Callable[[Planner, dict | None], Planned],
                idempotency: IdempotencyKey | None, *, expected_version: int | None = None,
                created_may_move: bool = False, max_attempts: int | None = None,
-               budget_seconds: float | None = None, counted: bool = False) -> tuple[Device, str]:
+               budget_seconds: float | None = None, counted: bool = False,
+               place: Place | None = None) -> tuple[Device, str]:
         """Plan from the item read, send, classify, and go again while the device moved
         under a write that named no version. ``created_may_move``: a create that finds
         the device created meanwhile plans again (PUT) instead of failing (POST).
-        ``counted``: an update, whose attempts and successes the observer counts."""
+        ``counted``: an update, whose attempts and successes the observer counts. ``place``:
+        its place in the device's line across processes, which it joins when it loses."""
         if idempotency is not None:
             recorded = self.recorded(device_id, idempotency)
             if recorded is not None:
                 return recorded
 
         def attempt(item, number):
+            if place is not None:
+                item = place.ready(item, number)
             self.recent.saw(device_id, item)
             planner = self.planner()
+            if place is not None and place.in_turn:
+                planner = dataclasses.replace(planner, serves_turn=place.taker)
             try:
                 planned = plan(planner, item)
             except VersionConflict as conflict:
@@ -385,7 +405,8 @@ class DeviceStateManager:
                 raise
 
         return self._loop(max_attempts, budget_seconds).run(
-            device_id, attempt, lambda: self.store.get_state(device_id), count_success=counted)
+            device_id, attempt, lambda: self.store.get_state(device_id), count_success=counted,
+            at_once=lambda: place is not None and place.at_once)
 
     def _send_keyed(self, planner: Planner, device_id: str, planned: Planned,
                     idempotency: IdempotencyKey) -> tuple[Device, str]:

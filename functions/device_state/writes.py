@@ -52,18 +52,22 @@ UpdateFn = Callable[[dict], dict]
 JOURNAL_KEEP = 8  # the newest entries every write leaves on the item
 JOURNAL_KEEP_SECONDS = 1.0  # and the entries younger than this (by the trimming writer's clock)...
 JOURNAL_MAX = 16  # ...up to this many entries in all
+LEGACY_CAP_MS = 5 * 60 * 1000  # the old ADD watermark, folded, counts at most this far past the folding writer's clock
 TRIMMED_STAMPS_KEEP = 4  # a compiled patch that sees this many trimmed stamps prunes them instead of adding one
 SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
 # Room a state write leaves on the item for what later requests add without a state change:
-# journal entries of compiled patches between trims, a settle mark, the lease holder.
+# journal entries of compiled patches between trims and their trimmed stamps, a settle mark,
+# the lease holder, the line.
 BOOKKEEPING_BYTES = 768
 MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state write may leave on the item
 COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit, lastWrite becoming "updated"
 # What a state write stores and its change record copies: the sections and their metadata.
 SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
-BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL})
+BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, table.JOURNAL_TRIMMED_BY_PATCHES,
+                                    table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL,
+                                    table.TURNS_TAKEN, table.TURNS_SERVED, table.TURNS_MOVED_AT})
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 _STAMP_WIDTH = 9  # base 36 milliseconds, good past the year 5000
@@ -159,6 +163,7 @@ class Planner:
     fence: Fence
     now: float
     tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS
+    serves_turn: str | None = None  # a state write that ends its writer's turn in the device's line: its taker (line.py)
 
     # ---------------------------------------------------------------- planners
 
@@ -271,8 +276,6 @@ class Planner:
         adds_stamp = not pruning and newest_dropped > trimmed_stamp(seen)
         trimmed = {"NS": [str(newest_dropped)]}
         growth = _most_added(compiled.names, values)
-        if adds_stamp:  # as if the set were new
-            growth += 1 + len(table.JOURNAL_TRIMMED_STAMPS) + _value_size(trimmed)
         values.update({":one": number(1), ":now": {"S": timestamp(self.now)}, ":nowEpoch": number(self.now),
                        ":lastWrite": {"S": UPDATED}})
         sets = list(compiled.sets)
@@ -341,20 +344,29 @@ class Planner:
             sets.append("#itemBytes = :itemBytes")
         values[":lastWrite"] = {"S": outcome}  # the stream processor tells updated from replaced by it
         # The version condition makes this write's view exact, so it folds what compiled patches
-        # added into its own watermark. The old ADD watermark counts up to now at most: every
-        # entry it covered was older than the trimming writer's clock by a second.
+        # added into its own watermark. The old ADD watermark (it overshot, by decades once)
+        # counts up to a few minutes past this writer's clock: beyond any writer's clock skew.
         folded = max(newest_dropped, max(trimmed_stamps(item), default=0),
-                     min(_number(item, table.JOURNAL_TRIMMED_BY_PATCHES), int(self.now * 1000)))
+                     min(_number(item, table.JOURNAL_TRIMMED_BY_PATCHES), int(self.now * 1000) + LEGACY_CAP_MS))
         if folded > _number(item, table.JOURNAL_TRIMMED):
             sets.append("#trimmed = :trimmed")
             values[":trimmed"] = number(folded)
         removes = [*removes, *(f"#{name}" for name, attribute in (("trimmedStamps", table.JOURNAL_TRIMMED_STAMPS),
                                                                     ("trimmedByPatches", table.JOURNAL_TRIMMED_BY_PATCHES))
                                if attribute in (item or {}))]
+        if self.serves_turn:
+            sets.append("#turnsMovedAt = :turnsMovedAt")
+            values[":turnsMovedAt"] = number(int(self.now * 1000))
+        if self.serves_turn:
+            removes = [*removes, "#turnTaker"]
         update = "SET " + ", ".join(sets)
         if removes or journal_removes:
             update += " REMOVE " + ", ".join(removes + journal_removes)
-        names = names_in(update + condition, {"#w": write.attribute, **journal_names})
+        if self.serves_turn:
+            update += " ADD #turnsServed :oneTurn"
+            values[":oneTurn"] = number(1)
+        names = names_in(update + condition, {"#w": write.attribute, **journal_names,
+                                              **({"#turnTaker": self.serves_turn} if self.serves_turn else {})})
         expression = f"{condition} AND attribute_not_exists(#w)"
         if outcome != CHECKED:
             expression += " AND " + self.fence.condition(device_id, names, values)
@@ -372,7 +384,7 @@ class Planner:
 def _without_bookkeeping(item: dict | None) -> dict:
     """The item without what ``BOOKKEEPING_BYTES`` keeps room for (journal, lease holder)."""
     return {name: value for name, value in (item or {}).items()
-            if not name.startswith(table.JOURNAL_PREFIX) and name not in BOOKKEEPING_ATTRIBUTES}
+            if not name.startswith((table.JOURNAL_PREFIX, table.TURN_TAKER_PREFIX)) and name not in BOOKKEEPING_ATTRIBUTES}
 
 
 def _checked_size(item: dict, device: Device) -> int:

@@ -8,7 +8,7 @@ import pytest
 from functions.device_state import DeviceAlreadyExists, JsonPatch
 from functions.device_state import table
 from functions.device_state.fencing import Fence, lease_key
-from functions.device_state.writes import (JOURNAL_KEEP, JOURNAL_MAX, TRIMMED_STAMPS_KEEP, Planner, WriteId, journal,
+from functions.device_state.writes import (JOURNAL_KEEP, JOURNAL_MAX, LEGACY_CAP_MS, TRIMMED_STAMPS_KEEP, Planner, WriteId, journal,
                                            settle_request, trimmed_stamp)
 
 NOW = 1_800_000_000.0
@@ -171,15 +171,20 @@ def test_a_compiled_patch_that_sees_many_stamps_prunes_them_and_drops_only_what_
 
 def test_a_write_that_read_the_item_folds_the_patches_watermarks_into_its_own():
     """Its version condition makes its view exact: the set's highest stamp, and the old ADD
-    watermark counted up to now at most (it overshot when containers raised it at once)."""
+    watermark counted up to a few minutes past its clock (it overshot when containers raised it at once)."""
     stamps = item(5, journalTrimmed={"N": "700"}, journalTrimmedStamps={"NS": ["900", "800"]})
     request = PLANNER.replace_state(stamps, lambda state: state, None, "updated").request["Update"]
     assert request["ExpressionAttributeValues"][":trimmed"] == {"N": "900"}
     assert removed_names(request) == {table.JOURNAL_TRIMMED_STAMPS}
     overshot = item(5, journalTrimmed={"N": "700"}, journalTrimmedByPatches={"N": str(2 * int(NOW * 1000))})
     request = PLANNER.replace_state(overshot, lambda state: state, None, "updated").request["Update"]
-    assert request["ExpressionAttributeValues"][":trimmed"] == {"N": str(int(NOW * 1000))}
+    assert request["ExpressionAttributeValues"][":trimmed"] == {"N": str(int(NOW * 1000) + LEGACY_CAP_MS)}
     assert removed_names(request) == {table.JOURNAL_TRIMMED_BY_PATCHES}
+    # a fold that raises nothing still removes the set, and declares no name it does not use
+    covered = item(5, journalTrimmed={"N": "950"}, journalTrimmedStamps={"NS": ["900"]})
+    request = PLANNER.replace_state(covered, lambda state: state, None, "updated").request["Update"]
+    assert removed_names(request) == {table.JOURNAL_TRIMMED_STAMPS}
+    assert "#trimmed" not in request["ExpressionAttributeNames"]
     quiet = PLANNER.replace_state(item(5, journalTrimmed={"N": "700"}), lambda state: state, None, "updated")
     assert " REMOVE " not in quiet.request["Update"]["UpdateExpression"]
 
@@ -229,3 +234,38 @@ def test_desired_reported_and_their_metadata_count_toward_the_item_size():
     PLANNER.write_sections(stored, [SectionWrite(REPORTED, lambda reported: {"n": 1}, ("",))], None, "updated")
     with pytest.raises(ItemTooLarge):
         PLANNER.write_sections(stored, [SectionWrite(REPORTED, lambda reported: half, ("",))], None, "updated")
+
+
+def test_every_name_and_value_a_planned_request_declares_is_used():
+    """DynamoDB refuses a request that declares a placeholder it does not use (#trimmed is
+    not used by an expression that only names #trimmedStamps)."""
+    import re
+    from dataclasses import replace
+
+    entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 30)]
+    items = [item(5), item(29, entries), item(5, journalTrimmed={"N": "950"}, journalTrimmedStamps={"NS": ["900"]}),
+             item(5, journalTrimmedByPatches={"N": "10"}, journalTrimmed={"N": "20"}),
+             item(29, entries, journalTrimmedStamps={"NS": ["1", "2", "3", "4"]})]
+    compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
+    for planner in (PLANNER, replace(PLANNER, serves_turn="turn:0a1b2c3d")):
+        for seen in items:
+            for planned in (planner.replace_state(seen, lambda state: state, None, "updated"), planner.delete(seen),
+                            planner.compiled("d", compiled, seen)):
+                request = planned.request["Update"]
+                text = request["UpdateExpression"] + " " + request["ConditionExpression"]
+                used = set(re.findall(r"[#:][A-Za-z0-9_]+", text))
+                assert set(request["ExpressionAttributeNames"]) <= used, request
+                assert set(request["ExpressionAttributeValues"]) <= used, request
+
+
+def test_a_write_in_its_turn_ends_it_in_the_same_request():
+    from dataclasses import replace
+
+    request = replace(PLANNER, serves_turn="turn:0a1b2c3d").replace_state(item(), lambda state: state, None, "updated")
+    update = request.request["Update"]
+    assert update["UpdateExpression"].endswith(" ADD #turnsServed :oneTurn")
+    assert "turn:0a1b2c3d" in removed_names(update)  # its ticket goes with its turn
+    assert update["ExpressionAttributeNames"]["#turnsServed"] == table.TURNS_SERVED
+    assert update["ExpressionAttributeValues"][":turnsMovedAt"] == {"N": str(int(NOW * 1000))}
+    plain = PLANNER.replace_state(item(), lambda state: state, None, "updated").request["Update"]
+    assert "turns" not in str(plain)

@@ -1,0 +1,152 @@
+"""The line across processes (line.py) on DynamoDB Local: writers with a manager each (as
+separate Lambdas) line up instead of racing, lose nothing, and a line whose holder is gone
+moves on; its control races."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from functions.device_state import DeviceStateManager, JsonPatch, UpdateObserver
+from functions.device_state import table
+from functions.device_state.line import FIRST_TURN_SECONDS, STALL_SECONDS, STALL_TURNS
+from functions.device_state.values import from_attribute
+
+from tests.integration.test_concurrency import THREADS, UPDATES_PER_THREAD, append_token, run_workers
+
+pytestmark = pytest.mark.dynamodb_local
+
+
+class LineEvents(UpdateObserver):
+    def __init__(self):
+        self.conflicts = self.joined = self.stalled = 0
+        self._lock = threading.Lock()
+
+    def conflict(self, device_id, expected_version, found_version):
+        with self._lock:
+            self.conflicts += 1
+
+    def joined_line(self, device_id):
+        with self._lock:
+            self.joined += 1
+
+    def line_stalled(self, device_id):
+        with self._lock:
+            self.stalled += 1
+
+
+def writers_apart(client, name, events, line_up=True):
+    """Each worker thread its own manager, as each Lambda has."""
+    own = threading.local()
+
+    def write(token):
+        if not hasattr(own, "manager"):
+            own.manager = DeviceStateManager(client, name, observer=events, line_up=line_up)
+        own.manager.update_with_retry("hot", append_token(token))
+
+    return write
+
+
+def turns_of(client, name, device_id="hot"):
+    item = client.get_item(TableName=name, Key=table.state_key(device_id), ConsistentRead=True)["Item"]
+    return {attribute: int(item[attribute]["N"]) for attribute in (table.TURNS_TAKEN, table.TURNS_SERVED)
+            if attribute in item}, from_attribute(item["state"])
+
+
+def test_writers_in_separate_processes_line_up_and_rarely_collide(local_table):
+    client, name = local_table
+    DeviceStateManager(client, name).create("hot", {"tokens": [], "counter": 0})
+    events = LineEvents()
+    run = run_workers(writers_apart(client, name, events))
+    turns, state = turns_of(client, name)
+    updates = THREADS * UPDATES_PER_THREAD
+    assert sorted(state["tokens"]) == sorted(run.acknowledged) and len(run.acknowledged) == updates
+    assert events.joined > 0 and turns[table.TURNS_SERVED] <= turns[table.TURNS_TAKEN]
+    assert events.conflicts <= 0.3 * updates, events.conflicts  # racing: about one per update, or more
+
+
+def test_control_the_same_writers_without_the_line_race(local_table):
+    client, name = local_table
+    DeviceStateManager(client, name).create("hot", {"tokens": [], "counter": 0})
+    events = LineEvents()
+    run = run_workers(writers_apart(client, name, events, line_up=False))
+    _, state = turns_of(client, name)
+    assert sorted(state["tokens"]) == sorted(run.acknowledged)
+    assert events.joined == 0 and events.conflicts >= 0.6 * THREADS * UPDATES_PER_THREAD, events.conflicts
+
+
+def holder_that_vanished(client, name):
+    """A line whose only ticket's holder is gone (crashed, or never learnt its ticket)."""
+    DeviceStateManager(client, name).line.take("hot", table.TURN_TAKER_PREFIX + "gone")
+
+
+def test_a_line_whose_holder_is_gone_moves_on_after_the_stall(local_table):
+    client, name = local_table
+    DeviceStateManager(client, name).create("hot", {"tokens": [], "counter": 0})
+    holder_that_vanished(client, name)
+    events = LineEvents()
+    started = time.monotonic()
+    DeviceStateManager(client, name, observer=events).update_with_retry("hot", append_token("late"))
+    waited = time.monotonic() - started
+    turns, state = turns_of(client, name)
+    assert state["tokens"] == ["late"] and events.joined == 1 and events.stalled == 1
+    stall = min(STALL_SECONDS[1], max(STALL_SECONDS[0], STALL_TURNS * FIRST_TURN_SECONDS))  # no turn seen yet
+    assert stall <= waited < stall + 2
+    assert turns == {table.TURNS_TAKEN: 2, table.TURNS_SERVED: 2}  # the lost turn and its own
+
+
+def test_a_writer_that_leaves_in_its_turn_without_writing_ends_it(local_table):
+    client, name = local_table
+    DeviceStateManager(client, name).create("hot", {"tokens": [], "counter": 0})
+    holder_that_vanished(client, name)
+
+    def refuse(state):
+        raise ValueError("not today")
+
+    with pytest.raises(ValueError):
+        DeviceStateManager(client, name).update_with_retry("hot", refuse)
+    turns, state = turns_of(client, name)
+    assert turns == {table.TURNS_TAKEN: 2, table.TURNS_SERVED: 2} and state["tokens"] == []
+    events = LineEvents()  # so the next writer finds no line to wait in
+    DeviceStateManager(client, name, observer=events).update_with_retry("hot", append_token("next"))
+    assert events.joined == 0 and turns_of(client, name)[0][table.TURNS_TAKEN] == 2
+
+
+def test_a_writer_whose_budget_ends_in_line_gives_up_having_written_nothing(local_table):
+    from functions.device_state import RetriesExhausted
+
+    client, name = local_table
+    DeviceStateManager(client, name).create("hot", {"tokens": [], "counter": 0})
+    holder_that_vanished(client, name)
+    with pytest.raises(RetriesExhausted) as caught:
+        DeviceStateManager(client, name).update_with_retry("hot", append_token("x"), budget_seconds=STALL_SECONDS[0] / 5)
+    assert "turn" in caught.value.reason
+    assert turns_of(client, name)[1]["tokens"] == []
+
+
+def test_a_compiled_patch_never_waits_in_line(local_table):
+    client, name = local_table
+    DeviceStateManager(client, name).create("hot", {"n": 0})
+    holder_that_vanished(client, name)
+    events = LineEvents()
+    DeviceStateManager(client, name, observer=events).update_with_retry(
+        "hot", JsonPatch([{"op": "increment", "path": "/n", "value": 1}]))
+    turns, state = turns_of(client, name)
+    assert state == {"n": 1} and events.joined == 0 and turns == {table.TURNS_TAKEN: 1}
+
+
+def test_a_writer_that_left_the_line_is_passed_at_once_without_a_stall(local_table):
+    client, name = local_table
+    DeviceStateManager(client, name).create("hot", {"tokens": [], "counter": 0})
+    gone = DeviceStateManager(client, name).line
+    taker = table.TURN_TAKER_PREFIX + "left"
+    gone.leave("hot", taker, gone.take("hot", taker))  # took ticket 1, then left (its budget ran out)
+    events = LineEvents()
+    DeviceStateManager(client, name, observer=events).update_with_retry("hot", append_token("next"))
+    turns, state = turns_of(client, name)
+    assert state["tokens"] == ["next"] and events.joined == 1 and events.stalled == 0
+    assert turns == {table.TURNS_TAKEN: 2, table.TURNS_SERVED: 2}
+    item = client.get_item(TableName=name, Key=table.state_key("hot"), ConsistentRead=True)["Item"]
+    assert not [attribute for attribute in item if attribute.startswith(table.TURN_TAKER_PREFIX)]  # both gone
