@@ -22,7 +22,7 @@ import secrets
 from typing import Callable
 
 from . import table
-from .expressions import number
+from .expressions import LIVE, names_in, number
 from .observer import UpdateObserver
 from .errors import StorageUnavailable
 from .store import ONCE, Rejected, Store
@@ -113,15 +113,14 @@ class DeviceLine:
     def _send(self, device_id: str, update: str, names: dict, values: dict, *, condition: str | None = None,
               **request) -> dict:
         """One UpdateItem of the line's bookkeeping, on a live device only, sent once."""
-        expression = "attribute_exists(#version)" + (f" AND {condition}" if condition else "")
-        values = {**values, ":nowMs": number(int(self.clock() * 1000))} if ":nowMs" in update else dict(values)
+        expression = LIVE + (f" AND {condition}" if condition else "")
+        values = {**values, ":nowEpoch": number(self.clock())}
+        if ":nowMs" in update:
+            values[":nowMs"] = number(int(self.clock() * 1000))
         if ":one" in update:
             values[":one"] = number(1)
         return self.store.send("update_item", ONCE, Key=table.state_key(device_id), UpdateExpression=update,
-                               ConditionExpression=expression,
-                               ExpressionAttributeNames={**names, "#version": table.VERSION,
-                                                         **({"#turnsMovedAt": table.TURNS_MOVED_AT}
-                                                            if "#turnsMovedAt" in update else {})},
+                               ConditionExpression=expression, ExpressionAttributeNames=names_in(expression + update, names),
                                ExpressionAttributeValues=values, **request)
 
 

@@ -234,12 +234,16 @@ class Planner:
         stamp = timestamp(self.now)
         values = {":now": {"S": stamp}, ":expected": number(current.version),
                   ":tombstoneExpires": number(int(self.now) + self.tombstone_seconds)}
+        # and its line: a device created again starts without the old one's waiters
+        line = [name for name in (table.TURNS_TAKEN, table.TURNS_SERVED, table.TURNS_MOVED_AT) if name in item]
+        line += [name for name in item if name.startswith(table.TURN_TAKER_PREFIX)]
+        line_names = {f"#line{index}": name for index, name in enumerate(line)}
         return self._planned(current.device_id, item, current, DELETED, current.version,
                                 f"#version = :expected AND {LIVE}",
                                 ["#deletedAt = :now", "#updatedAt = :now", "#expiresAt = :tombstoneExpires"],
                                 ["#state", "#leaseToken", "#leaseKey", "#leaseUntil", "#desired", "#reported",
-                                 "#metaDesired", "#metaReported", "#changedDesired", "#changedReported"], values,
-                                version=current.version + 1)
+                                 "#metaDesired", "#metaReported", "#changedDesired", "#changedReported", *line_names],
+                                values, version=current.version + 1, extra_names=line_names)
 
     def check(self, item: dict, condition: ConditionBase | None) -> Planned:
         current = Device.from_item(item)
@@ -326,7 +330,8 @@ class Planner:
 
     def _planned(self, device_id: str, item: dict | None, device: Device, outcome: str,
                  expected_version: int | None, condition: str, sets: list[str], removes: list[str],
-                 values: dict, caller_condition: ConditionBase | None = None, *, version: int | None = None) -> Planned:
+                 values: dict, caller_condition: ConditionBase | None = None, *, version: int | None = None,
+                 extra_names: dict | None = None) -> Planned:
         """A journaled state write: bumps the version, records its write id, trims the journal."""
         write = WriteId.new(self.now)
         next_version = device.version if version is None else version
@@ -365,7 +370,7 @@ class Planner:
         if self.serves_turn:
             update += " ADD #turnsServed :oneTurn"
             values[":oneTurn"] = number(1)
-        names = names_in(update + condition, {"#w": write.attribute, **journal_names,
+        names = names_in(update + condition, {"#w": write.attribute, **journal_names, **(extra_names or {}),
                                               **({"#turnTaker": self.serves_turn} if self.serves_turn else {})})
         expression = f"{condition} AND attribute_not_exists(#w)"
         if outcome != CHECKED:

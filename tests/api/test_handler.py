@@ -344,7 +344,10 @@ def test_contention_exhaustion_is_503_with_retry_after_and_writes_nothing(api, m
     client = manager.client
 
     def rival_writes_first(**kwargs):
-        if kwargs.get("params", {}).get("Key", {}).get("deviceId", {}).get("S") == "lamp-1":
+        params = kwargs.get("params", {})
+        # before each version-checked attempt (not the line's bookkeeping writes)
+        if params.get("Key", {}).get("deviceId", {}).get("S") == "lamp-1" and \
+                ":expected" in params.get("ExpressionAttributeValues", {}):
             rival.replace("lamp-1", {"n": Decimal(-1), "by": "rival"})
 
     client.meta.events.register("provide-client-params.dynamodb.UpdateItem", rival_writes_first)

@@ -150,3 +150,13 @@ def test_a_writer_that_left_the_line_is_passed_at_once_without_a_stall(local_tab
     assert turns == {table.TURNS_TAKEN: 2, table.TURNS_SERVED: 2}
     item = client.get_item(TableName=name, Key=table.state_key("hot"), ConsistentRead=True)["Item"]
     assert not [attribute for attribute in item if attribute.startswith(table.TURN_TAKER_PREFIX)]  # both gone
+
+
+def test_no_ticket_is_taken_on_a_deleted_device(local_table):
+    client, name = local_table
+    manager = DeviceStateManager(client, name)
+    manager.create("hot", {"n": 0})
+    manager.delete("hot")
+    assert manager.line.take("hot", table.TURN_TAKER_PREFIX + "late") is None
+    tombstone = client.get_item(TableName=name, Key=table.state_key("hot"), ConsistentRead=True)["Item"]
+    assert table.TURNS_TAKEN not in tombstone

@@ -269,3 +269,11 @@ def test_a_write_in_its_turn_ends_it_in_the_same_request():
     assert update["ExpressionAttributeValues"][":turnsMovedAt"] == {"N": str(int(NOW * 1000))}
     plain = PLANNER.replace_state(item(), lambda state: state, None, "updated").request["Update"]
     assert "turns" not in str(plain)
+
+
+def test_a_delete_takes_the_device_line_with_it():
+    leased = item(5, turnsTaken={"N": "9"}, turnsServed={"N": "7"}, turnsMovedAt={"N": "1"},
+                  **{"turn:0a1b2c3d": {"N": "8"}, "turn:ffffffff": {"N": "-9"}})
+    request = PLANNER.delete(leased).request["Update"]
+    assert {table.TURNS_TAKEN, table.TURNS_SERVED, table.TURNS_MOVED_AT, "turn:0a1b2c3d",
+            "turn:ffffffff"} <= removed_names(request)
