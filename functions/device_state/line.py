@@ -24,7 +24,7 @@ from typing import Callable
 from . import table
 from .expressions import LIVE, names_in, number
 from .observer import UpdateObserver
-from .errors import StorageUnavailable
+from .errors import ItemTooLarge, StorageUnavailable
 from .store import ONCE, Rejected, Store
 
 STALL_TURNS = 8  # a line that has not moved for this many turns has lost its holder...
@@ -32,6 +32,11 @@ STALL_SECONDS = (0.1, 0.5)  # ...but never sooner or later than these
 FIRST_TURN_SECONDS = 0.01  # how long a turn takes, until this process has seen some
 TURN_SECONDS_RANGE = (0.002, 0.05)
 MAX_POLL_SECONDS = 0.1
+MAX_WAITERS = 16  # a longer line is not joined (its tickets' room on the item is in BOOKKEEPING_BYTES)
+
+
+# What a bookkeeping write of the line may meet; it is advisory, so the caller goes on.
+LINE_REFUSALS = (Rejected, StorageUnavailable, ItemTooLarge)
 
 
 def _count(item: dict | None, name: str) -> int:
@@ -68,7 +73,7 @@ class DeviceLine:
                                 {"#turnsTaken": table.TURNS_TAKEN, "#taker": taker}, {":zero": number(0)},
                                 ReturnValues="UPDATED_NEW")
             ticket = _count(answer.get("Attributes"), taker)
-        except Rejected:
+        except (Rejected, ItemTooLarge):  # gone, or no room left on the item: race
             return None
         except StorageUnavailable:  # the answer was lost (or never came): read the ticket back
             try:
@@ -90,7 +95,7 @@ class DeviceLine:
             update += " REMOVE " + ", ".join(f"#t{index}" for index in range(len(takers)))
         try:
             self._send(device_id, update, names, {":served": number(served)} if served else {}, condition=condition)
-        except (Rejected, StorageUnavailable):  # moved meanwhile, or unknown: the next waiter looks again
+        except LINE_REFUSALS:  # moved meanwhile, or unknown: the next waiter looks again
             pass
 
     def leave(self, device_id: str, taker: str, ticket: int) -> None:
@@ -98,7 +103,14 @@ class DeviceLine:
         try:
             self._send(device_id, "SET #taker = :left", {"#taker": taker}, {":left": number(-ticket)},
                        condition="attribute_exists(#taker)")
-        except (Rejected, StorageUnavailable):
+        except LINE_REFUSALS:
+            pass
+
+    def forget(self, device_id: str, taker: str) -> None:
+        """Drop the ticket of a writer the line moved on past."""
+        try:
+            self._send(device_id, "REMOVE #taker", {"#taker": taker}, {})
+        except LINE_REFUSALS:
             pass
 
     @property
@@ -130,6 +142,10 @@ def _takers_of(item: dict | None, ticket: int) -> list[str]:
             if name.startswith(table.TURN_TAKER_PREFIX) and "N" in value and abs(int(value["N"])) == ticket]
 
 
+def _waiting(item: dict | None) -> int:
+    return _count(item, table.TURNS_TAKEN) - _count(item, table.TURNS_SERVED)
+
+
 def _left(item: dict | None, ticket: int) -> bool:
     return any(int(item[name]["N"]) < 0 for name in _takers_of(item, ticket))
 
@@ -139,45 +155,56 @@ class Place:
 
     def __init__(self, line: DeviceLine, device_id: str, deadline: float, give_up: Callable[[str], Exception]):
         self.line, self.device_id, self.deadline, self.give_up = line, device_id, deadline, give_up
-        self.taker = table.TURN_TAKER_PREFIX + secrets.token_hex(4)
+        self.taker = table.TURN_TAKER_PREFIX + secrets.token_hex(3)
         self.ticket: int | None = None
         self.in_turn = False  # the item it returned last shows this update's turn
+        self.passed = False  # the line moved on past its ticket (or the device went)
         self.tries_in_turn = 0
+        self.served = False  # a write that ended its turn landed
 
     @property
     def at_once(self) -> bool:
         """Whether a lost attempt should go again without a backoff: while waiting in line
         (the wait is its backoff) and after the first loss in its turn; a writer beaten in
-        its turn again and again (by writers outside the line) backs off as before."""
-        return self.ticket is not None and (not self.in_turn or self.tries_in_turn < 2)
+        its turn again and again (by writers outside the line), or passed by the line,
+        backs off as before."""
+        return self.ticket is not None and not self.passed and (not self.in_turn or self.tries_in_turn < 2)
 
     def ready(self, item: dict | None, attempt: int) -> dict | None:
         """The item to plan this attempt from: the one given while racing (a first attempt
-        on a device without a moving line); once in line, one that shows its turn."""
+        on a device without a moving line, or when the line is full); once in line, one
+        that shows its turn."""
         if self.ticket is None:
-            if attempt == 1 and not self.line.moving(item):
+            if (attempt == 1 and not self.line.moving(item)) or _waiting(item) >= MAX_WAITERS:
                 return item
             self.ticket = self.line.take(self.device_id, self.taker)
             if self.ticket is None:
                 return item
+        if self.passed:
+            return item
         return self._wait(item)
 
-    def leave(self) -> None:
-        """Left without its write landing: end its turn if it has it, else leave the line."""
+    def done(self) -> None:
+        """The update ended (written, refused or given up): unless its write ended its
+        turn, end it, or leave the line, or drop the ticket the line already passed."""
+        if self.ticket is None or self.served:
+            return
         if self.in_turn:
             self.line.move_on(self.device_id, self.ticket - 1, [self.taker])
-        elif self.ticket is not None:
+        elif self.passed:
+            self.line.forget(self.device_id, self.taker)
+        else:
             self.line.leave(self.device_id, self.taker, self.ticket)
-        self.ticket, self.in_turn = None, False
 
     def _wait(self, item: dict | None) -> dict | None:
         line = self.line
         observed, since = None, line.monotonic()
         while True:
             served = _count(item, table.TURNS_SERVED)
-            if item is None or table.VERSION not in item or served >= self.ticket - 1:
-                self.in_turn = item is not None and served == self.ticket - 1
-                self.tries_in_turn = self.tries_in_turn + 1 if self.in_turn else 0
+            if not table.is_live_state(item, line.clock()) or served >= self.ticket - 1:
+                self.in_turn = table.is_live_state(item, line.clock()) and served == self.ticket - 1
+                self.passed = not self.in_turn  # gone, or moved on past it: it writes out of turn
+                self.tries_in_turn += 1
                 return item
             now = line.monotonic()
             if observed is None or served != observed:

@@ -287,10 +287,9 @@ class DeviceStateManager:
                     expect(device_id, item, None, planner.now), update_fn, condition, UPDATED, section),
                     idempotency, max_attempts=max_attempts, budget_seconds=budget - (self.monotonic() - asked),
                     counted=True, place=place)[0]
-            except BaseException:
+            finally:
                 if place is not None:
-                    place.leave()
-                raise
+                    place.done()
 
     def delete(self, device_id: str, expected_version: int | None = None, *,
                idempotency: IdempotencyKey | None = None) -> Device:
@@ -385,8 +384,12 @@ class DeviceStateManager:
                 self.observer.attempt(device_id, number)
             try:
                 if idempotency is None:
-                    return self.pipeline.send(planner, device_id, planned)[0], planned.outcome
-                return self._send_keyed(planner, device_id, planned, idempotency)
+                    result = self.pipeline.send(planner, device_id, planned)[0], planned.outcome
+                else:
+                    result = self._send_keyed(planner, device_id, planned, idempotency)
+                if planner.serves_turn and result[0] is planned.device:  # ours landed (not a replay)
+                    place.served = True
+                return result
             except Moved as moved:
                 if moved.reason == "settled":
                     raise

@@ -58,9 +58,9 @@ SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its w
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
 # Room a state write leaves on the item for what later requests add without a state change:
-# journal entries of compiled patches between trims and their trimmed stamps, a settle mark,
-# the lease holder, the line.
-BOOKKEEPING_BYTES = 768
+# journal entries (up to 16, ~25 bytes each) and the trimmed stamps, settle marks, the lease
+# holder (~120), and the line (its counters and up to 16 waiters' tickets, ~280).
+BOOKKEEPING_BYTES = 1024
 MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state write may leave on the item
 COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit, lastWrite becoming "updated"
 # What a state write stores and its change record copies: the sections and their metadata.

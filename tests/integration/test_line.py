@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from functions.device_state import DeviceStateManager, JsonPatch, UpdateObserver
+from functions.device_state import Device, DeviceStateManager, JsonPatch, UpdateObserver
 from functions.device_state import table
 from functions.device_state.line import FIRST_TURN_SECONDS, STALL_SECONDS, STALL_TURNS
 from functions.device_state.values import from_attribute
@@ -160,3 +160,60 @@ def test_no_ticket_is_taken_on_a_deleted_device(local_table):
     assert manager.line.take("hot", table.TURN_TAKER_PREFIX + "late") is None
     tombstone = client.get_item(TableName=name, Key=table.state_key("hot"), ConsistentRead=True)["Item"]
     assert table.TURNS_TAKEN not in tombstone
+
+
+def line_attributes(client, name, device_id="hot"):
+    item = client.get_item(TableName=name, Key=table.state_key(device_id), ConsistentRead=True)["Item"]
+    return {attribute: int(value["N"]) for attribute, value in item.items()
+            if attribute.startswith(table.TURN_TAKER_PREFIX) or attribute in (table.TURNS_TAKEN, table.TURNS_SERVED)}
+
+
+def test_a_writer_the_line_moved_past_writes_out_of_turn_without_spinning_and_leaves_no_ticket(local_table):
+    """A holder slow enough to be taken for gone: the next waiter moves the line on past it,
+    then the holder's write (planned in its turn) lands and ends a turn too, so the line
+    has moved past the next writer's ticket as well."""
+    import dataclasses
+
+    from functions.device_state.idempotency import UPDATED
+
+    client, name = local_table
+    DeviceStateManager(client, name).create("hot", {"tokens": [], "counter": 0})
+    slow, next_writer = DeviceStateManager(client, name), DeviceStateManager(client, name)
+    give_up = RuntimeError
+    holder = slow.line.place("hot", time.monotonic() + 5, give_up)
+    in_turn = holder.ready(slow.store.get_state("hot"), 2)  # loses once, joins: ticket 1, its turn
+    waiter = next_writer.line.place("hot", time.monotonic() + 5, give_up)
+    waiter.ticket = next_writer.line.take("hot", waiter.taker)  # ticket 2
+    next_writer.line.move_on("hot", 0, [holder.taker])  # the holder looked gone
+    planner = dataclasses.replace(slow.planner(), serves_turn=holder.taker)
+    planned = planner.replace_state(in_turn, append_token("slow"), None, UPDATED)
+    slow.pipeline.send(planner, "hot", planned)  # lands, and ends a turn: served 2
+    holder.served = True
+    holder.done()
+    item = waiter.ready(next_writer.store.get_state("hot"), 2)
+    assert waiter.passed and not waiter.in_turn and not waiter.at_once  # writes out of turn, backs off if beaten
+    assert Device.from_item(item).state["tokens"] == ["slow"]
+    waiter.done()
+    assert line_attributes(client, name) == {table.TURNS_TAKEN: 2, table.TURNS_SERVED: 2}  # no ticket left behind
+
+
+def test_a_waiter_on_a_device_deleted_meanwhile_is_answered_not_found_at_once(local_table):
+    from functions.device_state import DeviceNotFound
+
+    client, name = local_table
+    DeviceStateManager(client, name).create("hot", {"tokens": [], "counter": 0})
+    holder_that_vanished(client, name)
+    deleter = DeviceStateManager(client, name)
+    waiter = DeviceStateManager(client, name, budget_seconds=5)
+    original_sleep = waiter.line.sleep
+
+    def delete_while_waiting(seconds):
+        if deleter.live_state("hot") is not None:
+            deleter.delete("hot")
+        original_sleep(seconds)
+
+    waiter.line.sleep = delete_while_waiting
+    started = time.monotonic()
+    with pytest.raises(DeviceNotFound):
+        waiter.update_with_retry("hot", append_token("late"))
+    assert time.monotonic() - started < 2  # not its whole budget

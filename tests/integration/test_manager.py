@@ -376,15 +376,26 @@ def test_largest_item_under_the_limit_is_stored_and_still_leased_and_written(loc
     """DynamoDB Local only: moto sizes items more coarsely than DynamoDB does. A state write
     leaves room for the bookkeeping later requests add (lease holder, journal, settle mark)."""
     manager = DeviceStateManager(*local_table)
-    state = {"blob": "x" * (400 * 1024 - 300 - BOOKKEEPING_BYTES)}
+    low, high = 400 * 1024 - 2000 - BOOKKEEPING_BYTES, 400 * 1024
+    while high - low > 1:  # the largest state a write accepts, to the byte
+        middle = (low + high) // 2
+        try:
+            manager.planner().create("big", {"blob": "x" * middle}, None)
+            low = middle
+        except ItemTooLarge:
+            high = middle
+    with pytest.raises(ItemTooLarge):
+        manager.create("big", {"blob": "x" * (low + 1)})
+    state = {"blob": "x" * (low - 64)}  # room for the member "n" the patches below add (and "updated")
     manager.create("big", state)
     assert manager.get("big").state == state
-    with pytest.raises(ItemTooLarge):
-        manager.replace("big", {"blob": state["blob"] + "x" * 400})
     with manager.lease("big", ttl_seconds=30) as lease:
         for _ in range(20):  # compiled patches grow the journal between trims
             lease.manager.update_with_retry("big", MergePatch({"n": 1}))
-    assert manager.get("big").version == 21
+        waiters = [DeviceStateManager(*local_table).line for _ in range(16)]  # a full line of waiters
+        assert all(line.take("big", f"turn:{index:06x}") for index, line in enumerate(waiters))
+        lease.manager.update_with_retry("big", lambda state: {**state, "n": 2})  # read-modify-write still fits
+    assert manager.get("big").version == 22
 
 
 # ---------------------------------------------------------------- expiry
