@@ -11,7 +11,7 @@ from urllib.parse import unquote
 from .resolver import Router
 
 from functions.device_state import dynamodb_client
-from functions.device_state.changes import MAX_FEED_LIMIT, ChangeLog, ChangesExpired, InvalidSince, VersionNotFound
+from functions.device_state.changes import MAX_FEED_LIMIT, ChangeLog, ChangesExpired, VersionNotFound
 from functions.device_state.sections import SECTIONS
 
 from . import request_parsing as parse
@@ -41,10 +41,11 @@ def change_log() -> ChangeLog:
                      retention_seconds=config.change_retention_seconds)
 
 
-@route(router, "/devices/<device_id>/changes", "GET", "HEAD")
+@route(router, "/devices/<device_id>/changes", "GET", "HEAD",
+       query=("since", "limit", "waitSeconds", "sections"))
 def list_changes(device_id: str):
     device_id = parse.device_id(device_id)
-    query = parse.query_parameters(router.current_event, {"since", "limit", "waitSeconds", "sections"})
+    query = parse.query(router.current_event)
     wanted = _sections(query.get("sections"))
     since = parse.integer(query, "since", 0, 0, MAX_VERSION)
     limit = parse.integer(query, "limit", DEFAULT_FEED_LIMIT, 1, MAX_FEED_LIMIT)
@@ -53,8 +54,6 @@ def list_changes(device_id: str):
         changes = change_log().wait(device_id, since, limit, budget(router.lambda_context, wait) if wait else 0)
     except ChangesExpired as expired:
         raise ChangesGone(str(expired), deviceId=device_id, currentVersion=expired.current_version) from None
-    except InvalidSince as invalid:
-        raise BadRequest(str(invalid)) from None
     next_since = changes[-1].version if changes else since  # past the changes filtered out too
     shown = [change.as_dict() for change in changes if wanted.intersection(change.sections)]
     return json_response({"changes": shown, "nextSince": next_since})
@@ -70,7 +69,7 @@ def _sections(raw: str | None) -> set:
     return set(names)
 
 
-@route(router, "/devices/<device_id>/versions/<version>", "GET", "HEAD")
+@route(router, "/devices/<device_id>/versions/<version>", "GET", "HEAD", query=(parse.INCLUDE,))
 def get_version(device_id: str, version: str):
     device_id = parse.device_id(device_id)
     number = parse.decimal_integer(unquote(version), "version", 1, MAX_VERSION)  # decoded as device ids are

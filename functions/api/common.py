@@ -28,22 +28,29 @@ IDEMPOTENT_REPLAYED = "Idempotent-Replayed"
 
 # (method, rule) of every route, as registered: what a 405's Allow header lists.
 ROUTES: list[tuple[str, str]] = []
+# The query parameters each (method, rule) accepts; any other is a 400.
+ROUTE_QUERIES: dict[tuple[str, str], frozenset[str]] = {}
 
 
-def route(router, rule: str, *methods: str):
+def route(router, rule: str, *methods: str, query: tuple[str, ...] = ()):
     """``router.route(rule, methods)``, recorded in ROUTES (Powertools keeps no public list),
-    with the caller authenticated and authorized (``access.check``) before the route's code
-    runs. A route missing from ``functions.auth.rights.ROUTE_RIGHTS`` fails here, at import."""
+    with the caller authenticated and authorized (``access.check``) and the query checked
+    (only the names in ``query``, each once; ``include`` only ``metadata``) before the
+    route's code runs. A route missing from ``functions.auth.rights.ROUTE_RIGHTS`` fails here,
+    at import."""
     for method in methods:
         route_rights(method, rule)
+    allowed = frozenset(query)
 
     def register(function):
         ROUTES.extend((method, rule) for method in methods)
+        ROUTE_QUERIES.update({(method, rule): allowed for method in methods})
 
         @functools.wraps(function)
         def checked(**parameters):
             event = router.current_event
             access.check(event, event.http_method, rule, parameters)
+            parse.query_parameters(event, allowed)
             return function(**parameters)
 
         return router.route(rule, method=list(methods))(checked)

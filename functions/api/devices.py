@@ -4,6 +4,7 @@ library. The PUT decision tree lives here, beside the parsing it depends on."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from .resolver import Response
 from .resolver import Router
@@ -28,20 +29,29 @@ LEASE_TOKEN = "Lease-Token"
 router = Router()
 
 
-def _writer(device_id: str) -> DeviceStateManager:
-    """The manager for a write to one device, fenced by the request's Lease-Token if any."""
-    token = parse.lease_token(parse.single_header(router.current_event, LEASE_TOKEN), LEASE_TOKEN)
-    return manager() if token is None else manager().fenced({device_id: token})
+@dataclass(frozen=True)
+class _Write:
+    """What every write to one device is parsed into before anything is read or written:
+    its id, preconditions, idempotency key and lease token."""
+
+    device_id: str
+    preconditions: parse.Preconditions
+    key: object
+    lease_token: str | None
+
+    def writer(self) -> DeviceStateManager:
+        """The manager for this write, fenced by its Lease-Token if any."""
+        return manager() if self.lease_token is None else manager().fenced({self.device_id: self.lease_token})
+
+    def replayed(self):
+        """The recorded answer when this write's idempotency key was already used."""
+        return replay(router.current_event, self.device_id, self.key)
 
 
-def _device_write(raw_device_id: str):
-    """What every write to one device starts from: its id, preconditions, idempotency key,
-    and the recorded answer when that key was already used."""
+def _device_write(raw_device_id: str) -> _Write:
     event = router.current_event
-    device_id = parse.device_id(raw_device_id)
-    preconditions = parse.Preconditions.of(event)
-    key = idempotency_key(event)
-    return device_id, preconditions, key, replay(event, device_id, key)
+    return _Write(parse.device_id(raw_device_id), parse.Preconditions.of(event), idempotency_key(event),
+                  parse.lease_token(parse.single_header(event, LEASE_TOKEN), LEASE_TOKEN))
 
 
 def _require_if_match(preconditions: parse.Preconditions, method: str) -> None:
@@ -80,9 +90,9 @@ def _patch_function():
     return JsonPatch(document) if kind == parse.JSON_PATCH else MergePatch(document)
 
 
-@route(router, "/devices", "GET", "HEAD")
+@route(router, "/devices", "GET", "HEAD", query=("limit", "cursor", parse.INCLUDE))
 def list_devices():
-    query = parse.query_parameters(router.current_event, {"limit", "cursor", parse.INCLUDE})
+    query = parse.query(router.current_event)
     raw_limit = query.get("limit", str(DEFAULT_LIST_LIMIT))
     if not raw_limit.isascii() or not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST_LIMIT:
         raise BadRequest(f"limit must be an integer from 1 to {MAX_LIST_LIMIT}")
@@ -92,7 +102,7 @@ def list_devices():
     return json_response({"items": [device.as_dict(metadata) for device in devices], "nextCursor": next_cursor})
 
 
-@route(router, "/devices", "POST")
+@route(router, "/devices", "POST", query=(parse.INCLUDE,))
 def create_device():
     event = router.current_event
     body = parse.json_object(parse.json_body(event), "the body", ("deviceId", "state"), DEVICE_SECTIONS)
@@ -106,28 +116,35 @@ def create_device():
                           CREATED)
 
 
-@route(router, "/devices/<device_id>", "GET", "HEAD")
+@route(router, "/devices/<device_id>", "GET", "HEAD", query=(parse.INCLUDE,))
 def get_device(device_id: str):
-    """RFC 9110 13.2.2: If-Match (strong) first, 412 when false; then If-None-Match
-    (weak), 304 when it matches."""
     device_id = parse.device_id(device_id)
     preconditions = parse.Preconditions.of(router.current_event)
     device = manager().get(device_id)
+    return _not_modified(device, preconditions) or device_response(
+        device, metadata=parse.include_metadata(router.current_event))
+
+
+def _not_modified(device, preconditions: parse.Preconditions) -> Response | None:
+    """RFC 9110 13.2.2 for a read: If-Match (strong) first, 412 when false; then
+    If-None-Match (weak), a 304 when it matches; None when the read answers in full."""
     if preconditions.if_match is not None and not preconditions.if_match.matches_strong(device.version):
         raise PreconditionFailed("If-Match does not match the device", current=device)
     if preconditions.if_none_match is not None and preconditions.if_none_match.matches_weak(device.version):
         return Response(status_code=304, headers={"ETag": etag(device.version)})
-    return device_response(device, metadata=parse.include_metadata(router.current_event))
+    return None
 
 
-@route(router, "/devices/<device_id>", "PUT")
+@route(router, "/devices/<device_id>", "PUT", query=(parse.INCLUDE,))
 def put_device(device_id: str):
     event = router.current_event
-    device_id, preconditions, key, replayed = _device_write(device_id)
+    write = _device_write(device_id)
+    device_id, preconditions, key = write.device_id, write.preconditions, write.key
     state, sections = _state_body(device_id)
+    replayed = write.replayed()
     if replayed:
         return replayed
-    writer = _writer(device_id)
+    writer = write.writer()
     if preconditions.create_only or (preconditions.none and load_config().require_if_match):
         try:
             device = writer.create(device_id, state, sections=sections, idempotency=key)
@@ -158,73 +175,75 @@ def put_device(device_id: str):
         raise PreconditionFailed("the device was deleted meanwhile") from None
 
 
-@route(router, "/devices/<device_id>", "PATCH")
+@route(router, "/devices/<device_id>", "PATCH", query=(parse.INCLUDE,))
 def patch_device(device_id: str):
     return _patch_section(device_id, STATE)
 
 
-@route(router, "/devices/<device_id>/desired", "PATCH")
+@route(router, "/devices/<device_id>/desired", "PATCH", query=(parse.INCLUDE,))
 def patch_desired(device_id: str):
     return _patch_section(device_id, DESIRED)
 
 
-@route(router, "/devices/<device_id>/reported", "PATCH")
+@route(router, "/devices/<device_id>/reported", "PATCH", query=(parse.INCLUDE,))
 def patch_reported(device_id: str):
     return _patch_section(device_id, REPORTED)
 
 
-@route(router, "/devices/<device_id>/desired", "PUT")
+@route(router, "/devices/<device_id>/desired", "PUT", query=(parse.INCLUDE,))
 def put_desired(device_id: str):
     return _put_section(device_id, DESIRED)
 
 
-@route(router, "/devices/<device_id>/reported", "PUT")
+@route(router, "/devices/<device_id>/reported", "PUT", query=(parse.INCLUDE,))
 def put_reported(device_id: str):
     return _put_section(device_id, REPORTED)
 
 
-@route(router, "/devices/<device_id>/delta", "GET", "HEAD")
+@route(router, "/devices/<device_id>/delta", "GET", "HEAD", query=("since", "waitSeconds"))
 def get_delta(device_id: str):
     """The lean document a device acts on. Waits up to ``waitSeconds`` for a write after
     version ``since`` (without it: the version found first) to change desired or reported."""
     event = router.current_event
     device_id = parse.device_id(device_id)
-    query = parse.query_parameters(event, {"since", "waitSeconds"})
+    query = parse.query(event)
     since = parse.integer(query, "since", None, 0, parse.MAX_VERSION)
     wait = parse.integer(query, "waitSeconds", 0, 0, MAX_DELTA_WAIT_SECONDS)
+    preconditions = parse.Preconditions.of(event)
     device = manager().get(device_id) if since is None else None
     if wait and since is None:
         since = device.version  # waits for the next change from the version it found
     if since is not None:
         device = manager().wait_for_sections(device_id, since, budget(router.lambda_context, wait))
-    preconditions = parse.Preconditions.of(event)
-    if preconditions.if_none_match is not None and preconditions.if_none_match.matches_weak(device.version):
-        return Response(status_code=304, headers={"ETag": etag(device.version)})
     shown = device.as_dict()
-    return json_response({key: shown[key] for key in ("deviceId", "version", "delta")},
-                         headers={"ETag": etag(device.version)})
+    return _not_modified(device, preconditions) or json_response(
+        {key: shown[key] for key in ("deviceId", "version", "delta")}, headers={"ETag": etag(device.version)})
 
 
 def _put_section(device_id: str, section: str):
     """Replace one section whole: body ``{"<section>": {...}}``."""
-    device_id, preconditions, key, replayed = _device_write(device_id)
+    write = _device_write(device_id)
+    device_id, preconditions = write.device_id, write.preconditions
     body = parse.json_object(parse.json_body(router.current_event), "the body", (section,))
     document = parse.document(body[section], section)
+    replayed = write.replayed()
     if replayed:
         return replayed
     _require_if_match(preconditions, "PUT")
     expected = None if preconditions.none else _expected_version(device_id, preconditions)
-    device = _writer(device_id).replace_section(device_id, section, document, expected, idempotency=key)
+    device = write.writer().replace_section(device_id, section, document, expected, idempotency=write.key)
     return write_response(router.current_event, device, REPLACED)
 
 
 def _patch_section(device_id: str, section: str):
-    device_id, preconditions, key, replayed = _device_write(device_id)
+    write = _device_write(device_id)
+    device_id, preconditions, key = write.device_id, write.preconditions, write.key
     update_fn = _patch_function()
+    replayed = write.replayed()
     if replayed:
         return replayed
     _require_if_match(preconditions, "PATCH")
-    writer = _writer(device_id)
+    writer = write.writer()
     started = time.perf_counter()
     try:
         if preconditions.none:
@@ -240,10 +259,11 @@ def _patch_section(device_id: str, section: str):
 
 @route(router, "/devices/<device_id>", "DELETE")
 def delete_device(device_id: str):
-    device_id, preconditions, key, replayed = _device_write(device_id)
+    write = _device_write(device_id)
+    replayed = write.replayed()
     if replayed:
         return replayed
-    _require_if_match(preconditions, "DELETE")
-    expected = None if preconditions.none else _expected_version(device_id, preconditions)
-    return write_response(router.current_event, _writer(device_id).delete(device_id, expected, idempotency=key),
-                          DELETED)
+    _require_if_match(write.preconditions, "DELETE")
+    expected = None if write.preconditions.none else _expected_version(write.device_id, write.preconditions)
+    device = write.writer().delete(write.device_id, expected, idempotency=write.key)
+    return write_response(router.current_event, device, DELETED)

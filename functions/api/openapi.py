@@ -415,7 +415,10 @@ OPENAPI["paths"]["/devices/{deviceId}/versions/{version}"] = {
                                 "schema": {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}}],
     "get": {
         "operationId": "getDeviceVersion",
-        "description": "The device as it was at this version, within the change retention.",
+        "description": "The device as it was at this version, within the change retention. The current "
+                       "version is always shown; an older one the history has not recorded yet (it trails "
+                       "writes by the stream's delay) is waited for briefly, then 503 not-yet-recorded with "
+                       "Retry-After.",
         "responses": {"200": _device("The device at that version"), "400": _COMMON_ERRORS["400"],
                       "404": _problem("No such version: never written, deleted at it, or past the retention"),
                       "503": _COMMON_ERRORS["503"]},
@@ -484,8 +487,9 @@ OPENAPI["paths"]["/devices/{deviceId}/delta"] = {
                        "write after version since (without since: the version found first) has changed desired "
                        "or reported (at once when one already has); either way it answers the current delta.",
         "parameters": [
-            _IF_NONE_MATCH,
-            {"name": "since", "in": "query", "description": "The last version the caller has seen",
+            _IF_MATCH, _IF_NONE_MATCH,
+            {"name": "since", "in": "query", "description": "The last version the caller has seen (at most "
+                                                         "the device's version)",
              "schema": {"type": "integer", "minimum": 0, "maximum": MAX_VERSION}},
             {"name": "waitSeconds", "in": "query",
              "description": "Long-poll: wait for a write after since (without since: after the version found)",
@@ -495,7 +499,8 @@ OPENAPI["paths"]["/devices/{deviceId}/delta"] = {
             "200": {"description": "The delta", "headers": {"ETag": _ETAG_HEADER}, "content": {
                 "application/json": {"schema": {"$ref": "#/components/schemas/Delta"}}}},
             "304": {"description": "Not modified"}, "400": _COMMON_ERRORS["400"],
-            "404": _problem("No such device"), "503": _COMMON_ERRORS["503"]},
+            "404": _problem("No such device"), "412": _problem("If-Match does not match the device"),
+            "503": _COMMON_ERRORS["503"]},
     },
 }
 _schemas = OPENAPI["components"]["schemas"]
@@ -519,6 +524,7 @@ OPENAPI["paths"]["/devices"]["post"]["parameters"].append(_INCLUDE)
 for _method in ("get", "put", "patch"):
     OPENAPI["paths"]["/devices/{deviceId}"][_method]["parameters"].append(_INCLUDE)
 OPENAPI["paths"]["/devices/{deviceId}/versions/{version}"]["get"]["parameters"] = [_INCLUDE]
+OPENAPI["paths"]["/transactions"]["post"]["parameters"].append(_INCLUDE)
 OPENAPI["paths"]["/devices/{deviceId}/changes"]["get"]["parameters"].append({
     "name": "sections", "in": "query", "schema": {"type": "string", "pattern": "^(state|desired|reported)"
                                                                               "(,(state|desired|reported))*$"},

@@ -41,6 +41,7 @@ from functions.device_state import (
 from functions.auth.credentials import MixedCredentials, Unauthenticated
 from functions.auth.rights import Forbidden
 from functions.device_state import transactions as tx
+from functions.device_state.changes import InvalidSince, VersionNotRecorded
 from functions.device_state.store import Ambiguous
 from functions.device_state.device import timestamp as iso_timestamp
 from functions.device_state.values import dumps
@@ -104,6 +105,7 @@ _LIBRARY_ERRORS = {
     ItemTooLarge: (413, "too-large", "Request or resulting item too large"),
     InvalidValue: (400, "invalid-value", "Value cannot be stored"),
     InvalidCursor: (400, "invalid-cursor", "Invalid cursor"),
+    InvalidSince: (400, "invalid-since", "since is past the device's current version"),
     InvalidIdempotencyKey: (400, "invalid-idempotency-key", "Invalid Idempotency-Key"),
     IdempotencyKeyReused: (422, "idempotency-key-reused", "Idempotency-Key used for a different request"),
     InvalidPatch: (400, "invalid-patch", "Invalid patch document"),
@@ -125,9 +127,10 @@ _LIBRARY_ERRORS = {
     OutcomeUnknown: (504, "outcome-unknown", "The change may or may not have been applied"),
     Ambiguous: (504, "outcome-unknown", "The change may or may not have been applied"),
     StorageUnavailable: (503, "storage-unavailable", "Storage temporarily unavailable"),
+    VersionNotRecorded: (503, "not-yet-recorded", "The version is written but not yet in the history"),
     StorageError: (500, "internal-error", "Internal error"),
 }
-_RETRYABLE = (RetriesExhausted, StorageUnavailable)
+_RETRYABLE = (RetriesExhausted, StorageUnavailable, VersionNotRecorded)
 # Errors whose own message names internals (endpoint URLs, botocore's text): the client
 # gets this detail instead; the message is logged with the request.
 _GENERIC_DETAIL = {

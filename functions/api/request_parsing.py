@@ -229,26 +229,32 @@ METADATA = "metadata"
 
 
 def include_metadata(event) -> bool:
-    """True when the query asks ``include=metadata`` (the only thing it can include)."""
-    multi = event.get("multiValueQueryStringParameters") or {}
-    single = event.get("queryStringParameters") or {}
-    values = multi.get(INCLUDE) or ([single[INCLUDE]] if INCLUDE in single else [])
-    if any(value != METADATA for value in values):
-        raise BadRequest(f"{INCLUDE} can only be {METADATA}")
-    return bool(values)
+    """True when the query asks ``include=metadata`` (its value checked with the rest of the
+    query, before the route's code runs)."""
+    return INCLUDE in (event.get("multiValueQueryStringParameters") or event.get("queryStringParameters") or {})
 
 
-def query_parameters(event, allowed: set[str]) -> dict[str, str]:
-    multi = event.get("multiValueQueryStringParameters") or {}
-    single = event.get("queryStringParameters") or {}
-    names = set(multi) | set(single)
-    unknown = sorted(names - allowed)
+def query_parameters(event, allowed: frozenset[str]) -> dict[str, str]:
+    """The query's parameters by name, each one of ``allowed`` and given once, ``include``
+    only as ``metadata``: every route's query is checked so before its code runs."""
+    unknown = sorted(set(_raw_query(event)) - allowed)
     if unknown:
         raise BadRequest(f"unknown query parameters: {', '.join(unknown)}")
+    return query(event)
+
+
+def query(event) -> dict[str, str]:
     result = {}
-    for name in names:
-        values = multi.get(name) or [single.get(name)]
+    for name, values in _raw_query(event).items():
         if len(values) != 1:
             raise BadRequest(f"query parameter {name} is given more than once")
         result[name] = values[0] if values[0] is not None else ""
+    if result.get(INCLUDE, METADATA) != METADATA:
+        raise BadRequest(f"{INCLUDE} can only be {METADATA}")
     return result
+
+
+def _raw_query(event) -> dict[str, list]:
+    multi = event.get("multiValueQueryStringParameters") or {}
+    single = event.get("queryStringParameters") or {}
+    return {name: multi.get(name) or [single.get(name)] for name in set(multi) | set(single)}

@@ -95,7 +95,7 @@ def _rights_needed(operation: Operation) -> tuple[str, str]:
     return rights.READ, device
 
 
-@route(router, "/transactions", "POST")
+@route(router, "/transactions", "POST", query=(parse.INCLUDE,))
 def run_transaction():
     event = router.current_event
     body = parse.json_object(parse.json_body(event), "the body", ("operations",))
@@ -110,7 +110,8 @@ def run_transaction():
               for index, (operation, entry) in enumerate(zip(operations, entries)) if "leaseToken" in entry}
     key = idempotency_key(event, scope="transaction")
     devices = manager().fenced(tokens).transact(operations, idempotency=key, budget_seconds=budget(router.lambda_context))
-    result = {"devices": [None if operation.action == "delete" else device.as_dict()
+    metadata = parse.include_metadata(event)
+    result = {"devices": [None if operation.action == "delete" else device.as_dict(metadata)
                           for operation, device in zip(operations, devices)]}
     headers = {IDEMPOTENT_REPLAYED: "true"} if devices and devices[0].replayed else None
     return json_response(result, headers=headers)

@@ -64,6 +64,7 @@ SIZE_MARGIN_BYTES = 1024
 MAX_RECORD_AGE_SECONDS = 6 * 60 * 60
 GIVEN_UP_SECONDS = MAX_RECORD_AGE_SECONDS + 5 * 60
 MAX_REBUILD_STEPS = 100  # versions history walks back to rebuild one stored without its state
+RECORDING_WAIT_SECONDS = 2.0  # how long history waits for a written version to reach the feed
 
 
 class ChangesExpired(DeviceStateError):
@@ -79,6 +80,15 @@ class ChangesExpired(DeviceStateError):
 
 class InvalidSince(DeviceStateError, ValueError):
     pass
+
+
+class VersionNotRecorded(DeviceStateError):
+    """The version was written but the feed has not recorded it yet: ask again shortly."""
+
+    def __init__(self, device_id: str, version: int):
+        super().__init__(f"{device_id} version {version} is written but not yet in its history; "
+                         "ask again after Retry-After")
+        self.device_id = device_id
 
 
 class VersionNotFound(DeviceStateError):
@@ -389,13 +399,33 @@ class ChangeLog:
             self.sleep(min(delay, left))
             delay = min(delay * 2, max_delay)
 
-    def at_version(self, device_id: str, version: int) -> Device:
-        """The device as it was at ``version``, within the retention."""
+    def at_version(self, device_id: str, version: int, wait_seconds: float = RECORDING_WAIT_SECONDS) -> Device:
+        """The device as it was at ``version``, within the retention. The current version
+        is the state item's; an older one that the feed has not recorded yet (it trails the
+        writes by the stream's delay) is waited for up to ``wait_seconds``."""
         validate_device_id(device_id)
+        deadline = self.monotonic() + wait_seconds
+        delay = 0.05
+        while True:
+            state = self.store.get_state(device_id)
+            if table.is_live_state(state, self.clock()) and int(state[table.VERSION]["N"]) == version:
+                return Device.from_item(state)
+            try:
+                return self._rebuilt(device_id, version)
+            except VersionNotRecorded:
+                left = deadline - self.monotonic()
+                if left <= 0:
+                    raise
+                self.sleep(min(delay, left))
+                delay = min(delay * 2, 0.5)
+
+    def _rebuilt(self, device_id: str, version: int) -> Device:
         pending: list[Change] = []  # versions stored without their sections, newest first
         for at in range(version, max(version - MAX_REBUILD_STEPS, 0), -1):
             item = self.store.get({table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": change_sk(at)}})
             if item is None or table.is_expired(item, self.clock()):
+                if self._recording(device_id, at):
+                    raise VersionNotRecorded(device_id, version)
                 raise VersionNotFound(device_id, version, "never written, or past the retention")
             change = _from_item(item)
             if change.lost:
@@ -412,17 +442,35 @@ class ChangeLog:
             pending.append(change)
         raise VersionNotFound(device_id, version, "too far from a version stored with its sections")
 
+    def _recording(self, device_id: str, version: int) -> bool:
+        """True when ``version`` was written but the feed has not recorded it yet: no change
+        item at or after it, the device at or past it, and its processing not given up."""
+        now = self.clock()
+        latest = self._latest_change(device_id)
+        if latest is not None and int(latest[table.VERSION]["N"]) >= version:
+            return False
+        try:
+            current, updated_at = self._current(device_id, now)
+        except DeviceNotFound:
+            return False
+        return version <= current and updated_at is not None and _epoch(updated_at) + GIVEN_UP_SECONDS > now
+
+    def _latest_change(self, device_id: str) -> dict | None:
+        """The newest change item the feed holds for the device (expired or not)."""
+        latest = self.store.send("query", ConsistentRead=True, Limit=1, ScanIndexForward=False,
+                                 KeyConditionExpression="#pk = :pk AND begins_with(#sk, :prefix)",
+                                 ExpressionAttributeNames={"#pk": table.PARTITION_KEY, "#sk": table.SORT_KEY},
+                                 ExpressionAttributeValues={":pk": {"S": device_id},
+                                                            ":prefix": {"S": CHANGE_SK_PREFIX}}).get("Items", [])
+        return latest[0] if latest else None
+
     def _current(self, device_id: str, now: float) -> tuple[int, str | None]:
         """The device's current version (a tombstone's too) and when it was last written;
         DeviceNotFound when there is no device, tombstone or change at all."""
         item = self.store.get_state(device_id)
         if item is not None and table.VERSION in item and not table.is_expired(item, now):
             return int(item[table.VERSION]["N"]), item.get(table.UPDATED_AT, {}).get("S")
-        latest = self.store.send("query", ConsistentRead=True, Limit=1, ScanIndexForward=False,
-                                 KeyConditionExpression="#pk = :pk AND begins_with(#sk, :prefix)",
-                                 ExpressionAttributeNames={"#pk": table.PARTITION_KEY, "#sk": table.SORT_KEY},
-                                 ExpressionAttributeValues={":pk": {"S": device_id},
-                                                            ":prefix": {"S": CHANGE_SK_PREFIX}}).get("Items", [])
-        if latest and not table.is_expired(latest[0], now):
-            return int(latest[0][table.VERSION]["N"]), latest[0][table.UPDATED_AT]["S"]
+        latest = self._latest_change(device_id)
+        if latest is not None and not table.is_expired(latest, now):
+            return int(latest[table.VERSION]["N"]), latest[table.UPDATED_AT]["S"]
         raise DeviceNotFound(device_id)

@@ -16,7 +16,7 @@ from boto3.dynamodb.conditions import ConditionBase
 from . import idempotency as idem
 from . import table
 from .device import Device
-from .changes import ChangeLog, VersionNotFound
+from .changes import ChangeLog, InvalidSince, VersionNotFound
 from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, DeviceStateError, ItemTooLarge,
                      OutcomeUnknown, StorageError, StorageUnavailable, VersionConflict)
 from .expressions import LIVE, names_in, number
@@ -143,6 +143,8 @@ class DeviceStateManager:
             item = self.live_state(device_id)
             if item is None:
                 raise DeviceNotFound(device_id)
+            if since > int(item[table.VERSION]["N"]):
+                raise InvalidSince(f"since ({since}) is past the device's current version ({item[table.VERSION]['N']})")
             changed = max((int(item[attribute]["N"]) for attribute in CHANGED_ATTRIBUTES.values()
                            if attribute in item), default=0)
             left = deadline - self.monotonic()

@@ -274,7 +274,7 @@ def _check_operation(index: int, operation) -> None:
         raise InvalidPatch(f"{where} is not an object")
     op = operation.get("op")
     operations = _device_patch().operations
-    if op not in operations:
+    if not isinstance(op, str) or op not in operations:
         raise InvalidPatch(f"{where}: 'op' must be one of {', '.join(sorted(operations))}")
     for member in ("path", *(("from",) if op in _NEEDS_FROM else ())):
         pointer = operation.get(member)

@@ -102,7 +102,7 @@ class TransactionFailed(DeviceStateError):
     """Nothing was written: ``failures`` names each operation that could not apply."""
 
     def __init__(self, failures: list[OperationFailure]):
-        super().__init__("; ".join(f"operation {f.index} ({f.device_id}): {f.detail}" for f in failures))
+        super().__init__("; ".join(f"operations[{f.index}] ({f.device_id}): {f.detail}" for f in failures))
         self.failures = failures
 
 
@@ -151,12 +151,14 @@ class TransactionRunner:
         items = manager.store.batch_get_states([operation.device_id for operation in operations])
         planned, failures = [], []
         for index, operation in enumerate(operations):
+            item = items.get(operation.device_id)
             try:
                 with _named(index, operation):
-                    planned.append(_plan(planner, operation, items.get(operation.device_id)))
+                    planned.append(_plan(planner, operation, item))
             except (DeviceNotFound, DeviceAlreadyExists, VersionConflict, PatchTestFailed,
                     PatchNotApplicable) as error:
-                failures.append(_failure_of(index, operation, error))
+                live = item if table.is_live_state(item, planner.now) else None
+                failures.append(_failure_of(index, operation, error, live))
         if failures:
             raise TransactionFailed(failures)
         requests = [plan.request for plan in planned]
@@ -220,7 +222,7 @@ def _named(index: int, operation: Operation):
     try:
         yield
     except InvalidValue as invalid:
-        invalid.args = (f"operation {index} ({operation.device_id}): {invalid}",)
+        invalid.args = (f"operations[{index}] ({operation.device_id}): {invalid}",)
         raise
 
 
@@ -266,10 +268,12 @@ def _cancelled_operation(index: int, operation: Operation, plan: Planned, old: d
     return OperationFailure(index, operation.device_id, CONDITION, "the condition is not met", current)
 
 
-def _failure_of(index: int, operation: Operation, error: Exception) -> OperationFailure:
+def _failure_of(index: int, operation: Operation, error: Exception, live: dict | None) -> OperationFailure:
+    """The failure of an operation its plan refused, with the device as read (None when absent)."""
     reason = {DeviceNotFound: NOT_FOUND, DeviceAlreadyExists: EXISTS, VersionConflict: VERSION,
               PatchTestFailed: TEST_FAILED, PatchNotApplicable: NOT_APPLICABLE}[type(error)]
-    return OperationFailure(index, operation.device_id, reason, str(error), getattr(error, "current", None))
+    return OperationFailure(index, operation.device_id, reason, str(error),
+                            Device.from_item(live) if live is not None else None)
 
 
 def _fits(requests: list[dict]) -> bool:

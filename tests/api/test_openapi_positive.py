@@ -26,7 +26,7 @@ EXAMPLES_PER_OPERATION = 10
 STORED_STATE = {
     "patch-not-applicable": r"",  # the patch names members the stored state lacks (RFC 6902 errors)
     "idempotency-key-reused": r"",  # the key was used before, for another request
-    "bad-request": r"since \(\d+\) is past the device's current version",  # since > stored version
+    "invalid-since": r"since \(\d+\) is past the device's current version",  # since > stored version
     "invalid-transaction": r"appears more than once",  # a device named twice: a rule across items
 }
 
@@ -70,5 +70,5 @@ def test_data_valid_by_the_document_is_not_refused_as_malformed(server, label): 
 def test_the_refusal_check_can_fail():
     assert not _explained({"type": "urn:device-state:problem:invalid-value", "detail": "number out of range"})
     assert not _explained({"type": "urn:device-state:problem:bad-request", "detail": "deviceId differs"})
-    assert _explained({"type": "urn:device-state:problem:bad-request",
+    assert _explained({"type": "urn:device-state:problem:invalid-since",
                        "detail": "since (9) is past the device's current version (1)"})
