@@ -168,3 +168,13 @@ def test_a_version_is_shown_right_after_the_write_that_made_it(api):
         assert shown.json["version"] == expected and shown.json["state"] == {"n": expected}
         assert shown.json == written.json | {"metadata": shown.json["metadata"]}
     assert api("GET", "/devices/lamp-1/versions/7").status == 404
+
+
+def test_an_older_version_the_history_has_not_recorded_yet_is_503_with_retry_after(api, monkeypatch):
+    """No stream processor runs behind this fixture, so the history trails every write."""
+    _setup(api)
+    api("PATCH", "/devices/lamp-1", {"n": 1}, content_type=MERGE)
+    behind = api("GET", "/devices/lamp-1/versions/1")
+    assert behind.status == 503 and behind.json["type"].endswith("not-yet-recorded")
+    assert behind.header("Retry-After") == "1"
+    assert api("GET", "/devices/lamp-1/versions/3").status == 404  # never written
