@@ -248,17 +248,17 @@ def _cancelled_operation(index: int, operation: Operation, plan: Planned, old: d
     """Why one operation's condition failed, or None when a retry may still succeed
     (its device moved under an operation that named no version)."""
     live = old if table.is_live_state(old, planner.now) else None
+    current = Device.from_item(live) if live is not None else None
+    fenced = planner.fence.error(operation.device_id, live, planner.now) if operation.action != CHECK else None
+    if plan.outcome == CREATED and live is not None and operation.action == CREATE:
+        return OperationFailure(index, operation.device_id, EXISTS, "the device exists", current)
+    if fenced is not None and (live is not None or plan.outcome == CREATED):
+        reason = LOCKED if isinstance(fenced, DeviceLocked) else LEASE_NOT_HELD
+        return OperationFailure(index, operation.device_id, reason, str(fenced), current)
     if plan.outcome == CREATED:
-        if live is not None and operation.action == CREATE:
-            return OperationFailure(index, operation.device_id, EXISTS, "the device exists", Device.from_item(live))
         return None
     if live is None:
         return OperationFailure(index, operation.device_id, NOT_FOUND, "the device does not exist")
-    current = Device.from_item(live)
-    fenced = planner.fence.error(operation.device_id, live, planner.now) if operation.action != CHECK else None
-    if fenced is not None:
-        reason = LOCKED if isinstance(fenced, DeviceLocked) else LEASE_NOT_HELD
-        return OperationFailure(index, operation.device_id, reason, str(fenced), current)
     if current.version != plan.expected_version:
         if operation.expected_version is None:
             return None

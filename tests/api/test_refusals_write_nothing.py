@@ -178,3 +178,13 @@ def test_an_older_version_the_history_has_not_recorded_yet_is_503_with_retry_aft
     assert behind.status == 503 and behind.json["type"].endswith("not-yet-recorded")
     assert behind.header("Retry-After") == "1"
     assert api("GET", "/devices/lamp-1/versions/3").status == 404  # never written
+
+
+@pytest.mark.parametrize("entry", [{"ifNoneMatch": "*", "put": {"state": {}}}, {"put": {"state": {}}}])
+def test_a_transaction_creating_a_device_under_a_lease_token_no_lease_backs_is_409_at_once(api, entry):
+    """Found by the OpenAPI fuzzer: the fence's refusal of a create was retried as contention (503 after 5 s)."""
+    body = {"operations": [{"deviceId": "unleased", "leaseToken": "0" * 32, **entry}]}
+    refused = api("POST", "/transactions", body)
+    assert refused.status == 409, refused.text
+    assert refused.json["operations"][0]["reason"] == "lease-not-held"
+    assert api("GET", "/devices/unleased").status == 404
