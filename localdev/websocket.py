@@ -101,9 +101,14 @@ def _event(route: str, connection_id: str, authorizer: dict, body: str | None = 
         "requestId": str(uuid.uuid4()), "connectedAt": int(time.time() * 1000), "authorizer": authorizer}}
     if request is not None:
         url = urlsplit(request.path)
-        event["headers"] = {name: value for name, value in request.headers.raw_items()}
+        headers: dict[str, list[str]] = {}
+        for name, value in request.headers.raw_items():
+            headers.setdefault(name, []).append(value)
+        event["headers"] = {name: values[-1] for name, values in headers.items()}
+        event["multiValueHeaders"] = headers  # as API Gateway's: a repeated header is seen whole
         query = parse_qs(url.query)
         event["queryStringParameters"] = {name: values[-1] for name, values in query.items()} or None
+        event["multiValueQueryStringParameters"] = query or None
     if body is not None:
         event["body"] = body
         event["isBase64Encoded"] = False

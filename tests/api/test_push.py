@@ -208,10 +208,34 @@ def test_bad_messages_get_errors_and_the_connection_survives(server, message, sl
         assert _subscribe(client, device)["type"] == "subscribed"
 
 
-def test_ping_is_answered_pong(server):
-    with _connect(server) as client:
+def test_ping_is_answered_pong_while_the_token_is_valid_and_401_after(server):
+    expires = int(time.time()) - LEEWAY_SECONDS + 2  # within the leeway: valid for up to 2 more seconds
+    with _connect(server, bearer(exp=expires)) as client:
         client.send('{"action": "ping"}')
         assert json.loads(client.recv(timeout=RECEIVE_SECONDS)) == {"type": "pong"}
+        time.sleep(max(expires + LEEWAY_SECONDS + 1 - time.time(), 0))
+        for message in ('{"action": "ping"}', "not json"):  # every message, as a REST request would be
+            client.send(message)
+            refused = json.loads(client.recv(timeout=RECEIVE_SECONDS))
+            assert refused["type"] == "error" and refused["problem"]["status"] == 401, refused
+            assert "connect again" in refused["problem"]["detail"]
+
+
+def test_an_upgrade_with_two_tokens_is_refused_as_a_rest_request_is(server):
+    device = _device(server)
+    first, second = token(device=device), token()
+    for credentials in ([("Authorization", f"Bearer {first}"), ("Authorization", f"Bearer {second}")],
+                        [("Authorization", f"Bearer {first}"), ("authorization", f"Bearer {first}")]):
+        with pytest.raises(InvalidStatus) as refused:
+            _connect(server, credentials)
+        assert refused.value.response.status_code == 401
+    with pytest.raises(InvalidStatus) as refused:
+        _connect(server, {}, query=f"?token={first}&token={second}")
+    assert refused.value.response.status_code == 401
+    assert server.request("GET", f"/devices/{device}", headers={  # the REST API's answer to the same
+        "Authorization": f"Bearer {first}", "authorization": f"Bearer {second}"})[0] == 401
+    with _connect(server, [("Authorization", f"Bearer {second}")]) as client:  # the control: one is enough
+        assert _subscribe(client, device)["type"] == "subscribed"
 
 
 def test_only_an_upgrade_on_exactly_ws_reaches_the_websocket_api(server, dynamodb_local):
