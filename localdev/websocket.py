@@ -127,6 +127,7 @@ def _route(body: str) -> str:
 def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
     """Runs in its own process: receives handed-off sockets and serves them, and serves @connections."""
     from websockets.datastructures import Headers
+    from websockets.exceptions import ConnectionClosedError
     from websockets.http11 import Response
     from websockets.sync.server import serve as websocket_server
 
@@ -181,6 +182,8 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
                 except Exception:  # noqa: BLE001 - as API Gateway does when a route's Lambda fails
                     traceback.print_exc()
                     gateway.post(connection_id, json.dumps({"message": "Internal server error"}).encode())
+        except ConnectionClosedError:
+            pass  # the client went without a close frame (a lost network, a killed process): a normal end
         finally:
             gateway.remove(connection_id)
             lambda_handler(_event("$disconnect", connection_id, context), LambdaContext())

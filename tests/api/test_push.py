@@ -4,6 +4,7 @@ fan-out consumer on DynamoDB Local), with real WebSocket clients."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import uuid
@@ -16,7 +17,7 @@ from functions.auth.credentials import LEEWAY_SECONDS
 from functions.device_state import table
 from functions.device_state.changes import change_sk
 from functions.device_state.client import dynamodb_client
-from functions.push.subscriptions import CONNECTION_PK_PREFIX, MAX_SUBSCRIPTIONS
+from functions.push.subscriptions import CONNECTION_PK_PREFIX, MAX_SUBSCRIPTIONS, SUBSCRIPTION_SK_PREFIX
 from tests.api.test_http import launch
 from tests.auth import bearer, token
 from tests.helpers import run_writers
@@ -236,6 +237,23 @@ def test_an_upgrade_with_two_tokens_is_refused_as_a_rest_request_is(server):
         "Authorization": f"Bearer {first}", "authorization": f"Bearer {second}"})[0] == 401
     with _connect(server, [("Authorization", f"Bearer {second}")]) as client:  # the control: one is enough
         assert _subscribe(client, device)["type"] == "subscribed"
+
+
+def test_a_client_that_drops_without_a_close_frame_leaves_a_clean_log(server, dynamodb_local):
+    device, logged = _device(server), len(server.log)
+    client = _connect(server)
+    _subscribe(client, device)
+    client.socket.shutdown(socket.SHUT_RDWR)  # gone without a close frame, as a lost network is
+    client.socket.close()
+    subscriptions = {"TableName": server.table, "KeyConditionExpression": "#pk = :device AND begins_with(#sk, :sub)",
+                     "ExpressionAttributeNames": {"#pk": table.PARTITION_KEY, "#sk": table.SORT_KEY},
+                     "ExpressionAttributeValues": {":device": {"S": device}, ":sub": {"S": SUBSCRIPTION_SK_PREFIX}}}
+    deadline = time.monotonic() + RECEIVE_SECONDS
+    while dynamodb_client(dynamodb_local.endpoint).query(**subscriptions)["Items"]:  # until $disconnect has run
+        assert time.monotonic() < deadline, "the dropped connection was never disconnected"
+        time.sleep(0.1)
+    time.sleep(1)  # the handler's thread ends right after $disconnect: what it logs on the way out is in by now
+    assert "Traceback" not in server.log[logged:], server.log[logged:]
 
 
 def test_only_an_upgrade_on_exactly_ws_reaches_the_websocket_api(server, dynamodb_local):
