@@ -101,9 +101,14 @@ def _event(route: str, connection_id: str, authorizer: dict, body: str | None = 
         "requestId": str(uuid.uuid4()), "connectedAt": int(time.time() * 1000), "authorizer": authorizer}}
     if request is not None:
         url = urlsplit(request.path)
-        event["headers"] = {name: value for name, value in request.headers.raw_items()}
+        headers: dict[str, list[str]] = {}
+        for name, value in request.headers.raw_items():
+            headers.setdefault(name, []).append(value)
+        event["headers"] = {name: values[-1] for name, values in headers.items()}
+        event["multiValueHeaders"] = headers  # as API Gateway's: a repeated header is seen whole
         query = parse_qs(url.query)
         event["queryStringParameters"] = {name: values[-1] for name, values in query.items()} or None
+        event["multiValueQueryStringParameters"] = query or None
     if body is not None:
         event["body"] = body
         event["isBase64Encoded"] = False
@@ -122,6 +127,7 @@ def _route(body: str) -> str:
 def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
     """Runs in its own process: receives handed-off sockets and serves them, and serves @connections."""
     from websockets.datastructures import Headers
+    from websockets.exceptions import ConnectionClosedError
     from websockets.http11 import Response
     from websockets.sync.server import serve as websocket_server
 
@@ -176,6 +182,8 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
                 except Exception:  # noqa: BLE001 - as API Gateway does when a route's Lambda fails
                     traceback.print_exc()
                     gateway.post(connection_id, json.dumps({"message": "Internal server error"}).encode())
+        except ConnectionClosedError:
+            pass  # the client went without a close frame (a lost network, a killed process): a normal end
         finally:
             gateway.remove(connection_id)
             lambda_handler(_event("$disconnect", connection_id, context), LambdaContext())

@@ -209,6 +209,8 @@ def authenticate_event(event: dict, config: AuthConfig | None = None) -> Princip
         raise Unauthenticated("send one Authorization header", token_given=True)
     authorization = given[0] if given else None
     if authorization is None and is_websocket_connect(event):
+        if len((event.get("multiValueQueryStringParameters") or {}).get("token") or ()) > 1:
+            raise Unauthenticated("send one token", token_given=True)
         query_token = (event.get("queryStringParameters") or {}).get("token")
         authorization = None if query_token is None else f"Bearer {query_token}"
     identity = (event.get("requestContext") or {}).get("identity") or {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from functions.device_state.changes import DELETED, Change, ChangeLog, ChangesExpired, VersionNotFound
@@ -53,7 +54,8 @@ class Delivery:
         """Sends the subscriber the changes after its ``delivered`` (up to ``up_to``, or all
         recorded yet), starting from ``known`` (changes already read, oldest first) where they
         reach. Raises ChangesExpired when the next one is past the retention, Gone when the
-        connection is; returns the subscription as it ends (None if it ended)."""
+        connection is; returns the subscription as it ends (None if it ended, or its connection
+        is past its expiry)."""
         while subscription is not None and (up_to is None or subscription.delivered < up_to):
             changes = [change for change in known if change.version > subscription.delivered]
             known = ()
@@ -66,21 +68,28 @@ class Delivery:
                 return subscription
             for change in changes:
                 if set(subscription.sections).intersection(change.sections) or change.kind == DELETED:
-                    self._post(subscription.connection_id, change_message(change, self._delta(change)))
+                    if not self._post(subscription, change_message(change, self._delta(change))):
+                        return None
                 if not self.subscriptions.advance(subscription, change.version):
                     subscription = self.subscriptions.current(subscription)  # another sender moved it
                     break
-                subscription = Subscription(subscription.device_id, subscription.connection_id, change.version,
-                                            subscription.sections)
+                subscription = replace(subscription, delivered=change.version)
         return subscription
 
-    def _post(self, connection_id: str, message: dict) -> None:
+    def _post(self, subscription: Subscription, message: dict) -> bool:
+        """Posts to the subscriber's connection, or returns False, posting nothing, when the
+        connection is past its expiry: checked at each post, since a sender may have read the
+        subscription before the expiry (a fan-out's read stalled, a long catch-up), and a
+        stored item past its expiresAt lingers until TTL deletes it."""
+        if subscription.expired(self.subscriptions.clock()):
+            return False
         try:
-            self.post(connection_id, message)
+            self.post(subscription.connection_id, message)
+            return True
         except Gone:
             raise
         except Exception as error:  # noqa: BLE001 - one connection's trouble, not the stream's
-            raise PostFailed(f"post to {connection_id} failed: {error}") from error
+            raise PostFailed(f"post to {subscription.connection_id} failed: {error}") from error
 
     def _delta(self, change: Change) -> dict | None:
         if change.kind == DELETED or change.lost:
@@ -126,9 +135,10 @@ class Delivery:
 
     def _expired(self, subscription: Subscription, expired: ChangesExpired) -> None:
         try:
-            self.post(subscription.connection_id, error_message(
-                "changes-expired", "Changes past the retention", str(expired), deviceId=subscription.device_id,
-                currentVersion=expired.current_version))
+            if not subscription.expired(self.subscriptions.clock()):  # as _post: nothing past the connection's end
+                self.post(subscription.connection_id, error_message(
+                    "changes-expired", "Changes past the retention", str(expired), deviceId=subscription.device_id,
+                    currentVersion=expired.current_version))
         except Gone:
             pass
         self.subscriptions.unsubscribe(subscription.connection_id, subscription.device_id)

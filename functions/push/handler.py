@@ -78,6 +78,11 @@ def lambda_handler(event, _context):
 
 
 def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, connection_id: str) -> dict | None:
+    try:  # first, as on the REST API: every message on a connection past its token's expiry is a 401
+        principal = principal_of(event)
+    except (Unauthenticated, MixedCredentials) as error:  # the token the connection was opened with expired
+        raise BadMessage("unauthorized", "Unauthorized", f"{error}: connect again with a fresh token, and subscribe "
+                                                         "from the last version you have", 401) from None
     body = _body(event.get("body"))
     action = body.get("action")
     if action == "ping":  # keeps the connection from API Gateway's 10-minute idle timeout
@@ -85,11 +90,6 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
     if action not in ("subscribe", "unsubscribe"):
         raise BadMessage("unknown-action", "Unknown action", 'action must be "subscribe", "unsubscribe" or "ping"')
     device_id = _device_id(body)
-    try:
-        principal = principal_of(event)
-    except (Unauthenticated, MixedCredentials) as error:  # the token the connection was opened with expired
-        raise BadMessage("unauthorized", "Unauthorized", f"{error}: connect again with a fresh token, and subscribe "
-                                                         "from the last version you have", 401) from None
     if not rights.allowed(principal, rights.READ, rights.device_resource(device_id, rights.CHANGES)):
         raise BadMessage("forbidden", "Forbidden", f"this caller may not follow {device_id}", 403,
                          action=rights.READ, resource=rights.device_resource(device_id, rights.CHANGES))

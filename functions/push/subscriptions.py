@@ -36,6 +36,10 @@ class Subscription:
     connection_id: str
     delivered: int  # the last version sent (``since`` at first)
     sections: tuple
+    expires: float | None = None  # the connection's end (its token's expiry, or API Gateway's 2 hours)
+
+    def expired(self, now: float) -> bool:
+        return self.expires is not None and self.expires <= now
 
 
 def _connection_key(connection_id: str) -> dict:
@@ -78,7 +82,7 @@ class Subscriptions:
                 raise UnknownConnection(connection_id) from None
             raise TooManySubscriptions(f"a connection follows at most {MAX_SUBSCRIPTIONS} devices") from None
         expires = answer["Attributes"][table.TTL_ATTRIBUTE]
-        subscription = Subscription(device_id, connection_id, since, tuple(sections))
+        subscription = Subscription(device_id, connection_id, since, tuple(sections), float(expires["N"]))
         self.store.send("put_item", IDEMPOTENT, Item={
             **_subscription_key(device_id, connection_id), "connectionId": {"S": connection_id},
             "delivered": {"N": str(since)}, "sections": {"L": [{"S": name} for name in sections]},
@@ -138,5 +142,7 @@ class Subscriptions:
 
 
 def _subscription(item: dict) -> Subscription:
+    expires = item.get(table.TTL_ATTRIBUTE, {}).get("N")
     return Subscription(item[table.PARTITION_KEY]["S"], item["connectionId"]["S"], int(item["delivered"]["N"]),
-                        tuple(entry["S"] for entry in item.get("sections", {}).get("L", [])))
+                        tuple(entry["S"] for entry in item.get("sections", {}).get("L", [])),
+                        None if expires is None else float(expires))

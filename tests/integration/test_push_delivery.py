@@ -177,3 +177,55 @@ def test_the_naive_control_claim_then_post_loses_the_version_whose_answer_was_lo
         assert first_arrivals(recorder.received["n"]) != list(range(1, VERSIONS + 1))
     finally:
         forwarder.close()
+
+
+class Clock:
+    def __init__(self):
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_fan_out_that_read_its_subscriber_before_the_token_expired_posts_no_repeat_after(recorded, local_table):
+    """Row 16 of issue 27, step by step: the fan-out reads the subscriber
+    (delivered 0) while the connection's token is valid; its read of the changes stalls; the
+    catch-up delivers every version meanwhile, and the token expires. The fan-out then goes
+    on with the subscriber it read: it may not post version 1 again, past the expiry."""
+    client, name = local_table
+    _, log = recorded
+    clock = Clock()
+    subscriptions = Subscriptions(client, name, clock=clock)
+    subscriptions.open("x", "test", credential_expires_at=int(clock.now) + 4)
+    subscription = subscriptions.subscribe("x", "lamp", 0, ("state",))
+    recorder = Recorder(8)
+    catch_up = Delivery(subscriptions, log, recorder.post)
+
+    class StalledLog:
+        def read(self, *args):
+            catch_up.advance(subscription)
+            clock.now += 5
+            return log.read(*args)
+
+        def __getattr__(self, name):
+            return getattr(log, name)
+
+    Delivery(subscriptions, StalledLog(), recorder.post).fan_out("lamp", VERSIONS)
+    assert recorder.received["x"] == list(range(1, VERSIONS + 1))  # the catch-up's, before the expiry; no repeat
+
+
+def test_a_catch_up_that_runs_past_the_token_expiry_stops_posting_there(recorded, local_table):
+    client, name = local_table
+    _, log = recorded
+    clock = Clock()
+    subscriptions = Subscriptions(client, name, clock=clock)
+    subscriptions.open("y", "test", credential_expires_at=int(clock.now) + 4)
+    recorder = Recorder(9)
+
+    def post(connection_id, message):
+        recorder.post(connection_id, message)
+        if message["version"] == 3:
+            clock.now += 5  # the token expires while version 3 is posted
+
+    Delivery(subscriptions, log, post).advance(subscriptions.subscribe("y", "lamp", 0, ("state",)))
+    assert recorder.received["y"] == [1, 2, 3]
