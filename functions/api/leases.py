@@ -34,9 +34,9 @@ def _lease_id(raw: str) -> str:
 
 def _fencing_token(raw: str) -> int | None:
     """The fencing token when the path names a lease by it alone (digits, no secret)."""
-    if raw.isascii() and raw.isdigit() and len(raw) <= leases.TICKET_DIGITS and raw == str(int(raw)) and int(raw):
-        return int(raw)
-    return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= leases.TICKET_DIGITS):
+        return None
+    return int(raw) if raw == str(int(raw)) and int(raw) else None
 
 
 def _body(allowed: tuple[str, ...]) -> dict:
