@@ -1,4 +1,5 @@
-"""A device's lease queue over HTTP: acquire (wait in line), status, heartbeat, release."""
+"""A device's lease queue over HTTP: acquire (wait in line), status, heartbeat, release, and
+end (a back-end ends anyone's lease or waiting ticket by its fencing token)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from decimal import Decimal
 from .resolver import Response
 from .resolver import Router
 
+from functions.auth.rights import END, LEASES, authorize, device_resource, max_lease_seconds
 from functions.device_state import InvalidLease
 from functions.device_state import leases
 
+from . import access
 from . import request_parsing as parse
 from .common import budget, json_response, location, manager, route
 from .problems import BadRequest, LeaseNotFound
@@ -29,17 +32,29 @@ def _lease_id(raw: str) -> str:
     return raw
 
 
+def _fencing_token(raw: str) -> int | None:
+    """The fencing token when the path names a lease by it alone (digits, no secret)."""
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= leases.TICKET_DIGITS):
+        return None
+    return int(raw) if raw == str(int(raw)) and int(raw) else None
+
+
 def _body(allowed: tuple[str, ...]) -> dict:
-    """The optional JSON body of a lease request, its numbers checked."""
+    """The optional JSON body of a lease request, its numbers checked (a device's ttl
+    against its own cap: ``rights.max_lease_seconds``)."""
     event = router.current_event
     if event.get("body") in (None, "") and parse.header(event, "Content-Type") is None:
         return {}
     body = parse.json_object(parse.json_body(event), "the body", (), allowed)
+    principal = access.principal_of(event)
     for name, (low, high) in LIMITS.items():
         value = body.get(name)
+        cap = max_lease_seconds(principal, high) if name == "ttlSeconds" else high
         if name in body and (isinstance(value, bool) or not isinstance(value, (int, Decimal))
-                             or not low <= value <= high):
-            raise BadRequest(f"{name} must be a number from {low} to {high}")
+                             or not low <= value <= cap):
+            whose = " for a device (a device's lease is capped so that it cannot lock out its owners)" \
+                if cap < high else ""
+            raise BadRequest(f"{name} must be a number from {low} to {cap}{whose}")
     owner = body.get("owner")
     if owner is not None and (not isinstance(owner, str) or not 1 <= len(owner) <= MAX_OWNER_LENGTH):
         raise BadRequest(f"owner must be a string of 1 to {MAX_OWNER_LENGTH} characters")
@@ -73,6 +88,14 @@ def heartbeat_lease(device_id: str, lease_id: str):
 
 @route(router, "/devices/<device_id>/leases/<lease_id>", "DELETE")
 def release_lease(device_id: str, lease_id: str):
-    device_id, lease_id = parse.device_id(device_id), _lease_id(lease_id)
-    manager().lease_queue().release(device_id, lease_id)
+    """With the lease id (its grant's): release. With the fencing token alone (what
+    ``GET …/leases`` shows): end that lease or waiting ticket whoever holds it, which
+    needs the right to end leases (a back-end's write scope; never a device's)."""
+    device_id = parse.device_id(device_id)
+    fencing_token = _fencing_token(lease_id)
+    if fencing_token is not None:
+        authorize(access.principal_of(router.current_event), END, device_resource(device_id, LEASES))
+        manager().lease_queue().end(device_id, fencing_token)
+        return Response(status_code=204)
+    manager().lease_queue().release(device_id, _lease_id(lease_id))
     return Response(status_code=204)

@@ -43,7 +43,10 @@ _LEASE_TOKEN = {"name": "Lease-Token", "in": "header", "required": False,
                 "schema": {"type": "string", "pattern": _TOKEN_PATTERN},
                 "description": "The secret leaseToken of the active lease's grant; needed while one is active "
                                "(else 423), refused when it names no active lease (409)."}
-_LEASE_ID = {"name": "leaseId", "in": "path", "required": True, "schema": {"type": "string"}}
+_LEASE_ID = {"name": "leaseId", "in": "path", "required": True, "schema": {"type": "string"},
+             "description": "The leaseId its grant returned; on DELETE also the lease's fencingToken alone "
+                            "(digits), which ends that lease or waiting ticket whoever holds it: a back-end with "
+                            "devices.write may, a device may not (403)."}
 
 
 def _problem(description):
@@ -96,9 +99,11 @@ _WRITE_ERRORS = {**_COMMON_ERRORS, "504": _OUTCOME_UNKNOWN}
 _REUSED = _problem("The Idempotency-Key was used for a different request")
 _LOCKED = _problem("The device is leased and the request has not the holder's Lease-Token")
 _LEASE = {"description": "The lease", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Lease"}}}}
+_DEVICE_TTL = (f"A device's lease is capped: from a device token or certificate, ttlSeconds above "
+               f"{rights.DEVICE_MAX_LEASE_SECONDS} is 400.")
 _LEASE_BODY = {"required": False, "content": {"application/json": {"schema": {
     "type": "object", "additionalProperties": False,
-    "properties": {"ttlSeconds": _TTL, "waitSeconds": _WAIT,
+    "properties": {"ttlSeconds": {**_TTL, "description": _DEVICE_TTL}, "waitSeconds": _WAIT,
                    "owner": {"type": "string", "minLength": 1, "maxLength": MAX_OWNER_LENGTH}}}}}}
 
 # What a state can hold, as DynamoDB stores it exactly. JSON Schema cannot count significant
@@ -252,17 +257,21 @@ OPENAPI = {
             "post": {
                 "operationId": "acquireLease",
                 "description": "Queue for the device's FIFO lease and wait up to waitSeconds (default 0) to get it "
-                               "for ttlSeconds (default 60).",
+                               "for ttlSeconds (default 60). " + _DEVICE_TTL,
                 "requestBody": _LEASE_BODY,
                 "responses": {"201": {**_LEASE, "headers": {"Location": {"schema": {"type": "string"}}}},
                               "404": _problem("No such device"),
                               "409": _problem("Leased by another holder and not acquired within the wait; "
                                               "Retry-After and holderExpiresAt say when it runs out"),
+                              "410": _problem("The waiting ticket was ended (DELETE …/leases/{fencingToken}) "
+                                              "before it got the lease"),
                               **_WRITE_ERRORS},
             },
             "get": {
                 "operationId": "getLeaseStatus",
-                "responses": {"200": {"description": "The holder, if any, and how many wait",
+                "responses": {"200": {"description": "The holder, if any, and the tickets waiting behind it, by "
+                                                     "fencing token (what DELETE …/leases/{fencingToken} ends); "
+                                                     "never a leaseId or leaseToken",
                                       "content": {"application/json": {"schema": {
                                           "$ref": "#/components/schemas/LeaseStatus"}}}},
                               "400": _COMMON_ERRORS["400"], "404": _problem("No such device"),
@@ -273,16 +282,21 @@ OPENAPI = {
             "parameters": [_DEVICE_ID, _LEASE_ID],
             "put": {
                 "operationId": "heartbeatLease",
-                "description": "Extend the held lease by ttlSeconds (default: its own) from now.",
+                "description": "Extend the held lease by ttlSeconds (default: its own) from now. " + _DEVICE_TTL,
                 "requestBody": {"required": False, "content": {"application/json": {"schema": {
                     "type": "object", "additionalProperties": False, "properties": {"ttlSeconds": _TTL}}}}},
                 "responses": {"200": _LEASE, "404": _problem("No lease has this id"),
-                              "410": _problem("The lease has expired or was released"), **_WRITE_ERRORS},
+                              "410": _problem("The lease has expired, was released, or was ended by a back-end"),
+                              **_WRITE_ERRORS},
             },
             "delete": {
                 "operationId": "releaseLease",
-                "responses": {"204": {"description": "Released (or already gone)"},
-                              "400": _COMMON_ERRORS["400"], "404": _problem("No lease has this id"),
+                "description": "With the leaseId: release the lease (or withdraw the waiting ticket). With the "
+                               "fencingToken alone: end that lease or waiting ticket whoever holds it (devices.write "
+                               "only); its holder's next heartbeat is 410 and its leaseToken opens nothing.",
+                "responses": {"204": {"description": "Released or ended (or already gone)"},
+                              "400": _COMMON_ERRORS["400"],
+                              "404": _problem("No lease has this id or fencing token"),
                               "503": _COMMON_ERRORS["503"], "504": _OUTCOME_UNKNOWN},
             },
         },
@@ -351,8 +365,12 @@ OPENAPI = {
                                "ttlSeconds": {"type": "number"}},
             },
             "LeaseStatus": {
-                "type": "object", "required": ["deviceId", "holder", "queueLength"],
+                "type": "object", "required": ["deviceId", "holder", "queueLength", "queue"],
                 "properties": {"deviceId": {"type": "string"}, "queueLength": {"type": "integer", "minimum": 0},
+                               "queue": {"type": "array", "description": "The waiting tickets, in order",
+                                         "items": {"type": "object", "required": ["fencingToken", "owner"],
+                                                   "properties": {"fencingToken": {"type": "integer", "minimum": 1},
+                                                                  "owner": {"type": "string", "nullable": True}}}},
                                "holder": {"type": "object", "nullable": True, "properties": {
                                    "fencingToken": {"type": "integer"},
                                    "expiresAt": {"type": "string", "format": "date-time"},
@@ -562,7 +580,8 @@ _AUTH_TEXT = ("Every operation but GET /openapi.json needs credentials: a back-e
               "scope claim names what it may do (devices.read, devices.write, devices.report); a device sends a "
               "bearer token with a device_id claim, or, on the device domain, a client certificate (mutual TLS, "
               "SAN URI:urn:device:<id> or CN <id>; OpenAPI 3.0 has no scheme for it, see x-mutual-tls), never "
-              "both. A device may read itself, write its own reported section and take its own leases.")
+              "both. A device may read itself, write its own reported section and take its own leases (for at most "
+              f"{rights.DEVICE_MAX_LEASE_SECONDS} s at a time; a back-end with devices.write may end any lease).")
 
 
 def _with_security(document: dict) -> dict:

@@ -119,7 +119,7 @@ _LIBRARY_ERRORS = {
     TransactionFailed: (409, "transaction-failed", "Transaction not applied; nothing was written"),
     InvalidLease: (400, "invalid-lease", "Invalid lease request"),
     LeaseBusy: (409, "lease-busy", "Device is leased by another holder"),
-    LeaseLost: (410, "lease-gone", "Lease has expired or was released"),
+    LeaseLost: (410, "lease-gone", "Lease has expired, was released or was ended"),
     LeaseNotHeld: (409, "lease-not-held", "Lease-Token names no active lease"),
     UnknownLease: (404, "lease-not-found", "No such lease"),
     DeviceLocked: (423, "locked", "Device is leased; writes need the holder's Lease-Token"),

@@ -5,7 +5,11 @@ API Gateway authorizer read.
 Resources are ``devices`` (the collection), ``device:<id>`` (the device: read it, its
 delta and versions; replace or delete it whole) and ``device:<id>/<part>`` with part
 ``state``, ``desired``, ``reported`` (write one section), ``leases`` (read the queue's
-status; take, heartbeat, release) and ``changes`` (read the feed).
+status; take, heartbeat, release; ``end`` anyone's lease) and ``changes`` (read the feed).
+
+Devices cannot lock out their owners: a device may lease itself for at most
+``DEVICE_MAX_LEASE_SECONDS`` at a time (``max_lease_seconds``), and ending a lease by its
+fencing token, whoever holds it, is a back-end's right (the write scope), never a device's.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import re
 from .principals import CLIENT, DEVICE, READ_SCOPE, REPORT_SCOPE, WRITE_SCOPE, Principal
 
 READ, WRITE, LIST, CREATE, REPLACE, DELETE = "read", "write", "list", "create", "replace", "delete"
+END = "end"  # end a lease or waiting ticket that is not the caller's (by its fencing token)
 COLLECTION = "devices"
 STATE, DESIRED, REPORTED, LEASES, CHANGES = "state", "desired", "reported", "leases", "changes"
 DEVICE_PARTS = (STATE, DESIRED, REPORTED, LEASES, CHANGES)
@@ -25,11 +30,14 @@ DEVICE_PARTS = (STATE, DESIRED, REPORTED, LEASES, CHANGES)
 _SCOPE_GRANTS = {
     READ_SCOPE: {(READ, None), (READ, CHANGES), (READ, LEASES), (LIST, COLLECTION)},
     WRITE_SCOPE: {(CREATE, COLLECTION), (REPLACE, None), (DELETE, None), (WRITE, STATE), (WRITE, DESIRED),
-                  (WRITE, LEASES)},
+                  (WRITE, LEASES), (END, LEASES)},
     REPORT_SCOPE: {(WRITE, REPORTED)},
 }
-# What a device principal may do to itself, and nothing else.
+# What a device principal may do to itself, and nothing else. Not END: a device ends only
+# its own lease, by the lease id its grant returned.
 _DEVICE_GRANTS = {(READ, None), (READ, CHANGES), (READ, LEASES), (WRITE, REPORTED), (WRITE, LEASES)}
+# The longest lease a device may take or heartbeat to (a back-end's: the library's 900 s).
+DEVICE_MAX_LEASE_SECONDS = 60
 
 
 class Forbidden(Exception):
@@ -64,6 +72,11 @@ def allowed(principal: Principal, action: str, resource: str) -> bool:
     if principal.kind == CLIENT:
         return any((action, part) in _SCOPE_GRANTS.get(scope, ()) for scope in principal.scopes)
     return False
+
+
+def max_lease_seconds(principal: Principal, default: float) -> float:
+    """The longest ``ttlSeconds`` this principal may ask of a lease (``default``: the service's)."""
+    return min(default, DEVICE_MAX_LEASE_SECONDS) if principal.kind == DEVICE else default
 
 
 def authorize(principal: Principal, action: str, resource: str, index: int | None = None) -> None:

@@ -129,10 +129,11 @@ class LeaseBusy(DeviceStateError):
 
 
 class LeaseLost(DeviceStateError):
-    """The lease expired or was released: it can no longer be heartbeated or written under."""
+    """The lease (or waiting ticket) expired, was released, or was ended by someone allowed
+    to end it: it can no longer be heartbeated or written under."""
 
     def __init__(self, device_id: str, lease_id: str):
-        super().__init__(f"lease {lease_id!r} on device {device_id!r} has expired or was released")
+        super().__init__(f"lease {lease_id!r} on device {device_id!r} has expired, was released or was ended")
         self.device_id = device_id
         self.lease_id = lease_id
 

@@ -18,6 +18,11 @@ A waiter is at the head when no live row with a lower ticket exists; it then tak
 lease with one transaction (its row refreshed, the holder recorded on the state item
 under the condition that no other lease is active). Heartbeats extend both in one
 transaction; release deletes the row and clears the holder in one transaction.
+
+Anyone the caller trusts to do so (the API: a back-end with the write right) may *end* a
+lease or a waiting ticket by its fencing token alone (``end``): the same transaction as a
+release, without the secret. A waiter refreshes its row only while the row is still the one
+it put, so an ended waiting ticket stops waiting (``LeaseLost``) rather than coming back.
 """
 
 from __future__ import annotations
@@ -116,19 +121,23 @@ class LeaseGrant:
 
 @dataclass(frozen=True)
 class LeaseStatus:
-    """Who holds a device's lease (token and expiry, never the lease id) and how many wait."""
+    """Who holds a device's lease (fencing token and expiry, never the lease id, which is a
+    secret) and the tickets waiting behind it, in order. A fencing token opens nothing; it
+    names a lease to ``LeaseQueue.end``."""
 
     holder_token: int | None
     holder_expires_at: float | None
     holder_owner: str | None
     waiting: int
+    queue: tuple[tuple[int, str | None], ...] = ()  # (fencing token, owner) of each waiting ticket
 
     def as_dict(self, device_id: str) -> dict:
         holder = None
         if self.holder_token is not None:
             holder = {"fencingToken": self.holder_token, "expiresAt": timestamp(self.holder_expires_at),
                       "owner": self.holder_owner}
-        return {"deviceId": device_id, "holder": holder, "queueLength": self.waiting}
+        return {"deviceId": device_id, "holder": holder, "queueLength": self.waiting,
+                "queue": [{"fencingToken": token, "owner": owner} for token, owner in self.queue]}
 
 
 class LeaseQueue:
@@ -171,7 +180,8 @@ class LeaseQueue:
         secret = secrets.token_hex(16)
         lease_id = f"{ticket}.{secret}"
         row_refreshed = m.monotonic()
-        self._put_row(device_id, ticket, secret, owner, ttl_seconds, m.clock() + min(ttl_seconds, WAITING_ROW_SECONDS))
+        self._put_row(device_id, ticket, secret, owner, ttl_seconds, m.clock() + min(ttl_seconds, WAITING_ROW_SECONDS),
+                      first=True)
         try:
             while True:
                 ahead = self._live_rows(device_id, since, below=ticket)
@@ -209,7 +219,8 @@ class LeaseQueue:
                      "(attribute_not_exists(#leaseToken) OR #leaseUntil <= :nowEpoch OR #leaseToken = :token)")
         try:
             self._send_transaction(device_id, [
-                {"Put": {"TableName": m.table_name, "Item": self._row(device_id, ticket, secret, owner, ttl_seconds, until)}},
+                {"Put": {"TableName": m.table_name, "Item": self._row(device_id, ticket, secret, owner, ttl_seconds, until),
+                         **self._still_ours(secret)}},
                 {"Update": {
                     "TableName": m.table_name, "Key": table.state_key(device_id),
                     "UpdateExpression": "SET #leaseToken = :token, #leaseKey = :key, #leaseUntil = :until",
@@ -223,6 +234,8 @@ class LeaseQueue:
             ])
         except Cancelled as cancelled:
             reasons = cancelled.reasons + [{}, {}]
+            if reasons[0].get("Code") == "ConditionalCheckFailed":  # our ticket was ended while we waited
+                raise self._lost(device_id, f"{ticket}.{secret}") from None
             state = reasons[1]
             if state.get("Code") == "ConditionalCheckFailed":
                 item = state.get("Item")
@@ -348,6 +361,51 @@ class LeaseQueue:
                 raise StorageUnavailable(f"lease release kept conflicting: {cancelled.reasons}") from None
         return self._withdraw(device_id, ticket, secret)  # a waiting ticket, or a holder already superseded
 
+    def end(self, device_id: str, fencing_token: int) -> bool:
+        """End the lease or waiting ticket ``fencing_token`` whoever holds it (no secret: the
+        caller decides who may). The row goes and, if it held the lease, the holder is cleared
+        in the same transaction, so the fence opens at once; the holder's next heartbeat is
+        ``LeaseLost`` and its Lease-Token opens nothing. True when something was ended, False
+        when it had already ended; ``UnknownLease`` for a ticket never drawn.
+
+        Every condition names this ticket, so a resend after a lost answer (the store's, or a
+        caller's retry) can never end a lease taken after it."""
+        validate_device_id(device_id)
+        ticket = int(fencing_token)
+        if not 1 <= ticket < 10 ** TICKET_DIGITS:
+            raise InvalidLease(f"{fencing_token!r} is not a fencing token this service issued")
+        m = self._m
+        key = _row_key(device_id, ticket)
+        clear_holder = {"TableName": m.table_name, "Key": table.state_key(device_id),
+                        "UpdateExpression": "REMOVE #leaseToken, #leaseKey, #leaseUntil",
+                        "ConditionExpression": "#leaseToken = :token",
+                        "ExpressionAttributeNames": {"#leaseToken": table.LEASE_TOKEN, "#leaseKey": table.LEASE_KEY,
+                                                     "#leaseUntil": table.LEASE_UNTIL},
+                        "ExpressionAttributeValues": {":token": _n(ticket)}}
+        delete_row = {"TableName": m.table_name, "Key": key, "ConditionExpression": "attribute_exists(#ticket)",
+                      "ExpressionAttributeNames": {"#ticket": _TICKET}}
+        try:
+            self._transact(device_id, [{"Delete": delete_row}, {"Update": clear_holder}])
+            return True
+        except Cancelled as cancelled:
+            row_reason, state_reason = (cancelled.reasons + [{}, {}])[:2]
+            row_gone = row_reason.get("Code") == "ConditionalCheckFailed"
+            not_holder = state_reason.get("Code") == "ConditionalCheckFailed"
+            if not (row_gone or not_holder):
+                raise StorageUnavailable(f"ending a lease kept conflicting: {cancelled.reasons}") from None
+        try:
+            if not row_gone:  # a waiting ticket, or a holder already superseded: its row only
+                m.store.send("delete_item", IDEMPOTENT, **delete_row)
+                return True
+            if not not_holder:  # the holder's row went (reaped at its expiry) but the item still names it
+                m.store.send("update_item", IDEMPOTENT, **clear_holder)
+                return True
+        except Rejected:
+            return False  # ended meanwhile
+        if not self._drawn(device_id, ticket):
+            raise UnknownLease(device_id, str(ticket))
+        return False
+
     def _unseat(self, device_id: str, ticket: int) -> None:
         """Clear the holder if it is this ticket (best effort): nobody else knows its lease id,
         so a take that landed unanswered would otherwise lock the device for its whole ttl."""
@@ -384,7 +442,8 @@ class LeaseQueue:
         rows = self._live_rows(device_id, state[table.CREATED_AT]["S"])
         holder_row = next((row for row in rows if token is not None and int(row[_TICKET]["N"]) == token), None)
         owner = holder_row.get(_OWNER, {}).get("S") if holder_row else None
-        return LeaseStatus(token, until, owner, len(rows) - (1 if holder_row else 0))
+        queue = tuple((int(row[_TICKET]["N"]), row.get(_OWNER, {}).get("S")) for row in rows if row is not holder_row)
+        return LeaseStatus(token, until, owner, len(queue), queue)
 
     # ------------------------------------------------------------ internals
 
@@ -399,9 +458,20 @@ class LeaseQueue:
             row[_OWNER] = {"S": owner}
         return row
 
-    def _put_row(self, device_id, ticket, secret, owner, ttl_seconds, until) -> None:
+    def _put_row(self, device_id, ticket, secret, owner, ttl_seconds, until, first: bool = False) -> None:
+        """Put a waiting row: the first time as new, then only while it is still ours (not
+        ended by ``end``, nor reaped after a pause): else ``LeaseLost``."""
         m = self._m
-        m.store.send("put_item", IDEMPOTENT, Item=self._row(device_id, ticket, secret, owner, ttl_seconds, until))
+        try:
+            m.store.send("put_item", IDEMPOTENT, Item=self._row(device_id, ticket, secret, owner, ttl_seconds, until),
+                         **({} if first else self._still_ours(secret)))
+        except Rejected:
+            raise self._lost(device_id, f"{ticket}.{secret}") from None
+
+    @staticmethod
+    def _still_ours(secret: str) -> dict:
+        return {"ConditionExpression": "#secret = :secret", "ExpressionAttributeNames": {"#secret": _SECRET},
+                "ExpressionAttributeValues": {":secret": {"S": secret}}}
 
     def _transact(self, device_id: str, items: list[dict], attempts: int = 8) -> None:
         """TransactWriteItems, tried again after a TransactionConflict (another request on
@@ -442,9 +512,13 @@ class LeaseQueue:
         ticket, secret = parse_lease_id(lease_id)
         if row is not None:
             return row.get(_SECRET, {}).get("S") != secret
+        return not self._drawn(device_id, ticket)
+
+    def _drawn(self, device_id: str, ticket: int) -> bool:
+        """Whether the device's counter has reached ``ticket``."""
         counter = self._m.store.get({table.PARTITION_KEY: {"S": device_id},
                                      table.SORT_KEY: {"S": table.LEASE_COUNTER_SK}})
-        return ticket > (int(counter[_TICKET]["N"]) if counter else 0)
+        return ticket <= (int(counter[_TICKET]["N"]) if counter else 0)
 
 
 def _check_ttl(ttl_seconds) -> float:

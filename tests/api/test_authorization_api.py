@@ -37,7 +37,7 @@ def _principals(device: str) -> dict:
 
 
 # (method, path, body, content type, success status, the principals allowed). {d}: the device, {lease}: a lease
-# the device holds, {new}: a device id that does not exist yet.
+# a back-end holds on it ({fencing}: that lease's fencing token), {new}: a device id that does not exist yet.
 CASES = [
     ("GET", "/devices", None, None, 200, {"read"}),
     ("POST", "/devices", {"deviceId": "{new}", "state": {}}, "application/json", 201, {"write"}),
@@ -58,6 +58,7 @@ CASES = [
     ("POST", "/devices/{d}/leases", {"ttlSeconds": 30}, "application/json", 201, {"write", "self"}),
     ("PUT", "/devices/{d}/leases/{lease}", {"ttlSeconds": 30}, "application/json", 200, {"write", "self"}),
     ("DELETE", "/devices/{d}/leases/{lease}", None, None, 204, {"write", "self"}),
+    ("DELETE", "/devices/{d}/leases/{fencing}", None, None, 204, {"write"}),  # end someone else's lease
     ("POST", "/transactions", {"operations": [{"deviceId": "{d}", "mergePatch": {"a": 3}}]}, "application/json",
      200, {"write"}),
     ("POST", "/transactions", {"operations": [{"deviceId": "{d}", "mergePatch": {"p": 1}, "section": "reported"}]},
@@ -79,7 +80,7 @@ def _snapshot(server, device: str) -> tuple:
     """What a refusal must leave as it was: the device (status, version) and its lease queue."""
     status, headers, _ = server.request("GET", f"/devices/{device}", headers=ADMIN)
     leases = json.loads(server.request("GET", f"/devices/{device}/leases", headers=ADMIN)[2])
-    return status, headers.get("etag"), leases.get("holder"), leases.get("waiting")
+    return status, headers.get("etag"), leases.get("holder"), leases.get("queue")
 
 
 @pytest.mark.parametrize("principal", PRINCIPALS)
@@ -90,10 +91,10 @@ def test_each_principal_on_each_route(server, case, principal):
     status, _, _ = server.request("POST", "/devices", {"deviceId": device, "state": {"a": 0}}, headers=ADMIN)
     assert status == 201
     names = {"d": device, "new": new}
-    if "{lease}" in path:
+    if "{lease}" in path or "{fencing}" in path:
         status, _, grant = server.request("POST", f"/devices/{device}/leases", {"ttlSeconds": 60}, headers=ADMIN)
         assert status == 201
-        names["lease"] = json.loads(grant)["leaseId"]
+        names["lease"], names["fencing"] = json.loads(grant)["leaseId"], str(json.loads(grant)["fencingToken"])
     before = _snapshot(server, device)
     headers = dict(_principals(device)[principal])
     if content_type:
@@ -177,3 +178,45 @@ def test_every_bad_token_is_401_over_http_and_writes_nothing(server, kind):
     assert status == 401 and headers["www-authenticate"] == 'Bearer error="invalid_token"', payload
     assert json.loads(payload)["type"].endswith("unauthorized")
     assert _snapshot(server, device) == before
+
+
+def test_a_device_cannot_lock_out_its_owners(server):
+    """Issue 27 row 4: a device leased itself for 900 s and heartbeated forever; every back-end
+    write, DELETE included, answered 423 and no back-end could end the lease. Now a device's
+    lease is capped at 60 s, and a back-end with the write right ends it by the fencing token
+    that ``GET …/leases`` shows; the holder's next heartbeat is 410 and its token writes nothing."""
+    device = f"authz-lockout-{uuid.uuid4().hex[:6]}"
+    lamp, writer, reader = bearer(device=device), bearer(["devices.write"]), bearer(["devices.read"])
+    assert server.request("POST", "/devices", {"deviceId": device, "state": {}}, headers=ADMIN)[0] == 201
+    leases = f"/devices/{device}/leases"
+
+    status, _, body = server.request("POST", leases, {"ttlSeconds": 900}, headers=lamp)
+    assert status == 400 and "60" in json.loads(body)["detail"], body
+    status, _, body = server.request("POST", leases, {"ttlSeconds": 60, "owner": "lamp"}, headers=lamp)
+    assert status == 201, body
+    grant = json.loads(body)
+    beat = f"{leases}/{grant['leaseId']}"
+    assert server.request("PUT", beat, {"ttlSeconds": 900}, headers=lamp)[0] == 400  # no longer by heartbeat
+    assert server.request("PUT", beat, {"ttlSeconds": 60}, headers=lamp)[0] == 200
+    desired = {**writer, "Content-Type": MERGE}
+    assert server.request("PATCH", f"/devices/{device}/desired", {"power": "on"}, headers=desired)[0] == 423
+
+    status, _, body = server.request("GET", leases, headers=reader)  # what it takes to end it, and no secret
+    assert status == 200 and json.loads(body)["holder"]["fencingToken"] == grant["fencingToken"]
+    assert grant["leaseId"] not in body.decode() and grant["leaseToken"] not in body.decode()
+    end = f"{leases}/{grant['fencingToken']}"
+    assert server.request("DELETE", end, headers=reader)[0] == 403  # ending is the write right's
+    assert server.request("DELETE", end, headers=lamp)[0] == 403  # and never a device's
+    assert server.request("DELETE", end, headers=writer)[0] == 204
+    assert json.loads(server.request("GET", leases, headers=reader)[2])["holder"] is None
+
+    status, _, body = server.request("PUT", beat, headers=lamp)  # the holder's next heartbeat
+    assert status == 410 and json.loads(body)["type"].endswith("lease-gone"), body
+    version = json.loads(server.request("GET", f"/devices/{device}", headers=ADMIN)[2])["version"]
+    status, _, body = server.request("PATCH", f"/devices/{device}/reported", {"power": "off"},
+                                     headers={**lamp, "Content-Type": MERGE, "Lease-Token": grant["leaseToken"]})
+    assert status == 409 and json.loads(body)["type"].endswith("lease-not-held"), body
+    assert json.loads(server.request("GET", f"/devices/{device}", headers=ADMIN)[2])["version"] == version
+    assert server.request("PATCH", f"/devices/{device}/desired", {"power": "on"}, headers=desired)[0] == 200
+    assert server.request("DELETE", end, headers=writer)[0] == 204  # ended already: still 204
+    assert server.request("DELETE", f"/devices/{device}", headers=writer)[0] == 204

@@ -8,6 +8,8 @@ from datetime import datetime
 
 import pytest
 
+from tests.auth import bearer
+
 MERGE = "application/merge-patch+json"
 
 
@@ -29,7 +31,7 @@ def test_acquire_status_heartbeat_release(lamp):
     assert lease["ttlSeconds"] == 30 and epoch(lease["expiresAt"]) == pytest.approx(time.time() + 30, abs=5)
     assert acquired.header("Location") == f"/devices/lamp-1/leases/{lease['leaseId']}"
     status = lamp("GET", "/devices/lamp-1/leases")
-    assert status.json == {"deviceId": "lamp-1", "queueLength": 0, "holder": {
+    assert status.json == {"deviceId": "lamp-1", "queueLength": 0, "queue": [], "holder": {
         "fencingToken": lease["fencingToken"], "expiresAt": lease["expiresAt"], "owner": "firmware-job"}}
     beat = lamp("PUT", f"/devices/lamp-1/leases/{lease['leaseId']}", {"ttlSeconds": 120})
     assert beat.status == 200 and epoch(beat.json["expiresAt"]) == pytest.approx(time.time() + 120, abs=5)
@@ -109,7 +111,8 @@ def test_a_transaction_operation_carries_its_lease_token(lamp):
 def test_bad_lease_requests_are_400_and_change_nothing(lamp, method, path, body):
     result = lamp(method, path, body)
     assert result.status == 400, result.text
-    assert lamp("GET", "/devices/lamp-1/leases").json == {"deviceId": "lamp-1", "holder": None, "queueLength": 0}
+    assert lamp("GET", "/devices/lamp-1/leases").json == {"deviceId": "lamp-1", "holder": None, "queueLength": 0,
+                                                          "queue": []}
 
 
 def test_unknown_devices_and_lease_ids(lamp):
@@ -177,3 +180,77 @@ def test_every_write_verb_refuses_a_lease_token_of_no_lease_alike(lamp):
     assert created.status == 409 and created.json["type"].endswith("lease-not-held")
     assert lamp("GET", "/devices/new-one").status == 404
     assert lamp("DELETE", "/devices/lamp-1", headers=token).status == 409
+
+
+# ---- Issue 27 row 4: devices cannot lock out their owners.
+
+def _device_lease(lamp, ttl=60):
+    grant = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": ttl, "owner": "lamp"},
+                 headers=bearer(device="lamp-1"))
+    assert grant.status == 201, grant.text
+    return grant.json
+
+
+WRITES = (("PATCH", "/devices/lamp-1", {"power": "off"}, MERGE),
+          ("PATCH", "/devices/lamp-1/desired", {"power": "off"}, MERGE),
+          ("PUT", "/devices/lamp-1/desired", {"desired": {"power": "off"}}, "application/json"),
+          ("PUT", "/devices/lamp-1", {"state": {"power": "off"}}, "application/json"),
+          ("DELETE", "/devices/lamp-1", None, "application/json"))
+
+
+def test_a_back_end_ends_a_devices_lease_and_then_every_write_of_its_goes_through(lamp):
+    lease = _device_lease(lamp)
+    for method, path, body, content_type in WRITES:
+        assert lamp(method, path, body, content_type=content_type).status == 423
+    status = lamp("GET", "/devices/lamp-1/leases").json
+    assert status["holder"]["fencingToken"] == lease["fencingToken"] and status["holder"]["owner"] == "lamp"
+    assert lamp("DELETE", f"/devices/lamp-1/leases/{status['holder']['fencingToken']}").status == 204
+    assert lamp("GET", "/devices/lamp-1/leases").json["holder"] is None
+    for method, path, body, content_type in WRITES:
+        assert lamp(method, path, body, content_type=content_type).status in (200, 204), (method, path)
+
+
+def test_an_ended_lease_is_gone_for_its_holder_and_its_token_writes_nothing(lamp):
+    lamp_token = bearer(device="lamp-1")
+    lease = _device_lease(lamp)
+    assert lamp("DELETE", f"/devices/lamp-1/leases/{lease['fencingToken']}").status == 204
+    gone = lamp("PUT", f"/devices/lamp-1/leases/{lease['leaseId']}", headers=lamp_token)
+    assert gone.status == 410 and gone.json["type"].endswith("lease-gone"), gone.text
+    version = lamp("GET", "/devices/lamp-1").json["version"]
+    reported = lamp("PATCH", "/devices/lamp-1/reported", {"power": "x"}, content_type=MERGE,
+                    headers={**lamp_token, "Lease-Token": lease["leaseToken"]})
+    assert reported.status == 409 and reported.json["type"].endswith("lease-not-held")
+    newer = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": 30}).json  # a back-end's, right after
+    for method, path, body, content_type in WRITES:  # the old token opens nothing under the newer lease
+        refused = lamp(method, path, body, content_type=content_type, headers={"Lease-Token": lease["leaseToken"]})
+        assert refused.status == 423, (method, path, refused.text)
+    assert lamp("GET", "/devices/lamp-1").json["version"] == version
+    assert lamp("DELETE", f"/devices/lamp-1/leases/{lease['leaseId']}", headers=lamp_token).status == 204  # gone
+    assert lamp("GET", "/devices/lamp-1/leases").json["holder"]["fencingToken"] == newer["fencingToken"]
+
+
+@pytest.mark.parametrize("ttl", [Decimal("60.001"), 61, 900])
+def test_a_devices_lease_is_capped_at_60_seconds_a_back_ends_is_not(lamp, ttl):
+    device = bearer(device="lamp-1")
+    refused = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": ttl}, headers=device)
+    assert refused.status == 400 and "from 1 to 60 for a device" in refused.json["detail"], refused.text
+    assert lamp("GET", "/devices/lamp-1/leases").json["holder"] is None
+    lease = _device_lease(lamp, 60)
+    assert lamp("PUT", f"/devices/lamp-1/leases/{lease['leaseId']}", {"ttlSeconds": ttl}, headers=device).status == 400
+    assert lamp("GET", "/devices/lamp-1/leases").json["holder"]["expiresAt"] == lease["expiresAt"]
+    assert lamp("PUT", f"/devices/lamp-1/leases/{lease['leaseId']}", headers=device).status == 200  # its own 60 s
+    assert lamp("DELETE", f"/devices/lamp-1/leases/{lease['leaseId']}", headers=device).status == 204
+    assert lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": ttl}).status == 201  # a back-end's
+
+
+def test_ending_a_lease_by_its_fencing_token(lamp):
+    lease = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": 30}).json
+    token = lease["fencingToken"]
+    for unknown in (str(token + 50), "0", f"0{token}", "-1", "1" * 39):
+        assert lamp("DELETE", f"/devices/lamp-1/leases/{unknown}").status == 404, unknown
+    assert lamp("GET", "/devices/lamp-1/leases").json["holder"]["fencingToken"] == token
+    assert lamp("DELETE", "/devices/nope/leases/1").status == 404
+    assert lamp("PUT", f"/devices/lamp-1/leases/{token}").status == 404  # a fencing token heartbeats nothing
+    assert lamp("DELETE", f"/devices/lamp-1/leases/{token}").status == 204
+    assert lamp("DELETE", f"/devices/lamp-1/leases/{token}").status == 204  # ended already
+    assert lamp("POST", "/devices/lamp-1/leases", {"waitSeconds": 0}).status == 201  # free at once

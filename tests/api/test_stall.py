@@ -98,3 +98,39 @@ def test_writes_through_two_dynamodb_stalls_are_answered_truthfully(stalling_ser
     assert len(answers) == WRITERS * PATCHES
     assert statuses.get(200, 0) > 0
     print("statuses through the stalls:", statuses, f"slowest answer {max(seconds):.1f} s")
+
+
+def test_ending_a_lease_through_a_dynamodb_stall_is_answered_truthfully(stalling_server):
+    """Ending a lease by its fencing token (issue 27 row 4) is a write verb: sent while DynamoDB
+    Local is stopped for longer than the read timeout, its answer is the truth once it resumes."""
+    from tests.auth import bearer
+
+    process, server, engine = stalling_server
+    assert server.request("POST", "/devices", {"deviceId": "s", "state": {}})[0] == 201
+    status, _, body = server.request("POST", "/devices/s/leases", {"ttlSeconds": 60},
+                                     headers=bearer(device="s"))
+    assert status == 201, body
+    token = json.loads(body)["fencingToken"]
+    answer = {}
+
+    def end():
+        answer["status"], _, answer["body"] = server.request("DELETE", f"/devices/s/leases/{token}",
+                                                             timeout=CLIENT_TIMEOUT_SECONDS)
+
+    engine.pause()
+    ender = threading.Thread(target=end)
+    ender.start()
+    time.sleep(5.0)  # longer than the 3 s read timeout
+    engine.resume()
+    ender.join()
+    assert process.poll() is None, f"the dev server stopped:\n{server.log[-6000:]}"
+    holder = json.loads(server.request("GET", "/devices/s/leases")[2])["holder"]
+    if answer["status"] == 204:
+        assert holder is None
+    elif answer["status"] == 503:
+        assert holder["fencingToken"] == token, "503 said nothing was ended, but it was"
+    else:
+        assert answer["status"] == 504 and json.loads(answer["body"])["type"].endswith(":outcome-unknown")
+    server.request("DELETE", f"/devices/s/leases/{token}")  # once DynamoDB answers, ending it is sure
+    assert json.loads(server.request("GET", "/devices/s/leases")[2])["holder"] is None
+    print("ending a lease through a stall answered", answer["status"])

@@ -368,6 +368,15 @@ class NaiveWriter:
                     return  # "our own landed write" -- only while nobody else wrote
         raise AssertionError("naive writer gave up")
 
+    def end_lease(self, device_id, ticket):
+        """End a lease: delete its queue row, then clear the holder, whoever it is by then."""
+        self.client.delete_item(TableName=self.name, Key={
+            table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": f"{table.LEASE_SK_PREFIX}{ticket:038d}"}})
+        self.client.update_item(TableName=self.name, Key=table.state_key(device_id),
+                                UpdateExpression="REMOVE #t, #k, #u",
+                                ExpressionAttributeNames={"#t": table.LEASE_TOKEN, "#k": table.LEASE_KEY,
+                                                          "#u": table.LEASE_UNTIL})
+
     def delete(self, device_id, expected_version):
         self.client.delete_item(TableName=self.name, Key=table.state_key(device_id),
                                 ConditionExpression="#v = :expected", ExpressionAttributeNames={"#v": "version"},
@@ -431,3 +440,35 @@ def test_a_lease_take_whose_answer_never_comes_leaves_the_device_free(rig):
     assert rig.other.lease_queue().status("d").holder_token is None
     rig.other.update_with_retry("d", INCREMENT)  # not locked for the lease's 600 s
     assert rig.other.lease_queue().acquire("d", 30).fencing_token > 0
+
+
+# ---- Ending a lease by its fencing token (issue 27 row 4) is a write verb of its own.
+
+@BETWEEN
+def test_ending_a_lease_whose_answer_is_lost_ends_it_once_and_never_a_lease_taken_after_it(rig, between):
+    rig.other.create("d", {"n": 0})
+    device_lease = rig.other.lease_queue().acquire("d", 60)
+    newcomer = []
+    take_after = lambda: newcomer.append(rig.other.lease_queue().acquire("d", 30))  # noqa: E731
+    rig.forwarder.lose("TransactWriteItems", then=take_after if between else None)
+    rig.manager.lease_queue().end("d", device_lease.fencing_token)  # answered, though its answer was lost
+    assert rig.forwarder.lost == ["TransactWriteItems"]
+    status = rig.other.lease_queue().status("d")
+    if between:  # the lease taken after the end landed is still held, and its token still writes
+        assert status.holder_token == newcomer[0].fencing_token > device_lease.fencing_token
+        rig.other.fenced({"d": newcomer[0].lease_token}).update_with_retry("d", INCREMENT)
+    else:
+        assert status.holder_token is None and status.queue == ()
+        rig.other.update_with_retry("d", INCREMENT)
+    assert rig.state("d") == {"n": 1}
+
+
+def test_control_a_naive_end_resent_by_botocore_ends_the_lease_taken_after_it(rig):
+    rig.other.create("d", {"n": 0})
+    device_lease = rig.other.lease_queue().acquire("d", 60)
+    naive = NaiveWriter(rig.forwarder.endpoint, rig.name)
+    newcomer = []
+    rig.forwarder.lose("UpdateItem", then=lambda: newcomer.append(rig.other.lease_queue().acquire("d", 30)))
+    naive.end_lease("d", device_lease.fencing_token)  # its "clear the holder" is resent after its answer was lost
+    assert newcomer and newcomer[0].fencing_token > device_lease.fencing_token
+    assert rig.other.lease_queue().status("d").holder_token is None  # the newcomer lost a lease it believes held

@@ -19,9 +19,11 @@ from functions.device_state import (
     LeaseLost,
     LeaseNotHeld,
     MergePatch,
+    UnknownLease,
     UpdateObserver,
 )
 from functions.device_state import table
+from functions.device_state.leases import LeaseQueue
 
 
 class LeaseEvents(UpdateObserver):
@@ -325,3 +327,81 @@ def test_the_background_heartbeat_keeps_a_long_job_its_lease(local_manager):
         lease.manager.replace("lamp-1", {"n": 1})
     assert lease.lost  # released: nothing more may be written under it
     assert local_manager.get("lamp-1").state == {"n": 1}
+
+
+# ---- Issue 27 row 4: ending a lease or a waiting ticket that is not ours (by its fencing token).
+
+def test_ending_a_holders_lease_frees_the_device_and_the_holder_learns_at_its_next_heartbeat(lamp):
+    holder = lamp.lease("lamp-1", ttl_seconds=600, wait_seconds=0, owner="device").acquire()
+    with pytest.raises(DeviceLocked):
+        lamp.replace("lamp-1", {"n": 1})
+    assert lamp.lease_queue().end("lamp-1", holder.fencing_token) is True
+    assert lamp.lease_queue().status("lamp-1").holder_token is None
+    lamp.replace("lamp-1", {"n": 1})  # the fence opened with the end, not at the lease's expiry
+    with pytest.raises(LeaseLost):
+        holder.heartbeat()
+    assert holder.lost
+    with pytest.raises(LeaseLost):
+        holder.manager.replace("lamp-1", {"n": 666})
+    with pytest.raises(LeaseNotHeld):  # its token alone, written by a client that did not hear
+        lamp.fenced({"lamp-1": holder.lease_token}).replace("lamp-1", {"n": 666})
+    assert lamp.get("lamp-1").state == {"n": 1}
+    assert lamp.lease_queue().end("lamp-1", holder.fencing_token) is False  # ended already
+    with pytest.raises(UnknownLease):
+        lamp.lease_queue().end("lamp-1", holder.fencing_token + 1)  # never drawn
+    assert holder.release() is False
+
+
+def _queue_until(queue, waiting, seconds=10):
+    deadline = time.monotonic() + seconds
+    while len(queue.status("lamp-1").queue) < waiting:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return queue.status("lamp-1")
+
+
+def _end_a_waiting_ticket(manager):
+    """A holder, two waiters; the first waiter's ticket is ended, then the holder's lease.
+    Returns (what each waiter got, by name)."""
+    queue = manager.lease_queue()
+    holder = manager.lease("lamp-1", ttl_seconds=30).acquire()
+    got = {}
+
+    def waiter(name):
+        try:
+            got[name] = manager.lease("lamp-1", ttl_seconds=5, wait_seconds=15, owner=name).acquire()
+        except Exception as error:  # noqa: BLE001 - what it got is the result
+            got[name] = error
+
+    threads = []
+    for name in ("first", "second"):
+        threads.append(threading.Thread(target=waiter, args=(name,)))
+        threads[-1].start()
+        status = _queue_until(queue, len(threads))
+    assert [owner for _, owner in status.queue] == ["first", "second"]
+    assert status.holder_token == holder.fencing_token and status.waiting == 2
+    assert queue.end("lamp-1", status.queue[0][0]) is True
+    time.sleep(3)  # past the first waiter's next row refresh (every 2.5 s)
+    queue.end("lamp-1", holder.fencing_token)
+    for thread in threads:
+        thread.join()
+    return got
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_an_ended_waiting_ticket_stops_waiting_and_the_next_waiter_takes_the_lease(local_manager):
+    got = _end_a_waiting_ticket(local_manager)
+    assert isinstance(got["first"], LeaseLost), got
+    assert local_manager.lease_queue().status("lamp-1").holder_token == got["second"].fencing_token
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_control_a_waiter_that_refreshes_its_row_blindly_comes_back_after_it_was_ended(local_manager, monkeypatch):
+    monkeypatch.setattr(LeaseQueue, "_still_ours", staticmethod(lambda secret: {}))
+    got = _end_a_waiting_ticket(local_manager)
+    assert not isinstance(got["first"], Exception), got  # its ended ticket came back and took the lease
+    # The second waiter got it only once the first one's lease ran out unheartbeated.
+    assert got["second"].fencing_token > got["first"].fencing_token
+    assert got["second"].expires_at >= got["first"].expires_at + 4
