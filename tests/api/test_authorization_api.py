@@ -51,8 +51,7 @@ CASES = [
     ("PATCH", "/devices/{d}/reported", {"power": "on"}, MERGE, 200, {"report", "self"}),
     ("PUT", "/devices/{d}/reported", {"reported": {"power": "on"}}, "application/json", 200, {"report", "self"}),
     ("GET", "/devices/{d}/delta", None, None, 200, {"read", "self"}),
-    # This server runs no stream processor, so there is no history: an allowed caller reaches the read (404).
-    ("GET", "/devices/{d}/versions/1", None, None, 404, {"read", "self"}),
+    ("GET", "/devices/{d}/versions/1", None, None, 200, {"read", "self"}),  # the current version
     ("GET", "/devices/{d}/changes?since=0", None, None, 200, {"read", "self"}),
     ("GET", "/devices/{d}/leases", None, None, 200, {"read", "self"}),
     ("POST", "/devices/{d}/leases", {"ttlSeconds": 30}, "application/json", 201, {"write", "self"}),
