@@ -133,7 +133,8 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
 
     from functions.auth import authorizer
     from functions.auth.credentials import load_auth_config
-    from functions.push.handler import lambda_handler, services
+    from functions.push.handler import lambda_handler
+    from functions.push.services import services
 
     # Made once, before connections come: a flood of first connects would otherwise each build
     # the clients at once (a Lambda instance takes one event at a time; this process takes many).

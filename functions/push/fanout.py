@@ -12,7 +12,7 @@ import logging
 from functions.device_state import table
 from functions.device_state.changes import CHANGE_SK_PREFIX
 
-from .handler import services
+from .services import services
 
 logger = logging.getLogger("device_state.push")
 

@@ -6,22 +6,20 @@ stays open after an error."""
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 
-from functions.api.config import load_config
 from functions.auth import rights
 from functions.auth.authorizer import principal_of
 from functions.auth.credentials import LEEWAY_SECONDS, MixedCredentials, Unauthenticated
-from functions.device_state import dynamodb_client
-from functions.device_state.changes import ChangeLog, ChangesExpired, InvalidSince
+from functions.device_state.changes import ChangesExpired, InvalidSince
 from functions.device_state.errors import DeviceNotFound, InvalidDeviceId
 from functions.device_state.sections import SECTIONS
 from functions.device_state.values import MAX_VERSION, validate_device_id
 
 from . import connections
 from .delivery import Delivery, Gone, PostFailed, error_message
+from .services import services
 from .subscriptions import Subscriptions, TooManySubscriptions, UnknownConnection
 
 logger = logging.getLogger("device_state.push")
@@ -32,16 +30,6 @@ class BadMessage(Exception):
     def __init__(self, slug: str, title: str, detail: str, status: int = 400, **members):
         super().__init__(detail)
         self.message = error_message(slug, title, detail, status, **members)
-
-
-@functools.lru_cache(maxsize=1)
-def services() -> tuple[Subscriptions, Delivery]:
-    """The subscriptions and the delivery over them, made once per process."""
-    config = load_config()
-    client = dynamodb_client(config.dynamodb_endpoint)
-    subscriptions = Subscriptions(client, config.table_name)
-    log = ChangeLog(client, config.table_name, retention_seconds=config.change_retention_seconds)
-    return subscriptions, Delivery(subscriptions, log, connections.post)
 
 
 def lambda_handler(event, _context):

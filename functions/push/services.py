@@ -1,0 +1,23 @@
+"""What both push functions (the WebSocket routes and the fan-out) work with: the
+subscriptions and the delivery over them, made once per process."""
+
+from __future__ import annotations
+
+import functools
+
+from functions.api.config import load_config
+from functions.device_state import dynamodb_client
+from functions.device_state.changes import ChangeLog
+
+from . import connections
+from .delivery import Delivery
+from .subscriptions import Subscriptions
+
+
+@functools.lru_cache(maxsize=1)
+def services() -> tuple[Subscriptions, Delivery]:
+    config = load_config()
+    client = dynamodb_client(config.dynamodb_endpoint)
+    subscriptions = Subscriptions(client, config.table_name)
+    log = ChangeLog(client, config.table_name, retention_seconds=config.change_retention_seconds)
+    return subscriptions, Delivery(subscriptions, log, connections.post)
