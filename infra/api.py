@@ -17,7 +17,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from functions.api import config
+from functions import config
 from functions.auth.authorizer import GATEWAY_RESPONSES, gateway_problem
 from functions.auth.rights import PUBLIC, ROUTE_RIGHTS
 from functions.device_state import metrics as metric_names

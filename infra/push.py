@@ -23,7 +23,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from functions.api import config
+from functions import config
 from functions.push.connections import CONNECTIONS_ENDPOINT
 from functions.push.fanout import BATCH_SIZE, FILTER_PATTERN, MAX_RETRY_ATTEMPTS
 

@@ -16,7 +16,7 @@ from functions.device_state.sections import SECTIONS
 
 from . import request_parsing as parse
 from .common import budget, device_response, json_response, route
-from .config import load_config
+from functions.config import api_config
 from .problems import BadRequest, HttpProblem
 
 DEFAULT_FEED_LIMIT = 100
@@ -36,7 +36,7 @@ class VersionGone(HttpProblem):
 
 def change_log() -> ChangeLog:
     """Made per request (cheap): the client under it is the cached one per endpoint."""
-    config = load_config()
+    config = api_config()
     return ChangeLog(dynamodb_client(config.dynamodb_endpoint), config.table_name,
                      retention_seconds=config.change_retention_seconds)
 

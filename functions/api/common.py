@@ -17,7 +17,7 @@ from functions.auth.rights import route_rights, rules_for_path
 
 from . import access
 from . import request_parsing as parse
-from .config import load_config
+from functions.config import api_config
 from .observability import MetricsObserver
 from .problems import etag
 
@@ -65,7 +65,7 @@ def allowed_methods(path: str) -> list[str]:
 
 @functools.lru_cache(maxsize=1)
 def manager() -> DeviceStateManager:
-    config = load_config()
+    config = api_config()
     return DeviceStateManager(
         dynamodb_client(config.dynamodb_endpoint),
         config.table_name,
@@ -82,7 +82,7 @@ restore.on_restore(manager.cache_clear)  # its client and generator are created 
 
 def budget(context, wanted: float | None = None) -> float:
     """The retry budget (or another wait), never past the Lambda's own deadline."""
-    seconds = load_config().retry_budget_seconds if wanted is None else wanted
+    seconds = api_config().retry_budget_seconds if wanted is None else wanted
     if context is not None and hasattr(context, "get_remaining_time_in_millis"):
         seconds = min(seconds, context.get_remaining_time_in_millis() / 1000 - RESPONSE_MARGIN_SECONDS)
     return max(seconds, 0.0)

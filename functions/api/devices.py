@@ -18,7 +18,7 @@ from functions.device_state.values import validate_device_id
 from . import request_parsing as parse
 from .common import (budget, device_response, idempotency_key, json_response, manager, replay, route,
                      write_response)
-from .config import load_config
+from functions.config import api_config
 from .observability import record_patch_latency
 from .problems import BadRequest, PreconditionFailed, PreconditionRequired, etag
 
@@ -55,7 +55,7 @@ def _device_write(raw_device_id: str) -> _Write:
 
 
 def _require_if_match(preconditions: parse.Preconditions, method: str) -> None:
-    if preconditions.if_match is None and load_config().require_if_match:
+    if preconditions.if_match is None and api_config().require_if_match:
         raise PreconditionRequired(f"{method} needs If-Match with the device's ETag on this server")
 
 
@@ -145,7 +145,7 @@ def put_device(device_id: str):
     if replayed:
         return replayed
     writer = write.writer()
-    if preconditions.create_only or (preconditions.none and load_config().require_if_match):
+    if preconditions.create_only or (preconditions.none and api_config().require_if_match):
         try:
             device = writer.create(device_id, state, sections=sections, idempotency=key)
         except DeviceAlreadyExists as exists:

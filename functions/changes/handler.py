@@ -29,7 +29,7 @@ from functions.device_state.changes import ChangeLog
 from functions.device_state.errors import InvalidValue
 from functions.device_state.store import Refused
 
-from .config import load_config
+from functions.config import processor_config
 from .events import EventBridgePublisher, FilePublisher, LogPublisher
 
 # The event source mapping's filter (Lambda filter-pattern syntax). Only a state item
@@ -58,14 +58,14 @@ def matches_filter(record: dict) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def change_log() -> ChangeLog:
-    config = load_config()
+    config = processor_config()
     return ChangeLog(dynamodb_client(config.dynamodb_endpoint), config.table_name,
-                     retention_seconds=config.retention_seconds)
+                     retention_seconds=config.change_retention_seconds)
 
 
 @functools.lru_cache(maxsize=1)
 def publisher():
-    config = load_config()
+    config = processor_config()
     if config.event_bus_name:
         import boto3
 

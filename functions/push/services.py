@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from functions.api.config import load_config
+from functions.config import push_config
 from functions.device_state import dynamodb_client
 from functions.device_state.changes import ChangeLog
 
@@ -16,7 +16,7 @@ from .subscriptions import Subscriptions
 
 @functools.lru_cache(maxsize=1)
 def services() -> tuple[Subscriptions, Delivery]:
-    config = load_config()
+    config = push_config()
     client = dynamodb_client(config.dynamodb_endpoint)
     subscriptions = Subscriptions(client, config.table_name)
     log = ChangeLog(client, config.table_name, retention_seconds=config.change_retention_seconds)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from functions.api import handler as handler_module
-from functions.api.config import load_config
+from functions.config import api_config as load_config
 from functions.auth.credentials import load_auth_config
 from functions.device_state.client import dynamodb_client
 from functions.device_state.values import dumps, loads

@@ -33,7 +33,7 @@ def test_every_event_file_has_an_expectation():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_event_replays_with_its_status(name, monkeypatch):
     from functions.api import handler
-    from functions.api.config import load_config
+    from functions.config import api_config as load_config
     from functions.device_state.client import dynamodb_client
 
     monkeypatch.setenv("TABLE_NAME", "devices")

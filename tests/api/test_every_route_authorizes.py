@@ -12,7 +12,7 @@ import pytest
 
 from functions.api import handler as handler_module
 from functions.api.common import ROUTES
-from functions.api.config import load_config
+from functions.config import api_config as load_config
 from functions.auth.credentials import load_auth_config
 from functions.auth.rights import PER_OPERATION, PUBLIC, ROUTE_RIGHTS
 from functions.device_state.client import dynamodb_client

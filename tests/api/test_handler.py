@@ -446,7 +446,7 @@ def test_a_fault_is_a_logged_500_problem(api, monkeypatch):
     monkeypatch.setattr(logger.registered_handler, "stream", log)
     monkeypatch.setenv("TABLE_NAME", "no-such-table")
     from functions.api import handler as handler_module
-    from functions.api.config import load_config
+    from functions.config import api_config as load_config
     from functions.api.handler import lambda_handler
     from localdev.apigw import LambdaContext, make_event
 

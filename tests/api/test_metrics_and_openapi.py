@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from functions.api.config import Config, ConfigError
+from functions.config import ApiConfig as Config, ConfigError
 from functions.api.openapi import OPENAPI
 from functions.device_state.values import dumps
 from functions.device_state import DeviceStateManager
@@ -120,7 +120,8 @@ def test_every_documented_reference_resolves():
 def test_config_from_environment():
     config = Config.from_environment({"TABLE_NAME": "t", "MAX_ATTEMPTS": "7", "RETRY_BUDGET_SECONDS": "2.5",
                                       "REQUIRE_IF_MATCH": "TRUE", "DYNAMODB_ENDPOINT": "http://127.0.0.1:1"})
-    assert config == Config("t", "http://127.0.0.1:1", 7, 2.5, True)
+    assert config == Config("t", "http://127.0.0.1:1", max_attempts=7, retry_budget_seconds=2.5,
+                            require_if_match=True)
     assert Config.from_environment({"TABLE_NAME": "t"}).require_if_match is False
 
 

@@ -144,7 +144,7 @@ def test_section_writes_have_every_precondition(api, monkeypatch):
     assert ok.status == 200 and ok.json["version"] == 2
     assert api("GET", "/devices/lamp-1").json["version"] == 2
     monkeypatch.setenv("REQUIRE_IF_MATCH", "true")
-    from functions.api.config import load_config
+    from functions.config import api_config as load_config
     load_config.cache_clear()
     assert api("PATCH", "/devices/lamp-1/reported", {"a": 2}, content_type=MERGE).status == 428
     assert api("PUT", "/devices/lamp-1/desired", {"desired": {}}).status == 428

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from functions.changes import config as processor_config
+from functions import config as processor_config
 from functions.changes.handler import BATCH_SIZE, FILTER_PATTERN, MAX_RECORD_AGE_SECONDS, MAX_RETRY_ATTEMPTS
-from functions.api import config as api_config
+from functions import config as api_config
 from infra import changes as changes_module
 from tests.infra.test_stack import REPO_ROOT, api_function, only, under
 
@@ -36,8 +36,8 @@ def test_the_processor_shares_the_api_asset_and_layer_on_arm64(template):
     assert processor["Properties"]["Layers"] == api["Properties"]["Layers"]
     environment = processor["Properties"]["Environment"]["Variables"]
     ours = {name for name in environment if not name.startswith("POWERTOOLS_")}
-    assert ours == set(processor_config.VARIABLES) - {processor_config.DYNAMODB_ENDPOINT,
-                                                      processor_config.CHANGE_EVENTS_FILE}
+    assert ours == set(processor_config.PROCESSOR_VARIABLES) - {processor_config.DYNAMODB_ENDPOINT,
+                                                                processor_config.CHANGE_EVENTS_FILE}
     retention = api["Properties"]["Environment"]["Variables"][api_config.CHANGE_RETENTION_SECONDS]
     assert environment[processor_config.CHANGE_RETENTION_SECONDS] == retention == "604800"
 

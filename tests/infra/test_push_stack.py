@@ -9,7 +9,7 @@ import re
 import pytest
 from aws_cdk.assertions import Template
 
-from functions.api import config
+from functions import config
 from functions.auth import authorizer as authorizer_code
 from functions.auth import credentials
 from functions.push.connections import CONNECTIONS_ENDPOINT
@@ -135,8 +135,8 @@ def test_the_push_functions_environment(template, handler):
     table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))
     _, function = function_of(template, handler)
     environment = function["Properties"]["Environment"]["Variables"]
-    assert set(environment) == {config.TABLE_NAME, config.CHANGE_RETENTION_SECONDS, CONNECTIONS_ENDPOINT,
-                                *credentials.VARIABLES}
+    assert set(environment) == (set(config.PUSH_VARIABLES) - {config.DYNAMODB_ENDPOINT}
+                                | {CONNECTIONS_ENDPOINT, *credentials.VARIABLES})
     assert environment[config.TABLE_NAME] == {"Ref": table_id}
     assert environment[config.CHANGE_RETENTION_SECONDS] == str(CONTEXT_DEFAULTS["changeRetentionSeconds"])
     assert environment[CONNECTIONS_ENDPOINT] == {"Fn::Join": ["", [

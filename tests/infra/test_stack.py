@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from aws_cdk.assertions import Template
 
-from functions.api import config
+from functions import config
 from functions.auth import credentials
 from functions.device_state import metrics as names
 from functions.device_state import table as model
@@ -111,12 +111,12 @@ def test_environment_is_exactly_what_the_config_reads(template):
     _, function = api_function(template)
     environment = function["Properties"]["Environment"]["Variables"]
     ours = {name for name in environment if not name.startswith("POWERTOOLS_")}
-    assert ours == set(config.VARIABLES) - {config.DYNAMODB_ENDPOINT} | set(credentials.VARIABLES)
+    assert ours == set(config.API_VARIABLES) - {config.DYNAMODB_ENDPOINT} | set(credentials.VARIABLES)
     table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))
     assert environment[config.TABLE_NAME] == {"Ref": table_id}
     assert environment["POWERTOOLS_METRICS_NAMESPACE"] == names.NAMESPACE
     assert environment["POWERTOOLS_SERVICE_NAME"] == names.SERVICE
-    deployed = config.Config.from_environment({k: v for k, v in environment.items() if isinstance(v, str)}
+    deployed = config.ApiConfig.from_environment({k: v for k, v in environment.items() if isinstance(v, str)}
                                               | {config.TABLE_NAME: "t"})
     assert deployed.require_if_match is False
 

@@ -61,13 +61,14 @@ def test_a_refused_entry_fails_the_record_so_it_is_retried():
 def test_the_deployed_handler_writes_the_change_and_puts_the_event_on_the_configured_bus(monkeypatch):
     """lambda_handler as Lambda runs it: config from the environment, EventBridge chosen by
     EVENT_BUS_NAME, a stream batch in, a partial batch response out."""
-    from functions.changes import config, handler
+    from functions import config
+    from functions.changes import handler
     from functions.device_state.client import dynamodb_client
     from functions.device_state.table import create_table
     from localdev.apigw import LambdaContext
 
     def clear():
-        for cache in (handler.change_log, handler.publisher, config.load_config, dynamodb_client):
+        for cache in (handler.change_log, handler.publisher, config.processor_config, dynamodb_client):
             cache.cache_clear()
 
     with mock_aws():

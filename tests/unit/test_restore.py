@@ -67,7 +67,7 @@ def test_control_without_the_hook_two_copies_draw_the_same_jitter(initialised_ma
 def test_a_restore_creates_the_cached_clients_and_the_api_manager_afresh(monkeypatch):
     monkeypatch.setenv("TABLE_NAME", "devices")
     from functions.api import common
-    from functions.api.config import load_config
+    from functions.config import api_config as load_config
 
     load_config.cache_clear()
     common.manager.cache_clear()

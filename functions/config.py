@@ -1,0 +1,148 @@
+"""Every function's configuration, read from environment variables in this one place, checked
+on the first request (not at import). Each Lambda reads its own subset (``api_config``,
+``processor_config``, ``push_config``); the CDK stack sets each function exactly the names of
+its subset (``API_VARIABLES``, ``PROCESSOR_VARIABLES``, ``PUSH_VARIABLES``), plus Powertools'
+own ``POWERTOOLS_*`` and, where callers are authenticated, ``functions.auth.credentials``'
+``AUTH_*``."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+from functions.device_state.changes import DEFAULT_RETENTION_SECONDS
+from functions.device_state.manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
+from functions.device_state.pipeline import DEFAULT_SETTLE_SECONDS
+from functions.device_state.writes import DEFAULT_TOMBSTONE_SECONDS
+
+TABLE_NAME = "TABLE_NAME"
+DYNAMODB_ENDPOINT = "DYNAMODB_ENDPOINT"
+CHANGE_RETENTION_SECONDS = "CHANGE_RETENTION_SECONDS"  # how long the change feed and history are kept
+MAX_ATTEMPTS = "MAX_ATTEMPTS"
+RETRY_BUDGET_SECONDS = "RETRY_BUDGET_SECONDS"
+REQUIRE_IF_MATCH = "REQUIRE_IF_MATCH"
+SETTLE_SECONDS = "SETTLE_SECONDS"  # how long a write whose answer was lost is settled before a 504
+TOMBSTONE_SECONDS = "TOMBSTONE_SECONDS"  # how long a deleted device's version is kept
+EVENT_BUS_NAME = "EVENT_BUS_NAME"  # the EventBridge bus for DeviceStateChanged events
+CHANGE_EVENTS_FILE = "CHANGE_EVENTS_FILE"  # locally: append the events to this file instead
+
+STORAGE_VARIABLES = (TABLE_NAME, DYNAMODB_ENDPOINT, CHANGE_RETENTION_SECONDS)
+API_VARIABLES = STORAGE_VARIABLES + (MAX_ATTEMPTS, RETRY_BUDGET_SECONDS, REQUIRE_IF_MATCH, SETTLE_SECONDS,
+                                     TOMBSTONE_SECONDS)
+PROCESSOR_VARIABLES = STORAGE_VARIABLES + (EVENT_BUS_NAME, CHANGE_EVENTS_FILE)
+PUSH_VARIABLES = STORAGE_VARIABLES
+
+MAX_BUDGET_SECONDS = 20.0  # must stay under API Gateway's 29 s integration timeout
+MAX_SETTLE_SECONDS = 15.0
+MIN_RETENTION_SECONDS = 60
+MAX_RETENTION_SECONDS = MAX_TOMBSTONE_SECONDS = 366 * 24 * 60 * 60
+
+
+class ConfigError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """The table every function works on, and how long its changes are kept."""
+
+    table_name: str
+    dynamodb_endpoint: str | None = None
+    change_retention_seconds: int = DEFAULT_RETENTION_SECONDS
+
+    @classmethod
+    def from_environment(cls, environ=os.environ) -> "StorageConfig":
+        return cls(**_storage(environ))
+
+
+@dataclass(frozen=True)
+class ApiConfig(StorageConfig):
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    retry_budget_seconds: float = DEFAULT_BUDGET_SECONDS
+    require_if_match: bool = False
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS
+    tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS
+
+    @classmethod
+    def from_environment(cls, environ=os.environ) -> "ApiConfig":
+        return cls(
+            **_storage(environ),
+            max_attempts=_integer(environ, MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS, 1, 100),
+            retry_budget_seconds=_number(environ, RETRY_BUDGET_SECONDS, DEFAULT_BUDGET_SECONDS, 0.0,
+                                         MAX_BUDGET_SECONDS),
+            require_if_match=_boolean(environ, REQUIRE_IF_MATCH),
+            settle_seconds=_number(environ, SETTLE_SECONDS, DEFAULT_SETTLE_SECONDS, 0.0, MAX_SETTLE_SECONDS),
+            tombstone_seconds=_integer(environ, TOMBSTONE_SECONDS, DEFAULT_TOMBSTONE_SECONDS, 60,
+                                       MAX_TOMBSTONE_SECONDS),
+        )
+
+
+@dataclass(frozen=True)
+class ProcessorConfig(StorageConfig):
+    event_bus_name: str | None = None
+    events_file: str | None = None
+
+    @classmethod
+    def from_environment(cls, environ=os.environ) -> "ProcessorConfig":
+        return cls(**_storage(environ), event_bus_name=environ.get(EVENT_BUS_NAME) or None,
+                   events_file=environ.get(CHANGE_EVENTS_FILE) or None)
+
+
+def _storage(environ) -> dict:
+    table_name = environ.get(TABLE_NAME, "").strip()
+    if not table_name:
+        raise ConfigError(f"{TABLE_NAME} is not set")
+    return {"table_name": table_name, "dynamodb_endpoint": environ.get(DYNAMODB_ENDPOINT) or None,
+            "change_retention_seconds": _integer(environ, CHANGE_RETENTION_SECONDS, DEFAULT_RETENTION_SECONDS,
+                                                 MIN_RETENTION_SECONDS, MAX_RETENTION_SECONDS)}
+
+
+def _integer(environ, name, default, low, high) -> int:
+    raw = environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name}={value} is outside {low}..{high}")
+    return value
+
+
+def _number(environ, name, default, low, high) -> float:
+    raw = environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if not low < value <= high:
+        raise ConfigError(f"{name}={value} is outside ({low}, {high}]")
+    return value
+
+
+def _boolean(environ, name) -> bool:
+    raw = environ.get(name, "false").strip().lower()
+    if raw in ("true", "1", "yes"):
+        return True
+    if raw in ("false", "0", "no", ""):
+        return False
+    raise ConfigError(f"{name}={raw!r} is not true or false")
+
+
+@functools.lru_cache(maxsize=1)
+def api_config() -> ApiConfig:
+    return ApiConfig.from_environment()
+
+
+@functools.lru_cache(maxsize=1)
+def processor_config() -> ProcessorConfig:
+    return ProcessorConfig.from_environment()
+
+
+@functools.lru_cache(maxsize=1)
+def push_config() -> StorageConfig:
+    return StorageConfig.from_environment()
