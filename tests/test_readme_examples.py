@@ -104,6 +104,17 @@ def test_the_docs_speak_of_the_project_not_of_how_it_was_built():
             assert not stale.search(line), f"{document.name} line {number}: {line}"
 
 
+def test_the_docs_say_what_is_not_what_changed():
+    """History belongs in git and, stated as decisions, in docs/decisions.md: no document tells
+    what the code did before or no longer does."""
+    history = re.compile(r"\bno longer\b|\banymore\b|\bused to\b|\bstays? missed\b|\bdecades\b|"
+                         r"(?<!from )\bnow\b(?! and then)|(?:^|\. |\()\s*before,|\bbefore this\b|"
+                         r"\buntil recently\b", re.I)
+    for document in DOCUMENTS:
+        for number, line in enumerate(document.read_text().splitlines(), 1):
+            assert not history.search(line), f"{document.name} line {number}: {line}"
+
+
 def test_nothing_in_the_repository_points_outside_it():
     outside = "\\.\\." + "/shared"  # spelled apart so this file does not match itself
     result = subprocess.run(["git", "grep", "-n", "-e", outside], cwd=REPO_ROOT, capture_output=True, text=True)
