@@ -115,6 +115,20 @@ def test_the_docs_say_what_is_not_what_changed():
             assert not history.search(line), f"{document.name} line {number}: {line}"
 
 
+def test_the_front_door_and_the_contract_leave_the_test_harness_to_development_md():
+    """README.md and docs/api.md name no test file and explain no example markers: how the
+    examples are run is told in docs/development.md. The markers themselves (HTML comments,
+    not rendered) stay beside their blocks."""
+    for name in ("README.md", "docs/api.md"):
+        for number, line in enumerate((REPO_ROOT / name).read_text().splitlines(), 1):
+            if line.startswith("<!-- ") and line.endswith(" -->"):
+                continue
+            assert not re.search(r"\btests/[\w/]+\.py|readme-test|not-run|\bno test\b", line), \
+                f"{name} line {number}: {line}"
+    development = (REPO_ROOT / "docs" / "development.md").read_text()
+    assert "<!-- readme-test: NAME -->" in development and "<!-- not-run: why -->" in development
+
+
 def test_nothing_in_the_repository_points_outside_it():
     outside = "\\.\\." + "/shared"  # spelled apart so this file does not match itself
     result = subprocess.run(["git", "grep", "-n", "-e", outside], cwd=REPO_ROOT, capture_output=True, text=True)
