@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -144,15 +146,31 @@ def test_the_readme_stays_a_front_door():
         assert f"]({document})" in readme, f"the README does not link {document}"
 
 
-def _run_python(code: str, environment_lines: str, **variables: str) -> subprocess.CompletedProcess:
+def _run_python(code: str, environment_lines: str, cwd: Path = REPO_ROOT, **variables: str
+                ) -> subprocess.CompletedProcess:
     """A Python example as a reader runs it in the shell that started make serve (the same
     credentials, if any): the environment the docs name, then the code."""
     env = {key: value for key, value in os.environ.items()
-           if key not in ("AWS_REGION", "AWS_DEFAULT_REGION", "DYNAMODB_ENDPOINT", "URL")}
+           if key not in ("AWS_REGION", "AWS_DEFAULT_REGION", "DYNAMODB_ENDPOINT", "URL", "PYTHONPATH")}
     env.update(variables)
     script = f"{environment_lines}\nexec {shlex.quote(sys.executable)} - <<'EXAMPLE'\n{code}\nEXAMPLE\n"
     return subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, env=env,
-                          cwd=REPO_ROOT, timeout=60)
+                          cwd=cwd, timeout=60)
+
+
+def _pip_installed_library(folder: Path) -> Path:
+    """`pip install .` as docs/library.md tells a reader, into a folder of its own (offline: the
+    venv's setuptools, no dependencies fetched; the venv has them). Built from a copy, so the
+    build leaves the checkout untouched."""
+    source, site = folder / "source", folder / "site"
+    source.mkdir()
+    shutil.copy(REPO_ROOT / "pyproject.toml", source)
+    shutil.copytree(REPO_ROOT / "functions", source / "functions", ignore=shutil.ignore_patterns("__pycache__"))
+    result = subprocess.run([sys.executable, "-m", "pip", "install", str(source), "--no-deps", "--no-index",
+                             "--no-build-isolation", "--disable-pip-version-check", "-q", "--target", str(site)],
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return site
 
 
 def _token() -> str:
@@ -163,7 +181,7 @@ def _token() -> str:
 
 
 @pytest.mark.dynamodb_local
-def test_the_examples_run_as_written_on_a_fresh_make_serve():
+def test_the_examples_run_as_written_on_a_fresh_make_serve(tmp_path):
     blocks_by_name = examples()
     with make_serve() as served:
         base = f"localhost:{served.port}"
@@ -186,6 +204,16 @@ def test_the_examples_run_as_written_on_a_fresh_make_serve():
         language, code = blocks_by_name["library"]
         assert language == "python"
         result = _run_python(code, export.group(1))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == expected_prints(code), result.stdout
+        # Again, saved outside the repository after `pip install .`: it imports the installed
+        # library, and a second run succeeds as the first did.
+        site, elsewhere = _pip_installed_library(tmp_path), tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        where = _run_python("import functions.device_state as library\nprint(library.__file__)", "", cwd=elsewhere,
+                            PYTHONPATH=str(site))
+        assert where.returncode == 0 and Path(where.stdout.strip()).is_relative_to(site), where.stdout + where.stderr
+        result = _run_python(code, export.group(1), cwd=elsewhere, PYTHONPATH=str(site))
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == expected_prints(code), result.stdout
 
