@@ -76,7 +76,8 @@ def test_make_test_fast_selects_no_dynamodb_local_test():
 
 def first_time_recipes(target: str) -> str:
     """What `make <target>` would run on a fresh clone: -B (every stamp out of date), -n (run nothing)."""
-    dry_run = subprocess.run(["make", "-n", "-B", target], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    dry_run = subprocess.run(["make", "-n", "-B", target], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=60)
     assert dry_run.returncode == 0, dry_run.stderr
     return dry_run.stdout
 

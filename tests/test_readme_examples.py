@@ -167,7 +167,8 @@ def _pip_installed_library(folder: Path) -> Path:
     shutil.copy(REPO_ROOT / "pyproject.toml", source)
     shutil.copytree(REPO_ROOT / "functions", source / "functions", ignore=shutil.ignore_patterns("__pycache__"))
     result = subprocess.run([sys.executable, "-m", "pip", "install", str(source), "--no-deps", "--no-index",
-                             "--no-build-isolation", "--disable-pip-version-check", "-q", "--target", str(site)],
+                             "--no-build-isolation", "--disable-pip-version-check", "-q",
+                             "--target", str(site)],
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     return site
@@ -210,9 +211,10 @@ def test_the_examples_run_as_written_on_a_fresh_make_serve(tmp_path):
         # library, and a second run succeeds as the first did.
         site, elsewhere = _pip_installed_library(tmp_path), tmp_path / "elsewhere"
         elsewhere.mkdir()
-        where = _run_python("import functions.device_state as library\nprint(library.__file__)", "", cwd=elsewhere,
-                            PYTHONPATH=str(site))
-        assert where.returncode == 0 and Path(where.stdout.strip()).is_relative_to(site), where.stdout + where.stderr
+        where = _run_python("import functions.device_state as library\nprint(library.__file__)", "",
+                            cwd=elsewhere, PYTHONPATH=str(site))
+        assert where.returncode == 0, where.stderr
+        assert Path(where.stdout.strip()).is_relative_to(site), where.stdout
         result = _run_python(code, export.group(1), cwd=elsewhere, PYTHONPATH=str(site))
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == expected_prints(code), result.stdout
