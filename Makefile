@@ -56,7 +56,9 @@ test: setup
 	$(PY) -m pytest -n 3 --dist loadfile
 
 # The quick tier: no DynamoDB Local, no threads, no whole-toolchain runs (CDK CLI, make, pip).
-test-fast: setup
+# It sets up the venv and the npm packages (the CDK's jsii runs the pinned Node 22) and never
+# checks for Java, which only DynamoDB Local needs.
+test-fast: $(PY_STAMP) $(NPM_STAMP)
 	$(PY) -m pytest -n 2 -m "not dynamodb_local and not concurrency and not toolchain"
 
 # The API on http://127.0.0.1:$(PORT), on a DynamoDB Local it starts and stops itself.

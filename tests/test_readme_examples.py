@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -104,6 +106,31 @@ def test_the_docs_speak_of_the_project_not_of_how_it_was_built():
             assert not stale.search(line), f"{document.name} line {number}: {line}"
 
 
+def test_the_docs_say_what_is_not_what_changed():
+    """History belongs in git and, stated as decisions, in docs/decisions.md: no document tells
+    what the code did before or no longer does."""
+    history = re.compile(r"\bno longer\b|\banymore\b|\bused to\b|\bstays? missed\b|\bdecades\b|"
+                         r"(?<!from )\bnow\b(?! and then)|(?:^|\. |\()\s*before,|\bbefore this\b|"
+                         r"\buntil recently\b", re.I)
+    for document in DOCUMENTS:
+        for number, line in enumerate(document.read_text().splitlines(), 1):
+            assert not history.search(line), f"{document.name} line {number}: {line}"
+
+
+def test_the_front_door_and_the_contract_leave_the_test_harness_to_development_md():
+    """README.md and docs/api.md name no test file and explain no example markers: how the
+    examples are run is told in docs/development.md. The markers themselves (HTML comments,
+    not rendered) stay beside their blocks."""
+    for name in ("README.md", "docs/api.md"):
+        for number, line in enumerate((REPO_ROOT / name).read_text().splitlines(), 1):
+            if line.startswith("<!-- ") and line.endswith(" -->"):
+                continue
+            assert not re.search(r"\btests/[\w/]+\.py|readme-test|not-run|\bno test\b", line), \
+                f"{name} line {number}: {line}"
+    development = (REPO_ROOT / "docs" / "development.md").read_text()
+    assert "<!-- readme-test: NAME -->" in development and "<!-- not-run: why -->" in development
+
+
 def test_nothing_in_the_repository_points_outside_it():
     outside = "\\.\\." + "/shared"  # spelled apart so this file does not match itself
     result = subprocess.run(["git", "grep", "-n", "-e", outside], cwd=REPO_ROOT, capture_output=True, text=True)
@@ -119,15 +146,32 @@ def test_the_readme_stays_a_front_door():
         assert f"]({document})" in readme, f"the README does not link {document}"
 
 
-def _run_python(code: str, environment_lines: str, **variables: str) -> subprocess.CompletedProcess:
+def _run_python(code: str, environment_lines: str, cwd: Path = REPO_ROOT, **variables: str
+                ) -> subprocess.CompletedProcess:
     """A Python example as a reader runs it in the shell that started make serve (the same
     credentials, if any): the environment the docs name, then the code."""
     env = {key: value for key, value in os.environ.items()
-           if key not in ("AWS_REGION", "AWS_DEFAULT_REGION", "DYNAMODB_ENDPOINT", "URL")}
+           if key not in ("AWS_REGION", "AWS_DEFAULT_REGION", "DYNAMODB_ENDPOINT", "URL", "PYTHONPATH")}
     env.update(variables)
     script = f"{environment_lines}\nexec {shlex.quote(sys.executable)} - <<'EXAMPLE'\n{code}\nEXAMPLE\n"
     return subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, env=env,
-                          cwd=REPO_ROOT, timeout=60)
+                          cwd=cwd, timeout=60)
+
+
+def _pip_installed_library(folder: Path) -> Path:
+    """`pip install .` as docs/library.md tells a reader, into a folder of its own (offline: the
+    venv's setuptools, no dependencies fetched; the venv has them). Built from a copy, so the
+    build leaves the checkout untouched."""
+    source, site = folder / "source", folder / "site"
+    source.mkdir()
+    shutil.copy(REPO_ROOT / "pyproject.toml", source)
+    shutil.copytree(REPO_ROOT / "functions", source / "functions", ignore=shutil.ignore_patterns("__pycache__"))
+    result = subprocess.run([sys.executable, "-m", "pip", "install", str(source), "--no-deps", "--no-index",
+                             "--no-build-isolation", "--disable-pip-version-check", "-q",
+                             "--target", str(site)],
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return site
 
 
 def _token() -> str:
@@ -138,7 +182,7 @@ def _token() -> str:
 
 
 @pytest.mark.dynamodb_local
-def test_the_examples_run_as_written_on_a_fresh_make_serve():
+def test_the_examples_run_as_written_on_a_fresh_make_serve(tmp_path):
     blocks_by_name = examples()
     with make_serve() as served:
         base = f"localhost:{served.port}"
@@ -161,6 +205,17 @@ def test_the_examples_run_as_written_on_a_fresh_make_serve():
         language, code = blocks_by_name["library"]
         assert language == "python"
         result = _run_python(code, export.group(1))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == expected_prints(code), result.stdout
+        # Again, saved outside the repository after `pip install .`: it imports the installed
+        # library, and a second run succeeds as the first did.
+        site, elsewhere = _pip_installed_library(tmp_path), tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        where = _run_python("import functions.device_state as library\nprint(library.__file__)", "",
+                            cwd=elsewhere, PYTHONPATH=str(site))
+        assert where.returncode == 0, where.stderr
+        assert Path(where.stdout.strip()).is_relative_to(site), where.stdout
+        result = _run_python(code, export.group(1), cwd=elsewhere, PYTHONPATH=str(site))
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == expected_prints(code), result.stdout
 
