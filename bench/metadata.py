@@ -47,14 +47,14 @@ def timed(action) -> float:
 
 def measure(manager: DeviceStateManager, leaves: int, repeats: int) -> dict:
     device_id = f"meta-{leaves}-{uuid.uuid4().hex[:6]}"
-    reported = {f"sensor{index}": index for index in range(leaves)}
-    desired = {f"sensor{index}": index for index in range(min(DESIRED_LEAVES, leaves))}
+    reported = {f"s{index}": index for index in range(leaves)}
+    desired = {f"s{index}": index for index in range(min(DESIRED_LEAVES, leaves))}
     version = manager.create(device_id, {}, sections={"desired": desired, "reported": reported}).version
     report, read = [], []
     for repeat in range(repeats):
         def conditional_report():
             nonlocal version
-            version = manager.update(device_id, MergePatch({"sensor0": repeat + 1}), version,
+            version = manager.update(device_id, MergePatch({"s0": repeat + 1}), version,
                                      section="reported").version
         report.append(timed(conditional_report))
         read.append(timed(lambda: dumps(manager.get(device_id).as_dict(include_metadata=True))))
