@@ -44,7 +44,7 @@ from .fencing import Fence
 from .idempotency import CHECKED, CREATED, DELETED, UPDATED
 from .retry import Moved
 from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, META_ATTRIBUTES, REPORTED, STATE,
-                       VERSION_SPAN, SectionWrite, next_entries, pack, touched_by)
+                       VERSION_SPAN, SectionWrite, check_pointer, next_entries, pack, touched_by)
 from .values import MAX_ITEM_BYTES, check_state, item_size, to_attribute
 
 UpdateFn = Callable[[dict], dict]
@@ -194,8 +194,7 @@ class Planner:
     def replace_state(self, item: dict, update_fn: UpdateFn, condition: ConditionBase | None,
                       outcome: str, section: str = STATE) -> Planned:
         """``update_fn(state)`` (or of another section) written over the live ``item``, at its version."""
-        return self.write_sections(item, [SectionWrite(section, update_fn, touched_by(update_fn))],
-                                   condition, outcome)
+        return self.write_sections(item, [SectionWrite(section, update_fn, None)], condition, outcome)
 
     def write_sections(self, item: dict, writes: list[SectionWrite], condition: ConditionBase | None,
                        outcome: str) -> Planned:
@@ -209,12 +208,14 @@ class Planner:
         version = current.version + 1
         values = {":now": {"S": stamp}, ":expected": number(current.version)}
         for write in writes:
+            touched = write.touched if write.touched is not None else touched_by(write.update_fn,
+                                                                                 documents[write.section])
             new_document = _apply(write.update_fn, documents[write.section])
             check_state(new_document)
             documents[write.section] = new_document
             if write.section != STATE:
                 entries[write.section] = next_entries(new_document, entries.get(write.section, {}),
-                                                      write.touched, pack(version, self.now))
+                                                      touched, pack(version, self.now))
         changed = {write.section for write in writes}
         sets = ["#updatedAt = :now"]
         if STATE in changed:
@@ -265,11 +266,14 @@ class Planner:
         it did) shows beyond the journal's keep: entries written since are newer still, so
         the newest stay. It ADDs the newest stamp it drops to ``journalTrimmedStamps``, or,
         when it saw ``TRIMMED_STAMPS_KEEP`` of them, prunes the set and drops only what the
-        set covers (see the module's docstring). None when its values cannot be stored
-        (read-modify-write then decides)."""
+        set covers (see the module's docstring). None when its values or the metadata keys
+        of its members (``check_pointer``) cannot be stored (read-modify-write then decides)."""
         try:
             check_state({"values": list(compiled.values.values())})
             values = {key: to_attribute(value) for key, value in compiled.values.items()}
+            if section != STATE:
+                for leaf in compiled.pointers:
+                    check_pointer(leaf)
         except (InvalidValue, TypeError, ArithmeticError):
             return None
         write = WriteId.new(self.now)
