@@ -41,7 +41,7 @@ from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, Inval
                      VersionConflict)
 from .expressions import LIVE, NOT_LIVE, and_condition, names_in, number
 from .fencing import Fence
-from .idempotency import CHECKED, CREATED, DELETED, UPDATED
+from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED
 from .retry import Moved
 from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, META_ATTRIBUTES, REPORTED, STATE,
                        VERSION_SPAN, SectionWrite, check_pointer, next_entries, pack, touched_by)
@@ -68,6 +68,9 @@ SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DES
 BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, table.JOURNAL_TRIMMED_BY_PATCHES,
                                     table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL,
                                     table.TURNS_TAKEN, table.TURNS_SERVED, table.TURNS_MOVED_AT})
+
+_LARGEST_VERSION = number(VERSION_SPAN - 1)  # a version or changed mark, as sized for the item's budget
+_LONGEST_OUTCOME = max((CREATED, REPLACED, UPDATED), key=len)  # lastWrite, as sized for the item's budget
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 _STAMP_WIDTH = 9  # base 36 milliseconds, good past the year 5000
@@ -343,13 +346,17 @@ class Planner:
         journal_removes, newest_dropped, journal_names = _trimming(item, JOURNAL_KEEP - 1, self.now)
         sets = [*sets, "#version = :next", "#w = :next", "#lastWrite = :lastWrite"]
         if outcome != DELETED:
+            # What this write leaves, with what grows from write to write (versions, the
+            # outcome's name) at its largest: a state accepted once fits again later.
             written = {attribute: values[f":{attribute}"] for attribute in SECTION_ATTRIBUTES
                        if f":{attribute}" in values}
+            written.update({CHANGED_ATTRIBUTES[section]: _LARGEST_VERSION for section in DEVICE_SECTIONS
+                            if f":{section}" in values})
             values[":itemBytes"] = number(_checked_size(
                 {**table.state_key(device_id), **_without_bookkeeping(item), **written,
-                 table.VERSION: number(next_version), write.attribute: number(next_version),
+                 table.VERSION: _LARGEST_VERSION, write.attribute: number(next_version),
                  table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
-                 table.LAST_WRITE: {"S": outcome}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device))
+                 table.LAST_WRITE: {"S": _LONGEST_OUTCOME}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device))
             sets.append("#itemBytes = :itemBytes")
         values[":lastWrite"] = {"S": outcome}  # the stream processor tells updated from replaced by it
         # The version condition makes this write's view exact, so it folds what compiled patches

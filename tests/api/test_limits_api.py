@@ -287,3 +287,36 @@ def test_the_openapi_document_states_every_limit(api):
         "stateItemBytes": MAX_STATE_ITEM_BYTES, "bodyBytes": 1024 * 1024, "transactionOperations": 100}
     for limit in ("member-name", "nesting-depth", "patch-members", "item-size"):
         assert limit in document["info"]["description"]
+
+
+# ----------------------------------------- the largest accepted state, written again (issue 27, row 8)
+
+
+def largest_accepted_blob() -> int:
+    """The longest string ``{"blob": ...}`` a create is planned with (the planner is pure)."""
+    from functions.device_state.errors import ItemTooLarge
+    from functions.device_state.fencing import Fence
+    from functions.device_state.writes import Planner
+
+    low, high = 1, MAX_STATE_ITEM_BYTES
+    while low < high:
+        middle = (low + high + 1) // 2
+        try:
+            Planner("t", Fence(), 1_800_000_000.0).create("lim", {"blob": "x" * middle}, None)
+            low = middle
+        except ItemTooLarge:
+            high = middle - 1
+    return low
+
+
+def test_a_device_created_at_the_largest_accepted_state_takes_an_equal_size_state_again(api):
+    size = largest_accepted_blob()
+    assert api("POST", "/devices", {"deviceId": "lim", "state": {"blob": "x" * (size + 1)}}).status == 413
+    create(api, {"blob": "x" * size})
+    for version, letter in enumerate("yzw", start=2):
+        replaced = api("PUT", "/devices/lim", {"state": {"blob": letter * size}}, headers={"If-Match": f'"{version - 1}"'})
+        assert replaced.status == 200 and replaced.json["version"] == version, replaced.text
+    patched = api("PATCH", "/devices/lim", {"blob": "v" * size}, content_type=MERGE)
+    assert patched.status == 200 and patched.json["version"] == 5, patched.text
+    reported = api("PATCH", "/devices/lim/reported", {"power": "on"}, content_type=MERGE)
+    assert reported.status == 413 and reported.json["limit"] == "item-size"  # the item is full
