@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import functools
 import os
+import time
 
 import boto3
 import pytest
@@ -320,3 +321,34 @@ def test_a_device_created_at_the_largest_accepted_state_takes_an_equal_size_stat
     assert patched.status == 200 and patched.json["version"] == 5, patched.text
     reported = api("PATCH", "/devices/lim/reported", {"power": "on"}, content_type=MERGE)
     assert reported.status == 413 and reported.json["limit"] == "item-size"  # the item is full
+
+
+# ------------------------------------ a leaf pointer longer than its metadata key may be (issue 27, row 5)
+
+
+def slashes_document(levels: int) -> dict:
+    """``levels`` nested members, each named by 1,024 slashes (2,048 bytes escaped in a pointer)."""
+    document = {"/" * 1024: 1}
+    for _ in range(levels - 1):
+        document = {"/" * 1024: document}
+    return document
+
+
+@pytest.mark.parametrize("section", ["desired", "reported"])
+def test_a_leaf_whose_pointer_cannot_key_its_metadata_is_400_at_once_and_nothing_changes(api, section):
+    from functions.device_state.sections import MAX_POINTER_BYTES
+
+    create(api, {"n": 1})
+    deep = slashes_document(25)  # a ~51 KB pointer: DynamoDB Local fails such a map key (InternalFailure)
+    started = time.monotonic()
+    for result in (api("PUT", f"/devices/lim/{section}", {section: deep}),
+                   api("PATCH", f"/devices/lim/{section}", deep, content_type=MERGE),
+                   api("PATCH", f"/devices/lim/{section}", slashes_document(3), content_type=MERGE),
+                   api("POST", "/transactions", {"operations": [{"deviceId": "lim", "section": section,
+                                                                 "mergePatch": deep}]})):
+        assert result.status == 400 and result.json["limit"] == "leaf-pointer", result.text
+        assert str(MAX_POINTER_BYTES) in result.json["detail"]
+    assert time.monotonic() - started < 5  # no settle-and-retry rounds
+    assert api("GET", "/devices/lim").json["version"] == 1
+    assert api("PATCH", f"/devices/lim/{section}", slashes_document(1), content_type=MERGE).status == 200
+    assert api("PUT", "/devices/lim", {"state": deep}).status == 200  # state keeps no metadata
