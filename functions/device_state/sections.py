@@ -40,6 +40,9 @@ VERSION_SPAN = 10 ** 16  # versions below this pack with a millisecond time into
 # InternalFailure, DynamoDB documents names under 64 KB), and bounds what one leaf's
 # metadata adds to the item.
 MAX_POINTER_BYTES = 4096
+# What one leaf's metadata entry adds to the item beside its pointer: its map slot and a
+# number of up to 29 digits (item_size counts 18 bytes for it).
+METADATA_ENTRY_BYTES = 19
 
 ALL = ""  # the touched pointer of a write that sets a whole section
 

@@ -285,8 +285,9 @@ def test_the_openapi_document_states_every_limit(api):
     document = api("GET", "/openapi.json").json
     assert document["info"]["x-limits"] == {
         "memberNameBytes": MAX_MEMBER_NAME_BYTES, "stateDepth": 31, "patchMembers": MAX_PATCH_OPERATIONS,
-        "stateItemBytes": MAX_STATE_ITEM_BYTES, "bodyBytes": 1024 * 1024, "transactionOperations": 100}
-    for limit in ("member-name", "nesting-depth", "patch-members", "item-size"):
+        "stateItemBytes": MAX_STATE_ITEM_BYTES, "bodyBytes": 1024 * 1024, "transactionOperations": 100,
+        "leafPointerBytes": 4096, "metadataEntryBytes": 19}
+    for limit in ("member-name", "nesting-depth", "patch-members", "item-size", "leaf-pointer"):
         assert limit in document["info"]["description"]
 
 
@@ -352,3 +353,23 @@ def test_a_leaf_whose_pointer_cannot_key_its_metadata_is_400_at_once_and_nothing
     assert api("GET", "/devices/lim").json["version"] == 1
     assert api("PATCH", f"/devices/lim/{section}", slashes_document(1), content_type=MERGE).status == 200
     assert api("PUT", "/devices/lim", {"state": deep}).status == 200  # state keeps no metadata
+
+
+# -------------------------------------------- metadata's share of the item, as stated (issue 27, row 3)
+
+
+def test_reported_leaves_fit_exactly_as_the_stated_metadata_cost_says(api):
+    from functions.device_state.sections import METADATA_ENTRY_BYTES
+
+    def document(leaves):  # one-level leaves: "/k00000" pointers, each value a 1-digit number
+        return {f"k{index:05d}": 1 for index in range(leaves)}
+
+    create(api, {})
+    empty = int(api.client.get_item(TableName=api.table, Key={"deviceId": {"S": "lim"}, "sk": {"S": "state"}},
+                                    ConsistentRead=True)["Item"]["itemBytes"]["N"])
+    per_leaf = (1 + len("k00000") + 4) + (len("/k00000") + METADATA_ENTRY_BYTES)  # member + metadata entry
+    most = (MAX_STATE_ITEM_BYTES - empty) // per_leaf
+    for device_id, leaves, status in (("fit", most, 201), ("big", most + 1, 413)):  # ids as long as "lim"
+        result = api("POST", "/devices", {"deviceId": device_id, "state": {}, "reported": document(leaves)})
+        assert result.status == status, (leaves, result.text)
+    assert api("POST", "/devices", {"deviceId": "as-state", "state": document(most + 1)}).status == 201
