@@ -449,6 +449,11 @@ def _compile_merge_patch(patch: dict, compiled: CompiledUpdate, nested: bool,
             return None
         if value is None:
             compiled.removes.append(path)
+            if parent:
+                # A member removed from an empty object changes nothing, but its metadata entry
+                # would date the empty object (a leaf): read-modify-write takes that case.
+                compiled.conditions.append(f"(attribute_exists({path}) OR size({compiled.placeholder_path(parent)}) "
+                                           f"> {compiled.value(Decimal(0))})")
         else:
             compiled.sets.append(f"{path} = {compiled.value(value)}")
     return compiled
