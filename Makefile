@@ -75,7 +75,8 @@ invoke: $(PY_STAMP)
 
 # Contention and cold-start benchmark on DynamoDB Local: latest.{json,md,png}; then the change
 # feed's lag and write capacity: feed.{json,md}; then 16 reporters on one device's reported:
-# sections.json; then 200 WebSocket subscribers on 20 devices under steady writes: push.json. Into bench/out/ (untracked), or with UPDATE_RESULTS=1 into bench/results/,
+# sections.json; then 200 WebSocket subscribers on 20 devices under steady writes: push.json; then
+# per-leaf metadata at 100/1,000/10,000 leaves (a conditional report, a GET with metadata): metadata.json. Into bench/out/ (untracked), or with UPDATE_RESULTS=1 into bench/results/,
 # the committed reference results the docs quote.
 BENCH_OUT := $(if $(UPDATE_RESULTS),bench/results,bench/out)
 bench: setup
@@ -83,6 +84,7 @@ bench: setup
 	$(PY) bench/feed.py --out $(BENCH_OUT) $(FEED_BENCH_ARGS)
 	$(PY) bench/sections.py --out $(BENCH_OUT) $(SECTIONS_BENCH_ARGS)
 	$(PY) bench/push.py --out $(BENCH_OUT) $(PUSH_BENCH_ARGS)
+	$(PY) bench/metadata.py --out $(BENCH_OUT) $(METADATA_BENCH_ARGS)
 
 # Synthesize offline (no AWS account needed) and lint the template; DEPLOY_ARGS' -c flags
 # shape it as they would a deploy.

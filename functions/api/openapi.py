@@ -9,6 +9,7 @@ from functions.auth import rights
 from functions.auth.principals import SCOPES, Principal
 from functions.device_state.idempotency import KEY_PATTERN
 from functions.device_state.manager import MAX_LIST_LIMIT
+from functions.device_state.sections import MAX_POINTER_BYTES, METADATA_ENTRY_BYTES
 from functions.device_state.transactions import MAX_OPERATIONS
 from functions.device_state.values import (DEVICE_ID_PATTERN, MAX_EXPONENT, MAX_MEMBER_NAME_BYTES,
                                            MAX_PATCH_OPERATIONS, MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH,
@@ -69,14 +70,19 @@ LIMITS = {
     "stateDepth": MAX_STATE_DEPTH,  # 400, limit nesting-depth
     "patchMembers": MAX_PATCH_OPERATIONS,  # 400, limit patch-members
     "stateItemBytes": MAX_STATE_ITEM_BYTES,  # 413, limit item-size
+    "leafPointerBytes": MAX_POINTER_BYTES,  # 400, limit leaf-pointer
+    "metadataEntryBytes": METADATA_ENTRY_BYTES,  # per desired/reported leaf, beside its pointer, in the item
     "bodyBytes": MAX_BODY_BYTES,  # 413
     "transactionOperations": MAX_OPERATIONS,
 }
 _LIMITS_TEXT = (f"Limits, checked before anything is written: object member names up to {MAX_MEMBER_NAME_BYTES} "
                 f"bytes of UTF-8 (400, limit member-name); state nested up to {MAX_STATE_DEPTH} levels (400, "
                 f"nesting-depth); a patch sets up to {MAX_PATCH_OPERATIONS} members or JSON Patch operations (400, "
-                f"patch-members); the device's stored item up to {MAX_STATE_ITEM_BYTES} bytes, which keeps room "
-                f"for the lease holder, the write journal and the version's change record (413, item-size); "
+                f"patch-members); the JSON Pointer of a desired or reported leaf up to {MAX_POINTER_BYTES} bytes "
+                f"escaped (400, leaf-pointer); the device's stored item up to {MAX_STATE_ITEM_BYTES} bytes, which "
+                f"keeps room for the lease holder, the write journal and the version's change record (413, "
+                f"item-size): it holds state, desired and reported and, per leaf of desired and reported, a "
+                f"metadata entry of the leaf's JSON Pointer (escaped) plus {METADATA_ENTRY_BYTES} bytes; "
                 f"bodies up to {MAX_BODY_BYTES} bytes (413); transactions of up to {MAX_OPERATIONS} operations "
                 f"({MAX_OPERATIONS - 1} with Idempotency-Key).")
 
@@ -84,9 +90,10 @@ _COMMON_ERRORS = {
     "400": _problem("Malformed request: JSON, deviceId, headers or parameters; a number DynamoDB cannot hold "
                     "exactly (limit precision), text that is not valid Unicode, nesting too deep (limit "
                     f"nesting-depth), a member name over {MAX_MEMBER_NAME_BYTES} bytes (limit member-name), a patch "
-                    f"of more than {MAX_PATCH_OPERATIONS} members (limit patch-members)"),
+                    f"of more than {MAX_PATCH_OPERATIONS} members (limit patch-members), a desired or reported "
+                    f"leaf whose JSON Pointer passes {MAX_POINTER_BYTES} bytes (limit leaf-pointer)"),
     "413": _problem(f"Body over {MAX_BODY_BYTES} bytes, or the device's item would pass {MAX_STATE_ITEM_BYTES} "
-                    "bytes (limit item-size)"),
+                    "bytes, per-leaf metadata of desired and reported included (limit item-size)"),
     "415": _problem("Unsupported Content-Type"),
     "503": _problem("Contention retries exhausted or storage unavailable; Retry-After is set"),
 }

@@ -55,16 +55,25 @@ class MergePatch:
         object exists (else read-modify-write merges into whatever is there)."""
         return _compile_merge_patch(self.patch, CompiledUpdate(root=root), nested) if self.patch else None
 
-    def touched(self) -> list[str]:
-        """The pointers the patch sets or removes (its leaves)."""
-        return _merge_leaves(self.patch, ())
+    def touched(self, document: dict | None = None) -> list[str]:
+        """The pointers the patch sets or removes (its leaves). Given the ``document`` it
+        applies to, those where it changes nothing are left out: an empty object merged
+        into an object, a ``null`` for a member the object lacks."""
+        return _merge_leaves(self.patch, (), document)
 
 
-def _merge_leaves(patch: dict, parts: tuple) -> list[str]:
+def _merge_leaves(patch: dict, parts: tuple, target) -> list[str]:
+    """``target``: the object the patch merges into; anything else (None: unknown) is
+    replaced by an object, so every member of the patch sets something."""
     found = []
     for key, value in patch.items():
+        present = isinstance(target, dict) and key in target
         if isinstance(value, dict) and value:
-            found.extend(_merge_leaves(value, parts + (key,)))
+            found.extend(_merge_leaves(value, parts + (key,), target[key] if present else None))
+        elif isinstance(value, dict) and present and isinstance(target[key], dict):  # {}: merges nothing
+            continue
+        elif value is None and isinstance(target, dict) and not present:
+            continue
         else:
             found.append(pointer(parts + (key,)))
     return found
@@ -199,7 +208,7 @@ class JsonPatch:
         replace or remove of an object member (the common device update); else None."""
         return _compile_json_patch(self.operations, CompiledUpdate(root=root)) if self.operations else None
 
-    def touched(self) -> list[str]:
+    def touched(self, document: dict | None = None) -> list[str]:
         """The pointers the patch may set or remove (a move's source too; a test's none)."""
         return [pointer for operation in self.operations if operation["op"] != "test"
                 for pointer in (operation["path"], *((operation["from"],) if operation["op"] == "move" else ()))]
@@ -440,6 +449,11 @@ def _compile_merge_patch(patch: dict, compiled: CompiledUpdate, nested: bool,
             return None
         if value is None:
             compiled.removes.append(path)
+            if parent:
+                # A member removed from an empty object changes nothing, but its metadata entry
+                # would date the empty object (a leaf): read-modify-write takes that case.
+                compiled.conditions.append(f"(attribute_exists({path}) OR size({compiled.placeholder_path(parent)}) "
+                                           f"> {compiled.value(Decimal(0))})")
         else:
             compiled.sets.append(f"{path} = {compiled.value(value)}")
     return compiled

@@ -16,7 +16,7 @@ from .errors import ItemTooLarge, OutcomeUnknown, StorageUnavailable
 from .observer import UpdateObserver
 from .restore import random_generator
 from .retry import Backoff, Moved
-from .store import ONCE, Ambiguous, Rejected, Store
+from .store import ONCE, Ambiguous, FailedAnswer, Rejected, Store
 from .writes import Planned, Planner, refusal, settle_request, trimmed_stamp, written_version
 
 logger = logging.getLogger("device_state")
@@ -50,27 +50,28 @@ class WritePipeline:
                 return self._applied(device_id, planned, version, rejected.item), None
             raise refusal(planned, device_id, rejected.item, planner.fence, self._clock()) from None
         except Ambiguous as lost:
-            return self.settle(device_id, planned, str(lost)), None
+            return self.settle(device_id, planned, str(lost), isinstance(lost, FailedAnswer)), None
         return planned.device or Device.from_item(attributes), attributes
 
-    def settle(self, device_id: str, planned: Planned, cause: str) -> Device:
+    def settle(self, device_id: str, planned: Planned, cause: str, failed_answer: bool = False) -> Device:
         """Find out whether a write whose answer was lost applied, by marking it as never
-        applied unless it already did (``Planner.settle``): then the journal tells."""
+        applied unless it already did (``Planner.settle``): then the journal tells.
+        ``failed_answer``: DynamoDB answered with a server error; settled as never applied,
+        it is ``StorageUnavailable`` (nothing written) rather than tried again."""
         deadline = self._monotonic() + self.settle_seconds
-        on_versioned_item, attempt = True, 0
+        on_versioned_item, attempt, failure = True, 0, cause
         logger.warning("write answer lost; settling", extra={"device_id": device_id, "cause": cause})
         while True:
             attempt += 1
             request = settle_request(device_id, planned.write, on_versioned_item, self._clock())
             try:
                 marked = self.store.send("update_item", ONCE, **request)["Attributes"]
-                return self._never_applied(device_id, planned, marked)
             except Rejected as rejected:
                 version = written_version(rejected.item, planned.write)
                 if version:
                     return self._applied(device_id, planned, version, rejected.item)
                 if version == 0:  # our own mark, from an earlier settle attempt whose answer was lost
-                    return self._never_applied(device_id, planned, rejected.item)
+                    return self._never_applied(device_id, planned, rejected.item, failed_answer, failure)
                 on_versioned_item = not on_versioned_item  # the item was not as this attempt assumed
                 continue
             except ItemTooLarge:  # not even the mark fits: nothing can settle it
@@ -78,16 +79,21 @@ class WritePipeline:
                 raise OutcomeUnknown(device_id, "the item has no room left to settle the write") from None
             except StorageUnavailable as error:  # Ambiguous too: try again until the deadline
                 cause = str(error)
+            else:
+                return self._never_applied(device_id, planned, marked, failed_answer, failure)
             if self._monotonic() >= deadline:
                 self.observer.outcome_unknown(device_id)
                 raise OutcomeUnknown(device_id, f"DynamoDB did not answer ({cause})")
             self._sleep(self.backoff.delay(min(attempt, 6), self._rng))
 
-    def _never_applied(self, device_id: str, planned: Planned, item: dict) -> Device:
+    def _never_applied(self, device_id: str, planned: Planned, item: dict, failed_answer: bool,
+                       cause: str) -> Device:
         if trimmed_stamp(item) >= planned.write.stamp_ms:
             # Many writes since: the journal may have dropped ours, so its absence proves nothing.
             self.observer.outcome_unknown(device_id)
             raise OutcomeUnknown(device_id, "too many other writes landed before it could be settled")
+        if failed_answer:
+            raise StorageUnavailable(f"DynamoDB failed the write ({cause}); it did not apply: nothing was written")
         raise Moved(None, reason="settled")
 
     def _applied(self, device_id: str, planned: Planned, version: int, item: dict | None) -> Device:

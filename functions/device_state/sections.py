@@ -25,6 +25,7 @@ from decimal import Decimal
 import jsonpointer
 
 from . import table
+from .errors import InvalidValue
 from .times import timestamp
 from .values import check_state, from_attribute
 
@@ -34,6 +35,14 @@ DEVICE_SECTIONS = (DESIRED, REPORTED)  # the sections with per-leaf metadata
 META_ATTRIBUTES = {DESIRED: table.META_DESIRED, REPORTED: table.META_REPORTED}
 CHANGED_ATTRIBUTES = {DESIRED: table.CHANGED_DESIRED, REPORTED: table.CHANGED_REPORTED}
 VERSION_SPAN = 10 ** 16  # versions below this pack with a millisecond time into 29 digits
+# The longest JSON Pointer of a desired or reported leaf, escaped, in bytes: it keys the
+# leaf's metadata entry, a map key (DynamoDB Local fails past 50,000 bytes with an
+# InternalFailure, DynamoDB documents names under 64 KB), and bounds what one leaf's
+# metadata adds to the item.
+MAX_POINTER_BYTES = 4096
+# What one leaf's metadata entry adds to the item beside its pointer: its map slot and a
+# number of up to 29 digits (item_size counts 18 bytes for it).
+METADATA_ENTRY_BYTES = 19
 
 ALL = ""  # the touched pointer of a write that sets a whole section
 
@@ -114,33 +123,67 @@ def leaves(document: dict) -> dict[str, object]:
 # ---------------------------------------------------------------------- metadata
 
 
-def _related(leaf: str, entry: str) -> bool:
-    """True when ``entry`` is the leaf's pointer, an ancestor's or a descendant's."""
-    return (leaf == entry or entry == ALL or leaf.startswith(entry + "/") or entry.startswith(leaf + "/"))
-
-
 def leaf_entries(document: dict, entries: dict) -> dict[str, int]:
-    """The packed entry of every leaf of ``document`` (0 when none is known)."""
-    return {leaf: max((int(value) for entry, value in entries.items() if _related(leaf, entry)), default=0)
-            for leaf in leaves(document)}
+    """The packed entry of every leaf of ``document`` (0 when none is known): the newest
+    entry at the leaf, at an ancestor (looked up on the way down) or at a descendant
+    (``_newest_below``). Linear in the leaves and the entries."""
+    below = _newest_below(entries)
+    found, stack = {}, [(ALL, document, int(entries.get(ALL, 0)))]
+    while stack:
+        path, value, above = stack.pop()
+        if path and is_leaf(value):
+            found[path] = max(above, below.get(path, 0))
+        elif isinstance(value, dict):
+            for key, member in value.items():
+                member_path = path + "/" + key.replace("~", "~0").replace("/", "~1")
+                stack.append((member_path, member, max(above, int(entries.get(member_path, 0)))))
+    return found
+
+
+def _newest_below(entries: dict) -> dict[str, int]:
+    """For every pointer that holds an entry or lies above one, the newest entry at it
+    or under it. An entry climbs its ancestors only while it is the newest seen there:
+    above a pointer that holds a newer or equal one, every ancestor already does too."""
+    newest: dict[str, int] = {}
+    for entry, value in entries.items():
+        value, end = int(value), len(entry)
+        while end > 0 and newest.get(entry[:end], -1) < value:
+            newest[entry[:end]] = value
+            end = entry.rfind("/", 0, end)
+    return newest
 
 
 def next_entries(document: dict, entries: dict, touched: tuple[str, ...], stamp: int) -> dict[str, int]:
     """The entries after a read-modify-write that set the pointers ``touched``: one per
-    leaf, the new ``stamp`` for every leaf a touched pointer covers or lies under."""
+    leaf, the new ``stamp`` for every leaf a touched pointer covers, lies under or lies
+    above. ``InvalidValue`` when a leaf's pointer, the key of its entry, is longer than
+    ``MAX_POINTER_BYTES``."""
     current = leaf_entries(document, entries)
-    return {leaf: stamp if any(_related(leaf, path) for path in touched) else value
-            for leaf, value in current.items()}
+    renewed = leaf_entries(document, dict.fromkeys(touched, 1))
+    for leaf in current:
+        check_pointer(leaf)
+    return {leaf: stamp if renewed[leaf] else value for leaf, value in current.items()}
+
+
+def check_pointer(leaf: str) -> str:
+    """Refuse a leaf whose JSON Pointer (its metadata entry's key) is longer than ``MAX_POINTER_BYTES``."""
+    size = len(leaf.encode("utf-8", "surrogatepass"))
+    if size > MAX_POINTER_BYTES:
+        raise InvalidValue(f"a leaf of desired or reported is named by its JSON Pointer, which keys its metadata: "
+                           f"at most {MAX_POINTER_BYTES} bytes ('~' and '/' in names count 2 bytes each); "
+                           f"one has {size}", limit="leaf-pointer")
+    return leaf
 
 
 @dataclass(frozen=True)
 class SectionWrite:
     """A change to one section: the pure ``update_fn`` of its document, and the pointers
-    inside the section it sets (its metadata is renewed there)."""
+    inside the section it sets (its metadata is renewed there); None: the pointers the
+    update function says it sets in the document it is applied to (``touched_by``)."""
 
     section: str
     update_fn: object
-    touched: tuple[str, ...] = (ALL,)
+    touched: tuple[str, ...] | None = (ALL,)
 
 
 def replacing(state: dict, sections: dict | None) -> list[SectionWrite]:
@@ -157,10 +200,10 @@ def check_sections(sections: dict | None) -> None:
         check_state(document)
 
 
-def touched_by(update_fn) -> tuple[str, ...]:
-    """The pointers a patch sets (``touched()``), or the whole section."""
+def touched_by(update_fn, document: dict | None = None) -> tuple[str, ...]:
+    """The pointers a patch sets in ``document`` (``touched()``), or the whole section."""
     touched = getattr(update_fn, "touched", None)
-    return tuple(touched()) if touched else (ALL,)
+    return tuple(touched(document)) if touched else (ALL,)
 
 
 def entries_of(item: dict) -> dict:

@@ -57,6 +57,12 @@ class Ambiguous(StorageUnavailable):
     """A write's answer was lost: it may or may not have applied."""
 
 
+class FailedAnswer(Ambiguous):
+    """DynamoDB answered a write with a server error (5xx): it may or may not have
+    applied, but, unlike a lost answer, one that is settled as never applied is not
+    sent again (the same request may meet the same failure every time)."""
+
+
 class Refused(StorageError):
     """DynamoDB's ValidationException: a fault of this service, or the expected refusal
     of a compiled patch (read-modify-write then decides)."""
@@ -82,6 +88,7 @@ class Store:
         attempt, maybe_applied = 0, False
         while True:
             attempt += 1
+            failed_answer = False
             try:
                 return getattr(self.client, operation)(**request)
             except ClientError as error:
@@ -97,7 +104,7 @@ class Store:
                 if code in THROTTLING_CODES:
                     applied = False
                 elif status >= 500:
-                    applied = None
+                    applied, failed_answer = None, True
                 elif code == "ValidationException":
                     raise Refused(f"DynamoDB {operation} refused: {message}") from error
                 else:
@@ -107,13 +114,15 @@ class Store:
                 applied, cause = False, type(error).__name__
             except BotoCoreError as error:
                 applied, cause = None, type(error).__name__
+            lost = FailedAnswer if failed_answer else Ambiguous
+            what = "it answered a server error" if failed_answer else "the answer was lost"
             if applied is None and mode == ONCE:
-                raise Ambiguous(f"DynamoDB {operation}: the answer was lost ({cause})")
+                raise lost(f"DynamoDB {operation}: {what} ({cause})")
             maybe_applied = maybe_applied or (applied is None and mode == IDEMPOTENT)
             out_of_time = deadline is not None and self._monotonic() >= deadline
             if attempt >= SEND_ATTEMPTS or out_of_time:
                 if maybe_applied:
-                    raise Ambiguous(f"DynamoDB {operation}: the answer was lost ({cause})")
+                    raise lost(f"DynamoDB {operation}: {what} ({cause})")
                 raise StorageUnavailable(f"DynamoDB {operation} failed {attempt} times ({cause}); nothing was written")
             self._sleep(self.backoff.delay(attempt, self._rng))
 

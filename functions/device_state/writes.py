@@ -41,10 +41,10 @@ from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, Inval
                      VersionConflict)
 from .expressions import LIVE, NOT_LIVE, and_condition, names_in, number
 from .fencing import Fence
-from .idempotency import CHECKED, CREATED, DELETED, UPDATED
+from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED
 from .retry import Moved
 from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, META_ATTRIBUTES, REPORTED, STATE,
-                       VERSION_SPAN, SectionWrite, next_entries, pack, touched_by)
+                       VERSION_SPAN, SectionWrite, check_pointer, next_entries, pack, touched_by)
 from .values import MAX_ITEM_BYTES, check_state, item_size, to_attribute
 
 UpdateFn = Callable[[dict], dict]
@@ -68,6 +68,9 @@ SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DES
 BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, table.JOURNAL_TRIMMED_BY_PATCHES,
                                     table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL,
                                     table.TURNS_TAKEN, table.TURNS_SERVED, table.TURNS_MOVED_AT})
+
+_LARGEST_VERSION = number(VERSION_SPAN - 1)  # a version or changed mark, as sized for the item's budget
+_LONGEST_OUTCOME = max((CREATED, REPLACED, UPDATED), key=len)  # lastWrite, as sized for the item's budget
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 _STAMP_WIDTH = 9  # base 36 milliseconds, good past the year 5000
@@ -194,8 +197,7 @@ class Planner:
     def replace_state(self, item: dict, update_fn: UpdateFn, condition: ConditionBase | None,
                       outcome: str, section: str = STATE) -> Planned:
         """``update_fn(state)`` (or of another section) written over the live ``item``, at its version."""
-        return self.write_sections(item, [SectionWrite(section, update_fn, touched_by(update_fn))],
-                                   condition, outcome)
+        return self.write_sections(item, [SectionWrite(section, update_fn, None)], condition, outcome)
 
     def write_sections(self, item: dict, writes: list[SectionWrite], condition: ConditionBase | None,
                        outcome: str) -> Planned:
@@ -209,12 +211,14 @@ class Planner:
         version = current.version + 1
         values = {":now": {"S": stamp}, ":expected": number(current.version)}
         for write in writes:
+            touched = write.touched if write.touched is not None else touched_by(write.update_fn,
+                                                                                 documents[write.section])
             new_document = _apply(write.update_fn, documents[write.section])
             check_state(new_document)
             documents[write.section] = new_document
             if write.section != STATE:
                 entries[write.section] = next_entries(new_document, entries.get(write.section, {}),
-                                                      write.touched, pack(version, self.now))
+                                                      touched, pack(version, self.now))
         changed = {write.section for write in writes}
         sets = ["#updatedAt = :now"]
         if STATE in changed:
@@ -265,11 +269,14 @@ class Planner:
         it did) shows beyond the journal's keep: entries written since are newer still, so
         the newest stay. It ADDs the newest stamp it drops to ``journalTrimmedStamps``, or,
         when it saw ``TRIMMED_STAMPS_KEEP`` of them, prunes the set and drops only what the
-        set covers (see the module's docstring). None when its values cannot be stored
-        (read-modify-write then decides)."""
+        set covers (see the module's docstring). None when its values or the metadata keys
+        of its members (``check_pointer``) cannot be stored (read-modify-write then decides)."""
         try:
             check_state({"values": list(compiled.values.values())})
             values = {key: to_attribute(value) for key, value in compiled.values.items()}
+            if section != STATE:
+                for leaf in compiled.pointers:
+                    check_pointer(leaf)
         except (InvalidValue, TypeError, ArithmeticError):
             return None
         write = WriteId.new(self.now)
@@ -339,13 +346,17 @@ class Planner:
         journal_removes, newest_dropped, journal_names = _trimming(item, JOURNAL_KEEP - 1, self.now)
         sets = [*sets, "#version = :next", "#w = :next", "#lastWrite = :lastWrite"]
         if outcome != DELETED:
+            # What this write leaves, with what grows from write to write (versions, the
+            # outcome's name) at its largest: a state accepted once fits again later.
             written = {attribute: values[f":{attribute}"] for attribute in SECTION_ATTRIBUTES
                        if f":{attribute}" in values}
+            written.update({CHANGED_ATTRIBUTES[section]: _LARGEST_VERSION for section in DEVICE_SECTIONS
+                            if f":{section}" in values})
             values[":itemBytes"] = number(_checked_size(
                 {**table.state_key(device_id), **_without_bookkeeping(item), **written,
-                 table.VERSION: number(next_version), write.attribute: number(next_version),
+                 table.VERSION: _LARGEST_VERSION, write.attribute: number(next_version),
                  table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
-                 table.LAST_WRITE: {"S": outcome}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device))
+                 table.LAST_WRITE: {"S": _LONGEST_OUTCOME}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device))
             sets.append("#itemBytes = :itemBytes")
         values[":lastWrite"] = {"S": outcome}  # the stream processor tells updated from replaced by it
         # The version condition makes this write's view exact, so it folds what compiled patches

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import functools
 import os
+import time
 
 import boto3
 import pytest
@@ -284,6 +285,91 @@ def test_the_openapi_document_states_every_limit(api):
     document = api("GET", "/openapi.json").json
     assert document["info"]["x-limits"] == {
         "memberNameBytes": MAX_MEMBER_NAME_BYTES, "stateDepth": 31, "patchMembers": MAX_PATCH_OPERATIONS,
-        "stateItemBytes": MAX_STATE_ITEM_BYTES, "bodyBytes": 1024 * 1024, "transactionOperations": 100}
-    for limit in ("member-name", "nesting-depth", "patch-members", "item-size"):
+        "stateItemBytes": MAX_STATE_ITEM_BYTES, "bodyBytes": 1024 * 1024, "transactionOperations": 100,
+        "leafPointerBytes": 4096, "metadataEntryBytes": 19}
+    for limit in ("member-name", "nesting-depth", "patch-members", "item-size", "leaf-pointer"):
         assert limit in document["info"]["description"]
+
+
+# ----------------------------------------- the largest accepted state, written again (issue 27, row 8)
+
+
+def largest_accepted_blob() -> int:
+    """The longest string ``{"blob": ...}`` a create is planned with (the planner is pure)."""
+    from functions.device_state.errors import ItemTooLarge
+    from functions.device_state.fencing import Fence
+    from functions.device_state.writes import Planner
+
+    low, high = 1, MAX_STATE_ITEM_BYTES
+    while low < high:
+        middle = (low + high + 1) // 2
+        try:
+            Planner("t", Fence(), 1_800_000_000.0).create("lim", {"blob": "x" * middle}, None)
+            low = middle
+        except ItemTooLarge:
+            high = middle - 1
+    return low
+
+
+def test_a_device_created_at_the_largest_accepted_state_takes_an_equal_size_state_again(api):
+    size = largest_accepted_blob()
+    assert api("POST", "/devices", {"deviceId": "lim", "state": {"blob": "x" * (size + 1)}}).status == 413
+    create(api, {"blob": "x" * size})
+    for version, letter in enumerate("yzw", start=2):
+        replaced = api("PUT", "/devices/lim", {"state": {"blob": letter * size}}, headers={"If-Match": f'"{version - 1}"'})
+        assert replaced.status == 200 and replaced.json["version"] == version, replaced.text
+    patched = api("PATCH", "/devices/lim", {"blob": "v" * size}, content_type=MERGE)
+    assert patched.status == 200 and patched.json["version"] == 5, patched.text
+    reported = api("PATCH", "/devices/lim/reported", {"power": "on"}, content_type=MERGE)
+    assert reported.status == 413 and reported.json["limit"] == "item-size"  # the item is full
+
+
+# ------------------------------------ a leaf pointer longer than its metadata key may be (issue 27, row 5)
+
+
+def slashes_document(levels: int) -> dict:
+    """``levels`` nested members, each named by 1,024 slashes (2,048 bytes escaped in a pointer)."""
+    document = {"/" * 1024: 1}
+    for _ in range(levels - 1):
+        document = {"/" * 1024: document}
+    return document
+
+
+@pytest.mark.parametrize("section", ["desired", "reported"])
+def test_a_leaf_whose_pointer_cannot_key_its_metadata_is_400_at_once_and_nothing_changes(api, section):
+    from functions.device_state.sections import MAX_POINTER_BYTES
+
+    create(api, {"n": 1})
+    deep = slashes_document(25)  # a ~51 KB pointer: DynamoDB Local fails such a map key (InternalFailure)
+    started = time.monotonic()
+    for result in (api("PUT", f"/devices/lim/{section}", {section: deep}),
+                   api("PATCH", f"/devices/lim/{section}", deep, content_type=MERGE),
+                   api("PATCH", f"/devices/lim/{section}", slashes_document(3), content_type=MERGE),
+                   api("POST", "/transactions", {"operations": [{"deviceId": "lim", "section": section,
+                                                                 "mergePatch": deep}]})):
+        assert result.status == 400 and result.json["limit"] == "leaf-pointer", result.text
+        assert str(MAX_POINTER_BYTES) in result.json["detail"]
+    assert time.monotonic() - started < 5  # no settle-and-retry rounds
+    assert api("GET", "/devices/lim").json["version"] == 1
+    assert api("PATCH", f"/devices/lim/{section}", slashes_document(1), content_type=MERGE).status == 200
+    assert api("PUT", "/devices/lim", {"state": deep}).status == 200  # state keeps no metadata
+
+
+# -------------------------------------------- metadata's share of the item, as stated (issue 27, row 3)
+
+
+def test_reported_leaves_fit_exactly_as_the_stated_metadata_cost_says(api):
+    from functions.device_state.sections import METADATA_ENTRY_BYTES
+
+    def document(leaves):  # one-level leaves: "/k00000" pointers, each value a 1-digit number
+        return {f"k{index:05d}": 1 for index in range(leaves)}
+
+    create(api, {})
+    empty = int(api.client.get_item(TableName=api.table, Key={"deviceId": {"S": "lim"}, "sk": {"S": "state"}},
+                                    ConsistentRead=True)["Item"]["itemBytes"]["N"])
+    per_leaf = (1 + len("k00000") + 4) + (len("/k00000") + METADATA_ENTRY_BYTES)  # member + metadata entry
+    most = (MAX_STATE_ITEM_BYTES - empty) // per_leaf
+    for device_id, leaves, status in (("fit", most, 201), ("big", most + 1, 413)):  # ids as long as "lim"
+        result = api("POST", "/devices", {"deviceId": device_id, "state": {}, "reported": document(leaves)})
+        assert result.status == status, (leaves, result.text)
+    assert api("POST", "/devices", {"deviceId": "as-state", "state": document(most + 1)}).status == 201

@@ -69,6 +69,28 @@ def test_metadata_only_when_asked_and_confirmation(api):
     assert api("GET", "/devices/lamp-1?include=everything").status == 400
 
 
+@pytest.mark.parametrize("patch", [{"a": {}}, {"a": {"x": {}}}, {"gone": None}, {"a": {"gone": None}}])
+def test_a_merge_patch_that_changes_nothing_keeps_the_metadata_and_the_confirmation(api, patch):
+    lamp(api, desired={"a": {"x": {"y": 1}, "z": 2}})
+    api("PATCH", "/devices/lamp-1/reported", {"a": {"x": {"y": 1}, "z": 2}}, content_type=MERGE)
+    before = api("GET", "/devices/lamp-1?include=metadata").json["metadata"]
+    assert before["desired"]["a"]["x"]["y"]["confirmedVersion"] == 2
+    same = api("PATCH", "/devices/lamp-1/reported?include=metadata", patch, content_type=MERGE)
+    assert same.status == 200 and same.json["version"] == 3 and same.json["delta"] == {}
+    assert same.json["metadata"] == before
+
+
+@pytest.mark.parametrize("section", ["desired", "reported"])
+def test_removing_an_absent_member_of_an_empty_object_keeps_the_metadata_and_the_confirmation(api, section):
+    lamp(api, desired={"a": {}})
+    api("PATCH", "/devices/lamp-1/reported", {"a": {}}, content_type=MERGE)
+    before = api("GET", "/devices/lamp-1?include=metadata").json["metadata"]
+    assert before["desired"]["a"]["confirmedVersion"] == 2
+    same = api("PATCH", f"/devices/lamp-1/{section}?include=metadata", {"a": {"gone": None}}, content_type=MERGE)
+    assert same.status == 200 and same.json["version"] == 3 and same.json["delta"] == {}
+    assert same.json["metadata"] == before
+
+
 def test_the_delta_etag_and_if_none_match(api):
     lamp(api, desired={"a": 1})
     first = api("GET", "/devices/lamp-1/delta")

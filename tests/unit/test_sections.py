@@ -90,3 +90,110 @@ def test_confirmation_needs_an_equal_value_reported_at_or_after_the_desire():
     assert "confirmedVersion" not in shown["desired"]["power"]  # equal by coincidence, not reported since
     assert "confirmedVersion" not in shown["desired"]["mode"]  # reported since, but another value
     assert shown["reported"]["mode"] == {"version": 7, "updatedAt": "1970-01-01T00:00:01.000Z"}
+
+
+# ------------------------------------------------ metadata work is linear (issue 27, row 2)
+
+
+def _related(leaf: str, entry: str) -> bool:
+    """The rule by its definition: ``entry`` is the leaf's pointer, an ancestor's or a descendant's."""
+    return leaf == entry or entry == ALL or leaf.startswith(entry + "/") or entry.startswith(leaf + "/")
+
+
+def _random_document(rng, depth=0):
+    names = ["a", "b", "a/b", "a~b", "~1", "é", "ab"]
+    document = {}
+    for name in rng.sample(names, rng.randint(0, 4)):
+        kind = rng.random()
+        document[name] = (_random_document(rng, depth + 1) if kind < 0.5 and depth < 4
+                          else {} if kind < 0.6 else [1] if kind < 0.7 else rng.randint(0, 9))
+    return document
+
+
+def test_each_leaf_takes_the_newest_related_entry_as_the_definition_says():
+    import random
+
+    rng = random.Random(27)
+    for _ in range(300):
+        document = _random_document(rng)
+        pointers = [ALL, *leaves(document), *leaves(_random_document(rng)),
+                    *(leaf.rsplit("/", 1)[0] for leaf in leaves(document))]
+        entries = {pointer: pack(rng.randint(1, 50), rng.randint(0, 9)) for pointer in rng.sample(
+            pointers, min(len(pointers), rng.randint(0, 8)))}
+        expected = {leaf: max((value for entry, value in entries.items() if _related(leaf, entry)), default=0)
+                    for leaf in leaves(document)}
+        assert leaf_entries(document, entries) == expected, (document, entries)
+        touched = tuple(rng.sample(pointers, min(len(pointers), rng.randint(0, 3))))
+        renewed = next_entries(document, entries, touched, pack(99, 9))
+        assert renewed == {leaf: pack(99, 9) if any(_related(leaf, path) for path in touched) else value
+                           for leaf, value in expected.items()}, (document, entries, touched)
+
+
+def test_metadata_of_many_leaves_takes_time_linear_in_them():
+    import time
+
+    leaf_count = 5000  # quadratic work took about 8 s per call here; linear work takes milliseconds
+    reported = {f"s{index}": index for index in range(leaf_count)}
+    desired = {f"s{index}": index for index in range(0, leaf_count, 2)}
+    started = time.perf_counter()
+    entries = {"reported": next_entries(reported, {}, (ALL,), pack(1, 1)),
+               "desired": next_entries(desired, {}, (ALL,), pack(1, 1))}
+    entries["reported"] = next_entries(reported, entries["reported"], ("/s0", "/s1", "/gone/x"), pack(2, 1))
+    shown = metadata(desired, reported, entries)
+    assert time.perf_counter() - started < 2.0
+    assert shown["desired"]["s0"] == {"version": 1, "updatedAt": "1970-01-01T00:00:01.000Z", "confirmedVersion": 2}
+    assert shown["reported"]["s2"]["version"] == 1 and len(shown["reported"]) == leaf_count
+
+
+# ---------------------------------------- a merge patch that changes nothing (issue 27, row 6)
+
+
+@pytest.mark.parametrize("patch, document, expected", [
+    ({"a": {}}, {"a": {"x": 1}}, []),  # merges nothing into an object
+    ({"a": {}}, {"a": {}}, []),
+    ({"a": {}}, {"a": 5}, ["/a"]),  # replaces a number by an empty object
+    ({"a": {}}, {}, ["/a"]),
+    ({"gone": None}, {"a": 1}, []),  # removes nothing
+    ({"a": None}, {"a": 1}, ["/a"]),
+    ({"a": {"gone": None, "x": {}}}, {"a": {"x": {"y": 1}}}, []),
+    ({"a": {"gone": None}}, {"a": 5}, ["/a/gone"]),  # a becomes {}: its leaf is renewed
+    ({"a": {"b": 1}}, {"a": {"b": 1}}, ["/a/b"]),  # an equal value set again is a report
+])
+def test_a_merge_patch_touches_only_what_it_changes_in_the_document(patch, document, expected):
+    assert MergePatch(patch).touched(document) == expected
+    assert MergePatch(patch).touched() == MergePatch(patch).touched(None)
+
+
+def test_a_merge_patch_of_an_empty_object_keeps_the_confirmation():
+    from functions.device_state.fencing import Fence
+    from functions.device_state.values import to_attribute
+    from functions.device_state.writes import Planner
+
+    stored = {"deviceId": {"S": "d"}, "sk": {"S": "state"}, "version": {"N": "3"}, "state": {"M": {}},
+              "createdAt": {"S": "2026-01-01T00:00:00.000Z"}, "updatedAt": {"S": "2026-01-01T00:00:00.000Z"},
+              "desired": to_attribute({"a": {"x": 1}}), "reported": to_attribute({"a": {"x": 1}}),
+              "metaDesired": to_attribute({"/a/x": pack(2, 1)}), "metaReported": to_attribute({"/a/x": pack(3, 1)})}
+    planned = Planner("devices", Fence(), 1_800_000_000.0).replace_state(
+        stored, MergePatch({"a": {}}), None, "updated", section="reported")
+    assert planned.device.entries["reported"] == {"/a/x": pack(3, 1)}
+    assert metadata(planned.device.desired, planned.device.reported, planned.device.entries)[
+        "desired"]["a"]["x"]["confirmedVersion"] == 3
+
+
+# ------------------------------------- a leaf's pointer keys its metadata (issue 27, rows 3 and 5)
+
+
+def test_a_leaf_pointer_past_the_limit_is_refused_before_anything_is_sent():
+    from functions.device_state.errors import InvalidValue
+    from functions.device_state.sections import MAX_POINTER_BYTES
+
+    def three_names_and(last: str) -> dict:
+        return {"a" * 1024: {"b" * 1024: {"c" * 1024: {last: 1}}}}
+
+    at_the_limit = three_names_and("d" * (MAX_POINTER_BYTES - 3 * 1025 - 1))
+    assert len(next(iter(leaves(at_the_limit)))) == MAX_POINTER_BYTES
+    assert next_entries(at_the_limit, {}, (ALL,), pack(1, 1))
+    for past in (three_names_and("d" * (MAX_POINTER_BYTES - 3 * 1025)), three_names_and("/" * 511)):  # / is ~1
+        with pytest.raises(InvalidValue) as refused:
+            next_entries(past, {}, (ALL,), pack(1, 1))
+        assert refused.value.limit == "leaf-pointer" and str(MAX_POINTER_BYTES) in str(refused.value)

@@ -1,0 +1,63 @@
+"""How the store's door and the write pipeline classify a failed write (no engine): a
+lost answer is settled and tried again; a server error DynamoDB answered, once settled
+as never applied, is answered at once (issue 27, row 5)."""
+
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import ClientError, ReadTimeoutError
+
+from functions.device_state import table
+from functions.device_state.errors import StorageUnavailable
+from functions.device_state.fencing import Fence
+from functions.device_state.observer import NULL_OBSERVER
+from functions.device_state.pipeline import WritePipeline
+from functions.device_state.retry import Backoff, Moved
+from functions.device_state.store import Store
+from functions.device_state.writes import Planner
+
+NOW = 1_800_000_000.0
+ITEM = {**table.state_key("d"), "version": {"N": "3"}, "state": {"M": {}},
+        "createdAt": {"S": "2026-01-01T00:00:00.000Z"}, "updatedAt": {"S": "2026-01-01T00:00:00.000Z"}}
+
+
+class FailingClient:
+    """Fails the first UpdateItem with ``failure``; answers the settle mark as landed."""
+
+    def __init__(self, failure: Exception):
+        self.failure, self.calls = failure, []
+
+    def update_item(self, **request):
+        self.calls.append(request)
+        if len(self.calls) == 1:
+            raise self.failure
+        write = request["ExpressionAttributeNames"]["#w"]
+        return {"Attributes": {**ITEM, write: {"N": "0"}}}
+
+
+def internal_failure() -> ClientError:
+    return ClientError({"Error": {"Code": "InternalFailure", "Message": "unknown error"},
+                        "ResponseMetadata": {"HTTPStatusCode": 500}}, "UpdateItem")
+
+
+def send(client) -> None:
+    planner = Planner("devices", Fence(), NOW)
+    planned = planner.replace_state(ITEM, lambda state: {"n": 1}, None, "updated")
+    pipeline = WritePipeline(Store(client, "devices", sleep=lambda _: None), observer=NULL_OBSERVER,
+                             backoff=Backoff(), clock=lambda: NOW, sleep=lambda _: None)
+    pipeline.send(planner, "d", planned)
+
+
+def test_a_server_error_settled_as_never_applied_is_storage_unavailable_at_once():
+    client = FailingClient(internal_failure())
+    with pytest.raises(StorageUnavailable) as failed:
+        send(client)
+    assert not isinstance(failed.value, Moved) and "nothing was written" in str(failed.value)
+    assert len(client.calls) == 2  # the write, then the settle mark: no second attempt
+
+
+def test_a_lost_answer_settled_as_never_applied_is_tried_again():
+    client = FailingClient(ReadTimeoutError(endpoint_url="http://dynamodb"))
+    with pytest.raises(Moved) as moved:
+        send(client)
+    assert moved.value.reason == "settled" and len(client.calls) == 2
