@@ -30,8 +30,7 @@ from .recent import RecentJournals
 from .restore import random_generator
 from .retry import Backoff, Moved, RetryLoop
 from .sections import CHANGED_ATTRIBUTES, STATE, check_section, check_sections, replacing
-from .store import (IDEMPOTENT, ONCE, Ambiguous, Cancelled, FailedAnswer, Refused, Rejected, Store, decode_cursor,
-                    encode_cursor)
+from .store import IDEMPOTENT, ONCE, Ambiguous, Cancelled, Refused, Rejected, Store, decode_cursor, encode_cursor
 from .transactions import Operation, TransactionRunner
 from .turns import DeviceTurns
 from .values import check_state, validate_device_id
@@ -424,8 +423,7 @@ class DeviceStateManager:
             self.store.send("transact_write_items", IDEMPOTENT, TransactItems=items,
                             ClientRequestToken=idempotency.client_request_token(self.table_name, device_id, items))
         except Ambiguous as lost:  # every send's answer lost: the journal tells whether it applied
-            failed = isinstance(lost, FailedAnswer)
-            return self.pipeline.settle(device_id, planned, str(lost), failed), planned.outcome
+            return self.pipeline.settle(device_id, planned, lost), planned.outcome
         except Cancelled as cancelled:
             device_reason, record_reason = (cancelled.reasons + [{}, {}])[:2]
             if record_reason.get("Code") == "ConditionalCheckFailed":

@@ -50,16 +50,18 @@ class WritePipeline:
                 return self._applied(device_id, planned, version, rejected.item), None
             raise refusal(planned, device_id, rejected.item, planner.fence, self._clock()) from None
         except Ambiguous as lost:
-            return self.settle(device_id, planned, str(lost), isinstance(lost, FailedAnswer)), None
+            return self.settle(device_id, planned, lost), None
         return planned.device or Device.from_item(attributes), attributes
 
-    def settle(self, device_id: str, planned: Planned, cause: str, failed_answer: bool = False) -> Device:
+    def settle(self, device_id: str, planned: Planned, lost: Ambiguous) -> Device:
         """Find out whether a write whose answer was lost applied, by marking it as never
-        applied unless it already did (``Planner.settle``): then the journal tells.
-        ``failed_answer``: DynamoDB answered with a server error; settled as never applied,
-        it is ``StorageUnavailable`` (nothing written) rather than tried again."""
+        applied unless it already did (``Planner.settle``): then the journal tells. A write
+        DynamoDB answered with a server error (``FailedAnswer``) that settles as never applied
+        is ``StorageUnavailable`` (nothing written) rather than tried again."""
         deadline = self._monotonic() + self.settle_seconds
-        on_versioned_item, attempt, failure = True, 0, cause
+        failed_answer = isinstance(lost, FailedAnswer)
+        on_versioned_item, attempt, cause = True, 0, str(lost)
+        failure = cause
         logger.warning("write answer lost; settling", extra={"device_id": device_id, "cause": cause})
         while True:
             attempt += 1

@@ -180,7 +180,7 @@ class TransactionRunner:
             if journaled is None:
                 manager.observer.outcome_unknown(partition)
                 raise OutcomeUnknown(partition, str(lost)) from None
-            manager.pipeline.settle(journaled.device.device_id, journaled, str(lost))  # Moved if never applied
+            manager.pipeline.settle(journaled.device.device_id, journaled, lost)  # Moved if never applied
         except Cancelled as cancelled:
             return self._cancelled(operations, planned, planner, key, partition, cancelled.reasons)
         manager.observer.transaction_committed(len(operations), number)
