@@ -13,7 +13,7 @@ from functions.device_state.fencing import Fence
 from functions.device_state.observer import NULL_OBSERVER
 from functions.device_state.pipeline import WritePipeline
 from functions.device_state.retry import Backoff, Moved
-from functions.device_state.store import Store
+from functions.device_state.store import Ambiguous, FailedAnswer, Store
 from functions.device_state.writes import Planner
 
 NOW = 1_800_000_000.0
@@ -61,3 +61,16 @@ def test_a_lost_answer_settled_as_never_applied_is_tried_again():
     with pytest.raises(Moved) as moved:
         send(client)
     assert moved.value.reason == "settled" and len(client.calls) == 2
+
+
+@pytest.mark.parametrize("lost, outcome", [(FailedAnswer("InternalFailure"), StorageUnavailable),
+                                           (Ambiguous("read timeout"), Moved)])
+def test_settle_classifies_by_the_lost_answer_it_is_given_as_transactions_call_it(lost, outcome):
+    client = FailingClient(AssertionError("not sent"))
+    client.calls.append({})  # the write itself went elsewhere (a transaction); only the mark is sent here
+    planner = Planner("devices", Fence(), NOW)
+    planned = planner.replace_state(ITEM, lambda state: {"n": 1}, None, "updated")
+    pipeline = WritePipeline(Store(client, "devices", sleep=lambda _: None), observer=NULL_OBSERVER,
+                             backoff=Backoff(), clock=lambda: NOW, sleep=lambda _: None)
+    with pytest.raises(outcome):
+        pipeline.settle("d", planned, lost)
