@@ -86,7 +86,7 @@ ROUTES = _routes()
 # (each with waitSeconds). A wait holds its Lambda execution for its whole length, so these
 # methods integrate the waiting function, whose reserved concurrency caps them: however many
 # clients wait, the API function's executions stay free for writes. (The dev server picks the
-# same routes by their waitSeconds, localdev/server.py's _waits; a test keeps the two in step.)
+# same routes by their waitSeconds, localdev/http_front.py's waits; a test keeps the two in step.)
 _WAITING_METHODS = {"/devices/<device_id>/changes": ("GET", "HEAD"), "/devices/<device_id>/delta": ("GET", "HEAD"),
                     "/devices/<device_id>/leases": ("POST",)}
 # (method, resource path) of every waiting route, from ROUTE_RIGHTS.

@@ -201,7 +201,7 @@ def test_the_hang_up_watch_reads_the_tcp_stream_beneath_tls(local_ca, lamp_1):
     """Under TLS, a client that sends more while its request waits is still there (an SSLSocket
     refuses to peek, which the watch took for a hang-up), and one that closes after sending
     more (as a close_notify comes before a FIN) is gone."""
-    from localdev import server as dev_server
+    from localdev import http_front
 
     signals = []
     previous = signal.signal(signal.SIGUSR1, lambda *_: signals.append(1))
@@ -213,7 +213,7 @@ def test_the_hang_up_watch_reads_the_tcp_stream_beneath_tls(local_ca, lamp_1):
                                     server_hostname="127.0.0.1")
         accepted = accepting.result(timeout=5)
         done = threading.Event()
-        watch = threading.Thread(target=dev_server._watch_for_hang_up, args=(accepted, done))
+        watch = threading.Thread(target=http_front.watch_for_hang_up, args=(accepted, done))
         watch.start()  # as the dev server watches a waiting request's connection
         client.sendall(b"more")
         time.sleep(0.5)

@@ -97,14 +97,14 @@ def test_powertools_layer_is_the_version_requirements_txt_pins_resolved_at_deplo
 
 def test_timeout_exceeds_the_retry_budget_and_the_lease_wait_and_stays_under_api_gateways(template):
     from functions.api import handler
-    from localdev import server
+    from localdev import http_front
 
     _, function = api_function(template)
     timeout = function["Properties"]["Timeout"]
     assert DEFAULT_BUDGET_SECONDS + 2 <= timeout < 29
     assert config.MAX_BUDGET_SECONDS < 29
     assert handler.MAX_LEASE_WAIT_SECONDS + handler.RESPONSE_MARGIN_SECONDS < timeout
-    assert server.LAMBDA_TIMEOUT_SECONDS == timeout  # make serve caps waits as Lambda does
+    assert http_front.LAMBDA_TIMEOUT_SECONDS == timeout  # make serve caps waits as Lambda does
 
 
 def test_environment_is_exactly_what_the_config_reads(template):

@@ -30,12 +30,12 @@ def test_the_waiting_routes_are_the_feed_and_delta_long_polls_and_lease_requests
 
 
 def test_the_dev_server_counts_the_same_routes_as_waiting():
-    """localdev/server.py caps waiting requests by their waitSeconds; the stack routes them by route."""
-    from localdev import server
+    """localdev/http_front.py caps waiting requests by their waitSeconds; the stack routes them by route."""
+    from localdev import http_front
 
     for method, rule in ROUTE_RIGHTS:
         path = re.sub(r"<\w+>", "x1", rule)
-        waits = server._waits(method, f"{path}?waitSeconds=5", b'{"waitSeconds": 5}')
+        waits = http_front.waits(method, f"{path}?waitSeconds=5", b'{"waitSeconds": 5}')
         assert waits == ((method, api_module.resource_path(rule)) in WAITING), (method, rule)
 
 
