@@ -1,6 +1,8 @@
 """Who calls each request, and whether it may: every route passes through ``check()``
 before its own code runs (``common.route`` wraps it), so nothing is read or written for a
-caller that may not.
+caller that may not. A write whose body names the sections it sets (``POST /devices``,
+``PUT /devices/{id}``) then passes ``check_write()`` once the body is parsed, still before
+anything is read or written.
 
 The principal comes from API Gateway's authorizer context when the authorizer ran (the
 dev server runs the same step); otherwise the handler verifies the request's own
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 from functions.auth import authorizer
 from functions.auth.principals import Principal
-from functions.auth.rights import PER_OPERATION, PUBLIC, authorize, route_rights
+from functions.auth.rights import (PER_OPERATION, PUBLIC, WriteKind, authorize, authorize_all, needed_for_write,
+                                   route_rights)
 
 from . import request_parsing as parse
 
@@ -32,3 +35,9 @@ def check(event, method: str, rule: str, parameters: dict) -> None:
     action, template = rights
     device_id = parse.device_id(parameters["device_id"]) if "device_id" in parameters else None
     authorize(principal, action, template.format(device_id=device_id))
+
+
+def check_write(event, kind: WriteKind, device_id: str, sections) -> None:
+    """Everything a write of ``kind`` to ``device_id`` needs (``rights.needed_for_write``), the
+    ``sections`` its body sets included: 403 naming the first right the caller lacks."""
+    authorize_all(principal_of(event), needed_for_write(kind, device_id, sections))

@@ -15,6 +15,9 @@ from functions.device_state.manager import MAX_LIST_LIMIT
 from functions.device_state.sections import DESIRED, DEVICE_SECTIONS, REPORTED, STATE
 from functions.device_state.values import validate_device_id
 
+from functions.auth.rights import WriteKind
+
+from . import access
 from . import request_parsing as parse
 from .common import (budget, device_response, idempotency_key, json_response, manager, replay, route,
                      write_response)
@@ -108,6 +111,7 @@ def create_device():
     body = parse.json_object(parse.json_body(event), "the body", ("deviceId", "state"), DEVICE_SECTIONS)
     device_id = validate_device_id(body["deviceId"])
     sections = _sections(body)
+    access.check_write(event, WriteKind.CREATE, device_id, sections)
     key = idempotency_key(event)
     replayed = replay(event, device_id, key)
     if replayed:
@@ -141,6 +145,7 @@ def put_device(device_id: str):
     write = _device_write(device_id)
     device_id, preconditions, key = write.device_id, write.preconditions, write.key
     state, sections = _state_body(device_id)
+    access.check_write(event, WriteKind.PUT, device_id, sections)
     replayed = write.replayed()
     if replayed:
         return replayed

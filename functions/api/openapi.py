@@ -588,7 +588,14 @@ _AUTH_TEXT = ("Every operation but GET /openapi.json needs credentials: a back-e
               "bearer token with a device_id claim, or, on the device domain, a client certificate (mutual TLS, "
               "SAN URI:urn:device:<id> or CN <id>; OpenAPI 3.0 has no scheme for it, see x-mutual-tls), never "
               "both. A device may read itself, write its own reported section and take its own leases (for at most "
-              f"{rights.DEVICE_MAX_LEASE_SECONDS} s at a time; a back-end with devices.write may end any lease).")
+              f"{rights.DEVICE_MAX_LEASE_SECONDS} s at a time; a back-end with devices.write may end any lease). "
+              "A write needs, beside its operation's own right, write on every section it sets, on every route and "
+              "in every transaction operation: state and desired take devices.write, reported devices.report, so "
+              "a create, replace or transaction put whose body has reported needs devices.write and "
+              "devices.report.")
+# The 403 of a write whose body may name sections beyond what its route's own right covers.
+_SECTIONS_403 = ("These credentials may not do this to this device (the problem names the action and resource); "
+                 "a body with reported also needs devices.report")
 
 
 def _with_security(document: dict) -> dict:
@@ -621,10 +628,19 @@ def _with_security(document: dict) -> dict:
                 operation["security"].append({"deviceToken": []})
             operation["responses"]["401"] = _problem("No credentials, or a token that is not valid "
                                                      "(WWW-Authenticate says which)")
-            operation["responses"]["403"] = _problem("These credentials may not do this to this device "
-                                                     "(the problem names the action and resource)")
+            operation["responses"]["403"] = _problem(
+                _SECTIONS_403 if _sets_sections(method.upper(), rule) else
+                "These credentials may not do this to this device (the problem names the action and resource)")
             operation["responses"].setdefault("400", _COMMON_ERRORS["400"])
     return document
+
+
+def _sets_sections(method: str, rule: str) -> bool:
+    """Whether the route's body may name sections its route's own right does not cover (a create, a
+    put, a transaction's operations)."""
+    kind, _ = rights.WRITE_ROUTES.get((method, rule), (None, None))
+    return kind in (rights.WriteKind.CREATE, rights.WriteKind.PUT) or rights.route_rights(method, rule) == \
+        rights.PER_OPERATION
 
 
 _with_security(OPENAPI)

@@ -81,18 +81,10 @@ def _operation(index: int, entry) -> Operation:
     return Operation.check(device_id, expected)
 
 
-def _rights_needed(operation: Operation) -> tuple[str, str]:
-    """(action, resource) an operation needs, as its single-device route would."""
-    device = rights.device_resource(operation.device_id)
-    if operation.action == tx.UPDATE:
-        return rights.WRITE, rights.device_resource(operation.device_id, operation.section)
-    if operation.action in (tx.PUT, tx.REPLACE):
-        return rights.REPLACE, device
-    if operation.action == tx.CREATE:
-        return rights.CREATE, rights.COLLECTION
-    if operation.action == tx.DELETE:
-        return rights.DELETE, device
-    return rights.READ, device
+def _needed(operation: Operation) -> list[tuple[str, str]]:
+    """Every (action, resource) an operation needs, as the same write on its own route would."""
+    sections = {operation.section} if operation.action == tx.UPDATE else set(operation.sections or ())
+    return rights.needed_for_write(operation.action, operation.device_id, sections)
 
 
 @route(router, "/transactions", "POST", query=(parse.INCLUDE,))
@@ -105,7 +97,7 @@ def run_transaction():
     operations = [_operation(index, entry) for index, entry in enumerate(entries)]
     principal = access.principal_of(event)
     for index, operation in enumerate(operations):  # every one, before anything is read or written
-        rights.authorize(principal, *_rights_needed(operation), index=index)
+        rights.authorize_all(principal, _needed(operation), index=index)
     tokens = {operation.device_id: parse.lease_token(entry["leaseToken"], f"operations[{index}].leaseToken")
               for index, (operation, entry) in enumerate(zip(operations, entries)) if "leaseToken" in entry}
     key = idempotency_key(event, scope="transaction")

@@ -7,6 +7,14 @@ delta and versions; replace or delete it whole) and ``device:<id>/<part>`` with 
 ``state``, ``desired``, ``reported`` (write one section), ``leases`` (read the queue's
 status; take, heartbeat, release; ``end`` anyone's lease) and ``changes`` (read the feed).
 
+A write needs a right for each thing it touches (``needed_for_write``): its kind's own right
+(create on the collection, replace or delete on the device; a patch has none beyond its
+section's) and write on every section it sets. So whatever the route, setting ``reported``
+takes the report right and ``desired`` the write right: a ``PUT /devices/{id}`` or a
+transaction's ``put`` naming ``reported`` needs replace *and* write on ``reported``. The
+route table is the coarse gate the authorizer can apply without the body; the handler
+checks everything the write needs once it has parsed the body, before it reads or writes.
+
 Devices cannot lock out their owners: a device may lease itself for at most
 ``DEVICE_MAX_LEASE_SECONDS`` at a time (``max_lease_seconds``), and ending a lease by its
 fencing token, whoever holds it, is a back-end's right (the write scope), never a device's.
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import re
+from enum import StrEnum
 
 from .principals import CLIENT, DEVICE, READ_SCOPE, REPORT_SCOPE, WRITE_SCOPE, Principal
 
@@ -74,6 +83,63 @@ def allowed(principal: Principal, action: str, resource: str) -> bool:
     return False
 
 
+class WriteKind(StrEnum):
+    """What a write does to one device: the kinds of the library's transaction operations."""
+
+    CREATE = "create"    # a new device
+    PUT = "put"          # create the device, or replace its state
+    REPLACE = "replace"  # replace an existing device's state
+    UPDATE = "update"    # patch or replace one section
+    DELETE = "delete"
+    CHECK = "check"      # a transaction's check: writes nothing, requires the device
+
+
+# Each kind's own right, beside the sections it sets: (action, part), part as in _SCOPE_GRANTS.
+_KIND_RIGHTS = {WriteKind.CREATE: (CREATE, COLLECTION), WriteKind.PUT: (REPLACE, None),
+                WriteKind.REPLACE: (REPLACE, None), WriteKind.UPDATE: None, WriteKind.DELETE: (DELETE, None),
+                WriteKind.CHECK: (READ, None)}
+SECTION_PARTS = (STATE, DESIRED, REPORTED)
+_WHOLE = (WriteKind.CREATE, WriteKind.PUT, WriteKind.REPLACE)  # these set the state always
+
+
+def needed_for_write(kind: str, device_id: str, sections=()) -> list[tuple[str, str]]:
+    """Every (action, resource) a write of ``kind`` to ``device_id`` needs, in the order they
+    are checked: its kind's own right (none for an update), then write on each section it sets,
+    in the order state, desired, reported. ``sections``: the sections the write names (a create,
+    put or replace sets ``state`` whether named or not; an update sets exactly one; a delete or
+    a check none)."""
+    kind = WriteKind(kind)
+    sections = set(sections) | ({STATE} if kind in _WHOLE else set())
+    if not sections <= set(SECTION_PARTS):
+        raise ValueError(f"unknown sections {sorted(sections - set(SECTION_PARTS))}")
+    sets_none = kind in (WriteKind.DELETE, WriteKind.CHECK)
+    if (kind is WriteKind.UPDATE and len(sections) != 1) or (sets_none and sections):
+        raise ValueError(f"a {kind} cannot set {sorted(sections) or 'no section'}")
+    needed = []
+    if _KIND_RIGHTS[kind] is not None:
+        action, part = _KIND_RIGHTS[kind]
+        needed.append((action, COLLECTION if part == COLLECTION else device_resource(device_id, part)))
+    return needed + [(WRITE, device_resource(device_id, part)) for part in SECTION_PARTS if part in sections]
+
+
+def needed_to_follow(device_id: str) -> list[tuple[str, str]]:
+    """What following a device's changes needs, over the feed or pushed: read on its changes."""
+    return [(READ, device_resource(device_id, CHANGES))]
+
+
+def first_refused(principal: Principal, needed) -> tuple[str, str] | None:
+    """The first (action, resource) of ``needed`` the principal may not do; None if it may do all."""
+    return next(((action, resource) for action, resource in needed
+                 if not allowed(principal, action, resource)), None)
+
+
+def authorize_all(principal: Principal, needed, index: int | None = None) -> None:
+    """Raises Forbidden naming the first of ``needed`` the principal may not do."""
+    refused = first_refused(principal, needed)
+    if refused is not None:
+        raise Forbidden(*refused, index)
+
+
 def max_lease_seconds(principal: Principal, default: float) -> float:
     """The longest ``ttlSeconds`` this principal may ask of a lease (``default``: the service's)."""
     return min(default, DEVICE_MAX_LEASE_SECONDS) if principal.kind == DEVICE else default
@@ -88,10 +154,15 @@ def authorize(principal: Principal, action: str, resource: str, index: int | Non
 # What each route needs: (method, rule) -> (action, resource template with {device_id}),
 # PUBLIC (no credentials), or PER_OPERATION (the route authorizes each operation of its
 # body before it reads or writes anything). The API refuses to register a route missing here.
+# A write route's row is the first right its write needs (what the authorizer can check
+# without the body); WRITE_ROUTES says which kind of write it is, and the handler checks all
+# that ``needed_for_write`` names once the body says which sections it sets.
 PUBLIC = "public"
 PER_OPERATION = "per-operation"
 _D = "device:{device_id}"
 ROUTE_RIGHTS: dict[tuple[str, str], object] = {}
+# (method, rule) of each single-device write route -> (its kind, the section its path names).
+WRITE_ROUTES: dict[tuple[str, str], tuple[WriteKind, str | None]] = {}
 
 
 def _rights(methods: str, rule: str, rights) -> None:
@@ -99,18 +170,23 @@ def _rights(methods: str, rule: str, rights) -> None:
         ROUTE_RIGHTS[(method, rule)] = rights
 
 
+def _write_route(methods: str, rule: str, kind: WriteKind, section: str | None = None) -> None:
+    WRITE_ROUTES.update({(method, rule): (kind, section) for method in methods.split()})
+    _rights(methods, rule, needed_for_write(kind, "{device_id}", {section} if section else ())[0])
+
+
 _rights("GET HEAD", "/openapi.json", PUBLIC)
 _rights("GET HEAD", "/devices", (LIST, COLLECTION))
-_rights("POST", "/devices", (CREATE, COLLECTION))
+_write_route("POST", "/devices", WriteKind.CREATE)
 _rights("GET HEAD", "/devices/<device_id>", (READ, _D))
-_rights("PUT", "/devices/<device_id>", (REPLACE, _D))
-_rights("DELETE", "/devices/<device_id>", (DELETE, _D))
-_rights("PATCH", "/devices/<device_id>", (WRITE, f"{_D}/{STATE}"))
-_rights("PATCH PUT", "/devices/<device_id>/desired", (WRITE, f"{_D}/{DESIRED}"))
-_rights("PATCH PUT", "/devices/<device_id>/reported", (WRITE, f"{_D}/{REPORTED}"))
+_write_route("PUT", "/devices/<device_id>", WriteKind.PUT)
+_write_route("DELETE", "/devices/<device_id>", WriteKind.DELETE)
+_write_route("PATCH", "/devices/<device_id>", WriteKind.UPDATE, STATE)
+_write_route("PATCH PUT", "/devices/<device_id>/desired", WriteKind.UPDATE, DESIRED)
+_write_route("PATCH PUT", "/devices/<device_id>/reported", WriteKind.UPDATE, REPORTED)
 _rights("GET HEAD", "/devices/<device_id>/delta", (READ, _D))
 _rights("GET HEAD", "/devices/<device_id>/versions/<version>", (READ, _D))
-_rights("GET HEAD", "/devices/<device_id>/changes", (READ, f"{_D}/{CHANGES}"))
+_rights("GET HEAD", "/devices/<device_id>/changes", needed_to_follow("{device_id}")[0])
 _rights("GET HEAD", "/devices/<device_id>/leases", (READ, f"{_D}/{LEASES}"))
 _rights("POST", "/devices/<device_id>/leases", (WRITE, f"{_D}/{LEASES}"))
 _rights("PUT DELETE", "/devices/<device_id>/leases/<lease_id>", (WRITE, f"{_D}/{LEASES}"))

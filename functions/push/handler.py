@@ -78,9 +78,10 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
     if action not in ("subscribe", "unsubscribe"):
         raise BadMessage("unknown-action", "Unknown action", 'action must be "subscribe", "unsubscribe" or "ping"')
     device_id = _device_id(body)
-    if not rights.allowed(principal, rights.READ, rights.device_resource(device_id, rights.CHANGES)):
+    refused = rights.first_refused(principal, rights.needed_to_follow(device_id))
+    if refused is not None:
         raise BadMessage("forbidden", "Forbidden", f"this caller may not follow {device_id}", 403,
-                         action=rights.READ, resource=rights.device_resource(device_id, rights.CHANGES))
+                         action=refused[0], resource=refused[1])
     if action == "unsubscribe":
         _only(body, {"action", "deviceId"})
         subscriptions.unsubscribe(connection_id, device_id)

@@ -1,5 +1,6 @@
 """Who may call what, over the real dev server (its authorizer step, then the handler):
-every principal kind against every route, with nothing written by a refusal."""
+every principal kind against every route and every body shape of a write (the sections it
+sets, in a route's body or a transaction's operation), with nothing written by a refusal."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def _principals(device: str) -> dict:
         "read": bearer(["devices.read"]),
         "write": bearer(["devices.write"]),
         "report": bearer(["devices.report"]),
+        "write+report": bearer(["devices.write", "devices.report"]),
         "self": bearer(device=device),
         "other": bearer(device=f"{device}-other"),
     }
@@ -38,12 +40,24 @@ def _principals(device: str) -> dict:
 
 # (method, path, body, content type, success status, the principals allowed). {d}: the device, {lease}: a lease
 # a back-end holds on it ({fencing}: that lease's fencing token), {new}: a device id that does not exist yet.
+# Scopes add up: "write+report" may do whatever "write" or "report" may, and what only both together may
+# (a write that sets reported and something under the write right) names it alone.
 CASES = [
     ("GET", "/devices", None, None, 200, {"read"}),
     ("POST", "/devices", {"deviceId": "{new}", "state": {}}, "application/json", 201, {"write"}),
+    ("POST", "/devices", {"deviceId": "{new}", "state": {}, "desired": {"p": 1}}, "application/json", 201, {"write"}),
+    ("POST", "/devices", {"deviceId": "{new}", "state": {}, "reported": {"p": 1}}, "application/json", 201,
+     {"write+report"}),
+    ("POST", "/devices", {"deviceId": "{new}", "state": {}, "desired": {"p": 1}, "reported": {"p": 1}},
+     "application/json", 201, {"write+report"}),
     ("GET", "/devices/{d}", None, None, 200, {"read", "self"}),
     ("HEAD", "/devices/{d}", None, None, 200, {"read", "self"}),
     ("PUT", "/devices/{d}", {"state": {"a": 1}}, "application/json", 200, {"write"}),
+    ("PUT", "/devices/{d}", {"state": {"a": 1}, "desired": {"p": 1}}, "application/json", 200, {"write"}),
+    ("PUT", "/devices/{d}", {"state": {"a": 1}, "reported": {"p": 1}}, "application/json", 200, {"write+report"}),
+    ("PUT", "/devices/{d}", {"state": {"a": 1}, "desired": {"p": 1}, "reported": {"p": 1}}, "application/json", 200,
+     {"write+report"}),
+    ("PUT", "/devices/{new}", {"state": {}, "reported": {"p": 1}}, "application/json", 201, {"write+report"}),
     ("PATCH", "/devices/{d}", {"a": 2}, MERGE, 200, {"write"}),
     ("DELETE", "/devices/{d}", None, None, 204, {"write"}),
     ("PATCH", "/devices/{d}/desired", {"power": "on"}, MERGE, 200, {"write"}),
@@ -64,8 +78,37 @@ CASES = [
      "application/json", 200, {"report", "self"}),
     ("POST", "/transactions", {"operations": [{"deviceId": "{d}", "check": True}]}, "application/json", 200,
      {"read", "self"}),
+    *[("POST", "/transactions", {"operations": [operation]}, "application/json", 200, allowed) for operation, allowed in [
+        ({"deviceId": "{d}", "jsonPatch": [{"op": "add", "path": "/p", "value": 1}], "section": "desired"}, {"write"}),
+        ({"deviceId": "{d}", "jsonPatch": [{"op": "add", "path": "/p", "value": 1}], "section": "reported"},
+         {"report", "self"}),
+        ({"deviceId": "{d}", "delete": True}, {"write"}),
+        ({"deviceId": "{d}", "put": {"state": {"a": 1}}}, {"write"}),
+        ({"deviceId": "{d}", "put": {"state": {"a": 1}, "desired": {"p": 1}}}, {"write"}),
+        ({"deviceId": "{d}", "put": {"state": {"a": 1}, "reported": {"p": 1}}}, {"write+report"}),
+        ({"deviceId": "{d}", "put": {"state": {"a": 1}, "desired": {"p": 1}, "reported": {"p": 1}}}, {"write+report"}),
+        ({"deviceId": "{d}", "put": {"state": {"a": 1}, "reported": {"p": 1}}, "ifMatch": '"1"'}, {"write+report"}),
+        ({"deviceId": "{new}", "put": {"state": {}}, "ifNoneMatch": "*"}, {"write"}),
+        ({"deviceId": "{new}", "put": {"state": {}, "desired": {"p": 1}}, "ifNoneMatch": "*"}, {"write"}),
+        ({"deviceId": "{new}", "put": {"state": {}, "reported": {"p": 1}}, "ifNoneMatch": "*"}, {"write+report"}),
+    ]],
 ]
 PRINCIPALS = list(_principals("x"))
+
+
+def _may(principal: str, allowed: set) -> bool:
+    return principal in allowed or (principal == "write+report" and bool({"write", "report"} & allowed))
+
+
+def _shape(body) -> str:
+    """A test id's word for a body: its members, a transaction's operation's too."""
+    if not isinstance(body, dict):
+        return ""
+    operation = (body.get("operations") or [None])[0]
+    if isinstance(operation, dict):
+        return "+".join(key if not isinstance(value, dict) else f"{key}({'+'.join(value)})"
+                        for key, value in operation.items() if key != "deviceId")
+    return "+".join(key for key in body if key != "deviceId")
 
 
 def _fill(value, names: dict):
@@ -83,7 +126,8 @@ def _snapshot(server, device: str) -> tuple:
 
 
 @pytest.mark.parametrize("principal", PRINCIPALS)
-@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case[0]} {case[1]} {','.join(sorted(case[5]))}")
+@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case[0]} {case[1]} {_shape(case[2])} "
+                                                          f"{','.join(sorted(case[5]))}")
 def test_each_principal_on_each_route(server, case, principal):
     method, path, body, content_type, success, allowed = case
     device, new = f"authz-{next(_numbers)}-{uuid.uuid4().hex[:6]}", f"authz-new-{uuid.uuid4().hex[:8]}"
@@ -101,7 +145,7 @@ def test_each_principal_on_each_route(server, case, principal):
     raw = None if body is None else json.dumps(_fill(body, names)).encode()
     status, response_headers, payload = server.request(method, _fill(path, names), headers=headers, raw=raw)
 
-    if principal in allowed:
+    if _may(principal, allowed):
         assert status == success, payload
         return
     expected = 401 if principal in ("none", "expired") else 403
@@ -159,6 +203,42 @@ def test_a_transaction_naming_a_foreign_device_is_refused_whole(server):
     status, _, _ = server.request("POST", "/transactions", {"operations": operations[:1]},
                                   headers=bearer(device="tx-own"))
     assert status == 200  # the control: its own reported alone is allowed
+
+
+def test_what_a_device_reported_is_written_only_under_the_report_right_whatever_the_route(server):
+    """A devices.write caller could overwrite a device's reported section through PUT /devices/{id}
+    or a transaction's put (the replace right), while PATCH …/reported refused it. Each write
+    needs write on every section it sets: reported is the report right's, on every route."""
+    device, other = (f"authz-reported-{name}-{uuid.uuid4().hex[:6]}" for name in ("a", "b"))
+    for name in (device, other):
+        assert server.request("POST", "/devices", {"deviceId": name, "state": {}}, headers=ADMIN)[0] == 201
+    status, _, _ = server.request("PATCH", f"/devices/{device}/reported", {"power": "off"},
+                                  headers={**bearer(device=device), "Content-Type": MERGE})
+    assert status == 200
+    writer, both = bearer(["devices.write"]), bearer(["devices.write", "devices.report"])
+    before = [_snapshot(server, name) for name in (device, other)]
+    overwrite = {"state": {"owner": "app"}, "reported": {"power": "on"}}
+
+    refusals = [
+        ("PUT", f"/devices/{device}", overwrite, None),
+        ("POST", "/transactions", {"operations": [{"deviceId": device, "put": overwrite}]}, 0),
+        ("POST", "/transactions", {"operations": [{"deviceId": other, "mergePatch": {"p": 1}, "section": "desired"},
+                                                  {"deviceId": device, "put": overwrite, "ifMatch": '"2"'}]}, 1),
+    ]
+    for method, path, body, index in refusals:
+        status, _, payload = server.request(method, path, body, headers=writer)
+        problem = json.loads(payload)
+        assert status == 403 and (problem["action"], problem["resource"]) == ("write", f"device:{device}/reported"), \
+            problem
+        assert problem.get("index") == index
+    assert [_snapshot(server, name) for name in (device, other)] == before  # the versions unmoved: nothing written
+    status, _, payload = server.request("GET", f"/devices/{device}", headers=ADMIN)
+    assert json.loads(payload)["reported"] == {"power": "off"}
+
+    status, _, payload = server.request("PUT", f"/devices/{device}", overwrite, headers=both)  # the control
+    assert status == 200 and json.loads(payload)["reported"] == {"power": "on"}, payload
+    status, _, payload = server.request("PUT", f"/devices/{device}", overwrite, headers=bearer(["devices.report"]))
+    assert status == 403, payload  # the report right alone never replaces a device's state
 
 
 def test_a_request_with_a_token_and_an_unknown_method_still_gets_405(server):

@@ -70,3 +70,28 @@ def test_a_caller_without_the_right_is_refused_before_anything_is_read(missing_t
                 assert problem["index"] == 0
     control = _call(method, rule, bearer())  # with every scope it goes on to the missing table
     assert control["statusCode"] >= 404 and control["statusCode"] not in (401, 403), control
+
+
+SETS_REPORTED = [  # a write whose body sets reported beside what its route's own right covers
+    ("POST", "/devices", {"deviceId": "lamp-1", "state": {}, "reported": {"p": 1}}),
+    ("PUT", "/devices/lamp-1", {"state": {}, "reported": {"p": 1}}),
+    ("POST", "/transactions", {"operations": [{"deviceId": "lamp-1", "put": {"state": {}, "reported": {"p": 1}}}]}),
+    ("POST", "/transactions", {"operations": [{"deviceId": "lamp-1", "put": {"state": {}, "reported": {"p": 1}},
+                                               "ifNoneMatch": "*"}]}),
+]
+
+
+@pytest.mark.parametrize("method, path, body", SETS_REPORTED, ids=lambda value: json.dumps(value)[:60])
+def test_the_sections_a_body_sets_are_authorized_before_anything_is_read(missing_table, method, path, body):
+    """The route's right (create, replace) passes the authorizer; the handler refuses the
+    reported section the body sets before any request to the (missing) table."""
+    def call(scopes):
+        event = make_event(method, path, with_credentials({**bearer(scopes), "Content-Type": "application/json"}),
+                           json.dumps(body))
+        return handler_module.lambda_handler(event, LambdaContext())
+
+    refused = call(["devices.write"])
+    assert refused["statusCode"] == 403, refused
+    assert json.loads(refused["body"])["resource"] == "device:lamp-1/reported"
+    control = call(["devices.write", "devices.report"])  # with both rights it goes on to the missing table
+    assert control["statusCode"] >= 404 and control["statusCode"] not in (401, 403), control

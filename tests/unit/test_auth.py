@@ -248,3 +248,91 @@ def test_a_query_token_counts_only_on_a_websocket_connect():
                             "requestContext": {"path": "/devices/x/versions/$connect"}}, CONFIG)
     connect = {**query, "requestContext": {"routeKey": "$connect", "eventType": "CONNECT"}}
     assert authenticate_event(connect, CONFIG).kind == CLIENT
+
+
+WRITER_REPORTER = Principal.client("x", ["devices.write", "devices.report"])
+CALLERS = {"read": READER, "write": WRITER, "report": REPORTER, "write+report": WRITER_REPORTER,
+           "self": LAMP, "nobody": NOBODY}
+K = rights.WriteKind
+# (kind, the sections the write names, the callers that may make it on lamp-1): every kind of write
+# with every body shape, the table of docs/api.md.
+WRITE_SHAPES = [
+    (K.CREATE, set(), {"write", "write+report"}),
+    (K.CREATE, {"desired"}, {"write", "write+report"}),
+    (K.CREATE, {"reported"}, {"write+report"}),
+    (K.CREATE, {"desired", "reported"}, {"write+report"}),
+    (K.PUT, set(), {"write", "write+report"}),
+    (K.PUT, {"state"}, {"write", "write+report"}),
+    (K.PUT, {"desired"}, {"write", "write+report"}),
+    (K.PUT, {"reported"}, {"write+report"}),
+    (K.PUT, {"desired", "reported"}, {"write+report"}),
+    (K.REPLACE, set(), {"write", "write+report"}),
+    (K.REPLACE, {"desired"}, {"write", "write+report"}),
+    (K.REPLACE, {"reported"}, {"write+report"}),
+    (K.REPLACE, {"desired", "reported"}, {"write+report"}),
+    (K.UPDATE, {"state"}, {"write", "write+report"}),
+    (K.UPDATE, {"desired"}, {"write", "write+report"}),
+    (K.UPDATE, {"reported"}, {"report", "write+report", "self"}),
+    (K.DELETE, set(), {"write", "write+report"}),
+    (K.CHECK, set(), {"read", "self"}),
+]
+
+
+@pytest.mark.parametrize("caller", sorted(CALLERS))
+@pytest.mark.parametrize("kind, sections, allowed", WRITE_SHAPES,
+                         ids=lambda value: "+".join(sorted(value)) if isinstance(value, set) else str(value))
+def test_a_write_needs_a_right_for_every_section_it_sets(kind, sections, allowed, caller):
+    """Every scope (and a device on itself) against every kind of write and body shape. The
+    row a device on another device would take is refused whatever it is (the RIGHTS_TABLE)."""
+    needed = rights.needed_for_write(kind, "lamp-1", sections)
+    assert (rights.first_refused(CALLERS[caller], needed) is None) is (caller in allowed)
+    if caller not in allowed:
+        with pytest.raises(rights.Forbidden) as refused:
+            rights.authorize_all(CALLERS[caller], needed, index=2)
+        assert (refused.value.action, refused.value.resource) == rights.first_refused(CALLERS[caller], needed)
+        assert refused.value.index == 2
+    assert rights.first_refused(Principal.device("lamp-2"), needed) is not None
+
+
+def test_what_a_write_needs_is_its_kinds_right_then_one_per_section():
+    assert rights.needed_for_write("put", "lamp-1", {"reported", "desired"}) == [
+        ("replace", "device:lamp-1"), ("write", "device:lamp-1/state"), ("write", "device:lamp-1/desired"),
+        ("write", "device:lamp-1/reported")]
+    assert rights.needed_for_write("create", "lamp-1", {"reported"}) == [
+        ("create", "devices"), ("write", "device:lamp-1/state"), ("write", "device:lamp-1/reported")]
+    assert rights.needed_for_write("update", "lamp-1", {"reported"}) == [("write", "device:lamp-1/reported")]
+    assert rights.needed_for_write("delete", "lamp-1") == [("delete", "device:lamp-1")]
+    assert rights.needed_for_write("check", "lamp-1") == [("read", "device:lamp-1")]
+    # a writer alone is refused on reported, not on what comes before it
+    with pytest.raises(rights.Forbidden, match="write on device:lamp-1/reported"):
+        rights.authorize_all(WRITER, rights.needed_for_write("put", "lamp-1", {"reported"}))
+
+
+@pytest.mark.parametrize("kind, sections", [("update", set()), ("update", {"state", "desired"}),
+                                            ("delete", {"state"}), ("check", {"reported"}), ("put", {"secrets"}),
+                                            ("merge", {"state"})])
+def test_a_write_that_cannot_be_is_an_error_not_a_grant(kind, sections):
+    with pytest.raises(ValueError):
+        rights.needed_for_write(kind, "lamp-1", sections)
+
+
+def test_the_write_kinds_are_the_library_operations():
+    from functions.device_state import transactions as tx
+
+    assert set(rights.WriteKind) == {tx.CREATE, tx.PUT, tx.REPLACE, tx.UPDATE, tx.DELETE, tx.CHECK}
+
+
+def test_each_write_routes_gate_is_the_first_right_its_write_needs():
+    """The route table (what the authorizer applies without the body) never grants more than the
+    write needs, and the handler's check of the body adds to it, never replaces it."""
+    assert rights.WRITE_ROUTES
+    for (method, rule), (kind, section) in rights.WRITE_ROUTES.items():
+        needed = rights.needed_for_write(kind, "{device_id}", {section} if section else ())
+        assert rights.ROUTE_RIGHTS[(method, rule)] == needed[0], (method, rule)
+
+
+def test_following_a_device_needs_what_reading_its_feed_needs():
+    assert rights.needed_to_follow("lamp-1") == [("read", "device:lamp-1/changes")]
+    assert rights.ROUTE_RIGHTS[("GET", "/devices/<device_id>/changes")] == rights.needed_to_follow("{device_id}")[0]
+    assert rights.first_refused(LAMP, rights.needed_to_follow("lamp-1")) is None
+    assert rights.first_refused(WRITER, rights.needed_to_follow("lamp-1")) == ("read", "device:lamp-1/changes")
