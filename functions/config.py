@@ -11,10 +11,10 @@ import functools
 import os
 from dataclasses import dataclass
 
-from functions.device_state.changes import DEFAULT_RETENTION_SECONDS
-from functions.device_state.manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
-from functions.device_state.pipeline import DEFAULT_SETTLE_SECONDS
-from functions.device_state.writes import DEFAULT_TOMBSTONE_SECONDS
+from functions.device_state import DEFAULT_RETENTION_SECONDS
+from functions.device_state import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
+from functions.device_state import DEFAULT_SETTLE_SECONDS
+from functions.device_state import DEFAULT_TOMBSTONE_SECONDS
 
 TABLE_NAME = "TABLE_NAME"
 DYNAMODB_ENDPOINT = "DYNAMODB_ENDPOINT"

@@ -21,8 +21,8 @@ from functions import config
 from functions.auth.authorizer import GATEWAY_RESPONSES, gateway_problem
 from functions.auth.rights import PUBLIC, ROUTE_RIGHTS
 from functions.device_state import metrics as metric_names
-from functions.device_state.changes import DEFAULT_RETENTION_SECONDS
-from functions.device_state.manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
+from functions.device_state import DEFAULT_RETENTION_SECONDS
+from functions.device_state import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
 
 from .bundling import REPO_ROOT, bundling_options, pinned_version
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from aws_cdk import Stack
 from constructs import Construct
 
-from functions.device_state.changes import DEFAULT_RETENTION_SECONDS
-from functions.device_state.writes import DEFAULT_TOMBSTONE_SECONDS
+from functions.device_state import DEFAULT_RETENTION_SECONDS
+from functions.device_state import DEFAULT_TOMBSTONE_SECONDS
 
 from .api import DeviceApi, DeviceDomain
 from .auth import CallerIdentity

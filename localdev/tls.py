@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from functions.auth.credentials import DEVICE_URI_PREFIX
-from functions.device_state.values import DEVICE_ID_PATTERN
+from functions.device_state import DEVICE_ID_PATTERN
 
 DEFAULT_DIRECTORY = ".serve/tls"
 CA_DAYS = 3650

@@ -10,9 +10,8 @@ from urllib.parse import unquote
 
 from .resolver import Router
 
-from functions.device_state import dynamodb_client
-from functions.device_state.changes import MAX_FEED_LIMIT, ChangeLog, ChangesExpired, VersionNotFound
-from functions.device_state.sections import SECTIONS
+from functions.device_state import (MAX_FEED_LIMIT, SECTIONS, ChangeLog, ChangesExpired, VersionNotFound,
+                                    dynamodb_client)
 
 from . import request_parsing as parse
 from .common import budget, device_response, json_response, route

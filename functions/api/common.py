@@ -8,10 +8,8 @@ from urllib.parse import quote, unquote
 
 from .resolver import Response
 
-from functions.device_state import DeviceStateManager, IdempotencyKey, dynamodb_client
-from functions.device_state import restore
-from functions.device_state.idempotency import CREATED, DELETED, fingerprint
-from functions.device_state.values import dumps
+from functions.device_state import (CREATED, DELETED, DeviceStateManager, IdempotencyKey, dumps,
+                                    dynamodb_client, fingerprint, restore)
 
 from functions.auth.rights import route_rights, rules_for_path
 

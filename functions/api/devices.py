@@ -9,11 +9,9 @@ from dataclasses import dataclass
 from .resolver import Response
 from .resolver import Router
 
-from functions.device_state import DeviceAlreadyExists, DeviceNotFound, DeviceStateManager, JsonPatch, MergePatch
-from functions.device_state.idempotency import CREATED, DELETED, REPLACED, UPDATED
-from functions.device_state.manager import MAX_LIST_LIMIT
-from functions.device_state.sections import DESIRED, DEVICE_SECTIONS, REPORTED, STATE
-from functions.device_state.values import validate_device_id
+from functions.device_state import (CREATED, DELETED, DESIRED, DEVICE_SECTIONS, MAX_LIST_LIMIT, REPLACED,
+                                    REPORTED, STATE, UPDATED, DeviceAlreadyExists, DeviceNotFound,
+                                    DeviceStateManager, JsonPatch, MergePatch, validate_device_id)
 
 from functions.auth.rights import WriteKind
 

@@ -12,8 +12,7 @@ from functions import cold_start  # first: no garbage collection while the modul
 from .resolver import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
 
-from functions.device_state import restore
-from functions.device_state.values import dumps
+from functions.device_state import dumps, restore
 
 from . import changes, devices, leases, transactions
 from .common import RESPONSE_MARGIN_SECONDS, allowed_methods, json_response, route  # noqa: F401

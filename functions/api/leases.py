@@ -9,8 +9,7 @@ from .resolver import Response
 from .resolver import Router
 
 from functions.auth.rights import END, LEASES, authorize, device_resource, max_lease_seconds
-from functions.device_state import InvalidLease
-from functions.device_state import leases
+from functions.device_state import InvalidLease, leases
 
 from . import access
 from . import request_parsing as parse

@@ -10,8 +10,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 
-from functions.device_state import UpdateObserver
-from functions.device_state import metrics as names
+from functions.device_state import UpdateObserver, metrics as names
 
 class _NoTracing:
     """What Powertools' Tracer does when tracing is off (pass the handler through), without

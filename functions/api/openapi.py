@@ -7,14 +7,11 @@ from decimal import Decimal
 
 from functions.auth import rights
 from functions.auth.principals import SCOPES, Principal
-from functions.device_state.idempotency import KEY_PATTERN
-from functions.device_state.manager import MAX_LIST_LIMIT
-from functions.device_state.sections import MAX_POINTER_BYTES, METADATA_ENTRY_BYTES
+from functions.device_state import (DEVICE_ID_PATTERN, KEY_PATTERN, MAX_EXPONENT, MAX_LIST_LIMIT,
+                                    MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS, MAX_POINTER_BYTES,
+                                    MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH, MAX_STATE_ITEM_BYTES,
+                                    METADATA_ENTRY_BYTES, MIN_EXPONENT)
 from functions.device_state.transactions import MAX_OPERATIONS
-from functions.device_state.values import (DEVICE_ID_PATTERN, MAX_EXPONENT, MAX_MEMBER_NAME_BYTES,
-                                           MAX_PATCH_OPERATIONS, MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH,
-                                           MIN_EXPONENT)
-from functions.device_state.writes import MAX_STATE_ITEM_BYTES
 
 from .devices import DEFAULT_LIST_LIMIT
 from .leases import LIMITS as LEASE_LIMITS
@@ -403,7 +400,7 @@ OPENAPI = {
 
 
 # ---- The change feed and history (issue 15): GET /devices/{id}/changes, /versions/{v}.
-from functions.device_state.changes import MAX_FEED_LIMIT  # noqa: E402
+from functions.device_state import MAX_FEED_LIMIT  # noqa: E402
 from .changes import DEFAULT_FEED_LIMIT, MAX_VERSION, MAX_WAIT_SECONDS  # noqa: E402
 
 _FEED_GUARANTEE = (
@@ -468,7 +465,7 @@ OPENAPI["components"]["schemas"]["ChangePage"] = {
 
 
 # ---- Desired, reported and delta: section routes, the lean delta, include=metadata.
-from functions.device_state.sections import DEVICE_SECTIONS  # noqa: E402
+from functions.device_state import DEVICE_SECTIONS  # noqa: E402
 from .devices import MAX_DELTA_WAIT_SECONDS  # noqa: E402
 
 _INCLUDE = {"name": "include", "in": "query", "required": False, "schema": {"type": "string", "enum": ["metadata"]},

@@ -11,40 +11,17 @@ import time
 
 from .resolver import Response
 
-from functions.device_state import (
-    ConditionFailed,
-    DeviceAlreadyExists,
-    DeviceLocked,
-    DeviceNotFound,
-    IdempotencyKeyReused,
-    InvalidCursor,
-    InvalidDeviceId,
-    InvalidIdempotencyKey,
-    InvalidLease,
-    InvalidPatch,
-    InvalidValue,
-    ItemTooLarge,
-    LeaseBusy,
-    LeaseLost,
-    LeaseNotHeld,
-    OutcomeUnknown,
-    UnknownLease,
-    PatchNotApplicable,
-    PatchTestFailed,
-    RetriesExhausted,
-    StorageError,
-    StorageUnavailable,
-    InvalidTransaction,
-    TransactionFailed,
-    VersionConflict,
-)
+from functions.device_state import (ConditionFailed, DeviceAlreadyExists, DeviceLocked, DeviceNotFound,
+                                    IdempotencyKeyReused, InvalidCursor, InvalidDeviceId,
+                                    InvalidIdempotencyKey, InvalidLease, InvalidPatch, InvalidSince,
+                                    InvalidTransaction, InvalidValue, ItemTooLarge, LeaseBusy, LeaseLost,
+                                    LeaseNotHeld, OutcomeUnknown, PatchNotApplicable, PatchTestFailed,
+                                    RetriesExhausted, StorageError, StorageUnavailable, TransactionFailed,
+                                    UnknownLease, VersionConflict, VersionNotRecorded, dumps,
+                                    timestamp as iso_timestamp, transactions as tx)
 from functions.auth.credentials import MixedCredentials, Unauthenticated
 from functions.auth.rights import Forbidden
-from functions.device_state import transactions as tx
-from functions.device_state.changes import InvalidSince, VersionNotRecorded
 from functions.device_state.store import Ambiguous
-from functions.device_state.device import timestamp as iso_timestamp
-from functions.device_state.values import dumps
 
 from functions.problem_details import MEDIA_TYPE as PROBLEM_JSON
 from functions.problem_details import TYPE_PREFIX, problem

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from functions.device_state import Device, InvalidCursor, InvalidValue, store
-from functions.device_state.values import MAX_VERSION, loads, validate_device_id  # noqa: F401 (parse.MAX_VERSION)
+from functions.device_state import MAX_VERSION, loads, validate_device_id  # noqa: F401 (parse.MAX_VERSION)
 
 from .problems import BadRequest, PayloadTooLarge, PreconditionFailed, UnsupportedMediaType
 

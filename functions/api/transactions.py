@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from .resolver import Router
 
-from functions.device_state import InvalidDeviceId, InvalidPatch, InvalidValue, JsonPatch, MergePatch, Operation
-from functions.device_state.sections import DEVICE_SECTIONS, SECTIONS, STATE
-from functions.device_state import transactions as tx
+from functions.device_state import (DEVICE_SECTIONS, SECTIONS, STATE, InvalidDeviceId, InvalidPatch,
+                                    InvalidValue, JsonPatch, MergePatch, Operation, transactions as tx,
+                                    validate_device_id)
 from functions.device_state.transactions import MAX_OPERATIONS
-from functions.device_state.values import validate_device_id
 
 from functions.auth import rights
 

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from functions.device_state.values import DEVICE_ID_PATTERN
+from functions.device_state import DEVICE_ID_PATTERN
 
 from .principals import Principal, scopes_of
 

@@ -9,9 +9,7 @@ import json
 import logging
 import threading
 
-from functions.device_state.changes import Change
-from functions.device_state.sections import delta
-from functions.device_state.values import dumps
+from functions.device_state import Change, delta, dumps
 
 SOURCE = "device-state"
 DETAIL_TYPE = "DeviceStateChanged"

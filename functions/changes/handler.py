@@ -24,9 +24,8 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
-from functions.device_state import changes, dynamodb_client, metrics as names, restore, table
-from functions.device_state.changes import ChangeLog
-from functions.device_state.errors import InvalidValue
+from functions.device_state import (MAX_RECORD_AGE_SECONDS, ChangeLog, InvalidValue, dynamodb_client,
+                                    metrics as names, restore, table)
 from functions.device_state.store import Refused
 
 from functions.config import processor_config
@@ -84,7 +83,7 @@ restore.register_with_lambda()
 # The event source mapping's settings (infra/changes.py); the local poller keeps the same.
 BATCH_SIZE = 100
 MAX_RETRY_ATTEMPTS = 10  # then the batch's first failed record goes to the on-failure queue
-MAX_RECORD_AGE_SECONDS = changes.MAX_RECORD_AGE_SECONDS  # the feed relies on it (a given-up record)
+# MAX_RECORD_AGE_SECONDS, the mapping's longest hold on a record, is the library's: the feed relies on it.
 
 
 class SkippedAfterFailure(RuntimeError):

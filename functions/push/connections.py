@@ -11,8 +11,7 @@ import os
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from functions.device_state.client import boto3_session
-from functions.device_state.values import dumps
+from functions.device_state import boto3_session, dumps
 
 from .delivery import Gone
 

@@ -12,9 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from functions.device_state.changes import DELETED, Change, ChangeLog, ChangesExpired, VersionNotFound
-from functions.device_state.errors import DeviceNotFound
-from functions.device_state.values import dumps
+from functions.device_state import (DELETED, Change, ChangeLog, ChangesExpired, DeviceNotFound,
+                                    VersionNotFound, dumps)
 from functions.problem_details import problem
 
 from .subscriptions import Subscription, Subscriptions

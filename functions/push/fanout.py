@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from functions.device_state import table
-from functions.device_state.changes import CHANGE_SK_PREFIX
+from functions.device_state import CHANGE_SK_PREFIX, table
 
 from .services import services
 

@@ -12,10 +12,8 @@ import logging
 from functions.auth import rights
 from functions.auth.authorizer import principal_of
 from functions.auth.credentials import LEEWAY_SECONDS, MixedCredentials, Unauthenticated
-from functions.device_state.changes import ChangesExpired, InvalidSince
-from functions.device_state.errors import DeviceNotFound, InvalidDeviceId
-from functions.device_state.sections import SECTIONS
-from functions.device_state.values import MAX_VERSION, validate_device_id
+from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, DeviceNotFound, InvalidDeviceId,
+                                    InvalidSince, validate_device_id)
 
 from . import connections
 from .delivery import Delivery, Gone, PostFailed, error_message

@@ -6,8 +6,7 @@ from __future__ import annotations
 import functools
 
 from functions.config import push_config
-from functions.device_state import dynamodb_client
-from functions.device_state.changes import ChangeLog
+from functions.device_state import ChangeLog, dynamodb_client
 
 from . import connections
 from .delivery import Delivery

@@ -1,0 +1,51 @@
+"""Callers outside the library use its public API only: what ``functions.device_state``
+exports and the modules it names as public, never its other modules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import functions.device_state as library
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PUBLIC_MODULES = {"metrics", "restore", "table", "store", "leases", "transactions"}
+
+
+def _callers() -> list[Path]:
+    outside = [path for path in (REPO_ROOT / "functions").rglob("*.py") if "device_state" not in path.parts]
+    return outside + sorted((REPO_ROOT / "localdev").rglob("*.py")) + sorted((REPO_ROOT / "infra").rglob("*.py"))
+
+
+def _library_imports(path: Path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("functions.device_state"):
+            yield node.lineno, node.module, [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name, []) for alias in node.names
+                        if alias.name.startswith("functions.device_state."))
+
+
+def test_nothing_outside_the_library_imports_its_internal_modules():
+    reaching = []
+    for path in _callers():
+        for line, module, names in _library_imports(path):
+            parts = module.split(".")
+            if len(parts) > 2 and parts[2] not in PUBLIC_MODULES:
+                reaching.append(f"{path.relative_to(REPO_ROOT)}:{line} imports {module}")
+            elif len(parts) == 2:
+                unknown = [name for name in names if name not in library.__all__ and name not in PUBLIC_MODULES]
+                if unknown:
+                    reaching.append(f"{path.relative_to(REPO_ROOT)}:{line} imports {unknown} from the package")
+    assert not reaching, "\n".join(reaching)
+
+
+def test_the_check_sees_an_internal_import(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("from functions.device_state.values import item_size\nfrom functions.device_state import x\n")
+    assert [module for _, module, _ in _library_imports(probe)] == ["functions.device_state.values",
+                                                                    "functions.device_state"]
+
+
+def test_every_exported_name_exists():
+    assert [name for name in library.__all__ if not hasattr(library, name)] == []
