@@ -46,7 +46,8 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
 
 from botocore.exceptions import ClientError  # noqa: E402
 
-from functions.device_state import DeviceStateManager, JsonPatch, RetriesExhausted, UpdateObserver  # noqa: E402
+from functions.device_state import (Backoff, DeviceStateManager, JsonPatch, RetriesExhausted,  # noqa: E402
+                                    UpdateObserver)
 from functions.device_state import table  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.values import from_attribute, item_size, to_attribute  # noqa: E402
@@ -57,7 +58,7 @@ from bench import credentials  # noqa: E402
 OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
 HISTORY = 10
 SEED_RETRIES = 10
-STRATEGIES = ("naive", "seed", "library", "apart", "api")
+STRATEGIES = ("naive", "seed", "library", "apart", "api", "tuned")  # "tuned" only when asked (--backoff)
 WORKLOADS = ("increment", "rmw")
 
 
@@ -111,8 +112,8 @@ class CountingClient:
                         self.failed_write_units += self._refused_units(name, kwargs, error.response)
                 raise
             units = response.get("ConsumedCapacity")
-            units = sum(entry.get("CapacityUnits", 0) for entry in (units if isinstance(units, list) else [units])
-                        if entry)
+            units = sum(entry.get("CapacityUnits", 0)
+                        for entry in (units if isinstance(units, list) else [units]) if entry)
             with self._lock:
                 if name in READS:
                     self.read_units += units
@@ -128,12 +129,21 @@ class CountingClient:
         if name == "transact_write_items":  # each action at its item's units, twice (transactional)
             actions = request.get("TransactItems", [])
             reasons = response.get("CancellationReasons") or [{}] * len(actions)
-            return sum(2 * write_units(reason.get("Item") or self._seen(next(iter(action.values())).get("Key")))
+            return sum(2 * write_units(reason.get("Item")
+                                       or self._seen(next(iter(action.values())).get("Key")))
                        for action, reason in zip(actions, reasons))
         return write_units(response.get("Item") or self._seen(request.get("Key")))
 
     def _seen(self, key: dict | None) -> dict | None:
         return self._sizes.get(json.dumps(key, sort_keys=True))
+
+
+class EqualJitter(Backoff):
+    """A candidate backoff: attempt n sleeps U(d/2, d), d = min(cap, base * 2^(n-1))."""
+
+    def delay(self, attempt, rng):
+        ceiling = min(self.cap_seconds, self.base_seconds * 2 ** (attempt - 1))
+        return rng.uniform(ceiling / 2, ceiling)
 
 
 class Attempts(UpdateObserver):
@@ -183,8 +193,9 @@ def percentile(values, fraction):
 
 
 class Bench:
-    def __init__(self, endpoint: str, server_port: int | None):
+    def __init__(self, endpoint: str, server_port: int | None, backoff: Backoff = Backoff()):
         self.endpoint = endpoint
+        self.backoff = backoff  # the "tuned" strategy's retry backoff (the others keep the library's)
         self.server_port = server_port
         self.client = dynamodb_client(endpoint, "us-east-1")
         self.table = f"bench-{uuid.uuid4().hex[:8]}"
@@ -256,7 +267,9 @@ class Bench:
         counting = CountingClient(self.client)
         attempts = Attempts()
         shared = DeviceStateManager(counting, self.table, observer=attempts)
-        managers = [DeviceStateManager(counting, self.table, observer=attempts) if strategy == "apart" else shared
+        backoff = self.backoff if strategy == "tuned" else Backoff()
+        managers = [DeviceStateManager(counting, self.table, observer=attempts, backoff=backoff)
+                    if strategy in ("apart", "tuned") else shared
                     for _ in range(writers)]
         per_writer = [updates // writers + (1 if index < updates % writers else 0) for index in range(writers)]
         latencies, seed_attempts, succeeded = [], [], [0]
@@ -275,7 +288,7 @@ class Bench:
                         used = self.seed(counting, device_id, workload, name)
                         with lock:
                             seed_attempts.append(used)
-                    elif strategy in ("library", "apart"):
+                    elif strategy in ("library", "apart", "tuned"):
                         self.library_update(managers[index], device_id, workload, name)
                     else:
                         self.api_update(device_id, workload, name)
@@ -297,6 +310,7 @@ class Bench:
         final = DeviceStateManager(self.client, self.table).get(device_id).state["n"]
         ok = succeeded[0]
         attempt_list = {"library": attempts.per_update, "apart": attempts.per_update,
+                        "tuned": attempts.per_update,
                         "seed": seed_attempts, "naive": [1] * ok}.get(strategy)
         counted = strategy != "api"  # the API's calls happen inside the server's processes
 
@@ -399,9 +413,10 @@ def headline(cells: list[Cell], cold: dict | None) -> list[str]:
                 f"calls/update {library_hot.calls_per_update}, attempts p95 {library_hot.attempts_p95}, "
                 f"success {library_hot.success_rate:.0%}")
         for count in sorted({c.writers for c in cells}):
-            apart = cell(workload, "apart", count)
-            if apart and count > 1:
-                lines.append(f"{workload} @ {count} writers, a manager each (as separate processes): "
+            for apart in (cell(workload, "apart", count), cell(workload, "tuned", count)):
+                if not apart or count == 1:
+                    continue
+                lines.append(f"{workload} @ {count} writers, a manager each, {apart.strategy}: "
                              f"request units/update {apart.request_units_per_update}, {apart.goodput}/s, "
                              f"p50/p95/p99 {apart.latency_ms_p50}/{apart.latency_ms_p95}/{apart.latency_ms_p99} ms, "
                              f"success {apart.success_rate:.2%}")
@@ -466,12 +481,15 @@ def main(argv=None) -> None:
     logging.getLogger("device_state").setLevel(logging.ERROR)  # exhaustion is counted, not logged
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writers", default="1,4,16,64")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--strategies", default=",".join(STRATEGIES[:-1]))
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--updates", type=int, default=320, help="updates per cell")
     parser.add_argument("--cold-runs", type=int, default=5, help="0 skips the cold-start measurement")
     parser.add_argument("--journal-writes", type=int, default=200, help="writes per journal-size workload")
     parser.add_argument("--fault-updates", type=int, default=20, help="updates per writer in the lost-answer run")
+    parser.add_argument("--backoff", default=None, metavar="BASE,CAP[,equal]",
+                        help="the strategy 'tuned' (apart with another backoff, asked for by --strategies): "
+                             "its base and cap in seconds, and 'equal' for equal jitter instead of full")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args(argv)
     writers = [int(n) for n in args.writers.split(",")]
@@ -481,7 +499,11 @@ def main(argv=None) -> None:
     with DynamoDBLocal() as dynamodb:
         server = None
         port = None
-        bench = Bench(dynamodb.endpoint, None)
+        backoff = Backoff()
+        if args.backoff:
+            base, cap, *jitter = args.backoff.split(",")
+            backoff = (EqualJitter if jitter == ["equal"] else Backoff)(float(base), float(cap))
+        bench = Bench(dynamodb.endpoint, None, backoff)
         if "api" in strategies:
             port = free_port()
             env = dict(os.environ, **credentials.server_environment(), DYNAMODB_ENDPOINT=dynamodb.endpoint,

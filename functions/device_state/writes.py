@@ -324,7 +324,8 @@ class Planner:
 
     def _planned(self, device_id: str, item: dict | None, device: Device, outcome: str,
                  expected_version: int | None, condition: str, sets: list[str], removes: list[str],
-                 values: dict, caller_condition: ConditionBase | None = None, *, version: int | None = None) -> Planned:
+                 values: dict, caller_condition: ConditionBase | None = None, *,
+                 version: int | None = None) -> Planned:
         """A journaled state write: bumps the version, records its write id, trims the journal."""
         write = WriteId.new(self.now)
         next_version = device.version if version is None else version
