@@ -3,12 +3,19 @@ DynamoDB Local, plus the cold start of the Lambda handler.
 
 Strategies: naive (read, unconditional put: the control), seed (the textbook loop: read,
 conditional write, re-read on conflict, fixed retries, no backoff), library
-(DeviceStateManager.update_with_retry as shipped, the writers sharing one manager, so taking
-turns on the device), apart (the same with a manager per writer, as writers in separate
-processes or Lambdas have: those that lose a race line up on the device item), racing
-(apart without the line, ``line_up=False``) and api (HTTP PATCHes through the local
-server). Workloads: increment (+1 per update) and rmw (bump a counter and append the
-writer's id to a bounded history: a result that depends on the state read).
+(DeviceStateManager.update_with_retry as shipped, the writers sharing one manager), apart
+(the same with a manager per writer, as writers in separate processes or Lambdas have) and
+api (HTTP PATCHes through the local server). Contending read-modify-writes race under the
+version check with jittered backoff. Workloads: increment (+1 per update) and rmw (bump a
+counter and append the writer's id to a bounded history: a result that depends on the
+state read).
+
+Every request the library sends asks for ``ReturnConsumedCapacity=TOTAL`` (``CountingClient``)
+and the units DynamoDB reports are summed. A failed conditional write is billed too, but
+DynamoDB Local's ConditionalCheckFailedException (and TransactionCanceledException) carries
+no ConsumedCapacity, so the bench charges it as DynamoDB bills it: the existing item's size
+in 1 KB write units, at least one (the item comes back with ALL_OLD; a write that did not
+ask for it is charged the size last seen of that key).
 
 Writes bench/out/latest.{json,md,png} (untracked; `make bench UPDATE_RESULTS=1` writes the
 committed reference results in bench/results/ instead) and prints the headline ratios last. Figures
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import statistics
 import subprocess
@@ -38,10 +46,11 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
 
 from botocore.exceptions import ClientError  # noqa: E402
 
-from functions.device_state import DeviceStateManager, JsonPatch, RetriesExhausted, UpdateObserver  # noqa: E402
+from functions.device_state import (Backoff, DeviceStateManager, JsonPatch, RetriesExhausted,  # noqa: E402
+                                    UpdateObserver)
 from functions.device_state import table  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
-from functions.device_state.values import from_attribute, to_attribute  # noqa: E402
+from functions.device_state.values import from_attribute, item_size, to_attribute  # noqa: E402
 from bench import outcomes  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal, free_port  # noqa: E402
 from bench import credentials  # noqa: E402
@@ -49,18 +58,39 @@ from bench import credentials  # noqa: E402
 OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
 HISTORY = 10
 SEED_RETRIES = 10
-STRATEGIES = ("naive", "seed", "library", "apart", "racing", "api")
+STRATEGIES = ("naive", "seed", "library", "apart", "api", "tuned")  # "tuned" only when asked (--backoff)
 WORKLOADS = ("increment", "rmw")
 
 
+# The data-plane operations that take ReturnConsumedCapacity, and which of them read.
+READS = frozenset({"get_item", "query", "scan", "batch_get_item", "transact_get_items"})
+WRITES = frozenset({"put_item", "update_item", "delete_item", "batch_write_item", "transact_write_items"})
+
+
+def write_units(item: dict | None) -> int:
+    """Write units of a write DynamoDB refused on its condition: the existing item's size in
+    1 KB units, at least one."""
+    return max(1, math.ceil(item_size(item) / 1024)) if item else 1
+
+
 class CountingClient:
-    """Counts DynamoDB calls and failed conditional writes (both billed alike)."""
+    """Counts DynamoDB calls, failed conditional writes, and request units: every data
+    request asks for ReturnConsumedCapacity=TOTAL; failed conditional writes, whose error
+    DynamoDB Local sends without ConsumedCapacity, are charged by ``write_units``."""
 
     def __init__(self, client):
         self._client = client
         self.calls = 0
         self.failed_conditions = 0
+        self.read_units = 0.0
+        self.written_units = 0.0  # what DynamoDB reported for the writes that applied
+        self.failed_write_units = 0.0  # charged by the bench for writes refused on their condition
+        self._sizes: dict[str, dict] = {}  # the item last read of each key, for a refusal without ALL_OLD
         self._lock = threading.Lock()
+
+    @property
+    def request_units(self) -> float:
+        return self.read_units + self.written_units + self.failed_write_units
 
     def __getattr__(self, name):
         attribute = getattr(self._client, name)
@@ -68,18 +98,52 @@ class CountingClient:
             return attribute
 
         def call(**kwargs):
+            if name in READS or name in WRITES:
+                kwargs = {**kwargs, "ReturnConsumedCapacity": "TOTAL"}
             with self._lock:
                 self.calls += 1
             try:
-                return attribute(**kwargs)
+                response = attribute(**kwargs)
             except ClientError as error:
-                if error.response["Error"]["Code"] in ("ConditionalCheckFailedException",
-                                                       "TransactionCanceledException"):
+                code = error.response["Error"]["Code"]
+                if code in ("ConditionalCheckFailedException", "TransactionCanceledException"):
                     with self._lock:
                         self.failed_conditions += 1
+                        self.failed_write_units += self._refused_units(name, kwargs, error.response)
                 raise
+            units = response.get("ConsumedCapacity")
+            units = sum(entry.get("CapacityUnits", 0)
+                        for entry in (units if isinstance(units, list) else [units]) if entry)
+            with self._lock:
+                if name in READS:
+                    self.read_units += units
+                    if "Item" in response:
+                        self._sizes[json.dumps(kwargs.get("Key"), sort_keys=True)] = response["Item"]
+                else:
+                    self.written_units += units
+            return response
 
         return call
+
+    def _refused_units(self, name: str, request: dict, response: dict) -> int:
+        if name == "transact_write_items":  # each action at its item's units, twice (transactional)
+            actions = request.get("TransactItems", [])
+            reasons = response.get("CancellationReasons") or [{}] * len(actions)
+            return sum(2 * write_units(reason.get("Item")
+                                       or self._seen(next(iter(action.values())).get("Key")))
+                       for action, reason in zip(actions, reasons))
+        return write_units(response.get("Item") or self._seen(request.get("Key")))
+
+    def _seen(self, key: dict | None) -> dict | None:
+        return self._sizes.get(json.dumps(key, sort_keys=True))
+
+
+class EqualJitter(Backoff):
+    """A candidate backoff: attempt n sleeps U(d/2, d), d = min(cap, base * 2^(n-1))."""
+
+    def delay(self, attempt, rng):
+        ceiling = min(self.cap_seconds, self.base_seconds * 2 ** (attempt - 1))
+        return rng.uniform(ceiling / 2, ceiling)
 
 
 class Attempts(UpdateObserver):
@@ -111,6 +175,10 @@ class Cell:
     success_rate: float
     calls_per_update: float | None
     failed_conditions_per_update: float | None
+    request_units_per_update: float | None  # read + write units, failed conditional writes included
+    read_units_per_update: float | None
+    write_units_per_update: float | None  # writes that applied, as DynamoDB reported them
+    failed_write_units_per_update: float | None  # writes refused on their condition, charged by the bench
     attempts_mean: float | None
     attempts_p95: float | None
     attempts_max: int | None
@@ -125,8 +193,9 @@ def percentile(values, fraction):
 
 
 class Bench:
-    def __init__(self, endpoint: str, server_port: int | None):
+    def __init__(self, endpoint: str, server_port: int | None, backoff: Backoff = Backoff()):
         self.endpoint = endpoint
+        self.backoff = backoff  # the "tuned" strategy's retry backoff (the others keep the library's)
         self.server_port = server_port
         self.client = dynamodb_client(endpoint, "us-east-1")
         self.table = f"bench-{uuid.uuid4().hex[:8]}"
@@ -198,8 +267,10 @@ class Bench:
         counting = CountingClient(self.client)
         attempts = Attempts()
         shared = DeviceStateManager(counting, self.table, observer=attempts)
-        managers = [DeviceStateManager(counting, self.table, observer=attempts, line_up=strategy == "apart")
-                    if strategy in ("apart", "racing") else shared for _ in range(writers)]
+        backoff = self.backoff if strategy == "tuned" else Backoff()
+        managers = [DeviceStateManager(counting, self.table, observer=attempts, backoff=backoff)
+                    if strategy in ("apart", "tuned") else shared
+                    for _ in range(writers)]
         per_writer = [updates // writers + (1 if index < updates % writers else 0) for index in range(writers)]
         latencies, seed_attempts, succeeded = [], [], [0]
         lock = threading.Lock()
@@ -217,7 +288,7 @@ class Bench:
                         used = self.seed(counting, device_id, workload, name)
                         with lock:
                             seed_attempts.append(used)
-                    elif strategy in ("library", "apart", "racing"):
+                    elif strategy in ("library", "apart", "tuned"):
                         self.library_update(managers[index], device_id, workload, name)
                     else:
                         self.api_update(device_id, workload, name)
@@ -238,15 +309,23 @@ class Bench:
         seconds = time.perf_counter() - started
         final = DeviceStateManager(self.client, self.table).get(device_id).state["n"]
         ok = succeeded[0]
-        attempt_list = {"library": attempts.per_update, "apart": attempts.per_update, "racing": attempts.per_update,
+        attempt_list = {"library": attempts.per_update, "apart": attempts.per_update,
+                        "tuned": attempts.per_update,
                         "seed": seed_attempts, "naive": [1] * ok}.get(strategy)
         counted = strategy != "api"  # the API's calls happen inside the server's processes
+
+        def per_update(total):
+            return round(total / ok, 3) if counted and ok else None
         return Cell(
             workload=workload, strategy=strategy, writers=writers, updates=updates, succeeded=ok,
             lost_updates=int(ok - final), seconds=round(seconds, 4), goodput=round(ok / seconds, 1),
             success_rate=round(ok / updates, 4),
             calls_per_update=round(counting.calls / ok, 3) if counted and ok else None,
             failed_conditions_per_update=round(counting.failed_conditions / ok, 3) if counted and ok else None,
+            request_units_per_update=per_update(counting.request_units),
+            read_units_per_update=per_update(counting.read_units),
+            write_units_per_update=per_update(counting.written_units),
+            failed_write_units_per_update=per_update(counting.failed_write_units),
             attempts_mean=round(statistics.mean(attempt_list), 3) if attempt_list else None,
             attempts_p95=percentile(attempt_list, 0.95) if attempt_list else None,
             attempts_max=max(attempt_list) if attempt_list else None,
@@ -333,13 +412,19 @@ def headline(cells: list[Cell], cold: dict | None) -> list[str]:
                 f"failed conditional writes/update {library_hot.failed_conditions_per_update}, "
                 f"calls/update {library_hot.calls_per_update}, attempts p95 {library_hot.attempts_p95}, "
                 f"success {library_hot.success_rate:.0%}")
-        for strategy, how in (("apart", "lining up"), ("racing", "racing")):
-            apart_hot = cell(workload, strategy, hot)
-            if apart_hot:
-                lines.append(f"{workload} @ {hot} writers, a manager each (as separate processes), {how}: "
-                             f"failed conditional writes/update {apart_hot.failed_conditions_per_update}, "
-                             f"calls/update {apart_hot.calls_per_update}, {apart_hot.goodput}/s, "
-                             f"p95 {apart_hot.latency_ms_p95} ms, success {apart_hot.success_rate:.0%}")
+        for count in sorted({c.writers for c in cells}):
+            for apart in (cell(workload, "apart", count), cell(workload, "tuned", count)):
+                if not apart or count == 1:
+                    continue
+                lines.append(f"{workload} @ {count} writers, a manager each, {apart.strategy}: "
+                             f"request units/update {apart.request_units_per_update}, {apart.goodput}/s, "
+                             f"p50/p95/p99 {apart.latency_ms_p50}/{apart.latency_ms_p95}/{apart.latency_ms_p99} ms, "
+                             f"success {apart.success_rate:.2%}")
+            api = cell(workload, "api", count)
+            if api and count > 1:
+                lines.append(f"{workload} @ {count} writers over HTTP: {api.goodput}/s, "
+                             f"p50/p95/p99 {api.latency_ms_p50}/{api.latency_ms_p95}/{api.latency_ms_p99} ms, "
+                             f"success {api.success_rate:.2%}")
     lost = {s: sum(c.lost_updates for c in cells if c.strategy == s) for s in STRATEGIES}
     lines.append("lost updates: " + ", ".join(f"{s} {n}" for s, n in lost.items() if any(
         c.strategy == s for c in cells)))
@@ -355,7 +440,8 @@ def write_outputs(cells: list[Cell], cold: dict | None, out: Path, lines: list[s
         {"cells": [asdict(c) for c in cells], "cold_start": cold, "outcomes": outcome, "headline": lines},
         indent=2) + "\n")
     columns = ["workload", "strategy", "writers", "succeeded", "lost_updates", "goodput", "success_rate",
-               "calls_per_update", "failed_conditions_per_update", "attempts_mean", "attempts_p95",
+               "request_units_per_update", "calls_per_update", "failed_conditions_per_update", "attempts_mean",
+               "attempts_p95",
                "attempts_max", "latency_ms_p50", "latency_ms_p95", "latency_ms_p99"]
     rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     rows += ["| " + " | ".join("" if getattr(c, k) is None else str(getattr(c, k)) for k in columns) + " |"
@@ -395,12 +481,15 @@ def main(argv=None) -> None:
     logging.getLogger("device_state").setLevel(logging.ERROR)  # exhaustion is counted, not logged
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writers", default="1,4,16,64")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--strategies", default=",".join(STRATEGIES[:-1]))
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--updates", type=int, default=320, help="updates per cell")
     parser.add_argument("--cold-runs", type=int, default=5, help="0 skips the cold-start measurement")
     parser.add_argument("--journal-writes", type=int, default=200, help="writes per journal-size workload")
     parser.add_argument("--fault-updates", type=int, default=20, help="updates per writer in the lost-answer run")
+    parser.add_argument("--backoff", default=None, metavar="BASE,CAP[,equal]",
+                        help="the strategy 'tuned' (apart with another backoff, asked for by --strategies): "
+                             "its base and cap in seconds, and 'equal' for equal jitter instead of full")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args(argv)
     writers = [int(n) for n in args.writers.split(",")]
@@ -410,7 +499,11 @@ def main(argv=None) -> None:
     with DynamoDBLocal() as dynamodb:
         server = None
         port = None
-        bench = Bench(dynamodb.endpoint, None)
+        backoff = Backoff()
+        if args.backoff:
+            base, cap, *jitter = args.backoff.split(",")
+            backoff = (EqualJitter if jitter == ["equal"] else Backoff)(float(base), float(cap))
+        bench = Bench(dynamodb.endpoint, None, backoff)
         if "api" in strategies:
             port = free_port()
             env = dict(os.environ, **credentials.server_environment(), DYNAMODB_ENDPOINT=dynamodb.endpoint,
@@ -431,7 +524,9 @@ def main(argv=None) -> None:
                         print(f"{workload:9s} {strategy:8s} {count:3d} writers: {cell.goodput:8.1f}/s "
                               f"lost {cell.lost_updates:4d} success {cell.success_rate:.0%} "
                               f"failed-cond/upd {cell.failed_conditions_per_update} "
-                              f"calls/upd {cell.calls_per_update} p95 {cell.latency_ms_p95} ms", flush=True)
+                              f"calls/upd {cell.calls_per_update} RU/upd {cell.request_units_per_update} "
+                              f"p50/p95/p99 {cell.latency_ms_p50}/{cell.latency_ms_p95}/{cell.latency_ms_p99} ms",
+                              flush=True)
             cold = cold_start(dynamodb.endpoint, bench.table, args.cold_runs) if args.cold_runs else None
             costs = outcomes.journal_costs(dynamodb.endpoint, bench.table, writes=args.journal_writes)
             faults = outcomes.fault_run(dynamodb.port, bench.table, updates=args.fault_updates)

@@ -67,8 +67,7 @@ def fault_run(dynamodb_port: int, table_name: str, writers: int = 8, updates: in
     """``writers`` threads each apply ``updates`` read-modify-write and ``updates`` compiled
     increments to one device through a forwarder that loses ``loss`` of the UpdateItem
     answers after they landed. Counts answers by kind and checks exactly-once. Each writer
-    has its own manager, as separate Lambdas do: writers sharing one take turns, and would
-    settle against a quieter device."""
+    has its own manager, as separate Lambdas do."""
     forwarder = Forwarder(dynamodb_port)
     forwarder.random_loss = ("UpdateItem", loss, random.Random(seed))
     direct = DeviceStateManager(dynamodb_client(f"http://127.0.0.1:{dynamodb_port}", "us-east-1"), table_name)

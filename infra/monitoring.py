@@ -47,9 +47,6 @@ TRANSACTION_CONFLICTS_PER_PERIOD = 50
 # A holder whose heartbeat was refused had its lease run out mid-job: its later writes
 # are fenced off, but the job may be half done. Any one is worth a look.
 LEASE_HEARTBEATS_LOST_PER_PERIOD = 0
-# A device's line across processes stood still (its writer crashed mid-turn) and a waiter
-# moved it on after a stall; a few are crashes or deploys, a steady stream a fault.
-LINE_STALLS_PER_PERIOD = 10
 DYNAMODB_THROTTLES_PER_PERIOD = 0
 # The change feed (docs/operations.md, the runbook): the feed trails writes by the stream
 # processor's iterator age; a minute means followers see changes a minute late.
@@ -132,8 +129,6 @@ class Monitoring(Construct):
         self._alarm("LeaseHeartbeatsLost", service_metric(names.LEASE_HEARTBEATS_LOST),
                     LEASE_HEARTBEATS_LOST_PER_PERIOD, not_breaching,
                     "A lease holder's heartbeat was refused: its lease expired mid-job")
-        self._alarm("LineStalls", service_metric(names.LINE_STALLS), LINE_STALLS_PER_PERIOD, not_breaching,
-                    "Writers in a device's line kept vanishing mid-turn (crashes or timeouts), stalling the others")
         self._alarm("LambdaErrors", function.metric_errors(statistic="Sum", period=PERIOD),
                     LAMBDA_ERRORS_PER_PERIOD, not_breaching, "The API function failed (not a 4xx: a crash)")
         self._alarm("LambdaThrottles", function.metric_throttles(statistic="Sum", period=PERIOD),
@@ -154,8 +149,7 @@ class Monitoring(Construct):
             cloudwatch.GraphWidget(title="Updates and attempts", width=12, left=[
                 updates, service_metric(names.UPDATE_ATTEMPTS)]),
             cloudwatch.GraphWidget(title="Contention", width=12, left=[
-                conflicts, service_metric(names.RETRIES_EXHAUSTED), service_metric(names.CONDITION_FAILURES),
-                service_metric(names.LINE_JOINS), service_metric(names.LINE_STALLS)],
+                conflicts, service_metric(names.RETRIES_EXHAUSTED), service_metric(names.CONDITION_FAILURES)],
                 right=[conflicts_per_update]),
         )
         self.dashboard.add_widgets(

@@ -52,12 +52,6 @@ class MetricsObserver(UpdateObserver):
     def condition_failed(self, device_id):
         metrics.add_metric(name=names.CONDITION_FAILURES, unit=MetricUnit.Count, value=1)
 
-    def joined_line(self, device_id):
-        metrics.add_metric(name=names.LINE_JOINS, unit=MetricUnit.Count, value=1)
-
-    def line_stalled(self, device_id):
-        metrics.add_metric(name=names.LINE_STALLS, unit=MetricUnit.Count, value=1)
-
     def succeeded(self, device_id, attempts, elapsed):
         metrics.add_metric(name=names.UPDATES, unit=MetricUnit.Count, value=1)
 

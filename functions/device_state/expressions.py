@@ -29,8 +29,6 @@ NAMES = {
     "#trimmed": table.JOURNAL_TRIMMED,
     "#trimmedStamps": table.JOURNAL_TRIMMED_STAMPS,
     "#trimmedByPatches": table.JOURNAL_TRIMMED_BY_PATCHES,
-    "#turnsServed": table.TURNS_SERVED,
-    "#turnsMovedAt": table.TURNS_MOVED_AT,
     "#leaseToken": table.LEASE_TOKEN,
     "#leaseKey": table.LEASE_KEY,
     "#leaseUntil": table.LEASE_UNTIL,

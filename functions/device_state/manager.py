@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
 import random
 import time
@@ -23,7 +22,6 @@ from .expressions import LIVE, names_in, number
 from .fencing import Fence
 from .idempotency import CREATED, REPLACED, UPDATED, IdempotencyKey
 from .leases import DEFAULT_TTL_SECONDS, Lease, LeaseQueue
-from .line import DeviceLine, Place
 from .observer import NULL_OBSERVER, UpdateObserver
 from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
 from .recent import RecentJournals
@@ -32,7 +30,6 @@ from .retry import Backoff, Moved, RetryLoop
 from .sections import CHANGED_ATTRIBUTES, STATE, check_section, check_sections, replacing
 from .store import IDEMPOTENT, ONCE, Ambiguous, Cancelled, Refused, Rejected, Store, decode_cursor, encode_cursor
 from .transactions import Operation, TransactionRunner
-from .turns import DeviceTurns
 from .values import check_state, validate_device_id
 from .writes import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect, refusal
 
@@ -51,9 +48,8 @@ class DeviceStateManager:
     Takes its DynamoDB (low-level) client and table name; holds no global state. The
     client should not retry on its own (``dynamodb_client`` makes one that does not).
     ``clock``, ``monotonic``, ``sleep`` and ``rng`` are there so tests can drive time.
-    ``line_up``: read-modify-writes that lose a race join the device's line across
-    processes (``line.py``): far fewer failed writes and a shorter tail, for about a third
-    more calls and a lower peak rate on one device; ``False`` races as before.
+    Contending read-modify-writes race under the version check with jittered backoff
+    (``retry.py``), whether they share this manager or not.
     """
 
     def __init__(
@@ -71,7 +67,6 @@ class DeviceStateManager:
         rng: random.Random | None = None,
         tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
-        line_up: bool = True,
     ):
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -90,8 +85,6 @@ class DeviceStateManager:
                                       monotonic=monotonic, sleep=sleep, rng=self.rng, settle_seconds=settle_seconds)
         self.fence = Fence()
         self.recent = RecentJournals()
-        self.turns = DeviceTurns()
-        self.line = DeviceLine(self.store, observer, clock, monotonic, sleep, self.rng) if line_up else None
 
     @property
     def client(self):
@@ -266,9 +259,6 @@ class DeviceStateManager:
         is ANDed with the version check; when it is false ``ConditionFailed`` is raised
         at once. An exception from ``update_fn`` propagates at once, nothing written.
         ``section``: the section the patch applies to (``state`` unless named).
-        Writers sharing this manager take turns on a device (``turns.py``); writers in other
-        processes that keep losing to each other line up on the device item (``line.py``).
-        Both waits count against ``budget_seconds``.
         """
         validate_device_id(device_id)
         check_section(section)
@@ -276,22 +266,9 @@ class DeviceStateManager:
             compiled = self._compiled_update(device_id, update_fn, section)
             if compiled is not None:
                 return compiled
-        budget = self.budget_seconds if budget_seconds is None else budget_seconds
-        asked = self.monotonic()
-        with self.turns.turn(device_id, budget) as mine:
-            if not mine:
-                raise self._loop(max_attempts, budget).exhausted(
-                    device_id, 0, asked, f"{budget} s budget spent waiting for its turn on the device")
-            place = self.line and self.line.place(device_id, asked + budget, lambda reason: self._loop(
-                max_attempts, budget).exhausted(device_id, 0, asked, reason))
-            try:
-                return self._write(device_id, lambda planner, item: planner.replace_state(
-                    expect(device_id, item, None, planner.now), update_fn, condition, UPDATED, section),
-                    idempotency, max_attempts=max_attempts, budget_seconds=budget - (self.monotonic() - asked),
-                    counted=True, place=place)[0]
-            finally:
-                if place is not None:
-                    place.done()
+        return self._write(device_id, lambda planner, item: planner.replace_state(
+            expect(device_id, item, None, planner.now), update_fn, condition, UPDATED, section),
+            idempotency, max_attempts=max_attempts, budget_seconds=budget_seconds, counted=True)[0]
 
     def delete(self, device_id: str, expected_version: int | None = None, *,
                idempotency: IdempotencyKey | None = None) -> Device:
@@ -358,25 +335,19 @@ class DeviceStateManager:
     def _write(self, device_id: str, plan: Callable[[Planner, dict | None], Planned],
                idempotency: IdempotencyKey | None, *, expected_version: int | None = None,
                created_may_move: bool = False, max_attempts: int | None = None,
-               budget_seconds: float | None = None, counted: bool = False,
-               place: Place | None = None) -> tuple[Device, str]:
+               budget_seconds: float | None = None, counted: bool = False) -> tuple[Device, str]:
         """Plan from the item read, send, classify, and go again while the device moved
         under a write that named no version. ``created_may_move``: a create that finds
         the device created meanwhile plans again (PUT) instead of failing (POST).
-        ``counted``: an update, whose attempts and successes the observer counts. ``place``:
-        its place in the device's line across processes, which it joins when it loses."""
+        ``counted``: an update, whose attempts and successes the observer counts."""
         if idempotency is not None:
             recorded = self.recorded(device_id, idempotency)
             if recorded is not None:
                 return recorded
 
         def attempt(item, number):
-            if place is not None:
-                item = place.ready(item, number)
             self.recent.saw(device_id, item)
             planner = self.planner()
-            if place is not None and place.in_turn:
-                planner = dataclasses.replace(planner, serves_turn=place.taker)
             try:
                 planned = plan(planner, item)
             except VersionConflict as conflict:
@@ -386,12 +357,8 @@ class DeviceStateManager:
                 self.observer.attempt(device_id, number)
             try:
                 if idempotency is None:
-                    result = self.pipeline.send(planner, device_id, planned)[0], planned.outcome
-                else:
-                    result = self._send_keyed(planner, device_id, planned, idempotency)
-                if planner.serves_turn and result[0] is planned.device:  # ours landed (not a replay)
-                    place.served = True
-                return result
+                    return self.pipeline.send(planner, device_id, planned)[0], planned.outcome
+                return self._send_keyed(planner, device_id, planned, idempotency)
             except Moved as moved:
                 if moved.reason == "settled":
                     raise
@@ -410,8 +377,7 @@ class DeviceStateManager:
                 raise
 
         return self._loop(max_attempts, budget_seconds).run(
-            device_id, attempt, lambda: self.store.get_state(device_id), count_success=counted,
-            at_once=lambda: place is not None and place.at_once)
+            device_id, attempt, lambda: self.store.get_state(device_id), count_success=counted)
 
     def _send_keyed(self, planner: Planner, device_id: str, planned: Planned,
                     idempotency: IdempotencyKey) -> tuple[Device, str]:

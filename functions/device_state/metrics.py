@@ -12,8 +12,6 @@ UPDATE_ATTEMPTS = "UpdateAttempts"  # conditional writes tried, successful or no
 VERSION_CONFLICTS = "VersionConflicts"  # attempts that met a newer version
 RETRIES_EXHAUSTED = "RetriesExhausted"  # calls that gave up (the client got a 503)
 CONDITION_FAILURES = "ConditionFailures"  # extra conditions that did not hold
-LINE_JOINS = "LineJoins"  # read-modify-writes that took a ticket in a device's line across processes
-LINE_STALLS = "LineStalls"  # lines that stood still (a holder gone) and were moved on
 PATCH_LATENCY = "PatchLatency"  # milliseconds a PATCH spent in the library
 IDEMPOTENT_REPLAYS = "IdempotentReplays"  # keyed writes answered from their record
 TRANSACTIONS = "Transactions"  # multi-device transactions written
@@ -31,7 +29,7 @@ LEASE_HEARTBEATS_LOST = "LeaseHeartbeatsLost"  # heartbeats refused: a holder lo
 CHANGES_RECORDED = "ChangesRecorded"
 CHANGE_LAG = "ChangeLag"  # milliseconds
 
-COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED, CONDITION_FAILURES, LINE_JOINS, LINE_STALLS,
+COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED, CONDITION_FAILURES,
                  IDEMPOTENT_REPLAYS, OUTCOME_UNKNOWN, TRANSACTIONS, TRANSACTION_RETRIES, TRANSACTION_CONFLICTS,
                  LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST, CHANGES_RECORDED)
 LATENCY_METRICS = (PATCH_LATENCY, LEASE_WAIT, CHANGE_LAG)

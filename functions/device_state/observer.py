@@ -22,13 +22,6 @@ class UpdateObserver:
     def exhausted(self, device_id: str, attempts: int, elapsed: float) -> None:
         """The loop gave up; nothing was written."""
 
-    def joined_line(self, device_id: str) -> None:
-        """A read-modify-write took a ticket in the device's line across processes."""
-
-    def line_stalled(self, device_id: str) -> None:
-        """A device's line stood still (its holder crashed, gave up, or lost its ticket's
-        answer) and a waiter moved it on."""
-
     def transaction_committed(self, operations: int, attempts: int) -> None:
         """A multi-device transaction was written after ``attempts`` tries."""
 

@@ -52,9 +52,7 @@ class RetryLoop:
     observer: UpdateObserver
 
     def run(self, device_id: str, attempt: Callable, read: Callable[[], dict | None] | None, *,
-            count_success: bool = True, at_once: Callable[[], bool] = lambda: False):
-        """``at_once()``: while true, a conflict is retried without a backoff, from the
-        returned item (or a read): the writer's place in the device's line paces it."""
+            count_success: bool = True):
         started = self.monotonic()
         deadline = started + self.budget_seconds
         item = read() if read else None
@@ -66,11 +64,8 @@ class RetryLoop:
             except Moved as moved:
                 if number >= self.max_attempts:
                     raise self.exhausted(device_id, number, started, f"{self.max_attempts} attempts") from None
-                if (number == 1 or at_once()) and moved.item is not None:
+                if number == 1 and moved.item is not None:
                     item = moved.item
-                    continue
-                if at_once():
-                    item = read() if read else None
                     continue
                 delay = self.backoff.delay(number, self.rng)
                 if self.monotonic() + delay > deadline:

@@ -98,13 +98,6 @@ JOURNAL_TRIMMED_STAMPS = "journalTrimmedStamps"
 # raised it from one view): read until a write that read the item folds it away.
 JOURNAL_TRIMMED_BY_PATCHES = "journalTrimmedByPatches"
 
-# The line of read-modify-write writers across processes (line.py): tickets handed out,
-# turns ended, when either last moved (ms), and each waiter's ticket under its nonce.
-TURNS_TAKEN = "turnsTaken"
-TURNS_SERVED = "turnsServed"
-TURNS_MOVED_AT = "turnsMovedAt"
-TURN_TAKER_PREFIX = "turn:"
-
 # The active lease holder, recorded on the state item so every write can be fenced.
 LEASE_TOKEN = "leaseToken"  # the holder's fencing token (its ticket): ordering, never a credential
 LEASE_KEY = "leaseKey"  # a digest of the holder's secret lease token: what a write must present

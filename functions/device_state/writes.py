@@ -58,16 +58,15 @@ SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its w
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
 # Room a state write leaves on the item for what later requests add without a state change:
-# journal entries (up to 16, ~25 bytes each) and the trimmed stamps, settle marks, the lease
-# holder (~120), and the line (its counters and up to 16 waiters' tickets, ~280).
-BOOKKEEPING_BYTES = 1024
+# journal entries (up to 16, ~25 bytes each) and the trimmed stamps, settle marks, and the
+# lease holder (~120).
+BOOKKEEPING_BYTES = 768
 MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state write may leave on the item
 COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit, lastWrite becoming "updated"
 # What a state write stores and its change record copies: the sections and their metadata.
 SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
 BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, table.JOURNAL_TRIMMED_BY_PATCHES,
-                                    table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL,
-                                    table.TURNS_TAKEN, table.TURNS_SERVED, table.TURNS_MOVED_AT})
+                                    table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL})
 
 _LARGEST_VERSION = number(VERSION_SPAN - 1)  # a version or changed mark, as sized for the item's budget
 _LONGEST_OUTCOME = max((CREATED, REPLACED, UPDATED), key=len)  # lastWrite, as sized for the item's budget
@@ -166,7 +165,6 @@ class Planner:
     fence: Fence
     now: float
     tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS
-    serves_turn: str | None = None  # a state write that ends its writer's turn in the device's line: its taker (line.py)
 
     # ---------------------------------------------------------------- planners
 
@@ -238,16 +236,12 @@ class Planner:
         stamp = timestamp(self.now)
         values = {":now": {"S": stamp}, ":expected": number(current.version),
                   ":tombstoneExpires": number(int(self.now) + self.tombstone_seconds)}
-        # and its line: a device created again starts without the old one's waiters
-        line = [name for name in (table.TURNS_TAKEN, table.TURNS_SERVED, table.TURNS_MOVED_AT) if name in item]
-        line += [name for name in item if name.startswith(table.TURN_TAKER_PREFIX)]
-        line_names = {f"#line{index}": name for index, name in enumerate(line)}
         return self._planned(current.device_id, item, current, DELETED, current.version,
-                                f"#version = :expected AND {LIVE}",
-                                ["#deletedAt = :now", "#updatedAt = :now", "#expiresAt = :tombstoneExpires"],
-                                ["#state", "#leaseToken", "#leaseKey", "#leaseUntil", "#desired", "#reported",
-                                 "#metaDesired", "#metaReported", "#changedDesired", "#changedReported", *line_names],
-                                values, version=current.version + 1, extra_names=line_names)
+                             f"#version = :expected AND {LIVE}",
+                             ["#deletedAt = :now", "#updatedAt = :now", "#expiresAt = :tombstoneExpires"],
+                             ["#state", "#leaseToken", "#leaseKey", "#leaseUntil", "#desired", "#reported",
+                              "#metaDesired", "#metaReported", "#changedDesired", "#changedReported"],
+                             values, version=current.version + 1)
 
     def check(self, item: dict, condition: ConditionBase | None) -> Planned:
         current = Device.from_item(item)
@@ -337,8 +331,8 @@ class Planner:
 
     def _planned(self, device_id: str, item: dict | None, device: Device, outcome: str,
                  expected_version: int | None, condition: str, sets: list[str], removes: list[str],
-                 values: dict, caller_condition: ConditionBase | None = None, *, version: int | None = None,
-                 extra_names: dict | None = None) -> Planned:
+                 values: dict, caller_condition: ConditionBase | None = None, *,
+                 version: int | None = None) -> Planned:
         """A journaled state write: bumps the version, records its write id, trims the journal."""
         write = WriteId.new(self.now)
         next_version = device.version if version is None else version
@@ -370,19 +364,10 @@ class Planner:
         removes = [*removes, *(f"#{name}" for name, attribute in (("trimmedStamps", table.JOURNAL_TRIMMED_STAMPS),
                                                                     ("trimmedByPatches", table.JOURNAL_TRIMMED_BY_PATCHES))
                                if attribute in (item or {}))]
-        if self.serves_turn:
-            sets.append("#turnsMovedAt = :turnsMovedAt")
-            values[":turnsMovedAt"] = number(int(self.now * 1000))
-        if self.serves_turn:
-            removes = [*removes, "#turnTaker"]
         update = "SET " + ", ".join(sets)
         if removes or journal_removes:
             update += " REMOVE " + ", ".join(removes + journal_removes)
-        if self.serves_turn:
-            update += " ADD #turnsServed :oneTurn"
-            values[":oneTurn"] = number(1)
-        names = names_in(update + condition, {"#w": write.attribute, **journal_names, **(extra_names or {}),
-                                              **({"#turnTaker": self.serves_turn} if self.serves_turn else {})})
+        names = names_in(update + condition, {"#w": write.attribute, **journal_names})
         expression = f"{condition} AND attribute_not_exists(#w)"
         if outcome != CHECKED:
             expression += " AND " + self.fence.condition(device_id, names, values)
@@ -400,7 +385,7 @@ class Planner:
 def _without_bookkeeping(item: dict | None) -> dict:
     """The item without what ``BOOKKEEPING_BYTES`` keeps room for (journal, lease holder)."""
     return {name: value for name, value in (item or {}).items()
-            if not name.startswith((table.JOURNAL_PREFIX, table.TURN_TAKER_PREFIX)) and name not in BOOKKEEPING_ATTRIBUTES}
+            if not name.startswith(table.JOURNAL_PREFIX) and name not in BOOKKEEPING_ATTRIBUTES}
 
 
 def _checked_size(item: dict, device: Device) -> int:

@@ -345,7 +345,7 @@ def test_contention_exhaustion_is_503_with_retry_after_and_writes_nothing(api, m
 
     def rival_writes_first(**kwargs):
         params = kwargs.get("params", {})
-        # before each version-checked attempt (not the line's bookkeeping writes)
+        # before each version-checked attempt
         if params.get("Key", {}).get("deviceId", {}).get("S") == "lamp-1" and \
                 ":expected" in params.get("ExpressionAttributeValues", {}):
             rival.replace("lamp-1", {"n": Decimal(-1), "by": "rival"})

@@ -268,7 +268,6 @@ def test_every_alarm_notifies_the_topic_and_treats_missing_data_deliberately(tem
      monitoring.CONDITIONAL_CHECK_FAILED_PER_PERIOD, "TableName"),
     ("RetriesExhausted", names.NAMESPACE, names.RETRIES_EXHAUSTED, "Sum", monitoring.RETRIES_EXHAUSTED_PER_PERIOD,
      "service"),
-    ("LineStalls", names.NAMESPACE, names.LINE_STALLS, "Sum", monitoring.LINE_STALLS_PER_PERIOD, "service"),
     ("LambdaErrors", "AWS/Lambda", "Errors", "Sum", monitoring.LAMBDA_ERRORS_PER_PERIOD, "FunctionName"),
     ("LambdaThrottles", "AWS/Lambda", "Throttles", "Sum", monitoring.LAMBDA_THROTTLES_PER_PERIOD, "FunctionName"),
     ("Api5xx", "AWS/ApiGateway", "5XXError", "Sum", monitoring.API_5XX_PER_PERIOD, "ApiName"),

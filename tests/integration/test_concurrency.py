@@ -78,14 +78,13 @@ class ConflictCounter(UpdateObserver):
 
 
 def managers_per_thread(client, name, observer) -> threading.local:
-    """A manager per worker thread, as writers in separate processes (Lambda) would have,
-    racing: writers sharing one manager take turns and never collide (``turns.py``), and
-    writers lining up across processes rarely do (``line.py``, tests/integration/test_line.py)."""
+    """A manager per worker thread, as writers in separate processes (Lambda) have: they
+    race under the version check, with jittered backoff."""
     own = threading.local()
 
     def manager() -> DeviceStateManager:
         if not hasattr(own, "manager"):
-            own.manager = DeviceStateManager(client, name, observer=observer, line_up=False)
+            own.manager = DeviceStateManager(client, name, observer=observer)
         return own.manager
 
     return manager
@@ -121,9 +120,10 @@ def test_update_with_retry_loses_no_acknowledged_update(local_table):
     assert final.version == 1 + len(run.acknowledged)
 
 
-def test_writers_sharing_a_manager_take_turns_and_never_collide(local_table):
-    """The same workers through one manager: each update waits for its turn on the device
-    instead of racing, so no conditional write fails, nothing is lost, none gives up."""
+def test_writers_sharing_a_manager_race_alike_and_lose_nothing(local_table):
+    """The same workers through one manager (threads of one process): they race under the
+    version check like writers with a manager each, and what the manager shares between
+    them (its journal views, its randomness) loses nothing."""
     client, name = local_table
     observer = ConflictCounter()
     shared = DeviceStateManager(client, name, observer=observer)
@@ -133,11 +133,12 @@ def test_writers_sharing_a_manager_take_turns_and_never_collide(local_table):
     final = shared.get(DEVICE)
 
     assert run.max_in_flight >= 2 and run.distinct_threads_overlapping >= 2
-    assert observer.conflicts == 0
+    assert observer.conflicts > 0  # they did race
+    assert len(run.acknowledged) + len(run.refused) == THREADS * UPDATES_PER_THREAD
+    assert len(run.acknowledged) >= THREADS * UPDATES_PER_THREAD * 0.9
     assert sorted(final.state["tokens"]) == sorted(run.acknowledged)
-    assert len(run.acknowledged) == THREADS * UPDATES_PER_THREAD and not run.refused
-    assert final.version == 1 + THREADS * UPDATES_PER_THREAD
-    assert shared.turns.waiting(DEVICE) == 0
+    assert final.state["counter"] == len(run.acknowledged)
+    assert final.version == 1 + len(run.acknowledged)
 
 
 def test_naive_read_then_put_control_loses_updates(local_table):

@@ -90,9 +90,8 @@ def test_no_value_computed_from_a_stale_read_is_ever_written(setup):
     assert device.state == {"n": 6}  # 2 x the value it last read, never 2 x a stale one
     assert device.version == 5
     # at once from the item the failed write returned (as fresh as a read) after its first
-    # conflict and after its first loss in its turn in the device's line; then a backoff and
-    # a fresh read
-    assert spy.calls.count("get_item") == 1 + 1 and len(fake.sleeps) == 1
+    # conflict; after each later one, a jittered backoff and a fresh read
+    assert spy.calls.count("get_item") == 1 + 2 and len(fake.sleeps) == 2
 
 
 def test_running_out_of_attempts_writes_nothing(setup):
@@ -110,9 +109,8 @@ def test_running_out_of_attempts_writes_nothing(setup):
     assert final.state["by"] == "rival"
     assert final.version == 1 + 4  # only the rival's four writes
     assert events.log[-1] == ("exhausted", 4)
-    # none after the first conflict (it then joins the device's line) nor after its first loss
-    # in its turn, one before its last attempt
-    assert len(fake.sleeps) == 1
+    # none after the first conflict, one after each later one but the last (no sleep before giving up)
+    assert len(fake.sleeps) == 2
 
 
 def test_running_out_of_time_budget_writes_nothing_and_never_sleeps_past_it(setup):

@@ -240,40 +240,17 @@ def test_every_name_and_value_a_planned_request_declares_is_used():
     """DynamoDB refuses a request that declares a placeholder it does not use (#trimmed is
     not used by an expression that only names #trimmedStamps)."""
     import re
-    from dataclasses import replace
 
     entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 30)]
     items = [item(5), item(29, entries), item(5, journalTrimmed={"N": "950"}, journalTrimmedStamps={"NS": ["900"]}),
              item(5, journalTrimmedByPatches={"N": "10"}, journalTrimmed={"N": "20"}),
              item(29, entries, journalTrimmedStamps={"NS": ["1", "2", "3", "4"]})]
     compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
-    for planner in (PLANNER, replace(PLANNER, serves_turn="turn:0a1b2c3d")):
-        for seen in items:
-            for planned in (planner.replace_state(seen, lambda state: state, None, "updated"), planner.delete(seen),
-                            planner.compiled("d", compiled, seen)):
-                request = planned.request["Update"]
-                text = request["UpdateExpression"] + " " + request["ConditionExpression"]
-                used = set(re.findall(r"[#:][A-Za-z0-9_]+", text))
-                assert set(request["ExpressionAttributeNames"]) <= used, request
-                assert set(request["ExpressionAttributeValues"]) <= used, request
-
-
-def test_a_write_in_its_turn_ends_it_in_the_same_request():
-    from dataclasses import replace
-
-    request = replace(PLANNER, serves_turn="turn:0a1b2c3d").replace_state(item(), lambda state: state, None, "updated")
-    update = request.request["Update"]
-    assert update["UpdateExpression"].endswith(" ADD #turnsServed :oneTurn")
-    assert "turn:0a1b2c3d" in removed_names(update)  # its ticket goes with its turn
-    assert update["ExpressionAttributeNames"]["#turnsServed"] == table.TURNS_SERVED
-    assert update["ExpressionAttributeValues"][":turnsMovedAt"] == {"N": str(int(NOW * 1000))}
-    plain = PLANNER.replace_state(item(), lambda state: state, None, "updated").request["Update"]
-    assert "turns" not in str(plain)
-
-
-def test_a_delete_takes_the_device_line_with_it():
-    leased = item(5, turnsTaken={"N": "9"}, turnsServed={"N": "7"}, turnsMovedAt={"N": "1"},
-                  **{"turn:0a1b2c3d": {"N": "8"}, "turn:ffffffff": {"N": "-9"}})
-    request = PLANNER.delete(leased).request["Update"]
-    assert {table.TURNS_TAKEN, table.TURNS_SERVED, table.TURNS_MOVED_AT, "turn:0a1b2c3d",
-            "turn:ffffffff"} <= removed_names(request)
+    for seen in items:
+        for planned in (PLANNER.replace_state(seen, lambda state: state, None, "updated"), PLANNER.delete(seen),
+                        PLANNER.compiled("d", compiled, seen)):
+            request = planned.request["Update"]
+            text = request["UpdateExpression"] + " " + request["ConditionExpression"]
+            used = set(re.findall(r"[#:][A-Za-z0-9_]+", text))
+            assert set(request["ExpressionAttributeNames"]) <= used, request
+            assert set(request["ExpressionAttributeValues"]) <= used, request
