@@ -495,6 +495,10 @@ def main(argv=None) -> None:
     writers = [int(n) for n in args.writers.split(",")]
     strategies = args.strategies.split(",")
     workloads = args.workloads.split(",")
+    unknown = sorted(set(strategies) - set(STRATEGIES)) + sorted(set(workloads) - set(WORKLOADS))
+    if unknown:
+        parser.error(f"unknown strategies or workloads: {', '.join(unknown)} (strategies: {', '.join(STRATEGIES)}; "
+                     f"workloads: {', '.join(WORKLOADS)})")
 
     with DynamoDBLocal() as dynamodb:
         server = None

@@ -439,8 +439,7 @@ OPENAPI["paths"]["/devices/{deviceId}/versions/{version}"] = {
         "operationId": "getDeviceVersion",
         "description": "The device as it was at this version, within the change retention. The current "
                        "version is always shown; an older one the history has not recorded yet (it trails "
-                       "writes by the stream's delay) is waited for briefly, then 503 not-yet-recorded with "
-                       "Retry-After.",
+                       "writes by the stream's delay) is 503 not-yet-recorded with Retry-After.",
         "responses": {"200": _device("The device at that version"), "400": _COMMON_ERRORS["400"],
                       "404": _problem("No such version: never written, deleted at it, or past the retention"),
                       "503": _COMMON_ERRORS["503"]},

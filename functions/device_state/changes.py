@@ -64,7 +64,6 @@ SIZE_MARGIN_BYTES = 1024
 MAX_RECORD_AGE_SECONDS = 6 * 60 * 60
 GIVEN_UP_SECONDS = MAX_RECORD_AGE_SECONDS + 5 * 60
 MAX_REBUILD_STEPS = 100  # versions history walks back to rebuild one stored without its state
-RECORDING_WAIT_SECONDS = 2.0  # how long history waits for a written version to reach the feed
 
 
 class ChangesExpired(DeviceStateError):
@@ -399,10 +398,11 @@ class ChangeLog:
             self.sleep(min(delay, left))
             delay = min(delay * 2, max_delay)
 
-    def at_version(self, device_id: str, version: int, wait_seconds: float = RECORDING_WAIT_SECONDS) -> Device:
+    def at_version(self, device_id: str, version: int, wait_seconds: float = 0.0) -> Device:
         """The device as it was at ``version``, within the retention. The current version
         is the state item's; an older one that the feed has not recorded yet (it trails the
-        writes by the stream's delay) is waited for up to ``wait_seconds``."""
+        writes by the stream's delay) is waited for up to ``wait_seconds``, then
+        ``VersionNotRecorded``."""
         validate_device_id(device_id)
         deadline = self.monotonic() + wait_seconds
         delay = 0.05

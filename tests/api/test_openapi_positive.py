@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from functions.api.openapi import OPENAPI
 from functions.device_state.values import dumps
 from tests.api.test_http import server  # noqa: F401  (the real server, module scoped)
+from tests.api.test_schemathesis import history_is_off
 from tests.auth import bearer
 
 pytestmark = pytest.mark.dynamodb_local
@@ -59,6 +60,8 @@ def test_data_valid_by_the_document_is_not_refused_as_malformed(server, label): 
     def send(case):
         response = case.call(base_url=f"http://127.0.0.1:{server.port}", timeout=30, headers=bearer())
         assert response.status_code not in (401, 403), response.text  # the data reached the route
+        if history_is_off(response):
+            return
         assert response.status_code < 500, (response.status_code, response.text)
         if response.status_code in (400, 422):
             problem = _problem(server, case, response)

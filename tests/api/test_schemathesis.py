@@ -20,6 +20,12 @@ from tests.auth import bearer
 
 pytestmark = pytest.mark.dynamodb_local
 
+
+def history_is_off(response) -> bool:
+    """The documented 503 of an older version that the history has not recorded: this server
+    runs no stream processor (test_http's ``server``), so its history never records one."""
+    return response.status_code == 503 and "not-yet-recorded" in response.text
+
 _SCHEMA = schemathesis.openapi.from_dict(json.loads(dumps(OPENAPI)))
 _OPERATIONS = [result.ok() for result in _SCHEMA.get_all_operations()]
 
@@ -28,5 +34,7 @@ _OPERATIONS = [result.ok() for result in _SCHEMA.get_all_operations()]
 @given(case=st.sampled_from(_OPERATIONS).flatmap(lambda operation: operation.as_strategy()))
 def test_requests_generated_from_the_document(server, case):  # noqa: F811
     response = case.call(base_url=f"http://127.0.0.1:{server.port}", timeout=30, headers=bearer())
+    if history_is_off(response):
+        return
     case.validate_response(response, checks=[checks.not_a_server_error, checks.status_code_conformance,
                                              checks.content_type_conformance])

@@ -120,8 +120,9 @@ def test_a_given_up_record_makes_the_feed_answer_410_at_once(dynamodb_local, loc
     assert gone.value.current_version == 2
     with pytest.raises(ChangesExpired):
         log.read("poison", 0)
+    assert log.at_version("poison", 2).state == {"n": 1}  # the current version is the state item's
     with pytest.raises(VersionNotFound):
-        log.at_version("poison", 2)
+        log.at_version("poison", 1)
 
 
 def stream_record(device_id: str, version: int, old_state: dict | None, new_state: dict, sequence: int) -> dict:
