@@ -165,9 +165,18 @@ def next_entries(document: dict, entries: dict, touched: tuple[str, ...], stamp:
     return {leaf: stamp if renewed[leaf] else value for leaf, value in current.items()}
 
 
+def pointer_bytes(leaf: str) -> int:
+    return len(leaf.encode("utf-8", "surrogatepass"))
+
+
+def longest_leaf_pointer(value) -> int:
+    """The bytes of the longest leaf pointer inside ``value`` (0 for a leaf itself)."""
+    return max((pointer_bytes(leaf) for leaf in leaves(value)), default=0) if isinstance(value, dict) else 0
+
+
 def check_pointer(leaf: str) -> str:
     """Refuse a leaf whose JSON Pointer (its metadata entry's key) is longer than ``MAX_POINTER_BYTES``."""
-    size = len(leaf.encode("utf-8", "surrogatepass"))
+    size = pointer_bytes(leaf)
     if size > MAX_POINTER_BYTES:
         raise InvalidValue(f"a leaf of desired or reported is named by its JSON Pointer, which keys its metadata: "
                            f"at most {MAX_POINTER_BYTES} bytes ('~' and '/' in names count 2 bytes each); "

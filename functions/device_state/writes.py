@@ -43,8 +43,9 @@ from .expressions import LIVE, NOT_LIVE, and_condition, names_in, number
 from .fencing import Fence
 from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED
 from .retry import Moved
-from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, META_ATTRIBUTES, REPORTED, STATE,
-                       VERSION_SPAN, SectionWrite, check_pointer, next_entries, pack, touched_by)
+from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, MAX_POINTER_BYTES, META_ATTRIBUTES,
+                       REPORTED, STATE, VERSION_SPAN, SectionWrite, check_pointer, longest_leaf_pointer,
+                       next_entries, pack, pointer_bytes, touched_by)
 from .values import MAX_ITEM_BYTES, check_state, item_size, to_attribute
 
 UpdateFn = Callable[[dict], dict]
@@ -271,6 +272,10 @@ class Planner:
             if section != STATE:
                 for leaf in compiled.pointers:
                     check_pointer(leaf)
+                # an object set at a member has leaves below it, each keyed by its full pointer
+                inner = max(map(longest_leaf_pointer, compiled.values.values()), default=0)
+                if inner and max(map(pointer_bytes, compiled.pointers), default=0) + inner > MAX_POINTER_BYTES:
+                    return None
         except (InvalidValue, TypeError, ArithmeticError):
             return None
         write = WriteId.new(self.now)

@@ -355,6 +355,26 @@ def test_a_leaf_whose_pointer_cannot_key_its_metadata_is_400_at_once_and_nothing
     assert api("PUT", "/devices/lim", {"state": deep}).status == 200  # state keeps no metadata
 
 
+@pytest.mark.parametrize("section", ["desired", "reported"])
+def test_an_object_added_at_a_member_counts_its_leaves_full_pointers_on_every_path(api, section):
+    """Found by a hostile review: a read-free JSON Patch add checked only its own path, so an
+    object whose leaves' full pointers pass the limit was stored and could never be written again."""
+    name = "a" * 1023
+    create(api, {"n": 1})
+    assert api("PUT", f"/devices/lim/{section}", {section: {"o": {}}}).status == 200
+    patch = [{"op": "add", "path": f"/o/{name}", "value": {name: {name: {name: 1}}}}]  # a 4,098-byte leaf pointer
+    version = api("GET", "/devices/lim").json["version"]
+    for result in (api("PATCH", f"/devices/lim/{section}", patch, content_type="application/json-patch+json"),
+                   api("POST", "/transactions", {"operations": [{"deviceId": "lim", "section": section,
+                                                                 "jsonPatch": patch}]})):
+        assert result.status == 400 and result.json["limit"] == "leaf-pointer", result.text
+    assert api("GET", "/devices/lim").json["version"] == version
+    fits = [{"op": "add", "path": f"/o/{name}", "value": {name: {name: {"b": 1}}}}]
+    assert api("PATCH", f"/devices/lim/{section}", fits, content_type="application/json-patch+json").status == 200
+    stored = api("GET", "/devices/lim").json[section]
+    assert api("PUT", f"/devices/lim/{section}", {section: stored}).status == 200  # accepted, so writable again
+
+
 # -------------------------------------------- metadata's share of the item, as stated (issue 27, row 3)
 
 
