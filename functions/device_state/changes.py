@@ -422,10 +422,12 @@ class ChangeLog:
     def _rebuilt(self, device_id: str, version: int) -> Device:
         pending: list[Change] = []  # versions stored without their sections, newest first
         for at in range(version, max(version - MAX_REBUILD_STEPS, 0), -1):
-            item = self.store.get({table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": change_sk(at)}})
-            if item is None or table.is_expired(item, self.clock()):
+            item = self._change_item(device_id, at)
+            if item is None:
                 if self._recording(device_id, at):
                     raise VersionNotRecorded(device_id, version)
+                item = self._change_item(device_id, at)  # the feed may have recorded it since the first read
+            if item is None:
                 raise VersionNotFound(device_id, version, "never written, or past the retention")
             change = _from_item(item)
             if change.lost:
@@ -441,6 +443,10 @@ class ChangeLog:
                               desired=whole[DESIRED], reported=whole[REPORTED], entries=newest.entries or {})
             pending.append(change)
         raise VersionNotFound(device_id, version, "too far from a version stored with its sections")
+
+    def _change_item(self, device_id: str, version: int) -> dict | None:
+        item = self.store.get({table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": change_sk(version)}})
+        return None if item is None or table.is_expired(item, self.clock()) else item
 
     def _recording(self, device_id: str, version: int) -> bool:
         """True when ``version`` was written but the feed has not recorded it yet: no change

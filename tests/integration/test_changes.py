@@ -298,3 +298,36 @@ def test_a_record_that_keeps_failing_is_given_up_after_bounded_retries_and_the_f
         log.read("poison", 2)
     assert gone.value.current_version == 5
     assert [c.version for c in log.read("poison", 3)] == [4, 5]
+
+
+def test_a_version_recorded_between_its_miss_and_the_check_is_shown_not_404(local_table):
+    """Found by a hostile review: history read a version's change item, missed it, the feed
+    recorded it at that moment, and the check that tells "not recorded yet" from "never
+    written" then saw it recorded and answered 404. A miss is read once more."""
+    client, name = local_table
+    manager, log = DeviceStateManager(client, name), ChangeLog(client, name)
+    images = [None]
+    manager.create("race", {"n": 0})
+    for value in (1, 2):
+        images.append(client.get_item(TableName=name, Key={"deviceId": {"S": "race"}, "sk": {"S": "state"}},
+                                      ConsistentRead=True)["Item"])
+        manager.update("race", MergePatch({"n": value}), value)
+    log.record(images[0], images[1])  # version 1 recorded; version 2 not yet, version 3 is the device's
+
+    class RecordedRightAfterTheMiss:
+        def __init__(self, store):
+            self.store, self.missed = store, False
+
+        def get(self, key):
+            item = self.store.get(key)
+            if item is None and not self.missed:
+                self.missed = True
+                log_writer.record(images[1], images[2])  # the feed lands version 2 now
+            return item
+
+        def __getattr__(self, name):
+            return getattr(self.store, name)
+
+    log_writer = ChangeLog(client, name)
+    log.store = RecordedRightAfterTheMiss(log.store)
+    assert log.at_version("race", 2).state == {"n": 1}
