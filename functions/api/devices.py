@@ -130,11 +130,15 @@ def get_device(device_id: str):
 def _not_modified(device, preconditions: parse.Preconditions) -> Response | None:
     """RFC 9110 13.2.2 for a read: If-Match (strong) first, 412 when false; then
     If-None-Match (weak), a 304 when it matches; None when the read answers in full."""
-    if preconditions.if_match is not None and not preconditions.if_match.matches_strong(device.version):
-        raise PreconditionFailed("If-Match does not match the device", current=device)
+    _if_match(device, preconditions)
     if preconditions.if_none_match is not None and preconditions.if_none_match.matches_weak(device.version):
         return Response(status_code=304, headers={"ETag": etag(device.version)})
     return None
+
+
+def _if_match(device, preconditions: parse.Preconditions) -> None:
+    if preconditions.if_match is not None and not preconditions.if_match.matches_strong(device.version):
+        raise PreconditionFailed("If-Match does not match the device", current=device)
 
 
 @route(router, "/devices/<device_id>", "PUT", query=(parse.INCLUDE,))
@@ -213,7 +217,9 @@ def get_delta(device_id: str):
     since = parse.integer(query, "since", None, 0, parse.MAX_VERSION)
     wait = parse.integer(query, "waitSeconds", 0, 0, MAX_DELTA_WAIT_SECONDS)
     preconditions = parse.Preconditions.of(event)
-    device = manager().get(device_id) if since is None else None
+    device = manager().get(device_id) if since is None or preconditions.if_match is not None else None
+    if device is not None:
+        _if_match(device, preconditions)  # a false If-Match is answered at once, not after the wait
     if wait and since is None:
         since = device.version  # waits for the next change from the version it found
     if since is not None:

@@ -5,6 +5,7 @@ unknown parameters, ``since`` and preconditions on every read (moto and DynamoDB
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -126,6 +127,10 @@ def test_delta_honours_if_match_as_the_device_read_does(api):
     refused = api("GET", "/devices/lamp-1/delta", headers={"If-Match": '"9"'})
     assert refused.status == 412 and refused.json["currentVersion"] == 1
     assert api("GET", "/devices/lamp-1/delta", headers={"If-Match": '"1"'}).status == 200
+    for query in ("waitSeconds=3", "since=1&waitSeconds=3"):  # known false at once: answered before any wait
+        started = time.monotonic()
+        assert api("GET", f"/devices/lamp-1/delta?{query}", headers={"If-Match": '"9"'}).status == 412
+        assert time.monotonic() - started < 2
 
 
 # ------------------------------------------------------------ row 11: transactions
