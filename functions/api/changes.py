@@ -68,7 +68,8 @@ def _sections(raw: str | None) -> set:
     return set(names)
 
 
-@route(router, "/devices/<device_id>/versions/<version>", "GET", "HEAD", query=(parse.INCLUDE,))
+@route(router, "/devices/<device_id>/versions/<version>", "GET", "HEAD",
+       query=(parse.INCLUDE,))
 def get_version(device_id: str, version: str):
     device_id = parse.device_id(device_id)
     number = parse.decimal_integer(unquote(version), "version", 1, MAX_VERSION)  # decoded as device ids are

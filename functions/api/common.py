@@ -21,34 +21,42 @@ from .problems import etag
 
 # Time kept back from the Lambda's remaining time for answering after the retry loop.
 RESPONSE_MARGIN_SECONDS = 1.0
-IDEMPOTENCY_KEY = "Idempotency-Key"
+IDEMPOTENCY_KEY = parse.IDEMPOTENCY_KEY
 IDEMPOTENT_REPLAYED = "Idempotent-Replayed"
 
 # (method, rule) of every route, as registered: what a 405's Allow header lists.
 ROUTES: list[tuple[str, str]] = []
-# The query parameters each (method, rule) accepts; any other is a 400.
+# The query parameters and the service's headers each (method, rule) takes, and whether it
+# takes a body; any other is a 400 before the route's code runs.
 ROUTE_QUERIES: dict[tuple[str, str], frozenset[str]] = {}
+ROUTE_HEADERS: dict[tuple[str, str], frozenset[str]] = {}
+ROUTE_BODIES: dict[tuple[str, str], bool] = {}
 
 
-def route(router, rule: str, *methods: str, query: tuple[str, ...] = ()):
+def route(router, rule: str, *methods: str, query: tuple[str, ...] = (), headers: tuple[str, ...] = (),
+          body: bool = False):
     """``router.route(rule, methods)``, recorded in ROUTES (Powertools keeps no public list),
-    with the caller authenticated and authorized (``access.check``) and the query checked
-    (only the names in ``query``, each once; ``include`` only ``metadata``) before the
-    route's code runs. A route missing from ``functions.auth.rights.ROUTE_RIGHTS`` fails here,
-    at import."""
+    with the caller authenticated and authorized (``access.check``) and the request's shape
+    checked before the route's code runs: the query (only the names in ``query``, each once;
+    ``include`` only ``metadata``), the service's headers (only those in ``headers``) and a
+    body only where ``body``. A route missing from ``functions.auth.rights.ROUTE_RIGHTS``
+    fails here, at import."""
     for method in methods:
         route_rights(method, rule)
-    allowed = frozenset(query)
+    allowed, taken = frozenset(query), frozenset(headers)
 
     def register(function):
         ROUTES.extend((method, rule) for method in methods)
         ROUTE_QUERIES.update({(method, rule): allowed for method in methods})
+        ROUTE_HEADERS.update({(method, rule): taken for method in methods})
+        ROUTE_BODIES.update({(method, rule): body for method in methods})
 
         @functools.wraps(function)
         def checked(**parameters):
             event = router.current_event
             access.check(event, event.http_method, rule, parameters)
             parse.query_parameters(event, allowed)
+            parse.check_headers(event, taken, body)
             return function(**parameters)
 
         return router.route(rule, method=list(methods))(checked)
@@ -119,7 +127,8 @@ def idempotency_key(event, scope: str | None = None) -> IdempotencyKey | None:
     scope = f"{scope or event.http_method}.{access.principal_of(event).digest}"
     return IdempotencyKey(raw, scope=scope, fingerprint=fingerprint(
         event.http_method, unquote(event.path), event.get("body"), str(bool(event.get("isBase64Encoded"))),
-        parse.header(event, "Content-Type"), parse.header(event, "If-Match"), parse.header(event, "If-None-Match"),
+        parse.header(event, "Content-Type"), parse.list_header(event, parse.IF_MATCH),
+        parse.list_header(event, parse.IF_NONE_MATCH),
     ))
 
 

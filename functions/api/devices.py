@@ -25,7 +25,9 @@ from .problems import BadRequest, PreconditionFailed, PreconditionRequired, etag
 
 DEFAULT_LIST_LIMIT = 50
 MAX_DELTA_WAIT_SECONDS = 20
-LEASE_TOKEN = "Lease-Token"
+LEASE_TOKEN = parse.LEASE_TOKEN
+# What every write of one device takes: include=metadata, every header of the service's, a body.
+DEVICE_WRITE = {"query": (parse.INCLUDE,), "headers": parse.SERVICE_HEADERS, "body": True}
 
 router = Router()
 
@@ -103,7 +105,8 @@ def list_devices():
     return json_response({"items": [device.as_dict(metadata) for device in devices], "nextCursor": next_cursor})
 
 
-@route(router, "/devices", "POST", query=(parse.INCLUDE,))
+@route(router, "/devices", "POST", query=(parse.INCLUDE,), headers=(parse.IDEMPOTENCY_KEY,),
+       body=True)
 def create_device():
     event = router.current_event
     body = parse.json_object(parse.json_body(event), "the body", ("deviceId", "state"), DEVICE_SECTIONS)
@@ -118,7 +121,8 @@ def create_device():
                           CREATED)
 
 
-@route(router, "/devices/<device_id>", "GET", "HEAD", query=(parse.INCLUDE,))
+@route(router, "/devices/<device_id>", "GET", "HEAD", query=(parse.INCLUDE,),
+       headers=(parse.IF_MATCH, parse.IF_NONE_MATCH))
 def get_device(device_id: str):
     device_id = parse.device_id(device_id)
     preconditions = parse.Preconditions.of(router.current_event)
@@ -141,7 +145,7 @@ def _if_match(device, preconditions: parse.Preconditions) -> None:
         raise PreconditionFailed("If-Match does not match the device", current=device)
 
 
-@route(router, "/devices/<device_id>", "PUT", query=(parse.INCLUDE,))
+@route(router, "/devices/<device_id>", "PUT", **DEVICE_WRITE)
 def put_device(device_id: str):
     event = router.current_event
     write = _device_write(device_id)
@@ -182,32 +186,33 @@ def put_device(device_id: str):
         raise PreconditionFailed("the device was deleted meanwhile") from None
 
 
-@route(router, "/devices/<device_id>", "PATCH", query=(parse.INCLUDE,))
+@route(router, "/devices/<device_id>", "PATCH", **DEVICE_WRITE)
 def patch_device(device_id: str):
     return _patch_section(device_id, STATE)
 
 
-@route(router, "/devices/<device_id>/desired", "PATCH", query=(parse.INCLUDE,))
+@route(router, "/devices/<device_id>/desired", "PATCH", **DEVICE_WRITE)
 def patch_desired(device_id: str):
     return _patch_section(device_id, DESIRED)
 
 
-@route(router, "/devices/<device_id>/reported", "PATCH", query=(parse.INCLUDE,))
+@route(router, "/devices/<device_id>/reported", "PATCH", **DEVICE_WRITE)
 def patch_reported(device_id: str):
     return _patch_section(device_id, REPORTED)
 
 
-@route(router, "/devices/<device_id>/desired", "PUT", query=(parse.INCLUDE,))
+@route(router, "/devices/<device_id>/desired", "PUT", **DEVICE_WRITE)
 def put_desired(device_id: str):
     return _put_section(device_id, DESIRED)
 
 
-@route(router, "/devices/<device_id>/reported", "PUT", query=(parse.INCLUDE,))
+@route(router, "/devices/<device_id>/reported", "PUT", **DEVICE_WRITE)
 def put_reported(device_id: str):
     return _put_section(device_id, REPORTED)
 
 
-@route(router, "/devices/<device_id>/delta", "GET", "HEAD", query=("since", "waitSeconds"))
+@route(router, "/devices/<device_id>/delta", "GET", "HEAD", query=("since", "waitSeconds"),
+       headers=(parse.IF_MATCH, parse.IF_NONE_MATCH))
 def get_delta(device_id: str):
     """The lean document a device acts on. Waits up to ``waitSeconds`` for a write after
     version ``since`` (without it: the version found first) to change desired or reported."""
@@ -266,7 +271,7 @@ def _patch_section(device_id: str, section: str):
     return write_response(router.current_event, device, UPDATED)
 
 
-@route(router, "/devices/<device_id>", "DELETE")
+@route(router, "/devices/<device_id>", "DELETE", headers=parse.SERVICE_HEADERS)
 def delete_device(device_id: str):
     write = _device_write(device_id)
     replayed = write.replayed()

@@ -60,7 +60,7 @@ def _body(allowed: tuple[str, ...]) -> dict:
     return body
 
 
-@route(router, "/devices/<device_id>/leases", "POST")
+@route(router, "/devices/<device_id>/leases", "POST", body=True)
 def acquire_lease(device_id: str):
     device_id = parse.device_id(device_id)
     body = _body(("ttlSeconds", "waitSeconds", "owner"))
@@ -77,7 +77,7 @@ def lease_status(device_id: str):
     return json_response(manager().lease_queue().status(device_id).as_dict(device_id))
 
 
-@route(router, "/devices/<device_id>/leases/<lease_id>", "PUT")
+@route(router, "/devices/<device_id>/leases/<lease_id>", "PUT", body=True)
 def heartbeat_lease(device_id: str, lease_id: str):
     device_id, lease_id = parse.device_id(device_id), _lease_id(lease_id)
     ttl = _body(("ttlSeconds",)).get("ttlSeconds")

@@ -150,7 +150,7 @@ class EntityTags:
 
 
 def entity_tags(event, name: str) -> EntityTags | None:
-    raw = header(event, name)
+    raw = list_header(event, name)
     return None if raw is None else parse_entity_tags(raw, name)
 
 
@@ -180,7 +180,7 @@ class Preconditions:
 
     @classmethod
     def of(cls, event) -> "Preconditions":
-        return cls(entity_tags(event, "If-Match"), entity_tags(event, "If-None-Match"))
+        return cls(entity_tags(event, IF_MATCH), entity_tags(event, IF_NONE_MATCH))
 
     @property
     def none(self) -> bool:
@@ -232,6 +232,35 @@ def include_metadata(event) -> bool:
     """True when the query asks ``include=metadata`` (its value checked with the rest of the
     query, before the route's code runs)."""
     return INCLUDE in (event.get("multiValueQueryStringParameters") or event.get("queryStringParameters") or {})
+
+
+IF_MATCH, IF_NONE_MATCH, IDEMPOTENCY_KEY, LEASE_TOKEN = "If-Match", "If-None-Match", "Idempotency-Key", "Lease-Token"
+SERVICE_HEADERS = (IF_MATCH, IF_NONE_MATCH, IDEMPOTENCY_KEY, LEASE_TOKEN)
+SINGLE_HEADERS = (IDEMPOTENCY_KEY, LEASE_TOKEN, "Content-Type")
+
+
+def check_headers(event, taken: frozenset[str], takes_body: bool) -> None:
+    """Every route's headers and body, before its code runs: a header of this service's
+    (``SERVICE_HEADERS``) that the route does not take is a 400, so no caller believes a
+    precondition, key or lease token applied that did not (a cache's conditional headers on
+    a read are let through); ``SINGLE_HEADERS`` once; no body where the route takes none."""
+    for name in SINGLE_HEADERS:
+        single_header(event, name)
+    sent = {name.lower() for name in (event.get("multiValueHeaders") or event.get("headers") or {})}
+    reads = event.get("httpMethod") in ("GET", "HEAD")
+    for name in SERVICE_HEADERS:
+        if name.lower() in sent and name not in taken and not (reads and name in (IF_MATCH, IF_NONE_MATCH)):
+            raise BadRequest(f"{name} does not apply to {event.get('httpMethod')} on this resource; nothing was done")
+    if not takes_body and event.get("body") not in (None, ""):
+        raise BadRequest("this request takes no body; nothing was done")
+
+
+def list_header(event, name: str) -> str | None:
+    """A header that is a list (RFC 9110 5.3): its field lines joined, in order."""
+    lowered = name.lower()
+    lines = [value for key, values in (event.get("multiValueHeaders") or {}).items() if key.lower() == lowered
+             for value in values or []]
+    return ", ".join(lines) if lines else header(event, name)
 
 
 def query_parameters(event, allowed: frozenset[str]) -> dict[str, str]:

@@ -86,7 +86,8 @@ def _needed(operation: Operation) -> list[tuple[str, str]]:
     return rights.needed_for_write(operation.action, operation.device_id, sections)
 
 
-@route(router, "/transactions", "POST", query=(parse.INCLUDE,))
+@route(router, "/transactions", "POST", query=(parse.INCLUDE,), headers=(parse.IDEMPOTENCY_KEY,),
+       body=True)
 def run_transaction():
     event = router.current_event
     body = parse.json_object(parse.json_body(event), "the body", ("operations",))

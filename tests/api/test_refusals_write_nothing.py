@@ -96,6 +96,53 @@ def test_every_route_takes_exactly_the_query_parameters_its_document_lists():
         assert documented[(method, path)] == set(allowed), (method, rule)
 
 
+def test_every_route_takes_exactly_the_service_headers_and_body_its_document_lists():
+    from functions.api.common import ROUTE_BODIES, ROUTE_HEADERS
+    from functions.api.request_parsing import SERVICE_HEADERS
+
+    for (method, rule), taken in ROUTE_HEADERS.items():
+        path = re.sub(r"<(\w+)>", lambda name: "{" + re.sub(r"_(\w)", lambda c: c.group(1).upper(), name.group(1)) + "}",
+                      rule)
+        item = OPENAPI["paths"][path]
+        operation = item[method.lower()]
+        documented = {parameter["name"] for parameter in item.get("parameters", []) + operation.get("parameters", [])
+                      if parameter["in"] == "header" and parameter["name"] in SERVICE_HEADERS}
+        assert documented == set(taken), (method, rule)
+        assert ("requestBody" in operation) == ROUTE_BODIES[(method, rule)], (method, rule)
+
+
+# (method, path, body, headers) that a route does not take: each a 400 that changes nothing.
+NOT_TAKEN = [
+    ("POST", "/devices", {"deviceId": "pd1", "state": {}}, {"Lease-Token": "0" * 32}),
+    ("POST", "/devices", {"deviceId": "pd1", "state": {}}, {"If-Match": '"1"'}),
+    ("POST", "/transactions", {"operations": [{"deviceId": "lamp-1", "mergePatch": {"n": 9}}]}, {"If-Match": '"1"'}),
+    ("POST", "/transactions", {"operations": [{"deviceId": "lamp-1", "mergePatch": {"n": 9}}]},
+     {"Lease-Token": "0" * 32}),
+    ("POST", "/devices/lamp-1/leases", {"ttlSeconds": 30}, {"Idempotency-Key": "k"}),
+    ("DELETE", "/devices/lamp-1", {"x": 1}, {}),
+    ("DELETE", "/devices/lamp-1", None, {"Content-Type": ["application/json", "text/plain"]}),
+]
+
+
+@pytest.mark.parametrize("method, path, body, headers", NOT_TAKEN)
+def test_a_header_or_body_a_route_does_not_take_is_400_and_changes_nothing(api, method, path, body, headers):
+    _setup(api)
+    before = _snapshot(api)
+    refused = api(method, path, body, headers=headers)
+    assert refused.status == 400, refused.text
+    assert _snapshot(api) == before
+    assert api("GET", "/devices/lamp-1/leases").json["holder"] is None
+
+
+def test_repeated_if_match_lines_are_one_list_as_rfc_9110_combines_them(api):
+    _setup(api)
+    for lines in (['"1"', '"2"'], ['"2"', '"1"']):  # either order: the list holds "1"
+        assert api("GET", "/devices/lamp-1", headers={"If-Match": lines}).status == 200
+    assert api("GET", "/devices/lamp-1", headers={"If-Match": ["garbage", '"1"']}).status == 400
+    written = api("PATCH", "/devices/lamp-1", {"n": 1}, headers={"If-Match": ['"7"', '"1"']}, content_type=MERGE)
+    assert written.status == 200 and written.json["version"] == 2
+
+
 # ------------------------------------------------------------ row 13: op not a string
 
 
