@@ -27,9 +27,9 @@ from localdev import http_front, websocket
 from localdev.apigw import LambdaContext
 
 STREAM_TIMEOUT_SECONDS = 60.0  # the stream processor's timeout (infra/changes.py)
-# The processor is background work: on a busy machine the API's requests go first (in Lambda
-# the two never share a CPU).
-STREAM_NICENESS = 10
+# The processor and the fan-out are background work: on a busy machine the API's requests go
+# first (in Lambda they never share a CPU). STREAM_NICENESS=0 runs them at the API's priority.
+STREAM_NICENESS = int(os.environ.get("STREAM_NICENESS", "10"))
 # The DeviceStateChanged events `make serve` publishes (there is no EventBridge locally), one JSON a line.
 DEFAULT_EVENTS_FILE = ".serve/change-events.jsonl"
 RESTARTS_PER_MINUTE = 10  # more workers than this exiting within a minute stop the server
