@@ -27,7 +27,7 @@ WRITE_ID_BYTES_BEFORE = len("writeId") + 32
 def _journal_bytes(item: dict) -> int:
     return item_size({name: value for name, value in item.items()
                       if name.startswith(table.JOURNAL_PREFIX) or name in (
-                          table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, table.JOURNAL_TRIMMED_BY_PATCHES)})
+                          table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS)})
 
 
 def journal_costs(endpoint: str, table_name: str, writes: int = 200) -> dict:

@@ -28,7 +28,6 @@ NAMES = {
     "#expiresAt": table.TTL_ATTRIBUTE,
     "#trimmed": table.JOURNAL_TRIMMED,
     "#trimmedStamps": table.JOURNAL_TRIMMED_STAMPS,
-    "#trimmedByPatches": table.JOURNAL_TRIMMED_BY_PATCHES,
     "#leaseToken": table.LEASE_TOKEN,
     "#leaseKey": table.LEASE_KEY,
     "#leaseUntil": table.LEASE_UNTIL,

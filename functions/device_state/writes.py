@@ -52,7 +52,6 @@ UpdateFn = Callable[[dict], dict]
 JOURNAL_KEEP = 8  # the newest entries every write leaves on the item
 JOURNAL_KEEP_SECONDS = 1.0  # and the entries younger than this (by the trimming writer's clock)...
 JOURNAL_MAX = 16  # ...up to this many entries in all
-LEGACY_CAP_MS = 5 * 60 * 1000  # the old ADD watermark, folded, counts at most this far past the folding writer's clock
 TRIMMED_STAMPS_KEEP = 4  # a compiled patch that sees this many trimmed stamps prunes them instead of adding one
 SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
@@ -65,8 +64,7 @@ MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state wr
 COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit, lastWrite becoming "updated"
 # What a state write stores and its change record copies: the sections and their metadata.
 SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
-BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, table.JOURNAL_TRIMMED_BY_PATCHES,
-                                    table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL})
+BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL})
 
 _LARGEST_VERSION = number(VERSION_SPAN - 1)  # a version or changed mark, as sized for the item's budget
 _LONGEST_OUTCOME = max((CREATED, REPLACED, UPDATED), key=len)  # lastWrite, as sized for the item's budget
@@ -124,8 +122,7 @@ def written_version(item: dict | None, write: WriteId) -> int | None:
 
 def trimmed_stamp(item: dict | None) -> int:
     """The newest write-id stamp the journal may have dropped: the highest watermark."""
-    return max(_number(item, table.JOURNAL_TRIMMED), max(trimmed_stamps(item), default=0),
-               _number(item, table.JOURNAL_TRIMMED_BY_PATCHES))
+    return max(_number(item, table.JOURNAL_TRIMMED), max(trimmed_stamps(item), default=0))
 
 
 def trimmed_stamps(item: dict | None) -> list[int]:
@@ -354,16 +351,13 @@ class Planner:
             sets.append("#itemBytes = :itemBytes")
         values[":lastWrite"] = {"S": outcome}  # the stream processor tells updated from replaced by it
         # The version condition makes this write's view exact, so it folds what compiled patches
-        # added into its own watermark. The old ADD watermark (it overshot, by decades once)
-        # counts up to a few minutes past this writer's clock: beyond any writer's clock skew.
-        folded = max(newest_dropped, max(trimmed_stamps(item), default=0),
-                     min(_number(item, table.JOURNAL_TRIMMED_BY_PATCHES), int(self.now * 1000) + LEGACY_CAP_MS))
+        # added into its own watermark.
+        folded = max(newest_dropped, max(trimmed_stamps(item), default=0))
         if folded > _number(item, table.JOURNAL_TRIMMED):
             sets.append("#trimmed = :trimmed")
             values[":trimmed"] = number(folded)
-        removes = [*removes, *(f"#{name}" for name, attribute in (("trimmedStamps", table.JOURNAL_TRIMMED_STAMPS),
-                                                                    ("trimmedByPatches", table.JOURNAL_TRIMMED_BY_PATCHES))
-                               if attribute in (item or {}))]
+        if table.JOURNAL_TRIMMED_STAMPS in (item or {}):
+            removes = [*removes, "#trimmedStamps"]
         update = "SET " + ", ".join(sets)
         if removes or journal_removes:
             update += " REMOVE " + ", ".join(removes + journal_removes)

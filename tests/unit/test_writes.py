@@ -8,7 +8,7 @@ import pytest
 from functions.device_state import DeviceAlreadyExists, JsonPatch
 from functions.device_state import table
 from functions.device_state.fencing import Fence, lease_key
-from functions.device_state.writes import (JOURNAL_KEEP, JOURNAL_MAX, LEGACY_CAP_MS, TRIMMED_STAMPS_KEEP, Planner, WriteId, journal,
+from functions.device_state.writes import (JOURNAL_KEEP, JOURNAL_MAX, TRIMMED_STAMPS_KEEP, Planner, WriteId, journal,
                                            settle_request, trimmed_stamp)
 
 NOW = 1_800_000_000.0
@@ -149,7 +149,6 @@ def test_a_compiled_patch_drops_what_the_container_last_saw_and_adds_the_newest_
     assert request["ExpressionAttributeValues"][":trimmedStamp"] == {"NS": [str(newest_dropped)]}
     assert "#trimmed" not in request["ExpressionAttributeNames"]  # the exact watermark is the readers' alone
     assert trimmed_stamp(seen) == 950 and trimmed_stamp({"journalTrimmedStamps": {"NS": ["990", "20"]}}) == 990
-    assert trimmed_stamp({"journalTrimmedByPatches": {"N": "995"}}) == 995  # the old watermark still counts
     unseen = PLANNER.compiled("d", compiled, None).request["Update"]
     assert " REMOVE " not in unseen["UpdateExpression"] and " ADD " not in unseen["UpdateExpression"]
     assert len(journal(item(3, entries))) == len(entries)
@@ -170,16 +169,11 @@ def test_a_compiled_patch_that_sees_many_stamps_prunes_them_and_drops_only_what_
 
 
 def test_a_write_that_read_the_item_folds_the_patches_watermarks_into_its_own():
-    """Its version condition makes its view exact: the set's highest stamp, and the old ADD
-    watermark counted up to a few minutes past its clock (it overshot when containers raised it at once)."""
+    """Its version condition makes its view exact: the set's highest stamp."""
     stamps = item(5, journalTrimmed={"N": "700"}, journalTrimmedStamps={"NS": ["900", "800"]})
     request = PLANNER.replace_state(stamps, lambda state: state, None, "updated").request["Update"]
     assert request["ExpressionAttributeValues"][":trimmed"] == {"N": "900"}
     assert removed_names(request) == {table.JOURNAL_TRIMMED_STAMPS}
-    overshot = item(5, journalTrimmed={"N": "700"}, journalTrimmedByPatches={"N": str(2 * int(NOW * 1000))})
-    request = PLANNER.replace_state(overshot, lambda state: state, None, "updated").request["Update"]
-    assert request["ExpressionAttributeValues"][":trimmed"] == {"N": str(int(NOW * 1000) + LEGACY_CAP_MS)}
-    assert removed_names(request) == {table.JOURNAL_TRIMMED_BY_PATCHES}
     # a fold that raises nothing still removes the set, and declares no name it does not use
     covered = item(5, journalTrimmed={"N": "950"}, journalTrimmedStamps={"NS": ["900"]})
     request = PLANNER.replace_state(covered, lambda state: state, None, "updated").request["Update"]
@@ -243,7 +237,7 @@ def test_every_name_and_value_a_planned_request_declares_is_used():
 
     entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 30)]
     items = [item(5), item(29, entries), item(5, journalTrimmed={"N": "950"}, journalTrimmedStamps={"NS": ["900"]}),
-             item(5, journalTrimmedByPatches={"N": "10"}, journalTrimmed={"N": "20"}),
+             item(5, journalTrimmed={"N": "20"}),
              item(29, entries, journalTrimmedStamps={"NS": ["1", "2", "3", "4"]})]
     compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
     for seen in items:
