@@ -330,7 +330,8 @@ class CompiledUpdate:
     removes: list[str] = field(default_factory=list)
     conditions: list[str] = field(default_factory=list)
     members: list[str] = field(default_factory=list)  # each member name as often as it is named
-    values: list[dict] = field(default_factory=list)  # each value as often as it is used
+    values: dict = field(default_factory=dict)  # placeholder: the value as the patch gives it
+    attribute_values: list[dict] = field(default_factory=list)  # each value as stored, as often as used
     _paths: list[tuple] = field(default_factory=list)
 
     @property
@@ -365,8 +366,10 @@ class CompiledUpdate:
         hold it exactly."""
         check_state({"values": [value]})
         attribute = to_attribute(value)
-        self.values.append(attribute)
-        return self.expression.value(attribute)
+        self.attribute_values.append(attribute)
+        placeholder = self.expression.value(attribute)
+        self.values[placeholder] = value
+        return placeholder
 
 
 def _compiled(compile_into, section: str) -> CompiledUpdate | None:

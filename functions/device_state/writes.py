@@ -399,7 +399,7 @@ def _most_added(compiled) -> int:
     is in ``BOOKKEEPING_BYTES``): every member it names and every value it sets, as if all
     were new."""
     added = sum(1 + len(member.encode()) for member in compiled.members)
-    added += sum(1 + _value_size(value) for value in compiled.values)
+    added += sum(1 + _value_size(value) for value in compiled.attribute_values)
     return added + COMPILED_EXTRA_BYTES
 
 
