@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import uuid
 
@@ -27,7 +28,7 @@ WRITE_ID_BYTES_BEFORE = len("writeId") + 32
 def _journal_bytes(item: dict) -> int:
     return item_size({name: value for name, value in item.items()
                       if name.startswith(table.JOURNAL_PREFIX) or name in (
-                          table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, table.JOURNAL_TRIMMED_BY_PATCHES)})
+                          table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS)})
 
 
 def journal_costs(endpoint: str, table_name: str, writes: int = 200) -> dict:
@@ -55,8 +56,11 @@ def journal_costs(endpoint: str, table_name: str, writes: int = 200) -> dict:
     request = manager.planner().replace_state(full, lambda state: state, None, "updated").request["Update"]
     names = {name: value for name, value in request["ExpressionAttributeNames"].items()
              if value.startswith(table.JOURNAL_PREFIX) or value == table.JOURNAL_TRIMMED}
-    values = {name: value for name, value in request["ExpressionAttributeValues"].items() if name == ":trimmed"}
-    fragments = ["#w = :next, ", " AND attribute_not_exists(#w)", ", #trimmed = :trimmed", " REMOVE #j0"]
+    trimmed = next((name for name, value in names.items() if value == table.JOURNAL_TRIMMED), None)
+    set_trimmed = re.search(rf"{trimmed} = (:\w+)", request["UpdateExpression"]) if trimmed else None
+    values = {name: value for name, value in request["ExpressionAttributeValues"].items()
+              if set_trimmed and name == set_trimmed.group(1)}
+    fragments = ["#a9 = :a9, ", " AND attribute_not_exists(#a9)", ", #a9 = :a9", " REMOVE #a9"]
     result["request_bytes_per_write"] = len(json.dumps(names)) + len(json.dumps(values)) + sum(map(len, fragments))
     result["before_item_and_request_bytes"] = WRITE_ID_BYTES_BEFORE
     return result

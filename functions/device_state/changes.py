@@ -36,12 +36,14 @@ from typing import Callable
 from . import table
 from .device import Device
 from .errors import DeviceNotFound, DeviceStateError, ItemTooLarge
+from .expressions import Expression, number
 from .sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, entries_of
 from .store import ONCE, Rejected, IDEMPOTENT, Store
 from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads, validate_device_id
 
 CHANGE_SK_PREFIX = "change#"
 TRIES_SK_PREFIX = "change-tries#"  # the processor's failed tries at one version's change
+TRIES = "tries"  # on that item: how many there were
 VERSION_WIDTH = 20  # zero-padded, so sort keys sort as versions do
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 60 * 60
 MAX_FEED_LIMIT = 100
@@ -216,12 +218,17 @@ def _epoch(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+def _device(expr: Expression, device_id: str) -> str:
+    """The key condition on the device's partition."""
+    return f"{expr.name(table.PARTITION_KEY)} = {expr.value({'S': device_id})}"
+
+
 def _change_base(change: Change, retention_seconds: int) -> dict:
     item = {
         table.PARTITION_KEY: {"S": change.device_id}, table.SORT_KEY: {"S": change_sk(change.version)},
-        table.VERSION: {"N": str(change.version)}, PREVIOUS_VERSION: {"N": str(change.previous_version)},
+        table.VERSION: number(change.version), PREVIOUS_VERSION: number(change.previous_version),
         KIND: {"S": change.kind}, table.UPDATED_AT: {"S": change.updated_at},
-        table.TTL_ATTRIBUTE: {"N": str(int(_epoch(change.updated_at)) + retention_seconds)},
+        table.TTL_ATTRIBUTE: number(int(_epoch(change.updated_at)) + retention_seconds),
     }
     if change.created_at:
         item[table.CREATED_AT] = {"S": change.created_at}
@@ -328,20 +335,21 @@ class ChangeLog:
         change = change_of(None, new_image) if new_image else None
         if change is None:
             return 0
+        expr = Expression()
+        update = (f"ADD {expr.name(TRIES)} {expr.number(1)} SET {expr.name(table.TTL_ATTRIBUTE)} = "
+                  f"{expr.number(int(self.clock()) + self.retention_seconds)}")
         answer = self.store.send(
             "update_item", ONCE, Key={table.PARTITION_KEY: {"S": change.device_id},
                                       table.SORT_KEY: {"S": f"{TRIES_SK_PREFIX}{change.version:020d}"}},
-            UpdateExpression="ADD #tries :one SET #expiresAt = :expires",
-            ExpressionAttributeNames={"#tries": "tries", "#expiresAt": table.TTL_ATTRIBUTE},
-            ExpressionAttributeValues={":one": {"N": "1"},
-                                       ":expires": {"N": str(int(self.clock()) + self.retention_seconds)}},
-            ReturnValues="UPDATED_NEW")
-        return int(answer["Attributes"]["tries"]["N"])
+            UpdateExpression=update, **expr.attributes(), ReturnValues="UPDATED_NEW")
+        return int(answer["Attributes"][TRIES]["N"])
 
     def _put_once(self, item: dict) -> None:
+        expr = Expression()
         try:
-            self.store.send("put_item", IDEMPOTENT, Item=item, ConditionExpression="attribute_not_exists(#sk)",
-                            ExpressionAttributeNames={"#sk": table.SORT_KEY})
+            self.store.send("put_item", IDEMPOTENT, Item=item,
+                            ConditionExpression=f"attribute_not_exists({expr.name(table.SORT_KEY)})",
+                            **expr.attributes())
         except Rejected:
             pass  # written before: by an earlier delivery of this record
 
@@ -356,12 +364,11 @@ class ChangeLog:
         if since < 0:
             raise InvalidSince("since must be 0 or more")
         now = self.clock()
-        items = self.store.send("query", ConsistentRead=True, Limit=limit,
-                                KeyConditionExpression="#pk = :pk AND #sk BETWEEN :from AND :to",
-                                ExpressionAttributeNames={"#pk": table.PARTITION_KEY, "#sk": table.SORT_KEY},
-                                ExpressionAttributeValues={
-                                    ":pk": {"S": device_id}, ":from": {"S": change_sk(since + 1)},
-                                    ":to": {"S": change_sk(10 ** VERSION_WIDTH - 1)}}).get("Items", [])
+        expr = Expression()
+        in_range = (f"{_device(expr, device_id)} AND {expr.name(table.SORT_KEY)} BETWEEN "
+                    f"{expr.value({'S': change_sk(since + 1)})} AND {expr.value({'S': change_sk(10 ** VERSION_WIDTH - 1)})}")
+        items = self.store.send("query", ConsistentRead=True, Limit=limit, KeyConditionExpression=in_range,
+                                **expr.attributes()).get("Items", [])
         changes, lost = [], False
         for item in items:
             if table.is_expired(item, now) or int(item[table.VERSION]["N"]) != since + 1 + len(changes):
@@ -463,11 +470,11 @@ class ChangeLog:
 
     def _latest_change(self, device_id: str) -> dict | None:
         """The newest change item the feed holds for the device (expired or not)."""
+        expr = Expression()
+        changes = (f"{_device(expr, device_id)} AND "
+                   f"begins_with({expr.name(table.SORT_KEY)}, {expr.value({'S': CHANGE_SK_PREFIX})})")
         latest = self.store.send("query", ConsistentRead=True, Limit=1, ScanIndexForward=False,
-                                 KeyConditionExpression="#pk = :pk AND begins_with(#sk, :prefix)",
-                                 ExpressionAttributeNames={"#pk": table.PARTITION_KEY, "#sk": table.SORT_KEY},
-                                 ExpressionAttributeValues={":pk": {"S": device_id},
-                                                            ":prefix": {"S": CHANGE_SK_PREFIX}}).get("Items", [])
+                                 KeyConditionExpression=changes, **expr.attributes()).get("Items", [])
         return latest[0] if latest else None
 
     def _current(self, device_id: str, now: float) -> tuple[int, str | None]:

@@ -1,5 +1,10 @@
-"""Expression pieces every request shares: fixed attribute-name placeholders, the
-liveness condition of a state item, and merging a caller's boto3 condition in.
+"""One request's expressions: an ``Expression`` allocates every attribute-name and value
+placeholder the request uses, and holds them for ``ExpressionAttributeNames`` and
+``ExpressionAttributeValues``; the liveness condition of a state item; the number helper.
+
+Every attribute name goes through ``Expression.name`` (or ``path``) and every value through
+``Expression.value`` (or ``number``), so no expression text names an attribute itself and
+no placeholder is spelled anywhere else.
 
 A state item is *live* when it has a version, is not a tombstone and has not expired.
 A tombstone (a deleted device) keeps its version and journal and carries ``deletedAt``
@@ -8,65 +13,94 @@ and ``expiresAt``; a settle stub (see ``writes.settle_request``) has no version 
 
 from __future__ import annotations
 
-import re
+import copy
+import json
 
 from boto3.dynamodb.conditions import ConditionBase, ConditionExpressionBuilder
 
 from . import table
 from .values import to_attribute
 
-# Fixed placeholders; boto3's ConditionExpressionBuilder names a caller's condition
-# #n0.. and :v0.., and compiled patches use #p0.. and :c0.., so none collide.
-NAMES = {
-    "#pk": table.PARTITION_KEY,
-    "#sk": table.SORT_KEY,
-    "#state": table.STATE,
-    "#version": table.VERSION,
-    "#createdAt": table.CREATED_AT,
-    "#updatedAt": table.UPDATED_AT,
-    "#deletedAt": table.DELETED_AT,
-    "#expiresAt": table.TTL_ATTRIBUTE,
-    "#trimmed": table.JOURNAL_TRIMMED,
-    "#trimmedStamps": table.JOURNAL_TRIMMED_STAMPS,
-    "#trimmedByPatches": table.JOURNAL_TRIMMED_BY_PATCHES,
-    "#leaseToken": table.LEASE_TOKEN,
-    "#leaseKey": table.LEASE_KEY,
-    "#leaseUntil": table.LEASE_UNTIL,
-    "#lastWrite": table.LAST_WRITE,
-    "#desired": table.DESIRED,
-    "#reported": table.REPORTED,
-    "#metaDesired": table.META_DESIRED,
-    "#metaReported": table.META_REPORTED,
-    "#changedDesired": table.CHANGED_DESIRED,
-    "#changedReported": table.CHANGED_REPORTED,
-    "#itemBytes": table.ITEM_BYTES,
-}
-
-NOT_EXPIRED = "(attribute_not_exists(#expiresAt) OR #expiresAt > :nowEpoch)"
-LIVE = f"(attribute_exists(#version) AND attribute_not_exists(#deletedAt) AND {NOT_EXPIRED})"
-NOT_LIVE = "(attribute_not_exists(#version) OR attribute_exists(#deletedAt) OR #expiresAt <= :nowEpoch)"
-
-
-_PLACEHOLDER = re.compile(r"#[A-Za-z0-9_]+")
-
-
-def names_in(expression: str, extra: dict | None = None) -> dict:
-    """The fixed placeholders ``expression`` uses, with their attribute names."""
-    used = set(_PLACEHOLDER.findall(expression))  # whole placeholders: #trimmed is not in #trimmedStamps
-    names = {placeholder: name for placeholder, name in NAMES.items() if placeholder in used}
-    return {**names, **(extra or {})}
+# The builder's placeholders: #a0, #a1, ... for names and :a0, :a1, ... for values. A
+# caller's boto3 condition keeps boto3's own (#n0.., :v0..: ConditionExpressionBuilder),
+# so the two never collide.
+NAME_PREFIX = "#a"
+VALUE_PREFIX = ":a"
 
 
 def number(value) -> dict:
+    """A DynamoDB number attribute value."""
     return {"N": str(value)}
 
 
-def and_condition(expression: str, names: dict, values: dict, condition: ConditionBase | None) -> str:
-    """``expression`` ANDed with a caller's boto3 condition, its placeholders merged in."""
-    if condition is None:
-        return expression
-    # The builder already parenthesises AND/OR/NOT (DynamoDB refuses redundant ones).
-    built = ConditionExpressionBuilder().build_expression(condition)
-    names.update(built.attribute_name_placeholders)
-    values.update({key: to_attribute(value) for key, value in built.attribute_value_placeholders.items()})
-    return f"{expression} AND {built.condition_expression}"
+class Expression:
+    """The placeholders of one request. ``name`` gives one attribute the same placeholder
+    however often it is named; ``value`` gives equal values the same placeholder."""
+
+    def __init__(self):
+        self.names: dict[str, str] = {}
+        self.values: dict[str, dict] = {}
+        self._name_of: dict[str, str] = {}
+        self._value_of: dict[str, str] = {}
+        self._conditions = ConditionExpressionBuilder()  # its counters run on across conditions
+
+    def name(self, attribute: str) -> str:
+        placeholder = self._name_of.get(attribute)
+        if placeholder is None:
+            placeholder = self._name_of[attribute] = f"{NAME_PREFIX}{len(self._name_of)}"
+            self.names[placeholder] = attribute
+        return placeholder
+
+    def path(self, *attributes: str) -> str:
+        """The document path of nested map members ``attributes`` (outermost first)."""
+        return ".".join(self.name(attribute) for attribute in attributes)
+
+    def value(self, attribute_value: dict) -> str:
+        """The placeholder of a DynamoDB attribute value (``{"S": ...}``, ``{"N": ...}``, ...)."""
+        key = json.dumps(attribute_value, sort_keys=True, default=repr)
+        placeholder = self._value_of.get(key)
+        if placeholder is None:
+            placeholder = self._value_of[key] = f"{VALUE_PREFIX}{len(self._value_of)}"
+            self.values[placeholder] = attribute_value
+        return placeholder
+
+    def number(self, value) -> str:
+        return self.value(number(value))
+
+    def condition(self, condition: ConditionBase) -> str:
+        """A caller's boto3 condition as expression text, its placeholders merged in."""
+        # The builder already parenthesises AND/OR/NOT (DynamoDB refuses redundant ones).
+        built = self._conditions.build_expression(condition)
+        self.names.update(built.attribute_name_placeholders)
+        self.values.update({key: to_attribute(value) for key, value in built.attribute_value_placeholders.items()})
+        return built.condition_expression
+
+    def copy(self) -> "Expression":
+        return copy.deepcopy(self)
+
+    def attributes(self) -> dict:
+        """``ExpressionAttributeNames`` and ``ExpressionAttributeValues`` for the request
+        (each left out when empty: DynamoDB refuses an empty one)."""
+        attributes = {}
+        if self.names:
+            attributes["ExpressionAttributeNames"] = dict(self.names)
+        if self.values:
+            attributes["ExpressionAttributeValues"] = dict(self.values)
+        return attributes
+
+
+def not_expired(expr: Expression, now: float) -> str:
+    expires = expr.name(table.TTL_ATTRIBUTE)
+    return f"(attribute_not_exists({expires}) OR {expires} > {expr.number(now)})"
+
+
+def live(expr: Expression, now: float) -> str:
+    """The condition that the state item is live at ``now`` (epoch seconds)."""
+    return (f"(attribute_exists({expr.name(table.VERSION)}) AND attribute_not_exists({expr.name(table.DELETED_AT)})"
+            f" AND {not_expired(expr, now)})")
+
+
+def not_live(expr: Expression, now: float) -> str:
+    """The condition that the state item is absent, a tombstone, expired, or a settle stub."""
+    return (f"(attribute_not_exists({expr.name(table.VERSION)}) OR attribute_exists({expr.name(table.DELETED_AT)})"
+            f" OR {expr.name(table.TTL_ATTRIBUTE)} <= {expr.number(now)})")

@@ -13,6 +13,7 @@ import hashlib
 
 from . import table
 from .errors import DeviceLocked, LeaseNotHeld
+from .expressions import Expression
 
 
 def lease_key(lease_token: str) -> str:
@@ -40,18 +41,15 @@ class Fence:
     def with_tokens(self, tokens: dict) -> "Fence":
         return Fence({**self.tokens, **tokens})
 
-    def condition(self, device_id: str, names: dict, values: dict) -> str:
-        """The fence condition; ``values`` must already hold ``:nowEpoch``."""
-        names["#leaseUntil"] = table.LEASE_UNTIL
+    def condition(self, device_id: str, expr: Expression, now: float) -> str:
+        """The fence condition at ``now`` (epoch seconds), its placeholders from ``expr``."""
+        until, now_epoch = expr.name(table.LEASE_UNTIL), expr.number(now)
         token = self.tokens.get(device_id)
         if token is None:
-            names["#leaseToken"] = table.LEASE_TOKEN
-            return "(attribute_not_exists(#leaseToken) OR #leaseUntil <= :nowEpoch)"
+            return f"(attribute_not_exists({expr.name(table.LEASE_TOKEN)}) OR {until} <= {now_epoch})"
         if not isinstance(token, str):
             token = token.lease_token_if_held()
-        names["#leaseKey"] = table.LEASE_KEY
-        values[":leaseKey"] = {"S": lease_key(token)}
-        return "(#leaseKey = :leaseKey AND #leaseUntil > :nowEpoch)"
+        return f"({expr.name(table.LEASE_KEY)} = {expr.value({'S': lease_key(token)})} AND {until} > {now_epoch})"
 
     def error(self, device_id: str, item: dict | None, now: float) -> Exception | None:
         """Why the fence refused a write to ``item`` (as it was), or None if it did not."""

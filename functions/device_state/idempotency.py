@@ -20,6 +20,7 @@ from typing import Callable
 from . import table
 from .device import Device, timestamp
 from .errors import DeviceStateError, IdempotencyKeyReused
+from .expressions import Expression, number
 from .values import check_item_size, dumps, loads
 
 RECORD_TTL_SECONDS = 24 * 60 * 60
@@ -98,14 +99,15 @@ def record_puts(table_name: str, partition: str, key: IdempotencyKey, results: l
          "createdAt": device.created_at, "updatedAt": device.updated_at}
         for device, outcome in results]).encode(), 6)
     parts = [answer[offset:offset + PART_BYTES] for offset in range(0, len(answer), PART_BYTES)] or [b""]
-    expires = {"N": str(int(now) + RECORD_TTL_SECONDS)}
+    expires = number(int(now) + RECORD_TTL_SECONDS)
     first = {**record_key(partition, key), FINGERPRINT: {"S": key.fingerprint}, ANSWER: {"B": parts[0]},
-             PARTS: {"N": str(len(parts))}, RECORDED_AT: {"S": timestamp(now)}, table.TTL_ATTRIBUTE: expires}
+             PARTS: number(len(parts)), RECORDED_AT: {"S": timestamp(now)}, table.TTL_ATTRIBUTE: expires}
+    expr = Expression()
     puts = [{"Put": {
         "TableName": table_name, "Item": first,
-        "ConditionExpression": "attribute_not_exists(#sk) OR #expiresAt <= :nowEpoch",
-        "ExpressionAttributeNames": {"#sk": table.SORT_KEY, "#expiresAt": table.TTL_ATTRIBUTE},
-        "ExpressionAttributeValues": {":nowEpoch": {"N": str(now)}},
+        "ConditionExpression": (f"attribute_not_exists({expr.name(table.SORT_KEY)}) OR "
+                                f"{expr.name(table.TTL_ATTRIBUTE)} <= {expr.number(now)}"),
+        **expr.attributes(),
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }}]
     for index, part in enumerate(parts[1:], start=1):

@@ -39,7 +39,7 @@ from . import table
 from .device import timestamp
 from .errors import (DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, OutcomeUnknown, StorageError,
                      StorageUnavailable, UnknownLease)
-from .expressions import LIVE, names_in
+from .expressions import Expression, live, number
 from .fencing import active_holder, lease_key
 from .store import IDEMPOTENT, Ambiguous, Cancelled, Rejected
 from .values import validate_device_id
@@ -74,12 +74,9 @@ def _row_key(device_id: str, ticket: int) -> dict:
     return {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": _sort_key(ticket)}}
 
 
-def _n(value) -> dict:
-    return {"N": str(value)}
-
-
-def _epoch(value: float) -> dict:
-    return {"N": f"{value:.3f}"}
+def _ms(seconds: float) -> float:
+    """Epoch seconds to the millisecond, as leases store and compare them."""
+    return round(seconds, 3)
 
 
 def lease_token_of(secret: str) -> str:
@@ -171,11 +168,12 @@ class LeaseQueue:
         started = m.monotonic()
         deadline = started + wait_seconds
         # A resend after a lost answer may skip a ticket number: harmless, tickets need only go up.
+        counter = Expression()
         ticket = int(m.store.send(
             "update_item", IDEMPOTENT,
             Key={table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": table.LEASE_COUNTER_SK}},
-            UpdateExpression="ADD #ticket :one", ExpressionAttributeNames={"#ticket": _TICKET},
-            ExpressionAttributeValues={":one": _n(1)}, ReturnValues="UPDATED_NEW",
+            UpdateExpression=f"ADD {counter.name(_TICKET)} {counter.number(1)}", **counter.attributes(),
+            ReturnValues="UPDATED_NEW",
         )["Attributes"][_TICKET]["N"])
         secret = secrets.token_hex(16)
         lease_id = f"{ticket}.{secret}"
@@ -214,21 +212,20 @@ class LeaseQueue:
         Returns (our expiry, None) or (None, the active holder's expiry)."""
         m = self._m
         now = m.clock()
-        until = round(now + ttl_seconds, 3)  # as stored
-        condition = (f"{LIVE} AND "
-                     "(attribute_not_exists(#leaseToken) OR #leaseUntil <= :nowEpoch OR #leaseToken = :token)")
+        until = _ms(now + ttl_seconds)  # as stored
+        expr = Expression()
+        token, holder_until, ours = expr.name(table.LEASE_TOKEN), expr.name(table.LEASE_UNTIL), expr.number(ticket)
+        condition = (f"{live(expr, _ms(now))} AND "
+                     f"(attribute_not_exists({token}) OR {holder_until} <= {expr.number(_ms(now))} OR {token} = {ours})")
+        update = (f"SET {token} = {ours}, {expr.name(table.LEASE_KEY)} = "
+                  f"{expr.value({'S': lease_key(lease_token_of(secret))})}, {holder_until} = {expr.number(until)}")
         try:
             self._send_transaction(device_id, [
                 {"Put": {"TableName": m.table_name, "Item": self._row(device_id, ticket, secret, owner, ttl_seconds, until),
                          **self._still_ours(secret)}},
                 {"Update": {
                     "TableName": m.table_name, "Key": table.state_key(device_id),
-                    "UpdateExpression": "SET #leaseToken = :token, #leaseKey = :key, #leaseUntil = :until",
-                    "ConditionExpression": condition,
-                    "ExpressionAttributeNames": names_in(condition + "#leaseKey"),
-                    "ExpressionAttributeValues": {":token": _n(ticket), ":until": _epoch(until),
-                                                  ":key": {"S": lease_key(lease_token_of(secret))},
-                                                  ":nowEpoch": _epoch(now)},
+                    "UpdateExpression": update, "ConditionExpression": condition, **expr.attributes(),
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }},
             ])
@@ -256,12 +253,13 @@ class LeaseQueue:
         m = self._m
         now = m.clock()
         high = _sort_key(below - 1) if below is not None else table.LEASE_SK_PREFIX + "9" * (TICKET_DIGITS + 1)
+        expr = Expression()
         request = {
             "TableName": m.table_name, "ConsistentRead": True,
-            "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :low AND :high",
-            "ExpressionAttributeNames": {"#pk": table.PARTITION_KEY, "#sk": table.SORT_KEY},
-            "ExpressionAttributeValues": {":pk": {"S": device_id}, ":low": {"S": _sort_key(0)},
-                                          ":high": {"S": high}},
+            "KeyConditionExpression": (f"{expr.name(table.PARTITION_KEY)} = {expr.value({'S': device_id})} AND "
+                                       f"{expr.name(table.SORT_KEY)} BETWEEN {expr.value({'S': _sort_key(0)})} AND "
+                                       f"{expr.value({'S': high})}"),
+            **expr.attributes(),
         }
         live, expired = [], []
         while True:
@@ -281,12 +279,13 @@ class LeaseQueue:
     def _reap(self, row: dict, now: float, since: str) -> None:
         """Delete an expired or stale row, unless its holder heartbeated it meanwhile."""
         m = self._m
+        expr = Expression()
+        condition = (f"{expr.name(_UNTIL)} <= {expr.number(_ms(now))} OR "
+                     f"{expr.name(_CREATED_AT)} < {expr.value({'S': since})}")
         try:
             m.store.send("delete_item", IDEMPOTENT,
                          Key={table.PARTITION_KEY: row[table.PARTITION_KEY], table.SORT_KEY: row[table.SORT_KEY]},
-                         ConditionExpression="#until <= :now OR #createdAt < :since",
-                         ExpressionAttributeNames={"#until": _UNTIL, "#createdAt": _CREATED_AT},
-                         ExpressionAttributeValues={":now": _epoch(now), ":since": {"S": since}})
+                         ConditionExpression=condition, **expr.attributes())
         except Rejected:
             pass
 
@@ -306,25 +305,25 @@ class LeaseQueue:
             ttl_seconds = float(row[_TTL]["N"])
         ttl_seconds = _check_ttl(ttl_seconds)
         now = m.clock()
-        until = round(now + ttl_seconds, 3)  # as stored
-        names = {"#until": _UNTIL, "#expiresAt": table.TTL_ATTRIBUTE, "#secret": _SECRET, "#ttl": _TTL}
+        until = _ms(now + ttl_seconds)  # as stored
+        row, held = Expression(), Expression()
+        row_until, holder_until = row.name(_UNTIL), held.name(table.LEASE_UNTIL)
         try:
             self._transact(device_id, [
                 {"Update": {
                     "TableName": m.table_name, "Key": key,
-                    "UpdateExpression": "SET #until = :until, #expiresAt = :expires, #ttl = :ttl",
-                    "ConditionExpression": "#secret = :secret AND #until > :now",
-                    "ExpressionAttributeNames": names,
-                    "ExpressionAttributeValues": {":until": _epoch(until), ":expires": _n(math.ceil(until)),
-                                                  ":ttl": _n(ttl_seconds), ":secret": {"S": secret},
-                                                  ":now": _epoch(now)},
+                    "UpdateExpression": (f"SET {row_until} = {row.number(until)}, {row.name(table.TTL_ATTRIBUTE)} = "
+                                         f"{row.number(math.ceil(until))}, {row.name(_TTL)} = {row.number(ttl_seconds)}"),
+                    "ConditionExpression": (f"{row.name(_SECRET)} = {row.value({'S': secret})} AND "
+                                            f"{row_until} > {row.number(_ms(now))}"),
+                    **row.attributes(),
                 }},
                 {"Update": {
                     "TableName": m.table_name, "Key": table.state_key(device_id),
-                    "UpdateExpression": "SET #leaseUntil = :until",
-                    "ConditionExpression": "#leaseToken = :token AND #leaseUntil > :now",
-                    "ExpressionAttributeNames": {"#leaseToken": table.LEASE_TOKEN, "#leaseUntil": table.LEASE_UNTIL},
-                    "ExpressionAttributeValues": {":until": _epoch(until), ":token": _n(ticket), ":now": _epoch(now)},
+                    "UpdateExpression": f"SET {holder_until} = {held.number(until)}",
+                    "ConditionExpression": (f"{held.name(table.LEASE_TOKEN)} = {held.number(ticket)} AND "
+                                            f"{holder_until} > {held.number(_ms(now))}"),
+                    **held.attributes(),
                 }},
             ])
         except Cancelled as cancelled:
@@ -343,12 +342,7 @@ class LeaseQueue:
         try:
             self._transact(device_id, [
                 {"Delete": self._delete_own_row(device_id, ticket, secret)},
-                {"Update": {"TableName": m.table_name, "Key": table.state_key(device_id),
-                            "UpdateExpression": "REMOVE #leaseToken, #leaseKey, #leaseUntil",
-                            "ConditionExpression": "#leaseToken = :token",
-                            "ExpressionAttributeNames": {"#leaseToken": table.LEASE_TOKEN, "#leaseKey": table.LEASE_KEY,
-                                                         "#leaseUntil": table.LEASE_UNTIL},
-                            "ExpressionAttributeValues": {":token": _n(ticket)}}},
+                {"Update": self._clear_holder(device_id, ticket)},
             ])
             return True
         except Cancelled as cancelled:
@@ -376,14 +370,10 @@ class LeaseQueue:
             raise InvalidLease(f"{fencing_token!r} is not a fencing token this service issued")
         m = self._m
         key = _row_key(device_id, ticket)
-        clear_holder = {"TableName": m.table_name, "Key": table.state_key(device_id),
-                        "UpdateExpression": "REMOVE #leaseToken, #leaseKey, #leaseUntil",
-                        "ConditionExpression": "#leaseToken = :token",
-                        "ExpressionAttributeNames": {"#leaseToken": table.LEASE_TOKEN, "#leaseKey": table.LEASE_KEY,
-                                                     "#leaseUntil": table.LEASE_UNTIL},
-                        "ExpressionAttributeValues": {":token": _n(ticket)}}
-        delete_row = {"TableName": m.table_name, "Key": key, "ConditionExpression": "attribute_exists(#ticket)",
-                      "ExpressionAttributeNames": {"#ticket": _TICKET}}
+        clear_holder = self._clear_holder(device_id, ticket)
+        drawn = Expression()
+        delete_row = {"TableName": m.table_name, "Key": key,
+                      "ConditionExpression": f"attribute_exists({drawn.name(_TICKET)})", **drawn.attributes()}
         try:
             self._transact(device_id, [{"Delete": delete_row}, {"Update": clear_holder}])
             return True
@@ -410,13 +400,7 @@ class LeaseQueue:
         """Clear the holder if it is this ticket (best effort): nobody else knows its lease id,
         so a take that landed unanswered would otherwise lock the device for its whole ttl."""
         try:
-            self._m.store.send(
-                "update_item", IDEMPOTENT, Key=table.state_key(device_id),
-                UpdateExpression="REMOVE #leaseToken, #leaseKey, #leaseUntil",
-                ConditionExpression="#leaseToken = :token",
-                ExpressionAttributeNames={"#leaseToken": table.LEASE_TOKEN, "#leaseKey": table.LEASE_KEY,
-                                          "#leaseUntil": table.LEASE_UNTIL},
-                ExpressionAttributeValues={":token": _n(ticket)})
+            self._m.store.send("update_item", IDEMPOTENT, **self._clear_holder(device_id, ticket))
         except (Rejected, StorageError, StorageUnavailable):
             pass  # not the holder, or DynamoDB still silent: then the lease ends at its expiry
 
@@ -429,9 +413,16 @@ class LeaseQueue:
 
     def _delete_own_row(self, device_id: str, ticket: int, secret: str) -> dict:
         """Deleting a queue row, only if it is still the one issued with ``secret``."""
-        return {"TableName": self._m.table_name, "Key": _row_key(device_id, ticket),
-                "ConditionExpression": "#secret = :secret", "ExpressionAttributeNames": {"#secret": _SECRET},
-                "ExpressionAttributeValues": {":secret": {"S": secret}}}
+        return {"TableName": self._m.table_name, "Key": _row_key(device_id, ticket), **self._still_ours(secret)}
+
+    def _clear_holder(self, device_id: str, ticket: int) -> dict:
+        """Clearing the lease holder from the state item, only if it is ``ticket``."""
+        expr = Expression()
+        holder = ", ".join(expr.name(attribute) for attribute in (table.LEASE_TOKEN, table.LEASE_KEY,
+                                                                  table.LEASE_UNTIL))
+        return {"TableName": self._m.table_name, "Key": table.state_key(device_id),
+                "UpdateExpression": f"REMOVE {holder}",
+                "ConditionExpression": f"{expr.name(table.LEASE_TOKEN)} = {expr.number(ticket)}", **expr.attributes()}
 
     def status(self, device_id: str) -> LeaseStatus:
         """The active holder (from the state item) and how many live tickets wait behind it."""
@@ -450,9 +441,9 @@ class LeaseQueue:
     def _row(self, device_id, ticket, secret, owner, ttl_seconds, until) -> dict:
         row = {
             **_row_key(device_id, ticket),
-            _TICKET: _n(ticket), _SECRET: {"S": secret}, _TTL: _n(ttl_seconds),
+            _TICKET: number(ticket), _SECRET: {"S": secret}, _TTL: number(ttl_seconds),
             _CREATED_AT: {"S": timestamp(self._m.clock())},
-            _UNTIL: _epoch(until), table.TTL_ATTRIBUTE: _n(math.ceil(until)),
+            _UNTIL: number(until), table.TTL_ATTRIBUTE: number(math.ceil(until)),
         }
         if owner:
             row[_OWNER] = {"S": owner}
@@ -470,8 +461,9 @@ class LeaseQueue:
 
     @staticmethod
     def _still_ours(secret: str) -> dict:
-        return {"ConditionExpression": "#secret = :secret", "ExpressionAttributeNames": {"#secret": _SECRET},
-                "ExpressionAttributeValues": {":secret": {"S": secret}}}
+        """The condition that a queue row is still the one issued with ``secret``."""
+        expr = Expression()
+        return {"ConditionExpression": f"{expr.name(_SECRET)} = {expr.value({'S': secret})}", **expr.attributes()}
 
     def _transact(self, device_id: str, items: list[dict], attempts: int = 8) -> None:
         """TransactWriteItems, tried again after a TransactionConflict (another request on

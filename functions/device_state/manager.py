@@ -18,7 +18,7 @@ from .device import Device
 from .changes import ChangeLog, InvalidSince, VersionNotFound
 from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, DeviceStateError, ItemTooLarge,
                      OutcomeUnknown, StorageError, StorageUnavailable, VersionConflict)
-from .expressions import LIVE, names_in, number
+from .expressions import Expression, live
 from .fencing import Fence
 from .idempotency import CREATED, REPLACED, UPDATED, IdempotencyKey
 from .leases import DEFAULT_TTL_SECONDS, Lease, LeaseQueue
@@ -157,12 +157,13 @@ class DeviceStateManager:
         start_key = decode_cursor(cursor) if cursor is not None else None
         devices: list[Device] = []
         for _ in range(MAX_SCAN_CALLS_PER_PAGE):
+            expr = Expression()
+            state_item = f"{expr.name(table.SORT_KEY)} = {expr.value({'S': table.STATE_SK})}"
             request = {
                 "Limit": limit - len(devices),
                 "ConsistentRead": True,
-                "FilterExpression": f"#sk = :stateSk AND {LIVE}",
-                "ExpressionAttributeNames": names_in(LIVE + "#sk"),
-                "ExpressionAttributeValues": {":stateSk": {"S": table.STATE_SK}, ":nowEpoch": number(int(self.clock()))},
+                "FilterExpression": f"{state_item} AND {live(expr, int(self.clock()))}",
+                **expr.attributes(),
             }
             if start_key:
                 request["ExclusiveStartKey"] = start_key
@@ -415,7 +416,7 @@ class DeviceStateManager:
         elif section == STATE:
             compiled = compile_patch()
         else:
-            compiled = compile_patch(root="#" + section, nested=True)
+            compiled = compile_patch(section=section, nested=True)
         if compiled is None:
             return None
         with self.recent.to_trim(device_id) as seen:

@@ -12,10 +12,12 @@ from decimal import Context, Decimal, Inexact, localcontext
 
 import jsonpointer
 
-from .sections import pointer
+from . import table
 from .errors import InvalidPatch, InvalidValue, PatchNotApplicable, PatchTestFailed
+from .expressions import Expression
+from .sections import pointer
 from .values import (MAX_PATCH_OPERATIONS, MAX_SIGNIFICANT_DIGITS, canonical, check_member_name, check_number,
-                     check_text, dumps, significant_digits)
+                     check_state, check_text, dumps, significant_digits, to_attribute)
 
 _SHOWN_CHARS = 200  # of a value quoted in an error's detail
 
@@ -50,10 +52,12 @@ class MergePatch:
     def __call__(self, state: dict) -> dict:
         return _merge(state, self.patch)
 
-    def compile(self, root: str = "#state", nested: bool = False) -> "CompiledUpdate | None":
+    def compile(self, section: str = table.STATE, nested: bool = False) -> "CompiledUpdate | None":
         """``nested``: members of objects in the patch compile too, on condition that the
         object exists (else read-modify-write merges into whatever is there)."""
-        return _compile_merge_patch(self.patch, CompiledUpdate(root=root), nested) if self.patch else None
+        if not self.patch:
+            return None
+        return _compiled(lambda compiled: _compile_merge_patch(self.patch, compiled, nested), section)
 
     def touched(self, document: dict | None = None) -> list[str]:
         """The pointers the patch sets or removes (its leaves). Given the ``document`` it
@@ -203,10 +207,12 @@ class JsonPatch:
             raise PatchNotApplicable("the patch would make the state something other than an object")
         return result
 
-    def compile(self, root: str = "#state", nested: bool = False) -> "CompiledUpdate | None":
+    def compile(self, section: str = table.STATE, nested: bool = False) -> "CompiledUpdate | None":
         """One UpdateItem with no read, where every operation is an increment, add,
         replace or remove of an object member (the common device update); else None."""
-        return _compile_json_patch(self.operations, CompiledUpdate(root=root)) if self.operations else None
+        if not self.operations:
+            return None
+        return _compiled(lambda compiled: _compile_json_patch(self.operations, compiled), section)
 
     def touched(self, document: dict | None = None) -> list[str]:
         """The pointers the patch may set or remove (a move's source too; a test's none)."""
@@ -311,19 +317,27 @@ def _check_operation(index: int, operation) -> None:
 
 @dataclass
 class CompiledUpdate:
-    """A patch as one DynamoDB update of the state's members, with the conditions that make
-    it mean what the patch means. Names and values are placeholders (#pN, :cN); values are
-    still Python values. When DynamoDB refuses it (a guard false, a parent missing, a
-    member of the wrong type), the caller falls back to read-modify-write, which then
-    applies the patch or raises the patch's own error."""
+    """A patch as one DynamoDB update of a section's members, with the conditions that make
+    it mean what the patch means. Its placeholders come from ``expression``, which the
+    planner goes on building the request with; its values are stored exactly as a state
+    write stores them (``check_state``). When DynamoDB refuses it (a guard false, a parent
+    missing, a member of the wrong type), the caller falls back to read-modify-write, which
+    then applies the patch or raises the patch's own error."""
 
+    section: str = table.STATE  # the attribute of the section it changes
+    expression: Expression = field(default_factory=Expression)
     sets: list[str] = field(default_factory=list)
     removes: list[str] = field(default_factory=list)
     conditions: list[str] = field(default_factory=list)
-    names: dict = field(default_factory=dict)
-    values: dict = field(default_factory=dict)
+    members: list[str] = field(default_factory=list)  # each member name as often as it is named
+    values: dict = field(default_factory=dict)  # placeholder: the value as the patch gives it
+    attribute_values: list[dict] = field(default_factory=list)  # each value as stored, as often as used
     _paths: list[tuple] = field(default_factory=list)
-    root: str = "#state"  # the placeholder of the section it changes
+
+    @property
+    def root(self) -> str:
+        """The placeholder of the section it changes."""
+        return self.expression.name(self.section)
 
     @property
     def pointers(self) -> list[str]:
@@ -344,17 +358,27 @@ class CompiledUpdate:
 
     def placeholder_path(self, parts: tuple) -> str:
         """The placeholder path of ``parts``, not recorded as a changed member."""
-        placeholders = []
-        for part in parts:
-            placeholder = f"#p{len(self.names)}"
-            self.names[placeholder] = part
-            placeholders.append(placeholder)
-        return ".".join([self.root, *placeholders])
+        self.members.extend(parts)
+        return self.expression.path(self.section, *parts)
 
     def value(self, value) -> str:
-        placeholder = f":c{len(self.values)}"
+        """The placeholder of ``value``; InvalidValue (or TypeError) when no state could
+        hold it exactly."""
+        check_state({"values": [value]})
+        attribute = to_attribute(value)
+        self.attribute_values.append(attribute)
+        placeholder = self.expression.value(attribute)
         self.values[placeholder] = value
         return placeholder
+
+
+def _compiled(compile_into, section: str) -> CompiledUpdate | None:
+    """``compile_into`` a new CompiledUpdate of ``section``; None when it does not compile
+    or holds a value no state could store (read-modify-write then decides)."""
+    try:
+        return compile_into(CompiledUpdate(section))
+    except (InvalidValue, TypeError, ArithmeticError):
+        return None
 
 
 def _is_text(part: str) -> bool:

@@ -29,8 +29,7 @@ class RecentJournals:
             return
         journal = {name: value for name, value in item.items()
                    if name.startswith(table.JOURNAL_PREFIX) or name in (
-                       table.VERSION, table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS,
-                       table.JOURNAL_TRIMMED_BY_PATCHES)}
+                       table.VERSION, table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS)}
         with self._lock:
             known = self._journals.get(device_id)
             if known is None or int(known[table.VERSION]["N"]) <= int(item[table.VERSION]["N"]):

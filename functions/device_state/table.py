@@ -94,9 +94,6 @@ JOURNAL_PREFIX = "w:"
 JOURNAL_TRIMMED = "journalTrimmed"  # the newest write-id stamp (ms) trimmed by a write that read the item
 # Number set: the newest stamps compiled patches dropped; its highest is their watermark.
 JOURNAL_TRIMMED_STAMPS = "journalTrimmedStamps"
-# An earlier watermark of compiled patches, raised by ADD (it overshot when two containers
-# raised it from one view): read until a write that read the item folds it away.
-JOURNAL_TRIMMED_BY_PATCHES = "journalTrimmedByPatches"
 
 # The active lease holder, recorded on the state item so every write can be fenced.
 LEASE_TOKEN = "leaseToken"  # the holder's fencing token (its ticket): ordering, never a credential

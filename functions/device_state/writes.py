@@ -39,7 +39,7 @@ from .device import Device, timestamp
 from .changes import change_item_size
 from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, InvalidValue, ItemTooLarge,
                      VersionConflict)
-from .expressions import LIVE, NOT_LIVE, and_condition, names_in, number
+from .expressions import Expression, live, not_live, number
 from .fencing import Fence
 from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED
 from .retry import Moved
@@ -53,7 +53,6 @@ UpdateFn = Callable[[dict], dict]
 JOURNAL_KEEP = 8  # the newest entries every write leaves on the item
 JOURNAL_KEEP_SECONDS = 1.0  # and the entries younger than this (by the trimming writer's clock)...
 JOURNAL_MAX = 16  # ...up to this many entries in all
-LEGACY_CAP_MS = 5 * 60 * 1000  # the old ADD watermark, folded, counts at most this far past the folding writer's clock
 TRIMMED_STAMPS_KEEP = 4  # a compiled patch that sees this many trimmed stamps prunes them instead of adding one
 SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
@@ -66,8 +65,8 @@ MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state wr
 COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit, lastWrite becoming "updated"
 # What a state write stores and its change record copies: the sections and their metadata.
 SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
-BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, table.JOURNAL_TRIMMED_BY_PATCHES,
-                                    table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL})
+LEASE_ATTRIBUTES = (table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL)  # the active lease holder
+BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, *LEASE_ATTRIBUTES})
 
 _LARGEST_VERSION = number(VERSION_SPAN - 1)  # a version or changed mark, as sized for the item's budget
 _LONGEST_OUTCOME = max((CREATED, REPLACED, UPDATED), key=len)  # lastWrite, as sized for the item's budget
@@ -125,8 +124,7 @@ def written_version(item: dict | None, write: WriteId) -> int | None:
 
 def trimmed_stamp(item: dict | None) -> int:
     """The newest write-id stamp the journal may have dropped: the highest watermark."""
-    return max(_number(item, table.JOURNAL_TRIMMED), max(trimmed_stamps(item), default=0),
-               _number(item, table.JOURNAL_TRIMMED_BY_PATCHES))
+    return max(_number(item, table.JOURNAL_TRIMMED), max(trimmed_stamps(item), default=0))
 
 
 def trimmed_stamps(item: dict | None) -> list[int]:
@@ -182,16 +180,18 @@ class Planner:
                    for section in DEVICE_SECTIONS}
         device = Device(device_id, previous + 1, state, stamp, stamp, desired=documents[DESIRED],
                         reported=documents[REPORTED], entries=entries)
-        values = {":state": to_attribute(state), ":now": {"S": stamp}}
+        expr, written = Expression(), {table.STATE: to_attribute(state)}
+        name, now = expr.name, expr.value({"S": stamp})
         if previous:
-            condition = f"#version = :expected AND {NOT_LIVE}"
-            values[":expected"] = number(previous)
+            condition = f"{name(table.VERSION)} = {expr.number(previous)} AND {not_live(expr, self.now)}"
         else:
-            condition = "attribute_not_exists(#version)"
-        sets = ["#state = :state", "#createdAt = :now", "#updatedAt = :now"]
-        sets += _section_sets(documents, entries, values)
-        removes = ["#deletedAt", "#expiresAt", "#leaseToken", "#leaseKey", "#leaseUntil"]
-        return self._planned(device_id, item, device, CREATED, previous or None, condition, sets, removes, values)
+            condition = f"attribute_not_exists({name(table.VERSION)})"
+        sets = [f"{name(table.STATE)} = {expr.value(written[table.STATE])}", f"{name(table.CREATED_AT)} = {now}",
+                f"{name(table.UPDATED_AT)} = {now}"]
+        sets += _section_sets(expr, documents, entries, device.version, written)
+        removes = [name(attribute) for attribute in (table.DELETED_AT, table.TTL_ATTRIBUTE, *LEASE_ATTRIBUTES)]
+        return self._planned(expr, device_id, item, device, CREATED, previous or None, condition, sets, removes,
+                             written)
 
     def replace_state(self, item: dict, update_fn: UpdateFn, condition: ConditionBase | None,
                       outcome: str, section: str = STATE) -> Planned:
@@ -208,7 +208,6 @@ class Planner:
         entries = dict(current.entries)
         stamp = timestamp(self.now)
         version = current.version + 1
-        values = {":now": {"S": stamp}, ":expected": number(current.version)}
         for write in writes:
             touched = write.touched if write.touched is not None else touched_by(write.update_fn,
                                                                                  documents[write.section])
@@ -219,40 +218,43 @@ class Planner:
                 entries[write.section] = next_entries(new_document, entries.get(write.section, {}),
                                                       touched, pack(version, self.now))
         changed = {write.section for write in writes}
-        sets = ["#updatedAt = :now"]
+        expr, written = Expression(), {}
+        sets = [f"{expr.name(table.UPDATED_AT)} = {expr.value({'S': stamp})}"]
         if STATE in changed:
-            sets.insert(0, "#state = :state")
-            values[":state"] = to_attribute(documents[STATE])
-        sets += _section_sets({section: documents[section] for section in DEVICE_SECTIONS if section in changed},
-                              entries, values)
+            written[table.STATE] = to_attribute(documents[STATE])
+            sets.insert(0, f"{expr.name(table.STATE)} = {expr.value(written[table.STATE])}")
+        sets += _section_sets(expr, {section: documents[section] for section in DEVICE_SECTIONS if section in changed},
+                              entries, version, written)
         device = Device(current.device_id, version, documents[STATE], current.created_at, stamp,
                         desired=documents[DESIRED], reported=documents[REPORTED], entries=entries)
-        return self._planned(current.device_id, item, device, outcome, current.version,
-                             f"#version = :expected AND {LIVE}", sets, [], values, condition)
+        return self._planned(expr, current.device_id, item, device, outcome, current.version,
+                             self._at_version(expr, current.version), sets, [], written, condition)
 
     def delete(self, item: dict) -> Planned:
         """The device becomes a tombstone: its version goes on (so it never repeats), its
         state goes, and it expires after ``tombstone_seconds``."""
         current = Device.from_item(item)
-        stamp = timestamp(self.now)
-        values = {":now": {"S": stamp}, ":expected": number(current.version),
-                  ":tombstoneExpires": number(int(self.now) + self.tombstone_seconds)}
-        return self._planned(current.device_id, item, current, DELETED, current.version,
-                             f"#version = :expected AND {LIVE}",
-                             ["#deletedAt = :now", "#updatedAt = :now", "#expiresAt = :tombstoneExpires"],
-                             ["#state", "#leaseToken", "#leaseKey", "#leaseUntil", "#desired", "#reported",
-                              "#metaDesired", "#metaReported", "#changedDesired", "#changedReported"],
-                             values, version=current.version + 1)
+        expr = Expression()
+        name, now = expr.name, expr.value({"S": timestamp(self.now)})
+        sets = [f"{name(table.DELETED_AT)} = {now}", f"{name(table.UPDATED_AT)} = {now}",
+                f"{name(table.TTL_ATTRIBUTE)} = {expr.number(int(self.now) + self.tombstone_seconds)}"]
+        removes = [name(attribute) for attribute in (table.STATE, *LEASE_ATTRIBUTES, table.DESIRED, table.REPORTED,
+                                                     table.META_DESIRED, table.META_REPORTED, table.CHANGED_DESIRED,
+                                                     table.CHANGED_REPORTED)]
+        return self._planned(expr, current.device_id, item, current, DELETED, current.version,
+                             self._at_version(expr, current.version), sets, removes, {},
+                             version=current.version + 1)
 
     def check(self, item: dict, condition: ConditionBase | None) -> Planned:
         current = Device.from_item(item)
-        names = names_in(LIVE + "#version")
-        values = {":expected": number(current.version), ":nowEpoch": number(self.now)}
-        expression = and_condition(f"#version = :expected AND {LIVE}", names, values, condition)
+        expr = Expression()
+        expression = self._at_version(expr, current.version)
+        if condition is not None:
+            expression += " AND " + expr.condition(condition)
         request = {"ConditionCheck": {
             "TableName": self.table_name, "Key": table.state_key(current.device_id),
-            "ConditionExpression": expression, "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values, "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            "ConditionExpression": expression, **expr.attributes(),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }}
         return Planned(request, current, CHECKED, current.version)
 
@@ -264,11 +266,9 @@ class Planner:
         it did) shows beyond the journal's keep: entries written since are newer still, so
         the newest stay. It ADDs the newest stamp it drops to ``journalTrimmedStamps``, or,
         when it saw ``TRIMMED_STAMPS_KEEP`` of them, prunes the set and drops only what the
-        set covers (see the module's docstring). None when its values or the metadata keys
-        of its members (``check_pointer``) cannot be stored (read-modify-write then decides)."""
+        set covers (see the module's docstring). None when the metadata keys of its members
+        (``check_pointer``) cannot be stored (read-modify-write then decides)."""
         try:
-            check_state({"values": list(compiled.values.values())})
-            values = {key: to_attribute(value) for key, value in compiled.values.items()}
             if section != STATE:
                 for leaf in compiled.pointers:
                     check_pointer(leaf)
@@ -278,109 +278,99 @@ class Planner:
                     return None
         except (InvalidValue, TypeError, ArithmeticError):
             return None
+        expr = compiled.expression.copy()  # the request goes on with the patch's placeholders
+        name = expr.name
         write = WriteId.new(self.now)
         stamps = trimmed_stamps(seen)
         pruning = len(stamps) >= TRIMMED_STAMPS_KEEP
-        journal_removes, newest_dropped, journal_names = _trimming(
-            seen, JOURNAL_KEEP - 1, self.now, covered=trimmed_stamp(seen) if pruning else None)
+        journal_removes, newest_dropped = _trimming(
+            expr, seen, JOURNAL_KEEP - 1, self.now, covered=trimmed_stamp(seen) if pruning else None)
         adds_stamp = not pruning and newest_dropped > trimmed_stamp(seen)
-        trimmed = {"NS": [str(newest_dropped)]}
-        growth = _most_added(compiled.names, values)
-        values.update({":one": number(1), ":now": {"S": timestamp(self.now)}, ":nowEpoch": number(self.now),
-                       ":lastWrite": {"S": UPDATED}})
+        growth = _most_added(compiled)
+        version, one = name(table.VERSION), expr.number(1)
         sets = list(compiled.sets)
         conditions = list(compiled.conditions)
-        names = {}
         if section != STATE:
-            meta = "#" + META_ATTRIBUTES[section]
-            values[":metaStamp"] = number(pack(1, self.now))
-            for index, leaf in enumerate(compiled.pointers):
-                names[f"#m{index}"] = leaf
-                sets.append(f"{meta}.#m{index} = #version + :metaStamp")
-            sets.append(f"#{CHANGED_ATTRIBUTES[section]} = #version + :one")
-            conditions += [f"attribute_type({compiled.root}, :mapType)", f"attribute_type({meta}, :mapType)"]
-            values[":mapType"] = {"S": "M"}
+            meta, map_type = name(META_ATTRIBUTES[section]), expr.value({"S": "M"})
+            stamp = expr.number(pack(1, self.now))
+            sets += [f"{meta}.{name(leaf)} = {version} + {stamp}" for leaf in compiled.pointers]
+            sets.append(f"{name(CHANGED_ATTRIBUTES[section])} = {version} + {one}")
+            conditions += [f"attribute_type({compiled.root}, {map_type})", f"attribute_type({meta}, {map_type})"]
             # each leaf's metadata entry and the section's changed mark, all as if new
             growth += sum(1 + len(leaf.encode()) + _value_size(number(pack(VERSION_SPAN - 1, self.now)))
                           for leaf in compiled.pointers)
             growth += 1 + len(CHANGED_ATTRIBUTES[section]) + _value_size(number(VERSION_SPAN - 1))
-        values.update({":growth": number(growth), ":roomFor": number(MAX_STATE_ITEM_BYTES - growth)})
+        item_bytes, journaled = name(table.ITEM_BYTES), name(write.attribute)
         update = "SET " + ", ".join(sets + [
-            "#version = #version + :one", "#updatedAt = :now", "#w = #version + :one", "#lastWrite = :lastWrite",
-            "#itemBytes = #itemBytes + :growth"])
-        conditions.insert(0, "#itemBytes <= :roomFor")
-        names.update({**names_in(" ".join([LIVE, update, *compiled.removes, *conditions])), "#w": write.attribute,
-                      **compiled.names})
+            f"{version} = {version} + {one}", f"{name(table.UPDATED_AT)} = {expr.value({'S': timestamp(self.now)})}",
+            f"{journaled} = {version} + {one}", f"{name(table.LAST_WRITE)} = {expr.value({'S': UPDATED})}",
+            f"{item_bytes} = {item_bytes} + {expr.number(growth)}"])
+        conditions.insert(0, f"{item_bytes} <= {expr.number(MAX_STATE_ITEM_BYTES - growth)}")
         if compiled.removes or journal_removes:
             update += " REMOVE " + ", ".join(compiled.removes + journal_removes)
-            names.update(journal_names)
         if pruning:
-            update += " DELETE #trimmedStamps :prunedStamps"
-            values[":prunedStamps"] = {"NS": [str(stamp) for stamp in stamps[:-1]]}
+            pruned = expr.value({"NS": [str(stamp) for stamp in stamps[:-1]]})
+            update += f" DELETE {name(table.JOURNAL_TRIMMED_STAMPS)} {pruned}"
         elif adds_stamp:
-            update += " ADD #trimmedStamps :trimmedStamp"
-            values[":trimmedStamp"] = trimmed
-        if pruning or adds_stamp:
-            names["#trimmedStamps"] = table.JOURNAL_TRIMMED_STAMPS
-        expression = " AND ".join([LIVE, "attribute_not_exists(#w)",
-                                   self.fence.condition(device_id, names, values), *conditions])
+            update += f" ADD {name(table.JOURNAL_TRIMMED_STAMPS)} {expr.value({'NS': [str(newest_dropped)]})}"
+        expression = " AND ".join([live(expr, self.now), f"attribute_not_exists({journaled})",
+                                   self.fence.condition(device_id, expr, self.now), *conditions])
         request = {"Update": {
             "TableName": self.table_name, "Key": table.state_key(device_id),
-            "UpdateExpression": update, "ConditionExpression": expression,
-            "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+            "UpdateExpression": update, "ConditionExpression": expression, **expr.attributes(),
             "ReturnValues": "ALL_NEW", "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }}
         return Planned(request, None, UPDATED, None, write)
 
     # --------------------------------------------------------------- internals
 
-    def _planned(self, device_id: str, item: dict | None, device: Device, outcome: str,
+    def _at_version(self, expr: Expression, version: int) -> str:
+        """The condition that the item is live at ``version``."""
+        return f"{expr.name(table.VERSION)} = {expr.number(version)} AND {live(expr, self.now)}"
+
+    def _planned(self, expr: Expression, device_id: str, item: dict | None, device: Device, outcome: str,
                  expected_version: int | None, condition: str, sets: list[str], removes: list[str],
-                 values: dict, caller_condition: ConditionBase | None = None, *,
+                 written: dict, caller_condition: ConditionBase | None = None, *,
                  version: int | None = None) -> Planned:
-        """A journaled state write: bumps the version, records its write id, trims the journal."""
+        """A journaled state write: bumps the version, records its write id, trims the journal.
+        ``written``: the section attributes it sets, by name, as stored."""
+        name = expr.name
         write = WriteId.new(self.now)
         next_version = device.version if version is None else version
-        values = {**values, ":next": number(next_version), ":nowEpoch": number(self.now)}
-        journal_removes, newest_dropped, journal_names = _trimming(item, JOURNAL_KEEP - 1, self.now)
-        sets = [*sets, "#version = :next", "#w = :next", "#lastWrite = :lastWrite"]
+        journal_removes, newest_dropped = _trimming(expr, item, JOURNAL_KEEP - 1, self.now)
+        journaled, next_placeholder = name(write.attribute), expr.number(next_version)
+        sets = [*sets, f"{name(table.VERSION)} = {next_placeholder}", f"{journaled} = {next_placeholder}",
+                # the stream processor tells updated from replaced by it
+                f"{name(table.LAST_WRITE)} = {expr.value({'S': outcome})}"]
         if outcome != DELETED:
             # What this write leaves, with what grows from write to write (versions, the
             # outcome's name) at its largest: a state accepted once fits again later.
-            written = {attribute: values[f":{attribute}"] for attribute in SECTION_ATTRIBUTES
-                       if f":{attribute}" in values}
-            written.update({CHANGED_ATTRIBUTES[section]: _LARGEST_VERSION for section in DEVICE_SECTIONS
-                            if f":{section}" in values})
-            values[":itemBytes"] = number(_checked_size(
+            written = {**written, **{CHANGED_ATTRIBUTES[section]: _LARGEST_VERSION for section in DEVICE_SECTIONS
+                                     if section in written}}
+            size = _checked_size(
                 {**table.state_key(device_id), **_without_bookkeeping(item), **written,
                  table.VERSION: _LARGEST_VERSION, write.attribute: number(next_version),
                  table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
-                 table.LAST_WRITE: {"S": _LONGEST_OUTCOME}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device))
-            sets.append("#itemBytes = :itemBytes")
-        values[":lastWrite"] = {"S": outcome}  # the stream processor tells updated from replaced by it
+                 table.LAST_WRITE: {"S": _LONGEST_OUTCOME}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device)
+            sets.append(f"{name(table.ITEM_BYTES)} = {expr.number(size)}")
         # The version condition makes this write's view exact, so it folds what compiled patches
-        # added into its own watermark. The old ADD watermark (it overshot, by decades once)
-        # counts up to a few minutes past this writer's clock: beyond any writer's clock skew.
-        folded = max(newest_dropped, max(trimmed_stamps(item), default=0),
-                     min(_number(item, table.JOURNAL_TRIMMED_BY_PATCHES), int(self.now * 1000) + LEGACY_CAP_MS))
+        # added into its own watermark.
+        folded = max(newest_dropped, max(trimmed_stamps(item), default=0))
         if folded > _number(item, table.JOURNAL_TRIMMED):
-            sets.append("#trimmed = :trimmed")
-            values[":trimmed"] = number(folded)
-        removes = [*removes, *(f"#{name}" for name, attribute in (("trimmedStamps", table.JOURNAL_TRIMMED_STAMPS),
-                                                                    ("trimmedByPatches", table.JOURNAL_TRIMMED_BY_PATCHES))
-                               if attribute in (item or {}))]
+            sets.append(f"{name(table.JOURNAL_TRIMMED)} = {expr.number(folded)}")
+        if table.JOURNAL_TRIMMED_STAMPS in (item or {}):
+            removes = [*removes, name(table.JOURNAL_TRIMMED_STAMPS)]
         update = "SET " + ", ".join(sets)
         if removes or journal_removes:
             update += " REMOVE " + ", ".join(removes + journal_removes)
-        names = names_in(update + condition, {"#w": write.attribute, **journal_names})
-        expression = f"{condition} AND attribute_not_exists(#w)"
+        expression = f"{condition} AND attribute_not_exists({journaled})"
         if outcome != CHECKED:
-            expression += " AND " + self.fence.condition(device_id, names, values)
-        expression = and_condition(expression, names, values, caller_condition)
+            expression += " AND " + self.fence.condition(device_id, expr, self.now)
+        if caller_condition is not None:
+            expression += " AND " + expr.condition(caller_condition)
         request = {"Update": {
             "TableName": self.table_name, "Key": table.state_key(device_id),
-            "UpdateExpression": update, "ConditionExpression": expression,
-            "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+            "UpdateExpression": update, "ConditionExpression": expression, **expr.attributes(),
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }}
         return Planned(request, device, outcome, expected_version, write)
@@ -409,12 +399,12 @@ def _checked_size(item: dict, device: Device) -> int:
     return size
 
 
-def _most_added(names: dict, values: dict) -> int:
+def _most_added(compiled) -> int:
     """The most a compiled patch can add to the item, bookkeeping aside (its journal entry
     is in ``BOOKKEEPING_BYTES``): every member it names and every value it sets, as if all
     were new."""
-    added = sum(1 + len(name.encode()) for name in names.values())
-    added += sum(1 + _value_size(value) for value in values.values())
+    added = sum(1 + len(member.encode()) for member in compiled.members)
+    added += sum(1 + _value_size(value) for value in compiled.attribute_values)
     return added + COMPILED_EXTRA_BYTES
 
 
@@ -422,23 +412,26 @@ def _value_size(attribute: dict) -> int:
     return item_size({"": attribute})
 
 
-def _section_sets(documents: dict, entries: dict, values: dict) -> list[str]:
-    """SET clauses (and their values) writing desired/reported documents and their metadata."""
+def _section_sets(expr: Expression, documents: dict, entries: dict, version: int, written: dict) -> list[str]:
+    """SET clauses writing desired/reported documents, their metadata and changed marks
+    (at ``version``); what they write goes into ``written``, by attribute."""
     sets = []
     for section, document in documents.items():
         meta = META_ATTRIBUTES[section]
-        values[f":{section}"] = to_attribute(document)
-        values[f":{meta}"] = to_attribute(entries.get(section, {}))
-        sets += [f"#{section} = :{section}", f"#{meta} = :{meta}", f"#{CHANGED_ATTRIBUTES[section]} = :next"]
+        written[section], written[meta] = to_attribute(document), to_attribute(entries.get(section, {}))
+        sets += [f"{expr.name(section)} = {expr.value(written[section])}",
+                 f"{expr.name(meta)} = {expr.value(written[meta])}",
+                 f"{expr.name(CHANGED_ATTRIBUTES[section])} = {expr.number(version)}"]
     return sets
 
 
-def _trimming(item: dict | None, keep: int, now: float, covered: int | None = None) -> tuple[list[str], int, dict]:
+def _trimming(expr: Expression, item: dict | None, keep: int, now: float,
+              covered: int | None = None) -> tuple[list[str], int]:
     """Journal entries to drop so that the newest ``keep`` applied ones remain, and those
     younger than ``JOURNAL_KEEP_SECONDS`` up to ``JOURNAL_MAX`` in all (``keep`` and the
     maximum count the write's own entry); never-applied markers go once they are old.
     ``covered``: drop only applied entries stamped at or before it. Returns the names to
-    REMOVE, the newest stamp of an applied entry dropped (0: none) and the name map."""
+    REMOVE (placeholders from ``expr``) and the newest stamp of an applied entry dropped (0: none)."""
     entries = journal(item)
     applied = sorted(((version, write) for write, version in entries if version > 0),
                      key=lambda entry: entry[0], reverse=True)
@@ -451,8 +444,7 @@ def _trimming(item: dict | None, keep: int, now: float, covered: int | None = No
     old_markers = [write for write, version in entries
                    if version == 0 and write.stamp_ms < (now - SETTLED_KEEP_SECONDS) * 1000]
     newest_dropped = max((write.stamp_ms for write in dropped), default=0)
-    names = {f"#j{index}": write.attribute for index, write in enumerate(dropped + old_markers)}
-    return list(names), newest_dropped, names
+    return [expr.name(write.attribute) for write in dropped + old_markers], newest_dropped
 
 
 def settle_request(device_id: str, write: WriteId, on_versioned_item: bool, now: float) -> dict:
@@ -460,17 +452,17 @@ def settle_request(device_id: str, write: WriteId, on_versioned_item: bool, now:
     it lands, no copy of the write can land any more (each requires its entry absent).
     On an item without a version (a device that never existed) it leaves a stub that
     reads as absent and expires."""
-    values = {":never": number(0)}
+    expr = Expression()
+    journaled, version = expr.name(write.attribute), expr.name(table.VERSION)
+    update = f"SET {journaled} = {expr.number(0)}"
     if on_versioned_item:
-        update, condition = "SET #w = :never", "attribute_not_exists(#w) AND attribute_exists(#version)"
+        condition = f"attribute_not_exists({journaled}) AND attribute_exists({version})"
     else:
-        update = "SET #w = :never, #expiresAt = :stubExpires"
-        condition = "attribute_not_exists(#w) AND attribute_not_exists(#version)"
-        values[":stubExpires"] = number(int(now) + STUB_SECONDS)
+        update += f", {expr.name(table.TTL_ATTRIBUTE)} = {expr.number(int(now) + STUB_SECONDS)}"
+        condition = f"attribute_not_exists({journaled}) AND attribute_not_exists({version})"
     return {"Key": table.state_key(device_id), "UpdateExpression": update, "ConditionExpression": condition,
-            "ExpressionAttributeNames": names_in(update + condition, {"#w": write.attribute}),
-            "ExpressionAttributeValues": values,
-            "ReturnValues": "ALL_NEW", "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+            **expr.attributes(), "ReturnValues": "ALL_NEW", "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+
 
 def refusal(planned: Planned, device_id: str, old: dict | None, fence: Fence, now: float) -> Exception:
     """Why a planned write's condition failed, from the item as it was (ALL_OLD): a typed

@@ -13,12 +13,15 @@ import time
 from dataclasses import dataclass
 
 from functions.device_state import table
+from functions.device_state.expressions import Expression, number
 from functions.device_state.store import IDEMPOTENT, ONCE, Ambiguous, Rejected, Store
 
 SUBSCRIPTION_SK_PREFIX = "subscription#"
 CONNECTION_PK_PREFIX = "connection#"
 CONNECTION_SK = "connection"
 MAX_SUBSCRIPTIONS = 100  # per connection
+DEVICES = "devices"  # on a connection's item: the devices it follows (a string set)
+DELIVERED = "delivered"  # on a subscription: the last version sent
 CONNECTION_LIFETIME_SECONDS = 2 * 60 * 60  # API Gateway closes a WebSocket connection after 2 hours
 
 
@@ -63,20 +66,20 @@ class Subscriptions:
         if credential_expires_at is not None:
             expires = min(expires, credential_expires_at)
         self.store.send("put_item", IDEMPOTENT, Item={
-            **_connection_key(connection_id), "subject": {"S": subject}, table.TTL_ATTRIBUTE: {"N": str(expires)}})
+            **_connection_key(connection_id), "subject": {"S": subject}, table.TTL_ATTRIBUTE: number(expires)})
 
     def subscribe(self, connection_id: str, device_id: str, since: int, sections) -> Subscription:
         """Follows ``device_id`` from ``since`` (a subscription of the same device replaced)."""
+        expr = Expression()
+        devices = expr.name(DEVICES)
+        condition = (f"attribute_exists({expr.name(table.SORT_KEY)}) AND (attribute_not_exists({devices}) OR "
+                     f"contains({devices}, {expr.value({'S': device_id})}) OR "
+                     f"size({devices}) < {expr.number(MAX_SUBSCRIPTIONS)})")
         try:
             answer = self.store.send(
                 "update_item", IDEMPOTENT, Key=_connection_key(connection_id),
-                UpdateExpression="ADD #devices :device",
-                ConditionExpression="attribute_exists(#sk) AND (attribute_not_exists(#devices) OR "
-                                    "contains(#devices, :name) OR size(#devices) < :max)",
-                ExpressionAttributeNames={"#devices": "devices", "#sk": table.SORT_KEY},
-                ExpressionAttributeValues={":device": {"SS": [device_id]}, ":name": {"S": device_id},
-                                           ":max": {"N": str(MAX_SUBSCRIPTIONS)}},
-                ReturnValuesOnConditionCheckFailure="ALL_OLD", ReturnValues="ALL_NEW")
+                UpdateExpression=f"ADD {devices} {expr.value({'SS': [device_id]})}", ConditionExpression=condition,
+                **expr.attributes(), ReturnValuesOnConditionCheckFailure="ALL_OLD", ReturnValues="ALL_NEW")
         except Rejected as refused:
             if refused.item is None:
                 raise UnknownConnection(connection_id) from None
@@ -85,7 +88,7 @@ class Subscriptions:
         subscription = Subscription(device_id, connection_id, since, tuple(sections), float(expires["N"]))
         self.store.send("put_item", IDEMPOTENT, Item={
             **_subscription_key(device_id, connection_id), "connectionId": {"S": connection_id},
-            "delivered": {"N": str(since)}, "sections": {"L": [{"S": name} for name in sections]},
+            DELIVERED: number(since), "sections": {"L": [{"S": name} for name in sections]},
             table.TTL_ATTRIBUTE: expires})
         return subscription
 
@@ -93,11 +96,11 @@ class Subscriptions:
         """Whether there was such a subscription."""
         answer = self.store.send("delete_item", IDEMPOTENT, Key=_subscription_key(device_id, connection_id),
                                  ReturnValues="ALL_OLD")
+        expr = Expression()
         try:
             self.store.send("update_item", IDEMPOTENT, Key=_connection_key(connection_id),
-                            UpdateExpression="DELETE #devices :device", ConditionExpression="attribute_exists(#sk)",
-                            ExpressionAttributeNames={"#devices": "devices", "#sk": table.SORT_KEY},
-                            ExpressionAttributeValues={":device": {"SS": [device_id]}})
+                            UpdateExpression=f"DELETE {expr.name(DEVICES)} {expr.value({'SS': [device_id]})}",
+                            ConditionExpression=f"attribute_exists({expr.name(table.SORT_KEY)})", **expr.attributes())
         except Rejected:
             pass  # the connection is gone already
         return "Attributes" in answer
@@ -106,16 +109,17 @@ class Subscriptions:
         """Forgets the connection and every subscription it had."""
         answer = self.store.send("delete_item", IDEMPOTENT, Key=_connection_key(connection_id),
                                  ReturnValues="ALL_OLD")
-        for device_id in answer.get("Attributes", {}).get("devices", {}).get("SS", []):
+        for device_id in answer.get("Attributes", {}).get(DEVICES, {}).get("SS", []):
             self.store.send("delete_item", IDEMPOTENT, Key=_subscription_key(device_id, connection_id))
 
     def of_device(self, device_id: str) -> list[Subscription]:
         now, found, start = self.clock(), [], None
+        expr = Expression()
+        followers = (f"{expr.name(table.PARTITION_KEY)} = {expr.value({'S': device_id})} AND "
+                     f"begins_with({expr.name(table.SORT_KEY)}, {expr.value({'S': SUBSCRIPTION_SK_PREFIX})})")
         while True:
             page = self.store.send(
-                "query", ConsistentRead=True, KeyConditionExpression="#pk = :pk AND begins_with(#sk, :prefix)",
-                ExpressionAttributeNames={"#pk": table.PARTITION_KEY, "#sk": table.SORT_KEY},
-                ExpressionAttributeValues={":pk": {"S": device_id}, ":prefix": {"S": SUBSCRIPTION_SK_PREFIX}},
+                "query", ConsistentRead=True, KeyConditionExpression=followers, **expr.attributes(),
                 **({"ExclusiveStartKey": start} if start else {}))
             found += [_subscription(item) for item in page.get("Items", []) if not table.is_expired(item, now)]
             start = page.get("LastEvaluatedKey")
@@ -128,14 +132,14 @@ class Subscriptions:
 
     def advance(self, subscription: Subscription, version: int) -> bool:
         """Records ``version`` as sent if nothing moved ``delivered`` since it was read."""
+        expr = Expression()
+        delivered = expr.name(DELIVERED)
         try:
             self.store.send("update_item", ONCE, Key=_subscription_key(subscription.device_id,
                                                                        subscription.connection_id),
-                            UpdateExpression="SET #delivered = :version",
-                            ConditionExpression="#delivered = :read",
-                            ExpressionAttributeNames={"#delivered": "delivered"},
-                            ExpressionAttributeValues={":version": {"N": str(version)},
-                                                       ":read": {"N": str(subscription.delivered)}})
+                            UpdateExpression=f"SET {delivered} = {expr.number(version)}",
+                            ConditionExpression=f"{delivered} = {expr.number(subscription.delivered)}",
+                            **expr.attributes())
             return True
         except (Rejected, Ambiguous):  # moved by another sender, or unknown: read it again
             return False
@@ -143,6 +147,6 @@ class Subscriptions:
 
 def _subscription(item: dict) -> Subscription:
     expires = item.get(table.TTL_ATTRIBUTE, {}).get("N")
-    return Subscription(item[table.PARTITION_KEY]["S"], item["connectionId"]["S"], int(item["delivered"]["N"]),
+    return Subscription(item[table.PARTITION_KEY]["S"], item["connectionId"]["S"], int(item[DELIVERED]["N"]),
                         tuple(entry["S"] for entry in item.get("sections", {}).get("L", [])),
                         None if expires is None else float(expires))

@@ -367,23 +367,6 @@ def to_attr(value):
     return to_attribute(value)
 
 
-def test_control_a_watermark_raised_by_add_from_one_view_overshoots_and_every_later_settle_is_unknown(rig):
-    """The watermark compiled patches kept before: each raised it by ADD of (newest stamp
-    dropped - the value its container last saw). Two containers with one view add twice."""
-    rig.other.create("d", {"n": 0})
-    raise_by = int(time.time() * 1000) - 2000  # the newest stamp dropped, minus a view without the attribute (0)
-    for _ in range(2):
-        rig.client.update_item(TableName=rig.name, Key=table.state_key("d"), UpdateExpression="ADD #t :raise",
-                               ExpressionAttributeNames={"#t": table.JOURNAL_TRIMMED_BY_PATCHES},
-                               ExpressionAttributeValues={":raise": {"N": str(raise_by)}})
-    item = rig.client.get_item(TableName=rig.name, Key=table.state_key("d"), ConsistentRead=True)["Item"]
-    assert trimmed_stamp(item) > time.time() * 1000 + 365 * 24 * 3600 * 1000  # decades ahead
-    rig.forwarder.lose("UpdateItem", land=False)
-    with pytest.raises(OutcomeUnknown):  # though DynamoDB answered the settle: the write never applied
-        rig.manager.update_with_retry("d", JsonPatch([{"op": "add", "path": "/mine", "value": 1}]))
-    assert "mine" not in rig.state("d")
-
-
 def test_control_the_naive_read_modify_write_applies_twice_in_the_same_harness(rig):
     rig.other.create("d", {"n": 0})
     naive = NaiveWriter(rig.forwarder.endpoint, rig.name)

@@ -9,7 +9,7 @@ from pathlib import Path
 import functions.device_state as library
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PUBLIC_MODULES = {"metrics", "restore", "table", "store", "leases", "transactions"}
+PUBLIC_MODULES = {"metrics", "restore", "table", "store", "expressions", "leases", "transactions"}
 
 
 def _callers() -> list[Path]:

@@ -31,7 +31,8 @@ class FailingClient:
         self.calls.append(request)
         if len(self.calls) == 1:
             raise self.failure
-        write = request["ExpressionAttributeNames"]["#w"]
+        write, = (name for name in request["ExpressionAttributeNames"].values()
+                  if name.startswith(table.JOURNAL_PREFIX))
         return {"Attributes": {**ITEM, write: {"N": "0"}}}
 
 

@@ -3,19 +3,44 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 from functions.device_state import DeviceAlreadyExists, JsonPatch
 from functions.device_state import table
+from functions.device_state.device import timestamp
 from functions.device_state.fencing import Fence, lease_key
-from functions.device_state.writes import (JOURNAL_KEEP, JOURNAL_MAX, LEGACY_CAP_MS, TRIMMED_STAMPS_KEEP, Planner, WriteId, journal,
+from functions.device_state.writes import (JOURNAL_KEEP, JOURNAL_MAX, STUB_SECONDS, TRIMMED_STAMPS_KEEP, Planner, WriteId, journal,
                                            settle_request, trimmed_stamp)
 
 NOW = 1_800_000_000.0
+STAMP = repr(timestamp(NOW))
 PLANNER = Planner("devices", Fence(), NOW, tombstone_seconds=100)
-LIVE = "(attribute_exists(#version) AND attribute_not_exists(#deletedAt) AND " \
-       "(attribute_not_exists(#expiresAt) OR #expiresAt > :nowEpoch))"
-UNFENCED = "(attribute_not_exists(#leaseToken) OR #leaseUntil <= :nowEpoch)"
+# Expressions as spelled(): placeholders replaced by the attribute names and values they stand for.
+LIVE = "(attribute_exists(version) AND attribute_not_exists(deletedAt) AND " \
+       f"(attribute_not_exists(expiresAt) OR expiresAt > {NOW}))"
+UNFENCED = f"(attribute_not_exists(leaseToken) OR leaseUntil <= {NOW})"
+
+
+def spelled(request: dict, expression: str) -> str:
+    """``request[expression]`` with every placeholder replaced by the attribute name it
+    stands for, and every value placeholder by its value (a number as its digits, a
+    string quoted, anything else as compact JSON)."""
+    names, values = request.get("ExpressionAttributeNames", {}), request.get("ExpressionAttributeValues", {})
+
+    def replace(match):
+        placeholder = match.group(0)
+        if placeholder in names:
+            return names[placeholder]
+        value = values.get(placeholder)
+        if value is None:
+            raise AssertionError(f"{placeholder} is not declared")
+        (kind, content), = value.items()
+        return content if kind == "N" else repr(content) if kind == "S" else json.dumps(value, separators=(",", ":"))
+
+    return re.sub(r"[#:][A-Za-z0-9_]+", replace, request[expression])
 
 
 def item(version=3, journal_entries=(), **extra):
@@ -36,17 +61,15 @@ def test_a_write_id_names_its_journal_attribute_and_reads_back():
 def test_a_state_write_is_version_checked_fenced_and_journaled():
     planned = PLANNER.replace_state(item(), lambda state: {"n": 2}, None, "updated")
     request = planned.request["Update"]
-    names, values = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"]
     write = planned.write
     assert request["Key"] == table.state_key("d") and request["TableName"] == "devices"
-    assert request["UpdateExpression"] == (
-        "SET #state = :state, #updatedAt = :now, #version = :next, #w = :next, #lastWrite = :lastWrite, "
-        "#itemBytes = :itemBytes")
-    assert request["ConditionExpression"] == (
-        f"#version = :expected AND {LIVE} AND attribute_not_exists(#w) AND {UNFENCED}")
-    assert names["#w"] == write.attribute and write.stamp_ms == int(NOW * 1000)
-    assert values[":expected"] == {"N": "3"} and values[":next"] == {"N": "4"}
-    assert values[":state"] == {"M": {"n": {"N": "2"}}}
+    update = spelled(request, "UpdateExpression")
+    assert re.fullmatch(re.escape(
+        f'SET state = {{"M":{{"n":{{"N":"2"}}}}}}, updatedAt = {STAMP}, version = 4, {write.attribute} = 4, '
+        "lastWrite = 'updated', itemBytes = ") + "[0-9]+", update), update
+    assert spelled(request, "ConditionExpression") == (
+        f"version = 3 AND {LIVE} AND attribute_not_exists({write.attribute}) AND {UNFENCED}")
+    assert write.stamp_ms == int(NOW * 1000)
     assert request["ReturnValuesOnConditionCheckFailure"] == "ALL_OLD"
     assert planned.device.version == 4 and planned.expected_version == 3
 
@@ -54,8 +77,7 @@ def test_a_state_write_is_version_checked_fenced_and_journaled():
 def test_a_fenced_write_names_its_lease_token():
     planned = Planner("devices", Fence({"d": "a" * 32}), NOW).replace_state(item(), lambda s: s, None, "updated")
     request = planned.request["Update"]
-    assert request["ConditionExpression"].endswith("(#leaseKey = :leaseKey AND #leaseUntil > :nowEpoch)")
-    assert request["ExpressionAttributeValues"][":leaseKey"] == {"S": lease_key("a" * 32)}
+    assert spelled(request, "ConditionExpression").endswith(f"(leaseKey = {lease_key('a' * 32)!r} AND leaseUntil > {NOW})")
     assert "a" * 32 not in str(request)  # the secret itself is never sent
 
 
@@ -68,22 +90,23 @@ def test_a_state_write_keeps_the_newest_entries_and_raises_the_trim_watermark():
         " REMOVE ")[1].split(", ")}
     kept_after = JOURNAL_KEEP - 1  # plus this write's own entry
     assert removed == {write.attribute for write, _ in entries[:-kept_after]} | {marker[0].attribute}
-    assert "#trimmed = :trimmed" in request["UpdateExpression"]
-    assert request["ExpressionAttributeValues"][":trimmed"] == {"N": str(entries[-kept_after - 1][0].stamp_ms)}
+    assert f"journalTrimmed = {entries[-kept_after - 1][0].stamp_ms}" in spelled(request, "UpdateExpression")
 
 
 def test_a_create_over_nothing_requires_no_version_and_over_a_tombstone_continues_it():
-    fresh = PLANNER.create("d", {"n": 0}, None).request["Update"]
-    assert fresh["ConditionExpression"].startswith("attribute_not_exists(#version) AND attribute_not_exists(#w)")
-    assert fresh["ExpressionAttributeValues"][":next"] == {"N": "1"}
+    created = PLANNER.create("d", {"n": 0}, None)
+    fresh = created.request["Update"]
+    assert spelled(fresh, "ConditionExpression").startswith(
+        f"attribute_not_exists(version) AND attribute_not_exists({created.write.attribute})")
+    assert f"version = 1, {created.write.attribute} = 1" in spelled(fresh, "UpdateExpression")
     tombstone = item(5, deletedAt={"S": "x"}, expiresAt={"N": str(int(NOW) + 10)})
     again = PLANNER.create("d", {"n": 0}, tombstone)
     request = again.request["Update"]
-    assert request["ConditionExpression"].startswith(
-        "#version = :expected AND (attribute_not_exists(#version) OR attribute_exists(#deletedAt) OR "
-        "#expiresAt <= :nowEpoch)")
-    assert request["ExpressionAttributeValues"][":next"] == {"N": "6"} and again.device.version == 6
-    assert "REMOVE #deletedAt, #expiresAt, #leaseToken, #leaseKey, #leaseUntil" in request["UpdateExpression"]
+    assert spelled(request, "ConditionExpression").startswith(
+        f"version = 5 AND (attribute_not_exists(version) OR attribute_exists(deletedAt) OR expiresAt <= {NOW})")
+    assert f"version = 6, {again.write.attribute} = 6" in spelled(request, "UpdateExpression")
+    assert again.device.version == 6
+    assert "REMOVE deletedAt, expiresAt, leaseToken, leaseKey, leaseUntil" in spelled(request, "UpdateExpression")
     with pytest.raises(DeviceAlreadyExists):
         PLANNER.create("d", {}, item())
 
@@ -91,30 +114,33 @@ def test_a_create_over_nothing_requires_no_version_and_over_a_tombstone_continue
 def test_a_delete_leaves_a_tombstone_with_the_next_version():
     planned = PLANNER.delete(item(3))
     request = planned.request["Update"]
-    assert request["UpdateExpression"].startswith(
-        "SET #deletedAt = :now, #updatedAt = :now, #expiresAt = :tombstoneExpires, #version = :next, #w = :next, "
-        "#lastWrite = :lastWrite REMOVE #state, #leaseToken, #leaseKey, #leaseUntil")
-    assert request["ExpressionAttributeValues"][":tombstoneExpires"] == {"N": str(int(NOW) + 100)}
-    assert request["ExpressionAttributeValues"][":next"] == {"N": "4"}
+    assert spelled(request, "UpdateExpression").startswith(
+        f"SET deletedAt = {STAMP}, updatedAt = {STAMP}, expiresAt = {int(NOW) + 100}, version = 4, "
+        f"{planned.write.attribute} = 4, lastWrite = 'deleted' REMOVE state, leaseToken, leaseKey, leaseUntil")
     assert planned.device.version == 3  # the device as it was
 
 
 def test_a_compiled_patch_is_one_update_with_no_version_condition_guarded_by_its_write_id():
     planned = PLANNER.compiled("d", JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile())
     request = planned.request["Update"]
-    assert ", #version = #version + :one, #updatedAt = :now, #w = #version + :one" in request["UpdateExpression"]
-    assert request["ConditionExpression"].startswith(f"{LIVE} AND attribute_not_exists(#w) AND {UNFENCED}")
-    assert ":expected" not in request["ExpressionAttributeValues"] and request["ReturnValues"] == "ALL_NEW"
+    write = planned.write.attribute
+    assert (f", version = version + 1, updatedAt = {STAMP}, {write} = version + 1"
+            in spelled(request, "UpdateExpression"))
+    condition = spelled(request, "ConditionExpression")
+    assert condition.startswith(f"{LIVE} AND attribute_not_exists({write}) AND {UNFENCED}")
+    assert "version =" not in condition and request["ReturnValues"] == "ALL_NEW"
 
 
 def test_settling_marks_the_write_as_never_applied_only_if_its_entry_is_absent():
     write = WriteId(123, "abcdef01")
     on_device = settle_request("d", write, True, NOW)
-    assert on_device["UpdateExpression"] == "SET #w = :never"
-    assert on_device["ConditionExpression"] == "attribute_not_exists(#w) AND attribute_exists(#version)"
+    assert spelled(on_device, "UpdateExpression") == f"SET {write.attribute} = 0"
+    assert spelled(on_device, "ConditionExpression") == (
+        f"attribute_not_exists({write.attribute}) AND attribute_exists(version)")
     stub = settle_request("d", write, False, NOW)
-    assert stub["UpdateExpression"] == "SET #w = :never, #expiresAt = :stubExpires"
-    assert stub["ConditionExpression"] == "attribute_not_exists(#w) AND attribute_not_exists(#version)"
+    assert spelled(stub, "UpdateExpression") == f"SET {write.attribute} = 0, expiresAt = {int(NOW) + STUB_SECONDS}"
+    assert spelled(stub, "ConditionExpression") == (
+        f"attribute_not_exists({write.attribute}) AND attribute_not_exists(version)")
 
 
 def removed_names(request):
@@ -133,7 +159,7 @@ def test_a_write_keeps_the_entries_of_the_last_second_up_to_the_maximum():
     many = [(WriteId(int(NOW * 1000) - 500 + version, f"{version:08x}"), version) for version in range(1, 41)]
     request = PLANNER.replace_state(item(40, many), lambda state: state, None, "updated").request["Update"]
     assert removed_names(request) == {write.attribute for write, _ in many[:-(JOURNAL_MAX - 1)]}
-    assert request["ExpressionAttributeValues"][":trimmed"] == {"N": str(many[-JOURNAL_MAX][0].stamp_ms)}
+    assert f"journalTrimmed = {many[-JOURNAL_MAX][0].stamp_ms}" in spelled(request, "UpdateExpression")
 
 
 def test_a_compiled_patch_drops_what_the_container_last_saw_and_adds_the_newest_dropped_stamp_to_a_set():
@@ -142,14 +168,12 @@ def test_a_compiled_patch_drops_what_the_container_last_saw_and_adds_the_newest_
     compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
     request = PLANNER.compiled("d", compiled, seen).request["Update"]
     assert removed_names(request) == {write.attribute for write, _ in entries[:-(JOURNAL_KEEP - 1)]}
-    assert request["UpdateExpression"].endswith(" ADD #trimmedStamps :trimmedStamp")
-    assert request["ExpressionAttributeNames"]["#trimmedStamps"] == table.JOURNAL_TRIMMED_STAMPS
     newest_dropped = entries[-JOURNAL_KEEP][0].stamp_ms
     # the stamp itself, not a distance from this container's view: a set union adds up to nothing
-    assert request["ExpressionAttributeValues"][":trimmedStamp"] == {"NS": [str(newest_dropped)]}
-    assert "#trimmed" not in request["ExpressionAttributeNames"]  # the exact watermark is the readers' alone
+    assert spelled(request, "UpdateExpression").endswith(f' ADD journalTrimmedStamps {{"NS":["{newest_dropped}"]}}')
+    # the exact watermark is the readers' alone
+    assert table.JOURNAL_TRIMMED not in request["ExpressionAttributeNames"].values()
     assert trimmed_stamp(seen) == 950 and trimmed_stamp({"journalTrimmedStamps": {"NS": ["990", "20"]}}) == 990
-    assert trimmed_stamp({"journalTrimmedByPatches": {"N": "995"}}) == 995  # the old watermark still counts
     unseen = PLANNER.compiled("d", compiled, None).request["Update"]
     assert " REMOVE " not in unseen["UpdateExpression"] and " ADD " not in unseen["UpdateExpression"]
     assert len(journal(item(3, entries))) == len(entries)
@@ -161,30 +185,27 @@ def test_a_compiled_patch_that_sees_many_stamps_prunes_them_and_drops_only_what_
     seen = item(29, entries, journalTrimmedStamps={"NS": stamps})
     compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
     request = PLANNER.compiled("d", compiled, seen).request["Update"]
-    assert " ADD " not in request["UpdateExpression"]
-    assert request["UpdateExpression"].endswith(" DELETE #trimmedStamps :prunedStamps")
+    update = spelled(request, "UpdateExpression")
+    assert " ADD " not in update
     highest = max(int(stamp) for stamp in stamps)
-    assert sorted(request["ExpressionAttributeValues"][":prunedStamps"]["NS"]) == sorted(
+    pruned = re.fullmatch(r".* DELETE journalTrimmedStamps (\{.*\})", update)
+    assert pruned, update
+    assert sorted(json.loads(pruned.group(1))["NS"]) == sorted(
         stamp for stamp in stamps if int(stamp) != highest)  # never the highest it saw
     assert removed_names(request) == {write.attribute for write, _ in entries if write.stamp_ms <= highest}
 
 
 def test_a_write_that_read_the_item_folds_the_patches_watermarks_into_its_own():
-    """Its version condition makes its view exact: the set's highest stamp, and the old ADD
-    watermark counted up to a few minutes past its clock (it overshot when containers raised it at once)."""
+    """Its version condition makes its view exact: the set's highest stamp."""
     stamps = item(5, journalTrimmed={"N": "700"}, journalTrimmedStamps={"NS": ["900", "800"]})
     request = PLANNER.replace_state(stamps, lambda state: state, None, "updated").request["Update"]
-    assert request["ExpressionAttributeValues"][":trimmed"] == {"N": "900"}
+    assert "journalTrimmed = 900" in spelled(request, "UpdateExpression")
     assert removed_names(request) == {table.JOURNAL_TRIMMED_STAMPS}
-    overshot = item(5, journalTrimmed={"N": "700"}, journalTrimmedByPatches={"N": str(2 * int(NOW * 1000))})
-    request = PLANNER.replace_state(overshot, lambda state: state, None, "updated").request["Update"]
-    assert request["ExpressionAttributeValues"][":trimmed"] == {"N": str(int(NOW * 1000) + LEGACY_CAP_MS)}
-    assert removed_names(request) == {table.JOURNAL_TRIMMED_BY_PATCHES}
     # a fold that raises nothing still removes the set, and declares no name it does not use
     covered = item(5, journalTrimmed={"N": "950"}, journalTrimmedStamps={"NS": ["900"]})
     request = PLANNER.replace_state(covered, lambda state: state, None, "updated").request["Update"]
     assert removed_names(request) == {table.JOURNAL_TRIMMED_STAMPS}
-    assert "#trimmed" not in request["ExpressionAttributeNames"]
+    assert table.JOURNAL_TRIMMED not in request["ExpressionAttributeNames"].values()
     quiet = PLANNER.replace_state(item(5, journalTrimmed={"N": "700"}), lambda state: state, None, "updated")
     assert " REMOVE " not in quiet.request["Update"]["UpdateExpression"]
 
@@ -237,13 +258,11 @@ def test_desired_reported_and_their_metadata_count_toward_the_item_size():
 
 
 def test_every_name_and_value_a_planned_request_declares_is_used():
-    """DynamoDB refuses a request that declares a placeholder it does not use (#trimmed is
-    not used by an expression that only names #trimmedStamps)."""
-    import re
+    """DynamoDB refuses a request that declares a placeholder it does not use."""
 
     entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 30)]
     items = [item(5), item(29, entries), item(5, journalTrimmed={"N": "950"}, journalTrimmedStamps={"NS": ["900"]}),
-             item(5, journalTrimmedByPatches={"N": "10"}, journalTrimmed={"N": "20"}),
+             item(5, journalTrimmed={"N": "20"}),
              item(29, entries, journalTrimmedStamps={"NS": ["1", "2", "3", "4"]})]
     compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
     for seen in items:
