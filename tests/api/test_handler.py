@@ -345,9 +345,11 @@ def test_contention_exhaustion_is_503_with_retry_after_and_writes_nothing(api, m
 
     def rival_writes_first(**kwargs):
         params = kwargs.get("params", {})
-        # before each version-checked attempt
-        if params.get("Key", {}).get("deviceId", {}).get("S") == "lamp-1" and \
-                ":expected" in params.get("ExpressionAttributeValues", {}):
+        version = next((placeholder for placeholder, name in params.get("ExpressionAttributeNames", {}).items()
+                        if name == "version"), None)
+        # before each version-checked attempt (its condition names the version it expects)
+        if params.get("Key", {}).get("deviceId", {}).get("S") == "lamp-1" and version and \
+                f"{version} = " in params.get("ConditionExpression", ""):
             rival.replace("lamp-1", {"n": Decimal(-1), "by": "rival"})
 
     client.meta.events.register("provide-client-params.dynamodb.UpdateItem", rival_writes_first)
