@@ -40,6 +40,9 @@ def _snapshot(api):
     return sorted((device["deviceId"], device["version"]) for device in listed)
 
 
+# The request is refused before any DynamoDB request, so one engine shows it; the idempotency
+# record a refusal must not leave is the same item on both (the later tests run on both).
+@pytest.mark.parametrize("engine", ["moto"], indirect=True)
 @pytest.mark.parametrize("bad", BAD_QUERIES)
 @pytest.mark.parametrize("method, path, body, content_type, applied", WRITES,
                          ids=[f"{w[0]} {w[1]}" for w in WRITES])
