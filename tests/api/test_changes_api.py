@@ -68,7 +68,9 @@ def test_write_then_long_poll_over_http_and_history(feed_server):
     status, _, body = server.request("GET", "/devices/porch/changes?since=0&waitSeconds=10")
     assert status == 200
     page = json.loads(body)
-    assert [(c["version"], c["kind"]) for c in page["changes"]] == [(1, "created")]
+    # the server's log goes with a failure: once (1 of 4 clean-clone runs) the first change did
+    # not reach the feed within 10 s, and its cause is not known yet
+    assert [(c["version"], c["kind"]) for c in page["changes"]] == [(1, "created")], server.log[-4000:]
     assert page["changes"][0]["patch"] == [{"op": "add", "path": "/state", "value": {"on": False}},
                                            {"op": "add", "path": "/desired", "value": {}},
                                            {"op": "add", "path": "/reported", "value": {}}]
