@@ -11,7 +11,8 @@ from .resolver import Router
 
 from functions.device_state import (CREATED, DELETED, DESIRED, DEVICE_SECTIONS, MAX_LIST_LIMIT, REPLACED,
                                     REPORTED, STATE, UPDATED, DeviceAlreadyExists, DeviceNotFound,
-                                    DeviceStateManager, JsonPatch, MergePatch, validate_device_id)
+                                    DeviceStateManager, IdempotencyKey, JsonPatch, MergePatch,
+                                    validate_device_id)
 
 from functions.auth.rights import WriteKind
 
@@ -25,7 +26,6 @@ from .problems import BadRequest, PreconditionFailed, PreconditionRequired, etag
 
 DEFAULT_LIST_LIMIT = 50
 MAX_DELTA_WAIT_SECONDS = 20
-LEASE_TOKEN = parse.LEASE_TOKEN
 # What every write of one device takes: include=metadata, every header of the service's, a body.
 DEVICE_WRITE = {"query": (parse.INCLUDE,), "headers": parse.SERVICE_HEADERS, "body": True}
 
@@ -39,7 +39,7 @@ class _Write:
 
     device_id: str
     preconditions: parse.Preconditions
-    key: object
+    key: IdempotencyKey | None
     lease_token: str | None
 
     def writer(self) -> DeviceStateManager:
@@ -54,7 +54,7 @@ class _Write:
 def _device_write(raw_device_id: str) -> _Write:
     event = router.current_event
     return _Write(parse.device_id(raw_device_id), parse.Preconditions.of(event), idempotency_key(event),
-                  parse.lease_token(parse.single_header(event, LEASE_TOKEN), LEASE_TOKEN))
+                  parse.lease_token(parse.single_header(event, parse.LEASE_TOKEN), parse.LEASE_TOKEN))
 
 
 def _require_if_match(preconditions: parse.Preconditions, method: str) -> None:
