@@ -34,7 +34,7 @@ from .idempotency import IdempotencyKey, InvalidIdempotencyKey
 from .device import Device
 from .leases import Lease, LeaseGrant, LeaseStatus
 from .manager import DeviceStateManager
-from .retry import Backoff
+from .runtime import Backoff
 from .observer import UpdateObserver
 from .patches import JsonPatch, MergePatch
 from .transactions import (MAX_OPERATIONS, InvalidTransaction, Operation, OperationFailure, TransactionFailed,
@@ -51,7 +51,7 @@ from .sections import (DESIRED, DEVICE_SECTIONS, MAX_POINTER_BYTES, METADATA_ENT
 from .values import (DEVICE_ID_PATTERN, MAX_EXPONENT, MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS,
                      MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH, MAX_VERSION, MIN_EXPONENT, dumps, loads,
                      validate_device_id)
-from .writes import DEFAULT_TOMBSTONE_SECONDS, MAX_STATE_ITEM_BYTES
+from .planning import DEFAULT_TOMBSTONE_SECONDS, MAX_STATE_ITEM_BYTES
 
 __all__ = [
     "Backoff",

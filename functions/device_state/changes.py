@@ -38,6 +38,7 @@ from .device import Device
 from .errors import DeviceNotFound, DeviceStateError, ItemTooLarge
 from .expressions import Expression, number
 from .sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, entries_of
+from .runtime import Runtime
 from .store import ONCE, Rejected, IDEMPOTENT, Store
 from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads, validate_device_id
 
@@ -295,7 +296,7 @@ class ChangeLog:
     def __init__(self, client, table_name: str, *, retention_seconds: int = DEFAULT_RETENTION_SECONDS,
                  clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep):
-        self.store = Store(client, table_name)
+        self.store = Store(client, table_name, Runtime(clock=clock, monotonic=monotonic, sleep=sleep))
         self.retention_seconds = retention_seconds
         self.clock, self.monotonic, self.sleep = clock, monotonic, sleep
 

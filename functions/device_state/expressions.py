@@ -8,7 +8,7 @@ no placeholder is spelled anywhere else.
 
 A state item is *live* when it has a version, is not a tombstone and has not expired.
 A tombstone (a deleted device) keeps its version and journal and carries ``deletedAt``
-and ``expiresAt``; a settle stub (see ``writes.settle_request``) has no version at all.
+and ``expiresAt``; a settle stub (see ``Planner.settle_mark``) has no version at all.
 """
 
 from __future__ import annotations

@@ -28,20 +28,23 @@ it put, so an ended waiting ticket stops waiting (``LeaseLost``) rather than com
 from __future__ import annotations
 
 import hashlib
-from decimal import Decimal
 import math
 import secrets
 import threading
 import uuid
 from dataclasses import dataclass
+from decimal import Decimal
 
 from . import table
 from .device import timestamp
-from .errors import (DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, OutcomeUnknown, StorageError,
-                     StorageUnavailable, UnknownLease)
-from .expressions import Expression, live, number
-from .fencing import active_holder, lease_key
-from .store import IDEMPOTENT, Ambiguous, Cancelled, Rejected
+from .errors import (DeviceLocked, DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, LeaseNotHeld, OutcomeUnknown,
+                     StorageError, StorageUnavailable, UnknownLease)
+from .expressions import Expression, number
+from .fencing import active_holder
+from .pipeline import Refusals, WritePipeline
+from .planning import lease_instant
+from .retry import Moved, RetryLoop
+from .store import IDEMPOTENT, Rejected
 from .values import validate_device_id
 
 DEFAULT_TTL_SECONDS = 60
@@ -72,11 +75,6 @@ def _sort_key(ticket: int) -> str:
 
 def _row_key(device_id: str, ticket: int) -> dict:
     return {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": _sort_key(ticket)}}
-
-
-def _ms(seconds: float) -> float:
-    """Epoch seconds to the millisecond, as leases store and compare them."""
-    return round(seconds, 3)
 
 
 def lease_token_of(secret: str) -> str:
@@ -138,15 +136,20 @@ class LeaseStatus:
 
 
 class LeaseQueue:
-    """The lease protocol for one ``DeviceStateManager`` (its client, table, clock,
-    sleep, randomness and observer)."""
+    """The lease protocol on a write pipeline: its store for the queue rows and the ticket
+    counter, and its planner and sends for every change of the holder on the state item."""
 
-    def __init__(self, manager):
-        self._m = manager
+    CONFLICT_ATTEMPTS = 8  # a lease transaction meeting a TransactionConflict is tried again this often
+    CONFLICT_BUDGET_SECONDS = 5.0
+
+    def __init__(self, pipeline: WritePipeline):
+        self._pipeline = pipeline
+        self._store = pipeline.store
+        self._runtime = pipeline.runtime
 
     @property
-    def manager(self):
-        return self._m
+    def runtime(self):
+        return self._runtime
 
     # ------------------------------------------------------------- acquire
 
@@ -160,26 +163,19 @@ class LeaseQueue:
         ttl_seconds, wait_seconds = _check_ttl(ttl_seconds), float(wait_seconds)
         if not 0 <= wait_seconds <= MAX_TTL_SECONDS or math.isnan(wait_seconds):
             raise InvalidLease(f"wait_seconds must be from 0 to {MAX_TTL_SECONDS}")
-        m = self._m
-        device = m.live_state(device_id)
+        runtime = self._runtime
+        device = self._store.get_live_state(device_id, runtime.clock())
         if device is None:
             raise DeviceNotFound(device_id)
         since = device[table.CREATED_AT]["S"]  # rows of an earlier incarnation of the device do not count
-        started = m.monotonic()
+        started = runtime.monotonic()
         deadline = started + wait_seconds
-        # A resend after a lost answer may skip a ticket number: harmless, tickets need only go up.
-        counter = Expression()
-        ticket = int(m.store.send(
-            "update_item", IDEMPOTENT,
-            Key={table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": table.LEASE_COUNTER_SK}},
-            UpdateExpression=f"ADD {counter.name(_TICKET)} {counter.number(1)}", **counter.attributes(),
-            ReturnValues="UPDATED_NEW",
-        )["Attributes"][_TICKET]["N"])
+        ticket = self._draw(device_id)
         secret = secrets.token_hex(16)
         lease_id = f"{ticket}.{secret}"
-        row_refreshed = m.monotonic()
-        self._put_row(device_id, ticket, secret, owner, ttl_seconds, m.clock() + min(ttl_seconds, WAITING_ROW_SECONDS),
-                      first=True)
+        row_refreshed = runtime.monotonic()
+        waiting_until = lambda: runtime.clock() + min(ttl_seconds, WAITING_ROW_SECONDS)  # noqa: E731
+        self._put_row(device_id, ticket, secret, owner, ttl_seconds, waiting_until(), first=True)
         try:
             while True:
                 ahead = self._live_rows(device_id, since, below=ticket)
@@ -187,17 +183,16 @@ class LeaseQueue:
                 if not ahead:
                     taken, holder_until = self._take(device_id, ticket, secret, owner, ttl_seconds)
                     if taken is not None:
-                        m.observer.lease_acquired(device_id, m.monotonic() - started)
+                        runtime.observer.lease_acquired(device_id, runtime.monotonic() - started)
                         return LeaseGrant(device_id, lease_id, ticket, taken, ttl_seconds)
-                remaining = deadline - m.monotonic()
+                remaining = deadline - runtime.monotonic()
                 if remaining <= 0:
-                    m.observer.lease_busy(device_id)
+                    runtime.observer.lease_busy(device_id)
                     raise LeaseBusy(device_id, holder_until, len(ahead))
-                m.sleep(min(remaining, m.rng.uniform(*POLL_SECONDS)))
-                if m.monotonic() - row_refreshed > WAITING_ROW_SECONDS / 2:
-                    row_refreshed = m.monotonic()
-                    self._put_row(device_id, ticket, secret, owner, ttl_seconds,
-                                  m.clock() + min(ttl_seconds, WAITING_ROW_SECONDS))
+                runtime.sleep(min(remaining, runtime.rng.uniform(*POLL_SECONDS)))
+                if runtime.monotonic() - row_refreshed > WAITING_ROW_SECONDS / 2:
+                    row_refreshed = runtime.monotonic()
+                    self._put_row(device_id, ticket, secret, owner, ttl_seconds, waiting_until())
         except BaseException as error:
             if isinstance(error, OutcomeUnknown):
                 self._unseat(device_id, ticket)  # a take whose answer was lost may have landed
@@ -207,41 +202,36 @@ class LeaseQueue:
                 pass  # the row runs out by itself; what the caller must hear is the first error
             raise
 
+    def _draw(self, device_id: str) -> int:
+        """The next ticket. A resend after a lost answer may skip a number: harmless, tickets
+        need only go up."""
+        counter = Expression()
+        return int(self._store.send(
+            "update_item", IDEMPOTENT,
+            Key={table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": table.LEASE_COUNTER_SK}},
+            UpdateExpression=f"ADD {counter.name(_TICKET)} {counter.number(1)}", **counter.attributes(),
+            ReturnValues="UPDATED_NEW",
+        )["Attributes"][_TICKET]["N"])
+
     def _take(self, device_id, ticket, secret, owner, ttl_seconds) -> tuple[float | None, float | None]:
         """At the head: record this ticket as the holder unless another lease is active.
-        Returns (our expiry, None) or (None, the active holder's expiry)."""
-        m = self._m
-        now = m.clock()
-        until = _ms(now + ttl_seconds)  # as stored
-        expr = Expression()
-        token, holder_until, ours = expr.name(table.LEASE_TOKEN), expr.name(table.LEASE_UNTIL), expr.number(ticket)
-        condition = (f"{live(expr, _ms(now))} AND "
-                     f"(attribute_not_exists({token}) OR {holder_until} <= {expr.number(_ms(now))} OR {token} = {ours})")
-        update = (f"SET {token} = {ours}, {expr.name(table.LEASE_KEY)} = "
-                  f"{expr.value({'S': lease_key(lease_token_of(secret))})}, {holder_until} = {expr.number(until)}")
+        Returns (our expiry, None) or (None, the active holder's expiry, if any)."""
+        planner = self._pipeline.planner()
+        until = lease_instant(planner.now + ttl_seconds)  # as stored
+        row = {"Put": {"TableName": self._store.table_name,
+                       "Item": self._row(device_id, ticket, secret, owner, ttl_seconds, until),
+                       **self._still_ours(secret)}}
         try:
-            self._send_transaction(device_id, [
-                {"Put": {"TableName": m.table_name, "Item": self._row(device_id, ticket, secret, owner, ttl_seconds, until),
-                         **self._still_ours(secret)}},
-                {"Update": {
-                    "TableName": m.table_name, "Key": table.state_key(device_id),
-                    "UpdateExpression": update, "ConditionExpression": condition, **expr.attributes(),
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                }},
-            ])
-        except Cancelled as cancelled:
-            reasons = cancelled.reasons + [{}, {}]
-            if reasons[0].get("Code") == "ConditionalCheckFailed":  # our ticket was ended while we waited
+            self._pipeline.send_together(planner, [planner.take_lease(device_id, ticket, lease_token_of(secret),
+                                                                      until)], [row], uuid.uuid4().hex)
+        except Refusals as refused:
+            if refused.others_refused[0]:  # our ticket was ended while we waited
                 raise self._lost(device_id, f"{ticket}.{secret}") from None
-            state = reasons[1]
-            if state.get("Code") == "ConditionalCheckFailed":
-                item = state.get("Item")
-                if not table.is_live_state(item, m.clock()):
-                    raise DeviceNotFound(device_id) from None
-                return None, active_holder(item, m.clock())[1]
-            if any(reason.get("Code") == "TransactionConflict" for reason in cancelled.reasons):
-                return None, None  # someone else's heartbeat or write at that instant: poll again
-            raise StorageError(f"lease transaction cancelled: {cancelled.reasons}") from None
+            if isinstance(refused.refusals[0], DeviceLocked):
+                return None, refused.refusals[0].lease_expires_at
+            if refused.refusals[0] is not None:
+                raise refused.refusals[0] from None  # DeviceNotFound
+            return None, None  # someone else's heartbeat or write at that instant: poll again
         return until, None
 
     def _live_rows(self, device_id: str, since: str, below: int | None = None) -> list[dict]:
@@ -250,42 +240,35 @@ class LeaseQueue:
         before ``since`` (the device's creation: a deleted incarnation's queue), are deleted."""
         if below is not None and below <= 1:
             return []
-        m = self._m
-        now = m.clock()
+        now = self._runtime.clock()
         high = _sort_key(below - 1) if below is not None else table.LEASE_SK_PREFIX + "9" * (TICKET_DIGITS + 1)
         expr = Expression()
-        request = {
-            "TableName": m.table_name, "ConsistentRead": True,
+        rows = self._store.query_all({
+            "ConsistentRead": True,
             "KeyConditionExpression": (f"{expr.name(table.PARTITION_KEY)} = {expr.value({'S': device_id})} AND "
                                        f"{expr.name(table.SORT_KEY)} BETWEEN {expr.value({'S': _sort_key(0)})} AND "
                                        f"{expr.value({'S': high})}"),
             **expr.attributes(),
-        }
+        })
         live, expired = [], []
-        while True:
-            page = m.store.send("query", **request)
-            for row in page.get("Items", []):
-                current = float(row[_UNTIL]["N"]) > now and row.get(_CREATED_AT, {}).get("S", since) >= since
-                (live if current else expired).append(row)
-            if "LastEvaluatedKey" not in page:
-                break
-            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        for row in rows:
+            current = float(row[_UNTIL]["N"]) > now and row.get(_CREATED_AT, {}).get("S", since) >= since
+            (live if current else expired).append(row)
         for row in expired[:MAX_REAPED_PER_POLL]:
             self._reap(row, now, since)
         if expired:
-            m.observer.lease_reclaimed(device_id, min(len(expired), MAX_REAPED_PER_POLL))
+            self._runtime.observer.lease_reclaimed(device_id, min(len(expired), MAX_REAPED_PER_POLL))
         return live
 
     def _reap(self, row: dict, now: float, since: str) -> None:
         """Delete an expired or stale row, unless its holder heartbeated it meanwhile."""
-        m = self._m
         expr = Expression()
-        condition = (f"{expr.name(_UNTIL)} <= {expr.number(_ms(now))} OR "
+        condition = (f"{expr.name(_UNTIL)} <= {expr.number(lease_instant(now))} OR "
                      f"{expr.name(_CREATED_AT)} < {expr.value({'S': since})}")
         try:
-            m.store.send("delete_item", IDEMPOTENT,
-                         Key={table.PARTITION_KEY: row[table.PARTITION_KEY], table.SORT_KEY: row[table.SORT_KEY]},
-                         ConditionExpression=condition, **expr.attributes())
+            self._store.send("delete_item", IDEMPOTENT,
+                             Key={table.PARTITION_KEY: row[table.PARTITION_KEY], table.SORT_KEY: row[table.SORT_KEY]},
+                             ConditionExpression=condition, **expr.attributes())
         except Rejected:
             pass
 
@@ -296,40 +279,32 @@ class LeaseQueue:
         ``LeaseLost`` when it expired, was released, or is not the holder."""
         validate_device_id(device_id)
         ticket, secret = parse_lease_id(lease_id)
-        m = self._m
         key = _row_key(device_id, ticket)
         if ttl_seconds is None:
-            row = m.store.get(key)
+            row = self._store.get(key)
             if row is None or row.get(_SECRET, {}).get("S") != secret:
                 raise self._lost(device_id, lease_id, row)
             ttl_seconds = float(row[_TTL]["N"])
         ttl_seconds = _check_ttl(ttl_seconds)
-        now = m.clock()
-        until = _ms(now + ttl_seconds)  # as stored
-        row, held = Expression(), Expression()
-        row_until, holder_until = row.name(_UNTIL), held.name(table.LEASE_UNTIL)
+
+        def extend(planner):
+            until = lease_instant(planner.now + ttl_seconds)  # as stored
+            row = Expression()
+            row_until = row.name(_UNTIL)
+            extend_row = {"Update": {
+                "TableName": self._store.table_name, "Key": key,
+                "UpdateExpression": (f"SET {row_until} = {row.number(until)}, {row.name(table.TTL_ATTRIBUTE)} = "
+                                     f"{row.number(math.ceil(until))}, {row.name(_TTL)} = {row.number(ttl_seconds)}"),
+                "ConditionExpression": (f"{row.name(_SECRET)} = {row.value({'S': secret})} AND "
+                                        f"{row_until} > {row.number(lease_instant(planner.now))}"),
+                **row.attributes(),
+            }}
+            return until, planner.extend_lease(device_id, ticket, until), [extend_row]
+
         try:
-            self._transact(device_id, [
-                {"Update": {
-                    "TableName": m.table_name, "Key": key,
-                    "UpdateExpression": (f"SET {row_until} = {row.number(until)}, {row.name(table.TTL_ATTRIBUTE)} = "
-                                         f"{row.number(math.ceil(until))}, {row.name(_TTL)} = {row.number(ttl_seconds)}"),
-                    "ConditionExpression": (f"{row.name(_SECRET)} = {row.value({'S': secret})} AND "
-                                            f"{row_until} > {row.number(_ms(now))}"),
-                    **row.attributes(),
-                }},
-                {"Update": {
-                    "TableName": m.table_name, "Key": table.state_key(device_id),
-                    "UpdateExpression": f"SET {holder_until} = {held.number(until)}",
-                    "ConditionExpression": (f"{held.name(table.LEASE_TOKEN)} = {held.number(ticket)} AND "
-                                            f"{holder_until} > {held.number(_ms(now))}"),
-                    **held.attributes(),
-                }},
-            ])
-        except Cancelled as cancelled:
-            if any(reason.get("Code") == "ConditionalCheckFailed" for reason in cancelled.reasons):
-                raise self._lost(device_id, lease_id) from None
-            raise StorageUnavailable(f"lease heartbeat kept conflicting: {cancelled.reasons}") from None
+            until = self._transact(device_id, extend)
+        except Refusals:  # the holder or the row refused: the lease is no longer held
+            raise self._lost(device_id, lease_id) from None
         return LeaseGrant(device_id, lease_id, ticket, until, ttl_seconds)
 
     def release(self, device_id: str, lease_id: str) -> bool:
@@ -338,21 +313,15 @@ class LeaseQueue:
         something was released, False when it was already gone."""
         validate_device_id(device_id)
         ticket, secret = parse_lease_id(lease_id)
-        m = self._m
+        delete_row = {"Delete": self._delete_own_row(device_id, ticket, secret)}
         try:
-            self._transact(device_id, [
-                {"Delete": self._delete_own_row(device_id, ticket, secret)},
-                {"Update": self._clear_holder(device_id, ticket)},
-            ])
+            self._transact(device_id, lambda planner: (True, planner.clear_lease(device_id, ticket), [delete_row]))
             return True
-        except Cancelled as cancelled:
-            row_reason, state_reason = (cancelled.reasons + [{}, {}])[:2]
-            if row_reason.get("Code") == "ConditionalCheckFailed":
-                if self._never_issued(device_id, lease_id, m.store.get(_row_key(device_id, ticket))):
+        except Refusals as refused:
+            if refused.others_refused[0]:
+                if self._never_issued(device_id, lease_id, self._store.get(_row_key(device_id, ticket))):
                     raise UnknownLease(device_id, lease_id) from None
                 return False  # released, reaped, or expired already
-            if state_reason.get("Code") != "ConditionalCheckFailed":
-                raise StorageUnavailable(f"lease release kept conflicting: {cancelled.reasons}") from None
         return self._withdraw(device_id, ticket, secret)  # a waiting ticket, or a holder already superseded
 
     def end(self, device_id: str, fencing_token: int) -> bool:
@@ -368,29 +337,23 @@ class LeaseQueue:
         ticket = int(fencing_token)
         if not 1 <= ticket < 10 ** TICKET_DIGITS:
             raise InvalidLease(f"{fencing_token!r} is not a fencing token this service issued")
-        m = self._m
-        key = _row_key(device_id, ticket)
-        clear_holder = self._clear_holder(device_id, ticket)
         drawn = Expression()
-        delete_row = {"TableName": m.table_name, "Key": key,
+        delete_row = {"TableName": self._store.table_name, "Key": _row_key(device_id, ticket),
                       "ConditionExpression": f"attribute_exists({drawn.name(_TICKET)})", **drawn.attributes()}
         try:
-            self._transact(device_id, [{"Delete": delete_row}, {"Update": clear_holder}])
+            self._transact(device_id, lambda planner: (True, planner.clear_lease(device_id, ticket),
+                                                       [{"Delete": delete_row}]))
             return True
-        except Cancelled as cancelled:
-            row_reason, state_reason = (cancelled.reasons + [{}, {}])[:2]
-            row_gone = row_reason.get("Code") == "ConditionalCheckFailed"
-            not_holder = state_reason.get("Code") == "ConditionalCheckFailed"
-            if not (row_gone or not_holder):
-                raise StorageUnavailable(f"ending a lease kept conflicting: {cancelled.reasons}") from None
+        except Refusals as refused:
+            row_gone, not_holder = refused.others_refused[0], refused.refusals[0] is not None
         try:
             if not row_gone:  # a waiting ticket, or a holder already superseded: its row only
-                m.store.send("delete_item", IDEMPOTENT, **delete_row)
+                self._store.send("delete_item", IDEMPOTENT, **delete_row)
                 return True
             if not not_holder:  # the holder's row went (reaped at its expiry) but the item still names it
-                m.store.send("update_item", IDEMPOTENT, **clear_holder)
+                self._clear_holder(device_id, ticket)
                 return True
-        except Rejected:
+        except (Rejected, LeaseNotHeld):
             return False  # ended meanwhile
         if not self._drawn(device_id, ticket):
             raise UnknownLease(device_id, str(ticket))
@@ -400,36 +363,34 @@ class LeaseQueue:
         """Clear the holder if it is this ticket (best effort): nobody else knows its lease id,
         so a take that landed unanswered would otherwise lock the device for its whole ttl."""
         try:
-            self._m.store.send("update_item", IDEMPOTENT, **self._clear_holder(device_id, ticket))
-        except (Rejected, StorageError, StorageUnavailable):
+            self._clear_holder(device_id, ticket)
+        except (LeaseNotHeld, StorageError, StorageUnavailable, OutcomeUnknown):
             pass  # not the holder, or DynamoDB still silent: then the lease ends at its expiry
+
+    def _clear_holder(self, device_id: str, ticket: int) -> None:
+        """Clear the holder from the state item if it is ``ticket``; ``LeaseNotHeld`` if not."""
+        planner = self._pipeline.planner()
+        self._pipeline.send(planner, planner.clear_lease(device_id, ticket))
 
     def _withdraw(self, device_id: str, ticket: int, secret: str) -> bool:
         try:
-            self._m.store.send("delete_item", IDEMPOTENT, **self._delete_own_row(device_id, ticket, secret))
+            self._store.send("delete_item", IDEMPOTENT, **self._delete_own_row(device_id, ticket, secret))
             return True
         except Rejected:
             return False
 
     def _delete_own_row(self, device_id: str, ticket: int, secret: str) -> dict:
         """Deleting a queue row, only if it is still the one issued with ``secret``."""
-        return {"TableName": self._m.table_name, "Key": _row_key(device_id, ticket), **self._still_ours(secret)}
-
-    def _clear_holder(self, device_id: str, ticket: int) -> dict:
-        """Clearing the lease holder from the state item, only if it is ``ticket``."""
-        expr = Expression()
-        holder = ", ".join(expr.name(attribute) for attribute in (table.LEASE_TOKEN, table.LEASE_KEY,
-                                                                  table.LEASE_UNTIL))
-        return {"TableName": self._m.table_name, "Key": table.state_key(device_id),
-                "UpdateExpression": f"REMOVE {holder}",
-                "ConditionExpression": f"{expr.name(table.LEASE_TOKEN)} = {expr.number(ticket)}", **expr.attributes()}
+        return {"TableName": self._store.table_name, "Key": _row_key(device_id, ticket), **self._still_ours(secret)}
 
     def status(self, device_id: str) -> LeaseStatus:
         """The active holder (from the state item) and how many live tickets wait behind it."""
-        state = self._m.live_state(device_id)
+        validate_device_id(device_id)
+        now = self._runtime.clock()
+        state = self._store.get_live_state(device_id, now)
         if state is None:
             raise DeviceNotFound(device_id)
-        token, until = active_holder(state, self._m.clock())
+        token, until = active_holder(state, now)
         rows = self._live_rows(device_id, state[table.CREATED_AT]["S"])
         holder_row = next((row for row in rows if token is not None and int(row[_TICKET]["N"]) == token), None)
         owner = holder_row.get(_OWNER, {}).get("S") if holder_row else None
@@ -442,7 +403,7 @@ class LeaseQueue:
         row = {
             **_row_key(device_id, ticket),
             _TICKET: number(ticket), _SECRET: {"S": secret}, _TTL: number(ttl_seconds),
-            _CREATED_AT: {"S": timestamp(self._m.clock())},
+            _CREATED_AT: {"S": timestamp(self._runtime.clock())},
             _UNTIL: number(until), table.TTL_ATTRIBUTE: number(math.ceil(until)),
         }
         if owner:
@@ -452,10 +413,10 @@ class LeaseQueue:
     def _put_row(self, device_id, ticket, secret, owner, ttl_seconds, until, first: bool = False) -> None:
         """Put a waiting row: the first time as new, then only while it is still ours (not
         ended by ``end``, nor reaped after a pause): else ``LeaseLost``."""
-        m = self._m
         try:
-            m.store.send("put_item", IDEMPOTENT, Item=self._row(device_id, ticket, secret, owner, ttl_seconds, until),
-                         **({} if first else self._still_ours(secret)))
+            self._store.send("put_item", IDEMPOTENT,
+                             Item=self._row(device_id, ticket, secret, owner, ttl_seconds, until),
+                             **({} if first else self._still_ours(secret)))
         except Rejected:
             raise self._lost(device_id, f"{ticket}.{secret}") from None
 
@@ -465,39 +426,35 @@ class LeaseQueue:
         expr = Expression()
         return {"ConditionExpression": f"{expr.name(_SECRET)} = {expr.value({'S': secret})}", **expr.attributes()}
 
-    def _transact(self, device_id: str, items: list[dict], attempts: int = 8) -> None:
-        """TransactWriteItems, tried again after a TransactionConflict (another request on
-        the same items at that instant, e.g. a waiter taking the lease), which is not an
-        answer. Other cancellations are raised for the caller to read."""
-        m = self._m
-        for attempt in range(1, attempts + 1):
-            try:
-                self._send_transaction(device_id, items)
-                return
-            except Cancelled as cancelled:
-                codes = {reason.get("Code") for reason in cancelled.reasons}
-                if "ConditionalCheckFailed" in codes or "TransactionConflict" not in codes or attempt == attempts:
-                    raise
-            m.sleep(m.backoff.delay(attempt, m.rng))
+    def _transact(self, device_id: str, plan):
+        """One holder change and its queue-row items in one transaction, planned afresh
+        (``plan(planner)`` → (result, planned holder change, row items)) and tried again
+        after a TransactionConflict (another request on the same items at that instant, e.g.
+        a waiter taking the lease), which is not an answer. Returns the plan's result;
+        ``Refusals`` when a condition failed; ``RetriesExhausted`` when conflicts persist."""
 
-    def _send_transaction(self, device_id: str, items: list[dict]) -> None:
-        """One TransactWriteItems; its ClientRequestToken makes the store's resend after a
-        lost answer safe. An answer that never comes is an unknown outcome, not a refusal."""
-        try:
-            self._m.store.send("transact_write_items", IDEMPOTENT, ClientRequestToken=uuid.uuid4().hex,
-                               TransactItems=items)
-        except Ambiguous as lost:
-            self._m.observer.outcome_unknown(device_id)
-            raise OutcomeUnknown(device_id, str(lost)) from None
+        def attempt(_item, _number):
+            planner = self._pipeline.planner()
+            result, planned, rows = plan(planner)
+            try:
+                self._pipeline.send_together(planner, [planned], rows, uuid.uuid4().hex)
+            except Refusals as refused:
+                if refused.conflict and not any(refused.refusals) and not any(refused.others_refused):
+                    raise Moved(None, reason="conflict") from None
+                raise
+            return result
+
+        loop = RetryLoop(self.CONFLICT_ATTEMPTS, self.CONFLICT_BUDGET_SECONDS, self._runtime)
+        return loop.run(device_id, attempt, None, count_success=False)
 
     def _lost(self, device_id: str, lease_id: str, row: dict | None = None) -> Exception:
         """``LeaseLost`` for a lease that was issued and has ended; ``UnknownLease`` for one
         that never was (its row has another secret, or its ticket was never drawn)."""
         if row is None:
-            row = self._m.store.get(_row_key(device_id, parse_lease_id(lease_id)[0]))
+            row = self._store.get(_row_key(device_id, parse_lease_id(lease_id)[0]))
         if self._never_issued(device_id, lease_id, row):
             return UnknownLease(device_id, lease_id)
-        self._m.observer.lease_lost(device_id)
+        self._runtime.observer.lease_lost(device_id)
         return LeaseLost(device_id, lease_id)
 
     def _never_issued(self, device_id: str, lease_id: str, row: dict | None) -> bool:
@@ -508,8 +465,8 @@ class LeaseQueue:
 
     def _drawn(self, device_id: str, ticket: int) -> bool:
         """Whether the device's counter has reached ``ticket``."""
-        counter = self._m.store.get({table.PARTITION_KEY: {"S": device_id},
-                                     table.SORT_KEY: {"S": table.LEASE_COUNTER_SK}})
+        counter = self._store.get({table.PARTITION_KEY: {"S": device_id},
+                                   table.SORT_KEY: {"S": table.LEASE_COUNTER_SK}})
         return ticket <= (int(counter[_TICKET]["N"]) if counter else 0)
 
 
@@ -529,9 +486,10 @@ class Lease:
     ``acquire()``, ``heartbeat()`` and ``release()`` yourself. ``manager`` writes to the
     device under this lease's fencing token and refuses once the lease is lost."""
 
-    def __init__(self, queue: LeaseQueue, device_id: str, ttl_seconds: float, wait_seconds: float,
+    def __init__(self, queue: LeaseQueue, manager, device_id: str, ttl_seconds: float, wait_seconds: float,
                  owner: str | None):
         self._queue = queue
+        self._manager = manager  # the DeviceStateManager ``manager`` fences
         self.device_id = device_id
         self.ttl_seconds = _check_ttl(ttl_seconds)
         self.wait_seconds = wait_seconds
@@ -560,10 +518,10 @@ class Lease:
     @property
     def manager(self):
         """The device-state manager, fenced by this lease."""
-        return self._queue.manager.fenced({self.device_id: self})
+        return self._manager.fenced({self.device_id: self})
 
     def lease_token_if_held(self) -> str:
-        if self.grant is None or self.lost or self._queue.manager.clock() >= self.grant.expires_at:
+        if self.grant is None or self.lost or self._queue.runtime.clock() >= self.grant.expires_at:
             raise LeaseLost(self.device_id, self.lease_id or "(not acquired)")
         return self.grant.lease_token
 
@@ -614,8 +572,8 @@ class Lease:
             except LeaseLost:
                 return
             except (StorageError, StorageUnavailable, OutcomeUnknown):  # try again sooner
-                if self._queue.manager.clock() >= self.grant.expires_at:
+                if self._queue.runtime.clock() >= self.grant.expires_at:
                     self.lost = True
-                    self._queue.manager.observer.lease_lost(self.device_id)
+                    self._queue.runtime.observer.lease_lost(self.device_id)
                     return
-                interval = max(0.05, min(interval / 2, self.grant.expires_at - self._queue.manager.clock()) / 2)
+                interval = max(0.05, min(interval / 2, self.grant.expires_at - self._queue.runtime.clock()) / 2)

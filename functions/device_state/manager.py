@@ -1,6 +1,7 @@
-"""DeviceStateManager: the library's façade. Every write goes plan (``writes``) → send
-(``store``, the one door) → classify (``pipeline``), inside the one retry loop
-(``retry``); keyed writes add their idempotency record in the same transaction."""
+"""DeviceStateManager: the library's façade. Every write goes plan (``planning``) → send
+(``pipeline``, through ``store``, the one door) → classify (``refusals``, ``pipeline``),
+inside the one retry loop (``retry``); keyed writes add their idempotency record in the
+same transaction."""
 
 from __future__ import annotations
 
@@ -16,24 +17,24 @@ from . import idempotency as idem
 from . import table
 from .device import Device
 from .changes import ChangeLog, InvalidSince, VersionNotFound
-from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, DeviceStateError, ItemTooLarge,
-                     OutcomeUnknown, StorageError, StorageUnavailable, VersionConflict)
+from .errors import ConditionFailed, DeviceAlreadyExists, DeviceNotFound, ItemTooLarge, StorageUnavailable, VersionConflict
 from .expressions import Expression, live
 from .fencing import Fence
 from .idempotency import CREATED, REPLACED, UPDATED, IdempotencyKey
 from .leases import DEFAULT_TTL_SECONDS, Lease, LeaseQueue
 from .observer import NULL_OBSERVER, UpdateObserver
-from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
+from .pipeline import DEFAULT_SETTLE_SECONDS, Refusals, WritePipeline
+from .planning import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect
 from .recent import RecentJournals
 from .restore import random_generator
-from .retry import Backoff, Moved, RetryLoop
+from .retry import Moved, RetryLoop
+from .runtime import Backoff, Runtime
 from .sections import CHANGED_ATTRIBUTES, STATE, check_section, check_sections, replacing
-from .store import IDEMPOTENT, ONCE, Ambiguous, Cancelled, Refused, Rejected, Store, decode_cursor, encode_cursor
+from .store import Refused, Store, decode_cursor, encode_cursor
 from .transactions import Operation, TransactionRunner
+from .updates import Compilable, UpdateFn
 from .values import check_state, validate_device_id
-from .writes import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect, refusal
 
-UpdateFn = Callable[[dict], dict]
 logger = logging.getLogger("device_state")
 
 DEFAULT_MAX_ATTEMPTS = 25
@@ -71,24 +72,27 @@ class DeviceStateManager:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         self.table_name = table_name
-        self.observer = observer
         self.max_attempts = max_attempts
         self.budget_seconds = budget_seconds
-        self.backoff = backoff
-        self.tombstone_seconds = tombstone_seconds
-        self.clock = clock
-        self.monotonic = monotonic
-        self.sleep = sleep
-        self.rng = rng or random_generator()
-        self.store = Store(client, table_name, backoff=backoff, sleep=sleep, rng=self.rng, monotonic=monotonic)
-        self.pipeline = WritePipeline(self.store, observer=observer, backoff=backoff, clock=clock,
-                                      monotonic=monotonic, sleep=sleep, rng=self.rng, settle_seconds=settle_seconds)
+        self.runtime = Runtime(clock, monotonic, sleep, rng or random_generator(), backoff, observer)
+        self.store = Store(client, table_name, self.runtime)
+        self.pipeline = WritePipeline(self.store, self.runtime, settle_seconds=settle_seconds,
+                                      tombstone_seconds=tombstone_seconds)
+        self.history = ChangeLog(client, table_name, clock=clock, monotonic=monotonic, sleep=sleep)
         self.fence = Fence()
         self.recent = RecentJournals()
 
     @property
     def client(self):
         return self.store.client
+
+    @property
+    def observer(self) -> UpdateObserver:
+        return self.runtime.observer
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.runtime.clock
 
     def fenced(self, tokens: dict) -> "DeviceStateManager":
         """This manager, writing under lease fencing tokens: ``{device_id: token}`` (an
@@ -104,11 +108,11 @@ class DeviceStateManager:
         """A FIFO lease on the device (not yet acquired): use it as a context manager
         (acquires, heartbeats in the background, releases on exit) or call
         ``acquire()``, ``heartbeat()`` and ``release()``. See ``leases.py``."""
-        return Lease(LeaseQueue(self), device_id, ttl_seconds, wait_seconds, owner)
+        return Lease(self.lease_queue(), self, device_id, ttl_seconds, wait_seconds, owner)
 
-    def lease_queue(self):
+    def lease_queue(self) -> LeaseQueue:
         """The lease protocol by lease id, for callers that hold no ``Lease`` object (HTTP)."""
-        return LeaseQueue(self)
+        return LeaseQueue(self.pipeline)
 
     # ----------------------------------------------------------------- reads
 
@@ -122,15 +126,15 @@ class DeviceStateManager:
     def live_state(self, device_id: str) -> dict | None:
         """The device's live state item as stored (strongly consistent), or None."""
         validate_device_id(device_id)
-        item = self.store.get_state(device_id)
-        return item if table.is_live_state(item, self.clock()) else None
+        return self.store.get_live_state(device_id, self.clock())
 
     def wait_for_sections(self, device_id: str, since: int, wait_seconds: float,
                           first_delay: float = 0.05, max_delay: float = 0.5) -> Device:
         """The device once a write after version ``since`` has changed its desired or
         reported (at once when one already has), or as it is when ``wait_seconds`` pass.
         Polls the state item (strongly consistent), so it never trails the writes."""
-        deadline = self.monotonic() + max(wait_seconds, 0.0)
+        monotonic = self.runtime.monotonic
+        deadline = monotonic() + max(wait_seconds, 0.0)
         delay = first_delay
         while True:
             item = self.live_state(device_id)
@@ -140,10 +144,10 @@ class DeviceStateManager:
                 raise InvalidSince(f"since ({since}) is past the device's current version ({item[table.VERSION]['N']})")
             changed = max((int(item[attribute]["N"]) for attribute in CHANGED_ATTRIBUTES.values()
                            if attribute in item), default=0)
-            left = deadline - self.monotonic()
+            left = deadline - monotonic()
             if changed > since or left <= 0:
                 return Device.from_item(item)
-            self.sleep(min(delay, left))
+            self.runtime.sleep(min(delay, left))
             delay = min(delay * 2, max_delay)
 
     def list_devices(self, limit: int = 50, cursor: str | None = None) -> tuple[list[Device], str | None]:
@@ -285,7 +289,8 @@ class DeviceStateManager:
                  max_attempts: int | None = None, budget_seconds: float | None = None) -> list[Device]:
         """All-or-nothing changes to up to 100 devices (99 with an idempotency key). See
         ``transactions.TransactionRunner``."""
-        return TransactionRunner(self, self._loop(max_attempts, budget_seconds)).run(list(operations), idempotency)
+        return TransactionRunner(self.pipeline, self._loop(max_attempts, budget_seconds),
+                                 self.recorded_results, self.fence).run(list(operations), idempotency)
 
     # ------------------------------------------------------------ idempotency
 
@@ -307,31 +312,29 @@ class DeviceStateManager:
     def _device_at(self, device_id: str, version: int) -> Device:
         """The device at ``version`` (state and sections): its state item while it is there, else the
         feed's history (written a moment after the version; waited for that long)."""
-        deadline = self.monotonic() + REPLAY_HISTORY_WAIT_SECONDS
-        log = ChangeLog(self.client, self.table_name, clock=self.clock)
+        deadline = self.runtime.monotonic() + REPLAY_HISTORY_WAIT_SECONDS
         while True:
             item = self.store.get_state(device_id)
             if item is not None and table.VERSION in item and int(item[table.VERSION]["N"]) == version \
                     and table.STATE in item:
                 return Device.from_item(item)
             try:
-                return log.at_version(device_id, version)
+                return self.history.at_version(device_id, version)
             except VersionNotFound:
-                if self.monotonic() >= deadline:
+                if self.runtime.monotonic() >= deadline:
                     raise StorageUnavailable(f"the recorded answer of {device_id} at version {version} cannot be "
                                              "read back yet") from None
-            self.sleep(0.1)
+            self.runtime.sleep(0.1)
 
     # ------------------------------------------------------------ internals
 
     def planner(self) -> Planner:
         """Plans writes now, under this manager's lease fence."""
-        return Planner(self.table_name, self.fence, self.clock(), self.tombstone_seconds)
+        return self.pipeline.planner(self.fence)
 
     def _loop(self, max_attempts: int | None = None, budget_seconds: float | None = None) -> RetryLoop:
         return RetryLoop(max_attempts or self.max_attempts,
-                         self.budget_seconds if budget_seconds is None else budget_seconds,
-                         self.backoff, self.monotonic, self.sleep, self.rng, self.observer)
+                         self.budget_seconds if budget_seconds is None else budget_seconds, self.runtime)
 
     def _write(self, device_id: str, plan: Callable[[Planner, dict | None], Planned],
                idempotency: IdempotencyKey | None, *, expected_version: int | None = None,
@@ -358,8 +361,8 @@ class DeviceStateManager:
                 self.observer.attempt(device_id, number)
             try:
                 if idempotency is None:
-                    return self.pipeline.send(planner, device_id, planned)[0], planned.outcome
-                return self._send_keyed(planner, device_id, planned, idempotency)
+                    return self.pipeline.send(planner, planned)[0], planned.outcome
+                return self._send_keyed(planner, planned, idempotency)
             except Moved as moved:
                 if moved.reason == "settled":
                     raise
@@ -380,29 +383,24 @@ class DeviceStateManager:
         return self._loop(max_attempts, budget_seconds).run(
             device_id, attempt, lambda: self.store.get_state(device_id), count_success=counted)
 
-    def _send_keyed(self, planner: Planner, device_id: str, planned: Planned,
-                    idempotency: IdempotencyKey) -> tuple[Device, str]:
+    def _send_keyed(self, planner: Planner, planned: Planned, idempotency: IdempotencyKey) -> tuple[Device, str]:
         """The change and its record in one transaction; DynamoDB's ClientRequestToken
         makes a resend of it safe, so the store sends it again on a lost answer."""
-        items = [planned.request, *idem.record_puts(self.table_name, device_id, idempotency,
-                                                    [(planned.device, planned.outcome)], planner.now)]
+        device_id = planned.device_id
+        record = idem.record_puts(self.table_name, device_id, idempotency, [(planned.device, planned.outcome)],
+                                  planner.now)
+        token = idempotency.client_request_token(self.table_name, device_id, [planned.request, *record])
         try:
-            self.store.send("transact_write_items", IDEMPOTENT, TransactItems=items,
-                            ClientRequestToken=idempotency.client_request_token(self.table_name, device_id, items))
-        except Ambiguous as lost:  # every send's answer lost: the journal tells whether it applied
-            return self.pipeline.settle(device_id, planned, lost), planned.outcome
-        except Cancelled as cancelled:
-            device_reason, record_reason = (cancelled.reasons + [{}, {}])[:2]
-            if record_reason.get("Code") == "ConditionalCheckFailed":
+            self.pipeline.send_together(planner, [planned], record, token)
+        except Refusals as refused:
+            if refused.others_refused[0]:  # the key's record exists: the write happened before
                 recorded = self.recorded(device_id, idempotency)
                 if recorded is not None:
                     return recorded
                 raise Moved(None) from None  # the record expired meanwhile: try again
-            if device_reason.get("Code") == "ConditionalCheckFailed":
-                raise refusal(planned, device_id, device_reason.get("Item"), planner.fence, planner.now) from None
-            if any(reason.get("Code") == "TransactionConflict" for reason in cancelled.reasons):
-                raise Moved(None) from None
-            raise StorageError(f"transaction cancelled: {cancelled.reasons}") from None
+            if refused.refusals[0] is not None:
+                raise refused.refusals[0] from None
+            raise Moved(None) from None  # a TransactionConflict: try again
         return planned.device, planned.outcome
 
     def _compiled_update(self, device_id: str, update_fn, section: str = STATE) -> Device | None:
@@ -410,13 +408,9 @@ class DeviceStateManager:
         writer to invalidate, so no conflict. None when it does not compile, or DynamoDB
         refuses it (a guard, a missing parent, a type): read-modify-write then decides.
         Desired and reported compile nested merge patches too (``MergePatch.compile``)."""
-        compile_patch = getattr(update_fn, "compile", None)
-        if compile_patch is None:
-            compiled = None
-        elif section == STATE:
-            compiled = compile_patch()
-        else:
-            compiled = compile_patch(section=section, nested=True)
+        if not isinstance(update_fn, Compilable):
+            return None
+        compiled = update_fn.compile() if section == STATE else update_fn.compile(section=section, nested=True)
         if compiled is None:
             return None
         with self.recent.to_trim(device_id) as seen:
@@ -424,10 +418,10 @@ class DeviceStateManager:
             planned = planner.compiled(device_id, compiled, seen, section)
             if planned is None:
                 return None
-            started = self.monotonic()
+            started = self.runtime.monotonic()
             self.observer.attempt(device_id, 1)
             try:
-                device, item = self.pipeline.send(planner, device_id, planned)
+                device, item = self.pipeline.send(planner, planned)
             except (Moved, ConditionFailed, Refused, ItemTooLarge):
                 # A guard or DynamoDB refused it (its form: expression size, too many names; or
                 # the item's size); Moved "settled": never applied. Read-modify-write decides.
@@ -435,6 +429,6 @@ class DeviceStateManager:
             if item is None:  # settled as applied: what it trimmed was not seen
                 self.recent.forget(device_id)
             self.recent.saw(device_id, item)
-        self.observer.succeeded(device_id, 1, self.monotonic() - started)
+        self.observer.succeeded(device_id, 1, self.runtime.monotonic() - started)
         return device
 

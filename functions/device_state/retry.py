@@ -1,27 +1,15 @@
-"""Backoff, and the one retry loop every optimistic write runs in."""
+"""The one retry loop every optimistic write runs in."""
 
 from __future__ import annotations
 
 import logging
-import random
 from dataclasses import dataclass
 from typing import Callable
 
 from .errors import RetriesExhausted
-from .observer import UpdateObserver
+from .runtime import Runtime
 
 logger = logging.getLogger("device_state")
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential backoff with full jitter: attempt n sleeps U(0, min(cap, base * 2^(n-1)))."""
-
-    base_seconds: float = 0.01
-    cap_seconds: float = 0.5
-
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        return rng.uniform(0, min(self.cap_seconds, self.base_seconds * 2 ** (attempt - 1)))
 
 
 class Moved(Exception):
@@ -45,15 +33,12 @@ class RetryLoop:
 
     max_attempts: int
     budget_seconds: float
-    backoff: Backoff
-    monotonic: Callable[[], float]
-    sleep: Callable[[float], None]
-    rng: random.Random
-    observer: UpdateObserver
+    runtime: Runtime
 
     def run(self, device_id: str, attempt: Callable, read: Callable[[], dict | None] | None, *,
             count_success: bool = True):
-        started = self.monotonic()
+        monotonic = self.runtime.monotonic
+        started = monotonic()
         deadline = started + self.budget_seconds
         item = read() if read else None
         number = 0
@@ -67,20 +52,20 @@ class RetryLoop:
                 if number == 1 and moved.item is not None:
                     item = moved.item
                     continue
-                delay = self.backoff.delay(number, self.rng)
-                if self.monotonic() + delay > deadline:
+                delay = self.runtime.backoff.delay(number, self.runtime.rng)
+                if monotonic() + delay > deadline:
                     raise self.exhausted(device_id, number, started, f"{self.budget_seconds} s budget") from None
-                self.sleep(delay)
+                self.runtime.sleep(delay)
                 item = read() if read else None  # after a sleep a returned item is likely stale
                 continue
             if count_success:
-                self.observer.succeeded(device_id, number, self.monotonic() - started)
+                self.runtime.observer.succeeded(device_id, number, monotonic() - started)
             return result
 
     def exhausted(self, device_id: str, attempts: int, started: float, reason: str) -> RetriesExhausted:
         """Logs and counts giving up, and returns the error to raise."""
-        elapsed = self.monotonic() - started
+        elapsed = self.runtime.monotonic() - started
         logger.warning("retries exhausted", extra={"device_id": device_id, "attempts": attempts, "reason": reason,
                                                    "elapsed_seconds": round(elapsed, 4)})
-        self.observer.exhausted(device_id, attempts, elapsed)
+        self.runtime.observer.exhausted(device_id, attempts, elapsed)
         return RetriesExhausted(device_id, attempts, elapsed, reason)

@@ -27,6 +27,7 @@ import jsonpointer
 from . import table
 from .errors import InvalidValue
 from .times import timestamp
+from .updates import Touching
 from .values import check_state, from_attribute
 
 STATE, DESIRED, REPORTED = "state", "desired", "reported"
@@ -211,8 +212,7 @@ def check_sections(sections: dict | None) -> None:
 
 def touched_by(update_fn, document: dict | None = None) -> tuple[str, ...]:
     """The pointers a patch sets in ``document`` (``touched()``), or the whole section."""
-    touched = getattr(update_fn, "touched", None)
-    return tuple(touched(document)) if touched else (ALL,)
+    return tuple(update_fn.touched(document)) if isinstance(update_fn, Touching) else (ALL,)
 
 
 def entries_of(item: dict) -> dict:

@@ -6,24 +6,20 @@ Retry policy, by what a failed request may have done:
 - maybe applied (a read timeout, a reset connection, a DynamoDB 5xx):
   - a read, or a write made idempotent by a ``ClientRequestToken``: sent again;
   - any other write: never sent again here. ``Ambiguous`` goes up to the write
-    pipeline, which settles the outcome (see ``writes.settle_request``).
+    pipeline, which settles the outcome (see ``Planner.settle_mark``).
 The client must not retry on its own (``client.dynamodb_client`` makes one that does
 not): a blind resend of a conditional write whose first copy landed is a second write.
 """
 
 from __future__ import annotations
 
-import random
 import re
-import time
-from typing import Callable
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError
 
 from . import table
 from .errors import InvalidCursor, ItemTooLarge, StorageError, StorageUnavailable
-from .restore import random_generator
-from .retry import Backoff
+from .runtime import Runtime
 from .values import MAX_DEVICE_ID_CHARS, MAX_ITEM_BYTES
 
 THROTTLING_CODES = frozenset(
@@ -71,15 +67,10 @@ class Refused(StorageError):
 class Store:
     """The table's door: ``send`` for every request, and the shared reads."""
 
-    def __init__(self, client, table_name: str, *, backoff: Backoff = Backoff(),
-                 sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None,
-                 monotonic: Callable[[], float] = time.monotonic):
+    def __init__(self, client, table_name: str, runtime: Runtime | None = None):
         self.client = client
         self.table_name = table_name
-        self.backoff = backoff
-        self._sleep = sleep
-        self._rng = rng or random_generator()
-        self._monotonic = monotonic
+        self.runtime = runtime or Runtime()
 
     def send(self, operation: str, mode: str = READ, deadline: float | None = None, **request) -> dict:
         """Send one request (``TableName`` is added), translating DynamoDB's errors."""
@@ -119,12 +110,12 @@ class Store:
             if applied is None and mode == ONCE:
                 raise lost(f"DynamoDB {operation}: {what} ({cause})")
             maybe_applied = maybe_applied or (applied is None and mode == IDEMPOTENT)
-            out_of_time = deadline is not None and self._monotonic() >= deadline
+            out_of_time = deadline is not None and self.runtime.monotonic() >= deadline
             if attempt >= SEND_ATTEMPTS or out_of_time:
                 if maybe_applied:
                     raise lost(f"DynamoDB {operation}: {what} ({cause})")
                 raise StorageUnavailable(f"DynamoDB {operation} failed {attempt} times ({cause}); nothing was written")
-            self._sleep(self.backoff.delay(attempt, self._rng))
+            self.runtime.pause(attempt)
 
     # ------------------------------------------------------------------ reads
 
@@ -134,6 +125,11 @@ class Store:
 
     def get_state(self, device_id: str) -> dict | None:
         return self.get(table.state_key(device_id))
+
+    def get_live_state(self, device_id: str, now: float) -> dict | None:
+        """The device's state item if it is live at ``now`` (not deleted, not expired), else None."""
+        item = self.get_state(device_id)
+        return item if table.is_live_state(item, now) else None
 
     def batch_get_states(self, device_ids: list[str]) -> dict[str, dict]:
         """The state items (as stored) of up to 100 devices, strongly consistent, in one batch."""
@@ -147,7 +143,7 @@ class Store:
             pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
             if not pending:
                 return found
-            self._sleep(self.backoff.delay(round_no, self._rng))
+            self.runtime.pause(round_no)
         raise StorageUnavailable("DynamoDB left keys unprocessed after 10 batch reads")
 
     def query_all(self, request: dict) -> list[dict]:

@@ -89,7 +89,7 @@ LAST_WRITE = "lastWrite"  # what the write that made this version did: created, 
 ITEM_BYTES = "itemBytes"
 
 # The write journal: one attribute per recent write, named by its write id and holding
-# the version that write produced (0: settled as never applied). See writes.py.
+# the version that write produced (0: settled as never applied). See journal.py.
 JOURNAL_PREFIX = "w:"
 JOURNAL_TRIMMED = "journalTrimmed"  # the newest write-id stamp (ms) trimmed by a write that read the item
 # Number set: the newest stamps compiled patches dropped; its highest is their watermark.

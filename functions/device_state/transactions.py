@@ -3,26 +3,25 @@ how a refused transaction reports which operation failed and why."""
 
 from __future__ import annotations
 
+import uuid
 from contextlib import contextmanager
-
 from dataclasses import dataclass
 from typing import Callable
-
-import uuid
 
 from boto3.dynamodb.conditions import ConditionBase
 
 from . import idempotency as idem
 from . import table
 from .device import Device
-from .errors import (DeviceAlreadyExists, DeviceLocked, DeviceNotFound, DeviceStateError, InvalidValue,
-                     ItemTooLarge, OutcomeUnknown, PatchNotApplicable, PatchTestFailed, StorageError, VersionConflict)
-from .idempotency import CREATED, REPLACED, UPDATED
+from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceLocked, DeviceNotFound, DeviceStateError,
+                     InvalidValue, ItemTooLarge, LeaseNotHeld, PatchNotApplicable, PatchTestFailed, VersionConflict)
+from .fencing import Fence
+from .idempotency import REPLACED, UPDATED
+from .pipeline import Refusals, WritePipeline
+from .planning import Planned, Planner, expect
 from .retry import Moved, RetryLoop
 from .sections import STATE, check_section, check_sections, replacing
-from .store import IDEMPOTENT, Ambiguous, Cancelled
 from .values import check_state, item_size, validate_device_id
-from .writes import Planned, Planner, expect
 
 MAX_OPERATIONS = 100  # DynamoDB's TransactWriteItems limit (a keyed transaction keeps one for its record)
 MAX_TRANSACTION_BYTES = 4 * 1024 * 1024
@@ -117,9 +116,12 @@ class TransactionRunner:
     ``OutcomeUnknown`` only when that never gets an answer. Returns the devices in
     order: after the write, as deleted, or as checked."""
 
-    def __init__(self, manager, loop: RetryLoop):
-        self._manager = manager
+    def __init__(self, pipeline: WritePipeline, loop: RetryLoop,
+                 recorded_results: Callable[[str, idem.IdempotencyKey], list | None], fence: Fence):
+        self._pipeline = pipeline
         self._loop = loop
+        self._recorded_results = recorded_results
+        self._fence = fence
 
     def run(self, operations: list, key: idem.IdempotencyKey | None) -> list[Device]:
         limit = MAX_OPERATIONS - (1 if key else 0)
@@ -139,16 +141,17 @@ class TransactionRunner:
                 check_sections(operation.sections)
         partition = operations[0].device_id  # where a keyed transaction's record lives
         if key is not None:
-            replay = self._manager.recorded_results(partition, key)
+            replay = self._recorded_results(partition, key)
             if replay is not None:
                 return [device for device, _ in replay]
         return self._loop.run(partition, lambda _item, number: self._attempt(operations, key, partition, number),
                               None, count_success=False)
 
     def _attempt(self, operations: list, key, partition: str, number: int) -> list[Device]:
-        manager = self._manager
-        planner = manager.planner()
-        items = manager.store.batch_get_states([operation.device_id for operation in operations])
+        pipeline = self._pipeline
+        planner = pipeline.planner(self._fence)
+        table_name = pipeline.store.table_name
+        items = pipeline.store.batch_get_states([operation.device_id for operation in operations])
         planned, failures = [], []
         for index, operation in enumerate(operations):
             item = items.get(operation.device_id)
@@ -161,58 +164,44 @@ class TransactionRunner:
                 failures.append(_failure_of(index, operation, error, live))
         if failures:
             raise TransactionFailed(failures)
-        requests = [plan.request for plan in planned]
+        record = []
         if key is not None:
             results = [(plan.device, plan.outcome) for plan in planned]
-            record = idem.record_puts(manager.table_name, partition, key, results, planner.now)
-            if not _fits(requests + record):  # the answer goes; the versions it needs stay atomic
-                record = idem.record_puts(manager.table_name, partition, key, results, planner.now,
-                                          with_states=False)
-            requests += record
+            record = idem.record_puts(table_name, partition, key, results, planner.now)
+            if not _fits([plan.request for plan in planned] + record):  # the answer goes; the versions stay atomic
+                record = idem.record_puts(table_name, partition, key, results, planner.now, with_states=False)
+        requests = [plan.request for plan in planned] + record
         size = sum(item_size(_written_attributes(request)) for request in requests)
         if size > MAX_TRANSACTION_BYTES:
             raise TransactionTooLarge(size)
-        token = key.client_request_token(manager.table_name, partition, requests) if key else uuid.uuid4().hex
+        token = key.client_request_token(table_name, partition, requests) if key else uuid.uuid4().hex
         try:
-            manager.store.send("transact_write_items", IDEMPOTENT, TransactItems=requests, ClientRequestToken=token)
-        except Ambiguous as lost:  # every send's answer lost: one journal entry tells for all
-            journaled = next((plan for plan in planned if plan.write is not None), None)
-            if journaled is None:
-                manager.observer.outcome_unknown(partition)
-                raise OutcomeUnknown(partition, str(lost)) from None
-            manager.pipeline.settle(journaled.device.device_id, journaled, lost)  # Moved if never applied
-        except Cancelled as cancelled:
-            return self._cancelled(operations, planned, planner, key, partition, cancelled.reasons)
-        manager.observer.transaction_committed(len(operations), number)
+            pipeline.send_together(planner, planned, record, token)  # Moved if a lost answer never applied
+        except Refusals as refused:
+            return self._refused(operations, planned, key, partition, refused)
+        pipeline.runtime.observer.transaction_committed(len(operations), number)
         return [plan.device for plan in planned]
 
-    def _cancelled(self, operations, planned, planner: Planner, key, partition: str, reasons: list[dict]):
+    def _refused(self, operations, planned, key, partition: str, refused: Refusals):
         """The recorded answer when the key's record exists already; otherwise raise what the
         cancellation means: ``TransactionFailed`` or ``Moved``."""
-        manager = self._manager
-        record_reason = reasons[len(planned)] if key is not None and len(reasons) > len(planned) else {}
-        if record_reason.get("Code") == "ConditionalCheckFailed":
-            replay = manager.recorded_results(partition, key)
+        if key is not None and refused.others_refused[0]:
+            replay = self._recorded_results(partition, key)
             if replay is not None:
                 return [device for device, _ in replay]
-        failures, retry_reason = [], None
-        for index, (operation, plan, reason) in enumerate(zip(operations, planned, reasons)):
-            code = reason.get("Code")
-            if code in (None, "None"):
+        failures, retry_reason = [], "conflict" if refused.conflict else None
+        for index, (operation, refusal, old) in enumerate(zip(operations, refused.refusals, refused.items)):
+            if refusal is None:
                 continue
-            if code == "TransactionConflict":
-                retry_reason = "conflict"
-                continue
-            if code != "ConditionalCheckFailed":
-                raise StorageError(f"transaction cancelled: {reasons}")
-            failure = _cancelled_operation(index, operation, plan, reason.get("Item"), planner)
+            live = old if table.is_live_state(old, self._pipeline.runtime.clock()) else None
+            failure = _failure_of_refusal(index, operation, refusal, live)
             if failure is None:
                 retry_reason = retry_reason or "version"
             else:
                 failures.append(failure)
         if failures:
             raise TransactionFailed(failures)
-        manager.observer.transaction_retried(retry_reason or "unknown")
+        self._pipeline.runtime.observer.transaction_retried(retry_reason or "unknown")
         raise Moved(None, reason=retry_reason or "unknown")
 
 
@@ -243,29 +232,31 @@ def _plan(planner: Planner, operation: Operation, item: dict | None) -> Planned:
     return planner.check(item, operation.condition)
 
 
-def _cancelled_operation(index: int, operation: Operation, plan: Planned, old: dict | None,
-                         planner: Planner) -> OperationFailure | None:
-    """Why one operation's condition failed, or None when a retry may still succeed
-    (its device moved under an operation that named no version)."""
-    live = old if table.is_live_state(old, planner.now) else None
-    current = Device.from_item(live) if live is not None else None
-    fenced = planner.fence.error(operation.device_id, live, planner.now) if operation.action != CHECK else None
-    if plan.outcome == CREATED and live is not None and operation.action == CREATE:
-        return OperationFailure(index, operation.device_id, EXISTS, "the device exists", current)
-    if fenced is not None and (live is not None or plan.outcome == CREATED):
-        reason = LOCKED if isinstance(fenced, DeviceLocked) else LEASE_NOT_HELD
-        return OperationFailure(index, operation.device_id, reason, str(fenced), current)
-    if plan.outcome == CREATED:
-        return None
-    if live is None:
-        return OperationFailure(index, operation.device_id, NOT_FOUND, "the device does not exist")
-    if current.version != plan.expected_version:
+def _failure_of_refusal(index: int, operation: Operation, refusal: Exception,
+                        live: dict | None) -> OperationFailure | None:
+    """The failure of an operation whose condition DynamoDB refused (``refusals.refusal``),
+    or None when a retry may still succeed (its device moved under an operation that named
+    no version, or a put found the device created meanwhile)."""
+    device_id = operation.device_id
+    if isinstance(refusal, DeviceAlreadyExists):
+        return OperationFailure(index, device_id, EXISTS, "the device exists", refusal.current) \
+            if operation.action == CREATE else None
+    if isinstance(refusal, (DeviceLocked, LeaseNotHeld)):
+        reason = LOCKED if isinstance(refusal, DeviceLocked) else LEASE_NOT_HELD
+        return OperationFailure(index, device_id, reason, str(refusal),
+                                Device.from_item(live) if live is not None else None)
+    if isinstance(refusal, DeviceNotFound):
+        return OperationFailure(index, device_id, NOT_FOUND, "the device does not exist")
+    if isinstance(refusal, Moved):
         if operation.expected_version is None:
             return None
-        return OperationFailure(index, operation.device_id, VERSION,
+        current = Device.from_item(refusal.item)
+        return OperationFailure(index, device_id, VERSION,
                                 f"the device is at version {current.version}, not {operation.expected_version}",
                                 current)
-    return OperationFailure(index, operation.device_id, CONDITION, "the condition is not met", current)
+    if isinstance(refusal, ConditionFailed):
+        return OperationFailure(index, device_id, CONDITION, "the condition is not met", refusal.current)
+    raise refusal
 
 
 def _failure_of(index: int, operation: Operation, error: Exception, live: dict | None) -> OperationFailure:

@@ -18,7 +18,7 @@ from functions.device_state.changes import ChangeLog
 from localdev.stream import StreamPoller
 
 from functions.device_state.values import MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS
-from functions.device_state.writes import MAX_STATE_ITEM_BYTES
+from functions.device_state.planning import MAX_STATE_ITEM_BYTES
 
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -298,7 +298,7 @@ def largest_accepted_blob() -> int:
     """The longest string ``{"blob": ...}`` a create is planned with (the planner is pure)."""
     from functions.device_state.errors import ItemTooLarge
     from functions.device_state.fencing import Fence
-    from functions.device_state.writes import Planner
+    from functions.device_state.planning import Planner
 
     low, high = 1, MAX_STATE_ITEM_BYTES
     while low < high:

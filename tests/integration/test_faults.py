@@ -23,7 +23,7 @@ from functions.device_state import (
 )
 from functions.device_state.client import dynamodb_client
 from functions.device_state import table
-from functions.device_state.writes import JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX, journal, trimmed_stamp
+from functions.device_state.journal import JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX, journal, trimmed_stamp
 from localdev.faults import Forwarder
 
 pytestmark = pytest.mark.dynamodb_local

@@ -88,7 +88,7 @@ def test_tickets_are_increasing_fencing_tokens_and_status_names_the_holder(lamp,
 
 def test_no_wait_fails_at_once_and_withdraws_its_ticket(lamp, engine):
     events = LeaseEvents()
-    lamp.observer = events
+    lamp = DeviceStateManager(lamp.client, lamp.table_name, observer=events)
     holder = lamp.lease("lamp-1", ttl_seconds=30).acquire()
     started = time.monotonic()
     with pytest.raises(LeaseBusy) as busy:
@@ -146,7 +146,7 @@ def test_writes_to_a_leased_device_need_the_holders_token(lamp):
 
 def test_heartbeat_extends_and_a_released_lease_cannot_be_heartbeated(lamp):
     events = LeaseEvents()
-    lamp.observer = events
+    lamp = DeviceStateManager(lamp.client, lamp.table_name, observer=events)
     lease = lamp.lease("lamp-1", ttl_seconds=5).acquire()
     before = lease.expires_at
     time.sleep(0.05)
@@ -180,7 +180,7 @@ def test_the_context_manager_releases_on_an_exception(lamp, engine):
 
 def test_expired_rows_are_ignored_at_once_and_reaped(lamp, engine):
     events = LeaseEvents()
-    lamp.observer = events
+    lamp = DeviceStateManager(lamp.client, lamp.table_name, observer=events)
     crashed = lamp.lease("lamp-1", ttl_seconds=1).acquire()  # never heartbeats, never releases
     time.sleep(1.1)
     # expiresAt (TTL) has passed or is about to, but neither engine deletes anything: the row is still there.

@@ -151,3 +151,12 @@ def test_a_clamp_guard_that_needs_more_than_38_digits_is_not_compiled():
     top = Decimal("1234567890123456789012345678901234567")
     assert JsonPatch([{"op": "increment", "path": "/n", "value": Decimal("0.01"), "max": top}]).compile() is None
     assert JsonPatch([{"op": "increment", "path": "/n", "value": 1, "max": top}]).compile() is not None
+
+
+def test_the_patches_declare_the_update_capabilities_and_a_plain_function_declares_none():
+    from functions.device_state.updates import Compilable, Touching
+
+    for patch in (MergePatch({"a": 1}), JsonPatch([{"op": "add", "path": "/a", "value": 1}])):
+        assert isinstance(patch, Compilable) and isinstance(patch, Touching)
+    plain = lambda state: {**state, "a": 1}  # noqa: E731
+    assert not isinstance(plain, Compilable) and not isinstance(plain, Touching)

@@ -9,7 +9,7 @@ from pathlib import Path
 import functions.device_state as library
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PUBLIC_MODULES = {"metrics", "restore", "table", "store", "expressions", "leases", "transactions"}
+PUBLIC_MODULES = {"metrics", "restore", "table", "store", "expressions", "leases", "transactions", "updates"}
 
 
 def _callers() -> list[Path]:
@@ -49,3 +49,36 @@ def test_the_check_sees_an_internal_import(tmp_path):
 
 def test_every_exported_name_exists():
     assert [name for name in library.__all__ if not hasattr(library, name)] == []
+
+
+
+def _mentions(path: Path) -> dict[str, list[int]]:
+    """Lines of ``path`` that name the state item's key or send a transaction."""
+    found: dict[str, list[int]] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr == "state_key":
+            found.setdefault("state_key", []).append(node.lineno)
+        elif isinstance(node, ast.Constant) and node.value == "transact_write_items":
+            found.setdefault("transact_write_items", []).append(node.lineno)
+    return found
+
+
+# Where each may appear: the planner builds every request on the state item (the store reads it
+# by key; the table defines it); the pipeline sends every transaction (the store translates it).
+ALLOWED = {"state_key": {"planning.py", "table.py", "store.py"},
+           "transact_write_items": {"pipeline.py", "store.py"}}
+
+
+def test_one_planner_builds_and_one_pipeline_sends_every_write_of_the_state_item():
+    """The other modules' UpdateItems are on other items (the lease counter, change items,
+    push subscriptions): none names the state item's key."""
+    found = [f"{path.relative_to(REPO_ROOT)}:{lines} {name}"
+             for path in sorted((REPO_ROOT / "functions").rglob("*.py"))
+             for name, lines in _mentions(path).items() if path.name not in ALLOWED[name]]
+    assert found == [], found
+
+
+def test_the_state_item_check_sees_a_second_writer(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("store.send('transact_write_items', TransactItems=[{'Update': {'Key': table.state_key(d)}}])\n")
+    assert _mentions(probe) == {"state_key": [1], "transact_write_items": [1]}

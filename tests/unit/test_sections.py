@@ -167,7 +167,7 @@ def test_a_merge_patch_touches_only_what_it_changes_in_the_document(patch, docum
 def test_a_merge_patch_of_an_empty_object_keeps_the_confirmation():
     from functions.device_state.fencing import Fence
     from functions.device_state.values import to_attribute
-    from functions.device_state.writes import Planner
+    from functions.device_state.planning import Planner
 
     stored = {"deviceId": {"S": "d"}, "sk": {"S": "state"}, "version": {"N": "3"}, "state": {"M": {}},
               "createdAt": {"S": "2026-01-01T00:00:00.000Z"}, "updatedAt": {"S": "2026-01-01T00:00:00.000Z"},

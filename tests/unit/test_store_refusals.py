@@ -10,11 +10,11 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 from functions.device_state import table
 from functions.device_state.errors import StorageUnavailable
 from functions.device_state.fencing import Fence
-from functions.device_state.observer import NULL_OBSERVER
 from functions.device_state.pipeline import WritePipeline
-from functions.device_state.retry import Backoff, Moved
+from functions.device_state.planning import Planner
+from functions.device_state.retry import Moved
+from functions.device_state.runtime import Runtime
 from functions.device_state.store import Ambiguous, FailedAnswer, Store
-from functions.device_state.writes import Planner
 
 NOW = 1_800_000_000.0
 ITEM = {**table.state_key("d"), "version": {"N": "3"}, "state": {"M": {}},
@@ -41,12 +41,16 @@ def internal_failure() -> ClientError:
                         "ResponseMetadata": {"HTTPStatusCode": 500}}, "UpdateItem")
 
 
+def pipeline_on(client) -> WritePipeline:
+    runtime = Runtime(clock=lambda: NOW, sleep=lambda _: None)
+    return WritePipeline(Store(client, "devices", runtime), runtime)
+
+
 def send(client) -> None:
     planner = Planner("devices", Fence(), NOW)
     planned = planner.replace_state(ITEM, lambda state: {"n": 1}, None, "updated")
-    pipeline = WritePipeline(Store(client, "devices", sleep=lambda _: None), observer=NULL_OBSERVER,
-                             backoff=Backoff(), clock=lambda: NOW, sleep=lambda _: None)
-    pipeline.send(planner, "d", planned)
+    pipeline = pipeline_on(client)
+    pipeline.send(planner, planned)
 
 
 def test_a_server_error_settled_as_never_applied_is_storage_unavailable_at_once():
@@ -71,7 +75,5 @@ def test_settle_classifies_by_the_lost_answer_it_is_given_as_transactions_call_i
     client.calls.append({})  # the write itself went elsewhere (a transaction); only the mark is sent here
     planner = Planner("devices", Fence(), NOW)
     planned = planner.replace_state(ITEM, lambda state: {"n": 1}, None, "updated")
-    pipeline = WritePipeline(Store(client, "devices", sleep=lambda _: None), observer=NULL_OBSERVER,
-                             backoff=Backoff(), clock=lambda: NOW, sleep=lambda _: None)
     with pytest.raises(outcome):
-        pipeline.settle("d", planned, lost)
+        pipeline_on(client).settle(planned, lost)

@@ -12,8 +12,8 @@ from functions.device_state import DeviceAlreadyExists, JsonPatch
 from functions.device_state import table
 from functions.device_state.device import timestamp
 from functions.device_state.fencing import Fence, lease_key
-from functions.device_state.writes import (JOURNAL_KEEP, JOURNAL_MAX, STUB_SECONDS, TRIMMED_STAMPS_KEEP, Planner, WriteId, journal,
-                                           settle_request, trimmed_stamp)
+from functions.device_state.journal import JOURNAL_KEEP, JOURNAL_MAX, TRIMMED_STAMPS_KEEP, WriteId, journal, trimmed_stamp
+from functions.device_state.planning import STUB_SECONDS, Planner
 
 NOW = 1_800_000_000.0
 STAMP = repr(timestamp(NOW))
@@ -133,14 +133,32 @@ def test_a_compiled_patch_is_one_update_with_no_version_condition_guarded_by_its
 
 def test_settling_marks_the_write_as_never_applied_only_if_its_entry_is_absent():
     write = WriteId(123, "abcdef01")
-    on_device = settle_request("d", write, True, NOW)
+    on_device = PLANNER.settle_mark("d", write, True).request["Update"]
     assert spelled(on_device, "UpdateExpression") == f"SET {write.attribute} = 0"
     assert spelled(on_device, "ConditionExpression") == (
         f"attribute_not_exists({write.attribute}) AND attribute_exists(version)")
-    stub = settle_request("d", write, False, NOW)
+    stub = PLANNER.settle_mark("d", write, False).request["Update"]
     assert spelled(stub, "UpdateExpression") == f"SET {write.attribute} = 0, expiresAt = {int(NOW) + STUB_SECONDS}"
     assert spelled(stub, "ConditionExpression") == (
         f"attribute_not_exists({write.attribute}) AND attribute_not_exists(version)")
+
+
+def test_lease_holder_changes_name_their_ticket_and_carry_no_journal_entry():
+    taken = PLANNER.take_lease("d", 7, "secret-token", NOW + 30)
+    request = taken.request["Update"]
+    assert spelled(request, "UpdateExpression") == (
+        f"SET leaseToken = 7, leaseKey = {lease_key('secret-token')!r}, leaseUntil = {NOW + 30}")
+    assert spelled(request, "ConditionExpression") == (
+        f"{LIVE} AND (attribute_not_exists(leaseToken) OR leaseUntil <= {NOW} OR leaseToken = 7)")
+    extended = PLANNER.extend_lease("d", 7, NOW + 60).request["Update"]
+    assert spelled(extended, "UpdateExpression") == f"SET leaseUntil = {NOW + 60}"
+    assert spelled(extended, "ConditionExpression") == f"leaseToken = 7 AND leaseUntil > {NOW}"
+    cleared = PLANNER.clear_lease("d", 7).request["Update"]
+    assert spelled(cleared, "UpdateExpression") == "REMOVE leaseToken, leaseKey, leaseUntil"
+    assert spelled(cleared, "ConditionExpression") == "leaseToken = 7"
+    for planned in (taken, PLANNER.extend_lease("d", 7, NOW + 60), PLANNER.clear_lease("d", 7)):
+        assert planned.write is None and planned.device_id == "d" and planned.request["Update"]["Key"] == \
+            table.state_key("d")
 
 
 def removed_names(request):
@@ -217,7 +235,7 @@ def test_a_state_at_the_item_limit_leaves_room_for_its_change_record():
     from functions.device_state.device import Device
     from functions.device_state.errors import ItemTooLarge
     from functions.device_state.values import MAX_ITEM_BYTES, to_attribute
-    from functions.device_state.writes import MAX_STATE_ITEM_BYTES
+    from functions.device_state.planning import MAX_STATE_ITEM_BYTES
 
     device_id = "d" * 128  # the longest id: the most key bytes on both items
     accepted, size = None, 1000
@@ -244,7 +262,7 @@ def test_desired_reported_and_their_metadata_count_toward_the_item_size():
     from functions.device_state.errors import ItemTooLarge
     from functions.device_state.sections import REPORTED, SectionWrite
     from functions.device_state.values import to_attribute
-    from functions.device_state.writes import MAX_STATE_ITEM_BYTES
+    from functions.device_state.planning import MAX_STATE_ITEM_BYTES
 
     half = {"blob": "x" * (MAX_STATE_ITEM_BYTES // 2)}
     PLANNER.create("d", half, None)

@@ -1,60 +1,32 @@
-"""Pure write planners, the write journal, and how a refused write is classified.
-
-Every state write is planned here from the item read (or none): the request with all
-its conditions (version or liveness, lease fence, caller condition, write identity),
-and the device it leaves. Nothing here talks to DynamoDB.
-
-The write journal answers "did my write land?" when a write's answer was lost. Every
-state write carries a fresh ``WriteId`` and records, in the same request, the
-attribute ``w:<write id>`` holding the version it produced; it also requires that
-attribute to be absent, so no copy of the same write can ever apply twice. Every write
-keeps the newest ``JOURNAL_KEEP`` entries, and every entry younger than
-``JOURNAL_KEEP_SECONDS`` (up to ``JOURNAL_MAX``): a writer whose answer was lost settles
-within a round trip or two, and on a hot device more than ``JOURNAL_KEEP`` other writes
-can land in that time. A write that drops entries raises a watermark to at least the
-newest stamp it dropped, so an absent entry is proof of "never applied" only while the
-watermarks are older than the write's own stamp: ``journalTrimmed``, SET by the writes
-that read the item (their version condition makes it exact), and the highest of
-``journalTrimmedStamps``, a number set to which compiled patches ADD the newest stamp
-they dropped. Compiled patches read nothing and drop what their container last saw of
-the journal; a set union is the same in whatever order containers apply it, so the
-highest stamp is exact however many trim at once (an ADD to a number from each one's view
-added up, and once stood decades ahead, turning every later settle into a 504). A patch
-that sees ``TRIMMED_STAMPS_KEEP`` stamps DELETEs all but the highest it saw (never the
-highest of all: nobody sees a higher one) and drops only entries the set already covers;
-a write that reads the item folds the set into ``journalTrimmed`` and removes it.
+"""Pure write planners: every request on a device's state item is built here, whatever
+asks for it (single writes, compiled patches, keyed writes, transaction operations, lease
+holder changes, settle marks, deletes and tombstones), from the item read (or none): the
+request with all its conditions (version or liveness, lease fence, caller condition,
+write identity; see ``journal``), and the device it leaves. Nothing here talks to DynamoDB.
 """
 
 from __future__ import annotations
 
 import copy
-import secrets
 from dataclasses import dataclass
-from typing import Callable
 
 from boto3.dynamodb.conditions import ConditionBase
 
 from . import table
 from .device import Device, timestamp
 from .changes import change_item_size
-from .errors import (ConditionFailed, DeviceAlreadyExists, DeviceNotFound, InvalidValue, ItemTooLarge,
-                     VersionConflict)
+from .errors import DeviceAlreadyExists, DeviceNotFound, InvalidValue, ItemTooLarge, VersionConflict
 from .expressions import Expression, live, not_live, number
-from .fencing import Fence
+from .fencing import Fence, lease_key
 from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED
-from .retry import Moved
+from .journal import (JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp, trimmed_stamps, trimming,
+                      watermark)
 from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, MAX_POINTER_BYTES, META_ATTRIBUTES,
                        REPORTED, STATE, VERSION_SPAN, SectionWrite, check_pointer, longest_leaf_pointer,
                        next_entries, pack, pointer_bytes, touched_by)
+from .updates import UpdateFn
 from .values import MAX_ITEM_BYTES, check_state, item_size, to_attribute
 
-UpdateFn = Callable[[dict], dict]
-
-JOURNAL_KEEP = 8  # the newest entries every write leaves on the item
-JOURNAL_KEEP_SECONDS = 1.0  # and the entries younger than this (by the trimming writer's clock)...
-JOURNAL_MAX = 16  # ...up to this many entries in all
-TRIMMED_STAMPS_KEEP = 4  # a compiled patch that sees this many trimmed stamps prunes them instead of adding one
-SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
 # Room a state write leaves on the item for what later requests add without a state change:
@@ -71,82 +43,24 @@ BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED
 _LARGEST_VERSION = number(VERSION_SPAN - 1)  # a version or changed mark, as sized for the item's budget
 _LONGEST_OUTCOME = max((CREATED, REPLACED, UPDATED), key=len)  # lastWrite, as sized for the item's budget
 
-_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
-_STAMP_WIDTH = 9  # base 36 milliseconds, good past the year 5000
-
-
-@dataclass(frozen=True)
-class WriteId:
-    """One write's identity: when it was planned (ms, its writer's clock) and a nonce."""
-
-    stamp_ms: int
-    nonce: str
-
-    @classmethod
-    def new(cls, now: float) -> "WriteId":
-        return cls(int(now * 1000), secrets.token_hex(4))
-
-    @property
-    def attribute(self) -> str:
-        stamp, digits = self.stamp_ms, ""
-        while stamp:
-            stamp, digit = divmod(stamp, 36)
-            digits = _DIGITS[digit] + digits
-        return f"{table.JOURNAL_PREFIX}{digits.rjust(_STAMP_WIDTH, '0')}{self.nonce}"
-
-    @classmethod
-    def parse(cls, attribute: str) -> "WriteId | None":
-        body = attribute[len(table.JOURNAL_PREFIX):]
-        if not attribute.startswith(table.JOURNAL_PREFIX) or len(body) <= _STAMP_WIDTH:
-            return None
-        try:
-            return cls(int(body[:_STAMP_WIDTH], 36), body[_STAMP_WIDTH:])
-        except ValueError:
-            return None
-
-
-def journal(item: dict | None) -> list[tuple[WriteId, int]]:
-    """The journal entries on an item: (write id, version it produced; 0 = never applied)."""
-    entries = []
-    for name, value in (item or {}).items():
-        write = WriteId.parse(name) if name.startswith(table.JOURNAL_PREFIX) else None
-        if write is not None and "N" in value:
-            entries.append((write, int(value["N"])))
-    return entries
-
-
-def written_version(item: dict | None, write: WriteId) -> int | None:
-    """The version ``write`` produced per the item's journal, 0 if it was settled as
-    never applied, None if the journal does not name it."""
-    value = (item or {}).get(write.attribute)
-    return int(value["N"]) if value and "N" in value else None
-
-
-def trimmed_stamp(item: dict | None) -> int:
-    """The newest write-id stamp the journal may have dropped: the highest watermark."""
-    return max(_number(item, table.JOURNAL_TRIMMED), max(trimmed_stamps(item), default=0))
-
-
-def trimmed_stamps(item: dict | None) -> list[int]:
-    """The stamps compiled patches added to ``journalTrimmedStamps``, lowest first."""
-    value = (item or {}).get(table.JOURNAL_TRIMMED_STAMPS)
-    return sorted(int(stamp) for stamp in value["NS"]) if value else []
-
-
-def _number(item: dict | None, name: str) -> int:
-    value = (item or {}).get(name)
-    return int(value["N"]) if value else 0
+# What a lease holder change does to the state item (``Planned.outcome``). These carry no
+# journal entry: each names its ticket in its condition, so sending one again is harmless.
+LEASE_TAKEN, LEASE_EXTENDED, LEASE_CLEARED = "lease-taken", "lease-extended", "lease-cleared"
+LEASE_OUTCOMES = frozenset({LEASE_TAKEN, LEASE_EXTENDED, LEASE_CLEARED})
+SETTLE_MARK = "settle-mark"  # a lost write marked as never applied (classified by ``WritePipeline.settle``)
 
 
 @dataclass(frozen=True)
 class Planned:
-    """One write, ready to send alone or in a transaction (TransactWriteItems form)."""
+    """One request on a device's state item, ready to send alone (``WritePipeline.send``) or
+    with others in a transaction (TransactWriteItems form)."""
 
+    device_id: str
     request: dict
-    device: Device | None  # after the write (a delete: as it was; a compiled patch: unknown)
+    device: Device | None  # after the write (a delete: as it was; a compiled patch, a lease change: unknown)
     outcome: str
     expected_version: int | None = None
-    write: WriteId | None = None
+    write: WriteId | None = None  # its journal entry; None: idempotent by its condition (a lease change)
 
 
 def _apply(update_fn: UpdateFn, document: dict) -> dict:
@@ -256,7 +170,7 @@ class Planner:
             "ConditionExpression": expression, **expr.attributes(),
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }}
-        return Planned(request, current, CHECKED, current.version)
+        return Planned(current.device_id, request, current, CHECKED, current.version)
 
     def compiled(self, device_id: str, compiled, seen: dict | None = None, section: str = STATE) -> Planned | None:
         """A patch compiled to one UpdateItem: no read, no version condition; its write id
@@ -283,7 +197,7 @@ class Planner:
         write = WriteId.new(self.now)
         stamps = trimmed_stamps(seen)
         pruning = len(stamps) >= TRIMMED_STAMPS_KEEP
-        journal_removes, newest_dropped = _trimming(
+        journal_removes, newest_dropped = trimming(
             expr, seen, JOURNAL_KEEP - 1, self.now, covered=trimmed_stamp(seen) if pruning else None)
         adds_stamp = not pruning and newest_dropped > trimmed_stamp(seen)
         growth = _most_added(compiled)
@@ -315,14 +229,63 @@ class Planner:
             update += f" ADD {name(table.JOURNAL_TRIMMED_STAMPS)} {expr.value({'NS': [str(newest_dropped)]})}"
         expression = " AND ".join([live(expr, self.now), f"attribute_not_exists({journaled})",
                                    self.fence.condition(device_id, expr, self.now), *conditions])
-        request = {"Update": {
-            "TableName": self.table_name, "Key": table.state_key(device_id),
-            "UpdateExpression": update, "ConditionExpression": expression, **expr.attributes(),
-            "ReturnValues": "ALL_NEW", "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }}
-        return Planned(request, None, UPDATED, None, write)
+        return self._update(device_id, update, expression, expr, write, UPDATED, ReturnValues="ALL_NEW")
+
+    def settle_mark(self, device_id: str, write: WriteId, on_versioned_item: bool) -> Planned:
+        """Marks ``write`` as never applied unless it already did: once it lands, no copy
+        of the write can land any more (each requires its entry absent). On an item without
+        a version (a device that never existed) it leaves a stub that reads as absent and
+        expires. Sent alone (``WritePipeline.settle``), never in a transaction."""
+        expr = Expression()
+        journaled, version = expr.name(write.attribute), expr.name(table.VERSION)
+        update = f"SET {journaled} = {expr.number(0)}"
+        if on_versioned_item:
+            condition = f"attribute_not_exists({journaled}) AND attribute_exists({version})"
+        else:
+            update += f", {expr.name(table.TTL_ATTRIBUTE)} = {expr.number(int(self.now) + STUB_SECONDS)}"
+            condition = f"attribute_not_exists({journaled}) AND attribute_not_exists({version})"
+        return self._update(device_id, update, condition, expr, None, SETTLE_MARK, ReturnValues="ALL_NEW")
+
+    def take_lease(self, device_id: str, ticket: int, lease_token: str, until: float) -> Planned:
+        """Record ``ticket`` as the lease holder (until ``until``) on the live device, unless
+        another lease is active."""
+        expr = Expression()
+        token, holder_until, ours = expr.name(table.LEASE_TOKEN), expr.name(table.LEASE_UNTIL), expr.number(ticket)
+        now = lease_instant(self.now)
+        condition = (f"{live(expr, now)} AND "
+                     f"(attribute_not_exists({token}) OR {holder_until} <= {expr.number(now)} OR {token} = {ours})")
+        update = (f"SET {token} = {ours}, {expr.name(table.LEASE_KEY)} = {expr.value({'S': lease_key(lease_token)})}, "
+                  f"{holder_until} = {expr.number(until)}")
+        return self._update(device_id, update, condition, expr, None, LEASE_TAKEN)
+
+    def extend_lease(self, device_id: str, ticket: int, until: float) -> Planned:
+        """Move the expiry of the lease ``ticket`` holds, while it still holds it."""
+        expr = Expression()
+        holder_until = expr.name(table.LEASE_UNTIL)
+        condition = (f"{expr.name(table.LEASE_TOKEN)} = {expr.number(ticket)} AND "
+                     f"{holder_until} > {expr.number(lease_instant(self.now))}")
+        return self._update(device_id, f"SET {holder_until} = {expr.number(until)}", condition, expr, None,
+                            LEASE_EXTENDED)
+
+    def clear_lease(self, device_id: str, ticket: int) -> Planned:
+        """Clear the lease holder, only if it is ``ticket``."""
+        expr = Expression()
+        holder = ", ".join(expr.name(attribute) for attribute in LEASE_ATTRIBUTES)
+        condition = f"{expr.name(table.LEASE_TOKEN)} = {expr.number(ticket)}"
+        return self._update(device_id, f"REMOVE {holder}", condition, expr, None, LEASE_CLEARED)
 
     # --------------------------------------------------------------- internals
+
+    def _update(self, device_id: str, update: str, condition: str, expr: Expression, write: WriteId | None,
+                outcome: str, device: Device | None = None, expected_version: int | None = None,
+                **returns) -> Planned:
+        """An UpdateItem on the device's state item, in TransactWriteItems form."""
+        request = {"Update": {
+            "TableName": self.table_name, "Key": table.state_key(device_id),
+            "UpdateExpression": update, "ConditionExpression": condition, **expr.attributes(),
+            **returns, "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }}
+        return Planned(device_id, request, device, outcome, expected_version, write)
 
     def _at_version(self, expr: Expression, version: int) -> str:
         """The condition that the item is live at ``version``."""
@@ -337,7 +300,7 @@ class Planner:
         name = expr.name
         write = WriteId.new(self.now)
         next_version = device.version if version is None else version
-        journal_removes, newest_dropped = _trimming(expr, item, JOURNAL_KEEP - 1, self.now)
+        journal_removes, newest_dropped = trimming(expr, item, JOURNAL_KEEP - 1, self.now)
         journaled, next_placeholder = name(write.attribute), expr.number(next_version)
         sets = [*sets, f"{name(table.VERSION)} = {next_placeholder}", f"{journaled} = {next_placeholder}",
                 # the stream processor tells updated from replaced by it
@@ -356,7 +319,7 @@ class Planner:
         # The version condition makes this write's view exact, so it folds what compiled patches
         # added into its own watermark.
         folded = max(newest_dropped, max(trimmed_stamps(item), default=0))
-        if folded > _number(item, table.JOURNAL_TRIMMED):
+        if folded > watermark(item):
             sets.append(f"{name(table.JOURNAL_TRIMMED)} = {expr.number(folded)}")
         if table.JOURNAL_TRIMMED_STAMPS in (item or {}):
             removes = [*removes, name(table.JOURNAL_TRIMMED_STAMPS)]
@@ -368,13 +331,13 @@ class Planner:
             expression += " AND " + self.fence.condition(device_id, expr, self.now)
         if caller_condition is not None:
             expression += " AND " + expr.condition(caller_condition)
-        request = {"Update": {
-            "TableName": self.table_name, "Key": table.state_key(device_id),
-            "UpdateExpression": update, "ConditionExpression": expression, **expr.attributes(),
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }}
-        return Planned(request, device, outcome, expected_version, write)
+        return self._update(device_id, update, expression, expr, write, outcome, device, expected_version)
 
+
+
+def lease_instant(seconds: float) -> float:
+    """Epoch seconds to the millisecond, as leases store and compare them."""
+    return round(seconds, 3)
 
 
 def _without_bookkeeping(item: dict | None) -> dict:
@@ -423,64 +386,6 @@ def _section_sets(expr: Expression, documents: dict, entries: dict, version: int
                  f"{expr.name(meta)} = {expr.value(written[meta])}",
                  f"{expr.name(CHANGED_ATTRIBUTES[section])} = {expr.number(version)}"]
     return sets
-
-
-def _trimming(expr: Expression, item: dict | None, keep: int, now: float,
-              covered: int | None = None) -> tuple[list[str], int]:
-    """Journal entries to drop so that the newest ``keep`` applied ones remain, and those
-    younger than ``JOURNAL_KEEP_SECONDS`` up to ``JOURNAL_MAX`` in all (``keep`` and the
-    maximum count the write's own entry); never-applied markers go once they are old.
-    ``covered``: drop only applied entries stamped at or before it. Returns the names to
-    REMOVE (placeholders from ``expr``) and the newest stamp of an applied entry dropped (0: none)."""
-    entries = journal(item)
-    applied = sorted(((version, write) for write, version in entries if version > 0),
-                     key=lambda entry: entry[0], reverse=True)
-    young_after = (now - JOURNAL_KEEP_SECONDS) * 1000
-    kept = applied[:keep] + [entry for entry in applied[keep:] if entry[1].stamp_ms > young_after]
-    kept = kept[:JOURNAL_MAX - (JOURNAL_KEEP - keep)]
-    kept_writes = {write for _, write in kept}
-    dropped = [write for _, write in applied
-               if write not in kept_writes and (covered is None or write.stamp_ms <= covered)]
-    old_markers = [write for write, version in entries
-                   if version == 0 and write.stamp_ms < (now - SETTLED_KEEP_SECONDS) * 1000]
-    newest_dropped = max((write.stamp_ms for write in dropped), default=0)
-    return [expr.name(write.attribute) for write in dropped + old_markers], newest_dropped
-
-
-def settle_request(device_id: str, write: WriteId, on_versioned_item: bool, now: float) -> dict:
-    """An UpdateItem that marks ``write`` as never applied unless it already did: once
-    it lands, no copy of the write can land any more (each requires its entry absent).
-    On an item without a version (a device that never existed) it leaves a stub that
-    reads as absent and expires."""
-    expr = Expression()
-    journaled, version = expr.name(write.attribute), expr.name(table.VERSION)
-    update = f"SET {journaled} = {expr.number(0)}"
-    if on_versioned_item:
-        condition = f"attribute_not_exists({journaled}) AND attribute_exists({version})"
-    else:
-        update += f", {expr.name(table.TTL_ATTRIBUTE)} = {expr.number(int(now) + STUB_SECONDS)}"
-        condition = f"attribute_not_exists({journaled}) AND attribute_not_exists({version})"
-    return {"Key": table.state_key(device_id), "UpdateExpression": update, "ConditionExpression": condition,
-            **expr.attributes(), "ReturnValues": "ALL_NEW", "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
-
-
-def refusal(planned: Planned, device_id: str, old: dict | None, fence: Fence, now: float) -> Exception:
-    """Why a planned write's condition failed, from the item as it was (ALL_OLD): a typed
-    error, or ``Moved`` when planning again from ``Moved.item`` may succeed."""
-    live = old if table.is_live_state(old, now) else None
-    fenced = fence.error(device_id, live, now) if planned.outcome != CHECKED else None
-    if planned.outcome == CREATED:
-        if live is not None:
-            return DeviceAlreadyExists(device_id, Device.from_item(live))
-        return fenced or Moved(old)
-    if live is None:
-        return DeviceNotFound(device_id)
-    if fenced is not None:
-        return fenced
-    current = Device.from_item(live)
-    if current.version != planned.expected_version:
-        return Moved(live)
-    return ConditionFailed(device_id, current)
 
 
 def expect(device_id: str, item: dict | None, expected_version: int | None, now: float) -> dict:
