@@ -9,7 +9,7 @@ from .resolver import Response
 from .resolver import Router
 
 from functions.auth.rights import END, LEASES, authorize, device_resource, max_lease_seconds
-from functions.device_state import InvalidLease, leases
+from functions.device_state import InvalidLease, LeaseGrant, LeaseStatus, leases, timestamp
 
 from . import access
 from . import request_parsing as parse
@@ -21,6 +21,23 @@ MAX_OWNER_LENGTH = 128
 LIMITS = {"ttlSeconds": (1, leases.MAX_TTL_SECONDS), "waitSeconds": (0, MAX_LEASE_WAIT_SECONDS)}
 
 router = Router()
+
+
+def grant_json(grant: LeaseGrant) -> dict:
+    """A lease as its holder sees it (no one else ever gets its lease id or token)."""
+    ttl = grant.ttl_seconds
+    return {"deviceId": grant.device_id, "leaseId": grant.lease_id, "leaseToken": grant.lease_token,
+            "fencingToken": grant.fencing_token, "expiresAt": timestamp(grant.expires_at),
+            "ttlSeconds": int(ttl) if float(ttl).is_integer() else Decimal(repr(float(ttl)))}
+
+
+def status_json(device_id: str, status: LeaseStatus) -> dict:
+    holder = None
+    if status.holder_token is not None:
+        holder = {"fencingToken": status.holder_token, "expiresAt": timestamp(status.holder_expires_at),
+                  "owner": status.holder_owner}
+    return {"deviceId": device_id, "holder": holder, "queueLength": status.waiting,
+            "queue": [{"fencingToken": token, "owner": owner} for token, owner in status.queue]}
 
 
 def _lease_id(raw: str) -> str:
@@ -67,14 +84,14 @@ def acquire_lease(device_id: str):
     wait = budget(router.lambda_context, float(body.get("waitSeconds", 0)))
     grant = manager().lease_queue().acquire(device_id, float(body.get("ttlSeconds", leases.DEFAULT_TTL_SECONDS)),
                                             wait, body.get("owner"))
-    return json_response(grant.as_dict(), 201,
+    return json_response(grant_json(grant), 201,
                          {"Location": f"{location(router.current_event, device_id)}/leases/{grant.lease_id}"})
 
 
 @route(router, "/devices/<device_id>/leases", "GET", "HEAD")
 def lease_status(device_id: str):
     device_id = parse.device_id(device_id)
-    return json_response(manager().lease_queue().status(device_id).as_dict(device_id))
+    return json_response(status_json(device_id, manager().lease_queue().status(device_id)))
 
 
 @route(router, "/devices/<device_id>/leases/<lease_id>", "PUT", body=True)
@@ -82,7 +99,7 @@ def heartbeat_lease(device_id: str, lease_id: str):
     device_id, lease_id = parse.device_id(device_id), _lease_id(lease_id)
     ttl = _body(("ttlSeconds",)).get("ttlSeconds")
     grant = manager().lease_queue().heartbeat(device_id, lease_id, None if ttl is None else float(ttl))
-    return json_response(grant.as_dict())
+    return json_response(grant_json(grant))
 
 
 @route(router, "/devices/<device_id>/leases/<lease_id>", "DELETE")

@@ -32,15 +32,17 @@ from .errors import (
 )
 from .idempotency import IdempotencyKey, InvalidIdempotencyKey
 from .device import Device
-from .leases import Lease, LeaseGrant, LeaseStatus
+from .lease_handle import Lease
+from .leases import LeaseGrant, LeaseStatus
 from .manager import DeviceStateManager
 from .runtime import Backoff
 from .observer import UpdateObserver
 from .patches import JsonPatch, MergePatch
 from .transactions import (MAX_OPERATIONS, InvalidTransaction, Operation, OperationFailure, TransactionFailed,
                            TransactionTooLarge)
-from .changes import (CHANGE_SK_PREFIX, DEFAULT_RETENTION_SECONDS, MAX_FEED_LIMIT, MAX_RECORD_AGE_SECONDS, Change,
-                      ChangeLog, ChangesExpired, InvalidSince, VersionNotFound, VersionNotRecorded)
+from .change_items import CHANGE_SK_PREFIX, Change
+from .changes import (DEFAULT_RETENTION_SECONDS, MAX_FEED_LIMIT, MAX_RECORD_AGE_SECONDS, ChangeLog, ChangesExpired,
+                      InvalidSince, VersionNotFound, VersionNotRecorded)
 from .client import boto3_session
 from .device import timestamp
 from .idempotency import CREATED, DELETED, KEY_PATTERN, REPLACED, UPDATED, fingerprint

@@ -1,5 +1,5 @@
-"""Change records: one item per new version of a device's state, and the reads of the
-feed and of history over them.
+"""The change log: one item per new version of a device's state (written by the stream
+processor, encoded by ``change_items``), and the reads of the feed and of history over them.
 
 The stream processor (``functions/changes``) turns every stream record of a state item
 whose version went up into one change item in the device's partition,
@@ -26,40 +26,24 @@ the current version) at once, never a silent gap.
 
 from __future__ import annotations
 
-import copy
 import time
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Callable
 
-
 from . import table
+from .change_items import (CHANGE_SK_PREFIX, DELETED, VERSION_WIDTH, Change, apply_patch, change_from_item,
+                           change_item, change_of, change_sk, epoch_of, lost_marker, without_sections)
 from .device import Device
 from .errors import DeviceNotFound, DeviceStateError, ItemTooLarge
-from .expressions import Expression, number
-from .sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, entries_of
+from .expressions import Expression
+from .sections import DESIRED, REPORTED, STATE
 from .runtime import Runtime
-from .store import ONCE, Rejected, IDEMPOTENT, Store
-from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads, validate_device_id
+from .store import IDEMPOTENT, ONCE, Rejected, Store
+from .values import validate_device_id
 
-CHANGE_SK_PREFIX = "change#"
 TRIES_SK_PREFIX = "change-tries#"  # the processor's failed tries at one version's change
 TRIES = "tries"  # on that item: how many there were
-VERSION_WIDTH = 20  # zero-padded, so sort keys sort as versions do
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 60 * 60
 MAX_FEED_LIMIT = 100
-CREATED, UPDATED, REPLACED, DELETED = "created", "updated", "replaced", "deleted"
-
-# Attributes of a change item (besides deviceId, sk, version, state, createdAt, updatedAt, expiresAt).
-PREVIOUS_VERSION = "previousVersion"
-KIND = "kind"
-PATCH = "patch"  # RFC 6902, as JSON text (no nesting limit to meet)
-SECTIONS_CHANGED = "sections"  # the sections the write changed (a list of names)
-LOST = "lost"  # true on the marker of a version whose change could not be recorded
-# The device attributes a change item copies from the new image (besides state).
-_COPIED = (table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
-_METADATA = (table.META_DESIRED, table.META_REPORTED)
-SIZE_MARGIN_BYTES = 1024
 # The processor's event source mapping gives a record up once it is this old (to the
 # on-failure queue; infra/changes.py). A device's last write older than that, plus a
 # margin, with the change after ``since`` still missing: its record was given up, so the
@@ -99,195 +83,9 @@ class VersionNotFound(DeviceStateError):
         self.device_id = device_id
 
 
-def change_sk(version: int) -> str:
-    return f"{CHANGE_SK_PREFIX}{version:0{VERSION_WIDTH}d}"
-
-
-@dataclass(frozen=True)
-class Change:
-    device_id: str
-    version: int
-    previous_version: int
-    kind: str
-    patch: list | None  # None for a delete
-    state: dict | None  # None for a delete (and when stored without it: see ``at_version``)
-    created_at: str | None
-    updated_at: str
-    sections: tuple = SECTIONS  # the sections the write changed
-    desired: dict | None = None  # None for a delete (and when stored without it)
-    reported: dict | None = None
-    entries: dict | None = None  # per-leaf metadata entries of desired and reported
-    lost: bool = False  # its change could not be recorded
-
-    def as_dict(self) -> dict:
-        return {"deviceId": self.device_id, "version": self.version, "previousVersion": self.previous_version,
-                "kind": self.kind, "sections": list(self.sections), "patch": self.patch,
-                "updatedAt": self.updated_at}
-
-    def device(self) -> Device:
-        """The device as it was at this change (not for a delete)."""
-        return Device(self.device_id, self.version, self.state, self.created_at or "", self.updated_at,
-                      desired=self.desired or {}, reported=self.reported or {}, entries=self.entries or {})
-
-
-def _version(image: dict | None) -> int:
-    return int(image[table.VERSION]["N"]) if image and table.VERSION in image else 0
-
-
-def change_of(old: dict | None, new: dict | None) -> Change | None:
-    """The change a stream record's images (low-level form) describe, or None when the
-    record is not a new version of a device's state item."""
-    if not new or new.get(table.SORT_KEY, {}).get("S") != table.STATE_SK or table.VERSION not in new:
-        return None
-    version, previous = _version(new), _version(old)
-    if version <= previous:
-        return None  # lease bookkeeping, the journal, a trim: the version did not move
-    if table.DELETED_AT in new:
-        kind = DELETED
-    elif not old or table.VERSION not in old or table.DELETED_AT in old:
-        kind = CREATED
-    else:
-        kind = REPLACED if new.get(table.LAST_WRITE, {}).get("S") == REPLACED else UPDATED
-    before = document(old) if kind != CREATED else {}
-    after = document(new) if kind != DELETED else None
-    return Change(
-        device_id=new[table.PARTITION_KEY]["S"], version=version, previous_version=version - 1, kind=kind,
-        patch=None if after is None else diff(before, after), state=None if after is None else after[STATE],
-        created_at=new.get(table.CREATED_AT, {}).get("S"),
-        updated_at=new.get(table.UPDATED_AT, {}).get("S") or new[table.DELETED_AT]["S"],
-        sections=SECTIONS if kind in (CREATED, DELETED) else changed_sections(before, after, new, version),
-        desired=after and after[DESIRED], reported=after and after[REPORTED], entries=after and entries_of(new))
-
-
-def document(image: dict | None) -> dict:
-    """The whole document of a state image: every section, ``{}`` where it has none."""
-    return {section: from_attribute(image[section]) if image and section in image else {}
-            for section in SECTIONS}
-
-
-def changed_sections(before: dict, after: dict, new: dict, version: int) -> tuple:
-    """The sections a write changed: those it wrote (desired and reported mark the
-    version that last wrote them) or whose document differs; a write that names no
-    section wrote the state."""
-    written = {section for section in (DESIRED, REPORTED)
-               if new.get(CHANGED_ATTRIBUTES[section], {}).get("N") == str(version)}
-    differ = {section for section in SECTIONS if not _same(before[section], after[section])}
-    changed = written | differ or {STATE}
-    return tuple(section for section in SECTIONS if section in changed)
-
-
-def diff(before, after, path: str = "") -> list[dict]:
-    """An RFC 6902 patch that turns ``before`` into ``after``: objects member by member,
-    anything else replaced whole when it differs (true and 1 differ)."""
-    if isinstance(before, dict) and isinstance(after, dict):
-        operations = []
-        for name in before:
-            if name not in after:
-                operations.append({"op": "remove", "path": f"{path}/{_escape(name)}"})
-        for name, value in after.items():
-            member = f"{path}/{_escape(name)}"
-            if name not in before:
-                operations.append({"op": "add", "path": member, "value": value})
-            else:
-                operations.extend(diff(before[name], value, member))
-        return operations
-    return [] if _same(before, after) else [{"op": "replace", "path": path, "value": after}]
-
-
-def _escape(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")
-
-
-def _same(a, b) -> bool:
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b
-
-
-def apply_patch(state: dict, patch: list) -> dict:
-    """``patch`` (as ``diff`` makes it) applied to a copy of ``state``."""
-    import jsonpatch  # only a history read needs it; kept off the cold start
-
-    return jsonpatch.apply_patch(copy.deepcopy(state), patch)
-
-
-def _epoch(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
 def _device(expr: Expression, device_id: str) -> str:
     """The key condition on the device's partition."""
     return f"{expr.name(table.PARTITION_KEY)} = {expr.value({'S': device_id})}"
-
-
-def _change_base(change: Change, retention_seconds: int) -> dict:
-    item = {
-        table.PARTITION_KEY: {"S": change.device_id}, table.SORT_KEY: {"S": change_sk(change.version)},
-        table.VERSION: number(change.version), PREVIOUS_VERSION: number(change.previous_version),
-        KIND: {"S": change.kind}, table.UPDATED_AT: {"S": change.updated_at},
-        table.TTL_ATTRIBUTE: number(int(_epoch(change.updated_at)) + retention_seconds),
-    }
-    if change.created_at:
-        item[table.CREATED_AT] = {"S": change.created_at}
-    item[SECTIONS_CHANGED] = {"L": [{"S": section} for section in change.sections]}
-    return item
-
-
-def change_item(change: Change, new_image: dict, retention_seconds: int) -> dict:
-    """The change item (low-level form): the sections and metadata copied from the stream
-    image as they are."""
-    item = _change_base(change, retention_seconds)
-    if change.state is not None:
-        item[table.STATE] = new_image[table.STATE]
-        item.update({name: new_image[name] for name in _COPIED if name in new_image})
-        with_patch = {**item, PATCH: {"S": dumps(change.patch)}}
-        if item_size(with_patch) <= MAX_ITEM_BYTES - SIZE_MARGIN_BYTES:
-            item = with_patch
-    return item
-
-
-def change_item_size(device: Device, attributes: dict) -> int:
-    """The size of the smallest change item that holds ``device``'s sections and metadata
-    (``attributes``, low-level form; the most a retention can add to ``expiresAt`` and
-    every section name in ``sections`` included): what a state write must leave room for."""
-    change = Change(device.device_id, device.version, device.version - 1, REPLACED, None, device.state,
-                    device.created_at or None, device.updated_at)
-    return item_size({**_change_base(change, 10 ** 10), **attributes})
-
-
-def _without_sections(change: Change, new_image: dict, retention_seconds: int, metadata: bool) -> dict:
-    """The change with its patch but not its sections (history rebuilds them from the
-    version before), with the metadata of the new version if ``metadata``."""
-    item = {**_change_base(change, retention_seconds), PATCH: {"S": dumps(change.patch)}}
-    if metadata:
-        item.update({name: new_image[name] for name in _METADATA if name in new_image})
-    return item
-
-
-def _lost(change: Change, retention_seconds: int) -> dict:
-    return {**_change_base(change, retention_seconds), LOST: {"BOOL": True}}
-
-
-def _from_item(item: dict) -> Change:
-    state = from_attribute(item[table.STATE]) if table.STATE in item else None
-    if LOST in item:
-        patch = None
-    elif PATCH in item:
-        patch = loads(item[PATCH]["S"])
-    else:
-        patch = None if state is None else [{"op": "replace", "path": "", "value": document(item)}]
-    sections = tuple(from_attribute(item[SECTIONS_CHANGED])) if SECTIONS_CHANGED in item else SECTIONS
-    whole = document(item)
-    return Change(
-        device_id=item[table.PARTITION_KEY]["S"], version=int(item[table.VERSION]["N"]),
-        previous_version=int(item[PREVIOUS_VERSION]["N"]), kind=item[KIND]["S"], patch=patch, state=state,
-        created_at=item.get(table.CREATED_AT, {}).get("S"), updated_at=item[table.UPDATED_AT]["S"],
-        sections=sections, desired=whole[DESIRED], reported=whole[REPORTED], entries=entries_of(item),
-        lost=LOST in item)
 
 
 class ChangeLog:
@@ -310,9 +108,9 @@ class ChangeLog:
             return None
         forms = [change_item(change, new_image, self.retention_seconds)]
         if change.state is not None:
-            forms += [_without_sections(change, new_image, self.retention_seconds, metadata=True),
-                      _without_sections(change, new_image, self.retention_seconds, metadata=False)]
-        forms.append(_lost(change, self.retention_seconds))
+            forms += [without_sections(change, new_image, self.retention_seconds, metadata=True),
+                      without_sections(change, new_image, self.retention_seconds, metadata=False)]
+        forms.append(lost_marker(change, self.retention_seconds))
         for form in forms:
             try:
                 self._put_once(form)
@@ -327,7 +125,7 @@ class ChangeLog:
         change = change_of(None, new_image) if new_image else None
         if change is None:
             return None
-        self._put_once(_lost(change, self.retention_seconds))
+        self._put_once(lost_marker(change, self.retention_seconds))
         return change
 
     def count_try(self, new_image: dict | None) -> int:
@@ -374,7 +172,7 @@ class ChangeLog:
         for item in items:
             if table.is_expired(item, now) or int(item[table.VERSION]["N"]) != since + 1 + len(changes):
                 break
-            change = _from_item(item)
+            change = change_from_item(item)
             if change.lost:
                 lost = not changes
                 break
@@ -387,7 +185,7 @@ class ChangeLog:
         if since > current:
             raise InvalidSince(f"since ({since}) is past the device's current version ({current})")
         if since < current and updated_at is not None and (
-                _epoch(updated_at) + min(self.retention_seconds, GIVEN_UP_SECONDS) <= now):
+                epoch_of(updated_at) + min(self.retention_seconds, GIVEN_UP_SECONDS) <= now):
             # Past the retention, or a record the processor gave up (on AWS, to the
             # on-failure queue) long ago: the next change will not come.
             raise ChangesExpired(device_id, since, current)
@@ -437,7 +235,7 @@ class ChangeLog:
                 item = self._change_item(device_id, at)  # the feed may have recorded it since the first read
             if item is None:
                 raise VersionNotFound(device_id, version, "never written, or past the retention")
-            change = _from_item(item)
+            change = change_from_item(item)
             if change.lost:
                 raise VersionNotFound(device_id, version, "its change could not be recorded")
             if change.kind == DELETED:
@@ -467,7 +265,7 @@ class ChangeLog:
             current, updated_at = self._current(device_id, now)
         except DeviceNotFound:
             return False
-        return version <= current and updated_at is not None and _epoch(updated_at) + GIVEN_UP_SECONDS > now
+        return version <= current and updated_at is not None and epoch_of(updated_at) + GIVEN_UP_SECONDS > now
 
     def _latest_change(self, device_id: str) -> dict | None:
         """The newest change item the feed holds for the device (expired or not)."""

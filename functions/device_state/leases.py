@@ -30,10 +30,8 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
-import threading
 import uuid
 from dataclasses import dataclass
-from decimal import Decimal
 
 from . import table
 from .device import timestamp
@@ -62,11 +60,6 @@ _TICKET = "ticket"
 _TTL = "ttlSeconds"
 _UNTIL = "until"
 _CREATED_AT = "createdAt"
-
-
-def _number_value(value: float):
-    """A number for JSON: ints stay ints, fractions become exact Decimals (never a float)."""
-    return int(value) if float(value).is_integer() else Decimal(repr(float(value)))
 
 
 def _sort_key(ticket: int) -> str:
@@ -107,12 +100,6 @@ class LeaseGrant:
         """The secret a write presents (``Lease-Token``); only the holder ever gets it."""
         return lease_token_of(parse_lease_id(self.lease_id)[1])
 
-    def as_dict(self) -> dict:
-        """The lease as the API shows it (to its holder only)."""
-        return {"deviceId": self.device_id, "leaseId": self.lease_id, "leaseToken": self.lease_token,
-                "fencingToken": self.fencing_token, "expiresAt": timestamp(self.expires_at),
-                "ttlSeconds": _number_value(self.ttl_seconds)}
-
 
 @dataclass(frozen=True)
 class LeaseStatus:
@@ -125,14 +112,6 @@ class LeaseStatus:
     holder_owner: str | None
     waiting: int
     queue: tuple[tuple[int, str | None], ...] = ()  # (fencing token, owner) of each waiting ticket
-
-    def as_dict(self, device_id: str) -> dict:
-        holder = None
-        if self.holder_token is not None:
-            holder = {"fencingToken": self.holder_token, "expiresAt": timestamp(self.holder_expires_at),
-                      "owner": self.holder_owner}
-        return {"deviceId": device_id, "holder": holder, "queueLength": self.waiting,
-                "queue": [{"fencingToken": token, "owner": owner} for token, owner in self.queue]}
 
 
 class LeaseQueue:
@@ -160,7 +139,7 @@ class LeaseQueue:
         ``DeviceNotFound`` when there is no such device. ``wait_seconds`` is finite:
         a caller inside a Lambda caps it by its remaining time."""
         validate_device_id(device_id)
-        ttl_seconds, wait_seconds = _check_ttl(ttl_seconds), float(wait_seconds)
+        ttl_seconds, wait_seconds = check_ttl(ttl_seconds), float(wait_seconds)
         if not 0 <= wait_seconds <= MAX_TTL_SECONDS or math.isnan(wait_seconds):
             raise InvalidLease(f"wait_seconds must be from 0 to {MAX_TTL_SECONDS}")
         runtime = self._runtime
@@ -285,7 +264,7 @@ class LeaseQueue:
             if row is None or row.get(_SECRET, {}).get("S") != secret:
                 raise self._lost(device_id, lease_id, row)
             ttl_seconds = float(row[_TTL]["N"])
-        ttl_seconds = _check_ttl(ttl_seconds)
+        ttl_seconds = check_ttl(ttl_seconds)
 
         def extend(planner):
             until = lease_instant(planner.now + ttl_seconds)  # as stored
@@ -470,7 +449,7 @@ class LeaseQueue:
         return ticket <= (int(counter[_TICKET]["N"]) if counter else 0)
 
 
-def _check_ttl(ttl_seconds) -> float:
+def check_ttl(ttl_seconds) -> float:
     try:
         ttl = float(ttl_seconds)
     except (TypeError, ValueError):
@@ -478,102 +457,3 @@ def _check_ttl(ttl_seconds) -> float:
     if not 1 <= ttl <= MAX_TTL_SECONDS:
         raise InvalidLease(f"ttl_seconds must be from 1 to {MAX_TTL_SECONDS}")
     return ttl
-
-
-class Lease:
-    """One caller's lease on a device. As a context manager it acquires, heartbeats on a
-    background thread every ttl/2 and releases on exit (also on an exception); or call
-    ``acquire()``, ``heartbeat()`` and ``release()`` yourself. ``manager`` writes to the
-    device under this lease's fencing token and refuses once the lease is lost."""
-
-    def __init__(self, queue: LeaseQueue, manager, device_id: str, ttl_seconds: float, wait_seconds: float,
-                 owner: str | None):
-        self._queue = queue
-        self._manager = manager  # the DeviceStateManager ``manager`` fences
-        self.device_id = device_id
-        self.ttl_seconds = _check_ttl(ttl_seconds)
-        self.wait_seconds = wait_seconds
-        self.owner = owner
-        self.grant: LeaseGrant | None = None
-        self.lost = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    @property
-    def lease_id(self) -> str | None:
-        return self.grant.lease_id if self.grant else None
-
-    @property
-    def fencing_token(self) -> int | None:
-        return self.grant.fencing_token if self.grant else None
-
-    @property
-    def lease_token(self) -> str | None:
-        return self.grant.lease_token if self.grant else None
-
-    @property
-    def expires_at(self) -> float | None:
-        return self.grant.expires_at if self.grant else None
-
-    @property
-    def manager(self):
-        """The device-state manager, fenced by this lease."""
-        return self._manager.fenced({self.device_id: self})
-
-    def lease_token_if_held(self) -> str:
-        if self.grant is None or self.lost or self._queue.runtime.clock() >= self.grant.expires_at:
-            raise LeaseLost(self.device_id, self.lease_id or "(not acquired)")
-        return self.grant.lease_token
-
-    def acquire(self) -> "Lease":
-        self.grant = self._queue.acquire(self.device_id, self.ttl_seconds, self.wait_seconds, self.owner)
-        self.lost = False
-        return self
-
-    def heartbeat(self) -> "Lease":
-        if self.grant is None:
-            raise LeaseLost(self.device_id, "(not acquired)")
-        try:
-            self.grant = self._queue.heartbeat(self.device_id, self.grant.lease_id, self.ttl_seconds)
-        except LeaseLost:
-            self.lost = True
-            raise
-        return self
-
-    def release(self) -> bool:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-        self._thread = None
-        if self.grant is None:
-            return False
-        released = self._queue.release(self.device_id, self.grant.lease_id)
-        self.lost = True  # nothing may be written under it any more
-        return released
-
-    def __enter__(self) -> "Lease":
-        self.acquire()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._heartbeat_loop, name=f"lease-{self.device_id}", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.release()
-
-    def _heartbeat_loop(self) -> None:
-        """Heartbeat at ttl/2; a failed heartbeat (storage trouble) is tried again sooner,
-        and the lease counts as lost once it is refused or its expiry has passed."""
-        interval = self.ttl_seconds / 2
-        while not self._stop.wait(interval):
-            try:
-                self.heartbeat()
-                interval = self.ttl_seconds / 2
-            except LeaseLost:
-                return
-            except (StorageError, StorageUnavailable, OutcomeUnknown):  # try again sooner
-                if self._queue.runtime.clock() >= self.grant.expires_at:
-                    self.lost = True
-                    self._queue.runtime.observer.lease_lost(self.device_id)
-                    return
-                interval = max(0.05, min(interval / 2, self.grant.expires_at - self._queue.runtime.clock()) / 2)

@@ -13,27 +13,28 @@ from typing import Callable
 
 from boto3.dynamodb.conditions import ConditionBase
 
-from . import idempotency as idem
 from . import table
+from .changes import ChangeLog, InvalidSince
 from .device import Device
-from .changes import ChangeLog, InvalidSince, VersionNotFound
-from .errors import ConditionFailed, DeviceAlreadyExists, DeviceNotFound, ItemTooLarge, StorageUnavailable, VersionConflict
+from .errors import DeviceNotFound
 from .expressions import Expression, live
 from .fencing import Fence
 from .idempotency import CREATED, REPLACED, UPDATED, IdempotencyKey
-from .leases import DEFAULT_TTL_SECONDS, Lease, LeaseQueue
+from .lease_handle import Lease
+from .leases import DEFAULT_TTL_SECONDS, LeaseQueue
 from .observer import NULL_OBSERVER, UpdateObserver
-from .pipeline import DEFAULT_SETTLE_SECONDS, Refusals, WritePipeline
+from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
 from .planning import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect
-from .recent import RecentJournals
+from .replays import RecordedAnswers
 from .restore import random_generator
-from .retry import Moved, RetryLoop
+from .retry import RetryLoop
 from .runtime import Backoff, Runtime
 from .sections import CHANGED_ATTRIBUTES, STATE, check_section, check_sections, replacing
-from .store import Refused, Store, decode_cursor, encode_cursor
+from .store import Store, decode_cursor, encode_cursor
 from .transactions import Operation, TransactionRunner
-from .updates import Compilable, UpdateFn
+from .updates import UpdateFn
 from .values import check_state, validate_device_id
+from .writer import DeviceWriter
 
 logger = logging.getLogger("device_state")
 
@@ -41,7 +42,6 @@ DEFAULT_MAX_ATTEMPTS = 25
 DEFAULT_BUDGET_SECONDS = 5.0
 MAX_LIST_LIMIT = 100
 MAX_SCAN_CALLS_PER_PAGE = 4  # a listing page never costs more than this many Scan calls
-REPLAY_HISTORY_WAIT_SECONDS = 5.0  # a replay waits this long for the feed to record a version
 
 class DeviceStateManager:
     """Reads and writes device state items with version-based optimistic locking.
@@ -78,9 +78,10 @@ class DeviceStateManager:
         self.store = Store(client, table_name, self.runtime)
         self.pipeline = WritePipeline(self.store, self.runtime, settle_seconds=settle_seconds,
                                       tombstone_seconds=tombstone_seconds)
-        self.history = ChangeLog(client, table_name, clock=clock, monotonic=monotonic, sleep=sleep)
+        history = ChangeLog(client, table_name, clock=clock, monotonic=monotonic, sleep=sleep)
+        self._answers = RecordedAnswers(self.store, history, self.runtime)
+        self._writer = DeviceWriter(self.pipeline, self._answers)
         self.fence = Fence()
-        self.recent = RecentJournals()
 
     @property
     def client(self):
@@ -268,7 +269,7 @@ class DeviceStateManager:
         validate_device_id(device_id)
         check_section(section)
         if idempotency is None and condition is None:  # a caller's condition keeps read-modify-write
-            compiled = self._compiled_update(device_id, update_fn, section)
+            compiled = self._writer.compiled(self.fence, device_id, update_fn, section)
             if compiled is not None:
                 return compiled
         return self._write(device_id, lambda planner, item: planner.replace_state(
@@ -302,29 +303,9 @@ class DeviceStateManager:
         return results[0] if results else None
 
     def recorded_results(self, partition: str, idempotency: IdempotencyKey) -> list[tuple[Device, str]] | None:
-        record = self.store.get(idem.record_key(partition, idempotency))
-        results = idem.recorded_results(partition, idempotency, record, self.clock(), self.store.get,
-                                        self._device_at)
-        if results is not None:
-            self.observer.replayed(partition)
-        return results
-
-    def _device_at(self, device_id: str, version: int) -> Device:
-        """The device at ``version`` (state and sections): its state item while it is there, else the
-        feed's history (written a moment after the version; waited for that long)."""
-        deadline = self.runtime.monotonic() + REPLAY_HISTORY_WAIT_SECONDS
-        while True:
-            item = self.store.get_state(device_id)
-            if item is not None and table.VERSION in item and int(item[table.VERSION]["N"]) == version \
-                    and table.STATE in item:
-                return Device.from_item(item)
-            try:
-                return self.history.at_version(device_id, version)
-            except VersionNotFound:
-                if self.runtime.monotonic() >= deadline:
-                    raise StorageUnavailable(f"the recorded answer of {device_id} at version {version} cannot be "
-                                             "read back yet") from None
-            self.runtime.sleep(0.1)
+        """Every (device, outcome) a keyed write recorded in ``partition`` (a transaction's
+        first device), or None."""
+        return self._answers.results(partition, idempotency)
 
     # ------------------------------------------------------------ internals
 
@@ -337,98 +318,8 @@ class DeviceStateManager:
                          self.budget_seconds if budget_seconds is None else budget_seconds, self.runtime)
 
     def _write(self, device_id: str, plan: Callable[[Planner, dict | None], Planned],
-               idempotency: IdempotencyKey | None, *, expected_version: int | None = None,
-               created_may_move: bool = False, max_attempts: int | None = None,
-               budget_seconds: float | None = None, counted: bool = False) -> tuple[Device, str]:
-        """Plan from the item read, send, classify, and go again while the device moved
-        under a write that named no version. ``created_may_move``: a create that finds
-        the device created meanwhile plans again (PUT) instead of failing (POST).
-        ``counted``: an update, whose attempts and successes the observer counts."""
-        if idempotency is not None:
-            recorded = self.recorded(device_id, idempotency)
-            if recorded is not None:
-                return recorded
-
-        def attempt(item, number):
-            self.recent.saw(device_id, item)
-            planner = self.planner()
-            try:
-                planned = plan(planner, item)
-            except VersionConflict as conflict:
-                self.observer.conflict(device_id, conflict.expected_version, conflict.current.version)
-                raise
-            if counted:
-                self.observer.attempt(device_id, number)
-            try:
-                if idempotency is None:
-                    return self.pipeline.send(planner, planned)[0], planned.outcome
-                return self._send_keyed(planner, planned, idempotency)
-            except Moved as moved:
-                if moved.reason == "settled":
-                    raise
-                current = Device.from_item(moved.item) if table.is_live_state(moved.item, planner.now) else None
-                if current is not None and planned.expected_version is not None:
-                    self.observer.conflict(device_id, planned.expected_version, current.version)
-                if expected_version is not None and current is not None:
-                    raise VersionConflict(device_id, expected_version, current) from None
-                raise
-            except DeviceAlreadyExists as exists:
-                if created_may_move:
-                    raise Moved(self.store.get_state(device_id)) from None
-                raise exists
-            except ConditionFailed:
-                self.observer.condition_failed(device_id)
-                raise
-
-        return self._loop(max_attempts, budget_seconds).run(
-            device_id, attempt, lambda: self.store.get_state(device_id), count_success=counted)
-
-    def _send_keyed(self, planner: Planner, planned: Planned, idempotency: IdempotencyKey) -> tuple[Device, str]:
-        """The change and its record in one transaction; DynamoDB's ClientRequestToken
-        makes a resend of it safe, so the store sends it again on a lost answer."""
-        device_id = planned.device_id
-        record = idem.record_puts(self.table_name, device_id, idempotency, [(planned.device, planned.outcome)],
-                                  planner.now)
-        token = idempotency.client_request_token(self.table_name, device_id, [planned.request, *record])
-        try:
-            self.pipeline.send_together(planner, [planned], record, token)
-        except Refusals as refused:
-            if refused.others_refused[0]:  # the key's record exists: the write happened before
-                recorded = self.recorded(device_id, idempotency)
-                if recorded is not None:
-                    return recorded
-                raise Moved(None) from None  # the record expired meanwhile: try again
-            if refused.refusals[0] is not None:
-                raise refused.refusals[0] from None
-            raise Moved(None) from None  # a TransactionConflict: try again
-        return planned.device, planned.outcome
-
-    def _compiled_update(self, device_id: str, update_fn, section: str = STATE) -> Device | None:
-        """Apply a patch that compiles to one UpdateItem: no read, and nothing for another
-        writer to invalidate, so no conflict. None when it does not compile, or DynamoDB
-        refuses it (a guard, a missing parent, a type): read-modify-write then decides.
-        Desired and reported compile nested merge patches too (``MergePatch.compile``)."""
-        if not isinstance(update_fn, Compilable):
-            return None
-        compiled = update_fn.compile() if section == STATE else update_fn.compile(section=section, nested=True)
-        if compiled is None:
-            return None
-        with self.recent.to_trim(device_id) as seen:
-            planner = self.planner()
-            planned = planner.compiled(device_id, compiled, seen, section)
-            if planned is None:
-                return None
-            started = self.runtime.monotonic()
-            self.observer.attempt(device_id, 1)
-            try:
-                device, item = self.pipeline.send(planner, planned)
-            except (Moved, ConditionFailed, Refused, ItemTooLarge):
-                # A guard or DynamoDB refused it (its form: expression size, too many names; or
-                # the item's size); Moved "settled": never applied. Read-modify-write decides.
-                return None
-            if item is None:  # settled as applied: what it trimmed was not seen
-                self.recent.forget(device_id)
-            self.recent.saw(device_id, item)
-        self.observer.succeeded(device_id, 1, self.runtime.monotonic() - started)
-        return device
-
+               idempotency: IdempotencyKey | None, *, max_attempts: int | None = None,
+               budget_seconds: float | None = None, **how) -> tuple[Device, str]:
+        """One write in the retry loop (``writer.DeviceWriter.write``), under this manager's fence."""
+        return self._writer.write(self._loop(max_attempts, budget_seconds), self.fence, device_id, plan,
+                                  idempotency, **how)

@@ -14,7 +14,7 @@ from boto3.dynamodb.conditions import ConditionBase
 
 from . import table
 from .device import Device, timestamp
-from .changes import change_item_size
+from .change_items import change_item_size
 from .errors import DeviceAlreadyExists, DeviceNotFound, InvalidValue, ItemTooLarge, VersionConflict
 from .expressions import Expression, live, not_live, number
 from .fencing import Fence, lease_key

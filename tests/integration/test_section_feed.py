@@ -11,7 +11,7 @@ import jsonpatch
 import pytest
 
 from functions.device_state import JsonPatch, MergePatch
-from functions.device_state.changes import change_of
+from functions.device_state.change_items import change_of
 from functions.device_state.sections import delta
 from tests.helpers import run_writers
 from tests.integration.test_changes import feed, follow  # noqa: F401  (the poller fixture)

@@ -10,7 +10,7 @@ from moto import mock_aws
 
 from functions.changes.events import (DETAIL_TYPE, MAX_EVENT_BYTES, SOURCE, EventBridgePublisher, PublishFailed,
                                       detail)
-from functions.device_state.changes import Change
+from functions.device_state.change_items import Change
 from functions.device_state.values import loads
 
 

@@ -231,7 +231,7 @@ def test_a_write_that_read_the_item_folds_the_patches_watermarks_into_its_own():
 def test_a_state_at_the_item_limit_leaves_room_for_its_change_record():
     """The change record (state + its keys and timestamps) of the largest state a write
     accepts always fits DynamoDB's item limit, so the feed can always record it."""
-    from functions.device_state.changes import change_item_size
+    from functions.device_state.change_items import change_item_size
     from functions.device_state.device import Device
     from functions.device_state.errors import ItemTooLarge
     from functions.device_state.values import MAX_ITEM_BYTES, to_attribute
