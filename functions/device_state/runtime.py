@@ -17,8 +17,8 @@ from .restore import random_generator
 class Backoff:
     """Exponential backoff with full jitter: attempt n sleeps U(0, min(cap, base * 2^(n-1)))."""
 
-    base_seconds: float = 0.01
-    cap_seconds: float = 0.5
+    base_seconds: float = 0.05
+    cap_seconds: float = 1.0
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0, min(self.cap_seconds, self.base_seconds * 2 ** (attempt - 1)))

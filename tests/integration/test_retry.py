@@ -114,8 +114,9 @@ def test_running_out_of_attempts_writes_nothing(setup):
 
 
 def test_running_out_of_time_budget_writes_nothing_and_never_sleeps_past_it(setup):
-    manager, rival, spy, fake, events = setup
-    manager.backoff = Backoff(base_seconds=0.4, cap_seconds=10)
+    _, rival, spy, fake, events = setup
+    manager = DeviceStateManager(spy, rival.table_name, monotonic=fake.monotonic, sleep=fake.sleep,
+                                 rng=random.Random(7), backoff=Backoff(base_seconds=0.4, cap_seconds=10))
     manager.create("c-1", {"n": 0})
 
     def always_beaten(state):
@@ -127,6 +128,7 @@ def test_running_out_of_time_budget_writes_nothing_and_never_sleeps_past_it(setu
         manager.update_with_retry("c-1", always_beaten, max_attempts=1000, budget_seconds=2.0)
     assert "budget" in caught.value.reason
     assert fake.now - started <= 2.0
+    assert fake.sleeps[0] > 0.1  # the backoff asked for took effect (past the default ceiling of that attempt)
     assert manager.get("c-1").state["n"] > 0
 
 
