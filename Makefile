@@ -76,7 +76,9 @@ invoke: $(PY_STAMP)
 # Contention and cold-start benchmark on DynamoDB Local: latest.{json,md,png}; then the change
 # feed's lag and write capacity: feed.{json,md}; then 16 reporters on one device's reported:
 # sections.json; then 200 WebSocket subscribers on 20 devices under steady writes: push.json; then
-# per-leaf metadata at 100/1,000/10,000 leaves (a conditional report, a GET with metadata): metadata.json. Into bench/out/ (untracked), or with UPDATE_RESULTS=1 into bench/results/,
+# per-leaf metadata at 100/1,000/10,000 leaves (a conditional report, a GET with metadata): metadata.json; then
+# request units per operation kind and the reference fleet's monthly bill beside Device Shadow's:
+# costs.{json,md,png}. Into bench/out/ (untracked), or with UPDATE_RESULTS=1 into bench/results/,
 # the committed reference results the docs quote.
 BENCH_OUT := $(if $(UPDATE_RESULTS),bench/results,bench/out)
 bench: setup
@@ -85,6 +87,7 @@ bench: setup
 	$(PY) bench/sections.py --out $(BENCH_OUT) $(SECTIONS_BENCH_ARGS)
 	$(PY) bench/push.py --out $(BENCH_OUT) $(PUSH_BENCH_ARGS)
 	$(PY) bench/metadata.py --out $(BENCH_OUT) $(METADATA_BENCH_ARGS)
+	$(PY) bench/costs.py --out $(BENCH_OUT) $(COSTS_BENCH_ARGS)
 
 # Synthesize offline (no AWS account needed) and lint the template; DEPLOY_ARGS' -c flags
 # shape it as they would a deploy.

@@ -142,7 +142,7 @@ def test_the_readme_stays_a_front_door():
     assert len(readme.splitlines()) <= 250
     first_screen = "\n".join(readme.splitlines()[:20])
     assert "make serve" in first_screen and "make test" in first_screen
-    for document in ("docs/api.md", "docs/operations.md", "docs/decisions.md", "docs/library.md"):
+    for document in ("docs/api.md", "docs/operations.md", "docs/decisions.md", "docs/library.md", "docs/costs.md"):
         assert f"]({document})" in readme, f"the README does not link {document}"
 
 
