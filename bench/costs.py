@@ -41,6 +41,7 @@ from functions.device_state import (ChangeLog, DeviceStateManager, JsonPatch, Me
 from functions.device_state.change_items import change_sk  # noqa: E402
 from functions.device_state.values import item_size  # noqa: E402
 from functions.push.delivery import Delivery  # noqa: E402
+from functions.push.fanout import touched_sections  # noqa: E402
 from functions.push.subscriptions import Subscriptions  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal  # noqa: E402
 
@@ -73,6 +74,7 @@ PRICES = {
 DEVICES = 100_000
 REPORTS_PER_DEVICE = MINUTES  # one every 60 s
 DESIRES_PER_DEVICE = DAYS * 24  # one an hour
+REPORTS_PER_DESIRE = REPORTS_PER_DEVICE // DESIRES_PER_DEVICE
 
 
 def reference_device(index: int) -> tuple[dict, dict]:
@@ -134,7 +136,7 @@ class Meter:
                 change = self.log.record(old, new)
                 if change is not None:
                     changes += 1
-                    self.delivery.fan_out(touched_id, change.version)
+                    self.delivery.fan_out(touched_id, change.version, touched_sections(change))
                 self.stream_seconds += time.perf_counter() - started
                 self.stream_records += 1
         after = [(c.read_units, c.written_units + c.failed_write_units, c.calls) for c in counters]
@@ -169,7 +171,10 @@ def measure(endpoint: str, devices: int) -> tuple[dict, dict]:
         meter.manager.update_with_retry(device_id, MergePatch(
             {"temperature": Decimal(80 + next(step) % 7) / 4, "humidity": 40 + next(step) % 9}), section="reported")
 
-    for _ in range(10):  # to the steady state: a full write journal on every device
+    # An hour of the reference fleet: 59 reports (which fill the write journal to its steady
+    # state), a measured 60th, then the hour's desire, which the device's subscription catches
+    # up to through the reports.
+    for _ in range(REPORTS_PER_DESIRE - 1):
         meter.run(ids, report)
     kinds["report"] = meter.run(ids, report)
     kinds["desired write"] = meter.run(ids, lambda d: meter.manager.update_with_retry(

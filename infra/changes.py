@@ -1,6 +1,7 @@
 """The change feed's infrastructure: the stream processor (a second handler in the API's
 asset, on the same Powertools layer), its event source mapping on the table's stream, the
-on-failure queue, and the EventBridge bus for DeviceStateChanged events."""
+on-failure queue, and, when asked for (``publish_events``), the EventBridge bus for
+DeviceStateChanged events."""
 
 from __future__ import annotations
 
@@ -33,16 +34,20 @@ FAILURE_RETENTION = Duration.days(14)  # SQS's longest: time to read and replay 
 
 class ChangeFeed(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable, code: lambda_.Code,
-                 layer: lambda_.ILayerVersion, retention_seconds: int, snap_start: bool = True):
+                 layer: lambda_.ILayerVersion, retention_seconds: int, snap_start: bool = True,
+                 publish_events: bool = False):
         super().__init__(scope, construct_id)
-        self.bus = events.EventBus(self, "Bus", event_bus_name=BUS_NAME)
+        # One PutEvents entry per change is billed whether a rule listens or not: the bus is opt-in.
+        self.bus = events.EventBus(self, "Bus", event_bus_name=BUS_NAME) if publish_events else None
         self.failures = sqs.Queue(self, "OnFailure", encryption=sqs.QueueEncryption.SQS_MANAGED,
                                   enforce_ssl=True, retention_period=FAILURE_RETENTION)
         self.log_group = logs.LogGroup(self, "ProcessorLogs", retention=LOG_RETENTION)
         self.role = iam.Role(self, "ProcessorRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         # The processor writes change items and nothing else; it reads nothing from the table.
         self.role.add_to_policy(iam.PolicyStatement(actions=["dynamodb:PutItem"], resources=[table.table_arn]))
-        self.role.add_to_policy(iam.PolicyStatement(actions=["events:PutEvents"], resources=[self.bus.event_bus_arn]))
+        if self.bus is not None:
+            self.role.add_to_policy(iam.PolicyStatement(actions=["events:PutEvents"],
+                                                        resources=[self.bus.event_bus_arn]))
         self.role.add_to_policy(iam.PolicyStatement(
             actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[self.log_group.log_group_arn]))
         self.function = lambda_.Function(
@@ -52,7 +57,7 @@ class ChangeFeed(Construct):
             environment={
                 config.TABLE_NAME: table.table_name,
                 config.CHANGE_RETENTION_SECONDS: str(retention_seconds),
-                config.EVENT_BUS_NAME: self.bus.event_bus_name,
+                **({config.EVENT_BUS_NAME: self.bus.event_bus_name} if self.bus is not None else {}),
                 "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
                 "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE,
                 "POWERTOOLS_LOG_LEVEL": "INFO",

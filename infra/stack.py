@@ -32,6 +32,7 @@ CONTEXT_DEFAULTS = {
     # and the API function's 100 stay for everything else. "none" leaves it unreserved and uncapped.
     "waitingReservedConcurrency": 50,
     "changeRetentionSeconds": DEFAULT_RETENTION_SECONDS,  # how long the change feed and history are kept
+    "publishEvents": False,  # true: a DeviceStateChanged event on EventBridge per change ($1 per million)
     "tombstoneSeconds": DEFAULT_TOMBSTONE_SECONDS,  # how long a deleted device keeps its last version
     # Lambda SnapStart for both functions (published versions behind the "live" alias); false
     # runs init on every cold start instead and saves the snapshot's caching and restore charges.
@@ -95,7 +96,8 @@ class DeviceStateStack(Stack):
         self.changes = ChangeFeed(self, "ChangeFeed", table=self.devices.table, code=self.api.code,
                                   layer=self.api.layer,
                                   retention_seconds=int(context(self, "changeRetentionSeconds")),
-                                  snap_start=_flag(context(self, "snapStart")))
+                                  snap_start=_flag(context(self, "snapStart")),
+                                  publish_events=_flag(context(self, "publishEvents")))
         self.push = Push(self, "Push", table=self.devices.table, code=self.api.code, layer=self.api.layer,
                          authorizer=self.api.authorizer_handler, auth_environment=self.identity.environment,
                          retention_seconds=int(context(self, "changeRetentionSeconds")),

@@ -40,7 +40,7 @@ from .observer import UpdateObserver
 from .patches import JsonPatch, MergePatch
 from .transactions import (MAX_OPERATIONS, InvalidTransaction, Operation, OperationFailure, TransactionFailed,
                            TransactionTooLarge)
-from .change_items import CHANGE_SK_PREFIX, Change
+from .change_items import CHANGE_SK_PREFIX, Change, change_from_item
 from .changes import (DEFAULT_RETENTION_SECONDS, MAX_FEED_LIMIT, MAX_RECORD_AGE_SECONDS, ChangeLog, ChangesExpired,
                       InvalidSince, VersionNotFound, VersionNotRecorded)
 from .client import boto3_session
@@ -61,6 +61,7 @@ __all__ = [
     "Change",
     "CHANGE_SK_PREFIX",
     "ChangeLog",
+    "change_from_item",
     "ChangesExpired",
     "ConditionFailed",
     "CREATED",

@@ -21,6 +21,7 @@ from .subscriptions import Subscription, Subscriptions
 logger = logging.getLogger("device_state.push")
 MAX_MESSAGE_BYTES = 128 * 1024  # API Gateway's WebSocket message limit
 PAGE = 100
+CATCH_UP_VERSIONS = 64  # a subscriber is moved on through changes it does not follow at least this often
 FAN_OUT_THREADS = 16  # subscribers of one device posted to side by side
 
 
@@ -69,6 +70,8 @@ class Delivery:
                 if set(subscription.sections).intersection(change.sections) or change.kind == DELETED:
                     if not self._post(subscription, change_message(change, self._delta(change))):
                         return None
+                elif change is not changes[-1]:
+                    continue  # nothing sent: the next write records past it (one write a page, not one a change)
                 if not self.subscriptions.advance(subscription, change.version):
                     subscription = self.subscriptions.current(subscription)  # another sender moved it
                     break
@@ -100,12 +103,20 @@ class Delivery:
         except VersionNotFound:
             return None
 
-    def fan_out(self, device_id: str, version: int) -> int:
+    def fan_out(self, device_id: str, version: int, sections: frozenset | None = None) -> int:
         """Brings every subscriber of the device up to ``version``, side by side (the changes
         read once for all); how many were sent to. A failure other than a gone connection or
-        an expired ``since`` is raised once every subscriber has had its turn."""
+        an expired ``since`` is raised once every subscriber has had its turn.
+
+        ``sections``: the sections the changes up to ``version`` touched (None: unknown, or a
+        delete). A subscriber that follows none of them has nothing to hear: it is left where
+        it is, unread and unwritten, until a change it follows comes or it falls
+        ``CATCH_UP_VERSIONS`` behind (so its catch-up read stays a page or two, far inside
+        the feed's retention)."""
         behind = [subscription for subscription in self.subscriptions.of_device(device_id)
-                  if subscription.delivered < version]
+                  if subscription.delivered < version and (
+                      sections is None or set(subscription.sections) & sections
+                      or version - subscription.delivered >= CATCH_UP_VERSIONS)]
         if not behind:
             return 0
         try:

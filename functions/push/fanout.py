@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from functions.device_state import CHANGE_SK_PREFIX, table
+from functions.device_state import CHANGE_SK_PREFIX, DELETED, change_from_item, table
 
 from .services import services
 
@@ -29,21 +29,31 @@ def matches_filter(record: dict) -> bool:
             and keys.get(table.SORT_KEY, {}).get("S", "").startswith(CHANGE_SK_PREFIX))
 
 
+def touched_sections(change) -> frozenset | None:
+    """The sections a change touched, for ``Delivery.fan_out``; None when it is every
+    subscriber's business (a delete, or a version whose change was lost)."""
+    return None if change.kind == DELETED or change.lost else frozenset(change.sections)
+
+
 def lambda_handler(event, _context):
     _, delivery = services()
-    newest: dict[str, tuple[int, str]] = {}  # device -> (highest version, first record's sequence number)
+    # device -> (highest version, first record's sequence number, sections its changes touched;
+    # None: every subscriber's business, as a delete or a version whose change was lost is)
+    newest: dict[str, tuple[int, str, frozenset | None]] = {}
     for record in event.get("Records", []):
         if not matches_filter(record):
             continue
         dynamodb = record["dynamodb"]
         device_id = dynamodb["Keys"][table.PARTITION_KEY]["S"]
-        version = int(dynamodb["NewImage"][table.VERSION]["N"])
-        first = newest.get(device_id, (0, dynamodb["SequenceNumber"]))[1]
-        newest[device_id] = (max(version, newest.get(device_id, (0, ""))[0]), first)
+        change = change_from_item(dynamodb["NewImage"])
+        touched = touched_sections(change)
+        version, first, sections = newest.get(device_id, (0, dynamodb["SequenceNumber"], frozenset()))
+        newest[device_id] = (max(version, change.version), first,
+                             None if sections is None or touched is None else sections | touched)
     failed = []
-    for device_id, (version, sequence) in newest.items():
+    for device_id, (version, sequence, sections) in newest.items():
         try:
-            delivery.fan_out(device_id, version)
+            delivery.fan_out(device_id, version, sections)
         except Exception:  # noqa: BLE001 - retried by the mapping from this device's first record
             logger.exception("fan-out failed", extra={"deviceId": device_id, "version": version})
             failed.append(sequence)

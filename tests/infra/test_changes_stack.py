@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from functions import config as processor_config
 from functions.changes.handler import BATCH_SIZE, FILTER_PATTERN, MAX_RECORD_AGE_SECONDS, MAX_RETRY_ATTEMPTS
 from functions import config as api_config
@@ -37,7 +39,8 @@ def test_the_processor_shares_the_api_asset_and_layer_on_arm64(template):
     environment = processor["Properties"]["Environment"]["Variables"]
     ours = {name for name in environment if not name.startswith("POWERTOOLS_")}
     assert ours == set(processor_config.PROCESSOR_VARIABLES) - {processor_config.DYNAMODB_ENDPOINT,
-                                                                processor_config.CHANGE_EVENTS_FILE}
+                                                                processor_config.CHANGE_EVENTS_FILE,
+                                                                processor_config.EVENT_BUS_NAME}  # opt-in
     retention = api["Properties"]["Environment"]["Variables"][api_config.CHANGE_RETENTION_SECONDS]
     assert environment[processor_config.CHANGE_RETENTION_SECONDS] == retention == "604800"
 
@@ -57,10 +60,30 @@ def test_the_mapping_filters_bisects_bounds_retries_and_sends_failures_to_an_enc
     assert props["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": [queue_id, "Arn"]}
 
 
-def test_the_processor_may_put_items_and_events_and_read_its_stream_nothing_else(template):
+@pytest.fixture(scope="module")
+def publishing():
+    """The stack deployed with ``-c publishEvents=true``."""
+    from aws_cdk.assertions import Template
+
+    from tests.infra.conftest import synth_stack
+
+    return Template.from_stack(synth_stack({"publishEvents": "true"})[1])
+
+
+def test_no_bus_and_no_event_is_paid_for_unless_asked(template):
+    assert template.find_resources("AWS::Events::EventBus") == {}
+    _, processor = only(template, "AWS::Lambda::Function", {"Handler": changes_module.HANDLER})
+    assert processor_config.EVENT_BUS_NAME not in processor["Properties"]["Environment"]["Variables"]
+    statements = _statements(template, processor["Properties"]["Role"]["Fn::GetAtt"][0])
+    assert not [s for s in statements if any(a.startswith("events:") for a in _actions(s))]
+
+
+def test_the_processor_may_put_items_and_events_and_read_its_stream_nothing_else(publishing):
+    template = publishing
     table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))
     bus_id, _ = only(template, "AWS::Events::EventBus")
     _, processor = only(template, "AWS::Lambda::Function", {"Handler": changes_module.HANDLER})
+    assert processor["Properties"]["Environment"]["Variables"][processor_config.EVENT_BUS_NAME] == {"Ref": bus_id}
     statements = _statements(template, processor["Properties"]["Role"]["Fn::GetAtt"][0])
     table_actions = [s for s in statements if any(a.startswith("dynamodb:") and "Stream" not in a
                                                   and a != "dynamodb:GetRecords" and a != "dynamodb:GetShardIterator"
