@@ -150,8 +150,12 @@ class StreamPoller:
     def _resume(self, shard_id: str) -> str:
         """An iterator just after the last record handled on the shard (its start if none)."""
         last = self.last_sequence.get(shard_id)
-        return self._iterator(shard_id, "AFTER_SEQUENCE_NUMBER", last) if last else \
-            self._iterator(shard_id, "TRIM_HORIZON")
+        if last:
+            try:
+                return self._iterator(shard_id, "AFTER_SEQUENCE_NUMBER", last)
+            except self.streams.exceptions.TrimmedDataAccessException:
+                logger.warning("stream shard %s: trimmed past %s; reading from its oldest record", shard_id, last)
+        return self._iterator(shard_id, "TRIM_HORIZON")
 
     def _read(self, shard_id: str) -> bool:
         try:

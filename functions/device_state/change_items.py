@@ -6,13 +6,13 @@ item of the device's partition and read back (``change_item``, ``change_from_ite
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from . import table
 from .device import Device
 from .expressions import number
-from .sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, entries_of
+from .sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, VERSION_SPAN, entries_of
 from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads
 
 CHANGE_SK_PREFIX = "change#"
@@ -50,6 +50,9 @@ class Change:
     reported: dict | None = None
     entries: dict | None = None  # per-leaf metadata entries of desired and reported
     lost: bool = False  # its change could not be recorded
+    # per section with a changed mark (desired, reported): the version that last changed it,
+    # as of this change (empty when the item does not carry them)
+    last_changed: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"deviceId": self.device_id, "version": self.version, "previousVersion": self.previous_version,
@@ -88,7 +91,13 @@ def change_of(old: dict | None, new: dict | None) -> Change | None:
         created_at=new.get(table.CREATED_AT, {}).get("S"),
         updated_at=new.get(table.UPDATED_AT, {}).get("S") or new[table.DELETED_AT]["S"],
         sections=SECTIONS if kind in (CREATED, DELETED) else changed_sections(before, after, new, version),
-        desired=after and after[DESIRED], reported=after and after[REPORTED], entries=after and entries_of(new))
+        desired=after and after[DESIRED], reported=after and after[REPORTED], entries=after and entries_of(new),
+        last_changed=_last_changed(new))
+
+
+def _last_changed(item: dict) -> dict:
+    """Per section with a changed mark on ``item`` (a state or change item), its version."""
+    return {section: int(item[name]["N"]) for section, name in CHANGED_ATTRIBUTES.items() if name in item}
 
 
 def document(image: dict | None) -> dict:
@@ -164,10 +173,16 @@ def _change_base(change: Change, retention_seconds: int) -> dict:
     return item
 
 
+def _changed_marks(new_image: dict) -> dict:
+    """The state item's changed marks, as the change item carries them: a follower of a section
+    learns from any later change whether that section changed since it last heard."""
+    return {name: new_image[name] for name in CHANGED_ATTRIBUTES.values() if name in new_image}
+
+
 def change_item(change: Change, new_image: dict, retention_seconds: int) -> dict:
     """The change item (low-level form): the sections and metadata copied from the stream
     image as they are."""
-    item = _change_base(change, retention_seconds)
+    item = {**_change_base(change, retention_seconds), **_changed_marks(new_image)}
     if change.state is not None:
         item[table.STATE] = new_image[table.STATE]
         item.update({name: new_image[name] for name in _COPIED if name in new_image})
@@ -183,13 +198,14 @@ def change_item_size(device: Device, attributes: dict) -> int:
     every section name in ``sections`` included): what a state write must leave room for."""
     change = Change(device.device_id, device.version, device.version - 1, REPLACED, None, device.state,
                     device.created_at or None, device.updated_at)
-    return item_size({**_change_base(change, 10 ** 10), **attributes})
+    marks = {name: number(VERSION_SPAN - 1) for name in CHANGED_ATTRIBUTES.values()}
+    return item_size({**_change_base(change, 10 ** 10), **marks, **attributes})
 
 
 def without_sections(change: Change, new_image: dict, retention_seconds: int, metadata: bool) -> dict:
     """The change with its patch but not its sections (history rebuilds them from the
     version before), with the metadata of the new version if ``metadata``."""
-    item = {**_change_base(change, retention_seconds), PATCH: {"S": dumps(change.patch)}}
+    item = {**_change_base(change, retention_seconds), **_changed_marks(new_image), PATCH: {"S": dumps(change.patch)}}
     if metadata:
         item.update({name: new_image[name] for name in _METADATA if name in new_image})
     return item
@@ -214,4 +230,4 @@ def change_from_item(item: dict) -> Change:
         previous_version=int(item[PREVIOUS_VERSION]["N"]), kind=item[KIND]["S"], patch=patch, state=state,
         created_at=item.get(table.CREATED_AT, {}).get("S"), updated_at=item[table.UPDATED_AT]["S"],
         sections=sections, desired=whole[DESIRED], reported=whole[REPORTED], entries=entries_of(item),
-        lost=LOST in item)
+        lost=LOST in item, last_changed=_last_changed(item))

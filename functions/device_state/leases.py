@@ -31,12 +31,13 @@ import hashlib
 import math
 import secrets
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import table
 from .device import timestamp
 from .errors import (DeviceLocked, DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, LeaseNotHeld, OutcomeUnknown,
-                     StorageError, StorageUnavailable, UnknownLease)
+                     RetriesExhausted, StorageError, StorageUnavailable, UnknownLease)
+from .observer import NULL_OBSERVER
 from .expressions import Expression, number
 from .fencing import active_holder
 from .pipeline import Refusals, WritePipeline
@@ -410,7 +411,7 @@ class LeaseQueue:
         (``plan(planner)`` → (result, planned holder change, row items)) and tried again
         after a TransactionConflict (another request on the same items at that instant, e.g.
         a waiter taking the lease), which is not an answer. Returns the plan's result;
-        ``Refusals`` when a condition failed; ``RetriesExhausted`` when conflicts persist."""
+        ``Refusals`` when a condition failed; ``StorageUnavailable`` when conflicts persist."""
 
         def attempt(_item, _number):
             planner = self._pipeline.planner()
@@ -423,8 +424,14 @@ class LeaseQueue:
                 raise
             return result
 
-        loop = RetryLoop(self.CONFLICT_ATTEMPTS, self.CONFLICT_BUDGET_SECONDS, self._runtime)
-        return loop.run(device_id, attempt, None, count_success=False)
+        # Conflicts between lease requests are no update's contention: not observed as such.
+        loop = RetryLoop(self.CONFLICT_ATTEMPTS, self.CONFLICT_BUDGET_SECONDS,
+                         replace(self._runtime, observer=NULL_OBSERVER))
+        try:
+            return loop.run(device_id, attempt, None, count_success=False)
+        except RetriesExhausted:
+            raise StorageUnavailable(f"the lease transaction on {device_id} kept meeting other requests; "
+                                     "nothing was written") from None
 
     def _lost(self, device_id: str, lease_id: str, row: dict | None = None) -> Exception:
         """``LeaseLost`` for a lease that was issued and has ended; ``UnknownLease`` for one

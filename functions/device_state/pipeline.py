@@ -24,6 +24,8 @@ logger = logging.getLogger("device_state")
 
 DEFAULT_SETTLE_SECONDS = 10.0
 CONDITION_FAILED, CONFLICT = "ConditionalCheckFailed", "TransactionConflict"
+# Cancellation reasons that mean "try later", nothing wrong with the request.
+THROTTLED = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"})
 
 
 class Refusals(Exception):
@@ -58,8 +60,8 @@ class WritePipeline:
         """Send one planned UpdateItem. Returns the device after it when it applied (once),
         with the item DynamoDB returned (ALL_NEW) if any; raises its refusal or ``Moved``
         when nothing was written, ``OutcomeUnknown`` when that cannot be settled. A write
-        without a journal entry (a lease holder change) is idempotent by its condition, so
-        the store may send it again."""
+        without a journal entry is a lease holder's clearing (``Planner.clear_lease``): sent
+        again it can only find the holder cleared, so the store may resend it."""
         journaled = planned.write is not None
         try:
             answer = self.store.send("update_item", ONCE if journaled else IDEMPOTENT, **planned.request["Update"])
@@ -87,6 +89,9 @@ class WritePipeline:
         except Cancelled as cancelled:
             reasons = cancelled.reasons + [{}] * (len(planned) + len(others) - len(cancelled.reasons))
             codes = [reason.get("Code") or "None" for reason in reasons]
+            if any(code in THROTTLED for code in codes) or not set(codes) - {"None"}:
+                raise StorageUnavailable(f"DynamoDB cancelled the transaction ({cancelled.reasons or 'no reason'}); "
+                                         "nothing was written") from None
             if any(code not in ("None", CONDITION_FAILED, CONFLICT) for code in codes):
                 raise StorageError(f"transaction cancelled: {cancelled.reasons}") from None
             refusals = [refusal(plan, reason.get("Item"), planner.fence, planner.now) if code == CONDITION_FAILED

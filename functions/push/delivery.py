@@ -103,20 +103,22 @@ class Delivery:
         except VersionNotFound:
             return None
 
-    def fan_out(self, device_id: str, version: int, sections: frozenset | None = None) -> int:
+    def fan_out(self, device_id: str, version: int, last_changed: dict | None = None) -> int:
         """Brings every subscriber of the device up to ``version``, side by side (the changes
         read once for all); how many were sent to. A failure other than a gone connection or
         an expired ``since`` is raised once every subscriber has had its turn.
 
-        ``sections``: the sections the changes up to ``version`` touched (None: unknown, or a
-        delete). A subscriber that follows none of them has nothing to hear: it is left where
-        it is, unread and unwritten, until a change it follows comes or it falls
-        ``CATCH_UP_VERSIONS`` behind (so its catch-up read stays a page or two, far inside
-        the feed's retention)."""
+        ``last_changed``: per section, the version that last changed it as of ``version``
+        (``fanout.changed_since``; None: not known). A subscriber with nothing it follows
+        changed since it last heard is left where it is, unread and unwritten, until it has or
+        falls ``CATCH_UP_VERSIONS`` behind (so its catch-up stays a page or two, far inside the
+        feed's retention). A change it follows that it has not heard (a post that failed, a
+        batch given up) keeps it in at every fan-out until it has."""
         behind = [subscription for subscription in self.subscriptions.of_device(device_id)
                   if subscription.delivered < version and (
-                      sections is None or set(subscription.sections) & sections
-                      or version - subscription.delivered >= CATCH_UP_VERSIONS)]
+                      last_changed is None or version - subscription.delivered >= CATCH_UP_VERSIONS
+                      or any(last_changed.get(section, version) > subscription.delivered
+                             for section in subscription.sections))]
         if not behind:
             return 0
         try:

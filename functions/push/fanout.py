@@ -29,31 +29,36 @@ def matches_filter(record: dict) -> bool:
             and keys.get(table.SORT_KEY, {}).get("S", "").startswith(CHANGE_SK_PREFIX))
 
 
-def touched_sections(change) -> frozenset | None:
-    """The sections a change touched, for ``Delivery.fan_out``; None when it is every
-    subscriber's business (a delete, or a version whose change was lost)."""
-    return None if change.kind == DELETED or change.lost else frozenset(change.sections)
+def changed_since(change) -> dict | None:
+    """What ``Delivery.fan_out`` needs to leave a subscriber alone: per section, the version
+    that last changed it as of ``change``; None when the change is every subscriber's business
+    (a delete, a version whose change was lost) or the item carries no marks."""
+    if change.kind == DELETED or change.lost or not change.last_changed:
+        return None
+    return change.last_changed
 
 
 def lambda_handler(event, _context):
     _, delivery = services()
-    # device -> (highest version, first record's sequence number, sections its changes touched;
-    # None: every subscriber's business, as a delete or a version whose change was lost is)
-    newest: dict[str, tuple[int, str, frozenset | None]] = {}
+    newest: dict[str, tuple[int, str, dict | None]] = {}  # device -> (version, first sequence number, marks)
     for record in event.get("Records", []):
         if not matches_filter(record):
             continue
         dynamodb = record["dynamodb"]
         device_id = dynamodb["Keys"][table.PARTITION_KEY]["S"]
         change = change_from_item(dynamodb["NewImage"])
-        touched = touched_sections(change)
-        version, first, sections = newest.get(device_id, (0, dynamodb["SequenceNumber"], frozenset()))
-        newest[device_id] = (max(version, change.version), first,
-                             None if sections is None or touched is None else sections | touched)
+        version, first, marks = newest.get(device_id, (0, dynamodb["SequenceNumber"], {}))
+        if change.version > version:
+            # the newest change's marks cover the batch's earlier ones; a delete or a lost change
+            # anywhere in it (None) keeps every subscriber in
+            marks = None if marks is None else changed_since(change)
+        elif changed_since(change) is None:
+            marks = None
+        newest[device_id] = (max(version, change.version), first, marks)
     failed = []
-    for device_id, (version, sequence, sections) in newest.items():
+    for device_id, (version, sequence, marks) in newest.items():
         try:
-            delivery.fan_out(device_id, version, sections)
+            delivery.fan_out(device_id, version, marks)
         except Exception:  # noqa: BLE001 - retried by the mapping from this device's first record
             logger.exception("fan-out failed", extra={"deviceId": device_id, "version": version})
             failed.append(sequence)

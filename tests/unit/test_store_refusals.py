@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 from functions.device_state import table
 from functions.device_state.errors import StorageUnavailable
 from functions.device_state.fencing import Fence
-from functions.device_state.pipeline import WritePipeline
+from functions.device_state.pipeline import Refusals, WritePipeline
 from functions.device_state.planning import Planner
 from functions.device_state.retry import Moved
 from functions.device_state.runtime import Runtime
@@ -77,3 +77,35 @@ def test_settle_classifies_by_the_lost_answer_it_is_given_as_transactions_call_i
     planned = planner.replace_state(ITEM, lambda state: {"n": 1}, None, "updated")
     with pytest.raises(outcome):
         pipeline_on(client).settle(planned, lost)
+
+
+class CancellingClient:
+    """Cancels every TransactWriteItems with ``reasons``."""
+
+    def __init__(self, reasons: list[dict]):
+        self.reasons = reasons
+
+    def transact_write_items(self, **request):
+        raise ClientError({"Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
+                           "CancellationReasons": self.reasons, "ResponseMetadata": {"HTTPStatusCode": 400}},
+                          "TransactWriteItems")
+
+
+@pytest.mark.parametrize("reasons", [[{"Code": "None"}, {"Code": "ThrottlingError"}], [], [{"Code": "None"}]])
+def test_a_transaction_cancelled_for_throughput_or_for_no_named_reason_wrote_nothing_and_may_be_tried_later(reasons):
+    planner = Planner("devices", Fence(), NOW)
+    planned = planner.replace_state(ITEM, lambda state: {"n": 1}, None, "updated")
+    with pytest.raises(StorageUnavailable) as unavailable:
+        pipeline_on(CancellingClient(reasons)).send_together(planner, [planned], [{"Put": {}}], "token")
+    assert "nothing was written" in str(unavailable.value)
+
+
+def test_a_refused_condition_in_a_transaction_is_classified_per_item():
+    planner = Planner("devices", Fence(), NOW)
+    planned = planner.replace_state(ITEM, lambda state: {"n": 1}, None, "updated")
+    moved = {**ITEM, "version": {"N": "4"}}
+    with pytest.raises(Refusals) as refused:
+        pipeline_on(CancellingClient([{"Code": "ConditionalCheckFailed", "Item": moved}, {"Code": "None"}])
+                    ).send_together(planner, [planned], [{"Put": {}}], "token")
+    assert isinstance(refused.value.refusals[0], Moved) and refused.value.others_refused == [False]
+    assert not refused.value.conflict
