@@ -151,7 +151,7 @@ class Meter:
         return per
 
 
-def measure(endpoint: str, devices: int) -> tuple[dict, dict]:
+def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_DESIRE) -> tuple[dict, dict, dict]:
     """Request units per operation kind, and the state item's bytes at the reference rate."""
     client = dynamodb_client(endpoint)
     name = f"costs-{uuid.uuid4().hex[:8]}"
@@ -174,7 +174,7 @@ def measure(endpoint: str, devices: int) -> tuple[dict, dict]:
     # An hour of the reference fleet: 59 reports (which fill the write journal to its steady
     # state), a measured 60th, then the hour's desire, which the device's subscription catches
     # up to through the reports.
-    for _ in range(REPORTS_PER_DESIRE - 1):
+    for _ in range(reports_per_desire - 1):
         meter.run(ids, report)
     kinds["report"] = meter.run(ids, report)
     kinds["desired write"] = meter.run(ids, lambda d: meter.manager.update_with_retry(
@@ -427,10 +427,12 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=20, help="devices each operation kind runs on")
     parser.add_argument("--timing-runs", type=int, default=50)
+    parser.add_argument("--reports-per-desire", type=int, default=REPORTS_PER_DESIRE,
+                        help="reports before each measured desire (the reference fleet's hour)")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args(argv)
     with DynamoDBLocal() as dynamodb:
-        kinds, sizes, timing = measure(dynamodb.endpoint, args.devices)
+        kinds, sizes, timing = measure(dynamodb.endpoint, args.devices, args.reports_per_desire)
         timing.update(handler_milliseconds(dynamodb.endpoint, args.timing_runs))
     shape = topology()
     bill = bills(kinds, timing, shape, sizes)
