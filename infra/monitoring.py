@@ -160,9 +160,14 @@ class Monitoring(Construct):
                 right=[service_metric(names.IDEMPOTENT_REPLAYS), service_metric(names.OUTCOME_UNKNOWN)]),
         )
         self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(title="Transactions", width=24, left=[
+            cloudwatch.GraphWidget(title="Transactions", width=12, left=[
                 service_metric(names.TRANSACTIONS), service_metric(names.TRANSACTION_RETRIES),
                 service_metric(names.TRANSACTION_CONFLICTS)]),
+            cloudwatch.GraphWidget(title="DynamoDB request units billed to the API (docs/costs.md)", width=12, left=[
+                service_metric(names.READ_UNITS), service_metric(names.WRITE_UNITS)],
+                right=[cloudwatch.MathExpression(
+                    expression="IF(updates > 0, writes / updates, 0)", label="Write units per successful update",
+                    period=PERIOD, using_metrics={"writes": service_metric(names.WRITE_UNITS), "updates": updates})]),
         )
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(title="Leases", width=12, left=[

@@ -85,6 +85,12 @@ class MetricsObserver(UpdateObserver):
     def lease_lost(self, device_id):
         metrics.add_metric(name=names.LEASE_HEARTBEATS_LOST, unit=MetricUnit.Count, value=1)
 
+    def consumed(self, operation, read_units, write_units):
+        if read_units:
+            metrics.add_metric(name=names.READ_UNITS, unit=MetricUnit.Count, value=read_units)
+        if write_units:
+            metrics.add_metric(name=names.WRITE_UNITS, unit=MetricUnit.Count, value=write_units)
+
 
 def record_patch_latency(milliseconds: float) -> None:
     metrics.add_metric(name=names.PATCH_LATENCY, unit=MetricUnit.Milliseconds, value=milliseconds)

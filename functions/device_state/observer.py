@@ -47,5 +47,9 @@ class UpdateObserver:
     def lease_lost(self, device_id: str) -> None:
         """A heartbeat was refused (or could not be sent before expiry): the lease is lost."""
 
+    def consumed(self, operation: str, read_units: float, write_units: float) -> None:
+        """DynamoDB's ConsumedCapacity for one request the library sent (``operation``: its
+        boto3 name, e.g. ``update_item``): what the request is billed."""
+
 
 NULL_OBSERVER = UpdateObserver()

@@ -26,6 +26,11 @@ THROTTLING_CODES = frozenset(
     {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
      "TransactionInProgressException"})
 SEND_ATTEMPTS = 3  # sends of one request at most, where sending again is safe
+# The requests DynamoDB bills in request units: each asks for its ConsumedCapacity (free), which
+# goes to the observer.
+METERED = frozenset({"get_item", "query", "scan", "batch_get_item", "put_item", "update_item", "delete_item",
+                     "transact_write_items"})
+READS = frozenset({"get_item", "query", "scan", "batch_get_item"})
 
 # How a request is sent: a read, a write that DynamoDB itself makes idempotent (a
 # transaction with a ClientRequestToken, a put of a whole item), or a write that may
@@ -76,12 +81,16 @@ class Store:
         """Send one request (``TableName`` is added), translating DynamoDB's errors."""
         if operation not in ("transact_write_items", "batch_get_item"):
             request.setdefault("TableName", self.table_name)
+        if operation in METERED:
+            request.setdefault("ReturnConsumedCapacity", "TOTAL")
         attempt, maybe_applied = 0, False
         while True:
             attempt += 1
             failed_answer = False
             try:
-                return getattr(self.client, operation)(**request)
+                answer = getattr(self.client, operation)(**request)
+                self._meter(operation, answer)
+                return answer
             except ClientError as error:
                 details = error.response.get("Error", {})
                 code, message = details.get("Code", ""), details.get("Message", "")
@@ -116,6 +125,14 @@ class Store:
                     raise lost(f"DynamoDB {operation}: {what} ({cause})")
                 raise StorageUnavailable(f"DynamoDB {operation} failed {attempt} times ({cause}); nothing was written")
             self.runtime.pause(attempt)
+
+    def _meter(self, operation: str, answer: dict) -> None:
+        consumed = answer.get("ConsumedCapacity")
+        units = sum(entry.get("CapacityUnits", 0) for entry in (consumed if isinstance(consumed, list) else [consumed])
+                    if entry)
+        if units:
+            read = operation in READS
+            self.runtime.observer.consumed(operation, units if read else 0.0, 0.0 if read else units)
 
     # ------------------------------------------------------------------ reads
 

@@ -53,7 +53,7 @@ def test_metric_names_are_the_library_constants(api, monkeypatch, capsys):
     metric_names = {name for _, name in emitted}
     assert metric_names <= set(names.ALL_METRICS)
     assert {names.UPDATES, names.UPDATE_ATTEMPTS, names.VERSION_CONFLICTS, names.RETRIES_EXHAUSTED,
-            names.PATCH_LATENCY, names.IDEMPOTENT_REPLAYS} <= metric_names
+            names.PATCH_LATENCY, names.IDEMPOTENT_REPLAYS, names.READ_UNITS, names.WRITE_UNITS} <= metric_names
 
 
 def test_openapi_paths_are_exactly_the_routes():

@@ -10,6 +10,7 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 from functions.device_state import table
 from functions.device_state.errors import StorageUnavailable
 from functions.device_state.fencing import Fence
+from functions.device_state.observer import NULL_OBSERVER
 from functions.device_state.pipeline import Refusals, WritePipeline
 from functions.device_state.planning import Planner
 from functions.device_state.retry import Moved
@@ -109,3 +110,36 @@ def test_a_refused_condition_in_a_transaction_is_classified_per_item():
                     ).send_together(planner, [planned], [{"Put": {}}], "token")
     assert isinstance(refused.value.refusals[0], Moved) and refused.value.others_refused == [False]
     assert not refused.value.conflict
+
+
+def test_the_store_asks_each_billed_request_for_its_capacity_and_reports_it():
+    class Answering:
+        def __init__(self):
+            self.requests = []
+
+        def update_item(self, **request):
+            self.requests.append(request)
+            return {"ConsumedCapacity": {"TableName": "devices", "CapacityUnits": 2.0}}
+
+        def transact_write_items(self, **request):
+            self.requests.append(request)
+            return {"ConsumedCapacity": [{"TableName": "devices", "CapacityUnits": 4.0}]}
+
+        def get_item(self, **request):
+            self.requests.append(request)
+            return {"Item": ITEM, "ConsumedCapacity": {"TableName": "devices", "CapacityUnits": 1.0}}
+
+    class Billing(NULL_OBSERVER.__class__):
+        def __init__(self):
+            self.seen = []
+
+        def consumed(self, operation, read_units, write_units):
+            self.seen.append((operation, read_units, write_units))
+
+    client, billing = Answering(), Billing()
+    store = Store(client, "devices", Runtime(observer=billing))
+    store.send("update_item", Key={})
+    store.send("transact_write_items", TransactItems=[])
+    store.get_state("d")
+    assert all(request["ReturnConsumedCapacity"] == "TOTAL" for request in client.requests)
+    assert billing.seen == [("update_item", 0.0, 2.0), ("transact_write_items", 0.0, 4.0), ("get_item", 1.0, 0.0)]
