@@ -17,50 +17,6 @@ RUNTIME_AND_LAYER = ("aws_lambda_powertools", "boto3", "botocore", "jmespath", "
                      "urllib3", "six.py", "typing_extensions.py", "aws_xray_sdk", "wrapt")
 
 
-@pytest.mark.toolchain
-def test_make_synth_bundles_lints_and_the_asset_imports_the_handler(tmp_path):
-    out = tmp_path / "cdk.out"
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
-    result = subprocess.run(["make", "-s", "synth", f"CDK_OUT={out}"], cwd=REPO_ROOT, env=environment,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert_no_node_warning(result.stdout + result.stderr)
-    template = json.loads((out / "DeviceStateStack.template.json").read_text())
-
-    function = next(resource for resource in template["Resources"].values()
-                    if resource["Type"] == "AWS::Lambda::Function"
-                    and resource["Properties"].get("Handler") == "functions.api.handler.lambda_handler")
-    asset = out / function["Metadata"]["aws:asset:path"]
-    assert (asset / "functions" / "api" / "handler.py").exists()
-    assert (asset / "jsonpatch.py").exists() and (asset / "jsonpointer.py").exists()
-    assert (asset / "jwt" / "__init__.py").exists() and (asset / "cryptography" / "__init__.py").exists()
-    assert not (asset / "boto3").exists() and not (asset / "aws_lambda_powertools").exists()
-    # cryptography's and cffi's compiled parts for the function's platform (arm64, Python 3.13).
-    binaries = [asset / "cryptography" / "hazmat" / "bindings" / "_rust.abi3.so",
-                asset / "_cffi_backend.cpython-313-aarch64-linux-gnu.so"]
-    assert all(elf_machine(binary) == ELF_AARCH64 for binary in binaries), binaries
-    authorizer = next(resource for resource in template["Resources"].values()
-                      if resource["Type"] == "AWS::Lambda::Function"
-                      and resource["Properties"].get("Handler") == "functions.auth.authorizer.lambda_handler")
-    assert authorizer["Metadata"]["aws:asset:path"] == function["Metadata"]["aws:asset:path"]
-
-    site_packages = Path(next(p for p in sys.path if p.endswith("site-packages")))
-    provided = tmp_path / "runtime-and-layer"
-    provided.mkdir()
-    for name in RUNTIME_AND_LAYER:
-        (provided / name).symlink_to(site_packages / name)
-    probe = (
-        "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]];"
-        "import functions.api.handler, functions.auth.authorizer, functions.push.handler, functions.push.fanout;"
-        "import jsonpatch;"
-        "assert jsonpatch.__file__.startswith(sys.argv[1]), jsonpatch.__file__;"
-        "print('ok')"
-    )
-    imported = subprocess.run([sys.executable, "-S", "-c", probe, str(asset), str(provided)],
-                              capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, timeout=120)
-    assert imported.stdout.strip() == "ok", imported.stderr
-
-
 ELF_AARCH64 = 183  # e_machine of an ELF file built for arm64
 
 
@@ -108,19 +64,75 @@ def test_plain_npx_cdk_synth_works_from_a_set_up_clone(tmp_path):
 
 
 @pytest.mark.toolchain
-def test_make_deploy_synthesizes_with_its_deploy_args(tmp_path):
-    """No account here, so the deploy itself fails (for that reason, not another); the assembly it
-    synthesized once, linted and handed to `cdk deploy --app` shows the flags took effect."""
+def test_make_deploy_runs_make_synth_with_its_deploy_args_and_the_asset_imports_the_handler(tmp_path):
+    """`make deploy` runs `make synth`'s recipe (the CDK CLI, offline, the asset bundled without
+    Docker, cfn-lint) with its DEPLOY_ARGS, then `cdk deploy --app` on that assembly. No account
+    here, so the deploy itself fails (for that reason, not another): reaching it shows synth and
+    lint passed, and the assembly shows the flags took effect and the asset is complete. One
+    synthesis serves both commands (each costs about 20 s of CPU)."""
     out = tmp_path / "cdk.out"
     result = subprocess.run(
         ["make", "-s", "deploy", f"CDK_OUT={out}",
          "DEPLOY_ARGS=-c alarmEmail=ops@example.com -c throttleRateLimit=42"],
         cwd=REPO_ROOT, env=without_aws(), capture_output=True, text=True, timeout=900)
+    output = result.stdout + result.stderr
     assert result.returncode != 0  # no credentials: nothing was deployed
-    assert "Unable to resolve AWS account" in result.stdout + result.stderr, result.stdout + result.stderr
+    assert "Unable to resolve AWS account" in output, output
+    assert_no_node_warning(output)
     template = json.loads((out / "DeviceStateStack.template.json").read_text())
     resources = template["Resources"].values()
     subscription = next(r for r in resources if r["Type"] == "AWS::SNS::Subscription")
     assert subscription["Properties"]["Endpoint"] == "ops@example.com"
     stage = next(r for r in resources if r["Type"] == "AWS::ApiGateway::Stage")
     assert stage["Properties"]["MethodSettings"][0]["ThrottlingRateLimit"] == 42
+    assert_the_asset_is_complete(template, out, tmp_path)
+
+
+def assert_the_asset_is_complete(template: dict, out: Path, tmp_path: Path) -> None:
+    """The bundled asset holds the handlers and what neither the runtime nor the layer brings,
+    as arm64 binaries, and alone (with the runtime's and the layer's packages) imports them."""
+    function = next(resource for resource in template["Resources"].values()
+                    if resource["Type"] == "AWS::Lambda::Function"
+                    and resource["Properties"].get("Handler") == "functions.api.handler.lambda_handler")
+    asset = out / function["Metadata"]["aws:asset:path"]
+    assert (asset / "functions" / "api" / "handler.py").exists()
+    assert (asset / "jsonpatch.py").exists() and (asset / "jsonpointer.py").exists()
+    assert (asset / "jwt" / "__init__.py").exists() and (asset / "cryptography" / "__init__.py").exists()
+    assert not (asset / "boto3").exists() and not (asset / "aws_lambda_powertools").exists()
+    # cryptography's and cffi's compiled parts for the function's platform (arm64, Python 3.13).
+    binaries = [asset / "cryptography" / "hazmat" / "bindings" / "_rust.abi3.so",
+                asset / "_cffi_backend.cpython-313-aarch64-linux-gnu.so"]
+    assert all(elf_machine(binary) == ELF_AARCH64 for binary in binaries), binaries
+    authorizer = next(resource for resource in template["Resources"].values()
+                      if resource["Type"] == "AWS::Lambda::Function"
+                      and resource["Properties"].get("Handler") == "functions.auth.authorizer.lambda_handler")
+    assert authorizer["Metadata"]["aws:asset:path"] == function["Metadata"]["aws:asset:path"]
+
+    site_packages = Path(next(p for p in sys.path if p.endswith("site-packages")))
+    provided = tmp_path / "runtime-and-layer"
+    provided.mkdir()
+    for name in RUNTIME_AND_LAYER:
+        (provided / name).symlink_to(site_packages / name)
+    probe = (
+        "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]];"
+        "import functions.api.handler, functions.auth.authorizer, functions.push.handler, functions.push.fanout;"
+        "import jsonpatch;"
+        "assert jsonpatch.__file__.startswith(sys.argv[1]), jsonpatch.__file__;"
+        "print('ok')"
+    )
+    imported = subprocess.run([sys.executable, "-S", "-c", probe, str(asset), str(provided)],
+                              capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, timeout=120)
+    assert imported.stdout.strip() == "ok", imported.stderr
+
+
+def test_make_deploy_runs_the_synth_recipe_with_lint_first():
+    """What the test above relies on: `make deploy` is `make synth` (CLI synth, then cfn-lint)
+    followed by the deploy of that assembly."""
+    dry_run = subprocess.run(["make", "-n", "deploy", "CDK_OUT=out", "DEPLOY_ARGS=-c x=1"], cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=60)
+    lines = [line for line in dry_run.stdout.splitlines() if "cdk " in line or "cfn-lint" in line]
+    assert [("synth" in line, "cfn-lint" in line, "deploy" in line) for line in lines] == [
+        (True, False, False), (False, True, False), (False, False, True)], dry_run.stdout
+    assert all("-c x=1" in line for line in (lines[0], lines[2])), lines
+
+
