@@ -179,9 +179,9 @@ def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_D
     kinds["report"] = meter.run(ids, report)
     kinds["desired write"] = meter.run(ids, lambda d: meter.manager.update_with_retry(
         d, MergePatch({"setpoint": 19 + next(step) % 6}), section="desired"))
+    meter.run(ids, lambda d: meter.manager.update_with_retry(d, MergePatch({"bootCount": 0})))  # not measured
     kinds["increment"] = meter.run(ids, lambda d: meter.manager.update_with_retry(
-        d, JsonPatch([{"op": "increment", "path": "/bootCount", "value": 1}])
-        if "bootCount" in meter.manager.get(d).state else MergePatch({"bootCount": 1})))
+        d, JsonPatch([{"op": "increment", "path": "/bootCount", "value": 1}])))
     kinds["read-modify-write"] = meter.run(ids, lambda d: meter.manager.update_with_retry(
         d, lambda state: {**state, "room": f"room {next(step) % 40}"}))
     kinds["get"] = meter.run(ids, meter.manager.get)

@@ -48,12 +48,11 @@ def lambda_handler(event, _context):
         device_id = dynamodb["Keys"][table.PARTITION_KEY]["S"]
         change = change_from_item(dynamodb["NewImage"])
         version, first, marks = newest.get(device_id, (0, dynamodb["SequenceNumber"], {}))
-        if change.version > version:
-            # the newest change's marks cover the batch's earlier ones; a delete or a lost change
-            # anywhere in it (None) keeps every subscriber in
-            marks = None if marks is None else changed_since(change)
-        elif changed_since(change) is None:
-            marks = None
+        # the newest change's marks cover the batch's earlier ones; a delete or a lost change
+        # anywhere in it (None) keeps every subscriber in
+        current = changed_since(change)
+        if marks is not None and (current is None or change.version > version):
+            marks = current
         newest[device_id] = (max(version, change.version), first, marks)
     failed = []
     for device_id, (version, sequence, marks) in newest.items():
