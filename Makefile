@@ -7,7 +7,7 @@ NPM_STAMP := node_modules/.installed
 JAVA_STAMP := $(VENV)/.java-checked
 PORT ?= 3000
 
-.PHONY: setup java test test-fast serve invoke synth deploy bench clean token device-cert
+.PHONY: setup java test test-fast serve reindex invoke synth deploy bench clean token device-cert
 
 # Node.js 22+ for the CDK CLI and jsii: node_modules/.bin/node (the pinned node-linux-* package)
 # comes first on PATH where npm installed one, else the machine's node (checked in setup).
@@ -67,6 +67,12 @@ test-fast: $(PY_STAMP) $(NPM_STAMP)
 # for (does not require) a client certificate of the local CA it makes under .serve/tls/ (TLS_DIR).
 serve: setup
 	PORT=$(PORT) $(PY) -m localdev.server
+
+# Backfill the fleet index of FLEET_INDEX's fields on a table that holds devices, with progress;
+# resumable. On DYNAMODB_ENDPOINT (a running make serve's, which it prints) or the table kept in
+# DYNAMODB_DATA_DIR. make serve runs the same step at start.
+reindex: setup
+	$(PY) -m localdev.reindex
 
 # Replay one API Gateway event through the handler: make invoke EVENT=events/patch-device.json
 invoke: $(PY_STAMP)

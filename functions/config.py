@@ -15,6 +15,7 @@ from functions.device_state import DEFAULT_RETENTION_SECONDS
 from functions.device_state import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
 from functions.device_state import DEFAULT_SETTLE_SECONDS
 from functions.device_state import DEFAULT_TOMBSTONE_SECONDS
+from functions.device_state import FleetIndex, FleetIndexError
 
 TABLE_NAME = "TABLE_NAME"
 DYNAMODB_ENDPOINT = "DYNAMODB_ENDPOINT"
@@ -26,10 +27,12 @@ SETTLE_SECONDS = "SETTLE_SECONDS"  # how long a write whose answer was lost is s
 TOMBSTONE_SECONDS = "TOMBSTONE_SECONDS"  # how long a deleted device's version is kept
 EVENT_BUS_NAME = "EVENT_BUS_NAME"  # the EventBridge bus for DeviceStateChanged events
 CHANGE_EVENTS_FILE = "CHANGE_EVENTS_FILE"  # locally: append the events to this file instead
+FLEET_INDEX = "FLEET_INDEX"  # the queryable fields, path:type,… (functions.device_state.fleet_index)
 
 STORAGE_VARIABLES = (TABLE_NAME, DYNAMODB_ENDPOINT, CHANGE_RETENTION_SECONDS)
 API_VARIABLES = STORAGE_VARIABLES + (MAX_ATTEMPTS, RETRY_BUDGET_SECONDS, REQUIRE_IF_MATCH, SETTLE_SECONDS,
-                                     TOMBSTONE_SECONDS)
+                                     TOMBSTONE_SECONDS, FLEET_INDEX)
+REINDEX_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX,)
 PROCESSOR_VARIABLES = STORAGE_VARIABLES + (EVENT_BUS_NAME, CHANGE_EVENTS_FILE)
 PUSH_VARIABLES = STORAGE_VARIABLES
 
@@ -63,6 +66,7 @@ class ApiConfig(StorageConfig):
     require_if_match: bool = False
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS
+    fleet_index: FleetIndex = FleetIndex()
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "ApiConfig":
@@ -75,6 +79,7 @@ class ApiConfig(StorageConfig):
             settle_seconds=_number(environ, SETTLE_SECONDS, DEFAULT_SETTLE_SECONDS, 0.0, MAX_SETTLE_SECONDS),
             tombstone_seconds=_integer(environ, TOMBSTONE_SECONDS, DEFAULT_TOMBSTONE_SECONDS, 60,
                                        MAX_TOMBSTONE_SECONDS),
+            fleet_index=fleet_index(environ),
         )
 
 
@@ -96,6 +101,13 @@ def _storage(environ) -> dict:
     return {"table_name": table_name, "dynamodb_endpoint": environ.get(DYNAMODB_ENDPOINT) or None,
             "change_retention_seconds": _integer(environ, CHANGE_RETENTION_SECONDS, DEFAULT_RETENTION_SECONDS,
                                                  MIN_RETENTION_SECONDS, MAX_RETENTION_SECONDS)}
+
+
+def fleet_index(environ=os.environ) -> FleetIndex:
+    try:
+        return FleetIndex.parse(environ.get(FLEET_INDEX))
+    except FleetIndexError as error:
+        raise ConfigError(f"{FLEET_INDEX}: {error}") from None
 
 
 def _integer(environ, name, default, low, high) -> int:

@@ -121,10 +121,17 @@ def _forked(target, *args) -> int:
 def _ensure_table(endpoint: str, table_name: str) -> None:
     import boto3
 
-    from functions.device_state.table import STREAM_VIEW_TYPE, ensure_table
+    from functions.config import ConfigError, fleet_index
+    from functions.device_state.table import STREAM_VIEW_TYPE
+    from localdev.reindex import prepare
 
     client = boto3.session.Session().client("dynamodb", endpoint_url=endpoint)
-    ensure_table(client, table_name)
+    try:
+        declared = fleet_index()
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        raise SystemExit(2) from None
+    prepare(client, table_name, declared)  # the table, with the fleet index FLEET_INDEX declares
     if "LatestStreamArn" not in client.describe_table(TableName=table_name)["Table"]:  # kept on disk from before
         client.update_table(TableName=table_name,
                             StreamSpecification={"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE})

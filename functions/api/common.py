@@ -66,7 +66,9 @@ def route(router, rule: str, *methods: str, query: tuple[str, ...] = (), headers
 
 def allowed_methods(path: str) -> list[str]:
     """Powertools treats a trailing slash as absent; so does ``rules_for_path``."""
-    return sorted({method for (method, rule), _ in rules_for_path(path) if (method, rule) in ROUTES})
+    rules = [(method, rule) for (method, rule), _ in rules_for_path(path) if (method, rule) in ROUTES]
+    exact = [(method, rule) for method, rule in rules if "<" not in rule]  # /devices/count, not /devices/<id>
+    return sorted({method for method, _ in exact or rules})
 
 
 @functools.lru_cache(maxsize=1)
@@ -80,6 +82,7 @@ def manager() -> DeviceStateManager:
         budget_seconds=config.retry_budget_seconds,
         settle_seconds=config.settle_seconds,
         tombstone_seconds=config.tombstone_seconds,
+        fleet_index=config.fleet_index,
     )
 
 

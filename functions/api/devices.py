@@ -93,16 +93,32 @@ def _patch_function():
     return JsonPatch(document) if kind == parse.JSON_PATCH else MergePatch(document)
 
 
-@route(router, "/devices", "GET", "HEAD", query=("limit", "cursor", parse.INCLUDE))
+@route(router, "/devices", "GET", "HEAD", query=("limit", "cursor", parse.INCLUDE, "filter", "sort"))
 def list_devices():
+    """The fleet in key order, or, with ``filter``, the devices it matches (fleet query)."""
     query = parse.query(router.current_event)
     raw_limit = query.get("limit", str(DEFAULT_LIST_LIMIT))
     if not raw_limit.isascii() or not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST_LIMIT:
         raise BadRequest(f"limit must be an integer from 1 to {MAX_LIST_LIMIT}")
-    cursor = parse.cursor(query.get("cursor"))
-    devices, next_cursor = manager().list_devices(limit=int(raw_limit), cursor=cursor)
+    if "filter" in query:
+        devices, next_cursor = manager().query_devices(query["filter"], int(raw_limit),
+                                                       parse.fleet_cursor(query.get("cursor")), query.get("sort"))
+    elif "sort" in query:
+        raise BadRequest("sort orders the devices a filter finds: give a filter too, e.g. "
+                         "filter=exists(reported/battery)&sort=-reported/battery")
+    else:
+        devices, next_cursor = manager().list_devices(limit=int(raw_limit), cursor=parse.list_cursor(query.get("cursor")))
     metadata = parse.include_metadata(router.current_event)
     return json_response({"items": [device.as_dict(metadata) for device in devices], "nextCursor": next_cursor})
+
+
+@route(router, "/devices/count", "GET", "HEAD", query=("filter", "groupBy"))
+def count_devices():
+    """How many devices a filter matches, grouped by a declared field's value on request."""
+    query = parse.query(router.current_event)
+    if "filter" not in query:
+        raise BadRequest("count needs a filter, e.g. /devices/count?filter=eq(reported/online,true)")
+    return json_response(manager().count_devices(query["filter"], query.get("groupBy")))
 
 
 @route(router, "/devices", "POST", query=(parse.INCLUDE,), headers=(parse.IDEMPOTENCY_KEY,),
@@ -110,7 +126,7 @@ def list_devices():
 def create_device():
     event = router.current_event
     body = parse.json_object(parse.json_body(event), "the body", ("deviceId", "state"), DEVICE_SECTIONS)
-    device_id = validate_device_id(body["deviceId"])
+    device_id = parse.not_reserved(validate_device_id(body["deviceId"]))
     sections = _sections(body)
     access.check_write(event, WriteKind.CREATE, device_id, sections)
     key = idempotency_key(event)

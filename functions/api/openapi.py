@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from functions.auth import rights
 from functions.auth.principals import SCOPES, Principal
-from functions.device_state import (DEVICE_ID_PATTERN, KEY_PATTERN, MAX_EXPONENT, MAX_LIST_LIMIT,
+from functions.device_state import (DEVICE_ID_PATTERN, KEY_PATTERN, MAX_EXPONENT, MAX_FILTER_CHARS, MAX_LIST_LIMIT,
                                     MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS, MAX_POINTER_BYTES,
                                     MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH, MAX_STATE_ITEM_BYTES,
                                     METADATA_ENTRY_BYTES, MIN_EXPONENT)
@@ -16,7 +16,7 @@ from functions.device_state.transactions import MAX_OPERATIONS
 from .devices import DEFAULT_LIST_LIMIT
 from .leases import LIMITS as LEASE_LIMITS
 from .leases import MAX_OWNER_LENGTH
-from .request_parsing import CURSOR_PATTERN, MAX_BODY_BYTES
+from .request_parsing import LISTING_CURSOR_PATTERN, MAX_BODY_BYTES
 
 _TTL = {"type": "number", "minimum": LEASE_LIMITS["ttlSeconds"][0], "maximum": LEASE_LIMITS["ttlSeconds"][1]}
 _WAIT = {"type": "number", "minimum": LEASE_LIMITS["waitSeconds"][0], "maximum": LEASE_LIMITS["waitSeconds"][1]}
@@ -45,6 +45,14 @@ _LEASE_ID = {"name": "leaseId", "in": "path", "required": True, "schema": {"type
              "description": "The leaseId its grant returned; on DELETE also the lease's fencingToken alone "
                             "(digits), which ends that lease or waiting ticket whoever holds it: a back-end with "
                             "devices.write may, a device may not (403)."}
+
+
+_FILTER = {"name": "filter", "in": "query",
+           "description": "RQL over declared fields (FLEET_INDEX): eq, ne, gt, ge, lt, le, in, like (a prefix "
+                          'ending in *), exists, and, or, not; e.g. and(eq(reported/online,true),like(state/site,'
+                          '"berlin-*")). exists(delta) and exists(delta/<path>) filter beside a declared field. '
+                          "See docs/api.md.",
+           "schema": {"type": "string", "minLength": 1, "maxLength": MAX_FILTER_CHARS}}
 
 
 def _problem(description):
@@ -191,13 +199,21 @@ OPENAPI = {
                     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
                                                                 "maximum": MAX_LIST_LIMIT,
                                                                 "default": DEFAULT_LIST_LIMIT}},
-                    {"name": "cursor", "in": "query", "description": "nextCursor of the page before",
-                     "schema": {"type": "string", "pattern": CURSOR_PATTERN}},
+                    {"name": "cursor", "in": "query", "description": "nextCursor of the page before (of the same "
+                     "filter and sort, with a filter)",
+                     "schema": {"type": "string", "pattern": LISTING_CURSOR_PATTERN}},
+                    _FILTER,
+                    {"name": "sort", "in": "query", "description": "With a filter: +path or -path on a declared "
+                     "field (FLEET_INDEX); devices lacking it come last",
+                     "schema": {"type": "string", "pattern": "^[+-](state|desired|reported)/.+$"}},
                 ],
                 "responses": {
-                    "200": {"description": "A page of devices",
+                    "200": {"description": "A page of devices: the fleet in key order, or those the filter matches",
                             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DevicePage"}}}},
-                    "400": _COMMON_ERRORS["400"], "503": _COMMON_ERRORS["503"],
+                    "400": _problem("Bad request: a malformed filter (its position named), a filter with a branch "
+                                    "on no declared field (unindexed-filter), a bad cursor or limit"),
+                    "503": _problem("Storage unavailable, or a declared field's index is still being built "
+                                    "(index-building, with its progress); Retry-After is set"),
                 },
             },
             "post": {
@@ -209,6 +225,23 @@ OPENAPI = {
                                    "state": _STATE}}}}},
                 "responses": {"201": _device("Created", "Location"),
                               "409": _problem("The device exists"), "422": _REUSED, **_WRITE_ERRORS},
+            },
+        },
+        "/devices/count": {
+            "get": {
+                "operationId": "countDevices",
+                "parameters": [{**_FILTER, "required": True},
+                               {"name": "groupBy", "in": "query", "description": "A declared field (FLEET_INDEX): "
+                                "the count per value, most frequent first (null: devices without it)",
+                                "schema": {"type": "string", "pattern": "^(state|desired|reported)/.+$"}}],
+                "responses": {
+                    "200": {"description": "How many devices the filter matches",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DeviceCount"}}}},
+                    "400": _problem("Bad request: a missing or malformed filter, a filter with a branch on no "
+                                    "declared field (unindexed-filter), groupBy on an undeclared field"),
+                    "503": _problem("Storage unavailable, or a declared field's index is still being built "
+                                    "(index-building, with its progress); Retry-After is set"),
+                },
             },
         },
         "/devices/{deviceId}": {
@@ -340,6 +373,15 @@ OPENAPI = {
                 "properties": {"deviceId": {"type": "string"}, "version": {"type": "integer", "minimum": 1},
                                "state": {"type": "object"}, "createdAt": {"type": "string", "format": "date-time"},
                                "updatedAt": {"type": "string", "format": "date-time"}},
+            },
+            "DeviceCount": {
+                "type": "object", "required": ["count"],
+                "properties": {"count": {"type": "integer", "minimum": 0},
+                               "groups": {"type": "array", "items": {
+                                   "type": "object", "required": ["value", "count"],
+                                   "properties": {"value": {"nullable": True, "anyOf": [
+                                       {"type": "string"}, {"type": "number"}, {"type": "boolean"}]},
+                                       "count": {"type": "integer", "minimum": 1}}}}},
             },
             "DevicePage": {
                 "type": "object", "required": ["items", "nextCursor"],

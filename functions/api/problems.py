@@ -12,12 +12,12 @@ import time
 from .resolver import Response
 
 from functions.device_state import (ConditionFailed, DeviceAlreadyExists, DeviceLocked, DeviceNotFound,
-                                    IdempotencyKeyReused, InvalidCursor, InvalidDeviceId,
+                                    IdempotencyKeyReused, IndexBuilding, InvalidCursor, InvalidFilter, InvalidDeviceId,
                                     InvalidIdempotencyKey, InvalidLease, InvalidPatch, InvalidSince,
                                     InvalidTransaction, InvalidValue, ItemTooLarge, LeaseBusy, LeaseLost,
                                     LeaseNotHeld, OutcomeUnknown, PatchNotApplicable, PatchTestFailed,
                                     RetriesExhausted, StorageError, StorageUnavailable, TransactionFailed,
-                                    UnknownLease, VersionConflict, VersionNotRecorded, dumps,
+                                    UnindexedFilter, UnknownLease, VersionConflict, VersionNotRecorded, dumps,
                                     timestamp as iso_timestamp, transactions as tx)
 from functions.auth.credentials import MixedCredentials, Unauthenticated
 from functions.auth.rights import Forbidden
@@ -82,6 +82,9 @@ _LIBRARY_ERRORS = {
     ItemTooLarge: (413, "too-large", "Request or resulting item too large"),
     InvalidValue: (400, "invalid-value", "Value cannot be stored"),
     InvalidCursor: (400, "invalid-cursor", "Invalid cursor"),
+    UnindexedFilter: (400, "unindexed-filter", "Filter needs a declared field"),
+    InvalidFilter: (400, "invalid-filter", "Invalid filter"),
+    IndexBuilding: (503, "index-building", "Fleet index is being built"),
     InvalidSince: (400, "invalid-since", "since is past the device's current version"),
     InvalidIdempotencyKey: (400, "invalid-idempotency-key", "Invalid Idempotency-Key"),
     IdempotencyKeyReused: (422, "idempotency-key-reused", "Idempotency-Key used for a different request"),
@@ -107,7 +110,7 @@ _LIBRARY_ERRORS = {
     VersionNotRecorded: (503, "not-yet-recorded", "The version is written but not yet in the history"),
     StorageError: (500, "internal-error", "Internal error"),
 }
-_RETRYABLE = (RetriesExhausted, StorageUnavailable, VersionNotRecorded)
+_RETRYABLE = (RetriesExhausted, StorageUnavailable, VersionNotRecorded, IndexBuilding)
 # Errors whose own message names internals (endpoint URLs, botocore's text): the client
 # gets this detail instead; the message is logged with the request.
 _GENERIC_DETAIL = {
@@ -171,6 +174,9 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
         headers, members, current = {}, {}, getattr(error, "current", None)
         members["deviceId"] = getattr(error, "device_id", None)
         members["limit"] = getattr(error, "limit", None)
+        if isinstance(error, (InvalidFilter, IndexBuilding)):  # where the filter is wrong, what it needs
+            members.update(position=getattr(error, "position", None), fields=getattr(error, "fields", None),
+                           progress=getattr(error, "progress", None))
         if isinstance(error, _RETRYABLE):
             headers["Retry-After"] = RETRY_AFTER_SECONDS
         if isinstance(error, TransactionFailed):

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from functions.device_state import Device, InvalidCursor, InvalidValue, store
+from functions.device_state import Device, InvalidCursor, InvalidDeviceId, InvalidValue, store
 from functions.device_state import MAX_VERSION, loads, validate_device_id  # noqa: F401 (parse.MAX_VERSION)
 
 from .problems import BadRequest, PayloadTooLarge, PreconditionFailed, UnsupportedMediaType
@@ -27,8 +27,17 @@ _VERSION = re.compile(r"[1-9][0-9]{0,17}")
 CURSOR_PATTERN = f"^{store.CURSOR_PATTERN.pattern}$"
 
 
+RESERVED_DEVICE_IDS = ("count",)  # /devices/count counts devices
+
+
 def device_id(raw: str) -> str:
-    return validate_device_id(unquote(raw))
+    return not_reserved(validate_device_id(unquote(raw)))
+
+
+def not_reserved(device_id: str) -> str:
+    if device_id in RESERVED_DEVICE_IDS:
+        raise InvalidDeviceId(f"{device_id!r} is reserved: /devices/{device_id} is a route of its own")
+    return device_id
 
 
 LEASE_TOKEN_PATTERN = re.compile(r"[0-9a-f]{32}")
@@ -216,6 +225,33 @@ def cursor(raw: str | None) -> str | None:
     if not re.fullmatch(CURSOR_PATTERN, raw):
         raise InvalidCursor("cursor is not one this service issued")
     return raw
+
+
+FLEET_CURSOR_PATTERN = r"[A-Za-z0-9_-]{1,8192}"
+
+
+# A cursor belongs to the listing that issued it: a fleet query's (its filter and sort) or the
+# plain listing's; one given to the other is refused with this.
+CURSOR_ELSEWHERE = "cursor is not one this listing issued (cursors belong to one filter and sort)"
+
+
+LISTING_CURSOR_PATTERN = f"^(?:{store.CURSOR_PATTERN.pattern}|{FLEET_CURSOR_PATTERN})$"  # either kind
+
+
+def fleet_cursor(raw: str | None) -> str | None:
+    """A fleet query's cursor (base64url): its content is checked by the library."""
+    if raw is None:
+        return None
+    if not re.fullmatch(FLEET_CURSOR_PATTERN, raw):
+        raise InvalidCursor(CURSOR_ELSEWHERE)
+    return raw
+
+
+def list_cursor(raw: str | None) -> str | None:
+    """The plain listing's cursor (``cursor``), telling a fleet query's apart."""
+    if raw is not None and not re.fullmatch(CURSOR_PATTERN, raw) and re.fullmatch(FLEET_CURSOR_PATTERN, raw):
+        raise InvalidCursor(CURSOR_ELSEWHERE)
+    return cursor(raw)
 
 
 def integer(query: dict, name: str, default: int | None, low: int, high: int) -> int | None:

@@ -36,7 +36,7 @@ def _operation(index: int, entry) -> Operation:
         optional += ("section",)
     parse.json_object(entry, where, ("deviceId", action), optional)
     try:
-        device_id = validate_device_id(entry["deviceId"])
+        device_id = parse.not_reserved(validate_device_id(entry["deviceId"]))
     except InvalidDeviceId as error:
         raise BadRequest(f"{where}: {error}") from None
     expected, must_exist = None, False

@@ -177,6 +177,7 @@ def _write_route(methods: str, rule: str, kind: WriteKind, section: str | None =
 
 _rights("GET HEAD", "/openapi.json", PUBLIC)
 _rights("GET HEAD", "/devices", (LIST, COLLECTION))
+_rights("GET HEAD", "/devices/count", (LIST, COLLECTION))
 _write_route("POST", "/devices", WriteKind.CREATE)
 _rights("GET HEAD", "/devices/<device_id>", (READ, _D))
 _write_route("PUT", "/devices/<device_id>", WriteKind.PUT)

@@ -11,6 +11,8 @@ from .errors import (
     DeviceNotFound,
     DeviceStateError,
     IdempotencyKeyReused,
+    IndexBuilding,
+    InvalidFilter,
     InvalidCursor,
     InvalidDeviceId,
     InvalidLease,
@@ -27,6 +29,7 @@ from .errors import (
     RetriesExhausted,
     StorageError,
     StorageUnavailable,
+    UnindexedFilter,
     UnknownLease,
     VersionConflict,
 )
@@ -54,8 +57,19 @@ from .values import (DEVICE_ID_PATTERN, MAX_EXPONENT, MAX_MEMBER_NAME_BYTES, MAX
                      MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH, MAX_VERSION, MIN_EXPONENT, dumps, loads,
                      validate_device_id)
 from .planning import DEFAULT_TOMBSTONE_SECONDS, MAX_STATE_ITEM_BYTES
+from .fleet_index import MAX_FIELDS as MAX_FLEET_FIELDS, FleetIndex, FleetIndexError
+from .fleet_query import MAX_LIMIT as MAX_QUERY_LIMIT
+from .rql import MAX_FILTER_CHARS
 
 __all__ = [
+    "FleetIndex",
+    "FleetIndexError",
+    "IndexBuilding",
+    "InvalidFilter",
+    "MAX_FILTER_CHARS",
+    "MAX_FLEET_FIELDS",
+    "MAX_QUERY_LIMIT",
+    "UnindexedFilter",
     "Backoff",
     "boto3_session",
     "Change",

@@ -29,6 +29,33 @@ class InvalidCursor(DeviceStateError, ValueError):
     pass
 
 
+class InvalidFilter(DeviceStateError, ValueError):
+    """A fleet filter (RQL) that does not parse or cannot be answered; ``position`` is the
+    character offset of what is wrong, where there is one."""
+
+    def __init__(self, message: str, position: int | None = None):
+        super().__init__(message if position is None else f"at position {position}: {message}")
+        self.position = position
+
+
+class UnindexedFilter(InvalidFilter):
+    """A filter with a branch on no declared field: answering it would read the whole fleet."""
+
+    def __init__(self, message: str, fields: list[str]):
+        super().__init__(message)
+        self.fields = fields
+
+
+class IndexBuilding(DeviceStateError):
+    """A field the query needs is declared but not yet indexed on every device
+    (``make reindex`` runs); ``progress`` says how far the backfill got."""
+
+    def __init__(self, fields: list[str], progress: dict):
+        super().__init__(f"the fleet index of {', '.join(fields)} is being built; try again when it is ready")
+        self.fields = fields
+        self.progress = progress
+
+
 class DeviceNotFound(DeviceStateError):
     def __init__(self, device_id: str):
         super().__init__(f"device {device_id!r} does not exist")

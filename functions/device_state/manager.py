@@ -19,12 +19,15 @@ from .device import Device
 from .errors import DeviceNotFound
 from .expressions import Expression, live
 from .fencing import Fence
+from .fleet_index import FleetIndex
+from .fleet_query import FleetQuery
 from .idempotency import CREATED, REPLACED, UPDATED, IdempotencyKey
 from .lease_handle import Lease
 from .leases import DEFAULT_TTL_SECONDS, LeaseQueue
 from .observer import NULL_OBSERVER, UpdateObserver
 from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
 from .planning import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect
+from .reindex import reindex
 from .replays import RecordedAnswers
 from .restore import random_generator
 from .retry import RetryLoop
@@ -68,6 +71,7 @@ class DeviceStateManager:
         rng: random.Random | None = None,
         tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+        fleet_index: FleetIndex = FleetIndex(),
     ):
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -77,11 +81,12 @@ class DeviceStateManager:
         self.runtime = Runtime(clock, monotonic, sleep, rng or random_generator(), backoff, observer)
         self.store = Store(client, table_name, self.runtime)
         self.pipeline = WritePipeline(self.store, self.runtime, settle_seconds=settle_seconds,
-                                      tombstone_seconds=tombstone_seconds)
+                                      tombstone_seconds=tombstone_seconds, fleet_index=fleet_index)
         history = ChangeLog(client, table_name, clock=clock, monotonic=monotonic, sleep=sleep)
         self._answers = RecordedAnswers(self.store, history, self.runtime)
         self._writer = DeviceWriter(self.pipeline, self._answers)
         self.fence = Fence()
+        self.fleet = FleetQuery(self.store, fleet_index, clock)
 
     @property
     def client(self):
@@ -178,6 +183,22 @@ class DeviceStateManager:
             if not start_key or len(devices) >= limit:
                 break
         return devices, encode_cursor(start_key) if start_key else None
+
+    def query_devices(self, filter: str, limit: int = 50, cursor: str | None = None,
+                      sort: str | None = None) -> tuple[list[Device], str | None]:
+        """One page of the devices the RQL ``filter`` matches on the fleet index, and the
+        cursor of the next page (None at the end); ``sort`` ``+path`` or ``-path`` on a
+        declared field. See ``fleet_query``."""
+        return self.fleet.page(filter, limit, cursor, sort)
+
+    def count_devices(self, filter: str, group_by: str | None = None) -> dict:
+        """``{"count": n}`` of the devices ``filter`` matches, with ``groups`` by a declared
+        field's value when ``group_by`` names one."""
+        return self.fleet.count(filter, group_by)
+
+    def reindex(self, *, budget_seconds: float | None = None, report=lambda progress: None) -> bool:
+        """Backfill the index attributes of declared fields not yet ready (``reindex``)."""
+        return reindex(self.pipeline, self.fleet.fleet_index, budget_seconds=budget_seconds, report=report)
 
     # ---------------------------------------------------------------- writes
     #

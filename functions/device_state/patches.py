@@ -315,6 +315,9 @@ def _check_operation(index: int, operation) -> None:
             raise InvalidPatch(f"{where}: increment 'min' is greater than 'max'")
 
 
+SET, INCREMENT, REMOVED = "set", "increment", "removed"  # what a compiled patch does to a member
+
+
 @dataclass
 class CompiledUpdate:
     """A patch as one DynamoDB update of a section's members, with the conditions that make
@@ -332,6 +335,9 @@ class CompiledUpdate:
     members: list[str] = field(default_factory=list)  # each member name as often as it is named
     values: dict = field(default_factory=dict)  # placeholder: the value as the patch gives it
     attribute_values: list[dict] = field(default_factory=list)  # each value as stored, as often as used
+    # What it does to each member, for the fleet index: (parts, SET and the value, INCREMENT
+    # and the SET operand, or REMOVED and None).
+    effects: list[tuple] = field(default_factory=list)
     _paths: list[tuple] = field(default_factory=list)
 
     @property
@@ -414,10 +420,12 @@ def _compile_json_patch(operations: list, compiled: CompiledUpdate) -> CompiledU
             return None
         if op == "remove":
             compiled.removes.append(path)
+            compiled.effects.append((parts, REMOVED, None))
             compiled.conditions.append(f"attribute_exists({path})")
             continue
         if op in ("add", "replace"):
             compiled.sets.append(f"{path} = {compiled.value(operation['value'])}")
+            compiled.effects.append((parts, SET, operation["value"]))
             if op == "replace":
                 compiled.conditions.append(f"attribute_exists({path})")
             continue
@@ -428,7 +436,9 @@ def _compile_json_patch(operations: list, compiled: CompiledUpdate) -> CompiledU
         # DynamoDB refuses (ValidationException, measured on DynamoDB Local) a sum that needs
         # more than 38 digits rather than round it; the caller then falls back to
         # read-modify-write, which refuses it with the precision limit: both paths agree.
-        compiled.sets.append(f"{path} = if_not_exists({path}, {compiled.value(Decimal(0))}) + {compiled.value(delta)}")
+        incremented = f"if_not_exists({path}, {compiled.value(Decimal(0))}) + {compiled.value(delta)}"
+        compiled.sets.append(f"{path} = {incremented}")
+        compiled.effects.append((parts, INCREMENT, incremented))
         # Keep the result inside DynamoDB's range on every engine (moto does not check).
         compiled.conditions.append(
             f"(attribute_not_exists({path}) OR (attribute_type({path}, {compiled.value('N')}) AND "
@@ -473,6 +483,7 @@ def _compile_merge_patch(patch: dict, compiled: CompiledUpdate, nested: bool,
             return None
         if value is None:
             compiled.removes.append(path)
+            compiled.effects.append((parent + (key,), REMOVED, None))
             if parent:
                 # A member removed from an empty object changes nothing, but its metadata entry
                 # would date the empty object (a leaf): read-modify-write takes that case.
@@ -480,6 +491,7 @@ def _compile_merge_patch(patch: dict, compiled: CompiledUpdate, nested: bool,
                                            f"> {compiled.value(Decimal(0))})")
         else:
             compiled.sets.append(f"{path} = {compiled.value(value)}")
+            compiled.effects.append((parent + (key,), SET, value))
     return compiled
 
 

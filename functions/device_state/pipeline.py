@@ -12,6 +12,7 @@ import logging
 from . import table
 from .device import Device
 from .errors import ItemTooLarge, OutcomeUnknown, StorageError, StorageUnavailable
+from .fleet_index import FleetIndex
 from .fencing import Fence
 from .journal import trimmed_stamp, written_version
 from .planning import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner
@@ -46,15 +47,17 @@ class Refusals(Exception):
 
 class WritePipeline:
     def __init__(self, store: Store, runtime: Runtime, *, settle_seconds: float = DEFAULT_SETTLE_SECONDS,
-                 tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS):
+                 tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS, fleet_index: FleetIndex = FleetIndex()):
         self.store = store
         self.runtime = runtime
         self.settle_seconds = settle_seconds
         self.tombstone_seconds = tombstone_seconds
+        self.fleet_index = fleet_index
 
     def planner(self, fence: Fence | None = None) -> Planner:
         """Plans requests now, under ``fence`` (the lease tokens writes present; none unless given)."""
-        return Planner(self.store.table_name, fence or Fence(), self.runtime.clock(), self.tombstone_seconds)
+        return Planner(self.store.table_name, fence or Fence(), self.runtime.clock(), self.tombstone_seconds,
+                       self.fleet_index)
 
     def send(self, planner: Planner, planned: Planned) -> tuple[Device | None, dict | None]:
         """Send one planned UpdateItem. Returns the device after it when it applied (once),

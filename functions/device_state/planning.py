@@ -18,6 +18,7 @@ from .change_items import change_item_size
 from .errors import DeviceAlreadyExists, DeviceNotFound, InvalidValue, ItemTooLarge, VersionConflict
 from .expressions import Expression, live, not_live, number
 from .fencing import Fence, lease_key
+from .fleet_index import SHARD_ATTRIBUTE, FleetIndex, compiled_attributes, index_attributes_of, shard_of
 from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED
 from .journal import (JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp, trimmed_stamps, trimming,
                       watermark)
@@ -41,12 +42,14 @@ LEASE_ATTRIBUTES = (table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL)  # th
 BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, *LEASE_ATTRIBUTES})
 
 _LARGEST_VERSION = number(VERSION_SPAN - 1)  # a version or changed mark, as sized for the item's budget
+_LONGEST_NUMBER_BYTES = 21  # DynamoDB's size of a 38-digit number
 _LONGEST_OUTCOME = max((CREATED, REPLACED, UPDATED), key=len)  # lastWrite, as sized for the item's budget
 
 # What a lease holder change does to the state item (``Planned.outcome``). These carry no
 # journal entry: each names its ticket in its condition, so sending one again is harmless.
 LEASE_TAKEN, LEASE_EXTENDED, LEASE_CLEARED = "lease-taken", "lease-extended", "lease-cleared"
 LEASE_OUTCOMES = frozenset({LEASE_TAKEN, LEASE_EXTENDED, LEASE_CLEARED})
+REINDEXED = "reindexed"  # index attributes set as the item's sections say (``Planner.reindex``)
 SETTLE_MARK = "settle-mark"  # a lost write marked as never applied (classified by ``WritePipeline.settle``)
 
 
@@ -78,6 +81,7 @@ class Planner:
     fence: Fence
     now: float
     tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS
+    fleet_index: FleetIndex = FleetIndex()
 
     # ---------------------------------------------------------------- planners
 
@@ -104,6 +108,9 @@ class Planner:
                 f"{name(table.UPDATED_AT)} = {now}"]
         sets += _section_sets(expr, documents, entries, device.version, written)
         removes = [name(attribute) for attribute in (table.DELETED_AT, table.TTL_ATTRIBUTE, *LEASE_ATTRIBUTES)]
+        indexed, unindexed = self.fleet_index.attributes(device_id, {STATE: state, **documents})
+        sets += _index_sets(expr, indexed, written)
+        removes += [name(attribute) for attribute in unindexed]
         return self._planned(expr, device_id, item, device, CREATED, previous or None, condition, sets, removes,
                              written)
 
@@ -139,10 +146,13 @@ class Planner:
             sets.insert(0, f"{expr.name(table.STATE)} = {expr.value(written[table.STATE])}")
         sets += _section_sets(expr, {section: documents[section] for section in DEVICE_SECTIONS if section in changed},
                               entries, version, written)
+        indexed, unindexed = self.fleet_index.attributes(current.device_id, documents, changed)
+        sets += _index_sets(expr, indexed, written)
         device = Device(current.device_id, version, documents[STATE], current.created_at, stamp,
                         desired=documents[DESIRED], reported=documents[REPORTED], entries=entries)
         return self._planned(expr, current.device_id, item, device, outcome, current.version,
-                             self._at_version(expr, current.version), sets, [], written, condition)
+                             self._at_version(expr, current.version), sets,
+                             [expr.name(attribute) for attribute in unindexed], written, condition)
 
     def delete(self, item: dict) -> Planned:
         """The device becomes a tombstone: its version goes on (so it never repeats), its
@@ -154,7 +164,7 @@ class Planner:
                 f"{name(table.TTL_ATTRIBUTE)} = {expr.number(int(self.now) + self.tombstone_seconds)}"]
         removes = [name(attribute) for attribute in (table.STATE, *LEASE_ATTRIBUTES, table.DESIRED, table.REPORTED,
                                                      table.META_DESIRED, table.META_REPORTED, table.CHANGED_DESIRED,
-                                                     table.CHANGED_REPORTED)]
+                                                     table.CHANGED_REPORTED, *index_attributes_of(item))]
         return self._planned(expr, current.device_id, item, current, DELETED, current.version,
                              self._at_version(expr, current.version), sets, removes, {},
                              version=current.version + 1)
@@ -204,6 +214,14 @@ class Planner:
         version, one = name(table.VERSION), expr.number(1)
         sets = list(compiled.sets)
         conditions = list(compiled.conditions)
+        indexed, operands, unindexed = compiled_attributes(self.fleet_index.in_sections((section,)), compiled.effects)
+        if indexed or operands:
+            indexed[SHARD_ATTRIBUTE] = {"N": str(shard_of(device_id))}
+        sets += _index_sets(expr, indexed, {})
+        sets += [f"{name(attribute)} = {operand}" for attribute, operand in operands.items()]
+        # each index attribute as if new (an increment's number at DynamoDB's longest)
+        growth += sum(1 + len(attribute.encode()) + _value_size(value) for attribute, value in indexed.items())
+        growth += sum(1 + len(attribute.encode()) + _LONGEST_NUMBER_BYTES for attribute in operands)
         if section != STATE:
             meta, map_type = name(META_ATTRIBUTES[section]), expr.value({"S": "M"})
             stamp = expr.number(pack(1, self.now))
@@ -220,8 +238,9 @@ class Planner:
             f"{journaled} = {version} + {one}", f"{name(table.LAST_WRITE)} = {expr.value({'S': UPDATED})}",
             f"{item_bytes} = {item_bytes} + {expr.number(growth)}"])
         conditions.insert(0, f"{item_bytes} <= {expr.number(MAX_STATE_ITEM_BYTES - growth)}")
-        if compiled.removes or journal_removes:
-            update += " REMOVE " + ", ".join(compiled.removes + journal_removes)
+        removes = compiled.removes + [name(attribute) for attribute in unindexed] + journal_removes
+        if removes:
+            update += " REMOVE " + ", ".join(removes)
         if pruning:
             pruned = expr.value({"NS": [str(stamp) for stamp in stamps[:-1]]})
             update += f" DELETE {name(table.JOURNAL_TRIMMED_STAMPS)} {pruned}"
@@ -230,6 +249,24 @@ class Planner:
         expression = " AND ".join([live(expr, self.now), f"attribute_not_exists({journaled})",
                                    self.fence.condition(device_id, expr, self.now), *conditions])
         return self._update(device_id, update, expression, expr, write, UPDATED, ReturnValues="ALL_NEW")
+
+    def reindex(self, item: dict) -> Planned | None:
+        """Sets the live ``item``'s index attributes as its sections say, at its version
+        (no journal entry, no new version: sent twice it sets the same values); None when
+        they are already so. What ``make reindex`` sends for a field declared on a table
+        that holds devices."""
+        current = Device.from_item(item)
+        documents = {STATE: current.state, DESIRED: current.desired, REPORTED: current.reported}
+        indexed, unindexed = self.fleet_index.attributes(current.device_id, documents)
+        unindexed = [attribute for attribute in unindexed if attribute in item]
+        if not unindexed and all(item.get(attribute) == value for attribute, value in indexed.items()):
+            return None
+        expr = Expression()
+        update = "SET " + ", ".join(_index_sets(expr, indexed, {})) if indexed else ""
+        if unindexed:
+            update += " REMOVE " + ", ".join(expr.name(attribute) for attribute in unindexed)
+        return self._update(current.device_id, update.strip(), self._at_version(expr, current.version), expr, None,
+                            REINDEXED, current, current.version)
 
     def settle_mark(self, device_id: str, write: WriteId, on_versioned_item: bool) -> Planned:
         """Marks ``write`` as never applied unless it already did: once it lands, no copy
@@ -373,6 +410,12 @@ def _most_added(compiled) -> int:
 
 def _value_size(attribute: dict) -> int:
     return item_size({"": attribute})
+
+
+def _index_sets(expr: Expression, indexed: dict, written: dict) -> list[str]:
+    """SET clauses of index attributes (``fleet_index``); what they write goes into ``written``."""
+    written.update(indexed)
+    return [f"{expr.name(attribute)} = {expr.value(value)}" for attribute, value in indexed.items()]
 
 
 def _section_sets(expr: Expression, documents: dict, entries: dict, version: int, written: dict) -> list[str]:

@@ -9,7 +9,7 @@ from .device import Device
 from .errors import ConditionFailed, DeviceAlreadyExists, DeviceLocked, DeviceNotFound, LeaseLost, LeaseNotHeld
 from .fencing import Fence, active_holder
 from .idempotency import CHECKED, CREATED
-from .planning import LEASE_CLEARED, LEASE_EXTENDED, LEASE_TAKEN, Planned
+from .planning import LEASE_CLEARED, LEASE_EXTENDED, LEASE_TAKEN, REINDEXED, Planned
 from .retry import Moved
 
 
@@ -26,7 +26,7 @@ def refusal(planned: Planned, old: dict | None, fence: Fence, now: float) -> Exc
         return LeaseLost(device_id, "(the lease is no longer the holder)")
     if planned.outcome == LEASE_TAKEN:
         return DeviceNotFound(device_id) if live is None else DeviceLocked(device_id, active_holder(live, now)[1])
-    fenced = fence.error(device_id, live, now) if planned.outcome != CHECKED else None
+    fenced = fence.error(device_id, live, now) if planned.outcome not in (CHECKED, REINDEXED) else None
     if planned.outcome == CREATED:
         if live is not None:
             return DeviceAlreadyExists(device_id, Device.from_item(live))

@@ -10,6 +10,8 @@ passed is treated as absent by every read, whatever DynamoDB's TTL has deleted y
 
 from __future__ import annotations
 
+import time
+
 DEFAULT_TABLE_NAME = "devices"
 PARTITION_KEY = "deviceId"
 SORT_KEY = "sk"
@@ -44,15 +46,18 @@ def is_expired(item: dict, now_epoch: float) -> bool:
     return expires is not None and "N" in expires and float(expires["N"]) <= now_epoch
 
 
-def create_table(client, table_name: str) -> None:
-    """Create the table as the CDK stack defines it (on-demand, TTL on ``expiresAt``, a stream)
-    and wait until it is active. For tests, the local server and scripts."""
+def create_table(client, table_name: str, fleet_index=None) -> None:
+    """Create the table as the CDK stack defines it (on-demand, TTL on ``expiresAt``, a
+    stream, an index per field ``fleet_index`` declares) and wait until it is active. For
+    tests, the local server and scripts."""
+    indexes = fleet_index.global_secondary_indexes() if fleet_index else []
     client.create_table(
         TableName=table_name,
         KeySchema=list(KEY_SCHEMA),
-        AttributeDefinitions=list(ATTRIBUTE_DEFINITIONS),
+        AttributeDefinitions=list(ATTRIBUTE_DEFINITIONS) + (fleet_index.attribute_definitions() if indexes else []),
         BillingMode="PAY_PER_REQUEST",
         StreamSpecification={"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE},
+        **({"GlobalSecondaryIndexes": indexes} if indexes else {}),
     )
     client.get_waiter("table_exists").wait(
         TableName=table_name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 300}
@@ -63,12 +68,35 @@ def create_table(client, table_name: str) -> None:
     )
 
 
-def ensure_table(client, table_name: str) -> None:
-    """Create the table unless it exists already."""
+def ensure_table(client, table_name: str, fleet_index=None) -> None:
+    """Create the table unless it exists already; on one that exists, add the index of
+    each declared field it lacks (one at a time, as DynamoDB requires), waiting until
+    each is active."""
     try:
-        client.describe_table(TableName=table_name)
+        description = client.describe_table(TableName=table_name)["Table"]
     except client.exceptions.ResourceNotFoundException:
-        create_table(client, table_name)
+        create_table(client, table_name, fleet_index)
+        return
+    existing = {index["IndexName"] for index in description.get("GlobalSecondaryIndexes", [])}
+    for index in (fleet_index.global_secondary_indexes() if fleet_index else []):
+        if index["IndexName"] in existing:
+            continue
+        attributes = {key["AttributeName"] for key in index["KeySchema"]}
+        client.update_table(
+            TableName=table_name,
+            AttributeDefinitions=[definition for definition in fleet_index.attribute_definitions()
+                                  if definition["AttributeName"] in attributes],
+            GlobalSecondaryIndexUpdates=[{"Create": index}])
+        _wait_for_index(client, table_name, index["IndexName"])
+
+
+def _wait_for_index(client, table_name: str, index_name: str) -> None:
+    for _ in range(3000):
+        indexes = client.describe_table(TableName=table_name)["Table"].get("GlobalSecondaryIndexes", [])
+        if any(index["IndexName"] == index_name and index.get("IndexStatus") == "ACTIVE" for index in indexes):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"index {index_name} of {table_name} did not become active")
 
 # Attributes of a device's state item.
 VERSION = "version"

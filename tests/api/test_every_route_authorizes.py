@@ -35,6 +35,7 @@ PROTECTED = [route for route in ROUTES if ROUTE_RIGHTS[route] != PUBLIC]
 @pytest.fixture
 def missing_table(moto_table, monkeypatch):
     monkeypatch.setenv("TABLE_NAME", "no-such-table")
+    monkeypatch.setenv("FLEET_INDEX", "state/site:string")  # so the control's count goes on to the table
     monkeypatch.delenv("DYNAMODB_ENDPOINT", raising=False)
     for cache in (handler_module._manager, load_config, load_auth_config, dynamodb_client):
         cache.cache_clear()
@@ -43,9 +44,12 @@ def missing_table(moto_table, monkeypatch):
         cache.cache_clear()
 
 
+QUERIES = {(method, "/devices/count"): "?filter=exists(state/site)" for method in ("GET", "HEAD")}
+
+
 def _call(method: str, rule: str, headers: dict) -> dict:
     path = re.sub(r"<device_id>", "lamp-1", rule).replace("<lease_id>", "1.0123456789abcdef").replace(
-        "<version>", "1")
+        "<version>", "1") + QUERIES.get((method, rule), "")
     body = BODIES.get((method, rule))
     content_type = {"PATCH": "application/merge-patch+json"}.get(method, "application/json")
     headers = {**headers, **({"Content-Type": content_type} if body is not None else {})}

@@ -80,6 +80,7 @@ def test_the_documents_limits_are_the_services_constants():
     from functions.api import leases, request_parsing
     from functions.device_state.idempotency import KEY_PATTERN
     from functions.device_state.leases import MAX_TTL_SECONDS
+    from functions.device_state import MAX_FILTER_CHARS, MAX_QUERY_LIMIT
     from functions.device_state.manager import MAX_LIST_LIMIT
     from functions.device_state.transactions import MAX_OPERATIONS
     from functions.device_state.values import DEVICE_ID_PATTERN
@@ -87,9 +88,11 @@ def test_the_documents_limits_are_the_services_constants():
     paths, schemas = OPENAPI["paths"], OPENAPI["components"]["schemas"]
     device_id = paths["/devices/{deviceId}"]["parameters"][0]["schema"]["pattern"]
     assert device_id == f"^{DEVICE_ID_PATTERN.pattern}$"
-    limit, cursor, *_ = paths["/devices"]["get"]["parameters"]  # then include
-    assert limit["schema"]["maximum"] == MAX_LIST_LIMIT
-    assert cursor["schema"]["pattern"] == request_parsing.CURSOR_PATTERN
+    limit, cursor, filter_, *_ = paths["/devices"]["get"]["parameters"]  # then sort, include
+    assert limit["schema"]["maximum"] == MAX_LIST_LIMIT == MAX_QUERY_LIMIT
+    assert cursor["schema"]["pattern"] == request_parsing.LISTING_CURSOR_PATTERN
+    assert filter_["schema"]["maxLength"] == MAX_FILTER_CHARS
+    assert paths["/devices/count"]["get"]["parameters"][0]["schema"]["maxLength"] == MAX_FILTER_CHARS
     assert schemas["Transaction"]["properties"]["operations"]["maxItems"] == MAX_OPERATIONS
     lease_body = paths["/devices/{deviceId}/leases"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert lease_body["properties"]["ttlSeconds"]["maximum"] == MAX_TTL_SECONDS

@@ -1,0 +1,471 @@
+"""Find and count devices by their state on the fleet index (``fleet_index``).
+
+A filter is planned into *scans*: ranges of one declared field's index (``eq`` a value,
+a bound, a prefix, or the whole index). ``and`` takes its cheapest coverable branch (an
+equality before a prefix before a range before a whole index) and applies the rest as a
+filter; ``or`` and ``in`` take one scan per branch; a filter with a branch that no declared
+field covers is refused (``UnindexedFilter``) rather than read the whole fleet.
+
+A page reads each scan's ``SHARDS`` partitions side by side, merges them in the index's
+order, then reads the devices it found from the table, strongly consistent, and keeps
+those the whole filter matches now: a device in the answer matches as it is, with its
+current document. (DynamoDB updates global secondary indexes asynchronously: on AWS a
+device written a moment ago, typically under a second, can be missed by a query; never
+shown when it no longer matches.) A device that a later scan finds again is skipped
+where an earlier scan covers it, so each matching device comes once.
+
+Counts read only the indexes when every predicate is on a declared field (the index
+holds each device's value: exact as of the index); otherwise they read the candidates'
+items too.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import heapq
+import json
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from . import rql, table
+from .device import Device
+from .errors import IndexBuilding, InvalidCursor, InvalidFilter, UnindexedFilter
+from .expressions import Expression
+from .fleet_index import MISSING, SHARD_ATTRIBUTE, SHARDS, Field, FleetIndex
+from .reindex import building, progress
+from .values import DEVICE_ID_PATTERN
+
+MAX_LIMIT = 100
+MAX_ROUNDS_PER_PAGE = 8  # index reads per page: a page may hold fewer devices while a cursor remains
+_RANKS = {"eq": 1, "prefix": 10, "gt": 30, "ge": 30, "lt": 30, "le": 30, "all": 100}
+_KEY_OPERATORS = {"eq": "=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+_ORDERED_TYPES = {"string": ("S",), "number": ("N",), "boolean": ("N",)}
+
+
+@dataclass(frozen=True)
+class Scan:
+    """One range of one field's index: ``op`` ``eq``/``gt``/``ge``/``lt``/``le`` a value,
+    ``prefix`` (strings), or ``all``."""
+
+    field: Field
+    op: str
+    value: object = None
+
+    def key_condition(self, expr: Expression, shard: int) -> str:
+        condition = f"{expr.name(SHARD_ATTRIBUTE)} = {expr.number(shard)}"
+        if self.op == "all":
+            return condition
+        sort_key = expr.name(self.field.attribute)
+        if self.op == "prefix":
+            return f"{condition} AND begins_with({sort_key}, {expr.value(self.field.encode(self.value))})"
+        return f"{condition} AND {sort_key} {_KEY_OPERATORS[self.op]} {expr.value(self.field.encode(self.value))}"
+
+    def covers(self, documents: dict) -> bool:
+        """Whether a device with these documents lies in this scan's range."""
+        value = self.field.value_in(documents)
+        if value is MISSING:
+            return False
+        node = rql.Exists(_path(self.field)) if self.op == "all" else (
+            rql.Like(_path(self.field), self.value) if self.op == "prefix"
+            else rql.Compare(self.op, _path(self.field), self.value))
+        return rql.matches(node, documents)
+
+
+def _path(field: Field) -> rql.Path:
+    return rql.Path(field.section, field.parts, field.path)
+
+
+@dataclass(frozen=True)
+class Sort:
+    field: Field
+    descending: bool
+
+
+class FleetQuery:
+    """Fleet queries and counts on one table (its ``Store``) under one declaration."""
+
+    def __init__(self, store, fleet_index: FleetIndex, clock):
+        self.store = store
+        self.fleet_index = fleet_index
+        self.clock = clock
+        self._ready: set[str] = set()
+
+    # ------------------------------------------------------------- parsing
+
+    def parse(self, text: str):
+        """The filter tree, checked against the declaration."""
+        node = rql.parse(text)
+        for path in rql.paths_of(node):
+            field = self.fleet_index.field(path.section, path.parts)
+            if field is None:
+                continue
+            for value in _literals(node, path):
+                if not field.holds(value):
+                    raise InvalidFilter(f"{field.path} is declared {field.type}; {json.dumps(_json(value))} is not "
+                                        f"a {field.type}")
+        self.scans(node)
+        return node
+
+    def sort(self, text: str | None) -> Sort | None:
+        if text is None:
+            return None
+        direction, path = text[:1], text[1:]
+        if direction not in "+-" or not direction:
+            raise InvalidFilter("sort is +path or -path, e.g. sort=-reported/battery")
+        field = self._declared(path, "sort")
+        return Sort(field, direction == "-")
+
+    def group_field(self, path: str) -> Field:
+        return self._declared(path, "groupBy")
+
+    def _declared(self, path: str, what: str) -> Field:
+        field = next((field for field in self.fleet_index.fields if field.path == path), None)
+        if field is None:
+            raise InvalidFilter(f"{what} takes a declared field; {path!r} is not one ({self._declared_list()})")
+        return field
+
+    def _declared_list(self) -> str:
+        if not self.fleet_index:
+            return "none is declared: set FLEET_INDEX, e.g. FLEET_INDEX=reported/firmware:string"
+        return "declared: " + ", ".join(field.path for field in self.fleet_index.fields)
+
+    # ------------------------------------------------------------ planning
+
+    def scans(self, node) -> list[Scan]:
+        scans = self._cover(node)
+        if scans is None:
+            uncovered = sorted({path.text for path in rql.paths_of(node)
+                                if self.fleet_index.field(path.section, path.parts) is None})
+            raise UnindexedFilter(
+                "every branch of the filter needs a predicate on a declared field (answering it otherwise "
+                f"would read the whole fleet); not declared: {', '.join(uncovered) or 'none'}; "
+                f"{self._declared_list()}. Declare a field in FLEET_INDEX (CDK context fleetIndex) as path:type, "
+                "or combine the branch with and(…) and a declared field", uncovered)
+        return scans
+
+    def _cover(self, node) -> list[Scan] | None:
+        if isinstance(node, rql.And):
+            covers = [cover for cover in map(self._cover, node.children) if cover is not None]
+            return min(covers, key=lambda scans: sum(_RANKS[scan.op] for scan in scans), default=None)
+        if isinstance(node, rql.Or):
+            covers = [self._cover(child) for child in node.children]
+            return None if any(cover is None for cover in covers) else [scan for cover in covers for scan in cover]
+        if isinstance(node, rql.Not) or node.path.section == rql.DELTA:
+            return None
+        field = self.fleet_index.field(node.path.section, node.path.parts)
+        if field is None:
+            return None
+        if isinstance(node, rql.Exists) or (isinstance(node, rql.Compare) and node.op == "ne"):
+            return [Scan(field, "all")]
+        if isinstance(node, rql.In):
+            distinct = []
+            for value in node.values:
+                if not any(rql.matches(rql.Compare("eq", node.path, seen), {node.path.section: _nest(node.path, value)})
+                           for seen in distinct):
+                    distinct.append(value)
+            return [Scan(field, "eq", value) for value in distinct]
+        if isinstance(node, rql.Like):
+            return [Scan(field, "prefix", node.prefix)]
+        return [Scan(field, node.op, node.value)]
+
+    # -------------------------------------------------------------- pages
+
+    def page(self, text: str, limit: int = 50, cursor: str | None = None,
+             sort_text: str | None = None) -> tuple[list[Device], str | None]:
+        """One page of the devices ``text`` matches, and the opaque cursor of the next page
+        (None at the end). A page reads the index at most ``MAX_ROUNDS_PER_PAGE`` times, so
+        it may hold fewer than ``limit`` devices while a cursor remains."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
+            raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}")
+        node, sort = self.parse(text), self.sort(sort_text)
+        scans = self.scans(node)
+        if sort is not None and not (len(scans) == 1 and scans[0].field == sort.field):
+            # the sort field's whole index in order, then what matches without the field
+            scans = [Scan(sort.field, "all"), *scans]
+        self._check_ready({scan.field for scan in scans})
+        fingerprint = hashlib.sha256(f"{text}\n{sort_text}".encode()).hexdigest()[:16]
+        at, positions = _decode_cursor(cursor, fingerprint, scans) if cursor else (0, [None] * SHARDS)
+        descending = sort is not None and sort.descending
+        found: list[Device] = []
+        for _ in range(MAX_ROUNDS_PER_PAGE):
+            if at >= len(scans) or len(found) >= limit:
+                break
+            scan = scans[at]
+            entries = self._round(scan, positions, limit - len(found), descending)
+            items = self.store.batch_get_states([device_id for device_id, _ in entries]) if entries else {}
+            now = self.clock()
+            for device_id, _ in entries:
+                item = items.get(device_id)
+                if not table.is_live_state(item, now):
+                    continue
+                device = Device.from_item(item)
+                documents = _documents(device)
+                if self._matches(node, documents) and not any(earlier.covers(documents) for earlier in scans[:at]):
+                    found.append(device)
+            if all(position == _DONE for position in positions):
+                at, positions = at + 1, [None] * SHARDS
+        next_cursor = None if at >= len(scans) else _encode_cursor(fingerprint, at, positions)
+        return found, next_cursor
+
+    def _round(self, scan: Scan, positions: list, need: int, descending: bool) -> list[tuple[str, object]]:
+        """Up to ``need`` index entries of ``scan`` after ``positions`` (per shard), merged
+        in index order; ``positions`` moves past what is returned."""
+        live = [shard for shard in range(SHARDS) if positions[shard] != _DONE]
+
+        def read(shard):
+            expr = Expression()
+            request = {"IndexName": scan.field.index_name, "KeyConditionExpression": scan.key_condition(expr, shard),
+                       "Limit": need, "ScanIndexForward": not descending, **expr.attributes()}
+            if positions[shard] is not None:
+                request["ExclusiveStartKey"] = _start_key(scan.field, shard, positions[shard])
+            page = self.store.send("query", **request)
+            entries = [(item[table.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute]), shard)
+                       for item in page.get("Items", [])]
+            return shard, entries, "LastEvaluatedKey" not in page
+
+        with ThreadPoolExecutor(max_workers=len(live) or 1) as pool:
+            pages = list(pool.map(read, live))
+        key = (lambda entry: _order_key(entry[1]))
+        merged = list(heapq.merge(*(entries for _, entries, _ in pages), key=key, reverse=descending))[:need]
+        for shard, entries, exhausted in pages:
+            taken = [entry for entry in merged if entry[2] == shard]
+            if taken:
+                positions[shard] = (taken[-1][0], taken[-1][1])
+            if exhausted and len(taken) == len(entries):
+                positions[shard] = _DONE
+        return [(device_id, value) for device_id, value, _ in merged]
+
+    # ------------------------------------------------------------- counts
+
+    def count(self, text: str, group_by: str | None = None) -> dict:
+        """``{"count": n}``, with ``groups`` (``[{"value": v, "count": n}, …]``, most
+        frequent first; ``value`` null for devices without the field) when ``group_by``."""
+        node = self.parse(text)
+        group = self.group_field(group_by) if group_by is not None else None
+        needed = {scan.field for scan in self.scans(node)} | ({group} if group else set())
+        self._check_ready(needed)
+        if group is None and (fast := self._single_scan_count(node)) is not None:
+            return {"count": fast}
+        ids, exact = self._ids(node)
+        values = None
+        if not exact:
+            items, now = self._items(ids), self.clock()
+            documents = {device_id: _documents(Device.from_item(item)) for device_id, item in items.items()
+                         if table.is_live_state(item, now)}
+            ids = {device_id for device_id, docs in documents.items() if self._matches(node, docs)}
+            if group is not None:
+                values = {device_id: group.value_in(documents[device_id]) for device_id in ids}
+        answer = {"count": len(ids)}
+        if group is not None:
+            if values is None:
+                indexed = dict(self._entries(Scan(group, "all")))
+                values = {device_id: indexed.get(device_id, MISSING) for device_id in ids}
+            counts = Counter(_group_key(value) for value in values.values())
+            answer["groups"] = [{"value": value, "count": count}
+                                for value, count in sorted(counts.items(), key=lambda pair: (-pair[1], repr(pair[0])))]
+        return answer
+
+    def _single_scan_count(self, node) -> int | None:
+        """A predicate one scan answers exactly (not ``ne``): DynamoDB counts it."""
+        if isinstance(node, (rql.And, rql.Or, rql.Not)) or isinstance(node, rql.In):
+            return None
+        if isinstance(node, rql.Compare) and node.op == "ne":
+            return None
+        scans = self._cover(node)
+        if scans is None or len(scans) != 1:
+            return None
+        scan = scans[0]
+
+        def count(shard):
+            expr = Expression()
+            request = {"IndexName": scan.field.index_name, "KeyConditionExpression": scan.key_condition(expr, shard),
+                       "Select": "COUNT", **expr.attributes()}
+            total = 0
+            while True:
+                page = self.store.send("query", **request)
+                total += page.get("Count", 0)
+                if "LastEvaluatedKey" not in page:
+                    return total
+                request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+        with ThreadPoolExecutor(max_workers=SHARDS) as pool:
+            return sum(pool.map(count, range(SHARDS)))
+
+    def _ids(self, node) -> tuple[set | None, bool]:
+        """The devices the filter can match, from the indexes alone, and whether exactly
+        those (False: a superset, to be judged on the items)."""
+        if isinstance(node, rql.Or):
+            parts = [self._ids(child) for child in node.children]
+            if any(ids is None for ids, _ in parts):
+                return None, False
+            return set().union(*(ids for ids, _ in parts)), all(exact for _, exact in parts)
+        if isinstance(node, rql.And):
+            known, exact = [], True
+            for child in node.children:
+                if isinstance(child, rql.Not):
+                    continue
+                ids, child_exact = self._ids(child)
+                exact = exact and child_exact
+                if ids is not None:
+                    known.append(ids)
+            if not known:
+                return None, False
+            ids = set.intersection(*known)
+            for child in node.children:
+                if isinstance(child, rql.Not):
+                    excluded, excluded_exact = self._ids(child.child)
+                    if excluded is not None and excluded_exact:
+                        ids -= excluded
+                    else:
+                        exact = False
+            return ids, exact
+        scans = None if isinstance(node, rql.Not) else self._cover(node)
+        if scans is None:
+            return None, False
+        field = scans[0].field
+        ids = set()
+        for scan in scans:
+            ids.update(device_id for device_id, value in self._entries(scan)
+                       if rql.matches(node, {field.section: _nest(_path(field), value)}))
+        return ids, True
+
+    def _entries(self, scan: Scan) -> list[tuple[str, object]]:
+        """Every (device id, indexed value) of a scan, all shards."""
+        def read(shard):
+            expr = Expression()
+            items = self.store.query_all({"IndexName": scan.field.index_name,
+                                          "KeyConditionExpression": scan.key_condition(expr, shard),
+                                          **expr.attributes()})
+            return [(item[table.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute])) for item in items]
+
+        with ThreadPoolExecutor(max_workers=SHARDS) as pool:
+            return [entry for entries in pool.map(read, range(SHARDS)) for entry in entries]
+
+    def _items(self, ids) -> dict[str, dict]:
+        ordered = sorted(ids)
+        chunks = [ordered[at:at + 100] for at in range(0, len(ordered), 100)]
+        found: dict[str, dict] = {}
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for items in pool.map(self.store.batch_get_states, chunks):
+                found.update(items)
+        return found
+
+    # ------------------------------------------------------------- common
+
+    def _matches(self, node, documents: dict) -> bool:
+        return rql.matches(node, documents, self._holds)
+
+    def _holds(self, path: rql.Path, value) -> bool:
+        field = self.fleet_index.field(path.section, path.parts)
+        return field is None or field.holds(value)
+
+    def _check_ready(self, fields) -> None:
+        waiting = [field for field in fields if field.attribute not in self._ready]
+        if not waiting:
+            return
+        not_ready = {field.attribute for field in building(self.store, FleetIndex(tuple(waiting)))}
+        self._ready.update(field.attribute for field in waiting if field.attribute not in not_ready)
+        if not_ready:
+            raise IndexBuilding(sorted(field.path for field in waiting if field.attribute in not_ready),
+                                progress(self.store))
+
+
+_DONE = 0  # a shard position: nothing left
+
+
+def _documents(device: Device) -> dict:
+    return {"state": device.state, "desired": device.desired, "reported": device.reported}
+
+
+def _nest(path: rql.Path, value) -> dict:
+    """The section document holding only ``value`` at ``path``."""
+    document = value
+    for part in reversed(path.parts):
+        document = {part: document}
+    return document
+
+
+def _literals(node, path: rql.Path) -> list:
+    if isinstance(node, (rql.And, rql.Or)):
+        return [value for child in node.children for value in _literals(child, path)]
+    if isinstance(node, rql.Not):
+        return _literals(node.child, path)
+    if node.path != path:
+        return []
+    if isinstance(node, rql.In):
+        return list(node.values)
+    if isinstance(node, rql.Like):
+        return [node.prefix]
+    return [node.value] if isinstance(node, rql.Compare) else []
+
+
+def _json(value):
+    return float(value) if isinstance(value, Decimal) else value
+
+
+def _order_key(value):
+    """The index's order: strings by their UTF-8 bytes, numbers by value."""
+    return value.encode() if isinstance(value, str) else value
+
+
+def _group_key(value):
+    return None if value is MISSING else value
+
+
+def _start_key(field: Field, shard: int, position: tuple) -> dict:
+    device_id, value = position
+    return {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": table.STATE_SK},
+            SHARD_ATTRIBUTE: {"N": str(shard)}, field.attribute: field.encode(value)}
+
+
+def _encode_cursor(fingerprint: str, at: int, positions: list) -> str:
+    body = {"f": fingerprint, "s": at,
+            "p": [position if position in (None, _DONE) else [position[0], _json_value(position[1])]
+                  for position in positions]}
+    return base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def _json_value(value):
+    return str(value) if isinstance(value, Decimal) or (isinstance(value, int) and not isinstance(value, bool)) \
+        else value
+
+
+def _decode_cursor(cursor: str, fingerprint: str, scans: list[Scan]) -> tuple[int, list]:
+    """The scan and per-shard positions of a cursor this query issued; InvalidCursor for
+    any other string (a cursor of another filter or sort included)."""
+    try:
+        if not isinstance(cursor, str) or len(cursor) > 8192:
+            raise ValueError
+        body = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        at, raw = body["s"], body["p"]
+        if body["f"] != fingerprint or not isinstance(at, int) or isinstance(at, bool) or not 0 <= at < len(scans) \
+                or not isinstance(raw, list) or len(raw) != SHARDS:
+            raise ValueError
+        field = scans[at].field
+        return at, [_position(field, position) for position in raw]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise InvalidCursor("cursor is not one this listing issued (cursors belong to one filter and sort)") from None
+
+
+def _position(field: Field, raw):
+    if raw is None or (raw == _DONE and not isinstance(raw, bool)):
+        return raw
+    device_id, value = raw
+    if not isinstance(device_id, str) or not DEVICE_ID_PATTERN.fullmatch(device_id):
+        raise ValueError
+    if field.type == "number":
+        if not isinstance(value, str):
+            raise ValueError
+        try:
+            number = Decimal(value)
+        except InvalidOperation:
+            raise ValueError from None
+        if not number.is_finite() or field.encode(number) is None or abs(number.adjusted()) > 125:
+            raise ValueError
+        value = number
+    if field.encode(value) is None:
+        raise ValueError
+    return device_id, value
