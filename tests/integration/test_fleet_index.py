@@ -1,0 +1,157 @@
+"""The fleet index on DynamoDB Local: every kind of write leaves the state item's index
+attributes exactly as its sections say (one planner builds them into the write's own
+request), the backfill of a field declared on a table with devices is resumable and
+loses no race with writers, also when DynamoDB's answer is lost (beside a naive backfill
+that does lose it), and queries wait for it with 503's reason."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from functions.device_state import (DeviceStateManager, FleetIndex, IndexBuilding, JsonPatch, MergePatch,
+                                    Operation, table)
+from functions.device_state.client import dynamodb_client
+from functions.device_state.fleet_index import index_attributes_of
+from functions.device_state.reindex import mark_ready
+from localdev.faults import Forwarder
+
+pytestmark = pytest.mark.dynamodb_local
+
+FLEET = FleetIndex.parse("reported/firmware:string,reported/battery:number,reported/online:boolean,"
+                         "state/site:string,desired/level/value:number")
+
+
+def stored(client, name, device_id) -> dict:
+    return client.get_item(TableName=name, Key={table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": "state"}},
+                           ConsistentRead=True)["Item"]
+
+
+def index_of(item: dict) -> dict:
+    return {name: value for name, value in item.items() if name in index_attributes_of(item)}
+
+
+def expected_index(manager, device_id) -> dict:
+    device = manager.get(device_id)
+    sets, _ = FLEET.attributes(device_id, {"state": device.state, "desired": device.desired,
+                                           "reported": device.reported})
+    return sets
+
+
+@pytest.fixture
+def fleet_table(dynamodb_local, local_table):
+    client, name = local_table
+    table.ensure_table(client, name, FLEET)  # adds the indexes the fixture's table lacks
+    manager = DeviceStateManager(client, name, fleet_index=FLEET)
+    mark_ready(manager.store, FLEET.fields)
+    return client, name, manager
+
+
+def check(client, name, manager, device_id):
+    assert index_of(stored(client, name, device_id)) == expected_index(manager, device_id)
+
+
+def test_every_kind_of_write_leaves_the_index_attributes_its_sections_say(fleet_table):
+    client, name, manager = fleet_table
+    manager.create("d1", {"site": "berlin-1"}, sections={"reported": {"firmware": "2.0", "battery": 5, "online": True},
+                                                         "desired": {"level": {"value": 3}}})
+    check(client, name, manager, "d1")
+    assert set(index_of(stored(client, name, "d1"))) == {field.attribute for field in FLEET.fields} | {"ixShard"}
+    steps = [
+        lambda: manager.update_with_retry("d1", MergePatch({"site": "paris"})),  # compiled, state
+        lambda: manager.update_with_retry("d1", MergePatch({"firmware": "2.1"}), section="reported"),
+        lambda: manager.update_with_retry("d1", MergePatch({"firmware": 21}), section="reported"),  # wrong type
+        lambda: manager.update_with_retry("d1", MergePatch({"firmware": "x" * 1001}), section="reported"),  # too long
+        lambda: manager.update_with_retry("d1", MergePatch({"firmware": ""}), section="reported"),
+        lambda: manager.update_with_retry("d1", JsonPatch([{"op": "increment", "path": "/battery", "value": 7}]),
+                                          section="reported"),
+        lambda: manager.update_with_retry("d1", MergePatch({"firmware": None}), section="reported"),
+        lambda: manager.update_with_retry("d1", JsonPatch([{"op": "increment", "path": "/firmware", "value": 1}]),
+                                          section="reported"),  # a string field becoming a number
+        lambda: manager.update_with_retry("d1", JsonPatch([{"op": "remove", "path": "/online"}]), section="reported"),
+        lambda: manager.update_with_retry("d1", MergePatch({"online": False}), section="reported"),
+        lambda: manager.update_with_retry("d1", MergePatch({"level": None}), section="desired"),  # parent removed
+        lambda: manager.update_with_retry("d1", JsonPatch([{"op": "add", "path": "/level", "value": {"value": 9}}]),
+                                          section="desired"),  # parent set with the field inside
+        lambda: manager.update_with_retry("d1", MergePatch({"level": {"value": {"deep": 1}}}), section="desired"),
+        lambda: manager.update_with_retry("d1", lambda reported: {**reported, "battery": "low"}, section="reported"),
+        lambda: manager.update("d1", lambda state: {**state, "site": "rome"}, manager.get("d1").version),
+        lambda: manager.replace("d1", {"site": 4}),
+        lambda: manager.transact([Operation.update("d1", MergePatch({"battery": 1, "firmware": "3"}),
+                                                   section="reported")]),
+        lambda: manager.transact([Operation.put("d1", {"site": "oslo"}, {"reported": {"online": True}})]),
+        lambda: manager.replace_section("d1", "desired", {"level": {"value": Decimal("2.5")}}),
+    ]
+    for step in steps:
+        step()
+        check(client, name, manager, "d1")
+    manager.delete("d1")
+    assert index_of(stored(client, name, "d1")) == {}
+    manager.create("d1", {"site": "again"})
+    check(client, name, manager, "d1")
+    assert manager.count_devices('eq(state/site,"again")') == {"count": 1}
+
+
+def test_a_field_declared_on_a_table_with_devices_is_backfilled_resumably_and_queries_wait_for_it(
+        dynamodb_local, local_table):
+    client, name = local_table
+    plain = DeviceStateManager(client, name)  # writers before the declaration
+    for number in range(230):
+        plain.create(f"b{number:03d}", {"site": f"s{number % 5}"}, sections={"reported": {"battery": number}})
+    declared = FleetIndex.parse("reported/battery:number")
+    table.ensure_table(client, name, declared)
+    manager = DeviceStateManager(client, name, fleet_index=declared)
+    with pytest.raises(IndexBuilding) as waiting:
+        manager.count_devices("gt(reported/battery,100)")
+    assert waiting.value.progress["state"] == "not-started"
+    assert manager.reindex(budget_seconds=0) is False  # one page, then it stops
+    with pytest.raises(IndexBuilding) as waiting:
+        manager.query_devices("gt(reported/battery,100)")
+    assert waiting.value.progress["scanned"] > 0
+    assert manager.reindex() is True  # it resumes
+    assert manager.count_devices("gt(reported/battery,100)") == {"count": 129}
+    assert manager.reindex() is True  # nothing left: it writes nothing
+    assert manager.count_devices("ge(reported/battery,0)") == {"count": 230}
+
+
+@pytest.mark.parametrize("between", [False, True], ids=["alone", "another-writer-between"])
+def test_a_backfill_write_whose_answer_is_lost_leaves_the_index_right(dynamodb_local, local_table, between):
+    client, name = local_table
+    DeviceStateManager(client, name).create("r1", {}, sections={"reported": {"battery": 1}})
+    declared = FleetIndex.parse("reported/battery:number")
+    table.ensure_table(client, name, declared)
+    forwarder = Forwarder(dynamodb_local.port)
+    try:
+        faulty = DeviceStateManager(dynamodb_client(forwarder.endpoint, "us-east-1"), name, fleet_index=declared)
+        other = DeviceStateManager(client, name, fleet_index=declared)
+        writer = (lambda: other.update_with_retry("r1", MergePatch({"battery": 2}), section="reported")) \
+            if between else None
+        forwarder.lose("UpdateItem", then=writer)
+        assert faulty.reindex() is True
+        assert forwarder.lost == ["UpdateItem"]
+        item = stored(client, name, "r1")
+        assert item["ix:number:reported/battery"] == {"N": "2" if between else "1"}
+        assert other.count_devices(f"eq(reported/battery,{2 if between else 1})") == {"count": 1}
+    finally:
+        forwarder.close()
+
+
+def test_a_naive_backfill_loses_the_race_with_a_writer(dynamodb_local, local_table):
+    """The control: index attributes computed from a read and written unconditionally keep
+    the value a writer replaced in between."""
+    client, name = local_table
+    DeviceStateManager(client, name).create("n1", {}, sections={"reported": {"battery": 1}})
+    declared = FleetIndex.parse("reported/battery:number")
+    table.ensure_table(client, name, declared)
+    other = DeviceStateManager(client, name, fleet_index=declared)
+    item = stored(client, name, "n1")
+    sets, _ = declared.attributes("n1", {"reported": {"battery": 1}})
+    other.update_with_retry("n1", MergePatch({"battery": 2}), section="reported")  # lands between read and write
+    client.update_item(TableName=name, Key={table.PARTITION_KEY: item[table.PARTITION_KEY],
+                                             table.SORT_KEY: item[table.SORT_KEY]},
+                       UpdateExpression="SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(sets))),
+                       ExpressionAttributeNames={f"#a{i}": attribute for i, attribute in enumerate(sets)},
+                       ExpressionAttributeValues={f":v{i}": value for i, value in enumerate(sets.values())})
+    assert stored(client, name, "n1")["ix:number:reported/battery"] == {"N": "1"}  # stale: the device holds 2
+    assert other.get("n1").reported["battery"] == 2
