@@ -244,12 +244,13 @@ class FleetQuery:
         """``{"count": n}``, with ``groups`` (``[{"value": v, "count": n}, …]``, most
         frequent first; ``value`` null for devices without the field) when ``group_by``."""
         node = self.parse(text)
+        read: dict = {}  # each scan read once per count
         group = self.group_field(group_by) if group_by is not None else None
         needed = {scan.field for scan in self.scans(node)} | ({group} if group else set())
         self._check_ready(needed)
         if group is None and (fast := self._single_scan_count(node)) is not None:
             return {"count": fast}
-        ids, exact = self._ids(node)
+        ids, exact = self._ids(node, read)
         values = None
         if not exact:
             items, now = self._items(ids), self.clock()
@@ -261,7 +262,7 @@ class FleetQuery:
         answer = {"count": len(ids)}
         if group is not None:
             if values is None:
-                indexed = dict(self._entries(Scan(group, "all")))
+                indexed = dict(self._entries(Scan(group, "all"), read))
                 values = {device_id: indexed.get(device_id, MISSING) for device_id in ids}
             counts = Counter(_group_key(value) for value in values.values())
             answer["groups"] = [{"value": value, "count": count}
@@ -294,11 +295,11 @@ class FleetQuery:
         with ThreadPoolExecutor(max_workers=SHARDS) as pool:
             return sum(pool.map(count, range(SHARDS)))
 
-    def _ids(self, node) -> tuple[set | None, bool]:
+    def _ids(self, node, read: dict) -> tuple[set | None, bool]:
         """The devices the filter can match, from the indexes alone, and whether exactly
         those (False: a superset, to be judged on the items)."""
         if isinstance(node, rql.Or):
-            parts = [self._ids(child) for child in node.children]
+            parts = [self._ids(child, read) for child in node.children]
             if any(ids is None for ids, _ in parts):
                 return None, False
             return set().union(*(ids for ids, _ in parts)), all(exact for _, exact in parts)
@@ -307,7 +308,7 @@ class FleetQuery:
             for child in node.children:
                 if isinstance(child, rql.Not):
                     continue
-                ids, child_exact = self._ids(child)
+                ids, child_exact = self._ids(child, read)
                 exact = exact and child_exact
                 if ids is not None:
                     known.append(ids)
@@ -316,7 +317,7 @@ class FleetQuery:
             ids = set.intersection(*known)
             for child in node.children:
                 if isinstance(child, rql.Not):
-                    excluded, excluded_exact = self._ids(child.child)
+                    excluded, excluded_exact = self._ids(child.child, read)
                     if excluded is not None and excluded_exact:
                         ids -= excluded
                     else:
@@ -328,12 +329,17 @@ class FleetQuery:
         field = scans[0].field
         ids = set()
         for scan in scans:
-            ids.update(device_id for device_id, value in self._entries(scan)
+            ids.update(device_id for device_id, value in self._entries(scan, read)
                        if rql.matches(node, {field.section: _nest(_path(field), value)}))
         return ids, True
 
-    def _entries(self, scan: Scan) -> list[tuple[str, object]]:
-        """Every (device id, indexed value) of a scan, all shards."""
+    def _entries(self, scan: Scan, read: dict) -> list[tuple[str, object]]:
+        """Every (device id, indexed value) of a scan, all shards (once per ``read``)."""
+        if scan not in read:
+            read[scan] = self._read_scan(scan)
+        return read[scan]
+
+    def _read_scan(self, scan: Scan) -> list[tuple[str, object]]:
         def read(shard):
             expr = Expression()
             items = self.store.query_all({"IndexName": scan.field.index_name,

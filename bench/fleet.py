@@ -1,0 +1,250 @@
+"""`make bench` → fleet: find and count devices by their state on the fleet index, at scale, on
+DynamoDB Local, beside listing the fleet and filtering it in the client.
+
+Loads ``--devices`` (100,000) devices shaped like the reference fleet's, with four declared
+fields (``FLEET``), then times, each ``--runs`` times (median and spread): a filter matching
+0.1 % (first page, and all pages), a count, a group-by count, and the same answers from
+listing the whole fleet (``GET /devices`` pages) and filtering in the client. It measures the
+request units of each (``ReturnConsumedCapacity``), the write units an indexed report adds,
+and ``--pairs`` write-then-query pairs (a device's indexed field written, then queried at
+once) counting the stale answers.
+
+Writes bench/out/fleet.{json,md} (``--out``; ``make bench UPDATE_RESULTS=1``: bench/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+                      "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}.items():
+    os.environ.setdefault(_name, _value)
+
+from bench.contention import CountingClient  # noqa: E402
+from functions.device_state import DeviceStateManager, FleetIndex, MergePatch, dynamodb_client, table  # noqa: E402
+from functions.device_state.reindex import mark_ready  # noqa: E402
+from functions.device_state.values import to_attribute  # noqa: E402
+from localdev.dynamodb_local import DynamoDBLocal  # noqa: E402
+
+OUT = REPO_ROOT / "bench" / "out"
+FLEET = FleetIndex.parse("reported/firmware:string,reported/online:boolean,reported/battery:number,state/site:string")
+RARE_FIRMWARE = "0.9-beta"  # on 0.1 % of the devices
+SELECTIVE = f'eq(reported/firmware,"{RARE_FIRMWARE}")'
+COUNTED = "eq(reported/online,false)"
+GROUPED = ("exists(reported/firmware)", "reported/firmware")
+
+
+def _documents(number: int, rng: random.Random, rare: bool) -> dict:
+    """About 600 bytes of JSON in 15 leaves, as the reference fleet's devices."""
+    firmware = RARE_FIRMWARE if rare else f"2.{min(int(rng.expovariate(0.4)), 19)}"
+    return {
+        "state": {"site": f"site-{number % 100:03d}", "name": f"device {number}", "room": "kitchen",
+                  "owner": f"user-{number % 977:04d}", "notes": "x" * 120},
+        "desired": {"brightness": rng.randint(0, 100), "color": "warm", "schedule": "evening"},
+        "reported": {"firmware": firmware, "online": rng.random() < 0.7, "battery": rng.randint(0, 100),
+                     "brightness": rng.randint(0, 100), "color": "warm", "rssi": -rng.randint(30, 90),
+                     "temperature": rng.randint(150, 300)},
+    }
+
+
+def load(manager: DeviceStateManager, client, name: str, devices: int) -> None:
+    """One device created through the library, then cloned with BatchWriteItem (the same
+    item shape, its values and index attributes of its own): a bulk load, not a write test."""
+    rng = random.Random(29)
+    rare = set(rng.sample(range(devices), max(1, devices // 1000)))
+    first = _documents(0, rng, 0 in rare)
+    manager.create("dev-000000", first["state"], sections={k: first[k] for k in ("desired", "reported")})
+    template = client.get_item(TableName=name, Key={"deviceId": {"S": "dev-000000"}, "sk": {"S": "state"}},
+                               ConsistentRead=True)["Item"]
+
+    def item(number):
+        documents = _documents(number, rng, number in rare)
+        device_id = f"dev-{number:06d}"
+        cloned = copy.deepcopy(template)
+        cloned["deviceId"] = {"S": device_id}
+        for section in ("state", "desired", "reported"):
+            cloned[section] = to_attribute(documents[section])
+        indexed, _ = FLEET.attributes(device_id, documents)
+        cloned.update(indexed)
+        return cloned
+
+    batches = [[item(number) for number in range(start, min(start + 25, devices))]
+               for start in range(1, devices, 25)]
+
+    def write(batch):
+        pending = [{"PutRequest": {"Item": entry}} for entry in batch]
+        while pending:
+            answer = client.batch_write_item(RequestItems={name: pending})
+            pending = answer.get("UnprocessedItems", {}).get(name, [])
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(write, batches))
+
+
+def timed(runs: int, work) -> dict:
+    """``work()`` ``runs`` times: median and spread of seconds, and what the last run answered."""
+    seconds, answer = [], None
+    for _ in range(runs):
+        started = time.perf_counter()
+        answer = work()
+        seconds.append(time.perf_counter() - started)
+    return {"median_s": statistics.median(seconds), "min_s": min(seconds), "max_s": max(seconds),
+            "answer": answer}
+
+
+def metered(counting: CountingClient, work) -> tuple[object, float]:
+    before = counting.read_units
+    answer = work()
+    return answer, counting.read_units - before
+
+
+def all_pages(manager, text: str, limit: int = 100) -> list[str]:
+    ids, cursor = [], None
+    while True:
+        devices, cursor = manager.query_devices(text, limit, cursor)
+        ids += [device.device_id for device in devices]
+        if cursor is None:
+            return ids
+
+
+def client_side(manager) -> dict:
+    """Every device listed (GET /devices pages of 100), filtered and counted in the client."""
+    matched, offline, groups, cursor = [], 0, {}, None
+    while True:
+        devices, cursor = manager.list_devices(limit=100, cursor=cursor)
+        for device in devices:
+            if device.reported.get("firmware") == RARE_FIRMWARE:
+                matched.append(device.device_id)
+            offline += device.reported.get("online") is False
+            groups[device.reported.get("firmware")] = groups.get(device.reported.get("firmware"), 0) + 1
+        if cursor is None:
+            return {"matched": len(matched), "offline": offline, "groups": len(groups)}
+
+
+def report_units(endpoint: str) -> dict:
+    """Write units of a 2-leaf report (one of them an indexed field) with the fleet index
+    declared and without it, each on a device of the reference shape."""
+    figures = {}
+    for label, declared in (("without index", FleetIndex()), ("with index", FLEET)):
+        counting = CountingClient(dynamodb_client(endpoint, "us-east-1"))
+        name = f"fleet-units-{uuid.uuid4().hex[:8]}"
+        table.create_table(counting, name, declared)
+        manager = DeviceStateManager(counting, name, fleet_index=declared)
+        documents = _documents(1, random.Random(1), False)
+        manager.create("u1", documents["state"], sections={k: documents[k] for k in ("desired", "reported")})
+        changing, unchanging = [], []
+        for value in range(40):  # the first 20 fill the write journal as a device written often has it
+            before = counting.written_units
+            manager.update_with_retry("u1", MergePatch({"battery": value, "rssi": -40 - value}), section="reported")
+            changing.append(counting.written_units - before)
+            before = counting.written_units
+            manager.update_with_retry("u1", MergePatch({"rssi": -value}), section="reported")  # no indexed field
+            unchanging.append(counting.written_units - before)
+        figures[label] = {"report_changing_battery": statistics.median(changing[20:]),
+                          "report_changing_no_indexed_field": statistics.median(unchanging[20:])}
+    return figures
+
+
+def freshness(manager, pairs: int, devices: int) -> dict:
+    rng, stale = random.Random(7), 0
+    for pair in range(pairs):
+        device_id = f"dev-{rng.randrange(1, devices):06d}"
+        value = f"fresh-{pair}"
+        manager.update_with_retry(device_id, MergePatch({"firmware": value}), section="reported")
+        found, _ = manager.query_devices(f'eq(reported/firmware,"{value}")')
+        count = manager.count_devices(f'eq(reported/firmware,"{value}")')["count"]
+        stale += [device.device_id for device in found] != [device_id] or count != 1
+    return {"pairs": pairs, "stale": stale}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--devices", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=1000)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    local = DynamoDBLocal().start()
+    try:
+        counting = CountingClient(dynamodb_client(local.endpoint, "us-east-1"))
+        name = f"fleet-{uuid.uuid4().hex[:8]}"
+        table.create_table(counting, name, FLEET)
+        manager = DeviceStateManager(counting, name, fleet_index=FLEET)
+        mark_ready(manager.store, FLEET.fields)
+        started = time.perf_counter()
+        load(manager, counting, name, args.devices)
+        loaded_s = time.perf_counter() - started
+        print(f"fleet: {args.devices} devices loaded in {loaded_s:.1f} s", flush=True)
+
+        results = {"devices": args.devices, "declared": FLEET.declaration, "runs": args.runs}
+        _, units = metered(counting, lambda: manager.query_devices(SELECTIVE, 50))
+        results["filter_first_page"] = {**timed(args.runs, lambda: len(manager.query_devices(SELECTIVE, 50)[0])),
+                                        "read_units": units}
+        _, units = metered(counting, lambda: all_pages(manager, SELECTIVE))
+        results["filter_all_pages"] = {**timed(args.runs, lambda: len(all_pages(manager, SELECTIVE))),
+                                       "read_units": units}
+        _, units = metered(counting, lambda: manager.count_devices(COUNTED))
+        results["count"] = {**timed(args.runs, lambda: manager.count_devices(COUNTED)["count"]), "read_units": units}
+        _, units = metered(counting, lambda: manager.count_devices(*GROUPED))
+        results["group_by_count"] = {**timed(args.runs, lambda: len(manager.count_devices(*GROUPED)["groups"])),
+                                     "read_units": units}
+        _, units = metered(counting, lambda: client_side(manager))
+        results["client_side_list_and_filter"] = {**timed(max(1, args.runs // 3), lambda: client_side(manager)),
+                                                  "read_units": units}
+        expected = results["client_side_list_and_filter"]["answer"]
+        assert results["filter_all_pages"]["answer"] == expected["matched"], "the filter and the client disagree"
+        assert results["count"]["answer"] == expected["offline"], "the count and the client disagree"
+        assert results["group_by_count"]["answer"] == expected["groups"], "the group-by and the client disagree"
+        listing = results["client_side_list_and_filter"]["median_s"]
+        results["speedup"] = {kind: listing / results[kind]["median_s"]
+                              for kind in ("filter_first_page", "filter_all_pages", "count", "group_by_count")}
+        results["report_write_units"] = report_units(local.endpoint)
+        results["freshness"] = freshness(manager, args.pairs, args.devices)
+    finally:
+        local.stop()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fleet.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / "fleet.md").write_text(markdown(results))
+    print(markdown(results), flush=True)
+    return 0
+
+
+def markdown(results: dict) -> str:
+    rows = [("a filter matching 0.1 %, first page (50)", "filter_first_page"),
+            ("the same filter, all pages", "filter_all_pages"),
+            (f"count ({COUNTED})", "count"),
+            (f"group-by count ({GROUPED[0]} by {GROUPED[1]})", "group_by_count"),
+            ("listing the fleet and filtering, counting, grouping in the client", "client_side_list_and_filter")]
+    lines = [f"# Fleet query at {results['devices']:,} devices (DynamoDB Local)", "",
+             f"From `bench/fleet.py` (`make bench`); declared: `{results['declared']}`. Seconds are the median "
+             f"[min–max] of {results['runs']} runs on this machine (the client-side listing: "
+             f"{max(1, results['runs'] // 3)}); read units from `ReturnConsumedCapacity`.", "",
+             "| what | seconds | read units | faster than the client-side listing |", "|---|---|---|---|"]
+    for label, key in rows:
+        figure = results[key]
+        speedup = results["speedup"].get(key)
+        lines.append(f"| {label} | {figure['median_s']:.3f} [{figure['min_s']:.3f}–{figure['max_s']:.3f}] | "
+                     f"{figure['read_units']:.1f} | {f'{speedup:,.0f}x' if speedup else '–'} |")
+    units = results["report_write_units"]
+    lines += ["", "| a 2-leaf report | write units, changing an indexed field | changing none |", "|---|---|---|"]
+    lines += [f"| {label} | {figure['report_changing_battery']:.1f} | {figure['report_changing_no_indexed_field']:.1f} |"
+              for label, figure in units.items()]
+    fresh = results["freshness"]
+    lines += ["", f"Write-then-query pairs: {fresh['pairs']}, stale answers: {fresh['stale']}.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
