@@ -6,6 +6,8 @@ PY_STAMP := $(VENV)/.installed
 NPM_STAMP := node_modules/.installed
 JAVA_STAMP := $(VENV)/.java-checked
 PORT ?= 3000
+# The fields make serve declares queryable (docs/api.md, fleet query); FLEET_INDEX= declares none.
+FLEET_INDEX ?= reported/firmware:string,reported/online:boolean,reported/battery:number,state/site:string
 
 .PHONY: setup java test test-fast serve reindex invoke synth deploy bench clean token device-cert
 
@@ -66,13 +68,13 @@ test-fast: $(PY_STAMP) $(NPM_STAMP)
 # (a relative dir is taken from where make runs). Swagger UI on /docs. TLS=1 serves HTTPS and asks
 # for (does not require) a client certificate of the local CA it makes under .serve/tls/ (TLS_DIR).
 serve: setup
-	PORT=$(PORT) $(PY) -m localdev.server
+	PORT=$(PORT) FLEET_INDEX='$(FLEET_INDEX)' $(PY) -m localdev.server
 
 # Backfill the fleet index of FLEET_INDEX's fields on a table that holds devices, with progress;
 # resumable. On DYNAMODB_ENDPOINT (a running make serve's, which it prints) or the table kept in
 # DYNAMODB_DATA_DIR. make serve runs the same step at start.
 reindex: setup
-	$(PY) -m localdev.reindex
+	FLEET_INDEX='$(FLEET_INDEX)' $(PY) -m localdev.reindex
 
 # Replay one API Gateway event through the handler: make invoke EVENT=events/patch-device.json
 invoke: $(PY_STAMP)
@@ -84,7 +86,8 @@ invoke: $(PY_STAMP)
 # sections.json; then 200 WebSocket subscribers on 20 devices under steady writes: push.json; then
 # per-leaf metadata at 100/1,000/10,000 leaves (a conditional report, a GET with metadata): metadata.json; then
 # request units per operation kind and the reference fleet's monthly bill beside Device Shadow's:
-# costs.{json,md,png}. Into bench/out/ (untracked), or with UPDATE_RESULTS=1 into bench/results/,
+# costs.{json,md,png}; then fleet query at 100,000 devices beside listing and filtering in the
+# client: fleet.{json,md}. Into bench/out/ (untracked), or with UPDATE_RESULTS=1 into bench/results/,
 # the committed reference results the docs quote.
 BENCH_OUT := $(if $(UPDATE_RESULTS),bench/results,bench/out)
 bench: setup
@@ -94,6 +97,7 @@ bench: setup
 	$(PY) bench/push.py --out $(BENCH_OUT) $(PUSH_BENCH_ARGS)
 	$(PY) bench/metadata.py --out $(BENCH_OUT) $(METADATA_BENCH_ARGS)
 	$(PY) bench/costs.py --out $(BENCH_OUT) $(COSTS_BENCH_ARGS)
+	$(PY) bench/fleet.py --out $(BENCH_OUT) $(FLEET_BENCH_ARGS)
 
 # Synthesize offline (no AWS account needed) and lint the template; DEPLOY_ARGS' -c flags
 # shape it as they would a deploy.

@@ -169,24 +169,27 @@ def freshness(manager, pairs: int, devices: int) -> dict:
     return {"pairs": pairs, "stale": stale}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pairs", type=int, default=1000)
     parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
-    local = DynamoDBLocal().start()
+    parser.add_argument("--endpoint", help="a running DynamoDB Local (default: start one for the run)")
+    parser.add_argument("--table", help="with --endpoint: this table, loaded once and reused by later runs")
+    args = parser.parse_args(argv)
+    local = None if args.endpoint else DynamoDBLocal().start()
+    endpoint = args.endpoint or local.endpoint
     try:
-        counting = CountingClient(dynamodb_client(local.endpoint, "us-east-1"))
-        name = f"fleet-{uuid.uuid4().hex[:8]}"
-        table.create_table(counting, name, FLEET)
+        counting = CountingClient(dynamodb_client(endpoint, "us-east-1"))
+        name = args.table or f"fleet-{uuid.uuid4().hex[:8]}"
         manager = DeviceStateManager(counting, name, fleet_index=FLEET)
-        mark_ready(manager.store, FLEET.fields)
-        started = time.perf_counter()
-        load(manager, counting, name, args.devices)
-        loaded_s = time.perf_counter() - started
-        print(f"fleet: {args.devices} devices loaded in {loaded_s:.1f} s", flush=True)
+        if not (args.table and name in counting.list_tables()["TableNames"]):
+            table.create_table(counting, name, FLEET)
+            mark_ready(manager.store, FLEET.fields)
+            started = time.perf_counter()
+            load(manager, counting, name, args.devices)
+            print(f"fleet: {args.devices} devices loaded in {time.perf_counter() - started:.1f} s", flush=True)
 
         results = {"devices": args.devices, "declared": FLEET.declaration, "runs": args.runs}
         _, units = metered(counting, lambda: manager.query_devices(SELECTIVE, 50))
@@ -210,15 +213,16 @@ def main() -> int:
         listing = results["client_side_list_and_filter"]["median_s"]
         results["speedup"] = {kind: listing / results[kind]["median_s"]
                               for kind in ("filter_first_page", "filter_all_pages", "count", "group_by_count")}
-        results["report_write_units"] = report_units(local.endpoint)
+        results["report_write_units"] = report_units(endpoint)
         results["freshness"] = freshness(manager, args.pairs, args.devices)
     finally:
-        local.stop()
+        if local:
+            local.stop()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fleet.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "fleet.md").write_text(markdown(results))
     print(markdown(results), flush=True)
-    return 0
+    return results
 
 
 def markdown(results: dict) -> str:
@@ -247,4 +251,4 @@ def markdown(results: dict) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

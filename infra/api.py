@@ -23,6 +23,7 @@ from functions.auth.rights import PUBLIC, ROUTE_RIGHTS
 from functions.device_state import metrics as metric_names
 from functions.device_state import DEFAULT_RETENTION_SECONDS
 from functions.device_state import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
+from functions.device_state import FleetIndex
 
 from .bundling import REPO_ROOT, bundling_options, pinned_version
 
@@ -54,6 +55,9 @@ DYNAMODB_ACTIONS = (
     "dynamodb:Scan",
     "dynamodb:Query",
 )
+# What a fleet query (functions/device_state/fleet_query.py) calls on each declared field's
+# index: IAM authorises a query of an index on the index's own ARN, not the table's.
+INDEX_ACTIONS = ("dynamodb:Query",)
 # The Lambda authorizer: it verifies a token or a device certificate in milliseconds.
 AUTHORIZER_HANDLER = "functions.auth.authorizer.lambda_handler"
 AUTHORIZER_TIMEOUT = Duration.seconds(5)
@@ -127,6 +131,7 @@ class DeviceApi(Construct):
         auth_environment: dict[str, str],
         authorizer_cache_seconds: int = 300,
         device_domain: DeviceDomain | None = None,
+        fleet_index: FleetIndex = FleetIndex(),
     ):
         super().__init__(scope, construct_id)
         # The asset and the layer are shared with the stream processor (infra/changes.py).
@@ -142,6 +147,8 @@ class DeviceApi(Construct):
                                           or config.DEFAULT_TOMBSTONE_SECONDS),
             config.REQUIRE_IF_MATCH: "true" if require_if_match else "false",
             config.CHANGE_RETENTION_SECONDS: str(change_retention_seconds),
+            # The declared fields (normalized), only when there are any, like every opt-in setting.
+            **({config.FLEET_INDEX: fleet_index.declaration} if fleet_index else {}),
             "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
             "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE,
             "POWERTOOLS_LOG_LEVEL": "INFO",
@@ -149,9 +156,12 @@ class DeviceApi(Construct):
         }
         # Two functions of the same code, configuration and rights: one for the waiting routes
         # (WAITING_ROUTES), one for every other, each with its own reserved concurrency.
-        self.function = self._api_function("Function", table, environment, reserved_concurrency, snap_start)
+        index_arns = [f"{table.table_arn}/index/{index['IndexName']}"
+                      for index in fleet_index.global_secondary_indexes()]
+        self.function = self._api_function("Function", table, environment, reserved_concurrency, snap_start,
+                                           index_arns)
         self.waiting_function = self._api_function("WaitingFunction", table, environment,
-                                                   waiting_reserved_concurrency, snap_start)
+                                                   waiting_reserved_concurrency, snap_start, index_arns)
         self.alias = published_alias(self.function) if snap_start else self.function
         self.waiting_alias = published_alias(self.waiting_function) if snap_start else self.waiting_function
         self.authorizer = self._authorizer(auth_environment, snap_start,
@@ -207,12 +217,15 @@ class DeviceApi(Construct):
             self._device_domain(device_domain)
 
     def _api_function(self, name: str, table: dynamodb.ITable, environment: dict[str, str],
-                      reserved_concurrency: int | None, snap_start: bool) -> lambda_.Function:
+                      reserved_concurrency: int | None, snap_start: bool,
+                      index_arns: list[str] | None = None) -> lambda_.Function:
         """A function of the API's handler with its own log group and its own role (the table's
-        DYNAMODB_ACTIONS and its own log group, nothing else)."""
+        DYNAMODB_ACTIONS, INDEX_ACTIONS on each fleet index's ARN and its own log group, nothing else)."""
         log_group = logs.LogGroup(self, f"{name}Logs", retention=LOG_RETENTION)
         role = iam.Role(self, f"{name}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         role.add_to_policy(iam.PolicyStatement(actions=list(DYNAMODB_ACTIONS), resources=[table.table_arn]))
+        if index_arns:
+            role.add_to_policy(iam.PolicyStatement(actions=list(INDEX_ACTIONS), resources=list(index_arns)))
         role.add_to_policy(iam.PolicyStatement(
             actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]))
         return lambda_.Function(

@@ -60,6 +60,9 @@ FANOUT_ITERATOR_AGE_MS = 60_000
 FANOUT_FAILURES_VISIBLE = 0  # any batch on its queue: subscribers of its devices missed a change's push
 FANOUT_ERRORS_PER_PERIOD = 0  # a whole invocation failed (its batch is retried, pushes are late)
 PUSH_ERRORS_PER_PERIOD = 0  # a connect, subscribe or disconnect crashed
+# The fleet index's backfill (infra/reindex.py): any failed invocation is a page Lambda retries
+# twice; after that the job's chain stops and queries on the new fields answer IndexBuilding.
+REINDEX_ERRORS_PER_PERIOD = 0
 # What CloudWatch needs of the alarm topic's key to publish to it.
 CLOUDWATCH_KEY_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey*")
 # The operations the function calls, for DynamoDB's per-operation metrics.
@@ -85,7 +88,8 @@ class Monitoring(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable,
                  function: lambda_.IFunction, api: apigateway.RestApi, alarm_email: str | None = None,
                  change_feed=None, authorizer: lambda_.IFunction | None = None,
-                 waiting_function: lambda_.IFunction | None = None, push=None):
+                 waiting_function: lambda_.IFunction | None = None, push=None,
+                 reindex: lambda_.IFunction | None = None):
         super().__init__(scope, construct_id)
         # CloudWatch can publish to an encrypted topic only if the key's policy lets it use the
         # key; the AWS-managed alias/aws/sns key's policy cannot be changed, so the topic gets
@@ -184,6 +188,8 @@ class Monitoring(Construct):
             self._watch_waiting(waiting_function, not_breaching)
         if push is not None:
             self._watch_push(push, not_breaching)
+        if reindex is not None:
+            self._watch_reindex(reindex, not_breaching)
         self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(
             title="Alarms", width=24, alarms=list(self.alarms.values())))
 
@@ -259,6 +265,17 @@ class Monitoring(Construct):
             cloudwatch.GraphWidget(title="Push: fan-out", width=12, left=[iterator_age], right=[
                 fanout.metric_errors(statistic="Sum", period=PERIOD), queued]),
         )
+
+    def _watch_reindex(self, reindex: lambda_.IFunction, not_breaching: cloudwatch.TreatMissingData) -> None:
+        """The fleet index's backfill: its alarm and widget (infra/reindex.py)."""
+        self._alarm("ReindexErrors", reindex.metric_errors(statistic="Sum", period=PERIOD), REINDEX_ERRORS_PER_PERIOD,
+                    not_breaching, "The fleet index's backfill failed (a crash or a timeout): once Lambda's retries "
+                                   "fail too its chain stops; invoke it again and it resumes where it stopped")
+        self.dashboard.add_widgets(cloudwatch.GraphWidget(
+            title="Fleet index backfill", width=24,
+            left=[reindex.metric_invocations(statistic="Sum", period=PERIOD),
+                  reindex.metric_errors(statistic="Sum", period=PERIOD)],
+            right=[reindex.metric_duration(statistic="Maximum", period=PERIOD)]))
 
     def _alarm(self, name: str, metric: cloudwatch.IMetric, threshold: float,
                treat_missing_data: cloudwatch.TreatMissingData, description: str,

@@ -7,12 +7,14 @@ from constructs import Construct
 
 from functions.device_state import DEFAULT_RETENTION_SECONDS
 from functions.device_state import DEFAULT_TOMBSTONE_SECONDS
+from functions.device_state import FleetIndex, FleetIndexError
 
 from .api import DeviceApi, DeviceDomain
 from .auth import CallerIdentity
 from .changes import ChangeFeed
 from .monitoring import Monitoring
 from .push import Push
+from .reindex import Reindex
 from .table import DevicesTable
 
 # Context values (cdk.json holds the defaults; `-c name=value` overrides).
@@ -53,6 +55,11 @@ CONTEXT_DEFAULTS = {
     "authIssuer": "",
     "authAudience": "",
     "authJwksFile": "",
+    # The fleet index: the device fields that can be queried, as FLEET_INDEX declares them
+    # (path:type,path:type, e.g. reported/firmware:string,reported/online:boolean); each gets its
+    # own index on the table, and any field makes the reindex function. Empty: no field.
+    # CloudFormation adds (or removes) one index per deploy: declare one new field at a time.
+    "fleetIndex": "",
 }
 
 
@@ -69,10 +76,21 @@ def _optional_int(value) -> int | None:
     return None if str(value).lower() in ("none", "") else int(value)
 
 
+def _fleet_index(value) -> FleetIndex:
+    """The context's declaration, parsed as the functions parse FLEET_INDEX: synthesis stops
+    on one they would refuse."""
+    try:
+        return FleetIndex.parse(str(value or ""))
+    except FleetIndexError as error:
+        raise ValueError(f"context fleetIndex: {error}") from None
+
+
 class DeviceStateStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, **kwargs):
         super().__init__(scope, construct_id, **kwargs)
-        self.devices = DevicesTable(self, "Devices", throwaway=_flag(context(self, "throwaway")))
+        fleet_index = _fleet_index(context(self, "fleetIndex"))
+        self.devices = DevicesTable(self, "Devices", throwaway=_flag(context(self, "throwaway")),
+                                    fleet_index=fleet_index)
         self.identity = CallerIdentity(
             self, "Callers", throwaway=_flag(context(self, "throwaway")),
             domain_prefix=context(self, "authDomainPrefix"), issuer=context(self, "authIssuer"),
@@ -92,6 +110,7 @@ class DeviceStateStack(Stack):
             authorizer_cache_seconds=int(context(self, "authorizerCacheSeconds")),
             device_domain=DeviceDomain(domain_name, context(self, "certificateArn"),
                                        context(self, "truststoreUri")) if domain_name else None,
+            fleet_index=fleet_index,
         )
         self.changes = ChangeFeed(self, "ChangeFeed", table=self.devices.table, code=self.api.code,
                                   layer=self.api.layer,
@@ -104,8 +123,13 @@ class DeviceStateStack(Stack):
                          throttle_rate=float(context(self, "throttleRateLimit")),
                          throttle_burst=int(context(self, "throttleBurstLimit")),
                          snap_start=_flag(context(self, "snapStart")), depends_on=[self.api.cloud_watch_account])
+        # The fleet index's backfill, for fields declared on a table that already holds devices.
+        self.reindex = Reindex(
+            self, "Reindex", table=self.devices.table, code=self.api.code, layer=self.api.layer,
+            fleet_index=fleet_index, retention_seconds=int(context(self, "changeRetentionSeconds")),
+        ) if fleet_index else None
         self.monitoring = Monitoring(
             self, "Monitoring", table=self.devices.table, function=self.api.function, api=self.api.api,
             alarm_email=context(self, "alarmEmail") or None, change_feed=self.changes,
             authorizer=self.api.authorizer_function, waiting_function=self.api.waiting_function,
-            push=self.push)
+            push=self.push, reindex=self.reindex.function if self.reindex else None)

@@ -1,4 +1,4 @@
-"""The devices table, from the library's one definition of keys and TTL."""
+"""The devices table, from the library's one definition of keys, TTL and fleet index."""
 
 from __future__ import annotations
 
@@ -6,12 +6,20 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
+from functions.device_state import FleetIndex
 from functions.device_state import table as model
+
+# DynamoDB's attribute types as the CDK names them.
+ATTRIBUTE_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER,
+                   "B": dynamodb.AttributeType.BINARY}
+PROJECTIONS = {"KEYS_ONLY": dynamodb.ProjectionType.KEYS_ONLY, "ALL": dynamodb.ProjectionType.ALL}
 
 
 class DevicesTable(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, throwaway: bool = False):
+    def __init__(self, scope: Construct, construct_id: str, *, throwaway: bool = False,
+                 fleet_index: FleetIndex = FleetIndex()):
         super().__init__(scope, construct_id)
+        self.fleet_index = fleet_index
         self.table = dynamodb.Table(
             self,
             "Table",
@@ -26,3 +34,19 @@ class DevicesTable(Construct):
             deletion_protection=not throwaway,
             removal_policy=RemovalPolicy.DESTROY if throwaway else RemovalPolicy.RETAIN,
         )
+        # One sparse index per declared field, exactly as the library defines it (and
+        # table.create_table makes it locally): the same names, keys and KEYS_ONLY projection.
+        # CloudFormation creates or deletes at most one global secondary index per table in one
+        # stack update (DynamoDB builds one at a time): declare one new field per deploy (and
+        # remove one per deploy), then run the reindex function (infra/reindex.py) to backfill it.
+        types = {definition["AttributeName"]: definition["AttributeType"]
+                 for definition in fleet_index.attribute_definitions()}
+        self.index_names: list[str] = []
+        for index in fleet_index.global_secondary_indexes():
+            keys = {key["KeyType"]: key["AttributeName"] for key in index["KeySchema"]}
+            self.table.add_global_secondary_index(
+                index_name=index["IndexName"],
+                partition_key=dynamodb.Attribute(name=keys["HASH"], type=ATTRIBUTE_TYPES[types[keys["HASH"]]]),
+                sort_key=dynamodb.Attribute(name=keys["RANGE"], type=ATTRIBUTE_TYPES[types[keys["RANGE"]]]),
+                projection_type=PROJECTIONS[index["Projection"]["ProjectionType"]])
+            self.index_names.append(index["IndexName"])

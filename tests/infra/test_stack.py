@@ -111,7 +111,9 @@ def test_environment_is_exactly_what_the_config_reads(template):
     _, function = api_function(template)
     environment = function["Properties"]["Environment"]["Variables"]
     ours = {name for name in environment if not name.startswith("POWERTOOLS_")}
-    assert ours == set(config.API_VARIABLES) - {config.DYNAMODB_ENDPOINT} | set(credentials.VARIABLES)
+    # FLEET_INDEX is opt-in: set only when context fleetIndex declares a field (test_fleet_index_stack.py).
+    assert ours == (set(config.API_VARIABLES) - {config.DYNAMODB_ENDPOINT, config.FLEET_INDEX}
+                    | set(credentials.VARIABLES))
     table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))
     assert environment[config.TABLE_NAME] == {"Ref": table_id}
     assert environment["POWERTOOLS_METRICS_NAMESPACE"] == names.NAMESPACE

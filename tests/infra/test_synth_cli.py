@@ -69,11 +69,15 @@ def test_make_deploy_runs_make_synth_with_its_deploy_args_and_the_asset_imports_
     Docker, cfn-lint) with its DEPLOY_ARGS, then `cdk deploy --app` on that assembly. No account
     here, so the deploy itself fails (for that reason, not another): reaching it shows synth and
     lint passed, and the assembly shows the flags took effect and the asset is complete. One
-    synthesis serves both commands (each costs about 20 s of CPU)."""
+    synthesis serves both commands (each costs about 20 s of CPU). A fleet index is declared, so
+    cfn-lint checks its indexes and the reindex function too."""
+    from functions.device_state import FleetIndex
+    from tests.infra.test_fleet_index_stack import FLEET
+
     out = tmp_path / "cdk.out"
     result = subprocess.run(
         ["make", "-s", "deploy", f"CDK_OUT={out}",
-         "DEPLOY_ARGS=-c alarmEmail=ops@example.com -c throttleRateLimit=42"],
+         f"DEPLOY_ARGS=-c alarmEmail=ops@example.com -c throttleRateLimit=42 -c fleetIndex={FLEET}"],
         cwd=REPO_ROOT, env=without_aws(), capture_output=True, text=True, timeout=900)
     output = result.stdout + result.stderr
     assert result.returncode != 0  # no credentials: nothing was deployed
@@ -85,6 +89,8 @@ def test_make_deploy_runs_make_synth_with_its_deploy_args_and_the_asset_imports_
     assert subscription["Properties"]["Endpoint"] == "ops@example.com"
     stage = next(r for r in resources if r["Type"] == "AWS::ApiGateway::Stage")
     assert stage["Properties"]["MethodSettings"][0]["ThrottlingRateLimit"] == 42
+    table = next(r for r in resources if r["Type"] == "AWS::DynamoDB::Table")
+    assert table["Properties"]["GlobalSecondaryIndexes"] == FleetIndex.parse(FLEET).global_secondary_indexes()
     assert_the_asset_is_complete(template, out, tmp_path)
 
 
@@ -107,6 +113,10 @@ def assert_the_asset_is_complete(template: dict, out: Path, tmp_path: Path) -> N
                       if resource["Type"] == "AWS::Lambda::Function"
                       and resource["Properties"].get("Handler") == "functions.auth.authorizer.lambda_handler")
     assert authorizer["Metadata"]["aws:asset:path"] == function["Metadata"]["aws:asset:path"]
+    [reindex] = [resource for resource in template["Resources"].values()  # a fleet index is declared
+                 if resource["Type"] == "AWS::Lambda::Function"
+                 and resource["Properties"].get("Handler") == "functions.reindex.handler.handler"]
+    assert reindex["Metadata"]["aws:asset:path"] == function["Metadata"]["aws:asset:path"]
 
     site_packages = Path(next(p for p in sys.path if p.endswith("site-packages")))
     provided = tmp_path / "runtime-and-layer"
@@ -116,6 +126,7 @@ def assert_the_asset_is_complete(template: dict, out: Path, tmp_path: Path) -> N
     probe = (
         "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]];"
         "import functions.api.handler, functions.auth.authorizer, functions.push.handler, functions.push.fanout;"
+        "import functions.reindex.handler;"
         "import jsonpatch;"
         "assert jsonpatch.__file__.startswith(sys.argv[1]), jsonpatch.__file__;"
         "print('ok')"

@@ -1,0 +1,245 @@
+"""The fleet index in the CDK stack (context ``fleetIndex``): one keys-only index per declared
+field on the table, exactly as the library defines them; the API functions' FLEET_INDEX and
+their right to query those indexes; the reindex function (the backfill), its rights, alarm
+and output; and none of it without the context. One stack is synthesized with four fields
+(and cdk-nag's checks) for the whole module."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from aws_cdk.assertions import Template
+
+from functions import config
+from functions.auth import credentials
+from functions.device_state import FleetIndex
+from functions.device_state import table as model
+from infra import api as api_module
+from infra import monitoring
+from infra import reindex
+from tests.infra.conftest import synth_stack
+from tests.infra.test_auth_stack import methods_by_route
+from tests.infra.test_push_stack import actions, statements_of
+from tests.infra.test_snapstart import alias_of
+from tests.infra.test_stack import REPO_ROOT, alarm_named, alarms, api_function, only
+
+FLEET = "reported/firmware:string,reported/online:boolean,reported/battery:number,state/site:string"
+FLEET_INDEX = FleetIndex.parse(FLEET)
+
+
+@pytest.fixture(scope="module")
+def fleet_app():
+    return synth_stack({"fleetIndex": FLEET}, nag=True)
+
+
+@pytest.fixture(scope="module")
+def fleet_assembly(fleet_app):
+    app, _ = fleet_app
+    return app.synth()  # cdk-nag's checks run here: an unacknowledged finding raises
+
+
+@pytest.fixture(scope="module")
+def fleet(fleet_app, fleet_assembly) -> Template:
+    return Template.from_stack(fleet_app[1])
+
+
+def reindex_function(template: Template) -> tuple[str, dict]:
+    return only(template, "AWS::Lambda::Function", {"Handler": reindex.HANDLER})
+
+
+# ------------------------------------------------------------------ without the context
+
+
+def test_without_the_context_there_is_no_index_no_reindex_function_and_no_fleet_index_variable(template):
+    from infra.stack import CONTEXT_DEFAULTS
+
+    assert CONTEXT_DEFAULTS["fleetIndex"] == ""
+    _, table = only(template, "AWS::DynamoDB::Table")
+    assert "GlobalSecondaryIndexes" not in table["Properties"]
+    assert not template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": reindex.HANDLER}})
+    assert not [logical for logical in alarms(template) if logical.startswith("MonitoringReindex")]
+    assert reindex.OUTPUT_NAME not in template.find_outputs("*")
+    for construct in ("Function", "WaitingFunction"):
+        _, function = api_function(template, construct)
+        assert config.FLEET_INDEX not in function["Properties"]["Environment"]["Variables"]
+        assert not [s for s in statements_of(template, function) if "/index/" in json.dumps(s["Resource"])]
+
+
+# ------------------------------------------------------------------------- the table
+
+
+def test_the_table_has_exactly_the_librarys_keys_only_index_per_declared_field(fleet):
+    _, table = only(fleet, "AWS::DynamoDB::Table")
+    props = table["Properties"]
+    expected = FLEET_INDEX.global_secondary_indexes()
+    assert len(expected) == 4
+    assert sorted(props["GlobalSecondaryIndexes"], key=lambda index: index["IndexName"]) == sorted(
+        expected, key=lambda index: index["IndexName"])  # names, keys, KEYS_ONLY; no throughput (on demand)
+    assert all(index["Projection"] == {"ProjectionType": "KEYS_ONLY"} for index in props["GlobalSecondaryIndexes"])
+    assert sorted(props["AttributeDefinitions"], key=str) == sorted(
+        [{"AttributeName": model.PARTITION_KEY, "AttributeType": "S"},
+         {"AttributeName": model.SORT_KEY, "AttributeType": "S"}, *FLEET_INDEX.attribute_definitions()], key=str)
+    types = {d["AttributeName"]: d["AttributeType"] for d in props["AttributeDefinitions"]}
+    assert [types[f.attribute] for f in FLEET_INDEX.fields] == ["S", "N", "N", "S"]  # a boolean is stored as 0/1
+    assert types["ixShard"] == "N"
+    assert props["KeySchema"] == [{"AttributeName": model.PARTITION_KEY, "KeyType": "HASH"},
+                                  {"AttributeName": model.SORT_KEY, "KeyType": "RANGE"}]
+
+
+@pytest.mark.parametrize("declaration, message", [
+    ("reported/firmware:text", r"'reported/firmware:text': declare a field as path:type"),
+    ("firmware:string", r"'firmware': a path starts with state/, desired/ or reported/"),
+    ("reported/online:boolean,reported/online:number", r"'reported/online' is declared twice"),
+    (",".join(f"reported/f{n}:number" for n in range(11)), r"at most 10 fields can be declared, not 11"),
+])
+def test_an_invalid_declaration_fails_synthesis_with_the_parsers_message(declaration, message):
+    with pytest.raises(ValueError, match=r"^context fleetIndex: " + message):
+        synth_stack({"fleetIndex": declaration})
+
+
+# ------------------------------------------------------------------ the API functions
+
+
+@pytest.mark.parametrize("construct", ["Function", "WaitingFunction"])
+def test_the_api_functions_read_the_normalized_declaration(fleet, construct):
+    _, function = api_function(fleet, construct)
+    environment = function["Properties"]["Environment"]["Variables"]
+    assert environment[config.FLEET_INDEX] == FLEET_INDEX.declaration == FLEET
+    ours = {name for name in environment if not name.startswith("POWERTOOLS_")}
+    assert ours == set(config.API_VARIABLES) - {config.DYNAMODB_ENDPOINT} | set(credentials.VARIABLES)
+    deployed = config.ApiConfig.from_environment({k: v for k, v in environment.items() if isinstance(v, str)}
+                                              | {config.TABLE_NAME: "t"})
+    assert deployed.fleet_index == FLEET_INDEX
+
+
+@pytest.mark.parametrize("construct", ["Function", "WaitingFunction"])
+def test_the_api_functions_may_query_each_declared_index_and_no_other(fleet, construct):
+    table_id, _ = only(fleet, "AWS::DynamoDB::Table")
+    _, function = api_function(fleet, construct)
+    statements = statements_of(fleet, function)
+    table = [s for s in statements if s["Resource"] == {"Fn::GetAtt": [table_id, "Arn"]}]
+    assert len(table) == 1 and sorted(actions(table[0])) == sorted(api_module.DYNAMODB_ACTIONS)
+    [indexes] = [s for s in statements if "/index/" in json.dumps(s["Resource"])]
+    assert actions(indexes) == ["dynamodb:Query"] and indexes["Effect"] == "Allow"
+    assert sorted(indexes["Resource"], key=json.dumps) == sorted(
+        [{"Fn::Join": ["", [{"Fn::GetAtt": [table_id, "Arn"]}, f"/index/{index['IndexName']}"]]}
+         for index in FLEET_INDEX.global_secondary_indexes()], key=json.dumps)
+
+
+def test_devices_count_is_a_static_sibling_of_device_id_behind_the_authorizer(template):
+    authorizer_id, _ = only(template, "AWS::ApiGateway::Authorizer")
+    methods = methods_by_route(template)
+    api_alias, _ = alias_of(template, api_function(template)[0])
+    for method in ("GET", "HEAD", "ANY"):
+        props = methods[(method, "/devices/count")]
+        assert props["AuthorizationType"] == "CUSTOM" and props["AuthorizerId"] == {"Ref": authorizer_id}, method
+        assert api_alias in json.dumps(props["Integration"]["Uri"]), method  # not a waiting route
+    resources = template.find_resources("AWS::ApiGateway::Resource")
+    count, device = ([props for props in (r["Properties"] for r in resources.values())
+                      if props["PathPart"] == part] for part in ("count", "{deviceId}"))
+    assert len(count) == 1 and len(device) == 1
+    assert count[0]["ParentId"] == device[0]["ParentId"]  # both under /devices
+
+
+# --------------------------------------------------------------- the reindex function
+
+
+def test_the_reindex_function_runs_the_backfill_on_the_api_asset_for_15_minutes(fleet):
+    _, api = api_function(fleet)
+    logical, function = reindex_function(fleet)
+    props = function["Properties"]
+    assert props["Handler"] == reindex.HANDLER == "functions.reindex.handler.handler"
+    assert props["Runtime"] == "python3.13" and props["Architectures"] == ["arm64"]
+    assert props["Code"] == api["Properties"]["Code"] and props["Layers"] == api["Properties"]["Layers"]
+    assert props["Timeout"] == 900
+    assert props["MemorySize"] == reindex.MEMORY_MB <= 512
+    assert props["ReservedConcurrentExecutions"] == 1  # one job at a time
+    assert props["RecursiveLoop"] == "Allow"  # its chain of self-invocations is not cut after 16
+    group = props["LoggingConfig"]["LogGroup"]["Ref"]
+    assert fleet.to_json()["Resources"][group]["Properties"]["RetentionInDays"] == 30
+    assert not fleet.find_resources("AWS::Lambda::Alias", {"Properties": {"FunctionName": {"Ref": logical}}})
+
+
+def test_the_reindex_environment_is_exactly_what_its_config_reads(fleet):
+    table_id, _ = only(fleet, "AWS::DynamoDB::Table")
+    _, api = api_function(fleet)
+    _, function = reindex_function(fleet)
+    environment = function["Properties"]["Environment"]["Variables"]
+    ours = {name for name in environment if not name.startswith("POWERTOOLS_")}
+    assert ours == set(config.REINDEX_VARIABLES) - {config.DYNAMODB_ENDPOINT}
+    assert environment[config.TABLE_NAME] == {"Ref": table_id}
+    assert environment[config.FLEET_INDEX] == FLEET_INDEX.declaration
+    api_environment = api["Properties"]["Environment"]["Variables"]
+    assert environment[config.CHANGE_RETENTION_SECONDS] == api_environment[config.CHANGE_RETENTION_SECONDS]
+    assert {name: value for name, value in environment.items() if name.startswith("POWERTOOLS_")} == {
+        name: value for name, value in api_environment.items() if name.startswith("POWERTOOLS_")}
+    assert config.fleet_index({k: v for k, v in environment.items() if isinstance(v, str)}) == FLEET_INDEX
+
+
+def test_the_reindex_role_may_use_the_table_its_logs_and_invoke_itself_only(fleet):
+    table_id, _ = only(fleet, "AWS::DynamoDB::Table")
+    logical, function = reindex_function(fleet)
+    statements = statements_of(fleet, function)
+    [table] = [s for s in statements if any(a.startswith("dynamodb:") for a in actions(s))]
+    assert table["Resource"] == {"Fn::GetAtt": [table_id, "Arn"]} and table["Effect"] == "Allow"
+    assert set(actions(table)) == {"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+                                   "dynamodb:DeleteItem", "dynamodb:BatchGetItem"}
+    [logs] = [s for s in statements if any(a.startswith("logs:") for a in actions(s))]
+    assert logs["Resource"] == {"Fn::GetAtt": [function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"], "Arn"]}
+    [invoke] = [s for s in statements if any(a.startswith("lambda:") for a in actions(s))]
+    assert actions(invoke) == ["lambda:InvokeFunction"] and invoke["Effect"] == "Allow"
+    assert invoke["Resource"] == {"Fn::GetAtt": [logical, "Arn"]}  # itself, unqualified, and nothing else
+    assert {a.split(":")[0] for s in statements for a in actions(s)} == {"dynamodb", "logs", "lambda"}
+    # The self-invoke statement is in a policy the function does not depend on: no cycle.
+    invoke_policy = next(policy_id for policy_id, policy in fleet.find_resources("AWS::IAM::Policy").items()
+                         if invoke in policy["Properties"]["PolicyDocument"]["Statement"])
+    assert invoke_policy not in function.get("DependsOn", [])
+
+
+def test_the_reindex_code_calls_only_the_dynamodb_actions_granted():
+    source = (REPO_ROOT / "functions" / "device_state" / "reindex.py").read_text()
+    called = set(re.findall(r'send\(\s*"([a-z_]+)"', source))
+    assert {"scan", "batch_get_item", "put_item", "delete_item"} <= called
+    called |= {"get_item", "update_item"}  # store.get (the job's position); the pipeline's update of a device
+    granted = {f"dynamodb:{''.join(part.capitalize() for part in name.split('_'))}" for name in called}
+    assert granted <= set(reindex.DYNAMODB_ACTIONS)
+
+
+def test_the_reindex_errors_alarm_notifies_the_topic(fleet):
+    topic_id, _ = only(fleet, "AWS::SNS::Topic")
+    logical, _ = reindex_function(fleet)
+    props = alarm_named(fleet, "ReindexErrors")
+    assert props["Namespace"] == "AWS/Lambda" and props["MetricName"] == "Errors" and props["Statistic"] == "Sum"
+    assert props["Threshold"] == monitoring.REINDEX_ERRORS_PER_PERIOD == 0 and props["Period"] == 300
+    assert props["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": logical}}]
+    assert props["ComparisonOperator"] == "GreaterThanThreshold"
+    for alarm in alarms(fleet).values():  # as every alarm of the stack
+        assert alarm["AlarmActions"] == [{"Ref": topic_id}] and alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_the_reindex_alarm_has_a_runbook_entry():
+    assert "`ReindexErrors`" in (REPO_ROOT / "docs" / "operations.md").read_text(), \
+        "docs/operations.md has no runbook entry for ReindexErrors"
+
+
+def test_an_output_names_the_reindex_function_for_aws_lambda_invoke(fleet, template):
+    logical, _ = reindex_function(fleet)
+    outputs = fleet.find_outputs("*")
+    assert outputs[reindex.OUTPUT_NAME]["Value"] == {"Ref": logical}  # the function's name
+    assert sorted(outputs) == sorted([*template.find_outputs("*"), reindex.OUTPUT_NAME])
+
+
+# ------------------------------------------------------------------------------- nag
+
+
+def test_cdk_nag_passes_with_a_fleet_index_and_the_reindex_function_needs_no_new_acknowledgement(fleet_assembly):
+    report = json.loads((Path(fleet_assembly.directory) / "validation-report.json").read_text())
+    [nag] = report["pluginReports"]
+    assert nag["pluginName"] == "AwsSolutions" and nag["conclusion"] == "success" and nag["violations"] == []
+    acknowledged = {violation["ruleName"] for violation in nag["suppressedViolations"]
+                    for construct in violation["violatingConstructs"]
+                    if construct["constructPath"].startswith("DeviceStateStack/Reindex/")}
+    assert acknowledged == {"AwsSolutions-L1"}  # the pinned runtime, as every function's
