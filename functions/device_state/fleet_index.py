@@ -29,8 +29,10 @@ from .sections import SECTIONS
 SHARDS = 16
 SHARD_ATTRIBUTE = "ixShard"
 INDEX_ATTRIBUTE_PREFIX = "ix:"
-# DynamoDB refuses a sort key over 1,024 bytes; a longer string is not indexed.
-MAX_STRING_BYTES = 1000
+# The longest string indexed, in bytes of UTF-8 (DynamoDB takes sort keys up to 1,024): a
+# query's cursor carries a value per shard, and 16 of these, with their device ids, stay
+# under the 8,192 characters a cursor may have.
+MAX_STRING_BYTES = 100
 # A table holds at most 20 global secondary indexes; the fleet takes at most this many.
 MAX_FIELDS = 10
 TYPES = {"string": "S", "number": "N", "boolean": "N"}
@@ -74,13 +76,18 @@ class Field:
 
     @property
     def attribute(self) -> str:
-        """The state item's attribute holding the field's indexed value (the index's sort key)."""
-        return f"{INDEX_ATTRIBUTE_PREFIX}{self.type}:{self.path}"
+        """The state item's attribute holding the field's indexed value (the index's sort key):
+        ``ix:`` and a digest of the declaration (``type:path``), short because every write of
+        the item pays for its name's bytes."""
+        return f"{INDEX_ATTRIBUTE_PREFIX}{self._digest}"
 
     @property
     def index_name(self) -> str:
-        digest = hashlib.sha256(self.attribute.encode()).hexdigest()[:8]
-        return f"ix-{_INDEX_NAME_UNSAFE.sub('_', f'{self.type}-{self.path}')[:200]}-{digest}"
+        return f"ix-{_INDEX_NAME_UNSAFE.sub('_', f'{self.type}-{self.path}')[:200]}-{self._digest}"
+
+    @property
+    def _digest(self) -> str:
+        return hashlib.sha256(f"{self.type}:{self.path}".encode()).hexdigest()[:8]
 
     @property
     def key_type(self) -> str:
@@ -221,7 +228,7 @@ def compiled_attributes(fields, effects) -> tuple[dict, dict, list[str]]:
                     values[field.attribute] = encoded
             elif parts[:len(field.parts)] == field.parts:
                 removes.append(field.attribute)
-    return values, operands, removes
+    return values, operands, list(dict.fromkeys(removes))  # two members below a field remove it once
 
 
 def _inside(value, parts: tuple):

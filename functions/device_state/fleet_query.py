@@ -32,13 +32,19 @@ from decimal import Decimal, InvalidOperation
 
 from . import rql, table
 from .device import Device
-from .errors import IndexBuilding, InvalidCursor, InvalidFilter, UnindexedFilter
+from .errors import IndexBuilding, InvalidCursor, InvalidFilter, InvalidValue, UnindexedFilter
 from .expressions import Expression
 from .fleet_index import MISSING, SHARD_ATTRIBUTE, SHARDS, Field, FleetIndex
-from .reindex import building, progress
-from .values import DEVICE_ID_PATTERN
+from .reindex import building, has_devices, mark_ready, progress
+from .store import Refused
+from .values import DEVICE_ID_PATTERN, check_number
 
 MAX_LIMIT = 100
+# Index entries one Query call reads when a count reads a whole range: each call stays short
+# (DynamoDB Local takes about 0.4 ms an entry), so none nears the client's 3 s read timeout
+# while the 16 shards are read side by side; on DynamoDB the smaller calls cost the same units.
+INDEX_PAGE = 500
+MAX_SCANS = 100  # index ranges one filter may read (a count reads each whole, 16 shards each)
 MAX_ROUNDS_PER_PAGE = 8  # index reads per page: a page may hold fewer devices while a cursor remains
 _RANKS = {"eq": 1, "prefix": 10, "gt": 30, "ge": 30, "lt": 30, "le": 30, "all": 100}
 _KEY_OPERATORS = {"eq": "=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
@@ -92,6 +98,7 @@ class FleetQuery:
         self.fleet_index = fleet_index
         self.clock = clock
         self._ready: set[str] = set()
+        self._holds_devices = False  # the table was found to hold devices while a field was not ready
 
     # ------------------------------------------------------------- parsing
 
@@ -104,15 +111,14 @@ class FleetQuery:
                 continue
             for value in _literals(node, path):
                 if not field.holds(value):
-                    raise InvalidFilter(f"{field.path} is declared {field.type}; {json.dumps(_json(value))} is not "
-                                        f"a {field.type}")
+                    raise InvalidFilter(f"{field.path} is declared {field.type}; {_shown(value)} is not a {field.type}")
         self.scans(node)
         return node
 
     def sort(self, text: str | None) -> Sort | None:
         if text is None:
             return None
-        direction, path = text[:1], text[1:]
+        direction, path = text[:1].replace(" ", "+"), text[1:]  # an unencoded + in a query is a space
         if direction not in "+-" or not direction:
             raise InvalidFilter("sort is +path or -path, e.g. sort=-reported/battery")
         field = self._declared(path, "sort")
@@ -136,6 +142,9 @@ class FleetQuery:
 
     def scans(self, node) -> list[Scan]:
         scans = self._cover(node)
+        if scans is not None and len(scans) > MAX_SCANS:
+            raise InvalidFilter(f"the filter reads {len(scans)} ranges of the indexes (an or branch or an in value "
+                                f"each); at most {MAX_SCANS}")
         if scans is None:
             uncovered = sorted({path.text for path in rql.paths_of(node)
                                 if self.fleet_index.field(path.section, path.parts) is None})
@@ -221,7 +230,10 @@ class FleetQuery:
                        "Limit": need, "ScanIndexForward": not descending, **expr.attributes()}
             if positions[shard] is not None:
                 request["ExclusiveStartKey"] = _start_key(scan.field, shard, positions[shard])
-            page = self.store.send("query", **request)
+            try:
+                page = self.store.send("query", **request)
+            except Refused:  # a start key DynamoDB will not take: a forged cursor
+                raise InvalidCursor(CURSOR_REFUSED) from None
             entries = [(item[table.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute]), shard)
                        for item in page.get("Items", [])]
             return shard, entries, "LastEvaluatedKey" not in page
@@ -246,8 +258,7 @@ class FleetQuery:
         node = self.parse(text)
         read: dict = {}  # each scan read once per count
         group = self.group_field(group_by) if group_by is not None else None
-        needed = {scan.field for scan in self.scans(node)} | ({group} if group else set())
-        self._check_ready(needed)
+        self._check_ready(self._declared_in(node) | ({group} if group else set()))
         if group is None and (fast := self._single_scan_count(node)) is not None:
             return {"count": fast}
         ids, exact = self._ids(node, read)
@@ -283,7 +294,7 @@ class FleetQuery:
         def count(shard):
             expr = Expression()
             request = {"IndexName": scan.field.index_name, "KeyConditionExpression": scan.key_condition(expr, shard),
-                       "Select": "COUNT", **expr.attributes()}
+                       "Select": "COUNT", "Limit": INDEX_PAGE, **expr.attributes()}
             total = 0
             while True:
                 page = self.store.send("query", **request)
@@ -342,7 +353,7 @@ class FleetQuery:
     def _read_scan(self, scan: Scan) -> list[tuple[str, object]]:
         def read(shard):
             expr = Expression()
-            items = self.store.query_all({"IndexName": scan.field.index_name,
+            items = self.store.query_all({"IndexName": scan.field.index_name, "Limit": INDEX_PAGE,
                                           "KeyConditionExpression": scan.key_condition(expr, shard),
                                           **expr.attributes()})
             return [(item[table.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute])) for item in items]
@@ -361,6 +372,11 @@ class FleetQuery:
 
     # ------------------------------------------------------------- common
 
+    def _declared_in(self, node) -> set[Field]:
+        """The declared fields a filter names (a count reads the index of each)."""
+        return {field for path in rql.paths_of(node)
+                if (field := self.fleet_index.field(path.section, path.parts)) is not None}
+
     def _matches(self, node, documents: dict) -> bool:
         return rql.matches(node, documents, self._holds)
 
@@ -373,6 +389,12 @@ class FleetQuery:
         if not waiting:
             return
         not_ready = {field.attribute for field in building(self.store, FleetIndex(tuple(waiting)))}
+        if not_ready and not self._holds_devices:
+            if has_devices(self.store):
+                self._holds_devices = True  # checked once: a table that held devices needs the backfill
+            else:  # declared on a table without devices: nothing to backfill
+                mark_ready(self.store, [field for field in waiting if field.attribute in not_ready])
+                not_ready = set()
         self._ready.update(field.attribute for field in waiting if field.attribute not in not_ready)
         if not_ready:
             raise IndexBuilding(sorted(field.path for field in waiting if field.attribute in not_ready),
@@ -380,6 +402,7 @@ class FleetQuery:
 
 
 _DONE = 0  # a shard position: nothing left
+CURSOR_REFUSED = "cursor is not one this listing issued (cursors belong to one filter and sort)"
 
 
 def _documents(device: Device) -> dict:
@@ -408,8 +431,8 @@ def _literals(node, path: rql.Path) -> list:
     return [node.value] if isinstance(node, rql.Compare) else []
 
 
-def _json(value):
-    return float(value) if isinstance(value, Decimal) else value
+def _shown(value) -> str:
+    return str(value) if isinstance(value, Decimal) else json.dumps(value, ensure_ascii=False)
 
 
 def _order_key(value):
@@ -431,7 +454,8 @@ def _encode_cursor(fingerprint: str, at: int, positions: list) -> str:
     body = {"f": fingerprint, "s": at,
             "p": [position if position in (None, _DONE) else [position[0], _json_value(position[1])]
                   for position in positions]}
-    return base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode()).decode().rstrip("=")
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
 def _json_value(value):
@@ -450,28 +474,27 @@ def _decode_cursor(cursor: str, fingerprint: str, scans: list[Scan]) -> tuple[in
         if body["f"] != fingerprint or not isinstance(at, int) or isinstance(at, bool) or not 0 <= at < len(scans) \
                 or not isinstance(raw, list) or len(raw) != SHARDS:
             raise ValueError
-        field = scans[at].field
-        return at, [_position(field, position) for position in raw]
-    except (ValueError, TypeError, KeyError, AttributeError):
-        raise InvalidCursor("cursor is not one this listing issued (cursors belong to one filter and sort)") from None
+        return at, [_position(scans[at], position) for position in raw]
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError, ArithmeticError):
+        raise InvalidCursor(CURSOR_REFUSED) from None
 
 
-def _position(field: Field, raw):
+def _position(scan: Scan, raw):
+    """A shard's position: a device id and its value, inside the scan's range (DynamoDB
+    refuses a start key outside the key condition)."""
     if raw is None or (raw == _DONE and not isinstance(raw, bool)):
         return raw
     device_id, value = raw
     if not isinstance(device_id, str) or not DEVICE_ID_PATTERN.fullmatch(device_id):
         raise ValueError
+    field = scan.field
     if field.type == "number":
         if not isinstance(value, str):
             raise ValueError
         try:
-            number = Decimal(value)
-        except InvalidOperation:
+            value = check_number(Decimal(value))
+        except (InvalidOperation, InvalidValue):
             raise ValueError from None
-        if not number.is_finite() or field.encode(number) is None or abs(number.adjusted()) > 125:
-            raise ValueError
-        value = number
-    if field.encode(value) is None:
+    if field.encode(value) is None or not scan.covers({field.section: _nest(_path(field), value)}):
         raise ValueError
     return device_id, value

@@ -257,16 +257,22 @@ class Planner:
         that holds devices."""
         current = Device.from_item(item)
         documents = {STATE: current.state, DESIRED: current.desired, REPORTED: current.reported}
-        indexed, unindexed = self.fleet_index.attributes(current.device_id, documents)
-        unindexed = [attribute for attribute in unindexed if attribute in item]
+        indexed, _ = self.fleet_index.attributes(current.device_id, documents)
+        # what the item holds of fields not indexed now: undeclared, or of another type
+        unindexed = [attribute for attribute in index_attributes_of(item) if attribute not in indexed]
         if not unindexed and all(item.get(attribute) == value for attribute, value in indexed.items()):
             return None
         expr = Expression()
-        update = "SET " + ", ".join(_index_sets(expr, indexed, {})) if indexed else ""
+        growth = sum(1 + len(attribute.encode()) + _value_size(value) for attribute, value in indexed.items()
+                     if attribute not in item)
+        item_bytes = expr.name(table.ITEM_BYTES)
+        sets = _index_sets(expr, indexed, {}) + [f"{item_bytes} = {item_bytes} + {expr.number(growth)}"]
+        update = "SET " + ", ".join(sets)
         if unindexed:
             update += " REMOVE " + ", ".join(expr.name(attribute) for attribute in unindexed)
-        return self._update(current.device_id, update.strip(), self._at_version(expr, current.version), expr, None,
-                            REINDEXED, current, current.version)
+        condition = (f"{self._at_version(expr, current.version)} AND "
+                     f"{item_bytes} <= {expr.number(MAX_STATE_ITEM_BYTES - growth)}")
+        return self._update(current.device_id, update, condition, expr, None, REINDEXED, current, current.version)
 
     def settle_mark(self, device_id: str, write: WriteId, on_versioned_item: bool) -> Planned:
         """Marks ``write`` as never applied unless it already did: once it lands, no copy

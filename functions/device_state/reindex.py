@@ -18,7 +18,7 @@ import logging
 import time
 
 from . import table
-from .errors import DeviceNotFound
+from .errors import ConditionFailed, DeviceNotFound
 from .expressions import Expression, live
 from .fleet_index import FleetIndex
 from .retry import Moved
@@ -55,6 +55,25 @@ def progress(store) -> dict:
             "declaration": item["declaration"]["S"]}
 
 
+def forget_undeclared(store, fleet_index: FleetIndex) -> list[str]:
+    """Drop the ready marks of fields no longer declared, so that one declared again is
+    backfilled again (its index attributes went stale while nothing kept them); the index
+    attributes of those dropped."""
+    expr = Expression()
+    marks = store.query_all({"KeyConditionExpression": f"{expr.name(table.PARTITION_KEY)} = "
+                                                       f"{expr.value({'S': STATUS_PARTITION})}",
+                             "ConsistentRead": True, **expr.attributes()})
+    declared = {field.attribute for field in fleet_index.fields} | {JOB_SK}
+    forgotten = [mark[table.SORT_KEY]["S"] for mark in marks if mark[table.SORT_KEY]["S"] not in declared]
+    for attribute in forgotten:
+        store.send("delete_item", Key=_key(attribute))
+    return forgotten
+
+
+def _job(store) -> dict | None:
+    return store.get(_key(JOB_SK))
+
+
 def mark_ready(store, fields) -> None:
     for field in fields:
         store.send("put_item", Item={**_key(field.attribute), "readyAt": {"S": timestamp(time.time())}})
@@ -79,14 +98,15 @@ def reindex(pipeline, fleet_index: FleetIndex, *, budget_seconds: float | None =
     """Backfill every field not yet ready; True when all are ready, False when the budget
     ran out first (call again: it resumes). ``report`` hears the progress after each page."""
     store = pipeline.store
+    forgotten = forget_undeclared(store, fleet_index)
     fields = building(store, fleet_index)
-    if not fields:
+    if not fields and not forgotten and not _job(store):
         return True
     if not has_devices(store):
         mark_ready(store, fields)
         return True
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
-    job = store.get(_key(JOB_SK))
+    job = _job(store)
     declaration = fleet_index.declaration
     same_job = job is not None and job["declaration"]["S"] == declaration
     start = _decoded(job["cursor"]["S"]) if same_job and "cursor" in job else None
@@ -127,6 +147,10 @@ def _reindex_device(pipeline, item: dict) -> None:
         except Moved as moved:
             item = moved.item
         except DeviceNotFound:
+            return
+        except ConditionFailed as refused:  # no room on the item for the index attributes
+            logger.warning("reindex left %s unindexed: its item has no room for the index attributes",
+                           refused.device_id)
             return
     logger.warning("reindex gave up on %s: it kept moving", item[table.PARTITION_KEY]["S"])
 

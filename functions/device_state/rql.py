@@ -17,9 +17,10 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 
-from .errors import InvalidFilter
+from .errors import InvalidFilter, InvalidValue
 from .fleet_index import MISSING, FleetIndexError, split_path
 from .sections import delta, same_value
+from .values import check_number, check_text
 
 MAX_FILTER_CHARS = 4096
 MAX_NODES = 200
@@ -199,6 +200,9 @@ class _Parser:
             decoder = json.JSONDecoder()
             try:
                 value, end = decoder.raw_decode(text, start)
+                check_text(value)
+            except InvalidValue as error:
+                raise InvalidFilter(f"the string is not storable text: {error}", start) from None
             except ValueError:
                 raise InvalidFilter("unterminated or malformed string", start) from None
             self.at = end
@@ -211,7 +215,11 @@ class _Parser:
         if not match:
             raise InvalidFilter('expected a value: a "string", a number, true or false', start)
         self.at = match.end()
-        return Decimal(match.group())
+        try:
+            return check_number(Decimal(match.group()))
+        except (InvalidValue, ArithmeticError):
+            raise InvalidFilter("the number is outside what a device can hold (38 significant digits, "
+                                "1E-130 to 9.99E+125)", start) from None
 
 
 # --------------------------------------------------------------------- judging

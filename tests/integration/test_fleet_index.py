@@ -62,7 +62,7 @@ def test_every_kind_of_write_leaves_the_index_attributes_its_sections_say(fleet_
         lambda: manager.update_with_retry("d1", MergePatch({"site": "paris"})),  # compiled, state
         lambda: manager.update_with_retry("d1", MergePatch({"firmware": "2.1"}), section="reported"),
         lambda: manager.update_with_retry("d1", MergePatch({"firmware": 21}), section="reported"),  # wrong type
-        lambda: manager.update_with_retry("d1", MergePatch({"firmware": "x" * 1001}), section="reported"),  # too long
+        lambda: manager.update_with_retry("d1", MergePatch({"firmware": "x" * 101}), section="reported"),  # too long
         lambda: manager.update_with_retry("d1", MergePatch({"firmware": ""}), section="reported"),
         lambda: manager.update_with_retry("d1", JsonPatch([{"op": "increment", "path": "/battery", "value": 7}]),
                                           section="reported"),
@@ -131,7 +131,7 @@ def test_a_backfill_write_whose_answer_is_lost_leaves_the_index_right(dynamodb_l
         assert faulty.reindex() is True
         assert forwarder.lost == ["UpdateItem"]
         item = stored(client, name, "r1")
-        assert item["ix:number:reported/battery"] == {"N": "2" if between else "1"}
+        assert item[declared.fields[0].attribute] == {"N": "2" if between else "1"}
         assert other.count_devices(f"eq(reported/battery,{2 if between else 1})") == {"count": 1}
     finally:
         forwarder.close()
@@ -153,5 +153,75 @@ def test_a_naive_backfill_loses_the_race_with_a_writer(dynamodb_local, local_tab
                        UpdateExpression="SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(sets))),
                        ExpressionAttributeNames={f"#a{i}": attribute for i, attribute in enumerate(sets)},
                        ExpressionAttributeValues={f":v{i}": value for i, value in enumerate(sets.values())})
-    assert stored(client, name, "n1")["ix:number:reported/battery"] == {"N": "1"}  # stale: the device holds 2
+    assert stored(client, name, "n1")[declared.fields[0].attribute] == {"N": "1"}  # stale: the device holds 2
     assert other.get("n1").reported["battery"] == 2
+
+
+def test_a_count_waits_for_every_declared_field_it_names(dynamodb_local, local_table):
+    """A count reads the index of each declared predicate: one still building answers 503,
+    even when the and's cheapest branch is on a ready field."""
+    client, name = local_table
+    DeviceStateManager(client, name).create("w1", {}, sections={"reported": {"battery": 1, "online": True}})
+    declared = FleetIndex.parse("reported/online:boolean,reported/battery:number")
+    table.ensure_table(client, name, declared)
+    manager = DeviceStateManager(client, name, fleet_index=declared)
+    mark_ready(manager.store, declared.fields[:1])  # online ready, battery still building
+    for text in ("and(eq(reported/online,true),gt(reported/battery,0))",
+                 "and(eq(reported/online,true),not(eq(reported/battery,5)))"):
+        with pytest.raises(IndexBuilding) as waiting:
+            manager.count_devices(text)
+        assert waiting.value.fields == ["reported/battery"]
+
+
+def test_a_field_declared_on_a_table_without_devices_is_ready_at_once(dynamodb_local, local_table):
+    client, name = local_table
+    table.ensure_table(client, name, FLEET)
+    manager = DeviceStateManager(client, name, fleet_index=FLEET)  # no ready marks: the table is empty
+    assert manager.count_devices("exists(state/site)") == {"count": 0}
+    manager.create("e1", {"site": "x"})
+    assert manager.count_devices("exists(state/site)") == {"count": 1}
+
+
+def test_a_field_taken_out_and_declared_again_is_filled_afresh(dynamodb_local, local_table):
+    client, name = local_table
+    battery = FleetIndex.parse("reported/battery:number")
+    both = FleetIndex.parse("reported/battery:number,state/site:string")
+    sites = FleetIndex.parse("state/site:string")
+    table.ensure_table(client, name, both)
+    first = DeviceStateManager(client, name, fleet_index=both)
+    first.create("r1", {"site": "a"}, sections={"reported": {"battery": 1}})
+    assert first.reindex() is True
+    without = DeviceStateManager(client, name, fleet_index=sites)  # battery taken out
+    without.update_with_retry("r1", MergePatch({"battery": 2}), section="reported")  # nothing keeps its index
+    assert without.reindex() is True  # forgets battery and removes its stale attribute
+    assert battery.fields[0].attribute not in stored(client, name, "r1")
+    again = DeviceStateManager(client, name, fleet_index=both)
+    with pytest.raises(IndexBuilding):
+        again.count_devices("eq(reported/battery,2)")
+    assert again.reindex() is True
+    assert again.count_devices("eq(reported/battery,2)") == {"count": 1}
+    assert again.count_devices("eq(reported/battery,1)") == {"count": 0}
+    assert battery.fields[0].attribute in stored(client, name, "r1")
+
+
+def test_forged_cursors_and_oversized_filters_are_refused_as_bad_requests(fleet_table):
+    import base64
+    import json
+
+    from functions.device_state import InvalidCursor, InvalidFilter
+
+    client, name, manager = fleet_table
+    for number in range(6):
+        manager.create(f"c{number}", {"site": f"s{number % 2}"})
+    _, cursor = manager.query_devices('eq(state/site,"s0")', limit=1)
+    body = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    moved = [position if not isinstance(position, list) else [position[0], "s1"] for position in body["p"]]
+    forged = base64.urlsafe_b64encode(json.dumps({**body, "p": moved}).encode()).decode().rstrip("=")
+    deep = base64.urlsafe_b64encode(b"[" * 6000).decode().rstrip("=")
+    for bad in (forged, deep, cursor[:-4]):
+        with pytest.raises(InvalidCursor):
+            manager.query_devices('eq(state/site,"s0")', limit=1, cursor=bad)
+    with pytest.raises(InvalidFilter, match="at most 100"):
+        manager.count_devices("or(" + ",".join(f"eq(reported/battery,{n})" for n in range(101)) + ")")
+    ordered = [device.state["site"] for device in manager.query_devices("exists(state/site)", sort=" state/site")[0]]
+    assert ordered == sorted(ordered) and ordered[0] == "s0"  # an unencoded + arrives as a space

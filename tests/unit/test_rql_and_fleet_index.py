@@ -31,6 +31,10 @@ FLEET = FleetIndex.parse("reported/firmware:string, reported/battery:number,repo
     ("like(reported/x,1)", 16, "prefix ending in *"),
     ("eq(reported/x,null)", 14, "expected a value"),
     ("eq(reported/x,01)", 15, "expected ')'"),
+    ("eq(reported/x,1e99999999999999999999)", 14, "outside what a device can hold"),
+    ("gt(reported/x,1e-200)", 14, "outside what a device can hold"),
+    ("eq(reported/x,1234567890123456789012345678901234567890)", 14, "outside what a device can hold"),
+    ('eq(reported/x,"\\ud800")', 14, "not storable text"),
 ])
 def test_a_malformed_filter_is_refused_at_its_position(text, position, words):
     with pytest.raises(InvalidFilter) as refused:
@@ -124,3 +128,22 @@ def test_what_a_compiled_patch_does_to_each_declared_field():
         [{"op": "add", "path": "/firmware", "value": {"x": 1}}])))
     assert values == {} and removes == [firmware.attribute]
     assert compiled_attributes(fields, effects(MergePatch({"other": 1}))) == ({}, {}, [])
+
+
+def test_two_members_set_below_a_field_remove_its_index_attribute_once():
+    fields = FleetIndex.parse("reported/a:string").fields
+    effects = MergePatch({"a": {"b": 1, "c": 2}}).compile("reported", nested=True).effects
+    assert compiled_attributes(fields, effects) == ({}, {}, [fields[0].attribute])
+
+
+def test_the_longest_cursor_fits_the_form_the_service_takes():
+    """16 shards, each at a device id of the longest and a string of the longest indexed (in
+    4-byte characters): the cursor stays inside FLEET_CURSOR_PATTERN, so no page's cursor is refused."""
+    from functions.api.request_parsing import FLEET_CURSOR_PATTERN
+    from functions.device_state.fleet_query import SHARDS, _encode_cursor
+    from functions.device_state.values import MAX_DEVICE_ID_CHARS
+
+    longest = "\U0001F600" * (MAX_STRING_BYTES // 4)
+    assert FleetIndex.parse("state/s:string").fields[0].holds(longest)
+    cursor = _encode_cursor("f" * 16, 99, [("d" * MAX_DEVICE_ID_CHARS, longest)] * SHARDS)
+    assert re.fullmatch(FLEET_CURSOR_PATTERN, cursor), len(cursor)
