@@ -44,6 +44,8 @@ def _principals(device: str) -> dict:
 # (a write that sets reported and something under the write right) names it alone.
 CASES = [
     ("GET", "/devices", None, None, 200, {"read"}),
+    ("GET", "/devices/count?filter=exists(state/site)", None, None, 200, {"read"}),
+    ("GET", '/devices?filter=eq(state/site,"x")', None, None, 200, {"read"}),
     ("POST", "/devices", {"deviceId": "{new}", "state": {}}, "application/json", 201, {"write"}),
     ("POST", "/devices", {"deviceId": "{new}", "state": {}, "desired": {"p": 1}}, "application/json", 201, {"write"}),
     ("POST", "/devices", {"deviceId": "{new}", "state": {}, "reported": {"p": 1}}, "application/json", 201,

@@ -96,7 +96,8 @@ def server(dynamodb_local):
     # processor (tested with its own server in test_changes_api.py) would add its writes to the
     # contention budget they measure.
     process, candidate = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=f"http-{uuid.uuid4().hex[:8]}",
-                                WORKERS="8", REQUEST_READ_SECONDS=str(READ_SECONDS), STREAM_PROCESSOR="off")
+                                WORKERS="8", REQUEST_READ_SECONDS=str(READ_SECONDS), STREAM_PROCESSOR="off",
+                                FLEET_INDEX="state/site:string")  # so that a count has a field to read
     yield candidate
     process.terminate()
     process.wait(timeout=20)
