@@ -52,7 +52,7 @@ from functions.device_state import table  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.values import from_attribute, item_size, to_attribute  # noqa: E402
 from bench import outcomes  # noqa: E402
-from localdev.dynamodb_local import DynamoDBLocal, free_port  # noqa: E402
+from localdev.dynamodb_local import dynamodb_local, free_port  # noqa: E402
 from bench import credentials  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
@@ -491,6 +491,7 @@ def main(argv=None) -> None:
                         help="the strategy 'tuned' (apart with another backoff, asked for by --strategies): "
                              "its base and cap in seconds, and 'equal' for equal jitter instead of full")
     parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--endpoint", help="a running DynamoDB Local (default: one started for the run)")
     args = parser.parse_args(argv)
     writers = [int(n) for n in args.writers.split(",")]
     strategies = args.strategies.split(",")
@@ -500,7 +501,7 @@ def main(argv=None) -> None:
         parser.error(f"unknown strategies or workloads: {', '.join(unknown)} (strategies: {', '.join(STRATEGIES)}; "
                      f"workloads: {', '.join(WORKLOADS)})")
 
-    with DynamoDBLocal() as dynamodb:
+    with dynamodb_local(args.endpoint) as dynamodb:
         server = None
         port = None
         backoff = Backoff()

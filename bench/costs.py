@@ -43,7 +43,7 @@ from functions.device_state.values import item_size  # noqa: E402
 from functions.push.delivery import Delivery  # noqa: E402
 from functions.push.fanout import changed_since  # noqa: E402
 from functions.push.subscriptions import Subscriptions  # noqa: E402
-from localdev.dynamodb_local import DynamoDBLocal  # noqa: E402
+from localdev.dynamodb_local import dynamodb_local  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"
 MILLION = 1_000_000
@@ -430,8 +430,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--reports-per-desire", type=int, default=REPORTS_PER_DESIRE,
                         help="reports before each measured desire (the reference fleet's hour)")
     parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--endpoint", help="a running DynamoDB Local (default: one started for the run)")
     args = parser.parse_args(argv)
-    with DynamoDBLocal() as dynamodb:
+    with dynamodb_local(args.endpoint) as dynamodb:
         kinds, sizes, timing = measure(dynamodb.endpoint, args.devices, args.reports_per_desire)
         timing.update(handler_milliseconds(dynamodb.endpoint, args.timing_runs))
     shape = topology()

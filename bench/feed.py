@@ -37,7 +37,7 @@ from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.table import state_key  # noqa: E402
 from functions.device_state.values import item_size  # noqa: E402
 from bench import credentials  # noqa: E402
-from localdev.dynamodb_local import DynamoDBLocal, free_port  # noqa: E402
+from localdev.dynamodb_local import dynamodb_local, free_port  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
 STATE_SIZES = {"small (~100 B)": 100, "medium (~10 KB)": 10_000, "large (~100 KB)": 100_000}
@@ -99,9 +99,10 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=200, help="sequential writes for the lag figure")
     parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--endpoint", help="a running DynamoDB Local (default: one started for the run)")
     args = parser.parse_args(argv)
     table_name = f"feed-{uuid.uuid4().hex[:8]}"
-    with DynamoDBLocal() as dynamodb:
+    with dynamodb_local(args.endpoint) as dynamodb:
         port = free_port()
         env = dict(os.environ, **credentials.server_environment(), DYNAMODB_ENDPOINT=dynamodb.endpoint,
                    TABLE_NAME=table_name, PORT=str(port),

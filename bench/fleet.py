@@ -36,7 +36,7 @@ from bench.contention import CountingClient  # noqa: E402
 from functions.device_state import DeviceStateManager, FleetIndex, MergePatch, dynamodb_client, table  # noqa: E402
 from functions.device_state.reindex import mark_ready  # noqa: E402
 from functions.device_state.values import to_attribute  # noqa: E402
-from localdev.dynamodb_local import DynamoDBLocal  # noqa: E402
+from localdev.dynamodb_local import dynamodb_local  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"
 FLEET = FleetIndex.parse("reported/firmware:string,reported/online:boolean,reported/battery:number,state/site:string")
@@ -175,12 +175,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pairs", type=int, default=1000)
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--endpoint", help="a running DynamoDB Local (default: start one for the run)")
+    parser.add_argument("--endpoint", help="a running DynamoDB Local (default: one started for the run)")
     parser.add_argument("--table", help="with --endpoint: this table, loaded once and reused by later runs")
     args = parser.parse_args(argv)
-    local = None if args.endpoint else DynamoDBLocal().start()
-    endpoint = args.endpoint or local.endpoint
-    try:
+    with dynamodb_local(args.endpoint) as dynamodb:
+        endpoint = dynamodb.endpoint
         counting = CountingClient(dynamodb_client(endpoint, "us-east-1"))
         name = args.table or f"fleet-{uuid.uuid4().hex[:8]}"
         manager = DeviceStateManager(counting, name, fleet_index=FLEET)
@@ -215,9 +214,6 @@ def main(argv: list[str] | None = None) -> dict:
                               for kind in ("filter_first_page", "filter_all_pages", "count", "group_by_count")}
         results["report_write_units"] = report_units(endpoint)
         results["freshness"] = freshness(manager, args.pairs, args.devices)
-    finally:
-        if local:
-            local.stop()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fleet.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "fleet.md").write_text(markdown(results))

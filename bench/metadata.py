@@ -33,7 +33,7 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
 from functions.device_state import DeviceStateManager, MergePatch, table  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.values import dumps  # noqa: E402
-from localdev.dynamodb_local import DynamoDBLocal  # noqa: E402
+from localdev.dynamodb_local import dynamodb_local  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
 DESIRED_LEAVES = 10  # a few desired leaves, so confirmation is computed too
@@ -74,9 +74,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--leaves", default="100,1000,10000", help="comma-separated leaf counts, smallest first")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=OUT, help="where metadata.json goes")
+    parser.add_argument("--endpoint", help="a running DynamoDB Local (default: one started for the run)")
     args = parser.parse_args(argv)
     sizes = [int(size) for size in args.leaves.split(",")]
-    with DynamoDBLocal() as dynamodb:
+    with dynamodb_local(args.endpoint) as dynamodb:
         client = dynamodb_client(dynamodb.endpoint, "us-east-1")
         name = f"bench-metadata-{uuid.uuid4().hex[:6]}"
         table.create_table(client, name)

@@ -36,7 +36,7 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
 
 from bench import credentials  # noqa: E402
 from bench.feed import percentile, request, wait_for  # noqa: E402
-from localdev.dynamodb_local import DynamoDBLocal, free_port  # noqa: E402
+from localdev.dynamodb_local import dynamodb_local, free_port  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"
 
@@ -161,9 +161,10 @@ def main(argv=None) -> None:
     parser.add_argument("--rate", type=float, default=10.0, help="writes a second, over all devices")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--endpoint", help="a running DynamoDB Local (default: one started for the run)")
     args = parser.parse_args(argv)
     table_name = f"push-{uuid.uuid4().hex[:8]}"
-    with DynamoDBLocal() as dynamodb:
+    with dynamodb_local(args.endpoint) as dynamodb:
         port = free_port()
         env = dict(os.environ, **credentials.server_environment(), DYNAMODB_ENDPOINT=dynamodb.endpoint,
                    TABLE_NAME=table_name, PORT=str(port), WORKERS="4", POWERTOOLS_LOG_LEVEL="ERROR",

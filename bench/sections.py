@@ -24,7 +24,7 @@ from bench.contention import CountingClient  # noqa: E402  (also sets dummy AWS 
 from functions.device_state import DeviceStateManager, MergePatch, table  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.values import item_size  # noqa: E402
-from localdev.dynamodb_local import DynamoDBLocal  # noqa: E402
+from localdev.dynamodb_local import dynamodb_local  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
 
@@ -67,8 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--writers", type=int, default=16)
     parser.add_argument("--updates", type=int, default=20, help="reports per writer")
     parser.add_argument("--out", type=Path, default=OUT, help="where sections.json goes")
+    parser.add_argument("--endpoint", help="a running DynamoDB Local (default: one started for the run)")
     args = parser.parse_args(argv)
-    with DynamoDBLocal() as dynamodb:
+    with dynamodb_local(args.endpoint) as dynamodb:
         client = dynamodb_client(dynamodb.endpoint, "us-east-1")
         name = f"bench-sections-{uuid.uuid4().hex[:6]}"
         table.create_table(client, name)

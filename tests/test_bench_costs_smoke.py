@@ -12,8 +12,9 @@ from bench import costs
 pytestmark = [pytest.mark.dynamodb_local, pytest.mark.toolchain]
 
 
-def test_cost_bench_smoke(tmp_path):
-    result = costs.main(["--devices", "2", "--timing-runs", "2", "--reports-per-desire", "12",
+def test_cost_bench_smoke(tmp_path, dynamodb_local):  # the suite's DynamoDB Local, not one of its own
+    result = costs.main(["--endpoint", dynamodb_local.endpoint,
+                         "--devices", "2", "--timing-runs", "2", "--reports-per-desire", "12",
                          "--out", str(tmp_path)])
     assert json.loads((tmp_path / "costs.json").read_text()) == result
     assert (tmp_path / "costs.md").read_text().count("**total**") == 2 and (tmp_path / "costs.png").stat().st_size

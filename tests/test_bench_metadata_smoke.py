@@ -11,8 +11,9 @@ from bench import metadata
 pytestmark = [pytest.mark.dynamodb_local]
 
 
-def test_metadata_bench_smoke(tmp_path):
-    figures = metadata.main(["--leaves", "20,200", "--repeats", "1", "--out", str(tmp_path)])
+def test_metadata_bench_smoke(tmp_path, dynamodb_local):  # the suite's DynamoDB Local, not one of its own
+    figures = metadata.main(["--endpoint", dynamodb_local.endpoint,
+                             "--leaves", "20,200", "--repeats", "1", "--out", str(tmp_path)])
     assert json.loads((tmp_path / "metadata.json").read_text()) == figures
     assert [row["leaves"] for row in figures["rows"]] == [20, 200]
     for row in figures["rows"]:

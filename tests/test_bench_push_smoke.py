@@ -11,8 +11,9 @@ from bench import push
 pytestmark = [pytest.mark.dynamodb_local]
 
 
-def test_push_bench_smoke(tmp_path):
-    push.main(["--subscribers", "6", "--devices", "2", "--seconds", "2", "--rate", "5", "--out", str(tmp_path)])
+def test_push_bench_smoke(tmp_path, dynamodb_local):  # the suite's DynamoDB Local, not one of its own
+    push.main(["--endpoint", dynamodb_local.endpoint,
+               "--subscribers", "6", "--devices", "2", "--seconds", "2", "--rate", "5", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "push.json").read_text())
     assert result["lost"] == 0 and result["messages"] == 3 * result["writes"]
     assert 0 < result["latency_ms_p50"] <= result["latency_ms_p95"] <= result["latency_ms_max"]

@@ -11,8 +11,9 @@ from bench import sections
 pytestmark = [pytest.mark.dynamodb_local]
 
 
-def test_sections_bench_smoke(tmp_path):
-    sections.main(["--writers", "3", "--updates", "3", "--out", str(tmp_path)])
+def test_sections_bench_smoke(tmp_path, dynamodb_local):  # the suite's DynamoDB Local, not one of its own
+    sections.main(["--endpoint", dynamodb_local.endpoint,
+                   "--writers", "3", "--updates", "3", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "sections.json").read_text())
     assert result["acknowledged"] == 9 and result["successRate"] == 1.0 and result["lostReports"] == 0
     assert result["versionIsOnePlusAcknowledged"] is True

@@ -12,8 +12,9 @@ from bench import contention
 pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency]
 
 
-def test_bench_smoke(tmp_path):
-    contention.main(["--writers", "1,8", "--updates", "96", "--strategies", "naive,library,apart",
+def test_bench_smoke(tmp_path, dynamodb_local):  # the suite's DynamoDB Local, not one of its own
+    contention.main(["--endpoint", dynamodb_local.endpoint,
+                     "--writers", "1,8", "--updates", "96", "--strategies", "naive,library,apart",
                      "--workloads", "increment", "--cold-runs", "1", "--journal-writes", "40",
                      "--fault-updates", "6", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "latest.json").read_text())
