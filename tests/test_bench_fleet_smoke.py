@@ -14,7 +14,8 @@ pytestmark = pytest.mark.dynamodb_local
 
 
 def test_fleet_bench_smoke(tmp_path, dynamodb_local):
-    result = fleet.main(["--devices", "1000", "--runs", "1", "--pairs", "20", "--out", str(tmp_path),
+    result = fleet.main(["--devices", "1000", "--runs", "1", "--pairs", "10", "--report-writes", "2",
+                         "--out", str(tmp_path),
                          "--endpoint", dynamodb_local.endpoint])
     assert json.loads((tmp_path / "fleet.json").read_text()) == json.loads(json.dumps(result))
     assert result["filter_all_pages"]["answer"] == 1  # 0.1 % of 1,000
@@ -24,5 +25,5 @@ def test_fleet_bench_smoke(tmp_path, dynamodb_local):
     assert units["with index"]["report_changing_battery"] == units["without index"]["report_changing_battery"] + 2
     assert units["with index"]["report_changing_no_indexed_field"] == \
         units["without index"]["report_changing_no_indexed_field"]
-    assert result["freshness"] == {"pairs": 20, "stale": 0}
+    assert result["freshness"] == {"pairs": 10, "stale": 0}
     assert "| a filter matching 0.1 %" in (tmp_path / "fleet.md").read_text()

@@ -222,7 +222,7 @@ def test_sort_orders_by_the_field_with_devices_lacking_it_last(fleet):
 def test_a_write_is_visible_to_the_next_query_and_count(fleet):
     server, devices = fleet
     device_id = "fq-003"
-    for round_no in range(25):
+    for round_no in range(12):
         version = f"9.{round_no}"
         status, _, body = server.request("PATCH", f"/devices/{device_id}/reported", {"firmware": version},
                                          headers={"Content-Type": "application/merge-patch+json"})
@@ -232,12 +232,12 @@ def test_a_write_is_visible_to_the_next_query_and_count(fleet):
         assert get(server, "/devices/count", filter=f'eq(reported/firmware,"{version}")')[1] == {"count": 1}
         previous = f"9.{round_no - 1}"
         assert get(server, "/devices/count", filter=f'eq(reported/firmware,"{previous}")')[1] == {"count": 0}
-    devices[device_id]["reported"]["firmware"] = "9.24"
+    devices[device_id]["reported"]["firmware"] = "9.11"
     # a value of another type leaves the index at once
-    server.request("PATCH", f"/devices/{device_id}/reported", {"firmware": 924},
+    server.request("PATCH", f"/devices/{device_id}/reported", {"firmware": 911},
                    headers={"Content-Type": "application/merge-patch+json"})
-    assert get(server, "/devices/count", filter='eq(reported/firmware,"9.24")')[1] == {"count": 0}
-    server.request("PATCH", f"/devices/{device_id}/reported", {"firmware": "9.24"},
+    assert get(server, "/devices/count", filter='eq(reported/firmware,"9.11")')[1] == {"count": 0}
+    server.request("PATCH", f"/devices/{device_id}/reported", {"firmware": "9.11"},
                    headers={"Content-Type": "application/merge-patch+json"})
     # an increment (a compiled patch) keeps a number field's index
     before = devices["fq-004"]["reported"].get("battery")
