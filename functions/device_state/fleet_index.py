@@ -122,12 +122,8 @@ class Field:
     def value_in(self, documents: dict):
         """The field's value in ``{section: document}``, or MISSING when it is absent or
         not of the declared type."""
-        value = documents.get(self.section) or {}
-        for part in self.parts:
-            if not isinstance(value, dict) or part not in value:
-                return MISSING
-            value = value[part]
-        return value if self.holds(value) else MISSING
+        value = value_at(documents.get(self.section) or {}, self.parts)
+        return value if value is not MISSING and self.holds(value) else MISSING
 
 
 @dataclass(frozen=True)
@@ -220,7 +216,7 @@ def compiled_attributes(fields, effects) -> tuple[dict, dict, list[str]]:
                 else:
                     removes.append(field.attribute)
             elif field.parts[:len(parts)] == parts:
-                value = _inside(payload, field.parts[len(parts):]) if kind == SET else MISSING
+                value = value_at(payload, field.parts[len(parts):]) if kind == SET else MISSING
                 encoded = field.encode(value) if value is not MISSING else None
                 if encoded is None:
                     removes.append(field.attribute)
@@ -231,7 +227,8 @@ def compiled_attributes(fields, effects) -> tuple[dict, dict, list[str]]:
     return values, operands, list(dict.fromkeys(removes))  # two members below a field remove it once
 
 
-def _inside(value, parts: tuple):
+def value_at(value, parts: tuple):
+    """The member of ``value`` at ``parts`` (object members only), or MISSING."""
     for part in parts:
         if not isinstance(value, dict) or part not in value:
             return MISSING

@@ -194,9 +194,9 @@ class FleetQuery:
         if sort is not None and not (len(scans) == 1 and scans[0].field == sort.field):
             # the sort field's whole index in order, then what matches without the field
             scans = [Scan(sort.field, "all"), *scans]
-        self._check_ready({scan.field for scan in scans})
         fingerprint = hashlib.sha256(f"{text}\n{sort_text}".encode()).hexdigest()[:16]
         at, positions = _decode_cursor(cursor, fingerprint, scans) if cursor else (0, [None] * SHARDS)
+        self._check_ready({scan.field for scan in scans})  # the whole request checked before any read
         descending = sort is not None and sort.descending
         found: list[Device] = []
         for _ in range(MAX_ROUNDS_PER_PAGE):

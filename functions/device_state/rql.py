@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from .errors import InvalidFilter, InvalidValue
-from .fleet_index import MISSING, FleetIndexError, split_path
+from .fleet_index import MISSING, FleetIndexError, split_path, value_at
 from .sections import delta, same_value
 from .values import check_number, check_text
 
@@ -31,6 +31,7 @@ COMPARISONS = ("eq", "ne", "gt", "ge", "lt", "le")
 
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _PATH_END = re.compile(r"[,()]")
+_OPERATOR = re.compile(r"[a-z]+")
 
 
 @dataclass(frozen=True)
@@ -40,12 +41,7 @@ class Path:
     text: str
 
     def value_in(self, documents: dict):
-        value = documents.get(self.section) or {}
-        for part in self.parts:
-            if not isinstance(value, dict) or part not in value:
-                return MISSING
-            value = value[part]
-        return value
+        return value_at(documents.get(self.section) or {}, self.parts)
 
 
 @dataclass(frozen=True)
@@ -128,7 +124,7 @@ class _Parser:
             raise InvalidFilter(f"filter has more than {MAX_NODES} operators", self.at)
         self.space()
         start = self.at
-        match = re.compile(r"[a-z]+").match(self.text, self.at)
+        match = _OPERATOR.match(self.text, self.at)
         operator = match.group() if match else ""
         if operator not in (*COMPARISONS, "in", "like", "exists", "and", "or", "not"):
             raise InvalidFilter("expected one of eq, ne, gt, ge, lt, le, in, like, exists, and, or, not", start)
