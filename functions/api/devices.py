@@ -28,6 +28,7 @@ DEFAULT_LIST_LIMIT = 50
 MAX_DELTA_WAIT_SECONDS = 20
 # What every write of one device takes: include=metadata, every header of the service's, a body.
 DEVICE_WRITE = {"query": (parse.INCLUDE,), "headers": parse.SERVICE_HEADERS, "body": True}
+DESIRED_WRITE = {**DEVICE_WRITE, "query": (parse.INCLUDE, *parse.DESIRE_QUERY)}  # expiry, clear on confirm
 
 router = Router()
 
@@ -207,7 +208,7 @@ def patch_device(device_id: str):
     return _patch_section(device_id, STATE)
 
 
-@route(router, "/devices/<device_id>/desired", "PATCH", **DEVICE_WRITE)
+@route(router, "/devices/<device_id>/desired", "PATCH", **DESIRED_WRITE)
 def patch_desired(device_id: str):
     return _patch_section(device_id, DESIRED)
 
@@ -217,7 +218,7 @@ def patch_reported(device_id: str):
     return _patch_section(device_id, REPORTED)
 
 
-@route(router, "/devices/<device_id>/desired", "PUT", **DEVICE_WRITE)
+@route(router, "/devices/<device_id>/desired", "PUT", **DESIRED_WRITE)
 def put_desired(device_id: str):
     return _put_section(device_id, DESIRED)
 
@@ -225,6 +226,19 @@ def put_desired(device_id: str):
 @route(router, "/devices/<device_id>/reported", "PUT", **DEVICE_WRITE)
 def put_reported(device_id: str):
     return _put_section(device_id, REPORTED)
+
+
+@route(router, "/devices/<device_id>/desired/acks", "POST", query=(parse.INCLUDE,),
+       headers=(parse.IDEMPOTENCY_KEY, parse.LEASE_TOKEN), body=True)
+def acknowledge_desired(device_id: str):
+    """The device's answers to desires: applied, in progress, refused or failed, per leaf."""
+    write = _device_write(device_id)
+    acks = parse.acks(parse.json_body(router.current_event))
+    replayed = write.replayed()
+    if replayed:
+        return replayed
+    device = write.writer().acknowledge(write.device_id, acks, idempotency=write.key)
+    return write_response(router.current_event, device, UPDATED)
 
 
 @route(router, "/devices/<device_id>/delta", "GET", "HEAD", query=("since", "waitSeconds"),
@@ -256,12 +270,14 @@ def _put_section(device_id: str, section: str):
     device_id, preconditions = write.device_id, write.preconditions
     body = parse.json_object(parse.json_body(router.current_event), "the body", (section,))
     document = parse.document(body[section], section)
+    desire = parse.desire_options(router.current_event) if section == DESIRED else None
     replayed = write.replayed()
     if replayed:
         return replayed
     _require_if_match(preconditions, "PUT")
     expected = None if preconditions.none else _expected_version(device_id, preconditions)
-    device = write.writer().replace_section(device_id, section, document, expected, idempotency=write.key)
+    device = write.writer().replace_section(device_id, section, document, expected, idempotency=write.key,
+                                            desire=desire)
     return write_response(router.current_event, device, REPLACED)
 
 
@@ -269,6 +285,7 @@ def _patch_section(device_id: str, section: str):
     write = _device_write(device_id)
     device_id, preconditions, key = write.device_id, write.preconditions, write.key
     update_fn = _patch_function()
+    desire = parse.desire_options(router.current_event) if section == DESIRED else None
     replayed = write.replayed()
     if replayed:
         return replayed
@@ -278,10 +295,10 @@ def _patch_section(device_id: str, section: str):
     try:
         if preconditions.none:
             device = writer.update_with_retry(device_id, update_fn, budget_seconds=budget(router.lambda_context),
-                                              idempotency=key, section=section)
+                                              idempotency=key, section=section, desire=desire)
         else:
             device = writer.update(device_id, update_fn, _expected_version(device_id, preconditions),
-                                   idempotency=key, section=section)
+                                   idempotency=key, section=section, desire=desire)
     finally:
         record_patch_latency((time.perf_counter() - started) * 1000)
     return write_response(router.current_event, device, UPDATED)

@@ -506,18 +506,22 @@ OPENAPI["components"]["schemas"]["ChangePage"] = {
 
 
 # ---- Desired, reported and delta: section routes, the lean delta, include=metadata.
-from functions.device_state import DEVICE_SECTIONS  # noqa: E402
+from functions.device_state import (DEVICE_SECTIONS, MAX_ACKS, MAX_EXPIRY_SECONDS, MAX_REASON_CHARS,  # noqa: E402
+                                    MIN_EXPIRY_SECONDS)
 from .devices import MAX_DELTA_WAIT_SECONDS  # noqa: E402
 
 _INCLUDE = {"name": "include", "in": "query", "required": False, "schema": {"type": "string", "enum": ["metadata"]},
             "description": "metadata: add per-leaf version, updatedAt and confirmedVersion of desired and reported"}
 _DELTA_RULES = (
     "delta: every desired leaf (a scalar, an array compared whole, or an empty object) that reported lacks or "
-    "holds differently (numbers by exact value), at its full path with the desired value; reported-only "
-    "members are not in it; {} when there is no difference.")
+    "holds differently (numbers by exact value), at its full path with the desired value, except leaves the "
+    "device refused (an ack of 400 or more) and desires past their expiry; reported-only members are not in it; "
+    "{} when there is no difference.")
 _CONFIRMATION = (
     "A desired leaf carries confirmedVersion v when reported holds an equal value at the same path, last set "
-    "at version v >= the desired leaf's version.")
+    "at version v >= the desired leaf's version; expiresAt and expired (a desire with expiresIn), clearOnConfirm, "
+    "and ack {code, version, reason, at} (the device's answer to this desire); a leaf cleared on confirm keeps "
+    "{version, confirmedVersion, cleared: true}.")
 for _section in DEVICE_SECTIONS:
     OPENAPI["paths"][f"/devices/{{deviceId}}/{_section}"] = {
         "parameters": [_DEVICE_ID],
@@ -542,6 +546,42 @@ for _section in DEVICE_SECTIONS:
                           "422": _REUSED, **_WRITE_ERRORS},
         },
     }
+_DESIRE_PARAMETERS = [
+    {"name": "expiresIn", "in": "query", "required": False,
+     "schema": {"type": "integer", "minimum": MIN_EXPIRY_SECONDS, "maximum": MAX_EXPIRY_SECONDS},
+     "description": "Seconds after which each leaf this write sets leaves the delta unless the device confirmed it "
+                    "(its metadata then says expired); nothing is written at the deadline"},
+    {"name": "clearOnConfirm", "in": "query", "required": False, "schema": {"type": "boolean", "default": False},
+     "description": "true: the report that confirms a leaf this write sets removes it from desired in the same "
+                    "write (its metadata keeps the confirmation, cleared: true)"},
+]
+for _method in ("patch", "put"):
+    OPENAPI["paths"]["/devices/{deviceId}/desired"][_method]["parameters"] += _DESIRE_PARAMETERS
+OPENAPI["paths"]["/devices/{deviceId}/desired/acks"] = {
+    "parameters": [_DEVICE_ID],
+    "post": {
+        "operationId": "acknowledgeDesired",
+        "description": "The device's answers to desires, per leaf (IoT Plug and Play's convention): 200 applied, "
+                       "202 in progress (the leaf stays in the delta), 400-499 refused and 500-599 failed (the leaf "
+                       "leaves the delta until desired sets it again). Each names the leaf's desired version it "
+                       "answers; all are recorded in one write, or none.",
+        "parameters": [_IDEMPOTENCY_KEY, _LEASE_TOKEN, _INCLUDE],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["acks"], "additionalProperties": False,
+            "properties": {"acks": {"type": "array", "minItems": 1, "maxItems": MAX_ACKS, "items": {
+                "type": "object", "required": ["path", "version", "code"], "additionalProperties": False,
+                "properties": {
+                    "path": {"type": "string", "pattern": "^/", "description": "JSON Pointer of a desired leaf"},
+                    "version": {"type": "integer", "minimum": 1, "description": "The leaf's desired version"},
+                    "code": {"type": "integer", "minimum": 200, "maximum": 599},
+                    "reason": {"type": "string", "maxLength": MAX_REASON_CHARS}}}}}}}}},
+        "responses": {"200": _device("Recorded"), "404": _problem("No such device"),
+                      "409": _problem("desire-moved: desired set the leaf again, or no longer holds it, since the "
+                                      "version acknowledged (path, ackVersion, leafVersion); or the Lease-Token "
+                                      "names no active lease"),
+                      "423": _LOCKED, "422": _REUSED, **_WRITE_ERRORS},
+    },
+}
 OPENAPI["paths"]["/devices/{deviceId}/delta"] = {
     "parameters": [_DEVICE_ID],
     "get": {
@@ -592,6 +632,9 @@ OPENAPI["paths"]["/devices/{deviceId}/changes"]["get"]["parameters"].append({
     "name": "sections", "in": "query", "schema": {"type": "string", "pattern": "^(state|desired|reported)"
                                                                               "(,(state|desired|reported))*$"},
     "description": "Only changes to these sections (comma-separated); nextSince still moves past the others"})
+_schemas["Change"]["properties"]["acks"] = {
+    "type": "array", "description": "Only on a change that recorded acknowledgements: each {path, version, code, "
+                                    "reason, at}", "items": {"type": "object"}}
 _schemas["Change"]["properties"]["sections"] = {
     "type": "array", "items": {"type": "string", "enum": ["state", "desired", "reported"]},
     "description": "The sections the write changed"}

@@ -11,7 +11,7 @@ import time
 
 from .resolver import Response
 
-from functions.device_state import (ConditionFailed, DeviceAlreadyExists, DeviceLocked, DeviceNotFound,
+from functions.device_state import (ConditionFailed, DesireMoved, DeviceAlreadyExists, DeviceLocked, DeviceNotFound,
                                     IdempotencyKeyReused, IndexBuilding, InvalidCursor, InvalidFilter, InvalidDeviceId,
                                     InvalidIdempotencyKey, InvalidLease, InvalidPatch, InvalidSince,
                                     InvalidTransaction, InvalidValue, ItemTooLarge, LeaseBusy, LeaseLost,
@@ -95,6 +95,7 @@ _LIBRARY_ERRORS = {
     DeviceAlreadyExists: (409, "device-exists", "Device exists already"),
     VersionConflict: (412, "version-conflict", "Device is at another version"),
     ConditionFailed: (409, "condition-failed", "Condition not met"),
+    DesireMoved: (409, "desire-moved", "The acknowledged desire is not the leaf's current one; nothing was written"),
     InvalidTransaction: (400, "invalid-transaction", "Invalid transaction"),
     TransactionFailed: (409, "transaction-failed", "Transaction not applied; nothing was written"),
     InvalidLease: (400, "invalid-lease", "Invalid lease request"),
@@ -185,6 +186,8 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
             _lease_expiry(error, headers, members)
         if isinstance(error, Unauthenticated):  # RFC 6750 3.1
             headers["WWW-Authenticate"] = 'Bearer error="invalid_token"' if error.token_given else "Bearer"
+        if isinstance(error, DesireMoved):
+            members.update(path=error.path, ackVersion=error.version, leafVersion=error.current_version)
         if isinstance(error, Forbidden):
             members.update(action=error.action, resource=error.resource, index=error.index)
     if current is not None:

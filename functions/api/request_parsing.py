@@ -7,9 +7,12 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from urllib.parse import unquote
 
 from functions.device_state import Device, InvalidCursor, InvalidDeviceId, InvalidValue, store
+from functions.device_state import (MAX_ACKS, MAX_EXPIRY_SECONDS, MIN_EXPIRY_SECONDS, Ack, DesireOptions,
+                                    check_acks)
 from functions.device_state import MAX_VERSION, loads, validate_device_id  # noqa: F401 (parse.MAX_VERSION)
 
 from .problems import BadRequest, PayloadTooLarge, PreconditionFailed, UnsupportedMediaType
@@ -323,3 +326,48 @@ def _raw_query(event) -> dict[str, list]:
     multi = event.get("multiValueQueryStringParameters") or {}
     single = event.get("queryStringParameters") or {}
     return {name: multi.get(name) or [single.get(name)] for name in set(multi) | set(single)}
+
+
+EXPIRES_IN, CLEAR_ON_CONFIRM = "expiresIn", "clearOnConfirm"
+DESIRE_QUERY = (EXPIRES_IN, CLEAR_ON_CONFIRM)  # what a desired write's query says of its leaves
+
+
+def desire_options(event) -> DesireOptions | None:
+    """``?expiresIn=<seconds>&clearOnConfirm=true`` of a desired write, or None without them."""
+    values = query(event)
+    if not any(name in values for name in DESIRE_QUERY):
+        return None
+    clear = values.get(CLEAR_ON_CONFIRM, "false")
+    if clear not in ("true", "false"):
+        raise BadRequest(f"{CLEAR_ON_CONFIRM} must be true or false")
+    return DesireOptions(integer(values, EXPIRES_IN, None, MIN_EXPIRY_SECONDS, MAX_EXPIRY_SECONDS), clear == "true")
+
+
+def _whole(value):
+    """A JSON number that is a whole number, as an int (the service reads numbers exactly, as Decimal)."""
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value() \
+            and abs(value) < 10 ** 18:
+        return int(value)
+    return value
+
+
+def acks(body) -> list[Ack]:
+    """The body of ``POST /devices/{id}/desired/acks``: ``{"acks": [{"path", "version", "code", "reason"}]}``."""
+    listed = json_object(body, "the body", ("acks",))["acks"]
+    if not isinstance(listed, list) or not 1 <= len(listed) <= MAX_ACKS:
+        raise BadRequest(f"acks must be an array of 1 to {MAX_ACKS} acknowledgements")
+    parsed = []
+    for index, entry in enumerate(listed):
+        entry = json_object(entry, f"acks[{index}]", ("path", "version", "code"), ("reason",))
+        try:
+            parsed.append(Ack(entry["path"], _whole(entry["version"]), _whole(entry["code"]), entry.get("reason")))
+        except ValueError as error:  # InvalidValue (the reason's length) keeps its own problem
+            if isinstance(error, InvalidValue):
+                raise
+            raise BadRequest(f"acks[{index}]: {error}") from None
+    try:
+        return check_acks(parsed)
+    except InvalidValue:
+        raise
+    except ValueError as error:
+        raise BadRequest(str(error)) from None

@@ -185,6 +185,7 @@ _write_route("DELETE", "/devices/<device_id>", WriteKind.DELETE)
 _write_route("PATCH", "/devices/<device_id>", WriteKind.UPDATE, STATE)
 _write_route("PATCH PUT", "/devices/<device_id>/desired", WriteKind.UPDATE, DESIRED)
 _write_route("PATCH PUT", "/devices/<device_id>/reported", WriteKind.UPDATE, REPORTED)
+_rights("POST", "/devices/<device_id>/desired/acks", (WRITE, f"{_D}/{REPORTED}"))  # the device answers desires
 _rights("GET HEAD", "/devices/<device_id>/delta", (READ, _D))
 _rights("GET HEAD", "/devices/<device_id>/versions/<version>", (READ, _D))
 _rights("GET HEAD", "/devices/<device_id>/changes", needed_to_follow("{device_id}")[0])

@@ -9,7 +9,7 @@ import json
 import logging
 import threading
 
-from functions.device_state import Change, delta, dumps
+from functions.device_state import Change, dumps
 
 SOURCE = "device-state"
 DETAIL_TYPE = "DeviceStateChanged"
@@ -31,8 +31,10 @@ def detail(change: Change) -> dict:
     (``patchOmitted``, ``deltaOmitted``) only when even that does not fit."""
     body = {"deviceId": change.device_id, "version": change.version, "previousVersion": change.previous_version,
             "kind": change.kind, "updatedAt": change.updated_at, "sections": list(change.sections),
-            "delta": None if change.state is None else delta(change.desired or {}, change.reported or {}),
+            "delta": None if change.state is None else change.device().delta(),
             "patch": change.patch, "state": change.state}
+    if change.acks:
+        body["acks"] = list(change.acks)
     for omitted in ("state", "patch", "delta"):
         if _entry_bytes(body) <= MAX_EVENT_BYTES - EVENT_MARGIN_BYTES:
             break

@@ -9,6 +9,7 @@ from .errors import (
     DeviceAlreadyExists,
     DeviceLocked,
     DeviceNotFound,
+    DesireMoved,
     DeviceStateError,
     IdempotencyKeyReused,
     IndexBuilding,
@@ -60,8 +61,18 @@ from .planning import DEFAULT_TOMBSTONE_SECONDS, MAX_STATE_ITEM_BYTES
 from .fleet_index import MAX_FIELDS as MAX_FLEET_FIELDS, FleetIndex, FleetIndexError
 from .fleet_query import MAX_LIMIT as MAX_QUERY_LIMIT
 from .rql import MAX_FILTER_CHARS
+from .desires import (MAX_ACKS, MAX_EXPIRY_SECONDS, MAX_REASON_CHARS, MIN_EXPIRY_SECONDS, Ack, DesireOptions,
+                      check_acks)
 
 __all__ = [
+    "Ack",
+    "check_acks",
+    "DesireMoved",
+    "DesireOptions",
+    "MAX_ACKS",
+    "MAX_EXPIRY_SECONDS",
+    "MAX_REASON_CHARS",
+    "MIN_EXPIRY_SECONDS",
     "FleetIndex",
     "FleetIndexError",
     "IndexBuilding",

@@ -12,7 +12,8 @@ from datetime import datetime
 from . import table
 from .device import Device
 from .expressions import number
-from .sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, VERSION_SPAN, entries_of
+from .sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, STATUS, VERSION_SPAN, entries_of
+from .times import timestamp
 from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads
 
 CHANGE_SK_PREFIX = "change#"
@@ -25,9 +26,10 @@ KIND = "kind"
 PATCH = "patch"  # RFC 6902, as JSON text (no nesting limit to meet)
 SECTIONS_CHANGED = "sections"  # the sections the write changed (a list of names)
 LOST = "lost"  # true on the marker of a version whose change could not be recorded
+ACKS = "acks"  # the device's acknowledgements of desires this write recorded, as JSON text
 # The device attributes a change item copies from the new image (besides state).
-_COPIED = (table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
-_METADATA = (table.META_DESIRED, table.META_REPORTED)
+_COPIED = (table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED, table.STATUS_DESIRED)
+_METADATA = (table.META_DESIRED, table.META_REPORTED, table.STATUS_DESIRED)
 SIZE_MARGIN_BYTES = 1024
 
 
@@ -48,16 +50,20 @@ class Change:
     sections: tuple = SECTIONS  # the sections the write changed
     desired: dict | None = None  # None for a delete (and when stored without it)
     reported: dict | None = None
-    entries: dict | None = None  # per-leaf metadata entries of desired and reported
+    entries: dict | None = None  # per-leaf entries: metadata of desired and reported, desired's statuses
     lost: bool = False  # its change could not be recorded
     # per section with a changed mark (desired, reported): the version that last changed it,
     # as of this change (empty when the item does not carry them)
     last_changed: dict = field(default_factory=dict)
+    acks: tuple = ()  # the acknowledgements of desires this write recorded (``acks_between``)
 
     def as_dict(self) -> dict:
-        return {"deviceId": self.device_id, "version": self.version, "previousVersion": self.previous_version,
-                "kind": self.kind, "sections": list(self.sections), "patch": self.patch,
-                "updatedAt": self.updated_at}
+        shown = {"deviceId": self.device_id, "version": self.version, "previousVersion": self.previous_version,
+                 "kind": self.kind, "sections": list(self.sections), "patch": self.patch,
+                 "updatedAt": self.updated_at}
+        if self.acks:
+            shown["acks"] = list(self.acks)
+        return shown
 
     def device(self) -> Device:
         """The device as it was at this change (not for a delete)."""
@@ -92,7 +98,20 @@ def change_of(old: dict | None, new: dict | None) -> Change | None:
         updated_at=new.get(table.UPDATED_AT, {}).get("S") or new[table.DELETED_AT]["S"],
         sections=SECTIONS if kind in (CREATED, DELETED) else changed_sections(before, after, new, version),
         desired=after and after[DESIRED], reported=after and after[REPORTED], entries=after and entries_of(new),
-        last_changed=_last_changed(new))
+        last_changed=_last_changed(new), acks=acks_between(old, new) if kind == UPDATED else ())
+
+
+def acks_between(old: dict | None, new: dict) -> tuple:
+    """The acknowledgements of desires recorded between two images of a state item:
+    ``{"path", "version", "code", "reason", "at"}`` for each status whose ack is new."""
+    before = entries_of(old or {}).get(STATUS, {})
+    found = []
+    for leaf, status in sorted(entries_of(new).get(STATUS, {}).items()):
+        if "a" in status and {key: status.get(key) for key in "vart"} != {key: before.get(leaf, {}).get(key)
+                                                                         for key in "vart"}:
+            found.append({"path": leaf, "version": int(status["v"]), "code": int(status["a"]),
+                          "reason": status.get("r"), "at": timestamp(int(status["t"]) / 1000)})
+    return tuple(found)
 
 
 def _last_changed(item: dict) -> dict:
@@ -170,6 +189,8 @@ def _change_base(change: Change, retention_seconds: int) -> dict:
     if change.created_at:
         item[table.CREATED_AT] = {"S": change.created_at}
     item[SECTIONS_CHANGED] = {"L": [{"S": section} for section in change.sections]}
+    if change.acks:
+        item[ACKS] = {"S": dumps(list(change.acks))}
     return item
 
 
@@ -230,4 +251,5 @@ def change_from_item(item: dict) -> Change:
         previous_version=int(item[PREVIOUS_VERSION]["N"]), kind=item[KIND]["S"], patch=patch, state=state,
         created_at=item.get(table.CREATED_AT, {}).get("S"), updated_at=item[table.UPDATED_AT]["S"],
         sections=sections, desired=whole[DESIRED], reported=whole[REPORTED], entries=entries_of(item),
-        lost=LOST in item, last_changed=_last_changed(item))
+        lost=LOST in item, last_changed=_last_changed(item),
+        acks=tuple(loads(item[ACKS]["S"])) if ACKS in item else ())

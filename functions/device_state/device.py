@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
-from . import table
-from .sections import delta, entries_of, metadata
+from . import desires, table
+from .sections import DESIRED, entries_of, metadata
 from .times import timestamp
 from .values import from_attribute
 
@@ -23,7 +24,8 @@ class Device:
     replayed: bool = field(default=False, compare=False)
     desired: dict = field(default_factory=dict)
     reported: dict = field(default_factory=dict)
-    # The stored per-leaf metadata entries of desired and reported (see sections.py).
+    # The stored per-leaf entries: metadata of desired and reported, desired's statuses
+    # (see sections.py, desires.py).
     entries: dict = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -39,18 +41,25 @@ class Device:
             entries=entries_of(item),
         )
 
-    def as_dict(self, include_metadata: bool = False) -> dict:
-        """The resource as the API shows it; per-leaf metadata only when asked."""
+    def delta(self, now: float | None = None) -> dict:
+        """What the device is asked to act on at ``now``: desired leaves reported lacks or
+        holds differently, less those it refused and those whose desire expired."""
+        return desires.open_delta(self.desired, self.reported, self.entries, time.time() if now is None else now)
+
+    def as_dict(self, include_metadata: bool = False, now: float | None = None) -> dict:
+        """The resource as the API shows it at ``now``; per-leaf metadata only when asked."""
+        now = time.time() if now is None else now
         shown = {
             "deviceId": self.device_id,
             "version": self.version,
             "state": self.state,
             "desired": self.desired,
             "reported": self.reported,
-            "delta": delta(self.desired, self.reported),
+            "delta": self.delta(now),
             "createdAt": self.created_at,
             "updatedAt": self.updated_at,
         }
         if include_metadata:
             shown["metadata"] = metadata(self.desired, self.reported, self.entries)
+            desires.annotate(shown["metadata"][DESIRED], self.desired, self.entries, now)
         return shown

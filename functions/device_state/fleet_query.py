@@ -406,7 +406,9 @@ CURSOR_REFUSED = "cursor is not one this listing issued (cursors belong to one f
 
 
 def _documents(device: Device) -> dict:
-    return {"state": device.state, "desired": device.desired, "reported": device.reported}
+    """What a filter judges: the sections, and the delta as the device is asked to act on it."""
+    return {"state": device.state, "desired": device.desired, "reported": device.reported,
+            rql.DELTA: device.delta()}
 
 
 def _nest(path: rql.Path, value) -> dict:

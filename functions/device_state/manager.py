@@ -15,6 +15,7 @@ from boto3.dynamodb.conditions import ConditionBase
 
 from . import table
 from .changes import ChangeLog, InvalidSince
+from .desires import Ack, DesireOptions, check_acks
 from .device import Device
 from .errors import DeviceNotFound
 from .expressions import Expression, live
@@ -32,7 +33,7 @@ from .replays import RecordedAnswers
 from .restore import random_generator
 from .retry import RetryLoop
 from .runtime import Backoff, Runtime
-from .sections import CHANGED_ATTRIBUTES, STATE, check_section, check_sections, replacing
+from .sections import CHANGED_ATTRIBUTES, DESIRED, STATE, check_section, check_sections, replacing
 from .store import Store, decode_cursor, encode_cursor
 from .transactions import Operation, TransactionRunner
 from .updates import UpdateFn
@@ -247,30 +248,43 @@ class DeviceStateManager:
             idempotency, expected_version=expected_version)[0]
 
     def replace_section(self, device_id: str, section: str, document: dict, expected_version: int | None = None,
-                        *, idempotency: IdempotencyKey | None = None) -> Device:
-        """Replace one section (``state``, ``desired`` or ``reported``) whole."""
+                        *, idempotency: IdempotencyKey | None = None, desire: DesireOptions | None = None) -> Device:
+        """Replace one section (``state``, ``desired`` or ``reported``) whole. ``desire``:
+        how the leaves of a desired write live on (``desires.DesireOptions``)."""
         validate_device_id(device_id)
         check_section(section)
         check_state(document)
+        options = _desire_options(section, desire)
         return self._write(device_id, lambda planner, item: planner.replace_state(
-            expect(device_id, item, expected_version, planner.now), lambda _: document, None, REPLACED, section),
-            idempotency, expected_version=expected_version)[0]
+            expect(device_id, item, expected_version, planner.now), lambda _: document, None, REPLACED, section,
+            options), idempotency, expected_version=expected_version)[0]
 
     def update(self, device_id: str, update_fn: UpdateFn, expected_version: int, *,
                condition: ConditionBase | None = None, idempotency: IdempotencyKey | None = None,
-               section: str = STATE) -> Device:
+               section: str = STATE, desire: DesireOptions | None = None) -> Device:
         """One conditional change (the ``If-Match`` path): apply ``update_fn`` to the
         state (or ``section``) at ``expected_version``; ``VersionConflict`` if the device
         is elsewhere."""
         validate_device_id(device_id)
         check_section(section)
+        options = _desire_options(section, desire)
         return self._write(device_id, lambda planner, item: planner.replace_state(
-            expect(device_id, item, expected_version, planner.now), update_fn, condition, UPDATED, section),
+            expect(device_id, item, expected_version, planner.now), update_fn, condition, UPDATED, section, options),
             idempotency, expected_version=expected_version, counted=True)[0]
+
+    def acknowledge(self, device_id: str, acks: list[Ack], *, idempotency: IdempotencyKey | None = None) -> Device:
+        """Record the device's answers to desires (``desires.Ack``: applied, in progress,
+        refused, failed) in one write; ``DesireMoved`` when one answers a desire that is
+        not its leaf's current one, and then nothing is written."""
+        validate_device_id(device_id)
+        check_acks(acks)
+        return self._write(device_id, lambda planner, item: planner.acknowledge(
+            expect(device_id, item, None, planner.now), acks), idempotency)[0]
 
     def update_with_retry(self, device_id: str, update_fn: UpdateFn, *, condition: ConditionBase | None = None,
                           max_attempts: int | None = None, budget_seconds: float | None = None,
-                          idempotency: IdempotencyKey | None = None, section: str = STATE) -> Device:
+                          idempotency: IdempotencyKey | None = None, section: str = STATE,
+                          desire: DesireOptions | None = None) -> Device:
         """Read, apply the pure ``update_fn`` to a copy of the state, and write it under
         ``version = :expected``; when another writer got there first, re-apply it to
         the newer state: at once to the item the failed write returned after a first
@@ -289,12 +303,14 @@ class DeviceStateManager:
         """
         validate_device_id(device_id)
         check_section(section)
-        if idempotency is None and condition is None:  # a caller's condition keeps read-modify-write
+        options = _desire_options(section, desire)
+        # a caller's condition, or a desire's options (statuses per leaf), keep read-modify-write
+        if idempotency is None and condition is None and not options:
             compiled = self._writer.compiled(self.fence, device_id, update_fn, section)
             if compiled is not None:
                 return compiled
         return self._write(device_id, lambda planner, item: planner.replace_state(
-            expect(device_id, item, None, planner.now), update_fn, condition, UPDATED, section),
+            expect(device_id, item, None, planner.now), update_fn, condition, UPDATED, section, options),
             idempotency, max_attempts=max_attempts, budget_seconds=budget_seconds, counted=True)[0]
 
     def delete(self, device_id: str, expected_version: int | None = None, *,
@@ -344,3 +360,9 @@ class DeviceStateManager:
         """One write in the retry loop (``writer.DeviceWriter.write``), under this manager's fence."""
         return self._writer.write(self._loop(max_attempts, budget_seconds), self.fence, device_id, plan,
                                   idempotency, **how)
+
+
+def _desire_options(section: str, desire: DesireOptions | None) -> DesireOptions | None:
+    if desire and section != DESIRED:
+        raise ValueError("expiry and clear on confirm are options of desired writes")
+    return desire or None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from boto3.dynamodb.conditions import ConditionBase
 
-from . import table
+from . import desires, table
 from .device import Device, timestamp
 from .change_items import change_item_size
 from .errors import DeviceAlreadyExists, DeviceNotFound, InvalidValue, ItemTooLarge, VersionConflict
@@ -23,7 +23,7 @@ from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED
 from .journal import (JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp, trimmed_stamps, trimming,
                       watermark)
 from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, MAX_POINTER_BYTES, META_ATTRIBUTES,
-                       REPORTED, STATE, VERSION_SPAN, SectionWrite, check_pointer, longest_leaf_pointer,
+                       REPORTED, STATE, STATUS, VERSION_SPAN, SectionWrite, check_pointer, longest_leaf_pointer,
                        next_entries, pack, pointer_bytes, touched_by)
 from .updates import UpdateFn
 from .values import MAX_ITEM_BYTES, check_state, item_size, to_attribute
@@ -37,7 +37,8 @@ BOOKKEEPING_BYTES = 768
 MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state write may leave on the item
 COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit, lastWrite becoming "updated"
 # What a state write stores and its change record copies: the sections and their metadata.
-SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED)
+SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED,
+                      table.STATUS_DESIRED)
 LEASE_ATTRIBUTES = (table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL)  # the active lease holder
 BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, *LEASE_ATTRIBUTES})
 
@@ -115,9 +116,10 @@ class Planner:
                              written)
 
     def replace_state(self, item: dict, update_fn: UpdateFn, condition: ConditionBase | None,
-                      outcome: str, section: str = STATE) -> Planned:
-        """``update_fn(state)`` (or of another section) written over the live ``item``, at its version."""
-        return self.write_sections(item, [SectionWrite(section, update_fn, None)], condition, outcome)
+                      outcome: str, section: str = STATE, options=None) -> Planned:
+        """``update_fn(state)`` (or of another section) written over the live ``item``, at its
+        version; ``options``: a desired write's ``desires.DesireOptions``."""
+        return self.write_sections(item, [SectionWrite(section, update_fn, None, options)], condition, outcome)
 
     def write_sections(self, item: dict, writes: list[SectionWrite], condition: ConditionBase | None,
                        outcome: str) -> Planned:
@@ -138,7 +140,16 @@ class Planner:
             if write.section != STATE:
                 entries[write.section] = next_entries(new_document, entries.get(write.section, {}),
                                                       touched, pack(version, self.now))
+            if write.section == DESIRED and (write.options or entries.get(STATUS)):
+                entries[STATUS] = desires.after_desired_write(new_document, entries, write.options or
+                                                              desires.DesireOptions(), version, self.now)
         changed = {write.section for write in writes}
+        if REPORTED in changed and entries.get(STATUS):
+            confirmed = desires.after_report(documents[DESIRED], documents[REPORTED], entries, version)
+            if confirmed is not None:  # the report confirmed desires marked clear on confirm
+                documents[DESIRED], entries[STATUS] = confirmed
+                entries[DESIRED] = next_entries(documents[DESIRED], entries.get(DESIRED, {}), (), 0)
+                changed.add(DESIRED)
         expr, written = Expression(), {}
         sets = [f"{expr.name(table.UPDATED_AT)} = {expr.value({'S': stamp})}"]
         if STATE in changed:
@@ -148,11 +159,32 @@ class Planner:
                               entries, version, written)
         indexed, unindexed = self.fleet_index.attributes(current.device_id, documents, changed)
         sets += _index_sets(expr, indexed, written)
+        removes = [expr.name(attribute) for attribute in unindexed]
+        if DESIRED in changed and (entries.get(STATUS) or current.entries.get(STATUS)):
+            _status_sets(expr, documents[DESIRED], entries, sets, removes, written)
         device = Device(current.device_id, version, documents[STATE], current.created_at, stamp,
                         desired=documents[DESIRED], reported=documents[REPORTED], entries=entries)
         return self._planned(expr, current.device_id, item, device, outcome, current.version,
-                             self._at_version(expr, current.version), sets,
-                             [expr.name(attribute) for attribute in unindexed], written, condition)
+                             self._at_version(expr, current.version), sets, removes, written, condition)
+
+    def acknowledge(self, item: dict, acks: list) -> Planned:
+        """Records the device's acknowledgements (``desires.Ack``) of desires on the live
+        ``item``, at its version: a change to desired's statuses (its documents stay),
+        which wakes delta waiters as a desired write does. ``DesireMoved`` when an ack
+        answers a desire that is not the leaf's current one."""
+        current = Device.from_item(item)
+        version = current.version + 1
+        entries = {**current.entries, STATUS: desires.after_acks(current.desired, current.entries, acks, self.now)}
+        expr, written, removes = Expression(), {}, []
+        stamp = timestamp(self.now)
+        sets = [f"{expr.name(table.UPDATED_AT)} = {expr.value({'S': stamp})}",
+                f"{expr.name(CHANGED_ATTRIBUTES[DESIRED])} = {expr.number(version)}"]
+        written[CHANGED_ATTRIBUTES[DESIRED]] = _LARGEST_VERSION
+        _status_sets(expr, current.desired, entries, sets, removes, written)
+        device = Device(current.device_id, version, current.state, current.created_at, stamp,
+                        desired=current.desired, reported=current.reported, entries=entries)
+        return self._planned(expr, current.device_id, item, device, UPDATED, current.version,
+                             self._at_version(expr, current.version), sets, removes, written)
 
     def delete(self, item: dict) -> Planned:
         """The device becomes a tombstone: its version goes on (so it never repeats), its
@@ -164,7 +196,8 @@ class Planner:
                 f"{name(table.TTL_ATTRIBUTE)} = {expr.number(int(self.now) + self.tombstone_seconds)}"]
         removes = [name(attribute) for attribute in (table.STATE, *LEASE_ATTRIBUTES, table.DESIRED, table.REPORTED,
                                                      table.META_DESIRED, table.META_REPORTED, table.CHANGED_DESIRED,
-                                                     table.CHANGED_REPORTED, *index_attributes_of(item))]
+                                                     table.CHANGED_REPORTED, table.STATUS_DESIRED, table.CLEAR_PENDING,
+                                                     *index_attributes_of(item))]
         return self._planned(expr, current.device_id, item, current, DELETED, current.version,
                              self._at_version(expr, current.version), sets, removes, {},
                              version=current.version + 1)
@@ -228,6 +261,8 @@ class Planner:
             sets += [f"{meta}.{name(leaf)} = {version} + {stamp}" for leaf in compiled.pointers]
             sets.append(f"{name(CHANGED_ATTRIBUTES[section])} = {version} + {one}")
             conditions += [f"attribute_type({compiled.root}, {map_type})", f"attribute_type({meta}, {map_type})"]
+            if section == REPORTED:  # a report that may clear a desire reads first (write_sections)
+                conditions.append(f"attribute_not_exists({name(table.CLEAR_PENDING)})")
             # each leaf's metadata entry and the section's changed mark, all as if new
             growth += sum(1 + len(leaf.encode()) + _value_size(number(pack(VERSION_SPAN - 1, self.now)))
                           for leaf in compiled.pointers)
@@ -422,6 +457,21 @@ def _index_sets(expr: Expression, indexed: dict, written: dict) -> list[str]:
     """SET clauses of index attributes (``fleet_index``); what they write goes into ``written``."""
     written.update(indexed)
     return [f"{expr.name(attribute)} = {expr.value(value)}" for attribute, value in indexed.items()]
+
+
+def _status_sets(expr: Expression, desired: dict, entries: dict, sets: list, removes: list, written: dict) -> None:
+    """SET or REMOVE clauses of desired's statuses and of the clear-pending mark."""
+    statuses = entries.get(STATUS) or {}
+    if statuses:
+        written[table.STATUS_DESIRED] = to_attribute(statuses)
+        sets.append(f"{expr.name(table.STATUS_DESIRED)} = {expr.value(written[table.STATUS_DESIRED])}")
+    else:
+        removes.append(expr.name(table.STATUS_DESIRED))
+    if desires.clear_pending(desired, entries):
+        written[table.CLEAR_PENDING] = {"BOOL": True}
+        sets.append(f"{expr.name(table.CLEAR_PENDING)} = {expr.value({'BOOL': True})}")
+    else:
+        removes.append(expr.name(table.CLEAR_PENDING))
 
 
 def _section_sets(expr: Expression, documents: dict, entries: dict, version: int, written: dict) -> list[str]:

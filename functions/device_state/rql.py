@@ -242,7 +242,8 @@ def matches(node, documents: dict, holds=lambda path, value: True) -> bool:
         return not matches(node.child, documents, holds)
     path = node.path
     if path.section == DELTA:
-        difference = delta(documents.get("desired") or {}, documents.get("reported") or {})
+        difference = documents[DELTA] if DELTA in documents else delta(documents.get("desired") or {},
+                                                                       documents.get("reported") or {})
         return bool(difference) if not path.parts else Path(DELTA, path.parts, "").value_in(
             {DELTA: difference}) is not MISSING
     value = path.value_in(documents)

@@ -34,6 +34,9 @@ STATE, DESIRED, REPORTED = "state", "desired", "reported"
 SECTIONS = (STATE, DESIRED, REPORTED)
 DEVICE_SECTIONS = (DESIRED, REPORTED)  # the sections with per-leaf metadata
 META_ATTRIBUTES = {DESIRED: table.META_DESIRED, REPORTED: table.META_REPORTED}
+STATUS = "status"  # the key of desired's statuses among a device's entries (desires.py)
+# The stored per-leaf entries of an item: desired's and reported's metadata, desired's statuses.
+ENTRY_ATTRIBUTES = {**META_ATTRIBUTES, STATUS: table.STATUS_DESIRED}
 CHANGED_ATTRIBUTES = {DESIRED: table.CHANGED_DESIRED, REPORTED: table.CHANGED_REPORTED}
 VERSION_SPAN = 10 ** 16  # versions below this pack with a millisecond time into 29 digits
 # The longest JSON Pointer of a desired or reported leaf, escaped, in bytes: it keys the
@@ -194,6 +197,7 @@ class SectionWrite:
     section: str
     update_fn: object
     touched: tuple[str, ...] | None = (ALL,)
+    options: object = None  # a desired write's ``desires.DesireOptions`` (expiry, clear on confirm)
 
 
 def replacing(state: dict, sections: dict | None) -> list[SectionWrite]:
@@ -216,8 +220,9 @@ def touched_by(update_fn, document: dict | None = None) -> tuple[str, ...]:
 
 
 def entries_of(item: dict) -> dict:
-    """The stored per-leaf metadata entries of an item's desired and reported."""
-    return {section: from_attribute(item[attribute]) for section, attribute in META_ATTRIBUTES.items()
+    """The stored per-leaf entries of an item: metadata of desired and reported, and
+    desired's statuses (under ``STATUS``)."""
+    return {key: from_attribute(item[attribute]) for key, attribute in ENTRY_ATTRIBUTES.items()
             if attribute in item}
 
 

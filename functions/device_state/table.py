@@ -108,6 +108,9 @@ DESIRED = "desired"  # what apps want the device to be
 REPORTED = "reported"  # what the device says it is
 META_DESIRED = "metaDesired"  # per-leaf metadata of desired and reported (see sections.py)
 META_REPORTED = "metaReported"
+# Per desired leaf: the device's acknowledgement, the desire's expiry, clear on confirm (desires.py).
+STATUS_DESIRED = "statusDesired"
+CLEAR_PENDING = "clearPending"  # set while a desire is to be cleared by its confirming report
 CHANGED_DESIRED = "changedDesired"  # the version of the last write to desired (what a delta waiter waits for)
 CHANGED_REPORTED = "changedReported"
 LAST_WRITE = "lastWrite"  # what the write that made this version did: created, replaced, updated, deleted

@@ -1,0 +1,160 @@
+"""The desire lifecycle (desires.py): a device acknowledges a desire (applied, in
+progress, refused, failed), a desire expires, and a desire marked clear on confirm leaves
+desired with the report that confirms it. On moto and DynamoDB Local."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions.device_state import (Ack, DesireMoved, DesireOptions, DeviceStateManager, InvalidValue, JsonPatch,
+                                    MergePatch)
+from functions.device_state.change_items import acks_between
+from tests.helpers import RecordingClient
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def timed(engine):
+    client, name = engine
+    clock = Clock()
+    spy = RecordingClient(client)
+    return DeviceStateManager(spy, name, clock=clock), clock, spy
+
+
+def desired_meta(device, now=None) -> dict:
+    return device.as_dict(include_metadata=True, now=now)["metadata"]["desired"]
+
+
+def test_a_refusal_takes_the_leaf_out_of_the_delta_until_desired_sets_it_again(manager):
+    manager.create("lamp", {}, sections={"reported": {"power": "off", "brightness": 10}})
+    wanted = manager.update_with_retry("lamp", MergePatch({"power": "on", "brightness": 150}), section="desired")
+    assert wanted.delta() == {"power": "on", "brightness": 150}
+    acked = manager.acknowledge("lamp", [Ack("/brightness", wanted.version, 400, "out of range 0-100"),
+                                         Ack("/power", wanted.version, 202)])
+    assert acked.version == wanted.version + 1 and acked.desired == wanted.desired
+    assert acked.delta() == {"power": "on"}  # in progress stays; refused leaves
+    shown = desired_meta(manager.get("lamp"))
+    assert shown["brightness"]["ack"] == {"code": 400, "version": wanted.version, "reason": "out of range 0-100",
+                                          "at": shown["brightness"]["ack"]["at"]}
+    assert shown["power"]["ack"]["code"] == 202 and "reason" not in shown["power"]["ack"]
+    again = manager.update_with_retry("lamp", MergePatch({"brightness": 90}), section="desired")
+    assert again.delta() == {"power": "on", "brightness": 90}
+    assert "ack" not in desired_meta(manager.get("lamp"))["brightness"]
+    assert desired_meta(manager.get("lamp"))["power"]["ack"]["code"] == 202
+
+
+def test_an_ack_of_a_desire_that_moved_on_writes_nothing(manager):
+    manager.create("lamp", {})
+    first = manager.update_with_retry("lamp", MergePatch({"brightness": 150}), section="desired")
+    second = manager.update_with_retry("lamp", MergePatch({"brightness": 90}), section="desired")
+    for ack, current in ((Ack("/brightness", first.version, 400), second.version),
+                         (Ack("/brightness", second.version + 5, 400), second.version),
+                         (Ack("/power", second.version, 400), None)):
+        with pytest.raises(DesireMoved) as refused:
+            manager.acknowledge("lamp", [Ack("/brightness", second.version, 200), ack]
+                                if ack.path != "/brightness" else [ack])
+        assert refused.value.current_version == current
+    assert manager.get("lamp").version == second.version
+    assert "ack" not in desired_meta(manager.get("lamp"))["brightness"]
+
+
+def test_a_desire_expires_without_a_write_unless_confirmed(timed):
+    manager, clock, spy = timed
+    manager.create("heater", {}, sections={"reported": {"heating": "off", "target": 18}})
+    wanted = manager.update_with_retry("heater", MergePatch({"heating": "on", "target": 21}), section="desired",
+                                       desire=DesireOptions(expires_in=60))
+    manager.update_with_retry("heater", MergePatch({"target": 21}), section="reported")
+    device = manager.get("heater")
+    assert device.delta(clock.now + 59) == {"heating": "on"}
+    assert device.delta(clock.now + 60) == {}
+    shown = desired_meta(device, clock.now + 61)
+    assert shown["heating"]["expired"] is True and shown["heating"]["expiresAt"]
+    assert "expired" not in shown["target"] and shown["target"]["confirmedVersion"] == wanted.version + 1
+    spy.calls.clear()
+    clock.now += 3600
+    assert manager.get("heater").delta(clock.now) == {} and spy.calls == ["get_item"]
+    # a desire set again without an expiry is asked for again
+    manager.update_with_retry("heater", MergePatch({"heating": "on"}), section="desired")
+    assert manager.get("heater").delta() == {"heating": "on"}
+
+
+def test_expiry_takes_whole_numbers_of_seconds_up_to_30_days():
+    for bad in (0, 30 * 24 * 3600 + 1, 1.5, True, "60"):
+        with pytest.raises(InvalidValue):
+            DesireOptions(expires_in=bad)
+    assert DesireOptions(expires_in=30 * 24 * 3600).expires_in == 2_592_000
+
+
+def test_clear_on_confirm_removes_the_leaf_in_the_confirming_report(timed):
+    manager, clock, spy = timed
+    manager.create("lamp", {}, sections={"reported": {"power": "off"}, "desired": {"mode": "eco"}})
+    wanted = manager.update_with_retry("lamp", MergePatch({"power": "on", "light": {"level": 80}}),
+                                       section="desired", desire=DesireOptions(clear_on_confirm=True))
+    # a report that confirms only part of it clears that part
+    partial = manager.update_with_retry("lamp", MergePatch({"power": "on"}), section="reported")
+    assert partial.desired == {"mode": "eco", "light": {"level": 80}}
+    confirmed = manager.update_with_retry("lamp", MergePatch({"light": {"level": 80}}), section="reported")
+    assert confirmed.desired == {"mode": "eco"} and confirmed.delta() == {"mode": "eco"}
+    device = manager.get("lamp")
+    assert device.desired == {"mode": "eco"}
+    shown = desired_meta(device)
+    assert shown["power"] == {"version": wanted.version, "confirmedVersion": partial.version, "cleared": True}
+    assert shown["light"]["level"] == {"version": wanted.version, "confirmedVersion": confirmed.version,
+                                       "cleared": True}
+    # nothing left to clear: reports go read-free again
+    spy.calls.clear()
+    manager.update_with_retry("lamp", MergePatch({"power": "off"}), section="reported")
+    assert spy.calls == ["update_item"]
+    assert manager.get("lamp").desired == {"mode": "eco"}
+
+
+def test_a_report_equal_by_coincidence_does_not_clear(manager):
+    manager.create("lamp", {}, sections={"reported": {"power": "on"}})
+    manager.update_with_retry("lamp", MergePatch({"power": "on"}), section="desired",
+                              desire=DesireOptions(clear_on_confirm=True))
+    untouched = manager.update_with_retry("lamp", MergePatch({"uptime": 5}), section="reported")
+    assert untouched.desired == {"power": "on"}
+    cleared = manager.update_with_retry("lamp", JsonPatch([{"op": "replace", "path": "/power", "value": "on"}]),
+                                        section="reported")
+    assert cleared.desired == {}
+
+
+def test_a_desire_set_again_without_the_option_is_not_cleared(manager):
+    manager.create("lamp", {})
+    manager.update_with_retry("lamp", MergePatch({"power": "on"}), section="desired",
+                              desire=DesireOptions(clear_on_confirm=True))
+    manager.update_with_retry("lamp", MergePatch({"power": "on"}), section="desired")  # compiled, no option
+    reported = manager.update_with_retry("lamp", MergePatch({"power": "on"}), section="reported")
+    assert reported.desired == {"power": "on"}
+    assert "cleared" not in desired_meta(manager.get("lamp"))["power"]
+
+
+def test_options_are_for_desired_writes_only(manager):
+    manager.create("lamp", {})
+    with pytest.raises(ValueError):
+        manager.update_with_retry("lamp", MergePatch({"a": 1}), section="reported",
+                                  desire=DesireOptions(expires_in=5))
+    assert manager.get("lamp").version == 1
+
+
+def test_ack_changes_carry_the_acks_and_a_delete_forgets_statuses(manager):
+    manager.create("lamp", {})
+    wanted = manager.update_with_retry("lamp", MergePatch({"brightness": 150}), section="desired",
+                                       desire=DesireOptions(expires_in=60))
+    before = manager.live_state("lamp")
+    manager.acknowledge("lamp", [Ack("/brightness", wanted.version, 400, "too bright")])
+    after = manager.live_state("lamp")
+    (ack,) = acks_between(before, after)
+    assert (ack["path"], ack["version"], ack["code"], ack["reason"]) == ("/brightness", wanted.version, 400,
+                                                                         "too bright")
+    assert acks_between(after, after) == ()
+    manager.delete("lamp")
+    recreated = manager.create("lamp", {}, sections={"desired": {"brightness": 150}})
+    assert recreated.delta() == {"brightness": 150} and "statusDesired" not in manager.live_state("lamp")
