@@ -572,7 +572,8 @@ OPENAPI["paths"]["/devices/{deviceId}/desired/acks"] = {
                 "type": "object", "required": ["path", "version", "code"], "additionalProperties": False,
                 "properties": {
                     "path": {"type": "string", "pattern": "^/", "description": "JSON Pointer of a desired leaf"},
-                    "version": {"type": "integer", "minimum": 1, "description": "The leaf's desired version"},
+                    "version": {"type": "integer", "minimum": 1, "maximum": MAX_VERSION,
+                                "description": "The leaf's desired version"},
                     "code": {"type": "integer", "minimum": 200, "maximum": 599},
                     "reason": {"type": "string", "maxLength": MAX_REASON_CHARS}}}}}}}}},
         "responses": {"200": _device("Recorded"), "404": _problem("No such device"),

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from .errors import DesireMoved, InvalidValue
 from .sections import DESIRED, REPORTED, STATUS, delta, leaf_entries, leaves, same_value, unpack
 from .times import timestamp
+from .values import MAX_VERSION
 
 MIN_EXPIRY_SECONDS, MAX_EXPIRY_SECONDS = 1, 30 * 24 * 60 * 60
 MAX_ACKS = 100  # acknowledgements in one request
@@ -77,7 +78,7 @@ class Ack:
     def __post_init__(self):
         if not isinstance(self.path, str) or not self.path.startswith("/"):
             raise ValueError("an ack's path is the JSON Pointer of a desired leaf, such as /brightness")
-        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 1:
+        if isinstance(self.version, bool) or not isinstance(self.version, int) or not 1 <= self.version <= MAX_VERSION:
             raise ValueError("an ack's version is the desired leaf's version (an integer from 1)")
         if isinstance(self.code, bool) or not isinstance(self.code, int) or not 200 <= self.code <= 599:
             raise ValueError("an ack's code is 200 to 599: 200 applied, 202 in progress, 4xx refused, 5xx failed")
@@ -87,11 +88,9 @@ class Ack:
 
 
 def check_acks(acks: list[Ack]) -> list[Ack]:
+    """1 to ``MAX_ACKS`` acknowledgements; of two for one path, the later is recorded."""
     if not 1 <= len(acks) <= MAX_ACKS:
         raise InvalidValue(f"acks holds 1 to {MAX_ACKS} acknowledgements", limit="acks")
-    paths = [ack.path for ack in acks]
-    if len(set(paths)) != len(paths):
-        raise ValueError("each path is acknowledged at most once per request")
     return acks
 
 

@@ -65,6 +65,10 @@ CASES = [
     ("PATCH", "/devices/{d}/desired", {"power": "on"}, MERGE, 200, {"write"}),
     ("PUT", "/devices/{d}/desired", {"desired": {"power": "on"}}, "application/json", 200, {"write"}),
     ("PATCH", "/devices/{d}/reported", {"power": "on"}, MERGE, 200, {"report", "self"}),
+    ("PATCH", "/devices/{d}/desired?expiresIn=60&clearOnConfirm=true", {"power": "on"}, MERGE, 200, {"write"}),
+    # the device has no desired leaf to answer: the allowed get as far as the 409 (desire-moved)
+    ("POST", "/devices/{d}/desired/acks", {"acks": [{"path": "/power", "version": 1, "code": 400}]},
+     "application/json", 409, {"report", "self"}),
     ("PUT", "/devices/{d}/reported", {"reported": {"power": "on"}}, "application/json", 200, {"report", "self"}),
     ("GET", "/devices/{d}/delta", None, None, 200, {"read", "self"}),
     ("GET", "/devices/{d}/versions/1", None, None, 200, {"read", "self"}),  # the current version

@@ -9,7 +9,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from functions.device_state import IdempotencyKey, JsonPatch, MergePatch, table
+from functions.device_state import Ack, DesireOptions, IdempotencyKey, JsonPatch, MergePatch, table
 from tests.integration.test_faults import Rig
 
 pytestmark = pytest.mark.dynamodb_local
@@ -105,3 +105,60 @@ def test_control_a_naive_compiled_report_applies_twice_in_the_same_harness(rig):
                       UpdateExpression="SET reported.ticks = reported.ticks + :one, version = version + :one",
                       ExpressionAttributeValues={":one": {"N": "1"}})
     assert sections(rig, "d")[2]["ticks"] == 2  # one report, applied twice
+
+
+# ----------------------------------------------------- the desire lifecycle (desires.py)
+
+
+@BETWEEN
+def test_an_ack_applies_once_and_answers_success(rig, between):
+    rig.other.create("d", {}, sections={"desired": {"brightness": 150}})
+    rig.forwarder.lose("UpdateItem", then=other_report(rig, "d") if between else None)
+    device = rig.manager.acknowledge("d", [Ack("/brightness", 1, 400, "out of range")])
+    assert rig.forwarder.lost == ["UpdateItem"] and device.version == 2 and device.delta() == {}
+    shown = rig.other.get("d")
+    assert shown.version == 2 + between and shown.delta() == {}
+    assert shown.as_dict(include_metadata=True)["metadata"]["desired"]["brightness"]["ack"]["code"] == 400
+
+
+@BETWEEN
+def test_a_desire_with_options_applies_once(rig, between):
+    rig.other.create("d", {})
+    rig.forwarder.lose("UpdateItem", then=other_report(rig, "d") if between else None)
+    device = rig.manager.update_with_retry("d", MergePatch({"power": "on"}), section="desired",
+                                           desire=DesireOptions(expires_in=60, clear_on_confirm=True))
+    assert device.version == 2
+    shown = rig.other.get("d").as_dict(include_metadata=True)
+    assert shown["version"] == 2 + between
+    assert {"expiresAt", "clearOnConfirm"} <= set(shown["metadata"]["desired"]["power"])
+
+
+@BETWEEN
+def test_a_report_that_clears_a_desire_applies_once(rig, between):
+    rig.other.create("d", {})
+    rig.other.update_with_retry("d", MergePatch({"power": "on"}), section="desired",
+                                desire=DesireOptions(clear_on_confirm=True))
+    # the compiled report is refused (a desire may be cleared): the read-modify-write that follows loses its answer
+    rig.forwarder.lose("UpdateItem", when=lambda body: b"statusDesired" in body,
+                       then=other_report(rig, "d") if between else None)
+    device = rig.manager.update_with_retry("d", MergePatch({"power": "on"}), section="reported")
+    assert rig.forwarder.lost == ["UpdateItem"] and device.desired == {} and device.version == 3
+    shown = rig.other.get("d")
+    assert (shown.version, shown.desired, shown.reported["power"]) == (3 + between, {}, "on")
+
+
+def test_control_a_naive_ack_that_landed_is_answered_as_refused(rig):
+    """A naive ack (read, then write at the version read, resent by botocore on a lost answer)
+    applies and then reports a conflict: its second copy finds the version it moved itself."""
+    rig.other.create("d", {}, sections={"desired": {"brightness": 150}})
+    naive = boto3.session.Session().client(
+        "dynamodb", endpoint_url=rig.forwarder.endpoint, region_name="us-east-1",
+        config=Config(retries={"mode": "standard", "max_attempts": 3}, read_timeout=3))
+    rig.forwarder.lose("UpdateItem")
+    with pytest.raises(naive.exceptions.ConditionalCheckFailedException):
+        naive.update_item(TableName=rig.name, Key=table.state_key("d"),
+                          UpdateExpression="SET statusDesired = :status, version = version + :one",
+                          ConditionExpression="version = :read",
+                          ExpressionAttributeValues={":one": {"N": "1"}, ":read": {"N": "1"}, ":status": {"M": {
+                              "/brightness": {"M": {"v": {"N": "1"}, "a": {"N": "400"}, "t": {"N": "1"}}}}}})
+    assert rig.other.get("d").delta() == {}  # refused, says the client; applied, says the device
