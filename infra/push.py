@@ -24,6 +24,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from functions import config
+from functions.device_state import FleetIndex
 from functions.push.connections import CONNECTIONS_ENDPOINT
 from functions.push.fanout import BATCH_SIZE, FILTER_PATTERN, MAX_RETRY_ATTEMPTS
 
@@ -77,7 +78,7 @@ class Push(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable, code: lambda_.Code,
                  layer: lambda_.ILayerVersion, authorizer: lambda_.IFunction, auth_environment: dict[str, str],
                  retention_seconds: int, throttle_rate: float, throttle_burst: int, snap_start: bool = True,
-                 depends_on: Sequence[Construct] = ()):
+                 depends_on: Sequence[Construct] = (), fleet_index: FleetIndex = FleetIndex()):
         super().__init__(scope, construct_id)
         self.api = apigatewayv2.WebSocketApi(self, "Api", api_name="device-state-push",
                                              description="Device-state push: follow devices' changes",
@@ -94,6 +95,8 @@ class Push(Construct):
             config.TABLE_NAME: table.table_name,
             config.CHANGE_RETENTION_SECONDS: str(retention_seconds),
             CONNECTIONS_ENDPOINT: self.stage.callback_url,
+            # a device's connect and disconnect set connectivity/connected where it is declared
+            **({config.FLEET_INDEX: fleet_index.declaration} if fleet_index else {}),
             **auth_environment,
         }
         self.function = self._function("Function", HANDLER, TIMEOUT, table, code, layer, environment, snap_start)

@@ -122,7 +122,8 @@ class DeviceStateStack(Stack):
                          retention_seconds=int(context(self, "changeRetentionSeconds")),
                          throttle_rate=float(context(self, "throttleRateLimit")),
                          throttle_burst=int(context(self, "throttleBurstLimit")),
-                         snap_start=_flag(context(self, "snapStart")), depends_on=[self.api.cloud_watch_account])
+                         snap_start=_flag(context(self, "snapStart")), depends_on=[self.api.cloud_watch_account],
+                         fleet_index=fleet_index)
         # The fleet index's backfill, for fields declared on a table that already holds devices.
         self.reindex = Reindex(
             self, "Reindex", table=self.devices.table, code=self.api.code, layer=self.api.layer,

@@ -3,6 +3,7 @@ library. The PUT decision tree lives here, beside the parsing it depends on."""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -11,7 +12,7 @@ from .resolver import Router
 
 from functions.device_state import (CREATED, DELETED, DESIRED, DEVICE_SECTIONS, MAX_LIST_LIMIT, REPLACED,
                                     REPORTED, STATE, UPDATED, DeviceAlreadyExists, DeviceNotFound,
-                                    DeviceStateManager, IdempotencyKey, JsonPatch, MergePatch,
+                                    DeviceStateError, DeviceStateManager, IdempotencyKey, JsonPatch, MergePatch,
                                     validate_device_id)
 
 from functions.auth.rights import WriteKind
@@ -31,6 +32,7 @@ DEVICE_WRITE = {"query": (parse.INCLUDE,), "headers": parse.SERVICE_HEADERS, "bo
 DESIRED_WRITE = {**DEVICE_WRITE, "query": (parse.INCLUDE, *parse.DESIRE_QUERY)}  # expiry, clear on confirm
 
 router = Router()
+logger = logging.getLogger("device_state.api")
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,10 @@ class _Write:
     lease_token: str | None
 
     def writer(self) -> DeviceStateManager:
-        """The manager for this write, fenced by its Lease-Token if any."""
-        return manager() if self.lease_token is None else manager().fenced({self.device_id: self.lease_token})
+        """The manager for this write, fenced by its Lease-Token if any; the device's own
+        write records it as seen."""
+        writer = manager() if self.lease_token is None else manager().fenced({self.device_id: self.lease_token})
+        return writer.as_device(self.device_id) if _is_the_device(self.device_id) else writer
 
     def replayed(self):
         """The recorded answer when this write's idempotency key was already used."""
@@ -56,6 +60,19 @@ def _device_write(raw_device_id: str) -> _Write:
     event = router.current_event
     return _Write(parse.device_id(raw_device_id), parse.Preconditions.of(event), idempotency_key(event),
                   parse.lease_token(parse.single_header(event, parse.LEASE_TOKEN), parse.LEASE_TOKEN))
+
+
+def _is_the_device(device_id: str) -> bool:
+    return access.principal_of(router.current_event).device_id == device_id
+
+
+def _seen(device) -> None:
+    """After a read: the device reading itself is seen (at most once a minute; never fails the read)."""
+    if _is_the_device(device.device_id):
+        try:
+            manager().saw(device)
+        except DeviceStateError as error:
+            logger.warning("lastSeen not recorded", extra={"reason": str(error)})
 
 
 def _require_if_match(preconditions: parse.Preconditions, method: str) -> None:
@@ -144,6 +161,7 @@ def get_device(device_id: str):
     device_id = parse.device_id(device_id)
     preconditions = parse.Preconditions.of(router.current_event)
     device = manager().get(device_id)
+    _seen(device)
     return _not_modified(device, preconditions) or device_response(
         device, metadata=parse.include_metadata(router.current_event))
 
@@ -259,6 +277,7 @@ def get_delta(device_id: str):
         since = device.version  # waits for the next change from the version it found
     if since is not None:
         device = manager().wait_for_sections(device_id, since, budget(router.lambda_context, wait))
+    _seen(device)
     shown = device.as_dict()
     return _not_modified(device, preconditions) or json_response(
         {key: shown[key] for key in ("deviceId", "version", "delta")}, headers={"ETag": etag(device.version)})

@@ -615,6 +615,14 @@ _schemas["Device"]["properties"].update({
     "desired": {"type": "object", "description": "What apps want the device to be"},
     "reported": {"type": "object", "description": "What the device says it is"},
     "delta": {"type": "object", "description": _DELTA_RULES},
+    "connectivity": {
+        "type": "object", "description": "On reads only (GET /devices/{deviceId}, /devices): whether the device "
+                                         "holds a WebSocket connection of its own credentials, since when, and "
+                                         "when it was last seen (its connects, writes and reads of itself; at most "
+                                         "once a minute). Not a version: it changes no ETag.",
+        "properties": {"connected": {"type": "boolean"},
+                       "since": {"type": "string", "format": "date-time", "nullable": True},
+                       "lastSeen": {"type": "string", "format": "date-time", "nullable": True}}},
     "metadata": {"type": "object", "description": "Only with include=metadata: per section, per leaf (nested like "
                                                   "the section) {version, updatedAt}. " + _CONFIRMATION,
                  "properties": {section: {"type": "object"} for section in DEVICE_SECTIONS}},

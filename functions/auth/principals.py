@@ -33,7 +33,7 @@ class Principal:
 
     @classmethod
     def device(cls, device_id: str, expires_at: int | None = None) -> "Principal":
-        return cls(DEVICE, f"device:{device_id}", frozenset(), device_id, expires_at)
+        return cls(DEVICE, f"{DEVICE}:{device_id}", frozenset(), device_id, expires_at)
 
     @classmethod
     def client(cls, subject: str, scopes, expires_at: int | None = None) -> "Principal":
@@ -61,6 +61,12 @@ class Principal:
             return cls(CLIENT, context["subject"], frozenset(str(context.get("scopes") or "").split()), None,
                        expires_at)
         return None
+
+
+def device_of(subject: str) -> str | None:
+    """The device a principal's ``subject`` names, or None for a back-end's."""
+    kind, _, name = subject.partition(":")
+    return name if kind == DEVICE and name else None
 
 
 def scopes_of(raw) -> frozenset:

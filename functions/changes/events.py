@@ -52,8 +52,11 @@ class EventBridgePublisher:
         self.client, self.bus_name = client, bus_name
 
     def publish(self, change: Change) -> None:
+        self.send(DETAIL_TYPE, detail(change))
+
+    def send(self, detail_type: str, body: dict) -> None:
         response = self.client.put_events(Entries=[{
-            "Source": SOURCE, "DetailType": DETAIL_TYPE, "Detail": dumps(detail(change)),
+            "Source": SOURCE, "DetailType": detail_type, "Detail": dumps(body),
             "EventBusName": self.bus_name, "Resources": []}])
         if response.get("FailedEntryCount"):
             entry = response["Entries"][0]
@@ -69,13 +72,19 @@ class FilePublisher:
         self.path = path
 
     def publish(self, change: Change) -> None:
-        line = dumps({"source": SOURCE, "detail-type": DETAIL_TYPE, "detail": detail(change)})
+        self.send(DETAIL_TYPE, detail(change))
+
+    def send(self, detail_type: str, body: dict) -> None:
+        line = dumps({"source": SOURCE, "detail-type": detail_type, "detail": body})
         with self._lock, open(self.path, "a", encoding="utf-8") as out:
             out.write(line + "\n")
-        logger.info("%s %s", DETAIL_TYPE, json.dumps({"deviceId": change.device_id, "version": change.version,
-                                                     "kind": change.kind}))
+        logger.info("%s %s", detail_type, json.dumps({key: body.get(key) for key in ("deviceId", "version", "kind")
+                                                      if key in body}))
 
 
 class LogPublisher:
     def publish(self, change: Change) -> None:
-        logger.info("%s %s v%s (no bus configured)", DETAIL_TYPE, change.device_id, change.version)
+        self.send(DETAIL_TYPE, detail(change))
+
+    def send(self, detail_type: str, body: dict) -> None:
+        logger.info("%s %s v%s (no bus configured)", detail_type, body.get("deviceId"), body.get("version", "-"))

@@ -26,6 +26,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 
 from functions.device_state import (MAX_RECORD_AGE_SECONDS, ChangeLog, InvalidValue, dynamodb_client,
                                     metrics as names, restore, table)
+from functions.device_state.connectivity import connectivity_event
 from functions.device_state.store import Refused
 
 from functions.config import processor_config
@@ -151,6 +152,9 @@ def handle(raw: dict, log: ChangeLog, events) -> None:
     dynamodb = raw["dynamodb"]
     change = log.record(dynamodb.get("OldImage"), dynamodb.get("NewImage"))
     if change is None:
+        became = connectivity_event(dynamodb.get("OldImage"), dynamodb.get("NewImage"))
+        if became is not None:  # connected or disconnected: no version, an event of its own
+            events.send(*became)
         return
     events.publish(change)
     metrics.add_metric(name=names.CHANGES_RECORDED, unit=MetricUnit.Count, value=1)

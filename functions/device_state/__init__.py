@@ -30,6 +30,7 @@ from .errors import (
     RetriesExhausted,
     StorageError,
     StorageUnavailable,
+    TooManyConnections,
     UnindexedFilter,
     UnknownLease,
     VersionConflict,
@@ -66,6 +67,7 @@ from .desires import (MAX_ACKS, MAX_EXPIRY_SECONDS, MAX_REASON_CHARS, MIN_EXPIRY
 
 __all__ = [
     "Ack",
+    "TooManyConnections",
     "check_acks",
     "DesireMoved",
     "DesireOptions",

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import desires, table
+from .connectivity import ATTRIBUTES as CONNECTIVITY_ATTRIBUTES, CONNECTIVITY, connectivity_of
 from .sections import DESIRED, entries_of, metadata
 from .times import timestamp
 from .values import from_attribute
@@ -27,9 +28,12 @@ class Device:
     # The stored per-leaf entries: metadata of desired and reported, desired's statuses
     # (see sections.py, desires.py).
     entries: dict = field(default_factory=dict, compare=False)
+    # A read's connectivity attributes (connectivity.py), as stored; None: not read with it.
+    presence: dict | None = field(default=None, compare=False)
 
     @classmethod
-    def from_item(cls, item: dict) -> "Device":
+    def from_item(cls, item: dict, with_connectivity: bool = False) -> "Device":
+        """The device an item holds; ``with_connectivity``: a read, which shows it."""
         return cls(
             device_id=item[table.PARTITION_KEY]["S"],
             version=int(item[table.VERSION]["N"]),
@@ -39,6 +43,7 @@ class Device:
             desired=from_attribute(item[table.DESIRED]) if table.DESIRED in item else {},
             reported=from_attribute(item[table.REPORTED]) if table.REPORTED in item else {},
             entries=entries_of(item),
+            presence={name: item[name] for name in CONNECTIVITY_ATTRIBUTES if name in item} if with_connectivity else None,
         )
 
     def delta(self, now: float | None = None) -> dict:
@@ -59,6 +64,8 @@ class Device:
             "createdAt": self.created_at,
             "updatedAt": self.updated_at,
         }
+        if self.presence is not None:
+            shown[CONNECTIVITY] = connectivity_of(self.presence, now)
         if include_metadata:
             shown["metadata"] = metadata(self.desired, self.reported, self.entries)
             desires.annotate(shown["metadata"][DESIRED], self.desired, self.entries, now)

@@ -94,6 +94,12 @@ class DesireMoved(DeviceStateError):
         self.path, self.version, self.current_version = path, version, current_version
 
 
+class TooManyConnections(DeviceStateError):
+    def __init__(self, device_id: str, limit: int):
+        super().__init__(f"device {device_id!r} has {limit} connections open, the most it may")
+        self.device_id, self.limit = device_id, limit
+
+
 class ConditionFailed(DeviceStateError):
     """The caller's extra condition was false on the current device (no retry)."""
 

@@ -23,8 +23,11 @@ import zlib
 from dataclasses import dataclass
 from decimal import Decimal
 
+from .connectivity import CONNECTED_FIELD, CONNECTIVITY
 from .patches import INCREMENT, SET
 from .sections import SECTIONS
+
+QUERYABLE = (*SECTIONS, CONNECTIVITY)  # what a path may start with (connectivity: see connectivity.py)
 
 SHARDS = 16
 SHARD_ATTRIBUTE = "ixShard"
@@ -54,8 +57,9 @@ def split_path(path: str) -> tuple[str, tuple[str, ...]]:
     """``reported/a~1b/c`` → (``reported``, (``a/b``, ``c``)); FleetIndexError unless it
     names a member inside a section."""
     section, _, rest = path.partition("/")
-    if section not in SECTIONS or not rest:
-        raise FleetIndexError(f"{path!r}: a path starts with state/, desired/ or reported/ and names a member")
+    if section not in QUERYABLE or not rest:
+        raise FleetIndexError(f"{path!r}: a path starts with state/, desired/, reported/ or connectivity/ and "
+                              "names a member")
     parts = tuple(part.replace("~1", "/").replace("~0", "~") for part in rest.split("/"))
     if any(not part for part in parts) or re.search(r"~(?![01])", rest):
         raise FleetIndexError(f"{path!r}: segments are non-empty, '~' escaped as ~0 and '/' as ~1")
@@ -144,6 +148,8 @@ class FleetIndex:
             if not colon or type_ not in TYPES:
                 raise FleetIndexError(f"{item!r}: declare a field as path:type, type one of {', '.join(TYPES)}")
             section, parts = split_path(path)
+            if section == CONNECTIVITY and (parts != CONNECTED_FIELD or type_ != "boolean"):
+                raise FleetIndexError(f"{path!r}: of connectivity, only connectivity/connected:boolean is declarable")
             field = Field(section, parts, type_)
             if any(known.section == section and known.parts == parts for known in fields):
                 raise FleetIndexError(f"{path!r} is declared twice")
@@ -192,6 +198,12 @@ class FleetIndex:
                  "KeySchema": [{"AttributeName": SHARD_ATTRIBUTE, "KeyType": "HASH"},
                                {"AttributeName": field.attribute, "KeyType": "RANGE"}],
                  "Projection": {"ProjectionType": "KEYS_ONLY"}} for field in self.fields]
+
+
+def connectivity_attributes(fleet_index: FleetIndex, device_id: str, connected: bool) -> dict:
+    """The index attributes a connectivity change sets where ``connectivity/connected`` is declared."""
+    indexed, _ = fleet_index.attributes(device_id, {CONNECTIVITY: {"connected": connected}}, (CONNECTIVITY,))
+    return indexed
 
 
 def index_attributes_of(item: dict) -> list[str]:

@@ -25,12 +25,14 @@ import base64
 import hashlib
 import heapq
 import json
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from . import rql, table
+from .connectivity import CONNECTIVITY, connectivity_of
 from .device import Device
 from .errors import IndexBuilding, InvalidCursor, InvalidFilter, InvalidValue, UnindexedFilter
 from .expressions import Expression
@@ -210,7 +212,7 @@ class FleetQuery:
                 item = items.get(device_id)
                 if not table.is_live_state(item, now):
                     continue
-                device = Device.from_item(item)
+                device = Device.from_item(item, with_connectivity=True)
                 documents = _documents(device)
                 if self._matches(node, documents) and not any(earlier.covers(documents) for earlier in scans[:at]):
                     found.append(device)
@@ -265,7 +267,8 @@ class FleetQuery:
         values = None
         if not exact:
             items, now = self._items(ids), self.clock()
-            documents = {device_id: _documents(Device.from_item(item)) for device_id, item in items.items()
+            documents = {device_id: _documents(Device.from_item(item, with_connectivity=True))
+                         for device_id, item in items.items()
                          if table.is_live_state(item, now)}
             ids = {device_id for device_id, docs in documents.items() if self._matches(node, docs)}
             if group is not None:
@@ -290,6 +293,8 @@ class FleetQuery:
         if scans is None or len(scans) != 1:
             return None
         scan = scans[0]
+        if scan.field.section == CONNECTIVITY:  # its index may hold connections that ended unclosed
+            return None
 
         def count(shard):
             expr = Expression()
@@ -342,7 +347,8 @@ class FleetQuery:
         for scan in scans:
             ids.update(device_id for device_id, value in self._entries(scan, read)
                        if rql.matches(node, {field.section: _nest(_path(field), value)}))
-        return ids, True
+        # connectivity's index may hold connections that ended unclosed: the items judge it
+        return ids, field.section != CONNECTIVITY
 
     def _entries(self, scan: Scan, read: dict) -> list[tuple[str, object]]:
         """Every (device id, indexed value) of a scan, all shards (once per ``read``)."""
@@ -407,8 +413,9 @@ CURSOR_REFUSED = "cursor is not one this listing issued (cursors belong to one f
 
 def _documents(device: Device) -> dict:
     """What a filter judges: the sections, and the delta as the device is asked to act on it."""
+    now = time.time()
     return {"state": device.state, "desired": device.desired, "reported": device.reported,
-            rql.DELTA: device.delta()}
+            rql.DELTA: device.delta(now), CONNECTIVITY: connectivity_of(device.presence or {}, now)}
 
 
 def _nest(path: rql.Path, value) -> dict:

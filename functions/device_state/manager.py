@@ -13,11 +13,11 @@ from typing import Callable
 
 from boto3.dynamodb.conditions import ConditionBase
 
-from . import table
+from . import connectivity, table
 from .changes import ChangeLog, InvalidSince
 from .desires import Ack, DesireOptions, check_acks
 from .device import Device
-from .errors import DeviceNotFound
+from .errors import ConditionFailed, DeviceNotFound, TooManyConnections
 from .expressions import Expression, live
 from .fencing import Fence
 from .fleet_index import FleetIndex
@@ -27,7 +27,7 @@ from .lease_handle import Lease
 from .leases import DEFAULT_TTL_SECONDS, LeaseQueue
 from .observer import NULL_OBSERVER, UpdateObserver
 from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
-from .planning import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect
+from .planning import CONNECTED, DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect
 from .reindex import reindex
 from .replays import RecordedAnswers
 from .restore import random_generator
@@ -87,6 +87,7 @@ class DeviceStateManager:
         self._answers = RecordedAnswers(self.store, history, self.runtime)
         self._writer = DeviceWriter(self.pipeline, self._answers)
         self.fence = Fence()
+        self.seen_by: str | None = None  # the device whose own writes these are (``as_device``)
         self.fleet = FleetQuery(self.store, fleet_index, clock)
 
     @property
@@ -110,6 +111,13 @@ class DeviceStateManager:
         view.fence = self.fence.with_tokens(tokens)
         return view
 
+    def as_device(self, device_id: str) -> "DeviceStateManager":
+        """This manager, writing as the device ``device_id`` itself: its writes to itself
+        also record it as seen (``lastSeen``, in the same request)."""
+        view = copy.copy(self)
+        view.seen_by = device_id
+        return view
+
     def lease(self, device_id: str, ttl_seconds: float = DEFAULT_TTL_SECONDS, wait_seconds: float = 0, *,
               owner: str | None = None):
         """A FIFO lease on the device (not yet acquired): use it as a context manager
@@ -128,7 +136,7 @@ class DeviceStateManager:
         item = self.live_state(device_id)
         if item is None:
             raise DeviceNotFound(device_id)
-        return Device.from_item(item)
+        return Device.from_item(item, with_connectivity=True)
 
     def live_state(self, device_id: str) -> dict | None:
         """The device's live state item as stored (strongly consistent), or None."""
@@ -153,7 +161,7 @@ class DeviceStateManager:
                            if attribute in item), default=0)
             left = deadline - monotonic()
             if changed > since or left <= 0:
-                return Device.from_item(item)
+                return Device.from_item(item, with_connectivity=True)
             self.runtime.sleep(min(delay, left))
             delay = min(delay * 2, max_delay)
 
@@ -179,7 +187,7 @@ class DeviceStateManager:
             if start_key:
                 request["ExclusiveStartKey"] = start_key
             page = self.store.send("scan", **request)
-            devices.extend(Device.from_item(item) for item in page.get("Items", []))
+            devices.extend(Device.from_item(item, with_connectivity=True) for item in page.get("Items", []))
             start_key = page.get("LastEvaluatedKey")
             if not start_key or len(devices) >= limit:
                 break
@@ -200,6 +208,62 @@ class DeviceStateManager:
     def reindex(self, *, budget_seconds: float | None = None, report=lambda progress: None) -> bool:
         """Backfill the index attributes of declared fields not yet ready (``reindex``)."""
         return reindex(self.pipeline, self.fleet.fleet_index, budget_seconds=budget_seconds, report=report)
+
+    # ---------------------------------------------------------- connectivity
+
+    def connected(self, device_id: str, connection_id: str, until: float) -> bool:
+        """Records a WebSocket connection of the device's own credentials, open until
+        ``until`` at the latest; False when there is no such device. ``TooManyConnections``
+        when it has ``MAX_CONNECTIONS`` open. Connections whose close never arrived are
+        forgotten first."""
+        validate_device_id(device_id)
+        item = self.live_state(device_id)
+        if item is None:
+            return False
+        ended = connectivity.ended_members(item, self.clock())
+        if ended:
+            self._send_connectivity(lambda planner: planner.disconnect(device_id, ended))
+        try:
+            return self._send_connectivity(lambda planner: planner.connect(device_id, connectivity.member(
+                connection_id, until)))
+        except ConditionFailed:
+            raise TooManyConnections(device_id, connectivity.MAX_CONNECTIONS) from None
+
+    def disconnected(self, device_id: str, connection_id: str, until: float) -> None:
+        """Forgets a connection ``connected`` recorded (and any that ended unclosed); the
+        device is no longer connected once none is open."""
+        validate_device_id(device_id)
+        planner = self.pipeline.planner()
+        try:
+            _, item = self.pipeline.send(planner, planner.disconnect(device_id, [connectivity.member(connection_id,
+                                                                                                     until)]))
+        except (DeviceNotFound, ConditionFailed):
+            return
+        now = self.clock()
+        if item is not None and not connectivity.open_members(item, now):
+            self._send_connectivity(lambda next_planner: next_planner.all_disconnected(
+                device_id, connectivity.ended_members(item, now)))
+
+    def saw(self, device: Device) -> None:
+        """After the device's own read of itself (``device``, read with its connectivity):
+        seen now, unless it was within ``connectivity.SEEN_EVERY_SECONDS``."""
+        if device.presence is not None and connectivity.seen_recently(device.presence, self.clock()):
+            return
+        self._send_connectivity(lambda planner: planner.seen(device.device_id))
+
+    def _send_connectivity(self, plan: Callable[[Planner], Planned]) -> bool:
+        """One connectivity change; False when the device is not there, or the change's
+        condition says it is not needed (seen recently, a connect meanwhile)."""
+        planned = plan(self.pipeline.planner())
+        try:
+            self.pipeline.send(self.pipeline.planner(), planned)
+        except DeviceNotFound:
+            return False
+        except ConditionFailed:
+            if planned.outcome == CONNECTED:
+                raise
+            return False
+        return True
 
     # ---------------------------------------------------------------- writes
     #
@@ -306,7 +370,7 @@ class DeviceStateManager:
         options = _desire_options(section, desire)
         # a caller's condition, or a desire's options (statuses per leaf), keep read-modify-write
         if idempotency is None and condition is None and not options:
-            compiled = self._writer.compiled(self.fence, device_id, update_fn, section)
+            compiled = self._writer.compiled(self.fence, device_id, update_fn, section, self.seen_by)
             if compiled is not None:
                 return compiled
         return self._write(device_id, lambda planner, item: planner.replace_state(
@@ -359,7 +423,7 @@ class DeviceStateManager:
                budget_seconds: float | None = None, **how) -> tuple[Device, str]:
         """One write in the retry loop (``writer.DeviceWriter.write``), under this manager's fence."""
         return self._writer.write(self._loop(max_attempts, budget_seconds), self.fence, device_id, plan,
-                                  idempotency, **how)
+                                  idempotency, seen_by=self.seen_by, **how)
 
 
 def _desire_options(section: str, desire: DesireOptions | None) -> DesireOptions | None:

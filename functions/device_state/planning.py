@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 from boto3.dynamodb.conditions import ConditionBase
 
-from . import desires, table
+from . import connectivity, desires, table
 from .device import Device, timestamp
 from .change_items import change_item_size
 from .errors import DeviceAlreadyExists, DeviceNotFound, InvalidValue, ItemTooLarge, VersionConflict
 from .expressions import Expression, live, not_live, number
 from .fencing import Fence, lease_key
-from .fleet_index import SHARD_ATTRIBUTE, FleetIndex, compiled_attributes, index_attributes_of, shard_of
+from .fleet_index import (QUERYABLE, SHARD_ATTRIBUTE, FleetIndex, compiled_attributes, connectivity_attributes,
+                          index_attributes_of, shard_of)
 from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED
 from .journal import (JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp, trimmed_stamps, trimming,
                       watermark)
@@ -40,7 +41,8 @@ COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit, lastWrit
 SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED,
                       table.STATUS_DESIRED)
 LEASE_ATTRIBUTES = (table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL)  # the active lease holder
-BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, *LEASE_ATTRIBUTES})
+BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, *LEASE_ATTRIBUTES,
+                                    *connectivity.ATTRIBUTES})
 
 _LARGEST_VERSION = number(VERSION_SPAN - 1)  # a version or changed mark, as sized for the item's budget
 _LONGEST_NUMBER_BYTES = 21  # DynamoDB's size of a 38-digit number
@@ -51,6 +53,10 @@ _LONGEST_OUTCOME = max((CREATED, REPLACED, UPDATED), key=len)  # lastWrite, as s
 LEASE_TAKEN, LEASE_EXTENDED, LEASE_CLEARED = "lease-taken", "lease-extended", "lease-cleared"
 LEASE_OUTCOMES = frozenset({LEASE_TAKEN, LEASE_EXTENDED, LEASE_CLEARED})
 REINDEXED = "reindexed"  # index attributes set as the item's sections say (``Planner.reindex``)
+# What a connectivity change does to the state item: no version, no journal entry; each is
+# the same when sent again (a set member added or deleted, a time set).
+CONNECTED, DISCONNECTED, ALL_DISCONNECTED, SEEN = "connected", "disconnected", "all-disconnected", "seen"
+CONNECTIVITY_OUTCOMES = frozenset({CONNECTED, DISCONNECTED, ALL_DISCONNECTED, SEEN})
 SETTLE_MARK = "settle-mark"  # a lost write marked as never applied (classified by ``WritePipeline.settle``)
 
 
@@ -83,6 +89,7 @@ class Planner:
     now: float
     tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS
     fleet_index: FleetIndex = FleetIndex()
+    seen_by: str | None = None  # the device whose own writes these are: they set its lastSeen too
 
     # ---------------------------------------------------------------- planners
 
@@ -197,7 +204,7 @@ class Planner:
         removes = [name(attribute) for attribute in (table.STATE, *LEASE_ATTRIBUTES, table.DESIRED, table.REPORTED,
                                                      table.META_DESIRED, table.META_REPORTED, table.CHANGED_DESIRED,
                                                      table.CHANGED_REPORTED, table.STATUS_DESIRED, table.CLEAR_PENDING,
-                                                     *index_attributes_of(item))]
+                                                     *connectivity.ATTRIBUTES, *index_attributes_of(item))]
         return self._planned(expr, current.device_id, item, current, DELETED, current.version,
                              self._at_version(expr, current.version), sets, removes, {},
                              version=current.version + 1)
@@ -267,6 +274,8 @@ class Planner:
             growth += sum(1 + len(leaf.encode()) + _value_size(number(pack(VERSION_SPAN - 1, self.now)))
                           for leaf in compiled.pointers)
             growth += 1 + len(CHANGED_ATTRIBUTES[section]) + _value_size(number(VERSION_SPAN - 1))
+        if self.seen_by == device_id:  # bookkeeping: in BOOKKEEPING_BYTES, not in the growth
+            sets.append(f"{name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
         item_bytes, journaled = name(table.ITEM_BYTES), name(write.attribute)
         update = "SET " + ", ".join(sets + [
             f"{version} = {version} + {one}", f"{name(table.UPDATED_AT)} = {expr.value({'S': timestamp(self.now)})}",
@@ -291,8 +300,9 @@ class Planner:
         they are already so. What ``make reindex`` sends for a field declared on a table
         that holds devices."""
         current = Device.from_item(item)
-        documents = {STATE: current.state, DESIRED: current.desired, REPORTED: current.reported}
-        indexed, _ = self.fleet_index.attributes(current.device_id, documents)
+        documents = {STATE: current.state, DESIRED: current.desired, REPORTED: current.reported,
+                     connectivity.CONNECTIVITY: connectivity.connectivity_of(item, self.now)}
+        indexed, _ = self.fleet_index.attributes(current.device_id, documents, QUERYABLE)
         # what the item holds of fields not indexed now: undeclared, or of another type
         unindexed = [attribute for attribute in index_attributes_of(item) if attribute not in indexed]
         if not unindexed and all(item.get(attribute) == value for attribute, value in indexed.items()):
@@ -308,6 +318,57 @@ class Planner:
         condition = (f"{self._at_version(expr, current.version)} AND "
                      f"{item_bytes} <= {expr.number(MAX_STATE_ITEM_BYTES - growth)}")
         return self._update(current.device_id, update, condition, expr, None, REINDEXED, current, current.version)
+
+    def connect(self, device_id: str, opened: str) -> Planned:
+        """Records the connection ``opened`` (``connectivity.member``) on the live device,
+        unless it has ``MAX_CONNECTIONS`` open already: connected (also in the fleet index,
+        where declared), since now if it was not, seen now."""
+        expr = Expression()
+        connections, since = expr.name(table.CONNECTIONS), expr.name(table.CONNECTED_SINCE)
+        ours, now = expr.value({"SS": [opened]}), expr.number(int(self.now * 1000))
+        sets = [f"{since} = if_not_exists({since}, {now})", f"{expr.name(table.LAST_SEEN)} = {now}"]
+        sets += _index_sets(expr, connectivity_attributes(self.fleet_index, device_id, True), {})
+        condition = (f"{live(expr, self.now)} AND (attribute_not_exists({connections}) OR "
+                     f"contains({connections}, {expr.value({'S': opened})}) OR "
+                     f"size({connections}) < {expr.number(connectivity.MAX_CONNECTIONS)})")
+        return self._update(device_id, f"ADD {connections} {ours} SET {', '.join(sets)}", condition, expr, None,
+                            CONNECTED)
+
+    def disconnect(self, device_id: str, closed: list[str]) -> Planned:
+        """Forgets the connections ``closed`` (members) of the live device, seen now; its
+        answer (ALL_NEW) tells whether any is left open (``all_disconnected`` then follows)."""
+        expr = Expression()
+        update = (f"DELETE {expr.name(table.CONNECTIONS)} {expr.value({'SS': closed})} "
+                  f"SET {expr.name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
+        return self._update(device_id, update, live(expr, self.now), expr, None, DISCONNECTED,
+                            ReturnValues="ALL_NEW")
+
+    def all_disconnected(self, device_id: str, ended: list[str]) -> Planned:
+        """Not connected: removes ``connectedSince`` and the ``ended`` members (connections
+        whose close never arrived), and marks the fleet index, only while those are all the
+        item holds (a connect meanwhile refuses it)."""
+        expr = Expression()
+        connections = expr.name(table.CONNECTIONS)
+        condition = f"{live(expr, self.now)} AND (attribute_not_exists({connections})"
+        if ended:
+            condition += " OR (" + " AND ".join([f"size({connections}) = {expr.number(len(ended))}"] + [
+                f"contains({connections}, {expr.value({'S': entry})})" for entry in ended]) + ")"
+        condition += ")"
+        update = f"REMOVE {expr.name(table.CONNECTED_SINCE)}"
+        indexed = connectivity_attributes(self.fleet_index, device_id, False)
+        if indexed:
+            update = f"SET {', '.join(_index_sets(expr, indexed, {}))} {update}"
+        if ended:
+            update += f" DELETE {connections} {expr.value({'SS': ended})}"
+        return self._update(device_id, update, condition, expr, None, ALL_DISCONNECTED)
+
+    def seen(self, device_id: str) -> Planned:
+        """The live device seen now, unless it was within ``SEEN_EVERY_SECONDS``."""
+        expr = Expression()
+        seen, now = expr.name(table.LAST_SEEN), int(self.now * 1000)
+        condition = (f"{live(expr, self.now)} AND (attribute_not_exists({seen}) OR "
+                     f"{seen} <= {expr.number(now - connectivity.SEEN_EVERY_SECONDS * 1000)})")
+        return self._update(device_id, f"SET {seen} = {expr.number(now)}", condition, expr, None, SEEN)
 
     def settle_mark(self, device_id: str, write: WriteId, on_versioned_item: bool) -> Planned:
         """Marks ``write`` as never applied unless it already did: once it lands, no copy
@@ -383,6 +444,8 @@ class Planner:
         sets = [*sets, f"{name(table.VERSION)} = {next_placeholder}", f"{journaled} = {next_placeholder}",
                 # the stream processor tells updated from replaced by it
                 f"{name(table.LAST_WRITE)} = {expr.value({'S': outcome})}"]
+        if self.seen_by == device_id and outcome != DELETED:
+            sets.append(f"{name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
         if outcome != DELETED:
             # What this write leaves, with what grows from write to write (versions, the
             # outcome's name) at its largest: a state accepted once fits again later.

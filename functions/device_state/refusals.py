@@ -9,7 +9,7 @@ from .device import Device
 from .errors import ConditionFailed, DeviceAlreadyExists, DeviceLocked, DeviceNotFound, LeaseLost, LeaseNotHeld
 from .fencing import Fence, active_holder
 from .idempotency import CHECKED, CREATED
-from .planning import LEASE_CLEARED, LEASE_EXTENDED, LEASE_TAKEN, REINDEXED, Planned
+from .planning import CONNECTIVITY_OUTCOMES, LEASE_CLEARED, LEASE_EXTENDED, LEASE_TAKEN, REINDEXED, Planned
 from .retry import Moved
 
 
@@ -26,6 +26,8 @@ def refusal(planned: Planned, old: dict | None, fence: Fence, now: float) -> Exc
         return LeaseLost(device_id, "(the lease is no longer the holder)")
     if planned.outcome == LEASE_TAKEN:
         return DeviceNotFound(device_id) if live is None else DeviceLocked(device_id, active_holder(live, now)[1])
+    if planned.outcome in CONNECTIVITY_OUTCOMES:  # carries no fence and no version
+        return DeviceNotFound(device_id) if live is None else ConditionFailed(device_id, Device.from_item(live))
     fenced = fence.error(device_id, live, now) if planned.outcome not in (CHECKED, REINDEXED) else None
     if planned.outcome == CREATED:
         if live is not None:

@@ -114,6 +114,10 @@ CLEAR_PENDING = "clearPending"  # set while a desire is to be cleared by its con
 CHANGED_DESIRED = "changedDesired"  # the version of the last write to desired (what a delta waiter waits for)
 CHANGED_REPORTED = "changedReported"
 LAST_WRITE = "lastWrite"  # what the write that made this version did: created, replaced, updated, deleted
+# The device's connectivity, beside its versioned sections (connectivity.py).
+CONNECTIONS = "connections"  # a string set: one member per open WebSocket connection
+CONNECTED_SINCE = "connectedSince"  # ms
+LAST_SEEN = "lastSeen"  # ms
 # An upper estimate of the item's size: set by every read-modify-write, raised by each
 # compiled patch by the most it can add. A compiled patch (which reads nothing) applies
 # only while it leaves room; otherwise read-modify-write checks the size exactly.

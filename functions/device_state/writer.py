@@ -32,7 +32,7 @@ class DeviceWriter:
 
     def write(self, loop: RetryLoop, fence: Fence, device_id: str, plan: Callable[[Planner, dict | None], Planned],
               idempotency: IdempotencyKey | None, *, expected_version: int | None = None,
-              created_may_move: bool = False, counted: bool = False) -> tuple[Device, str]:
+              created_may_move: bool = False, counted: bool = False, seen_by: str | None = None) -> tuple[Device, str]:
         """Plan from the item read, send, classify, and go again while the device moved
         under a write that named no version. ``created_may_move``: a create that finds
         the device created meanwhile plans again (PUT) instead of failing (POST).
@@ -45,7 +45,7 @@ class DeviceWriter:
 
         def attempt(item, number):
             self._recent.saw(device_id, item)
-            planner = self._pipeline.planner(fence)
+            planner = self._pipeline.planner(fence, seen_by)
             try:
                 planned = plan(planner, item)
             except VersionConflict as conflict:
@@ -96,7 +96,8 @@ class DeviceWriter:
             raise Moved(None) from None  # a TransactionConflict: try again
         return planned.device, planned.outcome
 
-    def compiled(self, fence: Fence, device_id: str, update_fn, section: str = STATE) -> Device | None:
+    def compiled(self, fence: Fence, device_id: str, update_fn, section: str = STATE,
+                 seen_by: str | None = None) -> Device | None:
         """Apply a patch that compiles to one UpdateItem: no read, and nothing for another
         writer to invalidate, so no conflict. None when it does not compile, or DynamoDB
         refuses it (a guard, a missing parent, a type): read-modify-write then decides.
@@ -108,7 +109,7 @@ class DeviceWriter:
             return None
         monotonic = self._pipeline.runtime.monotonic
         with self._recent.to_trim(device_id) as seen:
-            planner = self._pipeline.planner(fence)
+            planner = self._pipeline.planner(fence, seen_by)
             planned = planner.compiled(device_id, compiled, seen, section)
             if planned is None:
                 return None

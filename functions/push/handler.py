@@ -12,12 +12,13 @@ import logging
 from functions.auth import rights
 from functions.auth.authorizer import principal_of
 from functions.auth.credentials import LEEWAY_SECONDS, MixedCredentials, Unauthenticated
-from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, DeviceNotFound, InvalidDeviceId,
-                                    InvalidSince, validate_device_id)
+from functions.auth.principals import DEVICE, device_of
+from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, DeviceNotFound, DeviceStateError,
+                                    InvalidDeviceId, InvalidSince, TooManyConnections, validate_device_id)
 
 from . import connections
 from .delivery import Delivery, Gone, PostFailed, error_message
-from .services import services
+from .services import devices, services
 from .subscriptions import Subscriptions, TooManySubscriptions, UnknownConnection
 
 logger = logging.getLogger("device_state.push")
@@ -40,17 +41,23 @@ def lambda_handler(event, _context):
         except (Unauthenticated, MixedCredentials):
             return {"statusCode": 401}
         ends = None if principal.expires_at is None else principal.expires_at + LEEWAY_SECONDS  # as principal_of
+        if principal.kind == DEVICE:
+            try:
+                _record(lambda manager: manager.connected(principal.device_id, connection_id,
+                                                          subscriptions.ends(ends)))
+            except TooManyConnections:
+                return {"statusCode": 429}
         subscriptions.open(connection_id, principal.subject, ends)
         return {"statusCode": 200}
     if route == "$disconnect":
-        subscriptions.close(connection_id)
+        _close(subscriptions, connection_id)
         return {"statusCode": 200}
     try:
         answer = _message(event, subscriptions, delivery, connection_id)
     except BadMessage as bad:
         answer = bad.message
     except Gone:
-        subscriptions.close(connection_id)
+        _close(subscriptions, connection_id)
         return {"statusCode": 200}
     except PostFailed as failed:  # the catch-up stopped at a post; the fan-out goes on from where it got
         logger.warning("catch-up stopped", extra={"reason": str(failed)})
@@ -59,8 +66,26 @@ def lambda_handler(event, _context):
         try:
             connections.post(connection_id, answer)
         except Gone:
-            subscriptions.close(connection_id)
+            _close(subscriptions, connection_id)
     return {"statusCode": 200}
+
+
+def _close(subscriptions: Subscriptions, connection_id: str) -> None:
+    """Forgets the connection; a device's own connection also leaves its connectivity."""
+    closed = subscriptions.close(connection_id)
+    device_id = device_of(closed[0]) if closed is not None else None
+    if device_id is not None:
+        _record(lambda manager: manager.disconnected(device_id, connection_id, closed[1]))
+
+
+def _record(change) -> None:
+    """A connectivity change: what it cannot record is logged, and never fails the connection."""
+    try:
+        change(devices())
+    except TooManyConnections:
+        raise
+    except DeviceStateError as error:
+        logger.warning("connectivity not recorded", extra={"reason": str(error)})
 
 
 def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, connection_id: str) -> dict | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import functools
 
-from functions.config import push_config
-from functions.device_state import ChangeLog, dynamodb_client
+from functions.config import fleet_index, push_config
+from functions.device_state import ChangeLog, DeviceStateManager, dynamodb_client
 
 from . import connections
 from .delivery import Delivery
@@ -20,3 +20,11 @@ def services() -> tuple[Subscriptions, Delivery]:
     subscriptions = Subscriptions(client, config.table_name)
     log = ChangeLog(client, config.table_name, retention_seconds=config.change_retention_seconds)
     return subscriptions, Delivery(subscriptions, log, connections.post)
+
+
+@functools.lru_cache(maxsize=1)
+def devices() -> DeviceStateManager:
+    """What records the connectivity of devices that connect with their own credentials."""
+    config = push_config()
+    return DeviceStateManager(dynamodb_client(config.dynamodb_endpoint), config.table_name,
+                              fleet_index=fleet_index())

@@ -58,15 +58,19 @@ class Subscriptions:
         self.store = Store(client, table_name)
         self.clock = clock
 
-    def open(self, connection_id: str, subject: str, credential_expires_at: int | None = None) -> None:
-        """A connection's item. It and its subscriptions expire with API Gateway's connection
-        lifetime, or with the credential it was opened with if that ends sooner: no change
-        is pushed on a token past its expiry."""
-        expires = int(self.clock()) + CONNECTION_LIFETIME_SECONDS
-        if credential_expires_at is not None:
-            expires = min(expires, credential_expires_at)
+    def open(self, connection_id: str, subject: str, credential_expires_at: int | None = None) -> int:
+        """A connection's item; returns when it ends (epoch seconds). It and its subscriptions
+        expire with API Gateway's connection lifetime, or with the credential it was opened
+        with if that ends sooner: no change is pushed on a token past its expiry."""
+        expires = self.ends(credential_expires_at)
         self.store.send("put_item", IDEMPOTENT, Item={
             **_connection_key(connection_id), "subject": {"S": subject}, table.TTL_ATTRIBUTE: number(expires)})
+        return expires
+
+    def ends(self, credential_expires_at: int | None = None) -> int:
+        """When a connection opened now ends at the latest (epoch seconds)."""
+        expires = int(self.clock()) + CONNECTION_LIFETIME_SECONDS
+        return expires if credential_expires_at is None else min(expires, credential_expires_at)
 
     def subscribe(self, connection_id: str, device_id: str, since: int, sections) -> Subscription:
         """Follows ``device_id`` from ``since`` (a subscription of the same device replaced)."""
@@ -105,12 +109,17 @@ class Subscriptions:
             pass  # the connection is gone already
         return "Attributes" in answer
 
-    def close(self, connection_id: str) -> None:
-        """Forgets the connection and every subscription it had."""
+    def close(self, connection_id: str) -> tuple[str, int] | None:
+        """Forgets the connection and every subscription it had; (its subject, when it was
+        to end) if it was open."""
         answer = self.store.send("delete_item", IDEMPOTENT, Key=_connection_key(connection_id),
                                  ReturnValues="ALL_OLD")
-        for device_id in answer.get("Attributes", {}).get(DEVICES, {}).get("SS", []):
+        closed = answer.get("Attributes", {})
+        for device_id in closed.get(DEVICES, {}).get("SS", []):
             self.store.send("delete_item", IDEMPOTENT, Key=_subscription_key(device_id, connection_id))
+        if "subject" not in closed:
+            return None
+        return closed["subject"]["S"], int(closed[table.TTL_ATTRIBUTE]["N"])
 
     def of_device(self, device_id: str) -> list[Subscription]:
         now, found, start = self.clock(), [], None

@@ -1,6 +1,7 @@
 """The device loop over the real dev server: an app sets desired with an expiry or clear on
 confirm, the device (its own token) gets the delta by push, refuses or applies it and acks
-or reports, and the app reads the outcome; acks are changes the feed and push carry."""
+or reports, and the app reads the outcome; acks are changes the feed and push carry. The
+device's connectivity follows its own WebSocket connections and calls."""
 
 from __future__ import annotations
 
@@ -20,9 +21,15 @@ APP = bearer(("devices.read", "devices.write"))
 
 
 @pytest.fixture(scope="module")
-def server(dynamodb_local):
+def events_file(tmp_path_factory):
+    return tmp_path_factory.mktemp("events") / "events.jsonl"
+
+
+@pytest.fixture(scope="module")
+def server(dynamodb_local, events_file):
     process, candidate = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=f"loop-{uuid.uuid4().hex[:8]}",
-                                WORKERS="4", FLEET_INDEX="reported/power:string")
+                                WORKERS="4", FLEET_INDEX="reported/power:string,connectivity/connected:boolean",
+                                CHANGE_EVENTS_FILE=str(events_file))
     yield candidate
     process.terminate()
     process.wait(timeout=30)
@@ -155,3 +162,43 @@ def test_a_keyed_ack_applies_once_and_the_key_binds_the_desire_options(server):
     key = {**APP, **MERGE, "Idempotency-Key": uuid.uuid4().hex}
     assert call(server, "PATCH", f"/devices/{device}/desired?expiresIn=60", {"a": 1}, key)[0] == 200
     assert call(server, "PATCH", f"/devices/{device}/desired?expiresIn=61", {"a": 1}, key)[0] == 422
+
+
+def wait_for(check, seconds: float = 20):
+    deadline = time.monotonic() + seconds
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.2)
+
+
+def test_connectivity_follows_the_devices_own_connections_and_calls(server, events_file):
+    device = new_lamp(server)
+    shown = call(server, "GET", f"/devices/{device}", headers=APP)[2]
+    assert shown["connectivity"] == {"connected": False, "since": None, "lastSeen": None}
+    # a back-end's connection says nothing of the device
+    with connect(f"ws://127.0.0.1:{server.port}/ws", additional_headers=APP, open_timeout=10):
+        assert call(server, "GET", f"/devices/{device}", headers=APP)[2]["connectivity"]["connected"] is False
+    with connect(f"ws://127.0.0.1:{server.port}/ws", additional_headers=bearer(device=device), open_timeout=10):
+        online = call(server, "GET", f"/devices/{device}", headers=APP)[2]
+        assert online["connectivity"]["connected"] is True and online["connectivity"]["since"]
+        found = call(server, "GET", f"/devices?filter=eq(connectivity/connected,true)&limit=100", headers=APP)[2]
+        assert device in [item["deviceId"] for item in found["items"]]
+    offline = wait_for(lambda: (lambda answer: answer if not answer["connectivity"]["connected"] else None)(
+        call(server, "GET", f"/devices/{device}", headers=APP)[2]))
+    assert offline and offline["connectivity"]["since"] is None and offline["connectivity"]["lastSeen"]
+    assert offline["version"] == 1  # connectivity is no version
+    def connectivity_events():
+        lines = events_file.read_text().splitlines() if events_file.exists() else []
+        kinds = [event["detail-type"] for event in map(json.loads, lines)
+                 if event["detail"].get("deviceId") == device and event["detail-type"].startswith("device.")]
+        return kinds if len(kinds) >= 2 else None
+
+    assert wait_for(connectivity_events) == ["device.connected", "device.disconnected"]
+    # the device's own report records it seen, in the report's own write
+    status, _, _ = call(server, "PATCH", f"/devices/{device}/reported", {"power": "on"},
+                        {**bearer(device=device), **MERGE})
+    assert status == 200
+    after = call(server, "GET", f"/devices/{device}", headers=APP)[2]["connectivity"]["lastSeen"]
+    assert after > offline["connectivity"]["lastSeen"]

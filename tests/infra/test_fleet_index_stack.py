@@ -22,8 +22,8 @@ from infra import monitoring
 from infra import reindex
 from tests.infra.conftest import synth_stack
 from tests.infra.test_auth_stack import methods_by_route
-from tests.infra.test_push_stack import actions, statements_of
-from tests.infra.test_snapstart import alias_of
+from tests.infra.test_push_stack import PUSH_HANDLERS, actions, statements_of
+from tests.infra.test_snapstart import alias_of, function_of
 from tests.infra.test_stack import REPO_ROOT, alarm_named, alarms, api_function, only
 
 FLEET = "reported/firmware:string,reported/online:boolean,reported/battery:number,state/site:string"
@@ -91,7 +91,8 @@ def test_the_table_has_exactly_the_librarys_keys_only_index_per_declared_field(f
 
 @pytest.mark.parametrize("declaration, message", [
     ("reported/firmware:text", r"'reported/firmware:text': declare a field as path:type"),
-    ("firmware:string", r"'firmware': a path starts with state/, desired/ or reported/"),
+    ("firmware:string", r"'firmware': a path starts with state/, desired/, reported/ or connectivity/"),
+    ("connectivity/since:string", r"'connectivity/since': of connectivity, only connectivity/connected:boolean"),
     ("reported/online:boolean,reported/online:number", r"'reported/online' is declared twice"),
     (",".join(f"reported/f{n}:number" for n in range(11)), r"at most 10 fields can be declared, not 11"),
 ])
@@ -113,6 +114,13 @@ def test_the_api_functions_read_the_normalized_declaration(fleet, construct):
     deployed = config.ApiConfig.from_environment({k: v for k, v in environment.items() if isinstance(v, str)}
                                               | {config.TABLE_NAME: "t"})
     assert deployed.fleet_index == FLEET_INDEX
+
+
+@pytest.mark.parametrize("handler", PUSH_HANDLERS)
+def test_the_push_functions_read_the_declaration_for_connectivity(fleet, handler):
+    """A device's WebSocket connect and disconnect set connectivity/connected where it is declared."""
+    _, function = function_of(fleet, handler)
+    assert function["Properties"]["Environment"]["Variables"][config.FLEET_INDEX] == FLEET
 
 
 @pytest.mark.parametrize("construct", ["Function", "WaitingFunction"])

@@ -135,7 +135,7 @@ def test_the_push_functions_environment(template, handler):
     table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))
     _, function = function_of(template, handler)
     environment = function["Properties"]["Environment"]["Variables"]
-    assert set(environment) == (set(config.PUSH_VARIABLES) - {config.DYNAMODB_ENDPOINT}
+    assert set(environment) == (set(config.PUSH_VARIABLES) - {config.DYNAMODB_ENDPOINT, config.FLEET_INDEX}
                                 | {CONNECTIONS_ENDPOINT, *credentials.VARIABLES})
     assert environment[config.TABLE_NAME] == {"Ref": table_id}
     assert environment[config.CHANGE_RETENTION_SECONDS] == str(CONTEXT_DEFAULTS["changeRetentionSeconds"])

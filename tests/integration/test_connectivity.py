@@ -1,0 +1,109 @@
+"""Connectivity on the state item (connectivity.py): connects and disconnects of the
+device's own WebSocket connections, lastSeen from its writes (in the same request) and its
+reads (at most once a minute), none of it a new version; connectivity/connected in the
+fleet index. On moto and DynamoDB Local (fleet queries: DynamoDB Local)."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions.device_state import DeviceStateManager, FleetIndex, MergePatch, TooManyConnections
+from functions.device_state.connectivity import MAX_CONNECTIONS
+from functions.device_state.table import create_table
+from tests.conftest import new_table_name
+from tests.helpers import RecordingClient
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def timed(engine):
+    client, name = engine
+    clock = Clock()
+    spy = RecordingClient(client)
+    return DeviceStateManager(spy, name, clock=clock), clock, spy
+
+
+def shown(manager, device_id, clock):
+    return manager.get(device_id).as_dict(now=clock.now)["connectivity"]
+
+
+def test_a_device_is_connected_while_a_connection_is_open(timed):
+    manager, clock, _ = timed
+    manager.create("lamp", {})
+    assert shown(manager, "lamp", clock) == {"connected": False, "since": None, "lastSeen": None}
+    assert manager.connected("lamp", "conn-a", clock.now + 7200)
+    first = shown(manager, "lamp", clock)
+    assert first["connected"] and first["since"] == first["lastSeen"]
+    clock.now += 30
+    manager.connected("lamp", "conn-b", clock.now + 7200)
+    manager.disconnected("lamp", "conn-a", clock.now - 30 + 7200)
+    second = shown(manager, "lamp", clock)
+    assert second["connected"] and second["since"] == first["since"] and second["lastSeen"] > first["lastSeen"]
+    manager.disconnected("lamp", "conn-b", clock.now + 7200)
+    assert shown(manager, "lamp", clock)["connected"] is False
+    assert shown(manager, "lamp", clock)["since"] is None
+    assert manager.get("lamp").version == 1  # none of it is a version
+    assert not manager.connected("ghost", "conn-c", clock.now + 60)
+
+
+def test_a_connection_whose_close_never_came_ends_at_its_limit_and_is_forgotten(timed):
+    manager, clock, _ = timed
+    manager.create("lamp", {})
+    manager.connected("lamp", "lost", clock.now + 60)
+    clock.now += 61
+    assert shown(manager, "lamp", clock)["connected"] is False
+    for number in range(MAX_CONNECTIONS):
+        manager.connected("lamp", f"conn-{number}", clock.now + 7200)
+    assert len(manager.live_state("lamp")["connections"]["SS"]) == MAX_CONNECTIONS
+    with pytest.raises(TooManyConnections):
+        manager.connected("lamp", "one-too-many", clock.now + 7200)
+    manager.connected("lamp", "conn-0", clock.now + 7200)  # the same connection again is no new one
+
+
+def test_the_devices_own_writes_and_reads_record_it_seen(timed):
+    manager, clock, spy = timed
+    manager.create("lamp", {})
+    device = manager.as_device("lamp")
+    spy.calls.clear()
+    device.update_with_retry("lamp", MergePatch({"power": "on"}), section="reported")
+    assert spy.calls == ["update_item"]  # in the same request
+    assert shown(manager, "lamp", clock)["lastSeen"] is not None
+    clock.now += 30
+    spy.calls.clear()
+    manager.saw(manager.get("lamp"))
+    assert spy.calls == ["get_item"]  # seen 30 s ago: no write
+    clock.now += 31
+    manager.saw(manager.get("lamp"))
+    assert spy.calls[-1] == "update_item" and shown(manager, "lamp", clock)["lastSeen"].startswith("2027")
+    # a back-end's write does not make the device seen
+    before = shown(manager, "lamp", clock)["lastSeen"]
+    clock.now += 120
+    manager.update_with_retry("lamp", MergePatch({"power": "off"}), section="desired")
+    assert shown(manager, "lamp", clock)["lastSeen"] == before
+
+
+def test_connectivity_connected_is_a_fleet_query_field(local_table):
+    client, _ = local_table
+    fleet = FleetIndex.parse("connectivity/connected:boolean")
+    name = new_table_name()
+    create_table(client, name, fleet_index=fleet)
+    manager = DeviceStateManager(client, name, fleet_index=fleet)
+    manager.reindex()
+    for device in ("a", "b", "c"):
+        manager.create(device, {})
+    manager.connected("a", "conn-a", 4_000_000_000)
+    manager.connected("b", "conn-b", 4_000_000_000)
+    manager.disconnected("b", "conn-b", 4_000_000_000)
+    manager.connected("c", "ended", 1_000)  # a connection that ended unclosed long ago
+    found, _ = manager.query_devices("eq(connectivity/connected,true)")
+    assert [device.device_id for device in found] == ["a"]
+    assert found[0].as_dict()["connectivity"]["connected"] is True
+    assert manager.count_devices("eq(connectivity/connected,true)") == {"count": 1}
+    assert manager.count_devices("eq(connectivity/connected,false)") == {"count": 1}  # b; c is stale at 1
