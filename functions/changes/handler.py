@@ -24,9 +24,8 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
-from functions.device_state import (MAX_RECORD_AGE_SECONDS, ChangeLog, InvalidValue, dynamodb_client,
-                                    metrics as names, restore, table)
-from functions.device_state.connectivity import connectivity_event
+from functions.device_state import (MAX_RECORD_AGE_SECONDS, ChangeLog, InvalidValue, connectivity_event,
+                                    dynamodb_client, metrics as names, restore, table)
 from functions.device_state.store import Refused
 
 from functions.config import processor_config

@@ -62,6 +62,7 @@ from .planning import DEFAULT_TOMBSTONE_SECONDS, MAX_STATE_ITEM_BYTES
 from .fleet_index import MAX_FIELDS as MAX_FLEET_FIELDS, FleetIndex, FleetIndexError
 from .fleet_query import MAX_LIMIT as MAX_QUERY_LIMIT
 from .rql import MAX_FILTER_CHARS
+from .connectivity import connectivity_event
 from .desires import (MAX_ACKS, MAX_EXPIRY_SECONDS, MAX_REASON_CHARS, MIN_EXPIRY_SECONDS, Ack, DesireOptions,
                       check_acks)
 
@@ -69,6 +70,7 @@ __all__ = [
     "Ack",
     "TooManyConnections",
     "check_acks",
+    "connectivity_event",
     "DesireMoved",
     "DesireOptions",
     "MAX_ACKS",
