@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import ssl
 import time
 import urllib.error
@@ -32,8 +33,12 @@ class ApiError(Exception):
 
     @property
     def slug(self) -> str:
-        """The last segment of the problem's ``type`` (``changes-expired``, ``outcome-unknown``)."""
-        return str(self.problem.get("type", "")).rsplit("/", 1)[-1]
+        return problem_slug(self.problem)
+
+
+def problem_slug(problem: dict) -> str:
+    """The last segment of a problem's ``type`` (``changes-expired``, ``outcome-unknown``)."""
+    return re.split(r"[/:]", str(problem.get("type", "")))[-1]
 
 
 def retry_after(headers) -> float | None:

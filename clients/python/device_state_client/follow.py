@@ -11,7 +11,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.sync.client import connect
 
 from .backoff import Backoff
-from .client import ApiError
+from .client import ApiError, problem_slug
 from .credentials import token_expiry
 
 PING = json.dumps({"action": "ping"})
@@ -178,7 +178,7 @@ class Follower:
         return self.client.version(version).get("delta")
 
     def _refused(self, websocket, problem: dict):
-        slug = str(problem.get("type", "")).rsplit("/", 1)[-1]
+        slug = problem_slug(problem)
         if slug == "changes-expired":
             yield from self._resync(websocket)
         elif problem.get("status") == 401:  # the connection's token expired: every message is refused
