@@ -213,6 +213,7 @@ def test_connections_cut_mid_stream_lose_and_repeat_nothing_while_the_naive_loop
     assert [event.version for event in events] == list(range(2, 2 + writes))
     assert all(isinstance(event, Change) and event.sections == ("desired",) for event in events)
     assert [event.delta["brightness"] for event in events] == list(range(1, 1 + writes))  # delta as of each version
+    assert [event.leaves_written() for event in events] == [{"/brightness": n} for n in range(1, 1 + writes)]
     assert len(follower.reconnects) >= proxy.cuts, follower.reconnects
     # The control, under the same cuts: versions written while it was away are gone, some come twice.
     assert naive["versions"] != list(range(2, 2 + writes)), naive["versions"]

@@ -209,3 +209,22 @@ def test_the_package_imports_nothing_of_the_service():
     source = "\n".join(path.read_text() for path in Path(REPO_ROOT / "clients" / "python" / "device_state_client")
                        .glob("*.py"))
     assert "functions" not in source and "localdev" not in source
+
+
+def test_the_leaves_a_change_wrote_are_read_from_its_patch_whatever_its_shape():
+    from device_state_client import Change
+
+    def change(patch):
+        return Change("lamp-1", 2, 1, "updated", ("desired",), patch, {}, "2026-11-26T00:00:00Z")
+
+    assert change([{"op": "replace", "path": "/desired/brightness", "value": 7},
+                   {"op": "add", "path": "/reported/brightness", "value": 5}]).leaves_written() == {"/brightness": 7}
+    assert change([{"op": "add", "path": "/desired/color", "value": {"r": 1, "a/b": {}}},
+                   {"op": "remove", "path": "/desired/mode"}]).leaves_written() == {
+        "/color/r": 1, "/color/a~1b": {}, "/mode": None}
+    created = change([{"op": "add", "path": "/state", "value": {}},
+                      {"op": "add", "path": "/desired", "value": {"power": "on", "levels": [1, 2]}}])
+    assert created.leaves_written() == {"/power": "on", "/levels": [1, 2]}
+    whole = change([{"op": "replace", "path": "", "value": {"state": {}, "desired": {"power": "off"}, "reported": {}}}])
+    assert whole.leaves_written() == {"/power": "off"} and whole.leaves_written("reported") == {}
+    assert change(None).leaves_written() is None

@@ -37,6 +37,20 @@ class Change:
         return cls(change["deviceId"], change["version"], change["previousVersion"], change["kind"],
                    tuple(change["sections"]), change.get("patch"), delta, change["updatedAt"])
 
+    def leaves_written(self, section: str = "desired") -> dict | None:
+        """The leaves of ``section`` this version wrote: ``{JSON Pointer inside the section:
+        value}``, ``None`` for a member it removed; ``None`` when the change came without its
+        patch (too large for one message: ``delta`` has the section's outstanding leaves)."""
+        if self.patch is None:
+            return None
+        prefix, written = f"/{section}", {}
+        for operation in self.patch:
+            if operation["op"] == "remove":
+                written[operation["path"]] = None
+            elif operation["op"] in ("add", "replace"):
+                _leaves(operation["path"], operation["value"], written)
+        return {path[len(prefix):]: value for path, value in written.items() if path.startswith(prefix + "/")}
+
 
 @dataclass(frozen=True)
 class Resynced:
@@ -49,6 +63,15 @@ class Resynced:
     @property
     def version(self) -> int:
         return self.device["version"]
+
+
+def _leaves(path: str, value, into: dict) -> None:
+    """A value's leaves (scalars, arrays, empty objects) under ``path``, as the delta counts them."""
+    if isinstance(value, dict) and value:
+        for name, member in value.items():
+            _leaves(f"{path}/{name.replace('~', '~0').replace('/', '~1')}", member, into)
+    else:
+        into[path] = value
 
 
 class FollowError(Exception):
