@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import http.server
 import json
+import re
 import ssl
 import sys
 import threading
@@ -228,3 +229,17 @@ def test_the_leaves_a_change_wrote_are_read_from_its_patch_whatever_its_shape():
     whole = change([{"op": "replace", "path": "", "value": {"state": {}, "desired": {"power": "off"}, "reported": {}}}])
     assert whole.leaves_written() == {"/power": "off"} and whole.leaves_written("reported") == {}
     assert change(None).leaves_written() is None
+
+
+def test_the_package_readme_keeps_the_docs_rules():
+    """Not among the documents tests/test_readme_examples.py runs, so its rules are checked
+    here: every fenced block marked (the lamp runs in tests/api/test_device_client.py), no
+    build-history phrases."""
+    from tests.test_readme_examples import FENCE, MARK
+
+    text = (REPO_ROOT / "clients" / "python" / "README.md").read_text()
+    marks = [MARK.search(text[:block.start()]) for block in FENCE.finditer(text)]
+    assert marks and all(marks), [mark and mark.groups() for mark in marks]
+    assert ("readme-test", "lamp") in [mark.groups() for mark in marks]
+    for number, line in enumerate(text.splitlines(), 1):
+        assert not re.search(r"\bno longer\b|\banymore\b|\bnow\b|before,|\bissue \d+", line, re.I), (number, line)

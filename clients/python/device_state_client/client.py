@@ -73,9 +73,10 @@ class DeviceClient:
 
     # Reads
 
-    def get(self) -> dict:
-        """The device: ``version``, ``state``, ``desired``, ``reported``, ``delta``."""
-        return self.request("GET", self._path)
+    def get(self, metadata: bool = False) -> dict:
+        """The device: ``version``, ``state``, ``desired``, ``reported``, ``delta``; with
+        ``metadata`` also each leaf's ``{"version", "updatedAt"}`` (nested like its section)."""
+        return self.request("GET", self._path + ("?include=metadata" if metadata else ""))
 
     def delta(self, since: int | None = None, wait_seconds: float | None = None) -> dict:
         """``{"deviceId", "version", "delta"}``; with ``wait_seconds`` (0-20) a long-poll that

@@ -198,7 +198,12 @@ class Follower:
         return change["kind"] == "deleted" or bool(set(self.sections).intersection(change["sections"]))
 
     def _delta_at(self, version: int) -> dict | None:
-        return self.client.version(version).get("delta")
+        try:
+            return self.client.version(version).get("delta")
+        except ApiError as error:
+            if error.status == 404:  # that version's history has expired: the change goes without its delta
+                return None
+            raise
 
     def _refused(self, websocket, problem: dict):
         slug = problem_slug(problem)
