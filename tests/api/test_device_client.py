@@ -34,7 +34,7 @@ from tests.auth import bearer, token
 from tests.make_serve import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "clients" / "python"))  # the package as a device author installs it
-from device_state_client import (Backoff, Change, DeviceClient, Resynced,  # noqa: E402
+from device_state_client import (ApiError, Backoff, Change, DeviceClient, Resynced,  # noqa: E402
                                  TokenCredentials)
 
 pytestmark = pytest.mark.dynamodb_local
@@ -241,12 +241,12 @@ def test_a_token_that_expires_under_the_connection_is_answered_401_and_the_clien
 
 def test_a_connection_is_renewed_when_its_token_expires_before_anything_is_refused(server):
     device = _device(server)
-    tokens = iter([token(device=device, exp=int(time.time()) + 2)])  # valid for 2 more seconds
+    tokens = iter([token(device=device, exp=int(time.time()) + 4)])  # valid for 4 more seconds
     credentials = TokenCredentials(lambda: next(tokens, None) or token(device=device))
     follower = _client(server, device, credentials=credentials).follow(since=1, backoff=Backoff(**FAST_BACKOFF))
     followed = Collector(follower, until=3)
     _set_desired(server, device, brightness=1)
-    time.sleep(3)
+    time.sleep(5)
     _set_desired(server, device, brightness=2)
     assert [event.version for event in followed.wait()] == [2, 3]
     assert follower.reconnects == ["_Reconnect: the connection's token expired"]
@@ -352,6 +352,9 @@ def test_only_the_sections_followed_are_handed_out_and_no_feed_read_is_needed(se
     assert follower.position == 8 and feed_reads == []
     assert client.delta() == {"deviceId": device, "version": 8, "delta": {"power": "on"}}
     assert client.get()["reported"] == {"brightness": 3}
+    with pytest.raises(ApiError) as refused:  # a refusal comes with its problem details
+        client.changes(since=99)
+    assert (refused.value.status, refused.value.slug) == (400, "invalid-since")
 
 
 class AnswerDroppingProxy:

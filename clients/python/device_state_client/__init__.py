@@ -6,5 +6,5 @@ from .client import ApiError, DeviceClient
 from .credentials import CertificateCredentials, TokenCredentials
 from .follow import Change, FollowError, Resynced
 
-__all__ = ["ApiError", "Backoff", "CertificateCredentials", "Change", "DeviceClient", "FollowError", "Resynced",
-           "TokenCredentials"]
+__all__ = ["ApiError", "Backoff", "CertificateCredentials", "Change", "DeviceClient", "FollowError",
+           "Resynced", "TokenCredentials"]

@@ -60,7 +60,8 @@ class DeviceClient:
     ``websocket_url`` defaults to its ``/ws`` (as ``make serve`` serves it; deployed, the
     stack output ``WebSocketUrl``)."""
 
-    def __init__(self, base_url: str, device_id: str, credentials: TokenCredentials | CertificateCredentials, *,
+    def __init__(self, base_url: str, device_id: str,
+                 credentials: TokenCredentials | CertificateCredentials, *,
                  websocket_url: str | None = None, ssl_context: ssl.SSLContext | None = None,
                  timeout: float = 30, write_attempts: int = 6, sleep=time.sleep):
         self.base_url = base_url.rstrip("/") + "/"
@@ -81,7 +82,8 @@ class DeviceClient:
     def delta(self, since: int | None = None, wait_seconds: float | None = None) -> dict:
         """``{"deviceId", "version", "delta"}``; with ``wait_seconds`` (0-20) a long-poll that
         answers once a write after ``since`` has changed desired or reported."""
-        query = {name: value for name, value in (("since", since), ("waitSeconds", wait_seconds)) if value is not None}
+        query = {name: value for name, value in (("since", since), ("waitSeconds", wait_seconds))
+                 if value is not None}
         suffix = f"?{urllib.parse.urlencode(query)}" if query else ""
         return self.request("GET", f"{self._path}/delta{suffix}", timeout=self.timeout + (wait_seconds or 0))
 
@@ -110,7 +112,8 @@ class DeviceClient:
         body = {"acks": [{name: value for name, value in ack.items() if value is not None} for ack in acks]}
         return self.write("POST", f"{self._path}/desired/acks", body, "application/json")
 
-    def write(self, method: str, path: str, body, content_type: str, idempotency_key: str | None = None) -> dict:
+    def write(self, method: str, path: str, body, content_type: str,
+              idempotency_key: str | None = None) -> dict:
         """Sends a write until it is answered, the same request under the same key each time:
         on no answer (a reset, a timeout), 429, 5xx (504 ``outcome-unknown`` included), after
         ``Retry-After`` or a backoff, at most ``write_attempts`` times."""
@@ -162,13 +165,16 @@ class DeviceClient:
         """Sends one request; the answer's JSON, or ``ApiError``. A 401 with a renewable token
         is sent once more with a fresh one (a 401 writes nothing)."""
         for renewed in (False, True):
-            sent_headers = {"Accept": "application/json", **self.credentials.rest_headers(self), **(headers or {})}
+            sent_headers = {"Accept": "application/json", **self.credentials.rest_headers(self),
+                            **(headers or {})}
             data = None if body is None else json.dumps(body).encode()
             if data is not None:
                 sent_headers.setdefault("Content-Type", "application/json")
-            sent = urllib.request.Request(self.base_url + path, data=data, method=method, headers=sent_headers)
+            sent = urllib.request.Request(self.base_url + path, data=data, method=method,
+                                          headers=sent_headers)
             try:
-                with urllib.request.urlopen(sent, timeout=timeout or self.timeout, context=self.ssl_context) as answer:
+                with urllib.request.urlopen(sent, timeout=timeout or self.timeout,
+                                            context=self.ssl_context) as answer:
                     return json.loads(answer.read() or b"null")
             except urllib.error.HTTPError as error:
                 text = error.read()
@@ -179,5 +185,6 @@ class DeviceClient:
                 if error.code == 401 and not renewed and isinstance(self.credentials, TokenCredentials) \
                         and self.credentials.renewable:
                     continue
-                raise ApiError(error.code, problem if isinstance(problem, dict) else {}, error.headers) from None
+                problem = problem if isinstance(problem, dict) else {}
+                raise ApiError(error.code, problem, error.headers) from None
         raise AssertionError("unreachable")

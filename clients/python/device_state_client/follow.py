@@ -117,7 +117,8 @@ class Follower:
     def _ended(self, error: Exception) -> None:
         if isinstance(error, InvalidStatus) and error.response.status_code in (401, 403):
             if not self.client.credentials.renewable:
-                raise FollowError(f"the WebSocket API refused the token ({error.response.status_code})") from error
+                status = error.response.status_code
+                raise FollowError(f"the WebSocket API refused the token ({status})") from error
             self._renew_token = True
         self.reconnects.append(f"{type(error).__name__}: {error}")
 
