@@ -432,8 +432,8 @@ def _package_readme_block(name: str) -> str:
 
 def test_the_package_readmes_lamp_settles_what_is_outstanding_then_follows_desired(server, tmp_path):
     """The README's lamp as written, as its own process with the device's token: it applies
-    and reports the desire outstanding at start, then each new one, and ends on the delete.
-    (Only desires the lamp takes: a refusal acks, and the ack route is not in this API yet.)"""
+    and reports the desire outstanding at start, then each new one, acknowledges a desire it
+    refuses (which takes the leaf out of the delta), and ends on the delete."""
     device = _device(server, desired={"power": "on"})
     environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT / "clients" / "python"),
                    "URL": f"http://127.0.0.1:{server.port}/", "DEVICE": device, "TOKEN": token(device=device)}
@@ -446,6 +446,12 @@ def test_the_package_readmes_lamp_settles_what_is_outstanding_then_follows_desir
         _set_desired(server, device, brightness=40)
         _wait_for_device(server, device, lambda seen: seen["reported"] == {"power": "on", "brightness": 40}
                          and seen["delta"] == {}, lamp, log)
+        refused_at = _set_desired(server, device, brightness=150)
+        _wait_for_device(server, device, lambda seen: seen["delta"] == {}, lamp, log)
+        seen = json.loads(server.request("GET", f"/devices/{device}?include=metadata")[2])
+        assert seen["reported"] == {"power": "on", "brightness": 40}
+        ack = seen["metadata"]["desired"]["brightness"]["ack"]
+        assert (ack["code"], ack["version"], ack["reason"]) == (400, refused_at, "150 is not a brightness this lamp takes")
         assert server.request("DELETE", f"/devices/{device}")[0] == 204
         assert lamp.wait(timeout=FOLLOW_SECONDS) == 0, log.read_text()
     finally:
@@ -463,3 +469,17 @@ def _wait_for_device(server, device, condition, lamp, log) -> None:
         assert lamp.poll() is None, log.read_text()
         assert time.monotonic() < deadline, (seen, log.read_text())
         time.sleep(0.2)
+
+
+def test_acks_reach_the_real_route_and_an_ack_of_a_desire_that_moved_on_is_409(server):
+    device = _device(server)
+    client = _client(server, device)
+    refused_at = _set_desired(server, device, brightness=150, power="on")
+    answer = client.ack("/brightness", refused_at, 400, "out of range 0-100")
+    assert answer["version"] == refused_at + 1 and answer["delta"] == {"power": "on"}  # a refused leaf leaves it
+    moved_at = _set_desired(server, device, power="off")
+    with pytest.raises(ApiError) as moved:
+        client.ack_many([{"path": "/power", "version": refused_at, "code": 200}])
+    assert (moved.value.status, moved.value.slug) == (409, "desire-moved")
+    answer = client.ack_many([{"path": "/power", "version": moved_at, "code": 202, "reason": "warming up"}])
+    assert answer["delta"] == {"power": "off"}  # in progress: it stays in the delta

@@ -1,6 +1,6 @@
 """The device client's requests, against a small HTTP(S) server of the test's own that records
-what it is sent and answers from a script: the shape of an ack (the route is not in this
-service's API yet, so its contract is checked here, not against the real server), retries of a
+what it is sent and answers from a script: the shape of an ack (tests/api/test_device_client.py
+sends acks to the real route too), retries of a
 write under one Idempotency-Key after 504 and 429 honouring Retry-After, and a certificate
 exchanged for a token over mutual TLS, renewed at 80 % of its life and waited out on 429/503."""
 
