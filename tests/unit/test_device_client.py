@@ -184,6 +184,9 @@ def test_a_certificate_is_exchanged_for_a_token_over_mutual_tls_and_renewed_at_8
     for _, _, headers, _, peer in server.requests:
         assert "Authorization" not in headers  # the certificate is the whole credential: never a token beside it
         assert dict(pair[0] for pair in peer["subject"])["commonName"] == "lamp-1"
+    # The local CA is trusted beside the system's, not instead: the WebSocket API's certificate is a public one.
+    assert client.ssl_context.cert_store_stats()["x509_ca"] == ssl.create_default_context().cert_store_stats()[
+        "x509_ca"] + 1
 
 
 def test_the_websocket_url_follows_the_apis_and_a_jwt_expiry_is_read(scripted):

@@ -58,7 +58,8 @@ def retry_after(headers) -> float | None:
 class DeviceClient:
     """One device's client. ``base_url`` is the API's (ending in ``/prod/`` deployed);
     ``websocket_url`` defaults to its ``/ws`` (as ``make serve`` serves it; deployed, the
-    stack output ``WebSocketUrl``)."""
+    stack output ``WebSocketUrl``). ``ssl_context``: TLS settings of your own for HTTPS and
+    WSS (a client certificate's chain is loaded into it)."""
 
     def __init__(self, base_url: str, device_id: str,
                  credentials: TokenCredentials | CertificateCredentials, *,

@@ -49,8 +49,10 @@ class CertificateCredentials:
         self._lock = threading.Lock()  # follow() may run in a thread beside the device's reports
 
     def ssl_context(self, default: ssl.SSLContext | None) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=self.ca_file)
-        context.load_cert_chain(self.cert_file, self.key_file)
+        context = default or ssl.create_default_context()
+        if self.ca_file:  # beside the system's CAs, not instead: the WebSocket API's certificate is a public one
+            context.load_verify_locations(cafile=self.ca_file)
+        context.load_cert_chain(self.cert_file, self.key_file)  # sent only to a server that asks for it
         return context
 
     def rest_headers(self, client) -> dict:
