@@ -222,6 +222,39 @@ def test_connections_cut_mid_stream_lose_and_repeat_nothing_while_the_naive_loop
     assert set(range(2, 2 + writes)) - set(naive["versions"]), "the naive loop lost nothing"
 
 
+def test_a_server_restarted_mid_stream_costs_no_version_and_repeats_none(dynamodb_local):
+    """A real restart behind a stable address: the server process ends (its WebSocket
+    connections with it) while the client is behind, and a new one starts on the same table
+    (its stream processor reading the stream from its start again); REST and WebSocket both
+    go through the address, so the client's reads see the restart too."""
+    table_name = f"restart-{uuid.uuid4().hex[:8]}"
+    first, before = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=table_name, WORKERS="4")
+    second = None
+    try:
+        proxy = CuttableProxy(before.port)
+        device = _device(before)
+        client = DeviceClient(f"http://127.0.0.1:{proxy.port}/", device, TokenCredentials(lambda: token(device=device)))
+        follower = client.follow(since=1, backoff=Backoff(**FAST_BACKOFF))
+        followed = Collector(follower, until=21)
+        for number in range(1, 11):
+            _set_desired(before, device, brightness=number)
+        proxy.stop()
+        first.terminate()
+        first.wait(timeout=30)
+        second, after = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=table_name, WORKERS="4")
+        proxy.target_port = after.port
+        proxy.start()
+        for number in range(11, 21):
+            _set_desired(after, device, brightness=number)
+        assert [event.version for event in followed.wait()] == list(range(2, 22))
+        assert follower.reconnects, "the restart went unnoticed"
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                process.wait(timeout=30)
+
+
 def test_a_token_that_expires_under_the_connection_is_answered_401_and_the_client_reconnects(server):
     device = _device(server)
     # The first token is past its exp but inside the server's 60 s leeway: served 3 more seconds.
