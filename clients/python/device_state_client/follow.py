@@ -167,6 +167,8 @@ class Follower:
             yield from self._fill(websocket, message["version"])
             if self.position >= message["version"]:
                 return
+            if self.position != message["previousVersion"]:  # never skip: the subscription's catch-up reads again
+                raise _Reconnect(f"the change feed had nothing after {self.position} before {message['version']}")
         delta = message.get("delta")
         if message.get("tooLarge"):
             delta = None if message["kind"] == "deleted" else self._delta_at(message["version"])
