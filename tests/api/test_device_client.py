@@ -13,6 +13,7 @@ import http.server
 import json
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -29,13 +30,14 @@ from functions.device_state import table
 from functions.device_state.change_items import change_sk
 from functions.device_state.client import dynamodb_client
 from localdev.dynamodb_local import free_port
+from localdev.tls import LocalCA
 from tests.api.test_http import launch
 from tests.auth import bearer, token
 from tests.make_serve import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "clients" / "python"))  # the package as a device author installs it
-from device_state_client import (ApiError, Backoff, Change, DeviceClient, Resynced,  # noqa: E402
-                                 TokenCredentials)
+from device_state_client import (ApiError, Backoff, CertificateCredentials, Change, DeviceClient,  # noqa: E402
+                                 Resynced, TokenCredentials)
 
 pytestmark = pytest.mark.dynamodb_local
 MERGE = {"Content-Type": "application/merge-patch+json"}
@@ -516,3 +518,29 @@ def test_acks_reach_the_real_route_and_an_ack_of_a_desire_that_moved_on_is_409(s
     assert (moved.value.status, moved.value.slug) == (409, "desire-moved")
     answer = client.ack_many([{"path": "/power", "version": moved_at, "code": 202, "reason": "warming up"}])
     assert answer["delta"] == {"power": "off"}  # in progress: it stays in the delta
+
+
+def test_a_certificate_device_reads_and_reports_over_mutual_tls_on_the_real_server(dynamodb_local, tmp_path):
+    """REST with the device's certificate alone (a token beside it would be 400
+    mixed-credentials); the token exchange for the WebSocket is checked on a scripted server in
+    tests/unit/test_device_client.py."""
+    ca = LocalCA.load_or_create(tmp_path / "tls")
+    trust = ssl.create_default_context(cafile=ca.certificate_path)
+    process, tls_server = launch(tls=trust, DYNAMODB_ENDPOINT=dynamodb_local.endpoint,
+                                 TABLE_NAME=f"client-tls-{uuid.uuid4().hex[:8]}", WORKERS="2", STREAM_PROCESSOR="off",
+                                 TLS="1", TLS_DIR=str(ca.directory))
+    try:
+        device = _device(tls_server, desired={"power": "on"})
+        certificate, key = ca.device_certificate(device)
+        client = DeviceClient(f"https://127.0.0.1:{tls_server.port}/", device,
+                              CertificateCredentials(str(certificate), str(key), str(ca.certificate_path)))
+        assert client.get()["delta"] == {"power": "on"}
+        assert client.report({"power": "on"})["delta"] == {}
+        assert client.delta() == {"deviceId": device, "version": 2, "delta": {}}
+        other = _device(tls_server)
+        with pytest.raises(ApiError) as refused:  # the certificate names its own device only
+            DeviceClient(client.base_url, other, client.credentials).report({"power": "off"})
+        assert refused.value.status == 403
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
