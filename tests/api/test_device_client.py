@@ -37,7 +37,7 @@ from tests.make_serve import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "clients" / "python"))  # the package as a device author installs it
 from device_state_client import (ApiError, Backoff, CertificateCredentials, Change, DeviceClient,  # noqa: E402
-                                 Resynced, TokenCredentials)
+                                 FollowError, Resynced, TokenCredentials)
 
 pytestmark = pytest.mark.dynamodb_local
 MERGE = {"Content-Type": "application/merge-patch+json"}
@@ -544,3 +544,14 @@ def test_a_certificate_device_reads_and_reports_over_mutual_tls_on_the_real_serv
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_what_reconnecting_cannot_cure_ends_the_follower_with_follow_error(server):
+    device, other = _device(server), _device(server)
+    for client in (_client(server, device, credentials=TokenCredentials("not-a-token")),  # 401, not renewable
+                   DeviceClient(f"http://127.0.0.1:{server.port}/", other,  # 403: a device follows only itself
+                                TokenCredentials(lambda: token(device=device)))):
+        follower = client.follow(since=0, backoff=Backoff(**FAST_BACKOFF))
+        with pytest.raises(FollowError):
+            next(iter(follower))
+        assert follower.reconnects == []
