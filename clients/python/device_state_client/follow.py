@@ -1,0 +1,227 @@
+"""Following a device over the WebSocket push: every change after ``since``, exactly once and
+in version order, across any disconnect."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.sync.client import connect
+
+from .backoff import Backoff
+from .client import ApiError, problem_slug
+from .credentials import token_expiry
+
+PING = json.dumps({"action": "ping"})
+
+
+@dataclass(frozen=True)
+class Change:
+    """One version of the device: the feed's change and the ``delta`` after it (``None`` for a
+    delete). ``patch`` is RFC 6902 over ``{"state", "desired", "reported"}``; ``None`` when the
+    change was too large for one message (``delta`` is then read from the version's history)."""
+
+    device_id: str
+    version: int
+    previous_version: int
+    kind: str
+    sections: tuple
+    patch: list | None
+    delta: dict | None
+    updated_at: str
+
+    @classmethod
+    def of(cls, change: dict, delta: dict | None) -> Change:
+        return cls(change["deviceId"], change["version"], change["previousVersion"], change["kind"],
+                   tuple(change["sections"]), change.get("patch"), delta, change["updatedAt"])
+
+    def leaves_written(self, section: str = "desired") -> dict | None:
+        """The leaves of ``section`` this version wrote: ``{JSON Pointer inside the section:
+        value}``, ``None`` for a member it removed; ``None`` when the change came without its
+        patch (too large for one message: ``delta`` has the section's outstanding leaves)."""
+        if self.patch is None:
+            return None
+        prefix, written = f"/{section}", {}
+        for operation in self.patch:
+            if operation["op"] == "remove":
+                written[operation["path"]] = None
+            elif operation["op"] in ("add", "replace"):
+                _leaves(operation["path"], operation["value"], written)
+        return {path[len(prefix):]: value for path, value in written.items() if path.startswith(prefix + "/")}
+
+
+@dataclass(frozen=True)
+class Resynced:
+    """The changes after the last version handed out are past the feed's retention
+    (``changes-expired``): they cannot be handed out. ``device`` is the device as read; following
+    goes on after its version. Treat it as the whole truth (apply its ``delta``)."""
+
+    device: dict
+
+    @property
+    def version(self) -> int:
+        return self.device["version"]
+
+
+def _leaves(path: str, value, into: dict) -> None:
+    """A value's leaves (scalars, arrays, empty objects) under ``path``, as the delta counts them."""
+    if isinstance(value, dict) and value:
+        for name, member in value.items():
+            _leaves(f"{path}/{name.replace('~', '~0').replace('/', '~1')}", member, into)
+    else:
+        into[path] = value
+
+
+class FollowError(Exception):
+    """A refusal that reconnecting cannot cure: the caller may not read the device (403), a bad
+    device id or ``since``, credentials that cannot be renewed."""
+
+
+class _Reconnect(Exception):
+    """This connection can serve no more (its token expired, the server failed): connect again."""
+
+
+class Follower:
+    """Iterate it for ``Change`` (and ``Resynced``) events. ``position`` is the last version
+    handed out (or passed over: not in ``sections``); keep it to resume after a restart.
+
+    It subscribes to every section and filters here: the push then carries every version, so a
+    change whose ``previousVersion`` is not ``position`` is a real gap (filled from the change
+    feed), not a version the server left out (which would cost a feed read per such change).
+    ``reconnects`` lists why each connection ended."""
+
+    def __init__(self, client, since: int, sections: tuple, *, ping_seconds: float = 300,
+                 backoff: Backoff | None = None, open_timeout: float = 10):
+        self.client, self.position, self.sections = client, since, sections
+        self.ping_seconds, self.open_timeout = ping_seconds, open_timeout
+        self.backoff = backoff or Backoff()
+        self.reconnects: list[str] = []
+        self._renew_token = False
+
+    def __iter__(self):
+        while True:
+            try:
+                with self._connect() as websocket:
+                    yield from self._follow(websocket)
+            except (ConnectionClosed, InvalidHandshake, OSError, _Reconnect) as error:
+                self._ended(error)
+            except ApiError as error:  # a read the follower needed (feed, device) failed
+                if error.status in (401, 429) or error.status >= 500:
+                    self._ended(error)
+                else:
+                    raise FollowError(str(error)) from error
+            time.sleep(self.backoff.next_delay())
+
+    def _ended(self, error: Exception) -> None:
+        if isinstance(error, InvalidStatus) and error.response.status_code in (401, 403):
+            if not self.client.credentials.renewable:
+                status = error.response.status_code
+                raise FollowError(f"the WebSocket API refused the token ({status})") from error
+            self._renew_token = True
+        self.reconnects.append(f"{type(error).__name__}: {error}")
+
+    def _connect(self):
+        token = self.client.credentials.bearer_token(self.client, renew=self._renew_token)
+        self._renew_token = False
+        expiry = token_expiry(token)
+        # A connection is served until its token expires (the server allows 60 s of clock
+        # leeway on top); connecting again at expiry, with a renewed token, leaves no silent gap.
+        self._token_expiry = expiry if expiry and expiry > time.time() else None
+        secure = self.client.websocket_url.startswith("wss:")
+        return connect(self.client.websocket_url, additional_headers={"Authorization": f"Bearer {token}"},
+                       ssl=self.client.ssl_context if secure else None, open_timeout=self.open_timeout)
+
+    def _follow(self, websocket):
+        self._subscribe(websocket)
+        next_ping = time.monotonic() + self.ping_seconds
+        while True:
+            if self._token_expiry is not None and time.time() >= self._token_expiry:
+                raise _Reconnect("the connection's token expired")
+            wait = next_ping - time.monotonic()
+            if self._token_expiry is not None:
+                wait = min(wait, self._token_expiry - time.time())
+            try:
+                message = json.loads(websocket.recv(timeout=max(wait, 0)))
+            except TimeoutError:
+                if time.monotonic() >= next_ping:  # API Gateway closes a connection idle for 10 minutes
+                    websocket.send(PING)
+                    next_ping = time.monotonic() + self.ping_seconds
+                continue
+            if message.get("type") == "subscribed":
+                self.backoff.reset()
+            elif message.get("type") == "change" and message.get("deviceId") == self.client.device_id:
+                yield from self._take(websocket, message)
+            elif message.get("type") == "error":
+                yield from self._refused(websocket, message.get("problem") or {})
+
+    def _subscribe(self, websocket) -> None:
+        websocket.send(json.dumps({"action": "subscribe", "deviceId": self.client.device_id,
+                                   "since": self.position}))
+
+    def _take(self, websocket, message: dict):
+        if message["version"] <= self.position:
+            return  # a repeat: two senders may race to send a version
+        if message["previousVersion"] != self.position:
+            yield from self._fill(websocket, message["version"])
+            if self.position >= message["version"]:
+                return
+            if self.position != message["previousVersion"]:  # never skip: the subscription's catch-up reads again
+                raise _Reconnect(f"the change feed had nothing after {self.position} before {message['version']}")
+        delta = message.get("delta")
+        if message.get("tooLarge"):
+            delta = None if message["kind"] == "deleted" else self._delta_at(message["version"])
+        yield from self._hand_out(message, delta)
+
+    def _fill(self, websocket, until: int):
+        """The versions after ``position`` and before ``until``, from the change feed."""
+        while self.position < until - 1:
+            try:
+                page = self.client.changes(self.position)
+            except ApiError as error:
+                if error.slug != "changes-expired":
+                    raise
+                yield from self._resync(websocket)
+                return
+            changes = [change for change in page["changes"] if self.position < change["version"] < until]
+            if not changes:
+                return  # the feed holds nothing more before ``until``
+            for change in changes:
+                delta = None if change["kind"] == "deleted" or not self._wanted(change) else \
+                    self._delta_at(change["version"])
+                yield from self._hand_out(change, delta)
+
+    def _hand_out(self, change: dict, delta: dict | None):
+        self.position = change["version"]
+        if self._wanted(change):
+            yield Change.of(change, delta)
+
+    def _wanted(self, change: dict) -> bool:
+        return change["kind"] == "deleted" or bool(set(self.sections).intersection(change["sections"]))
+
+    def _delta_at(self, version: int) -> dict | None:
+        try:
+            return self.client.version(version).get("delta")
+        except ApiError as error:
+            if error.status == 404:  # that version's history has expired: the change goes without its delta
+                return None
+            raise
+
+    def _refused(self, websocket, problem: dict):
+        slug = problem_slug(problem)
+        if slug == "changes-expired":
+            yield from self._resync(websocket)
+        elif problem.get("status") == 401:  # the connection's token expired: every message is refused
+            self._renew_token = True
+            raise _Reconnect("401: the connection's token expired")
+        elif problem.get("status", 500) >= 500 or problem.get("status") == 429:
+            raise _Reconnect(f"{problem.get('status')}: {problem.get('detail')}")
+        else:
+            raise FollowError(f"{problem.get('status')} {slug}: {problem.get('detail')}")
+
+    def _resync(self, websocket):
+        device = self.client.get()
+        self.position = device["version"]
+        yield Resynced(device)
+        self._subscribe(websocket)
