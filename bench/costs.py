@@ -36,7 +36,7 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
     os.environ.setdefault(_name, _value)
 
 from bench.contention import CountingClient  # noqa: E402
-from functions.device_state import (ChangeLog, DeviceStateManager, JsonPatch, MergePatch,  # noqa: E402
+from functions.device_state import (Ack, ChangeLog, DesireOptions, DeviceStateManager, JsonPatch, MergePatch,  # noqa: E402
                                     Operation, dynamodb_client, table)
 from functions.device_state.change_items import change_sk  # noqa: E402
 from functions.device_state.values import item_size  # noqa: E402
@@ -167,8 +167,8 @@ def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_D
         meter.subscriptions.subscribe(f"conn-{device_id}", device_id, version, ("desired",))
     step = iter(range(1, 10 ** 9))
 
-    def report(device_id):
-        meter.manager.update_with_retry(device_id, MergePatch(
+    def report(device_id):  # with the device's own credentials: its lastSeen goes in the same request
+        meter.manager.as_device(device_id).update_with_retry(device_id, MergePatch(
             {"temperature": Decimal(80 + next(step) % 7) / 4, "humidity": 40 + next(step) % 9}), section="reported")
 
     # An hour of the reference fleet: 59 reports (which fill the write journal to its steady
@@ -194,6 +194,18 @@ def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_D
         Operation.update(d, MergePatch({"room": "east"})), Operation.update(partner[d], MergePatch({"room": "west"}))]),
         touched=lambda d: [d, partner[d]])
     kinds["feed read (page)"] = meter.run(ids, lambda d: meter.log.read(d, 0))
+    # The device loop: a desire with an expiry (read, then write at the version), the device's
+    # ack of it, its WebSocket connect and disconnect, and its read of itself a minute after
+    # it was last seen (which records it seen).
+    kinds["desired write with expiresIn"] = meter.run(ids, lambda d: meter.manager.update_with_retry(
+        d, MergePatch({"setpoint": 19 + next(step) % 6}), section="desired", desire=DesireOptions(expires_in=3600)))
+    kinds["ack (device)"] = meter.run(ids, lambda d: meter.manager.as_device(d).acknowledge(d, [Ack(
+        "/setpoint", meter.manager.get(d).as_dict(include_metadata=True)["metadata"]["desired"]["setpoint"]["version"],
+        400, "out of range")]))
+    ends = meter.now + 2 * 3600
+    kinds["connect (device's WebSocket)"] = meter.run(ids, lambda d: meter.manager.connected(d, f"ws-{d}", ends))
+    kinds["disconnect"] = meter.run(ids, lambda d: meter.manager.disconnected(d, f"ws-{d}", ends))
+    kinds["read by the device (records lastSeen)"] = meter.run(ids, lambda d: meter.manager.saw(meter.manager.get(d)))
     # A device written at the reference rate keeps the newest 8 journal entries; one written
     # 16 times a second keeps up to 16 (every entry younger than a second).
     sizes = {}
@@ -338,6 +350,10 @@ def bills(kinds: dict, timing: dict, shape: dict, sizes: dict) -> dict:
         + desires * (desired["service_write"] + desired["changes_write"] + desired["push_write"])
     read_units = (reports + applied) * (report["service_read"] + report["changes_read"] + report["push_read"]) \
         + desires * (desired["service_read"] + desired["changes_read"] + desired["push_read"])
+    reconnects = DEVICES * DAYS * 12
+    connectivity_write = sum(kinds[kind]["service_write"] for kind in ("connect (device's WebSocket)", "disconnect"))
+    connectivity_read = sum(kinds[kind]["service_read"] for kind in ("connect (device's WebSocket)", "disconnect"))
+    records = writes + 2 * reconnects  # stream records: every write, every connect and disconnect
     batch = min(shape["stream_batch_sizes"]) if shape["stream_batch_sizes"] else 100
     # Every write's change item lives for the change retention (7 days): the table holds a
     # week of them beside the state items.
@@ -355,10 +371,15 @@ def bills(kinds: dict, timing: dict, shape: dict, sizes: dict) -> dict:
         + (price("dynamodb_pitr", stored_gb) if shape["pitr"] else 0),
         # Both stream consumers get full batches at the fleet's rate; their measured time per
         # record (change item, then fan-out) is split evenly between them.
-        "stream functions (changes, fan-out)": lambda_cost(writes / batch, timing["stream_ms_per_record"] / 2 * batch,
+        # a connect and a disconnect are stream records too (no change: an event of their own)
+        "stream functions (changes, fan-out)": lambda_cost(records / batch, timing["stream_ms_per_record"] / 2 * batch,
                                                            shape["changes_memory_mb"])
-        + lambda_cost(writes / batch, timing["stream_ms_per_record"] / 2 * batch, shape["fanout_memory_mb"]),
-        "EventBridge events": price("eventbridge_event", writes) if shape["eventbridge"] else 0.0,
+        + lambda_cost(records / batch, timing["stream_ms_per_record"] / 2 * batch, shape["fanout_memory_mb"]),
+        "EventBridge events": price("eventbridge_event", records) if shape["eventbridge"] else 0.0,
+        # API Gateway closes a WebSocket connection after 2 hours: each device connects again
+        # (and records its connectivity) 12 times a day
+        "device connectivity (DynamoDB)": price("dynamodb_write", reconnects * connectivity_write)
+        + price("dynamodb_read", reconnects * connectivity_read),
         "WebSocket messages": price("websocket_message", desires),
         "WebSocket connection-minutes": price("websocket_minute", DEVICES * MINUTES),
     }
@@ -370,6 +391,7 @@ def bills(kinds: dict, timing: dict, shape: dict, sizes: dict) -> dict:
     return {"this service": {k: round(v, 2) for k, v in ours.items()},
             "Device Shadow": {k: round(v, 2) for k, v in shadow.items()},
             "fleet": {"devices": DEVICES, "reports": reports, "desires": desires, "applied reports": applied,
+                      "reconnects": reconnects,
                       "write units": round(write_units), "read units": round(read_units),
                       "stored GB": round(stored_gb, 1)}}
 

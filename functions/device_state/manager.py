@@ -213,36 +213,37 @@ class DeviceStateManager:
 
     def connected(self, device_id: str, connection_id: str, until: float) -> bool:
         """Records a WebSocket connection of the device's own credentials, open until
-        ``until`` at the latest; False when there is no such device. ``TooManyConnections``
-        when it has ``MAX_CONNECTIONS`` open. Connections whose close never arrived are
-        forgotten first."""
+        ``until`` at the latest (one write, no read); False when there is no such device.
+        ``TooManyConnections`` when it has ``MAX_CONNECTIONS`` open, counting after the
+        connections whose close never arrived are forgotten."""
         validate_device_id(device_id)
-        item = self.live_state(device_id)
-        if item is None:
-            return False
-        ended = connectivity.ended_members(item, self.clock())
-        if ended:
-            self._send_connectivity(lambda planner: planner.disconnect(device_id, ended))
+        opened = connectivity.member(connection_id, until)
         try:
-            return self._send_connectivity(lambda planner: planner.connect(device_id, connectivity.member(
-                connection_id, until)))
+            return self._send_connectivity(lambda planner: planner.connect(device_id, opened))
+        except ConditionFailed:
+            ended = connectivity.ended_members(self.live_state(device_id), self.clock())
+            if not ended:
+                raise TooManyConnections(device_id, connectivity.MAX_CONNECTIONS) from None
+        self._send_connectivity(lambda planner: planner.disconnect(device_id, ended))
+        try:
+            return self._send_connectivity(lambda planner: planner.connect(device_id, opened))
         except ConditionFailed:
             raise TooManyConnections(device_id, connectivity.MAX_CONNECTIONS) from None
 
     def disconnected(self, device_id: str, connection_id: str, until: float) -> None:
-        """Forgets a connection ``connected`` recorded (and any that ended unclosed); the
-        device is no longer connected once none is open."""
+        """Forgets a connection ``connected`` recorded: one read and one write. The last one
+        open leaves the device disconnected, and takes with it those whose close never came."""
         validate_device_id(device_id)
-        planner = self.pipeline.planner()
-        try:
-            _, item = self.pipeline.send(planner, planner.disconnect(device_id, [connectivity.member(connection_id,
-                                                                                                     until)]))
-        except (DeviceNotFound, ConditionFailed):
+        item = self.live_state(device_id)
+        if item is None:
             return
-        now = self.clock()
-        if item is not None and not connectivity.open_members(item, now):
-            self._send_connectivity(lambda next_planner: next_planner.all_disconnected(
-                device_id, connectivity.ended_members(item, now)))
+        closing = connectivity.member(connection_id, until)
+        others = [entry for entry in connectivity.open_members(item, self.clock()) if entry != closing]
+        if not others:
+            gone = [entry for entry in connectivity.members(item) if entry not in others]
+            if self._send_connectivity(lambda planner: planner.all_disconnected(device_id, gone)):
+                return
+        self._send_connectivity(lambda planner: planner.disconnect(device_id, [closing]))  # others stay open
 
     def saw(self, device: Device) -> None:
         """After the device's own read of itself (``device``, read with its connectivity):

@@ -335,31 +335,29 @@ class Planner:
                             CONNECTED)
 
     def disconnect(self, device_id: str, closed: list[str]) -> Planned:
-        """Forgets the connections ``closed`` (members) of the live device, seen now; its
-        answer (ALL_NEW) tells whether any is left open (``all_disconnected`` then follows)."""
+        """Forgets the connections ``closed`` (members) of the live device, seen now, while
+        others stay open (the last goes with ``all_disconnected``)."""
         expr = Expression()
         update = (f"DELETE {expr.name(table.CONNECTIONS)} {expr.value({'SS': closed})} "
                   f"SET {expr.name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
-        return self._update(device_id, update, live(expr, self.now), expr, None, DISCONNECTED,
-                            ReturnValues="ALL_NEW")
+        return self._update(device_id, update, live(expr, self.now), expr, None, DISCONNECTED)
 
-    def all_disconnected(self, device_id: str, ended: list[str]) -> Planned:
-        """Not connected: removes ``connectedSince`` and the ``ended`` members (connections
-        whose close never arrived), and marks the fleet index, only while those are all the
-        item holds (a connect meanwhile refuses it)."""
+    def all_disconnected(self, device_id: str, gone: list[str]) -> Planned:
+        """Not connected, seen now: removes the members ``gone`` (the closing connection and
+        those whose close never came) and ``connectedSince``, and marks the fleet index, only
+        while those are all the item holds (a connect meanwhile refuses it)."""
         expr = Expression()
-        connections = expr.name(table.CONNECTIONS)
+        connections, now = expr.name(table.CONNECTIONS), expr.number(int(self.now * 1000))
         condition = f"{live(expr, self.now)} AND (attribute_not_exists({connections})"
-        if ended:
-            condition += " OR (" + " AND ".join([f"size({connections}) = {expr.number(len(ended))}"] + [
-                f"contains({connections}, {expr.value({'S': entry})})" for entry in ended]) + ")"
+        if gone:
+            condition += " OR (" + " AND ".join([f"size({connections}) = {expr.number(len(gone))}"] + [
+                f"contains({connections}, {expr.value({'S': entry})})" for entry in gone]) + ")"
         condition += ")"
-        update = f"REMOVE {expr.name(table.CONNECTED_SINCE)}"
-        indexed = connectivity_attributes(self.fleet_index, device_id, False)
-        if indexed:
-            update = f"SET {', '.join(_index_sets(expr, indexed, {}))} {update}"
-        if ended:
-            update += f" DELETE {connections} {expr.value({'SS': ended})}"
+        sets = [f"{expr.name(table.LAST_SEEN)} = {now}"]
+        sets += _index_sets(expr, connectivity_attributes(self.fleet_index, device_id, False), {})
+        update = f"SET {', '.join(sets)} REMOVE {expr.name(table.CONNECTED_SINCE)}"
+        if gone:
+            update += f" DELETE {connections} {expr.value({'SS': gone})}"
         return self._update(device_id, update, condition, expr, None, ALL_DISCONNECTED)
 
     def seen(self, device_id: str) -> Planned:

@@ -107,3 +107,45 @@ def test_connectivity_connected_is_a_fleet_query_field(local_table):
     assert found[0].as_dict()["connectivity"]["connected"] is True
     assert manager.count_devices("eq(connectivity/connected,true)") == {"count": 1}
     assert manager.count_devices("eq(connectivity/connected,false)") == {"count": 1}  # b; c is stale at 1
+
+
+@pytest.fixture
+def rig(dynamodb_local, local_table):
+    from tests.integration.test_faults import Rig
+
+    rig = Rig(dynamodb_local, *local_table)
+    yield rig
+    rig.forwarder.close()
+
+
+@pytest.mark.parametrize("between", [False, True], ids=["alone", "another-writer-between"])
+def test_connect_and_disconnect_under_a_lost_answer_record_once(rig, between):
+    """Adding or deleting a set member is the same write when sent again: a lost answer is
+    resent, whoever wrote in between (another connection of the device here)."""
+    rig.other.create("d", {})
+    other = (lambda: rig.other.connected("d", "other", 4_000_000_000)) if between else None
+    rig.forwarder.lose("UpdateItem", then=other)
+    assert rig.manager.connected("d", "ours", 4_000_000_000)
+    assert rig.forwarder.lost == ["UpdateItem"]
+    item = rig.other.live_state("d")
+    assert sorted(item["connections"]["SS"]) == sorted(["4000000000000:ours"] + ["4000000000000:other"] * between)
+    rig.forwarder.lose("UpdateItem")
+    rig.manager.disconnected("d", "ours", 4_000_000_000)
+    shown = rig.other.get("d").as_dict()["connectivity"]
+    assert shown["connected"] is bool(between) and rig.other.get("d").version == 1
+
+
+def test_control_a_naive_connection_counter_counts_one_connect_twice(rig):
+    import boto3
+    from botocore.config import Config
+
+    from functions.device_state import table
+
+    rig.other.create("d", {})
+    naive = boto3.session.Session().client(
+        "dynamodb", endpoint_url=rig.forwarder.endpoint, region_name="us-east-1",
+        config=Config(retries={"mode": "standard", "max_attempts": 3}, read_timeout=3))
+    rig.forwarder.lose("UpdateItem")
+    naive.update_item(TableName=rig.name, Key=table.state_key("d"), UpdateExpression="ADD openConnections :one",
+                      ExpressionAttributeValues={":one": {"N": "1"}})
+    assert rig.other.live_state("d")["openConnections"] == {"N": "2"}  # one connect, counted twice
