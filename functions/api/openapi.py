@@ -566,6 +566,34 @@ OPENAPI["paths"]["/devices/{deviceId}/delta"] = {
             "503": _COMMON_ERRORS["503"]},
     },
 }
+OPENAPI["paths"]["/devices/{deviceId}/token"] = {
+    "parameters": [_DEVICE_ID],
+    "post": {
+        "operationId": "issueDeviceToken",
+        "description": "A device token (a JWT naming this device, signed by the device-token issuer) for the device "
+                       "itself, called with its client certificate or a device token: every route and the WebSocket "
+                       "API accept it. Renewal with a token is refused once the device last authenticated with its "
+                       "certificate longer ago than the renewal bound (403 certificate-required); no token outlives "
+                       "that bound.",
+        "requestBody": {"required": False, "content": {"application/json": {"schema": {
+            "type": "object", "additionalProperties": False, "maxProperties": 0}}}},
+        "responses": {
+            "200": {"description": "The token; never cached (Cache-Control: no-store)",
+                    "headers": {"Cache-Control": {"schema": {"type": "string", "enum": ["no-store"]}}},
+                    "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["token", "tokenType", "expiresIn", "expiresAt"],
+                        "additionalProperties": False, "properties": {
+                            "token": {"type": "string"}, "tokenType": {"type": "string", "enum": ["Bearer"]},
+                            "expiresIn": {"type": "integer", "minimum": 1,
+                                          "description": "Seconds from now until the token expires"},
+                            "expiresAt": {"type": "string", "format": "date-time"}}}}}},
+            "415": _COMMON_ERRORS["415"],
+            "429": _problem("Too many tokens are being signed at once (the signing key's request quota); "
+                            "Retry-After says when to try again"),
+            "503": _problem("Token signing is unavailable for now; Retry-After is set"),
+        },
+    },
+}
 _schemas = OPENAPI["components"]["schemas"]
 _schemas["Delta"] = {"type": "object", "required": ["deviceId", "version", "delta"], "properties": {
     "deviceId": {"type": "string"}, "version": {"type": "integer", "minimum": 1}, "delta": {"type": "object"}}}
