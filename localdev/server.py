@@ -192,7 +192,8 @@ def _environment() -> str:
         os.environ.setdefault(name, value)
     if not (os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")):
         os.environ.update(_LOCAL_CREDENTIALS)
-    from localdev.issuer import DEFAULT_DIRECTORY, KEY_FILE, Issuer  # this checkout's own: `make -s token` prints its tokens
+    # This checkout's own issuer (`make -s token` prints its tokens); it signs device tokens too.
+    from localdev.issuer import DEFAULT_DIRECTORY, KEY_FILE, Issuer
 
     note = "the issuer named by AUTH_ISSUER, AUTH_AUDIENCE and AUTH_JWKS"
     if not os.environ.get("AUTH_JWKS"):
