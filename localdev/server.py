@@ -195,12 +195,13 @@ def _environment() -> str:
     # This checkout's own issuer (`make -s token` prints its tokens); it signs device tokens too.
     from localdev.issuer import DEFAULT_DIRECTORY, KEY_FILE, Issuer
 
-    note = "the issuer named by AUTH_ISSUER, AUTH_AUDIENCE and AUTH_JWKS"
+    note, issuer = "the issuer named by AUTH_ISSUER, AUTH_AUDIENCE and AUTH_JWKS", None
     if not os.environ.get("AUTH_JWKS"):
-        os.environ.update(Issuer.load_or_create(DEFAULT_DIRECTORY).environment())
+        issuer = Issuer.load_or_create(DEFAULT_DIRECTORY)
+        os.environ.update(issuer.environment())
         note = f"the local issuer in {DEFAULT_DIRECTORY}/ (a token: make -s token)"
     if not os.environ.get("DEVICE_TOKEN_ISSUER"):  # device tokens: signed with the local issuer's key
-        issuer = Issuer.load_or_create(DEFAULT_DIRECTORY)
+        issuer = issuer or Issuer.load_or_create(DEFAULT_DIRECTORY)
         os.environ.update(issuer.device_token_environment(DEFAULT_DIRECTORY / KEY_FILE))
     _check_auth_configuration()
     return note
