@@ -210,3 +210,27 @@ def test_the_device_token_issuer_must_be_configured_whole_and_apart_from_the_mai
     both = AuthConfig.from_environment({**main, DEVICE_TOKEN_ISSUER: "urn:x", DEVICE_TOKEN_AUDIENCE: "a",
                                         DEVICE_TOKEN_JWKS: json.dumps(ISSUER.jwks())})
     assert [trusted.devices_only for trusted in both.issuers] == [False, True]
+
+
+def test_the_device_token_issuers_tokens_only_ever_name_a_device():
+    from functions.auth.credentials import Unauthenticated, certificate_principal
+    from tests.auth import DEVICE_TOKEN_ISSUER
+
+    config = AuthConfig.from_environment({**ISSUER.environment(), **DEVICE_TOKEN_ENVIRONMENT})
+    scoped = verify_token(DEVICE_TOKEN_ISSUER.token(["devices.write"], device="lamp-1", sub="device:lamp-1",
+                                                    scope="devices.write"), config)
+    assert (scoped.kind, scoped.device_id, scoped.scopes) == ("device", "lamp-1", frozenset())
+    for claims in ({"sub": "device:lamp-1"},  # no device_id: a back-end's shape, refused
+                   {"device": "lamp-1", "sub": "device:lamp-2"}, {"device": "lamp-1", "sub": "device-lamp-1"}):
+        device = claims.pop("device", None)
+        with pytest.raises(Unauthenticated, match="must name its device"):
+            verify_token(DEVICE_TOKEN_ISSUER.token(device=device, **claims), config)
+    # The main issuer's back-end tokens keep their scopes beside it (the control).
+    assert verify_token(ISSUER.token(["devices.write"]), config).scopes == {"devices.write"}
+    # A certificate authenticates now: the time a device token's renewal chain starts from.
+    from localdev.tls import LocalCA
+    import tempfile
+
+    ca = LocalCA.load_or_create(tempfile.mkdtemp())
+    pem = open(ca.device_certificate("lamp-1")[0]).read()
+    assert certificate_principal(pem, now=1_800_000_000).auth_time == 1_800_000_000
