@@ -19,6 +19,9 @@ KMS_SIGNING_ALGORITHM = "ECDSA_SHA_256"
 _KMS_THROTTLED = {"ThrottlingException", "LimitExceededException"}
 THROTTLED_RETRY_SECONDS = (1, 10)  # spread retries of a fleet over this many seconds
 UNAVAILABLE_RETRY_SECONDS = 2
+# The operating system's entropy: SnapStart copies of one snapshot would draw the same numbers
+# from a seeded generator, and send a whole fleet back at the same second.
+_JITTER = random.SystemRandom()
 
 
 class SigningFailed(Exception):
@@ -93,7 +96,7 @@ class KmsSigner:
             code = error.response.get("Error", {}).get("Code", "")
             if code in _KMS_THROTTLED:
                 raise SigningThrottled("too many tokens are being signed at once; retry after Retry-After",
-                                       random.randint(*THROTTLED_RETRY_SECONDS)) from error
+                                       _JITTER.randint(*THROTTLED_RETRY_SECONDS)) from error
             raise SigningUnavailable(f"the signing key is unavailable ({code}); retry after Retry-After",
                                      UNAVAILABLE_RETRY_SECONDS) from error
         except BotoCoreError as error:  # timeouts, connection failures
