@@ -129,6 +129,7 @@ class DeviceApi(Construct):
         change_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
         snap_start: bool = True,
         auth_environment: dict[str, str],
+        token_environment: dict[str, str] | None = None,
         authorizer_cache_seconds: int = 300,
         device_domain: DeviceDomain | None = None,
         fleet_index: FleetIndex = FleetIndex(),
@@ -155,11 +156,12 @@ class DeviceApi(Construct):
             **auth_environment,
         }
         # Two functions of the same code, configuration and rights: one for the waiting routes
-        # (WAITING_ROUTES), one for every other, each with its own reserved concurrency.
+        # (WAITING_ROUTES), one for every other, each with its own reserved concurrency. Only the
+        # latter serves POST /devices/{id}/token, so only it has the signing variables (and kms:Sign).
         index_arns = [f"{table.table_arn}/index/{index['IndexName']}"
                       for index in fleet_index.global_secondary_indexes()]
-        self.function = self._api_function("Function", table, environment, reserved_concurrency, snap_start,
-                                           index_arns)
+        self.function = self._api_function("Function", table, {**environment, **(token_environment or {})},
+                                           reserved_concurrency, snap_start, index_arns)
         self.waiting_function = self._api_function("WaitingFunction", table, environment,
                                                    waiting_reserved_concurrency, snap_start, index_arns)
         self.alias = published_alias(self.function) if snap_start else self.function

@@ -12,6 +12,7 @@ from functions.device_state import FleetIndex, FleetIndexError
 from .api import DeviceApi, DeviceDomain
 from .auth import CallerIdentity
 from .changes import ChangeFeed
+from .device_tokens import DeviceTokens
 from .monitoring import Monitoring
 from .push import Push
 from .reindex import Reindex
@@ -60,6 +61,12 @@ CONTEXT_DEFAULTS = {
     # own index on the table, and any field makes the reindex function. Empty: no field.
     # CloudFormation adds (or removes) one index per deploy: declare one new field at a time.
     "fleetIndex": "",
+    # Device tokens (POST /devices/{id}/token): their lifetime in seconds, the stated maximum that
+    # lifetime may reach (raise it explicitly for longer tokens, up to 43200), and how long after
+    # its last certificate authentication a device may renew its token with a token.
+    "deviceTokenSeconds": 3600,
+    "deviceTokenMaxSeconds": 3600,
+    "deviceTokenRenewalSeconds": 86400,
 }
 
 
@@ -95,6 +102,13 @@ class DeviceStateStack(Stack):
             self, "Callers", throwaway=_flag(context(self, "throwaway")),
             domain_prefix=context(self, "authDomainPrefix"), issuer=context(self, "authIssuer"),
             audience=context(self, "authAudience"), jwks_file=context(self, "authJwksFile"))
+        self.device_tokens = DeviceTokens(
+            self, "DeviceTokens", throwaway=_flag(context(self, "throwaway")),
+            lifetime_seconds=int(context(self, "deviceTokenSeconds")),
+            max_seconds=int(context(self, "deviceTokenMaxSeconds")),
+            renewal_seconds=int(context(self, "deviceTokenRenewalSeconds")))
+        # Every function that authenticates callers trusts both issuers; only the API function signs.
+        auth_environment = {**self.identity.environment, **self.device_tokens.verification_environment}
         domain_name = context(self, "deviceDomainName")
         self.api = DeviceApi(
             self, "DeviceApi",
@@ -106,19 +120,21 @@ class DeviceStateStack(Stack):
             waiting_reserved_concurrency=_optional_int(context(self, "waitingReservedConcurrency")),
             change_retention_seconds=int(context(self, "changeRetentionSeconds")),
             snap_start=_flag(context(self, "snapStart")),
-            auth_environment=self.identity.environment,
+            auth_environment=auth_environment,
+            token_environment=self.device_tokens.signing_environment,
             authorizer_cache_seconds=int(context(self, "authorizerCacheSeconds")),
             device_domain=DeviceDomain(domain_name, context(self, "certificateArn"),
                                        context(self, "truststoreUri")) if domain_name else None,
             fleet_index=fleet_index,
         )
+        self.device_tokens.grant_sign(self.api.function)
         self.changes = ChangeFeed(self, "ChangeFeed", table=self.devices.table, code=self.api.code,
                                   layer=self.api.layer,
                                   retention_seconds=int(context(self, "changeRetentionSeconds")),
                                   snap_start=_flag(context(self, "snapStart")),
                                   publish_events=_flag(context(self, "publishEvents")))
         self.push = Push(self, "Push", table=self.devices.table, code=self.api.code, layer=self.api.layer,
-                         authorizer=self.api.authorizer_handler, auth_environment=self.identity.environment,
+                         authorizer=self.api.authorizer_handler, auth_environment=auth_environment,
                          retention_seconds=int(context(self, "changeRetentionSeconds")),
                          throttle_rate=float(context(self, "throttleRateLimit")),
                          throttle_burst=int(context(self, "throttleBurstLimit")),

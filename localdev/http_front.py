@@ -13,7 +13,11 @@ client holds a worker for a few seconds at most, never all of them for good.
 With TLS (``localdev/tls.py``'s local CA) the handshake is done by the worker that accepted
 the connection, under the same read deadline, so a slow or failed handshake holds up no
 other client; a client certificate reaches the handler as API Gateway passes one verified by
-mutual TLS (``requestContext.identity.clientCert``).
+mutual TLS (``requestContext.identity.clientCert``). A ``GET /ws`` under TLS cannot take its
+TLS state to the WebSocket process, so the worker that read it hands that process a plain
+socket instead and relays bytes between the two in a thread of its own (``_relay``), going
+back to serving requests meanwhile: wss is served on the TLS port, as ws is on the plain one.
+Deployed, the WebSocket API takes no client certificate, and neither does this relay.
 
 Requests that wait (a long-poll of the change feed, a lease request with ``waitSeconds``)
 may take at most a set number of workers at once (``configure``); one more is answered 503
@@ -157,9 +161,11 @@ class _Server(HTTPServer):
             sys.stderr.write(f"{address[0]} TLS handshake failed: {error}\n")
             raise
 
+    relayed = None  # a TLS connection handed to a relay (``_Handler._relay_websocket``): not closed here
+
     def process_request(self, request, client_address) -> None:
-        """A ``GET /ws`` goes, unread, to the WebSocket process (localdev/websocket.py); not
-        under TLS, where the connection's TLS state cannot move to another process."""
+        """A ``GET /ws`` goes, unread, to the WebSocket process (localdev/websocket.py); under
+        TLS, whose state cannot move to another process, the handler relays it instead."""
         if (self.tls is None and _websocket_channel is not None
                 and websocket.is_websocket_request(_peek(request))):
             websocket.hand_off(_websocket_channel, request, client_address)
@@ -170,6 +176,9 @@ class _Server(HTTPServer):
 
     def shutdown_request(self, request) -> None:
         _arm(0)  # whatever happened to the request, its deadline ends with it
+        if request is self.relayed:
+            self.relayed = None  # the relay thread owns it now
+            return
         super().shutdown_request(request)
 
     def handle_error(self, request, client_address) -> None:
@@ -329,10 +338,55 @@ class _Handler(BaseHTTPRequestHandler):
         if docs.handles(self.path):  # Swagger UI: dev server only, never in Lambda
             self._send(*docs.response(self.path))
             return
+        if (isinstance(self.connection, ssl.SSLSocket) and _websocket_channel is not None
+                and urlsplit(self.path).path == websocket.PATH):
+            self._relay_websocket()
+            return
         self._serve()
+
+    def _relay_websocket(self) -> None:
+        """Hands the WebSocket process one end of a loopback TCP connection (the WebSocket
+        server sets TCP options on it) with this request's head written into it (a WebSocket
+        client sends nothing more before its answer), and relays between the other end and
+        the TLS connection in a thread, as long as both are open."""
+        _arm(0)
+        head = self.raw_requestline + b"".join(f"{name}: {value}\r\n".encode("latin-1")
+                                               for name, value in self.headers.items()) + b"\r\n"
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            outer = socket.create_connection(listener.getsockname())
+            inner, _ = listener.accept()
+        websocket.hand_off(_websocket_channel, inner, self.client_address)
+        inner.close()
+        outer.sendall(head)
+        self.connection.settimeout(None)
+        self.server.relayed = self.connection
+        self.close_connection = True
+        threading.Thread(target=_relay, args=(self.connection, outer), daemon=True).start()
 
     def log_message(self, format, *args):  # one line per request is written by _serve
         pass
+
+
+def _relay(tls_connection: ssl.SSLSocket, plain: socket.socket) -> None:
+    """Bytes both ways until either side closes. One thread does both directions, so the
+    TLS connection is never used from two threads at once (OpenSSL does not allow that)."""
+    try:
+        while True:
+            ready = [tls_connection] if tls_connection.pending() else \
+                select.select([tls_connection, plain], [], [])[0]
+            for source in ready:
+                data = source.recv(65536)
+                if not data:
+                    return
+                (plain if source is tls_connection else tls_connection).sendall(data)
+    except (OSError, ValueError):
+        pass
+    finally:
+        plain.close()
+        try:
+            tls_connection.close()
+        except OSError:
+            pass
 
 
 def worker(listener: socket.socket, tls: ssl.SSLContext | None) -> None:

@@ -17,10 +17,14 @@ import time
 import uuid
 from pathlib import Path
 
-from functions.auth.credentials import AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS
+from functions.auth.credentials import (AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS, DEVICE_TOKEN_AUDIENCE,
+                                        DEVICE_TOKEN_ISSUER, DEVICE_TOKEN_JWKS)
+from functions.auth.device_tokens import DEVICE_TOKEN_KEY_FILE, DEVICE_TOKEN_KID
 from functions.auth.principals import SCOPES
 
 LOCAL_ISSUER = "urn:device-state:local-issuer"
+# make serve's device tokens (POST /devices/{id}/token): the same key, under an issuer of their own.
+LOCAL_DEVICE_TOKEN_ISSUER = "urn:device-state:local-device-tokens"
 LOCAL_AUDIENCE = "device-state"
 DEFAULT_DIRECTORY = Path(".serve/issuer")
 KEY_FILE = "signing-key.pem"
@@ -84,6 +88,24 @@ class Issuer:
     def environment(self) -> dict[str, str]:
         """The AUTH_* variables under which a server accepts this issuer's tokens."""
         return {AUTH_ISSUER: self.issuer, AUTH_AUDIENCE: self.audience, AUTH_JWKS: json.dumps(self.jwks())}
+
+    def device_token_environment(self, key_file: Path) -> dict[str, str]:
+        """The DEVICE_TOKEN_* variables under which a server signs device tokens with this
+        issuer's key (saved in ``key_file``) as LOCAL_DEVICE_TOKEN_ISSUER, and accepts them."""
+        return {DEVICE_TOKEN_ISSUER: LOCAL_DEVICE_TOKEN_ISSUER, DEVICE_TOKEN_AUDIENCE: self.audience,
+                DEVICE_TOKEN_JWKS: json.dumps(self.jwks()), DEVICE_TOKEN_KEY_FILE: str(Path(key_file).resolve()),
+                DEVICE_TOKEN_KID: self.kid}
+
+    def save_key(self, path: Path) -> Path:
+        """The private key as a PEM file (0600), for a server to sign with."""
+        from cryptography.hazmat.primitives import serialization
+
+        pem = self.private_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption())
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(pem)
+        return Path(path)
 
     def token(self, scopes=SCOPES, device: str | None = None, lifetime: float = TOKEN_SECONDS,
               headers: dict | None = None, **claims) -> str:

@@ -192,12 +192,31 @@ def _environment() -> str:
         os.environ.setdefault(name, value)
     if not (os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")):
         os.environ.update(_LOCAL_CREDENTIALS)
-    if os.environ.get("AUTH_JWKS"):
-        return "the issuer named by AUTH_ISSUER, AUTH_AUDIENCE and AUTH_JWKS"
-    from localdev.issuer import DEFAULT_DIRECTORY, Issuer  # this checkout's own: `make -s token` prints its tokens
+    # This checkout's own issuer (`make -s token` prints its tokens); it signs device tokens too.
+    from localdev.issuer import DEFAULT_DIRECTORY, KEY_FILE, Issuer
 
-    os.environ.update(Issuer.load_or_create(DEFAULT_DIRECTORY).environment())
-    return f"the local issuer in {DEFAULT_DIRECTORY}/ (a token: make -s token)"
+    note, issuer = "the issuer named by AUTH_ISSUER, AUTH_AUDIENCE and AUTH_JWKS", None
+    if not os.environ.get("AUTH_JWKS"):
+        issuer = Issuer.load_or_create(DEFAULT_DIRECTORY)
+        os.environ.update(issuer.environment())
+        note = f"the local issuer in {DEFAULT_DIRECTORY}/ (a token: make -s token)"
+    if not os.environ.get("DEVICE_TOKEN_ISSUER"):  # device tokens: signed with the local issuer's key
+        issuer = issuer or Issuer.load_or_create(DEFAULT_DIRECTORY)
+        os.environ.update(issuer.device_token_environment(DEFAULT_DIRECTORY / KEY_FILE))
+    _check_auth_configuration()
+    return note
+
+
+def _check_auth_configuration() -> None:
+    """A bad AUTH_* or DEVICE_TOKEN_* setting stops the server at start, in one line."""
+    from functions.auth.credentials import AuthConfig, AuthConfigError
+    from functions.auth.device_tokens import TokenSettings, signer_for
+
+    try:
+        AuthConfig.from_environment()
+        signer_for(TokenSettings.from_environment())
+    except AuthConfigError as error:
+        sys.exit(f"make serve: {error}")
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -235,11 +254,9 @@ def _announce(args, tls, local_ca, workers: int, issuer_note: str, endpoint: str
     scheme = "https" if tls else "http"
     print(f"Serving the device-state API on {scheme}://{args.host}:{args.port} "
           f"(table {os.environ['TABLE_NAME']}, {workers} workers); Ctrl-C stops", flush=True)
-    if tls is None:
-        print(f"WebSocket push: ws://{args.host}:{args.port}{websocket.PATH} (@connections on "
-              f"{os.environ['CONNECTIONS_ENDPOINT']})", flush=True)
-    else:
-        print("WebSocket push is served without TLS only (make serve, not TLS=1)", flush=True)
+    certificates = "; a device with a certificate connects with a token of POST /devices/<id>/token" if tls else ""
+    print(f"WebSocket push: {'wss' if tls else 'ws'}://{args.host}:{args.port}{websocket.PATH} (@connections on "
+          f"{os.environ['CONNECTIONS_ENDPOINT']}{certificates})", flush=True)
     print(f"API docs: {scheme}://{args.host}:{args.port}/docs (Swagger UI over "
           f"{scheme}://{args.host}:{args.port}/openapi.json)", flush=True)
     print(f"Every route but /openapi.json and /docs needs 'Authorization: Bearer <token>' from "

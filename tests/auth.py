@@ -4,10 +4,19 @@ starts accept its tokens. ``bearer()`` is the one place tests get credentials fr
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 from functions.auth.principals import SCOPES
-from localdev.issuer import Issuer
+from localdev.issuer import LOCAL_DEVICE_TOKEN_ISSUER, Issuer
 
 ISSUER = Issuer.generate()
+# Device tokens (POST /devices/{id}/token) are signed with the same key under their own issuer,
+# as make serve signs them; the key file is this test process's own.
+DEVICE_TOKEN_ENVIRONMENT = ISSUER.device_token_environment(
+    ISSUER.save_key(Path(tempfile.mkdtemp(prefix="device-tokens-")) / "signing-key.pem"))
+# Tokens as the device-token issuer would sign them, for tests of what its tokens may carry.
+DEVICE_TOKEN_ISSUER = Issuer(ISSUER.private_key, ISSUER.kid, issuer=LOCAL_DEVICE_TOKEN_ISSUER)
 NO_CREDENTIALS = {"Authorization": None}  # headers= this: the request goes without a token
 
 

@@ -12,7 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from functions.auth.credentials import DEVICE_TOKEN_VARIABLES
 from functions.auth.credentials import VARIABLES as AUTH_VARIABLES
+from functions.auth.device_tokens import ISSUING_VARIABLES
 from localdev.dynamodb_local import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +54,8 @@ def make_serve(**environment: str):
     reader's, it trusts this checkout's own issuer (`make -s token`), not the suite's."""
     port = free_port()
     env = {key: value for key, value in os.environ.items()
-           if key not in ("DYNAMODB_ENDPOINT", "TABLE_NAME", "DYNAMODB_DATA_DIR", *AUTH_VARIABLES)}
+           if key not in ("DYNAMODB_ENDPOINT", "TABLE_NAME", "DYNAMODB_DATA_DIR", *AUTH_VARIABLES,
+                          *DEVICE_TOKEN_VARIABLES, *ISSUING_VARIABLES)}
     env.update(PORT=str(port), WORKERS="2", **environment)
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(["make", "-s", "serve"], cwd=REPO_ROOT, env=env, stdout=log,

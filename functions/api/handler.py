@@ -14,7 +14,7 @@ from aws_lambda_powertools.logging import correlation_paths
 
 from functions.device_state import dumps, restore
 
-from . import changes, devices, leases, transactions
+from . import changes, devices, leases, tokens, transactions
 from .common import RESPONSE_MARGIN_SECONDS, allowed_methods, json_response, route  # noqa: F401
 from .common import manager as _manager  # noqa: F401  (tests reset its cache)
 from .leases import MAX_LEASE_WAIT_SECONDS  # noqa: F401  (the stack's timeout is checked against it)
@@ -23,7 +23,7 @@ from .problems import MethodNotAllowed, RouteNotFound, internal_error_response, 
 
 restore.register_with_lambda()  # SnapStart: reseed generators, recreate clients after each restore
 app = APIGatewayRestResolver(serializer=dumps)
-for _router in (devices.router, transactions.router, leases.router, changes.router):
+for _router in (devices.router, transactions.router, leases.router, changes.router, tokens.router):
     app.include_router(_router)
 
 

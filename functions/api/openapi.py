@@ -607,6 +607,34 @@ OPENAPI["paths"]["/devices/{deviceId}/delta"] = {
             "503": _COMMON_ERRORS["503"]},
     },
 }
+OPENAPI["paths"]["/devices/{deviceId}/token"] = {
+    "parameters": [_DEVICE_ID],
+    "post": {
+        "operationId": "issueDeviceToken",
+        "description": "A device token (a JWT naming this device, signed by the device-token issuer) for the device "
+                       "itself, called with its client certificate or a device token: every route and the WebSocket "
+                       "API accept it. Renewal with a token is refused once the device last authenticated with its "
+                       "certificate longer ago than the renewal bound (403 certificate-required); no token outlives "
+                       "that bound.",
+        "requestBody": {"required": False, "content": {"application/json": {"schema": {
+            "type": "object", "additionalProperties": False, "maxProperties": 0}}}},
+        "responses": {
+            "200": {"description": "The token; never cached (Cache-Control: no-store)",
+                    "headers": {"Cache-Control": {"schema": {"type": "string", "enum": ["no-store"]}}},
+                    "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["token", "tokenType", "expiresIn", "expiresAt"],
+                        "additionalProperties": False, "properties": {
+                            "token": {"type": "string"}, "tokenType": {"type": "string", "enum": ["Bearer"]},
+                            "expiresIn": {"type": "integer", "minimum": 1,
+                                          "description": "Seconds from now until the token expires"},
+                            "expiresAt": {"type": "string", "format": "date-time"}}}}}},
+            "415": _COMMON_ERRORS["415"],
+            "429": _problem("Too many tokens are being signed at once (the signing key's request quota); "
+                            "Retry-After says when to try again"),
+            "503": _problem("Token signing is unavailable for now; Retry-After is set"),
+        },
+    },
+}
 _schemas = OPENAPI["components"]["schemas"]
 _schemas["Delta"] = {"type": "object", "required": ["deviceId", "version", "delta"], "properties": {
     "deviceId": {"type": "string"}, "version": {"type": "integer", "minimum": 1}, "delta": {"type": "object"}}}
@@ -677,7 +705,9 @@ _AUTH_TEXT = ("Every operation but GET /openapi.json needs credentials: a back-e
               "scope claim names what it may do (devices.read, devices.write, devices.report); a device sends a "
               "bearer token with a device_id claim, or, on the device domain, a client certificate (mutual TLS, "
               "SAN URI:urn:device:<id> or CN <id>; OpenAPI 3.0 has no scheme for it, see x-mutual-tls), never "
-              "both. A device may read itself, write its own reported section and take its own leases (for at most "
+              "both; with a certificate it gets a device token from POST /devices/{deviceId}/token for where no "
+              "certificate goes (the WebSocket API). A device may read itself, write its own reported section and "
+              "take its own leases (for at most "
               f"{rights.DEVICE_MAX_LEASE_SECONDS} s at a time; a back-end with devices.write may end any lease). "
               "A write needs, beside its operation's own right, write on every section it sets, on every route and "
               "in every transaction operation: state and desired take devices.write, reported devices.report, so "

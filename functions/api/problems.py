@@ -20,6 +20,8 @@ from functions.device_state import (ConditionFailed, DesireMoved, DeviceAlreadyE
                                     UnindexedFilter, UnknownLease, VersionConflict, VersionNotRecorded, dumps,
                                     timestamp as iso_timestamp, transactions as tx)
 from functions.auth.credentials import MixedCredentials, Unauthenticated
+from functions.auth.device_tokens import RenewalRefused
+from functions.auth.signers import SigningFailed, SigningThrottled, SigningUnavailable
 from functions.auth.rights import Forbidden
 from functions.device_state.store import Ambiguous
 
@@ -78,6 +80,9 @@ _LIBRARY_ERRORS = {
     Unauthenticated: (401, "unauthorized", "Unauthorized"),
     Forbidden: (403, "forbidden", "Forbidden"),
     MixedCredentials: (400, "mixed-credentials", "A certificate and a token together"),
+    RenewalRefused: (403, "certificate-required", "Renewal needs the device's certificate"),
+    SigningThrottled: (429, "signing-throttled", "Too many tokens are being signed at once"),
+    SigningUnavailable: (503, "signing-unavailable", "Token signing temporarily unavailable"),
     InvalidDeviceId: (400, "invalid-device-id", "Invalid deviceId"),
     ItemTooLarge: (413, "too-large", "Request or resulting item too large"),
     InvalidValue: (400, "invalid-value", "Value cannot be stored"),
@@ -180,6 +185,8 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
                            progress=getattr(error, "progress", None))
         if isinstance(error, _RETRYABLE):
             headers["Retry-After"] = RETRY_AFTER_SECONDS
+        if isinstance(error, SigningFailed):
+            headers["Retry-After"] = str(error.retry_after)
         if isinstance(error, TransactionFailed):
             status, members["operations"] = _transaction_members(error)
         if isinstance(error, (LeaseBusy, DeviceLocked)):

@@ -7,6 +7,9 @@ Configuration (the same variables locally and deployed):
   no ``aud`` (Cognito access tokens), in ``client_id``.
 - ``AUTH_JWKS``: the issuer's public keys, a JWKS document inline (``{...}``) or a file's
   path. Never fetched at request time: an unknown ``kid`` is a bad token, not a fetch.
+- ``DEVICE_TOKEN_ISSUER``, ``DEVICE_TOKEN_AUDIENCE``, ``DEVICE_TOKEN_JWKS`` (optional, all or
+  none): the issuer of device tokens (``POST /devices/{id}/token``, ``device_tokens``), trusted
+  beside the main one; its tokens only ever name a device, never scopes.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +29,10 @@ AUTH_ISSUER = "AUTH_ISSUER"
 AUTH_AUDIENCE = "AUTH_AUDIENCE"
 AUTH_JWKS = "AUTH_JWKS"
 VARIABLES = (AUTH_ISSUER, AUTH_AUDIENCE, AUTH_JWKS)
+DEVICE_TOKEN_ISSUER = "DEVICE_TOKEN_ISSUER"
+DEVICE_TOKEN_AUDIENCE = "DEVICE_TOKEN_AUDIENCE"
+DEVICE_TOKEN_JWKS = "DEVICE_TOKEN_JWKS"
+DEVICE_TOKEN_VARIABLES = (DEVICE_TOKEN_ISSUER, DEVICE_TOKEN_AUDIENCE, DEVICE_TOKEN_JWKS)
 ALGORITHMS = {"RSA": "RS256", "EC": "ES256"}  # the one algorithm accepted for each key type
 LEEWAY_SECONDS = 60
 MAX_TOKEN_LENGTH = 8192
@@ -48,30 +56,56 @@ class MixedCredentials(Exception):
 
 
 @dataclass(frozen=True)
-class AuthConfig:
+class TrustedIssuer:
+    """One issuer whose tokens are accepted. ``devices_only``: its tokens must name a device
+    (``device_id``, ``sub`` ``device:<id>``) and never give scopes (the device-token issuer)."""
+
     issuer: str
     audiences: frozenset
     keys: dict  # kid -> (key, algorithm)
+    devices_only: bool = False
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """The trusted issuers, the main one (``AUTH_*``) first, then the device-token issuer if configured."""
+
+    issuers: tuple[TrustedIssuer, ...]
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "AuthConfig":
-        issuer = environ.get(AUTH_ISSUER, "").strip()
-        audiences = frozenset(name.strip() for name in environ.get(AUTH_AUDIENCE, "").split(",") if name.strip())
-        raw = environ.get(AUTH_JWKS, "").strip()
-        if not issuer or not audiences or not raw:
-            raise AuthConfigError(f"{', '.join(VARIABLES)} must all be set")
-        return cls(issuer, audiences, _keys(_jwks_document(raw)))
+        main = _trusted(environ, VARIABLES)
+        if not any(environ.get(name, "").strip() for name in DEVICE_TOKEN_VARIABLES):
+            return cls((main,))
+        devices = _trusted(environ, DEVICE_TOKEN_VARIABLES, devices_only=True)
+        if devices.issuer == main.issuer:
+            raise AuthConfigError(f"{DEVICE_TOKEN_ISSUER} must differ from {AUTH_ISSUER}: a device token's issuer "
+                                  "is what limits it to a device")
+        return cls((main, devices))
+
+    def trusted(self, issuer) -> TrustedIssuer | None:
+        return next((trusted for trusted in self.issuers if trusted.issuer == issuer), None)
 
 
-def _jwks_document(raw: str) -> dict:
+def _trusted(environ, names: tuple[str, str, str], devices_only: bool = False) -> TrustedIssuer:
+    issuer_name, audience_name, jwks_name = names
+    issuer = environ.get(issuer_name, "").strip()
+    audiences = frozenset(name.strip() for name in environ.get(audience_name, "").split(",") if name.strip())
+    raw = environ.get(jwks_name, "").strip()
+    if not issuer or not audiences or not raw:
+        raise AuthConfigError(f"{', '.join(names)} must all be set")
+    return TrustedIssuer(issuer, audiences, _keys(_jwks_document(raw, jwks_name), jwks_name), devices_only)
+
+
+def _jwks_document(raw: str, name: str = AUTH_JWKS) -> dict:
     try:
         text = raw if raw.startswith("{") else Path(raw).read_text()
         return json.loads(text)
     except (OSError, ValueError) as error:
-        raise AuthConfigError(f"{AUTH_JWKS} is neither a JWKS document nor a readable file: {error}") from None
+        raise AuthConfigError(f"{name} is neither a JWKS document nor a readable file: {error}") from None
 
 
-def _keys(document: dict) -> dict:
+def _keys(document: dict, name: str = AUTH_JWKS) -> dict:
     import jwt
 
     keys = {}
@@ -81,7 +115,7 @@ def _keys(document: dict) -> dict:
             continue  # a key this service would never accept a signature from
         keys[entry.get("kid")] = (jwt.PyJWK.from_dict({**entry, "alg": algorithm}).key, algorithm)
     if not keys:
-        raise AuthConfigError(f"{AUTH_JWKS} holds no RSA (RS256) or EC (ES256) signing key")
+        raise AuthConfigError(f"{name} holds no RSA (RS256) or EC (ES256) signing key")
     return keys
 
 
@@ -109,11 +143,15 @@ def verify_token(token: str, config: AuthConfig | None = None) -> Principal:
         raise Unauthenticated("the token is too long", token_given=True)
     try:
         header = jwt.get_unverified_header(token)
+        # The issuer named picks the keys and the rules; the signature is checked with those keys next.
+        trusted = config.trusted(jwt.decode(token, options={"verify_signature": False}).get("iss"))
+        if trusted is None:
+            raise Unauthenticated("the token is from another issuer", token_given=True)
         kid = header.get("kid")
-        if kid not in config.keys and not (kid is None and len(config.keys) == 1):
+        if kid not in trusted.keys and not (kid is None and len(trusted.keys) == 1):
             raise Unauthenticated("the token's key is not one of the issuer's", token_given=True)
-        key, algorithm = config.keys[kid] if kid in config.keys else next(iter(config.keys.values()))
-        claims = jwt.decode(token, key, algorithms=[algorithm], issuer=config.issuer, leeway=LEEWAY_SECONDS,
+        key, algorithm = trusted.keys[kid] if kid in trusted.keys else next(iter(trusted.keys.values()))
+        claims = jwt.decode(token, key, algorithms=[algorithm], issuer=trusted.issuer, leeway=LEEWAY_SECONDS,
                             options={"require": ["exp", "iss"], "verify_aud": False})
     except jwt.ExpiredSignatureError:
         raise Unauthenticated("the token has expired", token_given=True) from None
@@ -125,15 +163,17 @@ def verify_token(token: str, config: AuthConfig | None = None) -> Principal:
         raise Unauthenticated("the token's algorithm is not accepted", token_given=True) from None
     except jwt.PyJWTError:
         raise Unauthenticated("the token is malformed or its signature is invalid", token_given=True) from None
-    for name in ("exp", "nbf", "iat"):  # RFC 7519: NumericDate, a JSON number (PyJWT would take "123")
+    for name in ("exp", "nbf", "iat", "auth_time"):  # RFC 7519: NumericDate, a JSON number (PyJWT would take "123")
         value = claims.get(name)
         if name in claims and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise Unauthenticated(f"the token's {name} is not a number", token_given=True)
-    _check_audience(claims, config)
+    _check_audience(claims, trusted)
+    if trusted.devices_only and ("device_id" not in claims or claims.get("sub") != f"device:{claims['device_id']}"):
+        raise Unauthenticated("a device token must name its device (device_id, sub device:<id>)", token_given=True)
     return _principal(claims)
 
 
-def _check_audience(claims: dict, config: AuthConfig) -> None:
+def _check_audience(claims: dict, config: TrustedIssuer) -> None:
     audience = claims.get("aud")
     named = [audience] if isinstance(audience, str) else audience if isinstance(audience, list) else []
     if audience is None and claims.get("token_use") == "access":
@@ -146,22 +186,25 @@ def _check_audience(claims: dict, config: AuthConfig) -> None:
 def _principal(claims: dict) -> Principal:
     expires_at = int(claims["exp"])
     if "device_id" in claims:
-        return device_principal(claims["device_id"], expires_at)
+        # When the device last proved itself with its certificate (a device token carries it
+        # on), else when this token was issued: what bounds renewing it (device_tokens).
+        auth_time = claims.get("auth_time", claims.get("iat"))
+        return device_principal(claims["device_id"], expires_at, None if auth_time is None else int(auth_time))
     subject = claims.get("sub") or claims.get("client_id")
     if not isinstance(subject, str) or not subject:
         raise Unauthenticated("the token names no subject", token_given=True)
     return Principal.client(subject, scopes_of(claims.get("scope")), expires_at)
 
 
-def device_principal(device_id, expires_at: int | None = None) -> Principal:
+def device_principal(device_id, expires_at: int | None = None, auth_time: int | None = None) -> Principal:
     if not isinstance(device_id, str) or not DEVICE_ID_PATTERN.fullmatch(device_id):
         raise Unauthenticated("the credential names no valid device id", token_given=True)
-    return Principal.device(device_id, expires_at)
+    return Principal.device(device_id, expires_at, auth_time)
 
 
-def certificate_principal(pem: str) -> Principal:
+def certificate_principal(pem: str, now: float | None = None) -> Principal:
     """The device a client certificate (already verified by TLS against the truststore)
-    names: its SAN ``URI:urn:device:<id>``, or failing that its subject CN."""
+    names: its SAN ``URI:urn:device:<id>``, or failing that its subject CN; authenticated ``now``."""
     from cryptography import x509
     from cryptography.x509.oid import NameOID
 
@@ -175,12 +218,13 @@ def certificate_principal(pem: str) -> Principal:
                 if uri.startswith(DEVICE_URI_PREFIX)]
     except x509.ExtensionNotFound:
         uris = []
+    auth_time = int(time.time() if now is None else now)
     if uris:
-        return device_principal(uris[0][len(DEVICE_URI_PREFIX):])
+        return device_principal(uris[0][len(DEVICE_URI_PREFIX):], auth_time=auth_time)
     common_names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     if not common_names:
         raise Unauthenticated("the client certificate names no device (no urn:device: URI, no CN)")
-    return device_principal(common_names[0].value)
+    return device_principal(common_names[0].value, auth_time=auth_time)
 
 
 def authenticate(authorization: str | None, client_certificate_pem: str | None,

@@ -27,13 +27,14 @@ class Principal:
     scopes: frozenset = frozenset()
     device_id: str | None = None
     expires_at: int | None = None  # the credential's own expiry (a token's exp), if it has one
+    auth_time: int | None = None  # a device's: when it last proved itself (see functions/auth/device_tokens.py)
 
     def expired(self, now: float, leeway: float) -> bool:
         return self.expires_at is not None and now > self.expires_at + leeway
 
     @classmethod
-    def device(cls, device_id: str, expires_at: int | None = None) -> "Principal":
-        return cls(DEVICE, f"{DEVICE}:{device_id}", frozenset(), device_id, expires_at)
+    def device(cls, device_id: str, expires_at: int | None = None, auth_time: int | None = None) -> "Principal":
+        return cls(DEVICE, f"{DEVICE}:{device_id}", frozenset(), device_id, expires_at, auth_time)
 
     @classmethod
     def client(cls, subject: str, scopes, expires_at: int | None = None) -> "Principal":
@@ -47,7 +48,8 @@ class Principal:
     def as_context(self) -> dict[str, str]:
         """The authorizer context API Gateway passes on to the handler (strings only)."""
         return {"principalKind": self.kind, "subject": self.subject, "scopes": " ".join(sorted(self.scopes)),
-                "deviceId": self.device_id or "", "expiresAt": str(self.expires_at or "")}
+                "deviceId": self.device_id or "", "expiresAt": str(self.expires_at or ""),
+                "authTime": str(self.auth_time or "")}
 
     @classmethod
     def from_context(cls, context: dict) -> "Principal | None":
@@ -55,8 +57,9 @@ class Principal:
         kind = context.get("principalKind")
         expires = str(context.get("expiresAt") or "")
         expires_at = int(expires) if expires.isdigit() else None
+        authenticated = str(context.get("authTime") or "")
         if kind == DEVICE and context.get("deviceId"):
-            return cls.device(context["deviceId"], expires_at)
+            return cls.device(context["deviceId"], expires_at, int(authenticated) if authenticated.isdigit() else None)
         if kind == CLIENT and str(context.get("subject", "")).startswith(f"{CLIENT}:"):
             return cls(CLIENT, context["subject"], frozenset(str(context.get("scopes") or "").split()), None,
                        expires_at)

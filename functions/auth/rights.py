@@ -5,7 +5,8 @@ API Gateway authorizer read.
 Resources are ``devices`` (the collection), ``device:<id>`` (the device: read it, its
 delta and versions; replace or delete it whole) and ``device:<id>/<part>`` with part
 ``state``, ``desired``, ``reported`` (write one section), ``leases`` (read the queue's
-status; take, heartbeat, release; ``end`` anyone's lease) and ``changes`` (read the feed).
+status; take, heartbeat, release; ``end`` anyone's lease), ``changes`` (read the feed) and
+``token`` (``issue`` a device token: the device itself only, never a scope).
 
 A write needs a right for each thing it touches (``needed_for_write``): its kind's own right
 (create on the collection, replace or delete on the device; a patch has none beyond its
@@ -30,9 +31,10 @@ from .principals import CLIENT, DEVICE, READ_SCOPE, REPORT_SCOPE, WRITE_SCOPE, P
 
 READ, WRITE, LIST, CREATE, REPLACE, DELETE = "read", "write", "list", "create", "replace", "delete"
 END = "end"  # end a lease or waiting ticket that is not the caller's (by its fencing token)
+ISSUE = "issue"  # issue a device token (POST /devices/{id}/token)
 COLLECTION = "devices"
-STATE, DESIRED, REPORTED, LEASES, CHANGES = "state", "desired", "reported", "leases", "changes"
-DEVICE_PARTS = (STATE, DESIRED, REPORTED, LEASES, CHANGES)
+STATE, DESIRED, REPORTED, LEASES, CHANGES, TOKEN = "state", "desired", "reported", "leases", "changes", "token"
+DEVICE_PARTS = (STATE, DESIRED, REPORTED, LEASES, CHANGES, TOKEN)
 
 # (action, part) each scope grants on every device; part None is the device itself,
 # COLLECTION the collection.
@@ -43,8 +45,10 @@ _SCOPE_GRANTS = {
     REPORT_SCOPE: {(WRITE, REPORTED)},
 }
 # What a device principal may do to itself, and nothing else. Not END: a device ends only
-# its own lease, by the lease id its grant returned.
-_DEVICE_GRANTS = {(READ, None), (READ, CHANGES), (READ, LEASES), (WRITE, REPORTED), (WRITE, LEASES)}
+# its own lease, by the lease id its grant returned. ISSUE on its token is a device's only:
+# no scope grants a back-end a device's token.
+_DEVICE_GRANTS = {(READ, None), (READ, CHANGES), (READ, LEASES), (WRITE, REPORTED), (WRITE, LEASES),
+                  (ISSUE, TOKEN)}
 # The longest lease a device may take or heartbeat to (a back-end's: the library's 900 s).
 DEVICE_MAX_LEASE_SECONDS = 60
 
@@ -192,6 +196,7 @@ _rights("GET HEAD", "/devices/<device_id>/changes", needed_to_follow("{device_id
 _rights("GET HEAD", "/devices/<device_id>/leases", (READ, f"{_D}/{LEASES}"))
 _rights("POST", "/devices/<device_id>/leases", (WRITE, f"{_D}/{LEASES}"))
 _rights("PUT DELETE", "/devices/<device_id>/leases/<lease_id>", (WRITE, f"{_D}/{LEASES}"))
+_rights("POST", "/devices/<device_id>/token", (ISSUE, f"{_D}/{TOKEN}"))
 _rights("POST", "/transactions", PER_OPERATION)
 
 

@@ -78,6 +78,7 @@ CASES = [
     ("PUT", "/devices/{d}/leases/{lease}", {"ttlSeconds": 30}, "application/json", 200, {"write", "self"}),
     ("DELETE", "/devices/{d}/leases/{lease}", None, None, 204, {"write", "self"}),
     ("DELETE", "/devices/{d}/leases/{fencing}", None, None, 204, {"write"}),  # end someone else's lease
+    ("POST", "/devices/{d}/token", None, None, 200, {"self"}),  # a device token: the device's alone, no scope's
     ("POST", "/transactions", {"operations": [{"deviceId": "{d}", "mergePatch": {"a": 3}}]}, "application/json",
      200, {"write"}),
     ("POST", "/transactions", {"operations": [{"deviceId": "{d}", "mergePatch": {"p": 1}, "section": "reported"}]},

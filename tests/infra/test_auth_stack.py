@@ -12,7 +12,8 @@ from aws_cdk.assertions import Template
 
 from functions.auth import jwks_resource
 from functions.auth.authorizer import GATEWAY_RESPONSES, gateway_problem
-from functions.auth.credentials import AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS, VARIABLES
+from functions.auth.credentials import AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS, DEVICE_TOKEN_VARIABLES, VARIABLES
+from functions.auth.device_tokens import ISSUING_VARIABLES
 from functions.auth.principals import RESOURCE_SERVER, SCOPES
 from functions.auth.rights import PUBLIC, ROUTE_RIGHTS
 from infra import api as api_module
@@ -58,9 +59,10 @@ def gateway_path(rule: str) -> str:
 
 def function_environment(template: Template, handler: str) -> dict:
     """The environment of the functions running ``handler`` (the API function and the waiting
-    function run the same one, with the same environment)."""
+    function run the same one, with the same environment but the API function's signing variables)."""
     found = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}})
-    environments = [function["Properties"]["Environment"]["Variables"] for function in found.values()]
+    environments = [{name: value for name, value in function["Properties"]["Environment"]["Variables"].items()
+                     if name not in ISSUING_VARIABLES} for function in found.values()]
     assert environments and all(environment == environments[0] for environment in environments), handler
     return environments[0]
 
@@ -223,14 +225,15 @@ def test_both_functions_trust_the_pool_with_its_keys_resolved_at_deploy(template
         assert environment[AUTH_ISSUER] == issuer, handler
         assert environment[AUTH_AUDIENCE] == {"Ref": client_id}, handler
         assert environment[AUTH_JWKS] == {"Fn::GetAtt": [jwks_id, "Jwks"]}, handler
-    assert set(function_environment(template, api_module.AUTHORIZER_HANDLER)) == set(VARIABLES)
+    assert set(function_environment(template, api_module.AUTHORIZER_HANDLER)) == set(VARIABLES) | set(
+        DEVICE_TOKEN_VARIABLES)
     assert jwks["Properties"]["Issuer"] == issuer
 
 
 def test_the_jwks_resource_runs_the_standard_library_fetcher_inline(template):
     jwks_id, jwks = only(template, "Custom::Jwks")
-    _, function = only(template, "AWS::Lambda::Function", {"Handler": "index.on_event"})
-    assert function["Properties"]["Code"]["ZipFile"] == open(jwks_resource.__file__).read()
+    _, function = only(template, "AWS::Lambda::Function", {"Handler": "index.on_event",
+                                                           "Code": {"ZipFile": open(jwks_resource.__file__).read()}})
     assert function["Properties"]["Runtime"] == "python3.13"
     imports = [line for line in function["Properties"]["Code"]["ZipFile"].splitlines()
                if line.startswith(("import ", "from "))]

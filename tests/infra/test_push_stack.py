@@ -136,15 +136,15 @@ def test_the_push_functions_environment(template, handler):
     _, function = function_of(template, handler)
     environment = function["Properties"]["Environment"]["Variables"]
     assert set(environment) == (set(config.PUSH_VARIABLES) - {config.DYNAMODB_ENDPOINT, config.FLEET_INDEX}
-                                | {CONNECTIONS_ENDPOINT, *credentials.VARIABLES})
+                                | {CONNECTIONS_ENDPOINT, *credentials.VARIABLES, *credentials.DEVICE_TOKEN_VARIABLES})
     assert environment[config.TABLE_NAME] == {"Ref": table_id}
     assert environment[config.CHANGE_RETENTION_SECONDS] == str(CONTEXT_DEFAULTS["changeRetentionSeconds"])
     assert environment[CONNECTIONS_ENDPOINT] == {"Fn::Join": ["", [
         "https://", {"Ref": api_id}, ".execute-api.", {"Ref": "AWS::Region"}, ".", {"Ref": "AWS::URLSuffix"},
         "/prod"]]}
-    assert {name: environment[name] for name in credentials.VARIABLES} == {
-        name: api_function(template)[1]["Properties"]["Environment"]["Variables"][name]
-        for name in credentials.VARIABLES}
+    trusted = credentials.VARIABLES + credentials.DEVICE_TOKEN_VARIABLES  # both issuers, as the API trusts them
+    assert {name: environment[name] for name in trusted} == {
+        name: api_function(template)[1]["Properties"]["Environment"]["Variables"][name] for name in trusted}
 
 
 @pytest.mark.parametrize("handler", PUSH_HANDLERS)

@@ -10,7 +10,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from functions import config
-from functions.auth import credentials
+from functions.auth import credentials, device_tokens
 from functions.device_state import metrics as names
 from functions.device_state import table as model
 from functions.device_state.manager import DEFAULT_BUDGET_SECONDS
@@ -112,8 +112,11 @@ def test_environment_is_exactly_what_the_config_reads(template):
     environment = function["Properties"]["Environment"]["Variables"]
     ours = {name for name in environment if not name.startswith("POWERTOOLS_")}
     # FLEET_INDEX is opt-in: set only when context fleetIndex declares a field (test_fleet_index_stack.py).
+    # The signing variables name the KMS key (no key file, no kid: those are make serve's).
+    signing = set(device_tokens.ISSUING_VARIABLES) - {device_tokens.DEVICE_TOKEN_KEY_FILE,
+                                                      device_tokens.DEVICE_TOKEN_KID}
     assert ours == (set(config.API_VARIABLES) - {config.DYNAMODB_ENDPOINT, config.FLEET_INDEX}
-                    | set(credentials.VARIABLES))
+                    | set(credentials.VARIABLES) | set(credentials.DEVICE_TOKEN_VARIABLES) | signing)
     table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))
     assert environment[config.TABLE_NAME] == {"Ref": table_id}
     assert environment["POWERTOOLS_METRICS_NAMESPACE"] == names.NAMESPACE
@@ -319,7 +322,7 @@ def test_dynamodb_fault_alarms_cover_every_operation_the_code_uses(template, nam
 
 
 def test_cloudwatch_may_use_the_alarm_topics_customer_managed_key(template):
-    key_id, key = only(template, "AWS::KMS::Key")
+    key_id, key = under(template, "AWS::KMS::Key", "Monitoring")
     assert key["Properties"]["EnableKeyRotation"] is True
     _, topic = only(template, "AWS::SNS::Topic")
     assert topic["Properties"]["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}

@@ -13,6 +13,7 @@ from aws_cdk.assertions import Template
 from functions.auth.rights import ROUTE_RIGHTS
 from infra import api as api_module
 from infra import monitoring
+from functions.auth.device_tokens import ISSUING_VARIABLES
 from infra.stack import CONTEXT_DEFAULTS
 from tests.infra.conftest import synth_stack
 from tests.infra.test_auth_stack import methods_by_route
@@ -57,9 +58,14 @@ def test_waiting_methods_integrate_the_waiting_function_and_every_other_the_api_
 def test_the_waiting_function_is_the_api_function_twin_with_its_own_logs_and_role(template):
     _, api = api_function(template)
     _, waiting = api_function(template, "WaitingFunction")
-    same = ("Handler", "Code", "Layers", "Runtime", "Architectures", "Timeout", "MemorySize", "Environment",
-            "TracingConfig")
+    same = ("Handler", "Code", "Layers", "Runtime", "Architectures", "Timeout", "MemorySize", "TracingConfig")
     assert {key: waiting["Properties"][key] for key in same} == {key: api["Properties"][key] for key in same}
+    # The same environment but the signing variables: POST /devices/{id}/token never waits, so
+    # the waiting function never signs (and has no kms:Sign).
+    signing = {name: value for name, value in api["Properties"]["Environment"]["Variables"].items()
+               if name in ISSUING_VARIABLES}
+    assert signing and waiting["Properties"]["Environment"]["Variables"] == {
+        name: value for name, value in api["Properties"]["Environment"]["Variables"].items() if name not in signing}
     assert waiting["Properties"]["LoggingConfig"] != api["Properties"]["LoggingConfig"]
     assert waiting["Properties"]["Role"] != api["Properties"]["Role"]
 
@@ -73,6 +79,7 @@ def test_the_waiting_function_is_the_api_function_twin_with_its_own_logs_and_rol
         return [s for s in statements(function) if str(s["Action"]).startswith(("dynamodb:", "['dynamodb:"))]
 
     assert dynamodb(waiting) == dynamodb(api) and len(dynamodb(api)) == 1
+    assert not [s for s in statements(waiting) if "kms:" in str(s["Action"])]
     logs = [s for s in statements(waiting) if "logs:PutLogEvents" in s["Action"]]
     assert [s["Resource"]["Fn::GetAtt"][0] for s in logs] == [
         waiting["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]]

@@ -173,6 +173,7 @@ READER, WRITER, REPORTER = (Principal.client("x", [scope]) for scope in ("device
                                                                          "devices.report"))
 LAMP = Principal.device("lamp-1")
 NOBODY = Principal.client("x", [])
+WRITER_REPORTER = Principal.client("x", ["devices.write", "devices.report"])
 
 # (principal, action, resource) -> allowed: the table of docs/api.md.
 RIGHTS_TABLE = [
@@ -193,6 +194,10 @@ RIGHTS_TABLE = [
     (LAMP, rights.CREATE, "devices", False), (LAMP, rights.READ, "device:lamp-10", False),
     (LAMP, rights.READ, "device:lamp-2", False), (LAMP, rights.WRITE, "device:lamp-2/reported", False),
     (NOBODY, rights.READ, "device:lamp-1", False), (NOBODY, rights.LIST, "devices", False),
+    # A device token: the device's own, which no scope grants.
+    (LAMP, rights.ISSUE, "device:lamp-1/token", True), (LAMP, rights.ISSUE, "device:lamp-2/token", False),
+    (READER, rights.ISSUE, "device:lamp-1/token", False), (WRITER, rights.ISSUE, "device:lamp-1/token", False),
+    (REPORTER, rights.ISSUE, "device:lamp-1/token", False), (WRITER_REPORTER, rights.ISSUE, "device:lamp-1/token", False),
 ]
 
 
@@ -213,7 +218,8 @@ def test_unknown_resources_are_errors_not_grants():
 
 
 def test_the_principal_survives_the_authorizer_context():
-    for principal in (READER, LAMP, Principal.client("svc", ["devices.write", "devices.read"], expires_at=_now())):
+    for principal in (READER, LAMP, Principal.client("svc", ["devices.write", "devices.read"], expires_at=_now()),
+                      Principal.device("lamp-1", expires_at=_now(), auth_time=_now() - 60)):
         assert Principal.from_context(principal.as_context()) == principal
     assert Principal.from_context({}) is None
     assert Principal.from_context({"principalKind": "device", "deviceId": ""}) is None
@@ -250,7 +256,6 @@ def test_a_query_token_counts_only_on_a_websocket_connect():
     assert authenticate_event(connect, CONFIG).kind == CLIENT
 
 
-WRITER_REPORTER = Principal.client("x", ["devices.write", "devices.report"])
 CALLERS = {"read": READER, "write": WRITER, "report": REPORTER, "write+report": WRITER_REPORTER,
            "self": LAMP, "nobody": NOBODY}
 K = rights.WriteKind

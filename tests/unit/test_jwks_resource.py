@@ -48,7 +48,7 @@ def test_create_and_update_return_the_issuers_keys_compact(monkeypatch, request_
     assert " " not in document and json.loads(document) == ISSUER.jwks()
     # What the functions will make of it, as AUTH_JWKS:
     config = AuthConfig.from_environment({AUTH_ISSUER: POOL, AUTH_AUDIENCE: "client", AUTH_JWKS: document})
-    assert set(config.keys) == {ISSUER.kid}
+    assert set(config.issuers[0].keys) == {ISSUER.kid}
 
 
 def test_delete_fetches_nothing(monkeypatch):

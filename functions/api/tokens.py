@@ -1,0 +1,27 @@
+"""``POST /devices/{id}/token``: a device that called with its client certificate (or a device
+token) gets a device token for the routes and the WebSocket API (functions/auth/device_tokens.py)."""
+
+from __future__ import annotations
+
+from .resolver import Router
+
+from functions.auth.device_tokens import device_token_issuer, issue
+from functions.device_state import restore
+
+from . import access
+from . import request_parsing as parse
+from .common import json_response, route
+from .problems import BadRequest
+
+router = Router()
+restore.on_restore(device_token_issuer.cache_clear)  # a restored copy makes its own KMS client
+
+
+@route(router, "/devices/<device_id>/token", "POST", body=True)
+def issue_device_token(device_id: str):
+    event = router.current_event
+    parse.device_id(device_id)
+    if event.get("body") not in (None, "") and parse.json_body(event) != {}:
+        raise BadRequest("the body must be empty or {}; nothing was done")
+    settings, signer = device_token_issuer()
+    return json_response(issue(access.principal_of(event), signer, settings), headers={"Cache-Control": "no-store"})
