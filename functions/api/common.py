@@ -132,8 +132,8 @@ def idempotency_key(event, scope: str | None = None) -> IdempotencyKey | None:
         event.http_method, unquote(event.path), event.get("body"), str(bool(event.get("isBase64Encoded"))),
         parse.header(event, "Content-Type"), parse.list_header(event, parse.IF_MATCH),
         parse.list_header(event, parse.IF_NONE_MATCH),
-        # what a desired write's query says of its leaves (absent: the fingerprint it always had)
-        *(f"{name}={value}" for name, value in sorted(parse.query(event).items()) if name in parse.DESIRE_QUERY),
+        # what a desired write's query says of its leaves (none: the fingerprint it always had)
+        *parse.desire_fingerprint(event),
     ))
 
 

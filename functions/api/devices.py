@@ -170,7 +170,8 @@ def _not_modified(device, preconditions: parse.Preconditions) -> Response | None
     """RFC 9110 13.2.2 for a read: If-Match (strong) first, 412 when false; then
     If-None-Match (weak), a 304 when it matches; None when the read answers in full."""
     _if_match(device, preconditions)
-    if preconditions.if_none_match is not None and preconditions.if_none_match.matches_weak(device.version):
+    if (preconditions.if_none_match is not None and preconditions.if_none_match.matches_weak(device.version)
+            and not device.changed_since_written()):  # an expired desire changed this version's delta
         return Response(status_code=304, headers={"ETag": etag(device.version)})
     return None
 

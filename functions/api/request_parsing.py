@@ -343,6 +343,15 @@ def desire_options(event) -> DesireOptions | None:
     return DesireOptions(integer(values, EXPIRES_IN, None, MIN_EXPIRY_SECONDS, MAX_EXPIRY_SECONDS), clear == "true")
 
 
+def desire_fingerprint(event) -> list[str]:
+    """What a desired write's options add to its Idempotency-Key's fingerprint: the options
+    as they apply (``clearOnConfirm=false`` is the same request as without it)."""
+    options = desire_options(event) if event.path.rstrip("/").endswith("/desired") else None
+    if not options:
+        return []
+    return [f"expiresIn={options.expires_in}", f"clearOnConfirm={options.clear_on_confirm}"]
+
+
 def _whole(value):
     """A JSON number that is a whole number, as an int (the service reads numbers exactly, as Decimal)."""
     if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value() \

@@ -33,8 +33,7 @@ def detail(change: Change) -> dict:
             "kind": change.kind, "updatedAt": change.updated_at, "sections": list(change.sections),
             "delta": None if change.state is None else change.device().delta(),
             "patch": change.patch, "state": change.state}
-    if change.acks:
-        body["acks"] = list(change.acks)
+    body.update({key: value for key, value in change.as_dict().items() if key in ("acks", "acksOmitted")})
     for omitted in ("state", "patch", "delta"):
         if _entry_bytes(body) <= MAX_EVENT_BYTES - EVENT_MARGIN_BYTES:
             break

@@ -27,6 +27,11 @@ PATCH = "patch"  # RFC 6902, as JSON text (no nesting limit to meet)
 SECTIONS_CHANGED = "sections"  # the sections the write changed (a list of names)
 LOST = "lost"  # true on the marker of a version whose change could not be recorded
 ACKS = "acks"  # the device's acknowledgements of desires this write recorded, as JSON text
+ACKS_OMITTED = "acksOmitted"  # true when they were more than MAX_ACKS_BYTES (read them in the metadata)
+# The most a change carries of its acknowledgements, as JSON: what every form of its item, a
+# push message and an event can hold beside the rest (100 acks of long paths and reasons would
+# not fit; then the change says acksOmitted and the version's metadata has them).
+MAX_ACKS_BYTES = 8192
 # The device attributes a change item copies from the new image (besides state).
 _COPIED = (table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED, table.STATUS_DESIRED)
 _METADATA = (table.META_DESIRED, table.META_REPORTED, table.STATUS_DESIRED)
@@ -56,6 +61,7 @@ class Change:
     # as of this change (empty when the item does not carry them)
     last_changed: dict = field(default_factory=dict)
     acks: tuple = ()  # the acknowledgements of desires this write recorded (``acks_between``)
+    acks_omitted: bool = False  # it recorded more than MAX_ACKS_BYTES of them
 
     def as_dict(self) -> dict:
         shown = {"deviceId": self.device_id, "version": self.version, "previousVersion": self.previous_version,
@@ -63,6 +69,8 @@ class Change:
                  "updatedAt": self.updated_at}
         if self.acks:
             shown["acks"] = list(self.acks)
+        if self.acks_omitted:
+            shown[ACKS_OMITTED] = True
         return shown
 
     def device(self) -> Device:
@@ -98,7 +106,14 @@ def change_of(old: dict | None, new: dict | None) -> Change | None:
         updated_at=new.get(table.UPDATED_AT, {}).get("S") or new[table.DELETED_AT]["S"],
         sections=SECTIONS if kind in (CREATED, DELETED) else changed_sections(before, after, new, version),
         desired=after and after[DESIRED], reported=after and after[REPORTED], entries=after and entries_of(new),
-        last_changed=_last_changed(new), acks=acks_between(old, new) if kind == UPDATED else ())
+        last_changed=_last_changed(new), **_acks(acks_between(old, new) if kind == UPDATED else ()))
+
+
+def _acks(acks: tuple) -> dict:
+    """A change's ``acks``, or ``acks_omitted`` when they are more than ``MAX_ACKS_BYTES``."""
+    if acks and len(dumps(list(acks)).encode()) > MAX_ACKS_BYTES:
+        return {"acks": (), "acks_omitted": True}
+    return {"acks": acks}
 
 
 def acks_between(old: dict | None, new: dict) -> tuple:
@@ -191,6 +206,8 @@ def _change_base(change: Change, retention_seconds: int) -> dict:
     item[SECTIONS_CHANGED] = {"L": [{"S": section} for section in change.sections]}
     if change.acks:
         item[ACKS] = {"S": dumps(list(change.acks))}
+    if change.acks_omitted:
+        item[ACKS_OMITTED] = {"BOOL": True}
     return item
 
 
@@ -252,4 +269,4 @@ def change_from_item(item: dict) -> Change:
         created_at=item.get(table.CREATED_AT, {}).get("S"), updated_at=item[table.UPDATED_AT]["S"],
         sections=sections, desired=whole[DESIRED], reported=whole[REPORTED], entries=entries_of(item),
         lost=LOST in item, last_changed=_last_changed(item),
-        acks=tuple(loads(item[ACKS]["S"])) if ACKS in item else ())
+        acks=tuple(loads(item[ACKS]["S"])) if ACKS in item else (), acks_omitted=ACKS_OMITTED in item)

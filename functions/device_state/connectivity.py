@@ -21,7 +21,7 @@ from .times import timestamp
 
 CONNECTIVITY = "connectivity"  # the document a device read shows, and its fleet-query section
 CONNECTED_FIELD = ("connected",)  # the one member of it that may be declared for fleet query
-MAX_CONNECTIONS = 8  # open connections per device
+MAX_CONNECTIONS = 4  # open connections per device (their members live in the item's bookkeeping room)
 SEEN_EVERY_SECONDS = 60
 ATTRIBUTES = (table.CONNECTIONS, table.CONNECTED_SINCE, table.LAST_SEEN)  # on the state item
 

@@ -24,10 +24,12 @@ desire with no status. Read-modify-write writes of desired prune what no longer 
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 
 from .errors import DesireMoved, InvalidValue
-from .sections import DESIRED, REPORTED, STATUS, delta, leaf_entries, leaves, same_value, unpack
+from .sections import (DESIRED, MAX_POINTER_BYTES, REPORTED, STATUS, delta, leaf_entries, leaves, pointer_bytes,
+                       same_value, unpack)
 from .times import timestamp
 from .values import MAX_VERSION
 
@@ -76,8 +78,11 @@ class Ack:
     reason: str | None = None
 
     def __post_init__(self):
-        if not isinstance(self.path, str) or not self.path.startswith("/"):
-            raise ValueError("an ack's path is the JSON Pointer of a desired leaf, such as /brightness")
+        if not isinstance(self.path, str) or not self.path.startswith("/") or re.search(r"~(?![01])", self.path):
+            raise ValueError("an ack's path is the JSON Pointer of a desired leaf, such as /brightness "
+                             "('~' written ~0, '/' in a name ~1)")
+        if pointer_bytes(self.path) > MAX_POINTER_BYTES:
+            raise ValueError(f"an ack's path is at most {MAX_POINTER_BYTES} bytes, as a desired leaf's is")
         if isinstance(self.version, bool) or not isinstance(self.version, int) or not 1 <= self.version <= MAX_VERSION:
             raise ValueError("an ack's version is the desired leaf's version (an integer from 1)")
         if isinstance(self.code, bool) or not isinstance(self.code, int) or not 200 <= self.code <= 599:
@@ -135,6 +140,13 @@ def open_delta(desired: dict, reported: dict, entries: dict, now: float) -> dict
     closed = [leaf for leaf, status in current(desired, entries).items()
               if is_refused(status) or is_expired(status, now)]
     return delta(without_leaves(desired, closed) if closed else desired, reported)
+
+
+def expired_since(desired: dict, entries: dict, since: float, now: float) -> bool:
+    """Whether a desire's deadline fell after ``since`` and by ``now`` (epoch seconds): the
+    delta changed with no write, under the same version."""
+    return any("x" in status and since * 1000 < _int(status["x"]) <= now * 1000
+               for status in current(desired, entries).values())
 
 
 def without_leaves(document: dict, pointers) -> dict:

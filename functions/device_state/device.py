@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from . import desires, table
 from .connectivity import ATTRIBUTES as CONNECTIVITY_ATTRIBUTES, CONNECTIVITY, connectivity_of
@@ -50,6 +51,12 @@ class Device:
         """What the device is asked to act on at ``now``: desired leaves reported lacks or
         holds differently, less those it refused and those whose desire expired."""
         return desires.open_delta(self.desired, self.reported, self.entries, time.time() if now is None else now)
+
+    def changed_since_written(self, now: float | None = None) -> bool:
+        """Whether the delta changed after this version was written, with no write: a
+        desire expired since. A cached copy of this version may then be out of date."""
+        written = datetime.fromisoformat(self.updated_at.replace("Z", "+00:00")).timestamp()
+        return desires.expired_since(self.desired, self.entries, written, time.time() if now is None else now)
 
     def as_dict(self, include_metadata: bool = False, now: float | None = None) -> dict:
         """The resource as the API shows it at ``now``; per-leaf metadata only when asked."""

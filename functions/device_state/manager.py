@@ -46,6 +46,7 @@ DEFAULT_MAX_ATTEMPTS = 25
 DEFAULT_BUDGET_SECONDS = 5.0
 MAX_LIST_LIMIT = 100
 MAX_SCAN_CALLS_PER_PAGE = 4  # a listing page never costs more than this many Scan calls
+DISCONNECT_ATTEMPTS = 8  # reads and conditional writes while other connections of the device change
 
 class DeviceStateManager:
     """Reads and writes device state items with version-based optimistic locking.
@@ -231,19 +232,27 @@ class DeviceStateManager:
             raise TooManyConnections(device_id, connectivity.MAX_CONNECTIONS) from None
 
     def disconnected(self, device_id: str, connection_id: str, until: float) -> None:
-        """Forgets a connection ``connected`` recorded: one read and one write. The last one
-        open leaves the device disconnected, and takes with it those whose close never came."""
+        """Forgets a connection ``connected`` recorded: one read and one write, each write
+        conditioned on the connections read, so that the last one open, whoever closes it
+        and whenever, leaves the device disconnected and takes with it those whose close
+        never came."""
         validate_device_id(device_id)
-        item = self.live_state(device_id)
-        if item is None:
-            return
         closing = connectivity.member(connection_id, until)
-        others = [entry for entry in connectivity.open_members(item, self.clock()) if entry != closing]
-        if not others:
-            gone = [entry for entry in connectivity.members(item) if entry not in others]
-            if self._send_connectivity(lambda planner: planner.all_disconnected(device_id, gone)):
+        for _ in range(DISCONNECT_ATTEMPTS):
+            item = self.live_state(device_id)
+            if item is None:
                 return
-        self._send_connectivity(lambda planner: planner.disconnect(device_id, [closing]))  # others stay open
+            held = connectivity.members(item)
+            if closing not in held and table.CONNECTED_SINCE not in item:
+                return  # forgotten already (a resend, or a connect that was never recorded)
+            others = [entry for entry in connectivity.open_members(item, self.clock()) if entry != closing]
+            if others:
+                sent = self._send_connectivity(lambda planner: planner.disconnect(device_id, [closing], held))
+            else:
+                sent = self._send_connectivity(lambda planner: planner.all_disconnected(device_id, held))
+            if sent:
+                return
+        logger.warning("disconnect not recorded: the connections kept changing", extra={"device_id": device_id})
 
     def saw(self, device: Device) -> None:
         """After the device's own read of itself (``device``, read with its connectivity):

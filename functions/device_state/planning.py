@@ -18,7 +18,7 @@ from .change_items import change_item_size
 from .errors import DeviceAlreadyExists, DeviceNotFound, InvalidValue, ItemTooLarge, VersionConflict
 from .expressions import Expression, live, not_live, number
 from .fencing import Fence, lease_key
-from .fleet_index import (QUERYABLE, SHARD_ATTRIBUTE, FleetIndex, compiled_attributes, connectivity_attributes,
+from .fleet_index import (INDEX_ATTRIBUTE_PREFIX, QUERYABLE, SHARD_ATTRIBUTE, FleetIndex, compiled_attributes, connectivity_attributes,
                           index_attributes_of, shard_of)
 from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED
 from .journal import (JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp, trimmed_stamps, trimming,
@@ -32,8 +32,9 @@ from .values import MAX_ITEM_BYTES, check_state, item_size, to_attribute
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
 # Room a state write leaves on the item for what later requests add without a state change:
-# journal entries (up to 16, ~25 bytes each) and the trimmed stamps, settle marks, and the
-# lease holder (~120).
+# journal entries (up to 16, ~25 bytes each) and the trimmed stamps, settle marks, the lease
+# holder (~120), and connectivity (up to 4 connections of ~31 bytes, connectedSince and
+# lastSeen, and where connectivity/connected is declared its index attribute and the shard).
 BOOKKEEPING_BYTES = 768
 MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state write may leave on the item
 COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit, lastWrite becoming "updated"
@@ -117,6 +118,8 @@ class Planner:
         sets += _section_sets(expr, documents, entries, device.version, written)
         removes = [name(attribute) for attribute in (table.DELETED_AT, table.TTL_ATTRIBUTE, *LEASE_ATTRIBUTES)]
         indexed, unindexed = self.fleet_index.attributes(device_id, {STATE: state, **documents})
+        # a new device is not connected, and a query for the disconnected finds it
+        indexed.update(connectivity_attributes(self.fleet_index, device_id, False))
         sets += _index_sets(expr, indexed, written)
         removes += [name(attribute) for attribute in unindexed]
         return self._planned(expr, device_id, item, device, CREATED, previous or None, condition, sets, removes,
@@ -169,6 +172,9 @@ class Planner:
         removes = [expr.name(attribute) for attribute in unindexed]
         if DESIRED in changed and (entries.get(STATUS) or current.entries.get(STATUS)):
             _status_sets(expr, documents[DESIRED], entries, sets, removes, written)
+        elif table.CLEAR_PENDING in item and not desires.clear_pending(documents[DESIRED], entries):
+            # a read-free desired write set the leaf again since: reports need not read any more
+            removes.append(expr.name(table.CLEAR_PENDING))
         device = Device(current.device_id, version, documents[STATE], current.created_at, stamp,
                         desired=documents[DESIRED], reported=documents[REPORTED], entries=entries)
         return self._planned(expr, current.device_id, item, device, outcome, current.version,
@@ -334,13 +340,18 @@ class Planner:
         return self._update(device_id, f"ADD {connections} {ours} SET {', '.join(sets)}", condition, expr, None,
                             CONNECTED)
 
-    def disconnect(self, device_id: str, closed: list[str]) -> Planned:
+    def disconnect(self, device_id: str, closed: list[str], held: list[str] | None = None) -> Planned:
         """Forgets the connections ``closed`` (members) of the live device, seen now, while
-        others stay open (the last goes with ``all_disconnected``)."""
+        others stay open (the last goes with ``all_disconnected``). ``held``: only while the
+        item holds exactly these members (the set read), so that of two connections closing
+        at once, the second finds the first gone and closes as the last."""
         expr = Expression()
         update = (f"DELETE {expr.name(table.CONNECTIONS)} {expr.value({'SS': closed})} "
                   f"SET {expr.name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
-        return self._update(device_id, update, live(expr, self.now), expr, None, DISCONNECTED)
+        condition = live(expr, self.now)
+        if held is not None:
+            condition += f" AND {_holds_exactly(expr, held)}"
+        return self._update(device_id, update, condition, expr, None, DISCONNECTED)
 
     def all_disconnected(self, device_id: str, gone: list[str]) -> Planned:
         """Not connected, seen now: removes the members ``gone`` (the closing connection and
@@ -348,11 +359,7 @@ class Planner:
         while those are all the item holds (a connect meanwhile refuses it)."""
         expr = Expression()
         connections, now = expr.name(table.CONNECTIONS), expr.number(int(self.now * 1000))
-        condition = f"{live(expr, self.now)} AND (attribute_not_exists({connections})"
-        if gone:
-            condition += " OR (" + " AND ".join([f"size({connections}) = {expr.number(len(gone))}"] + [
-                f"contains({connections}, {expr.value({'S': entry})})" for entry in gone]) + ")"
-        condition += ")"
+        condition = f"{live(expr, self.now)} AND {_holds_exactly(expr, gone)}"
         sets = [f"{expr.name(table.LAST_SEEN)} = {now}"]
         sets += _index_sets(expr, connectivity_attributes(self.fleet_index, device_id, False), {})
         update = f"SET {', '.join(sets)} REMOVE {expr.name(table.CONNECTED_SINCE)}"
@@ -424,6 +431,11 @@ class Planner:
         }}
         return Planned(device_id, request, device, outcome, expected_version, write)
 
+    def _connectivity_attribute(self) -> str | None:
+        """The index attribute of ``connectivity/connected``, where it is declared."""
+        field = self.fleet_index.field(connectivity.CONNECTIVITY, connectivity.CONNECTED_FIELD)
+        return field.attribute if field else None
+
     def _at_version(self, expr: Expression, version: int) -> str:
         """The condition that the item is live at ``version``."""
         return f"{expr.name(table.VERSION)} = {expr.number(version)} AND {live(expr, self.now)}"
@@ -450,7 +462,8 @@ class Planner:
             written = {**written, **{CHANGED_ATTRIBUTES[section]: _LARGEST_VERSION for section in DEVICE_SECTIONS
                                      if section in written}}
             size = _checked_size(
-                {**table.state_key(device_id), **_without_bookkeeping(item), **written,
+                {**table.state_key(device_id), **_without_bookkeeping(item, self._connectivity_attribute()),
+                 **written,
                  table.VERSION: _LARGEST_VERSION, write.attribute: number(next_version),
                  table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
                  table.LAST_WRITE: {"S": _LONGEST_OUTCOME}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device)
@@ -479,10 +492,16 @@ def lease_instant(seconds: float) -> float:
     return round(seconds, 3)
 
 
-def _without_bookkeeping(item: dict | None) -> dict:
-    """The item without what ``BOOKKEEPING_BYTES`` keeps room for (journal, lease holder)."""
-    return {name: value for name, value in (item or {}).items()
-            if not name.startswith(table.JOURNAL_PREFIX) and name not in BOOKKEEPING_ATTRIBUTES}
+def _without_bookkeeping(item: dict | None, connectivity_attribute: str | None = None) -> dict:
+    """The item without what ``BOOKKEEPING_BYTES`` keeps room for (journal, lease holder,
+    connectivity, with its index attribute and, when no other index holds the device, the
+    shard)."""
+    kept = {name: value for name, value in (item or {}).items()
+            if not name.startswith(table.JOURNAL_PREFIX) and name not in BOOKKEEPING_ATTRIBUTES
+            and name != connectivity_attribute}
+    if not any(name.startswith(INDEX_ATTRIBUTE_PREFIX) for name in kept):
+        kept.pop(SHARD_ATTRIBUTE, None)
+    return kept
 
 
 def _checked_size(item: dict, device: Device) -> int:
@@ -518,6 +537,15 @@ def _index_sets(expr: Expression, indexed: dict, written: dict) -> list[str]:
     """SET clauses of index attributes (``fleet_index``); what they write goes into ``written``."""
     written.update(indexed)
     return [f"{expr.name(attribute)} = {expr.value(value)}" for attribute, value in indexed.items()]
+
+
+def _holds_exactly(expr: Expression, members: list[str]) -> str:
+    """The condition that the item's connections are exactly ``members`` (none: no set)."""
+    connections = expr.name(table.CONNECTIONS)
+    if not members:
+        return f"attribute_not_exists({connections})"
+    return "(" + " AND ".join([f"size({connections}) = {expr.number(len(members))}"] + [
+        f"contains({connections}, {expr.value({'S': entry})})" for entry in members]) + ")"
 
 
 def _status_sets(expr: Expression, desired: dict, entries: dict, sets: list, removes: list, written: dict) -> None:

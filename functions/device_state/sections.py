@@ -14,7 +14,8 @@ removed or replaced by a write to an ancestor). A leaf's metadata is therefore t
 of the newest write among entries at its pointer, at an ancestor (a write that replaced a
 whole object set every leaf in it) and at a descendant (a member removed from it, which
 left it an empty object): stale entries are always older than the write that made them
-stale, so the newest wins. Read-modify-write writes store exactly one entry per leaf.
+stale, so the newest wins: by version, not by time (writers' clocks may disagree).
+Read-modify-write writes store exactly one entry per leaf.
 """
 
 from __future__ import annotations
@@ -136,12 +137,18 @@ def leaf_entries(document: dict, entries: dict) -> dict[str, int]:
     while stack:
         path, value, above = stack.pop()
         if path and is_leaf(value):
-            found[path] = max(above, below.get(path, 0))
+            found[path] = max(above, below.get(path, 0), key=version_of)
         elif isinstance(value, dict):
             for key, member in value.items():
                 member_path = path + "/" + key.replace("~", "~0").replace("/", "~1")
-                stack.append((member_path, member, max(above, int(entries.get(member_path, 0)))))
+                stack.append((member_path, member, max(above, int(entries.get(member_path, 0)), key=version_of)))
     return found
+
+
+def version_of(packed) -> int:
+    """The version a packed entry names: entries are ordered by it, never by their time
+    (two writers' clocks may disagree; versions never do)."""
+    return int(packed) % VERSION_SPAN
 
 
 def _newest_below(entries: dict) -> dict[str, int]:
@@ -151,7 +158,7 @@ def _newest_below(entries: dict) -> dict[str, int]:
     newest: dict[str, int] = {}
     for entry, value in entries.items():
         value, end = int(value), len(entry)
-        while end > 0 and newest.get(entry[:end], -1) < value:
+        while end > 0 and (entry[:end] not in newest or version_of(newest[entry[:end]]) < version_of(value)):
             newest[entry[:end]] = value
             end = entry.rfind("/", 0, end)
     return newest

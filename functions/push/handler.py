@@ -40,11 +40,11 @@ def lambda_handler(event, _context):
             principal = principal_of(event)
         except (Unauthenticated, MixedCredentials):
             return {"statusCode": 401}
-        ends = None if principal.expires_at is None else principal.expires_at + LEEWAY_SECONDS  # as principal_of
+        credential_ends = None if principal.expires_at is None else principal.expires_at + LEEWAY_SECONDS
+        ends = subscriptions.ends(credential_ends)  # once: $disconnect names the member by the item's end
         if principal.kind == DEVICE:
             try:
-                _record(lambda manager: manager.connected(principal.device_id, connection_id,
-                                                          subscriptions.ends(ends)))
+                _record(lambda manager: manager.connected(principal.device_id, connection_id, ends))
             except TooManyConnections:
                 return {"statusCode": 429}
         subscriptions.open(connection_id, principal.subject, ends)

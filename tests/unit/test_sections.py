@@ -7,7 +7,8 @@ from decimal import Decimal
 import pytest
 
 from functions.device_state import JsonPatch, MergePatch
-from functions.device_state.sections import ALL, delta, leaf_entries, leaves, metadata, next_entries, pack, unpack
+from functions.device_state.sections import (ALL, VERSION_SPAN, delta, leaf_entries, leaves, metadata, next_entries,
+                                             pack, unpack)
 
 D = Decimal
 
@@ -118,9 +119,12 @@ def test_each_leaf_takes_the_newest_related_entry_as_the_definition_says():
         document = _random_document(rng)
         pointers = [ALL, *leaves(document), *leaves(_random_document(rng)),
                     *(leaf.rsplit("/", 1)[0] for leaf in leaves(document))]
-        entries = {pointer: pack(rng.randint(1, 50), rng.randint(0, 9)) for pointer in rng.sample(
-            pointers, min(len(pointers), rng.randint(0, 8)))}
-        expected = {leaf: max((value for entry, value in entries.items() if _related(leaf, entry)), default=0)
+        chosen = rng.sample(pointers, min(len(pointers), rng.randint(0, 8)))
+        # one write per version, each at a time that may disagree with the version order (clock skew)
+        entries = {pointer: pack(version, rng.randint(0, 9))
+                   for pointer, version in zip(chosen, rng.sample(range(1, 51), len(chosen)))}
+        expected = {leaf: max((value for entry, value in entries.items() if _related(leaf, entry)), default=0,
+                              key=lambda packed: packed % VERSION_SPAN)
                     for leaf in leaves(document)}
         assert leaf_entries(document, entries) == expected, (document, entries)
         touched = tuple(rng.sample(pointers, min(len(pointers), rng.randint(0, 3))))
@@ -197,3 +201,11 @@ def test_a_leaf_pointer_past_the_limit_is_refused_before_anything_is_sent():
         with pytest.raises(InvalidValue) as refused:
             next_entries(past, {}, (ALL,), pack(1, 1))
         assert refused.value.limit == "leaf-pointer" and str(MAX_POINTER_BYTES) in str(refused.value)
+
+
+def test_the_later_version_wins_whatever_the_writers_clocks_said():
+    """A read-free write replacing /a at version 4 on a clock 5 s behind the write that set
+    /a/b at version 2: /a/b is version 4's."""
+    entries = {"desired": {"/a/b": pack(2, 105), "/a": pack(4, 100)}}
+    assert unpack(leaf_entries({"a": {"b": 1}}, entries["desired"])["/a/b"])[0] == 4
+    assert metadata({"a": {"b": 1}}, {}, entries)["desired"]["a"]["b"]["version"] == 4

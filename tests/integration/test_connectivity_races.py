@@ -1,0 +1,155 @@
+"""Connectivity at its edges: two connections closing at once (each close read the other
+still open), a reconnect after that race, the push handler naming a connection by one end
+at connect and disconnect, and devices that never connected in connectivity/connected."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from functions.device_state import DeviceStateManager, FleetIndex
+from functions.device_state.table import create_table
+from tests.conftest import new_table_name
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def fleet(local_table):
+    client, _ = local_table
+    fleet = FleetIndex.parse("connectivity/connected:boolean")
+    name = new_table_name()
+    create_table(client, name, fleet_index=fleet)
+    manager = DeviceStateManager(client, name, fleet_index=fleet)
+    manager.reindex()
+    return manager
+
+
+def test_two_connections_closing_at_once_leave_the_device_disconnected(fleet):
+    """Both closes were delivered; each disconnect read the item while the other was still
+    open, so each took the 'others stay open' path. Nobody removes connectedSince, the index
+    keeps the device under true, and no device.disconnected event can come (connectedSince
+    never goes). The next connect keeps the old `since`."""
+    manager = fleet
+    manager.create("lamp", {})
+    manager.connected("lamp", "conn-a", 4_000_000_000)
+    manager.connected("lamp", "conn-b", 4_000_000_000)
+    snapshot = manager.live_state("lamp")  # what both disconnect handlers read
+    barrier = threading.Barrier(2)
+    real = manager.live_state
+
+    first_reads = set()
+
+    def stale_read(device_id):
+        if threading.get_ident() in first_reads:
+            return real(device_id)  # a read after a refused write sees the item as it is
+        first_reads.add(threading.get_ident())
+        barrier.wait(timeout=10)  # both read before either writes
+        return snapshot
+
+    manager.live_state = stale_read
+    threads = [threading.Thread(target=manager.disconnected, args=("lamp", conn, 4_000_000_000))
+               for conn in ("conn-a", "conn-b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    manager.live_state = real
+    item = manager.live_state("lamp")
+    print("item after both closes:", {k: v for k, v in item.items() if k in ("connections", "connectedSince")
+                                      or k.startswith("ix")})
+    shown = manager.get("lamp").as_dict()["connectivity"]
+    print("GET connectivity:", shown)
+    assert shown["connected"] is False  # the read judges it right...
+    found, _ = manager.query_devices("eq(connectivity/connected,false)")
+    print("eq(connectivity/connected,false) finds:", [d.device_id for d in found])
+    # ...but the item still says connected since the first connect, and the index says true
+    assert "connectedSince" not in item, "connectedSince survived both closes"
+    assert [d.device_id for d in found] == ["lamp"], "a disconnected device is missing from connected=false"
+
+
+def test_a_reconnect_after_two_closes_at_once_is_a_new_connected_since_with_its_event(fleet):
+    """Follow-on of the race above: connectedSince is still there, so the next connect
+    keeps it (`since` says connected since the first connection) and the stream sees no
+    connectedSince appear, so no device.connected event either."""
+    from functions.device_state import connectivity_event
+
+    manager = fleet
+    manager.create("lamp", {})
+    manager.connected("lamp", "conn-a", 4_000_000_000)
+    manager.connected("lamp", "conn-b", 4_000_000_000)
+    snapshot = manager.live_state("lamp")
+    real = manager.live_state
+    stale = [snapshot, snapshot]  # both closes read before either wrote; later reads see the item
+    manager.live_state = lambda device_id: stale.pop() if stale else real(device_id)
+    manager.disconnected("lamp", "conn-a", 4_000_000_000)
+    manager.disconnected("lamp", "conn-b", 4_000_000_000)
+    manager.live_state = real
+    before = manager.live_state("lamp")
+    manager.connected("lamp", "conn-c", 4_000_000_000)
+    after = manager.live_state("lamp")
+    print("since before/after reconnect:", before.get("connectedSince"), after.get("connectedSince"))
+    print("event for the reconnect:", connectivity_event(before, after))
+    assert connectivity_event(before, after) is not None, "the reconnect publishes no device.connected"
+
+
+def test_the_push_handler_closes_the_connection_it_recorded_across_a_second_boundary(fleet, monkeypatch):
+    """$connect computes `until` twice (subscriptions.ends() for the member, then again in
+    subscriptions.open() for the connection item's expiry). A second boundary between the
+    two (the connect's own UpdateItem sits between them) makes them differ for a certificate
+    device (no token expiry); $disconnect then deletes a member that is not there and the
+    device stays connected for the connection's 2 hours (and a 9th such leak makes it 429)."""
+    from functions.auth.principals import Principal
+    from functions.push import handler
+    from functions.push.subscriptions import Subscriptions
+
+    manager = fleet
+    manager.create("cert-lamp", {})
+
+    class Ticking:  # a clock that crosses a second boundary at every call (as a 5-20 ms write may)
+        def __init__(self):
+            self.now = 1_800_000_000.0
+
+        def __call__(self):
+            self.now += 0.6
+            return self.now
+
+    subscriptions = Subscriptions(manager.pipeline.store.client, manager.pipeline.store.table_name, clock=Ticking())
+    monkeypatch.setattr(handler, "services", lambda: (subscriptions, None))
+    monkeypatch.setattr(handler, "devices", lambda: manager)
+    principal = Principal.device("cert-lamp")  # a client certificate: no expiry
+
+    def event(route):
+        return {"requestContext": {"routeKey": route, "connectionId": "Abc123=",
+                                   "authorizer": {"principalId": principal.subject, **principal.as_context()}}}
+
+    assert handler.lambda_handler(event("$connect"), None) == {"statusCode": 200}
+    print("members after connect:", manager.live_state("cert-lamp")["connections"]["SS"])
+    assert handler.lambda_handler(event("$disconnect"), None) == {"statusCode": 200}
+    item = manager.live_state("cert-lamp")
+    print("members after disconnect:", item.get("connections"))
+    assert manager.get("cert-lamp").as_dict()["connectivity"]["connected"] is False, \
+        "closed connection still counts as open"
+
+
+def test_a_device_that_never_connected_is_found_by_connected_false(fleet):
+    """GET shows connected: false for a device created after the field was declared, but
+    create writes no connectivity index attribute (only a connect or the reindex does), so
+    the fleet query and count of connected=false disagree with GET."""
+    manager = fleet
+    manager.create("fresh", {})
+    manager.create("was-on", {})
+    manager.connected("was-on", "c1", 4_000_000_000)
+    manager.disconnected("was-on", "c1", 4_000_000_000)
+    print("GET fresh:", manager.get("fresh").as_dict()["connectivity"])
+    found, _ = manager.query_devices("eq(connectivity/connected,false)")
+    print("eq(connectivity/connected,false):", sorted(d.device_id for d in found),
+          "count:", manager.count_devices("eq(connectivity/connected,false)"))
+    assert sorted(d.device_id for d in found) == ["fresh", "was-on"]
