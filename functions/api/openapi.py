@@ -571,7 +571,8 @@ OPENAPI["paths"]["/devices/{deviceId}/desired/acks"] = {
             "properties": {"acks": {"type": "array", "minItems": 1, "maxItems": MAX_ACKS, "items": {
                 "type": "object", "required": ["path", "version", "code"], "additionalProperties": False,
                 "properties": {
-                    "path": {"type": "string", "pattern": "^/", "description": "JSON Pointer of a desired leaf"},
+                    "path": {"type": "string", "pattern": "^(/([^/~]|~[01])*)+$", "maxLength": 1024,
+                             "description": "JSON Pointer of a desired leaf (at most 4,096 bytes)"},
                     "version": {"type": "integer", "minimum": 1, "maximum": MAX_VERSION,
                                 "description": "The leaf's desired version"},
                     "code": {"type": "integer", "minimum": 200, "maximum": 599},
