@@ -7,6 +7,7 @@ import contextlib
 import http.client
 import os
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
@@ -18,6 +19,7 @@ from functions.auth.device_tokens import ISSUING_VARIABLES
 from localdev.dynamodb_local import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+TLS_CA = ".serve/tls/ca.pem"  # make serve TLS=1's local CA (TLS_DIR's default)
 
 
 def checkout_bearer() -> dict:
@@ -27,8 +29,13 @@ def checkout_bearer() -> dict:
     return {"Authorization": f"Bearer {Issuer.load_or_create(REPO_ROOT / DEFAULT_DIRECTORY).token()}"}
 
 
-def get(port: int, path: str) -> tuple[int, dict, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+def get(port: int, path: str, tls: bool = False) -> tuple[int, dict, bytes]:
+    """A GET of make serve's, over HTTPS trusting its local CA (under .serve/tls) with ``tls``."""
+    if tls:
+        context = ssl.create_default_context(cafile=str(REPO_ROOT / TLS_CA))
+        connection = http.client.HTTPSConnection("localhost", port, timeout=30, context=context)
+    else:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         connection.request("GET", path, headers=checkout_bearer())
         response = connection.getresponse()
@@ -65,9 +72,9 @@ def make_serve(**environment: str):
             deadline = time.monotonic() + 120
             while True:
                 try:
-                    if get(port, "/openapi.json")[0] == 200:
+                    if get(port, "/openapi.json", tls=environment.get("TLS") == "1")[0] == 200:
                         break
-                except OSError:
+                except (OSError, ssl.SSLError):  # not listening yet, or its CA not made yet
                     pass
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError(f"make serve did not start:\n{served.output}")

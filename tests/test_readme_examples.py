@@ -38,14 +38,20 @@ def blocks() -> list[tuple[str, str, str, str, str]]:
     return found
 
 
-def examples() -> dict[str, tuple[str, str]]:
+TLS_WALKTHROUGH = "devices.md"  # its blocks run in order on make serve TLS=1, the others on make serve
+
+
+def examples(walkthrough: bool = False) -> dict[str, tuple[str, str]]:
+    """The runnable blocks by name: the device walkthrough's (in order), or every other document's."""
     found = {}
     for document, kind, name, language, code in blocks():
-        if kind == "readme-test":
+        if kind == "readme-test" and (document == TLS_WALKTHROUGH) == walkthrough:
             assert name not in found, f"two examples named {name}"
             found[name] = (language, code)
-    assert {"quickstart", "lease", "transaction", "changes", "sections", "python-client", "library",
-            "device-token", "push-client"} <= set(found), sorted(found)
+    expected = ({"devices-app-desires", "devices-certificate-loop", "devices-token-loop", "devices-expiry"}
+                if walkthrough else {"quickstart", "lease", "transaction", "changes", "sections", "python-client",
+                                     "library", "device-token", "push-client"})
+    assert expected <= set(found), sorted(found)
     return found
 
 
@@ -230,3 +236,27 @@ def test_the_examples_run_as_written_on_a_fresh_make_serve(tmp_path):
         result = _run_python(code.replace("localhost:3000", base), "", TOKEN=token)
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == expected_prints(code), result.stdout
+
+
+@pytest.mark.dynamodb_local
+def test_the_device_walkthrough_runs_as_written_on_a_fresh_make_serve_tls():
+    """docs/devices.md, block after block as a reader runs them in one shell: the sh blocks'
+    statuses, the Python blocks' prints (run from the repository, as it says)."""
+    with make_serve(TLS="1") as served:
+        base = f"localhost:{served.port}"
+        environment = {"TOKEN": _token()}
+        for name, (language, code) in examples(walkthrough=True).items():
+            code = code.replace("localhost:3000", base)
+            if language == "sh":
+                # what a reader's shell keeps from one block to the next: the variables exported
+                script = code + "\necho\nexport -p | grep -E ' (TOKEN|FAN_TOKEN)=' || true"
+                result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True,
+                                        timeout=120, cwd=REPO_ROOT, env={**os.environ, **environment})
+                assert result.returncode == 0, f"{name}:\n{result.stdout}\n{result.stderr}"
+                got = [int(status) for status in re.findall(r"HTTP/1\.[01] (\d{3}) ", result.stdout)]
+                assert got == expected_statuses(code), f"{name}:\n{result.stdout}"
+                environment.update(re.findall(r'^declare -x (\w+)="([^"]*)"$', result.stdout, re.MULTILINE))
+            else:
+                result = _run_python(code, "", **environment)
+                assert result.returncode == 0, f"{name}:\n{result.stderr}"
+                assert result.stdout.splitlines() == expected_prints(code), f"{name}:\n{result.stdout}"
