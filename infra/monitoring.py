@@ -47,6 +47,9 @@ TRANSACTION_CONFLICTS_PER_PERIOD = 50
 # A holder whose heartbeat was refused had its lease run out mid-job: its later writes
 # are fenced off, but the job may be half done. Any one is worth a look.
 LEASE_HEARTBEATS_LOST_PER_PERIOD = 0
+# Device tokens the signing key could not sign (KMS failing or unreachable; throttling is on
+# the dashboard: a fleet reconnecting meets it by design and backs off)
+SIGNING_UNAVAILABLE_PER_PERIOD = 0
 DYNAMODB_THROTTLES_PER_PERIOD = 0
 # The change feed (docs/operations.md, the runbook): the feed trails writes by the stream
 # processor's iterator age; a minute means followers see changes a minute late.
@@ -133,6 +136,8 @@ class Monitoring(Construct):
         self._alarm("LeaseHeartbeatsLost", service_metric(names.LEASE_HEARTBEATS_LOST),
                     LEASE_HEARTBEATS_LOST_PER_PERIOD, not_breaching,
                     "A lease holder's heartbeat was refused: its lease expired mid-job")
+        self._alarm("SigningUnavailable", service_metric(names.SIGNING_UNAVAILABLE), SIGNING_UNAVAILABLE_PER_PERIOD,
+                    not_breaching, "Devices asking for a token got 503: the signing key (KMS) failed or did not answer")
         self._alarm("LambdaErrors", function.metric_errors(statistic="Sum", period=PERIOD),
                     LAMBDA_ERRORS_PER_PERIOD, not_breaching, "The API function failed (not a 4xx: a crash)")
         self._alarm("LambdaThrottles", function.metric_throttles(statistic="Sum", period=PERIOD),
@@ -179,6 +184,11 @@ class Monitoring(Construct):
                 service_metric(names.LEASES_RECLAIMED), service_metric(names.LEASE_HEARTBEATS_LOST)]),
             cloudwatch.GraphWidget(title="Lease wait (ms)", width=12, left=[
                 service_metric(names.LEASE_WAIT, "p50"), service_metric(names.LEASE_WAIT, "p99")]),
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Device tokens (POST /devices/{id}/token)", width=12, left=[
+                service_metric(names.DEVICE_TOKENS)], right=[
+                service_metric(names.SIGNING_THROTTLED), service_metric(names.SIGNING_UNAVAILABLE)]),
         )
         if change_feed is not None:
             self._watch_change_feed(change_feed, not_breaching)

@@ -64,6 +64,21 @@ def local_table(dynamodb_local):
 
 
 @pytest.fixture
+def connectivity_fleet(dynamodb_local):
+    """A manager over a fresh DynamoDB Local table declaring connectivity/connected for fleet
+    query, its index ready; the table (and its index) deleted after, as local_table's is."""
+    from functions.device_state import FleetIndex
+
+    client = dynamodb_client(dynamodb_local.endpoint, "us-east-1")
+    fleet, name = FleetIndex.parse("connectivity/connected:boolean"), new_table_name()
+    create_table(client, name, fleet_index=fleet)
+    manager = DeviceStateManager(client, name, fleet_index=fleet)
+    manager.reindex()
+    yield manager
+    client.delete_table(TableName=name)
+
+
+@pytest.fixture
 def moto_table():
     from moto import mock_aws
 

@@ -94,3 +94,12 @@ class MetricsObserver(UpdateObserver):
 
 def record_patch_latency(milliseconds: float) -> None:
     metrics.add_metric(name=names.PATCH_LATENCY, unit=MetricUnit.Milliseconds, value=milliseconds)
+
+
+def record_device_token() -> None:
+    metrics.add_metric(name=names.DEVICE_TOKENS, unit=MetricUnit.Count, value=1)
+
+
+def record_signing_failure(throttled: bool) -> None:
+    metrics.add_metric(name=names.SIGNING_THROTTLED if throttled else names.SIGNING_UNAVAILABLE,
+                       unit=MetricUnit.Count, value=1)

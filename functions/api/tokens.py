@@ -6,11 +6,13 @@ from __future__ import annotations
 from .resolver import Router
 
 from functions.auth.device_tokens import device_token_issuer, issue
+from functions.auth.signers import SigningFailed, SigningThrottled
 from functions.device_state import restore
 
 from . import access
 from . import request_parsing as parse
 from .common import json_response, route
+from .observability import record_device_token, record_signing_failure
 from .problems import BadRequest
 
 router = Router()
@@ -24,4 +26,10 @@ def issue_device_token(device_id: str):
     if event.get("body") not in (None, "") and parse.json_body(event) != {}:
         raise BadRequest("the body must be empty or {}; nothing was done")
     settings, signer = device_token_issuer()
-    return json_response(issue(access.principal_of(event), signer, settings), headers={"Cache-Control": "no-store"})
+    try:
+        token = issue(access.principal_of(event), signer, settings)
+    except SigningFailed as failed:
+        record_signing_failure(throttled=isinstance(failed, SigningThrottled))
+        raise
+    record_device_token()
+    return json_response(token, headers={"Cache-Control": "no-store"})

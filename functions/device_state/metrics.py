@@ -24,6 +24,12 @@ LEASE_BUSY = "LeaseBusy"  # lease requests refused: not acquired within their wa
 LEASES_RECLAIMED = "LeasesReclaimed"  # expired queue rows (crashed holders or waiters) deleted
 LEASE_HEARTBEATS_LOST = "LeaseHeartbeatsLost"  # heartbeats refused: a holder lost its lease
 
+# Device tokens (POST /devices/{id}/token): issued, and refused because signing was
+# throttled (429: KMS's request quota) or unavailable (503).
+DEVICE_TOKENS = "DeviceTokens"
+SIGNING_THROTTLED = "SigningThrottled"
+SIGNING_UNAVAILABLE = "SigningUnavailable"
+
 # The stream processor (functions/changes): change items written, and how long after the
 # write (the stream record's creation) each was written.
 CHANGES_RECORDED = "ChangesRecorded"
@@ -35,7 +41,8 @@ WRITE_UNITS = "WriteUnits"
 
 COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED, CONDITION_FAILURES,
                  IDEMPOTENT_REPLAYS, OUTCOME_UNKNOWN, TRANSACTIONS, TRANSACTION_RETRIES, TRANSACTION_CONFLICTS,
-                 LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST, CHANGES_RECORDED)
+                 LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST, CHANGES_RECORDED,
+                 DEVICE_TOKENS, SIGNING_THROTTLED, SIGNING_UNAVAILABLE)
 LATENCY_METRICS = (PATCH_LATENCY, LEASE_WAIT, CHANGE_LAG)
 CAPACITY_METRICS = (READ_UNITS, WRITE_UNITS)
 ALL_METRICS = COUNT_METRICS + LATENCY_METRICS + CAPACITY_METRICS

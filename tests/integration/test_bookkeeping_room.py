@@ -55,21 +55,12 @@ def test_a_full_device_with_a_lease_and_its_most_connections_takes_a_write_that_
         assert all(answer == "200" for answer in answers), "a write that fits was refused"
 
 
-def test_a_connect_of_a_full_device_leaves_room_for_its_next_write_of_the_same_size(local_table):
+def test_a_connect_of_a_full_device_leaves_room_for_its_next_write_of_the_same_size(connectivity_fleet):
     """Where connectivity/connected is declared, a connect SETs its index attributes (ix:…
     and ixShard) on the item outside the state's accounting and outside the bookkeeping
     attributes; the next read-modify-write counts them, so a state accepted once is refused
     (413) after the device merely connected."""
-    from functions.device_state import FleetIndex
-    from functions.device_state.table import create_table
-    from tests.conftest import new_table_name
-
-    client, _ = local_table
-    fleet = FleetIndex.parse("connectivity/connected:boolean")
-    name = new_table_name()
-    create_table(client, name, fleet_index=fleet)
-    manager = DeviceStateManager(client, name, fleet_index=fleet)
-    manager.reindex()
+    manager = connectivity_fleet
     filler = _largest_state(manager, "lamp")
     manager.update("lamp", MergePatch({"g": 1}), manager.get("lamp").version)  # fits: 200
     manager.connected("lamp", "L0SM9cOFvHcCIhw=", 4_000_000_000)

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.device_state import DeviceStateManager, FleetIndex, MergePatch, TooManyConnections
+from functions.device_state import DeviceStateManager, MergePatch, TooManyConnections
 from functions.device_state.connectivity import MAX_CONNECTIONS
-from functions.device_state.table import create_table
-from tests.conftest import new_table_name
 from tests.helpers import RecordingClient
 
 
@@ -89,13 +87,8 @@ def test_the_devices_own_writes_and_reads_record_it_seen(timed):
     assert shown(manager, "lamp", clock)["lastSeen"] == before
 
 
-def test_connectivity_connected_is_a_fleet_query_field(local_table):
-    client, _ = local_table
-    fleet = FleetIndex.parse("connectivity/connected:boolean")
-    name = new_table_name()
-    create_table(client, name, fleet_index=fleet)
-    manager = DeviceStateManager(client, name, fleet_index=fleet)
-    manager.reindex()
+def test_connectivity_connected_is_a_fleet_query_field(connectivity_fleet):
+    manager = connectivity_fleet
     for device in ("a", "b", "c"):
         manager.create(device, {})
     manager.connected("a", "conn-a", 4_000_000_000)

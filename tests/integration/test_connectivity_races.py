@@ -8,28 +8,10 @@ import threading
 
 import pytest
 
-from functions.device_state import DeviceStateManager, FleetIndex
-from functions.device_state.table import create_table
-from tests.conftest import new_table_name
-
-
-class Clock:
-    def __init__(self, now: float = 1_800_000_000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
 
 @pytest.fixture
-def fleet(local_table):
-    client, _ = local_table
-    fleet = FleetIndex.parse("connectivity/connected:boolean")
-    name = new_table_name()
-    create_table(client, name, fleet_index=fleet)
-    manager = DeviceStateManager(client, name, fleet_index=fleet)
-    manager.reindex()
-    return manager
+def fleet(connectivity_fleet):
+    return connectivity_fleet
 
 
 def test_two_connections_closing_at_once_leave_the_device_disconnected(fleet):
