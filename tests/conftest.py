@@ -30,9 +30,8 @@ from functions.device_state.client import boto3_session, dynamodb_client  # noqa
 from functions.device_state.table import create_table  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal, DynamoDBLocalError  # noqa: E402
 
-@pytest.fixture(scope="session")
-def dynamodb_local():
-    """One DynamoDB Local process (in memory) for the whole session."""
+def started_dynamodb_local():
+    """A DynamoDB Local process (in memory), stopped when the generator closes: a fixture's body."""
     server = DynamoDBLocal()
     try:
         server.start()
@@ -40,6 +39,13 @@ def dynamodb_local():
         pytest.fail(f"DynamoDB Local could not start: {error}", pytrace=False)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def dynamodb_local():
+    """One DynamoDB Local process (in memory) for the whole session (a module that adds
+    indexes to tables holding items has its own: see ``started_dynamodb_local``)."""
+    yield from started_dynamodb_local()
 
 
 def pytest_itemcollected(item):

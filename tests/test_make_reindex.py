@@ -11,9 +11,20 @@ from pathlib import Path
 import pytest
 
 from functions.device_state import DeviceStateManager, FleetIndex, IndexBuilding
+from tests.conftest import started_dynamodb_local
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.dynamodb_local, pytest.mark.toolchain]
+
+
+@pytest.fixture(scope="module")
+def dynamodb_local():
+    """This module's own DynamoDB Local. Its tests add indexes to tables that hold items
+    (UpdateTable), which DynamoDB Local builds in the background; in a JVM that a whole
+    worker's tests had used, such a build was seen never to finish (the index stayed CREATING
+    with no error in its log) and the test waited 300 s for it. A JVM of the module's own
+    keeps the rest of the suite apart from it."""
+    yield from started_dynamodb_local()
 
 
 def make_reindex(**variables: str) -> subprocess.CompletedProcess:

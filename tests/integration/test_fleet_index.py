@@ -17,7 +17,20 @@ from functions.device_state.fleet_index import index_attributes_of
 from functions.device_state.reindex import mark_ready
 from localdev.faults import Forwarder
 
+from tests.conftest import started_dynamodb_local
+
 pytestmark = pytest.mark.dynamodb_local
+
+
+@pytest.fixture(scope="module")
+def dynamodb_local():
+    """This module's own DynamoDB Local. Its tests add indexes to tables that hold items
+    (UpdateTable), which DynamoDB Local builds in the background; in a JVM that a whole
+    worker's tests had used, such a build was seen never to finish (the index stayed CREATING
+    with no error in its log) and the test waited 300 s for it. A JVM of the module's own
+    keeps the rest of the suite apart from it."""
+    yield from started_dynamodb_local()
+
 
 FLEET = FleetIndex.parse("reported/firmware:string,reported/battery:number,reported/online:boolean,"
                          "state/site:string,desired/level/value:number")
