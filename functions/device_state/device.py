@@ -44,7 +44,8 @@ class Device:
             desired=from_attribute(item[table.DESIRED]) if table.DESIRED in item else {},
             reported=from_attribute(item[table.REPORTED]) if table.REPORTED in item else {},
             entries=entries_of(item),
-            presence={name: item[name] for name in CONNECTIVITY_ATTRIBUTES if name in item} if with_connectivity else None,
+            presence=({name: item[name] for name in CONNECTIVITY_ATTRIBUTES if name in item}
+                      if with_connectivity else None),
         )
 
     def delta(self, now: float | None = None) -> dict:

@@ -18,8 +18,8 @@ from .change_items import change_item_size
 from .errors import DeviceAlreadyExists, DeviceNotFound, InvalidValue, ItemTooLarge, VersionConflict
 from .expressions import Expression, live, not_live, number
 from .fencing import Fence, lease_key
-from .fleet_index import (INDEX_ATTRIBUTE_PREFIX, QUERYABLE, SHARD_ATTRIBUTE, FleetIndex, compiled_attributes, connectivity_attributes,
-                          index_attributes_of, shard_of)
+from .fleet_index import (INDEX_ATTRIBUTE_PREFIX, QUERYABLE, SHARD_ATTRIBUTE, FleetIndex, compiled_attributes,
+                          connectivity_attributes, index_attributes_of, shard_of)
 from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED
 from .journal import (JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp, trimmed_stamps, trimming,
                       watermark)
