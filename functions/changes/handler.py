@@ -150,12 +150,15 @@ def handle(raw: dict, log: ChangeLog, events) -> None:
         return
     dynamodb = raw["dynamodb"]
     change = log.record(dynamodb.get("OldImage"), dynamodb.get("NewImage"))
+    # connected or disconnected (a connection, or a delete of a connected device): an event of its own
+    became = connectivity_event(dynamodb.get("OldImage"), dynamodb.get("NewImage"))
     if change is None:
-        became = connectivity_event(dynamodb.get("OldImage"), dynamodb.get("NewImage"))
-        if became is not None:  # connected or disconnected: no version, an event of its own
+        if became is not None:
             events.send(*became)
         return
     events.publish(change)
+    if became is not None:
+        events.send(*became)
     metrics.add_metric(name=names.CHANGES_RECORDED, unit=MetricUnit.Count, value=1)
     created = dynamodb.get("ApproximateCreationDateTime")
     if isinstance(created, (int, float)):

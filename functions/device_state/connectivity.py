@@ -70,13 +70,14 @@ CONNECTED_EVENT, DISCONNECTED_EVENT = "device.connected", "device.disconnected"
 
 def connectivity_event(old: dict | None, new: dict | None) -> tuple[str, dict] | None:
     """(detail type, detail) when a stream record's images show the device becoming
-    connected (``connectedSince`` appears) or disconnected (it goes); None otherwise."""
-    if not new or table.VERSION not in new or table.DELETED_AT in new:
+    connected (``connectedSince`` appears) or disconnected (it goes: its last connection
+    closed, or the device was deleted while connected); None otherwise."""
+    if not new or table.VERSION not in new:
         return None
     before, after = table.CONNECTED_SINCE in (old or {}), table.CONNECTED_SINCE in new
     if before == after:
         return None
-    seen = _ms(new, table.LAST_SEEN)
-    detail = {"deviceId": new[table.PARTITION_KEY]["S"], "connected": after,
-              "at": timestamp(seen / 1000) if seen else None}
+    seen = _ms(new, table.LAST_SEEN) if after or table.DELETED_AT not in new else None
+    at = timestamp(seen / 1000) if seen else new.get(table.DELETED_AT, {}).get("S")
+    detail = {"deviceId": new[table.PARTITION_KEY]["S"], "connected": after, "at": at}
     return (CONNECTED_EVENT if after else DISCONNECTED_EVENT), detail

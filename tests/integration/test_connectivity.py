@@ -142,3 +142,23 @@ def test_control_a_naive_connection_counter_counts_one_connect_twice(rig):
     naive.update_item(TableName=rig.name, Key=table.state_key("d"), UpdateExpression="ADD openConnections :one",
                       ExpressionAttributeValues={":one": {"N": "1"}})
     assert rig.other.live_state("d")["openConnections"] == {"N": "2"}  # one connect, counted twice
+
+
+def test_connectivity_events_follow_connectedsince_and_a_delete_of_a_connected_device(timed):
+    from functions.device_state import connectivity_event
+
+    manager, clock, _ = timed
+    manager.create("lamp", {})
+    offline = manager.live_state("lamp")
+    manager.connected("lamp", "conn-a", clock.now + 7200)
+    online = manager.live_state("lamp")
+    kind, detail = connectivity_event(offline, online)
+    assert (kind, detail["deviceId"], detail["connected"]) == ("device.connected", "lamp", True)
+    manager.connected("lamp", "conn-b", clock.now + 7200)
+    assert connectivity_event(online, manager.live_state("lamp")) is None  # connected already
+    before_delete = manager.live_state("lamp")
+    manager.delete("lamp")
+    deleted = manager.live_state("lamp") or manager.store.get_state("lamp")
+    kind, detail = connectivity_event(before_delete, deleted)
+    assert (kind, detail["connected"]) == ("device.disconnected", False) and detail["at"]
+    assert connectivity_event(None, deleted) is None  # never connected in this record's view
