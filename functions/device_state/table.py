@@ -91,11 +91,20 @@ def ensure_table(client, table_name: str, fleet_index=None) -> None:
 
 
 def _wait_for_index(client, table_name: str, index_name: str) -> None:
-    for _ in range(3000):
-        indexes = client.describe_table(TableName=table_name)["Table"].get("GlobalSecondaryIndexes", [])
+    """Until the index is ACTIVE (at most 10 minutes); a DescribeTable that DynamoDB fails
+    (a 5xx, as DynamoDB Local does while it builds an index under load) is asked again."""
+    from botocore.exceptions import ClientError
+
+    for _ in range(1200):
+        try:
+            indexes = client.describe_table(TableName=table_name)["Table"].get("GlobalSecondaryIndexes", [])
+        except ClientError as error:
+            if error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) < 500:
+                raise
+            indexes = []
         if any(index["IndexName"] == index_name and index.get("IndexStatus") == "ACTIVE" for index in indexes):
             return
-        time.sleep(0.1)
+        time.sleep(0.5)
     raise TimeoutError(f"index {index_name} of {table_name} did not become active")
 
 # Attributes of a device's state item.

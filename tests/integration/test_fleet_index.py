@@ -17,18 +17,17 @@ from functions.device_state.fleet_index import index_attributes_of
 from functions.device_state.reindex import mark_ready
 from localdev.faults import Forwarder
 
-from tests.conftest import started_dynamodb_local
+from tests.conftest import new_table_name, started_dynamodb_local
 
 pytestmark = pytest.mark.dynamodb_local
 
 
 @pytest.fixture(scope="module")
 def dynamodb_local():
-    """This module's own DynamoDB Local. Its tests add indexes to tables that hold items
-    (UpdateTable), which DynamoDB Local builds in the background; in a JVM that a whole
-    worker's tests had used, such a build was seen never to finish (the index stayed CREATING
-    with no error in its log) and the test waited 300 s for it. A JVM of the module's own
-    keeps the rest of the suite apart from it."""
+    """This module's own DynamoDB Local: it builds an index added by UpdateTable (as
+    ensure_table adds one) in the background, and under load was seen to fail DescribeTable
+    meanwhile (InternalFailure) or leave the index CREATING with no error in its log; a JVM of
+    the module's own keeps that apart from the rest of the suite."""
     yield from started_dynamodb_local()
 
 
@@ -61,6 +60,26 @@ def fleet_table(dynamodb_local, local_table):
     mark_ready(manager.store, FLEET.fields)
     yield client, name, manager
     client.delete_table(TableName=name)
+
+
+@pytest.fixture
+def indexed_table(dynamodb_local):
+    """``indexed_table(declared)`` -> (client, name): a fresh table made with the declaration's
+    indexes (deleted after). Devices written there without the declaration hold no index
+    attribute, as on a table where the field is declared later; an index added by UpdateTable
+    instead is built by DynamoDB Local in the background, where DescribeTable was seen to fail
+    (InternalFailure) and the index to stay CREATING under load (ensure_table's own test adds
+    one, to an empty table)."""
+    client, made = dynamodb_client(dynamodb_local.endpoint, "us-east-1"), []
+
+    def make(declared: FleetIndex) -> tuple:
+        made.append(new_table_name())
+        table.create_table(client, made[-1], declared)
+        return client, made[-1]
+
+    yield make
+    for name in made:
+        client.delete_table(TableName=name)
 
 
 def check(client, name, manager, device_id):
@@ -108,14 +127,12 @@ def test_every_kind_of_write_leaves_the_index_attributes_its_sections_say(fleet_
     assert manager.count_devices('eq(state/site,"again")') == {"count": 1}
 
 
-def test_a_field_declared_on_a_table_with_devices_is_backfilled_resumably_and_queries_wait_for_it(
-        dynamodb_local, local_table):
-    client, name = local_table
+def test_a_field_declared_on_a_table_with_devices_is_backfilled_resumably_and_queries_wait_for_it(indexed_table):
+    declared = FleetIndex.parse("reported/battery:number")
+    client, name = indexed_table(declared)
     plain = DeviceStateManager(client, name)  # writers before the declaration
     for number in range(130):  # more than a backfill page
         plain.create(f"b{number:03d}", {"site": f"s{number % 5}"}, sections={"reported": {"battery": number}})
-    declared = FleetIndex.parse("reported/battery:number")
-    table.ensure_table(client, name, declared)
     manager = DeviceStateManager(client, name, fleet_index=declared)
     with pytest.raises(IndexBuilding) as waiting:
         manager.count_devices("gt(reported/battery,100)")
@@ -131,11 +148,10 @@ def test_a_field_declared_on_a_table_with_devices_is_backfilled_resumably_and_qu
 
 
 @pytest.mark.parametrize("between", [False, True], ids=["alone", "another-writer-between"])
-def test_a_backfill_write_whose_answer_is_lost_leaves_the_index_right(dynamodb_local, local_table, between):
-    client, name = local_table
-    DeviceStateManager(client, name).create("r1", {}, sections={"reported": {"battery": 1}})
+def test_a_backfill_write_whose_answer_is_lost_leaves_the_index_right(dynamodb_local, indexed_table, between):
     declared = FleetIndex.parse("reported/battery:number")
-    table.ensure_table(client, name, declared)
+    client, name = indexed_table(declared)
+    DeviceStateManager(client, name).create("r1", {}, sections={"reported": {"battery": 1}})
     forwarder = Forwarder(dynamodb_local.port)
     try:
         faulty = DeviceStateManager(dynamodb_client(forwarder.endpoint, "us-east-1"), name, fleet_index=declared)
@@ -152,13 +168,12 @@ def test_a_backfill_write_whose_answer_is_lost_leaves_the_index_right(dynamodb_l
         forwarder.close()
 
 
-def test_a_naive_backfill_loses_the_race_with_a_writer(dynamodb_local, local_table):
+def test_a_naive_backfill_loses_the_race_with_a_writer(indexed_table):
     """The control: index attributes computed from a read and written unconditionally keep
     the value a writer replaced in between."""
-    client, name = local_table
-    DeviceStateManager(client, name).create("n1", {}, sections={"reported": {"battery": 1}})
     declared = FleetIndex.parse("reported/battery:number")
-    table.ensure_table(client, name, declared)
+    client, name = indexed_table(declared)
+    DeviceStateManager(client, name).create("n1", {}, sections={"reported": {"battery": 1}})
     other = DeviceStateManager(client, name, fleet_index=declared)
     item = stored(client, name, "n1")
     sets, _ = declared.attributes("n1", {"reported": {"battery": 1}})
@@ -172,13 +187,12 @@ def test_a_naive_backfill_loses_the_race_with_a_writer(dynamodb_local, local_tab
     assert other.get("n1").reported["battery"] == 2
 
 
-def test_a_count_waits_for_every_declared_field_it_names(dynamodb_local, local_table):
+def test_a_count_waits_for_every_declared_field_it_names(indexed_table):
     """A count reads the index of each declared predicate: one still building answers 503,
     even when the and's cheapest branch is on a ready field."""
-    client, name = local_table
-    DeviceStateManager(client, name).create("w1", {}, sections={"reported": {"battery": 1, "online": True}})
     declared = FleetIndex.parse("reported/online:boolean,reported/battery:number")
-    table.ensure_table(client, name, declared)
+    client, name = indexed_table(declared)
+    DeviceStateManager(client, name).create("w1", {}, sections={"reported": {"battery": 1, "online": True}})
     manager = DeviceStateManager(client, name, fleet_index=declared)
     mark_ready(manager.store, declared.fields[:1])  # online ready, battery still building
     for text in ("and(eq(reported/online,true),gt(reported/battery,0))",
@@ -198,12 +212,11 @@ def test_a_field_declared_on_a_table_without_devices_is_ready_at_once(dynamodb_l
     assert manager.count_devices("exists(state/site)") == {"count": 1}
 
 
-def test_a_field_taken_out_and_declared_again_is_filled_afresh(dynamodb_local, local_table):
-    client, name = local_table
+def test_a_field_taken_out_and_declared_again_is_filled_afresh(indexed_table):
     battery = FleetIndex.parse("reported/battery:number")
     both = FleetIndex.parse("reported/battery:number,state/site:string")
     sites = FleetIndex.parse("state/site:string")
-    table.ensure_table(client, name, both)
+    client, name = indexed_table(both)
     first = DeviceStateManager(client, name, fleet_index=both)
     first.create("r1", {"site": "a"}, sections={"reported": {"battery": 1}})
     assert first.reindex() is True
