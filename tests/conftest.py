@@ -105,6 +105,16 @@ def engine(request):
 
 
 @pytest.fixture
+def timed(engine):
+    """(manager, its Clock, the RecordingClient it sends through), on either engine."""
+    from tests.helpers import Clock, RecordingClient
+
+    client, name = engine
+    clock, spy = Clock(), RecordingClient(client)
+    return DeviceStateManager(spy, name, clock=clock), clock, spy
+
+
+@pytest.fixture
 def manager(engine):
     client, name = engine
     return DeviceStateManager(client, name)

@@ -11,19 +11,10 @@ from pathlib import Path
 import pytest
 
 from functions.device_state import DeviceStateManager, FleetIndex, IndexBuilding, table
-from tests.conftest import started_dynamodb_local
+from tests.helpers import own_dynamodb_local  # noqa: F401  (the fixture dynamodb_local: this module's own)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.dynamodb_local, pytest.mark.toolchain]
-
-
-@pytest.fixture(scope="module")
-def dynamodb_local():
-    """This module's own DynamoDB Local: it builds an index added by UpdateTable (as
-    ensure_table adds one) in the background, and under load was seen to fail DescribeTable
-    meanwhile (InternalFailure) or leave the index CREATING with no error in its log; a JVM of
-    the module's own keeps that apart from the rest of the suite."""
-    yield from started_dynamodb_local()
 
 
 def make_reindex(**variables: str) -> subprocess.CompletedProcess:

@@ -99,10 +99,6 @@ def check_acks(acks: list[Ack]) -> list[Ack]:
     return acks
 
 
-def _int(value) -> int:
-    return int(value)
-
-
 def leaf_versions(desired: dict, entries: dict) -> dict[str, int]:
     """The version of the write that last set each desired leaf."""
     return {leaf: unpack(packed)[0] for leaf, packed in leaf_entries(desired, entries.get(DESIRED, {})).items()}
@@ -115,7 +111,7 @@ def current(desired: dict, entries: dict) -> dict[str, dict]:
         return {}
     versions = leaf_versions(desired, entries)
     return {leaf: status for leaf, status in statuses.items()
-            if leaf in versions and _int(status.get("v", 0)) == versions[leaf]}
+            if leaf in versions and int(status.get("v", 0)) == versions[leaf]}
 
 
 def cleared(desired: dict, entries: dict) -> dict[str, dict]:
@@ -126,11 +122,11 @@ def cleared(desired: dict, entries: dict) -> dict[str, dict]:
 
 
 def is_expired(status: dict, now: float) -> bool:
-    return "x" in status and _int(status["x"]) <= now * 1000
+    return "x" in status and int(status["x"]) <= now * 1000
 
 
 def is_refused(status: dict) -> bool:
-    return _int(status.get("a", 0)) >= REFUSED_FROM
+    return int(status.get("a", 0)) >= REFUSED_FROM
 
 
 def open_delta(desired: dict, reported: dict, entries: dict, now: float) -> dict:
@@ -145,7 +141,7 @@ def open_delta(desired: dict, reported: dict, entries: dict, now: float) -> dict
 def expired_since(desired: dict, entries: dict, since: float, now: float) -> bool:
     """Whether a desire's deadline fell after ``since`` and by ``now`` (epoch seconds): the
     delta changed with no write, under the same version."""
-    return any("x" in status and since * 1000 < _int(status["x"]) <= now * 1000
+    return any("x" in status and since * 1000 < int(status["x"]) <= now * 1000
                for status in current(desired, entries).values())
 
 
@@ -184,7 +180,7 @@ def annotate(metadata: dict, desired: dict, entries: dict, now: float) -> None:
             if "version" in node:  # a leaf of desired holds this path: the cleared one is history
                 break
         else:
-            node.setdefault(parts[-1], {"version": _int(status["v"]), "confirmedVersion": _int(status["k"]),
+            node.setdefault(parts[-1], {"version": int(status["v"]), "confirmedVersion": int(status["k"]),
                                         "cleared": True})
 
 
@@ -202,13 +198,13 @@ def leaf_status(status: dict, confirmed: bool, now: float) -> dict:
     """What a desired leaf's metadata shows of its status."""
     shown = {}
     if "x" in status:
-        shown["expiresAt"] = timestamp(_int(status["x"]) / 1000)
+        shown["expiresAt"] = timestamp(int(status["x"]) / 1000)
         if not confirmed and is_expired(status, now):
             shown["expired"] = True
     if status.get("c"):
         shown["clearOnConfirm"] = True
     if "a" in status:
-        ack = {"code": _int(status["a"]), "version": _int(status["v"]), "at": timestamp(_int(status["t"]) / 1000)}
+        ack = {"code": int(status["a"]), "version": int(status["v"]), "at": timestamp(int(status["t"]) / 1000)}
         if status.get("r") is not None:
             ack["reason"] = status["r"]
         shown["ack"] = ack
@@ -222,7 +218,7 @@ def after_desired_write(desired: dict, entries: dict, options: DesireOptions, ve
     """Desired's statuses after a read-modify-write of it at ``version``: the leaves it set
     (their entry is ``version``) take ``options``' status, if any; the others keep theirs
     while it counts; cleared confirmations stay for leaves still absent."""
-    statuses = {leaf: status for leaf, status in current(desired, entries).items() if _int(status["v"]) != version}
+    statuses = {leaf: status for leaf, status in current(desired, entries).items() if int(status["v"]) != version}
     if options:
         for leaf, leaf_version in leaf_versions(desired, entries).items():
             if leaf_version == version:
@@ -257,12 +253,12 @@ def after_report(desired: dict, reported: dict, entries: dict, version: int) -> 
     confirmed = [leaf for leaf, status in statuses.items()
                  if status.get("c") and leaf in reported_values
                  and same_value(desired_values[leaf], reported_values[leaf])
-                 and reported_versions.get(leaf, 0) >= _int(status["v"])]
+                 and reported_versions.get(leaf, 0) >= int(status["v"])]
     if not confirmed:
         return None
     remaining = without_leaves(desired, confirmed)
     kept = {leaf: status for leaf, status in statuses.items() if leaf not in confirmed}
-    done = {leaf: {"v": _int(statuses[leaf]["v"]), "k": version} for leaf in confirmed}
+    done = {leaf: {"v": int(statuses[leaf]["v"]), "k": version} for leaf in confirmed}
     return remaining, {**_newest_cleared({**cleared(desired, entries), **done}), **kept}
 
 
@@ -273,5 +269,5 @@ def clear_pending(desired: dict, entries: dict) -> bool:
 
 
 def _newest_cleared(statuses: dict) -> dict:
-    newest = sorted(statuses.items(), key=lambda item: _int(item[1]["k"]), reverse=True)[:MAX_CLEARED_KEPT]
+    newest = sorted(statuses.items(), key=lambda item: int(item[1]["k"]), reverse=True)[:MAX_CLEARED_KEPT]
     return dict(newest)

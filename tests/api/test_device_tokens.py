@@ -20,9 +20,8 @@ from websockets.exceptions import InvalidStatus
 from functions.auth.device_tokens import DEFAULT_RENEWAL_SECONDS
 from localdev.issuer import LOCAL_DEVICE_TOKEN_ISSUER
 from tests.api.test_http import launch
-from tests.api.test_mtls import client_context, problem_type
+from tests.api.test_mtls import client_context, local_ca, problem_type  # noqa: F401  (local_ca: a fixture)
 from tests.auth import DEVICE_TOKEN_ISSUER, ISSUER, NO_CREDENTIALS, bearer
-from localdev.tls import LocalCA
 
 pytestmark = pytest.mark.dynamodb_local
 MERGE = {"Content-Type": "application/merge-patch+json"}
@@ -39,11 +38,6 @@ def wss(server, local_ca, headers: dict, tls=None):
 
 async def receive(client) -> dict:
     return json.loads(await asyncio.wait_for(client.recv(), RECEIVE_SECONDS))
-
-
-@pytest.fixture(scope="module")
-def local_ca(tmp_path_factory) -> LocalCA:
-    return LocalCA.load_or_create(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture(scope="module")

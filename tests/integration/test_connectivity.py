@@ -7,25 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.device_state import DeviceStateManager, MergePatch, TooManyConnections
+from functions.device_state import MergePatch, TooManyConnections
 from functions.device_state.connectivity import MAX_CONNECTIONS
-from tests.helpers import RecordingClient
-
-
-class Clock:
-    def __init__(self, now: float = 1_800_000_000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def timed(engine):
-    client, name = engine
-    clock = Clock()
-    spy = RecordingClient(client)
-    return DeviceStateManager(spy, name, clock=clock), clock, spy
 
 
 def shown(manager, device_id, clock):

@@ -5,15 +5,7 @@ stale costs one read once."""
 from __future__ import annotations
 
 from functions.device_state import Ack, DesireMoved, DesireOptions, DeviceStateManager, JsonPatch, MergePatch
-from tests.helpers import RecordingClient
-
-
-class Clock:
-    def __init__(self, now: float = 1_800_000_000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers import Clock, RecordingClient
 
 
 def test_a_read_free_desired_write_over_a_desire_to_clear_costs_one_read_once(local_table):

@@ -6,26 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from functions.device_state import (Ack, DesireMoved, DesireOptions, DeviceStateManager, InvalidValue, JsonPatch,
+from functions.device_state import (Ack, DesireMoved, DesireOptions, InvalidValue, JsonPatch,
                                     MergePatch)
 from functions.device_state.change_items import acks_between
-from tests.helpers import RecordingClient
-
-
-class Clock:
-    def __init__(self, now: float = 1_800_000_000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def timed(engine):
-    client, name = engine
-    clock = Clock()
-    spy = RecordingClient(client)
-    return DeviceStateManager(spy, name, clock=clock), clock, spy
 
 
 def desired_meta(device, now=None) -> dict:

@@ -17,18 +17,10 @@ from functions.device_state.fleet_index import index_attributes_of
 from functions.device_state.reindex import mark_ready
 from localdev.faults import Forwarder
 
-from tests.conftest import new_table_name, started_dynamodb_local
+from tests.conftest import new_table_name
+from tests.helpers import own_dynamodb_local  # noqa: F401  (the fixture dynamodb_local: this module's own)
 
 pytestmark = pytest.mark.dynamodb_local
-
-
-@pytest.fixture(scope="module")
-def dynamodb_local():
-    """This module's own DynamoDB Local: it builds an index added by UpdateTable (as
-    ensure_table adds one) in the background, and under load was seen to fail DescribeTable
-    meanwhile (InternalFailure) or leave the index CREATING with no error in its log; a JVM of
-    the module's own keeps that apart from the rest of the suite."""
-    yield from started_dynamodb_local()
 
 
 FLEET = FleetIndex.parse("reported/firmware:string,reported/battery:number,reported/online:boolean,"

@@ -18,6 +18,7 @@ from functions.device_state.client import dynamodb_client
 from functions.push.delivery import Delivery
 from functions.push.subscriptions import DELIVERED, Subscriptions
 from localdev.faults import Forwarder
+from tests.helpers import Clock
 from tests.integration.test_changes import feed, follow  # noqa: F401  (the local stream processor)
 
 pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency]
@@ -181,14 +182,6 @@ def test_the_naive_control_claim_then_post_loses_the_version_whose_answer_was_lo
         forwarder.close()
 
 
-class Clock:
-    def __init__(self):
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_fan_out_that_read_its_subscriber_before_the_token_expired_posts_no_repeat_after(recorded, local_table):
     """Row 16 of issue 27, step by step: the fan-out reads the subscriber
     (delivered 0) while the connection's token is valid; its read of the changes stalls; the
@@ -196,7 +189,7 @@ def test_a_fan_out_that_read_its_subscriber_before_the_token_expired_posts_no_re
     on with the subscriber it read: it may not post version 1 again, past the expiry."""
     client, name = local_table
     _, log = recorded
-    clock = Clock()
+    clock = Clock(time.time())
     subscriptions = Subscriptions(client, name, clock=clock)
     subscriptions.open("x", "test", credential_expires_at=int(clock.now) + 4)
     subscription = subscriptions.subscribe("x", "lamp", 0, ("state",))
@@ -219,7 +212,7 @@ def test_a_fan_out_that_read_its_subscriber_before_the_token_expired_posts_no_re
 def test_a_catch_up_that_runs_past_the_token_expiry_stops_posting_there(recorded, local_table):
     client, name = local_table
     _, log = recorded
-    clock = Clock()
+    clock = Clock(time.time())
     subscriptions = Subscriptions(client, name, clock=clock)
     subscriptions.open("y", "test", credential_expires_at=int(clock.now) + 4)
     recorder = Recorder(9)
