@@ -1,4 +1,4 @@
-"""The API function and the REST API in front of it."""
+"""The API function and the HTTP API in front of it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import json
 import re
 from dataclasses import dataclass
 
+import jsii
 from aws_cdk import CfnOutput, Duration
 from aws_cdk import aws_apigateway as apigateway
+from aws_cdk import aws_apigatewayv2 as apigatewayv2
+from aws_cdk import aws_apigatewayv2_integrations as integrations
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -18,8 +21,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from functions import config
-from functions.auth.authorizer import GATEWAY_RESPONSES, gateway_problem
-from functions.auth.rights import PUBLIC, ROUTE_RIGHTS
+from functions.auth.rights import ROUTE_RIGHTS
 from functions.device_state import metrics as metric_names
 from functions.device_state import DEFAULT_RETENTION_SECONDS
 from functions.device_state import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
@@ -62,6 +64,17 @@ INDEX_ACTIONS = ("dynamodb:Query",)
 AUTHORIZER_HANDLER = "functions.auth.authorizer.lambda_handler"
 AUTHORIZER_TIMEOUT = Duration.seconds(5)
 AUTHORIZER_MEMORY_MB = 256
+# The Lambda event of the HTTP API: version 1.0 is the REST API's proxy event (multiValueHeaders,
+# multiValueQueryStringParameters, requestContext.identity.clientCert), which the handler reads.
+PAYLOAD_FORMAT = apigatewayv2.PayloadFormatVersion.VERSION_1_0
+# Access log fields (HTTP API $context variables), one JSON object a line.
+ACCESS_LOG_FIELDS = {
+    "requestId": "$context.requestId", "ip": "$context.identity.sourceIp", "requestTime": "$context.requestTime",
+    "httpMethod": "$context.httpMethod", "path": "$context.path", "routeKey": "$context.routeKey",
+    "status": "$context.status", "protocol": "$context.protocol", "responseLength": "$context.responseLength",
+    "integrationStatus": "$context.integrationStatus", "integrationLatency": "$context.integrationLatency",
+    "error": "$context.error.message",
+}
 DEVICE_URL_OUTPUT, DEVICE_DOMAIN_TARGET_OUTPUT = "DeviceUrl", "DeviceDomainTarget"
 
 
@@ -75,17 +88,6 @@ def resource_path(rule: str) -> str:
     return re.sub(r"<(\w+)>", parameter, rule).lstrip("/")
 
 
-def _routes() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    methods: dict[str, list[str]] = {}
-    for method, rule in ROUTE_RIGHTS:
-        methods.setdefault(resource_path(rule), []).append(method)
-    return tuple((path, (*found, "ANY")) for path, found in methods.items())
-
-
-# (path, methods): every route of ROUTE_RIGHTS (the handler registers no route missing there).
-# Every GET answers HEAD too, and ANY sends every other method to the handler, which answers
-# 405 with Allow (not API Gateway's 403).
-ROUTES = _routes()
 # The routes that wait: long-polls of the change feed and of the delta, and a lease request
 # (each with waitSeconds). A wait holds its Lambda execution for its whole length, so these
 # methods integrate the waiting function, whose reserved concurrency caps them: however many
@@ -96,9 +98,6 @@ _WAITING_METHODS = {"/devices/<device_id>/changes": ("GET", "HEAD"), "/devices/<
 # (method, resource path) of every waiting route, from ROUTE_RIGHTS.
 WAITING_ROUTES = frozenset((method, resource_path(rule)) for method, rule in ROUTE_RIGHTS
                            if method in _WAITING_METHODS.get(rule, ()))
-# Paths any caller may read without credentials (the OpenAPI document): no authorizer on any
-# of their methods, as the dev server (localdev/apigw.py) skips it on them.
-PUBLIC_PATHS = frozenset(resource_path(rule) for (_, rule), rights in ROUTE_RIGHTS.items() if rights == PUBLIC)
 
 
 @dataclass(frozen=True)
@@ -130,7 +129,6 @@ class DeviceApi(Construct):
         snap_start: bool = True,
         auth_environment: dict[str, str],
         token_environment: dict[str, str] | None = None,
-        authorizer_cache_seconds: int = 300,
         device_domain: DeviceDomain | None = None,
         fleet_index: FleetIndex = FleetIndex(),
     ):
@@ -166,54 +164,27 @@ class DeviceApi(Construct):
                                                    waiting_reserved_concurrency, snap_start, index_arns)
         self.alias = published_alias(self.function) if snap_start else self.function
         self.waiting_alias = published_alias(self.waiting_function) if snap_start else self.waiting_function
-        self.authorizer = self._authorizer(auth_environment, snap_start,
-                                           cache_seconds=0 if device_domain else authorizer_cache_seconds,
-                                           certificates=device_domain is not None)
+        # The Lambda authorizer guards the WebSocket API's $connect (infra/push.py). The HTTP API
+        # has none: the function authenticates and authorizes every request itself (``authorize()``
+        # in functions/auth/rights.py), answering 401/403 as problem details.
+        self.authorizer_function, self.authorizer_handler = self._authorizer(auth_environment, snap_start)
 
         self.access_logs = logs.LogGroup(self, "AccessLogs", retention=LOG_RETENTION)
-        self.api = apigateway.RestApi(
-            self,
-            "Api",
-            rest_api_name="device-state",
-            description="Device-state service",
-            cloud_watch_role=True,
-            deploy_options=apigateway.StageOptions(
-                stage_name="prod",
-                throttling_rate_limit=throttle_rate,
-                throttling_burst_limit=throttle_burst,
-                access_log_destination=apigateway.LogGroupLogDestination(self.access_logs),
-                access_log_format=apigateway.AccessLogFormat.json_with_standard_fields(
-                    caller=True, http_method=True, ip=True, protocol=True, request_time=True,
-                    resource_path=True, response_length=True, status=True, user=True),
-                logging_level=apigateway.MethodLoggingLevel.ERROR,
-                tracing_enabled=True,
-                metrics_enabled=True,
-            ),
-            default_method_options=apigateway.MethodOptions(authorizer=self.authorizer),
-        )
-        # One invoke permission per function for the whole API, not two per method: Lambda caps a
-        # function's resource policy at 20 KB, which 37 methods' statements (with their test-invoke
-        # twins) exceed. Every method of this API integrates with one of these two functions anyway.
-        integration, waiting = (apigateway.LambdaIntegration(alias, proxy=True, scope_permission_to_method=False)
-                                for alias in (self.alias, self.waiting_alias))
-        for path, methods in ROUTES:
-            resource = self.api.root.resource_for_path(path)
-            for method in methods:
-                resource.add_method(method, waiting if (method, path) in WAITING_ROUTES else integration,
-                                    authorization_type=apigateway.AuthorizationType.NONE
-                                    if path in PUBLIC_PATHS else None)
-        for response_type in GATEWAY_RESPONSES:
-            status, headers, body = gateway_problem(response_type)
-            self.api.add_gateway_response(
-                response_type.title().replace("_", ""), type=apigateway.ResponseType.of(response_type),
-                status_code=str(status), response_headers={name: f"'{value}'" for name, value in headers.items()},
-                templates={"application/json": json.dumps(body)})
-        # API Gateway's account-level role for CloudWatch Logs (cloud_watch_role), which the
-        # WebSocket stage's access logs need too.
-        self.cloud_watch_account = self.api.node.find_child("Account")
-        # One output, named plainly: RestApi's own "Endpoint" output (a hashed name) is dropped.
-        self.api.node.try_remove_child("Endpoint")
-        url = CfnOutput(self, "Url", value=self.api.url, description="Base URL of the device-state API")
+        integration, waiting = (
+            integrations.HttpLambdaIntegration(name, alias, payload_format_version=PAYLOAD_FORMAT)
+            for name, alias in (("Api", self.alias), ("Waiting", self.waiting_alias)))
+        # Every request the waiting routes do not take goes to the API function (the $default
+        # route): it answers each route, 404 for a path that is none and 405 with Allow for a method.
+        self.api = apigatewayv2.HttpApi(self, "Api", api_name="device-state", description="Device-state service",
+                                        create_default_stage=False, default_integration=integration)
+        self.stage = apigatewayv2.HttpStage(
+            self, "Stage", http_api=self.api, stage_name="$default", auto_deploy=True,
+            throttle=apigatewayv2.ThrottleSettings(rate_limit=throttle_rate, burst_limit=throttle_burst),
+            access_log_settings=AccessLogs(self.access_logs, ACCESS_LOG_FIELDS))
+        for path, methods in _paths(WAITING_ROUTES).items():
+            self.api.add_routes(path=f"/{path}", methods=[apigatewayv2.HttpMethod(m) for m in methods],
+                                integration=waiting)
+        url = CfnOutput(self, "Url", value=self.stage.url, description="Base URL of the device-state API")
         url.override_logical_id(OUTPUT_NAME)
         if device_domain:
             self._device_domain(device_domain)
@@ -236,48 +207,64 @@ class DeviceApi(Construct):
             memory_size=MEMORY_MB, role=role, log_group=log_group, tracing=lambda_.Tracing.ACTIVE,
             snap_start=snap_start_conf(snap_start), environment=environment)
 
-    def _authorizer(self, auth_environment: dict[str, str], snap_start: bool, *, cache_seconds: int,
-                    certificates: bool) -> apigateway.RequestAuthorizer:
-        """The REQUEST authorizer in front of every route but the public ones. It has no
-        DynamoDB rights: it reads nothing but the request and its AUTH_* configuration."""
+    def _authorizer(self, auth_environment: dict[str, str], snap_start: bool) -> tuple[lambda_.Function,
+                                                                                      lambda_.IFunction]:
+        """The REQUEST authorizer function (and what API Gateway invokes of it) of the WebSocket
+        API's $connect. It has no DynamoDB rights: it reads nothing but the request and its
+        AUTH_* configuration."""
         log_group = logs.LogGroup(self, "AuthorizerLogs", retention=LOG_RETENTION)
         role = iam.Role(self, "AuthorizerRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         role.add_to_policy(iam.PolicyStatement(
             actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]))
-        self.authorizer_function = lambda_.Function(
+        function = lambda_.Function(
             self, "AuthorizerFunction", runtime=RUNTIME, architecture=ARCHITECTURE, handler=AUTHORIZER_HANDLER,
             code=self.code, timeout=AUTHORIZER_TIMEOUT, memory_size=AUTHORIZER_MEMORY_MB, role=role,
             log_group=log_group, tracing=lambda_.Tracing.ACTIVE, snap_start=snap_start_conf(snap_start),
             environment=dict(auth_environment))
-        # What API Gateway invokes, here and on the WebSocket API's $connect (infra/push.py).
-        self.authorizer_handler = handler = (published_alias(self.authorizer_function) if snap_start
-                                             else self.authorizer_function)
-        # API Gateway answers 401 without calling a cached REQUEST authorizer when any of its
-        # identity sources is missing, and a device calling with a certificate sends no
-        # Authorization header. So where certificates can arrive the authorizer has no
-        # identity source and no cache: it runs on every request.
-        authorizer = apigateway.RequestAuthorizer(
-            self, "Authorizer", handler=handler, results_cache_ttl=Duration.seconds(cache_seconds),
-            identity_sources=[] if certificates else [apigateway.IdentitySource.header("Authorization")])
-        if certificates:
-            authorizer.node.default_child.add_property_deletion_override("IdentitySource")  # CDK writes ""
-        return authorizer
+        return function, published_alias(function) if snap_start else function
 
     def _device_domain(self, device_domain: DeviceDomain) -> None:
         """A regional custom domain with mutual TLS: API Gateway verifies the client certificate
-        against the truststore and hands it to the authorizer and the function."""
+        against the truststore and hands it to the function (``requestContext.identity.clientCert``)."""
         bucket, _, key = device_domain.truststore_uri.removeprefix("s3://").partition("/")
-        domain = apigateway.DomainName(
-            self, "DeviceDomain", domain_name=device_domain.name, mapping=self.api,
+        domain = apigatewayv2.DomainName(
+            self, "DeviceDomain", domain_name=device_domain.name,
             certificate=acm.Certificate.from_certificate_arn(self, "DeviceCertificate",
                                                               device_domain.certificate_arn),
-            endpoint_type=apigateway.EndpointType.REGIONAL, security_policy=apigateway.SecurityPolicy.TLS_1_2,
-            mtls=apigateway.MTLSConfig(bucket=s3.Bucket.from_bucket_name(self, "Truststore", bucket), key=key))
+            endpoint_type=apigatewayv2.EndpointType.REGIONAL, security_policy=apigatewayv2.SecurityPolicy.TLS_1_2,
+            mtls=apigatewayv2.MTLSConfig(bucket=s3.Bucket.from_bucket_name(self, "Truststore", bucket), key=key))
+        apigatewayv2.ApiMapping(self, "DeviceDomainMapping", api=self.api, domain_name=domain, stage=self.stage)
         for name, value, description in (
                 (DEVICE_URL_OUTPUT, f"https://{device_domain.name}/", "Base URL for devices (mutual TLS)"),
-                (DEVICE_DOMAIN_TARGET_OUTPUT, domain.domain_name_alias_domain_name,
+                (DEVICE_DOMAIN_TARGET_OUTPUT, domain.regional_domain_name,
                  f"Where {device_domain.name}'s DNS record (CNAME or alias) points")):
             CfnOutput(self, name, value=value, description=description).override_logical_id(name)
+
+
+def _paths(routes) -> dict[str, list[str]]:
+    """{path: [method, ...]} of (method, path) routes, methods in a stable order."""
+    paths: dict[str, list[str]] = {}
+    for method, path in sorted(routes):
+        paths.setdefault(path, []).append(method)
+    return paths
+
+
+@jsii.implements(apigatewayv2.IAccessLogSettings)
+class AccessLogs:
+    """An API Gateway v2 stage's access logs: one JSON object a line, of ``fields``
+    ($context variables), into ``log_group``."""
+
+    def __init__(self, log_group: logs.ILogGroup, fields: dict[str, str]):
+        self._log_group = log_group
+        self._fields = fields
+
+    @property
+    def destination(self) -> apigatewayv2.IAccessLogDestination:
+        return apigatewayv2.LogGroupLogDestination(self._log_group)
+
+    @property
+    def format(self) -> apigateway.AccessLogFormat:
+        return apigateway.AccessLogFormat.custom(json.dumps(self._fields))
 
 
 def snap_start_conf(enabled: bool) -> lambda_.SnapStartConf | None:

@@ -7,7 +7,7 @@ runbook in docs/operations.md says what each alarm means and what to do.
 from __future__ import annotations
 
 from aws_cdk import Duration
-from aws_cdk import aws_apigateway as apigateway
+from aws_cdk import aws_apigatewayv2 as apigatewayv2
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_dynamodb as dynamodb
@@ -89,7 +89,7 @@ def service_metric(name: str, statistic: str = "Sum") -> cloudwatch.Metric:
 
 class Monitoring(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable,
-                 function: lambda_.IFunction, api: apigateway.RestApi, alarm_email: str | None = None,
+                 function: lambda_.IFunction, api: apigatewayv2.HttpApi, alarm_email: str | None = None,
                  change_feed=None, authorizer: lambda_.IFunction | None = None,
                  waiting_function: lambda_.IFunction | None = None, push=None,
                  reindex: lambda_.IFunction | None = None):
@@ -226,10 +226,10 @@ class Monitoring(Construct):
         )
 
     def _watch_authorizer(self, authorizer: lambda_.IFunction, not_breaching: cloudwatch.TreatMissingData) -> None:
-        """The Lambda authorizer's alarm and widget (infra/api.py)."""
+        """The Lambda authorizer's alarm and widget (infra/api.py; it guards WebSocket connects)."""
         self._alarm("AuthorizerThrottles", authorizer.metric_throttles(statistic="Sum", period=PERIOD),
                     AUTHORIZER_THROTTLES_PER_PERIOD, not_breaching,
-                    "Lambda refused authorizer invocations: callers got 500 whatever their credentials")
+                    "Lambda refused authorizer invocations: WebSocket connects failed whatever their credentials")
         self.dashboard.add_widgets(cloudwatch.GraphWidget(
             title="Authorizer (errors include every refused token)", width=24,
             left=[authorizer.metric_invocations(statistic="Sum", period=PERIOD),

@@ -4,12 +4,10 @@ reason (cdk-nag v3 acknowledges through CDK's own ``Validations`` API)."""
 from __future__ import annotations
 
 from aws_cdk import Acknowledgment, App, Stack, Validations
-from aws_cdk import aws_apigateway as apigateway
 from aws_cdk import aws_apigatewayv2 as apigatewayv2
 from aws_cdk import custom_resources
 from cdk_nag import AwsSolutionsChecks
 
-from .api import PUBLIC_PATHS
 from .push import CONNECTION_METHODS, STAGE_NAME, Push
 
 REVIEWED: list[tuple[str, str]] = [
@@ -20,25 +18,19 @@ REVIEWED: list[tuple[str, str]] = [
     ("AwsSolutions::AwsSolutions-L1",
      "Python 3.13 is pinned on purpose: AWS publishes the Powertools layer this function uses for "
      "python313/arm64; moving to a newer runtime goes with its layer, in one reviewed change."),
-    ("AwsSolutions::AwsSolutions-APIG2",
-     "The Lambda validates every body, header and parameter against the contract (docs/api.md) and answers "
-     "RFC 9457 problem details; API Gateway models would duplicate that and answer in another format."),
     ("AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
      "AmazonAPIGatewayPushToCloudWatchLogs]",
      "API Gateway's account-level logging role uses the AWS-managed policy made for exactly that purpose."),
     ("AwsSolutions::AwsSolutions-COG4",
-     "Every non-public method has a Lambda (REQUEST) authorizer, not a Cognito one: it verifies Cognito's "
-     "tokens and also device certificates (mutual TLS) and another issuer's tokens, and its policy names the "
-     "routes a caller may call (a device's only with its own id), which a Cognito authorizer cannot."),
+     "No route has a Cognito authorizer: the API function verifies Cognito's tokens itself, and also device "
+     "certificates (mutual TLS) and another issuer's tokens, and authorizes each request by what it touches "
+     "(a device only itself), which a Cognito authorizer cannot."),
     ("AwsSolutions::AwsSolutions-COG2",
      "The user pool has no users: back-ends get tokens by the client-credentials flow (an app client id and "
      "secret), where MFA does not apply. Self sign-up is off."),
     ("AwsSolutions::AwsSolutions-COG8",
      "Cognito's Plus feature plan (threat protection) guards user sign-ins; this pool has none, only "
      "client-credentials grants, and Plus is billed per monthly active user."),
-    ("AwsSolutions::AwsSolutions-APIG3",
-     "Stage throttling (rate and burst from context) and the Lambda authorizer front the API; accounts that "
-     "expose it more widely should attach their organisation's WAF web ACL."),
     ("AwsSolutions::AwsSolutions-SQS3",
      "The change feed's and the fan-out's on-failure queues are themselves the dead-letter destinations of their "
      "event source mappings; their messages are read by operators (docs/operations.md runbook), never consumed "
@@ -50,11 +42,13 @@ def add_checks(app: App) -> None:
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
 
 
-# Acknowledged on the public methods only: every other method has the Lambda authorizer.
-PUBLIC_METHODS: tuple[str, str] = (
+# Acknowledged on the HTTP API's routes.
+HTTP_ROUTES: tuple[str, str] = (
     "AwsSolutions::AwsSolutions-APIG4",
-    "The OpenAPI document (GET/HEAD /openapi.json, and ANY there, which the handler answers 405) is public "
-    "on purpose: it describes the API to callers before they hold credentials, and holds no device data.")
+    "The API function authenticates every request itself (bearer tokens, or the client certificate mutual TLS "
+    "verified) and authorizes it by what it touches with the one authorize() (functions/auth/rights.py), "
+    "answering 401/403 as problem details before reading or writing anything; only the OpenAPI document is "
+    "public. A gateway authorizer would cost an invocation per request and could not see bodies.")
 
 
 # Acknowledged, for its own handler only, where each custom resource provider is (its role is
@@ -86,9 +80,9 @@ MANAGE_CONNECTIONS: tuple[str, str] = (
 def acknowledge_reviewed_findings(stack: Stack) -> None:
     for finding, reason in REVIEWED:
         Validations.of(stack).acknowledge(Acknowledgment(id=finding, reason=reason))
-    finding, reason = PUBLIC_METHODS
+    finding, reason = HTTP_ROUTES
     for construct in stack.node.find_all():
-        if isinstance(construct, apigateway.Method) and construct.resource.path.lstrip("/") in PUBLIC_PATHS:
+        if isinstance(construct, apigatewayv2.HttpRoute):
             Validations.of(construct).acknowledge(Acknowledgment(id=finding, reason=reason))
         if isinstance(construct, apigatewayv2.WebSocketRoute) and construct.route_key != "$connect":
             Validations.of(construct).acknowledge(Acknowledgment(id=WEBSOCKET_MESSAGE_ROUTES[0],

@@ -1,16 +1,12 @@
-"""Push over WebSocket: the WebSocket API (stage ``prod``) with the REST API's Lambda
-authorizer on ``$connect``, the push function behind its routes (functions/push/handler.py),
+"""Push over WebSocket: the WebSocket API (stage ``prod``) with the Lambda authorizer on
+``$connect``, the push function behind its routes (functions/push/handler.py),
 and the fan-out (functions/push/fanout.py): a consumer of the table's stream of its own that
 brings each device's subscribers up to every change item the change feed writes. Both
 functions run the API's asset on its Powertools layer."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-
-import jsii
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigateway
 from aws_cdk import aws_apigatewayv2 as apigatewayv2
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
@@ -28,7 +24,7 @@ from functions.device_state import FleetIndex
 from functions.push.connections import CONNECTIONS_ENDPOINT
 from functions.push.fanout import BATCH_SIZE, FILTER_PATTERN, MAX_RETRY_ATTEMPTS
 
-from .api import ARCHITECTURE, LOG_RETENTION, RUNTIME, published_alias, snap_start_conf
+from .api import ARCHITECTURE, LOG_RETENTION, RUNTIME, AccessLogs, published_alias, snap_start_conf
 
 HANDLER = "functions.push.handler.lambda_handler"
 FANOUT_HANDLER = "functions.push.fanout.lambda_handler"
@@ -60,25 +56,11 @@ ACCESS_LOG_FIELDS = {
 }
 
 
-@jsii.implements(apigatewayv2.IAccessLogSettings)
-class _AccessLogs:
-    def __init__(self, log_group: logs.ILogGroup):
-        self._log_group = log_group
-
-    @property
-    def destination(self) -> apigatewayv2.IAccessLogDestination:
-        return apigatewayv2.LogGroupLogDestination(self._log_group)
-
-    @property
-    def format(self) -> apigateway.AccessLogFormat:
-        return apigateway.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FIELDS))
-
-
 class Push(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable, code: lambda_.Code,
                  layer: lambda_.ILayerVersion, authorizer: lambda_.IFunction, auth_environment: dict[str, str],
                  retention_seconds: int, throttle_rate: float, throttle_burst: int, snap_start: bool = True,
-                 depends_on: Sequence[Construct] = (), fleet_index: FleetIndex = FleetIndex()):
+                 fleet_index: FleetIndex = FleetIndex()):
         super().__init__(scope, construct_id)
         self.api = apigatewayv2.WebSocketApi(self, "Api", api_name="device-state-push",
                                              description="Device-state push: follow devices' changes",
@@ -87,9 +69,16 @@ class Push(Construct):
         self.stage = apigatewayv2.WebSocketStage(
             self, "Stage", web_socket_api=self.api, stage_name=STAGE_NAME, auto_deploy=True,
             throttle=apigatewayv2.ThrottleSettings(rate_limit=throttle_rate, burst_limit=throttle_burst),
-            access_log_settings=_AccessLogs(self.access_logs))
-        for dependency in depends_on:  # access logs need API Gateway's account-level CloudWatch role
-            self.stage.node.add_dependency(dependency)
+            access_log_settings=AccessLogs(self.access_logs, ACCESS_LOG_FIELDS))
+        # A WebSocket stage's access logs need API Gateway's account-level CloudWatch role (one
+        # per account and region, shared by every API there); kept when the stack is deleted.
+        role = iam.Role(self, "CloudWatchRole", assumed_by=iam.ServicePrincipal("apigateway.amazonaws.com"),
+                        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(
+                            "service-role/AmazonAPIGatewayPushToCloudWatchLogs")])
+        self.cloud_watch_account = apigateway.CfnAccount(self, "Account", cloud_watch_role_arn=role.role_arn)
+        for resource in (role, self.cloud_watch_account):
+            resource.apply_removal_policy(RemovalPolicy.RETAIN)
+        self.stage.node.add_dependency(self.cloud_watch_account)
 
         environment = {
             config.TABLE_NAME: table.table_name,

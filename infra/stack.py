@@ -40,9 +40,6 @@ CONTEXT_DEFAULTS = {
     # Lambda SnapStart for both functions (published versions behind the "live" alias); false
     # runs init on every cold start instead and saves the snapshot's caching and restore charges.
     "snapStart": True,
-    # How long API Gateway keeps the authorizer's answer for one Authorization header (0-3600);
-    # 0 whenever deviceDomainName is set (see infra/api.py).
-    "authorizerCacheSeconds": 300,
     # A custom domain with mutual TLS for devices calling with a client certificate: its name,
     # its ACM certificate's ARN and the s3:// URI of the CA bundle client certificates chain to.
     "deviceDomainName": "",
@@ -122,7 +119,6 @@ class DeviceStateStack(Stack):
             snap_start=_flag(context(self, "snapStart")),
             auth_environment=auth_environment,
             token_environment=self.device_tokens.signing_environment,
-            authorizer_cache_seconds=int(context(self, "authorizerCacheSeconds")),
             device_domain=DeviceDomain(domain_name, context(self, "certificateArn"),
                                        context(self, "truststoreUri")) if domain_name else None,
             fleet_index=fleet_index,
@@ -138,8 +134,7 @@ class DeviceStateStack(Stack):
                          retention_seconds=int(context(self, "changeRetentionSeconds")),
                          throttle_rate=float(context(self, "throttleRateLimit")),
                          throttle_burst=int(context(self, "throttleBurstLimit")),
-                         snap_start=_flag(context(self, "snapStart")), depends_on=[self.api.cloud_watch_account],
-                         fleet_index=fleet_index)
+                         snap_start=_flag(context(self, "snapStart")), fleet_index=fleet_index)
         # The fleet index's backfill, for fields declared on a table that already holds devices.
         self.reindex = Reindex(
             self, "Reindex", table=self.devices.table, code=self.api.code, layer=self.api.layer,

@@ -1,5 +1,5 @@
 """The HTTP front of `make serve`: worker processes that accept connections on a shared
-socket, read each request under a deadline, turn it into an API Gateway REST proxy event for
+socket, read each request under a deadline, turn it into an API Gateway HTTP API proxy event for
 the same ``lambda_handler`` that Lambda runs, and answer it.
 
 Like Lambda, each worker handles one request at a time (Powertools' resolver keeps the
@@ -43,7 +43,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from localdev import docs, websocket
-from localdev.apigw import LambdaContext, authorizer_step, make_event
+from localdev.apigw import LambdaContext, make_event
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
 LAMBDA_TIMEOUT_SECONDS = 28.0  # the deployed function's timeout (infra/api.py), so waits are capped alike
@@ -264,11 +264,6 @@ class _Handler(BaseHTTPRequestHandler):
                 body = raw  # sent base64-encoded, as API Gateway does for binary bodies
         event = make_event(self.command, self.path, headers, body, source_ip=self.client_address[0],
                            client_cert=self._client_cert())
-        refusal = authorizer_step(event)
-        if refusal:
-            status, refusal_headers, problem = refusal
-            self._send(status, refusal_headers, json.dumps(problem).encode())
-            return
         waiting = waits(self.command, self.path, raw)
         if waiting and not _waiting_slots.acquire(block=False):
             self._refuse(503, "Too many waiting requests",

@@ -159,14 +159,12 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
         try:
             decision = authorizer.decide({**event, "type": "REQUEST", "methodArn": METHOD_ARN})
         except authorizer.Unauthorized:
-            return refuse(*authorizer.gateway_problem("UNAUTHORIZED"))
-        if not authorizer.allows(decision, METHOD_ARN):
-            return refuse(*authorizer.gateway_problem("ACCESS_DENIED", "GET", PATH))
+            return refuse(*authorizer.unauthorized_problem())
         context = {"principalId": decision["principalId"], **decision["context"]}
         answer = lambda_handler({**event, "requestContext": {**event["requestContext"], "authorizer": context}},
                                 LambdaContext())
         if answer.get("statusCode") != 200:
-            return refuse(*authorizer.gateway_problem("UNAUTHORIZED"))
+            return refuse(*authorizer.unauthorized_problem())
         connection.device_state_route = (connection_id, context)  # for handle(), once connected
         return None
 

@@ -183,11 +183,15 @@ def test_a_device_naming_another_device_learns_nothing_of_whether_it_exists(serv
     status, _, _ = server.request("POST", "/devices", {"deviceId": "exists-1", "state": {}}, headers=ADMIN)
     assert status in (201, 409)
     lamp = bearer(device="lamp-zz")
-    for path in ("/devices/exists-1", "/devices/ghost-1", "/devices/exists-1/changes", "/devices/ghost-1/delta"):
-        status, _, payload = server.request("GET", path, headers=lamp)
-        problem = json.loads(payload)  # API Gateway's own refusal: the route, and nothing about the device
-        assert status == 403 and problem["detail"] == f"GET {path} is not allowed for this caller", payload
-        assert set(problem) == {"type", "title", "status", "detail"}
+    for suffix in ("", "/changes", "/delta"):
+        answers = []
+        for device in ("exists-1", "ghost-1"):
+            status, _, payload = server.request("GET", f"/devices/{device}{suffix}", headers=lamp)
+            problem = json.loads(payload)  # refused before anything is read: what the request named, nothing more
+            assert status == 403 and problem["detail"].startswith(f"read on device:{device}"), payload
+            assert set(problem) == {"type", "title", "status", "detail", "instance", "action", "resource"}
+            answers.append(payload.replace(device.encode(), b"<id>"))
+        assert answers[0] == answers[1], answers
     assert server.request("GET", "/devices/ghost-1", headers=bearer(["devices.read"]))[0] == 404  # the control
 
 
@@ -251,7 +255,8 @@ def test_what_a_device_reported_is_written_only_under_the_report_right_whatever_
 def test_a_request_with_a_token_and_an_unknown_method_still_gets_405(server):
     status, headers, _ = server.request("OPTIONS", "/devices/lamp-1", headers=bearer(device="lamp-1"))
     assert status == 405 and "GET" in headers["allow"]
-    assert server.request("OPTIONS", "/devices/lamp-1", headers=NO_CREDENTIALS)[0] == 401
+    # the method is no route's, whoever asks: nothing about the device is read or said
+    assert server.request("OPTIONS", "/devices/lamp-1", headers=NO_CREDENTIALS)[0] == 405
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_TOKENS))

@@ -1,7 +1,7 @@
-"""Callers in the CDK stack: every route of ROUTE_RIGHTS is a method, every method but the
-public OpenAPI document has the Lambda authorizer, the gateway responses are problem+json,
-the Cognito pool and app client, the AUTH_* configuration of both functions, mutual TLS
-on a device domain, and your own issuer instead of Cognito."""
+"""Callers in the CDK stack: the HTTP API hands every request to the functions, which
+authenticate it themselves (no gateway authorizer); the Lambda authorizer guards WebSocket
+connects; the Cognito pool and app client, the AUTH_* configuration of both functions,
+mutual TLS on a device domain, and your own issuer instead of Cognito."""
 
 from __future__ import annotations
 
@@ -11,14 +11,11 @@ import pytest
 from aws_cdk.assertions import Template
 
 from functions.auth import jwks_resource
-from functions.auth.authorizer import GATEWAY_RESPONSES, gateway_problem
 from functions.auth.credentials import AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS, DEVICE_TOKEN_VARIABLES, VARIABLES
 from functions.auth.device_tokens import ISSUING_VARIABLES
 from functions.auth.principals import RESOURCE_SERVER, SCOPES
-from functions.auth.rights import PUBLIC, ROUTE_RIGHTS
 from infra import api as api_module
 from infra import auth, push
-from infra.stack import CONTEXT_DEFAULTS
 from tests.auth import ISSUER
 from tests.infra.conftest import synth_stack
 from tests.infra.test_stack import api_function as api_function_of
@@ -39,18 +36,20 @@ def device_domain_template() -> Template:
     return template_with(DEVICE_DOMAIN)
 
 
-def methods_by_route(template: Template) -> dict[tuple[str, str], dict]:
-    """{(HTTP method, "/devices/{deviceId}"): method properties} of every API Gateway method."""
-    resources = template.find_resources("AWS::ApiGateway::Resource")
-
-    def path(resource_id) -> str:
-        if "Ref" not in resource_id:  # the API's root resource
-            return ""
-        props = resources[resource_id["Ref"]]["Properties"]
-        return f"{path(props['ParentId'])}/{props['PathPart']}"
-
-    return {(props["HttpMethod"], path(props["ResourceId"])): props for props in
-            (method["Properties"] for method in template.find_resources("AWS::ApiGateway::Method").values())}
+def http_routes(template: Template) -> dict[str, dict]:
+    """{route key ("$default", "GET /devices/{deviceId}/changes"): route properties, with the
+    "IntegrationUri" of its integration} of the HTTP API."""
+    [api_id] = template.find_resources("AWS::ApiGatewayV2::Api", {"Properties": {"ProtocolType": "HTTP"}})
+    integrations = template.find_resources("AWS::ApiGatewayV2::Integration")
+    routes = {}
+    for route in template.find_resources("AWS::ApiGatewayV2::Route").values():
+        props = route["Properties"]
+        if props["ApiId"] == {"Ref": api_id}:
+            integration = props["Target"]["Fn::Join"][1][1]["Ref"]
+            routes[props["RouteKey"]] = {**props, "IntegrationUri": integrations[integration]["Properties"][
+                "IntegrationUri"], "PayloadFormatVersion": integrations[integration]["Properties"][
+                "PayloadFormatVersion"]}
+    return routes
 
 
 def gateway_path(rule: str) -> str:
@@ -75,51 +74,26 @@ def test_the_rules_become_api_gateway_paths():
     assert gateway_path("/devices/<device_id>/versions/<version>") == "/devices/{deviceId}/versions/{version}"
 
 
-def test_every_route_the_handler_knows_is_a_method_and_every_path_has_any(template):
-    methods = methods_by_route(template)
-    for method, rule in ROUTE_RIGHTS:
-        assert (method, gateway_path(rule)) in methods, f"{method} {rule} has no API Gateway method"
-    for rule in {"/devices/<device_id>/desired", "/devices/<device_id>/reported", "/devices/<device_id>/delta"}:
-        assert ("ANY", gateway_path(rule)) in methods
-    assert {path for _, path in methods} == {gateway_path(rule) for _, rule in ROUTE_RIGHTS}
-    assert {(method, path) for method, path in methods if method != "ANY"} == {
-        (method, gateway_path(rule)) for method, rule in ROUTE_RIGHTS}
+def test_every_request_reaches_a_function_with_no_gateway_authorizer(template):
+    """The $default route takes every request the waiting routes do not (the function answers
+    404 and 405 itself), and no route has an authorizer: the function authenticates."""
+    routes = http_routes(template)
+    assert set(routes) == {"$default"} | {f"{method} /{path}" for method, path in api_module.WAITING_ROUTES}
+    for key, props in routes.items():
+        assert props["AuthorizationType"] == "NONE" and "AuthorizerId" not in props, key
+        assert props["PayloadFormatVersion"] == "1.0", key  # the event the handler reads
+    assert not template.find_resources("AWS::ApiGatewayV2::Authorizer", {"Properties": {"ApiId": {
+        "Ref": next(iter(template.find_resources("AWS::ApiGatewayV2::Api", {"Properties": {"ProtocolType": "HTTP"}})))}}})
+    assert not template.find_resources("AWS::ApiGateway::RestApi")
 
 
-def test_api_gateway_may_invoke_the_function_by_one_api_wide_permission(template):
-    """Not two per method: Lambda caps a function's resource policy at 20 KB."""
-    rest_api_id, _ = only(template, "AWS::ApiGateway::RestApi")
-    permissions = template.find_resources("AWS::Lambda::Permission",
-                                          {"Properties": {"Principal": "apigateway.amazonaws.com"}})
-    source_arns = [permission["Properties"]["SourceArn"]["Fn::Join"][1][-2:] for permission in permissions.values()
-                   if {"Ref": rest_api_id} in permission["Properties"]["SourceArn"]["Fn::Join"][1]]
-    assert [arn for arn in source_arns if arn[-1] == "/*/*/*"] and all(
-        arn[-1] == "/*/*/*" or arn[0] == "/authorizers/" for arn in source_arns), source_arns
-
-
-def test_every_method_but_the_public_documents_has_the_lambda_authorizer(template):
-    authorizer_id, _ = only(template, "AWS::ApiGateway::Authorizer")
-    public = {gateway_path(rule) for (_, rule), rights in ROUTE_RIGHTS.items() if rights == PUBLIC}
-    assert public == {"/openapi.json"}
-    for (method, path), props in methods_by_route(template).items():
-        if path in public:
-            assert props["AuthorizationType"] == "NONE" and "AuthorizerId" not in props, (method, path)
-        else:
-            assert props["AuthorizationType"] == "CUSTOM", (method, path)
-            assert props["AuthorizerId"] == {"Ref": authorizer_id}, (method, path)
-
-
-def test_the_authorizer_is_a_cached_request_authorizer_on_the_authorization_header(template):
-    _, authorizer = only(template, "AWS::ApiGateway::Authorizer")
-    props = authorizer["Properties"]
-    assert props["Type"] == "REQUEST"
-    assert props["IdentitySource"] == "method.request.header.Authorization"
-    assert props["AuthorizerResultTtlInSeconds"] == CONTEXT_DEFAULTS["authorizerCacheSeconds"] == 300
-
-
-def test_the_cache_follows_context():
-    _, authorizer = only(template_with({"authorizerCacheSeconds": 60}), "AWS::ApiGateway::Authorizer")
-    assert authorizer["Properties"]["AuthorizerResultTtlInSeconds"] == 60
+def test_api_gateway_may_invoke_the_functions_of_this_api_only(template):
+    [api_id] = template.find_resources("AWS::ApiGatewayV2::Api", {"Properties": {"ProtocolType": "HTTP"}})
+    permissions = [permission["Properties"] for permission in template.find_resources(
+        "AWS::Lambda::Permission", {"Properties": {"Principal": "apigateway.amazonaws.com"}}).values()
+        if {"Ref": api_id} in permission["Properties"]["SourceArn"]["Fn::Join"][1]]
+    invoked = {json.dumps(permission["FunctionName"]) for permission in permissions}
+    assert invoked == {json.dumps(props["IntegrationUri"]) for props in http_routes(template).values()}
 
 
 def test_the_authorizer_function(template):
@@ -147,29 +121,6 @@ def test_the_authorizer_may_not_touch_dynamodb(template):
     assert actions and not [action for action in actions if action.startswith("dynamodb:")]
     assert {action.split(":")[0] for action in actions} <= {"logs", "xray"}
     assert "ManagedPolicyArns" not in template.find_resources("AWS::IAM::Role")[role]["Properties"]
-
-
-# ------------------------------------------------------------------ gateway responses
-
-
-@pytest.mark.parametrize("response_type", sorted(GATEWAY_RESPONSES))
-def test_gateway_responses_are_the_authorizers_problem_details(template, response_type):
-    _, response = only(template, "AWS::ApiGateway::GatewayResponse", {"ResponseType": response_type})
-    props = response["Properties"]
-    status, headers, body = gateway_problem(response_type)
-    assert props["StatusCode"] == str(status)
-    parameters = props["ResponseParameters"]
-    assert parameters["gatewayresponse.header.Content-Type"] == "'application/problem+json'"
-    [template_body] = props["ResponseTemplates"].values()
-    document = json.loads(template_body)
-    assert document == body and {"type", "title", "status", "detail"} <= set(document)
-    assert document["status"] == status
-    # Plain text to API Gateway's template engine, but for the two context variables it fills in.
-    plain = template_body.replace("$context.httpMethod", "").replace("$context.path", "")
-    assert "$" not in plain and "#" not in plain
-    www_authenticate = parameters.get("gatewayresponse.header.WWW-Authenticate")
-    assert www_authenticate == ("'Bearer'" if status == 401 else None)
-    assert {name for name in headers} == {key.removeprefix("gatewayresponse.header.") for key in parameters}
 
 
 # ------------------------------------------------------------------------- Cognito
@@ -255,27 +206,26 @@ def test_the_outputs_say_how_back_ends_get_tokens(template):
 
 
 def test_a_device_domain_has_mutual_tls_and_maps_the_api(device_domain_template):
-    api_id, _ = only(device_domain_template, "AWS::ApiGateway::RestApi")
-    domain_id, domain = only(device_domain_template, "AWS::ApiGateway::DomainName")
+    [api_id] = device_domain_template.find_resources("AWS::ApiGatewayV2::Api", {"Properties": {"ProtocolType": "HTTP"}})
+    domain_id, domain = only(device_domain_template, "AWS::ApiGatewayV2::DomainName")
     props = domain["Properties"]
     assert props["DomainName"] == DEVICE_DOMAIN["deviceDomainName"]
     assert props["MutualTlsAuthentication"]["TruststoreUri"] == DEVICE_DOMAIN["truststoreUri"]
-    assert props["RegionalCertificateArn"] == DEVICE_DOMAIN["certificateArn"]
-    assert props["EndpointConfiguration"] == {"Types": ["REGIONAL"]} and props["SecurityPolicy"] == "TLS_1_2"
-    _, mapping = only(device_domain_template, "AWS::ApiGateway::BasePathMapping")
+    [configuration] = props["DomainNameConfigurations"]
+    assert configuration["CertificateArn"] == DEVICE_DOMAIN["certificateArn"]
+    assert configuration["EndpointType"] == "REGIONAL" and configuration["SecurityPolicy"] == "TLS_1_2"
+    _, mapping = only(device_domain_template, "AWS::ApiGatewayV2::ApiMapping")
     assert mapping["Properties"]["DomainName"] == {"Ref": domain_id}
-    assert mapping["Properties"]["RestApiId"] == {"Ref": api_id}
+    assert mapping["Properties"]["ApiId"] == {"Ref": api_id}
     outputs = device_domain_template.find_outputs("*")
     assert outputs[api_module.DEVICE_URL_OUTPUT]["Value"] == "https://devices.example.com/"
     assert api_module.DEVICE_DOMAIN_TARGET_OUTPUT in outputs
 
 
-def test_with_a_device_domain_the_authorizer_runs_on_every_request(device_domain_template):
-    """A device sends a certificate and no Authorization header; API Gateway would answer a
-    cached authorizer's missing identity source with 401 without calling it."""
-    _, authorizer = only(device_domain_template, "AWS::ApiGateway::Authorizer")
-    assert authorizer["Properties"]["AuthorizerResultTtlInSeconds"] == 0
-    assert "IdentitySource" not in authorizer["Properties"]
+def test_with_a_device_domain_every_request_still_reaches_the_function(device_domain_template):
+    """A device sends a certificate and no Authorization header: nothing before the function
+    may ask for one."""
+    assert all(props["AuthorizationType"] == "NONE" for props in http_routes(device_domain_template).values())
 
 
 @pytest.mark.parametrize("missing", ["certificateArn", "truststoreUri"])

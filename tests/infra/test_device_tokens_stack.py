@@ -2,7 +2,7 @@
 whose key policy lets only the API function sign and only the public-key custom resource read
 the public key (the account administers it, never signs); kms:Sign in the API function's role
 alone; the public key resolved at deploy time into DEVICE_TOKEN_JWKS for every function that
-authenticates callers; the route on the REST API behind the authorizer; the lifetime from
+authenticates callers; the route reaching the signing function; the lifetime from
 context, checked at synth."""
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from infra import push
 from infra.device_tokens import ADMIN_ACTIONS
 from tests.auth import ISSUER
 from tests.infra.conftest import synth_stack
+from tests.infra.test_auth_stack import http_routes
+from tests.infra.test_snapstart import alias_of
 from tests.infra.test_stack import api_function, only, under
 from tests.unit.test_device_tokens import KEY_ARN, FakeKms
 
@@ -108,14 +110,14 @@ def test_every_function_that_authenticates_trusts_the_device_token_issuer_and_on
     assert (variables[DEVICE_TOKEN_SECONDS], variables[DEVICE_TOKEN_MAX_SECONDS]) == ("3600", "3600")
 
 
-def test_the_token_route_is_on_the_rest_api_behind_the_authorizer(template):
-    authorizer_id, _ = only(template, "AWS::ApiGateway::Authorizer")
-    resources = template.find_resources("AWS::ApiGateway::Resource", {"Properties": {"PathPart": "token"}})
-    assert len(resources) == 1
-    (resource_id,) = resources
-    methods = template.find_resources("AWS::ApiGateway::Method", {"Properties": {
-        "HttpMethod": "POST", "ResourceId": {"Ref": resource_id}}})
-    assert [method["Properties"]["AuthorizerId"] for method in methods.values()] == [{"Ref": authorizer_id}]
+def test_the_token_route_goes_to_the_signing_function(template):
+    """POST /devices/{id}/token is no waiting route: the $default route takes it to the API
+    function, the one with the signing variables (the function checks the device's credentials)."""
+    routes = http_routes(template)
+    assert not [key for key in routes if "/token" in key]
+    function_logical, function = api_function(template)
+    assert DEVICE_TOKEN_SECONDS in function["Properties"]["Environment"]["Variables"]
+    assert routes["$default"]["IntegrationUri"] == {"Ref": alias_of(template, function_logical)[0]}
 
 
 def test_the_lifetime_follows_context_and_a_bad_one_fails_the_synth():

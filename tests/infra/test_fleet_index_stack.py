@@ -22,7 +22,7 @@ from infra import api as api_module
 from infra import monitoring
 from infra import reindex
 from tests.infra.conftest import synth_stack
-from tests.infra.test_auth_stack import methods_by_route
+from tests.infra.test_auth_stack import http_routes
 from tests.infra.test_push_stack import PUSH_HANDLERS, actions, statements_of
 from tests.infra.test_snapstart import alias_of, function_of
 from tests.infra.test_stack import REPO_ROOT, alarm_named, alarms, api_function, only
@@ -139,19 +139,13 @@ def test_the_api_functions_may_query_each_declared_index_and_no_other(fleet, con
          for index in FLEET_INDEX.global_secondary_indexes()], key=json.dumps)
 
 
-def test_devices_count_is_a_static_sibling_of_device_id_behind_the_authorizer(template):
-    authorizer_id, _ = only(template, "AWS::ApiGateway::Authorizer")
-    methods = methods_by_route(template)
+def test_devices_count_goes_to_the_api_function(template):
+    """GET /devices/count is no waiting route: the $default route takes it to the API function,
+    which tells it from a device named "count" (functions/api)."""
     api_alias, _ = alias_of(template, api_function(template)[0])
-    for method in ("GET", "HEAD", "ANY"):
-        props = methods[(method, "/devices/count")]
-        assert props["AuthorizationType"] == "CUSTOM" and props["AuthorizerId"] == {"Ref": authorizer_id}, method
-        assert api_alias in json.dumps(props["Integration"]["Uri"]), method  # not a waiting route
-    resources = template.find_resources("AWS::ApiGateway::Resource")
-    count, device = ([props for props in (r["Properties"] for r in resources.values())
-                      if props["PathPart"] == part] for part in ("count", "{deviceId}"))
-    assert len(count) == 1 and len(device) == 1
-    assert count[0]["ParentId"] == device[0]["ParentId"]  # both under /devices
+    routes = http_routes(template)
+    assert not [key for key in routes if "/count" in key]
+    assert routes["$default"]["IntegrationUri"] == {"Ref": api_alias}
 
 
 # --------------------------------------------------------------- the reindex function

@@ -27,8 +27,11 @@ PUSH_HANDLERS = (push.HANDLER, push.FANOUT_HANDLER)
 
 
 def routes(template) -> dict[str, dict]:
+    """The WebSocket API's routes (the HTTP API's are tests/infra/test_auth_stack.http_routes)."""
+    api_id, _ = under(template, "AWS::ApiGatewayV2::Api", "Push")
     return {route["Properties"]["RouteKey"]: route["Properties"]
-            for route in template.find_resources("AWS::ApiGatewayV2::Route").values()}
+            for route in template.find_resources("AWS::ApiGatewayV2::Route").values()
+            if route["Properties"]["ApiId"] == {"Ref": api_id}}
 
 
 def statements_of(template, function: dict) -> list[dict]:
@@ -46,7 +49,7 @@ def actions(statement: dict) -> list[str]:
 
 
 def test_a_websocket_api_routes_messages_by_their_action(template):
-    _, api = only(template, "AWS::ApiGatewayV2::Api")
+    _, api = under(template, "AWS::ApiGatewayV2::Api", "Push")
     assert api["Properties"]["ProtocolType"] == "WEBSOCKET"
     assert api["Properties"]["RouteSelectionExpression"] == "$request.body.action"
     assert set(routes(template)) == {"$connect", "$disconnect", "$default", "subscribe", "unsubscribe"}
@@ -63,7 +66,7 @@ def test_every_route_integrates_the_push_functions_alias(template):
         assert {"Ref": push_alias} in integration["IntegrationUri"]["Fn::Join"][1], key
 
 
-def test_the_rest_apis_authorizer_guards_connect_and_only_connect(template):
+def test_the_lambda_authorizer_guards_connect_and_only_connect(template):
     authorizer_id, authorizer = only(template, "AWS::ApiGatewayV2::Authorizer")
     authorizer_alias, _ = alias_of(template, function_of(template, api_module.AUTHORIZER_HANDLER)[0])
     assert authorizer["Properties"]["AuthorizerType"] == "REQUEST"
@@ -95,7 +98,7 @@ def test_the_authorizer_allows_a_connect_with_the_token_in_either_place(where):
 def test_the_stage_is_prod_auto_deployed_throttled_and_logged():
     _, stack = synth_stack({"throttleRateLimit": 42, "throttleBurstLimit": 84})
     template = Template.from_stack(stack)
-    _, stage = only(template, "AWS::ApiGatewayV2::Stage")
+    _, stage = under(template, "AWS::ApiGatewayV2::Stage", "Push")
     props = stage["Properties"]
     assert props["StageName"] == push.STAGE_NAME == "prod" and props["AutoDeploy"] is True
     assert props["DefaultRouteSettings"] == {"ThrottlingRateLimit": 42, "ThrottlingBurstLimit": 84}
@@ -108,7 +111,7 @@ def test_the_stage_is_prod_auto_deployed_throttled_and_logged():
 
 
 def test_the_websocket_url_is_an_output(template):
-    api_id, _ = only(template, "AWS::ApiGatewayV2::Api")
+    api_id, _ = under(template, "AWS::ApiGatewayV2::Api", "Push")
     value = template.find_outputs("*")[push.URL_OUTPUT]["Value"]["Fn::Join"][1]
     assert push.URL_OUTPUT == "WebSocketUrl"
     assert value[0] == "wss://" and value[1] == {"Ref": api_id} and value[-1] == "/prod"
@@ -131,7 +134,7 @@ def test_the_push_functions_share_the_api_asset_and_layer_and_log_apart(template
 
 @pytest.mark.parametrize("handler", PUSH_HANDLERS)
 def test_the_push_functions_environment(template, handler):
-    api_id, _ = only(template, "AWS::ApiGatewayV2::Api")
+    api_id, _ = under(template, "AWS::ApiGatewayV2::Api", "Push")
     table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))
     _, function = function_of(template, handler)
     environment = function["Properties"]["Environment"]["Variables"]
@@ -149,7 +152,7 @@ def test_the_push_functions_environment(template, handler):
 
 @pytest.mark.parametrize("handler", PUSH_HANDLERS)
 def test_the_push_functions_may_use_the_table_their_logs_and_this_apis_connections_only(template, handler):
-    api_id, _ = only(template, "AWS::ApiGatewayV2::Api")
+    api_id, _ = under(template, "AWS::ApiGatewayV2::Api", "Push")
     table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))
     _, function = function_of(template, handler)
     statements = statements_of(template, function)

@@ -14,6 +14,7 @@ from functions.changes import handler as changes_handler
 from infra import api as api_module
 from infra import push as push_module
 from tests.infra.conftest import synth_stack
+from tests.infra.test_auth_stack import http_routes
 
 HANDLERS = (api_module.HANDLER, "functions.changes.handler.lambda_handler", api_module.AUTHORIZER_HANDLER,
             push_module.HANDLER, push_module.FANOUT_HANDLER)
@@ -56,16 +57,13 @@ def test_snapstart_is_on_for_published_versions_behind_the_live_alias(template, 
 
 def test_api_gateway_invokes_the_aliases(template):
     api_aliases = {alias_of(template, logical)[0] for logical in functions_of(template, api_module.HANDLER)}
-    methods = template.find_resources("AWS::ApiGateway::Method")
-    uris = [json.dumps(method["Properties"]["Integration"]["Uri"]) for method in methods.values()]
-    assert len(api_aliases) == 2 and uris and all(any(alias in uri for alias in api_aliases) for uri in uris)
+    http_uris = {json.dumps(props["IntegrationUri"]) for props in http_routes(template).values()}
+    assert len(api_aliases) == 2 and http_uris == {json.dumps({"Ref": alias}) for alias in api_aliases}
     authorizer_alias, _ = alias_of(template, function_of(template, api_module.AUTHORIZER_HANDLER)[0])
-    [authorizer] = template.find_resources("AWS::ApiGateway::Authorizer").values()
-    assert authorizer_alias in json.dumps(authorizer["Properties"]["AuthorizerUri"])
     push_alias, _ = alias_of(template, function_of(template, push_module.HANDLER)[0])
-    websocket_integrations = template.find_resources("AWS::ApiGatewayV2::Integration")
-    assert websocket_integrations and all(push_alias in json.dumps(integration["Properties"]["IntegrationUri"])
-                                          for integration in websocket_integrations.values())
+    websocket_uris = {json.dumps(integration["Properties"]["IntegrationUri"]) for integration in
+                      template.find_resources("AWS::ApiGatewayV2::Integration").values()} - http_uris
+    assert websocket_uris and all(push_alias in uri for uri in websocket_uris)
     [websocket_authorizer] = template.find_resources("AWS::ApiGatewayV2::Authorizer").values()
     assert authorizer_alias in json.dumps(websocket_authorizer["Properties"]["AuthorizerUri"])
     permissions = template.find_resources("AWS::Lambda::Permission",

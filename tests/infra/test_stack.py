@@ -170,33 +170,33 @@ def test_the_library_calls_no_dynamodb_action_the_role_lacks():
 # --------------------------------------------------------------------- API
 
 
-def test_every_method_is_a_lambda_proxy_integration(template):
-    methods = template.find_resources("AWS::ApiGateway::Method")
-    assert methods
-    for method in methods.values():
-        assert method["Properties"]["Integration"]["Type"] == "AWS_PROXY"
-    verbs = {method["Properties"]["HttpMethod"] for method in methods.values()}
-    assert verbs == {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "ANY"}
+def test_every_route_is_a_lambda_proxy_integration_of_the_rest_apis_event(template):
+    from tests.infra.test_auth_stack import http_routes
+
+    routes = http_routes(template)
+    assert routes
+    integrations = template.find_resources("AWS::ApiGatewayV2::Integration", {"Properties": {
+        "PayloadFormatVersion": "1.0"}})
+    assert all(integration["Properties"]["IntegrationType"] == "AWS_PROXY" for integration in integrations.values())
+    assert {props["PayloadFormatVersion"] for props in routes.values()} == {"1.0"}
 
 
-def test_every_get_route_answers_head_and_other_methods_reach_the_handlers_405(template):
-    methods = template.find_resources("AWS::ApiGateway::Method")
-    by_resource = {}
-    for method in methods.values():
-        by_resource.setdefault(json.dumps(method["Properties"]["ResourceId"]), set()).add(
-            method["Properties"]["HttpMethod"])
-    for verbs in by_resource.values():
-        assert "ANY" in verbs and ("GET" not in verbs or "HEAD" in verbs), verbs
+def test_every_waiting_get_route_answers_head_too(template):
+    from tests.infra.test_auth_stack import http_routes
+
+    keys = set(http_routes(template))
+    for key in keys:
+        if key.startswith("GET "):
+            assert "HEAD " + key.removeprefix("GET ") in keys, key
 
 
 def test_stage_throttling_and_json_access_logs_from_context():
     _, stack = synth_stack({"throttleRateLimit": 42, "throttleBurstLimit": 84})
-    _, stage = only(Template.from_stack(stack), "AWS::ApiGateway::Stage")
-    settings = stage["Properties"]["MethodSettings"][0]
-    assert settings["ThrottlingRateLimit"] == 42 and settings["ThrottlingBurstLimit"] == 84
-    access = stage["Properties"]["AccessLogSetting"]
+    _, stage = under(Template.from_stack(stack), "AWS::ApiGatewayV2::Stage", "DeviceApi")
+    assert stage["Properties"]["StageName"] == "$default" and stage["Properties"]["AutoDeploy"] is True
+    assert stage["Properties"]["DefaultRouteSettings"] == {"ThrottlingRateLimit": 42, "ThrottlingBurstLimit": 84}
+    access = stage["Properties"]["AccessLogSettings"]
     assert json.loads(access["Format"])["requestId"] == "$context.requestId"
-    assert stage["Properties"]["TracingEnabled"] is True
 
 
 def test_the_outputs_are_the_api_urls_and_how_back_ends_get_tokens(template):
@@ -275,7 +275,7 @@ def test_every_alarm_notifies_the_topic_and_treats_missing_data_deliberately(tem
      "service"),
     ("LambdaErrors", "AWS/Lambda", "Errors", "Sum", monitoring.LAMBDA_ERRORS_PER_PERIOD, "FunctionName"),
     ("LambdaThrottles", "AWS/Lambda", "Throttles", "Sum", monitoring.LAMBDA_THROTTLES_PER_PERIOD, "FunctionName"),
-    ("Api5xx", "AWS/ApiGateway", "5XXError", "Sum", monitoring.API_5XX_PER_PERIOD, "ApiName"),
+    ("Api5xx", "AWS/ApiGateway", "5xx", "Sum", monitoring.API_5XX_PER_PERIOD, "ApiId"),
     ("TransactionConflict", "AWS/DynamoDB", "TransactionConflict", "Sum",
      monitoring.TRANSACTION_CONFLICTS_PER_PERIOD, "TableName"),
 ])

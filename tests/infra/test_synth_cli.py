@@ -87,8 +87,9 @@ def test_make_deploy_runs_make_synth_with_its_deploy_args_and_the_asset_imports_
     resources = template["Resources"].values()
     subscription = next(r for r in resources if r["Type"] == "AWS::SNS::Subscription")
     assert subscription["Properties"]["Endpoint"] == "ops@example.com"
-    stage = next(r for r in resources if r["Type"] == "AWS::ApiGateway::Stage")
-    assert stage["Properties"]["MethodSettings"][0]["ThrottlingRateLimit"] == 42
+    stages = [r for r in resources if r["Type"] == "AWS::ApiGatewayV2::Stage"]
+    assert len(stages) == 2  # the HTTP API's and the WebSocket API's
+    assert all(stage["Properties"]["DefaultRouteSettings"]["ThrottlingRateLimit"] == 42 for stage in stages)
     table = next(r for r in resources if r["Type"] == "AWS::DynamoDB::Table")
     assert table["Properties"]["GlobalSecondaryIndexes"] == FleetIndex.parse(FLEET).global_secondary_indexes()
     assert_the_asset_is_complete(template, out, tmp_path)

@@ -4,7 +4,6 @@ other method integrates the API function."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
@@ -16,7 +15,7 @@ from infra import monitoring
 from functions.auth.device_tokens import ISSUING_VARIABLES
 from infra.stack import CONTEXT_DEFAULTS
 from tests.infra.conftest import synth_stack
-from tests.infra.test_auth_stack import methods_by_route
+from tests.infra.test_auth_stack import http_routes
 from tests.infra.test_stack import REPO_ROOT, alarm_named, api_function
 from tests.infra.test_snapstart import alias_of
 
@@ -46,13 +45,12 @@ def test_waiting_methods_integrate_the_waiting_function_and_every_other_the_api_
     assert api_logical != waiting_logical
     api_alias, _ = alias_of(template, api_logical)
     waiting_alias, _ = alias_of(template, waiting_logical)
-    methods = methods_by_route(template)
-    assert {(method, path.lstrip("/")) for method, path in methods} >= WAITING
-    for (method, path), props in methods.items():
-        uri = json.dumps(props["Integration"]["Uri"])
-        expected, other = (waiting_alias, api_alias) if (method, path.lstrip("/")) in WAITING else (api_alias,
-                                                                                                  waiting_alias)
-        assert expected in uri and other not in uri, (method, path)
+    routes = http_routes(template)
+    assert routes["$default"]["IntegrationUri"] == {"Ref": api_alias}  # every request no other route takes
+    assert {key for key in routes if key != "$default"} == {f"{method} /{path}" for method, path in WAITING}
+    for key, props in routes.items():
+        if key != "$default":
+            assert props["IntegrationUri"] == {"Ref": waiting_alias}, key
 
 
 def test_the_waiting_function_is_the_api_function_twin_with_its_own_logs_and_role(template):

@@ -1,31 +1,27 @@
-"""The API Gateway Lambda authorizer (functions.auth.authorizer.lambda_handler) over REQUEST
-events as API Gateway sends them: its policy lists exact route ARNs, a device's only with
-its own id, and never lets a principal call a route ``may_call`` denies; a bad credential
-is "Unauthorized" (API Gateway's 401)."""
+"""The Lambda authorizer of the WebSocket API's $connect (functions.auth.authorizer.lambda_handler)
+over REQUEST events as API Gateway sends them: a caller with good credentials may connect
+(exactly that ARN) and its principal goes to the push function; a bad credential is
+"Unauthorized" (API Gateway's 401)."""
 
 from __future__ import annotations
 
 import datetime
-import re
 
 import pytest
 
 from functions.auth import authorizer
 from functions.auth.principals import READ_SCOPE, REPORT_SCOPE, SCOPES, WRITE_SCOPE, Principal
-from functions.auth.rights import PUBLIC, ROUTE_RIGHTS, may_call
 from localdev.issuer import Issuer
 from tests.auth import ISSUER, bearer
 
 API = "arn:aws:execute-api:eu-west-1:123456789012:a1b2c3d4e5/prod"
-DEVICE, OTHER_DEVICE = "lamp-1", "lamp-2"
-# A value for each path parameter of ROUTE_RIGHTS' rules (other than the device's).
-SAMPLE = {"lease_id": "0f6c2b1e-lease", "version": "7"}
-METHOD_ARN = re.compile(re.escape(API) + r"/(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS)/\S*")
+CONNECT_ARN = f"{API}/$connect"
+DEVICE = "lamp-1"
 
 
 def request_event(method: str, path: str, headers: dict | None = None, certificate_pem: str | None = None) -> dict:
-    """A REQUEST authorizer event as API Gateway sends it for a REST API (abridged to what
-    API Gateway always fills in)."""
+    """A REQUEST authorizer event as API Gateway sends it (abridged to what API Gateway always
+    fills in); its methodArn the WebSocket API's $connect."""
     identity = {"sourceIp": "203.0.113.7", "userAgent": "curl/8.5.0"}
     if certificate_pem:
         identity["clientCert"] = {"clientCertPem": certificate_pem, "subjectDN": f"CN={DEVICE}",
@@ -36,7 +32,7 @@ def request_event(method: str, path: str, headers: dict | None = None, certifica
                **(headers or {})}
     return {
         "type": "REQUEST",
-        "methodArn": f"{API}/{method}{path}",
+        "methodArn": CONNECT_ARN,
         "resource": path,
         "path": path,
         "httpMethod": method,
@@ -49,11 +45,6 @@ def request_event(method: str, path: str, headers: dict | None = None, certifica
                            "httpMethod": method, "path": f"/prod{path}", "requestId": "c6af9ac6-7b61",
                            "identity": identity},
     }
-
-
-def route_arn(method: str, rule: str, device_id: str) -> str:
-    values = {"device_id": device_id, **SAMPLE}
-    return f"{API}/{method}" + re.sub(r"<(\w+)>", lambda name: values[name.group(1)], rule)
 
 
 def device_certificate(device_id: str) -> str:
@@ -94,69 +85,21 @@ def decide(caller: str) -> dict:
     return authorizer.lambda_handler(event, None)
 
 
-def principal_of(caller: str) -> Principal:
-    return Principal.device(DEVICE) if caller == "device certificate" else CALLERS[caller][0]
-
-
-def resources(decision: dict, effect: str = "Allow") -> list[str]:
-    statements = decision["policyDocument"]["Statement"]
-    assert statements[0]["Effect"] == "Allow" and {s["Effect"] for s in statements} <= {"Allow", "Deny"}
-    assert all(statement["Action"] == "execute-api:Invoke" for statement in statements)
-    return [resource for statement in statements if statement["Effect"] == effect
-            for resource in statement["Resource"]]
-
-
-def test_a_back_end_that_may_read_gets_exact_route_arns():
-    decision = decide("read")
-    assert decision["principalId"] == "client:local-developer"
-    assert decision["context"]["principalKind"] == "client" and decision["context"]["scopes"] == READ_SCOPE
-    listed = resources(decision)
-    assert listed
-    for resource in listed + resources(decision, "Deny"):
-        assert METHOD_ARN.fullmatch(resource), resource  # a method named, never * in its place
-        assert not resource.endswith("/*/*") and f"{API}/*" not in resource, resource
-    assert f"{API}/GET/devices" in listed and f"{API}/GET/devices/*/changes" in listed
-    assert f"{API}/POST/devices" not in listed and f"{API}/PATCH/devices/*/desired" not in listed
-    assert f"{API}/GET/openapi.json" not in listed  # public: no authorizer runs there
-
-
-def test_a_route_an_allowed_wildcard_reaches_beyond_its_rights_is_denied():
-    """API Gateway's ``*`` spans ``/``: a writer's ``PATCH/devices/*`` would reach a device's
-    reported section, which only devices.report may write."""
-    decision = decide("write")
-    assert f"{API}/PATCH/devices/*" in resources(decision)
-    assert {f"{API}/PATCH/devices/*/reported", f"{API}/PUT/devices/*/reported"} <= set(resources(decision, "Deny"))
-    assert not authorizer.allows(decision, f"{API}/PATCH/devices/{DEVICE}/reported")
-    assert authorizer.allows(decision, f"{API}/PATCH/devices/{DEVICE}/desired")
-
-
-@pytest.mark.parametrize("caller", ["device token", "device certificate"])
-def test_a_devices_policy_names_only_its_own_device(caller):
-    decision = decide(caller)
-    assert decision["principalId"] == f"device:{DEVICE}"
-    assert decision["context"]["deviceId"] == DEVICE
-    listed = resources(decision)
-    assert any("/devices/" in resource for resource in listed)
-    for resource in listed + resources(decision, "Deny"):
-        assert METHOD_ARN.fullmatch(resource), resource
-        if "/devices" in resource:
-            assert resource.split("/")[3:5] == ["devices", DEVICE], resource  # apiId/stage/METHOD/devices/<id>
+def resources(decision: dict) -> list[str]:
+    [statement] = decision["policyDocument"]["Statement"]
+    assert statement["Effect"] == "Allow" and statement["Action"] == "execute-api:Invoke"
+    return statement["Resource"]
 
 
 @pytest.mark.parametrize("caller", [*CALLERS, "device certificate"])
-def test_the_policy_allows_exactly_the_routes_may_call_allows(caller):
-    """Every route (method and rule of ROUTE_RIGHTS), on the caller's device and on another:
-    the policy lets it through exactly when ``may_call`` does (a device: on its own only)."""
-    principal = principal_of(caller)
+def test_a_caller_with_good_credentials_may_connect_and_its_principal_goes_along(caller):
     decision = decide(caller)
-    for (method, rule), rights in ROUTE_RIGHTS.items():
-        if rights == PUBLIC:
-            continue
-        for device_id in (DEVICE, OTHER_DEVICE):
-            expected = may_call(principal, method, rule) and (
-                principal.device_id in (None, device_id) or "<device_id>" not in rule)
-            assert authorizer.allows(decision, route_arn(method, rule, device_id)) == expected, (method, rule,
-                                                                                                 device_id)
+    principal = Principal.device(DEVICE) if caller == "device certificate" else CALLERS[caller][0]
+    assert resources(decision) == [CONNECT_ARN]  # exactly the connect, nothing wider
+    assert decision["principalId"] == principal.subject
+    given = Principal.from_context(decision["context"])
+    assert (given.kind, given.subject, given.scopes, given.device_id) == (
+        principal.kind, principal.subject, principal.scopes, principal.device_id)
 
 
 @pytest.mark.parametrize("headers", [
