@@ -11,11 +11,12 @@ from aws_cdk.assertions import Template
 from functions.device_state import FleetIndex
 from infra.table import TARGET_UTILIZATION_PERCENT
 from tests.infra.conftest import synth_stack
-from tests.infra.test_stack import only
+from tests.infra.test_stack import alarm_named, only
 
 FLEET = "reported/firmware:string,reported/online:boolean"
 INDEX_NAMES = [index["IndexName"] for index in FleetIndex.parse(FLEET).global_secondary_indexes()]
-BOUNDS = {"minReadCapacity": "3", "maxReadCapacity": "300", "minWriteCapacity": "7", "maxWriteCapacity": "700"}
+BOUNDS = {"minReadCapacity": "3", "maxReadCapacity": "300",
+          "minWriteCapacity": "7", "maxWriteCapacity": "700"}
 
 
 @pytest.fixture(scope="module")
@@ -73,12 +74,21 @@ def test_reads_and_writes_of_the_table_and_each_index_scale_to_70_percent_within
         assert target["ServiceNamespace"] == "dynamodb"
         assert (target["MinCapacity"], target["MaxCapacity"]) == (
             int(BOUNDS[f"min{units}Capacity"]), int(BOUNDS[f"max{units}Capacity"]))
-        assert target["policies"] == [{
-            "PolicyName": target["policies"][0]["PolicyName"], "PolicyType": "TargetTrackingScaling",
-            "ScalingTargetId": target["policies"][0]["ScalingTargetId"],
-            "TargetTrackingScalingPolicyConfiguration": {
-                "PredefinedMetricSpecification": {"PredefinedMetricType": f"DynamoDB{units}CapacityUtilization"},
-                "TargetValue": 70}}]
+        [policy] = target["policies"]
+        assert policy["PolicyType"] == "TargetTrackingScaling"
+        assert policy["TargetTrackingScalingPolicyConfiguration"] == {
+            "PredefinedMetricSpecification": {"PredefinedMetricType": f"DynamoDB{units}CapacityUtilization"},
+            "TargetValue": 70}
+
+
+def test_the_throttle_alarm_watches_the_provisioned_table_as_it_does_the_on_demand_one(provisioned):
+    # ThrottledRequests counts a request throttled for any reason: on demand, a partition or
+    # account limit; provisioned, the table's or an index's capacity exceeded as well.
+    table_id, _ = only(provisioned, "AWS::DynamoDB::Table")
+    props = alarm_named(provisioned, "DynamoDbThrottles")
+    stats = [m["MetricStat"]["Metric"] for m in props["Metrics"] if "MetricStat" in m]
+    assert stats and {s["MetricName"] for s in stats} == {"ThrottledRequests"}
+    assert all({"Name": "TableName", "Value": {"Ref": table_id}} in s["Dimensions"] for s in stats)
 
 
 def test_provisioned_without_a_fleet_index_scales_the_table_alone():
