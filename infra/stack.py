@@ -112,7 +112,8 @@ def _capacity(scope: Construct) -> ProvisionedCapacity | None:
     for name in ("minReadCapacity", "maxReadCapacity", "minWriteCapacity", "maxWriteCapacity"):
         value = context(scope, name)
         if isinstance(value, bool) or not str(value).isdigit() or int(value) < 1:
-            raise ValueError(f"context {name}: {value!r} is not a whole number of capacity units of at least 1")
+            raise ValueError(f"context {name}: {value!r} is not a whole number of capacity units "
+                             "of at least 1")
         units[name] = int(value)
     for low, high in (("minReadCapacity", "maxReadCapacity"), ("minWriteCapacity", "maxWriteCapacity")):
         if units[high] < units[low]:

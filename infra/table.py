@@ -47,7 +47,8 @@ class DevicesTable(Construct):
             sort_key=dynamodb.Attribute(name=model.SORT_KEY, type=dynamodb.AttributeType.STRING),
             time_to_live_attribute=model.TTL_ATTRIBUTE,
             stream=dynamodb.StreamViewType(model.STREAM_VIEW_TYPE),  # the change feed's processor reads it
-            billing_mode=dynamodb.BillingMode.PROVISIONED if capacity else dynamodb.BillingMode.PAY_PER_REQUEST,
+            billing_mode=(dynamodb.BillingMode.PROVISIONED if capacity
+                          else dynamodb.BillingMode.PAY_PER_REQUEST),
             **start,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
@@ -79,7 +80,8 @@ class DevicesTable(Construct):
         index short of write capacity throttles the table's writes too."""
         reads = {"min_capacity": capacity.min_read, "max_capacity": capacity.max_read}
         writes = {"min_capacity": capacity.min_write, "max_capacity": capacity.max_write}
-        scaled = [self.table.auto_scale_read_capacity(**reads), self.table.auto_scale_write_capacity(**writes)]
+        scaled = [self.table.auto_scale_read_capacity(**reads),
+                  self.table.auto_scale_write_capacity(**writes)]
         for name in self.index_names:
             scaled += [self.table.auto_scale_global_secondary_index_read_capacity(name, **reads),
                        self.table.auto_scale_global_secondary_index_write_capacity(name, **writes)]
