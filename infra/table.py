@@ -38,8 +38,8 @@ class DevicesTable(Construct):
         """``capacity`` None: on demand; else provisioned, auto scaled within its bounds."""
         super().__init__(scope, construct_id)
         self.fleet_index = fleet_index
-        self.capacity = capacity
-        start = {"read_capacity": capacity.min_read, "write_capacity": capacity.min_write} if capacity else {}
+        initial_capacity = ({"read_capacity": capacity.min_read, "write_capacity": capacity.min_write}
+                            if capacity else {})
         self.table = dynamodb.Table(
             self,
             "Table",
@@ -49,7 +49,7 @@ class DevicesTable(Construct):
             stream=dynamodb.StreamViewType(model.STREAM_VIEW_TYPE),  # the change feed's processor reads it
             billing_mode=(dynamodb.BillingMode.PROVISIONED if capacity
                           else dynamodb.BillingMode.PAY_PER_REQUEST),
-            **start,
+            **initial_capacity,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
             ),
@@ -70,7 +70,8 @@ class DevicesTable(Construct):
                 index_name=index["IndexName"],
                 partition_key=dynamodb.Attribute(name=keys["HASH"], type=ATTRIBUTE_TYPES[types[keys["HASH"]]]),
                 sort_key=dynamodb.Attribute(name=keys["RANGE"], type=ATTRIBUTE_TYPES[types[keys["RANGE"]]]),
-                projection_type=PROJECTIONS[index["Projection"]["ProjectionType"]], **start)
+                projection_type=PROJECTIONS[index["Projection"]["ProjectionType"]],
+                **initial_capacity)
             self.index_names.append(index["IndexName"])
         if capacity:
             self._auto_scale(capacity)
