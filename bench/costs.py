@@ -78,7 +78,7 @@ PRICES = {
 }
 
 # The second deployment the bench prices: the same stack with this context (infra/stack.py).
-PROVISIONED = {"capacity": "provisioned"}
+PROVISIONED_CONTEXT = {"capacity": "provisioned"}
 
 DEVICES = 100_000
 REPORTS_PER_DEVICE = MINUTES  # one every 60 s
@@ -425,7 +425,7 @@ def bills(kinds: dict, timing: dict, shape: dict, sizes: dict) -> dict:
 
 
 def markdown(kinds: dict, sizes: dict, timing: dict, shape: dict, bill: dict, provisioned: dict) -> str:
-    """``provisioned``: the topology and bill of the stack deployed with the PROVISIONED context."""
+    """``provisioned``: the topology and bill of the stack deployed with PROVISIONED_CONTEXT."""
     lines = ["# What a fleet costs: request units measured, the month priced", "",
              "From `bench/costs.py` (`make bench`). Request units per operation, measured on DynamoDB Local "
              "with `ReturnConsumedCapacity`, split by who sends them: the request path (service), the change "
@@ -443,9 +443,10 @@ def markdown(kinds: dict, sizes: dict, timing: dict, shape: dict, bill: dict, pr
     lines += ["", f"Handlers (warm, median, on this machine against DynamoDB Local): API report "
               f"{timing['api_report_ms']} ms, authorizer {timing['authorizer_ms']} ms, change processor and fan-out "
               f"{timing['stream_ms_per_record']} ms per record. Topology from the template: "
-              f"{json.dumps(shape)}; with `{context_arguments(PROVISIONED)}`: {json.dumps(changed)}.", "",
+              f"{json.dumps(shape)}; with `{context_arguments(PROVISIONED_CONTEXT)}`: "
+              f"{json.dumps(changed)}.", "",
               "## The reference fleet's month (USD)", "",
-              f"| this service | $ as deployed | $ with `{context_arguments(PROVISIONED)}` |",
+              f"| this service | $ as deployed | $ with `{context_arguments(PROVISIONED_CONTEXT)}` |",
               "|---|---|---|"]
     ours, theirs = bill["this service"], bill["Device Shadow"]
     ours_provisioned = provisioned["bill"]["this service"]
@@ -500,8 +501,8 @@ def main(argv=None) -> dict:
         timing.update(handler_milliseconds(dynamodb.endpoint, args.timing_runs))
     shape = topology()
     bill = bills(kinds, timing, shape, sizes)
-    provisioned_shape = topology(PROVISIONED)
-    provisioned = {"context": PROVISIONED, "topology": provisioned_shape,
+    provisioned_shape = topology(PROVISIONED_CONTEXT)
+    provisioned = {"context": PROVISIONED_CONTEXT, "topology": provisioned_shape,
                    "bill": bills(kinds, timing, provisioned_shape, sizes)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -518,7 +519,8 @@ def main(argv=None) -> dict:
     for kind, units in kinds.items():
         print(f"{kind:28s} {json.dumps(units)}")
     print(f"the reference fleet's month: this service ${ours:,.0f} ({ours / theirs:.2f}x), with "
-          f"{context_arguments(PROVISIONED)} ${ours_provisioned:,.0f} ({ours_provisioned / theirs:.2f}x), "
+          f"{context_arguments(PROVISIONED_CONTEXT)} ${ours_provisioned:,.0f} "
+          f"({ours_provisioned / theirs:.2f}x), "
           f"Device Shadow ${theirs:,.0f}; wrote {out}/costs.json, costs.md, costs.png")
     return json.loads((out / "costs.json").read_text())
 
