@@ -16,8 +16,8 @@ ATTRIBUTE_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeTy
                    "B": dynamodb.AttributeType.BINARY}
 PROJECTIONS = {"KEYS_ONLY": dynamodb.ProjectionType.KEYS_ONLY, "ALL": dynamodb.ProjectionType.ALL}
 # Provisioned capacity: Application Auto Scaling keeps the consumed share of what is provisioned
-# near this, on the table and on each index. The 30 % above it is what a rise of load meets
-# while auto scaling takes its minutes to follow.
+# near this, on the table and on each index: the rest (room for a rise of 43 %) is what a
+# rising load meets while auto scaling takes its minutes to follow.
 TARGET_UTILIZATION_PERCENT = 70
 
 
