@@ -48,7 +48,9 @@ from localdev.dynamodb_local import dynamodb_local  # noqa: E402
 OUT = REPO_ROOT / "bench" / "out"
 MILLION = 1_000_000
 DAYS = 30
-MINUTES = DAYS * 24 * 60
+HOURS = DAYS * 24
+MINUTES = HOURS * 60
+SECONDS = MINUTES * 60
 
 # us-east-1 list prices, USD, as published on each page (read 2026-11; the figures issue 29
 # states). Volume tiers are left out on both sides: they lower REST API requests past 333 M
@@ -59,6 +61,10 @@ PRICES = {
                       "aws.amazon.com/dynamodb/pricing/on-demand"),
     "dynamodb_storage": (0.25, "per GB-month", "aws.amazon.com/dynamodb/pricing/on-demand"),
     "dynamodb_pitr": (0.20, "per GB-month of table size", "aws.amazon.com/dynamodb/pricing/on-demand"),
+    "dynamodb_write_capacity": (0.00065, "per provisioned write capacity unit-hour",
+                                "aws.amazon.com/dynamodb/pricing/provisioned"),
+    "dynamodb_read_capacity": (0.00013, "per provisioned read capacity unit-hour",
+                               "aws.amazon.com/dynamodb/pricing/provisioned"),
     "rest_api": (3.50, "per million REST API requests", "aws.amazon.com/api-gateway/pricing"),
     "http_api": (1.00, "per million HTTP API requests", "aws.amazon.com/api-gateway/pricing"),
     "websocket_message": (1.00, "per million WebSocket messages (32 KB)", "aws.amazon.com/api-gateway/pricing"),
@@ -70,6 +76,9 @@ PRICES = {
     "mqtt_message": (1.00, "per million MQTT messages (5 KB)", "aws.amazon.com/iot-core/pricing"),
     "iot_connection_minute": (0.08, "per million connection-minutes", "aws.amazon.com/iot-core/pricing"),
 }
+
+# The second deployment the bench prices: the same stack with this context (infra/stack.py).
+PROVISIONED_CONTEXT = {"capacity": "provisioned"}
 
 DEVICES = 100_000
 REPORTS_PER_DEVICE = MINUTES  # one every 60 s
@@ -295,15 +304,16 @@ def _handler_milliseconds(endpoint: str, runs: int) -> dict:
             "authorizer_ms": round(statistics.median(auth[1:]), 2)}
 
 
-def topology() -> dict:
-    """What the bill depends on in the deployed stack, read from the synthesized template."""
+def topology(context: dict | None = None) -> dict:
+    """What the bill depends on in the deployed stack, read from the template synthesized with
+    ``context`` (as ``-c name=value`` gives it to a deploy)."""
     os.environ["PATH"] = f"{REPO_ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ.get('PATH', '')}"
     import aws_cdk as cdk
     from aws_cdk.assertions import Template
 
     from infra.stack import DeviceStateStack
 
-    app = cdk.App(context={"aws:cdk:bundling-stacks": []})
+    app = cdk.App(context={"aws:cdk:bundling-stacks": [], **(context or {})})
     resources = Template.from_stack(DeviceStateStack(app, "DeviceStateStack")).to_json()["Resources"].values()
 
     def function(handler_name: str) -> dict:
@@ -312,6 +322,9 @@ def topology() -> dict:
 
     authorizers = [r["Properties"] for r in resources if r["Type"] == "AWS::ApiGateway::Authorizer"]
     mappings = [r["Properties"] for r in resources if r["Type"] == "AWS::Lambda::EventSourceMapping"]
+    table = next(r["Properties"] for r in resources if r["Type"] == "AWS::DynamoDB::Table")
+    tracking = [r["Properties"]["TargetTrackingScalingPolicyConfiguration"] for r in resources
+                if r["Type"] == "AWS::ApplicationAutoScaling::ScalingPolicy"]
     return {
         "api": "REST" if any(r["Type"] == "AWS::ApiGateway::RestApi" for r in resources) else "HTTP",
         "authorizer_cache_seconds": max((a.get("AuthorizerResultTtlInSeconds", 300) for a in authorizers), default=0),
@@ -325,11 +338,26 @@ def topology() -> dict:
         "websocket": any(r["Type"] == "AWS::ApiGatewayV2::Api" for r in resources),
         "pitr": any(r["Type"] == "AWS::DynamoDB::Table" and r["Properties"].get(
             "PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled") for r in resources),
+        "billing_mode": table.get("BillingMode", "PROVISIONED"),  # CloudFormation's default, which CDK omits
+        # the lowest target of the table's and its indexes' policies (it provisions the most)
+        "target_utilization_percent": min((policy["TargetValue"] for policy in tracking if policy[
+            "PredefinedMetricSpecification"]["PredefinedMetricType"].startswith("DynamoDB")), default=None),
     }
 
 
 def price(name: str, quantity: float) -> float:
-    return PRICES[name][0] * quantity / (1 if name in ("dynamodb_storage", "dynamodb_pitr") else MILLION)
+    per_unit = ("dynamodb_storage", "dynamodb_pitr", "dynamodb_write_capacity", "dynamodb_read_capacity")
+    return PRICES[name][0] * quantity / (1 if name in per_unit else MILLION)
+
+
+def dynamodb_cost(kind: str, units: float, shape: dict) -> float:
+    """A month's ``kind`` ("read" or "write") request units, on demand or on provisioned capacity."""
+    if shape["billing_mode"] == "PAY_PER_REQUEST":
+        return price(f"dynamodb_{kind}", units)
+    # The load is steady (the reference fleet's is), so auto scaling holds the capacity at the
+    # month's mean rate over the target utilization all month; a load with peaks holds more.
+    capacity = units / SECONDS / (shape["target_utilization_percent"] / 100)
+    return price(f"dynamodb_{kind}_capacity", capacity * HOURS)
 
 
 def lambda_cost(invocations: float, milliseconds: float, memory_mb: int) -> float:
@@ -365,8 +393,8 @@ def bills(kinds: dict, timing: dict, shape: dict, sizes: dict) -> dict:
         "API function": lambda_cost(requests, timing["api_report_ms"], shape["api_memory_mb"]),
         "authorizer": lambda_cost(requests if shape["device_domain_cache_seconds"] == 0 else desires,
                                   timing["authorizer_ms"], shape["authorizer_memory_mb"]),
-        "DynamoDB writes": price("dynamodb_write", write_units),
-        "DynamoDB reads": price("dynamodb_read", read_units),
+        "DynamoDB writes": dynamodb_cost("write", write_units, shape),
+        "DynamoDB reads": dynamodb_cost("read", read_units, shape),
         "DynamoDB storage and backups": price("dynamodb_storage", stored_gb)
         + (price("dynamodb_pitr", stored_gb) if shape["pitr"] else 0),
         # Both stream consumers get full batches at the fleet's rate; their measured time per
@@ -378,8 +406,8 @@ def bills(kinds: dict, timing: dict, shape: dict, sizes: dict) -> dict:
         "EventBridge events": price("eventbridge_event", records) if shape["eventbridge"] else 0.0,
         # API Gateway closes a WebSocket connection after 2 hours: each device connects again
         # (and records its connectivity) 12 times a day
-        "device connectivity (DynamoDB)": price("dynamodb_write", reconnects * connectivity_write)
-        + price("dynamodb_read", reconnects * connectivity_read),
+        "device connectivity (DynamoDB)": dynamodb_cost("write", reconnects * connectivity_write, shape)
+        + dynamodb_cost("read", reconnects * connectivity_read, shape),
         "WebSocket messages": price("websocket_message", desires),
         "WebSocket connection-minutes": price("websocket_minute", DEVICES * MINUTES),
     }
@@ -396,7 +424,8 @@ def bills(kinds: dict, timing: dict, shape: dict, sizes: dict) -> dict:
                       "stored GB": round(stored_gb, 1)}}
 
 
-def markdown(kinds: dict, sizes: dict, timing: dict, shape: dict, bill: dict) -> str:
+def markdown(kinds: dict, sizes: dict, timing: dict, shape: dict, bill: dict, provisioned: dict) -> str:
+    """``provisioned``: the topology and bill of the stack deployed with PROVISIONED_CONTEXT."""
     lines = ["# What a fleet costs: request units measured, the month priced", "",
              "From `bench/costs.py` (`make bench`). Request units per operation, measured on DynamoDB Local "
              "with `ReturnConsumedCapacity`, split by who sends them: the request path (service), the change "
@@ -410,17 +439,28 @@ def markdown(kinds: dict, sizes: dict, timing: dict, shape: dict, bill: dict) ->
     lines += ["", "| state item, written at | bytes | values | bookkeeping | its change item |", "|---|---|---|---|---|"]
     lines += [f"| {label} | {s['item_bytes']} | {s['values_bytes']} | {s['bookkeeping_bytes']} | "
               f"{s['change_item_bytes']} |" for label, s in sizes.items()]
+    changed = {key: value for key, value in provisioned["topology"].items() if shape.get(key) != value}
     lines += ["", f"Handlers (warm, median, on this machine against DynamoDB Local): API report "
               f"{timing['api_report_ms']} ms, authorizer {timing['authorizer_ms']} ms, change processor and fan-out "
-              f"{timing['stream_ms_per_record']} ms per record. Topology from the template: {json.dumps(shape)}.", "",
-              "## The reference fleet's month (USD)", "", "| this service | $ |", "|---|---|"]
+              f"{timing['stream_ms_per_record']} ms per record. Topology from the template: "
+              f"{json.dumps(shape)}; with `{context_arguments(PROVISIONED_CONTEXT)}`: "
+              f"{json.dumps(changed)}.", "",
+              "## The reference fleet's month (USD)", "",
+              f"| this service | $ as deployed | $ with `{context_arguments(PROVISIONED_CONTEXT)}` |",
+              "|---|---|---|"]
     ours, theirs = bill["this service"], bill["Device Shadow"]
-    lines += [f"| {k} | {v:,.2f} |" for k, v in ours.items()] + [f"| **total** | **{sum(ours.values()):,.2f}** |"]
+    ours_provisioned = provisioned["bill"]["this service"]
+    lines += [f"| {k} | {v:,.2f} | {ours_provisioned[k]:,.2f} |" for k, v in ours.items()]
+    lines += [f"| **total** | **{sum(ours.values()):,.2f}** | **{sum(ours_provisioned.values()):,.2f}** |"]
     lines += ["", "| Device Shadow | $ |", "|---|---|"]
     lines += [f"| {k} | {v:,.2f} |" for k, v in theirs.items()] + [f"| **total** | **{sum(theirs.values()):,.2f}** |"]
     lines += ["", "Prices (us-east-1, read 2026-11):", ""]
     lines += [f"- {name}: ${value} {unit} ({source})" for name, (value, unit, source) in PRICES.items()]
     return "\n".join(lines) + "\n"
+
+
+def context_arguments(context: dict) -> str:
+    return " ".join(f"-c {name}={value}" for name, value in context.items())
 
 
 def chart(bill: dict, path: Path) -> None:
@@ -430,14 +470,16 @@ def chart(bill: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(8, 5))
-    for position, (who, parts) in enumerate(bill.items()):
-        if who == "fleet":
-            continue
+    colors: dict[str, tuple] = {}  # one per component, the same in every bar that has it
+    for position, parts in enumerate(bill.values()):
         bottom = 0.0
         for component, dollars in parts.items():
-            axis.bar(position, dollars, bottom=bottom, label=f"{who}: {component}")
+            first = component not in colors
+            colors.setdefault(component, plt.get_cmap("tab20")(len(colors) % 20))
+            axis.bar(position, dollars, bottom=bottom, color=colors[component],
+                     label=component if first else None)
             bottom += dollars
-    axis.set_xticks([0, 1], ["this service", "Device Shadow"])
+    axis.set_xticks(range(len(bill)), list(bill))
     axis.set_ylabel("USD per month, 100,000 devices")
     axis.legend(fontsize=6, loc="upper right")
     figure.tight_layout()
@@ -459,18 +501,27 @@ def main(argv=None) -> dict:
         timing.update(handler_milliseconds(dynamodb.endpoint, args.timing_runs))
     shape = topology()
     bill = bills(kinds, timing, shape, sizes)
+    provisioned_shape = topology(PROVISIONED_CONTEXT)
+    provisioned = {"context": PROVISIONED_CONTEXT, "topology": provisioned_shape,
+                   "bill": bills(kinds, timing, provisioned_shape, sizes)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "costs.json").write_text(json.dumps({"operations": kinds, "item_sizes": sizes, "handlers": timing,
                                                 "topology": shape, "bill": bill,
+                                                "provisioned capacity": provisioned,
                                                 "prices": {k: list(v) for k, v in PRICES.items()}}, indent=2))
-    (out / "costs.md").write_text(markdown(kinds, sizes, timing, shape, bill))
-    chart({k: v for k, v in bill.items() if k != "fleet"}, out / "costs.png")
+    (out / "costs.md").write_text(markdown(kinds, sizes, timing, shape, bill, provisioned))
+    chart({"this service": bill["this service"],
+           "this service, provisioned": provisioned["bill"]["this service"],
+           "Device Shadow": bill["Device Shadow"]}, out / "costs.png")
     ours, theirs = sum(bill["this service"].values()), sum(bill["Device Shadow"].values())
+    ours_provisioned = sum(provisioned["bill"]["this service"].values())
     for kind, units in kinds.items():
         print(f"{kind:28s} {json.dumps(units)}")
-    print(f"the reference fleet's month: this service ${ours:,.0f}, Device Shadow ${theirs:,.0f} "
-          f"({ours / theirs:.2f}x); wrote {out}/costs.json, costs.md, costs.png")
+    print(f"the reference fleet's month: this service ${ours:,.0f} ({ours / theirs:.2f}x), with "
+          f"{context_arguments(PROVISIONED_CONTEXT)} ${ours_provisioned:,.0f} "
+          f"({ours_provisioned / theirs:.2f}x), "
+          f"Device Shadow ${theirs:,.0f}; wrote {out}/costs.json, costs.md, costs.png")
     return json.loads((out / "costs.json").read_text())
 
 

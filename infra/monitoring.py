@@ -148,7 +148,8 @@ class Monitoring(Construct):
                     not_breaching, "p99 latency of the API is high")
         self._alarm("DynamoDbThrottles", table.metric_throttled_requests_for_operations(
             operations=list(DYNAMODB_OPERATIONS), period=PERIOD), DYNAMODB_THROTTLES_PER_PERIOD, not_breaching,
-            "DynamoDB throttled requests (botocore retries them: users see latency, then 503s)")
+            "DynamoDB throttled requests, on demand or provisioned (the library sends each again twice: "
+            "users see latency, then 503s)")
         self._alarm("DynamoDbSystemErrors", table.metric_system_errors_for_operations(
             operations=list(DYNAMODB_OPERATIONS), period=PERIOD), DYNAMODB_SYSTEM_ERRORS_PER_PERIOD,
             not_breaching, "DynamoDB answered 5xx")

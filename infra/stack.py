@@ -16,7 +16,7 @@ from .device_tokens import DeviceTokens
 from .monitoring import Monitoring
 from .push import Push
 from .reindex import Reindex
-from .table import DevicesTable
+from .table import DevicesTable, ProvisionedCapacity
 
 # Context values (cdk.json holds the defaults; `-c name=value` overrides).
 CONTEXT_DEFAULTS = {
@@ -58,6 +58,15 @@ CONTEXT_DEFAULTS = {
     # own index on the table, and any field makes the reindex function. Empty: no field.
     # CloudFormation adds (or removes) one index per deploy: declare one new field at a time.
     "fleetIndex": "",
+    # The table's capacity: "on-demand" (billed per request) or "provisioned" (billed per
+    # capacity unit-hour, auto scaled to 70 % utilization between the bounds below, on the table
+    # and each fleet index alike; cheaper for a steady load, see docs/costs.md). The bounds apply
+    # only to "provisioned"; 40,000 is DynamoDB's default per-table quota.
+    "capacity": "on-demand",
+    "minReadCapacity": 5,
+    "maxReadCapacity": 40000,
+    "minWriteCapacity": 5,
+    "maxWriteCapacity": 40000,
     # Device tokens (POST /devices/{id}/token): their lifetime in seconds, the stated maximum that
     # lifetime may reach (raise it explicitly for longer tokens, up to 43200), and how long after
     # its last certificate authentication a device may renew its token with a token.
@@ -89,12 +98,33 @@ def _fleet_index(value) -> FleetIndex:
         raise ValueError(f"context fleetIndex: {error}") from None
 
 
+def _capacity(scope: Construct) -> ProvisionedCapacity | None:
+    """None on demand; with capacity=provisioned, the auto scaling bounds."""
+    mode = context(scope, "capacity")
+    if mode not in ("on-demand", "provisioned"):
+        raise ValueError(f"context capacity: {mode!r} is neither on-demand nor provisioned")
+    if mode == "on-demand":
+        return None
+    units = {}
+    for name in ("minReadCapacity", "maxReadCapacity", "minWriteCapacity", "maxWriteCapacity"):
+        value = context(scope, name)
+        if isinstance(value, bool) or not str(value).isdigit() or int(value) < 1:
+            raise ValueError(f"context {name}: {value!r} is not a whole number of capacity units "
+                             "of at least 1")
+        units[name] = int(value)
+    for low, high in (("minReadCapacity", "maxReadCapacity"), ("minWriteCapacity", "maxWriteCapacity")):
+        if units[high] < units[low]:
+            raise ValueError(f"context {high} ({units[high]}) is below {low} ({units[low]})")
+    return ProvisionedCapacity(min_read=units["minReadCapacity"], max_read=units["maxReadCapacity"],
+                               min_write=units["minWriteCapacity"], max_write=units["maxWriteCapacity"])
+
+
 class DeviceStateStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, **kwargs):
         super().__init__(scope, construct_id, **kwargs)
         fleet_index = _fleet_index(context(self, "fleetIndex"))
         self.devices = DevicesTable(self, "Devices", throwaway=_flag(context(self, "throwaway")),
-                                    fleet_index=fleet_index)
+                                    fleet_index=fleet_index, capacity=_capacity(self))
         self.identity = CallerIdentity(
             self, "Callers", throwaway=_flag(context(self, "throwaway")),
             domain_prefix=context(self, "authDomainPrefix"), issuer=context(self, "authIssuer"),

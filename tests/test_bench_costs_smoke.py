@@ -1,5 +1,6 @@
 """`make bench`'s cost model in miniature: request units measured for every operation kind,
-the topology read from the synthesized template, and both bills add up from their parts."""
+the topology read from the synthesized template (as deployed, and with capacity=provisioned),
+and the bills add up from their parts."""
 
 from __future__ import annotations
 
@@ -33,6 +34,17 @@ def test_cost_bench_smoke(tmp_path, dynamodb_local):  # the suite's DynamoDB Loc
     operations_count = fleet["reports"] + fleet["desires"] + fleet["applied reports"]
     expected = operations_count * (1.00 + 1.25) / 1e6 + fleet["devices"] * 43_200 * 0.08 / 1e6
     assert sum(result["bill"]["Device Shadow"].values()) == pytest.approx(expected, rel=1e-3)
+    # The same stack deployed with capacity=provisioned: only DynamoDB's request lines change, and go down.
+    provisioned = result["provisioned capacity"]
+    assert result["topology"]["billing_mode"] == "PAY_PER_REQUEST"
+    assert provisioned["topology"]["billing_mode"] == "PROVISIONED"
+    assert provisioned["topology"]["target_utilization_percent"] == 70
+    ours, ours_provisioned = result["bill"]["this service"], provisioned["bill"]["this service"]
+    dynamodb = {"DynamoDB writes", "DynamoDB reads", "device connectivity (DynamoDB)"}
+    assert all(ours_provisioned[line] < ours[line] for line in dynamodb)
+    assert {k: v for k, v in ours_provisioned.items() if k not in dynamodb} == {
+        k: v for k, v in ours.items() if k not in dynamodb}
+    assert provisioned["bill"]["Device Shadow"] == result["bill"]["Device Shadow"]
 
 
 def test_the_reference_device_is_the_fleets_shape():
