@@ -13,7 +13,7 @@ from . import table
 from .device import Device
 from .expressions import number
 from .sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, STATUS, VERSION_SPAN, entries_of
-from .times import timestamp
+from .times import stored_time, timestamp
 from .values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads
 
 CHANGE_SK_PREFIX = "change#"
@@ -102,8 +102,8 @@ def change_of(old: dict | None, new: dict | None) -> Change | None:
     return Change(
         device_id=new[table.PARTITION_KEY]["S"], version=version, previous_version=version - 1, kind=kind,
         patch=None if after is None else diff(before, after), state=None if after is None else after[STATE],
-        created_at=new.get(table.CREATED_AT, {}).get("S"),
-        updated_at=new.get(table.UPDATED_AT, {}).get("S") or new[table.DELETED_AT]["S"],
+        created_at=stored_time(new[table.CREATED_AT]) if table.CREATED_AT in new else None,
+        updated_at=stored_time(new[table.UPDATED_AT]) if table.UPDATED_AT in new else new[table.DELETED_AT]["S"],
         sections=SECTIONS if kind in (CREATED, DELETED) else changed_sections(before, after, new, version),
         desired=after and after[DESIRED], reported=after and after[REPORTED], entries=after and entries_of(new),
         last_changed=_last_changed(new), **_acks(acks_between(old, new) if kind == UPDATED else ()))

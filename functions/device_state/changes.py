@@ -38,6 +38,7 @@ from .expressions import Expression
 from .sections import DESIRED, REPORTED, STATE
 from .runtime import Runtime
 from .store import IDEMPOTENT, ONCE, Rejected, Store
+from .times import stored_time
 from .values import validate_device_id
 
 TRIES_SK_PREFIX = "change-tries#"  # the processor's failed tries at one version's change
@@ -281,8 +282,9 @@ class ChangeLog:
         DeviceNotFound when there is no device, tombstone or change at all."""
         item = self.store.get_state(device_id)
         if item is not None and table.VERSION in item and not table.is_expired(item, now):
-            return int(item[table.VERSION]["N"]), item.get(table.UPDATED_AT, {}).get("S")
+            return int(item[table.VERSION]["N"]), (stored_time(item[table.UPDATED_AT])
+                                                   if table.UPDATED_AT in item else None)
         latest = self._latest_change(device_id)
         if latest is not None and not table.is_expired(latest, now):
-            return int(latest[table.VERSION]["N"]), latest[table.UPDATED_AT]["S"]
+            return int(latest[table.VERSION]["N"]), stored_time(latest[table.UPDATED_AT])
         raise DeviceNotFound(device_id)

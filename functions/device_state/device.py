@@ -9,7 +9,7 @@ from datetime import datetime
 from . import desires, table
 from .connectivity import ATTRIBUTES as CONNECTIVITY_ATTRIBUTES, CONNECTIVITY, connectivity_of
 from .sections import DESIRED, entries_of, metadata
-from .times import timestamp
+from .times import stored_time, timestamp
 from .values import from_attribute
 
 __all__ = ["Device", "timestamp"]
@@ -39,8 +39,8 @@ class Device:
             device_id=item[table.PARTITION_KEY]["S"],
             version=int(item[table.VERSION]["N"]),
             state=from_attribute(item[table.STATE]),
-            created_at=item[table.CREATED_AT]["S"],
-            updated_at=item[table.UPDATED_AT]["S"],
+            created_at=stored_time(item[table.CREATED_AT]),
+            updated_at=stored_time(item[table.UPDATED_AT]),
             desired=from_attribute(item[table.DESIRED]) if table.DESIRED in item else {},
             reported=from_attribute(item[table.REPORTED]) if table.REPORTED in item else {},
             entries=entries_of(item),

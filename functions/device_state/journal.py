@@ -4,8 +4,9 @@ attribute ``w:<write id>`` holding the version it produced; it also requires tha
 attribute to be absent, so no copy of the same write can ever apply twice. Every write
 keeps the newest ``JOURNAL_KEEP`` entries, and every entry younger than
 ``JOURNAL_KEEP_SECONDS`` (up to ``JOURNAL_MAX``): a writer whose answer was lost settles
-within a round trip or two, and on a hot device more than ``JOURNAL_KEEP`` other writes
-can land in that time. A write that drops entries raises a watermark to at least the
+within its read timeout and a round trip or two, however many other writes land meanwhile;
+a device written once a minute carries ``JOURNAL_KEEP`` entries, not a journal sized for a
+hot one. A write that drops entries raises a watermark to at least the
 newest stamp it dropped, so an absent entry is proof of "never applied" only while the
 watermarks are older than the write's own stamp: ``journalTrimmed``, SET by the writes
 that read the item (their version condition makes it exact), and the highest of
@@ -27,14 +28,17 @@ from dataclasses import dataclass
 from . import table
 from .expressions import Expression
 
-JOURNAL_KEEP = 8  # the newest entries every write leaves on the item
-JOURNAL_KEEP_SECONDS = 1.0  # and the entries younger than this (by the trimming writer's clock)...
+JOURNAL_KEEP = 1  # the newest entries every write leaves on the item (its own)
+# and the entries younger than this (by the trimming writer's clock): a lost answer is known
+# lost after the client's read timeout (3 s), and its settle mark follows at once...
+JOURNAL_KEEP_SECONDS = 5.0
 JOURNAL_MAX = 16  # ...up to this many entries in all
-TRIMMED_STAMPS_KEEP = 4  # a compiled patch that sees this many trimmed stamps prunes them instead of adding one
+TRIMMED_STAMPS_KEEP = 2  # a compiled patch that sees this many trimmed stamps prunes them instead of adding one
 SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 _STAMP_WIDTH = 9  # base 36 milliseconds, good past the year 5000
+_NONCE_WIDTH = 6  # base 36: 31 bits, as many as 8 hex digits in two bytes fewer on every entry
 
 
 @dataclass(frozen=True)
@@ -46,15 +50,11 @@ class WriteId:
 
     @classmethod
     def new(cls, now: float) -> "WriteId":
-        return cls(int(now * 1000), secrets.token_hex(4))
+        return cls(int(now * 1000), _base36(secrets.randbelow(36 ** _NONCE_WIDTH), _NONCE_WIDTH))
 
     @property
     def attribute(self) -> str:
-        stamp, digits = self.stamp_ms, ""
-        while stamp:
-            stamp, digit = divmod(stamp, 36)
-            digits = _DIGITS[digit] + digits
-        return f"{table.JOURNAL_PREFIX}{digits.rjust(_STAMP_WIDTH, '0')}{self.nonce}"
+        return f"{table.JOURNAL_PREFIX}{_base36(self.stamp_ms, _STAMP_WIDTH)}{self.nonce}"
 
     @classmethod
     def parse(cls, attribute: str) -> "WriteId | None":
@@ -65,6 +65,14 @@ class WriteId:
             return cls(int(body[:_STAMP_WIDTH], 36), body[_STAMP_WIDTH:])
         except ValueError:
             return None
+
+
+def _base36(number: int, width: int) -> str:
+    digits = ""
+    while number:
+        number, digit = divmod(number, 36)
+        digits = _DIGITS[digit] + digits
+    return digits.rjust(width, "0")
 
 
 def journal(item: dict | None) -> list[tuple[WriteId, int]]:

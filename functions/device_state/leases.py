@@ -34,7 +34,7 @@ import uuid
 from dataclasses import dataclass, replace
 
 from . import table
-from .device import timestamp
+from .times import stored_time, timestamp
 from .errors import (DeviceLocked, DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, LeaseNotHeld, OutcomeUnknown,
                      RetriesExhausted, StorageError, StorageUnavailable, UnknownLease)
 from .observer import NULL_OBSERVER
@@ -147,7 +147,7 @@ class LeaseQueue:
         device = self._store.get_live_state(device_id, runtime.clock())
         if device is None:
             raise DeviceNotFound(device_id)
-        since = device[table.CREATED_AT]["S"]  # rows of an earlier incarnation of the device do not count
+        since = stored_time(device[table.CREATED_AT])  # rows of an earlier incarnation of the device do not count
         started = runtime.monotonic()
         deadline = started + wait_seconds
         ticket = self._draw(device_id)
@@ -371,7 +371,7 @@ class LeaseQueue:
         if state is None:
             raise DeviceNotFound(device_id)
         token, until = active_holder(state, now)
-        rows = self._live_rows(device_id, state[table.CREATED_AT]["S"])
+        rows = self._live_rows(device_id, stored_time(state[table.CREATED_AT]))
         holder_row = next((row for row in rows if token is not None and int(row[_TICKET]["N"]) == token), None)
         owner = holder_row.get(_OWNER, {}).get("S") if holder_row else None
         queue = tuple((int(row[_TICKET]["N"]), row.get(_OWNER, {}).get("S")) for row in rows if row is not holder_row)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from boto3.dynamodb.conditions import ConditionBase
 
 from . import connectivity, desires, table
-from .device import Device, timestamp
+from .device import Device
+from .times import time_attribute, timestamp
 from .change_items import change_item_size
 from .errors import DeviceAlreadyExists, DeviceNotFound, InvalidValue, ItemTooLarge, VersionConflict
 from .expressions import Expression, live, not_live, number
@@ -37,7 +38,7 @@ DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
 # lastSeen, and where connectivity/connected is declared its index attribute and the shard).
 BOOKKEEPING_BYTES = 768
 MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state write may leave on the item
-COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit, lastWrite becoming "updated"
+COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit
 # What a state write stores and its change record copies: the sections and their metadata.
 SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED,
                       table.STATUS_DESIRED)
@@ -108,7 +109,7 @@ class Planner:
         device = Device(device_id, previous + 1, state, stamp, stamp, desired=documents[DESIRED],
                         reported=documents[REPORTED], entries=entries)
         expr, written = Expression(), {table.STATE: to_attribute(state)}
-        name, now = expr.name, expr.value({"S": stamp})
+        name, now = expr.name, expr.value(time_attribute(self.now))
         if previous:
             condition = f"{name(table.VERSION)} = {expr.number(previous)} AND {not_live(expr, self.now)}"
         else:
@@ -161,7 +162,7 @@ class Planner:
                 entries[DESIRED] = next_entries(documents[DESIRED], entries.get(DESIRED, {}), (), 0)
                 changed.add(DESIRED)
         expr, written = Expression(), {}
-        sets = [f"{expr.name(table.UPDATED_AT)} = {expr.value({'S': stamp})}"]
+        sets = [f"{expr.name(table.UPDATED_AT)} = {expr.value(time_attribute(self.now))}"]
         if STATE in changed:
             written[table.STATE] = to_attribute(documents[STATE])
             sets.insert(0, f"{expr.name(table.STATE)} = {expr.value(written[table.STATE])}")
@@ -190,7 +191,7 @@ class Planner:
         entries = {**current.entries, STATUS: desires.after_acks(current.desired, current.entries, acks, self.now)}
         expr, written, removes = Expression(), {}, []
         stamp = timestamp(self.now)
-        sets = [f"{expr.name(table.UPDATED_AT)} = {expr.value({'S': stamp})}",
+        sets = [f"{expr.name(table.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
                 f"{expr.name(CHANGED_ATTRIBUTES[DESIRED])} = {expr.number(version)}"]
         written[CHANGED_ATTRIBUTES[DESIRED]] = _LARGEST_VERSION
         _status_sets(expr, current.desired, entries, sets, removes, written)
@@ -205,7 +206,7 @@ class Planner:
         current = Device.from_item(item)
         expr = Expression()
         name, now = expr.name, expr.value({"S": timestamp(self.now)})
-        sets = [f"{name(table.DELETED_AT)} = {now}", f"{name(table.UPDATED_AT)} = {now}",
+        sets = [f"{name(table.DELETED_AT)} = {now}", f"{name(table.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
                 f"{name(table.TTL_ATTRIBUTE)} = {expr.number(int(self.now) + self.tombstone_seconds)}"]
         removes = [name(attribute) for attribute in (table.STATE, *LEASE_ATTRIBUTES, table.DESIRED, table.REPORTED,
                                                      table.META_DESIRED, table.META_REPORTED, table.CHANGED_DESIRED,
@@ -284,11 +285,11 @@ class Planner:
             sets.append(f"{name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
         item_bytes, journaled = name(table.ITEM_BYTES), name(write.attribute)
         update = "SET " + ", ".join(sets + [
-            f"{version} = {version} + {one}", f"{name(table.UPDATED_AT)} = {expr.value({'S': timestamp(self.now)})}",
-            f"{journaled} = {version} + {one}", f"{name(table.LAST_WRITE)} = {expr.value({'S': UPDATED})}",
-            f"{item_bytes} = {item_bytes} + {expr.number(growth)}"])
+            f"{version} = {version} + {one}", f"{name(table.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
+            f"{journaled} = {version} + {one}", f"{item_bytes} = {item_bytes} + {expr.number(growth)}"])
         conditions.insert(0, f"{item_bytes} <= {expr.number(MAX_STATE_ITEM_BYTES - growth)}")
-        removes = compiled.removes + [name(attribute) for attribute in unindexed] + journal_removes
+        removes = compiled.removes + [name(attribute) for attribute in unindexed] + journal_removes + [
+            name(table.LAST_WRITE)]
         if removes:
             update += " REMOVE " + ", ".join(removes)
         if pruning:
@@ -451,9 +452,13 @@ class Planner:
         next_version = device.version if version is None else version
         journal_removes, newest_dropped = trimming(expr, item, JOURNAL_KEEP - 1, self.now)
         journaled, next_placeholder = name(write.attribute), expr.number(next_version)
-        sets = [*sets, f"{name(table.VERSION)} = {next_placeholder}", f"{journaled} = {next_placeholder}",
-                # the stream processor tells updated from replaced by it
-                f"{name(table.LAST_WRITE)} = {expr.value({'S': outcome})}"]
+        sets = [*sets, f"{name(table.VERSION)} = {next_placeholder}", f"{journaled} = {next_placeholder}"]
+        # The stream processor tells replaced from updated by it (created and deleted by the
+        # images): stored only when replaced, it costs the item nothing on every other write.
+        if outcome == REPLACED:
+            sets.append(f"{name(table.LAST_WRITE)} = {expr.value({'S': outcome})}")
+        else:
+            removes = [*removes, name(table.LAST_WRITE)]
         if self.seen_by == device_id and outcome != DELETED:
             sets.append(f"{name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
         if outcome != DELETED:

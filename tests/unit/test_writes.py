@@ -10,13 +10,15 @@ import pytest
 
 from functions.device_state import DeviceAlreadyExists, JsonPatch
 from functions.device_state import table
-from functions.device_state.device import timestamp
+from functions.device_state.device import Device
+from functions.device_state.times import stored_time, time_attribute, timestamp
 from functions.device_state.fencing import Fence, lease_key
 from functions.device_state.journal import JOURNAL_KEEP, JOURNAL_MAX, TRIMMED_STAMPS_KEEP, WriteId, journal, trimmed_stamp
 from functions.device_state.planning import STUB_SECONDS, Planner
 
 NOW = 1_800_000_000.0
 STAMP = repr(timestamp(NOW))
+MILLIS = int(NOW * 1000)  # how the state item stores createdAt and updatedAt
 PLANNER = Planner("devices", Fence(), NOW, tombstone_seconds=100)
 # Expressions as spelled(): placeholders replaced by the attribute names and values they stand for.
 LIVE = "(attribute_exists(version) AND attribute_not_exists(deletedAt) AND " \
@@ -54,6 +56,8 @@ def item(version=3, journal_entries=(), **extra):
 def test_a_write_id_names_its_journal_attribute_and_reads_back():
     write = WriteId(1_800_000_000_123, "0a1b2c3d")
     assert write.attribute.startswith(table.JOURNAL_PREFIX) and len(write.attribute) == 2 + 9 + 8
+    fresh = WriteId.new(NOW)
+    assert len(fresh.attribute) == 2 + 9 + 6 and WriteId.parse(fresh.attribute) == fresh
     assert WriteId.parse(write.attribute) == write
     assert WriteId.parse("w:nonsense") is None and WriteId.parse("state") is None
 
@@ -65,8 +69,8 @@ def test_a_state_write_is_version_checked_fenced_and_journaled():
     assert request["Key"] == table.state_key("d") and request["TableName"] == "devices"
     update = spelled(request, "UpdateExpression")
     assert re.fullmatch(re.escape(
-        f'SET state = {{"M":{{"n":{{"N":"2"}}}}}}, updatedAt = {STAMP}, version = 4, {write.attribute} = 4, '
-        "lastWrite = 'updated', itemBytes = ") + "[0-9]+", update), update
+        f'SET state = {{"M":{{"n":{{"N":"2"}}}}}}, updatedAt = {MILLIS}, version = 4, {write.attribute} = 4, '
+        "itemBytes = ") + "[0-9]+" + re.escape(" REMOVE lastWrite"), update), update
     assert spelled(request, "ConditionExpression") == (
         f"version = 3 AND {LIVE} AND attribute_not_exists({write.attribute}) AND {UNFENCED}")
     assert write.stamp_ms == int(NOW * 1000)
@@ -86,10 +90,9 @@ def test_a_state_write_keeps_the_newest_entries_and_raises_the_trim_watermark():
     marker = (WriteId(int((NOW - 3600) * 1000), "deadbeef"), 0)  # an old "never applied" mark
     planned = PLANNER.replace_state(item(11, entries + [marker]), lambda state: state, None, "updated")
     request = planned.request["Update"]
-    removed = {request["ExpressionAttributeNames"][name] for name in request["UpdateExpression"].split(
-        " REMOVE ")[1].split(", ")}
     kept_after = JOURNAL_KEEP - 1  # plus this write's own entry
-    assert removed == {write.attribute for write, _ in entries[:-kept_after]} | {marker[0].attribute}
+    assert removed_names(request) == {write.attribute for write, _ in entries[:len(entries) - kept_after]} | {
+        marker[0].attribute}
     assert f"journalTrimmed = {entries[-kept_after - 1][0].stamp_ms}" in spelled(request, "UpdateExpression")
 
 
@@ -111,12 +114,22 @@ def test_a_create_over_nothing_requires_no_version_and_over_a_tombstone_continue
         PLANNER.create("d", {}, item())
 
 
+def test_only_a_replacing_write_stores_last_write_for_the_stream_processor():
+    """created, updated and deleted are told apart by the images; replaced is not."""
+    replaced = spelled(PLANNER.replace_state(item(), lambda state: {"n": 2}, None, "replaced").request["Update"],
+                       "UpdateExpression")
+    assert "lastWrite = 'replaced'" in replaced and "REMOVE lastWrite" not in replaced, replaced
+    updated = spelled(PLANNER.replace_state(item(), lambda state: {"n": 2}, None, "updated").request["Update"],
+                      "UpdateExpression")
+    assert "lastWrite =" not in updated and "REMOVE lastWrite" in updated, updated
+
+
 def test_a_delete_leaves_a_tombstone_with_the_next_version():
     planned = PLANNER.delete(item(3))
     request = planned.request["Update"]
     assert spelled(request, "UpdateExpression").startswith(
-        f"SET deletedAt = {STAMP}, updatedAt = {STAMP}, expiresAt = {int(NOW) + 100}, version = 4, "
-        f"{planned.write.attribute} = 4, lastWrite = 'deleted' REMOVE state, leaseToken, leaseKey, leaseUntil")
+        f"SET deletedAt = {STAMP}, updatedAt = {MILLIS}, expiresAt = {int(NOW) + 100}, version = 4, "
+        f"{planned.write.attribute} = 4 REMOVE state, leaseToken, leaseKey, leaseUntil")
     assert planned.device.version == 3  # the device as it was
 
 
@@ -124,7 +137,7 @@ def test_a_compiled_patch_is_one_update_with_no_version_condition_guarded_by_its
     planned = PLANNER.compiled("d", JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile())
     request = planned.request["Update"]
     write = planned.write.attribute
-    assert (f", version = version + 1, updatedAt = {STAMP}, {write} = version + 1"
+    assert (f", version = version + 1, updatedAt = {MILLIS}, {write} = version + 1"
             in spelled(request, "UpdateExpression"))
     condition = spelled(request, "ConditionExpression")
     assert condition.startswith(f"{LIVE} AND attribute_not_exists({write}) AND {UNFENCED}")
@@ -162,10 +175,11 @@ def test_lease_holder_changes_name_their_ticket_and_carry_no_journal_entry():
 
 
 def removed_names(request):
+    """What the write REMOVEs but lastWrite (which every write but a replace removes)."""
     if " REMOVE " not in request["UpdateExpression"]:
         return set()
     clause = request["UpdateExpression"].split(" REMOVE ")[1].split(" ADD ")[0].split(" DELETE ")[0]
-    return {request["ExpressionAttributeNames"].get(name, name) for name in clause.split(", ")}
+    return {request["ExpressionAttributeNames"].get(name, name) for name in clause.split(", ")} - {table.LAST_WRITE}
 
 
 def test_a_write_keeps_the_entries_of_the_last_second_up_to_the_maximum():
@@ -173,7 +187,7 @@ def test_a_write_keeps_the_entries_of_the_last_second_up_to_the_maximum():
     JOURNAL_KEEP writes land in that time, so young entries stay (up to JOURNAL_MAX)."""
     young = [(WriteId(int(NOW * 1000) - 500 + version, f"{version:08x}"), version) for version in range(1, 12)]
     request = PLANNER.replace_state(item(11, young), lambda state: state, None, "updated").request["Update"]
-    assert " REMOVE " not in request["UpdateExpression"]  # all 11 young entries stay, with the write's own
+    assert removed_names(request) == set()  # all 11 young entries stay, with the write's own
     many = [(WriteId(int(NOW * 1000) - 500 + version, f"{version:08x}"), version) for version in range(1, 41)]
     request = PLANNER.replace_state(item(40, many), lambda state: state, None, "updated").request["Update"]
     assert removed_names(request) == {write.attribute for write, _ in many[:-(JOURNAL_MAX - 1)]}
@@ -185,7 +199,7 @@ def test_a_compiled_patch_drops_what_the_container_last_saw_and_adds_the_newest_
     seen = item(29, entries, journalTrimmed={"N": "950"}, journalTrimmedStamps={"NS": ["900"]})
     compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
     request = PLANNER.compiled("d", compiled, seen).request["Update"]
-    assert removed_names(request) == {write.attribute for write, _ in entries[:-(JOURNAL_KEEP - 1)]}
+    assert removed_names(request) == {write.attribute for write, _ in entries[:len(entries) - (JOURNAL_KEEP - 1)]}
     newest_dropped = entries[-JOURNAL_KEEP][0].stamp_ms
     # the stamp itself, not a distance from this container's view: a set union adds up to nothing
     assert spelled(request, "UpdateExpression").endswith(f' ADD journalTrimmedStamps {{"NS":["{newest_dropped}"]}}')
@@ -193,7 +207,7 @@ def test_a_compiled_patch_drops_what_the_container_last_saw_and_adds_the_newest_
     assert table.JOURNAL_TRIMMED not in request["ExpressionAttributeNames"].values()
     assert trimmed_stamp(seen) == 950 and trimmed_stamp({"journalTrimmedStamps": {"NS": ["990", "20"]}}) == 990
     unseen = PLANNER.compiled("d", compiled, None).request["Update"]
-    assert " REMOVE " not in unseen["UpdateExpression"] and " ADD " not in unseen["UpdateExpression"]
+    assert removed_names(unseen) == set() and " ADD " not in unseen["UpdateExpression"]
     assert len(journal(item(3, entries))) == len(entries)
 
 
@@ -225,7 +239,7 @@ def test_a_write_that_read_the_item_folds_the_patches_watermarks_into_its_own():
     assert removed_names(request) == {table.JOURNAL_TRIMMED_STAMPS}
     assert table.JOURNAL_TRIMMED not in request["ExpressionAttributeNames"].values()
     quiet = PLANNER.replace_state(item(5, journalTrimmed={"N": "700"}), lambda state: state, None, "updated")
-    assert " REMOVE " not in quiet.request["Update"]["UpdateExpression"]
+    assert removed_names(quiet.request["Update"]) == set()
 
 
 def test_a_state_at_the_item_limit_leaves_room_for_its_change_record():
@@ -291,3 +305,16 @@ def test_every_name_and_value_a_planned_request_declares_is_used():
             used = set(re.findall(r"[#:][A-Za-z0-9_]+", text))
             assert set(request["ExpressionAttributeNames"]) <= used, request
             assert set(request["ExpressionAttributeValues"]) <= used, request
+
+
+def test_the_state_item_stores_its_times_as_milliseconds_and_reads_both_forms():
+    created = PLANNER.create("d", {"n": 0}, None)
+    request = created.request["Update"]
+    assert f"createdAt = {MILLIS}, updatedAt = {MILLIS}" in spelled(request, "UpdateExpression")
+    assert created.device.created_at == created.device.updated_at == timestamp(NOW)
+    for epoch in (NOW, NOW + 0.0005, NOW + 0.9995, 1_795_680_604.5619999):  # the text and the number agree
+        assert stored_time(time_attribute(epoch)) == timestamp(epoch), epoch
+    text = item(3)
+    number = {**text, table.CREATED_AT: time_attribute(NOW), table.UPDATED_AT: time_attribute(NOW + 1)}
+    as_text = {**text, table.CREATED_AT: {"S": timestamp(NOW)}, table.UPDATED_AT: {"S": timestamp(NOW + 1)}}
+    assert Device.from_item(number).as_dict() == Device.from_item(as_text).as_dict()  # items written earlier
