@@ -53,7 +53,7 @@ MINUTES = HOURS * 60
 SECONDS = MINUTES * 60
 
 # us-east-1 list prices, USD, as published on each page (read 2026-11; the figures issue 29
-# states). Volume tiers are left out on both sides: they lower REST API requests past 333 M
+# states). Volume tiers are left out on both sides: they lower HTTP API requests past 300 M
 # a month and MQTT messages past 1 B.
 PRICES = {
     "dynamodb_write": (0.625, "per million write request units (1 KB)", "aws.amazon.com/dynamodb/pricing/on-demand"),
@@ -65,7 +65,6 @@ PRICES = {
                                 "aws.amazon.com/dynamodb/pricing/provisioned"),
     "dynamodb_read_capacity": (0.00013, "per provisioned read capacity unit-hour",
                                "aws.amazon.com/dynamodb/pricing/provisioned"),
-    "rest_api": (3.50, "per million REST API requests", "aws.amazon.com/api-gateway/pricing"),
     "http_api": (1.00, "per million HTTP API requests", "aws.amazon.com/api-gateway/pricing"),
     "websocket_message": (1.00, "per million WebSocket messages (32 KB)", "aws.amazon.com/api-gateway/pricing"),
     "websocket_minute": (0.25, "per million WebSocket connection-minutes", "aws.amazon.com/api-gateway/pricing"),
@@ -276,29 +275,25 @@ def _handler_milliseconds(endpoint: str, runs: int) -> dict:
     DeviceStateManager(client, name).create("dev-timing", state, sections=sections)
     from functions.api import handler
     from functions.auth import authorizer
-    from localdev.apigw import LambdaContext
+    from localdev.apigw import LambdaContext, make_event
 
     _fresh_configuration()
 
+    # The device's report as the HTTP API hands it over: the function verifies the token itself.
+    # The authorizer runs on the device's WebSocket connects only.
     token = credentials.ISSUER.token(device="dev-timing")
-    event = json.loads((REPO_ROOT / "events" / "get-device.json").read_text())
-    event.update({"path": "/devices/dev-timing/reported", "httpMethod": "PATCH",
-                  "pathParameters": {"proxy": "devices/dev-timing/reported"},
-                  "headers": {"Content-Type": "application/merge-patch+json"}, "multiValueHeaders": None})
-    event["requestContext"].update({"httpMethod": "PATCH", "path": "/prod/devices/dev-timing/reported",
-                                    "authorizer": {"principalId": "device:dev-timing", "principalKind": "device",
-                                                   "subject": "device:dev-timing", "scopes": "",
-                                                   "deviceId": "dev-timing", "expiresAt": ""}})
     api, auth = [], []
     for index in range(runs + 1):
-        event["body"] = json.dumps({"temperature": 20 + index % 7, "humidity": 40 + index % 5})
+        body = json.dumps({"temperature": 20 + index % 7, "humidity": 40 + index % 5})
+        event = make_event("PATCH", "/devices/dev-timing/reported", {
+            "Content-Type": "application/merge-patch+json", "Authorization": f"Bearer {token}"}, body)
         started = time.perf_counter()
         response = handler.lambda_handler(event, LambdaContext())
         api.append((time.perf_counter() - started) * 1000)
         assert response["statusCode"] == 200, response
-        request = request_event("PATCH", "/devices/dev-timing/reported", {"Authorization": f"Bearer {token}"})
+        connect = request_event("GET", "/ws", {"Authorization": f"Bearer {token}"})
         started = time.perf_counter()
-        authorizer.lambda_handler(request, None)
+        authorizer.lambda_handler(connect, None)
         auth.append((time.perf_counter() - started) * 1000)
     return {"api_report_ms": round(statistics.median(api[1:]), 2),
             "authorizer_ms": round(statistics.median(auth[1:]), 2)}
@@ -314,21 +309,25 @@ def topology(context: dict | None = None) -> dict:
     from infra.stack import DeviceStateStack
 
     app = cdk.App(context={"aws:cdk:bundling-stacks": [], **(context or {})})
-    resources = Template.from_stack(DeviceStateStack(app, "DeviceStateStack")).to_json()["Resources"].values()
+    template_resources = Template.from_stack(DeviceStateStack(app, "DeviceStateStack")).to_json()["Resources"]
+    resources = template_resources.values()
 
     def function(handler_name: str) -> dict:
         return next(r["Properties"] for r in resources if r["Type"] == "AWS::Lambda::Function"
                     and r["Properties"].get("Handler") == handler_name)
 
-    authorizers = [r["Properties"] for r in resources if r["Type"] == "AWS::ApiGateway::Authorizer"]
+    [http_api] = [logical for logical, r in template_resources.items() if r["Type"] == "AWS::ApiGatewayV2::Api"
+                  and r["Properties"]["ProtocolType"] == "HTTP"]
     mappings = [r["Properties"] for r in resources if r["Type"] == "AWS::Lambda::EventSourceMapping"]
     table = next(r["Properties"] for r in resources if r["Type"] == "AWS::DynamoDB::Table")
     tracking = [r["Properties"]["TargetTrackingScalingPolicyConfiguration"] for r in resources
                 if r["Type"] == "AWS::ApplicationAutoScaling::ScalingPolicy"]
     return {
-        "api": "REST" if any(r["Type"] == "AWS::ApiGateway::RestApi" for r in resources) else "HTTP",
-        "authorizer_cache_seconds": max((a.get("AuthorizerResultTtlInSeconds", 300) for a in authorizers), default=0),
-        "device_domain_cache_seconds": 0,  # mutual TLS: caching is off (infra/api.py)
+        "api": "HTTP",
+        # an authorizer in front of the HTTP routes would run on every request (devices calling
+        # with certificates send no header to cache its answer by)
+        "authorizer_on_requests": any(r["Type"] == "AWS::ApiGatewayV2::Route" and r["Properties"]["ApiId"] == {
+            "Ref": http_api} and r["Properties"].get("AuthorizationType", "NONE") != "NONE" for r in resources),
         "api_memory_mb": function("functions.api.handler.lambda_handler")["MemorySize"],
         "authorizer_memory_mb": function("functions.auth.authorizer.lambda_handler")["MemorySize"],
         "changes_memory_mb": function("functions.changes.handler.lambda_handler")["MemorySize"],
@@ -389,9 +388,10 @@ def bills(kinds: dict, timing: dict, shape: dict, sizes: dict) -> dict:
     stored_gb = (DEVICES * sizes["reference rate (1 write / 60 s)"]["item_bytes"]
                  + writes / DAYS * 7 * change_bytes) / 1024 ** 3
     ours = {
-        "API Gateway requests": price("rest_api" if shape["api"] == "REST" else "http_api", requests),
+        "API Gateway requests": price("http_api", requests),
         "API function": lambda_cost(requests, timing["api_report_ms"], shape["api_memory_mb"]),
-        "authorizer": lambda_cost(requests if shape["device_domain_cache_seconds"] == 0 else desires,
+        # the authorizer runs on every WebSocket connect (and on every request, were it in front of them)
+        "authorizer": lambda_cost(reconnects + (requests if shape["authorizer_on_requests"] else 0),
                                   timing["authorizer_ms"], shape["authorizer_memory_mb"]),
         "DynamoDB writes": dynamodb_cost("write", write_units, shape),
         "DynamoDB reads": dynamodb_cost("read", read_units, shape),

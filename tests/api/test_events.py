@@ -48,4 +48,4 @@ def test_event_replays_with_its_status(name, monkeypatch):
         cache.cache_clear()
     assert response["statusCode"] == EXPECTED[name], response
     if name == "create-device":
-        assert response["multiValueHeaders"]["Location"] == ["/prod/devices/lamp-2"]
+        assert response["multiValueHeaders"]["Location"] == ["/devices/lamp-2"]  # the $default stage: no prefix
