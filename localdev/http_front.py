@@ -83,7 +83,7 @@ def waits(method: str, target: str, body: bytes | None) -> bool:
     if parts[3] == "leases" and method == "POST" and body:
         try:
             document = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # the handler answers what is wrong with it
             return False
         return isinstance(document, dict) and bool(document.get("waitSeconds"))
     return False

@@ -107,3 +107,12 @@ def test_the_waiting_function_alarms_watch_it_and_have_runbook_entries(template,
     assert props["Threshold"] == threshold
     assert props["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": waiting_logical}}]
     assert f"`{name}`" in (REPO_ROOT / "docs" / "operations.md").read_text()
+
+
+@pytest.mark.parametrize("body", [b"[" * 100_000 + b"]" * 100_000, b"{" * 5000, b"\xff\xfe", b"[]", b"null"])
+def test_no_body_makes_the_dev_servers_waiting_check_fail(body):
+    """A lease request's body is read for its waitSeconds before the handler runs: whatever it
+    holds, the check answers (the handler then says what is wrong with it)."""
+    from localdev import http_front
+
+    assert http_front.waits("POST", "/devices/x1/leases", body) is False
