@@ -1,6 +1,6 @@
 """Change items between snapshots, on DynamoDB Local: a change carries its sections only
 every SNAPSHOT_EVERY-th version (and where ``is_snapshot`` says), the others only the patch
-and the metadata, and history and the feed answer as if every one did."""
+and the metadata, and history, the feed, push and events answer as if every one did."""
 
 from __future__ import annotations
 
@@ -10,10 +10,15 @@ from decimal import Decimal
 import pytest
 
 from bench.costs import reference_device
+from functions.changes.events import detail
+from functions.changes.handler import handle
 from functions.device_state import Ack, DesireOptions, DeviceStateManager, JsonPatch, MergePatch, table
 from functions.device_state.change_items import SNAPSHOT_EVERY, change_of, change_sk
 from functions.device_state.changes import ChangeLog, VersionNotFound
 from functions.device_state.values import item_size
+from functions.push.delivery import Delivery
+from functions.push.subscriptions import Subscriptions
+from tests.helpers import RecordingClient
 
 pytestmark = pytest.mark.dynamodb_local
 SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED)
@@ -144,3 +149,80 @@ def test_a_version_whose_snapshot_is_gone_is_not_found(history):
             history.log.at_version(history.device_id, version)
     assert history.log.at_version(history.device_id, SNAPSHOT_EVERY - 1).as_dict(
         include_metadata=True, now=history.now) == history.shown[SNAPSHOT_EVERY - 1]
+
+
+def _follower(written: Written, client, sections, since: int) -> tuple[Delivery, list]:
+    subscriptions = Subscriptions(client, written.name)
+    subscriptions.open(f"conn-{sections[0]}", "test")
+    subscriptions.subscribe(f"conn-{sections[0]}", written.device_id, since, sections)
+    posted = []
+    log = ChangeLog(client, written.name, clock=lambda: written.now)
+    return Delivery(subscriptions, log, lambda connection, message: posted.append(message)), posted
+
+
+def test_push_computes_a_change_to_desired_from_its_item_and_reads_the_state_item_for_another(local_table):
+    written = Written(*local_table)
+    written.create()
+    recording = RecordingClient(written.client)
+    desired, to_desired = _follower(written, recording, ("desired",), 1)
+    reported, to_reported = _follower(written, recording, ("reported",), 1)
+    written.write(lambda manager: manager.update_with_retry(
+        written.device_id, MergePatch({"setpoint": 19}), section="desired"))
+    recording.calls.clear()
+    desired.fan_out(written.device_id, 2)
+    assert [message["delta"] for message in to_desired] == [written.deltas[2]] and written.deltas[2]
+    assert recording.count("get_item") == 0  # the snapshot holds what the delta needs
+
+    reported.fan_out(written.device_id, 2)  # a change to desired: the reported follower is moved past it
+    written.report(1)
+    assert table.STATE not in written.change_item(3)
+    recording.calls.clear()
+    reported.fan_out(written.device_id, 3)
+    assert [message["version"] for message in to_reported] == [3]
+    assert to_reported[0]["delta"] == written.deltas[3]
+    assert recording.count("get_item") == 1  # the state item, still at that version: no rebuild
+
+
+def test_a_catch_up_through_changes_between_snapshots_rebuilds_once(local_table):
+    written = Written(*local_table)
+    written.create()
+    for step in range(SNAPSHOT_EVERY + 4):
+        written.report(step)
+    recording = RecordingClient(written.client)
+    delivery, posted = _follower(written, recording, ("reported",), 1)
+    recording.calls.clear()
+    delivery.fan_out(written.device_id, SNAPSHOT_EVERY + 5)
+    assert [message["version"] for message in posted] == list(range(2, SNAPSHOT_EVERY + 6))
+    assert [message["delta"] for message in posted] == [
+        written.deltas[version] for version in range(2, SNAPSHOT_EVERY + 6)]
+    # the state item (moved on), then versions 2 and 1 to rebuild version 2; the rest follow by their patches
+    assert recording.count("get_item") == 3
+
+
+class Published:
+    def __init__(self):
+        self.details = []
+
+    def publish(self, change):
+        self.details.append(detail(change))
+
+    def send(self, detail_type, body):
+        pass
+
+
+def test_events_carry_the_state_and_delta_of_a_change_between_snapshots_without_a_read(local_table):
+    written = Written(*local_table)
+    written.create()
+    old = written.state_item()
+    written.report(1)
+    new = written.state_item()
+    recording = RecordingClient(written.client)
+    events = Published()
+    written.client.delete_item(TableName=written.name, Key={
+        table.PARTITION_KEY: {"S": written.device_id}, table.SORT_KEY: {"S": change_sk(2)}})
+    handle({"eventName": "MODIFY", "dynamodb": {"Keys": table.state_key(written.device_id), "OldImage": old,
+                                                "NewImage": new}}, ChangeLog(recording, written.name), events)
+    assert recording.calls == ["put_item"]
+    assert table.STATE not in written.change_item(2)
+    [body] = events.details
+    assert body["delta"] == written.deltas[2] and body["state"] == written.shown[2]["state"]
