@@ -75,7 +75,7 @@ class Delivery:
                 else:
                     device = device_after(device, change)  # no read: None where it would take one
                     if change is not changes[-1]:
-                        continue  # nothing sent: the next write records past it (one a page, not one a change)
+                        continue  # nothing sent: the next write records past it (one a page, not a change)
                 if not self.subscriptions.advance(subscription, change.version):
                     subscription = self.subscriptions.current(subscription)  # another sender moved it
                     break
