@@ -45,7 +45,7 @@ from .observer import UpdateObserver
 from .patches import JsonPatch, MergePatch
 from .transactions import (MAX_OPERATIONS, InvalidTransaction, Operation, OperationFailure, TransactionFailed,
                            TransactionTooLarge)
-from .change_items import CHANGE_SK_PREFIX, Change, change_from_item
+from .change_items import CHANGE_SK_PREFIX, Change, change_from_item, device_after
 from .changes import (DEFAULT_RETENTION_SECONDS, MAX_FEED_LIMIT, MAX_RECORD_AGE_SECONDS, ChangeLog, ChangesExpired,
                       InvalidSince, VersionNotFound, VersionNotRecorded)
 from .client import boto3_session
@@ -91,6 +91,7 @@ __all__ = [
     "CHANGE_SK_PREFIX",
     "ChangeLog",
     "change_from_item",
+    "device_after",
     "ChangesExpired",
     "ConditionFailed",
     "CREATED",

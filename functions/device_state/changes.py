@@ -11,10 +11,15 @@ themselves) is no change: ``change_of`` returns None for it.
 A change item holds the version, the previous version, the kind, the sections the write
 changed, an RFC 6902 patch over the whole document ``{"state", "desired", "reported"}``
 (paths ``/state/...``, ``/desired/...``, ``/reported/...``) from the previous version to
-this one, the new sections themselves and their per-leaf metadata (so history needs no
-replay), the device's timestamps, and ``expiresAt`` = ``updatedAt`` + retention. When
-patch and sections do not both fit in one item, the patch is left out and read back as
-one ``replace`` of the whole document (``""``), which is equally exact.
+this one, the new version's per-leaf metadata, the device's timestamps, and ``expiresAt`` =
+``updatedAt`` + retention. A *snapshot* (``is_snapshot``: every ``SNAPSHOT_EVERY``-th
+version, a created or replaced one, a change to desired) also holds the new sections
+themselves, as does any change whose item they leave in the same write units. History
+rebuilds any other version from the snapshot before it and the patches since, so it cannot
+show a version whose snapshot, or a change since, expired or was lost: it reaches back to
+the retention less up to ``SNAPSHOT_EVERY - 1`` versions. When patch and sections do not
+both fit in one item, the patch is left out and read back as one ``replace`` of the whole
+document (``""``), which is equally exact.
 
 A state write is refused unless its change item fits (``change_item_size``), so the
 sections always fit. Should DynamoDB still refuse one, the sections are left out (the
@@ -30,12 +35,12 @@ import time
 from typing import Callable
 
 from . import table
-from .change_items import (CHANGE_SK_PREFIX, DELETED, VERSION_WIDTH, Change, apply_patch, change_from_item,
-                           change_item, change_of, change_sk, epoch_of, lost_marker, without_sections)
+from .change_items import (CHANGE_SK_PREFIX, DELETED, VERSION_WIDTH, Change, change_from_item, change_item,
+                           change_of, change_sk, device_after, epoch_of, is_snapshot, lost_marker,
+                           without_sections, write_units)
 from .device import Device
 from .errors import DeviceNotFound, DeviceStateError, ItemTooLarge
 from .expressions import Expression
-from .sections import DESIRED, REPORTED, STATE
 from .runtime import Runtime
 from .store import IDEMPOTENT, ONCE, Rejected, Store
 from .times import stored_time
@@ -111,6 +116,8 @@ class ChangeLog:
         if change.state is not None:
             forms += [without_sections(change, new_image, self.retention_seconds, metadata=True),
                       without_sections(change, new_image, self.retention_seconds, metadata=False)]
+            if not is_snapshot(change) and write_units(forms[1]) < write_units(forms[0]):
+                forms.pop(0)  # between snapshots, the sections are left out where that saves a write unit
         forms.append(lost_marker(change, self.retention_seconds))
         for form in forms:
             try:
@@ -235,19 +242,21 @@ class ChangeLog:
                     raise VersionNotRecorded(device_id, version)
                 item = self._change_item(device_id, at)  # the feed may have recorded it since the first read
             if item is None:
-                raise VersionNotFound(device_id, version, "never written, or past the retention")
+                why = ("never written, or past the retention" if at == version
+                       else f"version {at}, which it is rebuilt from, is missing or past the retention")
+                raise VersionNotFound(device_id, version, why)
             change = change_from_item(item)
             if change.lost:
-                raise VersionNotFound(device_id, version, "its change could not be recorded")
+                why = ("its change could not be recorded" if at == version
+                       else f"the change of version {at}, which it is rebuilt from, was lost")
+                raise VersionNotFound(device_id, version, why)
             if change.kind == DELETED:
                 raise VersionNotFound(device_id, version, "the device was deleted at this version")
             if change.state is not None:
-                whole = {STATE: change.state, DESIRED: change.desired or {}, REPORTED: change.reported or {}}
+                device = change.device()
                 for later in reversed(pending):  # rebuilt from the version before and each patch
-                    whole = apply_patch(whole, later.patch)
-                newest = pending[0] if pending else change
-                return Device(device_id, version, whole[STATE], newest.created_at or "", newest.updated_at,
-                              desired=whole[DESIRED], reported=whole[REPORTED], entries=newest.entries or {})
+                    device = device_after(device, later)
+                return device
             pending.append(change)
         raise VersionNotFound(device_id, version, "too far from a version stored with its sections")
 

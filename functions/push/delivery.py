@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from functions.device_state import (DELETED, Change, ChangeLog, ChangesExpired, DeviceNotFound,
-                                    VersionNotFound, dumps)
+from functions.device_state import (DELETED, Change, ChangeLog, ChangesExpired, Device, DeviceNotFound,
+                                    VersionNotFound, device_after, dumps)
 from functions.problem_details import problem
 
 from .subscriptions import Subscription, Subscriptions
@@ -56,6 +56,7 @@ class Delivery:
         reach. Raises ChangesExpired when the next one is past the retention, Gone when the
         connection is; returns the subscription as it ends (None if it ended, or its connection
         is past its expiry)."""
+        device = None  # the device as the change before the one in hand left it, where known
         while subscription is not None and (up_to is None or subscription.delivered < up_to):
             changes = [change for change in known if change.version > subscription.delivered]
             known = ()
@@ -68,10 +69,13 @@ class Delivery:
                 return subscription
             for change in changes:
                 if set(subscription.sections).intersection(change.sections) or change.kind == DELETED:
-                    if not self._post(subscription, change_message(change, self._delta(change))):
+                    device = self._device(change, device)
+                    if not self._post(subscription, change_message(change, device and device.delta())):
                         return None
-                elif change is not changes[-1]:
-                    continue  # nothing sent: the next write records past it (one write a page, not one a change)
+                else:
+                    device = device_after(device, change)  # no read: None where it would take one
+                    if change is not changes[-1]:
+                        continue  # nothing sent: the next write records past it (one a page, not a change)
                 if not self.subscriptions.advance(subscription, change.version):
                     subscription = self.subscriptions.current(subscription)  # another sender moved it
                     break
@@ -93,13 +97,17 @@ class Delivery:
         except Exception as error:  # noqa: BLE001 - one connection's trouble, not the stream's
             raise PostFailed(f"post to {subscription.connection_id} failed: {error}") from error
 
-    def _delta(self, change: Change) -> dict | None:
+    def _device(self, change: Change, before: Device | None) -> Device | None:
+        """The device as ``change`` left it (None for a delete): from the change's item and
+        the device before it where they hold it, else read (``at_version``: the state item
+        while the device is still at that version, a rebuild from the feed once it moved on)."""
         if change.kind == DELETED or change.lost:
             return None
-        if change.state is not None:
-            return change.device().as_dict()["delta"]
-        try:  # stored without its sections (too large): rebuilt from the versions before
-            return self.log.at_version(change.device_id, change.version).as_dict()["delta"]
+        device = device_after(before, change)
+        if device is not None:
+            return device
+        try:
+            return self.log.at_version(change.device_id, change.version)
         except VersionNotFound:
             return None
 

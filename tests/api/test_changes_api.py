@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from functions.changes.events import DETAIL_TYPE
+from functions.device_state.change_items import SNAPSHOT_EVERY, change_sk
 from functions.device_state.changes import ChangeLog
 from functions.device_state.table import state_key
 from tests.api.test_http import launch
@@ -36,6 +37,31 @@ def test_since_past_the_retention_is_410_changes_expired_with_the_current_versio
     assert result.status == 410
     assert result.json["type"].endswith(":changes-expired") and result.json["currentVersion"] == 2
     assert [change["version"] for change in api("GET", "/devices/gone/changes?since=1").json["changes"]] == [2]
+
+
+def test_history_and_the_feed_answer_each_version_as_it_was_between_and_at_snapshots(api):
+    """Most change items hold only their patch (``SNAPSHOT_EVERY``): GET /versions/{v} still
+    answers each version as GET /devices/{id} did then, and the feed each change as written."""
+    note = "x" * 700  # the sections cost a second write unit: versions between snapshots leave them out
+    assert api("POST", "/devices", {"deviceId": "t", "state": {"note": note, "n": 0}}).status == 201
+    log, shown, entries = ChangeLog(api.client, api.table), {}, {}
+    for n in range(2 * SNAPSHOT_EVERY + 2):
+        before = api.client.get_item(TableName=api.table, Key=state_key("t"), ConsistentRead=True).get("Item")
+        if n:
+            path, body = ("/devices/t/reported", {"n": n}) if n % 3 else ("/devices/t", {"n": n})
+            assert api("PATCH", path, body, content_type="application/merge-patch+json").status == 200
+        after = api.client.get_item(TableName=api.table, Key=state_key("t"), ConsistentRead=True)["Item"]
+        entries[int(after["version"]["N"])] = log.record(None if n == 0 else before, after).as_dict()
+        current = api("GET", "/devices/t?include=metadata")
+        shown[int(after["version"]["N"])] = (current.headers["ETag"], {
+            key: value for key, value in current.json.items() if key != "connectivity"})
+    stored = [api.client.get_item(TableName=api.table, Key={**state_key("t"), "sk": {"S": change_sk(v)}})
+              ["Item"] for v in shown]
+    assert sum("state" not in item for item in stored) > SNAPSHOT_EVERY
+    for version, (etag, body) in shown.items():
+        answer = api("GET", f"/devices/t/versions/{version}?include=metadata")
+        assert (answer.status, answer.headers["ETag"], answer.json) == (200, etag, body), version
+    assert api("GET", "/devices/t/changes?since=0").json["changes"] == [entries[v] for v in sorted(entries)]
 
 
 @pytest.mark.parametrize("query", ["since=-1", "since=x", "limit=0", "limit=101", "waitSeconds=21",
