@@ -38,7 +38,7 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
 from bench.contention import CountingClient  # noqa: E402
 from functions.device_state import (Ack, ChangeLog, DesireOptions, DeviceStateManager, JsonPatch, MergePatch,  # noqa: E402
                                     Operation, dynamodb_client, table)
-from functions.device_state.change_items import change_sk  # noqa: E402
+from functions.device_state.change_items import SNAPSHOT_EVERY, change_sk  # noqa: E402
 from functions.device_state.values import item_size  # noqa: E402
 from functions.push.delivery import Delivery  # noqa: E402
 from functions.push.fanout import changed_since  # noqa: E402
@@ -179,12 +179,14 @@ def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_D
         meter.manager.as_device(device_id).update_with_retry(device_id, MergePatch(
             {"temperature": Decimal(80 + next(step) % 7) / 4, "humidity": 40 + next(step) % 9}), section="reported")
 
-    # An hour of the reference fleet: 59 reports (which fill the write journal to its steady
-    # state), a measured 60th, then the hour's desire, which the device's subscription catches
-    # up to through the reports.
-    for _ in range(reports_per_desire - 1):
+    # An hour of the reference fleet: its reports (the first fill the write journal to its
+    # steady state; the last SNAPSHOT_EVERY measured, a whole period of change items, one of
+    # them a snapshot), then the hour's desire, which the device's subscription catches up to
+    # through the reports.
+    measured = min(SNAPSHOT_EVERY, reports_per_desire)
+    for _ in range(reports_per_desire - measured):
         meter.run(ids, report)
-    kinds["report"] = meter.run(ids, report)
+    kinds["report"] = meter.run(ids * measured, report)
     kinds["desired write"] = meter.run(ids, lambda d: meter.manager.update_with_retry(
         d, MergePatch({"setpoint": 19 + next(step) % 6}), section="desired"))
     meter.run(ids, lambda d: meter.manager.update_with_retry(d, MergePatch({"bootCount": 0})))  # not measured
@@ -223,17 +225,20 @@ def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_D
         device_id = f"paced-{uuid.uuid4().hex[:6]}"
         state, sections = reference_device(9999)
         paced.create(device_id, state, sections=sections)
+        change_bytes = []  # of the last SNAPSHOT_EVERY versions' change items, one of them a snapshot
         for index in range(40):
             now[0] += interval
+            old = meter.state_item(device_id)
             paced.update_with_retry(device_id, MergePatch({"temperature": Decimal(80 + index % 7) / 4}), section="reported")
-        item = meter.state_item(device_id)
+            item = meter.state_item(device_id)
+            meter.log.record(old, item)
+            change = client.get_item(TableName=name, ConsistentRead=True, Key={
+                table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": change_sk(int(item[table.VERSION]["N"]))}})
+            change_bytes = (change_bytes + [item_size(change["Item"])])[-SNAPSHOT_EVERY:]
         values = {key: item[key] for key in (table.STATE, table.DESIRED, table.REPORTED) if key in item}
-        meter.log.record(None, item)
-        change = client.get_item(TableName=name, ConsistentRead=True, Key={
-            table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": change_sk(int(item[table.VERSION]["N"]))}})
         sizes[label] = {"item_bytes": item_size(item), "values_bytes": item_size(values),
                         "bookkeeping_bytes": item_size(item) - item_size(values),
-                        "change_item_bytes": item_size(change.get("Item"))}
+                        "change_item_bytes": round(statistics.mean(change_bytes))}
     timing = {"stream_ms_per_record": round(1000 * meter.stream_seconds / max(meter.stream_records, 1), 2)}
     return kinds, sizes, timing
 
@@ -436,7 +441,7 @@ def markdown(kinds: dict, sizes: dict, timing: dict, shape: dict, bill: dict, pr
         lines.append(f"| {kind} | {units['service_read']} | {units['service_write']} | {units['changes_read']} | "
                      f"{units['changes_write']} | {units['push_read']} | {units['push_write']} | "
                      f"{units['service_calls']} |")
-    lines += ["", "| state item, written at | bytes | values | bookkeeping | its change item |", "|---|---|---|---|---|"]
+    lines += ["", "| state item, written at | bytes | values | bookkeeping | its change items (mean of a snapshot period) |", "|---|---|---|---|---|"]
     lines += [f"| {label} | {s['item_bytes']} | {s['values_bytes']} | {s['bookkeeping_bytes']} | "
               f"{s['change_item_bytes']} |" for label, s in sizes.items()]
     changed = {key: value for key, value in provisioned["topology"].items() if shape.get(key) != value}
