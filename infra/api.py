@@ -175,7 +175,9 @@ class DeviceApi(Construct):
             for name, alias in (("Api", self.alias), ("Waiting", self.waiting_alias)))
         # Every request the waiting routes do not take goes to the API function (the $default
         # route): it answers each route, 404 for a path that is none and 405 with Allow for a method.
-        self.api = apigatewayv2.HttpApi(self, "Api", api_name="device-state", description="Device-state service",
+        # "HttpApi", not "Api": the REST API of earlier releases had that id, and CloudFormation
+        # cannot change a logical id's resource type (tests/infra/test_upgrade.py).
+        self.api = apigatewayv2.HttpApi(self, "HttpApi", api_name="device-state", description="Device-state service",
                                         create_default_stage=False, default_integration=integration)
         self.stage = apigatewayv2.HttpStage(
             self, "Stage", http_api=self.api, stage_name="$default", auto_deploy=True,
@@ -227,8 +229,8 @@ class DeviceApi(Construct):
         """A regional custom domain with mutual TLS: API Gateway verifies the client certificate
         against the truststore and hands it to the function (``requestContext.identity.clientCert``)."""
         bucket, _, key = device_domain.truststore_uri.removeprefix("s3://").partition("/")
-        domain = apigatewayv2.DomainName(
-            self, "DeviceDomain", domain_name=device_domain.name,
+        domain = apigatewayv2.DomainName(  # a new id too, for the same reason as the API's
+            self, "HttpDeviceDomain", domain_name=device_domain.name,
             certificate=acm.Certificate.from_certificate_arn(self, "DeviceCertificate",
                                                               device_domain.certificate_arn),
             endpoint_type=apigatewayv2.EndpointType.REGIONAL, security_policy=apigatewayv2.SecurityPolicy.TLS_1_2,

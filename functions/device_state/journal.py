@@ -4,9 +4,8 @@ attribute ``w:<write id>`` holding the version it produced; it also requires tha
 attribute to be absent, so no copy of the same write can ever apply twice. Every write
 keeps the newest ``JOURNAL_KEEP`` entries, and every entry younger than
 ``JOURNAL_KEEP_SECONDS`` (up to ``JOURNAL_MAX``): a writer whose answer was lost settles
-within its read timeout and a round trip or two, however many other writes land meanwhile;
-a device written once a minute carries ``JOURNAL_KEEP`` entries, not a journal sized for a
-hot one. A write that drops entries raises a watermark to at least the
+before its settle deadline, however many other writes land meanwhile; a device written once
+a minute carries ``JOURNAL_KEEP`` entries, not a journal sized for a hot one. A write that drops entries raises a watermark to at least the
 newest stamp it dropped, so an absent entry is proof of "never applied" only while the
 watermarks are older than the write's own stamp: ``journalTrimmed``, SET by the writes
 that read the item (their version condition makes it exact), and the highest of
@@ -29,9 +28,9 @@ from . import table
 from .expressions import Expression
 
 JOURNAL_KEEP = 1  # the newest entries every write leaves on the item (its own)
-# and the entries younger than this (by the trimming writer's clock): a lost answer is known
-# lost after the client's read timeout (3 s), and its settle mark follows at once...
-JOURNAL_KEEP_SECONDS = 5.0
+# and the entries younger than this (by the trimming writer's clock): longer than any settle
+# may ask for one, its deadline (SETTLE_SECONDS, at most 15 s) after a read timeout (3 s)...
+JOURNAL_KEEP_SECONDS = 20.0
 JOURNAL_MAX = 16  # ...up to this many entries in all
 TRIMMED_STAMPS_KEEP = 2  # a compiled patch that sees this many trimmed stamps prunes them instead of adding one
 SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
