@@ -28,10 +28,13 @@ TOMBSTONE_SECONDS = "TOMBSTONE_SECONDS"  # how long a deleted device's version i
 EVENT_BUS_NAME = "EVENT_BUS_NAME"  # the EventBridge bus for DeviceStateChanged events
 CHANGE_EVENTS_FILE = "CHANGE_EVENTS_FILE"  # locally: append the events to this file instead
 FLEET_INDEX = "FLEET_INDEX"  # the queryable fields, path:type,… (functions.device_state.fleet_index)
+# true on the API function, whose routes are not the waiting ones (a function of their own
+# serves those): a request that reaches it with waitSeconds anyway is answered at once
+NEVER_WAIT = "NEVER_WAIT"
 
 STORAGE_VARIABLES = (TABLE_NAME, DYNAMODB_ENDPOINT, CHANGE_RETENTION_SECONDS)
 API_VARIABLES = STORAGE_VARIABLES + (MAX_ATTEMPTS, RETRY_BUDGET_SECONDS, REQUIRE_IF_MATCH, SETTLE_SECONDS,
-                                     TOMBSTONE_SECONDS, FLEET_INDEX)
+                                     TOMBSTONE_SECONDS, FLEET_INDEX, NEVER_WAIT)
 REINDEX_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX,)
 PROCESSOR_VARIABLES = STORAGE_VARIABLES + (EVENT_BUS_NAME, CHANGE_EVENTS_FILE)
 PUSH_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX,)  # a device's connects set connectivity/connected
@@ -67,6 +70,7 @@ class ApiConfig(StorageConfig):
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS
     fleet_index: FleetIndex = FleetIndex()
+    never_wait: bool = False
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "ApiConfig":
@@ -80,6 +84,7 @@ class ApiConfig(StorageConfig):
             tombstone_seconds=_integer(environ, TOMBSTONE_SECONDS, DEFAULT_TOMBSTONE_SECONDS, 60,
                                        MAX_TOMBSTONE_SECONDS),
             fleet_index=fleet_index(environ),
+            never_wait=_boolean(environ, NEVER_WAIT),
         )
 
 

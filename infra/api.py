@@ -158,8 +158,9 @@ class DeviceApi(Construct):
         # latter serves POST /devices/{id}/token, so only it has the signing variables (and kms:Sign).
         index_arns = [f"{table.table_arn}/index/{index['IndexName']}"
                       for index in fleet_index.global_secondary_indexes()]
-        self.function = self._api_function("Function", table, {**environment, **(token_environment or {})},
-                                           reserved_concurrency, snap_start, index_arns)
+        self.function = self._api_function(
+            "Function", table, {**environment, **(token_environment or {}), config.NEVER_WAIT: "true"},
+            reserved_concurrency, snap_start, index_arns)
         self.waiting_function = self._api_function("WaitingFunction", table, environment,
                                                    waiting_reserved_concurrency, snap_start, index_arns)
         self.alias = published_alias(self.function) if snap_start else self.function

@@ -14,7 +14,7 @@ from functions.device_state import (MAX_FEED_LIMIT, SECTIONS, ChangeLog, Changes
                                     dynamodb_client)
 
 from . import request_parsing as parse
-from .common import budget, device_response, json_response, route
+from .common import device_response, json_response, route, wait_budget
 from functions.config import api_config
 from .problems import BadRequest, HttpProblem
 
@@ -50,7 +50,7 @@ def list_changes(device_id: str):
     limit = parse.integer(query, "limit", DEFAULT_FEED_LIMIT, 1, MAX_FEED_LIMIT)
     wait = parse.integer(query, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
     try:
-        changes = change_log().wait(device_id, since, limit, budget(router.lambda_context, wait) if wait else 0)
+        changes = change_log().wait(device_id, since, limit, wait_budget(router.lambda_context, wait) if wait else 0)
     except ChangesExpired as expired:
         raise ChangesGone(str(expired), deviceId=device_id, currentVersion=expired.current_version) from None
     next_since = changes[-1].version if changes else since  # past the changes filtered out too

@@ -97,6 +97,13 @@ def budget(context, wanted: float | None = None) -> float:
     return max(seconds, 0.0)
 
 
+def wait_budget(context, wanted: float) -> float:
+    """How long a request with ``waitSeconds`` may wait here: none in a function that serves no
+    waiting route (``NEVER_WAIT``: a path spelled so that the gateway did not route it to the
+    waiting function must not hold this one's executions), else ``budget``."""
+    return 0.0 if api_config().never_wait else budget(context, wanted)
+
+
 def json_response(body, status: int = 200, headers: dict | None = None) -> Response:
     return Response(status_code=status, content_type=parse.JSON, body=dumps(body), headers=headers)
 

@@ -20,7 +20,7 @@ from functions.auth.rights import WriteKind
 from . import access
 from . import request_parsing as parse
 from .common import (budget, device_response, idempotency_key, json_response, manager, replay, route,
-                     write_response)
+                     wait_budget, write_response)
 from functions.config import api_config
 from .observability import record_patch_latency
 from .problems import BadRequest, PreconditionFailed, PreconditionRequired, etag
@@ -277,7 +277,7 @@ def get_delta(device_id: str):
     if wait and since is None:
         since = device.version  # waits for the next change from the version it found
     if since is not None:
-        device = manager().wait_for_sections(device_id, since, budget(router.lambda_context, wait))
+        device = manager().wait_for_sections(device_id, since, wait_budget(router.lambda_context, wait))
     _seen(device)
     shown = device.as_dict()
     return _not_modified(device, preconditions) or json_response(

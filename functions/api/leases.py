@@ -13,7 +13,7 @@ from functions.device_state import InvalidLease, LeaseGrant, LeaseStatus, leases
 
 from . import access
 from . import request_parsing as parse
-from .common import budget, json_response, location, manager, route
+from .common import json_response, location, manager, route, wait_budget
 from .problems import BadRequest, LeaseNotFound
 
 MAX_LEASE_WAIT_SECONDS = 25  # inside API Gateway's 29 s integration timeout
@@ -81,7 +81,7 @@ def _body(allowed: tuple[str, ...]) -> dict:
 def acquire_lease(device_id: str):
     device_id = parse.device_id(device_id)
     body = _body(("ttlSeconds", "waitSeconds", "owner"))
-    wait = budget(router.lambda_context, float(body.get("waitSeconds", 0)))
+    wait = wait_budget(router.lambda_context, float(body.get("waitSeconds", 0)))
     grant = manager().lease_queue().acquire(device_id, float(body.get("ttlSeconds", leases.DEFAULT_TTL_SECONDS)),
                                             wait, body.get("owner"))
     return json_response(grant_json(grant), 201,

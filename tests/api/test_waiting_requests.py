@@ -69,3 +69,34 @@ def test_long_polls_whose_clients_hung_up_release_their_workers_at_once(server):
     started = time.monotonic()
     status = server.request("GET", f"/devices/w/changes?since={current + 3}&waitSeconds=1")[0]
     assert status == 200 and time.monotonic() - started < 3  # a waiting slot is free again
+
+
+@pytest.fixture(scope="module")
+def never_waiting(dynamodb_local):
+    """A server as the deployed API function is configured: its routes are not the waiting
+    ones (the gateway sends those to the waiting function), so it never waits."""
+    process, candidate = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=f"nowait-{uuid.uuid4().hex[:8]}",
+                                WORKERS="2", STREAM_PROCESSOR="off", NEVER_WAIT="true")
+    assert candidate.request("POST", "/devices", {"deviceId": "w", "state": {"n": 0}})[0] == 201
+    yield candidate
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def test_a_function_that_serves_no_waiting_route_answers_a_wait_at_once(server, never_waiting):
+    """A long-poll or a queued lease request the gateway did not route to the waiting function
+    (a path spelled another way) must not hold the API function's executions."""
+    current = int(never_waiting.request("GET", "/devices/w")[1]["etag"].strip('"'))
+    assert never_waiting.request("POST", "/devices/w/leases", {"ttlSeconds": 30})[0] == 201  # held
+    for method, target, body in (("GET", f"/devices/w/changes?since={current}&waitSeconds={WAIT}", None),
+                                 ("GET", f"/devices/w/delta?since={current}&waitSeconds={WAIT}", None),
+                                 ("POST", "/devices/w/leases", {"ttlSeconds": 30, "waitSeconds": WAIT})):
+        started = time.monotonic()
+        status = never_waiting.request(method, target, body)[0]
+        assert time.monotonic() - started < WAIT / 2, (target, status)
+        assert status in (200, 304, 409), (target, status)  # as when the wait ran out
+    # the control: the same long-poll where waiting is allowed waits
+    current = int(server.request("GET", "/devices/w")[1]["etag"].strip('"'))
+    started = time.monotonic()
+    server.request("GET", f"/devices/w/delta?since={current}&waitSeconds=2")
+    assert time.monotonic() - started >= 1.5

@@ -10,6 +10,7 @@ import json
 import pytest
 from aws_cdk.assertions import Template
 
+from functions import config
 from functions.auth import jwks_resource
 from functions.auth.credentials import AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS, DEVICE_TOKEN_VARIABLES, VARIABLES
 from functions.auth.device_tokens import ISSUING_VARIABLES
@@ -61,7 +62,7 @@ def function_environment(template: Template, handler: str) -> dict:
     function run the same one, with the same environment but the API function's signing variables)."""
     found = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}})
     environments = [{name: value for name, value in function["Properties"]["Environment"]["Variables"].items()
-                     if name not in ISSUING_VARIABLES} for function in found.values()]
+                     if name not in ISSUING_VARIABLES and name != config.NEVER_WAIT} for function in found.values()]
     assert environments and all(environment == environments[0] for environment in environments), handler
     return environments[0]
 

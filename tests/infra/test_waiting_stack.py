@@ -9,6 +9,7 @@ import re
 import pytest
 from aws_cdk.assertions import Template
 
+from functions import config
 from functions.auth.rights import ROUTE_RIGHTS
 from infra import api as api_module
 from infra import monitoring
@@ -58,12 +59,14 @@ def test_the_waiting_function_is_the_api_function_twin_with_its_own_logs_and_rol
     _, waiting = api_function(template, "WaitingFunction")
     same = ("Handler", "Code", "Layers", "Runtime", "Architectures", "Timeout", "MemorySize", "TracingConfig")
     assert {key: waiting["Properties"][key] for key in same} == {key: api["Properties"][key] for key in same}
-    # The same environment but the signing variables: POST /devices/{id}/token never waits, so
-    # the waiting function never signs (and has no kms:Sign).
-    signing = {name: value for name, value in api["Properties"]["Environment"]["Variables"].items()
-               if name in ISSUING_VARIABLES}
-    assert signing and waiting["Properties"]["Environment"]["Variables"] == {
-        name: value for name, value in api["Properties"]["Environment"]["Variables"].items() if name not in signing}
+    # The same environment but the signing variables (POST /devices/{id}/token never waits, so
+    # the waiting function never signs, and has no kms:Sign) and NEVER_WAIT, which only the API
+    # function has: a waiting request the gateway hands it anyway is answered at once.
+    variables = api["Properties"]["Environment"]["Variables"]
+    signing = {name: value for name, value in variables.items() if name in ISSUING_VARIABLES}
+    assert signing and variables[config.NEVER_WAIT] == "true"
+    assert waiting["Properties"]["Environment"]["Variables"] == {
+        name: value for name, value in variables.items() if name not in signing and name != config.NEVER_WAIT}
     assert waiting["Properties"]["LoggingConfig"] != api["Properties"]["LoggingConfig"]
     assert waiting["Properties"]["Role"] != api["Properties"]["Role"]
 
