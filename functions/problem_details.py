@@ -1,5 +1,5 @@
 """The shape of every error this service answers (RFC 9457 problem details), over HTTP, from
-API Gateway's own gateway responses and over WebSocket: one type namespace, one shape."""
+the WebSocket connect's refusal and over WebSocket: one type namespace, one shape."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`make serve`: the Lambda handler behind real HTTP, on DynamoDB Local.
 
-Each request becomes an API Gateway REST proxy event for the same ``lambda_handler``
+Each request becomes an API Gateway HTTP API proxy event (payload format 1.0) for the same ``lambda_handler``
 that Lambda runs (``localdev/http_front.py``), so local and deployed behaviour cannot
 drift. This module starts and supervises the processes: the HTTP workers, the WebSocket
 process, the stream processor and the push fan-out (each as Lambda would run it), and

@@ -3,7 +3,7 @@
 An HTTP worker that accepts a connection whose request is ``GET /ws`` hands the socket,
 unread, to this process (over a Unix socket, SCM_RIGHTS), which runs the WebSocket
 handshake (``websockets``), the authorizer step of ``$connect`` (the same authorizer
-function as the REST API, token in the Authorization header or ``?token=``), and then
+function as the HTTP routes, token in the Authorization header or ``?token=``), and then
 feeds ``functions.push.handler`` the events API Gateway would: ``$connect``, one event per
 message (route ``subscribe``, ``unsubscribe`` or ``$default`` by its ``action``), and
 ``$disconnect``. Posts to a connection go through ``@connections``, which this process

@@ -1,4 +1,4 @@
-"""The Lambda handler: API Gateway (REST proxy) routes of docs/api.md on Powertools.
+"""The Lambda handler: API Gateway (HTTP API, payload format 1.0) routes of docs/api.md on Powertools.
 
 The routes live in one ``Router`` per resource (``devices``, ``transactions``,
 ``leases``) with their parsing beside them; they only parse, check preconditions and

@@ -243,7 +243,7 @@ def authenticate(authorization: str | None, client_certificate_pem: str | None,
 
 
 def authenticate_event(event: dict, config: AuthConfig | None = None) -> Principal:
-    """``authenticate`` over an API Gateway event (REST proxy, WebSocket, REQUEST authorizer):
+    """``authenticate`` over an API Gateway event (HTTP API proxy, WebSocket, REQUEST authorizer):
     its Authorization header and the client certificate mutual TLS verified, if any. A
     WebSocket connect may carry the token as ``?token=`` instead (browsers cannot set headers)."""
     headers = event.get("headers") or {}

@@ -1,5 +1,5 @@
 """The WebSocket API's routes (API Gateway WebSocket events; `make serve` feeds it the same):
-``$connect`` (the caller authenticated as on the REST API), ``subscribe``, ``unsubscribe``,
+``$connect`` (the caller authenticated as on the HTTP routes), ``subscribe``, ``unsubscribe``,
 ``$default`` (anything else: an error message), ``$disconnect``. Every client message is
 answered with a message (``subscribed``, ``unsubscribed`` or ``error``); the connection
 stays open after an error."""
@@ -89,7 +89,7 @@ def _record(change) -> None:
 
 
 def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, connection_id: str) -> dict | None:
-    try:  # first, as on the REST API: every message on a connection past its token's expiry is a 401
+    try:  # first, as on the HTTP routes: every message on a connection past its token's expiry is a 401
         principal = principal_of(event)
     except (Unauthenticated, MixedCredentials) as error:  # the token the connection was opened with expired
         raise BadMessage("unauthorized", "Unauthorized", f"{error}: connect again with a fresh token, and subscribe "

@@ -1,4 +1,4 @@
-"""Calling the real ``lambda_handler`` with API Gateway REST proxy events."""
+"""Calling the real ``lambda_handler`` with API Gateway HTTP API proxy events (payload format 1.0)."""
 
 from __future__ import annotations
 

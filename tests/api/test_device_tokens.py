@@ -1,6 +1,6 @@
 """Certificate -> token on the real dev server under TLS=1 (its WebSocket process, stream
 processor and fan-out), with real TLS and WebSocket clients: a device with a client
-certificate gets a device token from POST /devices/{id}/token and uses it on the REST API and
+certificate gets a device token from POST /devices/{id}/token and uses it on the HTTP routes and
 on wss /ws, renews it with itself, and nobody else gets one; the device-token issuer's tokens
 only ever name a device. The CA lives in a temporary TLS_DIR, never in the checkout's .serve/."""
 

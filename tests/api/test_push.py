@@ -273,7 +273,7 @@ def test_an_upgrade_with_two_tokens_is_refused_as_a_rest_request_is(server):
     with pytest.raises(InvalidStatus) as refused:
         _connect(server, {}, query=f"?token={first}&token={second}")
     assert refused.value.response.status_code == 401
-    assert server.request("GET", f"/devices/{device}", headers={  # the REST API's answer to the same
+    assert server.request("GET", f"/devices/{device}", headers={  # the HTTP route's answer to the same
         "Authorization": f"Bearer {first}", "authorization": f"Bearer {second}"})[0] == 401
     with _connect(server, [("Authorization", f"Bearer {second}")]) as client:  # the control: one is enough
         assert _subscribe(client, device)["type"] == "subscribed"
