@@ -10,7 +10,6 @@ import asyncio
 import base64
 import json
 import time
-import uuid
 
 import jwt
 import pytest
@@ -19,8 +18,8 @@ from websockets.exceptions import InvalidStatus
 
 from functions.auth.device_tokens import DEFAULT_RENEWAL_SECONDS
 from localdev.issuer import LOCAL_DEVICE_TOKEN_ISSUER
-from tests.api.test_http import launch
-from tests.api.test_mtls import client_context, local_ca, problem_type  # noqa: F401  (local_ca: a fixture)
+from tests.api.test_mtls import (client_context, lamp_1, launch_with_lamps, local_ca,  # noqa: F401 (fixtures)
+                                 problem_type)
 from tests.auth import DEVICE_TOKEN_ISSUER, ISSUER, NO_CREDENTIALS, bearer
 
 pytestmark = pytest.mark.dynamodb_local
@@ -42,21 +41,11 @@ async def receive(client) -> dict:
 
 @pytest.fixture(scope="module")
 def server(dynamodb_local, local_ca):
-    process, candidate = launch(tls=client_context(local_ca), DYNAMODB_ENDPOINT=dynamodb_local.endpoint,
-                                TABLE_NAME=f"tokens-{uuid.uuid4().hex[:8]}", WORKERS="3", TLS="1",
-                                TLS_DIR=str(local_ca.directory))
-    for device in ("lamp-1", "lamp-2"):
-        status, _, body = candidate.request("POST", "/devices", {"deviceId": device, "state": {"power": "on"}},
-                                            headers=bearer())
-        assert status == 201, body
+    process, candidate = launch_with_lamps(dynamodb_local, local_ca, "tokens", WORKERS="3")
     yield candidate
     process.terminate()
     process.wait(timeout=30)
 
-
-@pytest.fixture(scope="module")
-def lamp_1(local_ca):
-    return client_context(local_ca, local_ca.device_certificate("lamp-1"))
 
 
 def get_token(server, device_id="lamp-1", tls=None, headers=None, body=None):

@@ -45,15 +45,23 @@ def local_ca(tmp_path_factory) -> LocalCA:
     return LocalCA.load_or_create(tmp_path_factory.mktemp("tls"))
 
 
-@pytest.fixture(scope="module")
-def server(dynamodb_local, local_ca):
+def launch_with_lamps(dynamodb_local, local_ca: LocalCA, table_prefix: str, **env):
+    """`make serve TLS=1` on a table of its own holding lamp-1 and lamp-2 (created by a
+    back-end with a token, over TLS without a certificate)."""
     process, candidate = launch(tls=client_context(local_ca), DYNAMODB_ENDPOINT=dynamodb_local.endpoint,
-                                TABLE_NAME=f"mtls-{uuid.uuid4().hex[:8]}", WORKERS="2", STREAM_PROCESSOR="off",
-                                REQUEST_READ_SECONDS=str(READ_SECONDS), TLS="1", TLS_DIR=str(local_ca.directory))
-    for device in ("lamp-1", "lamp-2"):  # by a back-end with a token, over TLS without a certificate
+                                TABLE_NAME=f"{table_prefix}-{uuid.uuid4().hex[:8]}", TLS="1",
+                                TLS_DIR=str(local_ca.directory), **env)
+    for device in ("lamp-1", "lamp-2"):
         status, _, body = candidate.request("POST", "/devices", {"deviceId": device, "state": {"power": "on"}},
                                             headers=bearer())
         assert status == 201, body
+    return process, candidate
+
+
+@pytest.fixture(scope="module")
+def server(dynamodb_local, local_ca):
+    process, candidate = launch_with_lamps(dynamodb_local, local_ca, "mtls", WORKERS="2", STREAM_PROCESSOR="off",
+                                           REQUEST_READ_SECONDS=str(READ_SECONDS))
     yield candidate
     process.terminate()
     process.wait(timeout=30)
