@@ -205,14 +205,19 @@ def transfer(source_to_target):
 
 
 def run_mix(transfer_once, increment_once):
+    """Four threads of 12 transfers and two of 12 increments, started together. Returns
+    each device's value as the writes that returned say it must be."""
     barrier = threading.Barrier(6)
-    increments, lock = [], threading.Lock()
+    deltas, lock = [], threading.Lock()
 
     def transfers(seed):
         rng = random.Random(seed)
         barrier.wait()
         for _ in range(12):
-            transfer_once(tuple(rng.sample(DEVICES, 2)))
+            source, target = rng.sample(DEVICES, 2)
+            transfer_once((source, target))
+            with lock:
+                deltas.extend([(source, -1), (target, 1)])
 
     def patches(seed):
         rng = random.Random(seed)
@@ -221,7 +226,7 @@ def run_mix(transfer_once, increment_once):
             device = rng.choice(DEVICES)
             increment_once(device)
             with lock:
-                increments.append(device)
+                deltas.append((device, 1))
 
     threads = [threading.Thread(target=transfers, args=(n,)) for n in range(4)]
     threads += [threading.Thread(target=patches, args=(100 + n,)) for n in range(2)]
@@ -229,7 +234,7 @@ def run_mix(transfer_once, increment_once):
         thread.start()
     for thread in threads:
         thread.join()
-    return increments
+    return {device: START + sum(delta for name, delta in deltas if name == device) for device in DEVICES}
 
 
 @pytest.mark.dynamodb_local
@@ -239,31 +244,36 @@ def test_transfers_conserve_the_sum_while_patches_run(local_table):
     manager = DeviceStateManager(client, name, max_attempts=50, budget_seconds=30)
     for device in DEVICES:
         manager.create(device, {"n": START})
-    increments = run_mix(lambda pair: manager.transact(transfer(pair)),
-                         lambda device: manager.update_with_retry(device, PLUS_ONE))
-    total = sum(manager.get(device).state["n"] for device in DEVICES)
-    assert total == START * len(DEVICES) + len(increments)
+    expected = run_mix(lambda pair: manager.transact(transfer(pair)),
+                       lambda device: manager.update_with_retry(device, PLUS_ONE))
+    assert {device: manager.get(device).state["n"] for device in DEVICES} == expected
     versions = sum(manager.get(device).version - 1 for device in DEVICES)
-    assert versions == 4 * 12 * 2 + len(increments)  # every write counted exactly once
+    increments = sum(expected.values()) - START * len(DEVICES)
+    assert versions == 4 * 12 * 2 + increments  # every write counted exactly once
 
 
 @pytest.mark.dynamodb_local
 @pytest.mark.concurrency
-def test_naive_transfers_in_the_same_harness_break_the_sum(local_table):
+def test_naive_transfers_in_the_same_harness_lose_writes(local_table):
     client, name = local_table
     manager = DeviceStateManager(client, name)
     for device in DEVICES:
         manager.create(device, {"n": START})
 
+    # Every naive write waits until all six threads have read: the other writers land in
+    # between on every round, however the machine schedules the threads.
+    read_all = threading.Barrier(6)
+
     def naive_transfer(pair):
         source, target = (manager.get(device) for device in pair)
+        read_all.wait()
         manager.replace(source.device_id, {"n": source.state["n"] - 1})  # unconditional, one by one
         manager.replace(target.device_id, {"n": target.state["n"] + 1})
 
     def naive_increment(device):
         current = manager.get(device)
+        read_all.wait()
         manager.replace(device, {"n": current.state["n"] + 1})
 
-    increments = run_mix(naive_transfer, naive_increment)
-    total = sum(manager.get(device).state["n"] for device in DEVICES)
-    assert total != START * len(DEVICES) + len(increments)
+    expected = run_mix(naive_transfer, naive_increment)
+    assert {device: manager.get(device).state["n"] for device in DEVICES} != expected
