@@ -244,8 +244,8 @@ class Bench:
         import http.client
 
         patch = [{"op": "increment", "path": "/n", "value": 1}]
-        if workload == "rmw":
-            patch.append({"op": "add", "path": "/history/-", "value": writer})
+        if workload == "rmw":  # the history holds HISTORY entries from the start: drop the oldest, add one
+            patch += [{"op": "remove", "path": "/history/0"}, {"op": "add", "path": "/history/-", "value": writer}]
         connection = http.client.HTTPConnection("127.0.0.1", self.server_port, timeout=60)
         try:
             connection.request("PATCH", f"/devices/{device_id}", body=json.dumps(patch),
@@ -263,7 +263,7 @@ class Bench:
 
     def run_cell(self, workload: str, strategy: str, writers: int, updates: int) -> Cell:
         device_id = f"{workload}-{strategy}-{writers}-{uuid.uuid4().hex[:6]}"
-        DeviceStateManager(self.client, self.table).create(device_id, {"n": 0, "history": []})
+        DeviceStateManager(self.client, self.table).create(device_id, {"n": 0, "history": [""] * HISTORY})
         counting = CountingClient(self.client)
         attempts = Attempts()
         shared = DeviceStateManager(counting, self.table, observer=attempts)

@@ -159,12 +159,14 @@ class Monitoring(Construct):
             cloudwatch.GraphWidget(title="Updates and attempts", width=12, left=[
                 updates, service_metric(names.UPDATE_ATTEMPTS)]),
             cloudwatch.GraphWidget(title="Contention", width=12, left=[
-                conflicts, service_metric(names.RETRIES_EXHAUSTED), service_metric(names.CONDITION_FAILURES)],
+                conflicts, service_metric(names.RETRIES_EXHAUSTED), service_metric(names.CONDITION_FAILURES),
+                service_metric(names.CONTENTION_HOLD, "SampleCount")],
                 right=[conflicts_per_update]),
         )
         self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(title="PATCH latency (ms)", width=12, left=[
-                service_metric(names.PATCH_LATENCY, "p50"), service_metric(names.PATCH_LATENCY, "p99")]),
+            cloudwatch.GraphWidget(title="PATCH latency and contention holds (ms)", width=12, left=[
+                service_metric(names.PATCH_LATENCY, "p50"), service_metric(names.PATCH_LATENCY, "p99"),
+                service_metric(names.CONTENTION_HOLD, "p99")]),
             cloudwatch.GraphWidget(title="DynamoDB and replays", width=12, left=[
                 table.metric_conditional_check_failed_requests(statistic="Sum", period=PERIOD)],
                 right=[service_metric(names.IDEMPOTENT_REPLAYS), service_metric(names.OUTCOME_UNKNOWN)]),

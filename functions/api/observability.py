@@ -49,6 +49,9 @@ class MetricsObserver(UpdateObserver):
     def conflict(self, device_id, expected_version, found_version):
         metrics.add_metric(name=names.VERSION_CONFLICTS, unit=MetricUnit.Count, value=1)
 
+    def held(self, device_id, seconds):
+        metrics.add_metric(name=names.CONTENTION_HOLD, unit=MetricUnit.Milliseconds, value=seconds * 1000)
+
     def condition_failed(self, device_id):
         metrics.add_metric(name=names.CONDITION_FAILURES, unit=MetricUnit.Count, value=1)
 

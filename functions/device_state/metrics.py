@@ -13,6 +13,7 @@ VERSION_CONFLICTS = "VersionConflicts"  # attempts that met a newer version
 RETRIES_EXHAUSTED = "RetriesExhausted"  # calls that gave up (the client got a 503)
 CONDITION_FAILURES = "ConditionFailures"  # extra conditions that did not hold
 PATCH_LATENCY = "PatchLatency"  # milliseconds a PATCH spent in the library
+CONTENTION_HOLD = "ContentionHold"  # milliseconds a read-modify-write held back for writers racing longer
 IDEMPOTENT_REPLAYS = "IdempotentReplays"  # keyed writes answered from their record
 TRANSACTIONS = "Transactions"  # multi-device transactions written
 TRANSACTION_RETRIES = "TransactionRetries"  # transaction attempts cancelled and tried again
@@ -43,6 +44,6 @@ COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED,
                  IDEMPOTENT_REPLAYS, OUTCOME_UNKNOWN, TRANSACTIONS, TRANSACTION_RETRIES, TRANSACTION_CONFLICTS,
                  LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST, CHANGES_RECORDED,
                  DEVICE_TOKENS, SIGNING_THROTTLED, SIGNING_UNAVAILABLE)
-LATENCY_METRICS = (PATCH_LATENCY, LEASE_WAIT, CHANGE_LAG)
+LATENCY_METRICS = (PATCH_LATENCY, CONTENTION_HOLD, LEASE_WAIT, CHANGE_LAG)
 CAPACITY_METRICS = (READ_UNITS, WRITE_UNITS)
 ALL_METRICS = COUNT_METRICS + LATENCY_METRICS + CAPACITY_METRICS

@@ -13,6 +13,10 @@ class UpdateObserver:
     def conflict(self, device_id: str, expected_version: int, found_version: int) -> None:
         """A conditional write met a newer version than it expected."""
 
+    def held(self, device_id: str, seconds: float) -> None:
+        """A read-modify-write held back ``seconds`` before its first try, for writers
+        that had raced longer on the device (``contention``)."""
+
     def condition_failed(self, device_id: str) -> None:
         """The caller's extra condition did not hold (not retried)."""
 

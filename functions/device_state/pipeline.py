@@ -54,11 +54,12 @@ class WritePipeline:
         self.tombstone_seconds = tombstone_seconds
         self.fleet_index = fleet_index
 
-    def planner(self, fence: Fence | None = None, seen_by: str | None = None) -> Planner:
+    def planner(self, fence: Fence | None = None, seen_by: str | None = None, raced: float | None = None) -> Planner:
         """Plans requests now, under ``fence`` (the lease tokens writes present; none unless given);
-        ``seen_by``: the device whose own writes these are (they set its lastSeen)."""
+        ``seen_by``: the device whose own writes these are (they set its lastSeen); ``raced``:
+        how long a read-modify-write has raced others (``contention``)."""
         return Planner(self.store.table_name, fence or Fence(), self.runtime.clock(), self.tombstone_seconds,
-                       self.fleet_index, seen_by)
+                       self.fleet_index, seen_by, raced)
 
     def send(self, planner: Planner, planned: Planned) -> tuple[Device | None, dict | None]:
         """Send one planned UpdateItem. Returns the device after it when it applied (once),

@@ -9,6 +9,7 @@ from typing import Callable
 
 from . import idempotency as idem
 from . import table
+from .contention import Race
 from .device import Device
 from .errors import ConditionFailed, DeviceAlreadyExists, ItemTooLarge, VersionConflict
 from .fencing import Fence
@@ -42,10 +43,12 @@ class DeviceWriter:
             if recorded is not None:
                 return recorded[0]
         store, observer = self._pipeline.store, self._observer
+        # A write naming the version it expects does not retry: it has no turn to wait for.
+        race = Race(self._pipeline.runtime, device_id, loop.budget_seconds, holds=expected_version is None)
 
         def attempt(item, number):
             self._recent.saw(device_id, item)
-            planner = self._pipeline.planner(fence, seen_by)
+            planner = self._pipeline.planner(fence, seen_by, race.raced(number))
             try:
                 planned = plan(planner, item)
             except VersionConflict as conflict:
@@ -74,7 +77,7 @@ class DeviceWriter:
                 observer.condition_failed(device_id)
                 raise
 
-        return loop.run(device_id, attempt, lambda: store.get_state(device_id), count_success=counted)
+        return loop.run(device_id, attempt, race.read(lambda: store.get_state(device_id)), count_success=counted)
 
     def _send_keyed(self, planner: Planner, planned: Planned, idempotency: IdempotencyKey) -> tuple[Device, str]:
         """The change and its record in one transaction; DynamoDB's ClientRequestToken
