@@ -5,8 +5,10 @@ Strategies: naive (read, unconditional put: the control), seed (the textbook loo
 conditional write, re-read on conflict, fixed retries, no backoff), library
 (DeviceStateManager.update_with_retry as shipped, the writers sharing one manager), apart
 (the same with a manager per writer, as writers in separate processes or Lambdas have) and
-api (HTTP PATCHes through the local server). Contending read-modify-writes race under the
-version check with jittered backoff. Workloads: increment (+1 per update) and rmw (bump a
+api (HTTP PATCHes through the local server); when asked, racing (apart with no contention
+marks, so no newcomer holds back: the control of ``contention``) and tuned (apart with
+another backoff). Contending read-modify-writes race under the version check with jittered
+backoff, newcomers holding back on a device that a long race marked. Workloads: increment (+1 per update) and rmw (bump a
 counter and append the writer's id to a bounded history: a result that depends on the
 state read).
 
@@ -25,6 +27,7 @@ are compared within one run only (ratios), never against fixed numbers of second
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -48,7 +51,7 @@ from botocore.exceptions import ClientError  # noqa: E402
 
 from functions.device_state import (Backoff, DeviceStateManager, JsonPatch, RetriesExhausted,  # noqa: E402
                                     UpdateObserver)
-from functions.device_state import table  # noqa: E402
+from functions.device_state import contention, table  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.values import from_attribute, item_size, to_attribute  # noqa: E402
 from bench import outcomes  # noqa: E402
@@ -58,7 +61,9 @@ from bench import credentials  # noqa: E402
 OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results
 HISTORY = 10
 SEED_RETRIES = 10
-STRATEGIES = ("naive", "seed", "library", "apart", "api", "tuned")  # "tuned" only when asked (--backoff)
+# "racing" (apart with no contention marks: nothing orders the racers) and "tuned" only when asked
+STRATEGIES = ("naive", "seed", "library", "apart", "api", "racing", "tuned")
+DEFAULT_STRATEGIES = ("naive", "seed", "library", "apart", "api")
 WORKLOADS = ("increment", "rmw")
 
 
@@ -154,6 +159,18 @@ class Attempts(UpdateObserver):
     def succeeded(self, device_id, attempts, elapsed):
         with self._lock:
             self.per_update.append(attempts)
+
+
+@contextlib.contextmanager
+def marks_off():
+    """No write marks a device as contended while inside (this process's writers only), so
+    none holds back: the racers of the "racing" strategy."""
+    mark_after = contention.MARK_AFTER_SECONDS
+    contention.MARK_AFTER_SECONDS = math.inf
+    try:
+        yield
+    finally:
+        contention.MARK_AFTER_SECONDS = mark_after
 
 
 def rmw_state(state: dict, writer: str) -> dict:
@@ -269,7 +286,7 @@ class Bench:
         shared = DeviceStateManager(counting, self.table, observer=attempts)
         backoff = self.backoff if strategy == "tuned" else Backoff()
         managers = [DeviceStateManager(counting, self.table, observer=attempts, backoff=backoff)
-                    if strategy in ("apart", "tuned") else shared
+                    if strategy in ("apart", "racing", "tuned") else shared
                     for _ in range(writers)]
         per_writer = [updates // writers + (1 if index < updates % writers else 0) for index in range(writers)]
         latencies, seed_attempts, succeeded = [], [], [0]
@@ -288,7 +305,7 @@ class Bench:
                         used = self.seed(counting, device_id, workload, name)
                         with lock:
                             seed_attempts.append(used)
-                    elif strategy in ("library", "apart", "tuned"):
+                    elif strategy in ("library", "apart", "racing", "tuned"):
                         self.library_update(managers[index], device_id, workload, name)
                     else:
                         self.api_update(device_id, workload, name)
@@ -302,15 +319,16 @@ class Bench:
         threads = [threading.Thread(target=writer_loop, args=(index,)) for index in range(writers)]
         for thread in threads:
             thread.start()
-        barrier.wait()
-        started = time.perf_counter()
-        for thread in threads:
-            thread.join()
-        seconds = time.perf_counter() - started
+        with marks_off() if strategy == "racing" else contextlib.nullcontext():
+            barrier.wait()
+            started = time.perf_counter()
+            for thread in threads:
+                thread.join()
+            seconds = time.perf_counter() - started
         final = DeviceStateManager(self.client, self.table).get(device_id).state["n"]
         ok = succeeded[0]
         attempt_list = {"library": attempts.per_update, "apart": attempts.per_update,
-                        "tuned": attempts.per_update,
+                        "racing": attempts.per_update, "tuned": attempts.per_update,
                         "seed": seed_attempts, "naive": [1] * ok}.get(strategy)
         counted = strategy != "api"  # the API's calls happen inside the server's processes
 
@@ -413,7 +431,8 @@ def headline(cells: list[Cell], cold: dict | None) -> list[str]:
                 f"calls/update {library_hot.calls_per_update}, attempts p95 {library_hot.attempts_p95}, "
                 f"success {library_hot.success_rate:.0%}")
         for count in sorted({c.writers for c in cells}):
-            for apart in (cell(workload, "apart", count), cell(workload, "tuned", count)):
+            for apart in (cell(workload, "apart", count), cell(workload, "racing", count),
+                          cell(workload, "tuned", count)):
                 if not apart or count == 1:
                     continue
                 lines.append(f"{workload} @ {count} writers, a manager each, {apart.strategy}: "
@@ -481,7 +500,7 @@ def main(argv=None) -> None:
     logging.getLogger("device_state").setLevel(logging.ERROR)  # exhaustion is counted, not logged
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writers", default="1,4,16,64")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES[:-1]))
+    parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES))
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--updates", type=int, default=320, help="updates per cell")
     parser.add_argument("--cold-runs", type=int, default=5, help="0 skips the cold-start measurement")
