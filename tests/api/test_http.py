@@ -300,6 +300,19 @@ def test_a_client_that_dribbles_its_request_is_dropped_at_the_deadline(server):
         assert closed and time.monotonic() - started < READ_SECONDS + 3
 
 
+def test_a_few_bytes_then_a_close_are_answered_without_waiting_for_the_read_deadline(server):
+    """Fewer bytes than the WebSocket peek reads (8), then the client's FIN: that peek once held
+    the worker until the deadline, for bytes that could never come."""
+    for request in (b"\r\n\r\n", b"GET\r\n\r\n", b"\x00\x01", b"G", b"GET /w"):
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=READ_SECONDS * 3) as connection:
+            connection.sendall(request)
+            connection.shutdown(socket.SHUT_WR)
+            while connection.recv(65536):
+                pass
+        assert time.monotonic() - started < READ_SECONDS / 2, request
+
+
 @pytest.mark.parametrize("length", [b"abc", b"-1", b"1e3", b"5, 6"])
 def test_a_malformed_or_negative_content_length_is_400(server, length):
     response = raw_exchange(server, b"POST /devices HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
