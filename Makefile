@@ -53,9 +53,10 @@ $(JAVA_STAMP): | $(PY_STAMP)
 # Three pytest-xdist workers on 2 cores, a whole file each (a file's module-scoped server stays
 # on one worker): many tests wait (stalls, long-polls, servers starting), so a third worker
 # overlaps those waits (4.4 instead of 5.8 minutes, measured side by side). Each worker starts
-# its own DynamoDB Local and draws ports from its own range.
+# its own DynamoDB Local and draws ports from its own range. Files go out in the order collected,
+# the slowest first (tests/conftest.py's SLOW_FILES), so no worker starts a long one near the end.
 test: setup
-	$(PY) -m pytest -n 3 --dist loadfile
+	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 # The quick tier: no DynamoDB Local, no threads, no whole-toolchain runs (CDK CLI, make, pip).
 # It sets up the venv and the npm packages (the CDK's jsii runs the pinned Node 22) and never

@@ -143,6 +143,7 @@ def _arm(seconds: float) -> None:
 
 _websocket_channel = None  # where a worker hands a WebSocket request's socket (made before the workers fork)
 WEBSOCKET_PEEK_BYTES = 8  # len(b"GET /ws ")
+WEBSOCKET_PREFIX = b"GET /ws"  # then " " or "?"
 
 
 class _Server(HTTPServer):
@@ -185,6 +186,15 @@ class _Server(HTTPServer):
         if not isinstance(sys.exc_info()[1], (TimeoutError, ConnectionError, ssl.SSLError)):
             super().handle_error(request, client_address)
 
+def _peer_closed(connection: socket.socket) -> bool:
+    """Whether the client's FIN has arrived (Linux's POLLRDHUP sees it behind unread bytes)."""
+    if not hasattr(select, "POLLRDHUP"):
+        return False
+    poller = select.poll()
+    poller.register(connection, select.POLLRDHUP)
+    return bool(poller.poll(0))
+
+
 def _peek(connection: socket.socket) -> bytes:
     """The request's first bytes, left unread, within the read deadline armed at accept
     (when it passes, ``_ReadDeadline`` drops the connection as it would mid-request)."""
@@ -195,7 +205,11 @@ def _peek(connection: socket.socket) -> bytes:
             more = connection.recv(WEBSOCKET_PEEK_BYTES, socket.MSG_PEEK)
             if not more:
                 return head  # closed before a whole request line
+            if more != WEBSOCKET_PREFIX[:len(more)]:
+                return more  # not a WebSocket request whatever follows: the handler reads (or times out) the rest
             if len(more) == len(head):
+                if _peer_closed(connection):
+                    return more  # closed mid request line, behind bytes a peek cannot get past
                 time.sleep(0.01)  # no more yet: look again shortly
             head = more
         return head

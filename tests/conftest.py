@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections import Counter
 
 import boto3
 import pytest
@@ -53,6 +54,44 @@ def pytest_itemcollected(item):
     (marked here, during collection, so `-m "not dynamodb_local"` deselects it)."""
     if "dynamodb_local" in getattr(item, "fixturenames", ()):
         item.add_marker(pytest.mark.dynamodb_local)
+
+
+# `make test` hands whole files to three workers in the order collected (--no-loadscope-reorder);
+# xdist's own order, most tests first, left these files of a few slow tests (a CDK synth, make
+# serve, a bench, a stall) for last, where one worker ran them alone while the others sat done.
+# They go first, slowest first (about the seconds each takes alone); every other file follows,
+# most tests first.
+SLOW_FILES = (
+    "tests/infra/test_synth_cli.py",  # 40: two CDK CLI synths
+    "tests/api/test_push.py",  # 39
+    "tests/api/test_device_client.py",  # 37
+    "tests/test_readme_examples.py",  # 33: two make serve, the docs' examples
+    "tests/api/test_http.py",  # 33
+    "tests/api/test_stall.py",  # 25: DynamoDB Local stalled four times
+    "tests/test_bench_costs_smoke.py",  # 21: two synths
+    "tests/test_bench_fleet_smoke.py",  # 17
+    "tests/test_make_serve.py",  # 14
+    "tests/test_bench_smoke.py",  # 14
+    "tests/api/test_waiting_requests.py",  # 14
+    "tests/api/test_changes_api.py",  # 12
+    "tests/integration/test_changes.py",  # 12
+    "tests/api/test_sections_concurrency.py",  # 11
+    "tests/integration/test_push_delivery.py",  # 9
+    "tests/test_bench_push_smoke.py",  # 9
+    "tests/test_make_test_fast.py",  # 9: the suite collected twice
+    "tests/api/test_schemathesis.py",  # 8
+    "tests/test_make_reindex.py",  # 7
+)
+
+
+def pytest_collection_modifyitems(items):
+    """Whole files in SLOW_FILES' order, then by number of tests (see SLOW_FILES)."""
+    def file_of(item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    rank = {path: number for number, path in enumerate(SLOW_FILES)}
+    tests_in = Counter(map(file_of, items))
+    items.sort(key=lambda item: (rank.get(file_of(item), len(rank)), -tests_in[file_of(item)], file_of(item)))
 
 
 def new_table_name() -> str:

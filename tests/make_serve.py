@@ -72,7 +72,9 @@ def make_serve(**environment: str):
             deadline = time.monotonic() + 120
             while True:
                 try:
-                    if get(port, "/openapi.json", tls=environment.get("TLS") == "1")[0] == 200:
+                    # The workers answer as soon as they fork, a moment before the banner is printed.
+                    if (get(port, "/openapi.json", tls=environment.get("TLS") == "1")[0] == 200
+                            and "For scripts and the library:" in served.output):
                         break
                 except (OSError, ssl.SSLError):  # not listening yet, or its CA not made yet
                     pass
@@ -95,9 +97,21 @@ def _wait_for_group_to_exit(group: int, timeout: float = 30) -> None:
     """The server and its DynamoDB Local are in the group too; wait until they are all gone."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
+        if not _running_in_group(group):
             return
-        time.sleep(0.2)
+        time.sleep(0.1)
     os.killpg(group, signal.SIGKILL)
+
+
+def _running_in_group(group: int) -> bool:
+    """Whether a process of the group still runs. One that has exited but is not yet reaped (a
+    zombie) holds no port or file; the server, orphaned when make exits first, waits for the
+    machine's init to reap it (about a second in some containers), and kill(0) still finds it."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # it exited meanwhile
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":  # state, ppid, pgrp
+            return True
+    return False

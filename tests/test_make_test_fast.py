@@ -89,3 +89,15 @@ def test_make_test_fast_sets_up_python_and_npm_but_never_checks_for_java():
     assert "java" not in fast.lower(), fast
     # The check can fail: the whole suite's setup does look for Java (DynamoDB Local runs on it).
     assert "command -v java" in first_time_recipes("test")
+
+
+def test_make_test_hands_out_the_slow_files_first_and_each_of_them_exists():
+    """make test keeps the collected order, which tests/conftest.py starts with SLOW_FILES: a
+    renamed file would silently go back to the end."""
+    from tests.conftest import SLOW_FILES
+
+    recipe = re.search(r"^test:.*\n(?:#.*\n)*\t(.*)$", (REPO_ROOT / "Makefile").read_text(), re.MULTILINE).group(1)
+    assert "--dist loadfile" in recipe and "--no-loadscope-reorder" in recipe, recipe
+    assert len(set(SLOW_FILES)) == len(SLOW_FILES)
+    for path in SLOW_FILES:
+        assert (REPO_ROOT / path).is_file(), path

@@ -4,8 +4,8 @@ gives its worker back at once."""
 
 from __future__ import annotations
 
+import select
 import socket
-import threading
 import time
 import uuid
 
@@ -36,22 +36,41 @@ def timed_patch(server) -> tuple[int, float]:
     return status, time.monotonic() - started
 
 
+def start_poll(server, path: str) -> socket.socket:
+    """A long-poll sent on a connection of its own, left open for the test to read or drop."""
+    connection = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    connection.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token()}\r\n"
+                       f"Content-Length: 0\r\n\r\n".encode())
+    return connection
+
+
+def answer_of(connection: socket.socket) -> tuple[int, str | None]:
+    """(status, Retry-After) of a connection's whole answer (the server closes after one)."""
+    response = b""
+    while chunk := connection.recv(65536):
+        response += chunk
+    head = response.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in head[1:])
+    return int(head[0].split()[1]), headers.get("retry-after")
+
+
 @pytest.mark.parametrize("poll", ["changes", "delta"])
 def test_writes_are_answered_promptly_while_long_polls_fill_their_share(server, poll):
-    answers = []
     current = int(server.request("GET", "/devices/w")[1]["etag"].strip('"'))
-    polls = [threading.Thread(target=lambda: answers.append(
-        server.request("GET", f"/devices/w/{poll}?since={current}&waitSeconds={WAIT}")[:2]))
-        for _ in range(6)]
-    for thread in polls:
-        thread.start()
-    time.sleep(1.0)  # every poll is in: the share waits, the rest were refused
-    refused = [(status, headers.get("retry-after")) for status, headers in answers]
-    status, seconds = timed_patch(server)
-    assert status == 200 and seconds < 3, seconds
-    assert refused == [(503, "1")] * 4, refused  # 4 workers: 2 may wait, 4 more polls told to come back
-    for thread in polls:
-        thread.join(timeout=WAIT + 10)
+    polls = [start_poll(server, f"/devices/w/{poll}?since={current}&waitSeconds={WAIT}") for _ in range(6)]
+    try:
+        time.sleep(1.0)  # every poll is in: the share waits, the rest were refused
+        answered = [connection for connection in polls if select.select([connection], [], [], 0)[0]]
+        refused = [answer_of(connection) for connection in answered]
+        status, seconds = timed_patch(server)
+        assert status == 200 and seconds < 3, seconds
+        assert refused == [(503, "1")] * 4, refused  # 4 workers: 2 may wait, 4 more polls told to come back
+        waiting = [connection for connection in polls if connection not in answered]
+        assert not select.select(waiting, [], [], 0)[0], "a poll of the share stopped waiting before the write"
+    finally:
+        for connection in polls:  # the two still waiting hang up: their workers are freed at once
+            connection.close()
+    time.sleep(0.5)
 
 
 def test_long_polls_whose_clients_hung_up_release_their_workers_at_once(server):
