@@ -2,49 +2,65 @@
 
 Racing writers retry under the version check with jittered backoff; alone, that serves the
 writer that has just arrived as readily as one that has lost for seconds, so under many
-writers some wait past their budget. A write that wins after racing for ``MARK_AFTER_SECONDS``
-or more leaves on the item, with the write itself (no request of its own), the instant
-``contendedUntil``: its own instant plus how long it raced. A read-modify-write that starts
-while that instant is ahead holds back for part of what is left of it before its first try,
-so the writers already racing go first. A read-modify-write that wins after racing less than
-``CLEAR_BELOW_SECONDS``, or after the mark has passed, removes it, and so does every compiled
-patch (which races no one): a device whose race has ended serves newcomers at once and
-carries no mark. Only writes that will retry hold back (not a write naming the version it
-expects)."""
+writers some wait past their budget. So a write that wins after racing for
+``MARK_AFTER_SECONDS`` or more leaves a mark on the item, with the write itself (no request
+of its own): its own instant plus how long it raced. The first such winner leaves
+``racedUntil``, which holds no one back: one long race is the luck of the backoff as often
+as a crowd. A second one while that mark is ahead leaves ``contendedUntil``: the device is
+crowded. A read-modify-write that starts while ``contendedUntil`` is ahead holds back for
+part of what is left of it before its first try, so the writers already racing go first.
+
+A read-modify-write that wins after racing less than ``CLEAR_BELOW_SECONDS`` without having
+held back removes the marks (the race is over; one that held back and then won at once only
+shows the hold worked), as does any winner once they have passed, and every compiled patch
+(which races no one): a device whose race has ended serves newcomers at once and carries no
+mark. Only writes that will retry hold back (not a write naming the version it expects)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from . import table
 from .runtime import Runtime
 
 MARK_AFTER_SECONDS = 0.5  # a winner that raced this long (its hold aside) marks the item
-CLEAR_BELOW_SECONDS = 0.125  # a winner that raced less clears the mark
+CLEAR_BELOW_SECONDS = 0.125  # a winner that raced less, without holding back, clears the marks
 HOLD_LOW, HOLD_HIGH = 0.5, 1.0  # a newcomer holds back U(0.5, 1) of what is left of the mark
 HOLD_SHARE_OF_BUDGET = 0.5  # and never more than this share of its budget
+MARKS = (table.RACED_UNTIL, table.CONTENDED_UNTIL)
 
 
-def marked_until(item: dict | None) -> float | None:
-    """The item's ``contendedUntil`` in epoch seconds, if it carries one."""
-    value = (item or {}).get(table.CONTENDED_UNTIL)
+@dataclass(frozen=True)
+class Raced:
+    """How a read-modify-write came to its try: seconds it raced others (its hold aside; none
+    on a first try), and whether it held back first."""
+
+    seconds: float
+    held: bool = False
+
+
+def until(item: dict | None, mark: str) -> float | None:
+    """The item's ``mark`` (``racedUntil`` or ``contendedUntil``) in epoch seconds, if it carries it."""
+    value = (item or {}).get(mark)
     return int(value["N"]) / 1000 if value and "N" in value else None
 
 
-def mark(now: float, raced: float) -> int | None:
-    """The ``contendedUntil`` (epoch ms) a write that wins after racing ``raced`` seconds
-    leaves, or None when it raced too briefly to mark the item."""
-    return int((now + raced) * 1000) if raced >= MARK_AFTER_SECONDS else None
-
-
-def clears(item: dict | None, now: float, raced: float) -> bool:
-    """True when a write that wins after racing ``raced`` seconds (and marks nothing)
-    removes the item's mark: it raced briefly, or the mark has passed."""
-    until = marked_until(item)
-    return until is not None and (raced < CLEAR_BELOW_SECONDS or until <= now)
+def changes(item: dict | None, now: float, raced: Raced) -> tuple[dict[str, int], list[str]]:
+    """What a write that wins as ``raced`` says leaves on the item: the marks it sets (epoch ms,
+    by name) and those it removes."""
+    live = [mark for mark in MARKS if (until(item, mark) or 0) > now]
+    present = [mark for mark in MARKS if until(item, mark) is not None]
+    if raced.seconds >= MARK_AFTER_SECONDS:
+        mark = table.CONTENDED_UNTIL if live else table.RACED_UNTIL
+        return {mark: int((now + raced.seconds) * 1000)}, [other for other in present if other != mark]
+    if not live or (raced.seconds < CLEAR_BELOW_SECONDS and not raced.held):
+        return {}, present
+    return {}, []
 
 
 class Race:
     """One read-modify-write's race on a device: when it began, and how long it held back.
-    ``read`` wraps the loop's read so that its first read holds back on a marked item."""
+    ``read`` wraps the loop's read so that its first read holds back on a crowded item."""
 
     def __init__(self, runtime: Runtime, device_id: str, budget_seconds: float, holds: bool):
         self._runtime = runtime
@@ -69,14 +85,15 @@ class Race:
         return first_holds_back
 
     def hold(self, item: dict | None) -> float:
-        """Seconds to hold back before a first try on ``item``: none unless it is marked."""
-        until = marked_until(item)
-        if until is None:
+        """Seconds to hold back before a first try on ``item``: none unless it is crowded."""
+        crowded = until(item, table.CONTENDED_UNTIL)
+        if crowded is None:
             return 0.0
-        left = min(until - self._runtime.clock(), self._budget * HOLD_SHARE_OF_BUDGET)
+        left = min(crowded - self._runtime.clock(), self._budget * HOLD_SHARE_OF_BUDGET)
         return self._runtime.rng.uniform(HOLD_LOW, HOLD_HIGH) * left if left > 0 else 0.0
 
-    def raced(self, attempt: int) -> float:
-        """Seconds this write has raced others before its ``attempt``-th try, its hold
-        aside; none on a first try (a slow read is no race)."""
-        return self._runtime.monotonic() - self._began - self.held if attempt > 1 else 0.0
+    def raced(self, attempt: int) -> Raced:
+        """How this write comes to its ``attempt``-th try; a first try raced no one (a slow
+        read is no race)."""
+        seconds = self._runtime.monotonic() - self._began - self.held if attempt > 1 else 0.0
+        return Raced(seconds, self.held > 0)

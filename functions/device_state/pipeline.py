@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from . import table
+from .contention import Raced
 from .device import Device
 from .errors import ItemTooLarge, OutcomeUnknown, StorageError, StorageUnavailable
 from .fleet_index import FleetIndex
@@ -54,10 +55,10 @@ class WritePipeline:
         self.tombstone_seconds = tombstone_seconds
         self.fleet_index = fleet_index
 
-    def planner(self, fence: Fence | None = None, seen_by: str | None = None, raced: float | None = None) -> Planner:
+    def planner(self, fence: Fence | None = None, seen_by: str | None = None, raced: Raced | None = None) -> Planner:
         """Plans requests now, under ``fence`` (the lease tokens writes present; none unless given);
         ``seen_by``: the device whose own writes these are (they set its lastSeen); ``raced``:
-        how long a read-modify-write has raced others (``contention``)."""
+        how a read-modify-write came to this try (``contention``)."""
         return Planner(self.store.table_name, fence or Fence(), self.runtime.clock(), self.tombstone_seconds,
                        self.fleet_index, seen_by, raced)
 

@@ -92,7 +92,7 @@ class Planner:
     tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS
     fleet_index: FleetIndex = FleetIndex()
     seen_by: str | None = None  # the device whose own writes these are: they set its lastSeen too
-    raced: float | None = None  # seconds a read-modify-write has raced others (None: no race; see contention)
+    raced: contention.Raced | None = None  # how a read-modify-write came to this try (None: it races no one)
 
     # ---------------------------------------------------------------- planners
 
@@ -290,7 +290,7 @@ class Planner:
             f"{journaled} = {version} + {one}", f"{item_bytes} = {item_bytes} + {expr.number(growth)}"])
         conditions.insert(0, f"{item_bytes} <= {expr.number(MAX_STATE_ITEM_BYTES - growth)}")
         removes = compiled.removes + [name(attribute) for attribute in unindexed] + journal_removes + [
-            name(table.LAST_WRITE), name(table.CONTENDED_UNTIL)]
+            name(table.LAST_WRITE), *map(name, contention.MARKS)]
         if removes:
             update += " REMOVE " + ", ".join(removes)
         if pruning:
@@ -462,13 +462,11 @@ class Planner:
             removes = [*removes, name(table.LAST_WRITE)]
         if self.seen_by == device_id and outcome != DELETED:
             sets.append(f"{name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
-        contended = None
+        marks = {}
         if self.raced is not None and outcome != DELETED:
-            contended = contention.mark(self.now, self.raced)
-            if contended is not None:
-                sets.append(f"{name(table.CONTENDED_UNTIL)} = {expr.number(contended)}")
-            elif contention.clears(item, self.now, self.raced):
-                removes = [*removes, name(table.CONTENDED_UNTIL)]
+            marks, cleared = contention.changes(item, self.now, self.raced)
+            sets += [f"{name(mark)} = {expr.number(value)}" for mark, value in marks.items()]
+            removes = [*removes, *map(name, cleared)]
         if outcome != DELETED:
             # What this write leaves, with what grows from write to write (versions, the
             # outcome's name) at its largest: a state accepted once fits again later.
@@ -480,7 +478,7 @@ class Planner:
                  table.VERSION: _LARGEST_VERSION, write.attribute: number(next_version),
                  table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
                  table.LAST_WRITE: {"S": _LONGEST_OUTCOME}, table.ITEM_BYTES: number(MAX_ITEM_BYTES),
-                 **({table.CONTENDED_UNTIL: number(contended)} if contended is not None else {})}, device)
+                 **{mark: number(value) for mark, value in marks.items()}}, device)
             sets.append(f"{name(table.ITEM_BYTES)} = {expr.number(size)}")
         # The version condition makes this write's view exact, so it folds what compiled patches
         # added into its own watermark.

@@ -127,8 +127,10 @@ LAST_WRITE = "lastWrite"  # what the write that made this version did: created, 
 CONNECTIONS = "connections"  # a string set: one member per open WebSocket connection
 CONNECTED_SINCE = "connectedSince"  # ms
 LAST_SEEN = "lastSeen"  # ms
-# Epoch ms: set by a read-modify-write that won after racing others; read-modify-writes that
-# start before then hold back so that those racing go first (contention.py).
+# Epoch ms, set by read-modify-writes that won after racing others long: the first such
+# winner leaves racedUntil, a second one before then contendedUntil; read-modify-writes that
+# start before contendedUntil hold back so that those racing go first (contention.py).
+RACED_UNTIL = "racedUntil"
 CONTENDED_UNTIL = "contendedUntil"
 # An upper estimate of the item's size: set by every read-modify-write, raised by each
 # compiled patch by the most it can add. A compiled patch (which reads nothing) applies

@@ -1,7 +1,7 @@
 """Turns among racing read-modify-writes (``contention``): a write that won after racing
-long marks the device, a newcomer holds back on a marked device, a quick winner clears
-the mark. Single-threaded, with the racing writer interleaved and time driven by the test,
-so both engines serve."""
+long marks the device (racedUntil), a second one marks it crowded (contendedUntil), a
+newcomer holds back on a crowded device, a quick winner clears the marks. Single-threaded,
+with the racing writer interleaved and time driven by the test, so both engines serve."""
 
 from __future__ import annotations
 
@@ -58,15 +58,15 @@ def world(engine):
     return manager, time, client, name
 
 
-def mark_of(client, name, device_id):
+def marks_of(client, name, device_id):
+    """The item's contention marks, by name (epoch ms)."""
     item = client.get_item(TableName=name, Key=table.state_key(device_id), ConsistentRead=True)["Item"]
-    value = item.get(table.CONTENDED_UNTIL)
-    return int(value["N"]) if value else None
+    return {mark: int(item[mark]["N"]) for mark in (table.RACED_UNTIL, table.CONTENDED_UNTIL) if mark in item}
 
 
 def raced_for(seconds, world, device_id):
     """An update function that, on its first call, lets ``seconds`` pass while another
-    writer moves the device on (a bare version bump, which leaves the mark as it is), so
+    writer moves the device on (a bare version bump, which leaves the marks as they are), so
     the first try meets a newer version; then it bumps n."""
     _, time, client, name = world
     calls = []
@@ -82,14 +82,43 @@ def raced_for(seconds, world, device_id):
     return bump
 
 
-def test_a_write_that_won_after_racing_long_marks_the_device_until_now_plus_its_race(world):
+def crowded(world, device_id, raced=2.0):
+    """Two writers in a row win after racing long, the second (``raced`` seconds) while the
+    first's mark is ahead: the device is crowded until ``raced`` seconds from then."""
+    manager, time, client, name = world
+    writer = manager()
+    writer.create(device_id, {"n": 0})
+    writer.update_with_retry(device_id, raced_for(raced + 1.0, world, device_id))
+    writer.update_with_retry(device_id, raced_for(raced, world, device_id))
+    return writer
+
+
+def test_one_long_race_leaves_racedUntil_which_holds_no_one_back(world):
     manager, time, client, name = world
     writer = manager()
     writer.create("lamp", {"n": 0})
     raced = MARK_AFTER_SECONDS + 0.2
     writer.update_with_retry("lamp", raced_for(raced, world, "lamp"))
     assert writer.get("lamp").state["n"] == 1
-    assert mark_of(client, name, "lamp") == int((time.epoch + raced) * 1000)
+    assert marks_of(client, name, "lamp") == {table.RACED_UNTIL: int((time.epoch + raced) * 1000)}
+    manager(seed=2).update_with_retry("lamp", lambda s: {**s, "n": s["n"] + 1})
+    assert time.sleeps == []  # the luck of one backoff is no crowd
+
+
+def test_a_second_long_race_while_the_first_mark_is_ahead_marks_the_device_crowded(world):
+    manager, time, client, name = world
+    crowded(world, "lamp", raced=0.8)
+    assert marks_of(client, name, "lamp") == {table.CONTENDED_UNTIL: int((time.epoch + 0.8) * 1000)}
+
+
+def test_a_second_long_race_after_the_first_mark_passed_starts_over(world):
+    manager, time, client, name = world
+    writer = manager()
+    writer.create("lamp", {"n": 0})
+    writer.update_with_retry("lamp", raced_for(0.8, world, "lamp"))
+    time.pass_(1.0)  # past the first mark
+    writer.update_with_retry("lamp", raced_for(0.8, world, "lamp"))
+    assert set(marks_of(client, name, "lamp")) == {table.RACED_UNTIL}
 
 
 def test_a_write_that_lost_once_but_briefly_leaves_no_mark(world):
@@ -97,7 +126,7 @@ def test_a_write_that_lost_once_but_briefly_leaves_no_mark(world):
     writer = manager()
     writer.create("lamp", {"n": 0})
     writer.update_with_retry("lamp", raced_for(MARK_AFTER_SECONDS - 0.1, world, "lamp"))
-    assert mark_of(client, name, "lamp") is None
+    assert marks_of(client, name, "lamp") == {}
 
 
 def test_a_slow_first_try_is_no_race_and_leaves_no_mark(world):
@@ -109,25 +138,30 @@ def test_a_slow_first_try_is_no_race_and_leaves_no_mark(world):
         time.pass_(MARK_AFTER_SECONDS * 4)  # a slow read or a slow function, no other writer
         return {**state, "n": 1}
     writer.update_with_retry("lamp", slow)
-    assert mark_of(client, name, "lamp") is None
+    assert marks_of(client, name, "lamp") == {}
 
 
-def test_a_newcomer_holds_back_on_a_marked_device_then_its_quick_win_clears_the_mark(world):
+def test_a_newcomer_holds_back_on_a_crowded_device_and_its_quick_win_keeps_the_mark(world):
     manager, time, client, name = world
-    first = manager()
-    first.create("lamp", {"n": 0})
-    raced = 2.0
-    first.update_with_retry("lamp", raced_for(raced, world, "lamp"))
-    until = mark_of(client, name, "lamp") / 1000
+    crowded(world, "lamp")
+    until = marks_of(client, name, "lamp")[table.CONTENDED_UNTIL] / 1000
     time.pass_(0.5)
     holds = Holds()
     newcomer = manager(holds, seed=2)
     newcomer.update_with_retry("lamp", lambda s: {**s, "n": s["n"] + 1})
     left = until - (time.epoch - time.sleeps[-1])
-    assert time.sleeps == [pytest.approx(time.sleeps[0])] and HOLD_LOW * left <= time.sleeps[0] <= HOLD_HIGH * left
+    assert len(time.sleeps) == 1 and HOLD_LOW * left <= time.sleeps[0] <= HOLD_HIGH * left
     assert holds.pauses == [("lamp", time.sleeps[0])]
-    assert newcomer.get("lamp").state["n"] == 2
-    assert mark_of(client, name, "lamp") is None  # it won at once: the race is over
+    assert newcomer.get("lamp").state["n"] == 3
+    # It won at once because it held back: that shows the hold working, not the race over.
+    assert marks_of(client, name, "lamp") == {table.CONTENDED_UNTIL: int(until * 1000)}
+
+
+def test_a_quick_win_without_a_hold_clears_the_marks(world):
+    manager, time, client, name = world
+    writer = crowded(world, "lamp")
+    writer.update("lamp", lambda s: {**s, "n": s["n"] + 1}, expected_version=writer.get("lamp").version)
+    assert marks_of(client, name, "lamp") == {}
 
 
 def test_the_control_a_newcomer_on_an_unmarked_device_writes_at_once(world):
@@ -135,64 +169,44 @@ def test_the_control_a_newcomer_on_an_unmarked_device_writes_at_once(world):
     writer = manager()
     writer.create("lamp", {"n": 0})
     writer.update_with_retry("lamp", lambda s: {**s, "n": 1})
-    assert time.sleeps == [] and mark_of(client, name, "lamp") is None
+    assert time.sleeps == [] and marks_of(client, name, "lamp") == {}
 
 
-def test_a_hold_is_at_most_half_the_budget_and_an_expired_mark_holds_nothing(world):
+def test_a_hold_is_at_most_half_the_budget(world):
     manager, time, client, name = world
-    first = manager()
-    first.create("lamp", {"n": 0})
-    first.update_with_retry("lamp", raced_for(60.0, world, "lamp"))  # a mark a minute ahead
-    newcomer = manager(seed=3)
-    newcomer.update_with_retry("lamp", lambda s: {**s, "n": s["n"] + 1}, budget_seconds=BUDGET)
-    assert len(time.sleeps) == 1 and time.sleeps[0] <= BUDGET * HOLD_SHARE_OF_BUDGET
+    crowded(world, "lamp", raced=60.0)  # a mark a minute ahead
+    manager(seed=3).update_with_retry("lamp", lambda s: {**s, "n": s["n"] + 1})
+    assert len(time.sleeps) == 1 and 0 < time.sleeps[0] <= BUDGET * HOLD_SHARE_OF_BUDGET
 
-    first.update_with_retry("lamp", raced_for(1.0, world, "lamp"))
+
+def test_a_passed_mark_holds_nothing_and_the_next_winner_removes_it_however_long_it_raced(world):
+    manager, time, client, name = world
+    crowded(world, "lamp", raced=1.0)
     time.pass_(1.5)  # past the mark
-    before = len(time.sleeps)
-    manager(seed=4).update_with_retry("lamp", lambda s: {**s, "n": s["n"] + 1})
-    assert len(time.sleeps) == before
-    assert mark_of(client, name, "lamp") is None  # cleared by the quick winner
+    middle = (CLEAR_BELOW_SECONDS + MARK_AFTER_SECONDS) / 2
+    manager(seed=4).update_with_retry("lamp", raced_for(middle, world, "lamp"))
+    assert time.sleeps == [] and marks_of(client, name, "lamp") == {}
 
 
 def test_a_write_naming_its_version_does_not_hold_back(world):
     manager, time, client, name = world
-    first = manager()
-    first.create("lamp", {"n": 0})
-    first.update_with_retry("lamp", raced_for(2.0, world, "lamp"))
-    current = first.get("lamp")
-    manager(seed=5).update("lamp", lambda s: {**s, "n": s["n"] + 1}, expected_version=current.version)
+    writer = crowded(world, "lamp")
+    manager(seed=5).update("lamp", lambda s: {**s, "n": s["n"] + 1}, expected_version=writer.get("lamp").version)
     assert time.sleeps == []
-    assert mark_of(client, name, "lamp") is None  # it won at once, as a newcomer's quick win does
 
 
 def test_a_winner_that_raced_between_the_clear_and_the_mark_thresholds_keeps_the_mark(world):
     manager, time, client, name = world
-    first = manager()
-    first.create("lamp", {"n": 0})
-    first.update_with_retry("lamp", raced_for(30.0, world, "lamp"))
-    kept = mark_of(client, name, "lamp")
+    crowded(world, "lamp", raced=30.0)
+    kept = marks_of(client, name, "lamp")
     middle = (CLEAR_BELOW_SECONDS + MARK_AFTER_SECONDS) / 2
     manager(seed=6).update_with_retry("lamp", raced_for(middle, world, "lamp"))
-    assert mark_of(client, name, "lamp") == kept
+    assert marks_of(client, name, "lamp") == kept
 
 
-def test_a_passed_mark_is_removed_by_the_next_read_modify_write_however_long_it_raced(world):
+def test_a_compiled_patch_races_no_one_and_removes_the_marks(world):
     manager, time, client, name = world
-    first = manager()
-    first.create("lamp", {"n": 0})
-    first.update_with_retry("lamp", raced_for(1.0, world, "lamp"))
-    time.pass_(5.0)  # the mark has passed
-    middle = (CLEAR_BELOW_SECONDS + MARK_AFTER_SECONDS) / 2
-    manager(seed=7).update_with_retry("lamp", raced_for(middle, world, "lamp"))
-    assert mark_of(client, name, "lamp") is None
-
-
-def test_a_compiled_patch_races_no_one_and_removes_the_mark(world):
-    manager, time, client, name = world
-    writer = manager()
-    writer.create("lamp", {"n": 0})
-    writer.update_with_retry("lamp", raced_for(2.0, world, "lamp"))
-    assert mark_of(client, name, "lamp") is not None
+    writer = crowded(world, "lamp")
+    assert marks_of(client, name, "lamp")
     writer.update_with_retry("lamp", JsonPatch([{"op": "increment", "path": "/n", "value": 1}]))
-    assert mark_of(client, name, "lamp") is None and time.sleeps == []  # read-free: it read no mark to hold on
+    assert marks_of(client, name, "lamp") == {} and time.sleeps == []  # read-free: it read no mark

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from functions.device_state import DeviceAlreadyExists, JsonPatch
-from functions.device_state import table
+from functions.device_state import contention, table
 from functions.device_state.device import Device
 from functions.device_state.times import stored_time, time_attribute, timestamp
 from functions.device_state.fencing import Fence, lease_key
@@ -176,12 +176,12 @@ def test_lease_holder_changes_name_their_ticket_and_carry_no_journal_entry():
 
 def removed_names(request):
     """What the write REMOVEs but lastWrite (which every write but a replace removes) and
-    contendedUntil (which every compiled patch removes)."""
+    the contention marks (which every compiled patch removes)."""
     if " REMOVE " not in request["UpdateExpression"]:
         return set()
     clause = request["UpdateExpression"].split(" REMOVE ")[1].split(" ADD ")[0].split(" DELETE ")[0]
     return {request["ExpressionAttributeNames"].get(name, name) for name in clause.split(", ")} - {
-        table.LAST_WRITE, table.CONTENDED_UNTIL}
+        table.LAST_WRITE, *contention.MARKS}
 
 
 def test_a_write_keeps_the_entries_of_the_last_second_up_to_the_maximum():
