@@ -19,14 +19,19 @@ mark. Only writes that will retry hold back (not a write naming the version it e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 
 from . import table
 from .runtime import Runtime
+from .values import item_size
 
 MARK_AFTER_SECONDS = 0.5  # a winner that raced this long (its hold aside) marks the item
 CLEAR_BELOW_SECONDS = 0.125  # a winner that raced less, without holding back, clears the marks
 HOLD_LOW, HOLD_HIGH = 0.5, 1.0  # a newcomer holds back U(0.5, 1) of what is left of the mark
 HOLD_SHARE_OF_BUDGET = 0.5  # and never more than this share of its budget
+# No race outlasts this (the API's budget is 5 s): a mark further ahead, from a skewed clock or
+# another writer, holds no one and goes with the next winner; a mark is set no further ahead.
+HORIZON_SECONDS = 10.0
 MARKS = (table.RACED_UNTIL, table.CONTENDED_UNTIL)
 
 
@@ -39,23 +44,40 @@ class Raced:
     held: bool = False
 
 
-def until(item: dict | None, mark: str) -> float | None:
-    """The item's ``mark`` (``racedUntil`` or ``contendedUntil``) in epoch seconds, if it carries it."""
+def present(item: dict | None) -> list[str]:
+    """The marks the item carries, well formed or not."""
+    return [mark for mark in MARKS if mark in (item or {})]
+
+
+def live_until(item: dict | None, mark: str, now: float) -> float | None:
+    """Epoch seconds the item's ``mark`` is ahead until, when it is a well-formed instant
+    after ``now`` and within the horizon; else None (absent, passed, or not to be believed)."""
     value = (item or {}).get(mark)
-    return int(value["N"]) / 1000 if value and "N" in value else None
+    try:
+        until = float(Decimal(value["N"])) / 1000
+    except (TypeError, KeyError, ArithmeticError, ValueError):
+        return None
+    return until if now < until <= now + HORIZON_SECONDS else None
 
 
-def changes(item: dict | None, now: float, raced: Raced) -> tuple[dict[str, int], list[str]]:
-    """What a write that wins as ``raced`` says leaves on the item: the marks it sets (epoch ms,
-    by name) and those it removes."""
-    live = [mark for mark in MARKS if (until(item, mark) or 0) > now]
-    present = [mark for mark in MARKS if until(item, mark) is not None]
+def changes(item: dict | None, now: float, raced: Raced, room: float) -> tuple[dict[str, dict], list[str]]:
+    """What a write that wins as ``raced`` leaves on the item: the marks it sets (as stored, by
+    name) and those it removes. ``room``: bytes the state leaves under its limit; marks that
+    would not fit there are not kept (they are a hint, and no state is refused for them)."""
+    marks = present(item)
+    live = [mark for mark in marks if live_until(item, mark, now) is not None]
     if raced.seconds >= MARK_AFTER_SECONDS:
         mark = table.CONTENDED_UNTIL if live else table.RACED_UNTIL
-        return {mark: int((now + raced.seconds) * 1000)}, [other for other in present if other != mark]
-    if not live or (raced.seconds < CLEAR_BELOW_SECONDS and not raced.held):
-        return {}, present
-    return {}, []
+        sets = {mark: {"N": str(int((now + min(raced.seconds, HORIZON_SECONDS)) * 1000))}}
+        removes = [other for other in marks if other != mark]
+    elif not live or (raced.seconds < CLEAR_BELOW_SECONDS and not raced.held):
+        sets, removes = {}, marks
+    else:
+        sets, removes = {}, [mark for mark in marks if mark not in live]
+    kept = {**{mark: item[mark] for mark in marks if mark not in removes}, **sets}
+    if kept and item_size(kept) > room:
+        return {}, marks
+    return sets, removes
 
 
 class Race:
@@ -86,11 +108,11 @@ class Race:
 
     def hold(self, item: dict | None) -> float:
         """Seconds to hold back before a first try on ``item``: none unless it is crowded."""
-        crowded = until(item, table.CONTENDED_UNTIL)
+        now = self._runtime.clock()
+        crowded = live_until(item, table.CONTENDED_UNTIL, now)
         if crowded is None:
             return 0.0
-        left = min(crowded - self._runtime.clock(), self._budget * HOLD_SHARE_OF_BUDGET)
-        return self._runtime.rng.uniform(HOLD_LOW, HOLD_HIGH) * left if left > 0 else 0.0
+        return self._runtime.rng.uniform(HOLD_LOW, HOLD_HIGH) * min(crowded - now, self._budget * HOLD_SHARE_OF_BUDGET)
 
     def raced(self, attempt: int) -> Raced:
         """How this write comes to its ``attempt``-th try; a first try raced no one (a slow

@@ -290,8 +290,9 @@ class DeviceStateManager:
         validate_device_id(device_id)
         check_state(state)
         check_sections(sections)
+        # A create meets a live device only to be refused: it has no turn to wait for.
         return self._write(device_id, lambda planner, item: planner.create(device_id, state, item, sections),
-                           idempotency)[0]
+                           idempotency, holds=False)[0]
 
     def put(self, device_id: str, state: dict, *, sections: dict | None = None,
             idempotency: IdempotencyKey | None = None) -> tuple[Device, bool]:

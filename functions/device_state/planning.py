@@ -44,7 +44,8 @@ SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DES
                       table.STATUS_DESIRED)
 LEASE_ATTRIBUTES = (table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL)  # the active lease holder
 BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, *LEASE_ATTRIBUTES,
-                                    *connectivity.ATTRIBUTES})
+                                    *connectivity.ATTRIBUTES,
+                                    *contention.MARKS})  # kept only in the room the state leaves
 
 _LARGEST_VERSION = number(VERSION_SPAN - 1)  # a version or changed mark, as sized for the item's budget
 _LONGEST_NUMBER_BYTES = 21  # DynamoDB's size of a 38-digit number
@@ -462,11 +463,6 @@ class Planner:
             removes = [*removes, name(table.LAST_WRITE)]
         if self.seen_by == device_id and outcome != DELETED:
             sets.append(f"{name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
-        marks = {}
-        if self.raced is not None and outcome != DELETED:
-            marks, cleared = contention.changes(item, self.now, self.raced)
-            sets += [f"{name(mark)} = {expr.number(value)}" for mark, value in marks.items()]
-            removes = [*removes, *map(name, cleared)]
         if outcome != DELETED:
             # What this write leaves, with what grows from write to write (versions, the
             # outcome's name) at its largest: a state accepted once fits again later.
@@ -477,9 +473,14 @@ class Planner:
                  **written,
                  table.VERSION: _LARGEST_VERSION, write.attribute: number(next_version),
                  table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
-                 table.LAST_WRITE: {"S": _LONGEST_OUTCOME}, table.ITEM_BYTES: number(MAX_ITEM_BYTES),
-                 **{mark: number(value) for mark, value in marks.items()}}, device)
+                 table.LAST_WRITE: {"S": _LONGEST_OUTCOME}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device)
             sets.append(f"{name(table.ITEM_BYTES)} = {expr.number(size)}")
+            if self.raced is not None:
+                marks, unmarked = contention.changes(item, self.now, self.raced, room=MAX_STATE_ITEM_BYTES - size)
+                sets += [f"{name(mark)} = {expr.value(value)}" for mark, value in marks.items()]
+                removes = [*removes, *map(name, unmarked)]
+        else:
+            removes = [*removes, *map(name, contention.present(item))]
         # The version condition makes this write's view exact, so it folds what compiled patches
         # added into its own watermark.
         folded = max(newest_dropped, max(trimmed_stamps(item), default=0))

@@ -33,18 +33,20 @@ class DeviceWriter:
 
     def write(self, loop: RetryLoop, fence: Fence, device_id: str, plan: Callable[[Planner, dict | None], Planned],
               idempotency: IdempotencyKey | None, *, expected_version: int | None = None,
-              created_may_move: bool = False, counted: bool = False, seen_by: str | None = None) -> tuple[Device, str]:
+              created_may_move: bool = False, counted: bool = False, seen_by: str | None = None,
+              holds: bool = True) -> tuple[Device, str]:
         """Plan from the item read, send, classify, and go again while the device moved
         under a write that named no version. ``created_may_move``: a create that finds
         the device created meanwhile plans again (PUT) instead of failing (POST).
-        ``counted``: an update, whose attempts and successes the observer counts."""
+        ``counted``: an update, whose attempts and successes the observer counts. ``holds``: it
+        may hold back on a crowded device (``contention``); never when it names its version."""
         if idempotency is not None:
             recorded = self._answers.results(device_id, idempotency)
             if recorded is not None:
                 return recorded[0]
         store, observer = self._pipeline.store, self._observer
         # A write naming the version it expects does not retry: it has no turn to wait for.
-        race = Race(self._pipeline.runtime, device_id, loop.budget_seconds, holds=expected_version is None)
+        race = Race(self._pipeline.runtime, device_id, loop.budget_seconds, holds and expected_version is None)
 
         def attempt(item, number):
             self._recent.saw(device_id, item)

@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from functions.device_state import DeviceStateManager, JsonPatch, UpdateObserver, table
+from functions.device_state import DeviceAlreadyExists, DeviceStateManager, JsonPatch, UpdateObserver, table
 from functions.device_state.contention import (CLEAR_BELOW_SECONDS, HOLD_HIGH, HOLD_LOW, HOLD_SHARE_OF_BUDGET,
-                                               MARK_AFTER_SECONDS)
+                                               HORIZON_SECONDS, MARK_AFTER_SECONDS)
 
 BUDGET = 5.0
 
@@ -82,6 +82,23 @@ def raced_for(seconds, world, device_id):
     return bump
 
 
+def set_raw(world, device_id, attributes):
+    """Sets attributes on the state item as another writer would (no version bump)."""
+    _, _, client, name = world
+    names = {f"#a{index}": attribute for index, attribute in enumerate(attributes)}
+    client.update_item(TableName=name, Key=table.state_key(device_id),
+                       UpdateExpression="SET " + ", ".join(f"{key} = :v{key[2:]}" for key in names),
+                       ExpressionAttributeNames=names,
+                       ExpressionAttributeValues={f":v{key[2:]}": attributes[names[key]] for key in names})
+
+
+def raw_marks(world, device_id):
+    """The marks the item carries, whatever they hold."""
+    _, _, client, name = world
+    item = client.get_item(TableName=name, Key=table.state_key(device_id), ConsistentRead=True)["Item"]
+    return {mark: item[mark] for mark in (table.RACED_UNTIL, table.CONTENDED_UNTIL) if mark in item}
+
+
 def crowded(world, device_id, raced=2.0):
     """Two writers in a row win after racing long, the second (``raced`` seconds) while the
     first's mark is ahead: the device is crowded until ``raced`` seconds from then."""
@@ -107,17 +124,19 @@ def test_one_long_race_leaves_racedUntil_which_holds_no_one_back(world):
 
 def test_a_second_long_race_while_the_first_mark_is_ahead_marks_the_device_crowded(world):
     manager, time, client, name = world
-    crowded(world, "lamp", raced=0.8)
-    assert marks_of(client, name, "lamp") == {table.CONTENDED_UNTIL: int((time.epoch + 0.8) * 1000)}
+    raced = MARK_AFTER_SECONDS + 0.3
+    crowded(world, "lamp", raced=raced)
+    assert marks_of(client, name, "lamp") == {table.CONTENDED_UNTIL: int((time.epoch + raced) * 1000)}
 
 
 def test_a_second_long_race_after_the_first_mark_passed_starts_over(world):
     manager, time, client, name = world
     writer = manager()
     writer.create("lamp", {"n": 0})
-    writer.update_with_retry("lamp", raced_for(0.8, world, "lamp"))
-    time.pass_(1.0)  # past the first mark
-    writer.update_with_retry("lamp", raced_for(0.8, world, "lamp"))
+    raced = MARK_AFTER_SECONDS + 0.3
+    writer.update_with_retry("lamp", raced_for(raced, world, "lamp"))
+    time.pass_(raced + 0.1)  # past the first mark
+    writer.update_with_retry("lamp", raced_for(raced, world, "lamp"))
     assert set(marks_of(client, name, "lamp")) == {table.RACED_UNTIL}
 
 
@@ -174,9 +193,47 @@ def test_the_control_a_newcomer_on_an_unmarked_device_writes_at_once(world):
 
 def test_a_hold_is_at_most_half_the_budget(world):
     manager, time, client, name = world
-    crowded(world, "lamp", raced=60.0)  # a mark a minute ahead
+    crowded(world, "lamp", raced=8.0)  # crowded for 8 s more
     manager(seed=3).update_with_retry("lamp", lambda s: {**s, "n": s["n"] + 1})
-    assert len(time.sleeps) == 1 and 0 < time.sleeps[0] <= BUDGET * HOLD_SHARE_OF_BUDGET
+    assert time.sleeps == [pytest.approx(time.sleeps[0])] and 0 < time.sleeps[0] <= BUDGET * HOLD_SHARE_OF_BUDGET
+
+
+def test_a_mark_past_the_horizon_holds_no_one_and_goes_with_the_next_winner(world):
+    manager, time, client, name = world
+    writer = manager()
+    writer.create("lamp", {"n": 0})
+    ahead = int((time.epoch + HORIZON_SECONDS + 3600) * 1000)  # a skewed clock, or another writer
+    set_raw(world, "lamp", {table.CONTENDED_UNTIL: {"N": str(ahead)}})
+    manager(seed=8).update_with_retry("lamp", lambda s: {**s, "n": s["n"] + 1})
+    assert time.sleeps == [] and marks_of(client, name, "lamp") == {}
+
+
+@pytest.mark.parametrize("bad", [{"N": "1700000000000.5"}, {"N": "1E+30"}, {"N": "-1"}, {"S": "soon"},
+                                 {"BOOL": True}])
+def test_a_malformed_mark_fails_no_write_and_goes_with_the_next_winner(world, bad):
+    manager, time, client, name = world
+    writer = manager()
+    writer.create("lamp", {"n": 0})
+    set_raw(world, "lamp", {table.CONTENDED_UNTIL: bad, table.RACED_UNTIL: bad})
+    current = writer.update("lamp", lambda s: {**s, "n": 1}, expected_version=1)
+    assert current.version == 2 and time.sleeps == []
+    assert raw_marks(world, "lamp") == {}
+    set_raw(world, "lamp", {table.CONTENDED_UNTIL: bad})
+    writer.update_with_retry("lamp", lambda s: {**s, "n": s["n"] + 1})
+    assert writer.get("lamp").state["n"] == 2 and time.sleeps == [] and raw_marks(world, "lamp") == {}
+
+
+def test_a_delete_leaves_no_mark_on_its_tombstone_and_a_create_never_holds(world):
+    manager, time, client, name = world
+    writer = crowded(world, "lamp")
+    with pytest.raises(DeviceAlreadyExists):
+        manager(seed=9).create("lamp", {"n": 0})  # refused at once, not after a hold
+    assert time.sleeps == []
+    writer.delete("lamp")  # without If-Match it may hold back like any write that retries
+    assert raw_marks(world, "lamp") == {}
+    held = list(time.sleeps)
+    writer.create("lamp", {"n": 0})
+    assert time.sleeps == held
 
 
 def test_a_passed_mark_holds_nothing_and_the_next_winner_removes_it_however_long_it_raced(world):
@@ -197,11 +254,23 @@ def test_a_write_naming_its_version_does_not_hold_back(world):
 
 def test_a_winner_that_raced_between_the_clear_and_the_mark_thresholds_keeps_the_mark(world):
     manager, time, client, name = world
-    crowded(world, "lamp", raced=30.0)
+    writer = manager()
+    writer.create("lamp", {"n": 0})
+    writer.update_with_retry("lamp", raced_for(3.0, world, "lamp"))  # racedUntil: nobody holds on it
     kept = marks_of(client, name, "lamp")
     middle = (CLEAR_BELOW_SECONDS + MARK_AFTER_SECONDS) / 2
     manager(seed=6).update_with_retry("lamp", raced_for(middle, world, "lamp"))
-    assert marks_of(client, name, "lamp") == kept
+    assert time.sleeps == [] and marks_of(client, name, "lamp") == kept
+
+
+def test_a_quick_winner_that_did_not_hold_back_clears_the_mark(world):
+    manager, time, client, name = world
+    writer = manager()
+    writer.create("lamp", {"n": 0})
+    writer.update_with_retry("lamp", raced_for(3.0, world, "lamp"))
+    assert set(marks_of(client, name, "lamp")) == {table.RACED_UNTIL}
+    manager(seed=7).update_with_retry("lamp", lambda s: {**s, "n": s["n"] + 1})  # wins at its first try
+    assert time.sleeps == [] and marks_of(client, name, "lamp") == {}
 
 
 def test_a_compiled_patch_races_no_one_and_removes_the_marks(world):

@@ -320,3 +320,40 @@ def test_the_state_item_stores_its_times_as_milliseconds_and_reads_both_forms():
     number = {**text, table.CREATED_AT: time_attribute(NOW), table.UPDATED_AT: time_attribute(NOW + 1)}
     as_text = {**text, table.CREATED_AT: {"S": timestamp(NOW)}, table.UPDATED_AT: {"S": timestamp(NOW + 1)}}
     assert Device.from_item(number).as_dict() == Device.from_item(as_text).as_dict()  # items written earlier
+
+
+def test_contention_marks_live_in_the_room_the_state_leaves_and_never_refuse_a_state():
+    """A state accepted by a write that raced no one is accepted by one that raced long and
+    by one on a marked item: the marks go where the state leaves room, else nowhere."""
+    from functions.device_state.contention import Raced
+    from functions.device_state.errors import ItemTooLarge
+    from functions.device_state.planning import MAX_STATE_ITEM_BYTES
+
+    long_race = Planner("devices", Fence(), NOW, tombstone_seconds=100, raced=Raced(1.0))
+    until = {"N": str(MILLIS + 500)}
+    marked = item(3, **{table.RACED_UNTIL: until, table.CONTENDED_UNTIL: until})
+    accepted, size = None, MAX_STATE_ITEM_BYTES - 1000
+    while True:  # the largest blob a write that raced no one accepts, to the byte
+        try:
+            PLANNER.replace_state(item(3), lambda state, size=size: {"blob": "x" * size}, None, "updated")
+            accepted, size = size, size + 1
+        except ItemTooLarge:
+            break
+    fill = {"blob": "x" * accepted}
+    for planner, on in ((long_race, item(3)), (long_race, marked), (PLANNER, marked)):
+        request = planner.replace_state(on, lambda state: fill, None, "updated").request["Update"]
+        assert set(map(str, request["ExpressionAttributeNames"].values())) & {table.RACED_UNTIL,
+                                                                              table.CONTENDED_UNTIL} <= removed_all(request)
+    roomy = long_race.replace_state(marked, lambda state: {"n": 1}, None, "updated").request["Update"]
+    assert table.CONTENDED_UNTIL in set_names(roomy)  # with room, a long race marks the device
+
+
+def removed_all(request):
+    clause = request["UpdateExpression"].split(" REMOVE ")[1] if " REMOVE " in request["UpdateExpression"] else ""
+    return {request["ExpressionAttributeNames"].get(name, name) for name in clause.split(", ") if name}
+
+
+def set_names(request):
+    clause = request["UpdateExpression"].split(" REMOVE ")[0]
+    return {request["ExpressionAttributeNames"].get(part.split(" = ")[0].strip(), "")
+            for part in clause[len("SET "):].split(", ")}
