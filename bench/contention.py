@@ -504,6 +504,8 @@ def main(argv=None) -> None:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--updates", type=int, default=320, help="updates per cell")
     parser.add_argument("--cold-runs", type=int, default=5, help="0 skips the cold-start measurement")
+    parser.add_argument("--warm-updates", type=int, default=640,
+                        help="updates of an untimed cell that warms DynamoDB Local first (0: none)")
     parser.add_argument("--journal-writes", type=int, default=200, help="writes per journal-size workload")
     parser.add_argument("--fault-updates", type=int, default=20, help="updates per writer in the lost-answer run")
     parser.add_argument("--backoff", default=None, metavar="BASE,CAP[,equal]",
@@ -542,7 +544,8 @@ def main(argv=None) -> None:
             # DynamoDB Local serves its first thousand requests or so slower (its JIT warming):
             # without this untimed cell, the first cell of a run measured a quarter below the
             # same cell run second, 160 updates still left a third, 640 leave a few percent.
-            bench.run_cell(workloads[0], "library", 4, 640)
+            if args.warm_updates:
+                bench.run_cell(workloads[0], "library", 4, args.warm_updates)
             cells = []
             for workload in workloads:
                 for count in writers:

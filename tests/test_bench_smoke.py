@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency]
 def test_bench_smoke(tmp_path, dynamodb_local):  # the suite's DynamoDB Local, not one of its own
     contention.main(["--endpoint", dynamodb_local.endpoint,
                      "--writers", "1,8", "--updates", "96", "--strategies", "naive,library,apart,racing",
-                     "--workloads", "increment", "--cold-runs", "1", "--journal-writes", "40",
+                     "--workloads", "increment", "--cold-runs", "1", "--warm-updates", "0", "--journal-writes", "40",
                      "--fault-updates", "6", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "latest.json").read_text())
     cells = {(c["strategy"], c["writers"]): c for c in result["cells"]}
