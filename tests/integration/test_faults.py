@@ -23,6 +23,7 @@ from functions.device_state import (
     VersionConflict,
 )
 from functions.device_state.client import dynamodb_client
+from functions.device_state.contention import MARK_AFTER_SECONDS
 from functions.device_state import table
 from functions.device_state.journal import JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX, journal, trimmed_stamp
 from localdev.faults import Forwarder
@@ -80,6 +81,26 @@ def test_a_read_modify_write_append_applies_once(rig, between):
     device = rig.manager.update_with_retry("d", append)
     assert device.state == {"log": ["once"]} and device.version == 2
     assert rig.state("d")["log"] == ["once", "other"][: 1 + between]
+
+
+@BETWEEN
+def test_a_read_modify_write_that_marks_the_device_after_a_long_race_applies_once(rig, between):
+    rig.other.create("d", {"n": 0})
+    calls = []
+
+    def bump(state):
+        calls.append(1)
+        if len(calls) == 1:  # another writer moves the device on: the race runs past MARK_AFTER_SECONDS
+            time.sleep(MARK_AFTER_SECONDS + 0.1)
+            rig.other.update_with_retry("d", MergePatch({"other": 1}))
+        return {**state, "n": state["n"] + 1}
+    rig.forwarder.lose("UpdateItem", when=lambda body: table.RACED_UNTIL.encode() in body,
+                       then=other_patch(rig, "d") if between else None)
+    device = rig.manager.update_with_retry("d", bump)
+    assert rig.forwarder.lost == ["UpdateItem"] and len(calls) == 2
+    assert device.state["n"] == 1 and rig.state("d")["n"] == 1 and rig.version("d") == 3 + between
+    item = rig.client.get_item(TableName=rig.name, Key=table.state_key("d"), ConsistentRead=True)["Item"]
+    assert (table.RACED_UNTIL in item) is not between  # the writer between is a compiled patch: it clears it
 
 
 @BETWEEN
