@@ -90,7 +90,7 @@ class Race:
         self._budget = budget_seconds
         self._holds = holds
         self._began = runtime.monotonic()
-        self.held = 0.0
+        self._held = 0.0
 
     def read(self, read):
         def first_holds_back():
@@ -100,7 +100,7 @@ class Race:
                 pause = self.hold(item)
                 if pause > 0:
                     self._runtime.sleep(pause)
-                    self.held = pause
+                    self._held = pause
                     self._runtime.observer.held(self._device_id, pause)
                     item = read()
             return item
@@ -117,5 +117,5 @@ class Race:
     def raced(self, attempt: int) -> Raced:
         """How this write comes to its ``attempt``-th try; a first try raced no one (a slow
         read is no race)."""
-        seconds = self._runtime.monotonic() - self._began - self.held if attempt > 1 else 0.0
-        return Raced(seconds, self.held > 0)
+        seconds = self._runtime.monotonic() - self._began - self._held if attempt > 1 else 0.0
+        return Raced(seconds, self._held > 0)

@@ -99,23 +99,32 @@ def raw_marks(world, device_id):
     return {mark: item[mark] for mark in (table.RACED_UNTIL, table.CONTENDED_UNTIL) if mark in item}
 
 
+def created(world, device_id):
+    """A new device at n = 0, and the writer that created it."""
+    writer = world[0]()
+    writer.create(device_id, {"n": 0})
+    return writer
+
+
+def after_a_race(world, device_id, raced):
+    """A new device, then one write that wins after racing ``raced`` seconds; its writer."""
+    writer = created(world, device_id)
+    writer.update_with_retry(device_id, raced_for(raced, world, device_id))
+    return writer
+
+
 def crowded(world, device_id, raced=2.0):
     """Two writers in a row win after racing long, the second (``raced`` seconds) while the
     first's mark is ahead: the device is crowded until ``raced`` seconds from then."""
-    manager, time, client, name = world
-    writer = manager()
-    writer.create(device_id, {"n": 0})
-    writer.update_with_retry(device_id, raced_for(raced + 1.0, world, device_id))
+    writer = after_a_race(world, device_id, raced + 1.0)
     writer.update_with_retry(device_id, raced_for(raced, world, device_id))
     return writer
 
 
 def test_one_long_race_leaves_racedUntil_which_holds_no_one_back(world):
     manager, time, client, name = world
-    writer = manager()
-    writer.create("lamp", {"n": 0})
     raced = MARK_AFTER_SECONDS + 0.2
-    writer.update_with_retry("lamp", raced_for(raced, world, "lamp"))
+    writer = after_a_race(world, "lamp", raced)
     assert writer.get("lamp").state["n"] == 1
     assert marks_of(client, name, "lamp") == {table.RACED_UNTIL: int((time.epoch + raced) * 1000)}
     manager(seed=2).update_with_retry("lamp", lambda s: {**s, "n": s["n"] + 1})
@@ -131,10 +140,8 @@ def test_a_second_long_race_while_the_first_mark_is_ahead_marks_the_device_crowd
 
 def test_a_second_long_race_after_the_first_mark_passed_starts_over(world):
     manager, time, client, name = world
-    writer = manager()
-    writer.create("lamp", {"n": 0})
     raced = MARK_AFTER_SECONDS + 0.3
-    writer.update_with_retry("lamp", raced_for(raced, world, "lamp"))
+    writer = after_a_race(world, "lamp", raced)
     time.pass_(raced + 0.1)  # past the first mark
     writer.update_with_retry("lamp", raced_for(raced, world, "lamp"))
     assert set(marks_of(client, name, "lamp")) == {table.RACED_UNTIL}
@@ -142,16 +149,13 @@ def test_a_second_long_race_after_the_first_mark_passed_starts_over(world):
 
 def test_a_write_that_lost_once_but_briefly_leaves_no_mark(world):
     manager, time, client, name = world
-    writer = manager()
-    writer.create("lamp", {"n": 0})
-    writer.update_with_retry("lamp", raced_for(MARK_AFTER_SECONDS - 0.1, world, "lamp"))
+    after_a_race(world, "lamp", MARK_AFTER_SECONDS - 0.1)
     assert marks_of(client, name, "lamp") == {}
 
 
 def test_a_slow_first_try_is_no_race_and_leaves_no_mark(world):
     manager, time, client, name = world
-    writer = manager()
-    writer.create("lamp", {"n": 0})
+    writer = created(world, "lamp")
 
     def slow(state):
         time.pass_(MARK_AFTER_SECONDS * 4)  # a slow read or a slow function, no other writer
@@ -185,8 +189,7 @@ def test_a_quick_win_without_a_hold_clears_the_marks(world):
 
 def test_the_control_a_newcomer_on_an_unmarked_device_writes_at_once(world):
     manager, time, client, name = world
-    writer = manager()
-    writer.create("lamp", {"n": 0})
+    writer = created(world, "lamp")
     writer.update_with_retry("lamp", lambda s: {**s, "n": 1})
     assert time.sleeps == [] and marks_of(client, name, "lamp") == {}
 
@@ -200,8 +203,7 @@ def test_a_hold_is_at_most_half_the_budget(world):
 
 def test_a_mark_past_the_horizon_holds_no_one_and_goes_with_the_next_winner(world):
     manager, time, client, name = world
-    writer = manager()
-    writer.create("lamp", {"n": 0})
+    created(world, "lamp")
     ahead = int((time.epoch + HORIZON_SECONDS + 3600) * 1000)  # a skewed clock, or another writer
     set_raw(world, "lamp", {table.CONTENDED_UNTIL: {"N": str(ahead)}})
     manager(seed=8).update_with_retry("lamp", lambda s: {**s, "n": s["n"] + 1})
@@ -212,8 +214,7 @@ def test_a_mark_past_the_horizon_holds_no_one_and_goes_with_the_next_winner(worl
                                  {"BOOL": True}])
 def test_a_malformed_mark_fails_no_write_and_goes_with_the_next_winner(world, bad):
     manager, time, client, name = world
-    writer = manager()
-    writer.create("lamp", {"n": 0})
+    writer = created(world, "lamp")
     set_raw(world, "lamp", {table.CONTENDED_UNTIL: bad, table.RACED_UNTIL: bad})
     current = writer.update("lamp", lambda s: {**s, "n": 1}, expected_version=1)
     assert current.version == 2 and time.sleeps == []
@@ -254,9 +255,7 @@ def test_a_write_naming_its_version_does_not_hold_back(world):
 
 def test_a_winner_that_raced_between_the_clear_and_the_mark_thresholds_keeps_the_mark(world):
     manager, time, client, name = world
-    writer = manager()
-    writer.create("lamp", {"n": 0})
-    writer.update_with_retry("lamp", raced_for(3.0, world, "lamp"))  # racedUntil: nobody holds on it
+    after_a_race(world, "lamp", 3.0)  # racedUntil: nobody holds on it
     kept = marks_of(client, name, "lamp")
     middle = (CLEAR_BELOW_SECONDS + MARK_AFTER_SECONDS) / 2
     manager(seed=6).update_with_retry("lamp", raced_for(middle, world, "lamp"))
@@ -265,9 +264,7 @@ def test_a_winner_that_raced_between_the_clear_and_the_mark_thresholds_keeps_the
 
 def test_a_quick_winner_that_did_not_hold_back_clears_the_mark(world):
     manager, time, client, name = world
-    writer = manager()
-    writer.create("lamp", {"n": 0})
-    writer.update_with_retry("lamp", raced_for(3.0, world, "lamp"))
+    after_a_race(world, "lamp", 3.0)
     assert set(marks_of(client, name, "lamp")) == {table.RACED_UNTIL}
     manager(seed=7).update_with_retry("lamp", lambda s: {**s, "n": s["n"] + 1})  # wins at its first try
     assert time.sleeps == [] and marks_of(client, name, "lamp") == {}
