@@ -27,7 +27,8 @@ from tests.make_serve import REPO_ROOT, make_serve
 
 DOCUMENTS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
 # The contract: with the README, the documents that name no test file (see the test below).
-CONTRACT = [REPO_ROOT / "README.md", REPO_ROOT / "docs" / "api.md"]
+CONTRACT = [REPO_ROOT / "README.md", REPO_ROOT / "docs" / "api.md",
+            *sorted((REPO_ROOT / "docs" / "api").glob("*.md"))]
 LINKED_DOCUMENTS = [*DOCUMENTS, REPO_ROOT / "clients" / "python" / "README.md"]
 FENCE = re.compile(r"^```(\w*)\n(.*?)\n```$", re.DOTALL | re.MULTILINE)
 MARK = re.compile(r"<!-- (readme-test|not-run): ?([^>]*?) -->\n$")
@@ -138,6 +139,7 @@ def test_the_front_door_and_the_contract_leave_the_test_harness_to_development_m
     """README.md, docs/api.md and its pages under docs/api/ name no test file and explain no
     example markers: how the examples are run is told in docs/development.md. The markers
     themselves (HTML comments, not rendered) stay beside their blocks."""
+    assert len(CONTRACT) > 3, CONTRACT
     for document in CONTRACT:
         for number, line in enumerate(document.read_text().splitlines(), 1):
             if line.startswith("<!-- ") and line.endswith(" -->"):
@@ -365,7 +367,7 @@ def test_the_examples_run_as_written_on_a_fresh_make_serve(tmp_path):
 
         language, code = blocks_by_name["python-client"]
         assert language == "python"
-        result = _run_python(code, "", URL=f"http://{base}/", TOKEN=token)  # as docs/api.md runs it
+        result = _run_python(code, "", URL=f"http://{base}/", TOKEN=token)  # as docs/api/deployed.md runs it
         assert result.returncode == 0, result.stderr
         assert [line.split(",")[0] for line in result.stdout.splitlines()] == ["(201", "(200"], result.stdout
 
