@@ -51,7 +51,7 @@ _FILTER = {"name": "filter", "in": "query",
            "description": "RQL over declared fields (FLEET_INDEX): eq, ne, gt, ge, lt, le, in, like (a prefix "
                           'ending in *), exists, and, or, not; e.g. and(eq(reported/online,true),like(state/site,'
                           '"berlin-*")). exists(delta) and exists(delta/<path>) filter beside a declared field. '
-                          "See docs/api.md.",
+                          "See docs/api/fleet-query.md.",
            "schema": {"type": "string", "minLength": 1, "maxLength": MAX_FILTER_CHARS}}
 
 
@@ -725,7 +725,7 @@ def _with_security(document: dict) -> dict:
     document["components"]["securitySchemes"] = {
         "backEnd": {"type": "oauth2", "description": "A back-end's token: client credentials, scopes in scope",
                     "flows": {"clientCredentials": {"tokenUrl": "/oauth2/token", "scopes": {
-                        rights_scope: "see the table of rights in docs/api.md" for rights_scope in SCOPES}}}},
+                        rights_scope: "see the table of rights in docs/api/auth.md" for rights_scope in SCOPES}}}},
         "deviceToken": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
                         "description": "A device's token: a device_id claim names the one device it is"},
     }

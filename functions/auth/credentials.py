@@ -263,6 +263,6 @@ def authenticate_event(event: dict, config: AuthConfig | None = None) -> Princip
 
 
 def is_websocket_connect(event: dict) -> bool:
-    """A WebSocket API's $connect (its request context says so; a REST request's never does)."""
+    """A WebSocket API's $connect (its request context says so; an HTTP request's never does)."""
     context = event.get("requestContext") or {}
     return context.get("routeKey") == "$connect" and context.get("eventType") == "CONNECT"
