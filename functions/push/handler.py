@@ -23,6 +23,9 @@ from .subscriptions import Subscriptions, TooManySubscriptions, UnknownConnectio
 
 logger = logging.getLogger("device_state.push")
 MAX_MESSAGE_CHARS = 4096  # a client's message (subscribe/unsubscribe) is small
+# Each action's members: any other member is a bad-message, as on the HTTP routes' bodies.
+MEMBERS = {"ping": {"action"}, "unsubscribe": {"action", "deviceId"},
+           "subscribe": {"action", "deviceId", "since", "sections"}}
 
 
 class BadMessage(Exception):
@@ -96,20 +99,19 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
                                                          "from the last version you have", 401) from None
     body = _body(event.get("body"))
     action = body.get("action")
+    if not isinstance(action, str) or action not in MEMBERS:
+        raise BadMessage("unknown-action", "Unknown action", 'action must be "subscribe", "unsubscribe" or "ping"')
+    _only(body, MEMBERS[action])
     if action == "ping":  # keeps the connection from API Gateway's 10-minute idle timeout
         return {"type": "pong"}
-    if action not in ("subscribe", "unsubscribe"):
-        raise BadMessage("unknown-action", "Unknown action", 'action must be "subscribe", "unsubscribe" or "ping"')
     device_id = _device_id(body)
     refused = rights.first_refused(principal, rights.needed_to_follow(device_id))
     if refused is not None:
         raise BadMessage("forbidden", "Forbidden", f"this caller may not follow {device_id}", 403,
                          action=refused[0], resource=refused[1])
     if action == "unsubscribe":
-        _only(body, {"action", "deviceId"})
         subscriptions.unsubscribe(connection_id, device_id)
         return {"type": "unsubscribed", "deviceId": device_id}
-    _only(body, {"action", "deviceId", "since", "sections"})
     since, sections = _since(body), _sections(body)
     try:
         delivery.log.read(device_id, since, 1)  # a since the feed would refuse is refused here, before anything
