@@ -148,6 +148,37 @@ def test_renewal_past_the_bound_needs_the_certificate(server, lamp_1):
     assert get_token(server, tls=lamp_1)[0] == 200
 
 
+@pytest.mark.parametrize("auth_time", ["10 days ahead", 1e30, float("inf"), float("nan")])
+@pytest.mark.parametrize("issuer", ["device-token issuer", "main issuer"])
+def test_a_token_whose_auth_time_lies_in_the_future_is_refused_on_every_route_and_at_renewal(
+        server, local_ca, auth_time, issuer):
+    claimed = int(time.time()) + 10 * 24 * 3600 if auth_time == "10 days ahead" else auth_time
+    future = (DEVICE_TOKEN_ISSUER.token(device="lamp-1", sub="device:lamp-1", auth_time=claimed)
+              if issuer == "device-token issuer" else ISSUER.token(device="lamp-1", auth_time=claimed))
+    for method, path, body in (("GET", "/devices/lamp-1", None), ("PATCH", "/devices/lamp-1/reported", {"n": 1}),
+                               ("POST", "/devices/lamp-1/token", None)):
+        status, _, answer = server.request(method, path, body, headers={**device_bearer(future), **MERGE})
+        assert status == 401 and problem_type(answer) == "unauthorized", (method, path, answer)
+
+    async def connect() -> int:
+        with pytest.raises(InvalidStatus) as refusal:
+            async with wss(server, local_ca, device_bearer(future)):
+                pass
+        return refusal.value.response.status_code
+
+    assert asyncio.run(connect()) == 401
+
+
+def test_an_auth_time_within_the_clock_leeway_renews_counting_from_now(server):
+    """A clock a little ahead of this one (up to LEEWAY_SECONDS) is no refusal, and the renewed
+    token carries no time later than its own issue: the chain cannot stretch its bound."""
+    ahead = DEVICE_TOKEN_ISSUER.token(device="lamp-1", sub="device:lamp-1", auth_time=int(time.time()) + 30)
+    status, _, body = get_token(server, headers=device_bearer(ahead))
+    assert status == 200, body
+    renewed = claims_of(json.loads(body)["token"])
+    assert renewed["auth_time"] == renewed["iat"] <= time.time()
+
+
 @pytest.mark.parametrize("who, status, slug", [
     ("another device's certificate", 403, "forbidden"),
     ("another device's token", 403, "forbidden"),

@@ -22,8 +22,8 @@ from functions.api import tokens as token_routes
 from functions.api.handler import lambda_handler
 from functions.auth import device_tokens
 from functions.auth.credentials import (AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS, DEVICE_TOKEN_AUDIENCE,
-                                        DEVICE_TOKEN_ISSUER, DEVICE_TOKEN_JWKS, AuthConfig, AuthConfigError,
-                                        verify_token)
+                                        DEVICE_TOKEN_ISSUER, DEVICE_TOKEN_JWKS, LEEWAY_SECONDS, AuthConfig,
+                                        AuthConfigError, verify_token)
 from functions.auth.device_tokens import RenewalRefused, TokenSettings, issue
 from functions.auth.principals import Principal
 from functions.auth.signers import (KeyFileSigner, KmsSigner, SigningThrottled, SigningUnavailable, der_to_jose)
@@ -162,6 +162,16 @@ def test_renewal_is_bounded_by_when_the_certificate_was_last_shown():
     with pytest.raises(SigningThrottled):
         issue(Principal.device("lamp-1", auth_time=now), KmsSigner(KEY_ARN, stubbed_kms("ThrottlingException")[0]),
               SETTINGS, now=now)
+
+
+def test_renewal_counts_from_no_later_than_now_and_refuses_a_future_certificate_time():
+    """verify_token refuses a token whose auth_time is ahead of the clock by more than the
+    leeway; a principal that comes from elsewhere (an authorizer's context) is held the same."""
+    signer, now = KmsSigner(KEY_ARN, FakeKms()), 1_800_000_000
+    with pytest.raises(RenewalRefused):
+        issue(Principal.device("lamp-1", auth_time=now + LEEWAY_SECONDS + 1), signer, SETTINGS, now=now)
+    ahead = issue(Principal.device("lamp-1", auth_time=now + LEEWAY_SECONDS), signer, SETTINGS, now=now)
+    assert jwt.decode(ahead["token"], options={"verify_signature": False})["auth_time"] == now
 
 
 BASE = {DEVICE_TOKEN_ISSUER: "urn:x", DEVICE_TOKEN_AUDIENCE: "device-state", device_tokens.DEVICE_TOKEN_KMS_KEY: KEY_ARN}
