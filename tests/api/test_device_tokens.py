@@ -179,6 +179,28 @@ def test_an_auth_time_within_the_clock_leeway_renews_counting_from_now(server):
     assert renewed["auth_time"] == renewed["iat"] <= time.time()
 
 
+def test_a_token_is_issued_only_for_a_device_that_exists(server, local_ca):
+    lamp_3 = client_context(local_ca, local_ca.device_certificate("lamp-3"))
+    lamp_9 = client_context(local_ca, local_ca.device_certificate("lamp-9"))
+    for caller in ({"tls": lamp_9}, {"headers": bearer(device="lamp-9")}):  # never created
+        status, _, body = get_token(server, "lamp-9", **caller)
+        assert status == 404 and problem_type(body) == "device-not-found", body
+    assert server.request("PUT", "/devices/lamp-3", {"state": {}}, headers=bearer())[0] == 201
+    held = json.loads(get_token(server, "lamp-3", tls=lamp_3)[2])["token"]
+    assert server.request("DELETE", "/devices/lamp-3", headers=bearer())[0] == 204
+    for caller in ({"tls": lamp_3}, {"headers": device_bearer(held)}):  # deleted: by certificate, and renewal
+        status, _, body = get_token(server, "lamp-3", **caller)
+        assert status == 404 and problem_type(body) == "device-not-found", body
+    assert server.request("PUT", "/devices/lamp-3", {"state": {}}, headers=bearer())[0] == 201  # the control
+    assert get_token(server, "lamp-3", tls=lamp_3)[0] == 200
+    # Whoever may not ask gets the answer it gets for a device that exists: nothing about lamp-9.
+    for caller, status in (({"tls": lamp_3}, 403), ({"headers": bearer(device="lamp-3")}, 403),
+                           ({"headers": bearer()}, 403), ({}, 401)):
+        answers = [get_token(server, device, **caller) for device in ("lamp-9", "lamp-1")]
+        assert [answer[0] for answer in answers] == [status, status], answers
+        assert json.loads(answers[0][2])["detail"] == json.loads(answers[1][2])["detail"].replace("lamp-1", "lamp-9")
+
+
 @pytest.mark.parametrize("who, status, slug", [
     ("another device's certificate", 403, "forbidden"),
     ("another device's token", 403, "forbidden"),
