@@ -616,7 +616,7 @@ OPENAPI["paths"]["/devices/{deviceId}/token"] = {
                        "itself, called with its client certificate or a device token: every route and the WebSocket "
                        "API accept it. Renewal with a token is refused once the device last authenticated with its "
                        "certificate longer ago than the renewal bound (403 certificate-required); no token outlives "
-                       "that bound.",
+                       "that bound. A token names a device that exists when it is issued.",
         "requestBody": {"required": False, "content": {"application/json": {"schema": {
             "type": "object", "additionalProperties": False, "maxProperties": 0}}}},
         "responses": {
@@ -629,6 +629,7 @@ OPENAPI["paths"]["/devices/{deviceId}/token"] = {
                             "expiresIn": {"type": "integer", "minimum": 1,
                                           "description": "Seconds from now until the token expires"},
                             "expiresAt": {"type": "string", "format": "date-time"}}}}}},
+            "404": _problem("No such device (never created, deleted or expired): device-not-found"),
             "415": _COMMON_ERRORS["415"],
             "429": _problem("Too many tokens are being signed at once (the signing key's request quota); "
                             "Retry-After says when to try again"),

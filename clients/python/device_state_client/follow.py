@@ -115,6 +115,8 @@ class Follower:
             time.sleep(self.backoff.next_delay())
 
     def _ended(self, error: Exception) -> None:
+        # A 429 (the device holds its most connections) says nothing against the token: it is
+        # waited out with the backoff like any other refused connect, the token kept.
         if isinstance(error, InvalidStatus) and error.response.status_code in (401, 403):
             if not self.client.credentials.renewable:
                 status = error.response.status_code
