@@ -167,8 +167,9 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
         status = answer.get("statusCode")
         if status == 401:
             return refuse(*authorizer.unauthorized_problem())
-        if status != 200:  # as API Gateway: the $connect integration's status, none of its headers or body
-            return refuse(status)
+        if status != 200:  # the $connect integration's status and Retry-After, never its body
+            retry_after = (answer.get("headers") or {}).get("Retry-After")
+            return refuse(status, {"Retry-After": retry_after} if retry_after else None)
         connection.device_state_route = (connection_id, context)  # for handle(), once connected
         return None
 

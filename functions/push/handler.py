@@ -35,6 +35,8 @@ MAX_MESSAGE_CHARS = 4096  # a client's message (subscribe/unsubscribe) is small
 # Each action's members: any other member is a bad-message, as on the HTTP routes' bodies.
 MEMBERS = {"ping": {"action"}, "unsubscribe": {"action", "deviceId"},
            "subscribe": {"action", "deviceId", "since", "sections"}}
+# A connect over a device's cap tries again after this: one of its connections must close first.
+CONNECT_RETRY_AFTER_SECONDS = "1"
 
 
 class BadMessage(Exception):
@@ -58,9 +60,9 @@ def lambda_handler(event, _context):
         if principal.kind == DEVICE:
             try:
                 _record(lambda manager: manager.connected(principal.device_id, connection_id, ends))
-            except TooManyConnections:  # API Gateway refuses the upgrade with this status, and passes on nothing else
+            except TooManyConnections:  # API Gateway refuses the upgrade with this status
                 metrics.add_metric(name=names.CONNECTIONS_REFUSED, unit=MetricUnit.Count, value=1)
-                return {"statusCode": 429}
+                return {"statusCode": 429, "headers": {"Retry-After": CONNECT_RETRY_AFTER_SECONDS}}
         subscriptions.open(connection_id, principal.subject, ends)
         return {"statusCode": 200}
     if route == "$disconnect":
@@ -82,6 +84,7 @@ def lambda_handler(event, _context):
         except Gone:
             _close(subscriptions, connection_id)
     return {"statusCode": 200}
+
 
 
 def _close(subscriptions: Subscriptions, connection_id: str) -> None:

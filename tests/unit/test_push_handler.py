@@ -60,5 +60,5 @@ def test_a_connect_over_the_devices_cap_is_429_and_counted(monkeypatch, capsys):
     principal = Principal.device("lamp-1", expires_at=int(time.time()) + 3600, auth_time=int(time.time()))
     event = {"requestContext": {"routeKey": "$connect", "eventType": "CONNECT", "connectionId": "c1",
                                 "authorizer": {"principalId": principal.subject, **principal.as_context()}}}
-    assert handler.lambda_handler(event, None) == {"statusCode": 429}
+    assert handler.lambda_handler(event, None) == {"statusCode": 429, "headers": {"Retry-After": "1"}}
     assert (names.NAMESPACE, names.CONNECTIONS_REFUSED) in emitted_metrics(capsys.readouterr().out)
