@@ -8,6 +8,7 @@ write identity; see ``journal``), and the device it leaves. Nothing here talks t
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from dataclasses import dataclass
 
 from boto3.dynamodb.conditions import ConditionBase
@@ -24,6 +25,7 @@ from .fleet_index import (INDEX_ATTRIBUTE_PREFIX, QUERYABLE, SHARD_ATTRIBUTE, Fl
 from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED
 from .journal import (JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp, trimmed_stamps, trimming,
                       watermark)
+from .patches import INCREMENT, REMOVED
 from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, MAX_POINTER_BYTES, META_ATTRIBUTES,
                        REPORTED, STATE, STATUS, VERSION_SPAN, SectionWrite, check_pointer, longest_leaf_pointer,
                        next_entries, pack, pointer_bytes, touched_by)
@@ -234,7 +236,9 @@ class Planner:
     def compiled(self, device_id: str, compiled, seen: dict | None = None, section: str = STATE) -> Planned | None:
         """A patch compiled to one UpdateItem: no read, no version condition; its write id
         alone keeps any copy of it from applying twice. A desired or reported patch sets the
-        metadata of the members it changes in the same request (``sections.pack``). It also
+        metadata of the members it sets and removes that of the members it removes, in the
+        same request (``sections.pack``), on condition that this leaves one entry per leaf
+        (``_one_entry_per_leaf``). It also
         drops the journal entries that ``seen`` (the item as this container last saw it, if
         it did) shows beyond the journal's keep: entries written since are newer still, so
         the newest stay. It ADDs the newest stamp it drops to ``journalTrimmedStamps``, or,
@@ -271,17 +275,24 @@ class Planner:
         # each index attribute as if new (an increment's number at DynamoDB's longest)
         growth += sum(1 + len(attribute.encode()) + _value_size(value) for attribute, value in indexed.items())
         growth += sum(1 + len(attribute.encode()) + _LONGEST_NUMBER_BYTES for attribute in operands)
+        removes = list(compiled.removes)
         if section != STATE:
             meta, map_type = name(META_ATTRIBUTES[section]), expr.value({"S": "M"})
-            stamp = expr.number(pack(1, self.now))
-            sets += [f"{meta}.{name(leaf)} = {version} + {stamp}" for leaf in compiled.pointers]
+            removed = compiled.removed
+            gone = set(removed)
+            renewed = [leaf for leaf in compiled.pointers if leaf not in gone]
+            if renewed:
+                stamp = expr.number(pack(1, self.now))
+                sets += [f"{meta}.{name(leaf)} = {version} + {stamp}" for leaf in renewed]
+            removes += [f"{meta}.{name(leaf)}" for leaf in removed]  # a member's entry goes with it
             sets.append(f"{name(CHANGED_ATTRIBUTES[section])} = {version} + {one}")
             conditions += [f"attribute_type({compiled.root}, {map_type})", f"attribute_type({meta}, {map_type})"]
+            conditions += _one_entry_per_leaf(expr, compiled, map_type)
             if section == REPORTED:  # a report that may clear a desire reads first (write_sections)
                 conditions.append(f"attribute_not_exists({name(table.CLEAR_PENDING)})")
-            # each leaf's metadata entry and the section's changed mark, all as if new
+            # each metadata entry it sets and the section's changed mark, all as if new
             growth += sum(1 + len(leaf.encode()) + _value_size(number(pack(VERSION_SPAN - 1, self.now)))
-                          for leaf in compiled.pointers)
+                          for leaf in renewed)
             growth += 1 + len(CHANGED_ATTRIBUTES[section]) + _value_size(number(VERSION_SPAN - 1))
         if self.seen_by == device_id:  # bookkeeping: in BOOKKEEPING_BYTES, not in the growth
             sets.append(f"{name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
@@ -290,7 +301,7 @@ class Planner:
             f"{version} = {version} + {one}", f"{name(table.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
             f"{journaled} = {version} + {one}", f"{item_bytes} = {item_bytes} + {expr.number(growth)}"])
         conditions.insert(0, f"{item_bytes} <= {expr.number(MAX_STATE_ITEM_BYTES - growth)}")
-        removes = compiled.removes + [name(attribute) for attribute in unindexed] + journal_removes + [
+        removes += [name(attribute) for attribute in unindexed] + journal_removes + [
             name(table.LAST_WRITE), *map(name, contention.MARKS)]
         if removes:
             update += " REMOVE " + ", ".join(removes)
@@ -544,6 +555,22 @@ def _most_added(compiled) -> int:
 
 def _value_size(attribute: dict) -> int:
     return item_size({"": attribute})
+
+
+def _one_entry_per_leaf(expr: Expression, compiled, map_type: str) -> list[str]:
+    """The conditions under which a compiled section patch leaves one metadata entry per
+    leaf, and none of a removed one: no member it sets or removes is an object (the entries
+    of its leaves would outlive them: read-modify-write replaces or removes it), and every
+    object it removes members from keeps one (an object left empty becomes a leaf, which
+    read-modify-write dates). An increment's own condition keeps its member a number."""
+    conditions, removed_from = [], Counter()
+    for parts, effect, _ in compiled.effects:
+        if effect != INCREMENT:
+            conditions.append(f"NOT attribute_type({expr.path(compiled.section, *parts)}, {map_type})")
+        if effect == REMOVED and len(parts) > 1:
+            removed_from[parts[:-1]] += 1
+    return conditions + [f"size({expr.path(compiled.section, *parent)}) > {expr.number(count)}"
+                         for parent, count in removed_from.items()]
 
 
 def _index_sets(expr: Expression, indexed: dict, written: dict) -> list[str]:
