@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
 
 from boto3.dynamodb.conditions import ConditionBase
 
@@ -27,10 +28,10 @@ from .journal import (JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp,
                       watermark)
 from .patches import INCREMENT, REMOVED
 from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, MAX_POINTER_BYTES, META_ATTRIBUTES,
-                       REPORTED, STATE, STATUS, VERSION_SPAN, SectionWrite, check_pointer, longest_leaf_pointer,
-                       next_entries, pack, pointer_bytes, touched_by)
+                       REPORTED, STATE, STATUS, VERSION_SPAN, SectionWrite, check_pointer, leaf_entries,
+                       longest_leaf_pointer, next_entries, pack, pointer_bytes, touched_by)
 from .updates import UpdateFn
-from .values import MAX_ITEM_BYTES, check_state, item_size, to_attribute
+from .values import MAX_ITEM_BYTES, check_state, from_attribute, item_size, to_attribute
 
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
@@ -41,6 +42,7 @@ DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
 BOOKKEEPING_BYTES = 768
 MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state write may leave on the item
 COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit
+_REMOVED = None  # an attribute a write removes, among those it writes (sized as absent)
 # What a state write stores and its change record copies: the sections and their metadata.
 SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED,
                       table.STATUS_DESIRED)
@@ -140,7 +142,13 @@ class Planner:
                        outcome: str) -> Planned:
         """Each ``SectionWrite``'s update function applied to its section of the live
         ``item``, all in one write at its version; desired and reported renew the
-        metadata of the leaves each write touched."""
+        metadata of the leaves each write touched. The item it leaves holds what the size
+        formula counts (``_held_sets``)."""
+        return self._making_room(lambda keep_cleared: self._write_sections(item, writes, condition, outcome,
+                                                                           keep_cleared))
+
+    def _write_sections(self, item: dict, writes: list[SectionWrite], condition: ConditionBase | None,
+                        outcome: str, keep_cleared: bool) -> Planned:
         current = Device.from_item(item)
         documents = {STATE: current.state, DESIRED: current.desired, REPORTED: current.reported}
         entries = dict(current.entries)
@@ -157,7 +165,8 @@ class Planner:
                                                       touched, pack(version, self.now))
             if write.section == DESIRED and (write.options or entries.get(STATUS)):
                 entries[STATUS] = desires.after_desired_write(new_document, entries, write.options or
-                                                              desires.DesireOptions(), version, self.now)
+                                                              desires.DesireOptions(), version, self.now,
+                                                              replaced=ALL in touched)
         changed = {write.section for write in writes}
         if REPORTED in changed and entries.get(STATUS):
             confirmed = desires.after_report(documents[DESIRED], documents[REPORTED], entries, version)
@@ -175,11 +184,8 @@ class Planner:
         indexed, unindexed = self.fleet_index.attributes(current.device_id, documents, changed)
         sets += _index_sets(expr, indexed, written)
         removes = [expr.name(attribute) for attribute in unindexed]
-        if DESIRED in changed and (entries.get(STATUS) or current.entries.get(STATUS)):
-            _status_sets(expr, documents[DESIRED], entries, sets, removes, written)
-        elif table.CLEAR_PENDING in item and not desires.clear_pending(documents[DESIRED], entries):
-            # a read-free desired write set the leaf again since: reports need not read any more
-            removes.append(expr.name(table.CLEAR_PENDING))
+        written.update(dict.fromkeys(unindexed, _REMOVED))
+        _held_sets(expr, item, documents, entries, changed, keep_cleared, sets, removes, written)
         device = Device(current.device_id, version, documents[STATE], current.created_at, stamp,
                         desired=documents[DESIRED], reported=documents[REPORTED], entries=entries)
         return self._planned(expr, current.device_id, item, device, outcome, current.version,
@@ -190,15 +196,19 @@ class Planner:
         ``item``, at its version: a change to desired's statuses (its documents stay),
         which wakes delta waiters as a desired write does. ``DesireMoved`` when an ack
         answers a desire that is not the leaf's current one."""
+        return self._making_room(lambda keep_cleared: self._acknowledge(item, acks, keep_cleared))
+
+    def _acknowledge(self, item: dict, acks: list, keep_cleared: bool) -> Planned:
         current = Device.from_item(item)
         version = current.version + 1
+        documents = {STATE: current.state, DESIRED: current.desired, REPORTED: current.reported}
         entries = {**current.entries, STATUS: desires.after_acks(current.desired, current.entries, acks, self.now)}
         expr, written, removes = Expression(), {}, []
         stamp = timestamp(self.now)
         sets = [f"{expr.name(table.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
                 f"{expr.name(CHANGED_ATTRIBUTES[DESIRED])} = {expr.number(version)}"]
         written[CHANGED_ATTRIBUTES[DESIRED]] = _LARGEST_VERSION
-        _status_sets(expr, current.desired, entries, sets, removes, written)
+        _held_sets(expr, item, documents, entries, set(), keep_cleared, sets, removes, written)
         device = Device(current.device_id, version, current.state, current.created_at, stamp,
                         desired=current.desired, reported=current.reported, entries=entries)
         return self._planned(expr, current.device_id, item, device, UPDATED, current.version,
@@ -434,6 +444,16 @@ class Planner:
 
     # --------------------------------------------------------------- internals
 
+    @staticmethod
+    def _making_room(plan: Callable[[bool], Planned]) -> Planned:
+        """``plan(True)``; when that write does not fit beside the confirmations of cleared
+        desires the item keeps, ``plan(False)``: they are history, and a write that needs
+        their room takes it (a write that fits on a fresh device fits here too)."""
+        try:
+            return plan(True)
+        except ItemTooLarge:
+            return plan(False)
+
     def _update(self, device_id: str, update: str, condition: str, expr: Expression, write: WriteId | None,
                 outcome: str, device: Device | None = None, expected_version: int | None = None,
                 **returns) -> Planned:
@@ -459,7 +479,7 @@ class Planner:
                  written: dict, caller_condition: ConditionBase | None = None, *,
                  version: int | None = None) -> Planned:
         """A journaled state write: bumps the version, records its write id, trims the journal.
-        ``written``: the section attributes it sets, by name, as stored."""
+        ``written``: the section attributes it sets, by name, as stored (``_REMOVED``: removes)."""
         name = expr.name
         write = WriteId.new(self.now)
         next_version = device.version if version is None else version
@@ -479,12 +499,12 @@ class Planner:
             # outcome's name) at its largest: a state accepted once fits again later.
             written = {**written, **{CHANGED_ATTRIBUTES[section]: _LARGEST_VERSION for section in DEVICE_SECTIONS
                                      if section in written}}
-            size = _checked_size(
-                {**table.state_key(device_id), **_without_bookkeeping(item, self._connectivity_attribute()),
-                 **written,
-                 table.VERSION: _LARGEST_VERSION, write.attribute: number(next_version),
-                 table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
-                 table.LAST_WRITE: {"S": _LONGEST_OUTCOME}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device)
+            left = {**table.state_key(device_id), **_without_bookkeeping(item, self._connectivity_attribute()),
+                    **written,
+                    table.VERSION: _LARGEST_VERSION, write.attribute: number(next_version),
+                    table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
+                    table.LAST_WRITE: {"S": _LONGEST_OUTCOME}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}
+            size = _checked_size({name: value for name, value in left.items() if value is not _REMOVED}, device)
             sets.append(f"{name(table.ITEM_BYTES)} = {expr.number(size)}")
             if self.raced is not None:
                 marks, unmarked = contention.changes(item, self.now, self.raced, room=MAX_STATE_ITEM_BYTES - size)
@@ -595,12 +615,38 @@ def _status_sets(expr: Expression, desired: dict, entries: dict, sets: list, rem
         written[table.STATUS_DESIRED] = to_attribute(statuses)
         sets.append(f"{expr.name(table.STATUS_DESIRED)} = {expr.value(written[table.STATUS_DESIRED])}")
     else:
+        written[table.STATUS_DESIRED] = _REMOVED
         removes.append(expr.name(table.STATUS_DESIRED))
     if desires.clear_pending(desired, entries):
         written[table.CLEAR_PENDING] = {"BOOL": True}
         sets.append(f"{expr.name(table.CLEAR_PENDING)} = {expr.value({'BOOL': True})}")
     else:
+        written[table.CLEAR_PENDING] = _REMOVED
         removes.append(expr.name(table.CLEAR_PENDING))
+
+
+def _held_sets(expr: Expression, item: dict, documents: dict, entries: dict, changed: set, keep_cleared: bool,
+               sets: list, removes: list, written: dict) -> None:
+    """What a write at the version leaves beside the documents, as the size formula counts
+    it: one metadata entry per leaf of desired and reported (a section it does not change
+    sheds entries that read-free writes left: at members since removed, or at an object they
+    set), desired's statuses as ``desires.kept`` keeps them, and the clear-pending mark. It
+    sets ``entries`` so, and adds the clauses that store what changed."""
+    for section in DEVICE_SECTIONS:
+        if section in changed:
+            continue
+        held = leaf_entries(documents[section], entries.get(section, {}))  # its entries are the stored ones
+        if held != entries.get(section, {}):
+            meta = META_ATTRIBUTES[section]
+            entries[section], written[meta] = held, to_attribute(held)
+            sets.append(f"{expr.name(meta)} = {expr.value(written[meta])}")
+    statuses = desires.kept(documents[DESIRED], entries, keep_cleared)
+    entries.pop(STATUS, None)
+    if statuses:
+        entries[STATUS] = statuses
+    stored = from_attribute(item[table.STATUS_DESIRED]) if table.STATUS_DESIRED in item else {}
+    if statuses != stored or (table.CLEAR_PENDING in item) != desires.clear_pending(documents[DESIRED], entries):
+        _status_sets(expr, documents[DESIRED], entries, sets, removes, written)
 
 
 def _section_sets(expr: Expression, documents: dict, entries: dict, version: int, written: dict) -> list[str]:

@@ -16,8 +16,8 @@ metadata is the entry of the newest write among entries at its pointer, at an an
 write that set a whole object set every leaf in it) and at a descendant (a member removed
 from it, which left it an empty object, as items written before that rule may hold): a
 stale entry is always older than the write that made it stale, so the newest wins: by
-version, not by time (writers' clocks may disagree). Read-modify-write writes store
-exactly one entry per leaf.
+version, not by time (writers' clocks may disagree). Every write that reads stores exactly
+one entry per leaf of both sections (``planning._held_sets``): what the size formula counts.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import pytest
 from botocore.config import Config
 
 from functions.device_state import Ack, DesireOptions, IdempotencyKey, JsonPatch, MergePatch, table
+from functions.device_state.planning import MAX_STATE_ITEM_BYTES
 from tests.integration.test_faults import Rig
 
 pytestmark = pytest.mark.dynamodb_local
@@ -188,3 +189,30 @@ def test_control_a_naive_ack_that_landed_is_answered_as_refused(rig):
                               "/brightness": {"M": {"v": {"N": "1"}, "a": {"N": "400"}, "t": {"N": "1"}}}}}})
     assert rig.other.get("d").delta() == {}  # refused, says the client; applied, says the device
 
+
+NAMES = ("a" * 1023, "b" * 1023, "c" * 1023, "d" * 1023)
+LONG = {NAMES[0]: {NAMES[1]: {NAMES[2]: {NAMES[3]: 1}}}}  # a leaf of the longest pointer, 4,096 bytes
+
+
+def item_bytes(rig, device_id) -> int:
+    item = rig.client.get_item(TableName=rig.name, Key=table.state_key(device_id), ConsistentRead=True)["Item"]
+    return int(item[table.ITEM_BYTES]["N"])
+
+
+@BETWEEN
+def test_a_desire_that_takes_the_room_of_a_kept_confirmation_applies_once(rig, between):
+    rig.other.create("d", {})
+    rig.other.update_with_retry("d", MergePatch(LONG), section="desired", desire=DesireOptions(clear_on_confirm=True))
+    rig.other.update_with_retry("d", MergePatch(LONG), section="reported")  # clears it: its confirmation is kept
+    rig.other.replace("d", {"blob": ""})
+    rig.other.replace("d", {"blob": "z" * (MAX_STATE_ITEM_BYTES - item_bytes(rig, "d") - 1024)})
+    before = rig.other.get("d")
+    assert before.desired == {} and set(before.entries["status"]) == {"/" + "/".join(NAMES)}
+    # 2 KB more: it fits only in the confirmation's room, which it takes in the write that loses its answer
+    rig.forwarder.lose("UpdateItem", then=other_report(rig, "d") if between else None)
+    device = rig.manager.update_with_retry("d", MergePatch({"w": "w" * 2048}), section="desired",
+                                           desire=DesireOptions(expires_in=60))
+    assert rig.forwarder.lost == ["UpdateItem"] and device.desired == {"w": "w" * 2048}
+    after = rig.other.get("d")
+    assert after.version == before.version + 1 + between and after.desired == {"w": "w" * 2048}
+    assert set(after.entries["status"]) == {"/w"}
