@@ -99,6 +99,7 @@ class Follower:
         self.backoff = backoff or Backoff()
         self.reconnects: list[str] = []
         self._renew_token = False
+        self._retry_after = 0.0  # seconds a refused connect's Retry-After asks for
 
     def __iter__(self):
         while True:
