@@ -5,7 +5,16 @@ significant digits exactly; a float would round them) and written back digit for
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from decimal import Decimal
+
+# The standard library writes no Decimal, and no number text of one's own: each Decimal goes in
+# as a string holding this process's random mark and its index, and the quoted mark is then
+# replaced by the number's digits. Marks are letters, digits and colons, which JSON writes
+# unescaped; a string of the document can hold one only by knowing the mark.
+_MARK = f"decimal:{uuid.uuid4().hex}:"
+_MARKED = re.compile(f'"{_MARK}(\\d+)"')
 
 
 def loads(text: str | bytes, exact: bool = True):
@@ -14,44 +23,19 @@ def loads(text: str | bytes, exact: bool = True):
 
 
 def dumps(value, indent: int | None = None, ascii_only: bool = False) -> str:
-    """JSON text of ``value`` (separators as ``json.dumps``'), a ``Decimal`` with its own digits;
+    """JSON text of ``value`` (as ``json.dumps`` writes it), a ``Decimal`` with its own digits;
     ``ascii_only`` escapes every other character (what a request body is sent as: any string,
     a lone surrogate too, goes out as bytes and the service judges it). NaN and infinities,
     which JSON cannot hold, are refused with ``ValueError``."""
-    out: list[str] = []
-    _write(value, out, indent, 0, ascii_only)
-    return "".join(out)
+    numbers: list[str] = []
 
-
-def _write(value, out: list, indent: int | None, level: int, ascii_only: bool) -> None:
-    if isinstance(value, Decimal):
+    def number(value):
+        if not isinstance(value, Decimal):
+            raise TypeError(f"{type(value).__name__} is not a JSON value")
         if not value.is_finite():
             raise ValueError(f"{value} is not a JSON number")
-        out.append(str(value))
-    elif isinstance(value, dict):
-        _write_members(list(value.items()), "{}", out, indent, level, ascii_only)
-    elif isinstance(value, (list, tuple)):
-        _write_members(list(value), "[]", out, indent, level, ascii_only)
-    else:
-        out.append(json.dumps(value, ensure_ascii=ascii_only, allow_nan=False))
+        numbers.append(str(value))
+        return f"{_MARK}{len(numbers) - 1}"
 
-
-def _write_members(members: list, brackets: str, out: list, indent: int | None, level: int, ascii_only: bool) -> None:
-    opening, closing = brackets
-    if not members:
-        out.append(opening + closing)
-        return
-    inner = "" if indent is None else "\n" + " " * (indent * (level + 1))
-    out.append(opening)
-    for number, member in enumerate(members):
-        if number:
-            out.append("," if indent is not None else ", ")
-        out.append(inner)
-        if opening == "{":
-            name, member = member
-            if not isinstance(name, str):
-                raise TypeError(f"an object member name must be a string, not {type(name).__name__}")
-            out.append(json.dumps(name, ensure_ascii=ascii_only) + ": ")
-        _write(member, out, indent, level + 1, ascii_only)
-    out.append("" if indent is None else "\n" + " " * (indent * level))
-    out.append(closing)
+    text = json.dumps(value, default=number, indent=indent, ensure_ascii=ascii_only, allow_nan=False)
+    return _MARKED.sub(lambda found: numbers[int(found.group(1))], text) if numbers else text
