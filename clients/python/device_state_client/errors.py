@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import time
-from email.utils import parsedate_to_datetime
 
 # The members the service's problems may carry (docs/api.md, errors), as attributes in snake_case.
 PROBLEM_MEMBERS = ("type", "title", "detail", "instance", "deviceId", "currentVersion", "limit", "operations",
@@ -29,6 +28,8 @@ def retry_after(headers) -> float | None:
     try:
         return max(float(value), 0.0)
     except ValueError:
+        from email.utils import parsedate_to_datetime
+
         try:
             return max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
         except (TypeError, ValueError):

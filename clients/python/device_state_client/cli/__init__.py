@@ -18,6 +18,9 @@ from .output import FORMATS
 APPLIED, REFUSED, USAGE, UNKNOWN = 0, 1, 2, 3
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 LEASE_ENVIRONMENT = ("DEVICE_STATE_LEASE_DEVICE", "DEVICE_STATE_LEASE_TOKEN")
+# Sends of a request before the command gives up (about 4 s of backoff when nothing answers,
+# or what Retry-After asks): a person waits at a prompt; a script runs the command again.
+ATTEMPTS = 4
 
 
 def example(*lines: str) -> str:
@@ -153,7 +156,7 @@ class Session:
             ssl_context = ssl.create_default_context()
             ssl_context.load_verify_locations(cafile=self.setting("ca_file"))
         return AppClient(self.endpoint, self.credentials(), websocket_url=self.setting("websocket_url"),
-                         ssl_context=ssl_context)
+                         ssl_context=ssl_context, write_attempts=ATTEMPTS)
 
     def write_key(self, given: str | None) -> str:
         """The Idempotency-Key of this run's write: the one given, else a new one."""

@@ -50,7 +50,12 @@ def _yaml(document) -> str:
     return yaml.dump(document, Dumper=Dumper, sort_keys=False, allow_unicode=True)
 
 
+_live = None  # the console a progress display is drawn on, while one is: tables are printed through it
+
+
 def _console(stderr: bool = False):
+    if _live is not None and not stderr:
+        return _live
     from rich.console import Console
 
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
@@ -192,7 +197,9 @@ TABLES["transaction"] = _transaction_table
 class Stream:
     """Documents printed as they come: JSON as one array (``lines``: one JSON document a line
     instead, for streams without end), YAML as one sequence (``lines``: one document each), a
-    table a row or a page at a time."""
+    table a batch of rows at a time. Nothing is printed before the first document, and a JSON
+    array is closed only when the stream ends well: a listing that failed half way never
+    parses as a whole one."""
 
     def __init__(self, output: str, kind: str, lines: bool = False):
         self.output, self.kind, self.lines = output, kind, lines
@@ -200,8 +207,6 @@ class Stream:
         self._rows = Rows(kind) if output == "table" else None
 
     def __enter__(self) -> Stream:
-        if self.output == "json" and not self.lines:
-            _write("[")
         return self
 
     def add(self, document) -> None:
@@ -217,31 +222,40 @@ class Stream:
             if self.output == "json" and self.lines:
                 _write(dumps(document) + "\n")
             elif self.output == "json":
-                _write(("," if self.count else "") + "\n" + dumps(document))
+                _write(("," if self.count else "[") + "\n" + dumps(document))
             else:
                 _write("---\n" + _yaml(document) if self.lines else _yaml([document]))
             self.count += 1
 
-    def __exit__(self, *exc_info) -> None:
-        if self.output == "json" and not self.lines:
-            _write("\n]\n" if self.count else "]\n")
-        elif self.output == "yaml" and not self.count and not self.lines:
+    def __exit__(self, failed, *exc_info) -> None:
+        if failed is not None or self.lines:
+            return
+        if self.output == "json":
+            _write("\n]\n" if self.count else "[]\n")
+        elif self.output == "yaml" and not self.count:
             _write("[]\n")
 
 
 @contextmanager
 def progress(enabled: bool, description: str):
-    """A spinner on stderr counting what is done (``advance(n)``), or nothing: it shows only when
-    both stdout and stderr are terminals, so nothing of it reaches a pipe or a file."""
+    """A spinner counting what is done (``advance(n)``), or nothing: it shows only when both
+    stdout and stderr are terminals, so nothing of it reaches a pipe or a file. It is drawn on
+    the console the tables are printed with, which prints them above it."""
+    global _live
     if not (enabled and sys.stdout.isatty() and sys.stderr.isatty()):
         yield lambda amount=1: None
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    console = _console()
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed:,} done"),
-                  TimeElapsedColumn(), console=_console(stderr=True), transient=True) as bar:
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
         task = bar.add_task(description, total=None)
-        yield lambda amount=1: bar.advance(task, amount)
+        _live = console
+        try:
+            yield lambda amount=1: bar.advance(task, amount)
+        finally:
+            _live = None
 
 
 # --- problems ----------------------------------------------------------------------------------
