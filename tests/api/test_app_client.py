@@ -25,8 +25,7 @@ from functions.device_state import table
 from functions.device_state.change_items import change_sk
 from functions.device_state.client import dynamodb_client
 from tests.api.test_device_client import (FAST_BACKOFF, FOLLOW_SECONDS, AnswerDroppingProxy, CuttableProxy,
-                                          package_readme_block)
-from tests.api.test_http import launch
+                                          package_readme_block, server)  # noqa: F401 - the module's server
 from tests.auth import bearer, token
 from tests.make_serve import REPO_ROOT
 from tests.test_readme_examples import expected_prints
@@ -37,16 +36,6 @@ from device_state_client import (AppClient, Backoff, Change, DeviceExists, Follo
 
 pytestmark = pytest.mark.dynamodb_local
 INCREMENT = [{"op": "increment", "path": "/n", "value": 1}]
-
-
-@pytest.fixture(scope="module")
-def server(dynamodb_local):
-    table_name = f"app-{uuid.uuid4().hex[:8]}"
-    process, candidate = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=table_name, WORKERS="6")
-    candidate.table = table_name
-    yield candidate
-    process.terminate()
-    process.wait(timeout=30)
 
 
 def _client(port: int, websocket_port: int | None = None, **options) -> AppClient:

@@ -232,6 +232,7 @@ def include_option(function):
                         help="metadata: each desired and reported leaf's version, time, ack and expiry.")(function)
 
 
-from . import commands  # noqa: E402 - the commands register themselves on main
+# Each module of commands registers its commands (or its group of them) on main when imported.
+from . import commands  # noqa: E402
 
 __all__ = ["main", "commands"]
