@@ -104,7 +104,7 @@ def test_a_refusal_exits_1_and_bad_usage_2_before_anything_is_sent(scripted):
     assert refused.stderr == ("error: 404 device-not-found: No such device\n  device 'lamp-1' does not exist\n"
                               "  deviceId: lamp-1\n")
     for usage in (["patch", "lamp-1"], ["create", "lamp-1", "[1"], ["get"], ["count"], ["history", "lamp-1", "x"],
-                  ["nosuch"]):
+                  ["nosuch"], ["--ca-file", "/nonexistent/ca.pem", "get", "lamp-1"]):
         assert _run(server.port, *usage).returncode == 2, usage
     assert len(server.requests) == 1
 

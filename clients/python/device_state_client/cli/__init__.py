@@ -154,7 +154,10 @@ class Session:
             import ssl
 
             ssl_context = ssl.create_default_context()
-            ssl_context.load_verify_locations(cafile=self.setting("ca_file"))
+            try:
+                ssl_context.load_verify_locations(cafile=self.setting("ca_file"))
+            except (OSError, ssl.SSLError) as error:
+                raise click.UsageError(f"cannot use the CA file {self.setting('ca_file')}: {error}") from None
         return AppClient(self.endpoint, self.credentials(), websocket_url=self.setting("websocket_url"),
                          ssl_context=ssl_context, write_attempts=ATTEMPTS)
 
