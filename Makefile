@@ -6,7 +6,7 @@ PY_STAMP := $(VENV)/.installed
 NPM_STAMP := node_modules/.installed
 JAVA_STAMP := $(VENV)/.java-checked
 PORT ?= 3000
-# The fields make serve declares queryable (docs/api.md, fleet query); FLEET_INDEX= declares none.
+# The fields make serve declares queryable (docs/api/fleet-query.md); FLEET_INDEX= declares none.
 FLEET_INDEX ?= reported/firmware:string,reported/online:boolean,reported/battery:number,state/site:string
 
 .PHONY: setup java test test-fast serve reindex invoke synth deploy bench clean token device-cert

@@ -60,11 +60,11 @@ DYNAMODB_ACTIONS = (
 # What a fleet query (functions/device_state/fleet_query.py) calls on each declared field's
 # index: IAM authorises a query of an index on the index's own ARN, not the table's.
 INDEX_ACTIONS = ("dynamodb:Query",)
-# The Lambda authorizer: it verifies a token or a device certificate in milliseconds.
+# The Lambda authorizer of the WebSocket API's $connect: it verifies a token in milliseconds.
 AUTHORIZER_HANDLER = "functions.auth.authorizer.lambda_handler"
 AUTHORIZER_TIMEOUT = Duration.seconds(5)
 AUTHORIZER_MEMORY_MB = 256
-# The Lambda event of the HTTP API: version 1.0 is the REST API's proxy event (multiValueHeaders,
+# The Lambda event of the HTTP API: payload format 1.0 (multiValueHeaders,
 # multiValueQueryStringParameters, requestContext.identity.clientCert), which the handler reads.
 PAYLOAD_FORMAT = apigatewayv2.PayloadFormatVersion.VERSION_1_0
 # Access log fields (HTTP API $context variables), one JSON object a line.

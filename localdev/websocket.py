@@ -20,6 +20,7 @@ import traceback
 import threading
 import time
 import uuid
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -142,10 +143,10 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
     load_auth_config()
     gateway = Gateway()
 
-    def refuse(status: int, headers: dict, body: dict) -> Response:
-        data = json.dumps(body).encode()
-        return Response(status, "Unauthorized" if status == 401 else "Forbidden",
-                        Headers({**headers, "Content-Length": str(len(data))}), data)
+    def refuse(status: int, headers: dict | None = None, body: dict | None = None) -> Response:
+        data = b"" if body is None else json.dumps(body).encode()
+        return Response(status, HTTPStatus(status).phrase, Headers({**(headers or {}), "Content-Length": str(len(data))}),
+                        data)
 
     def process_request(connection, request):
         """API Gateway's part before the connection exists: the route, then the authorizer."""
@@ -163,8 +164,12 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
         context = {"principalId": decision["principalId"], **decision["context"]}
         answer = lambda_handler({**event, "requestContext": {**event["requestContext"], "authorizer": context}},
                                 LambdaContext())
-        if answer.get("statusCode") != 200:
+        status = answer.get("statusCode")
+        if status == 401:
             return refuse(*authorizer.unauthorized_problem())
+        if status != 200:  # the $connect integration's status and Retry-After, never its body
+            retry_after = (answer.get("headers") or {}).get("Retry-After")
+            return refuse(status, {"Retry-After": retry_after} if retry_after else None)
         connection.device_state_route = (connection_id, context)  # for handle(), once connected
         return None
 

@@ -1,29 +1,41 @@
 """The README's and docs/'s examples, run as written against a fresh `make serve`.
 
-Every fenced block in README.md and docs/*.md is marked: `<!-- readme-test: NAME -->` blocks
+Every fenced block in README.md and docs/ (docs/api/ too) is marked: `<!-- readme-test: NAME -->` blocks
 run (shell blocks in bash, every `# NNN` comment on a command checked against the HTTP status
 that command got; Python blocks with the environment the docs tell a reader to set, every
 `# ...` after a `print` checked against the line it printed), and `<!-- not-run: why -->`
 blocks say why they cannot run here (they need AWS, or are not commands). So the examples
-cannot drift from the code, and no block goes untested without saying so."""
+cannot drift from the code, and no block goes untested without saying so. The same documents'
+relative links resolve (the file, and the heading anchor as GitHub makes it), and the cost
+figures they quote are the committed bench results."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
 
 from tests.make_serve import REPO_ROOT, make_serve
 
-DOCUMENTS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
+# The contract: with the README, the documents that name no test file (see the test below).
+CONTRACT = [REPO_ROOT / "README.md", REPO_ROOT / "docs" / "api.md",
+            *sorted((REPO_ROOT / "docs" / "api").glob("*.md"))]
+LINKED_DOCUMENTS = [*DOCUMENTS, REPO_ROOT / "clients" / "python" / "README.md"]
 FENCE = re.compile(r"^```(\w*)\n(.*?)\n```$", re.DOTALL | re.MULTILINE)
 MARK = re.compile(r"<!-- (readme-test|not-run): ?([^>]*?) -->\n$")
+
+
+def _name(document: Path) -> str:
+    return str(document.relative_to(REPO_ROOT)) if document.is_relative_to(REPO_ROOT) else document.name
 
 
 def blocks() -> list[tuple[str, str, str, str, str]]:
@@ -34,11 +46,11 @@ def blocks() -> list[tuple[str, str, str, str, str]]:
         for match in FENCE.finditer(text):
             mark = MARK.search(text[:match.start()])
             kind, label = mark.groups() if mark else ("", "")
-            found.append((document.name, kind, label, match.group(1), match.group(2)))
+            found.append((_name(document), kind, label, match.group(1), match.group(2)))
     return found
 
 
-TLS_WALKTHROUGH = "devices.md"  # its blocks run in order on make serve TLS=1, the others on make serve
+TLS_WALKTHROUGH = "docs/devices.md"  # its blocks run in order on make serve TLS=1, the others on make serve
 
 
 def examples(walkthrough: bool = False) -> dict[str, tuple[str, str]]:
@@ -158,14 +170,14 @@ def test_every_markdown_table_is_contiguous():
         for number, line in enumerate(lines):
             if line.startswith("|") and number and not lines[number - 1].strip():
                 following = lines[number + 1] if number + 1 < len(lines) else ""
-                assert re.match(r"^\|[-| :]+\|$", following), f"{document.name} line {number + 1}: a table with no header"
+                assert re.match(r"^\|[-| :]+\|$", following), f"{_name(document)} line {number + 1}: a table with no header"
 
 
 def test_the_docs_speak_of_the_project_not_of_how_it_was_built():
     stale = re.compile(r"\bissue \d+|\(issue|this session|these machines|this shared|about 9\.5 minutes", re.I)
     for document in DOCUMENTS:
         for number, line in enumerate(document.read_text().splitlines(), 1):
-            assert not stale.search(line), f"{document.name} line {number}: {line}"
+            assert not stale.search(line), f"{_name(document)} line {number}: {line}"
 
 
 def test_the_docs_say_what_is_not_what_changed():
@@ -176,19 +188,20 @@ def test_the_docs_say_what_is_not_what_changed():
                          r"\buntil recently\b", re.I)
     for document in DOCUMENTS:
         for number, line in enumerate(document.read_text().splitlines(), 1):
-            assert not history.search(line), f"{document.name} line {number}: {line}"
+            assert not history.search(line), f"{_name(document)} line {number}: {line}"
 
 
 def test_the_front_door_and_the_contract_leave_the_test_harness_to_development_md():
-    """README.md and docs/api.md name no test file and explain no example markers: how the
-    examples are run is told in docs/development.md. The markers themselves (HTML comments,
-    not rendered) stay beside their blocks."""
-    for name in ("README.md", "docs/api.md"):
-        for number, line in enumerate((REPO_ROOT / name).read_text().splitlines(), 1):
+    """README.md, docs/api.md and its pages under docs/api/ name no test file and explain no
+    example markers: how the examples are run is told in docs/development.md. The markers
+    themselves (HTML comments, not rendered) stay beside their blocks."""
+    assert len(CONTRACT) > 3, CONTRACT
+    for document in CONTRACT:
+        for number, line in enumerate(document.read_text().splitlines(), 1):
             if line.startswith("<!-- ") and line.endswith(" -->"):
                 continue
             assert not re.search(r"\btests/[\w/]+\.py|readme-test|not-run|\bno test\b", line), \
-                f"{name} line {number}: {line}"
+                f"{_name(document)} line {number}: {line}"
     development = (REPO_ROOT / "docs" / "development.md").read_text()
     assert "<!-- readme-test: NAME -->" in development and "<!-- not-run: why -->" in development
 
@@ -197,6 +210,133 @@ def test_nothing_in_the_repository_points_outside_it():
     outside = "\\.\\." + "/shared"  # spelled apart so this file does not match itself
     result = subprocess.run(["git", "grep", "-n", "-e", outside], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 1 and not result.stdout, result.stdout
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: its text as rendered (no code marks, emphasis or link
+    targets), lower-cased, punctuation dropped (letters, digits, `_`, `-` and spaces stay),
+    spaces made hyphens."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    text = re.sub(r"<[^>]+>", "", text).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _without_code(text: str) -> str:
+    """The text with fenced blocks blanked (line count kept) and inline code spans removed."""
+    text = FENCE.sub(lambda match: "\n" * match.group(0).count("\n"), text)
+    return re.sub(r"`[^`]*`", "", text)
+
+
+def anchors(document: Path) -> set[str]:
+    """The anchors a Markdown document offers: each heading's (a repeated one gets -1, -2, ...,
+    as on GitHub) and any explicit `<a id=...>`/`<a name=...>`."""
+    found, seen = set(), {}
+    text = FENCE.sub("", document.read_text())
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", text, re.MULTILINE):
+        anchor = github_anchor(heading)
+        found.add(anchor if anchor not in seen else f"{anchor}-{seen[anchor]}")
+        seen[anchor] = seen.get(anchor, 0) + 1
+    found.update(re.findall(r"<a (?:id|name)=\"([^\"]+)\"", text))
+    return found
+
+
+LINK = re.compile(r"\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(([^()\s]+)\)")
+
+
+def broken_links(document: Path) -> list[str]:
+    """Every relative link of a Markdown document whose file or heading anchor does not exist."""
+    broken = []
+    for match in LINK.finditer(_without_code(document.read_text())):
+        target = match.group(1)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:: not ours to check
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (document.parent / path).resolve() if path else document
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            broken.append(f"{target}: no heading with that anchor")
+    return broken
+
+
+def test_github_anchors_are_made_as_github_makes_them():
+    assert github_anchor("Device tokens: certificate to token") == "device-tokens-certificate-to-token"
+    assert github_anchor("A desire's life: acknowledgements, expiry, clear on confirm") == \
+        "a-desires-life-acknowledgements-expiry-clear-on-confirm"
+    assert github_anchor("Exactly once: `Idempotency-Key`") == "exactly-once-idempotency-key"
+    assert github_anchor("Configuration (environment, read in `functions/config.py`)") == \
+        "configuration-environment-read-in-functionsconfigpy"
+    assert github_anchor("Benchmark: `make bench`") == "benchmark-make-bench"
+
+
+def test_the_link_check_finds_a_missing_file_and_a_missing_anchor(tmp_path):
+    (tmp_path / "other.md").write_text("# Other\n\n## Two words\n\n```sh\n# not a heading\n```\n")
+    document = tmp_path / "x.md"
+    document.write_text("[a](other.md#two-words) [b](other.md#not-a-heading) [c](gone.md) [d](#x)\n"
+                        "`[e](gone.md)` [f](https://example.com/gone.md)\n\n"
+                        "```sh\n[g](gone.md)\n```\n\n# X\n")
+    assert broken_links(document) == ["other.md#not-a-heading: no heading with that anchor",
+                                      "gone.md: no such file"]
+
+
+def test_every_relative_link_and_anchor_in_the_docs_resolves():
+    """README.md, docs/ (docs/api/ too) and the device client's README: each relative link names
+    a file that exists and, where it has one, a heading anchor that file has."""
+    broken = {_name(document): found for document in LINKED_DOCUMENTS if (found := broken_links(document))}
+    assert not broken, broken
+
+
+def _dollars(figure: float) -> int:
+    """A figure rounded to whole dollars as the documents write them (half up, as costs.md does)."""
+    return int(Decimal(str(figure)).quantize(Decimal(1), ROUND_HALF_UP))
+
+
+def _committed_bill() -> tuple[dict, dict, dict]:
+    """The committed month's bill: this service on demand, with provisioned capacity, Device Shadow."""
+    results = json.loads((REPO_ROOT / "bench" / "results" / "costs.json").read_text())
+    return (results["bill"]["this service"], results["provisioned capacity"]["bill"]["this service"],
+            results["bill"]["Device Shadow"])
+
+
+def test_the_cost_figures_the_readme_states_are_the_committed_results():
+    """Every dollar figure of the README is one of the committed month's totals, each in its
+    place, and a report's request units are the committed measurement's."""
+    on_demand, provisioned, shadow = (_dollars(sum(bill.values())) for bill in _committed_bill())
+    readme = (REPO_ROOT / "README.md").read_text()
+    stated = [int(figure.replace(",", "")) for figure in re.findall(r"\$(\d[\d,]*)", readme)]
+    assert stated and set(stated) <= {on_demand, provisioned, shadow}, stated
+    headline = re.search(r"\$([\d,]+) on demand and \$([\d,]+) with provisioned capacity, against Device "
+                         r"Shadow's \$([\d,]+)", readme)
+    assert headline, "the README states no month's headline"
+    assert [int(figure.replace(",", "")) for figure in headline.groups()] == [on_demand, provisioned, shadow]
+    report = json.loads((REPO_ROOT / "bench" / "results" / "costs.json").read_text())["operations"]["report"]
+    units = re.search(r"about (\d+) DynamoDB write units \((\S+) on its item, (\S+) for its change item\) "
+                      r"and (\S+) read unit", readme)
+    assert units, "the README states no report's request units"
+    assert float(units[2]) == report["service_write"] and float(units[3]) == round(report["changes_write"], 2)
+    assert int(units[1]) == round(report["service_write"] + report["changes_write"])
+    assert float(units[4]) == report["push_read"]
+
+
+def test_the_cost_headline_and_components_of_costs_md_are_the_committed_results():
+    bills = _committed_bill()
+    on_demand, provisioned, shadow = (_dollars(sum(bill.values())) for bill in bills)
+    costs = (REPO_ROOT / "docs" / "costs.md").read_text()
+    headline = re.search(r"this\s+service ([\d,]+) on demand \([\d,-]+\), ([\d,]+) with "
+                         r"`-c capacity=provisioned`\s+\([\d,-]+\), Device Shadow ([\d,]+)\*\*", costs)
+    assert headline, "costs.md states no month's headline"
+    assert [int(figure.replace(",", "")) for figure in headline.groups()] == [on_demand, provisioned, shadow]
+    below, times = re.search(r"the bill is (\d+) % below Shadow's; on demand .*? it is ([\d.]+) times "
+                             r"Shadow's", costs, re.DOTALL).groups()
+    assert int(below) == round(100 * (1 - provisioned / shadow))
+    assert float(times) == round(on_demand / shadow, 2)
+    table = costs.split("| component | on demand | provisioned |", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| ([^|]+?) \| ([\d,]+) \| ([\d,]+) \|", table, re.MULTILINE)
+    assert len(rows) == len(bills[0]), rows
+    for component, stated_on_demand, stated_provisioned in rows:
+        (key,) = [key for key in bills[0] if component in key]
+        assert (int(stated_on_demand.replace(",", "")), int(stated_provisioned.replace(",", ""))) == \
+            (_dollars(bills[0][key]), _dollars(bills[1][key])), component
 
 
 def test_the_readme_stays_a_front_door():
@@ -287,7 +427,7 @@ def test_the_examples_run_as_written_on_a_fresh_make_serve(tmp_path):
 
         language, code = blocks_by_name["python-client"]
         assert language == "python"
-        result = _run_python(code, "", URL=f"http://{base}/", TOKEN=token)  # as docs/api.md runs it
+        result = _run_python(code, "", URL=f"http://{base}/", TOKEN=token)  # as docs/api/deployed.md runs it
         assert result.returncode == 0, result.stderr
         assert [line.split(",")[0] for line in result.stdout.splitlines()] == ["(201", "(200"], result.stdout
 

@@ -1,1 +1,1 @@
-"""The HTTP face of the service: one Powertools handler behind API Gateway (REST)."""
+"""The HTTP face of the service: one Powertools handler behind API Gateway's HTTP API."""

@@ -4,9 +4,9 @@ caller that may not. A write whose body names the sections it sets (``POST /devi
 ``PUT /devices/{id}``) then passes ``check_write()`` once the body is parsed, still before
 anything is read or written.
 
-The principal comes from API Gateway's authorizer context when the authorizer ran (the
-dev server runs the same step); otherwise the handler verifies the request's own
-credentials with the same code and records the principal in the same place."""
+No authorizer runs in front of the HTTP API: the handler verifies each request's own
+credentials and records the principal in ``requestContext.authorizer``, the field a
+replayed event (``make invoke``) names its caller in."""
 
 from __future__ import annotations
 

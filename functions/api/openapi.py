@@ -7,10 +7,11 @@ from decimal import Decimal
 
 from functions.auth import rights
 from functions.auth.principals import SCOPES, Principal
-from functions.device_state import (DEVICE_ID_PATTERN, KEY_PATTERN, MAX_EXPONENT, MAX_FILTER_CHARS, MAX_LIST_LIMIT,
+from functions.device_state import (CONFIRMATION_BYTES, DEVICE_ID_PATTERN, KEY_PATTERN, MAX_CLEARED_KEPT,
+                                    MAX_CLEARED_KEPT_BYTES, MAX_EXPONENT, MAX_FILTER_CHARS, MAX_LIST_LIMIT,
                                     MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS, MAX_POINTER_BYTES,
                                     MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH, MAX_STATE_ITEM_BYTES,
-                                    METADATA_ENTRY_BYTES, MIN_EXPONENT)
+                                    METADATA_ENTRY_BYTES, MIN_EXPONENT, STATUS_BYTES)
 from functions.device_state.transactions import MAX_OPERATIONS
 
 from .devices import DEFAULT_LIST_LIMIT
@@ -51,7 +52,7 @@ _FILTER = {"name": "filter", "in": "query",
            "description": "RQL over declared fields (FLEET_INDEX): eq, ne, gt, ge, lt, le, in, like (a prefix "
                           'ending in *), exists, and, or, not; e.g. and(eq(reported/online,true),like(state/site,'
                           '"berlin-*")). exists(delta) and exists(delta/<path>) filter beside a declared field. '
-                          "See docs/api.md.",
+                          "See docs/api/fleet-query.md.",
            "schema": {"type": "string", "minLength": 1, "maxLength": MAX_FILTER_CHARS}}
 
 
@@ -77,6 +78,10 @@ LIMITS = {
     "stateItemBytes": MAX_STATE_ITEM_BYTES,  # 413, limit item-size
     "leafPointerBytes": MAX_POINTER_BYTES,  # 400, limit leaf-pointer
     "metadataEntryBytes": METADATA_ENTRY_BYTES,  # per desired/reported leaf, beside its pointer, in the item
+    "statusEntryBytes": STATUS_BYTES,  # per desired leaf with a status, beside its pointer and the ack's reason
+    "confirmationEntryBytes": CONFIRMATION_BYTES,  # per kept confirmation of a cleared desire, beside its pointer
+    "keptConfirmations": MAX_CLEARED_KEPT,  # the newest kept, as many as fit in these bounds
+    "keptConfirmationBytes": MAX_CLEARED_KEPT_BYTES,
     "bodyBytes": MAX_BODY_BYTES,  # 413
     "transactionOperations": MAX_OPERATIONS,
 }
@@ -87,7 +92,11 @@ _LIMITS_TEXT = (f"Limits, checked before anything is written: object member name
                 f"escaped (400, leaf-pointer); the device's stored item up to {MAX_STATE_ITEM_BYTES} bytes, which "
                 f"keeps room for the lease holder, the write journal and the version's change record (413, "
                 f"item-size): it holds state, desired and reported and, per leaf of desired and reported, a "
-                f"metadata entry of the leaf's JSON Pointer (escaped) plus {METADATA_ENTRY_BYTES} bytes; "
+                f"metadata entry of the leaf's JSON Pointer (escaped) plus {METADATA_ENTRY_BYTES} bytes, per "
+                f"desired leaf with an expiry, clear on confirm or an ack a status of its pointer plus "
+                f"{STATUS_BYTES} bytes and the ack's reason, and the newest confirmations of cleared desires, each "
+                f"its pointer plus {CONFIRMATION_BYTES} bytes, at most {MAX_CLEARED_KEPT} and "
+                f"{MAX_CLEARED_KEPT_BYTES} bytes of them (a write that needs their room drops them); "
                 f"bodies up to {MAX_BODY_BYTES} bytes (413); transactions of up to {MAX_OPERATIONS} operations "
                 f"({MAX_OPERATIONS - 1} with Idempotency-Key).")
 
@@ -616,7 +625,7 @@ OPENAPI["paths"]["/devices/{deviceId}/token"] = {
                        "itself, called with its client certificate or a device token: every route and the WebSocket "
                        "API accept it. Renewal with a token is refused once the device last authenticated with its "
                        "certificate longer ago than the renewal bound (403 certificate-required); no token outlives "
-                       "that bound.",
+                       "that bound. A token names a device that exists when it is issued.",
         "requestBody": {"required": False, "content": {"application/json": {"schema": {
             "type": "object", "additionalProperties": False, "maxProperties": 0}}}},
         "responses": {
@@ -629,6 +638,7 @@ OPENAPI["paths"]["/devices/{deviceId}/token"] = {
                             "expiresIn": {"type": "integer", "minimum": 1,
                                           "description": "Seconds from now until the token expires"},
                             "expiresAt": {"type": "string", "format": "date-time"}}}}}},
+            "404": _problem("No such device (never created, deleted or expired): device-not-found"),
             "415": _COMMON_ERRORS["415"],
             "429": _problem("Too many tokens are being signed at once (the signing key's request quota); "
                             "Retry-After says when to try again"),
@@ -725,7 +735,7 @@ def _with_security(document: dict) -> dict:
     document["components"]["securitySchemes"] = {
         "backEnd": {"type": "oauth2", "description": "A back-end's token: client credentials, scopes in scope",
                     "flows": {"clientCredentials": {"tokenUrl": "/oauth2/token", "scopes": {
-                        rights_scope: "see the table of rights in docs/api.md" for rights_scope in SCOPES}}}},
+                        rights_scope: "see the table of rights in docs/api/auth.md" for rights_scope in SCOPES}}}},
         "deviceToken": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
                         "description": "A device's token: a device_id claim names the one device it is"},
     }

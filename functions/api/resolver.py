@@ -1,4 +1,5 @@
-"""Powertools' REST resolver, without the rest of its event handler package.
+"""Powertools' API Gateway resolver (``APIGatewayRestResolver``, which reads the payload
+format 1.0 event the HTTP API sends), without the rest of its event handler package.
 
 ``aws_lambda_powertools.event_handler``'s ``__init__`` imports every resolver Powertools
 has (AppSync with asyncio, Bedrock agents, VPC Lattice, Lambda function URLs, ...), and

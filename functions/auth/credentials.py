@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -165,8 +166,12 @@ def verify_token(token: str, config: AuthConfig | None = None) -> Principal:
         raise Unauthenticated("the token is malformed or its signature is invalid", token_given=True) from None
     for name in ("exp", "nbf", "iat", "auth_time"):  # RFC 7519: NumericDate, a JSON number (PyJWT would take "123")
         value = claims.get(name)
-        if name in claims and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        if name in claims and (isinstance(value, bool) or not isinstance(value, (int, float))
+                               or not math.isfinite(value)):  # json.loads takes NaN and Infinity
             raise Unauthenticated(f"the token's {name} is not a number", token_given=True)
+    # PyJWT holds iat and nbf to the clock; auth_time bounds renewal (device_tokens), so it is held too.
+    if claims.get("auth_time", -math.inf) > time.time() + LEEWAY_SECONDS:
+        raise Unauthenticated("the token's auth_time is in the future", token_given=True)
     _check_audience(claims, trusted)
     if trusted.devices_only and ("device_id" not in claims or claims.get("sub") != f"device:{claims['device_id']}"):
         raise Unauthenticated("a device token must name its device (device_id, sub device:<id>)", token_given=True)
@@ -263,6 +268,6 @@ def authenticate_event(event: dict, config: AuthConfig | None = None) -> Princip
 
 
 def is_websocket_connect(event: dict) -> bool:
-    """A WebSocket API's $connect (its request context says so; a REST request's never does)."""
+    """A WebSocket API's $connect (its request context says so; an HTTP request's never does)."""
     context = event.get("requestContext") or {}
     return context.get("routeKey") == "$connect" and context.get("eventType") == "CONNECT"

@@ -31,7 +31,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from .credentials import DEVICE_TOKEN_AUDIENCE, DEVICE_TOKEN_ISSUER, AuthConfigError
+from .credentials import DEVICE_TOKEN_AUDIENCE, DEVICE_TOKEN_ISSUER, LEEWAY_SECONDS, AuthConfigError
 from .principals import DEVICE, Principal
 from .signers import ALGORITHM, KeyFileSigner, KmsSigner, Signer
 
@@ -116,14 +116,19 @@ def issue(principal: Principal, signer: Signer, settings: TokenSettings, now: fl
     now = int(time.time() if now is None else now)
     if principal.kind != DEVICE or principal.auth_time is None:
         raise RenewalRefused("this credential cannot be renewed: call with the device's certificate")
-    renewable_until = principal.auth_time + settings.renewal_seconds
+    if principal.auth_time > now + LEEWAY_SECONDS:  # verify_token refuses such a token; a principal built elsewhere
+        raise RenewalRefused("the credential says its device authenticated in the future: call with its certificate")
+    # A time ahead of this clock (within the leeway) counts from now: the bound never starts later than the
+    # renewal that carries it on, and the chain carries no future time.
+    auth_time = min(principal.auth_time, now)
+    renewable_until = auth_time + settings.renewal_seconds
     if now >= renewable_until:
         raise RenewalRefused(f"the device last authenticated with its certificate more than "
                              f"{settings.renewal_seconds} s ago: call with its certificate")
     expires_at = min(now + settings.lifetime_seconds, renewable_until)
     claims = {"iss": settings.issuer, "aud": settings.audience, "sub": principal.subject,
               "device_id": principal.device_id, "iat": now, "nbf": now, "exp": expires_at,
-              "auth_time": principal.auth_time, "jti": uuid.uuid4().hex}
+              "auth_time": auth_time, "jti": uuid.uuid4().hex}
     header = {"alg": ALGORITHM, "typ": "JWT", "kid": signer.kid}
     signing_input = ".".join(_base64url(json.dumps(part, separators=(",", ":")).encode())
                              for part in (header, claims))

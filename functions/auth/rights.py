@@ -1,6 +1,6 @@
 """What each caller may do: the one pure ``authorize(principal, action, resource)``, and
-the table of what every API route needs (``ROUTE_RIGHTS``), which both the handler and the
-API Gateway authorizer read.
+the table of what every API route needs (``ROUTE_RIGHTS``), which the handler checks before a
+route's own code runs (no gateway authorizer stands in front of the HTTP API).
 
 Resources are ``devices`` (the collection), ``device:<id>`` (the device: read it, its
 delta and versions; replace or delete it whole) and ``device:<id>/<part>`` with part
@@ -13,8 +13,8 @@ A write needs a right for each thing it touches (``needed_for_write``): its kind
 section's) and write on every section it sets. So whatever the route, setting ``reported``
 takes the report right and ``desired`` the write right: a ``PUT /devices/{id}`` or a
 transaction's ``put`` naming ``reported`` needs replace *and* write on ``reported``. The
-route table is the coarse gate the authorizer can apply without the body; the handler
-checks everything the write needs once it has parsed the body, before it reads or writes.
+route table is the coarse gate, checked before the body is parsed; the handler then checks
+everything the write needs once it has parsed the body, before it reads or writes.
 
 Devices cannot lock out their owners: a device may lease itself for at most
 ``DEVICE_MAX_LEASE_SECONDS`` at a time (``max_lease_seconds``), and ending a lease by its
@@ -158,8 +158,8 @@ def authorize(principal: Principal, action: str, resource: str, index: int | Non
 # What each route needs: (method, rule) -> (action, resource template with {device_id}),
 # PUBLIC (no credentials), or PER_OPERATION (the route authorizes each operation of its
 # body before it reads or writes anything). The API refuses to register a route missing here.
-# A write route's row is the first right its write needs (what the authorizer can check
-# without the body); WRITE_ROUTES says which kind of write it is, and the handler checks all
+# A write route's row is the first right its write needs (what can be checked without the
+# body); WRITE_ROUTES says which kind of write it is, and the handler checks all
 # that ``needed_for_write`` names once the body says which sections it sets.
 PUBLIC = "public"
 PER_OPERATION = "per-operation"

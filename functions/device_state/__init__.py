@@ -63,20 +63,24 @@ from .fleet_index import MAX_FIELDS as MAX_FLEET_FIELDS, FleetIndex, FleetIndexE
 from .fleet_query import MAX_LIMIT as MAX_QUERY_LIMIT
 from .rql import MAX_FILTER_CHARS
 from .connectivity import connectivity_event
-from .desires import (MAX_ACKS, MAX_EXPIRY_SECONDS, MAX_REASON_CHARS, MIN_EXPIRY_SECONDS, Ack, DesireOptions,
-                      check_acks)
+from .desires import (CONFIRMATION_BYTES, MAX_ACKS, MAX_CLEARED_KEPT, MAX_CLEARED_KEPT_BYTES, MAX_EXPIRY_SECONDS,
+                      MAX_REASON_CHARS, MIN_EXPIRY_SECONDS, STATUS_BYTES, Ack, DesireOptions, check_acks)
 
 __all__ = [
     "Ack",
     "TooManyConnections",
     "check_acks",
+    "CONFIRMATION_BYTES",
     "connectivity_event",
     "DesireMoved",
     "DesireOptions",
     "MAX_ACKS",
+    "MAX_CLEARED_KEPT",
+    "MAX_CLEARED_KEPT_BYTES",
     "MAX_EXPIRY_SECONDS",
     "MAX_REASON_CHARS",
     "MIN_EXPIRY_SECONDS",
+    "STATUS_BYTES",
     "FleetIndex",
     "FleetIndexError",
     "IndexBuilding",

@@ -13,12 +13,15 @@ desire it belongs to, with any of
   in progress, 400 refused, 500 failed: IoT Plug and Play's convention), its reason and
   its time (epoch milliseconds);
 - ``k``: the version of the report that confirmed a cleared desire (the leaf has left
-  ``desired``; the status keeps the confirmation).
+  ``desired``; the status keeps the confirmation, so that the app that asked can tell a
+  desire its device confirmed from one removed unconfirmed: ``annotate``).
 
 A status counts only while ``v`` is the version of the write that last set the leaf (its
 metadata entry, ``sections.leaf_entries``): a write that sets the leaf again, however it
 is sent (a compiled patch reads nothing and leaves the old status behind), starts a new
-desire with no status. Read-modify-write writes of desired prune what no longer counts.
+desire with no status. Every write that reads keeps only what ``kept`` says: the statuses
+that count and, within ``MAX_CLEARED_KEPT`` and ``MAX_CLEARED_KEPT_BYTES``, the newest
+confirmations of cleared desires (history, which a write that needs their room drops).
 """
 
 from __future__ import annotations
@@ -28,17 +31,28 @@ import re
 from dataclasses import dataclass
 
 from .errors import DesireMoved, InvalidValue
-from .sections import (DESIRED, MAX_POINTER_BYTES, REPORTED, STATUS, delta, leaf_entries, leaves, pointer_bytes,
-                       same_value, unpack)
+from .sections import (DESIRED, MAX_POINTER_BYTES, REPORTED, STATUS, VERSION_SPAN, delta, leaf_entries, leaves,
+                       pointer_bytes, same_value, unpack)
 from .times import timestamp
-from .values import MAX_VERSION
+from .values import MAX_VERSION, item_size
 
 MIN_EXPIRY_SECONDS, MAX_EXPIRY_SECONDS = 1, 30 * 24 * 60 * 60
 MAX_ACKS = 100  # acknowledgements in one request
 MAX_REASON_CHARS = 256
 REFUSED_FROM = 400  # an acknowledgement at or above this code takes the leaf out of the delta
 IN_PROGRESS = 202
+_LARGEST_VERSION, _LARGEST_MILLISECONDS = {"N": str(VERSION_SPAN - 1)}, {"N": "9" * 13}
+# What one status adds to the item beside its pointer and its ack's reason: its map slot and
+# every member at its largest.
+STATUS_BYTES = 1 + item_size({"": {"M": {"v": _LARGEST_VERSION, "x": _LARGEST_MILLISECONDS, "c": {"BOOL": True},
+                                         "a": {"N": "599"}, "r": {"S": ""}, "t": _LARGEST_MILLISECONDS}}})
 MAX_CLEARED_KEPT = 100  # confirmations of cleared desires kept on the item, newest first
+# ... and their bytes on the item: each its pointer plus CONFIRMATION_BYTES. Ordinary pointers
+# (tens of bytes) meet the count first; of the longest (4,096 bytes) the newest one is kept.
+MAX_CLEARED_KEPT_BYTES = 8192
+# What one kept confirmation adds to the item beside its pointer: its map slot and
+# ``{"v": version, "k": version}``, both at their largest.
+CONFIRMATION_BYTES = 1 + item_size({"": {"M": {"v": _LARGEST_VERSION, "k": _LARGEST_VERSION}}})
 
 
 @dataclass(frozen=True)
@@ -214,23 +228,25 @@ def leaf_status(status: dict, confirmed: bool, now: float) -> dict:
 # ----------------------------------------------------------------- what writes do
 
 
-def after_desired_write(desired: dict, entries: dict, options: DesireOptions, version: int, now: float) -> dict:
+def after_desired_write(desired: dict, entries: dict, options: DesireOptions, version: int, now: float,
+                        replaced: bool = False) -> dict:
     """Desired's statuses after a read-modify-write of it at ``version``: the leaves it set
     (their entry is ``version``) take ``options``' status, if any; the others keep theirs
-    while it counts; cleared confirmations stay for leaves still absent."""
+    while it counts; confirmations of cleared desires stay for leaves still absent, unless
+    the write ``replaced`` the section whole (they go with it)."""
     statuses = {leaf: status for leaf, status in current(desired, entries).items() if int(status["v"]) != version}
     if options:
         for leaf, leaf_version in leaf_versions(desired, entries).items():
             if leaf_version == version:
                 statuses[leaf] = options.status(version, now)
-    return {**_newest_cleared(cleared(desired, entries)), **statuses}
+    return statuses if replaced else {**cleared(desired, entries), **statuses}
 
 
 def after_acks(desired: dict, entries: dict, acks: list[Ack], now: float) -> dict:
     """Desired's statuses once ``acks`` are recorded; ``DesireMoved`` when a path is not a
     desired leaf at the version its ack answers."""
     versions = leaf_versions(desired, entries)
-    statuses = {**_newest_cleared(cleared(desired, entries)), **current(desired, entries)}
+    statuses = {**cleared(desired, entries), **current(desired, entries)}
     for ack in acks:
         if versions.get(ack.path) != ack.version:
             raise DesireMoved(ack.path, ack.version, versions.get(ack.path))
@@ -257,17 +273,29 @@ def after_report(desired: dict, reported: dict, entries: dict, version: int) -> 
     if not confirmed:
         return None
     remaining = without_leaves(desired, confirmed)
-    kept = {leaf: status for leaf, status in statuses.items() if leaf not in confirmed}
+    kept_statuses = {leaf: status for leaf, status in statuses.items() if leaf not in confirmed}
     done = {leaf: {"v": int(statuses[leaf]["v"]), "k": version} for leaf in confirmed}
-    return remaining, {**_newest_cleared({**cleared(desired, entries), **done}), **kept}
+    return remaining, {**cleared(desired, entries), **done, **kept_statuses}
+
+
+def kept(desired: dict, entries: dict, keep_cleared: bool = True) -> dict:
+    """Desired's statuses as a write that reads leaves them on the item: those that count
+    and, with ``keep_cleared``, the newest confirmations of cleared desires, as many as fit
+    in ``MAX_CLEARED_KEPT`` and ``MAX_CLEARED_KEPT_BYTES``."""
+    statuses = current(desired, entries)
+    if not keep_cleared:
+        return statuses
+    newest, room = {}, MAX_CLEARED_KEPT_BYTES
+    for leaf, status in sorted(cleared(desired, entries).items(), key=lambda item: (int(item[1]["k"]), item[0]),
+                               reverse=True):
+        room -= pointer_bytes(leaf) + CONFIRMATION_BYTES
+        if len(newest) == MAX_CLEARED_KEPT or room < 0:
+            break
+        newest[leaf] = status
+    return {**newest, **statuses}
 
 
 def clear_pending(desired: dict, entries: dict) -> bool:
     """Whether a report may have to clear a desire (a compiled report, which reads
     nothing, cannot: it is refused and read-modify-write decides)."""
     return any(status.get("c") for status in current(desired, entries).values())
-
-
-def _newest_cleared(statuses: dict) -> dict:
-    newest = sorted(statuses.items(), key=lambda item: int(item[1]["k"]), reverse=True)[:MAX_CLEARED_KEPT]
-    return dict(newest)

@@ -350,6 +350,11 @@ class CompiledUpdate:
         """The JSON Pointers (inside the section) of the members it sets or removes."""
         return [pointer(parts) for parts in self._paths]
 
+    @property
+    def removed(self) -> list[str]:
+        """The JSON Pointers of the members it removes."""
+        return [pointer(parts) for parts, effect, _ in self.effects if effect == REMOVED]
+
     def path(self, parts: tuple) -> str | None:
         """The placeholder path of state member ``parts``, or None when it overlaps one
         already used (DynamoDB refuses overlapping paths in one update) or is not valid
@@ -484,11 +489,6 @@ def _compile_merge_patch(patch: dict, compiled: CompiledUpdate, nested: bool,
         if value is None:
             compiled.removes.append(path)
             compiled.effects.append((parent + (key,), REMOVED, None))
-            if parent:
-                # A member removed from an empty object changes nothing, but its metadata entry
-                # would date the empty object (a leaf): read-modify-write takes that case.
-                compiled.conditions.append(f"(attribute_exists({path}) OR size({compiled.placeholder_path(parent)}) "
-                                           f"> {compiled.value(Decimal(0))})")
         else:
             compiled.sets.append(f"{path} = {compiled.value(value)}")
             compiled.effects.append((parent + (key,), SET, value))

@@ -8,7 +8,9 @@ write identity; see ``journal``), and the device it leaves. Nothing here talks t
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
 
 from boto3.dynamodb.conditions import ConditionBase
 
@@ -24,11 +26,12 @@ from .fleet_index import (INDEX_ATTRIBUTE_PREFIX, QUERYABLE, SHARD_ATTRIBUTE, Fl
 from .idempotency import CHECKED, CREATED, DELETED, REPLACED, UPDATED
 from .journal import (JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp, trimmed_stamps, trimming,
                       watermark)
+from .patches import INCREMENT, REMOVED
 from .sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, MAX_POINTER_BYTES, META_ATTRIBUTES,
-                       REPORTED, STATE, STATUS, VERSION_SPAN, SectionWrite, check_pointer, longest_leaf_pointer,
-                       next_entries, pack, pointer_bytes, touched_by)
+                       REPORTED, STATE, STATUS, VERSION_SPAN, SectionWrite, check_pointer, leaf_entries,
+                       longest_leaf_pointer, next_entries, pack, pointer_bytes, touched_by)
 from .updates import UpdateFn
-from .values import MAX_ITEM_BYTES, check_state, item_size, to_attribute
+from .values import MAX_ITEM_BYTES, check_state, from_attribute, item_size, to_attribute
 
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
@@ -39,6 +42,7 @@ DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 60 * 60
 BOOKKEEPING_BYTES = 768
 MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state write may leave on the item
 COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit
+_REMOVED = None  # an attribute a write removes, among those it writes (sized as absent)
 # What a state write stores and its change record copies: the sections and their metadata.
 SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED,
                       table.STATUS_DESIRED)
@@ -138,7 +142,13 @@ class Planner:
                        outcome: str) -> Planned:
         """Each ``SectionWrite``'s update function applied to its section of the live
         ``item``, all in one write at its version; desired and reported renew the
-        metadata of the leaves each write touched."""
+        metadata of the leaves each write touched. The item it leaves holds what the size
+        formula counts (``_held_sets``)."""
+        return self._making_room(lambda keep_cleared: self._write_sections(item, writes, condition, outcome,
+                                                                           keep_cleared))
+
+    def _write_sections(self, item: dict, writes: list[SectionWrite], condition: ConditionBase | None,
+                        outcome: str, keep_cleared: bool) -> Planned:
         current = Device.from_item(item)
         documents = {STATE: current.state, DESIRED: current.desired, REPORTED: current.reported}
         entries = dict(current.entries)
@@ -155,7 +165,8 @@ class Planner:
                                                       touched, pack(version, self.now))
             if write.section == DESIRED and (write.options or entries.get(STATUS)):
                 entries[STATUS] = desires.after_desired_write(new_document, entries, write.options or
-                                                              desires.DesireOptions(), version, self.now)
+                                                              desires.DesireOptions(), version, self.now,
+                                                              replaced=ALL in touched)
         changed = {write.section for write in writes}
         if REPORTED in changed and entries.get(STATUS):
             confirmed = desires.after_report(documents[DESIRED], documents[REPORTED], entries, version)
@@ -173,11 +184,8 @@ class Planner:
         indexed, unindexed = self.fleet_index.attributes(current.device_id, documents, changed)
         sets += _index_sets(expr, indexed, written)
         removes = [expr.name(attribute) for attribute in unindexed]
-        if DESIRED in changed and (entries.get(STATUS) or current.entries.get(STATUS)):
-            _status_sets(expr, documents[DESIRED], entries, sets, removes, written)
-        elif table.CLEAR_PENDING in item and not desires.clear_pending(documents[DESIRED], entries):
-            # a read-free desired write set the leaf again since: reports need not read any more
-            removes.append(expr.name(table.CLEAR_PENDING))
+        written.update(dict.fromkeys(unindexed, _REMOVED))
+        _held_sets(expr, item, documents, entries, changed, keep_cleared, sets, removes, written)
         device = Device(current.device_id, version, documents[STATE], current.created_at, stamp,
                         desired=documents[DESIRED], reported=documents[REPORTED], entries=entries)
         return self._planned(expr, current.device_id, item, device, outcome, current.version,
@@ -188,15 +196,19 @@ class Planner:
         ``item``, at its version: a change to desired's statuses (its documents stay),
         which wakes delta waiters as a desired write does. ``DesireMoved`` when an ack
         answers a desire that is not the leaf's current one."""
+        return self._making_room(lambda keep_cleared: self._acknowledge(item, acks, keep_cleared))
+
+    def _acknowledge(self, item: dict, acks: list, keep_cleared: bool) -> Planned:
         current = Device.from_item(item)
         version = current.version + 1
+        documents = {STATE: current.state, DESIRED: current.desired, REPORTED: current.reported}
         entries = {**current.entries, STATUS: desires.after_acks(current.desired, current.entries, acks, self.now)}
         expr, written, removes = Expression(), {}, []
         stamp = timestamp(self.now)
         sets = [f"{expr.name(table.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
                 f"{expr.name(CHANGED_ATTRIBUTES[DESIRED])} = {expr.number(version)}"]
         written[CHANGED_ATTRIBUTES[DESIRED]] = _LARGEST_VERSION
-        _status_sets(expr, current.desired, entries, sets, removes, written)
+        _held_sets(expr, item, documents, entries, set(), keep_cleared, sets, removes, written)
         device = Device(current.device_id, version, current.state, current.created_at, stamp,
                         desired=current.desired, reported=current.reported, entries=entries)
         return self._planned(expr, current.device_id, item, device, UPDATED, current.version,
@@ -234,7 +246,9 @@ class Planner:
     def compiled(self, device_id: str, compiled, seen: dict | None = None, section: str = STATE) -> Planned | None:
         """A patch compiled to one UpdateItem: no read, no version condition; its write id
         alone keeps any copy of it from applying twice. A desired or reported patch sets the
-        metadata of the members it changes in the same request (``sections.pack``). It also
+        metadata of the members it sets and removes that of the members it removes, in the
+        same request (``sections.pack``), on condition that this leaves one entry per leaf
+        (``_one_entry_per_leaf``). It also
         drops the journal entries that ``seen`` (the item as this container last saw it, if
         it did) shows beyond the journal's keep: entries written since are newer still, so
         the newest stay. It ADDs the newest stamp it drops to ``journalTrimmedStamps``, or,
@@ -271,17 +285,24 @@ class Planner:
         # each index attribute as if new (an increment's number at DynamoDB's longest)
         growth += sum(1 + len(attribute.encode()) + _value_size(value) for attribute, value in indexed.items())
         growth += sum(1 + len(attribute.encode()) + _LONGEST_NUMBER_BYTES for attribute in operands)
+        removes = list(compiled.removes)
         if section != STATE:
             meta, map_type = name(META_ATTRIBUTES[section]), expr.value({"S": "M"})
-            stamp = expr.number(pack(1, self.now))
-            sets += [f"{meta}.{name(leaf)} = {version} + {stamp}" for leaf in compiled.pointers]
+            removed = compiled.removed
+            gone = set(removed)
+            renewed = [leaf for leaf in compiled.pointers if leaf not in gone]
+            if renewed:
+                stamp = expr.number(pack(1, self.now))
+                sets += [f"{meta}.{name(leaf)} = {version} + {stamp}" for leaf in renewed]
+            removes += [f"{meta}.{name(leaf)}" for leaf in removed]  # a member's entry goes with it
             sets.append(f"{name(CHANGED_ATTRIBUTES[section])} = {version} + {one}")
             conditions += [f"attribute_type({compiled.root}, {map_type})", f"attribute_type({meta}, {map_type})"]
+            conditions += _one_entry_per_leaf(expr, compiled, map_type)
             if section == REPORTED:  # a report that may clear a desire reads first (write_sections)
                 conditions.append(f"attribute_not_exists({name(table.CLEAR_PENDING)})")
-            # each leaf's metadata entry and the section's changed mark, all as if new
+            # each metadata entry it sets and the section's changed mark, all as if new
             growth += sum(1 + len(leaf.encode()) + _value_size(number(pack(VERSION_SPAN - 1, self.now)))
-                          for leaf in compiled.pointers)
+                          for leaf in renewed)
             growth += 1 + len(CHANGED_ATTRIBUTES[section]) + _value_size(number(VERSION_SPAN - 1))
         if self.seen_by == device_id:  # bookkeeping: in BOOKKEEPING_BYTES, not in the growth
             sets.append(f"{name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
@@ -290,7 +311,7 @@ class Planner:
             f"{version} = {version} + {one}", f"{name(table.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
             f"{journaled} = {version} + {one}", f"{item_bytes} = {item_bytes} + {expr.number(growth)}"])
         conditions.insert(0, f"{item_bytes} <= {expr.number(MAX_STATE_ITEM_BYTES - growth)}")
-        removes = compiled.removes + [name(attribute) for attribute in unindexed] + journal_removes + [
+        removes += [name(attribute) for attribute in unindexed] + journal_removes + [
             name(table.LAST_WRITE), *map(name, contention.MARKS)]
         if removes:
             update += " REMOVE " + ", ".join(removes)
@@ -423,6 +444,16 @@ class Planner:
 
     # --------------------------------------------------------------- internals
 
+    @staticmethod
+    def _making_room(plan: Callable[[bool], Planned]) -> Planned:
+        """``plan(True)``; when that write does not fit beside the confirmations of cleared
+        desires the item keeps, ``plan(False)``: they are history, and a write that needs
+        their room takes it (a write that fits on a fresh device fits here too)."""
+        try:
+            return plan(True)
+        except ItemTooLarge:
+            return plan(False)
+
     def _update(self, device_id: str, update: str, condition: str, expr: Expression, write: WriteId | None,
                 outcome: str, device: Device | None = None, expected_version: int | None = None,
                 **returns) -> Planned:
@@ -448,7 +479,7 @@ class Planner:
                  written: dict, caller_condition: ConditionBase | None = None, *,
                  version: int | None = None) -> Planned:
         """A journaled state write: bumps the version, records its write id, trims the journal.
-        ``written``: the section attributes it sets, by name, as stored."""
+        ``written``: the section attributes it sets, by name, as stored (``_REMOVED``: removes)."""
         name = expr.name
         write = WriteId.new(self.now)
         next_version = device.version if version is None else version
@@ -468,12 +499,12 @@ class Planner:
             # outcome's name) at its largest: a state accepted once fits again later.
             written = {**written, **{CHANGED_ATTRIBUTES[section]: _LARGEST_VERSION for section in DEVICE_SECTIONS
                                      if section in written}}
-            size = _checked_size(
-                {**table.state_key(device_id), **_without_bookkeeping(item, self._connectivity_attribute()),
-                 **written,
-                 table.VERSION: _LARGEST_VERSION, write.attribute: number(next_version),
-                 table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
-                 table.LAST_WRITE: {"S": _LONGEST_OUTCOME}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}, device)
+            left = {**table.state_key(device_id), **_without_bookkeeping(item, self._connectivity_attribute()),
+                    **written,
+                    table.VERSION: _LARGEST_VERSION, write.attribute: number(next_version),
+                    table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
+                    table.LAST_WRITE: {"S": _LONGEST_OUTCOME}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}
+            size = _checked_size({name: value for name, value in left.items() if value is not _REMOVED}, device)
             sets.append(f"{name(table.ITEM_BYTES)} = {expr.number(size)}")
             if self.raced is not None:
                 marks, unmarked = contention.changes(item, self.now, self.raced, room=MAX_STATE_ITEM_BYTES - size)
@@ -546,6 +577,22 @@ def _value_size(attribute: dict) -> int:
     return item_size({"": attribute})
 
 
+def _one_entry_per_leaf(expr: Expression, compiled, map_type: str) -> list[str]:
+    """The conditions under which a compiled section patch leaves one metadata entry per
+    leaf, and none of a removed one: no member it sets or removes is an object (the entries
+    of its leaves would outlive them: read-modify-write replaces or removes it), and every
+    object it removes members from keeps one (an object left empty becomes a leaf, which
+    read-modify-write dates). An increment's own condition keeps its member a number."""
+    conditions, removed_from = [], Counter()
+    for parts, effect, _ in compiled.effects:
+        if effect != INCREMENT:
+            conditions.append(f"NOT attribute_type({expr.path(compiled.section, *parts)}, {map_type})")
+        if effect == REMOVED and len(parts) > 1:
+            removed_from[parts[:-1]] += 1
+    return conditions + [f"size({expr.path(compiled.section, *parent)}) > {expr.number(count)}"
+                         for parent, count in removed_from.items()]
+
+
 def _index_sets(expr: Expression, indexed: dict, written: dict) -> list[str]:
     """SET clauses of index attributes (``fleet_index``); what they write goes into ``written``."""
     written.update(indexed)
@@ -568,12 +615,38 @@ def _status_sets(expr: Expression, desired: dict, entries: dict, sets: list, rem
         written[table.STATUS_DESIRED] = to_attribute(statuses)
         sets.append(f"{expr.name(table.STATUS_DESIRED)} = {expr.value(written[table.STATUS_DESIRED])}")
     else:
+        written[table.STATUS_DESIRED] = _REMOVED
         removes.append(expr.name(table.STATUS_DESIRED))
     if desires.clear_pending(desired, entries):
         written[table.CLEAR_PENDING] = {"BOOL": True}
         sets.append(f"{expr.name(table.CLEAR_PENDING)} = {expr.value({'BOOL': True})}")
     else:
+        written[table.CLEAR_PENDING] = _REMOVED
         removes.append(expr.name(table.CLEAR_PENDING))
+
+
+def _held_sets(expr: Expression, item: dict, documents: dict, entries: dict, changed: set, keep_cleared: bool,
+               sets: list, removes: list, written: dict) -> None:
+    """What a write at the version leaves beside the documents, as the size formula counts
+    it: one metadata entry per leaf of desired and reported (a section it does not change
+    sheds entries that read-free writes left: at members since removed, or at an object they
+    set), desired's statuses as ``desires.kept`` keeps them, and the clear-pending mark. It
+    sets ``entries`` so, and adds the clauses that store what changed."""
+    for section in DEVICE_SECTIONS:
+        if section in changed:
+            continue
+        held = leaf_entries(documents[section], entries.get(section, {}))  # its entries are the stored ones
+        if held != entries.get(section, {}):
+            meta = META_ATTRIBUTES[section]
+            entries[section], written[meta] = held, to_attribute(held)
+            sets.append(f"{expr.name(meta)} = {expr.value(written[meta])}")
+    statuses = desires.kept(documents[DESIRED], entries, keep_cleared)
+    entries.pop(STATUS, None)
+    if statuses:
+        entries[STATUS] = statuses
+    stored = from_attribute(item[table.STATUS_DESIRED]) if table.STATUS_DESIRED in item else {}
+    if statuses != stored or (table.CLEAR_PENDING in item) != desires.clear_pending(documents[DESIRED], entries):
+        _status_sets(expr, documents[DESIRED], entries, sets, removes, written)
 
 
 def _section_sets(expr: Expression, documents: dict, entries: dict, version: int, written: dict) -> list[str]:

@@ -9,13 +9,15 @@ device version of the write that set it and that write's time,
 nothing, set it in its own UpdateItem as ``#version + :stamp`` (DynamoDB evaluates SET
 operands against the item before the update; it can add, but cannot build a list).
 
-Compiled patches add entries and never prune, so an entry may be stale (its member was
-removed or replaced by a write to an ancestor). A leaf's metadata is therefore the entry
-of the newest write among entries at its pointer, at an ancestor (a write that replaced a
-whole object set every leaf in it) and at a descendant (a member removed from it, which
-left it an empty object): stale entries are always older than the write that made them
-stale, so the newest wins: by version, not by time (writers' clocks may disagree).
-Read-modify-write writes store exactly one entry per leaf.
+A compiled patch sets the entry of each member it sets (an object set whole has one entry,
+at its own pointer) and removes the entry of each member it removes; it compiles only
+where no other entry would outlive a leaf (``planning._one_entry_per_leaf``). A leaf's
+metadata is the entry of the newest write among entries at its pointer, at an ancestor (a
+write that set a whole object set every leaf in it) and at a descendant (a member removed
+from it, which left it an empty object, as items written before that rule may hold): a
+stale entry is always older than the write that made it stale, so the newest wins: by
+version, not by time (writers' clocks may disagree). Every write that reads stores exactly
+one entry per leaf of both sections (``planning._held_sets``): what the size formula counts.
 """
 
 from __future__ import annotations

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import warnings
+
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.metrics import MetricUnit
 
 from functions.auth import rights
 from functions.auth.authorizer import principal_of
 from functions.auth.credentials import LEEWAY_SECONDS, MixedCredentials, Unauthenticated
 from functions.auth.principals import DEVICE, device_of
 from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, DeviceNotFound, DeviceStateError,
-                                    InvalidDeviceId, InvalidSince, TooManyConnections, validate_device_id)
+                                    InvalidDeviceId, InvalidSince, TooManyConnections, metrics as names,
+                                    validate_device_id)
 
 from . import connections
 from .delivery import Delivery, Gone, PostFailed, error_message
@@ -22,7 +28,15 @@ from .services import devices, services
 from .subscriptions import Subscriptions, TooManySubscriptions, UnknownConnection
 
 logger = logging.getLogger("device_state.push")
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or names.NAMESPACE,
+                  service=names.SERVICE)
+warnings.filterwarnings("ignore", message="No application metrics to publish")  # most events emit none
 MAX_MESSAGE_CHARS = 4096  # a client's message (subscribe/unsubscribe) is small
+# Each action's members: any other member is a bad-message, as on the HTTP routes' bodies.
+MEMBERS = {"ping": {"action"}, "unsubscribe": {"action", "deviceId"},
+           "subscribe": {"action", "deviceId", "since", "sections"}}
+# A connect over a device's cap tries again after this: one of its connections must close first.
+CONNECT_RETRY_AFTER_SECONDS = "1"
 
 
 class BadMessage(Exception):
@@ -31,6 +45,7 @@ class BadMessage(Exception):
         self.message = error_message(slug, title, detail, status, **members)
 
 
+@metrics.log_metrics
 def lambda_handler(event, _context):
     context = event["requestContext"]
     route, connection_id = context["routeKey"], context["connectionId"]
@@ -45,8 +60,9 @@ def lambda_handler(event, _context):
         if principal.kind == DEVICE:
             try:
                 _record(lambda manager: manager.connected(principal.device_id, connection_id, ends))
-            except TooManyConnections:
-                return {"statusCode": 429}
+            except TooManyConnections:  # API Gateway refuses the upgrade with this status
+                metrics.add_metric(name=names.CONNECTIONS_REFUSED, unit=MetricUnit.Count, value=1)
+                return {"statusCode": 429, "headers": {"Retry-After": CONNECT_RETRY_AFTER_SECONDS}}
         subscriptions.open(connection_id, principal.subject, ends)
         return {"statusCode": 200}
     if route == "$disconnect":
@@ -68,6 +84,7 @@ def lambda_handler(event, _context):
         except Gone:
             _close(subscriptions, connection_id)
     return {"statusCode": 200}
+
 
 
 def _close(subscriptions: Subscriptions, connection_id: str) -> None:
@@ -96,20 +113,19 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
                                                          "from the last version you have", 401) from None
     body = _body(event.get("body"))
     action = body.get("action")
+    if not isinstance(action, str) or action not in MEMBERS:
+        raise BadMessage("unknown-action", "Unknown action", 'action must be "subscribe", "unsubscribe" or "ping"')
+    _only(body, MEMBERS[action])
     if action == "ping":  # keeps the connection from API Gateway's 10-minute idle timeout
         return {"type": "pong"}
-    if action not in ("subscribe", "unsubscribe"):
-        raise BadMessage("unknown-action", "Unknown action", 'action must be "subscribe", "unsubscribe" or "ping"')
     device_id = _device_id(body)
     refused = rights.first_refused(principal, rights.needed_to_follow(device_id))
     if refused is not None:
         raise BadMessage("forbidden", "Forbidden", f"this caller may not follow {device_id}", 403,
                          action=refused[0], resource=refused[1])
     if action == "unsubscribe":
-        _only(body, {"action", "deviceId"})
         subscriptions.unsubscribe(connection_id, device_id)
         return {"type": "unsubscribed", "deviceId": device_id}
-    _only(body, {"action", "deviceId", "since", "sections"})
     since, sections = _since(body), _sections(body)
     try:
         delivery.log.read(device_id, since, 1)  # a since the feed would refuse is refused here, before anything

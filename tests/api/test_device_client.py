@@ -29,6 +29,7 @@ from functions.auth.credentials import LEEWAY_SECONDS
 from functions.device_state import table
 from functions.device_state.change_items import change_sk
 from functions.device_state.client import dynamodb_client
+from functions.device_state.connectivity import MAX_CONNECTIONS
 from localdev.dynamodb_local import free_port
 from localdev.tls import LocalCA
 from tests.api.test_http import launch
@@ -287,6 +288,50 @@ def test_a_connection_is_renewed_when_its_token_expires_before_anything_is_refus
     _set_desired(server, device, brightness=2)
     assert [event.version for event in followed.wait()] == [2, 3]
     assert follower.reconnects == ["_Reconnect: the connection's token expired"]
+
+
+class CountedRenewals(TokenCredentials):
+    """The device's token; ``renewals`` counts the connects that asked for a fresh one, ``connects``
+    when each connect asked for its token."""
+
+    def __init__(self, device: str, renewable: bool):
+        super().__init__((lambda: token(device=device)) if renewable else token(device=device))
+        self.renewals = 0
+        self.connects: list[float] = []
+
+    def bearer_token(self, client, renew: bool = False) -> str:
+        self.renewals += renew
+        self.connects.append(time.monotonic())
+        return super().bearer_token(client, renew)
+
+
+@pytest.mark.parametrize("renewable", [True, False], ids=["renewable token", "fixed token"])
+def test_a_connect_refused_over_the_devices_cap_is_backed_off_not_taken_for_a_bad_token(server, renewable):
+    """The device holds its most connections (a leak elsewhere, another copy of it): each connect
+    is 429, which the follower waits out with its backoff (at least the Retry-After), renewing
+    nothing and never giving up, and it follows once a place frees."""
+    device = _device(server)
+    held = [connect(f"ws://127.0.0.1:{server.port}/ws", additional_headers=bearer(device=device), open_timeout=10)
+            for _ in range(MAX_CONNECTIONS)]
+    credentials = CountedRenewals(device, renewable)
+    follower = _client(server, device, credentials=credentials).follow(since=1, backoff=Backoff(**FAST_BACKOFF))
+    try:
+        followed = Collector(follower, until=2)
+        deadline = time.monotonic() + FOLLOW_SECONDS
+        while len(follower.reconnects) < 3 and followed.error is None:
+            assert time.monotonic() < deadline, follower.reconnects
+            time.sleep(0.1)
+        assert followed.error is None, followed.error
+        assert all("429" in reason for reason in follower.reconnects), follower.reconnects
+        waits = [later - earlier for earlier, later in zip(credentials.connects, credentials.connects[1:])]
+        assert min(waits[:2]) >= 0.9, waits  # Retry-After: 1, beside a backoff of at most 0.2 s
+        held.pop().close()
+        _set_desired(server, device, brightness=1)
+        assert [event.version for event in followed.wait()] == [2]
+        assert credentials.renewals == 0
+    finally:
+        for websocket in held:
+            websocket.close()
 
 
 class DroppingRelay:

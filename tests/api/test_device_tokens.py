@@ -71,7 +71,9 @@ def test_a_certificate_device_gets_a_device_token_that_is_not_cached(server, lam
     assert jwt.get_unverified_header(answer["token"])["alg"] == "ES256"
     assert claims["iss"] == LOCAL_DEVICE_TOKEN_ISSUER and claims["aud"] == ISSUER.audience
     assert claims["sub"] == "device:lamp-1" and claims["device_id"] == "lamp-1" and "scope" not in claims
-    assert before - 1 <= claims["iat"] == claims["nbf"] == claims["auth_time"] <= time.time()
+    # The certificate's time is taken when the request is authenticated, iat when it is signed (a read between).
+    assert before - 1 <= claims["auth_time"] <= claims["iat"] == claims["nbf"] <= claims["auth_time"] + 2
+    assert claims["iat"] <= time.time()
     assert claims["exp"] - claims["iat"] == answer["expiresIn"] == 3600 and len(claims["jti"]) == 32
     assert answer["expiresAt"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(claims["exp"]))
     # An empty JSON object is the same request; anything else is refused.
@@ -146,6 +148,59 @@ def test_renewal_past_the_bound_needs_the_certificate(server, lamp_1):
     status, _, body = get_token(server, headers=device_bearer(near))
     assert status == 200 and 590 <= json.loads(body)["expiresIn"] <= 600, body
     assert get_token(server, tls=lamp_1)[0] == 200
+
+
+@pytest.mark.parametrize("auth_time", ["10 days ahead", 1e30, float("inf"), float("nan")])
+@pytest.mark.parametrize("issuer", ["device-token issuer", "main issuer"])
+def test_a_token_whose_auth_time_lies_in_the_future_is_refused_on_every_route_and_at_renewal(
+        server, local_ca, auth_time, issuer):
+    claimed = int(time.time()) + 10 * 24 * 3600 if auth_time == "10 days ahead" else auth_time
+    future = (DEVICE_TOKEN_ISSUER.token(device="lamp-1", sub="device:lamp-1", auth_time=claimed)
+              if issuer == "device-token issuer" else ISSUER.token(device="lamp-1", auth_time=claimed))
+    for method, path, body in (("GET", "/devices/lamp-1", None), ("PATCH", "/devices/lamp-1/reported", {"n": 1}),
+                               ("POST", "/devices/lamp-1/token", None)):
+        status, _, answer = server.request(method, path, body, headers={**device_bearer(future), **MERGE})
+        assert status == 401 and problem_type(answer) == "unauthorized", (method, path, answer)
+
+    async def connect() -> int:
+        with pytest.raises(InvalidStatus) as refusal:
+            async with wss(server, local_ca, device_bearer(future)):
+                pass
+        return refusal.value.response.status_code
+
+    assert asyncio.run(connect()) == 401
+
+
+def test_an_auth_time_within_the_clock_leeway_renews_counting_from_now(server):
+    """A clock a little ahead of this one (up to LEEWAY_SECONDS) is no refusal, and the renewed
+    token carries no time later than its own issue: the chain cannot stretch its bound."""
+    ahead = DEVICE_TOKEN_ISSUER.token(device="lamp-1", sub="device:lamp-1", auth_time=int(time.time()) + 30)
+    status, _, body = get_token(server, headers=device_bearer(ahead))
+    assert status == 200, body
+    renewed = claims_of(json.loads(body)["token"])
+    assert renewed["auth_time"] == renewed["iat"] <= time.time()
+
+
+def test_a_token_is_issued_only_for_a_device_that_exists(server, local_ca):
+    lamp_3 = client_context(local_ca, local_ca.device_certificate("lamp-3"))
+    lamp_9 = client_context(local_ca, local_ca.device_certificate("lamp-9"))
+    for caller in ({"tls": lamp_9}, {"headers": bearer(device="lamp-9")}):  # never created
+        status, _, body = get_token(server, "lamp-9", **caller)
+        assert status == 404 and problem_type(body) == "device-not-found", body
+    assert server.request("PUT", "/devices/lamp-3", {"state": {}}, headers=bearer())[0] == 201
+    held = json.loads(get_token(server, "lamp-3", tls=lamp_3)[2])["token"]
+    assert server.request("DELETE", "/devices/lamp-3", headers=bearer())[0] == 204
+    for caller in ({"tls": lamp_3}, {"headers": device_bearer(held)}):  # deleted: by certificate, and renewal
+        status, _, body = get_token(server, "lamp-3", **caller)
+        assert status == 404 and problem_type(body) == "device-not-found", body
+    assert server.request("PUT", "/devices/lamp-3", {"state": {}}, headers=bearer())[0] == 201  # the control
+    assert get_token(server, "lamp-3", tls=lamp_3)[0] == 200
+    # Whoever may not ask gets the answer it gets for a device that exists: nothing about lamp-9.
+    for caller, status in (({"tls": lamp_3}, 403), ({"headers": bearer(device="lamp-3")}, 403),
+                           ({"headers": bearer()}, 403), ({}, 401)):
+        answers = [get_token(server, device, **caller) for device in ("lamp-9", "lamp-1")]
+        assert [answer[0] for answer in answers] == [status, status], answers
+        assert json.loads(answers[0][2])["detail"] == json.loads(answers[1][2])["detail"].replace("lamp-1", "lamp-9")
 
 
 @pytest.mark.parametrize("who, status, slug", [

@@ -286,7 +286,8 @@ def test_the_openapi_document_states_every_limit(api):
     assert document["info"]["x-limits"] == {
         "memberNameBytes": MAX_MEMBER_NAME_BYTES, "stateDepth": 31, "patchMembers": MAX_PATCH_OPERATIONS,
         "stateItemBytes": MAX_STATE_ITEM_BYTES, "bodyBytes": 1024 * 1024, "transactionOperations": 100,
-        "leafPointerBytes": 4096, "metadataEntryBytes": 19}
+        "leafPointerBytes": 4096, "metadataEntryBytes": 19, "statusEntryBytes": 53, "confirmationEntryBytes": 30,
+        "keptConfirmations": 100, "keptConfirmationBytes": 8192}
     for limit in ("member-name", "nesting-depth", "patch-members", "item-size", "leaf-pointer"):
         assert limit in document["info"]["description"]
 

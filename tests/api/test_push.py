@@ -16,6 +16,7 @@ from websockets.sync.client import connect
 from functions.auth.credentials import LEEWAY_SECONDS
 from functions.device_state import table
 from functions.device_state.change_items import change_sk
+from functions.device_state.connectivity import MAX_CONNECTIONS
 from functions.device_state.client import dynamodb_client
 from functions.push.subscriptions import CONNECTION_PK_PREFIX, MAX_SUBSCRIPTIONS, SUBSCRIPTION_SK_PREFIX
 from tests.api.test_http import launch
@@ -235,6 +236,8 @@ def _wait_for(condition) -> None:
     ('{"action": "subscribe", "deviceId": "d", "since": -1}', "bad-message"),
     ('{"action": "subscribe", "deviceId": "d", "since": 0, "sections": ["secret"]}', "bad-message"),
     ('{"action": "subscribe", "deviceId": "d", "since": 0, "extra": 1}', "bad-message"),
+    ('{"action": "unsubscribe", "deviceId": "d", "extra": 1}', "bad-message"),
+    ('{"action": "ping", "x": 1}', "bad-message"), ('{"action": ["ping"]}', "unknown-action"),
     ('{"action": "subscribe", "deviceId": "d", "since": 0, "sections": [["state"]]}', "bad-message"),
     ('{"action": "subscribe", "deviceId": "d", "since": 0, "sections": [{}]}', "bad-message"),
     ("[" * 2000 + "]" * 2000, "bad-message"), ('{"a":' * 1000 + "1" + "}" * 1000, "bad-message"),
@@ -338,6 +341,39 @@ def test_two_hundred_clients_connecting_at_once_are_all_served(server):
             assert _subscribe(client, device)["type"] == "subscribed"
     finally:
         for client in clients:
+            client.close()
+
+
+def test_connects_over_a_devices_cap_are_429_never_401_and_a_close_frees_a_place(server):
+    """Eight connects with one device token: MAX_CONNECTIONS are served, each one past them is
+    refused 429 with Retry-After (the $connect integration's status and header), never 401, which a device takes for a bad token to renew or give up on."""
+    device, another = _device(server), _device(server)
+    device_credentials = bearer(device=device)
+    opened, refused = [], []
+    try:
+        for _ in range(8):
+            try:
+                opened.append(_connect(server, device_credentials))
+            except InvalidStatus as error:
+                refused.append(error.response)
+        assert len(opened) == MAX_CONNECTIONS
+        assert [response.status_code for response in refused] == [429] * (8 - MAX_CONNECTIONS)
+        assert not any(response.body for response in refused)
+        assert {response.headers.get("Retry-After") for response in refused} == {"1"}
+        with _connect(server, bearer(device=another)):  # the cap is per device
+            pass
+        opened.pop().close()
+        deadline = time.monotonic() + RECEIVE_SECONDS
+        while True:  # its $disconnect runs once the close is done
+            try:
+                opened.append(_connect(server, device_credentials))
+                break
+            except InvalidStatus as error:
+                assert error.response.status_code == 429 and time.monotonic() < deadline, error
+                time.sleep(0.1)
+        assert _subscribe(opened[-1], device)["type"] == "subscribed"
+    finally:
+        for client in opened:
             client.close()
 
 

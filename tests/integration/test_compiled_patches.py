@@ -47,6 +47,24 @@ def test_a_flat_merge_patch_is_one_write_and_a_nested_one_reads(spied):
     assert spy.calls == ["get_item", "update_item"]
 
 
+def test_a_report_that_removes_leaves_is_one_write_that_takes_their_metadata(spied):
+    """A removed leaf's metadata entry goes in the same request; where that would leave an
+    entry behind (an object removed or replaced whole, whose leaves hold entries) or an
+    object empty (a new leaf, to be dated), the report reads and writes at the version."""
+    manager, spy = spied
+    manager.create("c", {}, sections={"reported": {"a": 1, "b": 2, "o": {"x": 1, "y": 2}, "p": {"q": 1}}})
+    spy.calls.clear()
+    device = manager.update_with_retry("c", MergePatch({"a": None, "o": {"x": None}}), section="reported")
+    assert spy.calls == ["update_item"] and device.reported == {"b": 2, "o": {"y": 2}, "p": {"q": 1}}
+    assert set(manager.get("c").entries["reported"]) == {"/b", "/o/y", "/p/q"}
+    for patch, left in (({"o": {"y": None}}, {"/b", "/o", "/p/q"}), ({"p": 5}, {"/b", "/o", "/p"}),
+                        ({"o": None}, {"/b", "/p"})):
+        spy.calls.clear()
+        manager.update_with_retry("c", MergePatch(patch), section="reported")
+        assert spy.calls == ["update_item", "get_item", "update_item"], patch
+        assert set(manager.get("c").entries["reported"]) == left, patch
+
+
 @pytest.mark.parametrize("start, operation, expected", [
     (95, {"op": "increment", "path": "/n", "value": 10, "max": 100}, 100),
     (3, {"op": "increment", "path": "/n", "value": -10, "min": 0}, 0),

@@ -32,9 +32,10 @@ def test_a_read_free_desired_write_over_a_desire_to_clear_costs_one_read_once(lo
 def test_a_refusal_never_counts_for_a_later_desire_whatever_the_clocks_said(local_table):
     """Metadata picks the newest entry by time (ms * SPAN + version). Two containers whose
     clocks differ by a few seconds: A (ahead) sets /a/b read-modify-write and the device
-    refuses it; B (behind) replaces /a whole with a compiled write. The leaf /a/b is the new
-    desire, but its version resolves to the old one, so the old refusal counts: the new
-    desire is hidden from the delta and the device cannot ack it (409 desire-moved)."""
+    refuses it; B (behind) replaces /a whole (read-modify-write: a read-free write does not
+    replace an object whose leaves hold entries). The leaf /a/b is the new desire; were its
+    version resolved by time, the old refusal would count: the new desire hidden from the
+    delta, and the device unable to ack it (409 desire-moved)."""
     client, name = local_table
     ahead, behind = Clock(1_800_000_005.0), Clock(1_800_000_000.0)
     a, b = DeviceStateManager(client, name, clock=ahead), DeviceStateManager(client, name, clock=behind)

@@ -10,6 +10,7 @@ import pytest
 from botocore.config import Config
 
 from functions.device_state import Ack, DesireOptions, IdempotencyKey, JsonPatch, MergePatch, table
+from functions.device_state.planning import MAX_STATE_ITEM_BYTES
 from tests.integration.test_faults import Rig
 
 pytestmark = pytest.mark.dynamodb_local
@@ -27,6 +28,14 @@ def rig(dynamodb_local, local_table):
 
 def other_report(rig, device_id):
     return lambda: rig.other.update_with_retry(device_id, MergePatch({"other": True}), section="reported")
+
+
+def naive_client(rig):
+    """A client through the forwarder that sends a write again when its answer is lost, as
+    botocore does, with no journal to tell the second copy from a new write."""
+    return boto3.session.Session().client(
+        "dynamodb", endpoint_url=rig.forwarder.endpoint, region_name="us-east-1",
+        config=Config(retries={"mode": "standard", "max_attempts": 3}, read_timeout=3))
 
 
 def sections(rig, device_id):
@@ -95,11 +104,30 @@ def test_a_keyed_section_write_applies_once(rig, between):
     assert sections(rig, "d")[2]["ticks"] == 1
 
 
+@BETWEEN
+def test_a_compiled_report_that_removes_a_leaf_applies_once_and_takes_its_entry(rig, between):
+    rig.other.create("d", {}, sections={"reported": {"gone": 1, "kept": 2}})
+    rig.forwarder.lose("UpdateItem", then=other_report(rig, "d") if between else None)
+    device = rig.manager.update_with_retry("d", MergePatch({"gone": None}), section="reported")
+    assert rig.forwarder.lost == ["UpdateItem"] and "gone" not in device.reported
+    version, _, reported = sections(rig, "d")
+    assert version == 2 + between and reported == {"kept": 2, **({"other": True} if between else {})}
+    assert set(rig.other.get("d").entries["reported"]) == {"/kept", *(["/other"] if between else [])}
+
+
+def test_control_a_naive_compiled_removal_applies_twice_in_the_same_harness(rig):
+    rig.other.create("d", {}, sections={"reported": {"gone": 1, "kept": 2}})
+    naive = naive_client(rig)
+    rig.forwarder.lose("UpdateItem")
+    naive.update_item(TableName=rig.name, Key=table.state_key("d"),
+                      UpdateExpression="REMOVE reported.gone, metaReported.#gone SET version = version + :one",
+                      ExpressionAttributeNames={"#gone": "/gone"}, ExpressionAttributeValues={":one": {"N": "1"}})
+    assert sections(rig, "d")[0] == 3  # one removal, two versions
+
+
 def test_control_a_naive_compiled_report_applies_twice_in_the_same_harness(rig):
     rig.other.create("d", {}, sections={"reported": {"ticks": 0}})
-    naive = boto3.session.Session().client(
-        "dynamodb", endpoint_url=rig.forwarder.endpoint, region_name="us-east-1",
-        config=Config(retries={"mode": "standard", "max_attempts": 3}, read_timeout=3))
+    naive = naive_client(rig)
     rig.forwarder.lose("UpdateItem")
     naive.update_item(TableName=rig.name, Key=table.state_key("d"),
                       UpdateExpression="SET reported.ticks = reported.ticks + :one, version = version + :one",
@@ -151,9 +179,7 @@ def test_control_a_naive_ack_that_landed_is_answered_as_refused(rig):
     """A naive ack (read, then write at the version read, resent by botocore on a lost answer)
     applies and then reports a conflict: its second copy finds the version it moved itself."""
     rig.other.create("d", {}, sections={"desired": {"brightness": 150}})
-    naive = boto3.session.Session().client(
-        "dynamodb", endpoint_url=rig.forwarder.endpoint, region_name="us-east-1",
-        config=Config(retries={"mode": "standard", "max_attempts": 3}, read_timeout=3))
+    naive = naive_client(rig)
     rig.forwarder.lose("UpdateItem")
     with pytest.raises(naive.exceptions.ConditionalCheckFailedException):
         naive.update_item(TableName=rig.name, Key=table.state_key("d"),
@@ -162,3 +188,31 @@ def test_control_a_naive_ack_that_landed_is_answered_as_refused(rig):
                           ExpressionAttributeValues={":one": {"N": "1"}, ":read": {"N": "1"}, ":status": {"M": {
                               "/brightness": {"M": {"v": {"N": "1"}, "a": {"N": "400"}, "t": {"N": "1"}}}}}})
     assert rig.other.get("d").delta() == {}  # refused, says the client; applied, says the device
+
+
+NAMES = ("a" * 1023, "b" * 1023, "c" * 1023, "d" * 1023)
+LONG = {NAMES[0]: {NAMES[1]: {NAMES[2]: {NAMES[3]: 1}}}}  # a leaf of the longest pointer, 4,096 bytes
+
+
+def item_bytes(rig, device_id) -> int:
+    item = rig.client.get_item(TableName=rig.name, Key=table.state_key(device_id), ConsistentRead=True)["Item"]
+    return int(item[table.ITEM_BYTES]["N"])
+
+
+@BETWEEN
+def test_a_desire_that_takes_the_room_of_a_kept_confirmation_applies_once(rig, between):
+    rig.other.create("d", {})
+    rig.other.update_with_retry("d", MergePatch(LONG), section="desired", desire=DesireOptions(clear_on_confirm=True))
+    rig.other.update_with_retry("d", MergePatch(LONG), section="reported")  # clears it: its confirmation is kept
+    rig.other.replace("d", {"blob": ""})
+    rig.other.replace("d", {"blob": "z" * (MAX_STATE_ITEM_BYTES - item_bytes(rig, "d") - 1024)})
+    before = rig.other.get("d")
+    assert before.desired == {} and set(before.entries["status"]) == {"/" + "/".join(NAMES)}
+    # 2 KB more: it fits only in the confirmation's room, which it takes in the write that loses its answer
+    rig.forwarder.lose("UpdateItem", then=other_report(rig, "d") if between else None)
+    device = rig.manager.update_with_retry("d", MergePatch({"w": "w" * 2048}), section="desired",
+                                           desire=DesireOptions(expires_in=60))
+    assert rig.forwarder.lost == ["UpdateItem"] and device.desired == {"w": "w" * 2048}
+    after = rig.other.get("d")
+    assert after.version == before.version + 1 + between and after.desired == {"w": "w" * 2048}
+    assert set(after.entries["status"]) == {"/w"}

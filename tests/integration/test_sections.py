@@ -121,6 +121,27 @@ def test_a_device_stored_without_sections_gains_them_on_its_first_section_write(
     assert device.desired == {"power": "off"} and device.version == 3
 
 
+def test_a_write_that_reads_sheds_what_an_older_item_keeps_of_leaves_that_are_gone(engine, manager):
+    """An item written before read-free removals took their leaves' metadata holds entries of
+    removed leaves, and statuses of desires set again read-free: the next write that reads,
+    whatever section it writes, leaves one entry per leaf and the statuses that count."""
+    client, name = engine
+    manager.create("old", {}, sections={"desired": {"power": "on"}, "reported": {"a": 1}})
+    stale = int(manager.live_state("old")["metaReported"]["M"]["/a"]["N"])
+    client.update_item(TableName=name, Key={"deviceId": {"S": "old"}, "sk": {"S": "state"}},
+                       UpdateExpression="SET metaReported.#gone = :stale, metaDesired.#gone = :stale, "
+                                        "statusDesired = :statuses",
+                       ExpressionAttributeNames={"#gone": "/gone"},
+                       ExpressionAttributeValues={":stale": {"N": str(stale)}, ":statuses": {"M": {
+                           "/gone": {"M": {"v": {"N": "1"}, "c": {"BOOL": True}}}}}})
+    device = manager.replace("old", {"room": "hall"})  # a state write
+    assert (device.desired, device.reported) == ({"power": "on"}, {"a": 1})
+    item = manager.live_state("old")
+    assert set(item["metaReported"]["M"]) == {"/a"} and set(item["metaDesired"]["M"]) == {"/power"}
+    assert "statusDesired" not in item and "clearPending" not in item
+    assert manager.get("old").as_dict(include_metadata=True)["metadata"]["reported"]["a"]["version"] == 1
+
+
 def test_delete_clears_every_section_and_the_version_goes_on(manager):
     manager.create("lamp", {}, sections={"desired": {"a": 1}, "reported": {"b": 1}})
     manager.delete("lamp")

@@ -175,7 +175,7 @@ LAMP = Principal.device("lamp-1")
 NOBODY = Principal.client("x", [])
 WRITER_REPORTER = Principal.client("x", ["devices.write", "devices.report"])
 
-# (principal, action, resource) -> allowed: the table of docs/api.md.
+# (principal, action, resource) -> allowed: the table of docs/api/auth.md.
 RIGHTS_TABLE = [
     (READER, rights.READ, "device:lamp-2", True), (READER, rights.LIST, "devices", True),
     (READER, rights.READ, "device:lamp-2/changes", True), (READER, rights.READ, "device:lamp-2/leases", True),
@@ -260,7 +260,7 @@ CALLERS = {"read": READER, "write": WRITER, "report": REPORTER, "write+report": 
            "self": LAMP, "nobody": NOBODY}
 K = rights.WriteKind
 # (kind, the sections the write names, the callers that may make it on lamp-1): every kind of write
-# with every body shape, the table of docs/api.md.
+# with every body shape, the table of docs/api/auth.md.
 WRITE_SHAPES = [
     (K.CREATE, set(), {"write", "write+report"}),
     (K.CREATE, {"desired"}, {"write", "write+report"}),

@@ -19,13 +19,17 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from functions.api import tokens as token_routes
+from functions.api import handler as handler_module
 from functions.api.handler import lambda_handler
 from functions.auth import device_tokens
 from functions.auth.credentials import (AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS, DEVICE_TOKEN_AUDIENCE,
-                                        DEVICE_TOKEN_ISSUER, DEVICE_TOKEN_JWKS, AuthConfig, AuthConfigError,
-                                        verify_token)
+                                        DEVICE_TOKEN_ISSUER, DEVICE_TOKEN_JWKS, LEEWAY_SECONDS, AuthConfig,
+                                        AuthConfigError, verify_token)
 from functions.auth.device_tokens import RenewalRefused, TokenSettings, issue
 from functions.auth.principals import Principal
+from functions.config import api_config
+from functions.device_state import DeviceStateManager
+from functions.device_state.client import dynamodb_client
 from functions.auth.signers import (KeyFileSigner, KmsSigner, SigningThrottled, SigningUnavailable, der_to_jose)
 from localdev.apigw import LambdaContext, make_event
 from localdev.issuer import Issuer
@@ -102,15 +106,31 @@ def stubbed_kms(*errors) -> tuple:
     return client, stubber
 
 
-def call_token_route(monkeypatch, signer) -> dict:
-    monkeypatch.setattr(token_routes, "device_token_issuer", lambda: (SETTINGS, signer))
-    event = make_event("POST", "/devices/lamp-1/token", bearer(device="lamp-1"))
-    return lambda_handler(event, LambdaContext())
+@pytest.fixture
+def call_token_route(moto_table, monkeypatch):
+    """``call(signer)``: lamp-1's own POST /devices/lamp-1/token through the handler, signed by
+    ``signer``, on an in-process table where lamp-1 exists (a token is issued only then)."""
+    client, name = moto_table
+    monkeypatch.setenv("TABLE_NAME", name)
+    monkeypatch.delenv("DYNAMODB_ENDPOINT", raising=False)
+    caches = (handler_module._manager, api_config, dynamodb_client)
+    for cache in caches:
+        cache.cache_clear()
+    DeviceStateManager(client, name).create("lamp-1", {})
+
+    def call(signer) -> dict:
+        monkeypatch.setattr(token_routes, "device_token_issuer", lambda: (SETTINGS, signer))
+        event = make_event("POST", "/devices/lamp-1/token", bearer(device="lamp-1"))
+        return lambda_handler(event, LambdaContext())
+
+    yield call
+    for cache in caches:
+        cache.cache_clear()
 
 
-def test_kms_throttling_is_a_429_with_retry_after(monkeypatch):
+def test_kms_throttling_is_a_429_with_retry_after(call_token_route):
     client, stubber = stubbed_kms("ThrottlingException")
-    response = call_token_route(monkeypatch, KmsSigner(KEY_ARN, client))
+    response = call_token_route(KmsSigner(KEY_ARN, client))
     stubber.assert_no_pending_responses()
     problem = json.loads(response["body"])
     assert response["statusCode"] == 429 and problem["type"].endswith("signing-throttled"), response
@@ -122,16 +142,16 @@ def test_kms_throttling_is_a_429_with_retry_after(monkeypatch):
 
 @pytest.mark.parametrize("code", ["KMSInternalException", "DependencyTimeoutException", "KMSInvalidStateException",
                                   "DisabledException", "AccessDeniedException"])
-def test_kms_failing_or_the_key_unusable_is_a_503_with_retry_after_never_a_500(monkeypatch, code):
+def test_kms_failing_or_the_key_unusable_is_a_503_with_retry_after_never_a_500(call_token_route, code):
     client, _ = stubbed_kms(code)
-    response = call_token_route(monkeypatch, KmsSigner(KEY_ARN, client))
+    response = call_token_route(KmsSigner(KEY_ARN, client))
     headers = {**(response.get("headers") or {}),
                **{name: values[0] for name, values in (response.get("multiValueHeaders") or {}).items()}}
     assert response["statusCode"] == 503 and headers["Retry-After"].isdigit(), response
     assert json.loads(response["body"])["type"].endswith("signing-unavailable")
 
 
-def test_a_kms_timeout_is_a_503(monkeypatch):
+def test_a_kms_timeout_is_a_503(call_token_route):
     class Slow:
         def sign(self, **_):
             raise ReadTimeoutError(endpoint_url="https://kms.us-east-1.amazonaws.com")
@@ -139,11 +159,11 @@ def test_a_kms_timeout_is_a_503(monkeypatch):
     with pytest.raises(SigningUnavailable) as raised:
         KmsSigner(KEY_ARN, Slow()).sign(b"x")
     assert raised.value.retry_after >= 1
-    assert call_token_route(monkeypatch, KmsSigner(KEY_ARN, Slow()))["statusCode"] == 503
+    assert call_token_route(KmsSigner(KEY_ARN, Slow()))["statusCode"] == 503
 
 
-def test_a_signer_that_works_answers_200_and_no_store(monkeypatch):
-    response = call_token_route(monkeypatch, KmsSigner(KEY_ARN, FakeKms()))
+def test_a_signer_that_works_answers_200_and_no_store(call_token_route):
+    response = call_token_route(KmsSigner(KEY_ARN, FakeKms()))
     headers = {**(response.get("headers") or {}),
                **{name: values[0] for name, values in (response.get("multiValueHeaders") or {}).items()}}
     assert response["statusCode"] == 200 and headers["Cache-Control"] == "no-store", response
@@ -162,6 +182,16 @@ def test_renewal_is_bounded_by_when_the_certificate_was_last_shown():
     with pytest.raises(SigningThrottled):
         issue(Principal.device("lamp-1", auth_time=now), KmsSigner(KEY_ARN, stubbed_kms("ThrottlingException")[0]),
               SETTINGS, now=now)
+
+
+def test_renewal_counts_from_no_later_than_now_and_refuses_a_future_certificate_time():
+    """verify_token refuses a token whose auth_time is ahead of the clock by more than the
+    leeway; a principal that comes from elsewhere (an authorizer's context) is held the same."""
+    signer, now = KmsSigner(KEY_ARN, FakeKms()), 1_800_000_000
+    with pytest.raises(RenewalRefused):
+        issue(Principal.device("lamp-1", auth_time=now + LEEWAY_SECONDS + 1), signer, SETTINGS, now=now)
+    ahead = issue(Principal.device("lamp-1", auth_time=now + LEEWAY_SECONDS), signer, SETTINGS, now=now)
+    assert jwt.decode(ahead["token"], options={"verify_signature": False})["auth_time"] == now
 
 
 BASE = {DEVICE_TOKEN_ISSUER: "urn:x", DEVICE_TOKEN_AUDIENCE: "device-state", device_tokens.DEVICE_TOKEN_KMS_KEY: KEY_ARN}

@@ -1,5 +1,6 @@
 """The WebSocket handler's answers that need no table: a message on a connection whose token
-has expired since it connected is answered (401, connect again), never a handler failure."""
+has expired since it connected is answered (401, connect again), never a handler failure; a
+connect over the device's cap is 429 and counted."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import time
 import pytest
 
 from functions.auth.principals import Principal
+from functions.device_state import TooManyConnections
+from functions.device_state import metrics as names
+from functions.device_state.connectivity import MAX_CONNECTIONS
 from functions.push import handler
+from tests.api.test_metrics_and_openapi import emitted_metrics
 
 
 @pytest.fixture
@@ -31,3 +36,29 @@ def test_a_message_after_the_token_expired_is_answered_401(posted):
     [(connection, message)] = posted
     assert connection == "c1" and message["type"] == "error" and message["problem"]["status"] == 401
     assert "connect again" in message["problem"]["detail"]
+
+
+class _FullDevice:
+    """A device holding its most connections already."""
+
+    def connected(self, device_id, connection_id, until):
+        raise TooManyConnections(device_id, MAX_CONNECTIONS)
+
+
+class _Subscriptions:
+    def ends(self, credential_ends):
+        return credential_ends
+
+    def open(self, *_):
+        raise AssertionError("a refused connect opens nothing")
+
+
+def test_a_connect_over_the_devices_cap_is_429_and_counted(monkeypatch, capsys):
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    monkeypatch.setattr(handler, "services", lambda: (_Subscriptions(), None))
+    monkeypatch.setattr(handler, "devices", lambda: _FullDevice())
+    principal = Principal.device("lamp-1", expires_at=int(time.time()) + 3600, auth_time=int(time.time()))
+    event = {"requestContext": {"routeKey": "$connect", "eventType": "CONNECT", "connectionId": "c1",
+                                "authorizer": {"principalId": principal.subject, **principal.as_context()}}}
+    assert handler.lambda_handler(event, None) == {"statusCode": 429, "headers": {"Retry-After": "1"}}
+    assert (names.NAMESPACE, names.CONNECTIONS_REFUSED) in emitted_metrics(capsys.readouterr().out)

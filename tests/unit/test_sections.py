@@ -209,3 +209,30 @@ def test_the_later_version_wins_whatever_the_writers_clocks_said():
     entries = {"desired": {"/a/b": pack(2, 105), "/a": pack(4, 100)}}
     assert unpack(leaf_entries({"a": {"b": 1}}, entries["desired"])["/a/b"])[0] == 4
     assert metadata({"a": {"b": 1}}, {}, entries)["desired"]["a"]["b"]["version"] == 4
+
+
+def test_kept_confirmations_are_the_newest_within_the_count_and_the_bytes():
+    """Confirmations of cleared desires (``k``) are history: the newest are kept, at most
+    ``MAX_CLEARED_KEPT`` and ``MAX_CLEARED_KEPT_BYTES`` of them; statuses that count always are."""
+    from functions.device_state.desires import CONFIRMATION_BYTES, MAX_CLEARED_KEPT, MAX_CLEARED_KEPT_BYTES, kept
+
+    desired = {"wanted": 1}
+    entries = {"desired": {"/wanted": pack(9, 1)}, "status": {
+        "/wanted": {"v": 9, "c": True},  # counts: its leaf is desired at version 9
+        "/stale": {"v": 3, "c": True},  # its leaf has left desired unconfirmed: it counts no more
+        **{f"/short{index:03d}": {"v": 1, "k": 2 + index} for index in range(150)}}}
+    statuses = kept(desired, entries)
+    assert statuses["/wanted"] == {"v": 9, "c": True} and "/stale" not in statuses
+    confirmations = sorted(leaf for leaf in statuses if leaf.startswith("/short"))
+    assert confirmations == [f"/short{index:03d}" for index in range(150 - MAX_CLEARED_KEPT, 150)]
+    long_leaf = "/" + "x" * 4095  # the longest pointer: 4,126 bytes with its confirmation
+    entries["status"].update({long_leaf: {"v": 1, "k": 500}, long_leaf[:-1] + "y": {"v": 1, "k": 1}})
+    statuses = kept(desired, entries)
+    confirmations = [leaf for leaf in statuses if "k" in statuses[leaf]]
+    assert long_leaf in confirmations and long_leaf[:-1] + "y" not in confirmations
+    assert len(confirmations) == MAX_CLEARED_KEPT  # the long one and the 99 newest short ones
+    entries["status"][long_leaf[:-1] + "z"] = {"v": 1, "k": 499}  # two long ones pass the bytes
+    confirmations = [leaf for leaf, status in kept(desired, entries).items() if "k" in status]
+    assert confirmations == [long_leaf]  # the newest first: the older ones do not fit after it
+    assert len(long_leaf) + CONFIRMATION_BYTES <= MAX_CLEARED_KEPT_BYTES < 2 * (len(long_leaf) + CONFIRMATION_BYTES)
+    assert set(kept(desired, entries, keep_cleared=False)) == {"/wanted"}

@@ -144,6 +144,22 @@ def test_a_compiled_patch_is_one_update_with_no_version_condition_guarded_by_its
     assert "version =" not in condition and request["ReturnValues"] == "ALL_NEW"
 
 
+def test_a_compiled_report_takes_a_removed_members_entry_with_it_where_one_entry_per_leaf_stays():
+    """Its metadata entry goes in the same request as the member; it compiles only where no
+    object's leaves lose their member under their entries, and no object is left empty."""
+    from functions.device_state import MergePatch
+
+    compiled = MergePatch({"gone": None, "o": {"x": None}, "n": 1}).compile(section="reported", nested=True)
+    request = PLANNER.compiled("d", compiled, None, "reported").request["Update"]
+    update, condition = spelled(request, "UpdateExpression"), spelled(request, "ConditionExpression")
+    sets, removes = update.split(" REMOVE ")
+    assert "metaReported./n = version + " in sets and "metaReported./gone" not in sets
+    assert {"reported.gone", "reported.o.x", "metaReported./gone", "metaReported./o/x"} <= set(removes.split(", "))
+    for member in ("reported.gone", "reported.o.x", "reported.n"):
+        assert f"NOT attribute_type({member}, 'M')" in condition
+    assert "size(reported.o) > 1" in condition
+
+
 def test_settling_marks_the_write_as_never_applied_only_if_its_entry_is_absent():
     write = WriteId(123, "abcdef01")
     on_device = PLANNER.settle_mark("d", write, True).request["Update"]
@@ -299,9 +315,10 @@ def test_every_name_and_value_a_planned_request_declares_is_used():
              item(5, journalTrimmed={"N": "20"}),
              item(29, entries, journalTrimmedStamps={"NS": ["1", "2", "3", "4"]})]
     compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
+    removal = JsonPatch([{"op": "remove", "path": "/n"}]).compile(section="reported")
     for seen in items:
         for planned in (PLANNER.replace_state(seen, lambda state: state, None, "updated"), PLANNER.delete(seen),
-                        PLANNER.compiled("d", compiled, seen)):
+                        PLANNER.compiled("d", compiled, seen), PLANNER.compiled("d", removal, seen, "reported")):
             request = planned.request["Update"]
             text = request["UpdateExpression"] + " " + request["ConditionExpression"]
             used = set(re.findall(r"[#:][A-Za-z0-9_]+", text))

@@ -110,6 +110,7 @@ class Follower:
         self.backoff = backoff or Backoff()
         self.reconnects: list[str] = []
         self._renew_token = False
+        self._retry_after = 0.0  # what a connect refused 429 asked to wait, where the gateway passed it on
         self._unsubscribed: deque = deque()
         self._pending: str | None = None  # the device whose subscription awaits its answer
 
@@ -131,9 +132,16 @@ class Follower:
                     self._ended(error)
                 else:
                     raise FollowError(str(error)) from error
-            time.sleep(self.backoff.next_delay())
+            time.sleep(max(self.backoff.next_delay(), self._retry_after))
+            self._retry_after = 0.0
 
     def _ended(self, error: Exception) -> None:
+        # A 429 (the device holds its most connections) says nothing against the token: it is
+        # waited out with the backoff like any other refused connect (at least its Retry-After,
+        # where the gateway passed it on), the token kept.
+        if isinstance(error, InvalidStatus) and error.response.status_code == 429:
+            retry_after = error.response.headers.get("Retry-After", "")
+            self._retry_after = float(retry_after) if retry_after.isdigit() else 0.0
         if isinstance(error, InvalidStatus) and error.response.status_code in (401, 403):
             if not self.client.credentials.renewable:
                 status = error.response.status_code

@@ -69,7 +69,7 @@ def get(device_id, include, output):
                                      "device-state list --filter 'lt(reported/battery,20)' --sort -reported/battery",
                                      "device-state list -o json > fleet.json"))
 @click.option("--filter", "filter_", metavar="RQL", help="Only the devices this fleet query matches "
-                                                         "(declared fields; docs/api.md, fleet query).")
+                                                         "(declared fields: docs/api/fleet-query.md).")
 @click.option("--sort", metavar="±PATH", help="+path or -path: order by a declared field (needs --filter).")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most this many devices.")
 @click.option("--page-size", "page_size", type=click.IntRange(1, 100), default=100, show_default=True, metavar="N",
@@ -339,7 +339,7 @@ def tx(file, idempotency_key, include, output):
     """Apply a transaction: all of its operations or none.
 
     FILE (a path, @path, - for stdin, or the JSON itself) holds {"operations": [...]} or the
-    array of operations (docs/api.md, multi-device transactions)."""
+    array of operations (docs/api/keys-transactions-leases.md)."""
     session = _session()
     from .output import show
 
