@@ -62,15 +62,18 @@ def pytest_itemcollected(item):
 # They go first, slowest first (about the seconds each takes alone); every other file follows,
 # most tests first.
 SLOW_FILES = (
+    "tests/api/test_cli.py",  # 80: every command as a process, each once applied and once refused
     "tests/infra/test_synth_cli.py",  # 40: two CDK CLI synths
     "tests/api/test_push.py",  # 39
     "tests/api/test_device_client.py",  # 37
+    "tests/api/test_app_client.py",  # 35
     "tests/test_readme_examples.py",  # 33: two make serve, the docs' examples
     "tests/api/test_http.py",  # 33
     "tests/api/test_stall.py",  # 25: DynamoDB Local stalled four times
     "tests/test_bench_costs_smoke.py",  # 21: two synths
     "tests/test_bench_fleet_smoke.py",  # 17
     "tests/test_make_serve.py",  # 14
+    "tests/unit/test_cli.py",  # 14: a listing of 10,000 devices, twice
     "tests/test_bench_smoke.py",  # 14
     "tests/api/test_waiting_requests.py",  # 14
     "tests/api/test_changes_api.py",  # 12

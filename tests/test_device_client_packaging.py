@@ -1,8 +1,9 @@
 """`pip install ./clients/python` gives a device author the client on its own: a wheel built
 from clients/python installs into a fresh virtual environment that holds nothing but the
 standard library and websockets (its one dependency), imports there, and loads nothing of the
-service (`functions`, `localdev`) or of its dependencies. Offline: the build uses the repo
-venv's setuptools and wheel (--no-build-isolation), websockets comes from the repo venv."""
+service (`functions`, `localdev`) or of its dependencies. With the `cli` extra it installs the
+`device-state` command, whose `--help` runs on Click alone. Offline: the build uses the repo
+venv's setuptools and wheel (--no-build-isolation), the dependencies come from the repo venv."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import click
 import pytest
 import websockets
 from packaging.requirements import Requirement
@@ -35,19 +37,36 @@ def wheel(tmp_path_factory) -> Path:
     return built
 
 
-def test_the_wheel_holds_the_client_alone_and_declares_websockets_around_the_suites_pin(wheel):
+def _pins() -> dict:
+    """requirements-dev.txt's pins by lower-case name."""
+    pins = {}
+    for line in (REPO_ROOT / "requirements-dev.txt").read_text().splitlines():
+        text = line.split("#")[0].strip()
+        if "==" in text:
+            requirement = Requirement(text)
+            pins[requirement.name.lower()] = next(iter(requirement.specifier)).version
+    return pins
+
+
+def test_the_wheel_holds_the_clients_alone_and_declares_ranges_around_the_suites_pins(wheel):
+    """websockets for every install; Click, Rich and PyYAML only with the cli extra."""
     archive = zipfile.ZipFile(wheel)
     names = archive.namelist()
-    assert "device_state_client/follow.py" in names
+    assert {"device_state_client/follow.py", "device_state_client/app.py", "device_state_client/cli/__init__.py"} \
+        <= set(names)
     assert not [name for name in names if not name.startswith(("device_state_client/", "device_state_client-"))]
     [metadata] = [name for name in names if name.endswith(".dist-info/METADATA")]
     requirements = [Requirement(line.split(":", 1)[1].strip())
                     for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
-    assert [requirement.name for requirement in requirements] == ["websockets"]
-    pins = [Requirement(line.split("#")[0]) for line in (REPO_ROOT / "requirements-dev.txt").read_text().splitlines()
-            if line.startswith("websockets")]
-    [pinned] = [next(iter(pin.specifier)).version for pin in pins]
-    assert requirements[0].specifier.contains(pinned), (requirements[0], pinned)
+    always = [requirement.name for requirement in requirements if requirement.marker is None]
+    with_cli = sorted(requirement.name for requirement in requirements
+                      if requirement.marker is not None and requirement.marker.evaluate({"extra": "cli"}))
+    assert always == ["websockets"] and with_cli == ["PyYAML", "click", "rich"]
+    pins = _pins()
+    for requirement in requirements:
+        assert requirement.specifier.contains(pins[requirement.name.lower()]), (requirement, pins)
+    [entry_points] = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
+    assert "device-state = device_state_client.cli:main" in archive.read(entry_points).decode()
 
 
 def test_installed_into_a_fresh_venv_it_imports_with_websockets_alone(wheel, tmp_path):
@@ -74,3 +93,31 @@ def test_installed_into_a_fresh_venv_it_imports_with_websockets_alone(wheel, tmp
     location, loaded = result.stdout.splitlines()
     assert Path(location).is_relative_to(fresh)  # the installed copy, not the checkout's
     assert loaded == "device_state_client websockets"
+
+
+def test_with_the_cli_extra_the_command_is_installed_and_its_help_loads_click_alone(wheel, tmp_path):
+    """The console script of a fresh venv with Click beside it (Rich and PyYAML are not even
+    there): --help answers and loads no HTTP, WebSocket, table or YAML library."""
+    fresh = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(fresh)], check=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "pip", "--python", str(fresh / "bin" / "python"), "install",
+                             f"{wheel}[cli]", "--no-deps", "--no-index", "-q", "--disable-pip-version-check"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    only_click = tmp_path / "deps"
+    only_click.mkdir()
+    (only_click / "click").symlink_to(Path(click.__file__).parent)
+    environment = {"PYTHONPATH": str(only_click), "PATH": "/usr/bin:/bin"}
+    command = subprocess.run([str(fresh / "bin" / "device-state"), "--help"], cwd=tmp_path, env=environment,
+                             capture_output=True, text=True, timeout=60)
+    assert command.returncode == 0, command.stderr
+    assert command.stdout.startswith("Usage: device-state [OPTIONS] COMMAND") and "watch" in command.stdout
+    code = ("import sys\n"
+            "from device_state_client.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit as done:\n    assert done.code == 0\n"
+            "loaded = {name for name in sys.modules if name.split('.')[0] in ('urllib', 'http', 'ssl', 'socket',\n"
+            "          'websockets', 'rich', 'yaml', 'subprocess', 'configparser')}\n"
+            "print(' '.join(sorted(loaded)), file=sys.stderr)\n")
+    loaded = subprocess.run([str(fresh / "bin" / "python"), "-c", code], cwd=tmp_path, env=environment,
+                            capture_output=True, text=True, timeout=60)
+    assert loaded.returncode == 0 and loaded.stderr.strip() == "", loaded.stderr

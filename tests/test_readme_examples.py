@@ -61,8 +61,8 @@ def examples(walkthrough: bool = False) -> dict[str, tuple[str, str]]:
             assert name not in found, f"two examples named {name}"
             found[name] = (language, code)
     expected = ({"devices-app-desires", "devices-certificate-loop", "devices-token-loop", "devices-expiry"}
-                if walkthrough else {"quickstart", "lease", "transaction", "changes", "sections", "python-client",
-                                     "library", "device-token", "push-client"})
+                if walkthrough else {"quickstart", "quickstart-cli", "tour-cli", "lease", "transaction", "changes",
+                                     "sections", "python-client", "library", "device-token", "push-client"})
     assert expected <= set(found), sorted(found)
     return found
 
@@ -78,6 +78,54 @@ def expected_statuses(script: str) -> list[int]:
     return statuses
 
 
+CLI_BLOCK_SUFFIX = "-cli"  # an example of the device-state command: its commands' exit statuses are checked
+EXIT_COMMENT = re.compile(r"\s*exit (\d+)\b(?:, (\d{3})\b)?")
+
+
+def cli_commands(script: str) -> list[tuple[str, int, int | None]]:
+    """A command-line example's commands (continued lines joined), each with the exit status its
+    `# exit N` comment names (0 without one) and the problem status after it (`# exit 1, 412`)."""
+    commands, pending = [], ""
+    for line in script.splitlines():
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        line, pending = pending + line, ""
+        code, hash_, comment = line.partition(" #")
+        if not code.strip() or code.lstrip().startswith("#"):
+            continue
+        match = EXIT_COMMENT.match(comment) if hash_ else None
+        commands.append((code.rstrip(), int(match.group(1)) if match else 0,
+                         int(match.group(2)) if match and match.group(2) else None))
+    return commands
+
+
+def cli_on_path(folder: Path) -> dict:
+    """The environment of a shell with `device-state` on its PATH, as `pip install
+    './clients/python[cli]'` puts it there: a script running this checkout's command."""
+    script = folder / "device-state"
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO_ROOT / 'clients' / 'python'))} "
+                      f"exec {shlex.quote(sys.executable)} -m device_state_client.cli \"$@\"\n")
+    script.chmod(0o755)
+    return {"PATH": f"{folder}:{os.environ['PATH']}"}
+
+
+def run_cli_example(name: str, script: str, environment: dict) -> None:
+    """Runs a command-line example in one bash, as a reader types it, each command's exit
+    status (and, for a refusal, the problem status it printed) checked against its comment."""
+    commands = cli_commands(script)
+    marked = "set -uo pipefail\nexec 2>&1\n" + "".join(f"{code}\necho \"::exit $?\"\n" for code, _, _ in commands)
+    result = subprocess.run(["bash", "-c", marked], capture_output=True, text=True, timeout=180, cwd=REPO_ROOT,
+                            env=environment, stdin=subprocess.DEVNULL)
+    *outputs, _ = re.split(r"^::exit \d+$\n?", result.stdout, flags=re.MULTILINE)
+    statuses = [int(status) for status in re.findall(r"^::exit (\d+)$", result.stdout, re.MULTILINE)]
+    assert len(statuses) == len(commands), f"{name}:\n{result.stdout}\n{result.stderr}"
+    for (code, expected, problem), status, output in zip(commands, statuses, outputs):
+        assert status == expected, f"{name}: {code}\nexited {status}, not {expected}:\n{output}\n{result.stderr}"
+        if problem is not None:
+            assert f"error: {problem} " in output, f"{name}: {code}\nprinted no {problem} problem:\n{output}"
+
+
 def expected_prints(code: str) -> list[str]:
     """The `# ...` comment of every `print(...)` line of a Python example, in order."""
     return [line.partition("# ")[2].strip() for line in code.splitlines()
@@ -87,6 +135,14 @@ def expected_prints(code: str) -> list[str]:
 def test_the_status_comments_are_read_as_intended():
     script = "curl -si x   # 201, ETag\n# 200 only a comment\nLEASE=$(curl -s x)\ncurl -si y  # 423: no token"
     assert expected_statuses(script) == [201, 423]
+
+
+def test_the_exit_comments_of_command_line_examples_are_read_as_intended():
+    script = ("export X=1\n# a comment\n\ndevice-state get a   # exit 0: shown\n"
+              "device-state patch a --merge '{}' \\\n    --if-match 1   # exit 1, 412: moved\ndevice-state get b  # 404")
+    assert cli_commands(script) == [("export X=1", 0, None), ("device-state get a", 0, None),
+                                    ("device-state patch a --merge '{}'      --if-match 1", 1, 412),
+                                    ("device-state get b", 0, None)]
 
 
 def test_the_print_comments_are_read_as_intended():
@@ -335,10 +391,14 @@ def test_the_examples_run_as_written_on_a_fresh_make_serve(tmp_path):
         # What the README's first block exports, as a reader's shell keeps it for the later blocks.
         token = _token()
         assert "export TOKEN=$(make -s token)" in blocks_by_name["quickstart"][1]
+        with_cli = {**os.environ, "TOKEN": token, **cli_on_path(tmp_path)}
         for name, (language, script) in blocks_by_name.items():
             if language != "sh":
                 continue
             script = script.replace("localhost:3000", base)
+            if name.endswith(CLI_BLOCK_SUFFIX):
+                run_cli_example(name, script, with_cli)
+                continue
             result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True,
                                     timeout=120, cwd=REPO_ROOT, env={**os.environ, "TOKEN": token})
             assert result.returncode == 0, f"{name}:\n{result.stdout}\n{result.stderr}"

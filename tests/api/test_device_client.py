@@ -109,11 +109,12 @@ class Collector:
 class CuttableProxy:
     """A TCP relay from its own port to the server's. ``cut()`` drops every relayed connection
     at once, both ways, without a WebSocket close (as a lost network does); ``stop()`` and
-    ``start()`` refuse connections for a while (as a server restarting does), on the same port."""
+    ``start()`` refuse connections for a while (as a server restarting does), on the same port.
+    ``connections`` counts the connections it relayed."""
 
     def __init__(self, target_port: int):
         self.target_port, self.port = target_port, free_port()
-        self.cuts = 0
+        self.cuts = self.connections = 0
         self._sockets, self._lock = [], threading.Lock()
         self.start()
 
@@ -145,6 +146,7 @@ class CuttableProxy:
                 return
             with self._lock:
                 self._sockets += [client, upstream]
+                self.connections += 1
             threading.Thread(target=self._relay, args=(client, upstream), daemon=True).start()
 
     def _relay(self, client, upstream):
@@ -439,21 +441,23 @@ def test_only_the_sections_followed_are_handed_out_and_no_feed_read_is_needed(se
 
 class AnswerDroppingProxy:
     """An HTTP relay to the server that forwards each request and, for the first ``drops``
-    writes, closes the connection instead of answering: the write applied, its answer lost."""
+    writes (any method but GET), closes the connection instead of answering: the write
+    applied, its answer lost. ``keys``: each write's Idempotency-Key."""
 
     def __init__(self, target_port: int, drops: int):
         proxy = self
         self.drops, self.keys = drops, []
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_PATCH(self):  # noqa: N802 - the stdlib's naming
+            def _relay(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                proxy.keys.append(self.headers.get("Idempotency-Key"))
+                if self.command != "GET":
+                    proxy.keys.append(self.headers.get("Idempotency-Key"))
                 upstream = http.client.HTTPConnection("127.0.0.1", target_port, timeout=30)
-                upstream.request("PATCH", self.path, body=body, headers=dict(self.headers))
+                upstream.request(self.command, self.path, body=body, headers=dict(self.headers))
                 answer = upstream.getresponse()
                 payload = answer.read()
-                if proxy.drops > 0:
+                if proxy.drops > 0 and self.command != "GET":
                     proxy.drops -= 1
                     self.close_connection = True
                     return
@@ -465,12 +469,14 @@ class AnswerDroppingProxy:
                 self.end_headers()
                 self.wfile.write(payload)
 
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _relay
+
             def log_message(self, *args):
                 pass
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self):
         self._server.shutdown()
@@ -503,7 +509,7 @@ def test_a_report_whose_answer_is_lost_is_applied_once_when_resent_under_its_key
         proxy.close()
 
 
-def _package_readme_block(name: str) -> str:
+def package_readme_block(name: str) -> str:
     text = (REPO_ROOT / "clients" / "python" / "README.md").read_text()
     match = re.search(rf"<!-- readme-test: {name} -->\n```python\n(.*?)\n```", text, re.DOTALL)
     assert match, f"no block {name} in clients/python/README.md"
@@ -519,7 +525,7 @@ def test_the_package_readmes_lamp_settles_what_is_outstanding_then_follows_desir
                    "URL": f"http://127.0.0.1:{server.port}/", "DEVICE": device, "TOKEN": token(device=device)}
     log = tmp_path / "lamp.log"
     with open(log, "w") as output:
-        lamp = subprocess.Popen([sys.executable, "-c", _package_readme_block("lamp")], cwd=tmp_path,
+        lamp = subprocess.Popen([sys.executable, "-c", package_readme_block("lamp")], cwd=tmp_path,
                                 env=environment, stdout=output, stderr=subprocess.STDOUT)
     try:
         _wait_for_device(server, device, lambda seen: seen["reported"] == {"power": "on"}, lamp, log)

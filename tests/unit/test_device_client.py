@@ -13,6 +13,7 @@ import re
 import ssl
 import sys
 import threading
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -31,20 +32,23 @@ DEVICE = {"deviceId": "lamp-1", "version": 8, "state": {}, "desired": {}, "repor
 
 class ScriptedServer:
     """Answers each request with the next ``(status, headers, body)`` of ``script`` (the last
-    one repeated) and records ``(method, path, headers, body, client certificate)``."""
+    one repeated; a body of None answers with none, bytes as they are) and records ``(method, path, headers,
+    body, client certificate)``, the body's numbers as sent (``Decimal``), its bytes in ``raw``."""
 
     def __init__(self, script, tls: ssl.SSLContext | None = None):
-        self.script, self.requests = list(script), []
+        self.script, self.requests, self.raw = list(script), [], []
         recorder = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def _answer(self):
                 length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length)) if length else None
+                raw = self.rfile.read(length) if length else b""
+                body = json.loads(raw, parse_float=Decimal) if length else None
                 peer = self.connection.getpeercert() if tls else None
                 recorder.requests.append((self.command, self.path, dict(self.headers), body, peer))
+                recorder.raw.append(raw)
                 status, headers, answer = recorder.script.pop(0) if len(recorder.script) > 1 else recorder.script[0]
-                payload = json.dumps(answer).encode()
+                payload = answer if isinstance(answer, bytes) else b"" if answer is None else json.dumps(answer).encode()
                 self.send_response(status)
                 for name, value in {"Content-Type": "application/json", **headers}.items():
                     self.send_header(name, value)
@@ -52,7 +56,7 @@ class ScriptedServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = do_PATCH = _answer
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _answer
 
             def log_message(self, *args):
                 pass
@@ -61,7 +65,7 @@ class ScriptedServer:
         if tls:
             self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()  # shut down at once
 
     def close(self):
         self._server.shutdown()

@@ -1,18 +1,19 @@
-"""Following a device over the WebSocket push: every change after ``since``, exactly once and
-in version order, across any disconnect."""
+"""Following devices over the WebSocket push, many on one connection: every change of each
+after its ``since``, exactly once and in version order, across any disconnect."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from dataclasses import dataclass
 
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import connect
 
 from .backoff import Backoff
-from .client import ApiError, problem_slug
 from .credentials import token_expiry
+from .errors import ApiError, problem_slug
 
 PING = json.dumps({"action": "ping"})
 
@@ -61,6 +62,10 @@ class Resynced:
     device: dict
 
     @property
+    def device_id(self) -> str:
+        return self.device["deviceId"]
+
+    @property
     def version(self) -> int:
         return self.device["version"]
 
@@ -75,7 +80,7 @@ def _leaves(path: str, value, into: dict) -> None:
 
 
 class FollowError(Exception):
-    """A refusal that reconnecting cannot cure: the caller may not read the device (403), a bad
+    """A refusal that reconnecting cannot cure: the caller may not read a device (403), a bad
     device id or ``since``, credentials that cannot be renewed."""
 
 
@@ -84,22 +89,36 @@ class _Reconnect(Exception):
 
 
 class Follower:
-    """Iterate it for ``Change`` (and ``Resynced``) events. ``position`` is the last version
-    handed out (or passed over: not in ``sections``); keep it to resume after a restart.
+    """Iterate it for ``Change`` (and ``Resynced``) events of every device in ``positions``
+    (device id: the last version the caller has). ``positions`` holds the last version handed
+    out (or passed over: not in ``sections``; ``None`` for every section) of each device; keep
+    it to resume after a restart (``position`` when following one device).
 
     It subscribes to every section and filters here: the push then carries every version, so a
-    change whose ``previousVersion`` is not ``position`` is a real gap (filled from the change
-    feed), not a version the server left out (which would cost a feed read per such change).
-    ``reconnects`` lists why each connection ended."""
+    change whose ``previousVersion`` is not the device's position is a real gap (filled from the
+    change feed), not a version the server left out (which would cost a feed read per such
+    change). It subscribes to one device at a time, waiting for each answer, so that a refusal
+    that names no device is known to be that subscription's. ``reconnects`` lists why each
+    connection ended. ``read_device(id)``, ``read_version(id, version)`` and ``read_changes(id,
+    since)`` are the HTTP reads it fills gaps and resyncs with."""
 
-    def __init__(self, client, since: int, sections: tuple, *, ping_seconds: float = 300,
-                 backoff: Backoff | None = None, open_timeout: float = 10):
-        self.client, self.position, self.sections = client, since, sections
+    def __init__(self, client, positions: dict, sections: tuple | None, *, read_device, read_version,
+                 read_changes, ping_seconds: float = 300, backoff: Backoff | None = None, open_timeout: float = 10):
+        self.client, self.positions, self.sections = client, dict(positions), sections
+        self.read_device, self.read_version, self.read_changes = read_device, read_version, read_changes
         self.ping_seconds, self.open_timeout = ping_seconds, open_timeout
         self.backoff = backoff or Backoff()
         self.reconnects: list[str] = []
         self._renew_token = False
-        self._retry_after = 0.0  # seconds a refused connect's Retry-After asks for
+        self._retry_after = 0.0  # what a connect refused 429 asked to wait, where the gateway passed it on
+        self._unsubscribed: deque = deque()
+        self._pending: str | None = None  # the device whose subscription awaits its answer
+
+    @property
+    def position(self) -> int:
+        """The one device's position (see ``positions`` for many)."""
+        [position] = self.positions.values()
+        return position
 
     def __iter__(self):
         while True:
@@ -142,7 +161,8 @@ class Follower:
                        ssl=self.client.ssl_context if secure else None, open_timeout=self.open_timeout)
 
     def _follow(self, websocket):
-        self._subscribe(websocket)
+        self._unsubscribed, self._pending = deque(self.positions), None
+        self._subscribe_next(websocket)
         next_ping = time.monotonic() + self.ping_seconds
         while True:
             if self._token_expiry is not None and time.time() >= self._token_expiry:
@@ -158,59 +178,74 @@ class Follower:
                     next_ping = time.monotonic() + self.ping_seconds
                 continue
             if message.get("type") == "subscribed":
+                if message.get("deviceId") == self._pending:
+                    self._pending = None
+                    self._subscribe_next(websocket)
                 self.backoff.reset()
-            elif message.get("type") == "change" and message.get("deviceId") == self.client.device_id:
+            elif message.get("type") == "change" and message.get("deviceId") in self.positions:
                 yield from self._take(websocket, message)
             elif message.get("type") == "error":
                 yield from self._refused(websocket, message.get("problem") or {})
 
-    def _subscribe(self, websocket) -> None:
-        websocket.send(json.dumps({"action": "subscribe", "deviceId": self.client.device_id,
-                                   "since": self.position}))
+    def _subscribe(self, websocket, device_id: str) -> None:
+        """Subscribes ``device_id`` once the subscription in flight is answered."""
+        if device_id not in self._unsubscribed and device_id != self._pending:
+            self._unsubscribed.append(device_id)
+        self._subscribe_next(websocket)
+
+    def _subscribe_next(self, websocket) -> None:
+        if self._pending is None and self._unsubscribed:
+            self._pending = self._unsubscribed.popleft()
+            websocket.send(json.dumps({"action": "subscribe", "deviceId": self._pending,
+                                       "since": self.positions[self._pending]}))
 
     def _take(self, websocket, message: dict):
-        if message["version"] <= self.position:
+        device_id, version = message["deviceId"], message["version"]
+        if version <= self.positions[device_id]:
             return  # a repeat: two senders may race to send a version
-        if message["previousVersion"] != self.position:
-            yield from self._fill(websocket, message["version"])
-            if self.position >= message["version"]:
+        if message["previousVersion"] != self.positions[device_id]:
+            yield from self._fill(websocket, device_id, version)
+            if self.positions[device_id] >= version:
                 return
-            if self.position != message["previousVersion"]:  # never skip: the subscription's catch-up reads again
-                raise _Reconnect(f"the change feed had nothing after {self.position} before {message['version']}")
+            if self.positions[device_id] != message["previousVersion"]:  # never skip: the catch-up reads again
+                raise _Reconnect(f"the change feed of {device_id} had nothing after {self.positions[device_id]} "
+                                 f"before {version}")
         delta = message.get("delta")
         if message.get("tooLarge"):
-            delta = None if message["kind"] == "deleted" else self._delta_at(message["version"])
+            delta = None if message["kind"] == "deleted" else self._delta_at(device_id, version)
         yield from self._hand_out(message, delta)
 
-    def _fill(self, websocket, until: int):
-        """The versions after ``position`` and before ``until``, from the change feed."""
-        while self.position < until - 1:
+    def _fill(self, websocket, device_id: str, until: int):
+        """The versions of ``device_id`` after its position and before ``until``, from the change feed."""
+        while self.positions[device_id] < until - 1:
             try:
-                page = self.client.changes(self.position)
+                page = self.read_changes(device_id, self.positions[device_id])
             except ApiError as error:
                 if error.slug != "changes-expired":
                     raise
-                yield from self._resync(websocket)
+                yield from self._resync(websocket, device_id)
                 return
-            changes = [change for change in page["changes"] if self.position < change["version"] < until]
+            changes = [change for change in page["changes"]
+                       if self.positions[device_id] < change["version"] < until]
             if not changes:
                 return  # the feed holds nothing more before ``until``
             for change in changes:
                 delta = None if change["kind"] == "deleted" or not self._wanted(change) else \
-                    self._delta_at(change["version"])
+                    self._delta_at(device_id, change["version"])
                 yield from self._hand_out(change, delta)
 
     def _hand_out(self, change: dict, delta: dict | None):
-        self.position = change["version"]
+        self.positions[change["deviceId"]] = change["version"]
         if self._wanted(change):
             yield Change.of(change, delta)
 
     def _wanted(self, change: dict) -> bool:
-        return change["kind"] == "deleted" or bool(set(self.sections).intersection(change["sections"]))
+        return (self.sections is None or change["kind"] == "deleted"
+                or bool(set(self.sections).intersection(change["sections"])))
 
-    def _delta_at(self, version: int) -> dict | None:
+    def _delta_at(self, device_id: str, version: int) -> dict | None:
         try:
-            return self.client.version(version).get("delta")
+            return self.read_version(device_id, version).get("delta")
         except ApiError as error:
             if error.status == 404:  # that version's history has expired: the change goes without its delta
                 return None
@@ -218,18 +253,22 @@ class Follower:
 
     def _refused(self, websocket, problem: dict):
         slug = problem_slug(problem)
-        if slug == "changes-expired":
-            yield from self._resync(websocket)
-        elif problem.get("status") == 401:  # the connection's token expired: every message is refused
+        # A refusal of a subscription names its device, or else answers the one in flight.
+        device_id = problem.get("deviceId") or self._pending
+        if problem.get("status") == 401:  # the connection's token expired: every message is refused
             self._renew_token = True
             raise _Reconnect("401: the connection's token expired")
-        elif problem.get("status", 500) >= 500 or problem.get("status") == 429:
+        if problem.get("status", 500) >= 500 or problem.get("status") == 429:
             raise _Reconnect(f"{problem.get('status')}: {problem.get('detail')}")
-        else:
-            raise FollowError(f"{problem.get('status')} {slug}: {problem.get('detail')}")
+        if slug == "changes-expired" and device_id in self.positions:
+            if device_id == self._pending:
+                self._pending = None
+            yield from self._resync(websocket, device_id)
+            return
+        raise FollowError(f"{device_id}: {problem.get('status')} {slug}: {problem.get('detail')}")
 
-    def _resync(self, websocket):
-        device = self.client.get()
-        self.position = device["version"]
+    def _resync(self, websocket, device_id: str):
+        device = self.read_device(device_id)
+        self.positions[device_id] = device["version"]
         yield Resynced(device)
-        self._subscribe(websocket)
+        self._subscribe(websocket, device_id)

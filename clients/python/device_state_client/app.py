@@ -1,0 +1,287 @@
+"""An app's or a back-end's client of the whole HTTP API: read, list, query and count devices,
+write any section (every write under an Idempotency-Key, retried safely), the change feed and
+history, transactions, leases that heartbeat while held, and many devices followed over one
+WebSocket. Numbers with a fraction come back as ``Decimal`` (exact, as the service keeps them)."""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+from typing import Iterator
+
+from .errors import ApiError, LeaseGone, NotFound
+from .service import JSON_PATCH, MERGE_PATCH, NOTHING_WRITTEN, RETRIED_STATUSES, Service
+
+MAX_FOLLOWED = 100  # the WebSocket API's subscriptions per connection
+MAX_PAGE = 100  # the largest page GET /devices and the change feed give
+
+
+def _quoted(device_id: str) -> str:
+    return f"devices/{urllib.parse.quote(device_id, safe='')}"
+
+
+def _query(**parameters) -> str:
+    present = {name: value for name, value in parameters.items() if value is not None}
+    return f"?{urllib.parse.urlencode(present)}" if present else ""
+
+
+def _etag(version: int | None) -> dict:
+    return {} if version is None else {"If-Match": f'"{int(version)}"'}
+
+
+def _patch_type(patch) -> str:
+    """A JSON Patch is an array of operations, a merge patch an object: the body says which."""
+    if isinstance(patch, list):
+        return JSON_PATCH
+    if isinstance(patch, dict):
+        return MERGE_PATCH
+    raise TypeError("a patch is a merge patch (a dict) or a JSON Patch (a list of operations)")
+
+
+class AppClient(Service):
+    """``AppClient(endpoint, credentials)``: ``endpoint`` is the API's URL (``make serve``'s
+    ``http://127.0.0.1:3000``; deployed, the stack output ``Url``), ``credentials`` a
+    ``TokenCredentials`` (a token, ``TokenCredentials.from_environment()``) or a
+    ``CommandCredentials`` (a command that prints one). Writes take ``if_match`` (a version),
+    ``lease_token`` (the holder's, on a leased device) and ``idempotency_key`` (one is made
+    otherwise); each is retried under its key on no answer, 429, 503 and 504, after
+    ``Retry-After``, and applied once. Refusals raise the ``ApiError`` subclass of their status
+    or problem type (``NotFound``, ``PreconditionFailed``, ``OutcomeUnknown``, …)."""
+
+    exact_numbers = True
+
+    # Reads: retried as writes are (a read changes nothing)
+
+    def read(self, path: str, timeout: float | None = None):
+        return self.retried(lambda: self.request("GET", path, timeout=timeout))
+
+    def get(self, device_id: str, metadata: bool = False) -> dict:
+        """The device with its ``delta`` (and, with ``metadata``, each leaf's metadata)."""
+        return self.read(_quoted(device_id) + _query(include="metadata" if metadata else None))
+
+    def pages(self, filter: str | None = None, sort: str | None = None, page_size: int = MAX_PAGE,
+              metadata: bool = False) -> Iterator[dict]:
+        """``GET /devices`` page by page (``{"items", "nextCursor"}``), one request per page as
+        it is iterated; with ``filter`` (RQL on declared fields) and ``sort`` (``+path`` or ``-path``)."""
+        cursor = None
+        while True:
+            page = self.read("devices" + _query(filter=filter, sort=sort, limit=page_size, cursor=cursor,
+                                                include="metadata" if metadata else None))
+            yield page
+            cursor = page.get("nextCursor")
+            if cursor is None:
+                return
+
+    def list(self, filter: str | None = None, sort: str | None = None, limit: int | None = None,
+             page_size: int = MAX_PAGE, metadata: bool = False) -> Iterator[dict]:
+        """The devices, one at a time, read a page at a time (so a fleet of any size is listed
+        in the memory of one page); at most ``limit``."""
+        if limit is not None and limit <= 0:
+            return
+        given = 0
+        for page in self.pages(filter, sort, min(page_size, limit or page_size), metadata):
+            for device in page["items"]:
+                yield device
+                given += 1
+                if limit is not None and given >= limit:
+                    return
+
+    def count(self, filter: str, group_by: str | None = None) -> dict:
+        """``{"count"}`` of the devices ``filter`` matches, with ``groups`` per value of ``group_by``."""
+        return self.read("devices/count" + _query(filter=filter, groupBy=group_by))
+
+    def delta(self, device_id: str, since: int | None = None, wait_seconds: float | None = None) -> dict:
+        """``{"deviceId", "version", "delta"}``; a long-poll with ``wait_seconds`` (0-20)."""
+        return self.read(f"{_quoted(device_id)}/delta" + _query(since=since, waitSeconds=wait_seconds),
+                         timeout=self.timeout + (wait_seconds or 0))
+
+    def history(self, device_id: str, version: int, metadata: bool = False) -> dict:
+        """The device as it was at ``version`` (within the feed's retention)."""
+        return self.read(f"{_quoted(device_id)}/versions/{int(version)}"
+                         + _query(include="metadata" if metadata else None))
+
+    def changes_page(self, device_id: str, since: int, limit: int = MAX_PAGE, wait_seconds: float | None = None,
+                     sections: str | None = None) -> dict:
+        """One page of the change feed: ``{"changes", "nextSince"}``; a long-poll with ``wait_seconds``."""
+        return self.read(f"{_quoted(device_id)}/changes"
+                         + _query(since=since, limit=limit, waitSeconds=wait_seconds, sections=sections),
+                         timeout=self.timeout + (wait_seconds or 0))
+
+    def changes(self, device_id: str, since: int = 0, follow: bool = False, wait_seconds: float = 20,
+                sections: str | None = None) -> Iterator[dict]:
+        """Every change after ``since``, oldest first, a page at a time; with ``follow``, then
+        each new one as it comes (long-polls of ``wait_seconds``), without end. A feed past its
+        retention raises ``ChangesExpired`` (read the device and go on from its version)."""
+        while True:
+            page = self.changes_page(device_id, since, wait_seconds=wait_seconds if follow else None,
+                                     sections=sections)
+            yield from page["changes"]
+            moved, since = page["nextSince"] != since, page["nextSince"]
+            if not moved and not follow:  # nothing after since is recorded yet
+                return
+
+    def lease_status(self, device_id: str) -> dict:
+        """``{"holder", "queueLength", "queue"}`` of the device's lease."""
+        return self.read(f"{_quoted(device_id)}/leases")
+
+    # Writes
+
+    def _write(self, method: str, path: str, body=None, content_type: str | None = "application/json", *,
+               if_match: int | None = None, lease_token: str | None = None, idempotency_key: str | None = None,
+               headers: dict | None = None):
+        sent = {**_etag(if_match), **({"Lease-Token": lease_token} if lease_token else {}), **(headers or {})}
+        return self.write(method, path, body, content_type if body is not None else None, idempotency_key, sent)
+
+    def create(self, device_id: str, body: dict | None = None, *, idempotency_key: str | None = None,
+               metadata: bool = False) -> dict:
+        """``POST /devices``: ``body`` is ``{"state", "desired", "reported"}`` (each optional)."""
+        return self._write("POST", "devices" + _query(include="metadata" if metadata else None),
+                           {"deviceId": device_id, **(body if body is not None else {"state": {}})},
+                           idempotency_key=idempotency_key)
+
+    def put(self, device_id: str, body: dict, *, if_match: int | None = None, create_only: bool = False,
+            lease_token: str | None = None, idempotency_key: str | None = None) -> dict:
+        """``PUT /devices/{id}``: creates or replaces; ``if_match`` replaces only that version,
+        ``create_only`` creates only."""
+        return self._write("PUT", _quoted(device_id), body, if_match=if_match, lease_token=lease_token,
+                           idempotency_key=idempotency_key, headers={"If-None-Match": "*"} if create_only else None)
+
+    def patch(self, device_id: str, patch, *, section: str | None = None, if_match: int | None = None,
+              lease_token: str | None = None, idempotency_key: str | None = None) -> dict:
+        """Patches ``state`` (or ``section``: ``desired``, ``reported``): a dict is a merge patch,
+        a list a JSON Patch (with ``increment``). Without ``if_match`` the service re-applies it
+        to the newest state when another writer got there first."""
+        path = _quoted(device_id) + (f"/{section}" if section else "")
+        return self._write("PATCH", path, patch, _patch_type(patch), if_match=if_match, lease_token=lease_token,
+                           idempotency_key=idempotency_key)
+
+    def desire(self, device_id: str, patch, *, expires_in: int | None = None, clear_on_confirm: bool = False,
+               if_match: int | None = None, lease_token: str | None = None,
+               idempotency_key: str | None = None) -> dict:
+        """Patches ``desired``: each leaf it sets leaves the delta ``expires_in`` seconds on unless
+        confirmed, and with ``clear_on_confirm`` leaves ``desired`` once reported equal."""
+        query = _query(expiresIn=expires_in, clearOnConfirm="true" if clear_on_confirm else None)
+        return self._write("PATCH", f"{_quoted(device_id)}/desired{query}", patch, _patch_type(patch),
+                           if_match=if_match, lease_token=lease_token, idempotency_key=idempotency_key)
+
+    def report(self, device_id: str, patch, *, if_match: int | None = None, lease_token: str | None = None,
+               idempotency_key: str | None = None) -> dict:
+        """Patches ``reported`` (needs ``devices.report``, or the device's own token)."""
+        return self.patch(device_id, patch, section="reported", if_match=if_match, lease_token=lease_token,
+                          idempotency_key=idempotency_key)
+
+    def delete(self, device_id: str, *, if_match: int | None = None, lease_token: str | None = None,
+               idempotency_key: str | None = None) -> None:
+        """``DELETE /devices/{id}``."""
+        self._write("DELETE", _quoted(device_id), if_match=if_match, lease_token=lease_token,
+                    idempotency_key=idempotency_key)
+
+    def transaction(self, operations: list, *, metadata: bool = False, idempotency_key: str | None = None) -> dict:
+        """``POST /transactions``: all of ``operations`` or none (``TransactionFailed`` names
+        each failing one); ``{"devices": [...]}`` in order, ``None`` for a delete."""
+        return self._write("POST", "transactions" + _query(include="metadata" if metadata else None),
+                           {"operations": operations}, idempotency_key=idempotency_key)
+
+    # Leases
+
+    def lease(self, device_id: str, ttl_seconds: float = 60, wait_seconds: float = 0, owner: str | None = None,
+              heartbeat: bool = True, on_lost=None) -> Lease:
+        """Takes the device's lease (queueing up to ``wait_seconds``; ``LeaseBusy`` if not
+        granted by then): a ``Lease``, used as a context manager, that heartbeats every half
+        ``ttl_seconds`` while held and is released at the end. Pass its ``token`` as the writes'
+        ``lease_token``. ``on_lost(error)`` is called if a heartbeat finds it ended."""
+        body = {name: value for name, value in (("ttlSeconds", ttl_seconds), ("waitSeconds", wait_seconds),
+                                                ("owner", owner)) if value is not None}
+        # A grant is not idempotent (a second request queues a second ticket), so it is sent again
+        # only after answers that say nothing was written.
+        grant = self.retried(lambda: self.request("POST", f"{_quoted(device_id)}/leases", body,
+                                                  timeout=self.timeout + wait_seconds),
+                             NOTHING_WRITTEN, unanswered=False)
+        return Lease(self, device_id, grant, heartbeat=heartbeat, on_lost=on_lost)
+
+    def end_lease(self, device_id: str, fencing_token: int) -> None:
+        """Ends whichever lease or waiting ticket holds ``fencing_token`` (a back-end's right)."""
+        self.retried(lambda: self.request("DELETE", f"{_quoted(device_id)}/leases/{int(fencing_token)}"))
+
+    # Following
+
+    def follow(self, device_ids, since: int | dict | None = None, sections=None, **options):
+        """Every change of each device after ``since`` (a version for all, a dict per device, or
+        ``None``: from each device's version as read now, 0 for one not created yet), exactly
+        once and in version order per device, on one WebSocket, across disconnects; at most
+        100 devices (the WebSocket API's subscriptions per connection). ``sections``: only
+        changes of those (and deletes). Iterate it for ``Change`` and ``Resynced`` events; its
+        ``positions`` say where each device is."""
+        from .follow import Follower
+
+        device_ids = list(dict.fromkeys(device_ids))
+        if not device_ids or len(device_ids) > MAX_FOLLOWED:
+            raise ValueError(f"follow 1 to {MAX_FOLLOWED} devices on one connection, not {len(device_ids)}")
+        if isinstance(since, dict):
+            positions = {device_id: int(since.get(device_id, 0)) for device_id in device_ids}
+        elif since is not None:
+            positions = dict.fromkeys(device_ids, int(since))
+        else:
+            positions = {device_id: self._version_or_zero(device_id) for device_id in device_ids}
+        return Follower(self, positions, None if sections is None else tuple(sections),
+                        read_device=self.get, read_version=self.history,
+                        read_changes=lambda device_id, after: self.changes_page(device_id, after), **options)
+
+    def _version_or_zero(self, device_id: str) -> int:
+        try:
+            return self.get(device_id)["version"]
+        except NotFound:
+            return 0
+
+
+class Lease:
+    """A held lease: ``token`` (the ``Lease-Token`` writes need), ``fencing_token``,
+    ``expires_at``. While held it heartbeats every half ``ttl_seconds`` in a thread; ``lost``
+    is set (and ``on_lost`` called) if the service says it ended. ``release()``, or the end
+    of a ``with`` block, gives it up."""
+
+    def __init__(self, client: AppClient, device_id: str, grant: dict, heartbeat: bool = True, on_lost=None):
+        self.client, self.device_id, self.grant = client, device_id, grant
+        self.token, self.fencing_token = grant["leaseToken"], grant["fencingToken"]
+        self.lease_id, self.expires_at = grant["leaseId"], grant["expiresAt"]
+        self.ttl_seconds = float(grant["ttlSeconds"])
+        self.on_lost, self.lost = on_lost, None
+        self._stop = threading.Event()
+        self._path = f"{_quoted(device_id)}/leases/{urllib.parse.quote(self.lease_id, safe='')}"
+        self._heartbeats = threading.Thread(target=self._beat, daemon=True) if heartbeat else None
+        if self._heartbeats is not None:
+            self._heartbeats.start()
+
+    def heartbeat(self) -> dict:
+        """Extends the lease by its ttl from now; ``LeaseGone`` once it has ended."""
+        answer = self.client.retried(lambda: self.client.request("PUT", self._path))
+        self.expires_at = answer["expiresAt"]
+        return answer
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.ttl_seconds / 2):
+            try:
+                self.heartbeat()
+            except LeaseGone as gone:
+                self.lost = gone
+                if self.on_lost is not None:
+                    self.on_lost(gone)
+                return
+            except (ApiError, OSError):  # the next beat tries again, well before the lease runs out
+                continue
+
+    def release(self) -> None:
+        """Gives the lease up (the next waiter proceeds); also when it has already ended."""
+        self._stop.set()
+        if self._heartbeats is not None and self._heartbeats is not threading.current_thread():
+            self._heartbeats.join()
+        self.client.retried(lambda: self.client.request("DELETE", self._path))
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+
+__all__ = ["AppClient", "Lease", "MAX_FOLLOWED", "RETRIED_STATUSES"]

@@ -1,0 +1,50 @@
+"""Profiles: named settings in an INI file (``DEVICE_STATE_CONFIG``, else
+``$XDG_CONFIG_HOME/device-state/config``, else ``~/.config/device-state/config``), one section
+per profile, ``[default]`` the one used unless another is named."""
+
+from __future__ import annotations
+
+import configparser
+import os
+from pathlib import Path
+
+SETTINGS = ("endpoint", "token_command", "websocket_url", "ca_file", "output")
+
+
+def config_path() -> Path:
+    if os.environ.get("DEVICE_STATE_CONFIG"):
+        return Path(os.environ["DEVICE_STATE_CONFIG"]).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "device-state" / "config"
+
+
+def _read(path: Path) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None)
+    if path.exists():
+        parser.read(path, encoding="utf-8")
+    return parser
+
+
+def load_profile(name: str) -> dict | None:
+    """The profile's settings, or None when the file has no such profile."""
+    parser = _read(config_path())
+    if not parser.has_section(name):
+        return None
+    return {key: value for key, value in parser.items(name) if key in SETTINGS and value}
+
+
+def save_profile(name: str, settings: dict) -> Path:
+    """Sets ``settings`` in the profile (an empty value removes the setting); the file's path."""
+    path = config_path()
+    parser = _read(path)
+    if not parser.has_section(name):
+        parser.add_section(name)
+    for key, value in settings.items():
+        if value:
+            parser.set(name, key, value)
+        else:
+            parser.remove_option(name, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as file:
+        parser.write(file)
+    return path

@@ -1,0 +1,100 @@
+"""The one door to the service's HTTP API, shared by the device's client and the app's: one
+request with its credentials, and the retry of a request the service may be asked again,
+a write always under one Idempotency-Key."""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+from .backoff import Backoff
+from .errors import ApiError, error_for, retry_after
+from .values import dumps, loads
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+# Answers after which the same request, with the same Idempotency-Key, may be sent again: the
+# service wrote nothing (429, 503) or may have written once (504, another 5xx), and the key makes
+# a second copy replay the first answer instead of applying twice.
+RETRIED_STATUSES = {429, 500, 502, 503, 504}
+# Answers after which a request that is not idempotent (a lease's grant) may be sent again: nothing was written.
+NOTHING_WRITTEN = {429, 503}
+
+
+class Service:
+    """``base_url`` is the API's (ending in ``/prod/`` deployed); ``websocket_url`` defaults to
+    its ``/ws`` (as ``make serve`` serves it; deployed, the stack output ``WebSocketUrl``).
+    ``ssl_context``: TLS settings of your own for HTTPS and WSS. ``exact_numbers``: numbers
+    with a fraction come back as ``Decimal``, not ``float``."""
+
+    exact_numbers = False
+
+    def __init__(self, base_url: str, credentials, *, websocket_url: str | None = None,
+                 ssl_context: ssl.SSLContext | None = None, timeout: float = 30, write_attempts: int = 6,
+                 sleep=time.sleep):
+        self.base_url = base_url.rstrip("/") + "/"
+        self.credentials = credentials
+        scheme, rest = self.base_url.split("://", 1)
+        self.websocket_url = websocket_url or f"{'wss' if scheme == 'https' else 'ws'}://{rest}ws"
+        self.ssl_context = credentials.ssl_context(ssl_context)
+        self.timeout, self.write_attempts, self.sleep = timeout, write_attempts, sleep
+
+    def write(self, method: str, path: str, body, content_type: str | None,
+              idempotency_key: str | None = None, headers: dict | None = None) -> dict:
+        """Sends a write until it is answered, the same request under the same key each time:
+        on no answer (a reset, a timeout), 429, 5xx (504 ``outcome-unknown`` included), after
+        ``Retry-After`` or a backoff, at most ``write_attempts`` times."""
+        sent = {**(headers or {}), "Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        if content_type is not None:
+            sent["Content-Type"] = content_type
+        return self.retried(lambda: self.request(method, path, body, sent))
+
+    def retried(self, send, statuses=frozenset(RETRIED_STATUSES), unanswered: bool = True):
+        """``send()`` until it is answered with anything but ``statuses`` (and, with ``unanswered``,
+        while no answer comes), after ``Retry-After`` or a backoff, at most ``write_attempts`` times."""
+        backoff = Backoff()
+        for attempt in range(1, self.write_attempts + 1):
+            try:
+                return send()
+            except (OSError, http.client.HTTPException):  # no answer: a write may or may not have landed
+                if not unanswered or attempt == self.write_attempts:
+                    raise
+                self.sleep(backoff.next_delay())
+            except ApiError as error:
+                if error.status not in statuses or attempt == self.write_attempts:
+                    raise
+                delay = retry_after(error.headers)
+                self.sleep(backoff.next_delay() if delay is None else delay)
+        raise AssertionError("unreachable")
+
+    def request(self, method: str, path: str, body=None, headers: dict | None = None,
+                timeout: float | None = None):
+        """Sends one request; the answer's JSON (``None`` for an empty one), or the ``ApiError``
+        for its status and problem. A 401 with renewable credentials is sent once more with a
+        renewed token (a 401 writes nothing)."""
+        for renew in (False, True):
+            sent_headers = {"Accept": "application/json", **self.credentials.rest_headers(self, renew=renew),
+                            **(headers or {})}
+            data = None if body is None else dumps(body, ascii_only=True).encode()
+            if data is not None:
+                sent_headers.setdefault("Content-Type", "application/json")
+            sent = urllib.request.Request(self.base_url + path, data=data, method=method, headers=sent_headers)
+            try:
+                with urllib.request.urlopen(sent, timeout=timeout or self.timeout,
+                                            context=self.ssl_context) as answer:
+                    text = answer.read()
+                    return loads(text, self.exact_numbers) if text else None
+            except urllib.error.HTTPError as error:
+                text = error.read()
+                try:
+                    problem = loads(text, self.exact_numbers) if text else {}
+                except ValueError:  # a proxy's or gateway's own page
+                    problem = {"detail": text[:200].decode(errors="replace")}
+                if error.code == 401 and not renew and self.credentials.renews_refused_tokens:
+                    continue
+                raise error_for(error.code, problem if isinstance(problem, dict) else {}, error.headers) from None
+        raise AssertionError("unreachable")

@@ -1,0 +1,241 @@
+"""The app client's requests (clients/python, ``AppClient``), against the scripted HTTP server of
+tests/unit/test_device_client.py: each write's shape and its Idempotency-Key, kept across
+retries after 429, 503 and 504 as Retry-After says; refusals typed by problem type and status
+with the problem's members; a lease's grant sent again only after answers that wrote nothing;
+pages read only as the caller reaches them; exact numbers both ways; tokens from a command,
+renewed at 80 % of their life and after a 401. The real routes: tests/api/test_app_client.py."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import time
+from decimal import Decimal
+
+import pytest
+
+from tests.make_serve import REPO_ROOT
+from tests.unit.test_device_client import ScriptedServer, scripted  # noqa: F401 - the fixture
+
+sys.path.insert(0, str(REPO_ROOT / "clients" / "python"))
+from device_state_client import (AppClient, ApiError, ChangesExpired, CommandCredentials, Conflict,  # noqa: E402
+                                 CredentialsError, DeviceExists, NotFound, OutcomeUnknown, PreconditionFailed,
+                                 ServerError, TokenCredentials, TransactionFailed, Unprocessable)
+from device_state_client import errors  # noqa: E402
+
+DEVICE = {"deviceId": "lamp-1", "version": 4, "state": {}, "desired": {}, "reported": {}, "delta": {}}
+UNKNOWN = {"type": "urn:device-state:problem:outcome-unknown", "status": 504, "title": "The change may or may not "
+           "have been applied", "detail": "lost"}
+
+
+def _client(server: ScriptedServer, sleeps=None, credentials=None) -> AppClient:
+    return AppClient(f"http://127.0.0.1:{server.port}", credentials or TokenCredentials("t0k"),
+                     sleep=(sleeps.append if sleeps is not None else lambda seconds: None))
+
+
+def _problem(status: int, slug: str, **members) -> dict:
+    return {"type": f"urn:device-state:problem:{slug}", "title": slug, "status": status, "detail": slug, **members}
+
+
+def test_a_write_keeps_its_idempotency_key_and_body_across_429_503_and_504_waiting_as_retry_after_says(scripted):
+    server = scripted((429, {"Retry-After": "2"}, _problem(429, "signing-throttled")),
+                      (503, {"Retry-After": "1"}, _problem(503, "contention")), (504, {}, UNKNOWN),
+                      (200, {"Idempotent-Replayed": "true"}, DEVICE))
+    sleeps = []
+    assert _client(server, sleeps).patch("lamp-1", [{"op": "increment", "path": "/n", "value": 1}]) == DEVICE
+    assert sleeps[:2] == [2.0, 1.0] and 0 < sleeps[2] <= 2  # the 504 has no Retry-After: a backoff
+    keys = {headers["Idempotency-Key"] for _, _, headers, _, _ in server.requests}
+    assert len(server.requests) == 4 and len(keys) == 1 and len(set(server.raw)) == 1
+
+
+def test_a_refusal_is_not_sent_again_and_one_outcome_unknown_to_the_last_attempt_is_raised(scripted):
+    refused = scripted((422, {}, _problem(422, "idempotency-key-reused")))
+    with pytest.raises(Unprocessable):
+        _client(refused).create("lamp-1")
+    assert len(refused.requests) == 1
+    unknown = scripted((504, {}, UNKNOWN))
+    client = _client(unknown)
+    client.write_attempts = 3
+    with pytest.raises(OutcomeUnknown) as lost:
+        client.delete("lamp-1")
+    assert len(unknown.requests) == 3 and lost.value.slug == "outcome-unknown"
+
+
+CALLS = [  # (call on the client, method, path, Content-Type, headers it must carry, body)
+    (lambda c: c.create("lamp:1", {"state": {"on": True}, "desired": {"on": False}}), "POST", "/devices",
+     "application/json", {}, {"deviceId": "lamp:1", "state": {"on": True}, "desired": {"on": False}}),
+    (lambda c: c.create("lamp-1", metadata=True), "POST", "/devices?include=metadata", "application/json", {},
+     {"deviceId": "lamp-1", "state": {}}),
+    (lambda c: c.put("lamp-1", {"state": {}}, if_match=3), "PUT", "/devices/lamp-1", "application/json",
+     {"If-Match": '"3"'}, {"state": {}}),
+    (lambda c: c.put("lamp-1", {"state": {}}, create_only=True), "PUT", "/devices/lamp-1", "application/json",
+     {"If-None-Match": "*"}, {"state": {}}),
+    (lambda c: c.patch("lamp/1", {"on": None}, lease_token="ab" * 16), "PATCH", "/devices/lamp%2F1",
+     "application/merge-patch+json", {"Lease-Token": "ab" * 16}, {"on": None}),
+    (lambda c: c.patch("lamp-1", [{"op": "test", "path": "/on", "value": True}], if_match=2), "PATCH",
+     "/devices/lamp-1", "application/json-patch+json", {"If-Match": '"2"'}, [{"op": "test", "path": "/on",
+                                                                               "value": True}]),
+    (lambda c: c.desire("lamp-1", {"power": "on"}, expires_in=60, clear_on_confirm=True), "PATCH",
+     "/devices/lamp-1/desired?expiresIn=60&clearOnConfirm=true", "application/merge-patch+json", {},
+     {"power": "on"}),
+    (lambda c: c.report("lamp-1", {"power": "on"}), "PATCH", "/devices/lamp-1/reported",
+     "application/merge-patch+json", {}, {"power": "on"}),
+    (lambda c: c.transaction([{"deviceId": "lamp-1", "check": True}], metadata=True), "POST",
+     "/transactions?include=metadata", "application/json", {}, {"operations": [{"deviceId": "lamp-1",
+                                                                                   "check": True}]}),
+    (lambda c: c.delete("lamp-1", if_match=7), "DELETE", "/devices/lamp-1", None, {"If-Match": '"7"'}, None),
+]
+
+
+@pytest.mark.parametrize("call, method, path, content_type, headers, body", CALLS)
+def test_each_write_is_sent_as_the_contract_says_under_a_key_of_its_own(scripted, call, method, path,
+                                                                        content_type, headers, body):
+    server = scripted((200, {}, DEVICE))
+    client = _client(server)
+    call(client)
+    call(client)
+    (sent_method, sent_path, sent_headers, sent_body, _), second = server.requests
+    assert (sent_method, sent_path, sent_body) == (method, path, body)
+    assert sent_headers.get("Content-Type") == content_type and sent_headers["Authorization"] == "Bearer t0k"
+    assert {name: sent_headers.get(name) for name in headers} == headers
+    assert sent_headers["Idempotency-Key"] != second[2]["Idempotency-Key"]  # each call is a change of its own
+
+
+@pytest.mark.parametrize("status, problem, kind, members", [
+    (412, _problem(412, "version-conflict", deviceId="lamp-1", currentVersion=4), PreconditionFailed,
+     {"device_id": "lamp-1", "current_version": 4}),
+    (409, _problem(409, "device-exists", deviceId="lamp-1", currentVersion=1), DeviceExists,
+     {"current_version": 1}),
+    (404, _problem(404, "device-not-found", deviceId="lamp-9"), NotFound, {"device_id": "lamp-9"}),
+    (410, _problem(410, "changes-expired", currentVersion=30), ChangesExpired, {"current_version": 30}),
+    (412, _problem(412, "transaction-failed", operations=[{"index": 1, "status": 412}]), TransactionFailed,
+     {"operations": [{"index": 1, "status": 412}]}),
+    (400, _problem(400, "invalid-filter", position=21), errors.BadRequest, {"position": 21, "limit": None}),
+    (423, _problem(423, "locked", leaseExpiresAt="2026-01-01T00:00:00.000Z"), errors.Locked,
+     {"lease_expires_at": "2026-01-01T00:00:00.000Z"}),
+    (500, _problem(500, "internal-error"), ServerError, {}),
+])
+def test_a_refusal_is_raised_as_its_problem_type_with_the_problems_members(scripted, status, problem, kind,
+                                                                          members):
+    server = scripted((status, {"Content-Type": "application/problem+json"}, problem))
+    client = _client(server)
+    client.write_attempts = 1
+    with pytest.raises(kind) as refused:
+        client.get("lamp-1")
+    assert isinstance(refused.value, ApiError) and refused.value.status == status
+    assert refused.value.slug == problem["type"].rsplit(":", 1)[1] and refused.value.problem == problem
+    assert {name: getattr(refused.value, name) for name in members} == members
+    assert isinstance(refused.value, Conflict) == (kind is DeviceExists)
+
+
+def test_a_lease_grant_is_sent_again_only_after_answers_that_wrote_nothing(scripted):
+    grant = {"deviceId": "lamp-1", "leaseId": "1.ab", "leaseToken": "cd" * 16, "fencingToken": 3,
+             "expiresAt": "2026-01-01T00:00:00.000Z", "ttlSeconds": 60}
+    busy = scripted((503, {"Retry-After": "0"}, _problem(503, "contention")), (201, {}, grant), (204, {}, None))
+    with _client(busy).lease("lamp-1", ttl_seconds=60, wait_seconds=5, owner="job", heartbeat=False) as lease:
+        assert (lease.token, lease.fencing_token) == ("cd" * 16, 3)
+    assert [(method, path) for method, path, *_ in busy.requests] == [
+        ("POST", "/devices/lamp-1/leases"), ("POST", "/devices/lamp-1/leases"), ("DELETE", "/devices/lamp-1/leases/1.ab")]
+    assert busy.requests[0][3] == {"ttlSeconds": 60, "waitSeconds": 5, "owner": "job"}
+    unknown = scripted((504, {}, UNKNOWN))
+    with pytest.raises(OutcomeUnknown):  # a second grant would queue a second ticket behind the first
+        _client(unknown).lease("lamp-1")
+    assert len(unknown.requests) == 1
+
+
+def test_a_held_lease_heartbeats_every_half_ttl_and_says_when_it_was_lost(scripted):
+    grant = {"deviceId": "lamp-1", "leaseId": "1.ab", "leaseToken": "cd" * 16, "fencingToken": 3,
+             "expiresAt": "2026-01-01T00:00:00.000Z", "ttlSeconds": 0.2}
+    server = scripted((201, {}, grant), (200, {}, {**grant, "expiresAt": "2026-01-01T00:00:01.000Z"}),
+                      (410, {}, _problem(410, "lease-gone")), (204, {}, None))
+    lost = []
+    with _client(server).lease("lamp-1", ttl_seconds=0.2, on_lost=lost.append) as lease:
+        deadline = time.monotonic() + 5
+        while not lost and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lease.expires_at == "2026-01-01T00:00:01.000Z" and lease.lost is lost[0]
+    assert [method for method, *_ in server.requests] == ["POST", "PUT", "PUT", "DELETE"]
+    assert lost[0].slug == "lease-gone"
+
+
+def test_a_listing_reads_each_page_only_when_the_caller_reaches_it(scripted):
+    first = {"items": [{"deviceId": "a"}, {"deviceId": "b"}], "nextCursor": "61.7374617465"}
+    server = scripted((200, {}, first), (200, {}, {"items": [{"deviceId": "c"}], "nextCursor": None}))
+    client = _client(server)
+    devices = client.list(filter='eq(state/site,"x y")', sort="-reported/battery", page_size=2)
+    assert next(devices)["deviceId"] == "a" and len(server.requests) == 1
+    assert [device["deviceId"] for device in devices] == ["b", "c"]
+    assert [path for _, path, *_ in server.requests] == [
+        "/devices?filter=eq%28state%2Fsite%2C%22x+y%22%29&sort=-reported%2Fbattery&limit=2",
+        "/devices?filter=eq%28state%2Fsite%2C%22x+y%22%29&sort=-reported%2Fbattery&limit=2&cursor=61.7374617465"]
+    limited = scripted((200, {}, first))
+    assert [device["deviceId"] for device in _client(limited).list(limit=1)] == ["a"]
+    assert [path for _, path, *_ in limited.requests] == ["/devices?limit=1"]
+
+
+def test_the_change_feed_is_read_to_its_end_or_followed_with_long_polls(scripted):
+    change = {"deviceId": "lamp-1", "version": 2, "previousVersion": 1, "kind": "updated"}
+    server = scripted((200, {}, {"changes": [change], "nextSince": 2}), (200, {}, {"changes": [], "nextSince": 2}))
+    assert list(_client(server).changes("lamp-1", since=1)) == [change]
+    assert [path for _, path, *_ in server.requests] == ["/devices/lamp-1/changes?since=1&limit=100",
+                                                         "/devices/lamp-1/changes?since=2&limit=100"]
+    followed = scripted((200, {}, {"changes": [], "nextSince": 2}), (200, {}, {"changes": [change], "nextSince": 2}))
+    assert next(iter(_client(followed).changes("lamp-1", since=1, follow=True, wait_seconds=5))) == change
+    assert followed.requests[0][1] == "/devices/lamp-1/changes?since=1&limit=100&waitSeconds=5"
+
+
+def test_numbers_go_out_and_come_back_with_every_digit(scripted):
+    exact = Decimal("0.10000000000000000000000000000000000001")
+    server = scripted((200, {}, b'{"deviceId": "lamp-1", "version": 2, "state": {"level": 1.10, "big": 1E+41}}'))
+    answer = _client(server).patch("lamp-1", {"level": exact, "count": 3})
+    assert b'"level": 0.10000000000000000000000000000000000001' in server.raw[0]
+    assert answer["state"] == {"level": Decimal("1.10"), "big": Decimal("1E+41")}
+    assert str(answer["state"]["level"]) == "1.10"
+
+
+def test_following_takes_one_to_a_hundred_devices_on_its_one_connection(scripted):
+    client = _client(scripted((200, {}, DEVICE)))
+    for devices in ([], [f"lamp-{number}" for number in range(101)]):
+        with pytest.raises(ValueError):
+            client.follow(devices, since=0)
+    assert client.follow(["lamp-1", "lamp-2", "lamp-1"], since={"lamp-2": 5}).positions == {"lamp-1": 0, "lamp-2": 5}
+
+
+def _jwt(exp: float) -> str:
+    part = base64.urlsafe_b64encode(json.dumps({"exp": exp}).encode()).rstrip(b"=").decode()
+    return f"e30.{part}.sig"
+
+
+def test_a_token_command_runs_again_at_80_percent_of_the_tokens_life_and_after_a_401(scripted, tmp_path):
+    runs, token_file = tmp_path / "runs", tmp_path / "token"
+    now = [1_000_000.0]
+    token_file.write_text(_jwt(now[0] + 100) + "\n")
+    credentials = CommandCredentials(f"echo run >> {runs}; cat {token_file}", clock=lambda: now[0])
+    server = scripted((200, {}, DEVICE), (200, {}, DEVICE), (200, {}, DEVICE),
+                      (401, {}, _problem(401, "unauthorized")), (200, {}, DEVICE))
+    client = _client(server, credentials=credentials)
+    client.get("lamp-1")
+    now[0] += 79
+    client.get("lamp-1")
+    assert runs.read_text().count("run") == 1  # still young
+    now[0] += 2
+    client.get("lamp-1")
+    assert runs.read_text().count("run") == 2
+    client.get("lamp-1")  # 401: the command runs again and the request goes once more
+    assert runs.read_text().count("run") == 3 and len(server.requests) == 5
+
+
+def test_a_token_command_may_print_an_oauth_answer_and_a_failing_one_says_why(tmp_path):
+    now = [50.0]
+    answer = json.dumps({"access_token": "opaque-token", "expires_in": 3600, "token_type": "Bearer"})
+    credentials = CommandCredentials(f"echo '{answer}'", clock=lambda: now[0])
+    assert credentials.bearer_token() == "opaque-token"
+    now[0] += 0.8 * 3600 - 1
+    assert credentials.bearer_token() == "opaque-token"
+    with pytest.raises(CredentialsError, match="exited 3: .*no key"):
+        CommandCredentials("echo no key >&2; exit 3").bearer_token()
+    with pytest.raises(CredentialsError, match="no single token"):
+        CommandCredentials("echo two words").bearer_token()
+    with pytest.raises(CredentialsError, match="DEVICE_STATE_TOKEN_NOT_SET"):
+        TokenCredentials.from_environment("DEVICE_STATE_TOKEN_NOT_SET")

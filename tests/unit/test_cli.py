@@ -1,0 +1,237 @@
+"""The `device-state` command without the service: its help (an example on every command, the
+reference in docs/cli.md written from it, nothing but Click loaded to print it), its exit
+statuses for answers the real server cannot be made to give at will (504 and 503 after every
+attempt), a terminal's table and question, and a listing of 10,000 devices streamed page by
+page in the memory of one page, beside a control that collects the listing first. The
+commands against the real server: tests/api/test_cli.py."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+import click
+import pytest
+
+from tests.make_serve import REPO_ROOT
+from tests.unit.test_device_client import ScriptedServer, scripted  # noqa: F401 - the fixture
+
+sys.path.insert(0, str(REPO_ROOT / "clients" / "python"))
+from device_state_client.cli import main  # noqa: E402
+from device_state_client.cli.reference import commands, help_text, rewrite  # noqa: E402
+
+COMMAND = [sys.executable, "-m", "device_state_client.cli"]
+DEVICE = {"deviceId": "lamp-1", "version": 4, "state": {"power": "on"}, "desired": {}, "reported": {}, "delta": {},
+          "updatedAt": "2026-11-28T00:00:00.000Z"}
+
+
+def _environment(port: int, **settings) -> dict:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DEVICE_STATE_")}
+    env.update({"PYTHONPATH": str(REPO_ROOT / "clients" / "python"), "DEVICE_STATE_ENDPOINT": f"http://127.0.0.1:{port}",
+                "DEVICE_STATE_TOKEN": "t0k", "DEVICE_STATE_CONFIG": os.devnull, **settings})
+    return env
+
+
+def _run(port: int, *arguments, **settings) -> subprocess.CompletedProcess:
+    return subprocess.run([*COMMAND, *arguments], capture_output=True, text=True, env=_environment(port, **settings),
+                          stdin=subprocess.DEVNULL, timeout=120)
+
+
+def test_every_command_ends_its_help_with_an_example_of_itself():
+    for path, command in commands():
+        text = help_text(command, path)
+        assert "\n  Example:\n" in text, path
+        examples = text.split("\n  Example:\n", 1)[1].splitlines()
+        invoked = " ".join(path[1:])
+        assert examples and all(line.startswith("    ") for line in examples), path
+        assert any(re.search(rf"\bdevice-state( --?[\w-]+(=| )?\S*)* {invoked}\b", line) or not invoked
+                   for line in examples), (path, examples)
+
+
+def test_the_reference_in_docs_cli_md_is_what_the_commands_print():
+    """Regenerate it with: PYTHONPATH=clients/python .venv/bin/python -m device_state_client.cli.reference docs/cli.md"""
+    document = (REPO_ROOT / "docs" / "cli.md").read_text()
+    assert rewrite(document) == document
+    for path, _ in commands():
+        assert f"### `{' '.join(path)}`" in document
+
+
+def test_help_loads_click_and_nothing_it_does_not_print_with():
+    code = ("import sys\n"
+            "from device_state_client.cli import main\n"
+            "try:\n    main(['--help'], prog_name='device-state')\nexcept SystemExit as done:\n    assert done.code == 0\n"
+            "print(' '.join(sorted(name for name in sys.modules if name.split('.')[0] in (\n"
+            "    'urllib', 'http', 'ssl', 'socket', 'email', 'websockets', 'rich', 'yaml', 'subprocess', 'configparser'))),"
+            " file=sys.stderr)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "clients" / "python")})
+    assert result.returncode == 0 and result.stdout.startswith("Usage: device-state")
+    assert result.stderr == "\n", result.stderr
+
+
+def test_an_outcome_unknown_after_every_attempt_exits_3_and_names_the_key_to_send_again(scripted):
+    unknown = {"type": "urn:device-state:problem:outcome-unknown", "status": 504, "title": "The change may or may "
+               "not have been applied", "detail": "DynamoDB did not answer"}
+    server = scripted((504, {"Content-Type": "application/problem+json"}, unknown))
+    result = _run(server.port, "patch", "lamp-1", "--merge", '{"power": "off"}', "--idempotency-key", "k-7")
+    assert result.returncode == 3 and result.stdout == ""
+    assert result.stderr.splitlines()[:2] == ["error: 504 outcome-unknown: The change may or may not have been applied",
+                                              "  DynamoDB did not answer"]
+    assert "may or may not have been applied; the same command with --idempotency-key k-7" in result.stderr
+    keys = {headers["Idempotency-Key"] for _, _, headers, _, _ in server.requests}
+    assert len(server.requests) == 4 and keys == {"k-7"}  # every attempt under the one key
+    busy = scripted((503, {"Retry-After": "0"}, {"type": "urn:device-state:problem:contention", "status": 503,
+                                                  "title": "Too much contention", "detail": "nothing was written"}))
+    result = _run(busy.port, "delete", "lamp-1", "--yes")
+    assert result.returncode == 3 and "the write was not applied" in result.stderr
+
+
+def test_a_refusal_exits_1_and_bad_usage_2_before_anything_is_sent(scripted):
+    server = scripted((404, {}, {"type": "urn:device-state:problem:device-not-found", "status": 404,
+                                 "title": "No such device", "detail": "device 'lamp-1' does not exist",
+                                 "deviceId": "lamp-1"}))
+    refused = _run(server.port, "get", "lamp-1")
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == ("error: 404 device-not-found: No such device\n  device 'lamp-1' does not exist\n"
+                              "  deviceId: lamp-1\n")
+    for usage in (["patch", "lamp-1"], ["create", "lamp-1", "[1"], ["get"], ["count"], ["history", "lamp-1", "x"],
+                  ["nosuch"], ["--ca-file", "/nonexistent/ca.pem", "get", "lamp-1"]):
+        assert _run(server.port, *usage).returncode == 2, usage
+    assert len(server.requests) == 1
+
+
+def _on_a_terminal(port: int, *arguments, answer: bytes = b"", columns: int = 100) -> tuple[int, str]:
+    """Runs the command with stdin, stdout and stderr on a pseudo-terminal; its exit status and
+    what the terminal showed."""
+    controller, terminal = pty.openpty()
+    os.set_blocking(controller, False)
+    env = _environment(port, COLUMNS=str(columns), TERM="xterm")
+    process = subprocess.Popen([*COMMAND, *arguments], stdin=terminal, stdout=terminal, stderr=terminal, env=env)
+    os.close(terminal)
+    shown, deadline = b"", time.monotonic() + 60
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([controller], [], [], 0.1)
+        if readable:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the terminal closed with the process
+                break
+            shown += chunk
+            if answer and b"[y/N]" in shown:
+                os.write(controller, answer)
+                answer = b""
+        elif process.poll() is not None:
+            break
+    os.close(controller)
+    return process.wait(timeout=30), shown.decode(errors="replace")
+
+
+def test_on_a_terminal_a_listing_is_a_table_and_delete_asks_first(scripted):
+    pages = [(200, {}, {"items": [{**DEVICE, "deviceId": f"lamp-{number}"} for number in range(3)],
+                        "nextCursor": "6c.61"}),
+             (200, {}, {"items": [{**DEVICE, "deviceId": "lamp-3"}], "nextCursor": None})]
+    server = scripted(*pages)
+    status, shown = _on_a_terminal(server.port, "list")
+    assert status == 0, shown
+    lines = [re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", line).strip() for line in shown.splitlines()]
+    rows = [line.split() for line in lines if line.startswith(("DEVICE", "lamp-"))]
+    assert [row[0] for row in rows] == ["DEVICE", "lamp-0", "lamp-1", "lamp-2", "lamp-3"], shown  # one header
+    deleting = scripted((204, {}, None))
+    status, shown = _on_a_terminal(deleting.port, "delete", "lamp-1", answer=b"n\n")
+    assert status == 1 and "Delete lamp-1? [y/N]" in shown and deleting.requests == []
+    status, shown = _on_a_terminal(deleting.port, "delete", "lamp-1", answer=b"y\n")
+    assert status == 0 and "deleted lamp-1" in shown and [request[0] for request in deleting.requests] == ["DELETE"]
+
+
+class Fleet:
+    """GET /devices of ``size`` made-up devices of about 2 KB each, 100 a page, made as asked."""
+
+    def __init__(self, size: int):
+        state = {f"setting-{number}": "x" * 40 for number in range(40)}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - the stdlib's naming
+                query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+                start, limit = int(query.get("cursor", ["0.30"])[0].split(".")[0] or 0), int(query["limit"][0])
+                end = min(start + limit, size)
+                page = {"items": [{"deviceId": f"lamp-{number}", "version": 1, "state": state,
+                                   "updatedAt": "2026-11-28T00:00:00.000Z"} for number in range(start, end)],
+                        "nextCursor": f"{end}.30" if end < size else None}
+                payload = json.dumps(page).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self):
+        self._server.shutdown()
+        self._server.server_close()
+
+
+COLLECTING_CONTROL = ("import os, sys\n"
+                      "from device_state_client import AppClient, TokenCredentials\n"
+                      "from device_state_client.values import dumps\n"
+                      "client = AppClient(os.environ['DEVICE_STATE_ENDPOINT'], TokenCredentials('t0k'))\n"
+                      "sys.stdout.write(dumps(list(client.list())))\n")
+
+
+# Started from this small process, not from pytest's: a child's peak (ru_maxrss) counts what it
+# held before exec too, which for a fork of pytest is pytest's whole memory.
+PEAK_OF = ("import os, subprocess, sys\n"
+           "child = subprocess.Popen(sys.argv[1:])\n"
+           "_, status, usage = os.wait4(child.pid, 0)\n"
+           "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss, file=sys.stderr)\n")
+
+
+def _peak_kib_and_devices(command: list[str], env: dict) -> tuple[int, int]:
+    """The command's peak resident memory (KiB) and the devices it printed."""
+    process = subprocess.Popen([sys.executable, "-c", PEAK_OF, *command], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=env, stdin=subprocess.DEVNULL)
+    devices = sum(chunk.count(b'"deviceId"') for chunk in iter(lambda: process.stdout.read(1 << 16), b""))
+    status, peak = process.stderr.read().split()[-2:]
+    assert process.wait() == 0 and status == b"0"
+    return int(peak), devices
+
+
+def test_a_listing_of_10000_devices_streams_in_the_memory_of_a_page_beside_a_control_that_collects_it():
+    peaks = {}
+    for size in (1_000, 10_000):
+        fleet = Fleet(size)
+        try:
+            env = _environment(fleet.port)
+            streamed, count = _peak_kib_and_devices([*COMMAND, "list"], env)
+            assert count == size
+            collected, count = _peak_kib_and_devices([sys.executable, "-c", COLLECTING_CONTROL], env)
+            assert count == size
+            peaks[size] = streamed, collected
+        finally:
+            fleet.close()
+    streamed_growth = peaks[10_000][0] - peaks[1_000][0]
+    collected_growth = peaks[10_000][1] - peaks[1_000][1]
+    # 9,000 more devices are about 18 MB of JSON: the stream holds a page at a time (measured: 0.1 MB
+    # more at 10,000 than at 1,000: 26 MB in all), the control all of them (measured: 87 MB more).
+    assert streamed_growth < 8 * 1024, peaks
+    assert collected_growth > 40 * 1024, peaks
+
+
+def test_the_top_command_is_click_group_and_its_settings_are_options_of_the_group():
+    assert isinstance(main, click.Group)
+    names = {option.name for option in main.params}
+    assert {"endpoint", "token", "token_command", "websocket_url", "ca_file", "profile"} <= names
