@@ -101,7 +101,8 @@ _LIMITS_TEXT = (f"Limits, checked before anything is written: object member name
                 f"({MAX_OPERATIONS - 1} with Idempotency-Key).")
 
 _COMMON_ERRORS = {
-    "400": _problem("Malformed request: JSON, deviceId, headers or parameters; a number DynamoDB cannot hold "
+    "400": _problem("Malformed request: JSON, deviceId, headers or parameters; a path or query that is not UTF-8; "
+                    "a number DynamoDB cannot hold "
                     "exactly (limit precision), text that is not valid Unicode, nesting too deep (limit "
                     f"nesting-depth), a member name over {MAX_MEMBER_NAME_BYTES} bytes (limit member-name), a patch "
                     f"of more than {MAX_PATCH_OPERATIONS} members (limit patch-members), a desired or reported "
@@ -220,7 +221,8 @@ OPENAPI = {
                     "200": {"description": "A page of devices: the fleet in key order, or those the filter matches",
                             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DevicePage"}}}},
                     "400": _problem("Bad request: a malformed filter (its position named), a filter with a branch "
-                                    "on no declared field (unindexed-filter), a bad cursor or limit"),
+                                    "on no declared field (unindexed-filter), a bad cursor or limit, a query that "
+                                    "is not UTF-8"),
                     "503": _problem("Storage unavailable, or a declared field's index is still being built "
                                     "(index-building, with its progress); Retry-After is set"),
                 },
@@ -247,7 +249,8 @@ OPENAPI = {
                     "200": {"description": "How many devices the filter matches",
                             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DeviceCount"}}}},
                     "400": _problem("Bad request: a missing or malformed filter, a filter with a branch on no "
-                                    "declared field (unindexed-filter), groupBy on an undeclared field"),
+                                    "declared field (unindexed-filter), groupBy on an undeclared field, a query "
+                                    "that is not UTF-8"),
                     "503": _problem("Storage unavailable, or a declared field's index is still being built "
                                     "(index-building, with its progress); Retry-After is set"),
                 },
@@ -372,7 +375,8 @@ OPENAPI = {
         "/openapi.json": {
             "get": {"operationId": "getOpenApi",
                     "responses": {"200": {"description": "This document",
-                                          "content": {"application/json": {"schema": {"type": "object"}}}}}},
+                                          "content": {"application/json": {"schema": {"type": "object"}}}},
+                                  "400": _problem("A path or query that is not UTF-8")}},
         },
     },
     "components": {

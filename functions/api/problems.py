@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from urllib.parse import quote
 
 from .resolver import Response
 
@@ -163,8 +164,15 @@ def etag(version: int) -> str:
 
 def problem_response(status: int, slug: str, title: str, detail: str, *, instance: str | None = None,
                      headers: dict | None = None, **members) -> Response:
-    body = problem(status, slug, title, detail, instance=instance or None, **members)
+    body = problem(status, slug, title, detail, instance=_reference(instance) if instance else None, **members)
     return Response(status_code=status, content_type=PROBLEM_JSON, body=dumps(body), headers=headers)
+
+
+def _reference(path: str) -> str:
+    """The request's path as a URI reference: what is not ASCII percent-encoded as UTF-8 (a lone
+    surrogate, which stands for a byte that is no UTF-8, as its own three bytes), so that the
+    problem is JSON any client can read."""
+    return quote(path.encode("utf-8", "surrogatepass"), safe="/%!$&'()*+,;=:@")
 
 
 def known_error_response(error: Exception, instance: str | None = None) -> Response | None:

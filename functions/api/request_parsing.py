@@ -8,7 +8,7 @@ import binascii
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_to_bytes
 
 from functions.device_state import Device, InvalidCursor, InvalidDeviceId, InvalidValue, store
 from functions.device_state import (MAX_ACKS, MAX_EXPIRY_SECONDS, MIN_EXPIRY_SECONDS, Ack, DesireOptions,
@@ -300,6 +300,26 @@ def list_header(event, name: str) -> str | None:
     lines = [value for key, values in (event.get("multiValueHeaders") or {}).items() if key.lower() == lowered
              for value in values or []]
     return ", ".join(lines) if lines else header(event, name)
+
+
+# What stands for bytes that are not UTF-8 in a decoded query: a lone surrogate (Python's
+# surrogateescape, as the dev server decodes) or U+FFFD (a lossy decoder's replacement). A client
+# that means U+FFFD writes it as a filter's JSON escape, \\ufffd.
+_NOT_UTF8 = re.compile("[\ud800-\udfff\ufffd]")
+
+
+def check_utf8(event) -> None:
+    """Every request's path and query are UTF-8 text, checked first on every route: a byte
+    that is no UTF-8, percent-encoded or not, is a 400 rather than a character guessed for it."""
+    names = set(event.get("multiValueQueryStringParameters") or {}) | set(event.get("queryStringParameters") or {})
+    texts = [*names, *(value for values in _raw_query(event).values() for value in values if value is not None)]
+    try:
+        path = unquote_to_bytes(event.get("path") or "").decode("utf-8")
+    except UnicodeError:  # a lone surrogate (not encodable) or bytes that do not decode
+        path = "\ufffd"
+    if _NOT_UTF8.search(path) or any(_NOT_UTF8.search(text) for text in texts):
+        raise BadRequest("the path and the query must be UTF-8 text: a byte that is no UTF-8 (or U+FFFD, which "
+                         "stands in for one) is refused; in a filter, write U+FFFD as \\ufffd")
 
 
 def query_parameters(event, allowed: frozenset[str]) -> dict[str, str]:
