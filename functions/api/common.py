@@ -84,6 +84,7 @@ def manager() -> DeviceStateManager:
         settle_seconds=config.settle_seconds,
         tombstone_seconds=config.tombstone_seconds,
         fleet_index=config.fleet_index,
+        cursor_key=config.cursor_key,
     )
 
 

@@ -209,8 +209,10 @@ OPENAPI = {
                     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
                                                                 "maximum": MAX_LIST_LIMIT,
                                                                 "default": DEFAULT_LIST_LIMIT}},
-                    {"name": "cursor", "in": "query", "description": "nextCursor of the page before (of the same "
-                     "filter and sort, with a filter)",
+                    {"name": "cursor", "in": "query", "description": "nextCursor of the page before, as given: it "
+                     "belongs to the listing that issued it (the same filter and sort, or none) and is sealed with "
+                     "the service's key, so any other (changed, another listing's, issued before the key was "
+                     "replaced) is 400 invalid-cursor; limit may change between pages",
                      "schema": {"type": "string", "pattern": LISTING_CURSOR_PATTERN}},
                     _FILTER,
                     {"name": "sort", "in": "query", "description": "With a filter: +path or -path on a declared "

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from urllib.parse import unquote, unquote_to_bytes
 
-from functions.device_state import Device, InvalidCursor, InvalidDeviceId, InvalidValue, store
+from functions.device_state import CURSOR_PATTERN, Device, InvalidCursor, InvalidDeviceId, InvalidValue
 from functions.device_state import (MAX_ACKS, MAX_EXPIRY_SECONDS, MIN_EXPIRY_SECONDS, Ack, DesireOptions,
                                     check_acks)
 from functions.device_state import MAX_VERSION, loads, validate_device_id  # noqa: F401 (parse.MAX_VERSION)
@@ -26,8 +26,9 @@ MAX_BODY_BYTES = 1024 * 1024
 
 _ETAG = re.compile(r'\s*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*(?:,|$)')
 _VERSION = re.compile(r"[1-9][0-9]{0,17}")
-# A cursor of the form this service issues (the library's, so the document states it exactly).
-CURSOR_PATTERN = f"^{store.CURSOR_PATTERN.pattern}$"
+# The form of every cursor the service issues, the plain listing's and a fleet query's alike (the
+# library's, so the document states it exactly); which listing issued it, the library checks.
+LISTING_CURSOR_PATTERN = f"^{CURSOR_PATTERN.pattern}$"
 
 
 RESERVED_DEVICE_IDS = ("count",)  # /devices/count counts devices
@@ -221,40 +222,13 @@ class Preconditions:
 
 
 def cursor(raw: str | None) -> str | None:
-    """A cursor of the form this service issues, checked here so that no deep or odd JSON
-    ever reaches the library's decoder (which trusts the shape it gets)."""
+    """A cursor of the form this service issues, checked here so that no other string reaches
+    the library (which checks that the listing asked issued it)."""
     if raw is None:
         return None
-    if not re.fullmatch(CURSOR_PATTERN, raw):
-        raise InvalidCursor("cursor is not one this service issued")
+    if not CURSOR_PATTERN.fullmatch(raw):
+        raise InvalidCursor("cursor is not one this service issued: pass nextCursor as it was given")
     return raw
-
-
-FLEET_CURSOR_PATTERN = r"[A-Za-z0-9_-]{1,8192}"
-
-
-# A cursor belongs to the listing that issued it: a fleet query's (its filter and sort) or the
-# plain listing's; one given to the other is refused with this.
-CURSOR_ELSEWHERE = "cursor is not one this listing issued (cursors belong to one filter and sort)"
-
-
-LISTING_CURSOR_PATTERN = f"^(?:{store.CURSOR_PATTERN.pattern}|{FLEET_CURSOR_PATTERN})$"  # either kind
-
-
-def fleet_cursor(raw: str | None) -> str | None:
-    """A fleet query's cursor (base64url): its content is checked by the library."""
-    if raw is None:
-        return None
-    if not re.fullmatch(FLEET_CURSOR_PATTERN, raw):
-        raise InvalidCursor(CURSOR_ELSEWHERE)
-    return raw
-
-
-def list_cursor(raw: str | None) -> str | None:
-    """The plain listing's cursor (``cursor``), telling a fleet query's apart."""
-    if raw is not None and not re.fullmatch(CURSOR_PATTERN, raw) and re.fullmatch(FLEET_CURSOR_PATTERN, raw):
-        raise InvalidCursor(CURSOR_ELSEWHERE)
-    return cursor(raw)
 
 
 def integer(query: dict, name: str, default: int | None, low: int, high: int) -> int | None:

@@ -21,8 +21,6 @@ items too.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import heapq
 import json
 import time
@@ -32,6 +30,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from . import rql, table
+from .cursors import CURSOR_REFUSED, CursorSeal
 from .connectivity import CONNECTIVITY, connectivity_of
 from .device import Device
 from .errors import IndexBuilding, InvalidCursor, InvalidFilter, InvalidValue, UnindexedFilter
@@ -95,10 +94,11 @@ class Sort:
 class FleetQuery:
     """Fleet queries and counts on one table (its ``Store``) under one declaration."""
 
-    def __init__(self, store, fleet_index: FleetIndex, clock):
+    def __init__(self, store, fleet_index: FleetIndex, clock, cursors: CursorSeal):
         self.store = store
         self.fleet_index = fleet_index
         self.clock = clock
+        self.cursors = cursors
         self._ready: set[str] = set()
         self._holds_devices = False  # the table was found to hold devices while a field was not ready
 
@@ -196,8 +196,9 @@ class FleetQuery:
         if sort is not None and not (len(scans) == 1 and scans[0].field == sort.field):
             # the sort field's whole index in order, then what matches without the field
             scans = [Scan(sort.field, "all"), *scans]
-        fingerprint = hashlib.sha256(f"{text}\n{sort_text}".encode()).hexdigest()[:16]
-        at, positions = _decode_cursor(cursor, fingerprint, scans) if cursor else (0, [None] * SHARDS)
+        # A cursor belongs to its filter and sort, under the declaration that planned its scans.
+        scope = ["query", text, sort_text, self.fleet_index.declaration]
+        at, positions = _positions(self.cursors.open(scope, cursor), scans) if cursor else (0, [None] * SHARDS)
         self._check_ready({scan.field for scan in scans})  # the whole request checked before any read
         descending = sort is not None and sort.descending
         found: list[Device] = []
@@ -218,7 +219,7 @@ class FleetQuery:
                     found.append(device)
             if all(position == _DONE for position in positions):
                 at, positions = at + 1, [None] * SHARDS
-        next_cursor = None if at >= len(scans) else _encode_cursor(fingerprint, at, positions)
+        next_cursor = None if at >= len(scans) else self.cursors.seal(scope, _cursor_body(at, positions))
         return found, next_cursor
 
     def _round(self, scan: Scan, positions: list, need: int, descending: bool) -> list[tuple[str, object]]:
@@ -234,7 +235,7 @@ class FleetQuery:
                 request["ExclusiveStartKey"] = _start_key(scan.field, shard, positions[shard])
             try:
                 page = self.store.send("query", **request)
-            except Refused:  # a start key DynamoDB will not take: a forged cursor
+            except Refused:  # a start key DynamoDB will not take
                 raise InvalidCursor(CURSOR_REFUSED) from None
             entries = [(item[table.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute]), shard)
                        for item in page.get("Items", [])]
@@ -408,7 +409,6 @@ class FleetQuery:
 
 
 _DONE = 0  # a shard position: nothing left
-CURSOR_REFUSED = "cursor is not one this listing issued (cursors belong to one filter and sort)"
 
 
 def _documents(device: Device) -> dict:
@@ -459,12 +459,9 @@ def _start_key(field: Field, shard: int, position: tuple) -> dict:
             SHARD_ATTRIBUTE: {"N": str(shard)}, field.attribute: field.encode(value)}
 
 
-def _encode_cursor(fingerprint: str, at: int, positions: list) -> str:
-    body = {"f": fingerprint, "s": at,
-            "p": [position if position in (None, _DONE) else [position[0], _json_value(position[1])]
-                  for position in positions]}
-    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+def _cursor_body(at: int, positions: list) -> dict:
+    return {"s": at, "p": [position if position in (None, _DONE) else [position[0], _json_value(position[1])]
+                           for position in positions]}
 
 
 def _json_value(value):
@@ -472,19 +469,17 @@ def _json_value(value):
         else value
 
 
-def _decode_cursor(cursor: str, fingerprint: str, scans: list[Scan]) -> tuple[int, list]:
-    """The scan and per-shard positions of a cursor this query issued; InvalidCursor for
-    any other string (a cursor of another filter or sort included)."""
+def _positions(body, scans: list[Scan]) -> tuple[int, list]:
+    """The scan and per-shard positions of a cursor's body (its seal vouches that this query
+    issued it; the shape is checked still, so that a cursor of another release of this code
+    is refused rather than misread)."""
     try:
-        if not isinstance(cursor, str) or len(cursor) > 8192:
-            raise ValueError
-        body = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         at, raw = body["s"], body["p"]
-        if body["f"] != fingerprint or not isinstance(at, int) or isinstance(at, bool) or not 0 <= at < len(scans) \
+        if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at < len(scans) \
                 or not isinstance(raw, list) or len(raw) != SHARDS:
             raise ValueError
         return at, [_position(scans[at], position) for position in raw]
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError, ArithmeticError):
+    except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError):
         raise InvalidCursor(CURSOR_REFUSED) from None
 
 

@@ -1,9 +1,16 @@
-"""Query strings and paths over the real local server on DynamoDB Local: a path or query that
-is not UTF-8 is 400 on every route; UTF-8, percent-encoded or not, is read as UTF-8."""
+"""Listing pages and their cursors, and query strings, over the real local server on DynamoDB
+Local: every cursor the service issues is taken back, a page holds devices and nothing else
+whatever the table holds beside them (the fleet index's bookkeeping, change items, lease rows,
+keyed-write records, tombstones, WebSocket connections), each device comes once and the walk
+ends with a null cursor; cursors are bound to their listing by a key only the service holds;
+a path or query that is not UTF-8 is 400 on every route."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import math
 import socket
 import time
 import urllib.parse
@@ -29,8 +36,10 @@ BUSY_VERSIONS = 40  # one device's change items: a long run of items that are no
 def server(dynamodb_local):
     """A server on a fresh table with fields declared: before any device is written, the table
     holds the fleet index's bookkeeping (marked ready at start) and nothing else."""
-    process, candidate = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=f"pages-{uuid.uuid4().hex[:8]}",
+    table_name = f"pages-{uuid.uuid4().hex[:8]}"
+    process, candidate = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=table_name,
                                 FLEET_INDEX=DECLARED, WORKERS="3")
+    candidate.table = table_name
     yield candidate
     process.terminate()
     process.wait(timeout=30)
@@ -43,6 +52,31 @@ def get(server, path: str, **query):
 
 def slug(problem: dict) -> str:
     return problem["type"].rsplit(":", 1)[-1]
+
+
+def walk(server, limits, **query) -> tuple[list[str], list[int]]:
+    """Every page of a listing, the n-th asked with limits[n % len(limits)]: the device ids in
+    order and each page's size. Every page must be a 200 of devices."""
+    ids, sizes, cursor = [], [], None
+    while True:
+        limit = limits[len(sizes) % len(limits)]
+        status, body = get(server, "/devices", limit=limit, **query, **({"cursor": cursor} if cursor else {}))
+        assert status == 200, (len(sizes), body)
+        assert len(body["items"]) <= limit
+        for item in body["items"]:
+            assert {"deviceId", "version", "state"} <= set(item), item
+        ids += [item["deviceId"] for item in body["items"]]
+        sizes.append(len(body["items"]))
+        cursor = body["nextCursor"]
+        assert len(sizes) < 500, "the walk does not end"
+        if cursor is None:
+            return ids, sizes
+
+
+def test_a_table_holding_only_bookkeeping_lists_no_device_and_its_walk_ends(server):
+    for limit in (1, 2, 5, 50):
+        ids, sizes = walk(server, [limit])
+        assert ids == [] and len(sizes) <= 2, sizes
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +117,64 @@ def fleet(server):
         time.sleep(0.5)
     yield live
     client.close()
+
+
+@pytest.mark.parametrize("limits", [[1], [2], [5], [50], [3, 1, 7, 100]], ids=str)
+def test_every_walk_takes_each_cursor_back_shows_each_device_once_and_ends_with_null(server, fleet, limits):
+    ids, sizes = walk(server, limits)
+    assert sorted(ids) == sorted(fleet) and len(ids) == len(set(ids))
+    # A page reads past what is no device (here at most BUSY_VERSIONS and a few items in a row),
+    # so no page but the last comes back empty, and pages fill up to their limit.
+    assert all(sizes[:-1]), sizes
+    if len(set(limits)) == 1:
+        assert len(sizes) <= math.ceil(len(fleet) / limits[0]) + 1, sizes
+
+
+def test_a_cursor_is_bound_to_its_listing_and_to_the_service_key(server, fleet):
+    _, page = get(server, "/devices", limit=2)
+    plain = page["nextCursor"]
+    _, page = get(server, "/devices", filter="exists(state/site)", limit=2)
+    queried = page["nextCursor"]
+    assert plain and queried
+    for query in ({"cursor": queried},  # a fleet query's, without its filter
+                  {"cursor": plain, "filter": "exists(state/site)"},  # the plain listing's, with a filter
+                  {"cursor": queried, "filter": "exists(reported/firmware)"},  # another filter's
+                  {"cursor": queried, "filter": "exists(state/site)", "sort": "+state/site"}):  # another sort
+        status, problem = get(server, "/devices", limit=2, **query)
+        assert (status, slug(problem)) == (400, "invalid-cursor"), (query, problem)
+    for cursor in (plain, queried):  # changed by one character anywhere: refused
+        for at in (0, len(cursor) // 2, len(cursor) - 1):
+            changed = cursor[:at] + ("A" if cursor[at] != "A" else "B") + cursor[at + 1:]
+            status, problem = get(server, "/devices", limit=2, cursor=changed,
+                                  **({"filter": "exists(state/site)"} if cursor is queried else {}))
+            assert (status, slug(problem)) == (400, "invalid-cursor"), (at, problem)
+
+
+def test_after_the_cursor_key_is_replaced_earlier_cursors_are_refused_and_the_walk_starts_again(
+        server, fleet, dynamodb_local):
+    _, page = get(server, "/devices", limit=2)
+    earlier = page["nextCursor"]
+    process, replaced = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=server.table,
+                               FLEET_INDEX=DECLARED, WORKERS="1", STREAM_PROCESSOR="off", CURSOR_KEY="r" * 64)
+    try:
+        status, problem = get(replaced, "/devices", limit=2, cursor=earlier)
+        assert (status, slug(problem)) == (400, "invalid-cursor") and "start the listing again" in problem["detail"]
+        ids, _ = walk(replaced, [7])
+        assert sorted(ids) == sorted(fleet)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_a_position_written_by_a_reader_is_refused(server, fleet):
+    """Without the service's key a reader cannot make a cursor: a fleet query's position, with
+    the unkeyed fingerprint the filter and sort give, is refused."""
+    text = "exists(state/site)"
+    fingerprint = hashlib.sha256(f"{text}\nNone".encode()).hexdigest()[:16]
+    position = {"f": fingerprint, "s": 0, "p": [["lst-020", "s2"]] * 16}
+    forged = base64.urlsafe_b64encode(json.dumps(position, separators=(",", ":")).encode()).decode().rstrip("=")
+    status, problem = get(server, "/devices", filter=text, limit=5, cursor=forged)
+    assert (status, slug(problem)) == (400, "invalid-cursor"), problem
 
 
 def _raw(server, target: bytes) -> tuple[int, bytes]:

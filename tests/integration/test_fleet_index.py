@@ -234,14 +234,27 @@ def test_forged_cursors_and_oversized_filters_are_refused_as_bad_requests(fleet_
     client, name, manager = fleet_table
     for number in range(6):
         manager.create(f"c{number}", {"site": f"s{number % 2}"})
+    def encoded(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+    key = b"the service's key, 32 bytes or more"
+    manager = DeviceStateManager(client, name, fleet_index=FLEET, cursor_key=key)
     _, cursor = manager.query_devices('eq(state/site,"s0")', limit=1)
-    body = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    moved = [position if not isinstance(position, list) else [position[0], "s1"] for position in body["p"]]
-    forged = base64.urlsafe_b64encode(json.dumps({**body, "p": moved}).encode()).decode().rstrip("=")
-    deep = base64.urlsafe_b64encode(b"[" * 6000).decode().rstrip("=")
-    for bad in (forged, deep, cursor[:-4]):
+    body, mac = cursor.split(".")
+    position = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    moved = [shard if not isinstance(shard, list) else [shard[0], "s1"] for shard in position["p"]]
+    forged = f"{encoded(json.dumps({**position, 'p': moved}).encode())}.{mac}"  # a position moved, the seal kept
+    deep = f"{encoded(b'[' * 6000)}.{mac}"
+    other_key = DeviceStateManager(client, name, fleet_index=FLEET, cursor_key=b"another key, as after a rotation, 32+")
+    rotated = other_key.query_devices('eq(state/site,"s0")', limit=1)[1]  # the same position under another key
+    for bad in (forged, deep, cursor[:-4], rotated, encoded(json.dumps(position).encode())):
         with pytest.raises(InvalidCursor):
             manager.query_devices('eq(state/site,"s0")', limit=1, cursor=bad)
+    for other in ('eq(state/site,"s1")', 'eq(state/site, "s0")'):  # another filter, however alike
+        with pytest.raises(InvalidCursor):
+            manager.query_devices(other, limit=1, cursor=cursor)
+    same_key = DeviceStateManager(client, name, fleet_index=FLEET, cursor_key=key)
+    assert same_key.query_devices('eq(state/site,"s0")', limit=5, cursor=cursor)[0]  # another instance takes it
     with pytest.raises(InvalidFilter, match="at most 100"):
         manager.count_devices("or(" + ",".join(f"eq(reported/battery,{n})" for n in range(101)) + ")")
     ordered = [device.state["site"] for device in manager.query_devices("exists(state/site)", sort=" state/site")[0]]
