@@ -8,9 +8,9 @@ from decimal import Decimal
 from functions.auth import rights
 from functions.auth.principals import SCOPES, Principal
 from functions.device_state import (CONFIRMATION_BYTES, DEVICE_ID_PATTERN, KEY_PATTERN, MAX_CLEARED_KEPT,
-                                    MAX_CLEARED_KEPT_BYTES, MAX_EXPONENT, MAX_FILTER_CHARS, MAX_LIST_LIMIT,
-                                    MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS, MAX_POINTER_BYTES,
-                                    MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH, MAX_STATE_ITEM_BYTES,
+                                    MAX_CLEARED_KEPT_BYTES, MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_EXPONENT,
+                                    MAX_FILTER_CHARS, MAX_LIST_LIMIT, MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS,
+                                    MAX_POINTER_BYTES, MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH, MAX_STATE_ITEM_BYTES,
                                     METADATA_ENTRY_BYTES, MIN_EXPONENT, STATUS_BYTES)
 from functions.device_state.transactions import MAX_OPERATIONS
 
@@ -251,8 +251,10 @@ OPENAPI = {
                     "200": {"description": "How many devices the filter matches",
                             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DeviceCount"}}}},
                     "400": _problem("Bad request: a missing or malformed filter, a filter with a branch on no "
-                                    "declared field (unindexed-filter), groupBy on an undeclared field, a query "
-                                    "that is not UTF-8"),
+                                    "declared field (unindexed-filter), a count that would read more than it may "
+                                    f"(filter-too-broad: the items of over {MAX_COUNT_ITEMS} devices, or over "
+                                    f"{MAX_COUNT_INDEX_ENTRIES} index entries; limit names which, fields the paths "
+                                    "judged on the items), groupBy on an undeclared field, a query that is not UTF-8"),
                     "503": _problem("Storage unavailable, or a declared field's index is still being built "
                                     "(index-building, with its progress); Retry-After is set"),
                 },

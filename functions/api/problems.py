@@ -13,8 +13,8 @@ from urllib.parse import quote
 from .resolver import Response
 
 from functions.device_state import (ConditionFailed, DesireMoved, DeviceAlreadyExists, DeviceLocked, DeviceNotFound,
-                                    IdempotencyKeyReused, IndexBuilding, InvalidCursor, InvalidFilter, InvalidDeviceId,
-                                    InvalidIdempotencyKey, InvalidLease, InvalidPatch, InvalidSince,
+                                    FilterTooBroad, IdempotencyKeyReused, IndexBuilding, InvalidCursor, InvalidFilter,
+                                    InvalidDeviceId, InvalidIdempotencyKey, InvalidLease, InvalidPatch, InvalidSince,
                                     InvalidTransaction, InvalidValue, ItemTooLarge, LeaseBusy, LeaseLost,
                                     LeaseNotHeld, OutcomeUnknown, PatchNotApplicable, PatchTestFailed,
                                     RetriesExhausted, StorageError, StorageUnavailable, TransactionFailed,
@@ -89,6 +89,7 @@ _LIBRARY_ERRORS = {
     InvalidValue: (400, "invalid-value", "Value cannot be stored"),
     InvalidCursor: (400, "invalid-cursor", "Invalid cursor"),
     UnindexedFilter: (400, "unindexed-filter", "Filter needs a declared field"),
+    FilterTooBroad: (400, "filter-too-broad", "Filter too broad to count"),
     InvalidFilter: (400, "invalid-filter", "Invalid filter"),
     IndexBuilding: (503, "index-building", "Fleet index is being built"),
     InvalidSince: (400, "invalid-since", "since is past the device's current version"),

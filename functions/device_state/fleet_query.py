@@ -12,17 +12,21 @@ those the whole filter matches now: a device in the answer matches as it is, wit
 current document. (DynamoDB updates global secondary indexes asynchronously: on AWS a
 device written a moment ago, typically under a second, can be missed by a query; never
 shown when it no longer matches.) A device that a later scan finds again is skipped
-where an earlier scan covers it, so each matching device comes once.
+where an earlier scan covers it, so each matching device comes once. A page reads the
+index at most ``MAX_ROUNDS_PER_PAGE`` times (each shard's Query at most the devices the
+page still needs) and the items of what those rounds found.
 
 Counts read only the indexes when every predicate is on a declared field (the index
 holds each device's value: exact as of the index); otherwise they read the candidates'
-items too.
+items too. A count reads at most ``MAX_COUNT_INDEX_ENTRIES`` index entries and the items of
+at most ``MAX_COUNT_ITEMS`` devices; one that would read more is refused (``FilterTooBroad``).
 """
 
 from __future__ import annotations
 
 import heapq
 import json
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +37,7 @@ from . import rql, table
 from .cursors import CURSOR_REFUSED, CursorSeal
 from .connectivity import CONNECTIVITY, connectivity_of
 from .device import Device
-from .errors import IndexBuilding, InvalidCursor, InvalidFilter, InvalidValue, UnindexedFilter
+from .errors import FilterTooBroad, IndexBuilding, InvalidCursor, InvalidFilter, InvalidValue, UnindexedFilter
 from .expressions import Expression
 from .fleet_index import MISSING, SHARD_ATTRIBUTE, SHARDS, Field, FleetIndex
 from .reindex import building, has_devices, mark_ready, progress
@@ -47,6 +51,12 @@ MAX_LIMIT = 100
 INDEX_PAGE = 500
 MAX_SCANS = 100  # index ranges one filter may read (a count reads each whole, 16 shards each)
 MAX_ROUNDS_PER_PAGE = 8  # index reads per page: a page may hold fewer devices while a cursor remains
+# What one count may read: index entries (``INDEX_PAGE`` a Query call; the ids of a conjunction
+# are held in memory to intersect), and the items of the devices it must judge itself (a filter
+# on an undeclared path, a delta, connectivity: 100 a BatchGetItem). Past either it is refused
+# (``FilterTooBroad``) rather than read on.
+MAX_COUNT_INDEX_ENTRIES = 500_000
+MAX_COUNT_ITEMS = 1_000
 _RANKS = {"eq": 1, "prefix": 10, "gt": 30, "ge": 30, "lt": 30, "le": 30, "all": 100}
 _KEY_OPERATORS = {"eq": "=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 _ORDERED_TYPES = {"string": ("S",), "number": ("N",), "boolean": ("N",)}
@@ -94,11 +104,14 @@ class Sort:
 class FleetQuery:
     """Fleet queries and counts on one table (its ``Store``) under one declaration."""
 
-    def __init__(self, store, fleet_index: FleetIndex, clock, cursors: CursorSeal):
+    def __init__(self, store, fleet_index: FleetIndex, clock, cursors: CursorSeal, *,
+                 max_count_index_entries: int = MAX_COUNT_INDEX_ENTRIES, max_count_items: int = MAX_COUNT_ITEMS):
         self.store = store
         self.fleet_index = fleet_index
         self.clock = clock
         self.cursors = cursors
+        self.max_count_index_entries = max_count_index_entries
+        self.max_count_items = max_count_items
         self._ready: set[str] = set()
         self._holds_devices = False  # the table was found to hold devices while a field was not ready
 
@@ -262,11 +275,19 @@ class FleetQuery:
         read: dict = {}  # each scan read once per count
         group = self.group_field(group_by) if group_by is not None else None
         self._check_ready(self._declared_in(node) | ({group} if group else set()))
-        if group is None and (fast := self._single_scan_count(node)) is not None:
+        budget = _Budget(self.max_count_index_entries, self._judged_on_items(node))
+        if group is None and (fast := self._single_scan_count(node, budget)) is not None:
             return {"count": fast}
-        ids, exact = self._ids(node, read)
+        ids, exact = self._ids(node, read, budget)
         values = None
         if not exact:
+            if len(ids) > self.max_count_items:
+                raise FilterTooBroad(
+                    f"counting this filter would read the items of {len(ids)} devices to judge "
+                    f"{', '.join(budget.fields)} on each (the indexes cannot); a count reads at most "
+                    f"{self.max_count_items}. Narrow the filter with a declared field (and(…) with an eq, a prefix "
+                    "or a range), declare the field in FLEET_INDEX, or page through GET /devices?filter=…",
+                    "count-items", budget.fields)
             items, now = self._items(ids), self.clock()
             documents = {device_id: _documents(Device.from_item(item, with_connectivity=True))
                          for device_id, item in items.items()
@@ -277,14 +298,20 @@ class FleetQuery:
         answer = {"count": len(ids)}
         if group is not None:
             if values is None:
-                indexed = dict(self._entries(Scan(group, "all"), read))
+                indexed = dict(self._entries(Scan(group, "all"), read, budget))
                 values = {device_id: indexed.get(device_id, MISSING) for device_id in ids}
             counts = Counter(_group_key(value) for value in values.values())
             answer["groups"] = [{"value": value, "count": count}
                                 for value, count in sorted(counts.items(), key=lambda pair: (-pair[1], repr(pair[0])))]
         return answer
 
-    def _single_scan_count(self, node) -> int | None:
+    def _judged_on_items(self, node) -> list[str]:
+        """The paths of a filter that a count judges on each device's item: those not
+        declared (a delta among them), and connectivity (its index may hold ended connections)."""
+        return sorted({path.text for path in rql.paths_of(node)
+                       if self.fleet_index.field(path.section, path.parts) is None or path.section == CONNECTIVITY})
+
+    def _single_scan_count(self, node, budget: "_Budget") -> int | None:
         """A predicate one scan answers exactly (not ``ne``): DynamoDB counts it."""
         if isinstance(node, (rql.And, rql.Or, rql.Not)) or isinstance(node, rql.In):
             return None
@@ -299,24 +326,18 @@ class FleetQuery:
 
         def count(shard):
             expr = Expression()
-            request = {"IndexName": scan.field.index_name, "KeyConditionExpression": scan.key_condition(expr, shard),
-                       "Select": "COUNT", "Limit": INDEX_PAGE, **expr.attributes()}
-            total = 0
-            while True:
-                page = self.store.send("query", **request)
-                total += page.get("Count", 0)
-                if "LastEvaluatedKey" not in page:
-                    return total
-                request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            return sum(page.get("Count", 0) for page in self._index_pages(
+                {"IndexName": scan.field.index_name, "KeyConditionExpression": scan.key_condition(expr, shard),
+                 "Select": "COUNT", **expr.attributes()}, budget))
 
         with ThreadPoolExecutor(max_workers=SHARDS) as pool:
             return sum(pool.map(count, range(SHARDS)))
 
-    def _ids(self, node, read: dict) -> tuple[set | None, bool]:
+    def _ids(self, node, read: dict, budget: "_Budget") -> tuple[set | None, bool]:
         """The devices the filter can match, from the indexes alone, and whether exactly
         those (False: a superset, to be judged on the items)."""
         if isinstance(node, rql.Or):
-            parts = [self._ids(child, read) for child in node.children]
+            parts = [self._ids(child, read, budget) for child in node.children]
             if any(ids is None for ids, _ in parts):
                 return None, False
             return set().union(*(ids for ids, _ in parts)), all(exact for _, exact in parts)
@@ -325,7 +346,7 @@ class FleetQuery:
             for child in node.children:
                 if isinstance(child, rql.Not):
                     continue
-                ids, child_exact = self._ids(child, read)
+                ids, child_exact = self._ids(child, read, budget)
                 exact = exact and child_exact
                 if ids is not None:
                     known.append(ids)
@@ -334,7 +355,7 @@ class FleetQuery:
             ids = set.intersection(*known)
             for child in node.children:
                 if isinstance(child, rql.Not):
-                    excluded, excluded_exact = self._ids(child.child, read)
+                    excluded, excluded_exact = self._ids(child.child, read, budget)
                     if excluded is not None and excluded_exact:
                         ids -= excluded
                     else:
@@ -346,27 +367,39 @@ class FleetQuery:
         field = scans[0].field
         ids = set()
         for scan in scans:
-            ids.update(device_id for device_id, value in self._entries(scan, read)
+            ids.update(device_id for device_id, value in self._entries(scan, read, budget)
                        if rql.matches(node, {field.section: _nest(_path(field), value)}))
         # connectivity's index may hold connections that ended unclosed: the items judge it
         return ids, field.section != CONNECTIVITY
 
-    def _entries(self, scan: Scan, read: dict) -> list[tuple[str, object]]:
+    def _entries(self, scan: Scan, read: dict, budget: "_Budget") -> list[tuple[str, object]]:
         """Every (device id, indexed value) of a scan, all shards (once per ``read``)."""
         if scan not in read:
-            read[scan] = self._read_scan(scan)
+            read[scan] = self._read_scan(scan, budget)
         return read[scan]
 
-    def _read_scan(self, scan: Scan) -> list[tuple[str, object]]:
+    def _read_scan(self, scan: Scan, budget: "_Budget") -> list[tuple[str, object]]:
         def read(shard):
             expr = Expression()
-            items = self.store.query_all({"IndexName": scan.field.index_name, "Limit": INDEX_PAGE,
-                                          "KeyConditionExpression": scan.key_condition(expr, shard),
-                                          **expr.attributes()})
-            return [(item[table.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute])) for item in items]
+            request = {"IndexName": scan.field.index_name, "KeyConditionExpression": scan.key_condition(expr, shard),
+                       **expr.attributes()}
+            return [(item[table.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute]))
+                    for page in self._index_pages(request, budget) for item in page.get("Items", [])]
 
         with ThreadPoolExecutor(max_workers=SHARDS) as pool:
             return [entry for entries in pool.map(read, range(SHARDS)) for entry in entries]
+
+    def _index_pages(self, request: dict, budget: "_Budget"):
+        """Every page of an index Query, ``INDEX_PAGE`` entries a call, each counted against the
+        count's ``budget`` (which refuses the count once it is spent)."""
+        request = {**request, "Limit": INDEX_PAGE}
+        while True:
+            page = self.store.send("query", **request)
+            budget.spend(page.get("Count", 0))
+            yield page
+            if "LastEvaluatedKey" not in page:
+                return
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _items(self, ids) -> dict[str, dict]:
         ordered = sorted(ids)
@@ -409,6 +442,25 @@ class FleetQuery:
 
 
 _DONE = 0  # a shard position: nothing left
+
+
+class _Budget:
+    """The index entries a count may still read, shared by the shards it reads side by side."""
+
+    def __init__(self, entries: int, judged_on_items: list[str]):
+        self.left = entries
+        self.fields = judged_on_items
+        self._limit = entries
+        self._lock = threading.Lock()
+
+    def spend(self, entries: int) -> None:
+        with self._lock:
+            self.left -= entries
+            if self.left < 0:
+                raise FilterTooBroad(
+                    f"counting this filter reads more than {self._limit} entries of the fleet index, as many as a "
+                    "count may; narrow it with a more selective declared predicate (an eq, a prefix or a range "
+                    "inside and(…))", "count-index-entries", self.fields)
 
 
 def _documents(device: Device) -> dict:

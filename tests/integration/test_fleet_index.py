@@ -259,3 +259,43 @@ def test_forged_cursors_and_oversized_filters_are_refused_as_bad_requests(fleet_
         manager.count_devices("or(" + ",".join(f"eq(reported/battery,{n})" for n in range(101)) + ")")
     ordered = [device.state["site"] for device in manager.query_devices("exists(state/site)", sort=" state/site")[0]]
     assert ordered == sorted(ordered) and ordered[0] == "s0"  # an unencoded + arrives as a space
+
+
+def item_reads(spy, name) -> list[int]:
+    """How many devices' items each BatchGetItem read (the fleet index's readiness marks are no device)."""
+    return [sum(key[table.SORT_KEY]["S"] == table.STATE_SK for key in request["RequestItems"][name]["Keys"])
+            for operation, request in spy.requests if operation == "batch_get_item"]
+
+
+def test_a_count_reads_a_bounded_number_of_index_entries_and_items_and_is_refused_past_them(fleet_table):
+    """Every index Query carries a Limit; a count that would judge more devices' items than it
+    may is refused before it reads one, and one that would read more index entries than it may
+    is refused once it has (never reading on); within the bounds the same counts are answered."""
+    from functions.device_state import FilterTooBroad
+    from functions.device_state.fleet_query import INDEX_PAGE, FleetQuery
+    from tests.helpers import RecordingClient
+
+    client, name, manager = fleet_table
+    for number in range(12):
+        manager.create(f"n{number:02d}", {"site": "s", **({"x": number} if number % 2 else {})})
+    spy = RecordingClient(client)
+    counting = DeviceStateManager(spy, name, fleet_index=FLEET)
+
+    def fleet(**bounds) -> FleetQuery:
+        return FleetQuery(counting.store, FLEET, counting.clock, counting.cursors, **bounds)
+
+    judged = 'and(eq(state/site,"s"),exists(state/x))'
+    with pytest.raises(FilterTooBroad) as refused:
+        fleet(max_count_items=11).count(judged)
+    assert (refused.value.limit, refused.value.fields) == ("count-items", ["state/x"])
+    assert not any(item_reads(spy, name))
+    assert fleet(max_count_items=12).count(judged) == {"count": 6}
+    assert [reads for reads in item_reads(spy, name) if reads] == [12]  # one BatchGetItem (of 100 at most)
+    spy.requests.clear()
+    with pytest.raises(FilterTooBroad) as refused:
+        fleet(max_count_index_entries=11).count("exists(state/site)")
+    assert refused.value.limit == "count-index-entries"
+    assert fleet(max_count_index_entries=12).count("exists(state/site)") == {"count": 12}
+    queries = [request for operation, request in spy.requests if operation == "query"]
+    assert queries and all(request["Limit"] == INDEX_PAGE for request in queries)
+
