@@ -387,7 +387,8 @@ def cold_start(endpoint: str, table_name: str, runs: int) -> dict:
     DeviceStateManager(dynamodb_client(endpoint, "us-east-1"), table_name).put("cold", {"n": 0})
     # No .pyc written: the Lambda asset ships none (and /var/task is read-only), so a cold
     # start compiles our modules; boto3 and Powertools come precompiled in both places.
-    env = dict(os.environ, TABLE_NAME=table_name, DYNAMODB_ENDPOINT=endpoint, POWERTOOLS_TRACE_DISABLED="true",
+    env = dict(os.environ, TABLE_NAME=table_name, DYNAMODB_ENDPOINT=endpoint, CURSOR_KEY=credentials.CURSOR_KEY,
+               POWERTOOLS_TRACE_DISABLED="true",
                POWERTOOLS_METRICS_DISABLED="true", POWERTOOLS_LOG_LEVEL="WARNING", PYTHONPATH=str(REPO_ROOT),
                PYTHONDONTWRITEBYTECODE="1")
     answered = {"baseline": [], "handler": []}

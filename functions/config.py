@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from functions.device_state import DEFAULT_RETENTION_SECONDS
 from functions.device_state import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
 from functions.device_state import DEFAULT_SETTLE_SECONDS
 from functions.device_state import DEFAULT_TOMBSTONE_SECONDS
 from functions.device_state import FleetIndex, FleetIndexError
+from functions.device_state import MIN_CURSOR_KEY_BYTES
 
 TABLE_NAME = "TABLE_NAME"
 DYNAMODB_ENDPOINT = "DYNAMODB_ENDPOINT"
@@ -28,13 +29,16 @@ TOMBSTONE_SECONDS = "TOMBSTONE_SECONDS"  # how long a deleted device's version i
 EVENT_BUS_NAME = "EVENT_BUS_NAME"  # the EventBridge bus for DeviceStateChanged events
 CHANGE_EVENTS_FILE = "CHANGE_EVENTS_FILE"  # locally: append the events to this file instead
 FLEET_INDEX = "FLEET_INDEX"  # the queryable fields, path:type,… (functions.device_state.fleet_index)
+# The key that seals listings' cursors (functions.device_state.cursors): at least 32 characters,
+# the same for every function instance; deployed, a generated secret; locally, .serve/cursor-key
+CURSOR_KEY = "CURSOR_KEY"
 # true on the API function, whose routes are not the waiting ones (a function of their own
 # serves those): a request that reaches it with waitSeconds anyway is answered at once
 NEVER_WAIT = "NEVER_WAIT"
 
 STORAGE_VARIABLES = (TABLE_NAME, DYNAMODB_ENDPOINT, CHANGE_RETENTION_SECONDS)
 API_VARIABLES = STORAGE_VARIABLES + (MAX_ATTEMPTS, RETRY_BUDGET_SECONDS, REQUIRE_IF_MATCH, SETTLE_SECONDS,
-                                     TOMBSTONE_SECONDS, FLEET_INDEX, NEVER_WAIT)
+                                     TOMBSTONE_SECONDS, FLEET_INDEX, NEVER_WAIT, CURSOR_KEY)
 REINDEX_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX,)
 PROCESSOR_VARIABLES = STORAGE_VARIABLES + (EVENT_BUS_NAME, CHANGE_EVENTS_FILE)
 PUSH_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX,)  # a device's connects set connectivity/connected
@@ -71,6 +75,7 @@ class ApiConfig(StorageConfig):
     tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS
     fleet_index: FleetIndex = FleetIndex()
     never_wait: bool = False
+    cursor_key: bytes = field(default=b"", repr=False)
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "ApiConfig":
@@ -85,6 +90,7 @@ class ApiConfig(StorageConfig):
                                        MAX_TOMBSTONE_SECONDS),
             fleet_index=fleet_index(environ),
             never_wait=_boolean(environ, NEVER_WAIT),
+            cursor_key=_cursor_key(environ),
         )
 
 
@@ -106,6 +112,15 @@ def _storage(environ) -> dict:
     return {"table_name": table_name, "dynamodb_endpoint": environ.get(DYNAMODB_ENDPOINT) or None,
             "change_retention_seconds": _integer(environ, CHANGE_RETENTION_SECONDS, DEFAULT_RETENTION_SECONDS,
                                                  MIN_RETENTION_SECONDS, MAX_RETENTION_SECONDS)}
+
+
+def _cursor_key(environ) -> bytes:
+    """Required: a key of each process's own would refuse the cursors another one issued."""
+    key = environ.get(CURSOR_KEY, "").encode()
+    if len(key) < MIN_CURSOR_KEY_BYTES:
+        raise ConfigError(f"{CURSOR_KEY} must be set to at least {MIN_CURSOR_KEY_BYTES} characters (the key that "
+                          "seals listings' cursors, the same for every instance)")
+    return key
 
 
 def fleet_index(environ=os.environ) -> FleetIndex:

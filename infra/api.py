@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 import jsii
-from aws_cdk import CfnOutput, Duration
+from aws_cdk import CfnOutput, Duration, RemovalPolicy
 from aws_cdk import aws_apigateway as apigateway
 from aws_cdk import aws_apigatewayv2 as apigatewayv2
 from aws_cdk import aws_apigatewayv2_integrations as integrations
@@ -17,6 +17,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
@@ -76,6 +77,12 @@ ACCESS_LOG_FIELDS = {
     "error": "$context.error.message",
 }
 DEVICE_URL_OUTPUT, DEVICE_DOMAIN_TARGET_OUTPUT = "DeviceUrl", "DeviceDomainTarget"
+# The key listings' cursors are sealed with (functions/device_state/cursors.py): letters and digits
+# Secrets Manager generates at the first deploy, resolved by CloudFormation into the API
+# functions' environment (a dynamic reference: the template holds the secret's ARN, never its
+# value, and no function calls Secrets Manager, at cold start or ever).
+CURSOR_KEY_CHARACTERS = 64
+CURSOR_KEY_SECRET = "CursorKey"  # the secret's construct id; a later generation's adds its number
 
 
 def resource_path(rule: str) -> str:
@@ -131,14 +138,17 @@ class DeviceApi(Construct):
         token_environment: dict[str, str] | None = None,
         device_domain: DeviceDomain | None = None,
         fleet_index: FleetIndex = FleetIndex(),
+        cursor_key_generation: int = 1,
     ):
         super().__init__(scope, construct_id)
         # The asset and the layer are shared with the stream processor (infra/changes.py).
         self.code = lambda_.Code.from_asset(str(REPO_ROOT / "functions"), bundling=bundling_options(PYTHON_VERSION))
         self.layer = lambda_.LayerVersion.from_layer_version_arn(
             self, "Powertools", ssm.StringParameter.value_for_string_parameter(self, powertools_layer_parameter()))
+        self.cursor_key = cursor_key_secret(self, cursor_key_generation)
         environment = {
             config.TABLE_NAME: table.table_name,
+            config.CURSOR_KEY: self.cursor_key.secret_value.unsafe_unwrap(),  # {{resolve:secretsmanager:…}}
             config.MAX_ATTEMPTS: str(DEFAULT_MAX_ATTEMPTS),
             config.RETRY_BUDGET_SECONDS: str(DEFAULT_BUDGET_SECONDS),
             config.SETTLE_SECONDS: str(config.DEFAULT_SETTLE_SECONDS),
@@ -275,6 +285,20 @@ def snap_start_conf(enabled: bool) -> lambda_.SnapStartConf | None:
     starts new execution environments from its snapshot (``functions.device_state.restore``
     reseeds and reconnects after each restore)."""
     return lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS if enabled else None
+
+
+def cursor_key_secret(scope: Construct, generation: int) -> secretsmanager.Secret:
+    """The cursor key's secret. Replacing the key is a deploy with the next ``generation``
+    (context cursorKeyGeneration): a new secret under a new id, so the functions' reference
+    changes and CloudFormation resolves it again (it never rereads an unchanged reference)."""
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+        raise ValueError(f"context cursorKeyGeneration: {generation!r} is not a whole number of at least 1")
+    return secretsmanager.Secret(
+        scope, CURSOR_KEY_SECRET if generation == 1 else f"{CURSOR_KEY_SECRET}{generation}",
+        description="Seals the list and fleet-query cursors of the device-state API (docs/operations.md)",
+        generate_secret_string=secretsmanager.SecretStringGenerator(
+            password_length=CURSOR_KEY_CHARACTERS, exclude_punctuation=True, include_space=False),
+        removal_policy=RemovalPolicy.DESTROY)  # a replaced key only invalidates cursors; nothing keeps it
 
 
 def published_alias(function: lambda_.Function) -> lambda_.Alias:

@@ -8,6 +8,7 @@ from aws_cdk import aws_apigatewayv2 as apigatewayv2
 from aws_cdk import custom_resources
 from cdk_nag import AwsSolutionsChecks
 
+from .api import DeviceApi
 from .push import CONNECTION_METHODS, STAGE_NAME, Push
 
 REVIEWED: list[tuple[str, str]] = [
@@ -77,6 +78,15 @@ MANAGE_CONNECTIONS: tuple[str, str] = (
     "stage or @connections method.")
 
 
+# Acknowledged on the secret that holds the cursor key (infra/api.py).
+CURSOR_KEY_ROTATION: tuple[str, str] = (
+    "AwsSolutions::AwsSolutions-SMG4",
+    "The cursor key only seals listing cursors (an HMAC, so readers cannot forge a page position); it is no "
+    "credential and guards no data. The functions read it from their environment, which CloudFormation fills "
+    "at deploy, so a rotation Secrets Manager made alone would reach no function; it is replaced by a deploy "
+    "with the next cursorKeyGeneration instead, which refuses the cursors issued before (docs/operations.md).")
+
+
 def acknowledge_reviewed_findings(stack: Stack) -> None:
     for finding, reason in REVIEWED:
         Validations.of(stack).acknowledge(Acknowledgment(id=finding, reason=reason))
@@ -93,6 +103,9 @@ def acknowledge_reviewed_findings(stack: Stack) -> None:
                 Validations.of(construct).acknowledge(Acknowledgment(
                     id=MANAGE_CONNECTIONS[0].format(api=api, stage=STAGE_NAME, method=method),
                     reason=MANAGE_CONNECTIONS[1]))
+        if isinstance(construct, DeviceApi):
+            Validations.of(construct.cursor_key).acknowledge(Acknowledgment(id=CURSOR_KEY_ROTATION[0],
+                                                                            reason=CURSOR_KEY_ROTATION[1]))
         if isinstance(construct, custom_resources.Provider):
             handler = stack.resolve(stack.get_logical_id(construct.on_event_handler.node.default_child))
             Validations.of(construct.node.scope).acknowledge(Acknowledgment(

@@ -73,6 +73,9 @@ CONTEXT_DEFAULTS = {
     "deviceTokenSeconds": 3600,
     "deviceTokenMaxSeconds": 3600,
     "deviceTokenRenewalSeconds": 86400,
+    # The key that seals listings' cursors: a secret generated at deploy. The next number replaces
+    # it (cursors issued before are then refused, and their clients start their listings again).
+    "cursorKeyGeneration": 1,
 }
 
 
@@ -87,6 +90,13 @@ def _flag(value) -> bool:
 
 def _optional_int(value) -> int | None:
     return None if str(value).lower() in ("none", "") else int(value)
+
+
+def _generation(value) -> int:
+    """A whole number from context (``-c`` gives a string)."""
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
 
 
 def _fleet_index(value) -> FleetIndex:
@@ -152,6 +162,7 @@ class DeviceStateStack(Stack):
             device_domain=DeviceDomain(domain_name, context(self, "certificateArn"),
                                        context(self, "truststoreUri")) if domain_name else None,
             fleet_index=fleet_index,
+            cursor_key_generation=_generation(context(self, "cursorKeyGeneration")),
         )
         self.device_tokens.grant_sign(self.api.function)
         self.changes = ChangeFeed(self, "ChangeFeed", table=self.devices.table, code=self.api.code,

@@ -19,7 +19,9 @@ def make_event(method: str, target: str, headers: dict | None = None, body: str 
     client sent one."""
     url = urlsplit(target)
     path = url.path or "/"  # passed still percent-encoded
-    multi_query = parse_qs(url.query, keep_blank_values=True) or None
+    # Decoded as API Gateway decodes query values, except that a byte that is no UTF-8 becomes a
+    # lone surrogate (surrogateescape) rather than U+FFFD, for the handler to refuse it.
+    multi_query = parse_qs(url.query, keep_blank_values=True, errors="surrogateescape") or None
     header_lists: dict[str, list[str]] = {}
     for name, value in (headers or {}).items():
         values = value if isinstance(value, list) else [value]

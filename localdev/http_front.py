@@ -221,6 +221,13 @@ def _peek(connection: socket.socket) -> bytes:
         connection.settimeout(None)
 
 
+def _ascii_target(target: str) -> str:
+    """The request target with each byte outside ASCII percent-encoded, as a client should have
+    sent it: http.server reads the request line as latin-1 (a character per byte), and no byte
+    may be decoded here, guessed or lost; the handler reads them as UTF-8 or refuses them."""
+    return re.sub("[\x80-\xff]", lambda byte: f"%{ord(byte.group()):02X}", target)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "device-state-dev"
@@ -276,7 +283,7 @@ class _Handler(BaseHTTPRequestHandler):
                 body = raw.decode("utf-8")
             except UnicodeDecodeError:
                 body = raw  # sent base64-encoded, as API Gateway does for binary bodies
-        event = make_event(self.command, self.path, headers, body, source_ip=self.client_address[0],
+        event = make_event(self.command, _ascii_target(self.path), headers, body, source_ip=self.client_address[0],
                            client_cert=self._client_cert())
         waiting = waits(self.command, self.path, raw)
         if waiting and not _waiting_slots.acquire(block=False):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sys
 
 SEED_DEVICE = ("lamp-1", {"power": "on", "brightness": 50})
@@ -15,7 +16,8 @@ def invoke(event: dict) -> dict:
     for name, value in {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
                         "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
                         "TABLE_NAME": "devices", "POWERTOOLS_TRACE_DISABLED": "true",
-                        "POWERTOOLS_METRICS_DISABLED": "true"}.items():
+                        "POWERTOOLS_METRICS_DISABLED": "true",
+                        "CURSOR_KEY": secrets.token_hex(32)}.items():  # one event: any key will do
         os.environ.setdefault(name, value)
     os.environ.pop("DYNAMODB_ENDPOINT", None)
     from moto import mock_aws

@@ -32,6 +32,22 @@ JWKS_FILE = "jwks.json"
 TOKEN_SECONDS = 3600
 
 
+def create_once(path: Path, data: bytes) -> None:
+    """Writes a secret to ``path`` (its owner's alone) unless it is there: whole or not at all,
+    and of two made at once, the first linked is the one kept."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(data)
+    try:
+        os.link(partial, path)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(partial)
+
+
 class Issuer:
     def __init__(self, private_key, kid: str, issuer: str = LOCAL_ISSUER, audience: str = LOCAL_AUDIENCE):
         self.private_key, self.kid, self.issuer, self.audience = private_key, kid, issuer, audience
@@ -51,20 +67,9 @@ class Issuer:
         directory = Path(directory)
         key_path = directory / KEY_FILE
         if not key_path.exists():
-            directory.mkdir(parents=True, exist_ok=True)
             issuer = cls.generate()
-            pem = issuer.private_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                   serialization.NoEncryption())
-            partial = directory / f".{KEY_FILE}.{os.getpid()}"
-            descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(descriptor, "wb") as file:
-                file.write(pem)
-            try:  # whole or not at all; of two made at once, the first linked is the key
-                os.link(partial, key_path)
-            except FileExistsError:
-                pass
-            finally:
-                os.unlink(partial)
+            create_once(key_path, issuer.private_key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
         key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
         issuer = cls(key, _thumbprint(key))
         partial = directory / f".{JWKS_FILE}.{os.getpid()}"

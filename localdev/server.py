@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import secrets
 import shlex
 import signal
 import socket
 import sys
 import time
 import traceback
+from pathlib import Path
 
 from localdev import http_front, websocket
 from localdev.apigw import LambdaContext
@@ -32,6 +34,7 @@ STREAM_TIMEOUT_SECONDS = 60.0  # the stream processor's timeout (infra/changes.p
 STREAM_NICENESS = int(os.environ.get("STREAM_NICENESS", "10"))
 # The DeviceStateChanged events `make serve` publishes (there is no EventBridge locally), one JSON a line.
 DEFAULT_EVENTS_FILE = ".serve/change-events.jsonl"
+CURSOR_KEY_FILE = Path(".serve/cursor-key")  # the key listings' cursors are sealed with, unless CURSOR_KEY names one
 RESTARTS_PER_MINUTE = 10  # more workers than this exiting within a minute stop the server
 
 _DEFAULTS = {
@@ -203,8 +206,30 @@ def _environment() -> str:
     if not os.environ.get("DEVICE_TOKEN_ISSUER"):  # device tokens: signed with the local issuer's key
         issuer = issuer or Issuer.load_or_create(DEFAULT_DIRECTORY)
         os.environ.update(issuer.device_token_environment(DEFAULT_DIRECTORY / KEY_FILE))
+    if not os.environ.get("CURSOR_KEY"):  # every worker seals cursors alike, and across restarts
+        os.environ["CURSOR_KEY"] = _checkout_cursor_key(CURSOR_KEY_FILE)
     _check_auth_configuration()
+    _check_api_configuration()
     return note
+
+
+def _checkout_cursor_key(path: Path) -> str:
+    """This checkout's cursor key, made on first use (64 hex digits, readable by its owner only)."""
+    from localdev.issuer import create_once
+
+    if not path.exists():
+        create_once(path, (secrets.token_hex(32) + "\n").encode())
+    return path.read_text().strip()
+
+
+def _check_api_configuration() -> None:
+    """A bad setting of the API's (CURSOR_KEY, FLEET_INDEX, ...) stops the server at start, in one line."""
+    from functions.config import ApiConfig, ConfigError
+
+    try:
+        ApiConfig.from_environment()
+    except ConfigError as error:
+        sys.exit(f"make serve: {error}")
 
 
 def _check_auth_configuration() -> None:

@@ -23,9 +23,11 @@ for _name, _value in {
 from tests.auth import DEVICE_TOKEN_ENVIRONMENT, ISSUER  # noqa: E402
 
 # Every handler in process and every server a test starts accepts the suite's own tokens,
-# and signs device tokens with the suite's key.
+# and signs device tokens with the suite's key...
 os.environ.update(ISSUER.environment())
 os.environ.update(DEVICE_TOKEN_ENVIRONMENT)
+# ... and seals its listings' cursors with the suite's key (one per test process).
+os.environ["CURSOR_KEY"] = uuid.uuid4().hex + uuid.uuid4().hex
 from functions.device_state import DeviceStateManager  # noqa: E402
 from functions.device_state.client import boto3_session, dynamodb_client  # noqa: E402
 from functions.device_state.table import create_table  # noqa: E402

@@ -8,12 +8,14 @@ import pytest
 
 
 class RecordingClient:
-    """Passes every call to a real client and records the operation names, so a test
-    can tell which requests were (or were not) sent."""
+    """Passes every call to a real client and records the operation names (and in
+    ``requests``, each with its arguments), so a test can tell which requests were (or were
+    not) sent."""
 
     def __init__(self, client):
         self._client = client
         self.calls: list[str] = []
+        self.requests: list[tuple[str, dict]] = []
         self._lock = threading.Lock()
 
     def __getattr__(self, name):
@@ -24,6 +26,7 @@ class RecordingClient:
         def call(*args, **kwargs):
             with self._lock:
                 self.calls.append(name)
+                self.requests.append((name, kwargs))
             return attribute(*args, **kwargs)
 
         return call

@@ -58,10 +58,11 @@ class Served:
 @contextlib.contextmanager
 def make_serve(**environment: str):
     """Runs `make -s serve` with PORT free and the given variables; yields a Served. Like a
-    reader's, it trusts this checkout's own issuer (`make -s token`), not the suite's."""
+    reader's, it trusts this checkout's own issuer (`make -s token`), not the suite's, and seals
+    cursors with this checkout's own key (.serve/cursor-key)."""
     port = free_port()
     env = {key: value for key, value in os.environ.items()
-           if key not in ("DYNAMODB_ENDPOINT", "TABLE_NAME", "DYNAMODB_DATA_DIR", *AUTH_VARIABLES,
+           if key not in ("DYNAMODB_ENDPOINT", "TABLE_NAME", "DYNAMODB_DATA_DIR", "CURSOR_KEY", *AUTH_VARIABLES,
                           *DEVICE_TOKEN_VARIABLES, *ISSUING_VARIABLES)}
     env.update(PORT=str(port), WORKERS="2", **environment)
     with tempfile.TemporaryFile() as log:

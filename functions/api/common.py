@@ -36,11 +36,11 @@ ROUTE_BODIES: dict[tuple[str, str], bool] = {}
 def route(router, rule: str, *methods: str, query: tuple[str, ...] = (), headers: tuple[str, ...] = (),
           body: bool = False):
     """``router.route(rule, methods)``, recorded in ROUTES (Powertools keeps no public list),
-    with the caller authenticated and authorized (``access.check``) and the request's shape
-    checked before the route's code runs: the query (only the names in ``query``, each once;
-    ``include`` only ``metadata``), the service's headers (only those in ``headers``) and a
-    body only where ``body``. A route missing from ``functions.auth.rights.ROUTE_RIGHTS``
-    fails here, at import."""
+    with the request's path and query checked for UTF-8 (``check_utf8``), the caller
+    authenticated and authorized (``access.check``) and the request's shape checked before the
+    route's code runs: the query (only the names in ``query``, each once; ``include`` only
+    ``metadata``), the service's headers (only those in ``headers``) and a body only where
+    ``body``. A route missing from ``functions.auth.rights.ROUTE_RIGHTS`` fails here, at import."""
     for method in methods:
         route_rights(method, rule)
     allowed, taken = frozenset(query), frozenset(headers)
@@ -54,6 +54,7 @@ def route(router, rule: str, *methods: str, query: tuple[str, ...] = (), headers
         @functools.wraps(function)
         def checked(**parameters):
             event = router.current_event
+            parse.check_utf8(event)
             access.check(event, event.http_method, rule, parameters)
             parse.query_parameters(event, allowed)
             parse.check_headers(event, taken, body)
@@ -83,6 +84,7 @@ def manager() -> DeviceStateManager:
         settle_seconds=config.settle_seconds,
         tombstone_seconds=config.tombstone_seconds,
         fleet_index=config.fleet_index,
+        cursor_key=config.cursor_key,
     )
 
 

@@ -118,14 +118,14 @@ def list_devices():
     raw_limit = query.get("limit", str(DEFAULT_LIST_LIMIT))
     if not raw_limit.isascii() or not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST_LIMIT:
         raise BadRequest(f"limit must be an integer from 1 to {MAX_LIST_LIMIT}")
+    cursor = parse.cursor(query.get("cursor"))
     if "filter" in query:
-        devices, next_cursor = manager().query_devices(query["filter"], int(raw_limit),
-                                                       parse.fleet_cursor(query.get("cursor")), query.get("sort"))
+        devices, next_cursor = manager().query_devices(query["filter"], int(raw_limit), cursor, query.get("sort"))
     elif "sort" in query:
         raise BadRequest("sort orders the devices a filter finds: give a filter too, e.g. "
                          "filter=exists(reported/battery)&sort=-reported/battery")
     else:
-        devices, next_cursor = manager().list_devices(limit=int(raw_limit), cursor=parse.list_cursor(query.get("cursor")))
+        devices, next_cursor = manager().list_devices(limit=int(raw_limit), cursor=cursor)
     metadata = parse.include_metadata(router.current_event)
     return json_response({"items": [device.as_dict(metadata) for device in devices], "nextCursor": next_cursor})
 

@@ -14,12 +14,12 @@ from aws_lambda_powertools.logging import correlation_paths
 
 from functions.device_state import dumps, restore
 
-from . import changes, devices, leases, tokens, transactions
+from . import changes, devices, leases, request_parsing, tokens, transactions
 from .common import RESPONSE_MARGIN_SECONDS, allowed_methods, json_response, route  # noqa: F401
 from .common import manager as _manager  # noqa: F401  (tests reset its cache)
 from .leases import MAX_LEASE_WAIT_SECONDS  # noqa: F401  (the stack's timeout is checked against it)
 from .observability import logger, metrics, tracer
-from .problems import MethodNotAllowed, RouteNotFound, internal_error_response, known_error_response
+from .problems import BadRequest, MethodNotAllowed, RouteNotFound, internal_error_response, known_error_response
 
 restore.register_with_lambda()  # SnapStart: reseed generators, recreate clients after each restore
 app = APIGatewayRestResolver(serializer=dumps)
@@ -40,6 +40,10 @@ def openapi_document():
 @app.not_found
 def not_found(_error):
     path = app.current_event.path
+    try:
+        request_parsing.check_utf8(app.current_event)
+    except BadRequest as problem:
+        return known_error_response(problem, instance=path)
     allowed = allowed_methods(path)
     if allowed:
         problem = MethodNotAllowed(

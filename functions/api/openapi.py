@@ -8,9 +8,9 @@ from decimal import Decimal
 from functions.auth import rights
 from functions.auth.principals import SCOPES, Principal
 from functions.device_state import (CONFIRMATION_BYTES, DEVICE_ID_PATTERN, KEY_PATTERN, MAX_CLEARED_KEPT,
-                                    MAX_CLEARED_KEPT_BYTES, MAX_EXPONENT, MAX_FILTER_CHARS, MAX_LIST_LIMIT,
-                                    MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS, MAX_POINTER_BYTES,
-                                    MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH, MAX_STATE_ITEM_BYTES,
+                                    MAX_CLEARED_KEPT_BYTES, MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_EXPONENT,
+                                    MAX_FILTER_CHARS, MAX_LIST_LIMIT, MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS,
+                                    MAX_POINTER_BYTES, MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH, MAX_STATE_ITEM_BYTES,
                                     METADATA_ENTRY_BYTES, MIN_EXPONENT, STATUS_BYTES)
 from functions.device_state.transactions import MAX_OPERATIONS
 
@@ -101,7 +101,8 @@ _LIMITS_TEXT = (f"Limits, checked before anything is written: object member name
                 f"({MAX_OPERATIONS - 1} with Idempotency-Key).")
 
 _COMMON_ERRORS = {
-    "400": _problem("Malformed request: JSON, deviceId, headers or parameters; a number DynamoDB cannot hold "
+    "400": _problem("Malformed request: JSON, deviceId, headers or parameters; a path or query that is not UTF-8; "
+                    "a number DynamoDB cannot hold "
                     "exactly (limit precision), text that is not valid Unicode, nesting too deep (limit "
                     f"nesting-depth), a member name over {MAX_MEMBER_NAME_BYTES} bytes (limit member-name), a patch "
                     f"of more than {MAX_PATCH_OPERATIONS} members (limit patch-members), a desired or reported "
@@ -208,8 +209,10 @@ OPENAPI = {
                     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
                                                                 "maximum": MAX_LIST_LIMIT,
                                                                 "default": DEFAULT_LIST_LIMIT}},
-                    {"name": "cursor", "in": "query", "description": "nextCursor of the page before (of the same "
-                     "filter and sort, with a filter)",
+                    {"name": "cursor", "in": "query", "description": "nextCursor of the page before, as given: it "
+                     "belongs to the listing that issued it (the same filter and sort, or none) and is sealed with "
+                     "the service's key, so any other (changed, another listing's, issued before the key was "
+                     "replaced) is 400 invalid-cursor; limit may change between pages",
                      "schema": {"type": "string", "pattern": LISTING_CURSOR_PATTERN}},
                     _FILTER,
                     {"name": "sort", "in": "query", "description": "With a filter: +path or -path on a declared "
@@ -220,7 +223,8 @@ OPENAPI = {
                     "200": {"description": "A page of devices: the fleet in key order, or those the filter matches",
                             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DevicePage"}}}},
                     "400": _problem("Bad request: a malformed filter (its position named), a filter with a branch "
-                                    "on no declared field (unindexed-filter), a bad cursor or limit"),
+                                    "on no declared field (unindexed-filter), a bad cursor or limit, a query that "
+                                    "is not UTF-8"),
                     "503": _problem("Storage unavailable, or a declared field's index is still being built "
                                     "(index-building, with its progress); Retry-After is set"),
                 },
@@ -247,7 +251,10 @@ OPENAPI = {
                     "200": {"description": "How many devices the filter matches",
                             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DeviceCount"}}}},
                     "400": _problem("Bad request: a missing or malformed filter, a filter with a branch on no "
-                                    "declared field (unindexed-filter), groupBy on an undeclared field"),
+                                    "declared field (unindexed-filter), a count that would read more than it may "
+                                    f"(filter-too-broad: the items of over {MAX_COUNT_ITEMS} devices, or over "
+                                    f"{MAX_COUNT_INDEX_ENTRIES} index entries; limit names which, fields the paths "
+                                    "judged on the items), groupBy on an undeclared field, a query that is not UTF-8"),
                     "503": _problem("Storage unavailable, or a declared field's index is still being built "
                                     "(index-building, with its progress); Retry-After is set"),
                 },
@@ -372,7 +379,8 @@ OPENAPI = {
         "/openapi.json": {
             "get": {"operationId": "getOpenApi",
                     "responses": {"200": {"description": "This document",
-                                          "content": {"application/json": {"schema": {"type": "object"}}}}}},
+                                          "content": {"application/json": {"schema": {"type": "object"}}}},
+                                  "400": _problem("A path or query that is not UTF-8")}},
         },
     },
     "components": {

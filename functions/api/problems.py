@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import time
+from urllib.parse import quote
 
 from .resolver import Response
 
 from functions.device_state import (ConditionFailed, DesireMoved, DeviceAlreadyExists, DeviceLocked, DeviceNotFound,
-                                    IdempotencyKeyReused, IndexBuilding, InvalidCursor, InvalidFilter, InvalidDeviceId,
-                                    InvalidIdempotencyKey, InvalidLease, InvalidPatch, InvalidSince,
+                                    FilterTooBroad, IdempotencyKeyReused, IndexBuilding, InvalidCursor, InvalidFilter,
+                                    InvalidDeviceId, InvalidIdempotencyKey, InvalidLease, InvalidPatch, InvalidSince,
                                     InvalidTransaction, InvalidValue, ItemTooLarge, LeaseBusy, LeaseLost,
                                     LeaseNotHeld, OutcomeUnknown, PatchNotApplicable, PatchTestFailed,
                                     RetriesExhausted, StorageError, StorageUnavailable, TransactionFailed,
@@ -88,6 +89,7 @@ _LIBRARY_ERRORS = {
     InvalidValue: (400, "invalid-value", "Value cannot be stored"),
     InvalidCursor: (400, "invalid-cursor", "Invalid cursor"),
     UnindexedFilter: (400, "unindexed-filter", "Filter needs a declared field"),
+    FilterTooBroad: (400, "filter-too-broad", "Filter too broad to count"),
     InvalidFilter: (400, "invalid-filter", "Invalid filter"),
     IndexBuilding: (503, "index-building", "Fleet index is being built"),
     InvalidSince: (400, "invalid-since", "since is past the device's current version"),
@@ -163,8 +165,15 @@ def etag(version: int) -> str:
 
 def problem_response(status: int, slug: str, title: str, detail: str, *, instance: str | None = None,
                      headers: dict | None = None, **members) -> Response:
-    body = problem(status, slug, title, detail, instance=instance or None, **members)
+    body = problem(status, slug, title, detail, instance=_reference(instance) if instance else None, **members)
     return Response(status_code=status, content_type=PROBLEM_JSON, body=dumps(body), headers=headers)
+
+
+def _reference(path: str) -> str:
+    """The request's path as a URI reference: what is not ASCII percent-encoded as UTF-8 (a lone
+    surrogate, which stands for a byte that is no UTF-8, as its own three bytes), so that the
+    problem is JSON any client can read."""
+    return quote(path.encode("utf-8", "surrogatepass"), safe="/%!$&'()*+,;=:@")
 
 
 def known_error_response(error: Exception, instance: str | None = None) -> Response | None:

@@ -8,9 +8,9 @@ import binascii
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_to_bytes
 
-from functions.device_state import Device, InvalidCursor, InvalidDeviceId, InvalidValue, store
+from functions.device_state import CURSOR_PATTERN, Device, InvalidCursor, InvalidDeviceId, InvalidValue
 from functions.device_state import (MAX_ACKS, MAX_EXPIRY_SECONDS, MIN_EXPIRY_SECONDS, Ack, DesireOptions,
                                     check_acks)
 from functions.device_state import MAX_VERSION, loads, validate_device_id  # noqa: F401 (parse.MAX_VERSION)
@@ -26,8 +26,9 @@ MAX_BODY_BYTES = 1024 * 1024
 
 _ETAG = re.compile(r'\s*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*(?:,|$)')
 _VERSION = re.compile(r"[1-9][0-9]{0,17}")
-# A cursor of the form this service issues (the library's, so the document states it exactly).
-CURSOR_PATTERN = f"^{store.CURSOR_PATTERN.pattern}$"
+# The form of every cursor the service issues, the plain listing's and a fleet query's alike (the
+# library's, so the document states it exactly); which listing issued it, the library checks.
+LISTING_CURSOR_PATTERN = f"^{CURSOR_PATTERN.pattern}$"
 
 
 RESERVED_DEVICE_IDS = ("count",)  # /devices/count counts devices
@@ -221,40 +222,13 @@ class Preconditions:
 
 
 def cursor(raw: str | None) -> str | None:
-    """A cursor of the form this service issues, checked here so that no deep or odd JSON
-    ever reaches the library's decoder (which trusts the shape it gets)."""
+    """A cursor of the form this service issues, checked here so that no other string reaches
+    the library (which checks that the listing asked issued it)."""
     if raw is None:
         return None
-    if not re.fullmatch(CURSOR_PATTERN, raw):
-        raise InvalidCursor("cursor is not one this service issued")
+    if not CURSOR_PATTERN.fullmatch(raw):
+        raise InvalidCursor("cursor is not one this service issued: pass nextCursor as it was given")
     return raw
-
-
-FLEET_CURSOR_PATTERN = r"[A-Za-z0-9_-]{1,8192}"
-
-
-# A cursor belongs to the listing that issued it: a fleet query's (its filter and sort) or the
-# plain listing's; one given to the other is refused with this.
-CURSOR_ELSEWHERE = "cursor is not one this listing issued (cursors belong to one filter and sort)"
-
-
-LISTING_CURSOR_PATTERN = f"^(?:{store.CURSOR_PATTERN.pattern}|{FLEET_CURSOR_PATTERN})$"  # either kind
-
-
-def fleet_cursor(raw: str | None) -> str | None:
-    """A fleet query's cursor (base64url): its content is checked by the library."""
-    if raw is None:
-        return None
-    if not re.fullmatch(FLEET_CURSOR_PATTERN, raw):
-        raise InvalidCursor(CURSOR_ELSEWHERE)
-    return raw
-
-
-def list_cursor(raw: str | None) -> str | None:
-    """The plain listing's cursor (``cursor``), telling a fleet query's apart."""
-    if raw is not None and not re.fullmatch(CURSOR_PATTERN, raw) and re.fullmatch(FLEET_CURSOR_PATTERN, raw):
-        raise InvalidCursor(CURSOR_ELSEWHERE)
-    return cursor(raw)
 
 
 def integer(query: dict, name: str, default: int | None, low: int, high: int) -> int | None:
@@ -300,6 +274,26 @@ def list_header(event, name: str) -> str | None:
     lines = [value for key, values in (event.get("multiValueHeaders") or {}).items() if key.lower() == lowered
              for value in values or []]
     return ", ".join(lines) if lines else header(event, name)
+
+
+# What stands for bytes that are not UTF-8 in a decoded query: a lone surrogate (Python's
+# surrogateescape, as the dev server decodes) or U+FFFD (a lossy decoder's replacement). A client
+# that means U+FFFD writes it as a filter's JSON escape, \\ufffd.
+_NOT_UTF8 = re.compile("[\ud800-\udfff\ufffd]")
+
+
+def check_utf8(event) -> None:
+    """Every request's path and query are UTF-8 text, checked first on every route: a byte
+    that is no UTF-8, percent-encoded or not, is a 400 rather than a character guessed for it."""
+    names = set(event.get("multiValueQueryStringParameters") or {}) | set(event.get("queryStringParameters") or {})
+    texts = [*names, *(value for values in _raw_query(event).values() for value in values if value is not None)]
+    try:
+        path = unquote_to_bytes(event.get("path") or "").decode("utf-8")
+    except UnicodeError:  # a lone surrogate (not encodable) or bytes that do not decode
+        path = "\ufffd"
+    if _NOT_UTF8.search(path) or any(_NOT_UTF8.search(text) for text in texts):
+        raise BadRequest("the path and the query must be UTF-8 text: a byte that is no UTF-8 (or U+FFFD, which "
+                         "stands in for one) is refused; in a filter, write U+FFFD as \\ufffd")
 
 
 def query_parameters(event, allowed: frozenset[str]) -> dict[str, str]:

@@ -11,6 +11,7 @@ from .errors import (
     DeviceNotFound,
     DesireMoved,
     DeviceStateError,
+    FilterTooBroad,
     IdempotencyKeyReused,
     IndexBuilding,
     InvalidFilter,
@@ -60,7 +61,8 @@ from .values import (DEVICE_ID_PATTERN, MAX_EXPONENT, MAX_MEMBER_NAME_BYTES, MAX
                      validate_device_id)
 from .planning import DEFAULT_TOMBSTONE_SECONDS, MAX_STATE_ITEM_BYTES
 from .fleet_index import MAX_FIELDS as MAX_FLEET_FIELDS, FleetIndex, FleetIndexError
-from .fleet_query import MAX_LIMIT as MAX_QUERY_LIMIT
+from .fleet_query import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_LIMIT as MAX_QUERY_LIMIT
+from .cursors import CURSOR_PATTERN, MIN_KEY_BYTES as MIN_CURSOR_KEY_BYTES
 from .rql import MAX_FILTER_CHARS
 from .connectivity import connectivity_event
 from .desires import (CONFIRMATION_BYTES, MAX_ACKS, MAX_CLEARED_KEPT, MAX_CLEARED_KEPT_BYTES, MAX_EXPIRY_SECONDS,
@@ -77,10 +79,13 @@ __all__ = [
     "MAX_ACKS",
     "MAX_CLEARED_KEPT",
     "MAX_CLEARED_KEPT_BYTES",
+    "MAX_COUNT_INDEX_ENTRIES",
+    "MAX_COUNT_ITEMS",
     "MAX_EXPIRY_SECONDS",
     "MAX_REASON_CHARS",
     "MIN_EXPIRY_SECONDS",
     "STATUS_BYTES",
+    "FilterTooBroad",
     "FleetIndex",
     "FleetIndexError",
     "IndexBuilding",
@@ -99,6 +104,7 @@ __all__ = [
     "ChangesExpired",
     "ConditionFailed",
     "CREATED",
+    "CURSOR_PATTERN",
     "DEFAULT_BUDGET_SECONDS",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_RETENTION_SECONDS",
@@ -151,6 +157,7 @@ __all__ = [
     "MAX_STATE_ITEM_BYTES",
     "MAX_VERSION",
     "MergePatch",
+    "MIN_CURSOR_KEY_BYTES",
     "METADATA_ENTRY_BYTES",
     "MIN_EXPONENT",
     "Operation",

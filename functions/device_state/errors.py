@@ -46,6 +46,17 @@ class UnindexedFilter(InvalidFilter):
         self.fields = fields
 
 
+class FilterTooBroad(InvalidFilter):
+    """A count that would read more than it may: ``limit`` names the bound (``count-items``,
+    the devices whose items it would judge, or ``count-index-entries``), ``fields`` the paths
+    judged on the items."""
+
+    def __init__(self, message: str, limit: str, fields: list[str]):
+        super().__init__(message)
+        self.limit = limit
+        self.fields = fields
+
+
 class IndexBuilding(DeviceStateError):
     """A field the query needs is declared but not yet indexed on every device
     (``make reindex`` runs); ``progress`` says how far the backfill got."""

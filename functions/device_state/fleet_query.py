@@ -12,19 +12,21 @@ those the whole filter matches now: a device in the answer matches as it is, wit
 current document. (DynamoDB updates global secondary indexes asynchronously: on AWS a
 device written a moment ago, typically under a second, can be missed by a query; never
 shown when it no longer matches.) A device that a later scan finds again is skipped
-where an earlier scan covers it, so each matching device comes once.
+where an earlier scan covers it, so each matching device comes once. A page reads the
+index at most ``MAX_ROUNDS_PER_PAGE`` times (each shard's Query at most the devices the
+page still needs) and the items of what those rounds found.
 
 Counts read only the indexes when every predicate is on a declared field (the index
 holds each device's value: exact as of the index); otherwise they read the candidates'
-items too.
+items too. A count reads at most ``MAX_COUNT_INDEX_ENTRIES`` index entries and the items of
+at most ``MAX_COUNT_ITEMS`` devices; one that would read more is refused (``FilterTooBroad``).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import heapq
 import json
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -32,9 +34,10 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from . import rql, table
+from .cursors import CURSOR_REFUSED, CursorSeal
 from .connectivity import CONNECTIVITY, connectivity_of
 from .device import Device
-from .errors import IndexBuilding, InvalidCursor, InvalidFilter, InvalidValue, UnindexedFilter
+from .errors import FilterTooBroad, IndexBuilding, InvalidCursor, InvalidFilter, InvalidValue, UnindexedFilter
 from .expressions import Expression
 from .fleet_index import MISSING, SHARD_ATTRIBUTE, SHARDS, Field, FleetIndex
 from .reindex import building, has_devices, mark_ready, progress
@@ -48,6 +51,12 @@ MAX_LIMIT = 100
 INDEX_PAGE = 500
 MAX_SCANS = 100  # index ranges one filter may read (a count reads each whole, 16 shards each)
 MAX_ROUNDS_PER_PAGE = 8  # index reads per page: a page may hold fewer devices while a cursor remains
+# What one count may read: index entries (``INDEX_PAGE`` a Query call; the ids of a conjunction
+# are held in memory to intersect), and the items of the devices it must judge itself (a filter
+# on an undeclared path, a delta, connectivity: 100 a BatchGetItem). Past either it is refused
+# (``FilterTooBroad``) rather than read on.
+MAX_COUNT_INDEX_ENTRIES = 500_000
+MAX_COUNT_ITEMS = 1_000
 _RANKS = {"eq": 1, "prefix": 10, "gt": 30, "ge": 30, "lt": 30, "le": 30, "all": 100}
 _KEY_OPERATORS = {"eq": "=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 _ORDERED_TYPES = {"string": ("S",), "number": ("N",), "boolean": ("N",)}
@@ -95,10 +104,14 @@ class Sort:
 class FleetQuery:
     """Fleet queries and counts on one table (its ``Store``) under one declaration."""
 
-    def __init__(self, store, fleet_index: FleetIndex, clock):
+    def __init__(self, store, fleet_index: FleetIndex, clock, cursors: CursorSeal, *,
+                 max_count_index_entries: int = MAX_COUNT_INDEX_ENTRIES, max_count_items: int = MAX_COUNT_ITEMS):
         self.store = store
         self.fleet_index = fleet_index
         self.clock = clock
+        self.cursors = cursors
+        self.max_count_index_entries = max_count_index_entries
+        self.max_count_items = max_count_items
         self._ready: set[str] = set()
         self._holds_devices = False  # the table was found to hold devices while a field was not ready
 
@@ -196,8 +209,9 @@ class FleetQuery:
         if sort is not None and not (len(scans) == 1 and scans[0].field == sort.field):
             # the sort field's whole index in order, then what matches without the field
             scans = [Scan(sort.field, "all"), *scans]
-        fingerprint = hashlib.sha256(f"{text}\n{sort_text}".encode()).hexdigest()[:16]
-        at, positions = _decode_cursor(cursor, fingerprint, scans) if cursor else (0, [None] * SHARDS)
+        # A cursor belongs to its filter and sort, under the declaration that planned its scans.
+        scope = ["query", text, sort_text, self.fleet_index.declaration]
+        at, positions = _positions(self.cursors.open(scope, cursor), scans) if cursor else (0, [None] * SHARDS)
         self._check_ready({scan.field for scan in scans})  # the whole request checked before any read
         descending = sort is not None and sort.descending
         found: list[Device] = []
@@ -218,7 +232,7 @@ class FleetQuery:
                     found.append(device)
             if all(position == _DONE for position in positions):
                 at, positions = at + 1, [None] * SHARDS
-        next_cursor = None if at >= len(scans) else _encode_cursor(fingerprint, at, positions)
+        next_cursor = None if at >= len(scans) else self.cursors.seal(scope, _cursor_body(at, positions))
         return found, next_cursor
 
     def _round(self, scan: Scan, positions: list, need: int, descending: bool) -> list[tuple[str, object]]:
@@ -234,7 +248,7 @@ class FleetQuery:
                 request["ExclusiveStartKey"] = _start_key(scan.field, shard, positions[shard])
             try:
                 page = self.store.send("query", **request)
-            except Refused:  # a start key DynamoDB will not take: a forged cursor
+            except Refused:  # a start key DynamoDB will not take
                 raise InvalidCursor(CURSOR_REFUSED) from None
             entries = [(item[table.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute]), shard)
                        for item in page.get("Items", [])]
@@ -261,11 +275,19 @@ class FleetQuery:
         read: dict = {}  # each scan read once per count
         group = self.group_field(group_by) if group_by is not None else None
         self._check_ready(self._declared_in(node) | ({group} if group else set()))
-        if group is None and (fast := self._single_scan_count(node)) is not None:
+        budget = _Budget(self.max_count_index_entries, self._judged_on_items(node))
+        if group is None and (fast := self._single_scan_count(node, budget)) is not None:
             return {"count": fast}
-        ids, exact = self._ids(node, read)
+        ids, exact = self._ids(node, read, budget)
         values = None
         if not exact:
+            if len(ids) > self.max_count_items:
+                raise FilterTooBroad(
+                    f"counting this filter would read the items of {len(ids)} devices to judge "
+                    f"{', '.join(budget.fields)} on each (the indexes cannot); a count reads at most "
+                    f"{self.max_count_items}. Narrow the filter with a declared field (and(…) with an eq, a prefix "
+                    "or a range), declare the field in FLEET_INDEX, or page through GET /devices?filter=…",
+                    "count-items", budget.fields)
             items, now = self._items(ids), self.clock()
             documents = {device_id: _documents(Device.from_item(item, with_connectivity=True))
                          for device_id, item in items.items()
@@ -276,14 +298,20 @@ class FleetQuery:
         answer = {"count": len(ids)}
         if group is not None:
             if values is None:
-                indexed = dict(self._entries(Scan(group, "all"), read))
+                indexed = dict(self._entries(Scan(group, "all"), read, budget))
                 values = {device_id: indexed.get(device_id, MISSING) for device_id in ids}
             counts = Counter(_group_key(value) for value in values.values())
             answer["groups"] = [{"value": value, "count": count}
                                 for value, count in sorted(counts.items(), key=lambda pair: (-pair[1], repr(pair[0])))]
         return answer
 
-    def _single_scan_count(self, node) -> int | None:
+    def _judged_on_items(self, node) -> list[str]:
+        """The paths of a filter that a count judges on each device's item: those not
+        declared (a delta among them), and connectivity (its index may hold ended connections)."""
+        return sorted({path.text for path in rql.paths_of(node)
+                       if self.fleet_index.field(path.section, path.parts) is None or path.section == CONNECTIVITY})
+
+    def _single_scan_count(self, node, budget: "_Budget") -> int | None:
         """A predicate one scan answers exactly (not ``ne``): DynamoDB counts it."""
         if isinstance(node, (rql.And, rql.Or, rql.Not)) or isinstance(node, rql.In):
             return None
@@ -298,24 +326,18 @@ class FleetQuery:
 
         def count(shard):
             expr = Expression()
-            request = {"IndexName": scan.field.index_name, "KeyConditionExpression": scan.key_condition(expr, shard),
-                       "Select": "COUNT", "Limit": INDEX_PAGE, **expr.attributes()}
-            total = 0
-            while True:
-                page = self.store.send("query", **request)
-                total += page.get("Count", 0)
-                if "LastEvaluatedKey" not in page:
-                    return total
-                request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            return sum(page.get("Count", 0) for page in self._index_pages(
+                {"IndexName": scan.field.index_name, "KeyConditionExpression": scan.key_condition(expr, shard),
+                 "Select": "COUNT", **expr.attributes()}, budget))
 
         with ThreadPoolExecutor(max_workers=SHARDS) as pool:
             return sum(pool.map(count, range(SHARDS)))
 
-    def _ids(self, node, read: dict) -> tuple[set | None, bool]:
+    def _ids(self, node, read: dict, budget: "_Budget") -> tuple[set | None, bool]:
         """The devices the filter can match, from the indexes alone, and whether exactly
         those (False: a superset, to be judged on the items)."""
         if isinstance(node, rql.Or):
-            parts = [self._ids(child, read) for child in node.children]
+            parts = [self._ids(child, read, budget) for child in node.children]
             if any(ids is None for ids, _ in parts):
                 return None, False
             return set().union(*(ids for ids, _ in parts)), all(exact for _, exact in parts)
@@ -324,7 +346,7 @@ class FleetQuery:
             for child in node.children:
                 if isinstance(child, rql.Not):
                     continue
-                ids, child_exact = self._ids(child, read)
+                ids, child_exact = self._ids(child, read, budget)
                 exact = exact and child_exact
                 if ids is not None:
                     known.append(ids)
@@ -333,7 +355,7 @@ class FleetQuery:
             ids = set.intersection(*known)
             for child in node.children:
                 if isinstance(child, rql.Not):
-                    excluded, excluded_exact = self._ids(child.child, read)
+                    excluded, excluded_exact = self._ids(child.child, read, budget)
                     if excluded is not None and excluded_exact:
                         ids -= excluded
                     else:
@@ -345,27 +367,39 @@ class FleetQuery:
         field = scans[0].field
         ids = set()
         for scan in scans:
-            ids.update(device_id for device_id, value in self._entries(scan, read)
+            ids.update(device_id for device_id, value in self._entries(scan, read, budget)
                        if rql.matches(node, {field.section: _nest(_path(field), value)}))
         # connectivity's index may hold connections that ended unclosed: the items judge it
         return ids, field.section != CONNECTIVITY
 
-    def _entries(self, scan: Scan, read: dict) -> list[tuple[str, object]]:
+    def _entries(self, scan: Scan, read: dict, budget: "_Budget") -> list[tuple[str, object]]:
         """Every (device id, indexed value) of a scan, all shards (once per ``read``)."""
         if scan not in read:
-            read[scan] = self._read_scan(scan)
+            read[scan] = self._read_scan(scan, budget)
         return read[scan]
 
-    def _read_scan(self, scan: Scan) -> list[tuple[str, object]]:
+    def _read_scan(self, scan: Scan, budget: "_Budget") -> list[tuple[str, object]]:
         def read(shard):
             expr = Expression()
-            items = self.store.query_all({"IndexName": scan.field.index_name, "Limit": INDEX_PAGE,
-                                          "KeyConditionExpression": scan.key_condition(expr, shard),
-                                          **expr.attributes()})
-            return [(item[table.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute])) for item in items]
+            request = {"IndexName": scan.field.index_name, "KeyConditionExpression": scan.key_condition(expr, shard),
+                       **expr.attributes()}
+            return [(item[table.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute]))
+                    for page in self._index_pages(request, budget) for item in page.get("Items", [])]
 
         with ThreadPoolExecutor(max_workers=SHARDS) as pool:
             return [entry for entries in pool.map(read, range(SHARDS)) for entry in entries]
+
+    def _index_pages(self, request: dict, budget: "_Budget"):
+        """Every page of an index Query, ``INDEX_PAGE`` entries a call, each counted against the
+        count's ``budget`` (which refuses the count once it is spent)."""
+        request = {**request, "Limit": INDEX_PAGE}
+        while True:
+            page = self.store.send("query", **request)
+            budget.spend(page.get("Count", 0))
+            yield page
+            if "LastEvaluatedKey" not in page:
+                return
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _items(self, ids) -> dict[str, dict]:
         ordered = sorted(ids)
@@ -408,7 +442,25 @@ class FleetQuery:
 
 
 _DONE = 0  # a shard position: nothing left
-CURSOR_REFUSED = "cursor is not one this listing issued (cursors belong to one filter and sort)"
+
+
+class _Budget:
+    """The index entries a count may still read, shared by the shards it reads side by side."""
+
+    def __init__(self, entries: int, judged_on_items: list[str]):
+        self.left = entries
+        self.fields = judged_on_items
+        self._limit = entries
+        self._lock = threading.Lock()
+
+    def spend(self, entries: int) -> None:
+        with self._lock:
+            self.left -= entries
+            if self.left < 0:
+                raise FilterTooBroad(
+                    f"counting this filter reads more than {self._limit} entries of the fleet index, as many as a "
+                    "count may; narrow it with a more selective declared predicate (an eq, a prefix or a range "
+                    "inside and(…))", "count-index-entries", self.fields)
 
 
 def _documents(device: Device) -> dict:
@@ -459,12 +511,9 @@ def _start_key(field: Field, shard: int, position: tuple) -> dict:
             SHARD_ATTRIBUTE: {"N": str(shard)}, field.attribute: field.encode(value)}
 
 
-def _encode_cursor(fingerprint: str, at: int, positions: list) -> str:
-    body = {"f": fingerprint, "s": at,
-            "p": [position if position in (None, _DONE) else [position[0], _json_value(position[1])]
-                  for position in positions]}
-    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+def _cursor_body(at: int, positions: list) -> dict:
+    return {"s": at, "p": [position if position in (None, _DONE) else [position[0], _json_value(position[1])]
+                           for position in positions]}
 
 
 def _json_value(value):
@@ -472,19 +521,17 @@ def _json_value(value):
         else value
 
 
-def _decode_cursor(cursor: str, fingerprint: str, scans: list[Scan]) -> tuple[int, list]:
-    """The scan and per-shard positions of a cursor this query issued; InvalidCursor for
-    any other string (a cursor of another filter or sort included)."""
+def _positions(body, scans: list[Scan]) -> tuple[int, list]:
+    """The scan and per-shard positions of a cursor's body (its seal vouches that this query
+    issued it; the shape is checked still, so that a cursor of another release of this code
+    is refused rather than misread)."""
     try:
-        if not isinstance(cursor, str) or len(cursor) > 8192:
-            raise ValueError
-        body = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         at, raw = body["s"], body["p"]
-        if body["f"] != fingerprint or not isinstance(at, int) or isinstance(at, bool) or not 0 <= at < len(scans) \
+        if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at < len(scans) \
                 or not isinstance(raw, list) or len(raw) != SHARDS:
             raise ValueError
         return at, [_position(scans[at], position) for position in raw]
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError, ArithmeticError):
+    except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError):
         raise InvalidCursor(CURSOR_REFUSED) from None
 
 

@@ -17,7 +17,8 @@ from . import connectivity, table
 from .changes import ChangeLog, InvalidSince
 from .desires import Ack, DesireOptions, check_acks
 from .device import Device
-from .errors import ConditionFailed, DeviceNotFound, TooManyConnections
+from .cursors import CURSOR_REFUSED, CursorSeal
+from .errors import ConditionFailed, DeviceNotFound, InvalidCursor, TooManyConnections
 from .expressions import Expression, live
 from .fencing import Fence
 from .fleet_index import FleetIndex
@@ -34,7 +35,7 @@ from .restore import random_generator
 from .retry import RetryLoop
 from .runtime import Backoff, Runtime
 from .sections import CHANGED_ATTRIBUTES, DESIRED, STATE, check_section, check_sections, replacing
-from .store import Store, decode_cursor, encode_cursor
+from .store import Store
 from .transactions import Operation, TransactionRunner
 from .updates import UpdateFn
 from .values import check_state, validate_device_id
@@ -46,6 +47,9 @@ DEFAULT_MAX_ATTEMPTS = 25
 DEFAULT_BUDGET_SECONDS = 5.0
 MAX_LIST_LIMIT = 100
 MAX_SCAN_CALLS_PER_PAGE = 4  # a listing page never costs more than this many Scan calls
+MAX_SCAN_ITEMS_PER_CALL = 1000  # items one of them reads at most (and 1 MB, DynamoDB's own bound)
+SCAN_GROWTH = 4  # a Scan call after calls that found no device reads this many times what they read
+LISTING_SCOPE = ["devices"]  # the plain listing's cursors (a fleet query's name its filter and sort)
 DISCONNECT_ATTEMPTS = 8  # reads and conditional writes while other connections of the device change
 
 class DeviceStateManager:
@@ -54,6 +58,9 @@ class DeviceStateManager:
     Takes its DynamoDB (low-level) client and table name; holds no global state. The
     client should not retry on its own (``dynamodb_client`` makes one that does not).
     ``clock``, ``monotonic``, ``sleep`` and ``rng`` are there so tests can drive time.
+    ``cursor_key`` (at least 32 bytes) seals listings' cursors; every manager of one service
+    takes the same one (without it, a random key of this manager's own: its cursors are good
+    only with it).
     Contending read-modify-writes race under the version check with jittered backoff
     (``retry.py``), whether they share this manager or not.
     """
@@ -74,6 +81,7 @@ class DeviceStateManager:
         tombstone_seconds: int = DEFAULT_TOMBSTONE_SECONDS,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
         fleet_index: FleetIndex = FleetIndex(),
+        cursor_key: bytes | None = None,
     ):
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -89,7 +97,8 @@ class DeviceStateManager:
         self._writer = DeviceWriter(self.pipeline, self._answers)
         self.fence = Fence()
         self.seen_by: str | None = None  # the device whose own writes these are (``as_device``)
-        self.fleet = FleetQuery(self.store, fleet_index, clock)
+        self.cursors = CursorSeal(cursor_key)
+        self.fleet = FleetQuery(self.store, fleet_index, clock, self.cursors)
 
     @property
     def client(self):
@@ -167,20 +176,29 @@ class DeviceStateManager:
             delay = min(delay * 2, max_delay)
 
     def list_devices(self, limit: int = 50, cursor: str | None = None) -> tuple[list[Device], str | None]:
-        """One page of devices and the opaque cursor of the next page (None at the end).
+        """One page of devices and the cursor of the next page (None at the end).
 
-        A page costs at most ``MAX_SCAN_CALLS_PER_PAGE`` Scan calls of at most ``limit``
-        items each, so it may hold fewer than ``limit`` devices while a cursor remains.
+        The table holds more than the devices' state items (their change items, lease rows,
+        keyed-write records and tombstones, WebSocket connections, the fleet index's
+        bookkeeping): a page reads past them and shows devices only. It makes at most
+        ``MAX_SCAN_CALLS_PER_PAGE`` Scan calls, the first of ``limit`` items, each later one sized
+        by what the page still needs and how many devices the items read so far held (at most
+        ``MAX_SCAN_ITEMS_PER_CALL`` items, and 1 MB, DynamoDB's own bound). So a page may hold
+        fewer than ``limit`` devices, even none, while a cursor remains: it then read all it
+        may, and its cursor is past everything it read. A full page's cursor is its last device
+        (or past what it read, when nothing it read after that device was one).
         """
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit must be an integer from 1 to {MAX_LIST_LIMIT}")
-        start_key = decode_cursor(cursor) if cursor is not None else None
+        start_key = _listing_key(self.cursors.open(LISTING_SCOPE, cursor)) if cursor is not None else None
         devices: list[Device] = []
+        read = 0  # items the page's Scan calls read
         for _ in range(MAX_SCAN_CALLS_PER_PAGE):
+            need = limit - len(devices)
             expr = Expression()
             state_item = f"{expr.name(table.SORT_KEY)} = {expr.value({'S': table.STATE_SK})}"
             request = {
-                "Limit": limit - len(devices),
+                "Limit": _scan_size(need, read, len(devices)),
                 "ConsistentRead": True,
                 "FilterExpression": f"{state_item} AND {live(expr, int(self.clock()))}",
                 **expr.attributes(),
@@ -188,11 +206,21 @@ class DeviceStateManager:
             if start_key:
                 request["ExclusiveStartKey"] = start_key
             page = self.store.send("scan", **request)
-            devices.extend(Device.from_item(item, with_connectivity=True) for item in page.get("Items", []))
+            read += page.get("ScannedCount", 0)
+            found = page.get("Items", [])
+            devices.extend(Device.from_item(item, with_connectivity=True) for item in found[:need])
+            if len(found) > need:  # the page is full before the end of what this call read
+                return devices, self._listing_cursor(found[need - 1])
             start_key = page.get("LastEvaluatedKey")
-            if not start_key or len(devices) >= limit:
+            if not start_key:
+                return devices, None
+            if len(devices) == limit:
                 break
-        return devices, encode_cursor(start_key) if start_key else None
+        return devices, self._listing_cursor(start_key)
+
+    def _listing_cursor(self, key: dict) -> str:
+        """The plain listing's cursor: the scan resumes after this key (an item's, or its key)."""
+        return self.cursors.seal(LISTING_SCOPE, [key[table.PARTITION_KEY]["S"], key[table.SORT_KEY]["S"]])
 
     def query_devices(self, filter: str, limit: int = 50, cursor: str | None = None,
                       sort: str | None = None) -> tuple[list[Device], str | None]:
@@ -441,3 +469,19 @@ def _desire_options(section: str, desire: DesireOptions | None) -> DesireOptions
     if desire and section != DESIRED:
         raise ValueError("expiry and clear on confirm are options of desired writes")
     return desire or None
+
+
+def _scan_size(need: int, read: int, found: int) -> int:
+    """How many items a listing page's next Scan call reads: ``need`` devices at the rate the
+    page's earlier calls found them (``found`` in ``read`` items), growing while they found none."""
+    if not read:
+        return need
+    wanted = read * SCAN_GROWTH if not found else max(need, -(-need * read // found))
+    return min(wanted, MAX_SCAN_ITEMS_PER_CALL)
+
+
+def _listing_key(position) -> dict:
+    """The scan's start key a plain listing's cursor holds (its seal vouches for it)."""
+    if not (isinstance(position, list) and len(position) == 2 and all(isinstance(part, str) for part in position)):
+        raise InvalidCursor(CURSOR_REFUSED)
+    return {table.PARTITION_KEY: {"S": position[0]}, table.SORT_KEY: {"S": position[1]}}

@@ -13,14 +13,12 @@ not): a blind resend of a conditional write whose first copy landed is a second 
 
 from __future__ import annotations
 
-import re
-
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError
 
 from . import table
-from .errors import InvalidCursor, ItemTooLarge, StorageError, StorageUnavailable
+from .errors import ItemTooLarge, StorageError, StorageUnavailable
 from .runtime import Runtime
-from .values import MAX_DEVICE_ID_CHARS, MAX_ITEM_BYTES
+from .values import MAX_ITEM_BYTES
 
 THROTTLING_CODES = frozenset(
     {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
@@ -173,26 +171,3 @@ class Store:
             if "LastEvaluatedKey" not in page:
                 return items
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
-# A cursor is the scan's last key in hex: the device id's characters, ".", the sort key's
-# (printable ASCII, as every sort key of this table is). So every string of this form is a
-# key of the table's shape, and the OpenAPI document can state exactly which cursors exist.
-_DEVICE_ID_CHAR_HEX = "(?:2[de]|3[0-9a]|4[1-9a-f]|5[0-9af]|6[1-9a-f]|7[0-9a])"  # A-Z a-z 0-9 . _ : -
-_SORT_KEY_CHAR_HEX = "(?:[2-6][0-9a-f]|7[0-9a-e])"  # printable ASCII, 0x20-0x7e
-MAX_SORT_KEY_CHARS = 1024  # DynamoDB's limit for a sort key
-CURSOR_PATTERN = re.compile(
-    f"{_DEVICE_ID_CHAR_HEX}{{1,{MAX_DEVICE_ID_CHARS}}}\\.{_SORT_KEY_CHAR_HEX}{{1,{MAX_SORT_KEY_CHARS}}}")
-
-
-def encode_cursor(key: dict) -> str:
-    return f"{key[table.PARTITION_KEY]['S'].encode().hex()}.{key[table.SORT_KEY]['S'].encode().hex()}"
-
-
-def decode_cursor(cursor: str) -> dict:
-    """Only a key of this table's shape passes: a cursor just positions the scan, whose
-    filter still returns live device state items and nothing else."""
-    if not isinstance(cursor, str) or not CURSOR_PATTERN.fullmatch(cursor):
-        raise InvalidCursor("cursor is not one this service issued")
-    device_id, sort_key = (bytes.fromhex(part).decode("ascii") for part in cursor.split("."))
-    return {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": sort_key}}

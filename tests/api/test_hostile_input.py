@@ -120,6 +120,17 @@ def test_a_cursor_the_service_issued_still_pages(api):
     assert sorted(item["deviceId"] for item in first["items"] + rest["items"]) == ["c1", "c2", "c3"]
 
 
+@pytest.mark.parametrize("target", ['/devices?filter=eq(state/site,"\ufffd")', "/devices?limit=\udcff1",
+                                    "/devices?\udcff=1", "/devices/h\udcff", "/devices/h?include=\ud800",
+                                    "/nowhere/\udcff"])
+def test_a_query_or_path_holding_what_stands_for_bytes_that_are_no_utf8_is_400(api, target):
+    """As a gateway may deliver them: U+FFFD where a lossy decoder met such bytes, or a lone
+    surrogate (surrogateescape, as the dev server decodes them)."""
+    create(api, {})
+    result = api("GET", target)
+    assert result.status == 400 and "UTF-8" in result.json["detail"], result.text
+
+
 # ------------------------------------------------------------- HTTP (item 6)
 
 

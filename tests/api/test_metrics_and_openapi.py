@@ -120,22 +120,29 @@ def test_every_documented_reference_resolves():
         assert reference in OPENAPI["components"]["schemas"]
 
 
+KEY = "k" * 32  # the shortest CURSOR_KEY taken
+
+
 def test_config_from_environment():
     config = Config.from_environment({"TABLE_NAME": "t", "MAX_ATTEMPTS": "7", "RETRY_BUDGET_SECONDS": "2.5",
-                                      "REQUIRE_IF_MATCH": "TRUE", "DYNAMODB_ENDPOINT": "http://127.0.0.1:1"})
+                                      "REQUIRE_IF_MATCH": "TRUE", "DYNAMODB_ENDPOINT": "http://127.0.0.1:1",
+                                      "CURSOR_KEY": KEY})
     assert config == Config("t", "http://127.0.0.1:1", max_attempts=7, retry_budget_seconds=2.5,
-                            require_if_match=True)
-    assert Config.from_environment({"TABLE_NAME": "t"}).require_if_match is False
+                            require_if_match=True, cursor_key=KEY.encode())
+    assert Config.from_environment({"TABLE_NAME": "t", "CURSOR_KEY": KEY}).require_if_match is False
+    assert KEY not in repr(config)  # a key never reaches a log through the configuration
 
 
 @pytest.mark.parametrize("environ", [
-    {},
-    {"TABLE_NAME": " "},
-    {"TABLE_NAME": "t", "MAX_ATTEMPTS": "0"},
-    {"TABLE_NAME": "t", "MAX_ATTEMPTS": "many"},
-    {"TABLE_NAME": "t", "RETRY_BUDGET_SECONDS": "30"},
-    {"TABLE_NAME": "t", "RETRY_BUDGET_SECONDS": "nan"},
-    {"TABLE_NAME": "t", "REQUIRE_IF_MATCH": "maybe"},
+    {"CURSOR_KEY": KEY},
+    {"TABLE_NAME": " ", "CURSOR_KEY": KEY},
+    {"TABLE_NAME": "t", "MAX_ATTEMPTS": "0", "CURSOR_KEY": KEY},
+    {"TABLE_NAME": "t", "MAX_ATTEMPTS": "many", "CURSOR_KEY": KEY},
+    {"TABLE_NAME": "t", "RETRY_BUDGET_SECONDS": "30", "CURSOR_KEY": KEY},
+    {"TABLE_NAME": "t", "RETRY_BUDGET_SECONDS": "nan", "CURSOR_KEY": KEY},
+    {"TABLE_NAME": "t", "REQUIRE_IF_MATCH": "maybe", "CURSOR_KEY": KEY},
+    {"TABLE_NAME": "t"},  # no cursor key: each instance would refuse the others' cursors
+    {"TABLE_NAME": "t", "CURSOR_KEY": KEY[1:]},
 ])
 def test_bad_configuration_is_refused(environ):
     with pytest.raises(ConfigError):

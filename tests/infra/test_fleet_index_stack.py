@@ -116,7 +116,7 @@ def test_the_api_functions_read_the_normalized_declaration(fleet, construct):
     assert ours - {config.NEVER_WAIT} == set(config.API_VARIABLES) - {config.DYNAMODB_ENDPOINT,
                                                                      config.NEVER_WAIT} | set(credentials.VARIABLES)
     deployed = config.ApiConfig.from_environment({k: v for k, v in environment.items() if isinstance(v, str)}
-                                              | {config.TABLE_NAME: "t"})
+                                              | {config.TABLE_NAME: "t", config.CURSOR_KEY: "k" * 64})
     assert deployed.fleet_index == FLEET_INDEX
 
 

@@ -122,7 +122,7 @@ def test_environment_is_exactly_what_the_config_reads(template):
     assert environment["POWERTOOLS_METRICS_NAMESPACE"] == names.NAMESPACE
     assert environment["POWERTOOLS_SERVICE_NAME"] == names.SERVICE
     deployed = config.ApiConfig.from_environment({k: v for k, v in environment.items() if isinstance(v, str)}
-                                              | {config.TABLE_NAME: "t"})
+                                              | {config.TABLE_NAME: "t", config.CURSOR_KEY: "k" * 64})
     assert deployed.require_if_match is False
 
 

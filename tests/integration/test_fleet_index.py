@@ -234,15 +234,68 @@ def test_forged_cursors_and_oversized_filters_are_refused_as_bad_requests(fleet_
     client, name, manager = fleet_table
     for number in range(6):
         manager.create(f"c{number}", {"site": f"s{number % 2}"})
+    def encoded(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+    key = b"the service's key, 32 bytes or more"
+    manager = DeviceStateManager(client, name, fleet_index=FLEET, cursor_key=key)
     _, cursor = manager.query_devices('eq(state/site,"s0")', limit=1)
-    body = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    moved = [position if not isinstance(position, list) else [position[0], "s1"] for position in body["p"]]
-    forged = base64.urlsafe_b64encode(json.dumps({**body, "p": moved}).encode()).decode().rstrip("=")
-    deep = base64.urlsafe_b64encode(b"[" * 6000).decode().rstrip("=")
-    for bad in (forged, deep, cursor[:-4]):
+    body, mac = cursor.split(".")
+    position = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    moved = [shard if not isinstance(shard, list) else [shard[0], "s1"] for shard in position["p"]]
+    forged = f"{encoded(json.dumps({**position, 'p': moved}).encode())}.{mac}"  # a position moved, the seal kept
+    deep = f"{encoded(b'[' * 6000)}.{mac}"
+    other_key = DeviceStateManager(client, name, fleet_index=FLEET, cursor_key=b"another key, as after a rotation, 32+")
+    rotated = other_key.query_devices('eq(state/site,"s0")', limit=1)[1]  # the same position under another key
+    for bad in (forged, deep, cursor[:-4], rotated, encoded(json.dumps(position).encode())):
         with pytest.raises(InvalidCursor):
             manager.query_devices('eq(state/site,"s0")', limit=1, cursor=bad)
+    for other in ('eq(state/site,"s1")', 'eq(state/site, "s0")'):  # another filter, however alike
+        with pytest.raises(InvalidCursor):
+            manager.query_devices(other, limit=1, cursor=cursor)
+    same_key = DeviceStateManager(client, name, fleet_index=FLEET, cursor_key=key)
+    assert same_key.query_devices('eq(state/site,"s0")', limit=5, cursor=cursor)[0]  # another instance takes it
     with pytest.raises(InvalidFilter, match="at most 100"):
         manager.count_devices("or(" + ",".join(f"eq(reported/battery,{n})" for n in range(101)) + ")")
     ordered = [device.state["site"] for device in manager.query_devices("exists(state/site)", sort=" state/site")[0]]
     assert ordered == sorted(ordered) and ordered[0] == "s0"  # an unencoded + arrives as a space
+
+
+def item_reads(spy, name) -> list[int]:
+    """How many devices' items each BatchGetItem read (the fleet index's readiness marks are no device)."""
+    return [sum(key[table.SORT_KEY]["S"] == table.STATE_SK for key in request["RequestItems"][name]["Keys"])
+            for operation, request in spy.requests if operation == "batch_get_item"]
+
+
+def test_a_count_reads_a_bounded_number_of_index_entries_and_items_and_is_refused_past_them(fleet_table):
+    """Every index Query carries a Limit; a count that would judge more devices' items than it
+    may is refused before it reads one, and one that would read more index entries than it may
+    is refused once it has (never reading on); within the bounds the same counts are answered."""
+    from functions.device_state import FilterTooBroad
+    from functions.device_state.fleet_query import INDEX_PAGE, FleetQuery
+    from tests.helpers import RecordingClient
+
+    client, name, manager = fleet_table
+    for number in range(12):
+        manager.create(f"n{number:02d}", {"site": "s", **({"x": number} if number % 2 else {})})
+    spy = RecordingClient(client)
+    counting = DeviceStateManager(spy, name, fleet_index=FLEET)
+
+    def fleet(**bounds) -> FleetQuery:
+        return FleetQuery(counting.store, FLEET, counting.clock, counting.cursors, **bounds)
+
+    judged = 'and(eq(state/site,"s"),exists(state/x))'
+    with pytest.raises(FilterTooBroad) as refused:
+        fleet(max_count_items=11).count(judged)
+    assert (refused.value.limit, refused.value.fields) == ("count-items", ["state/x"])
+    assert not any(item_reads(spy, name))
+    assert fleet(max_count_items=12).count(judged) == {"count": 6}
+    assert [reads for reads in item_reads(spy, name) if reads] == [12]  # one BatchGetItem (of 100 at most)
+    spy.requests.clear()
+    with pytest.raises(FilterTooBroad) as refused:
+        fleet(max_count_index_entries=11).count("exists(state/site)")
+    assert refused.value.limit == "count-index-entries"
+    assert fleet(max_count_index_entries=12).count("exists(state/site)") == {"count": 12}
+    queries = [request for operation, request in spy.requests if operation == "query"]
+    assert queries and all(request["Limit"] == INDEX_PAGE for request in queries)
+

@@ -467,10 +467,77 @@ def test_list_pages_through_every_device_and_nothing_else(engine, manager):
     assert sorted(seen) == sorted(ids)
 
 
-@pytest.mark.parametrize("cursor", ["", "!!!", "bm90IGpzb24", "WzEsMl0", "WyJhIGIiLCJzIl0"])
+def put_item(engine, device_id, sk):
+    client, name = engine
+    client.put_item(TableName=name, Item={"deviceId": {"S": device_id}, "sk": {"S": sk}})
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_a_walk_reads_past_what_is_no_device_takes_every_cursor_back_and_ends(engine, manager, limit):
+    """Whatever else the table holds (bookkeeping under keys no device has, long runs of a
+    device's own other items), every page holds devices only, every cursor is taken back, each
+    device comes once and the walk ends with None."""
+    for sk in ("job", "ix:0a1b2c3d", "ix:4e5f6a7b", "ix:8c9d0e1f", "ix:2a3b4c5d"):
+        put_item(engine, "~fleet-index", sk)
+    put_item(engine, "connection#Zx9Q_abc=", "connection")
+    devices, cursor = manager.list_devices(limit=limit)
+    while cursor is not None:  # bookkeeping only: no device, and an end
+        page, cursor = manager.list_devices(limit=limit, cursor=cursor)
+        devices += page
+    assert devices == []
+    ids = {f"dev-{number}" for number in range(5)}
+    for device_id in ids:
+        manager.create(device_id, {})
+        for number in range(30):
+            put_item(engine, device_id, f"change#{number:020d}")
+    seen, cursor, sizes = [], None, []
+    while True:
+        page, cursor = manager.list_devices(limit=limit, cursor=cursor)
+        seen += [device.device_id for device in page]
+        sizes.append(len(page))
+        if cursor is None:
+            break
+        assert len(sizes) < 50
+    assert sorted(seen) == sorted(ids)
+    assert all(sizes[:-1]), sizes  # runs of 30 items that are no device: no page but the last is empty
+
+
+def test_a_listing_page_reads_a_bounded_number_of_items(engine):
+    """At most MAX_SCAN_CALLS_PER_PAGE Scan calls, each of at most MAX_SCAN_ITEMS_PER_CALL items."""
+    from functions.device_state.manager import MAX_SCAN_CALLS_PER_PAGE, MAX_SCAN_ITEMS_PER_CALL
+
+    client, name = engine
+    spy = RecordingClient(client)
+    for number in range(40):
+        put_item(engine, f"other-{number}", "lease#1")
+    devices, cursor = DeviceStateManager(spy, name).list_devices(limit=1)
+    scans = [request for operation, request in spy.requests if operation == "scan"]
+    assert devices == [] and 1 <= len(scans) <= MAX_SCAN_CALLS_PER_PAGE
+    assert all(request["Limit"] <= MAX_SCAN_ITEMS_PER_CALL for request in scans)
+    assert [request["Limit"] for request in scans][:3] == [1, 4, 20]  # growing while nothing is found
+
+
+@pytest.mark.parametrize("cursor", ["", "!!!", "bm90IGpzb24", "WzEsMl0", "WyJhIGIiLCJzIl0",
+                                    "WyJhIiwic3RhdGUiXQ.AAAAAAAAAAAAAAAAAAAAAA"])
 def test_bad_cursors_are_refused(manager, cursor):
     with pytest.raises(InvalidCursor):
         manager.list_devices(limit=3, cursor=cursor)
+
+
+def test_a_cursor_is_taken_by_any_manager_of_the_same_key_and_no_other(engine):
+    """Every instance of a service shares its key; after the key is replaced, cursors issued
+    before are refused (the client starts its walk again)."""
+    client, name = engine
+    key = b"the service's key, 32 bytes or more"
+    for number in range(3):
+        DeviceStateManager(client, name).create(f"k{number}", {})
+    _, cursor = DeviceStateManager(client, name, cursor_key=key).list_devices(limit=1)
+    assert DeviceStateManager(client, name, cursor_key=key).list_devices(limit=5, cursor=cursor)[0]
+    for other in (b"a replaced key, 32 bytes or more", None):
+        with pytest.raises(InvalidCursor, match="current cursor key"):
+            DeviceStateManager(client, name, cursor_key=other).list_devices(limit=5, cursor=cursor)
+    with pytest.raises(ValueError):
+        DeviceStateManager(client, name, cursor_key=b"short")
 
 
 @pytest.mark.parametrize("limit", [0, 101, -1, True, "5"])

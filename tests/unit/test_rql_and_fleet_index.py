@@ -136,14 +136,20 @@ def test_two_members_set_below_a_field_remove_its_index_attribute_once():
     assert compiled_attributes(fields, effects) == ({}, {}, [fields[0].attribute])
 
 
-def test_the_longest_cursor_fits_the_form_the_service_takes():
-    """16 shards, each at a device id of the longest and a string of the longest indexed (in
-    4-byte characters): the cursor stays inside FLEET_CURSOR_PATTERN, so no page's cursor is refused."""
-    from functions.api.request_parsing import FLEET_CURSOR_PATTERN
-    from functions.device_state.fleet_query import SHARDS, _encode_cursor
+def test_the_longest_cursors_fit_the_form_the_service_takes():
+    """A fleet query's longest (16 shards, each at a device id of the longest and a string of the
+    longest indexed, in 4-byte characters) and the plain listing's longest (a key of DynamoDB's
+    largest, 2,048 and 1,024 bytes) stay inside the cursor form the service takes, so no page's
+    cursor is refused."""
+    from functions.api.request_parsing import LISTING_CURSOR_PATTERN
+    from functions.device_state.cursors import CursorSeal
+    from functions.device_state.fleet_query import SHARDS, _cursor_body
     from functions.device_state.values import MAX_DEVICE_ID_CHARS
 
     longest = "\U0001F600" * (MAX_STRING_BYTES // 4)
     assert FleetIndex.parse("state/s:string").fields[0].holds(longest)
-    cursor = _encode_cursor("f" * 16, 99, [("d" * MAX_DEVICE_ID_CHARS, longest)] * SHARDS)
-    assert re.fullmatch(FLEET_CURSOR_PATTERN, cursor), len(cursor)
+    seal = CursorSeal()
+    cursor = seal.seal(["query", "f", None, ""], _cursor_body(99, [("d" * MAX_DEVICE_ID_CHARS, longest)] * SHARDS))
+    assert re.fullmatch(LISTING_CURSOR_PATTERN, cursor), len(cursor)
+    cursor = seal.seal(["devices"], ["~" * 2048, "\U0001F600" * 256])
+    assert re.fullmatch(LISTING_CURSOR_PATTERN, cursor), len(cursor)
