@@ -34,8 +34,8 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
 
 from bench.contention import CountingClient  # noqa: E402
 from functions.device_state import DeviceStateManager, FleetIndex, MergePatch, dynamodb_client, table  # noqa: E402
-from functions.device_state.reindex import mark_ready  # noqa: E402
-from functions.device_state.values import to_attribute  # noqa: E402
+from functions.device_state.fleet.reindex import mark_ready  # noqa: E402
+from functions.device_state.model.values import to_attribute  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"

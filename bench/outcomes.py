@@ -17,7 +17,7 @@ import uuid
 from functions.device_state import DeviceStateManager, JsonPatch, MergePatch, OutcomeUnknown, RetriesExhausted
 from functions.device_state import table
 from functions.device_state.client import dynamodb_client
-from functions.device_state.values import item_size
+from functions.device_state.model.values import item_size
 from localdev.faults import Forwarder
 
 INCREMENT = JsonPatch([{"op": "increment", "path": "/n", "value": 1}])

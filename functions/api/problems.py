@@ -24,7 +24,7 @@ from functions.auth.credentials import MixedCredentials, Unauthenticated
 from functions.auth.device_tokens import RenewalRefused
 from functions.auth.signers import SigningFailed, SigningThrottled, SigningUnavailable
 from functions.auth.rights import Forbidden
-from functions.device_state.store import Ambiguous
+from functions.device_state.write.store import Ambiguous
 
 from functions.problem_details import MEDIA_TYPE as PROBLEM_JSON
 from functions.problem_details import TYPE_PREFIX, problem

@@ -26,7 +26,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 
 from functions.device_state import (MAX_RECORD_AGE_SECONDS, ChangeLog, InvalidValue, connectivity_event,
                                     dynamodb_client, metrics as names, restore, table)
-from functions.device_state.store import Refused
+from functions.device_state.write.store import Refused
 
 from functions.config import processor_config
 from .events import EventBridgePublisher, FilePublisher, LogPublisher

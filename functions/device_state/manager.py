@@ -13,33 +13,34 @@ from typing import Callable
 
 from boto3.dynamodb.conditions import ConditionBase
 
-from . import connectivity, table
-from .changes import ChangeLog, InvalidSince
-from .desires import Ack, DesireOptions, check_acks
-from .device import Device
-from .cursors import CURSOR_REFUSED, CursorSeal
+from .model import connectivity
+from . import table
+from .feed.log import ChangeLog, InvalidSince
+from .model.desires import Ack, DesireOptions, check_acks
+from .model.device import Device
+from .fleet.cursors import CURSOR_REFUSED, CursorSeal
 from .errors import ConditionFailed, DeviceNotFound, InvalidCursor, TooManyConnections
-from .expressions import Expression, live
-from .fencing import Fence
-from .fleet_index import FleetIndex
-from .fleet_query import FleetQuery
-from .idempotency import CREATED, REPLACED, UPDATED, IdempotencyKey
-from .lease_handle import Lease
-from .leases import DEFAULT_TTL_SECONDS, LeaseQueue
+from .write.expressions import Expression, live
+from .item.fencing import Fence
+from .fleet.index import FleetIndex
+from .fleet.query import FleetQuery
+from .write.keyed import CREATED, REPLACED, UPDATED, IdempotencyKey
+from .leases.handle import Lease
+from .leases.queue import DEFAULT_TTL_SECONDS, LeaseQueue
 from .observer import NULL_OBSERVER, UpdateObserver
-from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
-from .planning import CONNECTED, DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect
-from .reindex import reindex
-from .replays import RecordedAnswers
+from .write.pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
+from .write.planner import CONNECTED, DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect
+from .fleet.reindex import reindex
+from .write.replays import RecordedAnswers
 from .restore import random_generator
-from .retry import RetryLoop
+from .write.retry import RetryLoop
 from .runtime import Backoff, Runtime
-from .sections import CHANGED_ATTRIBUTES, DESIRED, STATE, check_section, check_sections, replacing
-from .store import Store
-from .transactions import Operation, TransactionRunner
-from .updates import UpdateFn
-from .values import check_state, validate_device_id
-from .writer import DeviceWriter
+from .model.sections import CHANGED_ATTRIBUTES, DESIRED, STATE, check_section, check_sections, replacing
+from .write.store import Store
+from .write.transactions import Operation, TransactionRunner
+from .model.updates import UpdateFn
+from .model.values import check_state, validate_device_id
+from .write.writer import DeviceWriter
 
 logger = logging.getLogger("device_state")
 

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 
 from functions.device_state import table
-from functions.device_state.expressions import Expression, number
-from functions.device_state.store import IDEMPOTENT, ONCE, Ambiguous, Rejected, Store
+from functions.device_state.write.expressions import Expression, number
+from functions.device_state.write.store import IDEMPOTENT, ONCE, Ambiguous, Rejected, Store
 
 SUBSCRIPTION_SK_PREFIX = "subscription#"
 CONNECTION_PK_PREFIX = "connection#"

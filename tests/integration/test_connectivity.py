@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from functions.device_state import MergePatch, TooManyConnections
-from functions.device_state.connectivity import MAX_CONNECTIONS
+from functions.device_state.model.connectivity import MAX_CONNECTIONS
 
 
 def shown(manager, device_id, clock):

@@ -13,8 +13,8 @@ import pytest
 from functions.device_state import (DeviceStateManager, FleetIndex, IndexBuilding, JsonPatch, MergePatch,
                                     Operation, table)
 from functions.device_state.client import dynamodb_client
-from functions.device_state.fleet_index import index_attributes_of
-from functions.device_state.reindex import mark_ready
+from functions.device_state.fleet.index import index_attributes_of
+from functions.device_state.fleet.reindex import mark_ready
 from localdev.faults import Forwarder
 
 from tests.conftest import new_table_name
@@ -272,7 +272,7 @@ def test_a_count_reads_a_bounded_number_of_index_entries_and_items_and_is_refuse
     may is refused before it reads one, and one that would read more index entries than it may
     is refused once it has (never reading on); within the bounds the same counts are answered."""
     from functions.device_state import FilterTooBroad
-    from functions.device_state.fleet_query import INDEX_PAGE, FleetQuery
+    from functions.device_state.fleet.query import INDEX_PAGE, FleetQuery
     from tests.helpers import RecordingClient
 
     client, name, manager = fleet_table

@@ -7,7 +7,7 @@ from decimal import Decimal
 from boto3.dynamodb.conditions import Attr
 
 from functions.device_state import MergePatch, table
-from functions.device_state.expressions import NAME_PREFIX, VALUE_PREFIX, Expression, live, not_live, number
+from functions.device_state.write.expressions import NAME_PREFIX, VALUE_PREFIX, Expression, live, not_live, number
 
 
 def test_one_attribute_one_placeholder_however_often_it_is_named():

@@ -5,7 +5,7 @@ from decimal import Decimal
 import pytest
 
 from functions.device_state import InvalidPatch, JsonPatch, MergePatch, PatchNotApplicable, PatchTestFailed
-from functions.device_state.values import loads
+from functions.device_state.model.values import loads
 
 D = Decimal
 
@@ -154,7 +154,7 @@ def test_a_clamp_guard_that_needs_more_than_38_digits_is_not_compiled():
 
 
 def test_the_patches_declare_the_update_capabilities_and_a_plain_function_declares_none():
-    from functions.device_state.updates import Compilable, Touching
+    from functions.device_state.model.updates import Compilable, Touching
 
     for patch in (MergePatch({"a": 1}), JsonPatch([{"op": "add", "path": "/a", "value": 1}])):
         assert isinstance(patch, Compilable) and isinstance(patch, Touching)

@@ -16,7 +16,7 @@ import pytest
 
 from functions.device_state import DeviceStateManager, restore
 from functions.device_state.client import dynamodb_client
-from functions.device_state.journal import WriteId
+from functions.device_state.item.journal import WriteId
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 

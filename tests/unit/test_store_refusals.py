@@ -9,13 +9,13 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 
 from functions.device_state import table
 from functions.device_state.errors import StorageUnavailable
-from functions.device_state.fencing import Fence
+from functions.device_state.item.fencing import Fence
 from functions.device_state.observer import NULL_OBSERVER
-from functions.device_state.pipeline import Refusals, WritePipeline
-from functions.device_state.planning import Planner
-from functions.device_state.retry import Moved
+from functions.device_state.write.pipeline import Refusals, WritePipeline
+from functions.device_state.write.planner import Planner
+from functions.device_state.write.retry import Moved
 from functions.device_state.runtime import Runtime
-from functions.device_state.store import Ambiguous, FailedAnswer, Store
+from functions.device_state.write.store import Ambiguous, FailedAnswer, Store
 
 NOW = 1_800_000_000.0
 ITEM = {**table.state_key("d"), "version": {"N": "3"}, "state": {"M": {}},

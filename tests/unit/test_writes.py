@@ -9,12 +9,13 @@ import re
 import pytest
 
 from functions.device_state import DeviceAlreadyExists, JsonPatch
-from functions.device_state import contention, table
-from functions.device_state.device import Device
-from functions.device_state.times import stored_time, time_attribute, timestamp
-from functions.device_state.fencing import Fence, lease_key
-from functions.device_state.journal import JOURNAL_KEEP, JOURNAL_MAX, TRIMMED_STAMPS_KEEP, WriteId, journal, trimmed_stamp
-from functions.device_state.planning import STUB_SECONDS, Planner
+from functions.device_state import table
+from functions.device_state.item import contention
+from functions.device_state.model.device import Device
+from functions.device_state.model.times import stored_time, time_attribute, timestamp
+from functions.device_state.item.fencing import Fence, lease_key
+from functions.device_state.item.journal import JOURNAL_KEEP, JOURNAL_MAX, TRIMMED_STAMPS_KEEP, WriteId, journal, trimmed_stamp
+from functions.device_state.write.planner import STUB_SECONDS, Planner
 
 NOW = 1_800_000_000.0
 STAMP = repr(timestamp(NOW))
@@ -263,11 +264,11 @@ def test_a_write_that_read_the_item_folds_the_patches_watermarks_into_its_own():
 def test_a_state_at_the_item_limit_leaves_room_for_its_change_record():
     """The change record (state + its keys and timestamps) of the largest state a write
     accepts always fits DynamoDB's item limit, so the feed can always record it."""
-    from functions.device_state.change_items import change_item_size
-    from functions.device_state.device import Device
+    from functions.device_state.feed.items import change_item_size
+    from functions.device_state.model.device import Device
     from functions.device_state.errors import ItemTooLarge
-    from functions.device_state.values import MAX_ITEM_BYTES, to_attribute
-    from functions.device_state.planning import MAX_STATE_ITEM_BYTES
+    from functions.device_state.model.values import MAX_ITEM_BYTES, to_attribute
+    from functions.device_state.write.planner import MAX_STATE_ITEM_BYTES
 
     device_id = "d" * 128  # the longest id: the most key bytes on both items
     accepted, size = None, 1000
@@ -292,9 +293,9 @@ def test_desired_reported_and_their_metadata_count_toward_the_item_size():
     """A state that fits alone is refused when desired or reported (stored beside it and
     copied into the change record) would fill the item."""
     from functions.device_state.errors import ItemTooLarge
-    from functions.device_state.sections import REPORTED, SectionWrite
-    from functions.device_state.values import to_attribute
-    from functions.device_state.planning import MAX_STATE_ITEM_BYTES
+    from functions.device_state.model.sections import REPORTED, SectionWrite
+    from functions.device_state.model.values import to_attribute
+    from functions.device_state.write.planner import MAX_STATE_ITEM_BYTES
 
     half = {"blob": "x" * (MAX_STATE_ITEM_BYTES // 2)}
     PLANNER.create("d", half, None)
@@ -342,9 +343,9 @@ def test_the_state_item_stores_its_times_as_milliseconds_and_reads_both_forms():
 def test_contention_marks_live_in_the_room_the_state_leaves_and_never_refuse_a_state():
     """A state accepted by a write that raced no one is accepted by one that raced long and
     by one on a marked item: the marks go where the state leaves room, else nowhere."""
-    from functions.device_state.contention import Raced
+    from functions.device_state.item.contention import Raced
     from functions.device_state.errors import ItemTooLarge
-    from functions.device_state.planning import MAX_STATE_ITEM_BYTES
+    from functions.device_state.write.planner import MAX_STATE_ITEM_BYTES
 
     long_race = Planner("devices", Fence(), NOW, tombstone_seconds=100, raced=Raced(1.0))
     until = {"N": str(MILLIS + 500)}
