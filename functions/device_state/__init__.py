@@ -177,6 +177,7 @@ __all__ = [
     "timestamp",
     "TransactionFailed",
     "TransactionTooLarge",
+    "transactions",
     "UnknownLease",
     "UPDATED",
     "UpdateObserver",

@@ -14,7 +14,7 @@ from typing import Callable
 from boto3.dynamodb.conditions import ConditionBase
 
 from .model import connectivity
-from . import table
+from .item import schema
 from .feed.log import ChangeLog, InvalidSince
 from .model.desires import Ack, DesireOptions, check_acks
 from .model.device import Device
@@ -35,7 +35,7 @@ from .write.replays import RecordedAnswers
 from .restore import random_generator
 from .write.retry import RetryLoop
 from .runtime import Backoff, Runtime
-from .model.sections import CHANGED_ATTRIBUTES, DESIRED, STATE, check_section, check_sections, replacing
+from .model.sections import DESIRED, STATE, check_section, check_sections, replacing
 from .write.store import Store
 from .write.transactions import Operation, TransactionRunner
 from .model.updates import UpdateFn
@@ -166,9 +166,9 @@ class DeviceStateManager:
             item = self.live_state(device_id)
             if item is None:
                 raise DeviceNotFound(device_id)
-            if since > int(item[table.VERSION]["N"]):
-                raise InvalidSince(f"since ({since}) is past the device's current version ({item[table.VERSION]['N']})")
-            changed = max((int(item[attribute]["N"]) for attribute in CHANGED_ATTRIBUTES.values()
+            if since > int(item[schema.VERSION]["N"]):
+                raise InvalidSince(f"since ({since}) is past the device's current version ({item[schema.VERSION]['N']})")
+            changed = max((int(item[attribute]["N"]) for attribute in schema.CHANGED_ATTRIBUTES.values()
                            if attribute in item), default=0)
             left = deadline - monotonic()
             if changed > since or left <= 0:
@@ -197,7 +197,7 @@ class DeviceStateManager:
         for _ in range(MAX_SCAN_CALLS_PER_PAGE):
             need = limit - len(devices)
             expr = Expression()
-            state_item = f"{expr.name(table.SORT_KEY)} = {expr.value({'S': table.STATE_SK})}"
+            state_item = f"{expr.name(schema.SORT_KEY)} = {expr.value({'S': schema.STATE_SK})}"
             request = {
                 "Limit": _scan_size(need, read, len(devices)),
                 "ConsistentRead": True,
@@ -221,7 +221,7 @@ class DeviceStateManager:
 
     def _listing_cursor(self, key: dict) -> str:
         """The plain listing's cursor: the scan resumes after this key (an item's, or its key)."""
-        return self.cursors.seal(LISTING_SCOPE, [key[table.PARTITION_KEY]["S"], key[table.SORT_KEY]["S"]])
+        return self.cursors.seal(LISTING_SCOPE, [key[schema.PARTITION_KEY]["S"], key[schema.SORT_KEY]["S"]])
 
     def query_devices(self, filter: str, limit: int = 50, cursor: str | None = None,
                       sort: str | None = None) -> tuple[list[Device], str | None]:
@@ -272,7 +272,7 @@ class DeviceStateManager:
             if item is None:
                 return
             held = connectivity.members(item)
-            if closing not in held and table.CONNECTED_SINCE not in item:
+            if closing not in held and schema.CONNECTED_SINCE not in item:
                 return  # forgotten already (a resend, or a connect that was never recorded)
             others = [entry for entry in connectivity.open_members(item, self.clock()) if entry != closing]
             if others:
@@ -332,7 +332,7 @@ class DeviceStateManager:
         check_sections(sections)
 
         def plan(planner: Planner, item):
-            if table.is_live_state(item, planner.now):
+            if schema.is_live_state(item, planner.now):
                 return planner.write_sections(item, replacing(state, sections), None, REPLACED)
             return planner.create(device_id, state, item, sections)
 
@@ -485,4 +485,4 @@ def _listing_key(position) -> dict:
     """The scan's start key a plain listing's cursor holds (its seal vouches for it)."""
     if not (isinstance(position, list) and len(position) == 2 and all(isinstance(part, str) for part in position)):
         raise InvalidCursor(CURSOR_REFUSED)
-    return {table.PARTITION_KEY: {"S": position[0]}, table.SORT_KEY: {"S": position[1]}}
+    return {schema.PARTITION_KEY: {"S": position[0]}, schema.SORT_KEY: {"S": position[1]}}

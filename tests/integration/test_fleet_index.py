@@ -13,7 +13,7 @@ import pytest
 from functions.device_state import (DeviceStateManager, FleetIndex, IndexBuilding, JsonPatch, MergePatch,
                                     Operation, table)
 from functions.device_state.client import dynamodb_client
-from functions.device_state.fleet.index import index_attributes_of
+from functions.device_state.item.schema import is_index_attribute
 from functions.device_state.fleet.reindex import mark_ready
 from localdev.faults import Forwarder
 
@@ -33,7 +33,7 @@ def stored(client, name, device_id) -> dict:
 
 
 def index_of(item: dict) -> dict:
-    return {name: value for name, value in item.items() if name in index_attributes_of(item)}
+    return {name: value for name, value in item.items() if is_index_attribute(name)}
 
 
 def expected_index(manager, device_id) -> dict:

@@ -10,7 +10,6 @@ import pytest
 
 from functions.device_state import DeviceAlreadyExists, JsonPatch
 from functions.device_state import table
-from functions.device_state.item import contention
 from functions.device_state.model.device import Device
 from functions.device_state.model.times import stored_time, time_attribute, timestamp
 from functions.device_state.item.fencing import Fence, lease_key
@@ -198,7 +197,7 @@ def removed_names(request):
         return set()
     clause = request["UpdateExpression"].split(" REMOVE ")[1].split(" ADD ")[0].split(" DELETE ")[0]
     return {request["ExpressionAttributeNames"].get(name, name) for name in clause.split(", ")} - {
-        table.LAST_WRITE, *contention.MARKS}
+        table.LAST_WRITE, *table.CONTENTION_MARKS}
 
 
 def test_a_write_keeps_the_entries_of_the_last_second_up_to_the_maximum():

@@ -9,10 +9,10 @@ import copy
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .. import table
+from ..item import schema
 from ..model.device import Device
 from ..write.expressions import number
-from ..model.sections import CHANGED_ATTRIBUTES, DESIRED, REPORTED, SECTIONS, STATE, STATUS, VERSION_SPAN, entries_of
+from ..model.sections import DESIRED, REPORTED, SECTIONS, STATE, STATUS, VERSION_SPAN, entries_of
 from ..model.times import stored_time, timestamp
 from ..model.values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads
 
@@ -33,8 +33,8 @@ ACKS_OMITTED = "acksOmitted"  # true when they were more than MAX_ACKS_BYTES (re
 # not fit; then the change says acksOmitted and the version's metadata has them).
 MAX_ACKS_BYTES = 8192
 # The device attributes a change item copies from the new image (besides state).
-_COPIED = (table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED, table.STATUS_DESIRED)
-_METADATA = (table.META_DESIRED, table.META_REPORTED, table.STATUS_DESIRED)
+_COPIED = (schema.DESIRED, schema.REPORTED, schema.META_DESIRED, schema.META_REPORTED, schema.STATUS_DESIRED)
+_METADATA = (schema.META_DESIRED, schema.META_REPORTED, schema.STATUS_DESIRED)
 SIZE_MARGIN_BYTES = 1024
 # A change item carries its sections (a *snapshot*) at every SNAPSHOT_EVERY-th version, at a
 # created or replaced version and at a change to desired; between snapshots only its patch
@@ -89,30 +89,30 @@ class Change:
 
 
 def _version(image: dict | None) -> int:
-    return int(image[table.VERSION]["N"]) if image and table.VERSION in image else 0
+    return int(image[schema.VERSION]["N"]) if image and schema.VERSION in image else 0
 
 
 def change_of(old: dict | None, new: dict | None) -> Change | None:
     """The change a stream record's images (low-level form) describe, or None when the
     record is not a new version of a device's state item."""
-    if not new or new.get(table.SORT_KEY, {}).get("S") != table.STATE_SK or table.VERSION not in new:
+    if not new or new.get(schema.SORT_KEY, {}).get("S") != schema.STATE_SK or schema.VERSION not in new:
         return None
     version, previous = _version(new), _version(old)
     if version <= previous:
         return None  # lease bookkeeping, the journal, a trim: the version did not move
-    if table.DELETED_AT in new:
+    if schema.DELETED_AT in new:
         kind = DELETED
-    elif not old or table.VERSION not in old or table.DELETED_AT in old:
+    elif not old or schema.VERSION not in old or schema.DELETED_AT in old:
         kind = CREATED
     else:
-        kind = REPLACED if new.get(table.LAST_WRITE, {}).get("S") == REPLACED else UPDATED
+        kind = REPLACED if new.get(schema.LAST_WRITE, {}).get("S") == REPLACED else UPDATED
     before = document(old) if kind != CREATED else {}
     after = document(new) if kind != DELETED else None
     return Change(
-        device_id=new[table.PARTITION_KEY]["S"], version=version, previous_version=version - 1, kind=kind,
+        device_id=new[schema.PARTITION_KEY]["S"], version=version, previous_version=version - 1, kind=kind,
         patch=None if after is None else diff(before, after), state=None if after is None else after[STATE],
-        created_at=stored_time(new[table.CREATED_AT]) if table.CREATED_AT in new else None,
-        updated_at=stored_time(new[table.UPDATED_AT]) if table.UPDATED_AT in new else new[table.DELETED_AT]["S"],
+        created_at=stored_time(new[schema.CREATED_AT]) if schema.CREATED_AT in new else None,
+        updated_at=stored_time(new[schema.UPDATED_AT]) if schema.UPDATED_AT in new else new[schema.DELETED_AT]["S"],
         sections=SECTIONS if kind in (CREATED, DELETED) else changed_sections(before, after, new, version),
         desired=after and after[DESIRED], reported=after and after[REPORTED], entries=after and entries_of(new),
         last_changed=_last_changed(new), **_acks(acks_between(old, new) if kind == UPDATED else ()))
@@ -140,7 +140,7 @@ def acks_between(old: dict | None, new: dict) -> tuple:
 
 def _last_changed(item: dict) -> dict:
     """Per section with a changed mark on ``item`` (a state or change item), its version."""
-    return {section: int(item[name]["N"]) for section, name in CHANGED_ATTRIBUTES.items() if name in item}
+    return {section: int(item[name]["N"]) for section, name in schema.CHANGED_ATTRIBUTES.items() if name in item}
 
 
 def document(image: dict | None) -> dict:
@@ -154,7 +154,7 @@ def changed_sections(before: dict, after: dict, new: dict, version: int) -> tupl
     version that last wrote them) or whose document differs; a write that names no
     section wrote the state."""
     written = {section for section in (DESIRED, REPORTED)
-               if new.get(CHANGED_ATTRIBUTES[section], {}).get("N") == str(version)}
+               if new.get(schema.CHANGED_ATTRIBUTES[section], {}).get("N") == str(version)}
     differ = {section for section in SECTIONS if not _same(before[section], after[section])}
     changed = written | differ or {STATE}
     return tuple(section for section in SECTIONS if section in changed)
@@ -205,13 +205,13 @@ def epoch_of(stamp: str) -> float:
 
 def _change_base(change: Change, retention_seconds: int) -> dict:
     item = {
-        table.PARTITION_KEY: {"S": change.device_id}, table.SORT_KEY: {"S": change_sk(change.version)},
-        table.VERSION: number(change.version), PREVIOUS_VERSION: number(change.previous_version),
-        KIND: {"S": change.kind}, table.UPDATED_AT: {"S": change.updated_at},
-        table.TTL_ATTRIBUTE: number(int(epoch_of(change.updated_at)) + retention_seconds),
+        schema.PARTITION_KEY: {"S": change.device_id}, schema.SORT_KEY: {"S": change_sk(change.version)},
+        schema.VERSION: number(change.version), PREVIOUS_VERSION: number(change.previous_version),
+        KIND: {"S": change.kind}, schema.UPDATED_AT: {"S": change.updated_at},
+        schema.TTL_ATTRIBUTE: number(int(epoch_of(change.updated_at)) + retention_seconds),
     }
     if change.created_at:
-        item[table.CREATED_AT] = {"S": change.created_at}
+        item[schema.CREATED_AT] = {"S": change.created_at}
     item[SECTIONS_CHANGED] = {"L": [{"S": section} for section in change.sections]}
     if change.acks:
         item[ACKS] = {"S": dumps(list(change.acks))}
@@ -223,7 +223,7 @@ def _change_base(change: Change, retention_seconds: int) -> dict:
 def _changed_marks(new_image: dict) -> dict:
     """The state item's changed marks, as the change item carries them: a follower of a section
     learns from any later change whether that section changed since it last heard."""
-    return {name: new_image[name] for name in CHANGED_ATTRIBUTES.values() if name in new_image}
+    return {name: new_image[name] for name in schema.CHANGED_ATTRIBUTES.values() if name in new_image}
 
 
 def is_snapshot(change: Change) -> bool:
@@ -243,7 +243,7 @@ def change_item(change: Change, new_image: dict, retention_seconds: int) -> dict
     image as they are."""
     item = {**_change_base(change, retention_seconds), **_changed_marks(new_image)}
     if change.state is not None:
-        item[table.STATE] = new_image[table.STATE]
+        item[schema.STATE] = new_image[schema.STATE]
         item.update({name: new_image[name] for name in _COPIED if name in new_image})
         with_patch = {**item, PATCH: {"S": dumps(change.patch)}}
         if item_size(with_patch) <= MAX_ITEM_BYTES - SIZE_MARGIN_BYTES:
@@ -257,7 +257,7 @@ def change_item_size(device: Device, attributes: dict) -> int:
     every section name in ``sections`` included): what a state write must leave room for."""
     change = Change(device.device_id, device.version, device.version - 1, REPLACED, None, device.state,
                     device.created_at or None, device.updated_at)
-    marks = {name: number(VERSION_SPAN - 1) for name in CHANGED_ATTRIBUTES.values()}
+    marks = {name: number(VERSION_SPAN - 1) for name in schema.CHANGED_ATTRIBUTES.values()}
     return item_size({**_change_base(change, 10 ** 10), **marks, **attributes})
 
 
@@ -291,7 +291,7 @@ def lost_marker(change: Change, retention_seconds: int) -> dict:
 
 
 def change_from_item(item: dict) -> Change:
-    state = from_attribute(item[table.STATE]) if table.STATE in item else None
+    state = from_attribute(item[schema.STATE]) if schema.STATE in item else None
     if LOST in item:
         patch = None
     elif PATCH in item:
@@ -301,9 +301,9 @@ def change_from_item(item: dict) -> Change:
     sections = tuple(from_attribute(item[SECTIONS_CHANGED])) if SECTIONS_CHANGED in item else SECTIONS
     whole = document(item)
     return Change(
-        device_id=item[table.PARTITION_KEY]["S"], version=int(item[table.VERSION]["N"]),
+        device_id=item[schema.PARTITION_KEY]["S"], version=int(item[schema.VERSION]["N"]),
         previous_version=int(item[PREVIOUS_VERSION]["N"]), kind=item[KIND]["S"], patch=patch, state=state,
-        created_at=item.get(table.CREATED_AT, {}).get("S"), updated_at=item[table.UPDATED_AT]["S"],
+        created_at=item.get(schema.CREATED_AT, {}).get("S"), updated_at=item[schema.UPDATED_AT]["S"],
         sections=sections, desired=whole[DESIRED], reported=whole[REPORTED], entries=entries_of(item),
         lost=LOST in item, last_changed=_last_changed(item),
         acks=tuple(loads(item[ACKS]["S"])) if ACKS in item else (), acks_omitted=ACKS_OMITTED in item)

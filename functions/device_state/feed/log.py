@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from .. import table
+from ..item import schema
 from .items import (CHANGE_SK_PREFIX, DELETED, VERSION_WIDTH, Change, change_from_item, change_item,
                            change_of, change_sk, device_after, epoch_of, is_snapshot, lost_marker,
                            without_sections, write_units)
@@ -91,7 +91,7 @@ class VersionNotFound(DeviceStateError):
 
 def _device(expr: Expression, device_id: str) -> str:
     """The key condition on the device's partition."""
-    return f"{expr.name(table.PARTITION_KEY)} = {expr.value({'S': device_id})}"
+    return f"{expr.name(schema.PARTITION_KEY)} = {expr.value({'S': device_id})}"
 
 
 class ChangeLog:
@@ -143,11 +143,11 @@ class ChangeLog:
         if change is None:
             return 0
         expr = Expression()
-        update = (f"ADD {expr.name(TRIES)} {expr.number(1)} SET {expr.name(table.TTL_ATTRIBUTE)} = "
+        update = (f"ADD {expr.name(TRIES)} {expr.number(1)} SET {expr.name(schema.TTL_ATTRIBUTE)} = "
                   f"{expr.number(int(self.clock()) + self.retention_seconds)}")
         answer = self.store.send(
-            "update_item", ONCE, Key={table.PARTITION_KEY: {"S": change.device_id},
-                                      table.SORT_KEY: {"S": f"{TRIES_SK_PREFIX}{change.version:020d}"}},
+            "update_item", ONCE, Key={schema.PARTITION_KEY: {"S": change.device_id},
+                                      schema.SORT_KEY: {"S": f"{TRIES_SK_PREFIX}{change.version:020d}"}},
             UpdateExpression=update, **expr.attributes(), ReturnValues="UPDATED_NEW")
         return int(answer["Attributes"][TRIES]["N"])
 
@@ -155,7 +155,7 @@ class ChangeLog:
         expr = Expression()
         try:
             self.store.send("put_item", IDEMPOTENT, Item=item,
-                            ConditionExpression=f"attribute_not_exists({expr.name(table.SORT_KEY)})",
+                            ConditionExpression=f"attribute_not_exists({expr.name(schema.SORT_KEY)})",
                             **expr.attributes())
         except Rejected:
             pass  # written before: by an earlier delivery of this record
@@ -172,13 +172,13 @@ class ChangeLog:
             raise InvalidSince("since must be 0 or more")
         now = self.clock()
         expr = Expression()
-        in_range = (f"{_device(expr, device_id)} AND {expr.name(table.SORT_KEY)} BETWEEN "
+        in_range = (f"{_device(expr, device_id)} AND {expr.name(schema.SORT_KEY)} BETWEEN "
                     f"{expr.value({'S': change_sk(since + 1)})} AND {expr.value({'S': change_sk(10 ** VERSION_WIDTH - 1)})}")
         items = self.store.send("query", ConsistentRead=True, Limit=limit, KeyConditionExpression=in_range,
                                 **expr.attributes()).get("Items", [])
         changes, lost = [], False
         for item in items:
-            if table.is_expired(item, now) or int(item[table.VERSION]["N"]) != since + 1 + len(changes):
+            if schema.is_expired(item, now) or int(item[schema.VERSION]["N"]) != since + 1 + len(changes):
                 break
             change = change_from_item(item)
             if change.lost:
@@ -222,7 +222,7 @@ class ChangeLog:
         delay = 0.05
         while True:
             state = self.store.get_state(device_id)
-            if table.is_live_state(state, self.clock()) and int(state[table.VERSION]["N"]) == version:
+            if schema.is_live_state(state, self.clock()) and int(state[schema.VERSION]["N"]) == version:
                 return Device.from_item(state)
             try:
                 return self._rebuilt(device_id, version)
@@ -261,15 +261,15 @@ class ChangeLog:
         raise VersionNotFound(device_id, version, "too far from a version stored with its sections")
 
     def _change_item(self, device_id: str, version: int) -> dict | None:
-        item = self.store.get({table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": change_sk(version)}})
-        return None if item is None or table.is_expired(item, self.clock()) else item
+        item = self.store.get({schema.PARTITION_KEY: {"S": device_id}, schema.SORT_KEY: {"S": change_sk(version)}})
+        return None if item is None or schema.is_expired(item, self.clock()) else item
 
     def _recording(self, device_id: str, version: int) -> bool:
         """True when ``version`` was written but the feed has not recorded it yet: no change
         item at or after it, the device at or past it, and its processing not given up."""
         now = self.clock()
         latest = self._latest_change(device_id)
-        if latest is not None and int(latest[table.VERSION]["N"]) >= version:
+        if latest is not None and int(latest[schema.VERSION]["N"]) >= version:
             return False
         try:
             current, updated_at = self._current(device_id, now)
@@ -281,7 +281,7 @@ class ChangeLog:
         """The newest change item the feed holds for the device (expired or not)."""
         expr = Expression()
         changes = (f"{_device(expr, device_id)} AND "
-                   f"begins_with({expr.name(table.SORT_KEY)}, {expr.value({'S': CHANGE_SK_PREFIX})})")
+                   f"begins_with({expr.name(schema.SORT_KEY)}, {expr.value({'S': CHANGE_SK_PREFIX})})")
         latest = self.store.send("query", ConsistentRead=True, Limit=1, ScanIndexForward=False,
                                  KeyConditionExpression=changes, **expr.attributes()).get("Items", [])
         return latest[0] if latest else None
@@ -290,10 +290,10 @@ class ChangeLog:
         """The device's current version (a tombstone's too) and when it was last written;
         DeviceNotFound when there is no device, tombstone or change at all."""
         item = self.store.get_state(device_id)
-        if item is not None and table.VERSION in item and not table.is_expired(item, now):
-            return int(item[table.VERSION]["N"]), (stored_time(item[table.UPDATED_AT])
-                                                   if table.UPDATED_AT in item else None)
+        if item is not None and schema.VERSION in item and not schema.is_expired(item, now):
+            return int(item[schema.VERSION]["N"]), (stored_time(item[schema.UPDATED_AT])
+                                                   if schema.UPDATED_AT in item else None)
         latest = self._latest_change(device_id)
-        if latest is not None and not table.is_expired(latest, now):
-            return int(latest[table.VERSION]["N"]), stored_time(latest[table.UPDATED_AT])
+        if latest is not None and not schema.is_expired(latest, now):
+            return int(latest[schema.VERSION]["N"]), stored_time(latest[schema.UPDATED_AT])
         raise DeviceNotFound(device_id)

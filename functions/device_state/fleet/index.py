@@ -26,12 +26,11 @@ from decimal import Decimal
 from ..model.connectivity import CONNECTED_FIELD, CONNECTIVITY
 from ..model.patches import INCREMENT, SET
 from ..model.sections import SECTIONS
+from ..item import schema
 
 QUERYABLE = (*SECTIONS, CONNECTIVITY)  # what a path may start with (connectivity: see connectivity.py)
 
 SHARDS = 16
-SHARD_ATTRIBUTE = "ixShard"
-INDEX_ATTRIBUTE_PREFIX = "ix:"
 # The longest string indexed, in bytes of UTF-8 (DynamoDB takes sort keys up to 1,024): a
 # query's cursor carries a value per shard, and 16 of these, with their device ids, stay
 # under the 8,192 characters a cursor may have.
@@ -83,7 +82,7 @@ class Field:
         """The state item's attribute holding the field's indexed value (the index's sort key):
         ``ix:`` and a digest of the declaration (``type:path``), short because every write of
         the item pays for its name's bytes."""
-        return f"{INDEX_ATTRIBUTE_PREFIX}{self._digest}"
+        return f"{schema.INDEX_ATTRIBUTE_PREFIX}{self._digest}"
 
     @property
     def index_name(self) -> str:
@@ -184,18 +183,18 @@ class FleetIndex:
             else:
                 sets[field.attribute] = field.encode(value)
         if sets:
-            sets[SHARD_ATTRIBUTE] = {"N": str(shard_of(device_id))}
+            sets[schema.SHARD_ATTRIBUTE] = {"N": str(shard_of(device_id))}
         return sets, removes
 
     # ------------------------------------------------------------- the table
 
     def attribute_definitions(self) -> list[dict]:
         definitions = [{"AttributeName": field.attribute, "AttributeType": field.key_type} for field in self.fields]
-        return [{"AttributeName": SHARD_ATTRIBUTE, "AttributeType": "N"}, *definitions] if definitions else []
+        return [{"AttributeName": schema.SHARD_ATTRIBUTE, "AttributeType": "N"}, *definitions] if definitions else []
 
     def global_secondary_indexes(self) -> list[dict]:
         return [{"IndexName": field.index_name,
-                 "KeySchema": [{"AttributeName": SHARD_ATTRIBUTE, "KeyType": "HASH"},
+                 "KeySchema": [{"AttributeName": schema.SHARD_ATTRIBUTE, "KeyType": "HASH"},
                                {"AttributeName": field.attribute, "KeyType": "RANGE"}],
                  "Projection": {"ProjectionType": "KEYS_ONLY"}} for field in self.fields]
 
@@ -206,9 +205,6 @@ def connectivity_attributes(fleet_index: FleetIndex, device_id: str, connected: 
     return indexed
 
 
-def index_attributes_of(item: dict) -> list[str]:
-    """The index attributes a stored item holds (declared now or once)."""
-    return [name for name in item if name.startswith(INDEX_ATTRIBUTE_PREFIX) or name == SHARD_ATTRIBUTE]
 
 
 

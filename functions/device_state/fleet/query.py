@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from . import rql
-from .. import table
+from ..item import schema
 from .cursors import CURSOR_REFUSED, CursorSeal
 from ..model.connectivity import CONNECTIVITY, connectivity_of
 from ..model.device import Device
 from ..errors import FilterTooBroad, IndexBuilding, InvalidCursor, InvalidFilter, InvalidValue, UnindexedFilter
 from ..write.expressions import Expression
-from .index import MISSING, SHARD_ATTRIBUTE, SHARDS, Field, FleetIndex
+from .index import MISSING, SHARDS, Field, FleetIndex
 from .reindex import building, has_devices, mark_ready, progress
 from ..write.store import Refused
 from ..model.values import DEVICE_ID_PATTERN, check_number
@@ -73,7 +73,7 @@ class Scan:
     value: object = None
 
     def key_condition(self, expr: Expression, shard: int) -> str:
-        condition = f"{expr.name(SHARD_ATTRIBUTE)} = {expr.number(shard)}"
+        condition = f"{expr.name(schema.SHARD_ATTRIBUTE)} = {expr.number(shard)}"
         if self.op == "all":
             return condition
         sort_key = expr.name(self.field.attribute)
@@ -225,7 +225,7 @@ class FleetQuery:
             now = self.clock()
             for device_id, _ in entries:
                 item = items.get(device_id)
-                if not table.is_live_state(item, now):
+                if not schema.is_live_state(item, now):
                     continue
                 device = Device.from_item(item, with_connectivity=True)
                 documents = _documents(device)
@@ -251,7 +251,7 @@ class FleetQuery:
                 page = self.store.send("query", **request)
             except Refused:  # a start key DynamoDB will not take
                 raise InvalidCursor(CURSOR_REFUSED) from None
-            entries = [(item[table.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute]), shard)
+            entries = [(item[schema.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute]), shard)
                        for item in page.get("Items", [])]
             return shard, entries, "LastEvaluatedKey" not in page
 
@@ -292,7 +292,7 @@ class FleetQuery:
             items, now = self._items(ids), self.clock()
             documents = {device_id: _documents(Device.from_item(item, with_connectivity=True))
                          for device_id, item in items.items()
-                         if table.is_live_state(item, now)}
+                         if schema.is_live_state(item, now)}
             ids = {device_id for device_id, docs in documents.items() if self._matches(node, docs)}
             if group is not None:
                 values = {device_id: group.value_in(documents[device_id]) for device_id in ids}
@@ -384,7 +384,7 @@ class FleetQuery:
             expr = Expression()
             request = {"IndexName": scan.field.index_name, "KeyConditionExpression": scan.key_condition(expr, shard),
                        **expr.attributes()}
-            return [(item[table.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute]))
+            return [(item[schema.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute]))
                     for page in self._index_pages(request, budget) for item in page.get("Items", [])]
 
         with ThreadPoolExecutor(max_workers=SHARDS) as pool:
@@ -508,8 +508,8 @@ def _group_key(value):
 
 def _start_key(field: Field, shard: int, position: tuple) -> dict:
     device_id, value = position
-    return {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": table.STATE_SK},
-            SHARD_ATTRIBUTE: {"N": str(shard)}, field.attribute: field.encode(value)}
+    return {schema.PARTITION_KEY: {"S": device_id}, schema.SORT_KEY: {"S": schema.STATE_SK},
+            schema.SHARD_ATTRIBUTE: {"N": str(shard)}, field.attribute: field.encode(value)}
 
 
 def _cursor_body(at: int, positions: list) -> dict:

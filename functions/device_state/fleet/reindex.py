@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 
-from .. import table
+from ..item import schema
 from ..errors import ConditionFailed, DeviceNotFound
 from ..write.expressions import Expression, live
 from .index import FleetIndex
@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 
 def _key(sort_key: str) -> dict:
-    return {table.PARTITION_KEY: {"S": STATUS_PARTITION}, table.SORT_KEY: {"S": sort_key}}
+    return {schema.PARTITION_KEY: {"S": STATUS_PARTITION}, schema.SORT_KEY: {"S": sort_key}}
 
 
 def building(store, fleet_index: FleetIndex) -> list:
@@ -41,7 +41,7 @@ def building(store, fleet_index: FleetIndex) -> list:
         return []
     answer = store.send("batch_get_item", RequestItems={store.table_name: {
         "Keys": [_key(field.attribute) for field in fleet_index.fields], "ConsistentRead": True}})
-    ready = {item[table.SORT_KEY]["S"] for item in answer.get("Responses", {}).get(store.table_name, [])}
+    ready = {item[schema.SORT_KEY]["S"] for item in answer.get("Responses", {}).get(store.table_name, [])}
     return [field for field in fleet_index.fields if field.attribute not in ready]
 
 
@@ -60,11 +60,11 @@ def forget_undeclared(store, fleet_index: FleetIndex) -> list[str]:
     backfilled again (its index attributes went stale while nothing kept them); the index
     attributes of those dropped."""
     expr = Expression()
-    marks = store.query_all({"KeyConditionExpression": f"{expr.name(table.PARTITION_KEY)} = "
+    marks = store.query_all({"KeyConditionExpression": f"{expr.name(schema.PARTITION_KEY)} = "
                                                        f"{expr.value({'S': STATUS_PARTITION})}",
                              "ConsistentRead": True, **expr.attributes()})
     declared = {field.attribute for field in fleet_index.fields} | {JOB_SK}
-    forgotten = [mark[table.SORT_KEY]["S"] for mark in marks if mark[table.SORT_KEY]["S"] not in declared]
+    forgotten = [mark[schema.SORT_KEY]["S"] for mark in marks if mark[schema.SORT_KEY]["S"] not in declared]
     for attribute in forgotten:
         store.send("delete_item", Key=_key(attribute))
     return forgotten
@@ -82,8 +82,8 @@ def mark_ready(store, fields) -> None:
 def has_devices(store) -> bool:
     """True when the table holds any device's state item (one Scan call per 1 MB read)."""
     expr = Expression()
-    request = {"FilterExpression": f"{expr.name(table.SORT_KEY)} = {expr.value({'S': table.STATE_SK})}",
-               "ProjectionExpression": expr.name(table.PARTITION_KEY), **expr.attributes()}
+    request = {"FilterExpression": f"{expr.name(schema.SORT_KEY)} = {expr.value({'S': schema.STATE_SK})}",
+               "ProjectionExpression": expr.name(schema.PARTITION_KEY), **expr.attributes()}
     while True:
         page = store.send("scan", **request)
         if page.get("Items"):
@@ -114,7 +114,7 @@ def reindex(pipeline, fleet_index: FleetIndex, *, budget_seconds: float | None =
     while True:
         expr = Expression()
         request = {"Limit": PAGE_SIZE, "ConsistentRead": True, **({"ExclusiveStartKey": start} if start else {}),
-                   "FilterExpression": f"{expr.name(table.SORT_KEY)} = {expr.value({'S': table.STATE_SK})} "
+                   "FilterExpression": f"{expr.name(schema.SORT_KEY)} = {expr.value({'S': schema.STATE_SK})} "
                                        f"AND {live(expr, int(time.time()))}", **expr.attributes()}
         page = store.send("scan", **request)
         for item in page.get("Items", []):
@@ -136,7 +136,7 @@ def _reindex_device(pipeline, item: dict) -> None:
     writes move it; a device deleted meanwhile needs none."""
     for _ in range(100):
         planner = pipeline.planner()
-        if not table.is_live_state(item, planner.now):
+        if not schema.is_live_state(item, planner.now):
             return
         planned = planner.reindex(item)
         if planned is None:
@@ -152,7 +152,7 @@ def _reindex_device(pipeline, item: dict) -> None:
             logger.warning("reindex left %s unindexed: its item has no room for the index attributes",
                            refused.device_id)
             return
-    logger.warning("reindex gave up on %s: it kept moving", item[table.PARTITION_KEY]["S"])
+    logger.warning("reindex gave up on %s: it kept moving", item[schema.PARTITION_KEY]["S"])
 
 
 def _save(store, declaration: str, scanned: int, start: dict | None) -> None:
@@ -164,9 +164,9 @@ def _save(store, declaration: str, scanned: int, start: dict | None) -> None:
 
 
 def _encoded(key: dict) -> str:
-    return f"{key[table.PARTITION_KEY]['S']}\n{key[table.SORT_KEY]['S']}"
+    return f"{key[schema.PARTITION_KEY]['S']}\n{key[schema.SORT_KEY]['S']}"
 
 
 def _decoded(text: str) -> dict:
     device_id, sort_key = text.split("\n", 1)
-    return {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": sort_key}}
+    return {schema.PARTITION_KEY: {"S": device_id}, schema.SORT_KEY: {"S": sort_key}}

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from .. import table
+from . import schema
 from ..runtime import Runtime
 from ..model.values import item_size
 
@@ -32,7 +32,6 @@ HOLD_SHARE_OF_BUDGET = 0.5  # and never more than this share of its budget
 # No race outlasts this (the API's budget is 5 s): a mark further ahead, from a skewed clock or
 # another writer, holds no one and goes with the next winner; a mark is set no further ahead.
 HORIZON_SECONDS = 10.0
-MARKS = (table.RACED_UNTIL, table.CONTENDED_UNTIL)
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class Raced:
 
 def present(item: dict | None) -> list[str]:
     """The marks the item carries, well formed or not."""
-    return [mark for mark in MARKS if mark in (item or {})]
+    return [mark for mark in schema.CONTENTION_MARKS if mark in (item or {})]
 
 
 def live_until(item: dict | None, mark: str, now: float) -> float | None:
@@ -67,7 +66,7 @@ def changes(item: dict | None, now: float, raced: Raced, room: float) -> tuple[d
     marks = present(item)
     live = [mark for mark in marks if live_until(item, mark, now) is not None]
     if raced.seconds >= MARK_AFTER_SECONDS:
-        mark = table.CONTENDED_UNTIL if live else table.RACED_UNTIL
+        mark = schema.CONTENDED_UNTIL if live else schema.RACED_UNTIL
         sets = {mark: {"N": str(int((now + min(raced.seconds, HORIZON_SECONDS)) * 1000))}}
         removes = [other for other in marks if other != mark]
     elif not live or (raced.seconds < CLEAR_BELOW_SECONDS and not raced.held):
@@ -109,7 +108,7 @@ class Race:
     def hold(self, item: dict | None) -> float:
         """Seconds to hold back before a first try on ``item``: none unless it is crowded."""
         now = self._runtime.clock()
-        crowded = live_until(item, table.CONTENDED_UNTIL, now)
+        crowded = live_until(item, schema.CONTENDED_UNTIL, now)
         if crowded is None:
             return 0.0
         return self._runtime.rng.uniform(HOLD_LOW, HOLD_HIGH) * min(crowded - now, self._budget * HOLD_SHARE_OF_BUDGET)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from .. import table
+from . import schema
 from ..errors import DeviceLocked, LeaseNotHeld
 from ..write.expressions import Expression
 
@@ -23,8 +23,8 @@ def lease_key(lease_token: str) -> str:
 
 def active_holder(state_item: dict, now: float) -> tuple[int | None, float | None]:
     """The fencing token and expiry of the lease active on a state item, or (None, None)."""
-    token = state_item.get(table.LEASE_TOKEN)
-    until = state_item.get(table.LEASE_UNTIL)
+    token = state_item.get(schema.LEASE_TOKEN)
+    until = state_item.get(schema.LEASE_UNTIL)
     if token is None or until is None or float(until["N"]) <= now:
         return None, None
     return int(token["N"]), float(until["N"])
@@ -43,13 +43,13 @@ class Fence:
 
     def condition(self, device_id: str, expr: Expression, now: float) -> str:
         """The fence condition at ``now`` (epoch seconds), its placeholders from ``expr``."""
-        until, now_epoch = expr.name(table.LEASE_UNTIL), expr.number(now)
+        until, now_epoch = expr.name(schema.LEASE_UNTIL), expr.number(now)
         token = self.tokens.get(device_id)
         if token is None:
-            return f"(attribute_not_exists({expr.name(table.LEASE_TOKEN)}) OR {until} <= {now_epoch})"
+            return f"(attribute_not_exists({expr.name(schema.LEASE_TOKEN)}) OR {until} <= {now_epoch})"
         if not isinstance(token, str):
             token = token.lease_token_if_held()
-        return f"({expr.name(table.LEASE_KEY)} = {expr.value({'S': lease_key(token)})} AND {until} > {now_epoch})"
+        return f"({expr.name(schema.LEASE_KEY)} = {expr.value({'S': lease_key(token)})} AND {until} > {now_epoch})"
 
     def error(self, device_id: str, item: dict | None, now: float) -> Exception | None:
         """Why the fence refused a write to ``item`` (as it was), or None if it did not."""
@@ -59,5 +59,5 @@ class Fence:
             token = token.lease_token
         if holder is None:
             return None if token is None else LeaseNotHeld(device_id)
-        held = token is not None and item.get(table.LEASE_KEY, {}).get("S") == lease_key(token)
+        held = token is not None and item.get(schema.LEASE_KEY, {}).get("S") == lease_key(token)
         return None if held else DeviceLocked(device_id, until)

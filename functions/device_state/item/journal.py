@@ -24,7 +24,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from .. import table
+from . import schema
 from ..write.expressions import Expression
 
 JOURNAL_KEEP = 1  # the newest entries every write leaves on the item (its own)
@@ -53,12 +53,12 @@ class WriteId:
 
     @property
     def attribute(self) -> str:
-        return f"{table.JOURNAL_PREFIX}{_base36(self.stamp_ms, _STAMP_WIDTH)}{self.nonce}"
+        return f"{schema.JOURNAL_PREFIX}{_base36(self.stamp_ms, _STAMP_WIDTH)}{self.nonce}"
 
     @classmethod
     def parse(cls, attribute: str) -> "WriteId | None":
-        body = attribute[len(table.JOURNAL_PREFIX):]
-        if not attribute.startswith(table.JOURNAL_PREFIX) or len(body) <= _STAMP_WIDTH:
+        body = attribute[len(schema.JOURNAL_PREFIX):]
+        if not attribute.startswith(schema.JOURNAL_PREFIX) or len(body) <= _STAMP_WIDTH:
             return None
         try:
             return cls(int(body[:_STAMP_WIDTH], 36), body[_STAMP_WIDTH:])
@@ -78,7 +78,7 @@ def journal(item: dict | None) -> list[tuple[WriteId, int]]:
     """The journal entries on an item: (write id, version it produced; 0 = never applied)."""
     entries = []
     for name, value in (item or {}).items():
-        write = WriteId.parse(name) if name.startswith(table.JOURNAL_PREFIX) else None
+        write = WriteId.parse(name) if name.startswith(schema.JOURNAL_PREFIX) else None
         if write is not None and "N" in value:
             entries.append((write, int(value["N"])))
     return entries
@@ -98,13 +98,13 @@ def trimmed_stamp(item: dict | None) -> int:
 
 def trimmed_stamps(item: dict | None) -> list[int]:
     """The stamps compiled patches added to ``journalTrimmedStamps``, lowest first."""
-    value = (item or {}).get(table.JOURNAL_TRIMMED_STAMPS)
+    value = (item or {}).get(schema.JOURNAL_TRIMMED_STAMPS)
     return sorted(int(stamp) for stamp in value["NS"]) if value else []
 
 
 def watermark(item: dict | None) -> int:
     """``journalTrimmed``: the newest stamp the writes that read the item dropped (0: none)."""
-    value = (item or {}).get(table.JOURNAL_TRIMMED)
+    value = (item or {}).get(schema.JOURNAL_TRIMMED)
     return int(value["N"]) if value else 0
 
 

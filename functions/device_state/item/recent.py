@@ -9,7 +9,7 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Iterator
 
-from .. import table
+from . import schema
 
 MAX_DEVICES = 1024  # devices remembered per container (least recently seen forgotten first)
 
@@ -25,14 +25,14 @@ class RecentJournals:
         self._lock = threading.Lock()
 
     def saw(self, device_id: str, item: dict | None) -> None:
-        if not item or table.VERSION not in item:
+        if not item or schema.VERSION not in item:
             return
         journal = {name: value for name, value in item.items()
-                   if name.startswith(table.JOURNAL_PREFIX) or name in (
-                       table.VERSION, table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS)}
+                   if name.startswith(schema.JOURNAL_PREFIX) or name in (
+                       schema.VERSION, schema.JOURNAL_TRIMMED, schema.JOURNAL_TRIMMED_STAMPS)}
         with self._lock:
             known = self._journals.get(device_id)
-            if known is None or int(known[table.VERSION]["N"]) <= int(item[table.VERSION]["N"]):
+            if known is None or int(known[schema.VERSION]["N"]) <= int(item[schema.VERSION]["N"]):
                 self._journals[device_id] = journal
             self._journals.move_to_end(device_id)
             while len(self._journals) > self._max_devices:

@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass, replace
 
 from .. import table
+from ..item import schema
 from ..model.times import stored_time, timestamp
 from ..errors import (DeviceLocked, DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, LeaseNotHeld, OutcomeUnknown,
                      RetriesExhausted, StorageError, StorageUnavailable, UnknownLease)
@@ -68,7 +69,7 @@ def _sort_key(ticket: int) -> str:
 
 
 def _row_key(device_id: str, ticket: int) -> dict:
-    return {table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": _sort_key(ticket)}}
+    return {schema.PARTITION_KEY: {"S": device_id}, schema.SORT_KEY: {"S": _sort_key(ticket)}}
 
 
 def lease_token_of(secret: str) -> str:
@@ -147,7 +148,7 @@ class LeaseQueue:
         device = self._store.get_live_state(device_id, runtime.clock())
         if device is None:
             raise DeviceNotFound(device_id)
-        since = stored_time(device[table.CREATED_AT])  # rows of an earlier incarnation of the device do not count
+        since = stored_time(device[schema.CREATED_AT])  # rows of an earlier incarnation of the device do not count
         started = runtime.monotonic()
         deadline = started + wait_seconds
         ticket = self._draw(device_id)
@@ -188,7 +189,7 @@ class LeaseQueue:
         counter = Expression()
         return int(self._store.send(
             "update_item", IDEMPOTENT,
-            Key={table.PARTITION_KEY: {"S": device_id}, table.SORT_KEY: {"S": table.LEASE_COUNTER_SK}},
+            Key={schema.PARTITION_KEY: {"S": device_id}, schema.SORT_KEY: {"S": table.LEASE_COUNTER_SK}},
             UpdateExpression=f"ADD {counter.name(_TICKET)} {counter.number(1)}", **counter.attributes(),
             ReturnValues="UPDATED_NEW",
         )["Attributes"][_TICKET]["N"])
@@ -225,8 +226,8 @@ class LeaseQueue:
         expr = Expression()
         rows = self._store.query_all({
             "ConsistentRead": True,
-            "KeyConditionExpression": (f"{expr.name(table.PARTITION_KEY)} = {expr.value({'S': device_id})} AND "
-                                       f"{expr.name(table.SORT_KEY)} BETWEEN {expr.value({'S': _sort_key(0)})} AND "
+            "KeyConditionExpression": (f"{expr.name(schema.PARTITION_KEY)} = {expr.value({'S': device_id})} AND "
+                                       f"{expr.name(schema.SORT_KEY)} BETWEEN {expr.value({'S': _sort_key(0)})} AND "
                                        f"{expr.value({'S': high})}"),
             **expr.attributes(),
         })
@@ -247,7 +248,7 @@ class LeaseQueue:
                      f"{expr.name(_CREATED_AT)} < {expr.value({'S': since})}")
         try:
             self._store.send("delete_item", IDEMPOTENT,
-                             Key={table.PARTITION_KEY: row[table.PARTITION_KEY], table.SORT_KEY: row[table.SORT_KEY]},
+                             Key={schema.PARTITION_KEY: row[schema.PARTITION_KEY], schema.SORT_KEY: row[schema.SORT_KEY]},
                              ConditionExpression=condition, **expr.attributes())
         except Rejected:
             pass
@@ -273,7 +274,7 @@ class LeaseQueue:
             row_until = row.name(_UNTIL)
             extend_row = {"Update": {
                 "TableName": self._store.table_name, "Key": key,
-                "UpdateExpression": (f"SET {row_until} = {row.number(until)}, {row.name(table.TTL_ATTRIBUTE)} = "
+                "UpdateExpression": (f"SET {row_until} = {row.number(until)}, {row.name(schema.TTL_ATTRIBUTE)} = "
                                      f"{row.number(math.ceil(until))}, {row.name(_TTL)} = {row.number(ttl_seconds)}"),
                 "ConditionExpression": (f"{row.name(_SECRET)} = {row.value({'S': secret})} AND "
                                         f"{row_until} > {row.number(lease_instant(planner.now))}"),
@@ -371,7 +372,7 @@ class LeaseQueue:
         if state is None:
             raise DeviceNotFound(device_id)
         token, until = active_holder(state, now)
-        rows = self._live_rows(device_id, stored_time(state[table.CREATED_AT]))
+        rows = self._live_rows(device_id, stored_time(state[schema.CREATED_AT]))
         holder_row = next((row for row in rows if token is not None and int(row[_TICKET]["N"]) == token), None)
         owner = holder_row.get(_OWNER, {}).get("S") if holder_row else None
         queue = tuple((int(row[_TICKET]["N"]), row.get(_OWNER, {}).get("S")) for row in rows if row is not holder_row)
@@ -384,7 +385,7 @@ class LeaseQueue:
             **_row_key(device_id, ticket),
             _TICKET: number(ticket), _SECRET: {"S": secret}, _TTL: number(ttl_seconds),
             _CREATED_AT: {"S": timestamp(self._runtime.clock())},
-            _UNTIL: number(until), table.TTL_ATTRIBUTE: number(math.ceil(until)),
+            _UNTIL: number(until), schema.TTL_ATTRIBUTE: number(math.ceil(until)),
         }
         if owner:
             row[_OWNER] = {"S": owner}
@@ -451,8 +452,8 @@ class LeaseQueue:
 
     def _drawn(self, device_id: str, ticket: int) -> bool:
         """Whether the device's counter has reached ``ticket``."""
-        counter = self._store.get({table.PARTITION_KEY: {"S": device_id},
-                                   table.SORT_KEY: {"S": table.LEASE_COUNTER_SK}})
+        counter = self._store.get({schema.PARTITION_KEY: {"S": device_id},
+                                   schema.SORT_KEY: {"S": table.LEASE_COUNTER_SK}})
         return ticket <= (int(counter[_TICKET]["N"]) if counter else 0)
 
 

@@ -16,14 +16,13 @@ connects and cleared by the disconnect that leaves none open.
 
 from __future__ import annotations
 
-from .. import table
+from ..item import schema
 from .times import timestamp
 
 CONNECTIVITY = "connectivity"  # the document a device read shows, and its fleet-query section
 CONNECTED_FIELD = ("connected",)  # the one member of it that may be declared for fleet query
 MAX_CONNECTIONS = 4  # open connections per device (their members live in the item's bookkeeping room)
 SEEN_EVERY_SECONDS = 60
-ATTRIBUTES = (table.CONNECTIONS, table.CONNECTED_SINCE, table.LAST_SEEN)  # on the state item
 
 
 def member(connection_id: str, until: float) -> str:
@@ -36,7 +35,7 @@ def _until_ms(member_: str) -> int:
 
 
 def members(item: dict | None) -> list[str]:
-    return list((item or {}).get(table.CONNECTIONS, {}).get("SS", []))
+    return list((item or {}).get(schema.CONNECTIONS, {}).get("SS", []))
 
 
 def open_members(item: dict | None, now: float) -> list[str]:
@@ -55,13 +54,13 @@ def _ms(item: dict, name: str) -> int | None:
 def connectivity_of(item: dict, now: float) -> dict:
     """``{"connected", "since", "lastSeen"}`` as a device read shows it."""
     connected = bool(open_members(item, now))
-    since, seen = _ms(item, table.CONNECTED_SINCE), _ms(item, table.LAST_SEEN)
+    since, seen = _ms(item, schema.CONNECTED_SINCE), _ms(item, schema.LAST_SEEN)
     return {"connected": connected, "since": timestamp(since / 1000) if connected and since else None,
             "lastSeen": timestamp(seen / 1000) if seen else None}
 
 
 def seen_recently(item: dict | None, now: float) -> bool:
-    seen = _ms(item or {}, table.LAST_SEEN)
+    seen = _ms(item or {}, schema.LAST_SEEN)
     return seen is not None and seen > (now - SEEN_EVERY_SECONDS) * 1000
 
 
@@ -72,12 +71,12 @@ def connectivity_event(old: dict | None, new: dict | None) -> tuple[str, dict] |
     """(detail type, detail) when a stream record's images show the device becoming
     connected (``connectedSince`` appears) or disconnected (it goes: its last connection
     closed, or the device was deleted while connected); None otherwise."""
-    if not new or table.VERSION not in new:
+    if not new or schema.VERSION not in new:
         return None
-    before, after = table.CONNECTED_SINCE in (old or {}), table.CONNECTED_SINCE in new
+    before, after = schema.CONNECTED_SINCE in (old or {}), schema.CONNECTED_SINCE in new
     if before == after:
         return None
-    seen = _ms(new, table.LAST_SEEN) if after or table.DELETED_AT not in new else None
-    at = timestamp(seen / 1000) if seen else new.get(table.DELETED_AT, {}).get("S")
-    detail = {"deviceId": new[table.PARTITION_KEY]["S"], "connected": after, "at": at}
+    seen = _ms(new, schema.LAST_SEEN) if after or schema.DELETED_AT not in new else None
+    at = timestamp(seen / 1000) if seen else new.get(schema.DELETED_AT, {}).get("S")
+    detail = {"deviceId": new[schema.PARTITION_KEY]["S"], "connected": after, "at": at}
     return (CONNECTED_EVENT if after else DISCONNECTED_EVENT), detail

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from . import desires
-from .. import table
-from .connectivity import ATTRIBUTES as CONNECTIVITY_ATTRIBUTES, CONNECTIVITY, connectivity_of
+from ..item import schema
+from .connectivity import CONNECTIVITY, connectivity_of
 from .sections import DESIRED, entries_of, metadata
 from .times import stored_time, timestamp
 from .values import from_attribute
@@ -37,15 +37,15 @@ class Device:
     def from_item(cls, item: dict, with_connectivity: bool = False) -> "Device":
         """The device an item holds; ``with_connectivity``: a read, which shows it."""
         return cls(
-            device_id=item[table.PARTITION_KEY]["S"],
-            version=int(item[table.VERSION]["N"]),
-            state=from_attribute(item[table.STATE]),
-            created_at=stored_time(item[table.CREATED_AT]),
-            updated_at=stored_time(item[table.UPDATED_AT]),
-            desired=from_attribute(item[table.DESIRED]) if table.DESIRED in item else {},
-            reported=from_attribute(item[table.REPORTED]) if table.REPORTED in item else {},
+            device_id=item[schema.PARTITION_KEY]["S"],
+            version=int(item[schema.VERSION]["N"]),
+            state=from_attribute(item[schema.STATE]),
+            created_at=stored_time(item[schema.CREATED_AT]),
+            updated_at=stored_time(item[schema.UPDATED_AT]),
+            desired=from_attribute(item[schema.DESIRED]) if schema.DESIRED in item else {},
+            reported=from_attribute(item[schema.REPORTED]) if schema.REPORTED in item else {},
             entries=entries_of(item),
-            presence=({name: item[name] for name in CONNECTIVITY_ATTRIBUTES if name in item}
+            presence=({name: item[name] for name in schema.CONNECTIVITY_ATTRIBUTES if name in item}
                       if with_connectivity else None),
         )
 

@@ -12,7 +12,7 @@ from decimal import Context, Decimal, Inexact, localcontext
 
 import jsonpointer
 
-from .. import table
+from ..item import schema
 from ..errors import InvalidPatch, InvalidValue, PatchNotApplicable, PatchTestFailed
 from ..write.expressions import Expression
 from .sections import pointer
@@ -52,7 +52,7 @@ class MergePatch:
     def __call__(self, state: dict) -> dict:
         return _merge(state, self.patch)
 
-    def compile(self, section: str = table.STATE, nested: bool = False) -> "CompiledUpdate | None":
+    def compile(self, section: str = schema.STATE, nested: bool = False) -> "CompiledUpdate | None":
         """``nested``: members of objects in the patch compile too, on condition that the
         object exists (else read-modify-write merges into whatever is there)."""
         if not self.patch:
@@ -207,7 +207,7 @@ class JsonPatch:
             raise PatchNotApplicable("the patch would make the state something other than an object")
         return result
 
-    def compile(self, section: str = table.STATE, nested: bool = False) -> "CompiledUpdate | None":
+    def compile(self, section: str = schema.STATE, nested: bool = False) -> "CompiledUpdate | None":
         """One UpdateItem with no read, where every operation is an increment, add,
         replace or remove of an object member (the common device update); else None."""
         if not self.operations:
@@ -327,7 +327,7 @@ class CompiledUpdate:
     missing, a member of the wrong type), the caller falls back to read-modify-write, which
     then applies the patch or raises the patch's own error."""
 
-    section: str = table.STATE  # the attribute of the section it changes
+    section: str = schema.STATE  # the attribute of the section it changes
     expression: Expression = field(default_factory=Expression)
     sets: list[str] = field(default_factory=list)
     removes: list[str] = field(default_factory=list)

@@ -27,7 +27,7 @@ from decimal import Decimal
 
 import jsonpointer
 
-from .. import table
+from ..item import schema
 from ..errors import InvalidValue
 from .times import timestamp
 from .updates import Touching
@@ -36,11 +36,9 @@ from .values import check_state, from_attribute
 STATE, DESIRED, REPORTED = "state", "desired", "reported"
 SECTIONS = (STATE, DESIRED, REPORTED)
 DEVICE_SECTIONS = (DESIRED, REPORTED)  # the sections with per-leaf metadata
-META_ATTRIBUTES = {DESIRED: table.META_DESIRED, REPORTED: table.META_REPORTED}
 STATUS = "status"  # the key of desired's statuses among a device's entries (desires.py)
 # The stored per-leaf entries of an item: desired's and reported's metadata, desired's statuses.
-ENTRY_ATTRIBUTES = {**META_ATTRIBUTES, STATUS: table.STATUS_DESIRED}
-CHANGED_ATTRIBUTES = {DESIRED: table.CHANGED_DESIRED, REPORTED: table.CHANGED_REPORTED}
+ENTRY_ATTRIBUTES = {**schema.META_ATTRIBUTES, STATUS: schema.STATUS_DESIRED}
 VERSION_SPAN = 10 ** 16  # versions below this pack with a millisecond time into 29 digits
 # The longest JSON Pointer of a desired or reported leaf, escaped, in bytes: it keys the
 # leaf's metadata entry, a map key (DynamoDB Local fails past 50,000 bytes with an

@@ -18,7 +18,7 @@ import json
 
 from boto3.dynamodb.conditions import ConditionBase, ConditionExpressionBuilder
 
-from .. import table
+from ..item import schema
 from ..model.values import to_attribute
 
 # The builder's placeholders: #a0, #a1, ... for names and :a0, :a1, ... for values. A
@@ -90,17 +90,17 @@ class Expression:
 
 
 def not_expired(expr: Expression, now: float) -> str:
-    expires = expr.name(table.TTL_ATTRIBUTE)
+    expires = expr.name(schema.TTL_ATTRIBUTE)
     return f"(attribute_not_exists({expires}) OR {expires} > {expr.number(now)})"
 
 
 def live(expr: Expression, now: float) -> str:
     """The condition that the state item is live at ``now`` (epoch seconds)."""
-    return (f"(attribute_exists({expr.name(table.VERSION)}) AND attribute_not_exists({expr.name(table.DELETED_AT)})"
+    return (f"(attribute_exists({expr.name(schema.VERSION)}) AND attribute_not_exists({expr.name(schema.DELETED_AT)})"
             f" AND {not_expired(expr, now)})")
 
 
 def not_live(expr: Expression, now: float) -> str:
     """The condition that the state item is absent, a tombstone, expired, or a settle stub."""
-    return (f"(attribute_not_exists({expr.name(table.VERSION)}) OR attribute_exists({expr.name(table.DELETED_AT)})"
-            f" OR {expr.name(table.TTL_ATTRIBUTE)} <= {expr.number(now)})")
+    return (f"(attribute_not_exists({expr.name(schema.VERSION)}) OR attribute_exists({expr.name(schema.DELETED_AT)})"
+            f" OR {expr.name(schema.TTL_ATTRIBUTE)} <= {expr.number(now)})")

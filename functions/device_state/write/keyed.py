@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from .. import table
+from ..item import schema
 from ..model.device import Device, timestamp
 from ..errors import DeviceStateError, IdempotencyKeyReused
 from .expressions import Expression, number
@@ -101,31 +102,31 @@ def record_puts(table_name: str, partition: str, key: IdempotencyKey, results: l
     parts = [answer[offset:offset + PART_BYTES] for offset in range(0, len(answer), PART_BYTES)] or [b""]
     expires = number(int(now) + RECORD_TTL_SECONDS)
     first = {**record_key(partition, key), FINGERPRINT: {"S": key.fingerprint}, ANSWER: {"B": parts[0]},
-             PARTS: number(len(parts)), RECORDED_AT: {"S": timestamp(now)}, table.TTL_ATTRIBUTE: expires}
+             PARTS: number(len(parts)), RECORDED_AT: {"S": timestamp(now)}, schema.TTL_ATTRIBUTE: expires}
     expr = Expression()
     puts = [{"Put": {
         "TableName": table_name, "Item": first,
-        "ConditionExpression": (f"attribute_not_exists({expr.name(table.SORT_KEY)}) OR "
-                                f"{expr.name(table.TTL_ATTRIBUTE)} <= {expr.number(now)}"),
+        "ConditionExpression": (f"attribute_not_exists({expr.name(schema.SORT_KEY)}) OR "
+                                f"{expr.name(schema.TTL_ATTRIBUTE)} <= {expr.number(now)}"),
         **expr.attributes(),
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }}]
     for index, part in enumerate(parts[1:], start=1):
         puts.append({"Put": {"TableName": table_name, "Item": {
-            **part_key(partition, key, index), ANSWER: {"B": part}, table.TTL_ATTRIBUTE: expires}}})
+            **part_key(partition, key, index), ANSWER: {"B": part}, schema.TTL_ATTRIBUTE: expires}}})
     for put in puts:
         check_item_size(put["Put"]["Item"])
     return puts
 
 
 def record_key(partition: str, key: IdempotencyKey) -> dict:
-    return {table.PARTITION_KEY: {"S": partition}, table.SORT_KEY: {"S": key.sort_key}}
+    return {schema.PARTITION_KEY: {"S": partition}, schema.SORT_KEY: {"S": key.sort_key}}
 
 
 def part_key(partition: str, key: IdempotencyKey, index: int) -> dict:
     """Where part ``index`` (from 1) of a long recorded answer lives."""
-    return {table.PARTITION_KEY: {"S": partition},
-            table.SORT_KEY: {"S": f"{table.IDEMPOTENCY_PART_SK_PREFIX}{index}#{key.scope}#{key.key}"}}
+    return {schema.PARTITION_KEY: {"S": partition},
+            schema.SORT_KEY: {"S": f"{table.IDEMPOTENCY_PART_SK_PREFIX}{index}#{key.scope}#{key.key}"}}
 
 
 def recorded_results(partition: str, key: IdempotencyKey, record: dict | None, now: float,
@@ -135,7 +136,7 @@ def recorded_results(partition: str, key: IdempotencyKey, record: dict | None, n
     ``IdempotencyKeyReused`` when the key was used for a different request.
     ``read_part(key)`` reads one further part of a long answer; ``read_device(device_id,
     version)`` the device at a version a record holds without its state."""
-    if record is None or table.is_expired(record, now):
+    if record is None or schema.is_expired(record, now):
         return None
     if record[FINGERPRINT]["S"] != key.fingerprint:
         raise IdempotencyKeyReused(partition, key.key)

@@ -4,7 +4,7 @@ transaction, or as a lease holder change. The one classifier of refusals."""
 
 from __future__ import annotations
 
-from .. import table
+from ..item import schema
 from ..model.device import Device
 from ..errors import ConditionFailed, DeviceAlreadyExists, DeviceLocked, DeviceNotFound, LeaseLost, LeaseNotHeld
 from ..item.fencing import Fence, active_holder
@@ -19,7 +19,7 @@ def refusal(planned: Planned, old: dict | None, fence: Fence, now: float) -> Exc
     ``DeviceLocked`` (another lease is active) for a take, ``LeaseLost`` for an extension,
     ``LeaseNotHeld`` for a clear whose ticket is not the holder."""
     device_id = planned.device_id
-    live = old if table.is_live_state(old, now) else None
+    live = old if schema.is_live_state(old, now) else None
     if planned.outcome == LEASE_CLEARED:
         return LeaseNotHeld(device_id)
     if planned.outcome == LEASE_EXTENDED:

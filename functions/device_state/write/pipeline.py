@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from .. import table
+from ..item import schema
 from ..item.contention import Raced
 from ..model.device import Device
 from ..errors import ItemTooLarge, OutcomeUnknown, StorageError, StorageUnavailable
@@ -160,6 +160,6 @@ class WritePipeline:
         if planned.device is not None:
             return planned.device
         # A compiled patch knows only its version: the device now holds it and maybe later changes.
-        if table.is_live_state(item, self.runtime.clock()):
+        if schema.is_live_state(item, self.runtime.clock()):
             return Device.from_item(item)
         return Device(planned.device_id, version, {}, "", "")

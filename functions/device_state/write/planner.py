@@ -17,20 +17,19 @@ from boto3.dynamodb.conditions import ConditionBase
 from ..model import connectivity
 from ..item import contention
 from ..model import desires
-from .. import table
+from ..item import schema
 from ..model.device import Device
 from ..model.times import time_attribute, timestamp
 from ..feed.items import change_item_size
 from ..errors import DeviceAlreadyExists, DeviceNotFound, InvalidValue, ItemTooLarge, VersionConflict
 from .expressions import Expression, live, not_live, number
 from ..item.fencing import Fence, lease_key
-from ..fleet.index import (INDEX_ATTRIBUTE_PREFIX, QUERYABLE, SHARD_ATTRIBUTE, FleetIndex, compiled_attributes,
-                          connectivity_attributes, index_attributes_of, shard_of)
+from ..fleet.index import QUERYABLE, FleetIndex, compiled_attributes, connectivity_attributes, shard_of
 from .keyed import CHECKED, CREATED, DELETED, REPLACED, UPDATED
 from ..item.journal import (JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp, trimmed_stamps, trimming,
                       watermark)
 from ..model.patches import INCREMENT, REMOVED
-from ..model.sections import (ALL, CHANGED_ATTRIBUTES, DESIRED, DEVICE_SECTIONS, MAX_POINTER_BYTES, META_ATTRIBUTES,
+from ..model.sections import (ALL, DESIRED, DEVICE_SECTIONS, MAX_POINTER_BYTES,
                        REPORTED, STATE, STATUS, VERSION_SPAN, SectionWrite, check_pointer, leaf_entries,
                        longest_leaf_pointer, next_entries, pack, pointer_bytes, touched_by)
 from ..model.updates import UpdateFn
@@ -46,14 +45,6 @@ BOOKKEEPING_BYTES = 768
 MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state write may leave on the item
 COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit
 _REMOVED = None  # an attribute a write removes, among those it writes (sized as absent)
-# What a state write stores and its change record copies: the sections and their metadata.
-SECTION_ATTRIBUTES = (table.STATE, table.DESIRED, table.REPORTED, table.META_DESIRED, table.META_REPORTED,
-                      table.STATUS_DESIRED)
-LEASE_ATTRIBUTES = (table.LEASE_TOKEN, table.LEASE_KEY, table.LEASE_UNTIL)  # the active lease holder
-BOOKKEEPING_ATTRIBUTES = frozenset({table.JOURNAL_TRIMMED, table.JOURNAL_TRIMMED_STAMPS, *LEASE_ATTRIBUTES,
-                                    *connectivity.ATTRIBUTES,
-                                    *contention.MARKS})  # kept only in the room the state leaves
-
 _LARGEST_VERSION = number(VERSION_SPAN - 1)  # a version or changed mark, as sized for the item's budget
 _LONGEST_NUMBER_BYTES = 21  # DynamoDB's size of a 38-digit number
 _LONGEST_OUTCOME = max((CREATED, REPLACED, UPDATED), key=len)  # lastWrite, as sized for the item's budget
@@ -107,26 +98,26 @@ class Planner:
     def create(self, device_id: str, state: dict, item: dict | None, sections: dict | None = None) -> Planned:
         """Create over nothing, a settle stub, or a tombstone (its version continues).
         ``sections``: the device's desired and reported (each ``{}`` when absent)."""
-        if table.is_live_state(item, self.now):
+        if schema.is_live_state(item, self.now):
             raise DeviceAlreadyExists(device_id, Device.from_item(item))
         check_state(state)
-        previous = int(item[table.VERSION]["N"]) if item and table.VERSION in item else 0
+        previous = int(item[schema.VERSION]["N"]) if item and schema.VERSION in item else 0
         stamp = timestamp(self.now)
         documents = {section: (sections or {}).get(section) or {} for section in DEVICE_SECTIONS}
         entries = {section: next_entries(documents[section], {}, (ALL,), pack(previous + 1, self.now))
                    for section in DEVICE_SECTIONS}
         device = Device(device_id, previous + 1, state, stamp, stamp, desired=documents[DESIRED],
                         reported=documents[REPORTED], entries=entries)
-        expr, written = Expression(), {table.STATE: to_attribute(state)}
+        expr, written = Expression(), {schema.STATE: to_attribute(state)}
         name, now = expr.name, expr.value(time_attribute(self.now))
         if previous:
-            condition = f"{name(table.VERSION)} = {expr.number(previous)} AND {not_live(expr, self.now)}"
+            condition = f"{name(schema.VERSION)} = {expr.number(previous)} AND {not_live(expr, self.now)}"
         else:
-            condition = f"attribute_not_exists({name(table.VERSION)})"
-        sets = [f"{name(table.STATE)} = {expr.value(written[table.STATE])}", f"{name(table.CREATED_AT)} = {now}",
-                f"{name(table.UPDATED_AT)} = {now}"]
+            condition = f"attribute_not_exists({name(schema.VERSION)})"
+        sets = [f"{name(schema.STATE)} = {expr.value(written[schema.STATE])}", f"{name(schema.CREATED_AT)} = {now}",
+                f"{name(schema.UPDATED_AT)} = {now}"]
         sets += _section_sets(expr, documents, entries, device.version, written)
-        removes = [name(attribute) for attribute in (table.DELETED_AT, table.TTL_ATTRIBUTE, *LEASE_ATTRIBUTES)]
+        removes = [name(attribute) for attribute in schema.GONE_ON_CREATE]
         indexed, unindexed = self.fleet_index.attributes(device_id, {STATE: state, **documents})
         # a new device is not connected, and a query for the disconnected finds it
         indexed.update(connectivity_attributes(self.fleet_index, device_id, False))
@@ -178,10 +169,10 @@ class Planner:
                 entries[DESIRED] = next_entries(documents[DESIRED], entries.get(DESIRED, {}), (), 0)
                 changed.add(DESIRED)
         expr, written = Expression(), {}
-        sets = [f"{expr.name(table.UPDATED_AT)} = {expr.value(time_attribute(self.now))}"]
+        sets = [f"{expr.name(schema.UPDATED_AT)} = {expr.value(time_attribute(self.now))}"]
         if STATE in changed:
-            written[table.STATE] = to_attribute(documents[STATE])
-            sets.insert(0, f"{expr.name(table.STATE)} = {expr.value(written[table.STATE])}")
+            written[schema.STATE] = to_attribute(documents[STATE])
+            sets.insert(0, f"{expr.name(schema.STATE)} = {expr.value(written[schema.STATE])}")
         sets += _section_sets(expr, {section: documents[section] for section in DEVICE_SECTIONS if section in changed},
                               entries, version, written)
         indexed, unindexed = self.fleet_index.attributes(current.device_id, documents, changed)
@@ -208,9 +199,9 @@ class Planner:
         entries = {**current.entries, STATUS: desires.after_acks(current.desired, current.entries, acks, self.now)}
         expr, written, removes = Expression(), {}, []
         stamp = timestamp(self.now)
-        sets = [f"{expr.name(table.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
-                f"{expr.name(CHANGED_ATTRIBUTES[DESIRED])} = {expr.number(version)}"]
-        written[CHANGED_ATTRIBUTES[DESIRED]] = _LARGEST_VERSION
+        sets = [f"{expr.name(schema.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
+                f"{expr.name(schema.CHANGED_ATTRIBUTES[DESIRED])} = {expr.number(version)}"]
+        written[schema.CHANGED_ATTRIBUTES[DESIRED]] = _LARGEST_VERSION
         _held_sets(expr, item, documents, entries, set(), keep_cleared, sets, removes, written)
         device = Device(current.device_id, version, current.state, current.created_at, stamp,
                         desired=current.desired, reported=current.reported, entries=entries)
@@ -223,12 +214,10 @@ class Planner:
         current = Device.from_item(item)
         expr = Expression()
         name, now = expr.name, expr.value({"S": timestamp(self.now)})
-        sets = [f"{name(table.DELETED_AT)} = {now}", f"{name(table.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
-                f"{name(table.TTL_ATTRIBUTE)} = {expr.number(int(self.now) + self.tombstone_seconds)}"]
-        removes = [name(attribute) for attribute in (table.STATE, *LEASE_ATTRIBUTES, table.DESIRED, table.REPORTED,
-                                                     table.META_DESIRED, table.META_REPORTED, table.CHANGED_DESIRED,
-                                                     table.CHANGED_REPORTED, table.STATUS_DESIRED, table.CLEAR_PENDING,
-                                                     *connectivity.ATTRIBUTES, *index_attributes_of(item))]
+        sets = [f"{name(schema.DELETED_AT)} = {now}", f"{name(schema.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
+                f"{name(schema.TTL_ATTRIBUTE)} = {expr.number(int(self.now) + self.tombstone_seconds)}"]
+        removes = [name(attribute) for attribute in (*schema.DELETED_WITH_THE_DEVICE,
+                                                     *schema.StateItem.of(item).index_attributes)]
         return self._planned(expr, current.device_id, item, current, DELETED, current.version,
                              self._at_version(expr, current.version), sets, removes, {},
                              version=current.version + 1)
@@ -240,7 +229,7 @@ class Planner:
         if condition is not None:
             expression += " AND " + expr.condition(condition)
         request = {"ConditionCheck": {
-            "TableName": self.table_name, "Key": table.state_key(current.device_id),
+            "TableName": self.table_name, "Key": schema.state_key(current.device_id),
             "ConditionExpression": expression, **expr.attributes(),
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }}
@@ -277,12 +266,12 @@ class Planner:
             expr, seen, JOURNAL_KEEP - 1, self.now, covered=trimmed_stamp(seen) if pruning else None)
         adds_stamp = not pruning and newest_dropped > trimmed_stamp(seen)
         growth = _most_added(compiled)
-        version, one = name(table.VERSION), expr.number(1)
+        version, one = name(schema.VERSION), expr.number(1)
         sets = list(compiled.sets)
         conditions = list(compiled.conditions)
         indexed, operands, unindexed = compiled_attributes(self.fleet_index.in_sections((section,)), compiled.effects)
         if indexed or operands:
-            indexed[SHARD_ATTRIBUTE] = {"N": str(shard_of(device_id))}
+            indexed[schema.SHARD_ATTRIBUTE] = {"N": str(shard_of(device_id))}
         sets += _index_sets(expr, indexed, {})
         sets += [f"{name(attribute)} = {operand}" for attribute, operand in operands.items()]
         # each index attribute as if new (an increment's number at DynamoDB's longest)
@@ -290,7 +279,7 @@ class Planner:
         growth += sum(1 + len(attribute.encode()) + _LONGEST_NUMBER_BYTES for attribute in operands)
         removes = list(compiled.removes)
         if section != STATE:
-            meta, map_type = name(META_ATTRIBUTES[section]), expr.value({"S": "M"})
+            meta, map_type = name(schema.META_ATTRIBUTES[section]), expr.value({"S": "M"})
             removed = compiled.removed
             gone = set(removed)
             renewed = [leaf for leaf in compiled.pointers if leaf not in gone]
@@ -298,31 +287,31 @@ class Planner:
                 stamp = expr.number(pack(1, self.now))
                 sets += [f"{meta}.{name(leaf)} = {version} + {stamp}" for leaf in renewed]
             removes += [f"{meta}.{name(leaf)}" for leaf in removed]  # a member's entry goes with it
-            sets.append(f"{name(CHANGED_ATTRIBUTES[section])} = {version} + {one}")
+            sets.append(f"{name(schema.CHANGED_ATTRIBUTES[section])} = {version} + {one}")
             conditions += [f"attribute_type({compiled.root}, {map_type})", f"attribute_type({meta}, {map_type})"]
             conditions += _one_entry_per_leaf(expr, compiled, map_type)
             if section == REPORTED:  # a report that may clear a desire reads first (write_sections)
-                conditions.append(f"attribute_not_exists({name(table.CLEAR_PENDING)})")
+                conditions.append(f"attribute_not_exists({name(schema.CLEAR_PENDING)})")
             # each metadata entry it sets and the section's changed mark, all as if new
             growth += sum(1 + len(leaf.encode()) + _value_size(number(pack(VERSION_SPAN - 1, self.now)))
                           for leaf in renewed)
-            growth += 1 + len(CHANGED_ATTRIBUTES[section]) + _value_size(number(VERSION_SPAN - 1))
+            growth += 1 + len(schema.CHANGED_ATTRIBUTES[section]) + _value_size(number(VERSION_SPAN - 1))
         if self.seen_by == device_id:  # bookkeeping: in BOOKKEEPING_BYTES, not in the growth
-            sets.append(f"{name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
-        item_bytes, journaled = name(table.ITEM_BYTES), name(write.attribute)
+            sets.append(f"{name(schema.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
+        item_bytes, journaled = name(schema.ITEM_BYTES), name(write.attribute)
         update = "SET " + ", ".join(sets + [
-            f"{version} = {version} + {one}", f"{name(table.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
+            f"{version} = {version} + {one}", f"{name(schema.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
             f"{journaled} = {version} + {one}", f"{item_bytes} = {item_bytes} + {expr.number(growth)}"])
         conditions.insert(0, f"{item_bytes} <= {expr.number(MAX_STATE_ITEM_BYTES - growth)}")
         removes += [name(attribute) for attribute in unindexed] + journal_removes + [
-            name(table.LAST_WRITE), *map(name, contention.MARKS)]
+            name(schema.LAST_WRITE), *map(name, schema.CONTENTION_MARKS)]
         if removes:
             update += " REMOVE " + ", ".join(removes)
         if pruning:
             pruned = expr.value({"NS": [str(stamp) for stamp in stamps[:-1]]})
-            update += f" DELETE {name(table.JOURNAL_TRIMMED_STAMPS)} {pruned}"
+            update += f" DELETE {name(schema.JOURNAL_TRIMMED_STAMPS)} {pruned}"
         elif adds_stamp:
-            update += f" ADD {name(table.JOURNAL_TRIMMED_STAMPS)} {expr.value({'NS': [str(newest_dropped)]})}"
+            update += f" ADD {name(schema.JOURNAL_TRIMMED_STAMPS)} {expr.value({'NS': [str(newest_dropped)]})}"
         expression = " AND ".join([live(expr, self.now), f"attribute_not_exists({journaled})",
                                    self.fence.condition(device_id, expr, self.now), *conditions])
         return self._update(device_id, update, expression, expr, write, UPDATED, ReturnValues="ALL_NEW")
@@ -337,13 +326,13 @@ class Planner:
                      connectivity.CONNECTIVITY: connectivity.connectivity_of(item, self.now)}
         indexed, _ = self.fleet_index.attributes(current.device_id, documents, QUERYABLE)
         # what the item holds of fields not indexed now: undeclared, or of another type
-        unindexed = [attribute for attribute in index_attributes_of(item) if attribute not in indexed]
+        unindexed = [attribute for attribute in schema.StateItem.of(item).index_attributes if attribute not in indexed]
         if not unindexed and all(item.get(attribute) == value for attribute, value in indexed.items()):
             return None
         expr = Expression()
         growth = sum(1 + len(attribute.encode()) + _value_size(value) for attribute, value in indexed.items()
                      if attribute not in item)
-        item_bytes = expr.name(table.ITEM_BYTES)
+        item_bytes = expr.name(schema.ITEM_BYTES)
         sets = _index_sets(expr, indexed, {}) + [f"{item_bytes} = {item_bytes} + {expr.number(growth)}"]
         update = "SET " + ", ".join(sets)
         if unindexed:
@@ -357,9 +346,9 @@ class Planner:
         unless it has ``MAX_CONNECTIONS`` open already: connected (also in the fleet index,
         where declared), since now if it was not, seen now."""
         expr = Expression()
-        connections, since = expr.name(table.CONNECTIONS), expr.name(table.CONNECTED_SINCE)
+        connections, since = expr.name(schema.CONNECTIONS), expr.name(schema.CONNECTED_SINCE)
         ours, now = expr.value({"SS": [opened]}), expr.number(int(self.now * 1000))
-        sets = [f"{since} = if_not_exists({since}, {now})", f"{expr.name(table.LAST_SEEN)} = {now}"]
+        sets = [f"{since} = if_not_exists({since}, {now})", f"{expr.name(schema.LAST_SEEN)} = {now}"]
         sets += _index_sets(expr, connectivity_attributes(self.fleet_index, device_id, True), {})
         condition = (f"{live(expr, self.now)} AND (attribute_not_exists({connections}) OR "
                      f"contains({connections}, {expr.value({'S': opened})}) OR "
@@ -373,8 +362,8 @@ class Planner:
         item holds exactly these members (the set read), so that of two connections closing
         at once, the second finds the first gone and closes as the last."""
         expr = Expression()
-        update = (f"DELETE {expr.name(table.CONNECTIONS)} {expr.value({'SS': closed})} "
-                  f"SET {expr.name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
+        update = (f"DELETE {expr.name(schema.CONNECTIONS)} {expr.value({'SS': closed})} "
+                  f"SET {expr.name(schema.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
         condition = live(expr, self.now)
         if held is not None:
             condition += f" AND {_holds_exactly(expr, held)}"
@@ -385,11 +374,11 @@ class Planner:
         those whose close never came) and ``connectedSince``, and marks the fleet index, only
         while those are all the item holds (a connect meanwhile refuses it)."""
         expr = Expression()
-        connections, now = expr.name(table.CONNECTIONS), expr.number(int(self.now * 1000))
+        connections, now = expr.name(schema.CONNECTIONS), expr.number(int(self.now * 1000))
         condition = f"{live(expr, self.now)} AND {_holds_exactly(expr, gone)}"
-        sets = [f"{expr.name(table.LAST_SEEN)} = {now}"]
+        sets = [f"{expr.name(schema.LAST_SEEN)} = {now}"]
         sets += _index_sets(expr, connectivity_attributes(self.fleet_index, device_id, False), {})
-        update = f"SET {', '.join(sets)} REMOVE {expr.name(table.CONNECTED_SINCE)}"
+        update = f"SET {', '.join(sets)} REMOVE {expr.name(schema.CONNECTED_SINCE)}"
         if gone:
             update += f" DELETE {connections} {expr.value({'SS': gone})}"
         return self._update(device_id, update, condition, expr, None, ALL_DISCONNECTED)
@@ -397,7 +386,7 @@ class Planner:
     def seen(self, device_id: str) -> Planned:
         """The live device seen now, unless it was within ``SEEN_EVERY_SECONDS``."""
         expr = Expression()
-        seen, now = expr.name(table.LAST_SEEN), int(self.now * 1000)
+        seen, now = expr.name(schema.LAST_SEEN), int(self.now * 1000)
         condition = (f"{live(expr, self.now)} AND (attribute_not_exists({seen}) OR "
                      f"{seen} <= {expr.number(now - connectivity.SEEN_EVERY_SECONDS * 1000)})")
         return self._update(device_id, f"SET {seen} = {expr.number(now)}", condition, expr, None, SEEN)
@@ -408,12 +397,12 @@ class Planner:
         a version (a device that never existed) it leaves a stub that reads as absent and
         expires. Sent alone (``WritePipeline.settle``), never in a transaction."""
         expr = Expression()
-        journaled, version = expr.name(write.attribute), expr.name(table.VERSION)
+        journaled, version = expr.name(write.attribute), expr.name(schema.VERSION)
         update = f"SET {journaled} = {expr.number(0)}"
         if on_versioned_item:
             condition = f"attribute_not_exists({journaled}) AND attribute_exists({version})"
         else:
-            update += f", {expr.name(table.TTL_ATTRIBUTE)} = {expr.number(int(self.now) + STUB_SECONDS)}"
+            update += f", {expr.name(schema.TTL_ATTRIBUTE)} = {expr.number(int(self.now) + STUB_SECONDS)}"
             condition = f"attribute_not_exists({journaled}) AND attribute_not_exists({version})"
         return self._update(device_id, update, condition, expr, None, SETTLE_MARK, ReturnValues="ALL_NEW")
 
@@ -421,19 +410,19 @@ class Planner:
         """Record ``ticket`` as the lease holder (until ``until``) on the live device, unless
         another lease is active."""
         expr = Expression()
-        token, holder_until, ours = expr.name(table.LEASE_TOKEN), expr.name(table.LEASE_UNTIL), expr.number(ticket)
+        token, holder_until, ours = expr.name(schema.LEASE_TOKEN), expr.name(schema.LEASE_UNTIL), expr.number(ticket)
         now = lease_instant(self.now)
         condition = (f"{live(expr, now)} AND "
                      f"(attribute_not_exists({token}) OR {holder_until} <= {expr.number(now)} OR {token} = {ours})")
-        update = (f"SET {token} = {ours}, {expr.name(table.LEASE_KEY)} = {expr.value({'S': lease_key(lease_token)})}, "
+        update = (f"SET {token} = {ours}, {expr.name(schema.LEASE_KEY)} = {expr.value({'S': lease_key(lease_token)})}, "
                   f"{holder_until} = {expr.number(until)}")
         return self._update(device_id, update, condition, expr, None, LEASE_TAKEN)
 
     def extend_lease(self, device_id: str, ticket: int, until: float) -> Planned:
         """Move the expiry of the lease ``ticket`` holds, while it still holds it."""
         expr = Expression()
-        holder_until = expr.name(table.LEASE_UNTIL)
-        condition = (f"{expr.name(table.LEASE_TOKEN)} = {expr.number(ticket)} AND "
+        holder_until = expr.name(schema.LEASE_UNTIL)
+        condition = (f"{expr.name(schema.LEASE_TOKEN)} = {expr.number(ticket)} AND "
                      f"{holder_until} > {expr.number(lease_instant(self.now))}")
         return self._update(device_id, f"SET {holder_until} = {expr.number(until)}", condition, expr, None,
                             LEASE_EXTENDED)
@@ -441,8 +430,8 @@ class Planner:
     def clear_lease(self, device_id: str, ticket: int) -> Planned:
         """Clear the lease holder, only if it is ``ticket``."""
         expr = Expression()
-        holder = ", ".join(expr.name(attribute) for attribute in LEASE_ATTRIBUTES)
-        condition = f"{expr.name(table.LEASE_TOKEN)} = {expr.number(ticket)}"
+        holder = ", ".join(expr.name(attribute) for attribute in schema.LEASE_ATTRIBUTES)
+        condition = f"{expr.name(schema.LEASE_TOKEN)} = {expr.number(ticket)}"
         return self._update(device_id, f"REMOVE {holder}", condition, expr, None, LEASE_CLEARED)
 
     # --------------------------------------------------------------- internals
@@ -462,7 +451,7 @@ class Planner:
                 **returns) -> Planned:
         """An UpdateItem on the device's state item, in TransactWriteItems form."""
         request = {"Update": {
-            "TableName": self.table_name, "Key": table.state_key(device_id),
+            "TableName": self.table_name, "Key": schema.state_key(device_id),
             "UpdateExpression": update, "ConditionExpression": condition, **expr.attributes(),
             **returns, "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }}
@@ -475,7 +464,7 @@ class Planner:
 
     def _at_version(self, expr: Expression, version: int) -> str:
         """The condition that the item is live at ``version``."""
-        return f"{expr.name(table.VERSION)} = {expr.number(version)} AND {live(expr, self.now)}"
+        return f"{expr.name(schema.VERSION)} = {expr.number(version)} AND {live(expr, self.now)}"
 
     def _planned(self, expr: Expression, device_id: str, item: dict | None, device: Device, outcome: str,
                  expected_version: int | None, condition: str, sets: list[str], removes: list[str],
@@ -488,27 +477,27 @@ class Planner:
         next_version = device.version if version is None else version
         journal_removes, newest_dropped = trimming(expr, item, JOURNAL_KEEP - 1, self.now)
         journaled, next_placeholder = name(write.attribute), expr.number(next_version)
-        sets = [*sets, f"{name(table.VERSION)} = {next_placeholder}", f"{journaled} = {next_placeholder}"]
+        sets = [*sets, f"{name(schema.VERSION)} = {next_placeholder}", f"{journaled} = {next_placeholder}"]
         # The stream processor tells replaced from updated by it (created and deleted by the
         # images): stored only when replaced, it costs the item nothing on every other write.
         if outcome == REPLACED:
-            sets.append(f"{name(table.LAST_WRITE)} = {expr.value({'S': outcome})}")
+            sets.append(f"{name(schema.LAST_WRITE)} = {expr.value({'S': outcome})}")
         else:
-            removes = [*removes, name(table.LAST_WRITE)]
+            removes = [*removes, name(schema.LAST_WRITE)]
         if self.seen_by == device_id and outcome != DELETED:
-            sets.append(f"{name(table.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
+            sets.append(f"{name(schema.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
         if outcome != DELETED:
             # What this write leaves, with what grows from write to write (versions, the
             # outcome's name) at its largest: a state accepted once fits again later.
-            written = {**written, **{CHANGED_ATTRIBUTES[section]: _LARGEST_VERSION for section in DEVICE_SECTIONS
+            written = {**written, **{schema.CHANGED_ATTRIBUTES[section]: _LARGEST_VERSION for section in DEVICE_SECTIONS
                                      if section in written}}
-            left = {**table.state_key(device_id), **_without_bookkeeping(item, self._connectivity_attribute()),
+            left = {**schema.state_key(device_id), **_without_bookkeeping(item, self._connectivity_attribute()),
                     **written,
-                    table.VERSION: _LARGEST_VERSION, write.attribute: number(next_version),
-                    table.CREATED_AT: {"S": device.created_at}, table.UPDATED_AT: {"S": device.updated_at},
-                    table.LAST_WRITE: {"S": _LONGEST_OUTCOME}, table.ITEM_BYTES: number(MAX_ITEM_BYTES)}
+                    schema.VERSION: _LARGEST_VERSION, write.attribute: number(next_version),
+                    schema.CREATED_AT: {"S": device.created_at}, schema.UPDATED_AT: {"S": device.updated_at},
+                    schema.LAST_WRITE: {"S": _LONGEST_OUTCOME}, schema.ITEM_BYTES: number(MAX_ITEM_BYTES)}
             size = _checked_size({name: value for name, value in left.items() if value is not _REMOVED}, device)
-            sets.append(f"{name(table.ITEM_BYTES)} = {expr.number(size)}")
+            sets.append(f"{name(schema.ITEM_BYTES)} = {expr.number(size)}")
             if self.raced is not None:
                 marks, unmarked = contention.changes(item, self.now, self.raced, room=MAX_STATE_ITEM_BYTES - size)
                 sets += [f"{name(mark)} = {expr.value(value)}" for mark, value in marks.items()]
@@ -519,9 +508,9 @@ class Planner:
         # added into its own watermark.
         folded = max(newest_dropped, max(trimmed_stamps(item), default=0))
         if folded > watermark(item):
-            sets.append(f"{name(table.JOURNAL_TRIMMED)} = {expr.number(folded)}")
-        if table.JOURNAL_TRIMMED_STAMPS in (item or {}):
-            removes = [*removes, name(table.JOURNAL_TRIMMED_STAMPS)]
+            sets.append(f"{name(schema.JOURNAL_TRIMMED)} = {expr.number(folded)}")
+        if schema.JOURNAL_TRIMMED_STAMPS in (item or {}):
+            removes = [*removes, name(schema.JOURNAL_TRIMMED_STAMPS)]
         update = "SET " + ", ".join(sets)
         if removes or journal_removes:
             update += " REMOVE " + ", ".join(removes + journal_removes)
@@ -544,10 +533,10 @@ def _without_bookkeeping(item: dict | None, connectivity_attribute: str | None =
     connectivity, with its index attribute and, when no other index holds the device, the
     shard)."""
     kept = {name: value for name, value in (item or {}).items()
-            if not name.startswith(table.JOURNAL_PREFIX) and name not in BOOKKEEPING_ATTRIBUTES
+            if not name.startswith(schema.JOURNAL_PREFIX) and name not in schema.BOOKKEEPING_ATTRIBUTES
             and name != connectivity_attribute}
-    if not any(name.startswith(INDEX_ATTRIBUTE_PREFIX) for name in kept):
-        kept.pop(SHARD_ATTRIBUTE, None)
+    if not any(name.startswith(schema.INDEX_ATTRIBUTE_PREFIX) for name in kept):
+        kept.pop(schema.SHARD_ATTRIBUTE, None)
     return kept
 
 
@@ -560,7 +549,7 @@ def _checked_size(item: dict, device: Device) -> int:
         raise ItemTooLarge(f"the device item would be about {size} bytes; the limit is {MAX_STATE_ITEM_BYTES} "
                            f"(DynamoDB's {MAX_ITEM_BYTES} less {BOOKKEEPING_BYTES} kept for leases, the write "
                            "journal and its change record)")
-    change_size = change_item_size(device, {name: item[name] for name in SECTION_ATTRIBUTES if name in item})
+    change_size = change_item_size(device, {name: item[name] for name in schema.SECTION_ATTRIBUTES if name in item})
     if change_size > MAX_ITEM_BYTES:
         raise ItemTooLarge(f"the change record of this version would be about {change_size} bytes; DynamoDB's "
                            f"limit is {MAX_ITEM_BYTES}")
@@ -604,7 +593,7 @@ def _index_sets(expr: Expression, indexed: dict, written: dict) -> list[str]:
 
 def _holds_exactly(expr: Expression, members: list[str]) -> str:
     """The condition that the item's connections are exactly ``members`` (none: no set)."""
-    connections = expr.name(table.CONNECTIONS)
+    connections = expr.name(schema.CONNECTIONS)
     if not members:
         return f"attribute_not_exists({connections})"
     return "(" + " AND ".join([f"size({connections}) = {expr.number(len(members))}"] + [
@@ -615,17 +604,17 @@ def _status_sets(expr: Expression, desired: dict, entries: dict, sets: list, rem
     """SET or REMOVE clauses of desired's statuses and of the clear-pending mark."""
     statuses = entries.get(STATUS) or {}
     if statuses:
-        written[table.STATUS_DESIRED] = to_attribute(statuses)
-        sets.append(f"{expr.name(table.STATUS_DESIRED)} = {expr.value(written[table.STATUS_DESIRED])}")
+        written[schema.STATUS_DESIRED] = to_attribute(statuses)
+        sets.append(f"{expr.name(schema.STATUS_DESIRED)} = {expr.value(written[schema.STATUS_DESIRED])}")
     else:
-        written[table.STATUS_DESIRED] = _REMOVED
-        removes.append(expr.name(table.STATUS_DESIRED))
+        written[schema.STATUS_DESIRED] = _REMOVED
+        removes.append(expr.name(schema.STATUS_DESIRED))
     if desires.clear_pending(desired, entries):
-        written[table.CLEAR_PENDING] = {"BOOL": True}
-        sets.append(f"{expr.name(table.CLEAR_PENDING)} = {expr.value({'BOOL': True})}")
+        written[schema.CLEAR_PENDING] = {"BOOL": True}
+        sets.append(f"{expr.name(schema.CLEAR_PENDING)} = {expr.value({'BOOL': True})}")
     else:
-        written[table.CLEAR_PENDING] = _REMOVED
-        removes.append(expr.name(table.CLEAR_PENDING))
+        written[schema.CLEAR_PENDING] = _REMOVED
+        removes.append(expr.name(schema.CLEAR_PENDING))
 
 
 def _held_sets(expr: Expression, item: dict, documents: dict, entries: dict, changed: set, keep_cleared: bool,
@@ -640,15 +629,15 @@ def _held_sets(expr: Expression, item: dict, documents: dict, entries: dict, cha
             continue
         held = leaf_entries(documents[section], entries.get(section, {}))  # its entries are the stored ones
         if held != entries.get(section, {}):
-            meta = META_ATTRIBUTES[section]
+            meta = schema.META_ATTRIBUTES[section]
             entries[section], written[meta] = held, to_attribute(held)
             sets.append(f"{expr.name(meta)} = {expr.value(written[meta])}")
     statuses = desires.kept(documents[DESIRED], entries, keep_cleared)
     entries.pop(STATUS, None)
     if statuses:
         entries[STATUS] = statuses
-    stored = from_attribute(item[table.STATUS_DESIRED]) if table.STATUS_DESIRED in item else {}
-    if statuses != stored or (table.CLEAR_PENDING in item) != desires.clear_pending(documents[DESIRED], entries):
+    stored = from_attribute(item[schema.STATUS_DESIRED]) if schema.STATUS_DESIRED in item else {}
+    if statuses != stored or (schema.CLEAR_PENDING in item) != desires.clear_pending(documents[DESIRED], entries):
         _status_sets(expr, documents[DESIRED], entries, sets, removes, written)
 
 
@@ -657,17 +646,17 @@ def _section_sets(expr: Expression, documents: dict, entries: dict, version: int
     (at ``version``); what they write goes into ``written``, by attribute."""
     sets = []
     for section, document in documents.items():
-        meta = META_ATTRIBUTES[section]
+        meta = schema.META_ATTRIBUTES[section]
         written[section], written[meta] = to_attribute(document), to_attribute(entries.get(section, {}))
         sets += [f"{expr.name(section)} = {expr.value(written[section])}",
                  f"{expr.name(meta)} = {expr.value(written[meta])}",
-                 f"{expr.name(CHANGED_ATTRIBUTES[section])} = {expr.number(version)}"]
+                 f"{expr.name(schema.CHANGED_ATTRIBUTES[section])} = {expr.number(version)}"]
     return sets
 
 
 def expect(device_id: str, item: dict | None, expected_version: int | None, now: float) -> dict:
     """The live item, checked against the version the caller expects (if any)."""
-    if not table.is_live_state(item, now):
+    if not schema.is_live_state(item, now):
         raise DeviceNotFound(device_id)
     if expected_version is not None:
         current = Device.from_item(item)

@@ -5,7 +5,7 @@ item while it is there, else from the change log's history."""
 from __future__ import annotations
 
 from . import keyed as idem
-from .. import table
+from ..item import schema
 from ..feed.log import ChangeLog, VersionNotFound
 from ..model.device import Device
 from ..errors import StorageUnavailable
@@ -39,8 +39,8 @@ class RecordedAnswers:
         deadline = runtime.monotonic() + REPLAY_HISTORY_WAIT_SECONDS
         while True:
             item = self._store.get_state(device_id)
-            if item is not None and table.VERSION in item and int(item[table.VERSION]["N"]) == version \
-                    and table.STATE in item:
+            if item is not None and schema.VERSION in item and int(item[schema.VERSION]["N"]) == version \
+                    and schema.STATE in item:
                 return Device.from_item(item)
             try:
                 return self._history.at_version(device_id, version)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError
 
-from .. import table
+from ..item import schema
 from ..errors import ItemTooLarge, StorageError, StorageUnavailable
 from ..runtime import Runtime
 from ..model.values import MAX_ITEM_BYTES
@@ -139,22 +139,22 @@ class Store:
         return self.send("get_item", Key=key, ConsistentRead=True).get("Item")
 
     def get_state(self, device_id: str) -> dict | None:
-        return self.get(table.state_key(device_id))
+        return self.get(schema.state_key(device_id))
 
     def get_live_state(self, device_id: str, now: float) -> dict | None:
         """The device's state item if it is live at ``now`` (not deleted, not expired), else None."""
         item = self.get_state(device_id)
-        return item if table.is_live_state(item, now) else None
+        return item if schema.is_live_state(item, now) else None
 
     def batch_get_states(self, device_ids: list[str]) -> dict[str, dict]:
         """The state items (as stored) of up to 100 devices, strongly consistent, in one batch."""
         found: dict[str, dict] = {}
-        pending = [table.state_key(device_id) for device_id in device_ids]
+        pending = [schema.state_key(device_id) for device_id in device_ids]
         for round_no in range(1, 11):
             response = self.send("batch_get_item", RequestItems={
                 self.table_name: {"Keys": pending, "ConsistentRead": True}})
             for item in response.get("Responses", {}).get(self.table_name, []):
-                found[item[table.PARTITION_KEY]["S"]] = item
+                found[item[schema.PARTITION_KEY]["S"]] = item
             pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
             if not pending:
                 return found

@@ -11,7 +11,7 @@ from typing import Callable
 from boto3.dynamodb.conditions import ConditionBase
 
 from . import keyed as idem
-from .. import table
+from ..item import schema
 from ..model.device import Device
 from ..errors import (ConditionFailed, DeviceAlreadyExists, DeviceLocked, DeviceNotFound, DeviceStateError,
                      InvalidValue, ItemTooLarge, LeaseNotHeld, PatchNotApplicable, PatchTestFailed, VersionConflict)
@@ -160,7 +160,7 @@ class TransactionRunner:
                     planned.append(_plan(planner, operation, item))
             except (DeviceNotFound, DeviceAlreadyExists, VersionConflict, PatchTestFailed,
                     PatchNotApplicable) as error:
-                live = item if table.is_live_state(item, planner.now) else None
+                live = item if schema.is_live_state(item, planner.now) else None
                 failures.append(_failure_of(index, operation, error, live))
         if failures:
             raise TransactionFailed(failures)
@@ -193,7 +193,7 @@ class TransactionRunner:
         for index, (operation, refusal, old) in enumerate(zip(operations, refused.refusals, refused.items)):
             if refusal is None:
                 continue
-            live = old if table.is_live_state(old, self._pipeline.runtime.clock()) else None
+            live = old if schema.is_live_state(old, self._pipeline.runtime.clock()) else None
             failure = _failure_of_refusal(index, operation, refusal, live)
             if failure is None:
                 retry_reason = retry_reason or "version"
@@ -217,7 +217,7 @@ def _named(index: int, operation: Operation):
 
 def _plan(planner: Planner, operation: Operation, item: dict | None) -> Planned:
     action, device_id = operation.action, operation.device_id
-    live = table.is_live_state(item, planner.now)
+    live = schema.is_live_state(item, planner.now)
     if action == CREATE or (action == PUT and not live):
         return planner.create(device_id, operation.state, item, operation.sections)
     if action == PUT:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from . import keyed as idem
-from .. import table
+from ..item import schema
 from ..item.contention import Race
 from ..model.device import Device
 from ..errors import ConditionFailed, DeviceAlreadyExists, ItemTooLarge, VersionConflict
@@ -65,7 +65,7 @@ class DeviceWriter:
             except Moved as moved:
                 if moved.reason == "settled":
                     raise
-                current = Device.from_item(moved.item) if table.is_live_state(moved.item, planner.now) else None
+                current = Device.from_item(moved.item) if schema.is_live_state(moved.item, planner.now) else None
                 if current is not None and planned.expected_version is not None:
                     observer.conflict(device_id, planned.expected_version, current.version)
                 if expected_version is not None and current is not None:
