@@ -52,7 +52,8 @@ from .feed.log import (DEFAULT_RETENTION_SECONDS, MAX_FEED_LIMIT, MAX_RECORD_AGE
                       InvalidSince, VersionNotFound, VersionNotRecorded)
 from .client import boto3_session
 from .model.device import timestamp
-from .write.keyed import CREATED, DELETED, KEY_PATTERN, REPLACED, UPDATED, fingerprint
+from .write.keyed import KEY_PATTERN, fingerprint
+from .write.plan import CREATED, DELETED, REPLACED, UPDATED
 from .manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS, MAX_LIST_LIMIT
 from .write.pipeline import DEFAULT_SETTLE_SECONDS
 from .model.sections import (DESIRED, DEVICE_SECTIONS, MAX_POINTER_BYTES, METADATA_ENTRY_BYTES, REPORTED, SECTIONS, STATE,
@@ -60,7 +61,8 @@ from .model.sections import (DESIRED, DEVICE_SECTIONS, MAX_POINTER_BYTES, METADA
 from .model.values import (DEVICE_ID_PATTERN, MAX_EXPONENT, MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS,
                      MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH, MAX_VERSION, MIN_EXPONENT, dumps, loads,
                      validate_device_id)
-from .write.planner import DEFAULT_TOMBSTONE_SECONDS, MAX_STATE_ITEM_BYTES
+from .write.plan import DEFAULT_TOMBSTONE_SECONDS
+from .item.room import MAX_STATE_ITEM_BYTES
 from .fleet.index import MAX_FIELDS as MAX_FLEET_FIELDS, FleetIndex, FleetIndexError
 from .fleet.query import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_LIMIT as MAX_QUERY_LIMIT
 from .fleet.cursors import CURSOR_PATTERN, MIN_KEY_BYTES as MIN_CURSOR_KEY_BYTES

@@ -24,12 +24,14 @@ from .write.expressions import Expression, live
 from .item.fencing import Fence
 from .fleet.index import FleetIndex
 from .fleet.query import FleetQuery
-from .write.keyed import CREATED, REPLACED, UPDATED, IdempotencyKey
+from .write.keyed import IdempotencyKey
+from .write.plan import CREATED, REPLACED, UPDATED
 from .leases.handle import Lease
 from .leases.queue import DEFAULT_TTL_SECONDS, LeaseQueue
 from .observer import NULL_OBSERVER, UpdateObserver
 from .write.pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
-from .write.planner import CONNECTED, DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect
+from .write.plan import CONNECTED, DEFAULT_TOMBSTONE_SECONDS, Planned, expect
+from .write.planner import Planner
 from .fleet.reindex import reindex
 from .write.replays import RecordedAnswers
 from .restore import random_generator

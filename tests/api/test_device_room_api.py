@@ -14,7 +14,7 @@ import pytest
 
 from functions.device_state import table
 from functions.device_state.client import dynamodb_client
-from functions.device_state.write.planner import MAX_STATE_ITEM_BYTES
+from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
 from functions.device_state.model.values import from_attribute
 from tests.api.test_http import launch
 from tests.auth import bearer

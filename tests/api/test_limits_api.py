@@ -18,7 +18,7 @@ from functions.device_state.feed.log import ChangeLog
 from localdev.stream import StreamPoller
 
 from functions.device_state.model.values import MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS
-from functions.device_state.write.planner import MAX_STATE_ITEM_BYTES
+from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
 
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

@@ -7,7 +7,7 @@ takes a write that fits."""
 from __future__ import annotations
 
 from functions.device_state import DeviceStateManager, ItemTooLarge, MergePatch
-from functions.device_state.write.planner import MAX_STATE_ITEM_BYTES
+from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
 from functions.device_state.model.connectivity import MAX_CONNECTIONS
 
 

@@ -22,7 +22,7 @@ from functions.device_state import (
     VersionConflict,
 )
 from functions.device_state import table
-from functions.device_state.write.planner import BOOKKEEPING_BYTES
+from functions.device_state.item.room import BOOKKEEPING_BYTES
 from tests.helpers import RecordingClient
 
 

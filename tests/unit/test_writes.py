@@ -14,7 +14,8 @@ from functions.device_state.model.device import Device
 from functions.device_state.model.times import stored_time, time_attribute, timestamp
 from functions.device_state.item.fencing import Fence, lease_key
 from functions.device_state.item.journal import JOURNAL_KEEP, JOURNAL_MAX, TRIMMED_STAMPS_KEEP, WriteId, journal, trimmed_stamp
-from functions.device_state.write.planner import STUB_SECONDS, Planner
+from functions.device_state.write.bookkeeping import STUB_SECONDS
+from functions.device_state.write.planner import Planner
 
 NOW = 1_800_000_000.0
 STAMP = repr(timestamp(NOW))
@@ -267,7 +268,7 @@ def test_a_state_at_the_item_limit_leaves_room_for_its_change_record():
     from functions.device_state.model.device import Device
     from functions.device_state.errors import ItemTooLarge
     from functions.device_state.model.values import MAX_ITEM_BYTES, to_attribute
-    from functions.device_state.write.planner import MAX_STATE_ITEM_BYTES
+    from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
 
     device_id = "d" * 128  # the longest id: the most key bytes on both items
     accepted, size = None, 1000
@@ -294,7 +295,7 @@ def test_desired_reported_and_their_metadata_count_toward_the_item_size():
     from functions.device_state.errors import ItemTooLarge
     from functions.device_state.model.sections import REPORTED, SectionWrite
     from functions.device_state.model.values import to_attribute
-    from functions.device_state.write.planner import MAX_STATE_ITEM_BYTES
+    from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
 
     half = {"blob": "x" * (MAX_STATE_ITEM_BYTES // 2)}
     PLANNER.create("d", half, None)
@@ -344,7 +345,7 @@ def test_contention_marks_live_in_the_room_the_state_leaves_and_never_refuse_a_s
     by one on a marked item: the marks go where the state leaves room, else nowhere."""
     from functions.device_state.item.contention import Raced
     from functions.device_state.errors import ItemTooLarge
-    from functions.device_state.write.planner import MAX_STATE_ITEM_BYTES
+    from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
 
     long_race = Planner("devices", Fence(), NOW, tombstone_seconds=100, raced=Raced(1.0))
     until = {"N": str(MILLIS + 500)}

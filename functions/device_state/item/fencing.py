@@ -61,3 +61,8 @@ class Fence:
             return None if token is None else LeaseNotHeld(device_id)
         held = token is not None and item.get(schema.LEASE_KEY, {}).get("S") == lease_key(token)
         return None if held else DeviceLocked(device_id, until)
+
+
+def lease_instant(seconds: float) -> float:
+    """Epoch seconds to the millisecond, as leases store and compare them."""
+    return round(seconds, 3)

@@ -42,7 +42,7 @@ from ..observer import NULL_OBSERVER
 from ..write.expressions import Expression, number
 from ..item.fencing import active_holder
 from ..write.pipeline import Refusals, WritePipeline
-from ..write.planner import lease_instant
+from ..item.fencing import lease_instant
 from ..write.retry import Moved, RetryLoop
 from ..write.store import IDEMPOTENT, Rejected
 from ..model.values import validate_device_id

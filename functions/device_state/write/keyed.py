@@ -23,13 +23,13 @@ from ..model.device import Device, timestamp
 from ..errors import DeviceStateError, IdempotencyKeyReused
 from .expressions import Expression, number
 from ..model.values import check_item_size, dumps, loads
+from .plan import CHECKED, CREATED, DELETED, REPLACED, UPDATED  # noqa: F401 (the outcomes a record answers)
 
 RECORD_TTL_SECONDS = 24 * 60 * 60
 KEY_PATTERN = re.compile(r"[\x20-\x7e]{1,255}")
 SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 # What a keyed write did; the HTTP layer maps these to 201 / 200 / 204.
-CREATED, REPLACED, UPDATED, DELETED, CHECKED = "created", "replaced", "updated", "deleted", "checked"
 
 FINGERPRINT = "fingerprint"
 ANSWER = "answer"  # the recorded answer: compressed JSON, per device the outcome and the device

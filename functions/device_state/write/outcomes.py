@@ -8,8 +8,7 @@ from ..item import schema
 from ..model.device import Device
 from ..errors import ConditionFailed, DeviceAlreadyExists, DeviceLocked, DeviceNotFound, LeaseLost, LeaseNotHeld
 from ..item.fencing import Fence, active_holder
-from .keyed import CHECKED, CREATED
-from .planner import CONNECTIVITY_OUTCOMES, LEASE_CLEARED, LEASE_EXTENDED, LEASE_TAKEN, REINDEXED, Planned
+from .plan import CHECKED, CONNECTIVITY_OUTCOMES, CREATED, LEASE_CLEARED, LEASE_EXTENDED, LEASE_TAKEN, REINDEXED, Planned
 from .retry import Moved
 
 

@@ -16,7 +16,8 @@ from ..errors import ItemTooLarge, OutcomeUnknown, StorageError, StorageUnavaila
 from ..fleet.index import FleetIndex
 from ..item.fencing import Fence
 from ..item.journal import trimmed_stamp, written_version
-from .planner import DEFAULT_TOMBSTONE_SECONDS, Planned, Planner
+from .plan import DEFAULT_TOMBSTONE_SECONDS, Planned
+from .planner import Planner
 from .outcomes import refusal
 from .retry import Moved
 from ..runtime import Runtime

@@ -18,7 +18,8 @@ from ..errors import (ConditionFailed, DeviceAlreadyExists, DeviceLocked, Device
 from ..item.fencing import Fence
 from .keyed import REPLACED, UPDATED
 from .pipeline import Refusals, WritePipeline
-from .planner import Planned, Planner, expect
+from .plan import Planned, expect
+from .planner import Planner
 from .retry import Moved, RetryLoop
 from ..model.sections import STATE, check_section, check_sections, replacing
 from ..model.values import check_state, item_size, validate_device_id

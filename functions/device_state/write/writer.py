@@ -15,7 +15,8 @@ from ..errors import ConditionFailed, DeviceAlreadyExists, ItemTooLarge, Version
 from ..item.fencing import Fence
 from .keyed import IdempotencyKey
 from .pipeline import Refusals, WritePipeline
-from .planner import Planned, Planner
+from .plan import Planned
+from .planner import Planner
 from ..item.recent import RecentJournals
 from .replays import RecordedAnswers
 from .retry import Moved, RetryLoop
