@@ -42,7 +42,7 @@ from .leases.handle import Lease
 from .leases.queue import LeaseGrant, LeaseStatus
 from .manager import DeviceStateManager
 from .runtime import Backoff
-from .observer import UpdateObserver
+from .runtime import UpdateObserver
 from .model.patches import JsonPatch, MergePatch
 from .write import transactions  # the public module of transaction operations (kinds, failure reasons)
 from .write.transactions import (MAX_OPERATIONS, InvalidTransaction, Operation, OperationFailure, TransactionFailed,

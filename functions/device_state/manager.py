@@ -28,12 +28,12 @@ from .write.keyed import IdempotencyKey
 from .write.plan import CREATED, REPLACED, UPDATED
 from .leases.handle import Lease
 from .leases.queue import DEFAULT_TTL_SECONDS, LeaseQueue
-from .observer import NULL_OBSERVER, UpdateObserver
+from .runtime import NULL_OBSERVER, UpdateObserver
 from .write.pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
 from .write.plan import CONNECTED, DEFAULT_TOMBSTONE_SECONDS, Planned, expect
 from .write.planner import Planner
 from .fleet.reindex import reindex
-from .write.replays import RecordedAnswers
+from .write.keyed import RecordedAnswers
 from .restore import random_generator
 from .write.retry import RetryLoop
 from .runtime import Backoff, Runtime

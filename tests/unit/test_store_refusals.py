@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 from functions.device_state import table
 from functions.device_state.errors import StorageUnavailable
 from functions.device_state.item.fencing import Fence
-from functions.device_state.observer import NULL_OBSERVER
+from functions.device_state.runtime import NULL_OBSERVER
 from functions.device_state.write.pipeline import Refusals, WritePipeline
 from functions.device_state.write.planner import Planner
 from functions.device_state.write.retry import Moved

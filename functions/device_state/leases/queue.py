@@ -38,7 +38,7 @@ from ..item import schema
 from ..model.times import stored_time, timestamp
 from ..errors import (DeviceLocked, DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, LeaseNotHeld, OutcomeUnknown,
                      RetriesExhausted, StorageError, StorageUnavailable, UnknownLease)
-from ..observer import NULL_OBSERVER
+from ..runtime import NULL_OBSERVER
 from ..write.expressions import Expression, number
 from ..item.fencing import active_holder
 from ..write.pipeline import Refusals, WritePipeline

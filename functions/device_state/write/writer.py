@@ -17,8 +17,8 @@ from .keyed import IdempotencyKey
 from .pipeline import Refusals, WritePipeline
 from .plan import Planned
 from .planner import Planner
-from ..item.recent import RecentJournals
-from .replays import RecordedAnswers
+from ..item.journal import RecentJournals
+from .keyed import RecordedAnswers
 from .retry import Moved, RetryLoop
 from ..model.sections import STATE
 from .store import Refused
