@@ -399,7 +399,7 @@ class DeviceStateManager:
         having written nothing, after ``max_attempts`` or when the next sleep would cross
         ``budget_seconds``.
 
-        A patch that compiles to one UpdateItem (``update_fn.compile()``) is written that
+        A patch that compiles to one UpdateItem (``write.compiled.compile_patch``) is written that
         way first: no read, no version condition, so no conflict.
 
         ``condition`` (boto3 ``Attr(...)`` conditions, e.g. ``Attr("state.online").eq(True)``)

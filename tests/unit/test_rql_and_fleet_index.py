@@ -9,6 +9,7 @@ from decimal import Decimal
 import pytest
 
 from functions.device_state import FleetIndex, FleetIndexError, InvalidFilter, JsonPatch, MergePatch
+from functions.device_state.write.compiled import compile_patch
 from functions.device_state.fleet import rql
 from functions.device_state.fleet.index import MAX_FIELDS, MAX_STRING_BYTES, compiled_attributes
 
@@ -114,7 +115,7 @@ def test_what_a_compiled_patch_does_to_each_declared_field():
     firmware, battery, on = fields
 
     def effects(patch):
-        return patch.compile("reported", nested=True).effects
+        return compile_patch(patch, "reported").effects
 
     values, operands, removes = compiled_attributes(fields, effects(MergePatch({"firmware": "3", "on": None})))
     assert values == {firmware.attribute: {"S": "=3"}} and operands == {} and removes == [on.attribute]
@@ -132,7 +133,7 @@ def test_what_a_compiled_patch_does_to_each_declared_field():
 
 def test_two_members_set_below_a_field_remove_its_index_attribute_once():
     fields = FleetIndex.parse("reported/a:string").fields
-    effects = MergePatch({"a": {"b": 1, "c": 2}}).compile("reported", nested=True).effects
+    effects = compile_patch(MergePatch({"a": {"b": 1, "c": 2}}), "reported").effects
     assert compiled_attributes(fields, effects) == ({}, {}, [fields[0].attribute])
 
 

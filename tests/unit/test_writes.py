@@ -9,6 +9,7 @@ import re
 import pytest
 
 from functions.device_state import DeviceAlreadyExists, JsonPatch
+from functions.device_state.write.compiled import compile_patch
 from functions.device_state import table
 from functions.device_state.model.device import Device
 from functions.device_state.model.times import stored_time, time_attribute, timestamp
@@ -135,7 +136,7 @@ def test_a_delete_leaves_a_tombstone_with_the_next_version():
 
 
 def test_a_compiled_patch_is_one_update_with_no_version_condition_guarded_by_its_write_id():
-    planned = PLANNER.compiled("d", JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile())
+    planned = PLANNER.compiled("d", compile_patch(JsonPatch([{"op": "increment", "path": "/n", "value": 1}])))
     request = planned.request["Update"]
     write = planned.write.attribute
     assert (f", version = version + 1, updatedAt = {MILLIS}, {write} = version + 1"
@@ -150,7 +151,7 @@ def test_a_compiled_report_takes_a_removed_members_entry_with_it_where_one_entry
     object's leaves lose their member under their entries, and no object is left empty."""
     from functions.device_state import MergePatch
 
-    compiled = MergePatch({"gone": None, "o": {"x": None}, "n": 1}).compile(section="reported", nested=True)
+    compiled = compile_patch(MergePatch({"gone": None, "o": {"x": None}, "n": 1}), "reported")
     request = PLANNER.compiled("d", compiled, None, "reported").request["Update"]
     update, condition = spelled(request, "UpdateExpression"), spelled(request, "ConditionExpression")
     sets, removes = update.split(" REMOVE ")
@@ -216,7 +217,7 @@ def test_a_write_keeps_the_entries_of_the_last_second_up_to_the_maximum():
 def test_a_compiled_patch_drops_what_the_container_last_saw_and_adds_the_newest_dropped_stamp_to_a_set():
     entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 30)]
     seen = item(29, entries, journalTrimmed={"N": "950"}, journalTrimmedStamps={"NS": ["900"]})
-    compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
+    compiled = compile_patch(JsonPatch([{"op": "increment", "path": "/n", "value": 1}]))
     request = PLANNER.compiled("d", compiled, seen).request["Update"]
     assert removed_names(request) == {write.attribute for write, _ in entries[:len(entries) - (JOURNAL_KEEP - 1)]}
     newest_dropped = entries[-JOURNAL_KEEP][0].stamp_ms
@@ -234,7 +235,7 @@ def test_a_compiled_patch_that_sees_many_stamps_prunes_them_and_drops_only_what_
     entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 30)]
     stamps = ["1003", "1010", "1001", "1012"][:TRIMMED_STAMPS_KEEP]
     seen = item(29, entries, journalTrimmedStamps={"NS": stamps})
-    compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
+    compiled = compile_patch(JsonPatch([{"op": "increment", "path": "/n", "value": 1}]))
     request = PLANNER.compiled("d", compiled, seen).request["Update"]
     update = spelled(request, "UpdateExpression")
     assert " ADD " not in update
@@ -315,8 +316,8 @@ def test_every_name_and_value_a_planned_request_declares_is_used():
     items = [item(5), item(29, entries), item(5, journalTrimmed={"N": "950"}, journalTrimmedStamps={"NS": ["900"]}),
              item(5, journalTrimmed={"N": "20"}),
              item(29, entries, journalTrimmedStamps={"NS": ["1", "2", "3", "4"]})]
-    compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
-    removal = JsonPatch([{"op": "remove", "path": "/n"}]).compile(section="reported")
+    compiled = compile_patch(JsonPatch([{"op": "increment", "path": "/n", "value": 1}]))
+    removal = compile_patch(JsonPatch([{"op": "remove", "path": "/n"}]), "reported")
     for seen in items:
         for planned in (PLANNER.replace_state(seen, lambda state: state, None, "updated"), PLANNER.delete(seen),
                         PLANNER.compiled("d", compiled, seen), PLANNER.compiled("d", removal, seen, "reported")):

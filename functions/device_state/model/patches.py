@@ -7,17 +7,14 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import MutableMapping, MutableSequence
-from dataclasses import dataclass, field
 from decimal import Context, Decimal, Inexact, localcontext
 
 import jsonpointer
 
-from ..item import schema
 from ..errors import InvalidPatch, InvalidValue, PatchNotApplicable, PatchTestFailed
-from ..write.expressions import Expression
 from .sections import pointer
 from .values import (MAX_PATCH_OPERATIONS, MAX_SIGNIFICANT_DIGITS, canonical, check_member_name, check_number,
-                     check_state, check_text, dumps, significant_digits, to_attribute)
+                     dumps, significant_digits)
 
 _SHOWN_CHARS = 200  # of a value quoted in an error's detail
 
@@ -51,13 +48,6 @@ class MergePatch:
 
     def __call__(self, state: dict) -> dict:
         return _merge(state, self.patch)
-
-    def compile(self, section: str = schema.STATE, nested: bool = False) -> "CompiledUpdate | None":
-        """``nested``: members of objects in the patch compile too, on condition that the
-        object exists (else read-modify-write merges into whatever is there)."""
-        if not self.patch:
-            return None
-        return _compiled(lambda compiled: _compile_merge_patch(self.patch, compiled, nested), section)
 
     def touched(self, document: dict | None = None) -> list[str]:
         """The pointers the patch sets or removes (its leaves). Given the ``document`` it
@@ -207,13 +197,6 @@ class JsonPatch:
             raise PatchNotApplicable("the patch would make the state something other than an object")
         return result
 
-    def compile(self, section: str = schema.STATE, nested: bool = False) -> "CompiledUpdate | None":
-        """One UpdateItem with no read, where every operation is an increment, add,
-        replace or remove of an object member (the common device update); else None."""
-        if not self.operations:
-            return None
-        return _compiled(lambda compiled: _compile_json_patch(self.operations, compiled), section)
-
     def touched(self, document: dict | None = None) -> list[str]:
         """The pointers the patch may set or remove (a move's source too; a test's none)."""
         return [pointer for operation in self.operations if operation["op"] != "test"
@@ -263,8 +246,8 @@ def _not_applicable(index: int, operation: dict, document) -> str:
     op, path = operation["op"], operation["path"]
     checks = [(operation["from"], False)] if op in _NEEDS_FROM else []
     checks.append((path, op in ("add", "copy", "move")))
-    for pointer, parent_only in checks:
-        _, why = _resolve(document, pointer, parent_only=parent_only)
+    for path_checked, parent_only in checks:
+        _, why = _resolve(document, path_checked, parent_only=parent_only)
         if why:
             return f"operation {index} ({op} {path}): {why}"
     if op in ("add", "copy", "move") and path:
@@ -316,184 +299,3 @@ def _check_operation(index: int, operation) -> None:
 
 
 SET, INCREMENT, REMOVED = "set", "increment", "removed"  # what a compiled patch does to a member
-
-
-@dataclass
-class CompiledUpdate:
-    """A patch as one DynamoDB update of a section's members, with the conditions that make
-    it mean what the patch means. Its placeholders come from ``expression``, which the
-    planner goes on building the request with; its values are stored exactly as a state
-    write stores them (``check_state``). When DynamoDB refuses it (a guard false, a parent
-    missing, a member of the wrong type), the caller falls back to read-modify-write, which
-    then applies the patch or raises the patch's own error."""
-
-    section: str = schema.STATE  # the attribute of the section it changes
-    expression: Expression = field(default_factory=Expression)
-    sets: list[str] = field(default_factory=list)
-    removes: list[str] = field(default_factory=list)
-    conditions: list[str] = field(default_factory=list)
-    members: list[str] = field(default_factory=list)  # each member name as often as it is named
-    values: dict = field(default_factory=dict)  # placeholder: the value as the patch gives it
-    attribute_values: list[dict] = field(default_factory=list)  # each value as stored, as often as used
-    # What it does to each member, for the fleet index: (parts, SET and the value, INCREMENT
-    # and the SET operand, or REMOVED and None).
-    effects: list[tuple] = field(default_factory=list)
-    _paths: list[tuple] = field(default_factory=list)
-
-    @property
-    def root(self) -> str:
-        """The placeholder of the section it changes."""
-        return self.expression.name(self.section)
-
-    @property
-    def pointers(self) -> list[str]:
-        """The JSON Pointers (inside the section) of the members it sets or removes."""
-        return [pointer(parts) for parts in self._paths]
-
-    @property
-    def removed(self) -> list[str]:
-        """The JSON Pointers of the members it removes."""
-        return [pointer(parts) for parts, effect, _ in self.effects if effect == REMOVED]
-
-    def path(self, parts: tuple) -> str | None:
-        """The placeholder path of state member ``parts``, or None when it overlaps one
-        already used (DynamoDB refuses overlapping paths in one update) or is not valid
-        Unicode (read-modify-write then refuses it with the state's own check)."""
-        if any(not isinstance(part, str) or not _is_text(part) for part in parts):
-            return None
-        for used in self._paths:
-            if used[: len(parts)] == parts or parts[: len(used)] == used:
-                return None
-        self._paths.append(parts)
-        return self.placeholder_path(parts)
-
-    def placeholder_path(self, parts: tuple) -> str:
-        """The placeholder path of ``parts``, not recorded as a changed member."""
-        self.members.extend(parts)
-        return self.expression.path(self.section, *parts)
-
-    def value(self, value) -> str:
-        """The placeholder of ``value``; InvalidValue (or TypeError) when no state could
-        hold it exactly."""
-        check_state({"values": [value]})
-        attribute = to_attribute(value)
-        self.attribute_values.append(attribute)
-        placeholder = self.expression.value(attribute)
-        self.values[placeholder] = value
-        return placeholder
-
-
-def _compiled(compile_into, section: str) -> CompiledUpdate | None:
-    """``compile_into`` a new CompiledUpdate of ``section``; None when it does not compile
-    or holds a value no state could store (read-modify-write then decides)."""
-    try:
-        return compile_into(CompiledUpdate(section))
-    except (InvalidValue, TypeError, ArithmeticError):
-        return None
-
-
-def _is_text(part: str) -> bool:
-    try:
-        check_text(part)
-    except InvalidValue:
-        return False
-    return True
-
-
-# |current| <= 9E+125 and |delta| <= 9E+124 keep |current + delta| under 9.99E+125.
-_COMPILED_VALUE_LIMIT = Decimal("9E+125")
-_COMPILED_DELTA_LIMIT = Decimal("9E+124")
-
-
-def _member_parts(pointer: str) -> tuple | None:
-    """The object-member names of a JSON Pointer, or None where it may touch an array."""
-    if not pointer:
-        return None
-    parts = tuple(jsonpointer.JsonPointer(pointer).parts)
-    if any(part == "-" or part.isdigit() or not part for part in parts):
-        return None
-    return parts
-
-
-def _compile_json_patch(operations: list, compiled: CompiledUpdate) -> CompiledUpdate | None:
-    for operation in operations:
-        op, parts = operation["op"], _member_parts(operation["path"])
-        if parts is None or op not in ("increment", "add", "replace", "remove"):
-            return None
-        path = compiled.path(parts)
-        if path is None:
-            return None
-        if op == "remove":
-            compiled.removes.append(path)
-            compiled.effects.append((parts, REMOVED, None))
-            compiled.conditions.append(f"attribute_exists({path})")
-            continue
-        if op in ("add", "replace"):
-            compiled.sets.append(f"{path} = {compiled.value(operation['value'])}")
-            compiled.effects.append((parts, SET, operation["value"]))
-            if op == "replace":
-                compiled.conditions.append(f"attribute_exists({path})")
-            continue
-        delta = canonical(Decimal(operation["value"]))
-        if abs(delta) > _COMPILED_DELTA_LIMIT:
-            return None
-        low, high = operation.get("min"), operation.get("max")
-        # DynamoDB refuses (ValidationException, measured on DynamoDB Local) a sum that needs
-        # more than 38 digits rather than round it; the caller then falls back to
-        # read-modify-write, which refuses it with the precision limit: both paths agree.
-        incremented = f"if_not_exists({path}, {compiled.value(Decimal(0))}) + {compiled.value(delta)}"
-        compiled.sets.append(f"{path} = {incremented}")
-        compiled.effects.append((parts, INCREMENT, incremented))
-        # Keep the result inside DynamoDB's range on every engine (moto does not check).
-        compiled.conditions.append(
-            f"(attribute_not_exists({path}) OR (attribute_type({path}, {compiled.value('N')}) AND "
-            f"{path} BETWEEN {compiled.value(-_COMPILED_VALUE_LIMIT)} AND {compiled.value(_COMPILED_VALUE_LIMIT)}))")
-        if low is None and high is None:
-            continue
-        # Only where no clamping is needed: otherwise DynamoDB refuses and the caller clamps.
-        # The bounds moved by delta, exactly; one that DynamoDB cannot hold is left to
-        # read-modify-write (a rounded guard would let the result pass the bound).
-        guards = []
-        try:
-            if low is not None:
-                guards.append(f"{path} >= {compiled.value(exact(Decimal.__sub__, low, delta))}")
-            if high is not None:
-                guards.append(f"{path} <= {compiled.value(exact(Decimal.__sub__, high, delta))}")
-        except InvalidValue:
-            return None
-        guard = " AND ".join(guards)
-        missing_fits = (low is None or delta >= low) and (high is None or delta <= high)
-        compiled.conditions.append(f"(attribute_not_exists({path}) OR ({guard}))" if missing_fits else f"({guard})")
-    return compiled
-
-
-def _compile_merge_patch(patch: dict, compiled: CompiledUpdate, nested: bool,
-                         parent: tuple = ()) -> CompiledUpdate | None:
-    if parent:
-        if not _is_text_path(parent):
-            return None
-        compiled.conditions.append(
-            f"attribute_type({compiled.placeholder_path(parent)}, {compiled.value('M')})")
-    for key, value in patch.items():
-        if not key:
-            return None
-        if isinstance(value, dict):
-            # Merging into an object DynamoDB cannot express without knowing it, except
-            # member by member into an object that exists (the condition says so).
-            if not nested or not value or _compile_merge_patch(value, compiled, nested, parent + (key,)) is None:
-                return None
-            continue
-        path = compiled.path(parent + (key,))
-        if path is None:
-            return None
-        if value is None:
-            compiled.removes.append(path)
-            compiled.effects.append((parent + (key,), REMOVED, None))
-        else:
-            compiled.sets.append(f"{path} = {compiled.value(value)}")
-            compiled.effects.append((parent + (key,), SET, value))
-    return compiled
-
-
-def _is_text_path(parts: tuple) -> bool:
-    return all(isinstance(part, str) and _is_text(part) for part in parts)

@@ -1,7 +1,8 @@
 """What an update function may declare beyond being one. Every write method takes an
 ``UpdateFn``: a pure function of a section's document returning the new document. The
-library's patches (``patches.MergePatch``, ``patches.JsonPatch``) also declare the two
-capabilities below, and any caller's update function may too."""
+library's patches (``patches.MergePatch``, ``patches.JsonPatch``) name the leaves they set
+(``Touching``) and compile where they can (``write.compiled.compile_patch``); any caller's
+update function may declare either capability below."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ UpdateFn = Callable[[dict], dict]
 @runtime_checkable
 class Compilable(Protocol):
     """Compiles to one UpdateItem that needs no read: ``compile()`` returns the compiled
-    update (``patches.CompiledUpdate``: its expression parts, the members and values it
+    update (``write.compiled.CompiledUpdate``: its expression parts, the members and values it
     names), or None when it cannot, and the write reads and applies the function instead.
     ``section``: the section it applies to; ``nested``: objects in it may compile to
     member-wise sets."""

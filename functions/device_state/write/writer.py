@@ -15,6 +15,7 @@ from ..errors import ConditionFailed, DeviceAlreadyExists, ItemTooLarge, Version
 from ..item.fencing import Fence
 from .keyed import IdempotencyKey
 from .pipeline import Refusals, WritePipeline
+from .compiled import compile_patch
 from .plan import Planned
 from .planner import Planner
 from ..item.journal import RecentJournals
@@ -22,7 +23,6 @@ from .keyed import RecordedAnswers
 from .retry import Moved, RetryLoop
 from ..model.sections import STATE
 from .store import Refused
-from ..model.updates import Compilable
 
 
 class DeviceWriter:
@@ -107,10 +107,8 @@ class DeviceWriter:
         """Apply a patch that compiles to one UpdateItem: no read, and nothing for another
         writer to invalidate, so no conflict. None when it does not compile, or DynamoDB
         refuses it (a guard, a missing parent, a type): read-modify-write then decides.
-        Desired and reported compile nested merge patches too (``MergePatch.compile``)."""
-        if not isinstance(update_fn, Compilable):
-            return None
-        compiled = update_fn.compile() if section == STATE else update_fn.compile(section=section, nested=True)
+        Desired and reported compile nested merge patches too (``compiled.compile_patch``)."""
+        compiled = compile_patch(update_fn, section)
         if compiled is None:
             return None
         monotonic = self._pipeline.runtime.monotonic
