@@ -15,6 +15,7 @@ from functions.device_state import (DeviceStateManager, FleetIndex, IndexBuildin
 from functions.device_state.client import dynamodb_client
 from functions.device_state.item.schema import is_index_attribute
 from functions.device_state.fleet.reindex import mark_ready
+from functions.device_state.write.store import Store
 from localdev.faults import Forwarder
 
 from tests.conftest import new_table_name
@@ -49,7 +50,7 @@ def fleet_table(dynamodb_local, local_table):
     name += "-fleet"  # a table made with its indexes: quicker than adding five to the fixture's one by one
     table.create_table(client, name, FLEET)
     manager = DeviceStateManager(client, name, fleet_index=FLEET)
-    mark_ready(manager.store, FLEET.fields)
+    mark_ready(Store(manager.client, manager.table_name), FLEET.fields)
     yield client, name, manager
     client.delete_table(TableName=name)
 
@@ -186,7 +187,7 @@ def test_a_count_waits_for_every_declared_field_it_names(indexed_table):
     client, name = indexed_table(declared)
     DeviceStateManager(client, name).create("w1", {}, sections={"reported": {"battery": 1, "online": True}})
     manager = DeviceStateManager(client, name, fleet_index=declared)
-    mark_ready(manager.store, declared.fields[:1])  # online ready, battery still building
+    mark_ready(Store(manager.client, manager.table_name), declared.fields[:1])  # online ready, battery still building
     for text in ("and(eq(reported/online,true),gt(reported/battery,0))",
                  "and(eq(reported/online,true),not(eq(reported/battery,5)))"):
         with pytest.raises(IndexBuilding) as waiting:

@@ -22,7 +22,9 @@ from functions.device_state import (
     VersionConflict,
 )
 from functions.device_state import table
+from functions.device_state.item.fencing import Fence
 from functions.device_state.item.room import BOOKKEEPING_BYTES
+from functions.device_state.write.planner import Planner
 from tests.helpers import RecordingClient
 
 
@@ -380,7 +382,7 @@ def test_largest_item_under_the_limit_is_stored_and_still_leased_and_written(loc
     while high - low > 1:  # the largest state a write accepts, to the byte
         middle = (low + high) // 2
         try:
-            manager.planner().create("big", {"blob": "x" * middle}, None)
+            Planner(manager.table_name, Fence(), time.time()).create("big", {"blob": "x" * middle}, None)
             low = middle
         except ItemTooLarge:
             high = middle

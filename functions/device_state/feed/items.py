@@ -11,10 +11,10 @@ from datetime import datetime
 
 from ..item import schema
 from ..model.device import Device
-from ..write.expressions import number
 from ..model.sections import DESIRED, REPORTED, SECTIONS, STATE, STATUS, VERSION_SPAN, entries_of
 from ..model.times import stored_time, timestamp
 from ..model.values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads
+from ..write.expressions import number
 
 CHANGE_SK_PREFIX = "change#"
 VERSION_WIDTH = 20  # zero-padded, so sort keys sort as versions do

@@ -34,17 +34,30 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..item import schema
-from .items import (CHANGE_SK_PREFIX, DELETED, VERSION_WIDTH, Change, change_from_item, change_item,
-                           change_of, change_sk, device_after, epoch_of, is_snapshot, lost_marker,
-                           without_sections, write_units)
-from ..model.device import Device
 from ..errors import DeviceNotFound, DeviceStateError, ItemTooLarge
-from ..write.expressions import Expression
-from ..runtime import Runtime
-from ..write.store import IDEMPOTENT, ONCE, Rejected, Store
+from ..item import schema
+from ..model.device import Device
 from ..model.times import stored_time
 from ..model.values import validate_device_id
+from ..runtime import Runtime
+from ..write.expressions import Expression
+from ..write.store import IDEMPOTENT, ONCE, Rejected, Store
+from .items import (
+    CHANGE_SK_PREFIX,
+    DELETED,
+    VERSION_WIDTH,
+    Change,
+    change_from_item,
+    change_item,
+    change_of,
+    change_sk,
+    device_after,
+    epoch_of,
+    is_snapshot,
+    lost_marker,
+    without_sections,
+    write_units,
+)
 
 TRIES_SK_PREFIX = "change-tries#"  # the processor's failed tries at one version's change
 TRIES = "tries"  # on that item: how many there were

@@ -23,10 +23,10 @@ import zlib
 from dataclasses import dataclass
 from decimal import Decimal
 
+from ..item import schema
 from ..model.connectivity import CONNECTED_FIELD, CONNECTIVITY
 from ..model.patches import INCREMENT, SET
 from ..model.sections import SECTIONS
-from ..item import schema
 
 QUERYABLE = (*SECTIONS, CONNECTIVITY)  # what a path may start with (connectivity: see connectivity.py)
 

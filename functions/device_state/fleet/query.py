@@ -33,17 +33,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from . import rql
+from ..errors import (
+    FilterTooBroad,
+    IndexBuilding,
+    InvalidCursor,
+    InvalidFilter,
+    InvalidValue,
+    UnindexedFilter,
+)
 from ..item import schema
-from .cursors import CURSOR_REFUSED, CursorSeal
 from ..model.connectivity import CONNECTIVITY, connectivity_of
 from ..model.device import Device
-from ..errors import FilterTooBroad, IndexBuilding, InvalidCursor, InvalidFilter, InvalidValue, UnindexedFilter
+from ..model.values import DEVICE_ID_PATTERN, check_number
 from ..write.expressions import Expression
+from ..write.store import Refused
+from . import rql
+from .cursors import CURSOR_REFUSED, CursorSeal
 from .index import MISSING, SHARDS, Field, FleetIndex
 from .reindex import building, has_devices, mark_ready, progress
-from ..write.store import Refused
-from ..model.values import DEVICE_ID_PATTERN, check_number
 
 MAX_LIMIT = 100
 # Index entries one Query call reads when a count reads a whole range: each call stays short

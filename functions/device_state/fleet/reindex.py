@@ -17,12 +17,12 @@ from __future__ import annotations
 import logging
 import time
 
-from ..item import schema
 from ..errors import ConditionFailed, DeviceNotFound
-from ..write.expressions import Expression, live
-from .index import FleetIndex
-from ..write.retry import Moved
+from ..item import schema
 from ..model.times import timestamp
+from ..write.expressions import Expression, live
+from ..write.retry import Moved
+from .index import FleetIndex
 
 STATUS_PARTITION = "~fleet-index"
 JOB_SK = "job"

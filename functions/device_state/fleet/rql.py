@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from ..errors import InvalidFilter, InvalidValue
-from .index import MISSING, FleetIndexError, split_path, value_at
 from ..model.sections import delta, same_value
 from ..model.values import check_number, check_text
+from .index import MISSING, FleetIndexError, split_path, value_at
 
 MAX_FILTER_CHARS = 4096
 MAX_NODES = 200

@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from . import schema
-from ..runtime import Runtime
 from ..model.values import item_size
+from ..runtime import Runtime
+from . import schema
 
 MARK_AFTER_SECONDS = 0.5  # a winner that raced this long (its hold aside) marks the item
 CLEAR_BELOW_SECONDS = 0.125  # a winner that raced less, without holding back, clears the marks

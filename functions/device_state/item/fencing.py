@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import hashlib
 
-from . import schema
 from ..errors import DeviceLocked, LeaseNotHeld
 from ..write.expressions import Expression
+from . import schema
 
 
 def lease_key(lease_token: str) -> str:

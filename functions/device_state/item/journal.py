@@ -29,11 +29,11 @@ import secrets
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Iterator
 from dataclasses import dataclass
+from typing import Iterator
 
-from . import schema
 from ..write.expressions import Expression
+from . import schema
 
 JOURNAL_KEEP = 1  # the newest entries every write leaves on the item (its own)
 # and the entries younger than this (by the trimming writer's clock): longer than any settle

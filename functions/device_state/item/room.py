@@ -4,8 +4,8 @@ connectivity, contention marks), and the sizes the planner checks a write agains
 
 from __future__ import annotations
 
-from ..feed.items import change_item_size
 from ..errors import ItemTooLarge
+from ..feed.items import change_item_size
 from ..model.device import Device
 from ..model.sections import VERSION_SPAN
 from ..model.values import MAX_ITEM_BYTES, item_size

@@ -34,18 +34,28 @@ import uuid
 from dataclasses import dataclass, replace
 
 from .. import table
+from ..errors import (
+    DeviceLocked,
+    DeviceNotFound,
+    InvalidLease,
+    LeaseBusy,
+    LeaseLost,
+    LeaseNotHeld,
+    OutcomeUnknown,
+    RetriesExhausted,
+    StorageError,
+    StorageUnavailable,
+    UnknownLease,
+)
 from ..item import schema
+from ..item.fencing import active_holder, lease_instant
 from ..model.times import stored_time, timestamp
-from ..errors import (DeviceLocked, DeviceNotFound, InvalidLease, LeaseBusy, LeaseLost, LeaseNotHeld, OutcomeUnknown,
-                     RetriesExhausted, StorageError, StorageUnavailable, UnknownLease)
+from ..model.values import validate_device_id
 from ..runtime import NULL_OBSERVER
 from ..write.expressions import Expression, number
-from ..item.fencing import active_holder
 from ..write.pipeline import Refusals, WritePipeline
-from ..item.fencing import lease_instant
 from ..write.retry import Moved, RetryLoop
 from ..write.store import IDEMPOTENT, Rejected
-from ..model.values import validate_device_id
 
 DEFAULT_TTL_SECONDS = 60
 MAX_TTL_SECONDS = 900

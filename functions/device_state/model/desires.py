@@ -31,8 +31,19 @@ import re
 from dataclasses import dataclass
 
 from ..errors import DesireMoved, InvalidValue
-from .sections import (DESIRED, MAX_POINTER_BYTES, REPORTED, STATUS, VERSION_SPAN, delta, leaf_entries, leaves,
-                       pointer_bytes, same_value, unpack)
+from .sections import (
+    DESIRED,
+    MAX_POINTER_BYTES,
+    REPORTED,
+    STATUS,
+    VERSION_SPAN,
+    delta,
+    leaf_entries,
+    leaves,
+    pointer_bytes,
+    same_value,
+    unpack,
+)
 from .times import timestamp
 from .values import MAX_VERSION, item_size
 

@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from . import desires
 from ..item import schema
+from . import desires
 from .connectivity import CONNECTIVITY, connectivity_of
 from .sections import DESIRED, entries_of, metadata
 from .times import stored_time, timestamp

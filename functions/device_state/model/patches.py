@@ -13,8 +13,15 @@ import jsonpointer
 
 from ..errors import InvalidPatch, InvalidValue, PatchNotApplicable, PatchTestFailed
 from .sections import pointer
-from .values import (MAX_PATCH_OPERATIONS, MAX_SIGNIFICANT_DIGITS, canonical, check_member_name, check_number,
-                     dumps, significant_digits)
+from .values import (
+    MAX_PATCH_OPERATIONS,
+    MAX_SIGNIFICANT_DIGITS,
+    canonical,
+    check_member_name,
+    check_number,
+    dumps,
+    significant_digits,
+)
 
 _SHOWN_CHARS = 200  # of a value quoted in an error's detail
 

@@ -27,8 +27,8 @@ from decimal import Decimal
 
 import jsonpointer
 
-from ..item import schema
 from ..errors import InvalidValue
+from ..item import schema
 from .times import timestamp
 from .updates import Touching
 from .values import check_state, from_attribute

@@ -15,8 +15,20 @@ from ..model.connectivity import CONNECTIVITY, MAX_CONNECTIONS, SEEN_EVERY_SECON
 from ..model.device import Device
 from ..model.sections import DESIRED, REPORTED, STATE
 from .expressions import Expression, live
-from .plan import (ALL_DISCONNECTED, CONNECTED, DISCONNECTED, LEASE_CLEARED, LEASE_EXTENDED, LEASE_TAKEN, REINDEXED,
-                   SEEN, SETTLE_MARK, PlanContext, Planned, index_sets)
+from .plan import (
+    ALL_DISCONNECTED,
+    CONNECTED,
+    DISCONNECTED,
+    LEASE_CLEARED,
+    LEASE_EXTENDED,
+    LEASE_TAKEN,
+    REINDEXED,
+    SEEN,
+    SETTLE_MARK,
+    PlanContext,
+    Planned,
+    index_sets,
+)
 
 STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
 

@@ -12,16 +12,25 @@ from decimal import Decimal
 import jsonpointer
 
 from ..errors import InvalidValue
-from ..model.values import canonical, check_state, check_text, to_attribute
 from ..fleet.index import compiled_attributes, shard_of
 from ..item import schema
 from ..item.journal import JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp, trimmed_stamps, trimming
 from ..item.room import LONGEST_NUMBER_BYTES, MAX_STATE_ITEM_BYTES, most_added, value_size
 from ..model.patches import INCREMENT, REMOVED, SET, JsonPatch, MergePatch, exact
-from ..model.updates import Compilable
-from ..model.sections import (MAX_POINTER_BYTES, REPORTED, STATE, VERSION_SPAN, check_pointer, longest_leaf_pointer,
-                              pack, pointer, pointer_bytes)
+from ..model.sections import (
+    MAX_POINTER_BYTES,
+    REPORTED,
+    STATE,
+    VERSION_SPAN,
+    check_pointer,
+    longest_leaf_pointer,
+    pack,
+    pointer,
+    pointer_bytes,
+)
 from ..model.times import time_attribute
+from ..model.updates import Compilable
+from ..model.values import canonical, check_state, check_text, to_attribute
 from .expressions import Expression, live, number
 from .plan import UPDATED, PlanContext, Planned, index_sets
 

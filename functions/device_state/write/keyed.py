@@ -22,16 +22,15 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from .. import table
+from ..errors import DeviceStateError, IdempotencyKeyReused, StorageUnavailable
+from ..feed.log import ChangeLog, VersionNotFound
 from ..item import schema
 from ..model.device import Device, timestamp
-from ..errors import DeviceStateError, IdempotencyKeyReused
-from ..feed.log import ChangeLog, VersionNotFound
-from ..errors import StorageUnavailable
+from ..model.values import check_item_size, dumps, loads
 from ..runtime import Runtime
 from .expressions import Expression, number
-from .store import Store
-from ..model.values import check_item_size, dumps, loads
 from .plan import CHECKED, CREATED, DELETED, REPLACED, UPDATED  # noqa: F401 (the outcomes a record answers)
+from .store import Store
 
 RECORD_TTL_SECONDS = 24 * 60 * 60
 KEY_PATTERN = re.compile(r"[\x20-\x7e]{1,255}")

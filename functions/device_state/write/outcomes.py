@@ -4,11 +4,27 @@ transaction, or as a lease holder change. The one classifier of refusals."""
 
 from __future__ import annotations
 
+from ..errors import (
+    ConditionFailed,
+    DeviceAlreadyExists,
+    DeviceLocked,
+    DeviceNotFound,
+    LeaseLost,
+    LeaseNotHeld,
+)
 from ..item import schema
-from ..model.device import Device
-from ..errors import ConditionFailed, DeviceAlreadyExists, DeviceLocked, DeviceNotFound, LeaseLost, LeaseNotHeld
 from ..item.fencing import Fence, active_holder
-from .plan import CHECKED, CONNECTIVITY_OUTCOMES, CREATED, LEASE_CLEARED, LEASE_EXTENDED, LEASE_TAKEN, REINDEXED, Planned
+from ..model.device import Device
+from .plan import (
+    CHECKED,
+    CONNECTIVITY_OUTCOMES,
+    CREATED,
+    LEASE_CLEARED,
+    LEASE_EXTENDED,
+    LEASE_TAKEN,
+    REINDEXED,
+    Planned,
+)
 from .retry import Moved
 
 

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import logging
 
-from ..item import schema
-from ..item.contention import Raced
-from ..model.device import Device
 from ..errors import ItemTooLarge, OutcomeUnknown, StorageError, StorageUnavailable
 from ..fleet.index import FleetIndex
+from ..item import schema
+from ..item.contention import Raced
 from ..item.fencing import Fence
 from ..item.journal import trimmed_stamp, written_version
+from ..model.device import Device
+from ..runtime import Runtime
+from .outcomes import refusal
 from .plan import DEFAULT_TOMBSTONE_SECONDS, Planned
 from .planner import Planner
-from .outcomes import refusal
 from .retry import Moved
-from ..runtime import Runtime
 from .store import IDEMPOTENT, ONCE, Ambiguous, Cancelled, FailedAnswer, Rejected, Store
 
 logger = logging.getLogger("device_state")

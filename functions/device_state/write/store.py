@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError
 
-from ..item import schema
 from ..errors import ItemTooLarge, StorageError, StorageUnavailable
-from ..runtime import Runtime
+from ..item import schema
 from ..model.values import MAX_ITEM_BYTES
+from ..runtime import Runtime
 
 THROTTLING_CODES = frozenset(
     {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",

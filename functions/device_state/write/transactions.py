@@ -10,19 +10,30 @@ from typing import Callable
 
 from boto3.dynamodb.conditions import ConditionBase
 
-from . import keyed as idem
+from ..errors import (
+    ConditionFailed,
+    DeviceAlreadyExists,
+    DeviceLocked,
+    DeviceNotFound,
+    DeviceStateError,
+    InvalidValue,
+    ItemTooLarge,
+    LeaseNotHeld,
+    PatchNotApplicable,
+    PatchTestFailed,
+    VersionConflict,
+)
 from ..item import schema
-from ..model.device import Device
-from ..errors import (ConditionFailed, DeviceAlreadyExists, DeviceLocked, DeviceNotFound, DeviceStateError,
-                     InvalidValue, ItemTooLarge, LeaseNotHeld, PatchNotApplicable, PatchTestFailed, VersionConflict)
 from ..item.fencing import Fence
+from ..model.device import Device
+from ..model.sections import STATE, check_section, check_sections, replacing
+from ..model.values import check_state, item_size, validate_device_id
+from . import keyed as idem
 from .keyed import REPLACED, UPDATED
 from .pipeline import Refusals, WritePipeline
 from .plan import Planned, expect
 from .planner import Planner
 from .retry import Moved, RetryLoop
-from ..model.sections import STATE, check_section, check_sections, replacing
-from ..model.values import check_state, item_size, validate_device_id
 
 MAX_OPERATIONS = 100  # DynamoDB's TransactWriteItems limit (a keyed transaction keeps one for its record)
 MAX_TRANSACTION_BYTES = 4 * 1024 * 1024

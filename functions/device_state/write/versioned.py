@@ -17,8 +17,19 @@ from ..item.journal import JOURNAL_KEEP, WriteId, trimmed_stamps, trimming, wate
 from ..item.room import LARGEST_VERSION, MAX_STATE_ITEM_BYTES, checked_size, without_bookkeeping
 from ..model import desires
 from ..model.device import Device
-from ..model.sections import (ALL, DESIRED, DEVICE_SECTIONS, REPORTED, STATE, STATUS, SectionWrite, leaf_entries,
-                              next_entries, pack, touched_by)
+from ..model.sections import (
+    ALL,
+    DESIRED,
+    DEVICE_SECTIONS,
+    REPORTED,
+    STATE,
+    STATUS,
+    SectionWrite,
+    leaf_entries,
+    next_entries,
+    pack,
+    touched_by,
+)
 from ..model.times import time_attribute, timestamp
 from ..model.updates import UpdateFn
 from ..model.values import MAX_ITEM_BYTES, check_state, from_attribute, to_attribute

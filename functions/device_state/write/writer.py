@@ -7,21 +7,20 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import keyed as idem
+from ..errors import ConditionFailed, DeviceAlreadyExists, ItemTooLarge, VersionConflict
 from ..item import schema
 from ..item.contention import Race
-from ..model.device import Device
-from ..errors import ConditionFailed, DeviceAlreadyExists, ItemTooLarge, VersionConflict
 from ..item.fencing import Fence
-from .keyed import IdempotencyKey
-from .pipeline import Refusals, WritePipeline
+from ..item.journal import RecentJournals
+from ..model.device import Device
+from ..model.sections import STATE
+from . import keyed as idem
 from .compiled import compile_patch
+from .keyed import IdempotencyKey, RecordedAnswers
+from .pipeline import Refusals, WritePipeline
 from .plan import Planned
 from .planner import Planner
-from ..item.journal import RecentJournals
-from .keyed import RecordedAnswers
 from .retry import Moved, RetryLoop
-from ..model.sections import STATE
 from .store import Refused
 
 
