@@ -81,7 +81,7 @@ def test_the_documents_limits_are_the_services_constants():
     from functions.device_state.write.keyed import KEY_PATTERN
     from functions.device_state.leases.queue import MAX_TTL_SECONDS
     from functions.device_state import MAX_FILTER_CHARS, MAX_QUERY_LIMIT
-    from functions.device_state.manager import MAX_LIST_LIMIT
+    from functions.device_state import MAX_LIST_LIMIT
     from functions.device_state import MAX_OPERATIONS
     from functions.device_state.model.values import DEVICE_ID_PATTERN
 

@@ -13,7 +13,7 @@ from functions import config
 from functions.auth import credentials, device_tokens
 from functions.device_state import metrics as names
 from functions.device_state import table as model
-from functions.device_state.manager import DEFAULT_BUDGET_SECONDS
+from functions.device_state import DEFAULT_BUDGET_SECONDS
 from infra import api as api_module
 from infra import monitoring
 from infra.nag import REVIEWED

@@ -506,7 +506,7 @@ def test_a_walk_reads_past_what_is_no_device_takes_every_cursor_back_and_ends(en
 
 def test_a_listing_page_reads_a_bounded_number_of_items(engine):
     """At most MAX_SCAN_CALLS_PER_PAGE Scan calls, each of at most MAX_SCAN_ITEMS_PER_CALL items."""
-    from functions.device_state.manager import MAX_SCAN_CALLS_PER_PAGE, MAX_SCAN_ITEMS_PER_CALL
+    from functions.device_state.fleet.listing import MAX_SCAN_CALLS_PER_PAGE, MAX_SCAN_ITEMS_PER_CALL
 
     client, name = engine
     spy = RecordingClient(client)
