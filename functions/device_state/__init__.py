@@ -5,7 +5,9 @@ Free of HTTP and of Powertools; takes its DynamoDB client and table name as argu
 
 from .client import boto3_session, dynamodb_client
 from .errors import (
+    AnswerLost,
     ConditionFailed,
+    ConditionNotMet,
     DesireMoved,
     DeviceAlreadyExists,
     DeviceLocked,
@@ -28,6 +30,7 @@ from .errors import (
     PatchError,
     PatchNotApplicable,
     PatchTestFailed,
+    RequestRefused,
     RetriesExhausted,
     StorageError,
     StorageUnavailable,
@@ -113,6 +116,9 @@ from .write.transactions import (
 )
 
 __all__ = [
+    "AnswerLost",
+    "ConditionNotMet",
+    "RequestRefused",
     "Ack",
     "TooManyConnections",
     "check_acks",

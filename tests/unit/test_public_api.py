@@ -9,7 +9,11 @@ from pathlib import Path
 import functions.device_state as library
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PUBLIC_MODULES = {"metrics", "restore", "table", "store", "expressions", "leases", "transactions", "updates"}
+# The modules callers may import besides the package itself: metric names, SnapStart hooks, the
+# table's definition, and the one door to DynamoDB with its expressions, for the items other
+# parts keep in the table (push subscriptions); the package's subpackage of leases.
+PUBLIC_MODULES = {"metrics", "restore", "table", "client", "write.store", "write.expressions", "leases",
+                  "transactions"}
 
 
 def _callers() -> list[Path]:
@@ -31,7 +35,7 @@ def test_nothing_outside_the_library_imports_its_internal_modules():
     for path in _callers():
         for line, module, names in _library_imports(path):
             parts = module.split(".")
-            if len(parts) > 2 and parts[2] not in PUBLIC_MODULES:
+            if len(parts) > 2 and ".".join(parts[2:]) not in PUBLIC_MODULES:
                 reaching.append(f"{path.relative_to(REPO_ROOT)}:{line} imports {module}")
             elif len(parts) == 2:
                 unknown = [name for name in names if name not in library.__all__ and name not in PUBLIC_MODULES]

@@ -34,14 +34,14 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..errors import DeviceNotFound, DeviceStateError, ItemTooLarge
+from ..errors import ConditionNotMet, DeviceNotFound, DeviceStateError, ItemTooLarge
 from ..item import schema
 from ..model.device import Device
 from ..model.times import stored_time
 from ..model.values import validate_device_id
 from ..runtime import Runtime
 from ..write.expressions import Expression
-from ..write.store import IDEMPOTENT, ONCE, Rejected, Store
+from ..write.store import IDEMPOTENT, ONCE, Store
 from .items import (
     CHANGE_SK_PREFIX,
     DELETED,
@@ -170,7 +170,7 @@ class ChangeLog:
             self.store.send("put_item", IDEMPOTENT, Item=item,
                             ConditionExpression=f"attribute_not_exists({expr.name(schema.SORT_KEY)})",
                             **expr.attributes())
-        except Rejected:
+        except ConditionNotMet:
             pass  # written before: by an earlier delivery of this record
 
     # ------------------------------------------------------------------- reads

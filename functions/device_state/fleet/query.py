@@ -39,6 +39,7 @@ from ..errors import (
     InvalidCursor,
     InvalidFilter,
     InvalidValue,
+    RequestRefused,
     UnindexedFilter,
 )
 from ..item import schema
@@ -46,7 +47,6 @@ from ..model.connectivity import CONNECTIVITY, connectivity_of
 from ..model.device import Device
 from ..model.values import DEVICE_ID_PATTERN, check_number
 from ..write.expressions import Expression
-from ..write.store import Refused
 from . import rql
 from .cursors import CURSOR_REFUSED, CursorSeal
 from .index import MISSING, SHARDS, Field, FleetIndex
@@ -256,7 +256,7 @@ class FleetQuery:
                 request["ExclusiveStartKey"] = _start_key(scan.field, shard, positions[shard])
             try:
                 page = self.store.send("query", **request)
-            except Refused:  # a start key DynamoDB will not take
+            except RequestRefused:  # a start key DynamoDB will not take
                 raise InvalidCursor(CURSOR_REFUSED) from None
             entries = [(item[schema.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute]), shard)
                        for item in page.get("Items", [])]

@@ -21,7 +21,7 @@ from ..errors import ConditionFailed, DeviceNotFound
 from ..item import schema
 from ..model.times import timestamp
 from ..write.expressions import Expression, live
-from ..write.retry import Moved
+from ..write.outcomes import Moved
 from .index import FleetIndex
 
 STATUS_PARTITION = "~fleet-index"

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 from .. import table
 from ..errors import (
+    ConditionNotMet,
     DeviceLocked,
     DeviceNotFound,
     InvalidLease,
@@ -53,9 +54,10 @@ from ..model.times import stored_time, timestamp
 from ..model.values import validate_device_id
 from ..runtime import NULL_OBSERVER
 from ..write.expressions import Expression, number
-from ..write.pipeline import Refusals, WritePipeline
-from ..write.retry import Moved, RetryLoop
-from ..write.store import IDEMPOTENT, Rejected
+from ..write.outcomes import Moved, Refusals
+from ..write.pipeline import WritePipeline
+from ..write.retry import RetryLoop
+from ..write.store import IDEMPOTENT
 
 DEFAULT_TTL_SECONDS = 60
 MAX_TTL_SECONDS = 900
@@ -72,6 +74,7 @@ _TICKET = "ticket"
 _TTL = "ttlSeconds"
 _UNTIL = "until"
 _CREATED_AT = "createdAt"
+ROW = "row"  # a lease change's queue-row part beside the holder's change (``send_together``)
 
 
 def _sort_key(ticket: int) -> str:
@@ -214,14 +217,14 @@ class LeaseQueue:
                        **self._still_ours(secret)}}
         try:
             self._pipeline.send_together(planner, [planner.take_lease(device_id, ticket, lease_token_of(secret),
-                                                                      until)], [row], uuid.uuid4().hex)
+                                                                      until)], {ROW: [row]}, uuid.uuid4().hex)
         except Refusals as refused:
-            if refused.others_refused[0]:  # our ticket was ended while we waited
+            if ROW in refused.refused:  # our ticket was ended while we waited
                 raise self._lost(device_id, f"{ticket}.{secret}") from None
-            if isinstance(refused.refusals[0], DeviceLocked):
-                return None, refused.refusals[0].lease_expires_at
-            if refused.refusals[0] is not None:
-                raise refused.refusals[0] from None  # DeviceNotFound
+            if isinstance(refused.refusal, DeviceLocked):
+                return None, refused.refusal.lease_expires_at
+            if refused.refusal is not None:
+                raise refused.refusal from None  # DeviceNotFound
             return None, None  # someone else's heartbeat or write at that instant: poll again
         return until, None
 
@@ -260,7 +263,7 @@ class LeaseQueue:
             self._store.send("delete_item", IDEMPOTENT,
                              Key={schema.PARTITION_KEY: row[schema.PARTITION_KEY], schema.SORT_KEY: row[schema.SORT_KEY]},
                              ConditionExpression=condition, **expr.attributes())
-        except Rejected:
+        except ConditionNotMet:
             pass
 
     # ----------------------------------------------------- heartbeat, release
@@ -309,7 +312,7 @@ class LeaseQueue:
             self._transact(device_id, lambda planner: (True, planner.clear_lease(device_id, ticket), [delete_row]))
             return True
         except Refusals as refused:
-            if refused.others_refused[0]:
+            if ROW in refused.refused:
                 if self._never_issued(device_id, lease_id, self._store.get(_row_key(device_id, ticket))):
                     raise UnknownLease(device_id, lease_id) from None
                 return False  # released, reaped, or expired already
@@ -336,7 +339,7 @@ class LeaseQueue:
                                                        [{"Delete": delete_row}]))
             return True
         except Refusals as refused:
-            row_gone, not_holder = refused.others_refused[0], refused.refusals[0] is not None
+            row_gone, not_holder = ROW in refused.refused, refused.refusal is not None
         try:
             if not row_gone:  # a waiting ticket, or a holder already superseded: its row only
                 self._store.send("delete_item", IDEMPOTENT, **delete_row)
@@ -344,7 +347,7 @@ class LeaseQueue:
             if not not_holder:  # the holder's row went (reaped at its expiry) but the item still names it
                 self._clear_holder(device_id, ticket)
                 return True
-        except (Rejected, LeaseNotHeld):
+        except (ConditionNotMet, LeaseNotHeld):
             return False  # ended meanwhile
         if not self._drawn(device_id, ticket):
             raise UnknownLease(device_id, str(ticket))
@@ -367,7 +370,7 @@ class LeaseQueue:
         try:
             self._store.send("delete_item", IDEMPOTENT, **self._delete_own_row(device_id, ticket, secret))
             return True
-        except Rejected:
+        except ConditionNotMet:
             return False
 
     def _delete_own_row(self, device_id: str, ticket: int, secret: str) -> dict:
@@ -408,7 +411,7 @@ class LeaseQueue:
             self._store.send("put_item", IDEMPOTENT,
                              Item=self._row(device_id, ticket, secret, owner, ttl_seconds, until),
                              **({} if first else self._still_ours(secret)))
-        except Rejected:
+        except ConditionNotMet:
             raise self._lost(device_id, f"{ticket}.{secret}") from None
 
     @staticmethod
@@ -428,9 +431,9 @@ class LeaseQueue:
             planner = self._pipeline.planner()
             result, planned, rows = plan(planner)
             try:
-                self._pipeline.send_together(planner, [planned], rows, uuid.uuid4().hex)
+                self._pipeline.send_together(planner, [planned], {ROW: rows}, uuid.uuid4().hex)
             except Refusals as refused:
-                if refused.conflict and not any(refused.refusals) and not any(refused.others_refused):
+                if refused.conflict and refused.refusal is None and not refused.refused:
                     raise Moved(None, reason="conflict") from None
                 raise
             return result

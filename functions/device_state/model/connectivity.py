@@ -42,9 +42,9 @@ def open_members(item: dict | None, now: float) -> list[str]:
     return [entry for entry in members(item) if _until_ms(entry) > now * 1000]
 
 
-def ended_members(item: dict | None, now: float) -> list[str]:
-    """Members whose connection ended without its close arriving."""
-    return [entry for entry in members(item) if _until_ms(entry) <= now * 1000]
+def ended_members(members_: list[str], now: float) -> list[str]:
+    """Of ``members_``, those whose connection ended without its close arriving."""
+    return [entry for entry in members_ if _until_ms(entry) <= now * 1000]
 
 
 def _ms(item: dict, name: str) -> int | None:

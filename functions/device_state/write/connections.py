@@ -13,7 +13,7 @@ from ..model import connectivity
 from ..model.device import Device
 from ..model.values import validate_device_id
 from .pipeline import WritePipeline
-from .plan import CONNECTED, Planned
+from .plan import Planned
 from .planner import Planner
 
 logger = logging.getLogger("device_state")
@@ -35,15 +35,12 @@ class Connections:
         opened = connectivity.member(connection_id, until)
         try:
             return self._send_connectivity(lambda planner: planner.connect(device_id, opened))
-        except ConditionFailed:
-            ended = connectivity.ended_members(self._pipeline.store.get_live_state(device_id, self._clock()), self._clock())
+        except TooManyConnections as full:
+            ended = connectivity.ended_members(list(full.held), self._clock())
             if not ended:
-                raise TooManyConnections(device_id, connectivity.MAX_CONNECTIONS) from None
+                raise
         self._send_connectivity(lambda planner: planner.disconnect(device_id, ended))
-        try:
-            return self._send_connectivity(lambda planner: planner.connect(device_id, opened))
-        except ConditionFailed:
-            raise TooManyConnections(device_id, connectivity.MAX_CONNECTIONS) from None
+        return self._send_connectivity(lambda planner: planner.connect(device_id, opened))
 
     def disconnected(self, device_id: str, connection_id: str, until: float) -> None:
         """Forgets a connection ``connected`` recorded: one read and one write, each write
@@ -83,8 +80,6 @@ class Connections:
             self._pipeline.send(self._pipeline.planner(), planned)
         except DeviceNotFound:
             return False
-        except ConditionFailed:
-            if planned.outcome == CONNECTED:
-                raise
+        except ConditionFailed:  # not needed (a TooManyConnections goes to the caller)
             return False
         return True

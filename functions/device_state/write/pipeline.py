@@ -1,15 +1,22 @@
 """The write pipeline: every request on a device's state item is planned by a ``Planner``
 (``planner()``), sent here through the store's door, and classified here: applied (ours),
-refused or moved (nothing written, ``refusals.refusal``), or, when the answer was lost,
-settled through the write journal; unknown only when it cannot be settled. ``send`` takes
-one planned UpdateItem, ``send_together`` planned writes in one TransactWriteItems beside
-other items (idempotency records, lease rows)."""
+refused or moved (nothing written, ``outcomes``), or, when the answer was lost, settled
+through the write journal; unknown only when it cannot be settled. ``send`` takes one
+planned UpdateItem, ``send_together`` planned writes in one TransactWriteItems beside other
+items, each part named (an idempotency record, a lease row)."""
 
 from __future__ import annotations
 
 import logging
 
-from ..errors import ItemTooLarge, OutcomeUnknown, StorageError, StorageUnavailable
+from ..errors import (
+    AnswerLost,
+    ConditionNotMet,
+    ItemTooLarge,
+    OutcomeUnknown,
+    StorageError,
+    StorageUnavailable,
+)
 from ..fleet.index import FleetIndex
 from ..item import schema
 from ..item.contention import Raced
@@ -17,11 +24,10 @@ from ..item.fencing import Fence
 from ..item.journal import trimmed_stamp, written_version
 from ..model.device import Device
 from ..runtime import Runtime
-from .outcomes import refusal
+from .outcomes import Applied, NeverApplied, Refusals, refusal
 from .plan import DEFAULT_TOMBSTONE_SECONDS, Planned
 from .planner import Planner
-from .retry import Moved
-from .store import IDEMPOTENT, ONCE, Ambiguous, Cancelled, FailedAnswer, Rejected, Store
+from .store import IDEMPOTENT, ONCE, Cancelled, FailedAnswer, Store
 
 logger = logging.getLogger("device_state")
 
@@ -29,22 +35,6 @@ DEFAULT_SETTLE_SECONDS = 10.0
 CONDITION_FAILED, CONFLICT = "ConditionalCheckFailed", "TransactionConflict"
 # Cancellation reasons that mean "try later", nothing wrong with the request.
 THROTTLED = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"})
-
-
-class Refusals(Exception):
-    """DynamoDB cancelled a transaction; nothing was written. ``refusals``: per planned
-    write, why its condition failed (``refusals.refusal``), None where it held, and
-    ``items`` the item as it was where it failed; ``others_refused``: per other item,
-    whether its condition failed; ``conflict``: another request touched one of its items
-    at that instant (trying again may succeed)."""
-
-    def __init__(self, refusals: list[Exception | None], items: list[dict | None], others_refused: list[bool],
-                 conflict: bool):
-        super().__init__("transaction cancelled")
-        self.refusals = refusals
-        self.items = items
-        self.others_refused = others_refused
-        self.conflict = conflict
 
 
 class WritePipeline:
@@ -63,38 +53,41 @@ class WritePipeline:
         return Planner(self.store.table_name, fence or Fence(), self.runtime.clock(), self.tombstone_seconds,
                        self.fleet_index, seen_by, raced)
 
-    def send(self, planner: Planner, planned: Planned) -> tuple[Device | None, dict | None]:
-        """Send one planned UpdateItem. Returns the device after it when it applied (once),
-        with the item DynamoDB returned (ALL_NEW) if any; raises its refusal or ``Moved``
-        when nothing was written, ``OutcomeUnknown`` when that cannot be settled. A write
-        without a journal entry is a lease holder's clearing (``Planner.clear_lease``): sent
-        again it can only find the holder cleared, so the store may resend it."""
+    def send(self, planner: Planner, planned: Planned) -> Applied:
+        """Send one planned UpdateItem. ``Applied`` when it applied (once); raises its refusal,
+        ``Moved`` or ``NeverApplied`` when nothing was written, ``OutcomeUnknown`` when that
+        cannot be settled. A write without a journal entry (bookkeeping: connections, the lease
+        holder) is the same when sent again, so the store may resend it."""
         journaled = planned.write is not None
         try:
             answer = self.store.send("update_item", ONCE if journaled else IDEMPOTENT, **planned.request["Update"])
-        except Rejected as rejected:
+        except ConditionNotMet as rejected:
             version = written_version(rejected.item, planned.write) if journaled else None
             if version:  # a resend (by a retrying client) of our own landed write
-                return self._applied(planned, version, rejected.item), None
+                return Applied(self._applied(planned, version, rejected.item))
             raise refusal(planned, rejected.item, planner.fence, planner.now) from None
-        except Ambiguous as lost:
-            return self._lost(planned, lost), None
+        except AnswerLost as lost:
+            return Applied(self._lost(planned, lost))
         attributes = answer.get("Attributes")
-        return planned.device or (Device.from_item(attributes) if attributes else None), attributes
+        return Applied(planned.device or (Device.from_item(attributes) if attributes else None), attributes)
 
-    def send_together(self, planner: Planner, planned: list[Planned], others: list[dict], token: str) -> None:
-        """The planned writes, then ``others``, in one TransactWriteItems; its
-        ClientRequestToken makes the store's resend after a lost answer safe. Returns when it
-        applied; raises ``Refusals`` when DynamoDB cancelled it, ``Moved`` when a lost answer
-        settles as never applied, ``OutcomeUnknown`` when it cannot be known."""
+    def send_together(self, planner: Planner, planned: list[Planned], others: dict[str, list[dict]],
+                      token: str) -> None:
+        """The planned writes, then ``others`` (its parts by name: ``{"record": [...]}``), in one
+        TransactWriteItems; its ClientRequestToken makes the store's resend after a lost answer
+        safe. Returns when it applied; raises ``Refusals`` when DynamoDB cancelled it (naming the
+        parts refused), ``NeverApplied`` when a lost answer settles as never applied,
+        ``OutcomeUnknown`` when it cannot be known."""
+        names = [name for name, requests in others.items() for _ in requests]
         try:
             self.store.send("transact_write_items", IDEMPOTENT, ClientRequestToken=token,
-                            TransactItems=[plan.request for plan in planned] + others)
-        except Ambiguous as lost:  # every send's answer lost: one journal entry tells for all
+                            TransactItems=[plan.request for plan in planned] + [
+                                request for requests in others.values() for request in requests])
+        except AnswerLost as lost:  # every send's answer lost: one journal entry tells for all
             journaled = next((plan for plan in planned if plan.write is not None), planned[0])
             self._lost(journaled, lost)
         except Cancelled as cancelled:
-            reasons = cancelled.reasons + [{}] * (len(planned) + len(others) - len(cancelled.reasons))
+            reasons = cancelled.reasons + [{}] * (len(planned) + len(names) - len(cancelled.reasons))
             codes = [reason.get("Code") or "None" for reason in reasons]
             if any(code in THROTTLED for code in codes) or not set(codes) - {"None"}:
                 raise StorageUnavailable(f"DynamoDB cancelled the transaction ({cancelled.reasons or 'no reason'}); "
@@ -103,16 +96,17 @@ class WritePipeline:
                 raise StorageError(f"transaction cancelled: {cancelled.reasons}") from None
             refusals = [refusal(plan, reason.get("Item"), planner.fence, planner.now) if code == CONDITION_FAILED
                         else None for plan, reason, code in zip(planned, reasons, codes)]
-            raise Refusals(refusals, [reason.get("Item") for reason in reasons[:len(planned)]],
-                           [code == CONDITION_FAILED for code in codes[len(planned):]], CONFLICT in codes) from None
+            refused = frozenset(name for name, code in zip(names, codes[len(planned):]) if code == CONDITION_FAILED)
+            raise Refusals(refusals, [reason.get("Item") for reason in reasons[:len(planned)]], refused,
+                           CONFLICT in codes) from None
 
-    def _lost(self, planned: Planned, lost: Ambiguous) -> Device:
+    def _lost(self, planned: Planned, lost: AnswerLost) -> Device:
         if planned.write is None:  # nothing to settle it by
             self.runtime.observer.outcome_unknown(planned.device_id)
             raise OutcomeUnknown(planned.device_id, str(lost))
         return self.settle(planned, lost)
 
-    def settle(self, planned: Planned, lost: Ambiguous) -> Device:
+    def settle(self, planned: Planned, lost: AnswerLost) -> Device:
         """Find out whether a write whose answer was lost applied, by marking it as never
         applied unless it already did (``Planner.settle_mark``): then the journal tells. A
         write DynamoDB answered with a server error (``FailedAnswer``) that settles as never
@@ -128,7 +122,7 @@ class WritePipeline:
             mark = self.planner().settle_mark(device_id, planned.write, on_versioned_item)
             try:
                 marked = self.store.send("update_item", ONCE, **mark.request["Update"])["Attributes"]
-            except Rejected as rejected:
+            except ConditionNotMet as rejected:
                 version = written_version(rejected.item, planned.write)
                 if version:
                     return self._applied(planned, version, rejected.item)
@@ -139,7 +133,7 @@ class WritePipeline:
             except ItemTooLarge:  # not even the mark fits: nothing can settle it
                 runtime.observer.outcome_unknown(device_id)
                 raise OutcomeUnknown(device_id, "the item has no room left to settle the write") from None
-            except StorageUnavailable as error:  # Ambiguous too: try again until the deadline
+            except StorageUnavailable as error:  # AnswerLost too: try again until the deadline
                 cause = str(error)
             else:
                 return self._never_applied(planned, marked, failed_answer, failure)
@@ -155,7 +149,7 @@ class WritePipeline:
             raise OutcomeUnknown(planned.device_id, "too many other writes landed before it could be settled")
         if failed_answer:
             raise StorageUnavailable(f"DynamoDB failed the write ({cause}); it did not apply: nothing was written")
-        raise Moved(None, reason="settled")
+        raise NeverApplied()
 
     def _applied(self, planned: Planned, version: int, item: dict | None) -> Device:
         if planned.device is not None:

@@ -8,19 +8,9 @@ from typing import Callable
 
 from ..errors import RetriesExhausted
 from ..runtime import Runtime
+from .outcomes import Moved
 
 logger = logging.getLogger("device_state")
-
-
-class Moved(Exception):
-    """This attempt wrote nothing and another may succeed: another writer got there first
-    (``item`` is the newer item when the failed write returned it), or a write whose
-    answer was lost was settled as never applied."""
-
-    def __init__(self, item: dict | None = None, reason: str = "version"):
-        super().__init__(reason)
-        self.item = item
-        self.reason = reason
 
 
 @dataclass

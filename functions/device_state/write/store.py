@@ -5,7 +5,7 @@ Retry policy, by what a failed request may have done:
 - surely nothing (throttling, a connection never made): sent again with backoff;
 - maybe applied (a read timeout, a reset connection, a DynamoDB 5xx):
   - a read, or a write made idempotent by a ``ClientRequestToken``: sent again;
-  - any other write: never sent again here. ``Ambiguous`` goes up to the write
+  - any other write: never sent again here. ``AnswerLost`` goes up to the write
     pipeline, which settles the outcome (see ``Planner.settle_mark``).
 The client must not retry on its own (``client.dynamodb_client`` makes one that does
 not): a blind resend of a conditional write whose first copy landed is a second write.
@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError
 
-from ..errors import ItemTooLarge, StorageError, StorageUnavailable
+from ..errors import (
+    AnswerLost,
+    ConditionNotMet,
+    ItemTooLarge,
+    RequestRefused,
+    StorageError,
+    StorageUnavailable,
+)
 from ..item import schema
 from ..model.values import MAX_ITEM_BYTES
 from ..runtime import Runtime
@@ -36,14 +43,6 @@ READS = frozenset({"get_item", "query", "scan", "batch_get_item"})
 READ, IDEMPOTENT, ONCE = "read", "idempotent", "once"
 
 
-class Rejected(Exception):
-    """A condition failed: nothing was written. ``item`` is the item as it was (ALL_OLD)."""
-
-    def __init__(self, item: dict | None):
-        super().__init__("conditional check failed")
-        self.item = item
-
-
 class Cancelled(Exception):
     """A transaction was cancelled (nothing written); ``reasons`` are DynamoDB's, one per action."""
 
@@ -52,19 +51,10 @@ class Cancelled(Exception):
         self.reasons = reasons
 
 
-class Ambiguous(StorageUnavailable):
-    """A write's answer was lost: it may or may not have applied."""
-
-
-class FailedAnswer(Ambiguous):
+class FailedAnswer(AnswerLost):
     """DynamoDB answered a write with a server error (5xx): it may or may not have
     applied, but, unlike a lost answer, one that is settled as never applied is not
     sent again (the same request may meet the same failure every time)."""
-
-
-class Refused(StorageError):
-    """DynamoDB's ValidationException: a fault of this service, or the expected refusal
-    of a compiled patch (read-modify-write then decides)."""
 
 
 class Store:
@@ -93,7 +83,7 @@ class Store:
                 details = error.response.get("Error", {})
                 code, message = details.get("Code", ""), details.get("Message", "")
                 if code == "ConditionalCheckFailedException":
-                    raise Rejected(error.response.get("Item")) from None
+                    raise ConditionNotMet(error.response.get("Item")) from None
                 if code == "TransactionCanceledException":
                     raise Cancelled(error.response.get("CancellationReasons") or []) from None
                 if code == "ValidationException" and "item size" in message.lower() and "exceed" in message:
@@ -104,7 +94,7 @@ class Store:
                 elif status >= 500:
                     applied, failed_answer = None, True
                 elif code == "ValidationException":
-                    raise Refused(f"DynamoDB {operation} refused: {message}") from error
+                    raise RequestRefused(f"DynamoDB {operation} refused: {message}") from error
                 else:
                     raise StorageError(f"DynamoDB {operation} refused: {code}: {message}") from error
                 cause = f"{code or status}"
@@ -112,7 +102,7 @@ class Store:
                 applied, cause = False, type(error).__name__
             except BotoCoreError as error:
                 applied, cause = None, type(error).__name__
-            lost = FailedAnswer if failed_answer else Ambiguous
+            lost = FailedAnswer if failed_answer else AnswerLost
             what = "it answered a server error" if failed_answer else "the answer was lost"
             if applied is None and mode == ONCE:
                 raise lost(f"DynamoDB {operation}: {what} ({cause})")

@@ -30,10 +30,11 @@ from ..model.sections import STATE, check_section, check_sections, replacing
 from ..model.values import check_state, item_size, validate_device_id
 from . import keyed as idem
 from .keyed import REPLACED, UPDATED
-from .pipeline import Refusals, WritePipeline
+from .outcomes import RECORD, Moved, Refusals
+from .pipeline import WritePipeline
 from .plan import Planned, expect
 from .planner import Planner
-from .retry import Moved, RetryLoop
+from .retry import RetryLoop
 
 MAX_OPERATIONS = 100  # DynamoDB's TransactWriteItems limit (a keyed transaction keeps one for its record)
 MAX_TRANSACTION_BYTES = 4 * 1024 * 1024
@@ -100,7 +101,7 @@ class OperationFailure:
 
 
 class InvalidTransaction(DeviceStateError, ValueError):
-    """Refused before anything was sent: no operations, too many, or a device twice."""
+    """RequestRefused before anything was sent: no operations, too many, or a device twice."""
 
 
 class TransactionTooLarge(ItemTooLarge):
@@ -188,7 +189,7 @@ class TransactionRunner:
             raise TransactionTooLarge(size)
         token = key.client_request_token(table_name, partition, requests) if key else uuid.uuid4().hex
         try:
-            pipeline.send_together(planner, planned, record, token)  # Moved if a lost answer never applied
+            pipeline.send_together(planner, planned, {RECORD: record}, token)  # NeverApplied: a lost answer, never applied
         except Refusals as refused:
             return self._refused(operations, planned, key, partition, refused)
         pipeline.runtime.observer.transaction_committed(len(operations), number)
@@ -197,7 +198,7 @@ class TransactionRunner:
     def _refused(self, operations, planned, key, partition: str, refused: Refusals):
         """The recorded answer when the key's record exists already; otherwise raise what the
         cancellation means: ``TransactionFailed`` or ``Moved``."""
-        if key is not None and refused.others_refused[0]:
+        if RECORD in refused.refused:
             replay = self._recorded_results(partition, key)
             if replay is not None:
                 return [device for device, _ in replay]

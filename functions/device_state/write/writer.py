@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..errors import ConditionFailed, DeviceAlreadyExists, ItemTooLarge, VersionConflict
+from ..errors import ConditionFailed, DeviceAlreadyExists, ItemTooLarge, RequestRefused, VersionConflict
 from ..item import schema
 from ..item.contention import Race
 from ..item.fencing import Fence
@@ -17,11 +17,11 @@ from ..model.sections import STATE
 from . import keyed as idem
 from .compiled import compile_patch
 from .keyed import IdempotencyKey, RecordedAnswers
-from .pipeline import Refusals, WritePipeline
+from .outcomes import RECORD, Moved, NeverApplied, Refusals
+from .pipeline import WritePipeline
 from .plan import Planned
 from .planner import Planner
-from .retry import Moved, RetryLoop
-from .store import Refused
+from .retry import RetryLoop
 
 
 class DeviceWriter:
@@ -60,11 +60,11 @@ class DeviceWriter:
                 observer.attempt(device_id, number)
             try:
                 if idempotency is None:
-                    return self._pipeline.send(planner, planned)[0], planned.outcome
+                    return self._pipeline.send(planner, planned).device, planned.outcome
                 return self._send_keyed(planner, planned, idempotency)
+            except NeverApplied:
+                raise
             except Moved as moved:
-                if moved.reason == "settled":
-                    raise
                 current = Device.from_item(moved.item) if schema.is_live_state(moved.item, planner.now) else None
                 if current is not None and planned.expected_version is not None:
                     observer.conflict(device_id, planned.expected_version, current.version)
@@ -89,15 +89,15 @@ class DeviceWriter:
                                   planner.now)
         token = idempotency.client_request_token(table_name, device_id, [planned.request, *record])
         try:
-            self._pipeline.send_together(planner, [planned], record, token)
+            self._pipeline.send_together(planner, [planned], {RECORD: record}, token)
         except Refusals as refused:
-            if refused.others_refused[0]:  # the key's record exists: the write happened before
+            if RECORD in refused.refused:  # the key's record exists: the write happened before
                 recorded = self._answers.results(device_id, idempotency)
                 if recorded is not None:
                     return recorded[0]
                 raise Moved(None) from None  # the record expired meanwhile: try again
-            if refused.refusals[0] is not None:
-                raise refused.refusals[0] from None
+            if refused.refusal is not None:
+                raise refused.refusal from None
             raise Moved(None) from None  # a TransactionConflict: try again
         return planned.device, planned.outcome
 
@@ -119,11 +119,12 @@ class DeviceWriter:
             started = monotonic()
             self._observer.attempt(device_id, 1)
             try:
-                device, item = self._pipeline.send(planner, planned)
-            except (Moved, ConditionFailed, Refused, ItemTooLarge):
+                applied = self._pipeline.send(planner, planned)
+            except (Moved, ConditionFailed, RequestRefused, ItemTooLarge):
                 # A guard or DynamoDB refused it (its form: expression size, too many names; or
-                # the item's size); Moved "settled": never applied. Read-modify-write decides.
+                # the item's size), or it was settled as never applied. Read-modify-write decides.
                 return None
+            device, item = applied.device, applied.item
             if item is None:  # settled as applied: what it trimmed was not seen
                 self._recent.forget(device_id)
             self._recent.saw(device_id, item)
