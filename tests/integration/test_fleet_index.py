@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import time
+
 import pytest
 
 from functions.device_state import (DeviceStateManager, FleetIndex, IndexBuilding, JsonPatch, MergePatch,
@@ -273,6 +275,7 @@ def test_a_count_reads_a_bounded_number_of_index_entries_and_items_and_is_refuse
     may is refused before it reads one, and one that would read more index entries than it may
     is refused once it has (never reading on); within the bounds the same counts are answered."""
     from functions.device_state import FilterTooBroad
+    from functions.device_state.fleet.cursors import CursorSeal
     from functions.device_state.fleet.query import INDEX_PAGE, FleetQuery
     from tests.helpers import RecordingClient
 
@@ -280,10 +283,9 @@ def test_a_count_reads_a_bounded_number_of_index_entries_and_items_and_is_refuse
     for number in range(12):
         manager.create(f"n{number:02d}", {"site": "s", **({"x": number} if number % 2 else {})})
     spy = RecordingClient(client)
-    counting = DeviceStateManager(spy, name, fleet_index=FLEET)
 
     def fleet(**bounds) -> FleetQuery:
-        return FleetQuery(counting.store, FLEET, counting.clock, counting.cursors, **bounds)
+        return FleetQuery(Store(spy, name), FLEET, time.time, CursorSeal(None), **bounds)
 
     judged = 'and(eq(state/site,"s"),exists(state/x))'
     with pytest.raises(FilterTooBroad) as refused:

@@ -29,6 +29,8 @@ JOB_SK = "job"
 PAGE_SIZE = 100
 
 logger = logging.getLogger(__name__)
+# The reindex job's item (its progress, beside the state items it backfills).
+_DECLARATION, _SCANNED, _UPDATED_AT = "declaration", "scanned", "updatedAt"
 
 
 def _key(sort_key: str) -> dict:
@@ -51,8 +53,8 @@ def progress(store) -> dict:
     item = store.get(_key(JOB_SK))
     if item is None:
         return {"state": "not-started", "scanned": 0}
-    return {"state": "building", "scanned": int(item["scanned"]["N"]), "updatedAt": item["updatedAt"]["S"],
-            "declaration": item["declaration"]["S"]}
+    return {"state": "building", "scanned": int(item[_SCANNED]["N"]), "updatedAt": item[_UPDATED_AT]["S"],
+            "declaration": item[_DECLARATION]["S"]}
 
 
 def forget_undeclared(store, fleet_index: FleetIndex) -> list[str]:
@@ -108,9 +110,9 @@ def reindex(pipeline, fleet_index: FleetIndex, *, budget_seconds: float | None =
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
     job = _job(store)
     declaration = fleet_index.declaration
-    same_job = job is not None and job["declaration"]["S"] == declaration
+    same_job = job is not None and job[_DECLARATION]["S"] == declaration
     start = _decoded(job["cursor"]["S"]) if same_job and "cursor" in job else None
-    scanned = int(job["scanned"]["N"]) if same_job else 0
+    scanned = int(job[_SCANNED]["N"]) if same_job else 0
     while True:
         expr = Expression()
         request = {"Limit": PAGE_SIZE, "ConsistentRead": True, **({"ExclusiveStartKey": start} if start else {}),
@@ -156,8 +158,8 @@ def _reindex_device(pipeline, item: dict) -> None:
 
 
 def _save(store, declaration: str, scanned: int, start: dict | None) -> None:
-    job = {**_key(JOB_SK), "declaration": {"S": declaration}, "scanned": {"N": str(scanned)},
-           "updatedAt": {"S": timestamp(time.time())}}
+    job = {**_key(JOB_SK), _DECLARATION: {"S": declaration}, _SCANNED: {"N": str(scanned)},
+           _UPDATED_AT: {"S": timestamp(time.time())}}
     if start is not None:
         job["cursor"] = {"S": _encoded(start)}
     store.send("put_item", Item=job)
