@@ -22,7 +22,7 @@ def wait_for_sections(store: Store, runtime: Runtime, device_id: str, since: int
         item = store.get_live_state(device_id, runtime.clock())
         if item is None:
             raise DeviceNotFound(device_id)
-        if since > int(item[schema.VERSION]["N"]):
+        if since > schema.StateItem.of(item).version:
             raise InvalidSince(f"since ({since}) is past the device's current version ({item[schema.VERSION]['N']})")
         changed = max((int(item[attribute]["N"]) for attribute in schema.CHANGED_ATTRIBUTES.values()
                        if attribute in item), default=0)

@@ -89,7 +89,7 @@ class Change:
 
 
 def _version(image: dict | None) -> int:
-    return int(image[schema.VERSION]["N"]) if image and schema.VERSION in image else 0
+    return schema.StateItem.of(image).version if image and schema.VERSION in image else 0
 
 
 def change_of(old: dict | None, new: dict | None) -> Change | None:
@@ -109,7 +109,7 @@ def change_of(old: dict | None, new: dict | None) -> Change | None:
     before = document(old) if kind != CREATED else {}
     after = document(new) if kind != DELETED else None
     return Change(
-        device_id=new[schema.PARTITION_KEY]["S"], version=version, previous_version=version - 1, kind=kind,
+        device_id=schema.StateItem.of(new).device_id, version=version, previous_version=version - 1, kind=kind,
         patch=None if after is None else diff(before, after), state=None if after is None else after[STATE],
         created_at=stored_time(new[schema.CREATED_AT]) if schema.CREATED_AT in new else None,
         updated_at=stored_time(new[schema.UPDATED_AT]) if schema.UPDATED_AT in new else new[schema.DELETED_AT]["S"],
@@ -301,7 +301,7 @@ def change_from_item(item: dict) -> Change:
     sections = tuple(from_attribute(item[SECTIONS_CHANGED])) if SECTIONS_CHANGED in item else SECTIONS
     whole = document(item)
     return Change(
-        device_id=item[schema.PARTITION_KEY]["S"], version=int(item[schema.VERSION]["N"]),
+        device_id=schema.StateItem.of(item).device_id, version=schema.StateItem.of(item).version,
         previous_version=int(item[PREVIOUS_VERSION]["N"]), kind=item[KIND]["S"], patch=patch, state=state,
         created_at=item.get(schema.CREATED_AT, {}).get("S"), updated_at=item[schema.UPDATED_AT]["S"],
         sections=sections, desired=whole[DESIRED], reported=whole[REPORTED], entries=entries_of(item),

@@ -191,7 +191,7 @@ class ChangeLog:
                                 **expr.attributes()).get("Items", [])
         changes, lost = [], False
         for item in items:
-            if schema.is_expired(item, now) or int(item[schema.VERSION]["N"]) != since + 1 + len(changes):
+            if schema.is_expired(item, now) or schema.StateItem.of(item).version != since + 1 + len(changes):
                 break
             change = change_from_item(item)
             if change.lost:
@@ -235,7 +235,7 @@ class ChangeLog:
         delay = 0.05
         while True:
             state = self.store.get_state(device_id)
-            if schema.is_live_state(state, self.clock()) and int(state[schema.VERSION]["N"]) == version:
+            if schema.is_live_state(state, self.clock()) and schema.StateItem.of(state).version == version:
                 return Device.from_item(state)
             try:
                 return self._rebuilt(device_id, version)
@@ -282,7 +282,7 @@ class ChangeLog:
         item at or after it, the device at or past it, and its processing not given up."""
         now = self.clock()
         latest = self._latest_change(device_id)
-        if latest is not None and int(latest[schema.VERSION]["N"]) >= version:
+        if latest is not None and schema.StateItem.of(latest).version >= version:
             return False
         try:
             current, updated_at = self._current(device_id, now)
@@ -304,9 +304,9 @@ class ChangeLog:
         DeviceNotFound when there is no device, tombstone or change at all."""
         item = self.store.get_state(device_id)
         if item is not None and schema.VERSION in item and not schema.is_expired(item, now):
-            return int(item[schema.VERSION]["N"]), (stored_time(item[schema.UPDATED_AT])
+            return schema.StateItem.of(item).version, (stored_time(item[schema.UPDATED_AT])
                                                    if schema.UPDATED_AT in item else None)
         latest = self._latest_change(device_id)
         if latest is not None and not schema.is_expired(latest, now):
-            return int(latest[schema.VERSION]["N"]), stored_time(latest[schema.UPDATED_AT])
+            return schema.StateItem.of(latest).version, stored_time(latest[schema.UPDATED_AT])
         raise DeviceNotFound(device_id)

@@ -71,7 +71,7 @@ class Listing:
 
     def _cursor(self, key: dict) -> str:
         """The plain listing's cursor: the scan resumes after this key (an item's, or its key)."""
-        return self._cursors.seal(LISTING_SCOPE, [key[schema.PARTITION_KEY]["S"], key[schema.SORT_KEY]["S"]])
+        return self._cursors.seal(LISTING_SCOPE, [schema.StateItem.of(key).device_id, key[schema.SORT_KEY]["S"]])
 
 
 def _scan_size(need: int, read: int, found: int) -> int:

@@ -258,7 +258,7 @@ class FleetQuery:
                 page = self.store.send("query", **request)
             except RequestRefused:  # a start key DynamoDB will not take
                 raise InvalidCursor(CURSOR_REFUSED) from None
-            entries = [(item[schema.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute]), shard)
+            entries = [(schema.StateItem.of(item).device_id, scan.field.decode(item[scan.field.attribute]), shard)
                        for item in page.get("Items", [])]
             return shard, entries, "LastEvaluatedKey" not in page
 
@@ -391,7 +391,7 @@ class FleetQuery:
             expr = Expression()
             request = {"IndexName": scan.field.index_name, "KeyConditionExpression": scan.key_condition(expr, shard),
                        **expr.attributes()}
-            return [(item[schema.PARTITION_KEY]["S"], scan.field.decode(item[scan.field.attribute]))
+            return [(schema.StateItem.of(item).device_id, scan.field.decode(item[scan.field.attribute]))
                     for page in self._index_pages(request, budget) for item in page.get("Items", [])]
 
         with ThreadPoolExecutor(max_workers=SHARDS) as pool:

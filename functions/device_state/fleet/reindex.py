@@ -154,7 +154,7 @@ def _reindex_device(pipeline, item: dict) -> None:
             logger.warning("reindex left %s unindexed: its item has no room for the index attributes",
                            refused.device_id)
             return
-    logger.warning("reindex gave up on %s: it kept moving", item[schema.PARTITION_KEY]["S"])
+    logger.warning("reindex gave up on %s: it kept moving", schema.StateItem.of(item).device_id)
 
 
 def _save(store, declaration: str, scanned: int, start: dict | None) -> None:

@@ -59,7 +59,7 @@ class Fence:
             token = token.lease_token
         if holder is None:
             return None if token is None else LeaseNotHeld(device_id)
-        held = token is not None and item.get(schema.LEASE_KEY, {}).get("S") == lease_key(token)
+        held = token is not None and schema.StateItem.of(item).text(schema.LEASE_KEY) == lease_key(token)
         return None if held else DeviceLocked(device_id, until)
 
 

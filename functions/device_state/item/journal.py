@@ -159,7 +159,7 @@ class RecentJournals:
                        schema.VERSION, schema.JOURNAL_TRIMMED, schema.JOURNAL_TRIMMED_STAMPS)}
         with self._lock:
             known = self._journals.get(device_id)
-            if known is None or int(known[schema.VERSION]["N"]) <= int(item[schema.VERSION]["N"]):
+            if known is None or schema.StateItem.of(known).version <= schema.StateItem.of(item).version:
                 self._journals[device_id] = journal
             self._journals.move_to_end(device_id)
             while len(self._journals) > self._max_devices:

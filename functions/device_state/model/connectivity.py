@@ -35,7 +35,7 @@ def _until_ms(member_: str) -> int:
 
 
 def members(item: dict | None) -> list[str]:
-    return list((item or {}).get(schema.CONNECTIONS, {}).get("SS", []))
+    return schema.StateItem.of(item).strings(schema.CONNECTIONS)
 
 
 def open_members(item: dict | None, now: float) -> list[str]:
@@ -78,5 +78,5 @@ def connectivity_event(old: dict | None, new: dict | None) -> tuple[str, dict] |
         return None
     seen = _ms(new, schema.LAST_SEEN) if after or schema.DELETED_AT not in new else None
     at = timestamp(seen / 1000) if seen else new.get(schema.DELETED_AT, {}).get("S")
-    detail = {"deviceId": new[schema.PARTITION_KEY]["S"], "connected": after, "at": at}
+    detail = {"deviceId": schema.StateItem.of(new).device_id, "connected": after, "at": at}
     return (CONNECTED_EVENT if after else DISCONNECTED_EVENT), detail

@@ -37,8 +37,8 @@ class Device:
     def from_item(cls, item: dict, with_connectivity: bool = False) -> "Device":
         """The device an item holds; ``with_connectivity``: a read, which shows it."""
         return cls(
-            device_id=item[schema.PARTITION_KEY]["S"],
-            version=int(item[schema.VERSION]["N"]),
+            device_id=schema.StateItem.of(item).device_id,
+            version=schema.StateItem.of(item).version,
             state=from_attribute(item[schema.STATE]),
             created_at=stored_time(item[schema.CREATED_AT]),
             updated_at=stored_time(item[schema.UPDATED_AT]),

@@ -192,7 +192,7 @@ class RecordedAnswers:
         deadline = runtime.monotonic() + REPLAY_HISTORY_WAIT_SECONDS
         while True:
             item = self._store.get_state(device_id)
-            if item is not None and schema.VERSION in item and int(item[schema.VERSION]["N"]) == version \
+            if item is not None and schema.VERSION in item and schema.StateItem.of(item).version == version \
                     and schema.STATE in item:
                 return Device.from_item(item)
             try:

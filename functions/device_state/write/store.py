@@ -144,7 +144,7 @@ class Store:
             response = self.send("batch_get_item", RequestItems={
                 self.table_name: {"Keys": pending, "ConsistentRead": True}})
             for item in response.get("Responses", {}).get(self.table_name, []):
-                found[item[schema.PARTITION_KEY]["S"]] = item
+                found[schema.StateItem.of(item).device_id] = item
             pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
             if not pending:
                 return found

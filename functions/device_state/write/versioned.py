@@ -47,7 +47,7 @@ class VersionedWrites(PlanContext):
         if schema.is_live_state(item, self.now):
             raise DeviceAlreadyExists(device_id, Device.from_item(item))
         check_state(state)
-        previous = int(item[schema.VERSION]["N"]) if item and schema.VERSION in item else 0
+        previous = schema.StateItem.of(item).version if item and schema.VERSION in item else 0
         stamp = timestamp(self.now)
         documents = {section: (sections or {}).get(section) or {} for section in DEVICE_SECTIONS}
         entries = {section: next_entries(documents[section], {}, (ALL,), pack(previous + 1, self.now))
