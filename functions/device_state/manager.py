@@ -59,7 +59,7 @@ class DeviceStateManager:
     takes the same one (without it, a random key of this manager's own: its cursors are good
     only with it).
     Contending read-modify-writes race under the version check with jittered backoff
-    (``retry.py``), whether they share this manager or not.
+    (``write/retry.py``), whether they share this manager or not.
     """
 
     def __init__(
@@ -131,7 +131,7 @@ class DeviceStateManager:
               owner: str | None = None):
         """A FIFO lease on the device (not yet acquired): use it as a context manager
         (acquires, heartbeats in the background, releases on exit) or call
-        ``acquire()``, ``heartbeat()`` and ``release()``. See ``leases.py``."""
+        ``acquire()``, ``heartbeat()`` and ``release()``. See ``leases/``."""
         return Lease(self.lease_queue(), self, device_id, ttl_seconds, wait_seconds, owner)
 
     def lease_queue(self) -> LeaseQueue:

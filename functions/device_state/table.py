@@ -142,9 +142,9 @@ def _wait_for_index(client, table_name: str, index_name: str) -> None:
         time.sleep(0.5)
     raise TimeoutError(f"index {index_name} of {table_name} did not become active")
 
-# Sort-key prefix of idempotency records (see idempotency.py).
+# Sort-key prefix of idempotency records (see write/keyed.py).
 IDEMPOTENCY_SK_PREFIX = "idem#"
 IDEMPOTENCY_PART_SK_PREFIX = "idem-part#"  # further parts of a long recorded answer
-# Lease queue rows and the ticket counter (see leases.py).
+# Lease queue rows and the ticket counter (see leases/queue.py).
 LEASE_SK_PREFIX = "lease#"
 LEASE_COUNTER_SK = "lease-counter"

@@ -28,7 +28,7 @@ from ..model.connectivity import CONNECTED_FIELD, CONNECTIVITY
 from ..model.patches import INCREMENT, SET
 from ..model.sections import SECTIONS
 
-QUERYABLE = (*SECTIONS, CONNECTIVITY)  # what a path may start with (connectivity: see connectivity.py)
+QUERYABLE = (*SECTIONS, CONNECTIVITY)  # what a path may start with (connectivity: see model/connectivity.py)
 
 SHARDS = 16
 # The longest string indexed, in bytes of UTF-8 (DynamoDB takes sort keys up to 1,024): a

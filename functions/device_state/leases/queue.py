@@ -10,7 +10,7 @@ In the device's partition:
   millisecond) and ``expiresAt`` (whole seconds, the TTL backstop). A row whose ``until``
   has passed is ignored at once and deleted when a waiter meets it.
 - On the state item, ``leaseToken`` and ``leaseUntil`` name the active holder. They are
-  what fences writes (see ``fencing.py``): the queue gives the order, the
+  what fences writes (see ``item/fencing.py``): the queue gives the order, the
   state item's condition gives mutual exclusion, so even two waiters that both believe
   they are at the head cannot both hold the lease.
 

@@ -28,9 +28,9 @@ class Device:
     desired: dict = field(default_factory=dict)
     reported: dict = field(default_factory=dict)
     # The stored per-leaf entries: metadata of desired and reported, desired's statuses
-    # (see sections.py, desires.py).
+    # (see model/sections.py, model/desires.py).
     entries: dict = field(default_factory=dict, compare=False)
-    # A read's connectivity attributes (connectivity.py), as stored; None: not read with it.
+    # A read's connectivity attributes (model/connectivity.py), as stored; None: not read with it.
     presence: dict | None = field(default=None, compare=False)
 
     @classmethod

@@ -11,13 +11,13 @@ operands against the item before the update; it can add, but cannot build a list
 
 A compiled patch sets the entry of each member it sets (an object set whole has one entry,
 at its own pointer) and removes the entry of each member it removes; it compiles only
-where no other entry would outlive a leaf (``planning._one_entry_per_leaf``). A leaf's
+where no other entry would outlive a leaf (``write.compiled._one_entry_per_leaf``). A leaf's
 metadata is the entry of the newest write among entries at its pointer, at an ancestor (a
 write that set a whole object set every leaf in it) and at a descendant (a member removed
 from it, which left it an empty object, as items written before that rule may hold): a
 stale entry is always older than the write that made it stale, so the newest wins: by
 version, not by time (writers' clocks may disagree). Every write that reads stores exactly
-one entry per leaf of both sections (``planning._held_sets``): what the size formula counts.
+one entry per leaf of both sections (``write.versioned._held_sets``): what the size formula counts.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from .values import check_state, from_attribute
 STATE, DESIRED, REPORTED = "state", "desired", "reported"
 SECTIONS = (STATE, DESIRED, REPORTED)
 DEVICE_SECTIONS = (DESIRED, REPORTED)  # the sections with per-leaf metadata
-STATUS = "status"  # the key of desired's statuses among a device's entries (desires.py)
+STATUS = "status"  # the key of desired's statuses among a device's entries (model/desires.py)
 # The stored per-leaf entries of an item: desired's and reported's metadata, desired's statuses.
 ENTRY_ATTRIBUTES = {**schema.META_ATTRIBUTES, STATUS: schema.STATUS_DESIRED}
 VERSION_SPAN = 10 ** 16  # versions below this pack with a millisecond time into 29 digits

@@ -8,7 +8,7 @@ transaction too large to carry its whole answer beside it records the versions o
 (one small item, one action), and a replay reads those versions back, every section.
 
 Recorded answers (``RecordedAnswers``): Recorded answers of keyed writes: the record an idempotency key left, read back as the
-devices it answered (``idempotency.recorded_results``), each at its version from the state
+devices it answered (``recorded_results``), each at its version from the state
 item while it is there, else from the change log's history.
 """
 

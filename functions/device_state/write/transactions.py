@@ -247,7 +247,7 @@ def _plan(planner: Planner, operation: Operation, item: dict | None) -> Planned:
 
 def _failure_of_refusal(index: int, operation: Operation, refusal: Exception,
                         live: dict | None) -> OperationFailure | None:
-    """The failure of an operation whose condition DynamoDB refused (``refusals.refusal``),
+    """The failure of an operation whose condition DynamoDB refused (``outcomes.refusal``),
     or None when a retry may still succeed (its device moved under an operation that named
     no version, or a put found the device created meanwhile)."""
     device_id = operation.device_id
