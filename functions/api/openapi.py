@@ -12,7 +12,7 @@ from functions.device_state import (CONFIRMATION_BYTES, DEVICE_ID_PATTERN, KEY_P
                                     MAX_FILTER_CHARS, MAX_LIST_LIMIT, MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS,
                                     MAX_POINTER_BYTES, MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH, MAX_STATE_ITEM_BYTES,
                                     METADATA_ENTRY_BYTES, MIN_EXPONENT, STATUS_BYTES)
-from functions.device_state.transactions import MAX_OPERATIONS
+from functions.device_state import MAX_OPERATIONS
 
 from .devices import DEFAULT_LIST_LIMIT
 from .leases import LIMITS as LEASE_LIMITS

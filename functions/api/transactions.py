@@ -8,7 +8,7 @@ from .resolver import Router
 from functions.device_state import (DEVICE_SECTIONS, SECTIONS, STATE, InvalidDeviceId, InvalidPatch,
                                     InvalidValue, JsonPatch, MergePatch, Operation, transactions as tx,
                                     validate_device_id)
-from functions.device_state.transactions import MAX_OPERATIONS
+from functions.device_state import MAX_OPERATIONS
 
 from functions.auth import rights
 
