@@ -5,6 +5,12 @@ Free of HTTP and of Powertools; takes its DynamoDB client and table name as argu
 
 from .client import boto3_session, dynamodb_client
 from .errors import (
+    AssertionReplayed,
+    CredentialNotFound,
+    CredentialRevoked,
+    EnrollmentNotFound,
+    ProvisioningRefused,
+    TooManyCredentials,
     AnswerLost,
     ConditionFailed,
     ConditionNotMet,
@@ -59,6 +65,11 @@ from .fleet.query import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS
 from .fleet.query import MAX_LIMIT as MAX_QUERY_LIMIT
 from .fleet.rql import MAX_FILTER_CHARS
 from .item.room import MAX_STATE_ITEM_BYTES
+from .identity.credentials import CERTIFICATE, KINDS as CREDENTIAL_KINDS, PUBLIC_KEY, SECRET, CredentialRecord
+from .identity.enrollments import (ENROLLMENT_ID_PATTERN, MAX_DEVICES as MAX_ENROLLMENT_DEVICES, MAX_ID_PATTERN_CHARS,
+                                   Enrollment, InvalidEnrollment, check_id_pattern)
+from .identity.provisioning import Provisioned
+from .item.credentials import (CREDENTIAL_ID_PATTERN, MAX_CREDENTIALS, Holder, certificate_id, new_credential_id)
 from .leases.handle import Lease
 from .leases.queue import LeaseGrant, LeaseStatus
 from .manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS, DeviceStateManager
@@ -116,6 +127,29 @@ from .write.transactions import (
 )
 
 __all__ = [
+    "AssertionReplayed",
+    "CredentialNotFound",
+    "CredentialRevoked",
+    "EnrollmentNotFound",
+    "ProvisioningRefused",
+    "TooManyCredentials",
+    "CERTIFICATE",
+    "CREDENTIAL_KINDS",
+    "PUBLIC_KEY",
+    "SECRET",
+    "CredentialRecord",
+    "ENROLLMENT_ID_PATTERN",
+    "MAX_ENROLLMENT_DEVICES",
+    "MAX_ID_PATTERN_CHARS",
+    "Enrollment",
+    "InvalidEnrollment",
+    "check_id_pattern",
+    "Provisioned",
+    "CREDENTIAL_ID_PATTERN",
+    "MAX_CREDENTIALS",
+    "Holder",
+    "certificate_id",
+    "new_credential_id",
     "AnswerLost",
     "ConditionNotMet",
     "RequestRefused",

@@ -114,6 +114,57 @@ class TooManyConnections(DeviceStateError):
         self.device_id, self.limit, self.held = device_id, limit, held
 
 
+class CredentialRevoked(DeviceStateError):
+    """The credential the device's own request came with is no longer registered: revoked,
+    expired, or the device was deleted (or it registered certificates and this one is not
+    among them). Nothing was read or written for it."""
+
+    def __init__(self, device_id: str):
+        super().__init__(f"the credential presented for device {device_id!r} is revoked or expired")
+        self.device_id = device_id
+
+
+class CredentialNotFound(DeviceStateError):
+    """The device has no registered credential of that id (never, or revoked already)."""
+
+    def __init__(self, device_id: str, credential_id: str | None = None):
+        super().__init__(f"device {device_id!r} has no credential {credential_id or ''}".rstrip())
+        self.device_id, self.credential_id = device_id, credential_id
+
+
+class TooManyCredentials(DeviceStateError):
+    """The device holds ``limit`` credentials already: revoke one before adding another."""
+
+    def __init__(self, device_id: str, limit: int):
+        super().__init__(f"device {device_id!r} holds {limit} credentials, the most it may: revoke one first")
+        self.device_id, self.limit = device_id, limit
+
+
+class EnrollmentNotFound(DeviceStateError):
+    def __init__(self, enrollment_id: str):
+        super().__init__(f"no enrollment {enrollment_id!r}")
+        self.enrollment_id = enrollment_id
+
+
+class ProvisioningRefused(DeviceStateError):
+    """An enrollment will not provision this device: ``reason`` is ``enrollment-ended``
+    (deleted or expired), ``enrollment-full``, ``id-not-allowed`` (the id does not match its
+    pattern), ``device-exists`` (a device of that id that this enrollment did not provision) or
+    ``credential-revoked`` (it did, and its credential was revoked since)."""
+
+    def __init__(self, device_id: str, reason: str, detail: str):
+        super().__init__(detail)
+        self.device_id, self.reason = device_id, reason
+
+
+class AssertionReplayed(DeviceStateError):
+    """An assertion's ``jti`` was used before: each is good once."""
+
+    def __init__(self, device_id: str):
+        super().__init__(f"this assertion for device {device_id!r} was used before: sign a new one (a new jti)")
+        self.device_id = device_id
+
+
 class ConditionFailed(DeviceStateError):
     """The caller's extra condition was false on the current device (no retry)."""
 

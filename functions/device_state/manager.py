@@ -15,7 +15,7 @@ from typing import Callable
 
 from boto3.dynamodb.conditions import ConditionBase
 
-from .errors import DeviceNotFound
+from .errors import CredentialRevoked, DeviceNotFound
 from .feed.delta import wait_for_sections
 from .feed.log import ChangeLog
 from .fleet.cursors import CursorSeal
@@ -23,7 +23,12 @@ from .fleet.index import FleetIndex
 from .fleet.listing import Listing
 from .fleet.query import FleetQuery
 from .fleet.reindex import reindex
+from .identity.assertions import use_once
+from .identity.credentials import CredentialRecord, Credentials
+from .identity.enrollments import Enrollment, Enrollments
+from .identity.provisioning import Provisioned, Provisioning
 from .item import schema
+from .item.credentials import Holder
 from .item.fencing import Fence
 from .leases.handle import Lease
 from .leases.queue import DEFAULT_TTL_SECONDS, LeaseQueue
@@ -94,10 +99,14 @@ class DeviceStateManager:
         self._writer = DeviceWriter(self._pipeline, self._answers)
         self.fence = Fence()
         self.seen_by: str | None = None  # the device whose own writes these are (``as_device``)
+        self._holder: Holder | None = None  # the credential they come with
         self._cursors = CursorSeal(cursor_key)
         self._fleet = FleetQuery(self._store, fleet_index, clock, self._cursors)
         self._listing = Listing(self._store, self._cursors, clock)
         self._connections = Connections(self._pipeline, clock)
+        self._credentials = Credentials(self._pipeline, self._runtime)
+        self._enrollments = Enrollments(self._store, self._runtime)
+        self._provisioning = Provisioning(self._pipeline, self._runtime)
 
     @property
     def client(self):
@@ -120,12 +129,24 @@ class DeviceStateManager:
         view.fence = self.fence.with_tokens(tokens)
         return view
 
-    def as_device(self, device_id: str) -> "DeviceStateManager":
-        """This manager, writing as the device ``device_id`` itself: its writes to itself
-        also record it as seen (``lastSeen``, in the same request)."""
+    def as_device(self, device_id: str, holder: Holder | None = None) -> "DeviceStateManager":
+        """This manager, acting as the device ``device_id`` itself: its writes to itself also
+        record it as seen (``lastSeen``, in the same request). ``holder``: the credential the
+        device's requests come with (``item.credentials``); every read and write of the device
+        then finds it on the item or raises ``CredentialRevoked``, at no extra request."""
         view = copy.copy(self)
-        view.seen_by = device_id
+        view.seen_by, view._holder = device_id, holder
         return view
+
+    def check_holder(self, device_id: str) -> None:
+        """For a request of the device's own that reads and writes nothing of its state item
+        (its feed, its history, its leases, a token): one read of the item, to find the
+        credential it comes with there (``CredentialRevoked`` otherwise, ``DeviceNotFound``)."""
+        if self._holder_of(device_id) is not None and self.live_state(device_id) is None:
+            raise DeviceNotFound(device_id)
+
+    def _holder_of(self, device_id: str) -> Holder | None:
+        return self._holder if self.seen_by == device_id else None
 
     def lease(self, device_id: str, ttl_seconds: float = DEFAULT_TTL_SECONDS, wait_seconds: float = 0, *,
               owner: str | None = None):
@@ -148,16 +169,22 @@ class DeviceStateManager:
         return Device.from_item(item, with_connectivity=True)
 
     def live_state(self, device_id: str) -> dict | None:
-        """The device's live state item as stored (strongly consistent), or None."""
+        """The device's live state item as stored (strongly consistent), or None;
+        ``CredentialRevoked`` when the device reads itself with a credential it no longer holds."""
         validate_device_id(device_id)
-        return self._store.get_live_state(device_id, self.clock())
+        now = self.clock()
+        item = self._store.get_live_state(device_id, now)
+        holder = self._holder_of(device_id)
+        if item is not None and holder is not None and not holder.admits(item, now):
+            raise CredentialRevoked(device_id)
+        return item
 
     def wait_for_sections(self, device_id: str, since: int, wait_seconds: float) -> Device:
         """The device once a write after version ``since`` has changed its desired or
         reported (at once when one already has), or as it is when ``wait_seconds`` pass
         (``feed.delta``)."""
         validate_device_id(device_id)
-        return wait_for_sections(self._store, self._runtime, device_id, since, wait_seconds)
+        return wait_for_sections(lambda: self.live_state(device_id), self._runtime, device_id, since, wait_seconds)
 
     def list_devices(self, limit: int = 50, cursor: str | None = None) -> tuple[list[Device], str | None]:
         """One page of devices and the cursor of the next page (None at the end); a page may
@@ -187,7 +214,7 @@ class DeviceStateManager:
         """Records a WebSocket connection of the device's own credentials, open until
         ``until`` at the latest; False when there is no such device; ``TooManyConnections``
         past ``MAX_CONNECTIONS`` (``write.connections``)."""
-        return self._connections.connected(device_id, connection_id, until)
+        return self._connections.connected(device_id, connection_id, until, self._holder_of(device_id))
 
     def disconnected(self, device_id: str, connection_id: str, until: float) -> None:
         """Forgets a connection ``connected`` recorded (``write.connections``)."""
@@ -197,6 +224,51 @@ class DeviceStateManager:
         """After the device's own read of itself: seen now, at most once a minute."""
         self._connections.saw(device)
 
+
+    # --------------------------------------------------------------- identity
+
+    def add_credential(self, device_id: str, record: CredentialRecord) -> CredentialRecord:
+        """Registers a credential for the device (``identity.credentials``)."""
+        validate_device_id(device_id)
+        return self._credentials.add(device_id, record)
+
+    def credentials(self, device_id: str) -> list[CredentialRecord]:
+        """The device's registered, unexpired credentials."""
+        validate_device_id(device_id)
+        return self._credentials.listed(device_id)
+
+    def revoke_credential(self, device_id: str, credential_id: str) -> None:
+        """Revokes one credential: the next request of every token issued for it is refused."""
+        validate_device_id(device_id)
+        self._credentials.revoke(device_id, credential_id)
+
+    def credential(self, device_id: str, credential_id: str) -> tuple[CredentialRecord | None, dict | None]:
+        """A credential's record and the device's state item, read together (``None`` where absent)."""
+        validate_device_id(device_id)
+        return self._credentials.of(device_id, credential_id)
+
+    def spend_assertion(self, device_id: str, jti: str, until: int) -> None:
+        """Records an assertion's ``jti`` as used (``AssertionReplayed`` when it was)."""
+        validate_device_id(device_id)
+        use_once(self._store, device_id, jti, until)
+
+    def create_enrollment(self, enrollment: Enrollment) -> Enrollment:
+        return self._enrollments.create(enrollment)
+
+    def enrollment(self, enrollment_id: str) -> Enrollment:
+        return self._enrollments.get(enrollment_id)
+
+    def enrollments(self) -> list[Enrollment]:
+        return self._enrollments.listed()
+
+    def delete_enrollment(self, enrollment_id: str) -> None:
+        self._enrollments.delete(enrollment_id)
+
+    def provision(self, device_id: str, enrollment: Enrollment, credential: CredentialRecord, jti: str,
+                  jti_until: int) -> Provisioned:
+        """Provisions the device by ``enrollment`` (``identity.provisioning``)."""
+        validate_device_id(device_id)
+        return self._provisioning.provision(device_id, enrollment, credential, jti, jti_until)
 
     # ---------------------------------------------------------------- writes
     #
@@ -304,7 +376,8 @@ class DeviceStateManager:
         options = _desire_options(section, desire)
         # a caller's condition, or a desire's options (statuses per leaf), keep read-modify-write
         if idempotency is None and condition is None and not options:
-            compiled = self._writer.compiled(self.fence, device_id, update_fn, section, self.seen_by)
+            compiled = self._writer.compiled(self.fence, device_id, update_fn, section, self.seen_by,
+                                             self._holder_of(device_id))
             if compiled is not None:
                 return compiled
         return self._write(device_id, lambda planner, item: planner.replace_state(
@@ -354,7 +427,7 @@ class DeviceStateManager:
                budget_seconds: float | None = None, **how) -> tuple[Device, str]:
         """One write in the retry loop (``writer.DeviceWriter.write``), under this manager's fence."""
         return self._writer.write(self._loop(max_attempts, budget_seconds), self.fence, device_id, plan,
-                                  idempotency, seen_by=self.seen_by, **how)
+                                  idempotency, seen_by=self.seen_by, holder=self._holder_of(device_id), **how)
 
 
 def _desire_options(section: str, desire: DesireOptions | None) -> DesireOptions | None:

@@ -15,6 +15,7 @@ import time
 # The state item's names, for callers of the table (scripts, tests, the stack): declared in item/schema.py.
 from .item.schema import (  # noqa: F401
     BOOKKEEPING_ATTRIBUTES,
+    CERTIFICATE_REQUIRED,
     CHANGED_ATTRIBUTES,
     CHANGED_DESIRED,
     CHANGED_REPORTED,
@@ -25,10 +26,13 @@ from .item.schema import (  # noqa: F401
     CONTENDED_UNTIL,
     CONTENTION_MARKS,
     CREATED_AT,
+    CREDENTIALS,
     DELETED_AT,
     DELETED_WITH_THE_DEVICE,
     DESIRED,
+    ENROLLMENT,
     GONE_ON_CREATE,
+    IDENTITY_ATTRIBUTES,
     INDEX_ATTRIBUTE_PREFIX,
     ITEM_BYTES,
     JOURNAL_PREFIX,

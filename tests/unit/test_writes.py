@@ -376,3 +376,41 @@ def set_names(request):
     clause = request["UpdateExpression"].split(" REMOVE ")[0]
     return {request["ExpressionAttributeNames"].get(part.split(" = ")[0].strip(), "")
             for part in clause[len("SET "):].split(", ")}
+
+
+# ---------------------------------------------------------------- credentials
+
+
+def test_a_device_writing_itself_with_a_credential_names_it_in_every_kind_of_write():
+    """The read-modify-write, the read-free patch and the connect of a device that comes with a
+    credential each carry the same condition: the credential is on the item, unexpired."""
+    from functions.device_state import Holder
+
+    holder = Planner("devices", Fence(), NOW, seen_by="d", holder=Holder("abcdefghijklmnop"))
+    held = f"(attribute_exists(credentials.abcdefghijklmnop) AND (credentials.abcdefghijklmnop = 0 OR " \
+           f"credentials.abcdefghijklmnop > {int(NOW)}))"
+    written = holder.replace_state(item(), lambda state: state, None, "updated").request["Update"]
+    compiled = holder.compiled("d", compile_patch(JsonPatch([{"op": "increment", "path": "/n", "value": 1}])))
+    connected = holder.connect("d", "1:c").request["Update"]
+    for request in (written, compiled.request["Update"], connected):
+        assert held in spelled(request, "ConditionExpression")
+    other = holder.replace_state({**item(), **table.state_key("e")}, lambda state: state, None, "updated")
+    assert "credentials" not in spelled(other.request["Update"], "ConditionExpression")  # not its own device
+
+
+def test_a_certificate_of_the_ca_opens_a_device_that_requires_none_and_a_credential_change_is_journaled():
+    from functions.device_state import Holder
+
+    condition = spelled(Planner("devices", Fence(), NOW, seen_by="d", holder=Holder("c" * 16, certificate=True))
+                        .replace_state(item(), lambda state: state, None, "updated").request["Update"],
+                        "ConditionExpression")
+    assert "OR attribute_not_exists(certificateRequired))" in condition
+    registered = PLANNER.register_credential(item(), "abcdefghijklmnop", 0, certificate=True)
+    update = spelled(registered.request["Update"], "UpdateExpression")
+    assert update.startswith("SET credentials = {\"M\":{\"abcdefghijklmnop\":{\"N\":\"0\"}}}, "
+                             "certificateRequired = {\"BOOL\":true}, " + registered.write.attribute + " = version")
+    assert f"attribute_not_exists({registered.write.attribute})" in spelled(registered.request["Update"],
+                                                                           "ConditionExpression")
+    revoked = PLANNER.revoke_credential(item(credentials={"M": {"abcdefghijklmnop": {"N": "0"}}}), "abcdefghijklmnop")
+    assert spelled(revoked.request["Update"], "UpdateExpression") == \
+        f"SET {revoked.write.attribute} = version REMOVE credentials.abcdefghijklmnop"

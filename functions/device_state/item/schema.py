@@ -58,6 +58,13 @@ LEASE_TOKEN = "leaseToken"  # the holder's fencing token (its ticket): ordering,
 LEASE_KEY = "leaseKey"  # a digest of the holder's secret lease token: what a write must present
 LEASE_UNTIL = "leaseUntil"  # epoch seconds (to the millisecond) when the holder's lease ends
 
+# The device's credentials (item/credentials.py): a map of each registered, unrevoked credential's
+# id to its expiry (epoch seconds; 0: none), what every request of the device's own must find;
+# set once the device has registered a certificate: from then on only registered ones open it.
+CREDENTIALS = "credentials"
+CERTIFICATE_REQUIRED = "certificateRequired"
+ENROLLMENT = "enrollment"  # the enrollment that provisioned the device, if one did (identity/)
+
 # Fleet index attributes (fleet/index.py): ``ix:<field>`` per declared field, and the shard.
 INDEX_ATTRIBUTE_PREFIX = "ix:"
 SHARD_ATTRIBUTE = "ixShard"
@@ -72,13 +79,14 @@ SECTION_ATTRIBUTES = (STATE, DESIRED, REPORTED, META_DESIRED, META_REPORTED, STA
 LEASE_ATTRIBUTES = (LEASE_TOKEN, LEASE_KEY, LEASE_UNTIL)
 CONNECTIVITY_ATTRIBUTES = (CONNECTIONS, CONNECTED_SINCE, LAST_SEEN)
 CONTENTION_MARKS = (RACED_UNTIL, CONTENDED_UNTIL)
+IDENTITY_ATTRIBUTES = (CREDENTIALS, CERTIFICATE_REQUIRED, ENROLLMENT)
 # Kept only in the room the state leaves (item/room.py), beside the journal's entries.
 BOOKKEEPING_ATTRIBUTES = frozenset({JOURNAL_TRIMMED, JOURNAL_TRIMMED_STAMPS, *LEASE_ATTRIBUTES,
-                                    *CONNECTIVITY_ATTRIBUTES, *CONTENTION_MARKS})
+                                    *CONNECTIVITY_ATTRIBUTES, *CONTENTION_MARKS, *IDENTITY_ATTRIBUTES})
 # What a delete takes from the item (its index attributes too): a tombstone keeps its version.
 DELETED_WITH_THE_DEVICE = (STATE, *LEASE_ATTRIBUTES, DESIRED, REPORTED, META_DESIRED, META_REPORTED,
                            CHANGED_DESIRED, CHANGED_REPORTED, STATUS_DESIRED, CLEAR_PENDING,
-                           *CONNECTIVITY_ATTRIBUTES)
+                           *CONNECTIVITY_ATTRIBUTES, *IDENTITY_ATTRIBUTES)
 # What a create over a tombstone or a settle stub removes.
 GONE_ON_CREATE = (DELETED_AT, TTL_ATTRIBUTE, *LEASE_ATTRIBUTES)
 # The journal as a compiled patch's view of it keeps it (item/journal.py).

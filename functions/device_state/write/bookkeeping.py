@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..fleet.index import QUERYABLE, connectivity_attributes
 from ..item import schema
+from ..item.credentials import MAX_CREDENTIALS, registered
 from ..item.fencing import lease_instant, lease_key
 from ..item.journal import WriteId
 from ..item.room import MAX_STATE_ITEM_BYTES, value_size
@@ -18,6 +19,8 @@ from .expressions import Expression, live
 from .plan import (
     ALL_DISCONNECTED,
     CONNECTED,
+    CREDENTIAL_REGISTERED,
+    CREDENTIAL_REVOKED,
     DISCONNECTED,
     LEASE_CLEARED,
     LEASE_EXTENDED,
@@ -68,9 +71,10 @@ class BookkeepingRequests(PlanContext):
         ours, now = expr.value({"SS": [opened]}), expr.number(int(self.now * 1000))
         sets = [f"{since} = if_not_exists({since}, {now})", f"{expr.name(schema.LAST_SEEN)} = {now}"]
         sets += index_sets(expr, connectivity_attributes(self.fleet_index, device_id, True), {})
-        condition = (f"{live(expr, self.now)} AND (attribute_not_exists({connections}) OR "
-                     f"contains({connections}, {expr.value({'S': opened})}) OR "
-                     f"size({connections}) < {expr.number(MAX_CONNECTIONS)})")
+        condition = " AND ".join([
+            live(expr, self.now), *self._holder_condition(expr, device_id),
+            f"(attribute_not_exists({connections}) OR contains({connections}, {expr.value({'S': opened})}) OR "
+            f"size({connections}) < {expr.number(MAX_CONNECTIONS)})"])
         return self._update(device_id, f"ADD {connections} {ours} SET {', '.join(sets)}", condition, expr, None,
                             CONNECTED)
 
@@ -123,6 +127,48 @@ class BookkeepingRequests(PlanContext):
             update += f", {expr.name(schema.TTL_ATTRIBUTE)} = {expr.number(int(self.now) + STUB_SECONDS)}"
             condition = f"attribute_not_exists({journaled}) AND attribute_not_exists({version})"
         return self._update(device_id, update, condition, expr, None, SETTLE_MARK, ReturnValues="ALL_NEW")
+
+    def register_credential(self, item: dict, credential_id: str, expires: int, certificate: bool) -> Planned:
+        """Adds ``credential_id`` (expiring at ``expires``, epoch seconds; 0: never) to the live
+        ``item``'s credentials, unless it holds ``MAX_CREDENTIALS`` already; a certificate also
+        marks the device as requiring registered certificates from now on. No version; a journal
+        entry (at the current version) lets a lost answer be settled."""
+        current = Device.from_item(item)
+        expr = Expression()
+        name, credentials = expr.name, expr.name(schema.CREDENTIALS)
+        held = registered(item)
+        if held:
+            sets = [f"{credentials}.{name(credential_id)} = {expr.number(expires)}"]
+            condition = (f"attribute_exists({credentials}) AND size({credentials}) < {expr.number(MAX_CREDENTIALS)}"
+                         f" AND attribute_not_exists({credentials}.{name(credential_id)})")
+        else:
+            sets = [f"{credentials} = {expr.value({'M': {credential_id: {'N': str(expires)}}})}"]
+            condition = f"attribute_not_exists({credentials})"
+        if certificate:
+            sets.append(f"{name(schema.CERTIFICATE_REQUIRED)} = {expr.value({'BOOL': True})}")
+        return self._journaled(expr, current.device_id, sets, [], f"{live(expr, self.now)} AND {condition}",
+                               CREDENTIAL_REGISTERED, current)
+
+    def revoke_credential(self, item: dict, credential_id: str) -> Planned:
+        """Removes ``credential_id`` from the live ``item``'s credentials (the device's tokens of
+        it open nothing from now on). A journal entry lets a lost answer be settled."""
+        current = Device.from_item(item)
+        expr = Expression()
+        entry = f"{expr.name(schema.CREDENTIALS)}.{expr.name(credential_id)}"
+        return self._journaled(expr, current.device_id, [], [entry], f"{live(expr, self.now)} AND attribute_exists({entry})",
+                               CREDENTIAL_REVOKED, current)
+
+    def _journaled(self, expr: Expression, device_id: str, sets: list[str], removes: list[str], condition: str,
+                   outcome: str, device: Device) -> Planned:
+        """A bookkeeping request that records a journal entry holding the item's version, so
+        that ``WritePipeline.settle`` can tell whether it applied when its answer was lost."""
+        write = WriteId.new(self.now)
+        journaled, version = expr.name(write.attribute), expr.name(schema.VERSION)
+        update = "SET " + ", ".join([*sets, f"{journaled} = {version}"])
+        if removes:
+            update += " REMOVE " + ", ".join(removes)
+        return self._update(device_id, update, f"{condition} AND attribute_not_exists({journaled})", expr, write,
+                            outcome, device)
 
     def take_lease(self, device_id: str, ticket: int, lease_token: str, until: float) -> Planned:
         """Record ``ticket`` as the lease holder (until ``until``) on the live device, unless

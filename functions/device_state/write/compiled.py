@@ -315,7 +315,8 @@ class CompiledPatches(PlanContext):
         elif adds_stamp:
             update += f" ADD {name(schema.JOURNAL_TRIMMED_STAMPS)} {expr.value({'NS': [str(newest_dropped)]})}"
         expression = " AND ".join([live(expr, self.now), f"attribute_not_exists({journaled})",
-                                   self.fence.condition(device_id, expr, self.now), *conditions])
+                                   self.fence.condition(device_id, expr, self.now),
+                                   *self._holder_condition(expr, device_id), *conditions])
         return self._update(device_id, update, expression, expr, write, UPDATED, ReturnValues="ALL_NEW")
 
 

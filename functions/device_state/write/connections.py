@@ -9,6 +9,7 @@ from typing import Callable
 
 from ..errors import ConditionFailed, DeviceNotFound, TooManyConnections
 from ..item import schema
+from ..item.credentials import Holder
 from ..model import connectivity
 from ..model.device import Device
 from ..model.values import validate_device_id
@@ -26,21 +27,22 @@ class Connections:
         self._pipeline = pipeline
         self._clock = clock
 
-    def connected(self, device_id: str, connection_id: str, until: float) -> bool:
-        """Records a WebSocket connection of the device's own credentials, open until
-        ``until`` at the latest (one write, no read); False when there is no such device.
-        ``TooManyConnections`` when it has ``MAX_CONNECTIONS`` open, counting after the
-        connections whose close never arrived are forgotten."""
+    def connected(self, device_id: str, connection_id: str, until: float, holder: Holder | None = None) -> bool:
+        """Records a WebSocket connection of the device's own credentials (``holder``: the
+        credential it comes with, which the device must still hold), open until ``until`` at the
+        latest (one write, no read); False when there is no such device. ``TooManyConnections``
+        when it has ``MAX_CONNECTIONS`` open, counting after the connections whose close never
+        arrived are forgotten; ``CredentialRevoked`` when the credential is not the device's."""
         validate_device_id(device_id)
         opened = connectivity.member(connection_id, until)
         try:
-            return self._send_connectivity(lambda planner: planner.connect(device_id, opened))
+            return self._send_connectivity(device_id, lambda planner: planner.connect(device_id, opened), holder)
         except TooManyConnections as full:
             ended = connectivity.ended_members(list(full.held), self._clock())
             if not ended:
                 raise
-        self._send_connectivity(lambda planner: planner.disconnect(device_id, ended))
-        return self._send_connectivity(lambda planner: planner.connect(device_id, opened))
+        self._send_connectivity(device_id, lambda planner: planner.disconnect(device_id, ended))
+        return self._send_connectivity(device_id, lambda planner: planner.connect(device_id, opened), holder)
 
     def disconnected(self, device_id: str, connection_id: str, until: float) -> None:
         """Forgets a connection ``connected`` recorded: one read and one write, each write
@@ -58,9 +60,9 @@ class Connections:
                 return  # forgotten already (a resend, or a connect that was never recorded)
             others = [entry for entry in connectivity.open_members(item, self._clock()) if entry != closing]
             if others:
-                sent = self._send_connectivity(lambda planner: planner.disconnect(device_id, [closing], held))
+                sent = self._send_connectivity(device_id, lambda planner: planner.disconnect(device_id, [closing], held))
             else:
-                sent = self._send_connectivity(lambda planner: planner.all_disconnected(device_id, held))
+                sent = self._send_connectivity(device_id, lambda planner: planner.all_disconnected(device_id, held))
             if sent:
                 return
         logger.warning("disconnect not recorded: the connections kept changing", extra={"device_id": device_id})
@@ -70,14 +72,16 @@ class Connections:
         seen now, unless it was within ``connectivity.SEEN_EVERY_SECONDS``."""
         if device.presence is not None and connectivity.seen_recently(device.presence, self._clock()):
             return
-        self._send_connectivity(lambda planner: planner.seen(device.device_id))
+        self._send_connectivity(device.device_id, lambda planner: planner.seen(device.device_id))
 
-    def _send_connectivity(self, plan: Callable[[Planner], Planned]) -> bool:
+    def _send_connectivity(self, device_id: str, plan: Callable[[Planner], Planned],
+                           holder: Holder | None = None) -> bool:
         """One connectivity change; False when the device is not there, or the change's
         condition says it is not needed (seen recently, a connect meanwhile)."""
-        planned = plan(self._pipeline.planner())
+        planner = self._pipeline.planner(seen_by=device_id, holder=holder)
+        planned = plan(planner)
         try:
-            self._pipeline.send(self._pipeline.planner(), planned)
+            self._pipeline.send(planner, planned)
         except DeviceNotFound:
             return False
         except ConditionFailed:  # not needed (a TooManyConnections goes to the caller)

@@ -12,15 +12,19 @@ from dataclasses import dataclass
 
 from ..errors import (
     ConditionFailed,
+    CredentialNotFound,
+    CredentialRevoked,
     DeviceAlreadyExists,
     DeviceLocked,
     DeviceNotFound,
     LeaseLost,
     LeaseNotHeld,
     TooManyConnections,
+    TooManyCredentials,
 )
 from ..item import schema
-from ..item.fencing import Fence, active_holder
+from ..item.credentials import MAX_CREDENTIALS, registered
+from ..item.fencing import active_holder
 from ..model import connectivity
 from ..model.connectivity import MAX_CONNECTIONS
 from ..model.device import Device
@@ -29,10 +33,13 @@ from .plan import (
     CONNECTED,
     CONNECTIVITY_OUTCOMES,
     CREATED,
+    CREDENTIAL_REGISTERED,
+    CREDENTIAL_REVOKED,
     LEASE_CLEARED,
     LEASE_EXTENDED,
     LEASE_TAKEN,
     REINDEXED,
+    PlanContext,
     Planned,
 )
 
@@ -90,14 +97,24 @@ class Refusals(Exception):
         return refusal
 
 
-def refusal(planned: Planned, old: dict | None, fence: Fence, now: float) -> Exception:
+def refusal(planned: Planned, old: dict | None, planner: PlanContext) -> Exception:
     """Why ``planned``'s condition failed: a typed error, or ``Moved`` when planning again
     from ``Moved.item`` may succeed. For lease holder changes: ``DeviceNotFound`` or
     ``DeviceLocked`` (another lease is active) for a take, ``LeaseLost`` for an extension,
     ``LeaseNotHeld`` for a clear whose ticket is not the holder; ``TooManyConnections`` for a
     connect over the cap."""
-    device_id = planned.device_id
+    device_id, fence, now = planned.device_id, planner.fence, planner.now
     live = old if schema.is_live_state(old, now) else None
+    holder = planner.holder_of(device_id)
+    if live is not None and holder is not None and planned.outcome != CREATED and not holder.admits(live, now):
+        return CredentialRevoked(device_id)
+    if planned.outcome == CREDENTIAL_REGISTERED:
+        if live is None:
+            return DeviceNotFound(device_id)
+        return TooManyCredentials(device_id, MAX_CREDENTIALS) if len(registered(live)) >= MAX_CREDENTIALS \
+            else Moved(live)
+    if planned.outcome == CREDENTIAL_REVOKED:
+        return DeviceNotFound(device_id) if live is None else CredentialNotFound(device_id)
     if planned.outcome == LEASE_CLEARED:
         return LeaseNotHeld(device_id)
     if planned.outcome == LEASE_EXTENDED:

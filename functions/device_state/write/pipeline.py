@@ -20,6 +20,7 @@ from ..errors import (
 from ..fleet.index import FleetIndex
 from ..item import schema
 from ..item.contention import Raced
+from ..item.credentials import Holder
 from ..item.fencing import Fence
 from ..item.journal import trimmed_stamp, written_version
 from ..model.device import Device
@@ -46,12 +47,14 @@ class WritePipeline:
         self.tombstone_seconds = tombstone_seconds
         self.fleet_index = fleet_index
 
-    def planner(self, fence: Fence | None = None, seen_by: str | None = None, raced: Raced | None = None) -> Planner:
+    def planner(self, fence: Fence | None = None, seen_by: str | None = None, raced: Raced | None = None,
+                holder: Holder | None = None) -> Planner:
         """Plans requests now, under ``fence`` (the lease tokens writes present; none unless given);
-        ``seen_by``: the device whose own writes these are (they set its lastSeen); ``raced``:
-        how a read-modify-write came to this try (``contention``)."""
+        ``seen_by``: the device whose own writes these are (they set its lastSeen), ``holder``
+        the credential they come with (``item/credentials``); ``raced``: how a read-modify-write
+        came to this try (``contention``)."""
         return Planner(self.store.table_name, fence or Fence(), self.runtime.clock(), self.tombstone_seconds,
-                       self.fleet_index, seen_by, raced)
+                       self.fleet_index, seen_by, raced, holder)
 
     def send(self, planner: Planner, planned: Planned) -> Applied:
         """Send one planned UpdateItem. ``Applied`` when it applied (once); raises its refusal,
@@ -65,7 +68,7 @@ class WritePipeline:
             version = written_version(rejected.item, planned.write) if journaled else None
             if version:  # a resend (by a retrying client) of our own landed write
                 return Applied(self._applied(planned, version, rejected.item))
-            raise refusal(planned, rejected.item, planner.fence, planner.now) from None
+            raise refusal(planned, rejected.item, planner) from None
         except AnswerLost as lost:
             return Applied(self._lost(planned, lost))
         attributes = answer.get("Attributes")
@@ -94,7 +97,7 @@ class WritePipeline:
                                          "nothing was written") from None
             if any(code not in ("None", CONDITION_FAILED, CONFLICT) for code in codes):
                 raise StorageError(f"transaction cancelled: {cancelled.reasons}") from None
-            refusals = [refusal(plan, reason.get("Item"), planner.fence, planner.now) if code == CONDITION_FAILED
+            refusals = [refusal(plan, reason.get("Item"), planner) if code == CONDITION_FAILED
                         else None for plan, reason, code in zip(planned, reasons, codes)]
             refused = frozenset(name for name, code in zip(names, codes[len(planned):]) if code == CONDITION_FAILED)
             raise Refusals(refusals, [reason.get("Item") for reason in reasons[:len(planned)]], refused,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..errors import DeviceNotFound, VersionConflict
 from ..fleet.index import FleetIndex
 from ..item import contention, schema
+from ..item.credentials import Holder
 from ..item.fencing import Fence
 from ..item.journal import WriteId
 from ..model.connectivity import CONNECTED_FIELD, CONNECTIVITY
@@ -28,6 +29,9 @@ REINDEXED = "reindexed"  # index attributes set as the item's sections say (``Bo
 # the same when sent again (a set member added or deleted, a time set).
 CONNECTED, DISCONNECTED, ALL_DISCONNECTED, SEEN = "connected", "disconnected", "all-disconnected", "seen"
 CONNECTIVITY_OUTCOMES = frozenset({CONNECTED, DISCONNECTED, ALL_DISCONNECTED, SEEN})
+# What a credential change does to the state item: no version; a journal entry at the current
+# version, so a lost answer settles.
+CREDENTIAL_REGISTERED, CREDENTIAL_REVOKED = "credential-registered", "credential-revoked"
 SETTLE_MARK = "settle-mark"  # a lost write marked as never applied (classified by ``WritePipeline.settle``)
 
 
@@ -73,6 +77,16 @@ class PlanContext:
     fleet_index: FleetIndex = FleetIndex()
     seen_by: str | None = None  # the device whose own writes these are: they set its lastSeen too
     raced: contention.Raced | None = None  # how a read-modify-write came to this try (None: it races no one)
+    holder: Holder | None = None  # the credential the device's own requests come with (item/credentials.py)
+
+    def holder_of(self, device_id: str) -> Holder | None:
+        """The credential a request on ``device_id`` must find on its item: the caller's, when
+        the device writes itself with one."""
+        return self.holder if self.seen_by == device_id else None
+
+    def _holder_condition(self, expr: Expression, device_id: str) -> list[str]:
+        holder = self.holder_of(device_id)
+        return [holder.condition(expr, self.now)] if holder is not None else []
 
     def _update(self, device_id: str, update: str, condition: str, expr: Expression, write: WriteId | None,
                 outcome: str, device: Device | None = None, expected_version: int | None = None,

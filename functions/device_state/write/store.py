@@ -136,20 +136,25 @@ class Store:
         item = self.get_state(device_id)
         return item if schema.is_live_state(item, now) else None
 
-    def batch_get_states(self, device_ids: list[str]) -> dict[str, dict]:
-        """The state items (as stored) of up to 100 devices, strongly consistent, in one batch."""
-        found: dict[str, dict] = {}
-        pending = [schema.state_key(device_id) for device_id in device_ids]
+    def batch_get(self, keys: list[dict]) -> dict[tuple[str, str], dict]:
+        """Up to 100 items by key (as stored), strongly consistent, in one batch: by (partition, sort key)."""
+        found: dict[tuple[str, str], dict] = {}
+        pending = list(keys)
         for round_no in range(1, 11):
             response = self.send("batch_get_item", RequestItems={
                 self.table_name: {"Keys": pending, "ConsistentRead": True}})
             for item in response.get("Responses", {}).get(self.table_name, []):
-                found[schema.StateItem.of(item).device_id] = item
+                found[(item[schema.PARTITION_KEY]["S"], item[schema.SORT_KEY]["S"])] = item
             pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
             if not pending:
                 return found
             self.runtime.pause(round_no)
         raise StorageUnavailable("DynamoDB left keys unprocessed after 10 batch reads")
+
+    def batch_get_states(self, device_ids: list[str]) -> dict[str, dict]:
+        """The state items (as stored) of up to 100 devices, strongly consistent, in one batch."""
+        found = self.batch_get([schema.state_key(device_id) for device_id in device_ids])
+        return {device_id: item for (device_id, _), item in found.items()}
 
     def query_all(self, request: dict) -> list[dict]:
         """Every item of a Query, page after page."""

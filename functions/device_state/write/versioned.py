@@ -13,6 +13,7 @@ from boto3.dynamodb.conditions import ConditionBase
 from ..errors import DeviceAlreadyExists, ItemTooLarge
 from ..fleet.index import connectivity_attributes
 from ..item import contention, schema
+from ..item.credentials import ProvisionedIdentity
 from ..item.journal import JOURNAL_KEEP, WriteId, trimmed_stamps, trimming, watermark
 from ..item.room import LARGEST_VERSION, MAX_STATE_ITEM_BYTES, checked_size, without_bookkeeping
 from ..model import desires
@@ -41,9 +42,11 @@ _LONGEST_OUTCOME = max((CREATED, REPLACED, UPDATED), key=len)  # lastWrite, as s
 
 
 class VersionedWrites(PlanContext):
-    def create(self, device_id: str, state: dict, item: dict | None, sections: dict | None = None) -> Planned:
+    def create(self, device_id: str, state: dict, item: dict | None, sections: dict | None = None,
+               identity: ProvisionedIdentity | None = None) -> Planned:
         """Create over nothing, a settle stub, or a tombstone (its version continues).
-        ``sections``: the device's desired and reported (each ``{}`` when absent)."""
+        ``sections``: the device's desired and reported (each ``{}`` when absent); ``identity``:
+        a device an enrollment provisions holds its first credential from the start."""
         if schema.is_live_state(item, self.now):
             raise DeviceAlreadyExists(device_id, Device.from_item(item))
         check_state(state)
@@ -63,6 +66,9 @@ class VersionedWrites(PlanContext):
         sets = [f"{name(schema.STATE)} = {expr.value(written[schema.STATE])}", f"{name(schema.CREATED_AT)} = {now}",
                 f"{name(schema.UPDATED_AT)} = {now}"]
         sets += _section_sets(expr, documents, entries, device.version, written)
+        if identity is not None:
+            sets += [f"{name(schema.CREDENTIALS)} = {expr.value(identity.credentials())}",
+                     f"{name(schema.ENROLLMENT)} = {expr.value({'S': identity.enrollment_id})}"]
         removes = [name(attribute) for attribute in schema.GONE_ON_CREATE]
         indexed, unindexed = self.fleet_index.attributes(device_id, {STATE: state, **documents})
         # a new device is not connected, and a query for the disconnected finds it
@@ -242,6 +248,8 @@ class VersionedWrites(PlanContext):
         expression = f"{condition} AND attribute_not_exists({journaled})"
         if outcome != CHECKED:
             expression += " AND " + self.fence.condition(device_id, expr, self.now)
+        if outcome != CREATED:
+            expression = " AND ".join([expression, *self._holder_condition(expr, device_id)])
         if caller_condition is not None:
             expression += " AND " + expr.condition(caller_condition)
         return self._update(device_id, update, expression, expr, write, outcome, device, expected_version)

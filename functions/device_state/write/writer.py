@@ -10,6 +10,7 @@ from typing import Callable
 from ..errors import ConditionFailed, DeviceAlreadyExists, ItemTooLarge, RequestRefused, VersionConflict
 from ..item import schema
 from ..item.contention import Race
+from ..item.credentials import Holder
 from ..item.fencing import Fence
 from ..item.journal import RecentJournals
 from ..model.device import Device
@@ -34,6 +35,7 @@ class DeviceWriter:
     def write(self, loop: RetryLoop, fence: Fence, device_id: str, plan: Callable[[Planner, dict | None], Planned],
               idempotency: IdempotencyKey | None, *, expected_version: int | None = None,
               created_may_move: bool = False, counted: bool = False, seen_by: str | None = None,
+              holder: Holder | None = None,
               holds: bool = True) -> tuple[Device, str]:
         """Plan from the item read, send, classify, and go again while the device moved
         under a write that named no version. ``created_may_move``: a create that finds
@@ -50,7 +52,7 @@ class DeviceWriter:
 
         def attempt(item, number):
             self._recent.saw(device_id, item)
-            planner = self._pipeline.planner(fence, seen_by, race.raced(number))
+            planner = self._pipeline.planner(fence, seen_by, race.raced(number), holder)
             try:
                 planned = plan(planner, item)
             except VersionConflict as conflict:
@@ -102,7 +104,7 @@ class DeviceWriter:
         return planned.device, planned.outcome
 
     def compiled(self, fence: Fence, device_id: str, update_fn, section: str = STATE,
-                 seen_by: str | None = None) -> Device | None:
+                 seen_by: str | None = None, holder: Holder | None = None) -> Device | None:
         """Apply a patch that compiles to one UpdateItem: no read, and nothing for another
         writer to invalidate, so no conflict. None when it does not compile, or DynamoDB
         refuses it (a guard, a missing parent, a type): read-modify-write then decides.
@@ -112,7 +114,7 @@ class DeviceWriter:
             return None
         monotonic = self._pipeline.runtime.monotonic
         with self._recent.to_trim(device_id) as seen:
-            planner = self._pipeline.planner(fence, seen_by)
+            planner = self._pipeline.planner(fence, seen_by, holder=holder)
             planned = planner.compiled(device_id, compiled, seen, section)
             if planned is None:
                 return None

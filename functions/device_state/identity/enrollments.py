@@ -1,0 +1,154 @@
+"""Enrollments: a group of devices that provision themselves (``provisioning``), each proving
+itself with a key derived at the factory from the enrollment's group key. All enrollments live
+in one partition (``~enrollments``, never a device id: those have no ``~``), one item each
+(``sk = "enrollment#<id>"``), so they list with one query; the group key is stored sealed by
+the caller (``functions/auth``), never in the clear."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from ..errors import ConditionNotMet, DeviceStateError, EnrollmentNotFound
+from ..item import schema
+from ..model.times import timestamp
+from ..model.values import from_attribute, to_attribute
+from ..runtime import Runtime
+from ..write.expressions import Expression
+from ..write.store import IDEMPOTENT, Store
+
+PARTITION = "~enrollments"
+SK_PREFIX = "enrollment#"
+ENROLLMENT_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
+MAX_ID_PATTERN_CHARS = 256
+MAX_DEVICES = 1_000_000
+# The enrollment item's attributes.
+_PATTERN, _INITIAL, _MAX_DEVICES, _PROVISIONED, _GROUP_KEY, _CREATED_AT, _UNTIL, _DELETED_AT = (
+    "idPattern", "initial", "maxDevices", "provisioned", "groupKey", "createdAt", "until", "endedAt")
+# What makes a pattern's matching time grow faster than its input: a quantifier applied to a
+# group that holds a quantifier or an alternation (``(a+)+``, ``(a|aa)*``), or a backreference.
+_NESTED_QUANTIFIER = re.compile(r"\([^()]*[*+?}|][^()]*\)\s*[*+?{]|\\[1-9]")
+
+
+class InvalidEnrollment(DeviceStateError, ValueError):
+    """An enrollment's settings cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Enrollment:
+    enrollment_id: str
+    id_pattern: str
+    max_devices: int
+    initial: dict = field(default_factory=dict)  # {"state"?, "desired"?} a device starts with
+    group_key: bytes = b""  # sealed
+    created_at: str = ""
+    expires_at: int | None = None  # epoch seconds
+    provisioned: int = 0
+    deleted: bool = False
+
+    def admits(self, device_id: str) -> bool:
+        return re.fullmatch(self.id_pattern, device_id) is not None
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+    def item(self) -> dict:
+        stored = {**enrollment_key(self.enrollment_id), _PATTERN: {"S": self.id_pattern},
+                  _INITIAL: to_attribute(self.initial), _MAX_DEVICES: {"N": str(self.max_devices)},
+                  _PROVISIONED: {"N": str(self.provisioned)}, _GROUP_KEY: {"B": self.group_key},
+                  _CREATED_AT: {"S": self.created_at}}
+        if self.expires_at is not None:
+            stored[_UNTIL] = {"N": str(self.expires_at)}
+        return stored
+
+    @classmethod
+    def from_item(cls, item: dict) -> "Enrollment":
+        return cls(item[schema.SORT_KEY]["S"][len(SK_PREFIX):], item[_PATTERN]["S"], int(item[_MAX_DEVICES]["N"]),
+                   from_attribute(item[_INITIAL]), bytes(item[_GROUP_KEY]["B"]), item[_CREATED_AT]["S"],
+                   int(item[_UNTIL]["N"]) if _UNTIL in item else None, int(item[_PROVISIONED]["N"]),
+                   _DELETED_AT in item)
+
+
+def enrollment_key(enrollment_id: str) -> dict:
+    return {schema.PARTITION_KEY: {"S": PARTITION}, schema.SORT_KEY: {"S": SK_PREFIX + enrollment_id}}
+
+
+def check_id_pattern(pattern) -> str:
+    """A pattern a device id must match whole: a regular expression of at most
+    ``MAX_ID_PATTERN_CHARS`` without nested quantifiers or backreferences (so matching a
+    128-character id stays linear)."""
+    if not isinstance(pattern, str) or not 1 <= len(pattern) <= MAX_ID_PATTERN_CHARS:
+        raise InvalidEnrollment(f"idPattern is a regular expression of 1 to {MAX_ID_PATTERN_CHARS} characters")
+    if _NESTED_QUANTIFIER.search(pattern):
+        raise InvalidEnrollment("idPattern may not repeat a group that repeats (such as (a+)+) nor refer back "
+                                "to a group: its matching time must not grow faster than the id")
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        raise InvalidEnrollment(f"idPattern is not a regular expression: {error}") from None
+    return pattern
+
+
+def provisioned_counter(expr: Expression, enrollment_id: str, table_name: str, now: float) -> dict:
+    """The part of a provisioning transaction that counts the device against its enrollment:
+    only while the enrollment is there, not deleted or expired, and not full."""
+    provisioned = expr.name(_PROVISIONED)
+    until = expr.name(_UNTIL)
+    return {"Update": {
+        "TableName": table_name, "Key": enrollment_key(enrollment_id),
+        "UpdateExpression": f"ADD {provisioned} {expr.number(1)}",
+        "ConditionExpression": (f"attribute_exists({provisioned}) AND attribute_not_exists({expr.name(_DELETED_AT)})"
+                                f" AND {provisioned} < {expr.name(_MAX_DEVICES)}"
+                                f" AND (attribute_not_exists({until}) OR {until} > {expr.number(int(now))})"),
+        **expr.attributes(), "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}}
+
+
+class Enrollments:
+    def __init__(self, store: Store, runtime: Runtime):
+        self._store = store
+        self._runtime = runtime
+
+    def create(self, enrollment: Enrollment) -> Enrollment:
+        """Stores a new enrollment (``created_at`` set now); ``InvalidEnrollment`` when one of that
+        id exists (deleted ones too: an id names one enrollment for good)."""
+        check_id_pattern(enrollment.id_pattern)
+        enrollment = replace(enrollment, created_at=timestamp(self._runtime.clock()), provisioned=0, deleted=False)
+        expr = Expression()
+        condition = (f"attribute_not_exists({expr.name(_PATTERN)}) OR "
+                     f"{expr.name(_CREATED_AT)} = {expr.value({'S': enrollment.created_at})}")
+        try:
+            self._store.send("put_item", IDEMPOTENT, Item=enrollment.item(), ConditionExpression=condition,
+                             **expr.attributes())
+        except ConditionNotMet:  # another's (a resend of this one's own finds its createdAt)
+            raise InvalidEnrollment(f"an enrollment {enrollment.enrollment_id!r} exists already") from None
+        return enrollment
+
+    def get(self, enrollment_id: str) -> Enrollment:
+        """The enrollment (deleted ones too, marked so); ``EnrollmentNotFound`` when there is none."""
+        item = self._store.get(enrollment_key(enrollment_id))
+        if item is None:
+            raise EnrollmentNotFound(enrollment_id)
+        return Enrollment.from_item(item)
+
+    def listed(self) -> list[Enrollment]:
+        """Every enrollment not deleted, by id."""
+        items = self._store.query_all({
+            "KeyConditionExpression": "#p = :p", "ConsistentRead": True,
+            "ExpressionAttributeNames": {"#p": schema.PARTITION_KEY},
+            "ExpressionAttributeValues": {":p": {"S": PARTITION}}})
+        return [enrollment for enrollment in map(Enrollment.from_item, items) if not enrollment.deleted]
+
+    def delete(self, enrollment_id: str) -> None:
+        """Ends an enrollment: no device provisions with it any more (the devices it provisioned
+        keep their credentials). It stays, marked deleted, so its id is never used again and a
+        device that tries it learns it ended. ``EnrollmentNotFound``."""
+        expr, deleted_at = Expression(), timestamp(self._runtime.clock())
+        deleted, ours = expr.name(_DELETED_AT), expr.value({"S": deleted_at})
+        try:
+            self._store.send("update_item", IDEMPOTENT, Key=enrollment_key(enrollment_id),
+                             UpdateExpression=f"SET {deleted} = {ours}",
+                             ConditionExpression=f"attribute_exists({expr.name(_PATTERN)}) AND "
+                                                 f"(attribute_not_exists({deleted}) OR {deleted} = {ours})",
+                             **expr.attributes())
+        except ConditionNotMet:  # none, or deleted before (a resend of this one's own finds its time)
+            raise EnrollmentNotFound(enrollment_id) from None

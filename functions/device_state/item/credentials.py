@@ -1,0 +1,103 @@
+"""A device's credentials as its state item records them, and the rule every request of the
+device's own follows: it opens the device only while the credential it comes with is there.
+
+The item holds ``credentials``, a map of each registered, unrevoked credential's id to its
+expiry (epoch seconds; 0: none), and ``certificateRequired`` once the device has registered a
+certificate. A device token names the credential it was issued for; a client certificate
+names its own id (``certificate_id``, derived from its SHA-256 thumbprint, so no read finds
+it). A request holding a credential (``Holder``) opens the device when:
+
+- the item's map holds the credential's id, unexpired; or
+- it is a certificate of the trusted CA the device never registered, while the device has
+  registered no certificate at all and the service does not require registration.
+
+Reads judge the item they read (``admits``); writes carry the same rule in their condition
+(``condition``), so revoking a credential (its id leaves the map) shuts out the next request
+of every token issued for it, at no cost per request. All pure."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+
+from ..write.expressions import Expression
+from . import schema
+
+MAX_CREDENTIALS = 5  # registered per device: a key rotates by adding the new one, then revoking the old
+ID_CHARS = 16
+CREDENTIAL_ID_PATTERN = re.compile(f"[a-z2-7]{{{ID_CHARS}}}")  # base32, lower case
+NO_EXPIRY = 0
+
+
+def new_credential_id() -> str:
+    """A random credential id (80 bits)."""
+    return base64.b32encode(secrets.token_bytes(10)).decode().lower()
+
+
+def certificate_id(thumbprint: bytes) -> str:
+    """The credential id of a certificate: the first 80 bits of its SHA-256 thumbprint, so a
+    request over mutual TLS names it without a read."""
+    return base64.b32encode(hashlib.sha256(b"device-state certificate\n" + thumbprint).digest()[:10]).decode().lower()
+
+
+def registered(item: dict | None) -> dict[str, int]:
+    """The item's credentials: id -> expiry (epoch seconds, ``NO_EXPIRY`` for none)."""
+    value = (item or {}).get(schema.CREDENTIALS)
+    return {name: int(entry["N"]) for name, entry in value["M"].items()} if value and "M" in value else {}
+
+
+def requires_certificate(item: dict | None) -> bool:
+    return schema.CERTIFICATE_REQUIRED in (item or {})
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The credential a device's own request comes with: ``credential_id`` (a token's, or a
+    certificate's ``certificate_id``); ``certificate``: it is a certificate of the trusted CA,
+    which opens a device that registered none unless ``required`` (the service requires every
+    device to register its credentials)."""
+
+    credential_id: str
+    certificate: bool = False
+    required: bool = False
+
+    def admits(self, item: dict | None, now: float) -> bool:
+        """Whether the request may act on this state item as it is."""
+        expiry = registered(item).get(self.credential_id)
+        if expiry is not None:
+            return expiry == NO_EXPIRY or expiry > now
+        return self.certificate and not self.required and not requires_certificate(item)
+
+    def condition(self, expr: Expression, now: float) -> str:
+        """``admits`` as a condition of a write on the item, its placeholders from ``expr``."""
+        entry = f"{expr.name(schema.CREDENTIALS)}.{expr.name(self.credential_id)}"
+        held = (f"(attribute_exists({entry}) AND ({entry} = {expr.number(NO_EXPIRY)} OR "
+                f"{entry} > {expr.number(int(now))}))")
+        if not self.certificate or self.required:
+            return held
+        return f"({held} OR attribute_not_exists({expr.name(schema.CERTIFICATE_REQUIRED)}))"
+
+
+@dataclass(frozen=True)
+class ProvisionedIdentity:
+    """What a device an enrollment provisions holds from its first version: the enrollment's
+    id and its first credential."""
+
+    enrollment_id: str
+    credential_id: str
+    expires: int = NO_EXPIRY
+
+    def credentials(self) -> dict:
+        """The item's credentials map, as stored."""
+        return {"M": {self.credential_id: {"N": str(self.expires)}}}
+
+
+def provisioned_credential_id(enrollment_id: str, device_id: str) -> str:
+    """The id of the credential an enrollment provisions a device with: the same every time,
+    so provisioning again finds it."""
+    digest = hashlib.sha256(f"device-state provisioned\n{enrollment_id}\n{device_id}".encode()).digest()
+    return base64.b32encode(digest[:10]).decode().lower()
+

@@ -1,0 +1,255 @@
+"""A device's credentials, enrollments and provisioning in the library, on moto and DynamoDB
+Local: every request of the device's own finds its credential on the state item, so a revoke
+shuts out the next one at once, reads and writes alike, with nothing written for it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from functions.device_state import (MAX_CREDENTIALS, SECRET, AssertionReplayed, CredentialNotFound,
+                                    CredentialRecord, CredentialRevoked, DeviceNotFound, Enrollment, Holder,
+                                    InvalidEnrollment, MergePatch, ProvisioningRefused, TooManyConnections,
+                                    TooManyCredentials, certificate_id, new_credential_id, table)
+from functions.device_state.item.credentials import provisioned_credential_id, registered
+
+PATCH = MergePatch({"brightness": 1})
+
+
+def key(kind="publicKey", **fields) -> CredentialRecord:
+    return CredentialRecord(new_credential_id(), kind, public_key="-----BEGIN PUBLIC KEY-----", **fields)
+
+
+def item_of(manager, device_id):
+    return manager.live_state(device_id)
+
+
+def test_a_credential_is_listed_and_named_on_the_item_until_it_is_revoked(manager):
+    manager.create("lamp", {})
+    first, second = manager.add_credential("lamp", key()), manager.add_credential("lamp", key(SECRET, secret=b"x"))
+    assert {record.credential_id for record in manager.credentials("lamp")} == {first.credential_id,
+                                                                               second.credential_id}
+    assert set(registered(item_of(manager, "lamp"))) == {first.credential_id, second.credential_id}
+    manager.revoke_credential("lamp", first.credential_id)
+    assert [record.credential_id for record in manager.credentials("lamp")] == [second.credential_id]
+    with pytest.raises(CredentialNotFound):
+        manager.revoke_credential("lamp", first.credential_id)
+    assert manager.get("lamp").version == 1  # credentials make no version
+
+
+def test_at_most_five_credentials_and_a_revoke_makes_room(manager):
+    manager.create("lamp", {})
+    held = [manager.add_credential("lamp", key()) for _ in range(MAX_CREDENTIALS)]
+    with pytest.raises(TooManyCredentials):
+        manager.add_credential("lamp", key())
+    manager.revoke_credential("lamp", held[0].credential_id)
+    manager.add_credential("lamp", key())
+    assert len(manager.credentials("lamp")) == MAX_CREDENTIALS
+
+
+def test_a_credential_for_a_missing_device_is_refused(manager):
+    with pytest.raises(DeviceNotFound):
+        manager.add_credential("nobody", key())
+
+
+def test_a_revoked_credential_opens_nothing_read_or_write_and_writes_nothing(manager):
+    manager.create("lamp", {"n": 0})
+    record = manager.add_credential("lamp", key())
+    device = manager.as_device("lamp", Holder(record.credential_id))
+    device.update_with_retry("lamp", PATCH, section="reported")  # read-free
+    device.update_with_retry("lamp", lambda state: {**state, "x": 1})  # read-modify-write
+    assert device.get("lamp").version == 3
+    manager.revoke_credential("lamp", record.credential_id)
+    for attempt in (lambda: device.get("lamp"), lambda: device.check_holder("lamp"),
+                    lambda: device.update_with_retry("lamp", PATCH, section="reported"),
+                    lambda: device.update_with_retry("lamp", lambda state: {**state, "x": 2}),
+                    lambda: device.connected("lamp", "c1", time.time() + 60),
+                    lambda: device.wait_for_sections("lamp", 1, 0)):
+        with pytest.raises(CredentialRevoked):
+            attempt()
+    assert manager.get("lamp").version == 3  # nothing written
+    assert manager.as_device("lamp").get("lamp").version == 3  # the device without a credential: its owner's rule
+
+
+def test_another_devices_credential_or_an_unknown_one_opens_nothing(manager):
+    manager.create("lamp", {})
+    manager.create("fan", {})
+    fans = manager.add_credential("fan", key())
+    for holder in (Holder(fans.credential_id), Holder(new_credential_id())):
+        with pytest.raises(CredentialRevoked):
+            manager.as_device("lamp", holder).update_with_retry("lamp", PATCH, section="reported")
+
+
+def test_an_expired_credential_opens_nothing(manager):
+    manager.create("lamp", {})
+    soon = manager.add_credential("lamp", key(expires_at=int(time.time()) + 2))
+    holder = Holder(soon.credential_id)
+    manager.as_device("lamp", holder).update_with_retry("lamp", PATCH, section="reported")
+    time.sleep(2.2)
+    with pytest.raises(CredentialRevoked):
+        manager.as_device("lamp", holder).update_with_retry("lamp", PATCH, section="reported")
+    assert manager.credentials("lamp") == []
+
+
+def test_certificates_of_the_ca_open_a_device_until_it_registers_one_and_then_only_registered_ones(manager):
+    manager.create("lamp", {})
+    factory, registered_cert = certificate_id(b"factory-cert"), certificate_id(b"registered-cert")
+    unregistered = Holder(factory, certificate=True)
+    manager.as_device("lamp", unregistered).update_with_retry("lamp", PATCH, section="reported")
+    with pytest.raises(CredentialRevoked):  # the service may require registration
+        manager.as_device("lamp", Holder(factory, certificate=True, required=True)).get("lamp")
+    manager.add_credential("lamp", CredentialRecord(registered_cert, "certificate", public_key="pem", thumbprint="ab"))
+    with pytest.raises(CredentialRevoked):
+        manager.as_device("lamp", unregistered).update_with_retry("lamp", PATCH, section="reported")
+    holder = Holder(registered_cert, certificate=True)
+    manager.as_device("lamp", holder).update_with_retry("lamp", PATCH, section="reported")
+    manager.revoke_credential("lamp", registered_cert)
+    for who in (holder, unregistered):  # revoking the last one does not fall back to the CA's rule
+        with pytest.raises(CredentialRevoked):
+            manager.as_device("lamp", who).get("lamp")
+
+
+def test_deleting_a_device_revokes_its_credentials_and_a_new_device_of_that_id_holds_none(manager):
+    manager.create("lamp", {})
+    record = manager.add_credential("lamp", key())
+    manager.delete("lamp")
+    manager.create("lamp", {})
+    with pytest.raises(CredentialRevoked):
+        manager.as_device("lamp", Holder(record.credential_id)).get("lamp")
+    assert manager.credentials("lamp") == []
+
+
+def test_a_connect_over_the_cap_is_still_too_many_connections_with_a_good_credential(manager):
+    manager.create("lamp", {})
+    device = manager.as_device("lamp", Holder(manager.add_credential("lamp", key()).credential_id))
+    for number in range(4):
+        assert device.connected("lamp", f"c{number}", time.time() + 60)
+    with pytest.raises(TooManyConnections):
+        device.connected("lamp", "c4", time.time() + 60)
+
+
+def test_an_assertion_is_spent_once(manager):
+    manager.spend_assertion("lamp", "jti-1", int(time.time()) + 600)
+    with pytest.raises(AssertionReplayed):
+        manager.spend_assertion("lamp", "jti-1", int(time.time()) + 600)
+    manager.spend_assertion("fan", "jti-1", int(time.time()) + 600)  # per device
+
+
+# -------------------------------------------------------------- enrollments
+
+
+def enrollment(enrollment_id="factory", **fields) -> Enrollment:
+    return Enrollment(enrollment_id, fields.pop("id_pattern", r"lamp-[0-9]+"), fields.pop("max_devices", 3),
+                      fields.pop("initial", {"state": {"site": "berlin"}, "desired": {"power": "on"}}),
+                      group_key=b"sealed", **fields)
+
+
+def test_enrollments_are_created_listed_read_and_deleted_and_an_id_names_one_for_good(manager):
+    created = manager.create_enrollment(enrollment())
+    assert created.created_at and manager.enrollment("factory").provisioned == 0
+    manager.create_enrollment(enrollment("other"))
+    assert [each.enrollment_id for each in manager.enrollments()] == ["factory", "other"]
+    with pytest.raises(InvalidEnrollment):
+        manager.create_enrollment(enrollment())
+    manager.delete_enrollment("other")
+    assert [each.enrollment_id for each in manager.enrollments()] == ["factory"]
+    assert manager.enrollment("other").deleted
+    with pytest.raises(InvalidEnrollment):
+        manager.create_enrollment(enrollment("other"))
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+", "(a|aa)*", r"(x)\1", "[", "", "a" * 300])
+def test_an_id_pattern_whose_matching_could_run_away_or_that_is_no_pattern_is_refused(manager, pattern):
+    with pytest.raises(InvalidEnrollment):
+        manager.create_enrollment(enrollment(id_pattern=pattern))
+
+
+def provision(manager, device_id, by="factory", jti=None, credential=None):
+    found = manager.enrollment(by)
+    return manager.provision(device_id, found, credential or CredentialRecord("", SECRET, secret=b"derived"),
+                             jti or f"jti-{time.monotonic_ns()}", int(time.time()) + 600)
+
+
+def test_a_device_provisions_itself_once_with_the_enrollments_documents_and_its_first_credential(manager):
+    manager.create_enrollment(enrollment())
+    first = provision(manager, "lamp-1")
+    assert first.created and first.credential_id == provisioned_credential_id("factory", "lamp-1")
+    device = manager.get("lamp-1")
+    assert (device.version, device.state, device.desired) == (1, {"site": "berlin"}, {"power": "on"})
+    assert [record.credential_id for record in manager.credentials("lamp-1")] == [first.credential_id]
+    assert manager.as_device("lamp-1", Holder(first.credential_id)).get("lamp-1").version == 1
+    again = provision(manager, "lamp-1")
+    assert not again.created and again.credential_id == first.credential_id
+    assert manager.enrollment("factory").provisioned == 1 and manager.get("lamp-1").version == 1
+
+
+def test_provisioning_is_refused_for_each_reason_and_writes_nothing(manager):
+    manager.create_enrollment(enrollment(max_devices=1))
+    manager.create_enrollment(enrollment("other", id_pattern=".*"))
+    with pytest.raises(ProvisioningRefused) as refused:
+        provision(manager, "fan-1")
+    assert refused.value.reason == "id-not-allowed"
+    provision(manager, "lamp-1")
+    with pytest.raises(ProvisioningRefused) as refused:
+        provision(manager, "lamp-2")
+    assert refused.value.reason == "enrollment-full"
+    with pytest.raises(ProvisioningRefused) as refused:
+        provision(manager, "lamp-1", by="other")
+    assert refused.value.reason == "device-exists"
+    manager.create("kettle", {})
+    with pytest.raises(ProvisioningRefused) as refused:
+        provision(manager, "kettle", by="other")
+    assert refused.value.reason == "device-exists"
+    manager.delete_enrollment("other")
+    with pytest.raises(ProvisioningRefused) as refused:
+        provision(manager, "fan-1", by="other")
+    assert refused.value.reason == "enrollment-ended"
+    with pytest.raises(DeviceNotFound):
+        manager.get("lamp-2")
+    with pytest.raises(DeviceNotFound):
+        manager.get("fan-1")
+    assert manager.enrollment("factory").provisioned == 1
+
+
+def test_an_expired_enrollment_provisions_nobody(manager):
+    manager.create_enrollment(enrollment(expires_at=int(time.time()) - 1))
+    with pytest.raises(ProvisioningRefused) as refused:
+        provision(manager, "lamp-1")
+    assert refused.value.reason == "enrollment-ended"
+
+
+def test_a_provisioning_assertion_is_spent_once_and_a_revoked_credential_is_not_provisioned_again(manager):
+    manager.create_enrollment(enrollment())
+    provisioned = provision(manager, "lamp-1", jti="once")
+    with pytest.raises(AssertionReplayed):  # provisioning again spends its assertion too
+        provision(manager, "lamp-1", jti="once")
+    provision(manager, "lamp-1", jti="twice")
+    manager.revoke_credential("lamp-1", provisioned.credential_id)
+    with pytest.raises(ProvisioningRefused) as refused:
+        provision(manager, "lamp-1")
+    assert refused.value.reason == "credential-revoked"
+
+
+def test_a_device_with_the_largest_state_still_takes_its_credentials(local_table):
+    """DynamoDB Local only (moto sizes items more coarsely): credentials live in the room the
+    state leaves, beside a busy journal and the most connections."""
+    from functions.device_state import DeviceStateManager, ItemTooLarge
+    from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
+
+    manager = DeviceStateManager(*local_table)
+    low, high = MAX_STATE_ITEM_BYTES - 2000, MAX_STATE_ITEM_BYTES
+    while high - low > 1:
+        middle = (low + high) // 2
+        try:
+            manager.put("big", {"blob": "x" * middle})
+            low = middle
+        except ItemTooLarge:
+            high = middle
+    for number in range(MAX_CREDENTIALS):
+        manager.add_credential("big", key(expires_at=int(time.time()) + 10 ** 8))
+    device = manager.as_device("big", Holder(manager.credentials("big")[0].credential_id))
+    for number in range(4):
+        device.connected("big", f"connection-{number:032d}", time.time() + 7200)
+    device.update_with_retry("big", lambda state: state)
+    assert table.CREDENTIALS in manager.live_state("big")
