@@ -1,4 +1,4 @@
-"""The 768 bytes of bookkeeping room (journal, lease holder, trimmed stamps) also hold the
+"""The 1,024 bytes of bookkeeping room (journal, lease holder, trimmed stamps, credentials) also hold the
 device's connections (up to MAX_CONNECTIONS members of `<until ms>:<connection id>`),
 connectedSince, lastSeen and connectivity's index attribute. A device whose state is as large
 as the service accepts, holding a lease and its most connections, with a busy journal, still
