@@ -32,16 +32,21 @@ FLEET_INDEX = "FLEET_INDEX"  # the queryable fields, path:type,… (functions.de
 # The key that seals listings' cursors (functions.device_state.fleet.cursors): at least 32 characters,
 # the same for every function instance; deployed, a generated secret; locally, .serve/cursor-key
 CURSOR_KEY = "CURSOR_KEY"
+# true: every device must register its certificates (a certificate of the trusted CA that its
+# device never registered opens nothing); see functions/device_state/item/credentials.py
+REQUIRE_REGISTERED_CREDENTIALS = "REQUIRE_REGISTERED_CREDENTIALS"
 # true on the API function, whose routes are not the waiting ones (a function of their own
 # serves those): a request that reaches it with waitSeconds anyway is answered at once
 NEVER_WAIT = "NEVER_WAIT"
 
 STORAGE_VARIABLES = (TABLE_NAME, DYNAMODB_ENDPOINT, CHANGE_RETENTION_SECONDS)
 API_VARIABLES = STORAGE_VARIABLES + (MAX_ATTEMPTS, RETRY_BUDGET_SECONDS, REQUIRE_IF_MATCH, SETTLE_SECONDS,
-                                     TOMBSTONE_SECONDS, FLEET_INDEX, NEVER_WAIT, CURSOR_KEY)
+                                     TOMBSTONE_SECONDS, FLEET_INDEX, NEVER_WAIT, CURSOR_KEY,
+                                     REQUIRE_REGISTERED_CREDENTIALS)
 REINDEX_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX,)
 PROCESSOR_VARIABLES = STORAGE_VARIABLES + (EVENT_BUS_NAME, CHANGE_EVENTS_FILE)
-PUSH_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX,)  # a device's connects set connectivity/connected
+# a device's connects set connectivity/connected, and find the credential it comes with
+PUSH_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX, REQUIRE_REGISTERED_CREDENTIALS)
 
 MAX_BUDGET_SECONDS = 20.0  # must stay under API Gateway's 29 s integration timeout
 MAX_SETTLE_SECONDS = 15.0
@@ -76,6 +81,7 @@ class ApiConfig(StorageConfig):
     fleet_index: FleetIndex = FleetIndex()
     never_wait: bool = False
     cursor_key: bytes = field(default=b"", repr=False)
+    require_registered_credentials: bool = False
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "ApiConfig":
@@ -91,6 +97,7 @@ class ApiConfig(StorageConfig):
             fleet_index=fleet_index(environ),
             never_wait=_boolean(environ, NEVER_WAIT),
             cursor_key=_cursor_key(environ),
+            require_registered_credentials=_boolean(environ, REQUIRE_REGISTERED_CREDENTIALS),
         )
 
 
@@ -103,6 +110,16 @@ class ProcessorConfig(StorageConfig):
     def from_environment(cls, environ=os.environ) -> "ProcessorConfig":
         return cls(**_storage(environ), event_bus_name=environ.get(EVENT_BUS_NAME) or None,
                    events_file=environ.get(CHANGE_EVENTS_FILE) or None)
+
+
+@dataclass(frozen=True)
+class PushConfig(StorageConfig):
+    require_registered_credentials: bool = False
+
+    @classmethod
+    def from_environment(cls, environ=os.environ) -> "PushConfig":
+        return cls(**_storage(environ),
+                   require_registered_credentials=_boolean(environ, REQUIRE_REGISTERED_CREDENTIALS))
 
 
 def _storage(environ) -> dict:
@@ -176,5 +193,5 @@ def processor_config() -> ProcessorConfig:
 
 
 @functools.lru_cache(maxsize=1)
-def push_config() -> StorageConfig:
-    return StorageConfig.from_environment()
+def push_config() -> PushConfig:
+    return PushConfig.from_environment()

@@ -11,9 +11,10 @@ replayed event (``make invoke``) names its caller in."""
 from __future__ import annotations
 
 from functions.auth import authorizer
+from functions.auth.credentials import Unauthenticated, assertion_of
 from functions.auth.principals import Principal
-from functions.auth.rights import (PER_OPERATION, PUBLIC, WriteKind, authorize, authorize_all, needed_for_write,
-                                   route_rights)
+from functions.auth.rights import (BY_ASSERTION, PER_OPERATION, PUBLIC, TAKES_ASSERTIONS, WriteKind, authorize,
+                                   authorize_all, needed_for_write, route_rights)
 
 from . import request_parsing as parse
 
@@ -23,12 +24,31 @@ def principal_of(event) -> Principal:
     return authorizer.principal_of(event.raw_event if hasattr(event, "raw_event") else event)
 
 
+def assertion(event) -> str | None:
+    """The assertion a request to a route that takes one (``TAKES_ASSERTIONS``, ``BY_ASSERTION``)
+    carries in place of a token: the route verifies it itself, before it reads anything else."""
+    return assertion_of(event.raw_event if hasattr(event, "raw_event") else event)
+
+
+def authenticated(event) -> bool:
+    """Whether the request has a principal (every route's but the public ones and an assertion's)."""
+    raw = event.raw_event if hasattr(event, "raw_event") else event
+    return bool(((raw.get("requestContext") or {}).get("authorizer") or {}).get("principalKind"))
+
+
 def check(event, method: str, rule: str, parameters: dict) -> None:
     """What every route runs first: authenticate, then authorize the route's action on its
-    resource (a route with PER_OPERATION rights authorizes its body's operations itself)."""
+    resource (a route with PER_OPERATION rights authorizes its body's operations itself). A
+    route that takes an assertion gets the request unauthenticated when it carries one."""
     rights = route_rights(method, rule)
     if rights == PUBLIC:
         return
+    if rights == BY_ASSERTION or (method, rule) in TAKES_ASSERTIONS:
+        if assertion(event) is not None:
+            return
+        if rights == BY_ASSERTION:
+            raise Unauthenticated("this route needs 'Authorization: Bearer <assertion>': a JWT the device signs "
+                                  "with its key (docs/api/auth.md)")
     principal = principal_of(event)
     if rights == PER_OPERATION:
         return

@@ -8,7 +8,7 @@ from urllib.parse import quote, unquote
 
 from .resolver import Response
 
-from functions.device_state import (CREATED, DELETED, DeviceStateManager, IdempotencyKey, dumps,
+from functions.device_state import (CREATED, DELETED, DeviceStateManager, Holder, IdempotencyKey, dumps,
                                     dynamodb_client, fingerprint, restore)
 
 from functions.auth.rights import route_rights, rules_for_path
@@ -34,13 +34,17 @@ ROUTE_BODIES: dict[tuple[str, str], bool] = {}
 
 
 def route(router, rule: str, *methods: str, query: tuple[str, ...] = (), headers: tuple[str, ...] = (),
-          body: bool = False):
+          body: bool = False, reads_holder: bool = False):
     """``router.route(rule, methods)``, recorded in ROUTES (Powertools keeps no public list),
     with the request's path and query checked for UTF-8 (``check_utf8``), the caller
     authenticated and authorized (``access.check``) and the request's shape checked before the
     route's code runs: the query (only the names in ``query``, each once; ``include`` only
     ``metadata``), the service's headers (only those in ``headers``) and a body only where
-    ``body``. A route missing from ``functions.auth.rights.ROUTE_RIGHTS`` fails here, at import."""
+    ``body``. A route missing from ``functions.auth.rights.ROUTE_RIGHTS`` fails here, at import.
+
+    A device that calls with a credential must still hold it (``Holder``): a route that reads or
+    writes the device's state item as the device (``as_caller``) finds the credential there at
+    no cost (``reads_holder``); for every other route, one read of the item checks it first."""
     for method in methods:
         route_rights(method, rule)
     allowed, taken = frozenset(query), frozenset(headers)
@@ -58,6 +62,8 @@ def route(router, rule: str, *methods: str, query: tuple[str, ...] = (), headers
             access.check(event, event.http_method, rule, parameters)
             parse.query_parameters(event, allowed)
             parse.check_headers(event, taken, body)
+            if not reads_holder:
+                _check_holder(event)
             return function(**parameters)
 
         return router.route(rule, method=list(methods))(checked)
@@ -89,6 +95,30 @@ def manager() -> DeviceStateManager:
 
 
 restore.on_restore(manager.cache_clear)  # its client and generator are created afresh after a restore
+
+
+def holder(event) -> Holder | None:
+    """The credential the caller's requests come with, if it is a device that names one."""
+    return access.principal_of(event).holder(api_config().require_registered_credentials)
+
+
+def as_caller(event, device_id: str, writer: DeviceStateManager | None = None) -> DeviceStateManager:
+    """``writer`` (the manager unless given) acting as the device itself when the caller is that
+    device: its writes record it as seen, and each of its reads and writes must find the
+    credential it comes with on the device's item (``CredentialRevoked`` otherwise)."""
+    writer = writer or manager()
+    if access.principal_of(event).device_id != device_id:
+        return writer
+    return writer.as_device(device_id, holder(event))
+
+
+def _check_holder(event) -> None:
+    """For a device's request on a route that reads nothing of its state item as the device:
+    one read, to find the credential it comes with there."""
+    if access.authenticated(event):
+        principal = access.principal_of(event)
+        if principal.device_id is not None and holder(event) is not None:
+            manager().as_device(principal.device_id, holder(event)).check_holder(principal.device_id)
 
 
 def budget(context, wanted: float | None = None) -> float:
@@ -148,9 +178,13 @@ def idempotency_key(event, scope: str | None = None) -> IdempotencyKey | None:
 
 def replay(event, device_id: str, key: IdempotencyKey | None) -> Response | None:
     """A keyed write that already happened is answered from its record, whatever the
-    device and the preconditions say now."""
+    device and the preconditions say now (but never to a device whose credential was revoked
+    since: then the record is not shown, one read)."""
     recorded = manager().recorded(device_id, key) if key else None
-    return write_response(event, *recorded) if recorded else None
+    if recorded is None:
+        return None
+    as_caller(event, device_id).check_holder(device_id)
+    return write_response(event, *recorded)
 
 
 def location(event, device_id: str) -> str:

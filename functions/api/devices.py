@@ -19,7 +19,7 @@ from functions.auth.rights import WriteKind
 
 from . import access
 from . import request_parsing as parse
-from .common import (budget, device_response, idempotency_key, json_response, manager, replay, route,
+from .common import (as_caller, budget, device_response, idempotency_key, json_response, manager, replay, route,
                      wait_budget, write_response)
 from functions.config import api_config
 from .observability import record_patch_latency
@@ -27,8 +27,9 @@ from .problems import BadRequest, PreconditionFailed, PreconditionRequired, etag
 
 DEFAULT_LIST_LIMIT = 50
 MAX_DELTA_WAIT_SECONDS = 20
-# What every write of one device takes: include=metadata, every header of the service's, a body.
-DEVICE_WRITE = {"query": (parse.INCLUDE,), "headers": parse.SERVICE_HEADERS, "body": True}
+# What every write of one device takes: include=metadata, every header of the service's, a body;
+# the device's own write finds its credential on the item in the write's condition.
+DEVICE_WRITE = {"query": (parse.INCLUDE,), "headers": parse.SERVICE_HEADERS, "body": True, "reads_holder": True}
 DESIRED_WRITE = {**DEVICE_WRITE, "query": (parse.INCLUDE, *parse.DESIRE_QUERY)}  # expiry, clear on confirm
 
 router = Router()
@@ -47,9 +48,9 @@ class _Write:
 
     def writer(self) -> DeviceStateManager:
         """The manager for this write, fenced by its Lease-Token if any; the device's own
-        write records it as seen."""
+        write records it as seen, and finds the credential it comes with on the item."""
         writer = manager() if self.lease_token is None else manager().fenced({self.device_id: self.lease_token})
-        return writer.as_device(self.device_id) if _is_the_device(self.device_id) else writer
+        return as_caller(router.current_event, self.device_id, writer)
 
     def replayed(self):
         """The recorded answer when this write's idempotency key was already used."""
@@ -85,7 +86,7 @@ def _expected_version(device_id: str, preconditions: parse.Preconditions) -> int
     combination is checked against the current device, which the write then pins."""
     version = preconditions.only_if_match_version()
     if version is None:
-        current = manager().get(device_id)
+        current = as_caller(router.current_event, device_id).get(device_id)
         preconditions.check(current)
         version = current.version
     return version
@@ -156,11 +157,11 @@ def create_device():
 
 
 @route(router, "/devices/<device_id>", "GET", "HEAD", query=(parse.INCLUDE,),
-       headers=(parse.IF_MATCH, parse.IF_NONE_MATCH))
+       headers=(parse.IF_MATCH, parse.IF_NONE_MATCH), reads_holder=True)
 def get_device(device_id: str):
     device_id = parse.device_id(device_id)
     preconditions = parse.Preconditions.of(router.current_event)
-    device = manager().get(device_id)
+    device = as_caller(router.current_event, device_id).get(device_id)
     _seen(device)
     return _not_modified(device, preconditions) or device_response(
         device, metadata=parse.include_metadata(router.current_event))
@@ -248,7 +249,7 @@ def put_reported(device_id: str):
 
 
 @route(router, "/devices/<device_id>/desired/acks", "POST", query=(parse.INCLUDE,),
-       headers=(parse.IDEMPOTENCY_KEY, parse.LEASE_TOKEN), body=True)
+       headers=(parse.IDEMPOTENCY_KEY, parse.LEASE_TOKEN), body=True, reads_holder=True)
 def acknowledge_desired(device_id: str):
     """The device's answers to desires: applied, in progress, refused or failed, per leaf."""
     write = _device_write(device_id)
@@ -261,7 +262,7 @@ def acknowledge_desired(device_id: str):
 
 
 @route(router, "/devices/<device_id>/delta", "GET", "HEAD", query=("since", "waitSeconds"),
-       headers=(parse.IF_MATCH, parse.IF_NONE_MATCH))
+       headers=(parse.IF_MATCH, parse.IF_NONE_MATCH), reads_holder=True)
 def get_delta(device_id: str):
     """The lean document a device acts on. Waits up to ``waitSeconds`` for a write after
     version ``since`` (without it: the version found first) to change desired or reported."""
@@ -271,13 +272,14 @@ def get_delta(device_id: str):
     since = parse.integer(query, "since", None, 0, parse.MAX_VERSION)
     wait = parse.integer(query, "waitSeconds", 0, 0, MAX_DELTA_WAIT_SECONDS)
     preconditions = parse.Preconditions.of(event)
-    device = manager().get(device_id) if since is None or preconditions.if_match is not None else None
+    reader = as_caller(event, device_id)
+    device = reader.get(device_id) if since is None or preconditions.if_match is not None else None
     if device is not None:
         _if_match(device, preconditions)  # a false If-Match is answered at once, not after the wait
     if wait and since is None:
         since = device.version  # waits for the next change from the version it found
     if since is not None:
-        device = manager().wait_for_sections(device_id, since, wait_budget(router.lambda_context, wait))
+        device = reader.wait_for_sections(device_id, since, wait_budget(router.lambda_context, wait))
     _seen(device)
     shown = device.as_dict()
     return _not_modified(device, preconditions) or json_response(
@@ -324,7 +326,7 @@ def _patch_section(device_id: str, section: str):
     return write_response(router.current_event, device, UPDATED)
 
 
-@route(router, "/devices/<device_id>", "DELETE", headers=parse.SERVICE_HEADERS)
+@route(router, "/devices/<device_id>", "DELETE", headers=parse.SERVICE_HEADERS, reads_holder=True)
 def delete_device(device_id: str):
     write = _device_write(device_id)
     replayed = write.replayed()

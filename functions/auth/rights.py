@@ -6,7 +6,12 @@ Resources are ``devices`` (the collection), ``device:<id>`` (the device: read it
 delta and versions; replace or delete it whole) and ``device:<id>/<part>`` with part
 ``state``, ``desired``, ``reported`` (write one section), ``leases`` (read the queue's
 status; take, heartbeat, release; ``end`` anyone's lease), ``changes`` (read the feed) and
-``token`` (``issue`` a device token: the device itself only, never a scope).
+``token`` (``issue`` a device token: the device itself only, never a scope) and
+``credentials`` (``manage`` the device's registered credentials: the admin scope only); and
+``enrollments`` (the collection of enrollments devices provision themselves by: ``manage``,
+the admin scope only). Provisioning (``POST /devices/{id}/provision``) takes no principal: its
+request is authenticated by its own assertion, signed with the key an enrollment derives for
+the device (``BY_ASSERTION``).
 
 A write needs a right for each thing it touches (``needed_for_write``): its kind's own right
 (create on the collection, replace or delete on the device; a patch has none beyond its
@@ -27,14 +32,17 @@ import functools
 import re
 from enum import StrEnum
 
-from .principals import CLIENT, DEVICE, READ_SCOPE, REPORT_SCOPE, WRITE_SCOPE, Principal
+from .principals import ADMIN_SCOPE, CLIENT, DEVICE, READ_SCOPE, REPORT_SCOPE, WRITE_SCOPE, Principal
 
 READ, WRITE, LIST, CREATE, REPLACE, DELETE = "read", "write", "list", "create", "replace", "delete"
 END = "end"  # end a lease or waiting ticket that is not the caller's (by its fencing token)
 ISSUE = "issue"  # issue a device token (POST /devices/{id}/token)
+MANAGE = "manage"  # register, list and revoke a device's credentials; create, read and end enrollments
 COLLECTION = "devices"
+ENROLLMENTS = "enrollments"
 STATE, DESIRED, REPORTED, LEASES, CHANGES, TOKEN = "state", "desired", "reported", "leases", "changes", "token"
-DEVICE_PARTS = (STATE, DESIRED, REPORTED, LEASES, CHANGES, TOKEN)
+CREDENTIALS = "credentials"
+DEVICE_PARTS = (STATE, DESIRED, REPORTED, LEASES, CHANGES, TOKEN, CREDENTIALS)
 
 # (action, part) each scope grants on every device; part None is the device itself,
 # COLLECTION the collection.
@@ -43,6 +51,7 @@ _SCOPE_GRANTS = {
     WRITE_SCOPE: {(CREATE, COLLECTION), (REPLACE, None), (DELETE, None), (WRITE, STATE), (WRITE, DESIRED),
                   (WRITE, LEASES), (END, LEASES)},
     REPORT_SCOPE: {(WRITE, REPORTED)},
+    ADMIN_SCOPE: {(MANAGE, CREDENTIALS), (MANAGE, ENROLLMENTS)},
 }
 # What a device principal may do to itself, and nothing else. Not END: a device ends only
 # its own lease, by the lease id its grant returned. ISSUE on its token is a device's only:
@@ -67,9 +76,10 @@ def device_resource(device_id: str, part: str | None = None) -> str:
 
 
 def parse_resource(resource: str) -> tuple[str | None, str | None]:
-    """(device id, part): (None, COLLECTION) for the collection; part None for the device."""
-    if resource == COLLECTION:
-        return None, COLLECTION
+    """(device id, part): (None, COLLECTION) for the collection, (None, ENROLLMENTS) for the
+    enrollments; part None for the device."""
+    if resource in (COLLECTION, ENROLLMENTS):
+        return None, resource
     if not resource.startswith("device:"):
         raise ValueError(f"unknown resource {resource!r}")
     name, _, part = resource[len("device:"):].partition("/")
@@ -163,6 +173,9 @@ def authorize(principal: Principal, action: str, resource: str, index: int | Non
 # that ``needed_for_write`` names once the body says which sections it sets.
 PUBLIC = "public"
 PER_OPERATION = "per-operation"
+BY_ASSERTION = "by-assertion"  # no principal: the route verifies the request's assertion itself
+# Routes that take an assertion (a bearer JWT of no trusted issuer) in place of a token or certificate.
+TAKES_ASSERTIONS = frozenset({("POST", "/devices/<device_id>/token")})
 _D = "device:{device_id}"
 ROUTE_RIGHTS: dict[tuple[str, str], object] = {}
 # (method, rule) of each single-device write route -> (its kind, the section its path names).
@@ -197,6 +210,11 @@ _rights("GET HEAD", "/devices/<device_id>/leases", (READ, f"{_D}/{LEASES}"))
 _rights("POST", "/devices/<device_id>/leases", (WRITE, f"{_D}/{LEASES}"))
 _rights("PUT DELETE", "/devices/<device_id>/leases/<lease_id>", (WRITE, f"{_D}/{LEASES}"))
 _rights("POST", "/devices/<device_id>/token", (ISSUE, f"{_D}/{TOKEN}"))
+_rights("POST GET HEAD", "/devices/<device_id>/credentials", (MANAGE, f"{_D}/{CREDENTIALS}"))
+_rights("DELETE", "/devices/<device_id>/credentials/<credential_id>", (MANAGE, f"{_D}/{CREDENTIALS}"))
+_rights("POST GET HEAD", "/enrollments", (MANAGE, ENROLLMENTS))
+_rights("GET HEAD DELETE", "/enrollments/<enrollment_id>", (MANAGE, ENROLLMENTS))
+_rights("POST", "/devices/<device_id>/provision", BY_ASSERTION)
 _rights("POST", "/transactions", PER_OPERATION)
 
 
@@ -221,7 +239,7 @@ def route_rights(method: str, rule: str):
 def may_call(principal: Principal, method: str, rule: str) -> bool:
     """Whether the principal may call this route on some device (its own, for a device)."""
     rights = route_rights(method, rule)
-    if rights == PUBLIC or rights == PER_OPERATION:
+    if rights in (PUBLIC, PER_OPERATION, BY_ASSERTION):
         return True
     action, template = rights
     return allowed(principal, action, template.format(device_id=principal.device_id or "any"))

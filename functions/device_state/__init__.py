@@ -6,6 +6,7 @@ Free of HTTP and of Powertools; takes its DynamoDB client and table name as argu
 from .client import boto3_session, dynamodb_client
 from .errors import (
     AssertionReplayed,
+    CredentialExists,
     CredentialNotFound,
     CredentialRevoked,
     EnrollmentNotFound,
@@ -67,9 +68,10 @@ from .fleet.rql import MAX_FILTER_CHARS
 from .item.room import MAX_STATE_ITEM_BYTES
 from .identity.credentials import CERTIFICATE, KINDS as CREDENTIAL_KINDS, PUBLIC_KEY, SECRET, CredentialRecord
 from .identity.enrollments import (ENROLLMENT_ID_PATTERN, MAX_DEVICES as MAX_ENROLLMENT_DEVICES, MAX_ID_PATTERN_CHARS,
-                                   Enrollment, InvalidEnrollment, check_id_pattern)
+                                   Enrollment, EnrollmentExists, InvalidEnrollment, check_id_pattern)
 from .identity.provisioning import Provisioned
-from .item.credentials import (CREDENTIAL_ID_PATTERN, MAX_CREDENTIALS, Holder, certificate_id, new_credential_id)
+from .item.credentials import (CREDENTIAL_ID_PATTERN, MAX_CREDENTIALS, Holder, certificate_id, new_credential_id,
+                               provisioned_credential_id, registered as registered_credentials)
 from .leases.handle import Lease
 from .leases.queue import LeaseGrant, LeaseStatus
 from .manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS, DeviceStateManager
@@ -108,6 +110,7 @@ from .model.values import (
     MAX_STATE_DEPTH,
     MAX_VERSION,
     MIN_EXPONENT,
+    check_state,
     dumps,
     loads,
     validate_device_id,
@@ -128,6 +131,7 @@ from .write.transactions import (
 
 __all__ = [
     "AssertionReplayed",
+    "CredentialExists",
     "CredentialNotFound",
     "CredentialRevoked",
     "EnrollmentNotFound",
@@ -143,6 +147,7 @@ __all__ = [
     "MAX_ID_PATTERN_CHARS",
     "Enrollment",
     "InvalidEnrollment",
+    "EnrollmentExists",
     "check_id_pattern",
     "Provisioned",
     "CREDENTIAL_ID_PATTERN",
@@ -150,6 +155,8 @@ __all__ = [
     "Holder",
     "certificate_id",
     "new_credential_id",
+    "registered_credentials",
+    "provisioned_credential_id",
     "AnswerLost",
     "ConditionNotMet",
     "RequestRefused",
@@ -265,6 +272,7 @@ __all__ = [
     "UPDATED",
     "UpdateObserver",
     "validate_device_id",
+    "check_state",
     "VersionConflict",
     "VersionNotFound",
     "VersionNotRecorded",
