@@ -66,7 +66,8 @@ from .fleet.query import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS
 from .fleet.query import MAX_LIMIT as MAX_QUERY_LIMIT
 from .fleet.rql import MAX_FILTER_CHARS
 from .item.room import MAX_STATE_ITEM_BYTES
-from .identity.credentials import CERTIFICATE, KINDS as CREDENTIAL_KINDS, PUBLIC_KEY, SECRET, CredentialRecord
+from .identity.credentials import (CERTIFICATE, CREDENTIAL_SK_PREFIX, KINDS as CREDENTIAL_KINDS, PUBLIC_KEY, SECRET,
+                                   CredentialRecord)
 from .identity.enrollments import (ENROLLMENT_ID_PATTERN, MAX_DEVICES as MAX_ENROLLMENT_DEVICES, MAX_ID_PATTERN_CHARS,
                                    Enrollment, EnrollmentExists, InvalidEnrollment, check_id_pattern)
 from .identity.provisioning import Provisioned
@@ -139,6 +140,7 @@ __all__ = [
     "TooManyCredentials",
     "CERTIFICATE",
     "CREDENTIAL_KINDS",
+    "CREDENTIAL_SK_PREFIX",
     "PUBLIC_KEY",
     "SECRET",
     "CredentialRecord",
