@@ -61,7 +61,7 @@ class Push(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable, code: lambda_.Code,
                  layer: lambda_.ILayerVersion, authorizer: lambda_.IFunction, auth_environment: dict[str, str],
                  retention_seconds: int, throttle_rate: float, throttle_burst: int, snap_start: bool = True,
-                 fleet_index: FleetIndex = FleetIndex()):
+                 fleet_index: FleetIndex = FleetIndex(), require_registered_credentials: bool = False):
         super().__init__(scope, construct_id)
         self.api = apigatewayv2.WebSocketApi(self, "Api", api_name="device-state-push",
                                              description="Device-state push: follow devices' changes",
@@ -85,6 +85,8 @@ class Push(Construct):
             config.TABLE_NAME: table.table_name,
             config.CHANGE_RETENTION_SECONDS: str(retention_seconds),
             CONNECTIONS_ENDPOINT: self.stage.callback_url,
+            # a device's connect must find the credential it comes with (certificates registered, if required)
+            config.REQUIRE_REGISTERED_CREDENTIALS: "true" if require_registered_credentials else "false",
             # a device's connect and disconnect set connectivity/connected where it is declared
             **({config.FLEET_INDEX: fleet_index.declaration} if fleet_index else {}),
             **auth_environment,

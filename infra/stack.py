@@ -13,6 +13,7 @@ from .api import DeviceApi, DeviceDomain
 from .auth import CallerIdentity
 from .changes import ChangeFeed
 from .device_tokens import DeviceTokens
+from .identity import Sealing
 from .monitoring import Monitoring
 from .push import Push
 from .reindex import Reindex
@@ -73,6 +74,10 @@ CONTEXT_DEFAULTS = {
     "deviceTokenSeconds": 3600,
     "deviceTokenMaxSeconds": 3600,
     "deviceTokenRenewalSeconds": 86400,
+    # true: every device must register its certificates (POST /devices/{id}/credentials); a client
+    # certificate of the trusted CA that its device never registered then opens nothing. false: a
+    # device that never registered one is opened by any certificate of the CA naming it.
+    "requireRegisteredCredentials": False,
     # The key that seals listings' cursors: a secret generated at deploy. The next number replaces
     # it (cursors issued before are then refused, and their clients start their listings again).
     "cursorKeyGeneration": 1,
@@ -144,8 +149,11 @@ class DeviceStateStack(Stack):
             lifetime_seconds=int(context(self, "deviceTokenSeconds")),
             max_seconds=int(context(self, "deviceTokenMaxSeconds")),
             renewal_seconds=int(context(self, "deviceTokenRenewalSeconds")))
+        # Devices' secrets and enrollments' group keys, sealed by the API function alone.
+        self.sealing = Sealing(self, "Sealing", throwaway=_flag(context(self, "throwaway")))
         # Every function that authenticates callers trusts both issuers; only the API function signs.
         auth_environment = {**self.identity.environment, **self.device_tokens.verification_environment}
+        require_registered = _flag(context(self, "requireRegisteredCredentials"))
         domain_name = context(self, "deviceDomainName")
         self.api = DeviceApi(
             self, "DeviceApi",
@@ -158,13 +166,15 @@ class DeviceStateStack(Stack):
             change_retention_seconds=int(context(self, "changeRetentionSeconds")),
             snap_start=_flag(context(self, "snapStart")),
             auth_environment=auth_environment,
-            token_environment=self.device_tokens.signing_environment,
+            token_environment={**self.device_tokens.signing_environment, **self.sealing.environment},
+            require_registered_credentials=require_registered,
             device_domain=DeviceDomain(domain_name, context(self, "certificateArn"),
                                        context(self, "truststoreUri")) if domain_name else None,
             fleet_index=fleet_index,
             cursor_key_generation=_generation(context(self, "cursorKeyGeneration")),
         )
         self.device_tokens.grant_sign(self.api.function)
+        self.sealing.grant_seal(self.api.function)
         self.changes = ChangeFeed(self, "ChangeFeed", table=self.devices.table, code=self.api.code,
                                   layer=self.api.layer,
                                   retention_seconds=int(context(self, "changeRetentionSeconds")),
@@ -175,7 +185,8 @@ class DeviceStateStack(Stack):
                          retention_seconds=int(context(self, "changeRetentionSeconds")),
                          throttle_rate=float(context(self, "throttleRateLimit")),
                          throttle_burst=int(context(self, "throttleBurstLimit")),
-                         snap_start=_flag(context(self, "snapStart")), fleet_index=fleet_index)
+                         snap_start=_flag(context(self, "snapStart")), fleet_index=fleet_index,
+                         require_registered_credentials=require_registered)
         # The fleet index's backfill, for fields declared on a table that already holds devices.
         self.reindex = Reindex(
             self, "Reindex", table=self.devices.table, code=self.api.code, layer=self.api.layer,

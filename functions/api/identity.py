@@ -95,6 +95,7 @@ def revoke_credential(device_id: str, credential_id: str):
     if not CREDENTIAL_ID_PATTERN.fullmatch(credential_id):
         raise CredentialNotFound(device_id, credential_id[:32])
     manager().revoke_credential(device_id, credential_id)
+    record(names.CREDENTIALS_REVOKED)
     return Response(status_code=204)
 
 

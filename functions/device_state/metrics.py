@@ -36,11 +36,12 @@ SIGNING_UNAVAILABLE = "SigningUnavailable"
 # provisioned by an enrollment and provisionings refused (403/409: an enrollment ended or full, an
 # id its pattern does not allow, a device that exists), requests refused because the credential
 # they came with was revoked (401 credential-revoked), and secrets the sealing key could not open
-# or seal (429/503: KMS throttled or failing).
+# or seal (429/503: KMS throttled or failing); credentials revoked (DELETE .../credentials/{id}).
 ASSERTIONS_REFUSED = "AssertionsRefused"
 PROVISIONINGS = "Provisionings"
 PROVISIONINGS_REFUSED = "ProvisioningsRefused"
 REVOKED_CREDENTIAL_REQUESTS = "RevokedCredentialRequests"
+CREDENTIALS_REVOKED = "CredentialsRevoked"
 SEALING_FAILURES = "SealingFailures"
 
 # WebSocket connects (functions/push) refused because the device holds its most connections
@@ -60,7 +61,8 @@ COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED,
                  IDEMPOTENT_REPLAYS, OUTCOME_UNKNOWN, TRANSACTIONS, TRANSACTION_RETRIES, TRANSACTION_CONFLICTS,
                  LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST, CHANGES_RECORDED,
                  DEVICE_TOKENS, SIGNING_THROTTLED, SIGNING_UNAVAILABLE, CONNECTIONS_REFUSED, ASSERTIONS_REFUSED,
-                 PROVISIONINGS, PROVISIONINGS_REFUSED, REVOKED_CREDENTIAL_REQUESTS, SEALING_FAILURES)
+                 PROVISIONINGS, PROVISIONINGS_REFUSED, REVOKED_CREDENTIAL_REQUESTS, SEALING_FAILURES,
+                 CREDENTIALS_REVOKED)
 LATENCY_METRICS = (PATCH_LATENCY, CONTENTION_HOLD, LEASE_WAIT, CHANGE_LAG)
 CAPACITY_METRICS = (READ_UNITS, WRITE_UNITS)
 ALL_METRICS = COUNT_METRICS + LATENCY_METRICS + CAPACITY_METRICS
