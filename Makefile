@@ -5,11 +5,12 @@ PY := $(VENV)/bin/python
 PY_STAMP := $(VENV)/.installed
 NPM_STAMP := node_modules/.installed
 JAVA_STAMP := $(VENV)/.java-checked
+CHROMIUM_STAMP := $(VENV)/.chromium-checked
 PORT ?= 3000
 # The fields make serve declares queryable (docs/api/fleet-query.md); FLEET_INDEX= declares none.
 FLEET_INDEX ?= reported/firmware:string,reported/online:boolean,reported/battery:number,state/site:string
 
-.PHONY: setup java test test-fast serve reindex invoke synth deploy bench clean token device-cert
+.PHONY: setup java chromium test test-fast serve reindex invoke synth deploy bench clean token device-cert
 
 # Node.js 22+ for the CDK CLI and jsii: node_modules/.bin/node (the pinned node-linux-* package)
 # comes first on PATH where npm installed one, else the machine's node (checked in setup).
@@ -18,7 +19,7 @@ NODE_PATH_FIRST := PATH=$(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$$PATH
 CDK := $(NODE_PATH_FIRST) CDK_DISABLE_CLI_TELEMETRY=1 node_modules/.bin/cdk
 CDK_OUT ?= cdk.out
 
-setup: $(PY_STAMP) $(NPM_STAMP) $(JAVA_STAMP)
+setup: $(PY_STAMP) $(NPM_STAMP) $(JAVA_STAMP) $(CHROMIUM_STAMP)
 
 $(PY_STAMP): requirements.txt requirements-dev.txt
 	@echo "setup: Python packages into $(VENV) (requirements-dev.txt; about a minute the first time)"
@@ -47,6 +48,22 @@ $(JAVA_STAMP): | $(PY_STAMP)
 	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
 	else \
 	  echo "DynamoDB Local needs Java 17+: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; \
+	fi
+	@touch $@
+
+# The console's browser tests (tests/console) drive Debian's Chromium (/usr/bin/chromium) with
+# Playwright for Python; nothing downloads a browser (never `playwright install`). Installed where
+# it is missing and we may (root, Debian), checked once, like Java.
+chromium: $(CHROMIUM_STAMP)
+
+$(CHROMIUM_STAMP): | $(PY_STAMP)
+	@if [ -x /usr/bin/chromium ]; then \
+	  echo "setup: Chromium for the console's browser tests: $$(/usr/bin/chromium --version 2>/dev/null | head -n 1)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "setup: Chromium for the console's browser tests: apt-get install chromium"; \
+	  apt-get update -qq && apt-get install -y -qq chromium; \
+	else \
+	  echo "The console's browser tests need Debian's Chromium at /usr/bin/chromium: install it (apt-get install chromium)"; exit 1; \
 	fi
 	@touch $@
 

@@ -42,7 +42,7 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from localdev import docs, websocket
+from localdev import console, docs, websocket
 from localdev.apigw import LambdaContext, make_event
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
@@ -354,11 +354,25 @@ class _Handler(BaseHTTPRequestHandler):
         if docs.handles(self.path):  # Swagger UI: dev server only, never in Lambda
             self._send(*docs.response(self.path))
             return
+        if console.handles(self.path):  # the browser console: dev server only, never in Lambda
+            self._console()
+            return
         if (isinstance(self.connection, ssl.SSLSocket) and _websocket_channel is not None
                 and urlsplit(self.path).path == websocket.PATH):
             self._relay_websocket()
             return
         self._serve()
+
+    def do_POST(self) -> None:
+        if console.handles(self.path):
+            self._console()
+            return
+        self._serve()
+
+    def _console(self) -> None:
+        _arm(0)
+        self._send(*console.response(self.command, self.path, self.headers, self.client_address[0],
+                                     isinstance(self.connection, ssl.SSLSocket)))
 
     def _relay_websocket(self) -> None:
         """Hands the WebSocket process one end of a loopback TCP connection (the WebSocket

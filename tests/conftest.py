@@ -65,6 +65,7 @@ def pytest_itemcollected(item):
 # most tests first.
 SLOW_FILES = (
     "tests/api/test_cli.py",  # 80: every command as a process, each once applied and once refused
+    "tests/console/test_console.py",  # 60: make serve and Chromium, 14 pages in the browser
     "tests/infra/test_synth_cli.py",  # 40: two CDK CLI synths
     "tests/api/test_push.py",  # 39
     "tests/api/test_device_client.py",  # 37
