@@ -105,8 +105,9 @@ invoke: $(PY_STAMP)
 # per-leaf metadata at 100/1,000/10,000 leaves (a conditional report, a GET with metadata): metadata.json; then
 # request units per operation kind and the reference fleet's monthly bill beside Device Shadow's:
 # costs.{json,md,png}; then fleet query at 100,000 devices beside listing and filtering in the
-# client: fleet.{json,md}. Into bench/out/ (untracked), or with UPDATE_RESULTS=1 into bench/results/,
-# the committed reference results the docs quote.
+# client: fleet.{json,md}; then the browser console on 100,000 devices in headless Chromium (first
+# rows, a live update, the files' compressed size): console.{json,md}. Into bench/out/ (untracked),
+# or with UPDATE_RESULTS=1 into bench/results/, the committed reference results the docs quote.
 BENCH_OUT := $(if $(UPDATE_RESULTS),bench/results,bench/out)
 bench: setup
 	$(PY) bench/contention.py --out $(BENCH_OUT) $(BENCH_ARGS)
@@ -116,6 +117,7 @@ bench: setup
 	$(PY) bench/metadata.py --out $(BENCH_OUT) $(METADATA_BENCH_ARGS)
 	$(PY) bench/costs.py --out $(BENCH_OUT) $(COSTS_BENCH_ARGS)
 	$(PY) bench/fleet.py --out $(BENCH_OUT) $(FLEET_BENCH_ARGS)
+	$(PY) bench/console.py --out $(BENCH_OUT) $(CONSOLE_BENCH_ARGS)
 
 # Synthesize offline (no AWS account needed) and lint the template; DEPLOY_ARGS' -c flags
 # shape it as they would a deploy.

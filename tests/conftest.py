@@ -75,6 +75,7 @@ SLOW_FILES = (
     "tests/api/test_stall.py",  # 25: DynamoDB Local stalled four times
     "tests/test_bench_costs_smoke.py",  # 21: two synths
     "tests/test_bench_fleet_smoke.py",  # 17
+    "tests/test_bench_console_smoke.py",  # 17: a dev server and Chromium
     "tests/test_make_serve.py",  # 14
     "tests/unit/test_cli.py",  # 14: a listing of 10,000 devices, twice
     "tests/test_bench_smoke.py",  # 14

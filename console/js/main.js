@@ -14,7 +14,7 @@ route("/devices/:id", deviceView);
 async function boot() {
   const main = document.getElementById("main");
   try {
-    const response = await fetch("config.json", {cache: "no-store"});
+    const response = await fetch("config.json"); // preloaded by index.html
     if (!response.ok) throw new Error(`config.json: ${response.status}`);
     const config = await response.json();
     configure(config);
