@@ -131,7 +131,9 @@ class Console(Construct):
             self, "Deployment", destination_bucket=self.bucket, destination_key_prefix=f"{PREFIX}/",
             sources=[s3deploy.Source.asset(str(CONSOLE_DIR)),
                      s3deploy.Source.json_data("config.json", self.settings(api_url, websocket_url, fleet_index))],
-            distribution=self.distribution, distribution_paths=[f"/{PREFIX}/*"], prune=True, memory_limit=256)
+            distribution=self.distribution, distribution_paths=[f"/{PREFIX}/*"], prune=True, memory_limit=256,
+            # Browsers ask again (a 304 while unchanged), so a deploy never leaves a page mixing old and new modules.
+            cache_control=[s3deploy.CacheControl.no_cache()])
         http_api.node.default_child.add_property_override("CorsConfiguration", {
             "AllowOrigins": [self.origin], "AllowMethods": list(CORS_METHODS), "AllowHeaders": list(CORS_HEADERS),
             "ExposeHeaders": list(CORS_EXPOSED), "MaxAge": CORS_MAX_AGE_SECONDS})

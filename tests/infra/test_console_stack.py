@@ -133,6 +133,7 @@ def test_config_json_names_the_hosted_ui_and_the_apis_never_a_local_sign_in(synt
         assert value in markers, value  # filled in at deploy: the client, the APIs' URLs, the hosted UI
     assert deployment["Properties"]["DestinationBucketKeyPrefix"] == "console/"
     assert deployment["Properties"]["DistributionPaths"] == ["/console/*"]
+    assert deployment["Properties"]["SystemMetadata"] == {"cache-control": "no-cache"}
     files = {path.name for path in assembly.glob("asset.*/js/*.js")}
     assert {"main.js", "auth.js", "device.js", "fleet.js", "live.js"} <= files
     assert not [path for path in assembly.glob("asset.*/**/*") if "local-token" in path.name]
