@@ -424,6 +424,24 @@ def test_a_deleted_devices_deleted_change_is_pushed(server):
             "change", "deleted", 2, None)
 
 
+def test_a_gap_past_the_retention_found_by_the_fan_out_is_changes_expired_410(server, dynamodb_local):
+    """The subscription is taken (version 1's change could still be on its way), and the fan-out,
+    bringing it up to version 2, finds version 1's change gone: the same 410 the subscribe answers."""
+    device = _device(server)
+    deadline = time.monotonic() + RECEIVE_SECONDS
+    while not json.loads(server.request("GET", f"/devices/{device}/changes?since=0")[2])["changes"]:  # recorded
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    dynamodb_client(dynamodb_local.endpoint).delete_item(  # past the retention, as TTL would have it
+        TableName=server.table, Key={table.PARTITION_KEY: {"S": device}, table.SORT_KEY: {"S": change_sk(1)}})
+    with _connect(server) as client:
+        assert _subscribe(client, device, since=0)["type"] == "subscribed"
+        server.request("PATCH", f"/devices/{device}", {"n": 1}, headers=MERGE)
+        message = json.loads(client.recv(timeout=RECEIVE_SECONDS))
+        assert message["type"] == "error" and message["problem"]["type"].endswith("changes-expired"), message
+        assert message["problem"]["status"] == 410 and message["problem"]["currentVersion"] == 2, message
+
+
 def test_since_past_the_retention_is_changes_expired_and_since_past_the_device_is_refused(server, dynamodb_local):
     device = _device(server)
     server.request("PATCH", f"/devices/{device}", {"n": 1}, headers=MERGE)
