@@ -148,7 +148,15 @@ export function deviceView(main, {id}) {
       replace(result, differences(documentOf(older.data), documentOf(newer.data), `version ${a}`, `version ${b}`));
     }
 
-    return {section, add, list, earlier};
+    /** A resync: the device was read whole at `version`, the changes missed being past the retention. */
+    function gap(version) {
+      const item = h("li", {value: version, class: "change gap"}, h("strong", {}, `version ${version}`),
+        " read whole: the changes before it that this page missed are past the change feed's retention");
+      const after = [...list.children].find((other) => Number(other.value) <= version);
+      list.insertBefore(item, after || null);
+    }
+
+    return {section, add, gap, list, earlier};
   }
 
   async function loadHistory(upTo) {
@@ -156,6 +164,12 @@ export function deviceView(main, {id}) {
     if (newest < 1) return 0;
     const since = Math.max(0, newest - HISTORY_PAGE);
     const answer = await request("GET", `${route}/changes`, {query: {since, limit: newest - since}});
+    if (String(answer.problem?.type).endsWith(":changes-expired")) { // older than the retention: none to show
+      history.earlier.hidden = true;
+      history.list.after(h("p", {class: "muted", id: "history-expired"},
+        `Changes before version ${newest + 1} are past the change feed's retention.`));
+      return newest;
+    }
     if (!answer.ok) {
       renderProblem(history.list, answer.problem);
       return since;
@@ -260,6 +274,7 @@ export function deviceView(main, {id}) {
     view.follower = new Follower({url: settings.webSocket, deviceId: id, since, onChange: changed, onStatus: liveStatus,
       onResync: async () => {
         await read();
+        history.gap(view.device?.version ?? 0);
         view.follower.resume(view.device?.version ?? 0);
       }}).start();
   });

@@ -87,7 +87,7 @@ export class Follower {
       this.onChange(message);
     } else if (message.type === "error") {
       const problem = message.problem || {};
-      if (problem.status === 410) {
+      if (String(problem.type).endsWith(":changes-expired")) { // what it missed is past the retention
         this.onResync(problem.currentVersion);
       } else if (problem.status === 401) { // the token the connection was opened with expired
         await renew().catch(() => {});
@@ -103,7 +103,7 @@ export class Follower {
     for (let empty = 0; this.last < upTo && empty < 10;) {
       const answer = await request("GET", `devices/${path(this.deviceId)}/changes`,
                                    {query: {since: this.last, limit: Math.min(upTo - this.last, 100)}});
-      if (answer.status === 410) return this.onResync(answer.problem?.currentVersion);
+      if (String(answer.problem?.type).endsWith(":changes-expired")) return this.onResync(answer.problem.currentVersion);
       const changes = answer.ok ? answer.data.changes : [];
       if (!changes.length) { // the feed trails the push by a moment: ask again shortly
         empty += 1;

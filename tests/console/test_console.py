@@ -364,6 +364,45 @@ def test_live_updates_resume_after_a_dropped_connection_without_missing_a_versio
     assert versions_shown(page) == [7, 6, 5, 4, 3, 2, 1]  # every version once, in order
 
 
+def test_a_gap_past_the_retention_makes_the_page_read_the_device_again_and_follow_on(served, page):
+    """A change the page never got (the relay drops it), then gone from the feed (as TTL would
+    have it): the next change shows the gap, the feed answers changes-expired, and the page reads
+    the device whole and goes on from its version."""
+    from functions.device_state.change_items import change_sk
+    from functions.device_state.client import dynamodb_client
+
+    device = unique("resync")
+    assert served.client("PUT", f"/devices/{device}", {"state": {"n": 0}})[0] == 201
+    dropping, dropped = [], []
+
+    def relay(route):
+        server = route.connect_to_server()
+        server.on_message(lambda message: dropped.append(message) if dropping else route.send(message))
+
+    page.route_web_socket(re.compile(r".*/ws$"), relay)
+    page.goto(device_url(served, device))
+    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
+    dropping.append(True)
+    assert served.client("PATCH", f"/devices/{device}", {"n": 1}, MERGE)[0] == 200
+    deadline = time.monotonic() + 20
+    while not any('"version":2' in message.replace(" ", "") for message in dropped):  # pushed, and dropped
+        assert time.monotonic() < deadline, dropped
+        page.wait_for_timeout(100)  # the relay's handlers run while Playwright is called
+    dropping.clear()
+    endpoint = re.search(r"DYNAMODB_ENDPOINT=(\S+)", served.output).group(1)
+    dynamodb_client(endpoint, "us-east-1").delete_item(
+        TableName="devices", Key={"deviceId": {"S": device}, "sk": {"S": change_sk(2)}})
+    assert page.locator("#version").inner_text() == "1"
+    assert served.client("PATCH", f"/devices/{device}", {"n": 2}, MERGE)[0] == 200
+    page.wait_for_function("() => document.querySelector('#version')?.textContent === '3'")
+    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
+    assert '"n": 2' in page.locator("#state-document").inner_text()
+    assert versions_shown(page) == [3, 1]  # version 2's change is gone: the device was read whole at 3
+    assert "read whole" in page.locator("#timeline > li").first.inner_text()
+    assert served.client("PATCH", f"/devices/{device}", {"n": 3}, MERGE)[0] == 200  # and it follows on
+    page.wait_for_function("() => document.querySelector('#version')?.textContent === '4'")
+
+
 def test_a_desired_edit_under_if_match_shows_what_changed_on_412_and_applies_again(served, page):
     device = unique("edit")
     assert served.client("PUT", f"/devices/{device}", {"state": {"room": "kitchen"}, "reported": {"power": "off"}})[0] == 201
