@@ -34,11 +34,14 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}.items():
     os.environ.setdefault(_name, _value)
 
+import boto3  # noqa: E402
+import botocore.config  # noqa: E402
+
 from bench.fleet import FLEET, SELECTIVE, load, reference_documents  # noqa: E402
 from functions.auth.credentials import DEVICE_TOKEN_VARIABLES  # noqa: E402
 from functions.auth.credentials import VARIABLES as AUTH_VARIABLES  # noqa: E402
 from functions.auth.device_tokens import ISSUING_VARIABLES  # noqa: E402
-from functions.device_state import DeviceStateManager, dynamodb_client, table  # noqa: E402
+from functions.device_state import DeviceStateManager, table  # noqa: E402
 from functions.device_state.reindex import mark_ready  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local, free_port  # noqa: E402
 from localdev.issuer import DEFAULT_DIRECTORY, Issuer  # noqa: E402
@@ -206,7 +209,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--table", help="with --endpoint: this table, loaded once and reused by later runs")
     args = parser.parse_args(argv)
     with dynamodb_local(args.endpoint) as dynamodb:
-        client = dynamodb_client(dynamodb.endpoint, "us-east-1")
+        # A bulk load on a busy machine: a long read timeout and retries (its puts are idempotent).
+        client = boto3.session.Session().client(
+            "dynamodb", endpoint_url=dynamodb.endpoint, region_name="us-east-1",
+            config=botocore.config.Config(read_timeout=60, retries={"max_attempts": 10, "mode": "standard"}))
         name = args.table or f"console-{uuid.uuid4().hex[:8]}"
         if not (args.table and name in client.list_tables()["TableNames"]):
             manager = DeviceStateManager(client, name, fleet_index=FLEET)
