@@ -78,6 +78,7 @@ SLOW_FILES = (
     "tests/unit/test_cli.py",  # 14: a listing of 10,000 devices, twice
     "tests/test_bench_smoke.py",  # 14
     "tests/api/test_waiting_requests.py",  # 14
+    "tests/api/test_openapi_negative.py",  # 14: schemathesis' negative data, 12 cases for each of 28 operations
     "tests/api/test_changes_api.py",  # 12
     "tests/integration/test_changes.py",  # 12
     "tests/api/test_sections_concurrency.py",  # 11

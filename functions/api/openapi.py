@@ -106,15 +106,17 @@ NUMBERS = [
 ]
 _OBJECT_OF_VALUES = {"type": "object", "properties": {"": {"not": {}}},  # DynamoDB has no empty member name
                      "additionalProperties": _REF_VALUE}
-# A JSON Pointer into the state: one or more non-empty member names, ~0 and ~1 escaped.
-_POINTER = {"type": "string", "pattern": "^(/([^~/]|~[01])+)+$"}
+# A JSON Pointer into the state (RFC 6901): "" for the whole state, or member names each after a
+# /, ~0 and ~1 escaped. Whether it names what the operation needs is the patch's to tell (422).
+_POINTER = {"type": "string", "pattern": "^(/([^~/]|~[01])*)*$"}
 
 
 def _json_patch_operations() -> list:
-    """One schema per op, with the members that op needs (RFC 6902, plus increment)."""
+    """One schema per op, with the members that op needs (RFC 6902, plus increment); any other
+    member is ignored, as RFC 6902 has it."""
     def operation(op, **members):
         required = ["op", "path", *[name for name in members if name in ("value", "from")]]
-        return {"type": "object", "required": required, "additionalProperties": False,
+        return {"type": "object", "required": required,
                 "properties": {"op": {"type": "string", "enum": [op]}, "path": _POINTER, **members}}
 
     number = {"anyOf": NUMBERS}
