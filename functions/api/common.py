@@ -78,7 +78,8 @@ def _query(declaration: Route, event) -> dict:
         if name in given:
             values[name] = from_text(parameter.schema, given[name], name)
         elif parameter.required:
-            raise BadRequest(f"the query needs {name}")
+            raise BadRequest(f"the query needs {name}" + (f", e.g. {name}={parameter.example}" if parameter.example
+                                                          else ""))
         elif "default" in parameter.schema:
             values[name] = parameter.schema["default"]
     return values

@@ -261,6 +261,8 @@ def _parameter(parameter: Param, where: str) -> dict:
              "schema": parameter.schema}
     if parameter.description:
         entry["description"] = parameter.description
+    if parameter.example:
+        entry["example"] = parameter.example
     return entry
 
 

@@ -42,12 +42,15 @@ LEASE_LIMITS = {"ttlSeconds": (1, leases.MAX_TTL_SECONDS), "waitSeconds": (0, MA
 # Plain classes, not dataclasses: these are made at every cold start, where a dataclass costs
 # about a millisecond to define.
 class Param:
-    """A path, query or header parameter: its name as the document gives it, its schema."""
+    """A path, query or header parameter: its name as the document gives it, its schema; an
+    example of a required one, which a request without it is shown too."""
 
-    __slots__ = ("name", "schema", "description", "required")
+    __slots__ = ("name", "schema", "description", "required", "example")
 
-    def __init__(self, name: str, schema: dict, description: str | None = None, required: bool = False):
-        self.name, self.schema, self.description, self.required = name, schema, description, required
+    def __init__(self, name: str, schema: dict, description: str | None = None, required: bool = False,
+                 example: str | None = None):
+        self.name, self.schema, self.description, self.required, self.example = name, schema, description, \
+            required, example
 
 
 class Request:
@@ -354,7 +357,7 @@ ROUTES: tuple[Route, ...] = (
                "UTF-8",
         "503": INDEX_BUILDING,
     }, query=(
-        Param(FILTER.name, FILTER.schema, FILTER.description, required=True),
+        Param(FILTER.name, FILTER.schema, FILTER.description, required=True, example="eq(reported/online,true)"),
         Param("groupBy", Checked({"type": "string", "pattern": f"^{_FIELD}$"}, problem=InvalidFilter),
               description="A declared field (FLEET_INDEX): the count per value, most frequent first (null: devices "
                           "without it)"))),

@@ -85,3 +85,15 @@ def test_the_routes_that_wait_are_those_whose_declaration_says_so():
                        ("GET", "/devices/<device_id>/delta"), ("HEAD", "/devices/<device_id>/delta"),
                        ("POST", "/devices/<device_id>/leases")}
     assert routes.WAITING_ROUTES == {(method, routes.openapi_path(rule).lstrip("/")) for method, rule in waiting}
+
+
+@pytest.mark.parametrize("engine", ["moto"], indirect=True)
+def test_a_required_query_parameter_missing_is_400_with_its_example_and_the_document_shows_it(api):
+    refused = api("GET", "/devices/count")
+    assert refused.status == 400 and "the query needs filter, e.g. filter=eq(reported/online,true)" in \
+        refused.json["detail"], refused.text
+    from functions.api.openapi import OPENAPI
+
+    count = OPENAPI["paths"]["/devices/count"]["get"]["parameters"]
+    assert next(parameter for parameter in count if parameter["name"] == "filter")["example"] == \
+        "eq(reported/online,true)"
