@@ -58,7 +58,7 @@ DYNAMODB_ACTIONS = (
     "dynamodb:Scan",
     "dynamodb:Query",
 )
-# What a fleet query (functions/device_state/fleet_query.py) calls on each declared field's
+# What a fleet query (functions/device_state/fleet/query.py) calls on each declared field's
 # index: IAM authorises a query of an index on the index's own ARN, not the table's.
 INDEX_ACTIONS = ("dynamodb:Query",)
 # The Lambda authorizer of the WebSocket API's $connect: it verifies a token in milliseconds.
@@ -77,7 +77,7 @@ ACCESS_LOG_FIELDS = {
     "error": "$context.error.message",
 }
 DEVICE_URL_OUTPUT, DEVICE_DOMAIN_TARGET_OUTPUT = "DeviceUrl", "DeviceDomainTarget"
-# The key listings' cursors are sealed with (functions/device_state/cursors.py): letters and digits
+# The key listings' cursors are sealed with (functions/device_state/fleet/cursors.py): letters and digits
 # Secrets Manager generates at the first deploy, resolved by CloudFormation into the API
 # functions' environment (a dynamic reference: the template holds the secret's ARN, never its
 # value, and no function calls Secrets Manager, at cold start or ever).

@@ -9,7 +9,7 @@ import pytest
 
 from functions.config import ApiConfig as Config, ConfigError
 from functions.api.openapi import OPENAPI
-from functions.device_state.values import dumps
+from functions.device_state.model.values import dumps
 from functions.device_state import DeviceStateManager
 from functions.device_state import metrics as names
 
@@ -78,12 +78,12 @@ def test_the_document_is_valid_openapi():
 
 def test_the_documents_limits_are_the_services_constants():
     from functions.api import routes
-    from functions.device_state.idempotency import KEY_PATTERN
-    from functions.device_state.leases import MAX_TTL_SECONDS
+    from functions.device_state.write.keyed import KEY_PATTERN
+    from functions.device_state.leases.queue import MAX_TTL_SECONDS
     from functions.device_state import MAX_FILTER_CHARS, MAX_QUERY_LIMIT
-    from functions.device_state.manager import MAX_LIST_LIMIT
-    from functions.device_state.transactions import MAX_OPERATIONS
-    from functions.device_state.values import DEVICE_ID_PATTERN
+    from functions.device_state import MAX_LIST_LIMIT
+    from functions.device_state import MAX_OPERATIONS
+    from functions.device_state.model.values import DEVICE_ID_PATTERN
 
     paths, schemas = OPENAPI["paths"], OPENAPI["components"]["schemas"]
     device_id = paths["/devices/{deviceId}"]["parameters"][0]["schema"]["pattern"]

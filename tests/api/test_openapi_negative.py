@@ -26,7 +26,7 @@ from schemathesis.core.failures import FailureGroup
 
 from functions.api.openapi import OPENAPI
 from functions.device_state import DEVICE_ID_PATTERN
-from functions.device_state.values import dumps
+from functions.device_state.model.values import dumps
 from tests.api.test_http import server  # noqa: F401  (the real server, module scoped)
 from tests.auth import bearer
 

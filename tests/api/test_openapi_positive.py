@@ -15,7 +15,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 from functions.api.openapi import OPENAPI
-from functions.device_state.values import dumps
+from functions.device_state.model.values import dumps
 from tests.api.test_http import server  # noqa: F401  (the real server, module scoped)
 from tests.api.test_schemathesis import history_is_off
 from tests.auth import bearer
