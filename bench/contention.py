@@ -51,9 +51,10 @@ from botocore.exceptions import ClientError  # noqa: E402
 
 from functions.device_state import (Backoff, DeviceStateManager, JsonPatch, RetriesExhausted,  # noqa: E402
                                     UpdateObserver)
-from functions.device_state import contention, table  # noqa: E402
+from functions.device_state import table  # noqa: E402
+from functions.device_state.item import contention  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
-from functions.device_state.values import from_attribute, item_size, to_attribute  # noqa: E402
+from functions.device_state.model.values import from_attribute, item_size, to_attribute  # noqa: E402
 from bench import outcomes  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local, free_port  # noqa: E402
 from bench import credentials  # noqa: E402

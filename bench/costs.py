@@ -38,8 +38,8 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
 from bench.contention import CountingClient  # noqa: E402
 from functions.device_state import (Ack, ChangeLog, DesireOptions, DeviceStateManager, JsonPatch, MergePatch,  # noqa: E402
                                     Operation, dynamodb_client, table)
-from functions.device_state.change_items import SNAPSHOT_EVERY, change_sk  # noqa: E402
-from functions.device_state.values import item_size  # noqa: E402
+from functions.device_state.feed.items import SNAPSHOT_EVERY, change_sk  # noqa: E402
+from functions.device_state.model.values import item_size  # noqa: E402
 from functions.push.delivery import Delivery  # noqa: E402
 from functions.push.fanout import changed_since  # noqa: E402
 from functions.push.subscriptions import Subscriptions  # noqa: E402

@@ -32,10 +32,10 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}.items():
     os.environ.setdefault(_name, _value)
 
-from functions.device_state.change_items import change_sk  # noqa: E402
+from functions.device_state.feed.items import change_sk  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.table import state_key  # noqa: E402
-from functions.device_state.values import item_size  # noqa: E402
+from functions.device_state.model.values import item_size  # noqa: E402
 from bench import credentials  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local, free_port  # noqa: E402
 

@@ -34,8 +34,9 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
 
 from bench.contention import CountingClient  # noqa: E402
 from functions.device_state import DeviceStateManager, FleetIndex, MergePatch, dynamodb_client, table  # noqa: E402
-from functions.device_state.reindex import mark_ready  # noqa: E402
-from functions.device_state.values import to_attribute  # noqa: E402
+from functions.device_state.fleet.reindex import mark_ready  # noqa: E402
+from functions.device_state.write.store import Store  # noqa: E402
+from functions.device_state.model.values import to_attribute  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
         manager = DeviceStateManager(counting, name, fleet_index=FLEET)
         if not (args.table and name in counting.list_tables()["TableNames"]):
             table.create_table(counting, name, FLEET)
-            mark_ready(manager.store, FLEET.fields)
+            mark_ready(Store(manager.client, manager.table_name), FLEET.fields)
             started = time.perf_counter()
             load(manager, counting, name, args.devices)
             print(f"fleet: {args.devices} devices loaded in {time.perf_counter() - started:.1f} s", flush=True)

@@ -32,7 +32,7 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
 
 from functions.device_state import DeviceStateManager, MergePatch, table  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
-from functions.device_state.values import dumps  # noqa: E402
+from functions.device_state.model.values import dumps  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results

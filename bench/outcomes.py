@@ -12,12 +12,15 @@ import json
 import random
 import re
 import threading
+import time
 import uuid
 
 from functions.device_state import DeviceStateManager, JsonPatch, MergePatch, OutcomeUnknown, RetriesExhausted
 from functions.device_state import table
 from functions.device_state.client import dynamodb_client
-from functions.device_state.values import item_size
+from functions.device_state.item.fencing import Fence
+from functions.device_state.model.values import item_size
+from functions.device_state.write.planner import Planner
 from localdev.faults import Forwarder
 
 INCREMENT = JsonPatch([{"op": "increment", "path": "/n", "value": 1}])
@@ -53,7 +56,7 @@ def journal_costs(endpoint: str, table_name: str, writes: int = 200) -> dict:
         result[name] = {"item_bytes_max": max(sizes), "item_bytes_mean": round(sum(sizes) / len(sizes), 1)}
     # A read-modify-write planned over a full journal: its own entry, one trimmed entry and the watermark.
     full = manager.live_state(f"journal-rmw-{device_id.rsplit('-', 1)[1]}") or manager.live_state(device_id)
-    request = manager.planner().replace_state(full, lambda state: state, None, "updated").request["Update"]
+    request = Planner(table_name, Fence(), time.time()).replace_state(full, lambda state: state, None, "updated").request["Update"]
     names = {name: value for name, value in request["ExpressionAttributeNames"].items()
              if value.startswith(table.JOURNAL_PREFIX) or value == table.JOURNAL_TRIMMED}
     trimmed = next((name for name, value in names.items() if value == table.JOURNAL_TRIMMED), None)

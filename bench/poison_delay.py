@@ -25,8 +25,8 @@ import boto3  # noqa: E402
 from functions.changes.events import LogPublisher  # noqa: E402
 from functions.changes.handler import process  # noqa: E402
 from functions.device_state import DeviceStateManager  # noqa: E402
-from functions.device_state.change_items import change_of  # noqa: E402
-from functions.device_state.changes import ChangeLog  # noqa: E402
+from functions.device_state.feed.items import change_of  # noqa: E402
+from functions.device_state.feed.log import ChangeLog  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
 from functions.device_state.table import create_table  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal  # noqa: E402

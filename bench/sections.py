@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from bench.contention import CountingClient  # noqa: E402  (also sets dummy AWS credentials)
 from functions.device_state import DeviceStateManager, MergePatch, table  # noqa: E402
 from functions.device_state.client import dynamodb_client  # noqa: E402
-from functions.device_state.values import item_size  # noqa: E402
+from functions.device_state.model.values import item_size  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"  # untracked; --out bench/results updates the reference results

@@ -28,8 +28,8 @@ SETTLE_SECONDS = "SETTLE_SECONDS"  # how long a write whose answer was lost is s
 TOMBSTONE_SECONDS = "TOMBSTONE_SECONDS"  # how long a deleted device's version is kept
 EVENT_BUS_NAME = "EVENT_BUS_NAME"  # the EventBridge bus for DeviceStateChanged events
 CHANGE_EVENTS_FILE = "CHANGE_EVENTS_FILE"  # locally: append the events to this file instead
-FLEET_INDEX = "FLEET_INDEX"  # the queryable fields, path:type,… (functions.device_state.fleet_index)
-# The key that seals listings' cursors (functions.device_state.cursors): at least 32 characters,
+FLEET_INDEX = "FLEET_INDEX"  # the queryable fields, path:type,… (functions.device_state.fleet.index)
+# The key that seals listings' cursors (functions.device_state.fleet.cursors): at least 32 characters,
 # the same for every function instance; deployed, a generated secret; locally, .serve/cursor-key
 CURSOR_KEY = "CURSOR_KEY"
 # true on the API function, whose routes are not the waiting ones (a function of their own

@@ -48,7 +48,7 @@ def test_cost_bench_smoke(tmp_path, dynamodb_local):  # the suite's DynamoDB Loc
 
 
 def test_the_reference_device_is_the_fleets_shape():
-    from functions.device_state.values import dumps
+    from functions.device_state.model.values import dumps
 
     state, sections = costs.reference_device(7)
     sizes = [len(dumps(document)) for document in (state, sections["desired"], sections["reported"])]

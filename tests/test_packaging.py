@@ -46,7 +46,7 @@ def test_the_wheel_declares_what_the_library_imports(wheel):
     [metadata] = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
     declared = {Requirement(line.split(":", 1)[1].strip()).name
                 for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")}
-    source = "\n".join(path.read_text() for path in (REPO_ROOT / "functions" / "device_state").glob("*.py"))
+    source = "\n".join(path.read_text() for path in (REPO_ROOT / "functions" / "device_state").rglob("*.py"))
     imported = set(re.findall(r"^\s*(?:import|from) (boto3|botocore|jsonpatch|jsonpointer|aws_lambda_powertools)\b",
                               source, re.MULTILINE))
     assert imported == declared, (imported, declared)

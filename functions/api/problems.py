@@ -12,8 +12,8 @@ from urllib.parse import quote
 
 from .resolver import Response
 
-from functions.device_state import (ConditionFailed, DesireMoved, DeviceAlreadyExists, DeviceLocked, DeviceNotFound,
-                                    FilterTooBroad, IdempotencyKeyReused, IndexBuilding, InvalidCursor, InvalidFilter,
+from functions.device_state import (AnswerLost, ConditionFailed, DesireMoved, DeviceAlreadyExists, DeviceLocked,
+                                    DeviceNotFound, FilterTooBroad, IdempotencyKeyReused, IndexBuilding, InvalidCursor, InvalidFilter,
                                     InvalidDeviceId, InvalidIdempotencyKey, InvalidLease, InvalidPatch, InvalidSince,
                                     InvalidTransaction, InvalidValue, ItemTooLarge, LeaseBusy, LeaseLost,
                                     LeaseNotHeld, OutcomeUnknown, PatchNotApplicable, PatchTestFailed,
@@ -24,7 +24,6 @@ from functions.auth.credentials import MixedCredentials, Unauthenticated
 from functions.auth.device_tokens import RenewalRefused
 from functions.auth.signers import SigningFailed, SigningThrottled, SigningUnavailable
 from functions.auth.rights import Forbidden
-from functions.device_state.store import Ambiguous
 
 from functions.problem_details import MEDIA_TYPE as PROBLEM_JSON
 from functions.problem_details import TYPE_PREFIX, problem
@@ -113,7 +112,7 @@ _LIBRARY_ERRORS = {
     DeviceLocked: (423, "locked", "Device is leased; writes need the holder's Lease-Token"),
     RetriesExhausted: (503, "contention", "Too much contention on this device; nothing was written"),
     OutcomeUnknown: (504, "outcome-unknown", "The change may or may not have been applied"),
-    Ambiguous: (504, "outcome-unknown", "The change may or may not have been applied"),
+    AnswerLost: (504, "outcome-unknown", "The change may or may not have been applied"),
     StorageUnavailable: (503, "storage-unavailable", "Storage temporarily unavailable"),
     VersionNotRecorded: (503, "not-yet-recorded", "The version is written but not yet in the history"),
     StorageError: (500, "internal-error", "Internal error"),

@@ -24,9 +24,9 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
-from functions.device_state import (MAX_RECORD_AGE_SECONDS, ChangeLog, InvalidValue, connectivity_event,
+from functions.device_state import (MAX_RECORD_AGE_SECONDS, ChangeLog, InvalidValue, RequestRefused,
+                                    connectivity_event,
                                     dynamodb_client, metrics as names, restore, table)
-from functions.device_state.store import Refused
 
 from functions.config import processor_config
 from .events import EventBridgePublisher, FilePublisher, LogPublisher
@@ -136,7 +136,7 @@ class InOrder:
 
 
 # Failures no retry can cure: the record's change cannot be stored (DynamoDB refuses it).
-PERMANENT_FAILURES = (InvalidValue, Refused)
+PERMANENT_FAILURES = (InvalidValue, RequestRefused)
 
 
 def record_device(raw: dict) -> str | None:

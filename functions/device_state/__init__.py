@@ -3,20 +3,22 @@
 Free of HTTP and of Powertools; takes its DynamoDB client and table name as arguments.
 """
 
-from .client import dynamodb_client
+from .client import boto3_session, dynamodb_client
 from .errors import (
+    AnswerLost,
     ConditionFailed,
+    ConditionNotMet,
+    DesireMoved,
     DeviceAlreadyExists,
     DeviceLocked,
     DeviceNotFound,
-    DesireMoved,
     DeviceStateError,
     FilterTooBroad,
     IdempotencyKeyReused,
     IndexBuilding,
-    InvalidFilter,
     InvalidCursor,
     InvalidDeviceId,
+    InvalidFilter,
     InvalidLease,
     InvalidPatch,
     InvalidValue,
@@ -28,6 +30,7 @@ from .errors import (
     PatchError,
     PatchNotApplicable,
     PatchTestFailed,
+    RequestRefused,
     RetriesExhausted,
     StorageError,
     StorageUnavailable,
@@ -36,39 +39,86 @@ from .errors import (
     UnknownLease,
     VersionConflict,
 )
-from .idempotency import IdempotencyKey, InvalidIdempotencyKey
-from .device import Device
-from .lease_handle import Lease
-from .leases import LeaseGrant, LeaseStatus
-from .manager import DeviceStateManager
-from .runtime import Backoff
-from .observer import UpdateObserver
-from .patches import JsonPatch, MergePatch
-from .transactions import (MAX_OPERATIONS, InvalidTransaction, Operation, OperationFailure, TransactionFailed,
-                           TransactionTooLarge)
-from .change_items import CHANGE_SK_PREFIX, Change, change_from_item, device_after
-from .changes import (DEFAULT_RETENTION_SECONDS, MAX_FEED_LIMIT, MAX_RECORD_AGE_SECONDS, ChangeLog, ChangesExpired,
-                      InvalidSince, VersionNotFound, VersionNotRecorded)
-from .client import boto3_session
-from .device import timestamp
-from .idempotency import CREATED, DELETED, KEY_PATTERN, REPLACED, UPDATED, fingerprint
-from .manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS, MAX_LIST_LIMIT
-from .pipeline import DEFAULT_SETTLE_SECONDS
-from .sections import (DESIRED, DEVICE_SECTIONS, MAX_POINTER_BYTES, METADATA_ENTRY_BYTES, REPORTED, SECTIONS, STATE,
-                       delta)
-from .values import (DEVICE_ID_PATTERN, MAX_EXPONENT, MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS,
-                     MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH, MAX_VERSION, MIN_EXPONENT, dumps, loads,
-                     validate_device_id)
-from .planning import DEFAULT_TOMBSTONE_SECONDS, MAX_STATE_ITEM_BYTES
-from .fleet_index import MAX_FIELDS as MAX_FLEET_FIELDS, FleetIndex, FleetIndexError
-from .fleet_query import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_LIMIT as MAX_QUERY_LIMIT
-from .cursors import CURSOR_PATTERN, MIN_KEY_BYTES as MIN_CURSOR_KEY_BYTES
-from .rql import MAX_FILTER_CHARS
-from .connectivity import connectivity_event
-from .desires import (CONFIRMATION_BYTES, MAX_ACKS, MAX_CLEARED_KEPT, MAX_CLEARED_KEPT_BYTES, MAX_EXPIRY_SECONDS,
-                      MAX_REASON_CHARS, MIN_EXPIRY_SECONDS, STATUS_BYTES, Ack, DesireOptions, check_acks)
+from .feed.items import CHANGE_SK_PREFIX, Change, change_from_item, device_after
+from .feed.log import (
+    DEFAULT_RETENTION_SECONDS,
+    MAX_FEED_LIMIT,
+    MAX_RECORD_AGE_SECONDS,
+    ChangeLog,
+    ChangesExpired,
+    InvalidSince,
+    VersionNotFound,
+    VersionNotRecorded,
+)
+from .fleet.cursors import CURSOR_PATTERN
+from .fleet.cursors import MIN_KEY_BYTES as MIN_CURSOR_KEY_BYTES
+from .fleet.index import MAX_FIELDS as MAX_FLEET_FIELDS
+from .fleet.index import FleetIndex, FleetIndexError
+from .fleet.listing import MAX_LIST_LIMIT
+from .fleet.query import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS
+from .fleet.query import MAX_LIMIT as MAX_QUERY_LIMIT
+from .fleet.rql import MAX_FILTER_CHARS
+from .item.room import MAX_STATE_ITEM_BYTES
+from .leases.handle import Lease
+from .leases.queue import LeaseGrant, LeaseStatus
+from .manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS, DeviceStateManager
+from .model.connectivity import connectivity_event
+from .model.desires import (
+    CONFIRMATION_BYTES,
+    MAX_ACKS,
+    MAX_CLEARED_KEPT,
+    MAX_CLEARED_KEPT_BYTES,
+    MAX_EXPIRY_SECONDS,
+    MAX_REASON_CHARS,
+    MIN_EXPIRY_SECONDS,
+    STATUS_BYTES,
+    Ack,
+    DesireOptions,
+    check_acks,
+)
+from .model.device import Device, timestamp
+from .model.patches import JsonPatch, MergePatch
+from .model.sections import (
+    DESIRED,
+    DEVICE_SECTIONS,
+    MAX_POINTER_BYTES,
+    METADATA_ENTRY_BYTES,
+    REPORTED,
+    SECTIONS,
+    STATE,
+    delta,
+)
+from .model.values import (
+    DEVICE_ID_PATTERN,
+    MAX_EXPONENT,
+    MAX_MEMBER_NAME_BYTES,
+    MAX_PATCH_OPERATIONS,
+    MAX_SIGNIFICANT_DIGITS,
+    MAX_STATE_DEPTH,
+    MAX_VERSION,
+    MIN_EXPONENT,
+    dumps,
+    loads,
+    validate_device_id,
+)
+from .runtime import Backoff, UpdateObserver
+from .write import transactions  # the public module of transaction operations (kinds, failure reasons)
+from .write.keyed import KEY_PATTERN, IdempotencyKey, InvalidIdempotencyKey, fingerprint
+from .write.pipeline import DEFAULT_SETTLE_SECONDS
+from .write.plan import CREATED, DEFAULT_TOMBSTONE_SECONDS, DELETED, REPLACED, UPDATED
+from .write.transactions import (
+    MAX_OPERATIONS,
+    InvalidTransaction,
+    Operation,
+    OperationFailure,
+    TransactionFailed,
+    TransactionTooLarge,
+)
 
 __all__ = [
+    "AnswerLost",
+    "ConditionNotMet",
+    "RequestRefused",
     "Ack",
     "TooManyConnections",
     "check_acks",
@@ -176,6 +226,7 @@ __all__ = [
     "timestamp",
     "TransactionFailed",
     "TransactionTooLarge",
+    "transactions",
     "UnknownLease",
     "UPDATED",
     "UpdateObserver",

@@ -9,7 +9,7 @@ from .restore import on_restore
 
 # botocore sends each request once: a resend of a conditional write whose first copy
 # landed is a second, different write, so the library's store decides what is sent again
-# (see store.py). Short timeouts keep a lost answer's window to seconds.
+# (see write/store.py). Short timeouts keep a lost answer's window to seconds.
 RETRY_MODE = "standard"
 TOTAL_ATTEMPTS = 1
 CONNECT_TIMEOUT_SECONDS = 1

@@ -106,9 +106,12 @@ class DesireMoved(DeviceStateError):
 
 
 class TooManyConnections(DeviceStateError):
-    def __init__(self, device_id: str, limit: int):
+    """The device has ``limit`` connections recorded; ``held``: their members as the refused
+    connect found them (some may have ended without their close arriving)."""
+
+    def __init__(self, device_id: str, limit: int, held: tuple[str, ...] = ()):
         super().__init__(f"device {device_id!r} has {limit} connections open, the most it may")
-        self.device_id, self.limit = device_id, limit
+        self.device_id, self.limit, self.held = device_id, limit, held
 
 
 class ConditionFailed(DeviceStateError):
@@ -230,3 +233,25 @@ class OutcomeUnknown(DeviceStateError):
                          "GET the device to see, or retry with an Idempotency-Key, which makes retries safe")
         self.device_id = device_id
         self.reason = reason
+
+
+# What the store (write/store.py, the one door to DynamoDB) says of a request, beside the
+# errors above: the write path reads them, and so may any other part that sends through it.
+
+class ConditionNotMet(DeviceStateError):
+    """DynamoDB refused a conditional request: nothing was written. ``item`` is the item as it
+    was (ALL_OLD), when DynamoDB returned it."""
+
+    def __init__(self, item: dict | None):
+        super().__init__("conditional check failed")
+        self.item = item
+
+
+class AnswerLost(StorageUnavailable):
+    """A write's answer was lost: it may or may not have applied. The write path settles a
+    state write's outcome through the journal; for any other write it is unknown."""
+
+
+class RequestRefused(StorageError):
+    """DynamoDB's ValidationException: a fault of this service, or the expected refusal of a
+    compiled patch (read-modify-write then decides)."""

@@ -1,7 +1,9 @@
-"""DeviceStateManager: the library's façade. Every write goes plan (``planning``) → send
-(``pipeline``, through ``store``, the one door) → classify (``refusals``, ``pipeline``),
-inside the one retry loop (``retry``); keyed writes add their idempotency record in the
-same transaction."""
+"""DeviceStateManager: the library's façade. It checks its arguments and hands each call to
+the part that does it: every write goes plan (``write.planner``) → send (``write.pipeline``,
+through ``write.store``, the one door) → classify (``write.outcomes``), inside the one retry
+loop (``write.retry``; ``write.writer`` runs it); keyed writes add their idempotency record in
+the same transaction (``write.keyed``); reads, listings and queries go to ``fleet``, the
+change log to ``feed``, leases to ``leases``."""
 
 from __future__ import annotations
 
@@ -13,44 +15,39 @@ from typing import Callable
 
 from boto3.dynamodb.conditions import ConditionBase
 
-from . import connectivity, table
-from .changes import ChangeLog, InvalidSince
-from .desires import Ack, DesireOptions, check_acks
-from .device import Device
-from .cursors import CURSOR_REFUSED, CursorSeal
-from .errors import ConditionFailed, DeviceNotFound, InvalidCursor, TooManyConnections
-from .expressions import Expression, live
-from .fencing import Fence
-from .fleet_index import FleetIndex
-from .fleet_query import FleetQuery
-from .idempotency import CREATED, REPLACED, UPDATED, IdempotencyKey
-from .lease_handle import Lease
-from .leases import DEFAULT_TTL_SECONDS, LeaseQueue
-from .observer import NULL_OBSERVER, UpdateObserver
-from .pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
-from .planning import CONNECTED, DEFAULT_TOMBSTONE_SECONDS, Planned, Planner, expect
-from .reindex import reindex
-from .replays import RecordedAnswers
+from .errors import DeviceNotFound
+from .feed.delta import wait_for_sections
+from .feed.log import ChangeLog
+from .fleet.cursors import CursorSeal
+from .fleet.index import FleetIndex
+from .fleet.listing import Listing
+from .fleet.query import FleetQuery
+from .fleet.reindex import reindex
+from .item import schema
+from .item.fencing import Fence
+from .leases.handle import Lease
+from .leases.queue import DEFAULT_TTL_SECONDS, LeaseQueue
+from .model.desires import Ack, DesireOptions, check_acks
+from .model.device import Device
+from .model.sections import DESIRED, STATE, check_section, check_sections, replacing
+from .model.updates import UpdateFn
+from .model.values import check_state, validate_device_id
 from .restore import random_generator
-from .retry import RetryLoop
-from .runtime import Backoff, Runtime
-from .sections import CHANGED_ATTRIBUTES, DESIRED, STATE, check_section, check_sections, replacing
-from .store import Store
-from .transactions import Operation, TransactionRunner
-from .updates import UpdateFn
-from .values import check_state, validate_device_id
-from .writer import DeviceWriter
+from .runtime import NULL_OBSERVER, Backoff, Runtime, UpdateObserver
+from .write.connections import Connections
+from .write.keyed import IdempotencyKey, RecordedAnswers
+from .write.pipeline import DEFAULT_SETTLE_SECONDS, WritePipeline
+from .write.plan import CREATED, DEFAULT_TOMBSTONE_SECONDS, REPLACED, UPDATED, Planned, expect
+from .write.planner import Planner
+from .write.retry import RetryLoop
+from .write.store import Store
+from .write.transactions import Operation, TransactionRunner
+from .write.writer import DeviceWriter
 
 logger = logging.getLogger("device_state")
 
 DEFAULT_MAX_ATTEMPTS = 25
 DEFAULT_BUDGET_SECONDS = 5.0
-MAX_LIST_LIMIT = 100
-MAX_SCAN_CALLS_PER_PAGE = 4  # a listing page never costs more than this many Scan calls
-MAX_SCAN_ITEMS_PER_CALL = 1000  # items one of them reads at most (and 1 MB, DynamoDB's own bound)
-SCAN_GROWTH = 4  # a Scan call after calls that found no device reads this many times what they read
-LISTING_SCOPE = ["devices"]  # the plain listing's cursors (a fleet query's name its filter and sort)
-DISCONNECT_ATTEMPTS = 8  # reads and conditional writes while other connections of the device change
 
 class DeviceStateManager:
     """Reads and writes device state items with version-based optimistic locking.
@@ -62,7 +59,7 @@ class DeviceStateManager:
     takes the same one (without it, a random key of this manager's own: its cursors are good
     only with it).
     Contending read-modify-writes race under the version check with jittered backoff
-    (``retry.py``), whether they share this manager or not.
+    (``write/retry.py``), whether they share this manager or not.
     """
 
     def __init__(
@@ -88,29 +85,31 @@ class DeviceStateManager:
         self.table_name = table_name
         self.max_attempts = max_attempts
         self.budget_seconds = budget_seconds
-        self.runtime = Runtime(clock, monotonic, sleep, rng or random_generator(), backoff, observer)
-        self.store = Store(client, table_name, self.runtime)
-        self.pipeline = WritePipeline(self.store, self.runtime, settle_seconds=settle_seconds,
+        self._runtime = Runtime(clock, monotonic, sleep, rng or random_generator(), backoff, observer)
+        self._store = Store(client, table_name, self._runtime)
+        self._pipeline = WritePipeline(self._store, self._runtime, settle_seconds=settle_seconds,
                                       tombstone_seconds=tombstone_seconds, fleet_index=fleet_index)
         history = ChangeLog(client, table_name, clock=clock, monotonic=monotonic, sleep=sleep)
-        self._answers = RecordedAnswers(self.store, history, self.runtime)
-        self._writer = DeviceWriter(self.pipeline, self._answers)
+        self._answers = RecordedAnswers(self._store, history, self._runtime)
+        self._writer = DeviceWriter(self._pipeline, self._answers)
         self.fence = Fence()
         self.seen_by: str | None = None  # the device whose own writes these are (``as_device``)
-        self.cursors = CursorSeal(cursor_key)
-        self.fleet = FleetQuery(self.store, fleet_index, clock, self.cursors)
+        self._cursors = CursorSeal(cursor_key)
+        self._fleet = FleetQuery(self._store, fleet_index, clock, self._cursors)
+        self._listing = Listing(self._store, self._cursors, clock)
+        self._connections = Connections(self._pipeline, clock)
 
     @property
     def client(self):
-        return self.store.client
+        return self._store.client
 
     @property
     def observer(self) -> UpdateObserver:
-        return self.runtime.observer
+        return self._runtime.observer
 
     @property
     def clock(self) -> Callable[[], float]:
-        return self.runtime.clock
+        return self._runtime.clock
 
     def fenced(self, tokens: dict) -> "DeviceStateManager":
         """This manager, writing under lease fencing tokens: ``{device_id: token}`` (an
@@ -132,12 +131,12 @@ class DeviceStateManager:
               owner: str | None = None):
         """A FIFO lease on the device (not yet acquired): use it as a context manager
         (acquires, heartbeats in the background, releases on exit) or call
-        ``acquire()``, ``heartbeat()`` and ``release()``. See ``leases.py``."""
+        ``acquire()``, ``heartbeat()`` and ``release()``. See ``leases/``."""
         return Lease(self.lease_queue(), self, device_id, ttl_seconds, wait_seconds, owner)
 
     def lease_queue(self) -> LeaseQueue:
         """The lease protocol by lease id, for callers that hold no ``Lease`` object (HTTP)."""
-        return LeaseQueue(self.pipeline)
+        return LeaseQueue(self._pipeline)
 
     # ----------------------------------------------------------------- reads
 
@@ -151,157 +150,53 @@ class DeviceStateManager:
     def live_state(self, device_id: str) -> dict | None:
         """The device's live state item as stored (strongly consistent), or None."""
         validate_device_id(device_id)
-        return self.store.get_live_state(device_id, self.clock())
+        return self._store.get_live_state(device_id, self.clock())
 
-    def wait_for_sections(self, device_id: str, since: int, wait_seconds: float,
-                          first_delay: float = 0.05, max_delay: float = 0.5) -> Device:
+    def wait_for_sections(self, device_id: str, since: int, wait_seconds: float) -> Device:
         """The device once a write after version ``since`` has changed its desired or
-        reported (at once when one already has), or as it is when ``wait_seconds`` pass.
-        Polls the state item (strongly consistent), so it never trails the writes."""
-        monotonic = self.runtime.monotonic
-        deadline = monotonic() + max(wait_seconds, 0.0)
-        delay = first_delay
-        while True:
-            item = self.live_state(device_id)
-            if item is None:
-                raise DeviceNotFound(device_id)
-            if since > int(item[table.VERSION]["N"]):
-                raise InvalidSince(f"since ({since}) is past the device's current version ({item[table.VERSION]['N']})")
-            changed = max((int(item[attribute]["N"]) for attribute in CHANGED_ATTRIBUTES.values()
-                           if attribute in item), default=0)
-            left = deadline - monotonic()
-            if changed > since or left <= 0:
-                return Device.from_item(item, with_connectivity=True)
-            self.runtime.sleep(min(delay, left))
-            delay = min(delay * 2, max_delay)
+        reported (at once when one already has), or as it is when ``wait_seconds`` pass
+        (``feed.delta``)."""
+        validate_device_id(device_id)
+        return wait_for_sections(self._store, self._runtime, device_id, since, wait_seconds)
 
     def list_devices(self, limit: int = 50, cursor: str | None = None) -> tuple[list[Device], str | None]:
-        """One page of devices and the cursor of the next page (None at the end).
+        """One page of devices and the cursor of the next page (None at the end); a page may
+        hold fewer than ``limit`` while a cursor remains (``fleet.listing``)."""
+        return self._listing.page(limit, cursor)
 
-        The table holds more than the devices' state items (their change items, lease rows,
-        keyed-write records and tombstones, WebSocket connections, the fleet index's
-        bookkeeping): a page reads past them and shows devices only. It makes at most
-        ``MAX_SCAN_CALLS_PER_PAGE`` Scan calls, the first of ``limit`` items, each later one sized
-        by what the page still needs and how many devices the items read so far held (at most
-        ``MAX_SCAN_ITEMS_PER_CALL`` items, and 1 MB, DynamoDB's own bound). So a page may hold
-        fewer than ``limit`` devices, even none, while a cursor remains: it then read all it
-        may, and its cursor is past everything it read. A full page's cursor is its last device
-        (or past what it read, when nothing it read after that device was one).
-        """
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_LIMIT:
-            raise ValueError(f"limit must be an integer from 1 to {MAX_LIST_LIMIT}")
-        start_key = _listing_key(self.cursors.open(LISTING_SCOPE, cursor)) if cursor is not None else None
-        devices: list[Device] = []
-        read = 0  # items the page's Scan calls read
-        for _ in range(MAX_SCAN_CALLS_PER_PAGE):
-            need = limit - len(devices)
-            expr = Expression()
-            state_item = f"{expr.name(table.SORT_KEY)} = {expr.value({'S': table.STATE_SK})}"
-            request = {
-                "Limit": _scan_size(need, read, len(devices)),
-                "ConsistentRead": True,
-                "FilterExpression": f"{state_item} AND {live(expr, int(self.clock()))}",
-                **expr.attributes(),
-            }
-            if start_key:
-                request["ExclusiveStartKey"] = start_key
-            page = self.store.send("scan", **request)
-            read += page.get("ScannedCount", 0)
-            found = page.get("Items", [])
-            devices.extend(Device.from_item(item, with_connectivity=True) for item in found[:need])
-            if len(found) > need:  # the page is full before the end of what this call read
-                return devices, self._listing_cursor(found[need - 1])
-            start_key = page.get("LastEvaluatedKey")
-            if not start_key:
-                return devices, None
-            if len(devices) == limit:
-                break
-        return devices, self._listing_cursor(start_key)
-
-    def _listing_cursor(self, key: dict) -> str:
-        """The plain listing's cursor: the scan resumes after this key (an item's, or its key)."""
-        return self.cursors.seal(LISTING_SCOPE, [key[table.PARTITION_KEY]["S"], key[table.SORT_KEY]["S"]])
 
     def query_devices(self, filter: str, limit: int = 50, cursor: str | None = None,
                       sort: str | None = None) -> tuple[list[Device], str | None]:
         """One page of the devices the RQL ``filter`` matches on the fleet index, and the
         cursor of the next page (None at the end); ``sort`` ``+path`` or ``-path`` on a
         declared field. See ``fleet_query``."""
-        return self.fleet.page(filter, limit, cursor, sort)
+        return self._fleet.page(filter, limit, cursor, sort)
 
     def count_devices(self, filter: str, group_by: str | None = None) -> dict:
         """``{"count": n}`` of the devices ``filter`` matches, with ``groups`` by a declared
         field's value when ``group_by`` names one."""
-        return self.fleet.count(filter, group_by)
+        return self._fleet.count(filter, group_by)
 
     def reindex(self, *, budget_seconds: float | None = None, report=lambda progress: None) -> bool:
         """Backfill the index attributes of declared fields not yet ready (``reindex``)."""
-        return reindex(self.pipeline, self.fleet.fleet_index, budget_seconds=budget_seconds, report=report)
+        return reindex(self._pipeline, self._fleet.fleet_index, budget_seconds=budget_seconds, report=report)
 
     # ---------------------------------------------------------- connectivity
 
     def connected(self, device_id: str, connection_id: str, until: float) -> bool:
         """Records a WebSocket connection of the device's own credentials, open until
-        ``until`` at the latest (one write, no read); False when there is no such device.
-        ``TooManyConnections`` when it has ``MAX_CONNECTIONS`` open, counting after the
-        connections whose close never arrived are forgotten."""
-        validate_device_id(device_id)
-        opened = connectivity.member(connection_id, until)
-        try:
-            return self._send_connectivity(lambda planner: planner.connect(device_id, opened))
-        except ConditionFailed:
-            ended = connectivity.ended_members(self.live_state(device_id), self.clock())
-            if not ended:
-                raise TooManyConnections(device_id, connectivity.MAX_CONNECTIONS) from None
-        self._send_connectivity(lambda planner: planner.disconnect(device_id, ended))
-        try:
-            return self._send_connectivity(lambda planner: planner.connect(device_id, opened))
-        except ConditionFailed:
-            raise TooManyConnections(device_id, connectivity.MAX_CONNECTIONS) from None
+        ``until`` at the latest; False when there is no such device; ``TooManyConnections``
+        past ``MAX_CONNECTIONS`` (``write.connections``)."""
+        return self._connections.connected(device_id, connection_id, until)
 
     def disconnected(self, device_id: str, connection_id: str, until: float) -> None:
-        """Forgets a connection ``connected`` recorded: one read and one write, each write
-        conditioned on the connections read, so that the last one open, whoever closes it
-        and whenever, leaves the device disconnected and takes with it those whose close
-        never came."""
-        validate_device_id(device_id)
-        closing = connectivity.member(connection_id, until)
-        for _ in range(DISCONNECT_ATTEMPTS):
-            item = self.live_state(device_id)
-            if item is None:
-                return
-            held = connectivity.members(item)
-            if closing not in held and table.CONNECTED_SINCE not in item:
-                return  # forgotten already (a resend, or a connect that was never recorded)
-            others = [entry for entry in connectivity.open_members(item, self.clock()) if entry != closing]
-            if others:
-                sent = self._send_connectivity(lambda planner: planner.disconnect(device_id, [closing], held))
-            else:
-                sent = self._send_connectivity(lambda planner: planner.all_disconnected(device_id, held))
-            if sent:
-                return
-        logger.warning("disconnect not recorded: the connections kept changing", extra={"device_id": device_id})
+        """Forgets a connection ``connected`` recorded (``write.connections``)."""
+        self._connections.disconnected(device_id, connection_id, until)
 
     def saw(self, device: Device) -> None:
-        """After the device's own read of itself (``device``, read with its connectivity):
-        seen now, unless it was within ``connectivity.SEEN_EVERY_SECONDS``."""
-        if device.presence is not None and connectivity.seen_recently(device.presence, self.clock()):
-            return
-        self._send_connectivity(lambda planner: planner.seen(device.device_id))
+        """After the device's own read of itself: seen now, at most once a minute."""
+        self._connections.saw(device)
 
-    def _send_connectivity(self, plan: Callable[[Planner], Planned]) -> bool:
-        """One connectivity change; False when the device is not there, or the change's
-        condition says it is not needed (seen recently, a connect meanwhile)."""
-        planned = plan(self.pipeline.planner())
-        try:
-            self.pipeline.send(self.pipeline.planner(), planned)
-        except DeviceNotFound:
-            return False
-        except ConditionFailed:
-            if planned.outcome == CONNECTED:
-                raise
-            return False
-        return True
 
     # ---------------------------------------------------------------- writes
     #
@@ -331,7 +226,7 @@ class DeviceStateManager:
         check_sections(sections)
 
         def plan(planner: Planner, item):
-            if table.is_live_state(item, planner.now):
+            if schema.is_live_state(item, planner.now):
                 return planner.write_sections(item, replacing(state, sections), None, REPLACED)
             return planner.create(device_id, state, item, sections)
 
@@ -396,7 +291,7 @@ class DeviceStateManager:
         having written nothing, after ``max_attempts`` or when the next sleep would cross
         ``budget_seconds``.
 
-        A patch that compiles to one UpdateItem (``update_fn.compile()``) is written that
+        A patch that compiles to one UpdateItem (``write.compiled.compile_patch``) is written that
         way first: no read, no version condition, so no conflict.
 
         ``condition`` (boto3 ``Attr(...)`` conditions, e.g. ``Attr("state.online").eq(True)``)
@@ -430,7 +325,7 @@ class DeviceStateManager:
                  max_attempts: int | None = None, budget_seconds: float | None = None) -> list[Device]:
         """All-or-nothing changes to up to 100 devices (99 with an idempotency key). See
         ``transactions.TransactionRunner``."""
-        return TransactionRunner(self.pipeline, self._loop(max_attempts, budget_seconds),
+        return TransactionRunner(self._pipeline, self._loop(max_attempts, budget_seconds),
                                  self.recorded_results, self.fence).run(list(operations), idempotency)
 
     # ------------------------------------------------------------ idempotency
@@ -449,13 +344,10 @@ class DeviceStateManager:
 
     # ------------------------------------------------------------ internals
 
-    def planner(self) -> Planner:
-        """Plans writes now, under this manager's lease fence."""
-        return self.pipeline.planner(self.fence)
 
     def _loop(self, max_attempts: int | None = None, budget_seconds: float | None = None) -> RetryLoop:
         return RetryLoop(max_attempts or self.max_attempts,
-                         self.budget_seconds if budget_seconds is None else budget_seconds, self.runtime)
+                         self.budget_seconds if budget_seconds is None else budget_seconds, self._runtime)
 
     def _write(self, device_id: str, plan: Callable[[Planner, dict | None], Planned],
                idempotency: IdempotencyKey | None, *, max_attempts: int | None = None,
@@ -471,17 +363,5 @@ def _desire_options(section: str, desire: DesireOptions | None) -> DesireOptions
     return desire or None
 
 
-def _scan_size(need: int, read: int, found: int) -> int:
-    """How many items a listing page's next Scan call reads: ``need`` devices at the rate the
-    page's earlier calls found them (``found`` in ``read`` items), growing while they found none."""
-    if not read:
-        return need
-    wanted = read * SCAN_GROWTH if not found else max(need, -(-need * read // found))
-    return min(wanted, MAX_SCAN_ITEMS_PER_CALL)
 
 
-def _listing_key(position) -> dict:
-    """The scan's start key a plain listing's cursor holds (its seal vouches for it)."""
-    if not (isinstance(position, list) and len(position) == 2 and all(isinstance(part, str) for part in position)):
-        raise InvalidCursor(CURSOR_REFUSED)
-    return {table.PARTITION_KEY: {"S": position[0]}, table.SORT_KEY: {"S": position[1]}}

@@ -12,11 +12,57 @@ from __future__ import annotations
 
 import time
 
+# The state item's names, for callers of the table (scripts, tests, the stack): declared in item/schema.py.
+from .item.schema import (  # noqa: F401
+    BOOKKEEPING_ATTRIBUTES,
+    CHANGED_ATTRIBUTES,
+    CHANGED_DESIRED,
+    CHANGED_REPORTED,
+    CLEAR_PENDING,
+    CONNECTED_SINCE,
+    CONNECTIONS,
+    CONNECTIVITY_ATTRIBUTES,
+    CONTENDED_UNTIL,
+    CONTENTION_MARKS,
+    CREATED_AT,
+    DELETED_AT,
+    DELETED_WITH_THE_DEVICE,
+    DESIRED,
+    GONE_ON_CREATE,
+    INDEX_ATTRIBUTE_PREFIX,
+    ITEM_BYTES,
+    JOURNAL_PREFIX,
+    JOURNAL_TRIMMED,
+    JOURNAL_TRIMMED_STAMPS,
+    JOURNAL_VIEW,
+    LAST_SEEN,
+    LAST_WRITE,
+    LEASE_ATTRIBUTES,
+    LEASE_KEY,
+    LEASE_TOKEN,
+    LEASE_UNTIL,
+    META_ATTRIBUTES,
+    META_DESIRED,
+    META_REPORTED,
+    PARTITION_KEY,
+    RACED_UNTIL,
+    REPORTED,
+    SECTION_ATTRIBUTES,
+    SECTIONS,
+    SHARD_ATTRIBUTE,
+    SORT_KEY,
+    STATE,
+    STATE_SK,
+    STATUS_DESIRED,
+    TTL_ATTRIBUTE,
+    UPDATED_AT,
+    VERSION,
+    is_expired,
+    is_live_state,
+    state_key,
+)
+
 DEFAULT_TABLE_NAME = "devices"
-PARTITION_KEY = "deviceId"
-SORT_KEY = "sk"
-STATE_SK = "state"
-TTL_ATTRIBUTE = "expiresAt"
 STREAM_VIEW_TYPE = "NEW_AND_OLD_IMAGES"  # the change feed's processor diffs old and new images
 
 KEY_SCHEMA = (
@@ -29,21 +75,10 @@ ATTRIBUTE_DEFINITIONS = (
 )
 
 
-def state_key(device_id: str) -> dict:
-    return {PARTITION_KEY: {"S": device_id}, SORT_KEY: {"S": STATE_SK}}
 
 
-def is_live_state(item: dict | None, now_epoch: float) -> bool:
-    """True for a device's live state item: it has a version, is no tombstone, and has
-    not expired (tombstones and settle stubs read as absent everywhere)."""
-    return (item is not None and VERSION in item and DELETED_AT not in item
-            and not is_expired(item, now_epoch))
 
 
-def is_expired(item: dict, now_epoch: float) -> bool:
-    """True when a raw (low-level) item carries an ``expiresAt`` that has passed."""
-    expires = item.get(TTL_ATTRIBUTE)
-    return expires is not None and "N" in expires and float(expires["N"]) <= now_epoch
 
 
 def create_table(client, table_name: str, fleet_index=None) -> None:
@@ -107,51 +142,9 @@ def _wait_for_index(client, table_name: str, index_name: str) -> None:
         time.sleep(0.5)
     raise TimeoutError(f"index {index_name} of {table_name} did not become active")
 
-# Attributes of a device's state item.
-VERSION = "version"
-STATE = "state"
-CREATED_AT = "createdAt"
-UPDATED_AT = "updatedAt"
-DELETED_AT = "deletedAt"  # set on a tombstone: the device was deleted at this time
-DESIRED = "desired"  # what apps want the device to be
-REPORTED = "reported"  # what the device says it is
-META_DESIRED = "metaDesired"  # per-leaf metadata of desired and reported (see sections.py)
-META_REPORTED = "metaReported"
-# Per desired leaf: the device's acknowledgement, the desire's expiry, clear on confirm (desires.py).
-STATUS_DESIRED = "statusDesired"
-CLEAR_PENDING = "clearPending"  # set while a desire is to be cleared by its confirming report
-CHANGED_DESIRED = "changedDesired"  # the version of the last write to desired (what a delta waiter waits for)
-CHANGED_REPORTED = "changedReported"
-LAST_WRITE = "lastWrite"  # what the write that made this version did: created, replaced, updated, deleted
-# The device's connectivity, beside its versioned sections (connectivity.py).
-CONNECTIONS = "connections"  # a string set: one member per open WebSocket connection
-CONNECTED_SINCE = "connectedSince"  # ms
-LAST_SEEN = "lastSeen"  # ms
-# Epoch ms, set by read-modify-writes that won after racing others long: the first such
-# winner leaves racedUntil, a second one before then contendedUntil; read-modify-writes that
-# start before contendedUntil hold back so that those racing go first (contention.py).
-RACED_UNTIL = "racedUntil"
-CONTENDED_UNTIL = "contendedUntil"
-# An upper estimate of the item's size: set by every read-modify-write, raised by each
-# compiled patch by the most it can add. A compiled patch (which reads nothing) applies
-# only while it leaves room; otherwise read-modify-write checks the size exactly.
-ITEM_BYTES = "itemBytes"
-
-# The write journal: one attribute per recent write, named by its write id and holding
-# the version that write produced (0: settled as never applied). See journal.py.
-JOURNAL_PREFIX = "w:"
-JOURNAL_TRIMMED = "journalTrimmed"  # the newest write-id stamp (ms) trimmed by a write that read the item
-# Number set: the newest stamps compiled patches dropped; its highest is their watermark.
-JOURNAL_TRIMMED_STAMPS = "journalTrimmedStamps"
-
-# The active lease holder, recorded on the state item so every write can be fenced.
-LEASE_TOKEN = "leaseToken"  # the holder's fencing token (its ticket): ordering, never a credential
-LEASE_KEY = "leaseKey"  # a digest of the holder's secret lease token: what a write must present
-LEASE_UNTIL = "leaseUntil"  # epoch seconds (to the millisecond) when the holder's lease ends
-
-# Sort-key prefix of idempotency records (see idempotency.py).
+# Sort-key prefix of idempotency records (see write/keyed.py).
 IDEMPOTENCY_SK_PREFIX = "idem#"
 IDEMPOTENCY_PART_SK_PREFIX = "idem-part#"  # further parts of a long recorded answer
-# Lease queue rows and the ticket counter (see leases.py).
+# Lease queue rows and the ticket counter (see leases/queue.py).
 LEASE_SK_PREFIX = "lease#"
 LEASE_COUNTER_SK = "lease-counter"

@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from functions.device_state import table
-from functions.device_state.expressions import Expression, number
-from functions.device_state.store import IDEMPOTENT, ONCE, Ambiguous, Rejected, Store
+from functions.device_state import AnswerLost, ConditionNotMet, table
+from functions.device_state.write.expressions import Expression, number
+from functions.device_state.write.store import IDEMPOTENT, ONCE, Store
 
 SUBSCRIPTION_SK_PREFIX = "subscription#"
 CONNECTION_PK_PREFIX = "connection#"
@@ -84,7 +84,7 @@ class Subscriptions:
                 "update_item", IDEMPOTENT, Key=_connection_key(connection_id),
                 UpdateExpression=f"ADD {devices} {expr.value({'SS': [device_id]})}", ConditionExpression=condition,
                 **expr.attributes(), ReturnValuesOnConditionCheckFailure="ALL_OLD", ReturnValues="ALL_NEW")
-        except Rejected as refused:
+        except ConditionNotMet as refused:
             if refused.item is None:
                 raise UnknownConnection(connection_id) from None
             raise TooManySubscriptions(f"a connection follows at most {MAX_SUBSCRIPTIONS} devices") from None
@@ -105,7 +105,7 @@ class Subscriptions:
             self.store.send("update_item", IDEMPOTENT, Key=_connection_key(connection_id),
                             UpdateExpression=f"DELETE {expr.name(DEVICES)} {expr.value({'SS': [device_id]})}",
                             ConditionExpression=f"attribute_exists({expr.name(table.SORT_KEY)})", **expr.attributes())
-        except Rejected:
+        except ConditionNotMet:
             pass  # the connection is gone already
         return "Attributes" in answer
 
@@ -150,7 +150,7 @@ class Subscriptions:
                             ConditionExpression=f"{delivered} = {expr.number(subscription.delivered)}",
                             **expr.attributes())
             return True
-        except (Rejected, Ambiguous):  # moved by another sender, or unknown: read it again
+        except (ConditionNotMet, AnswerLost):  # moved by another sender, or unknown: read it again
             return False
 
 

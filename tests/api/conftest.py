@@ -11,7 +11,7 @@ from functions.api import handler as handler_module
 from functions.config import api_config as load_config
 from functions.auth.credentials import load_auth_config
 from functions.device_state.client import dynamodb_client
-from functions.device_state.values import dumps, loads
+from functions.device_state.model.values import dumps, loads
 from localdev.apigw import LambdaContext, make_event
 from tests.auth import with_credentials
 

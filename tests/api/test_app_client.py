@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import connect
 
 from functions.device_state import table
-from functions.device_state.change_items import change_sk
+from functions.device_state.feed.items import change_sk
 from functions.device_state.client import dynamodb_client
 from tests.api.test_device_client import (FAST_BACKOFF, FOLLOW_SECONDS, AnswerDroppingProxy, CuttableProxy,
                                           package_readme_block, server)  # noqa: F401 - the module's server

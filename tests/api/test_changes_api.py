@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 from functions.changes.events import DETAIL_TYPE
-from functions.device_state.change_items import SNAPSHOT_EVERY, change_sk
-from functions.device_state.changes import ChangeLog
+from functions.device_state.feed.items import SNAPSHOT_EVERY, change_sk
+from functions.device_state.feed.log import ChangeLog
 from functions.device_state.table import state_key
 from tests.api.test_http import launch
 

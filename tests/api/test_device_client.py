@@ -27,9 +27,9 @@ from websockets.sync.server import serve
 
 from functions.auth.credentials import LEEWAY_SECONDS
 from functions.device_state import table
-from functions.device_state.change_items import change_sk
+from functions.device_state.feed.items import change_sk
 from functions.device_state.client import dynamodb_client
-from functions.device_state.connectivity import MAX_CONNECTIONS
+from functions.device_state.model.connectivity import MAX_CONNECTIONS
 from localdev.dynamodb_local import free_port
 from localdev.tls import LocalCA
 from tests.api.test_http import launch

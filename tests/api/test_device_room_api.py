@@ -14,8 +14,8 @@ import pytest
 
 from functions.device_state import table
 from functions.device_state.client import dynamodb_client
-from functions.device_state.planning import MAX_STATE_ITEM_BYTES
-from functions.device_state.values import from_attribute
+from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
+from functions.device_state.model.values import from_attribute
 from tests.api.test_http import launch
 from tests.auth import bearer
 

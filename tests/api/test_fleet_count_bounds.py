@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from functions.device_state import DeviceStateManager, FleetIndex, dynamodb_client
-from functions.device_state.fleet_query import MAX_COUNT_ITEMS, MAX_LIMIT
+from functions.device_state.fleet.query import MAX_COUNT_ITEMS, MAX_LIMIT
 from tests.api.test_http import launch
 
 pytestmark = pytest.mark.dynamodb_local

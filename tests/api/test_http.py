@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from functions.api.openapi import OPENAPI
-from functions.device_state.values import dumps
+from functions.device_state.model.values import dumps
 from localdev.dynamodb_local import free_port
 from tests.auth import with_credentials
 

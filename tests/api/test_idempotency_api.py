@@ -113,7 +113,7 @@ def test_a_crash_after_the_write_is_answered_by_a_replay(api, device, monkeypatc
     monkeypatch.setattr(devices, "write_response", crash_once)
     from functions.api.handler import lambda_handler
     from localdev.apigw import LambdaContext, make_event
-    from functions.device_state.values import dumps
+    from functions.device_state.model.values import dumps
 
     event = make_event("PATCH", "/devices/c", with_credentials({"Content-Type": JSON_PATCH, "Idempotency-Key": "k1"}), dumps(PLUS_ONE))
     assert lambda_handler(event, LambdaContext())["statusCode"] == 500

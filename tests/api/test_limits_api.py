@@ -14,11 +14,11 @@ import pytest
 
 from functions.changes.events import LogPublisher
 from functions.changes.handler import process
-from functions.device_state.changes import ChangeLog
+from functions.device_state.feed.log import ChangeLog
 from localdev.stream import StreamPoller
 
-from functions.device_state.values import MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS
-from functions.device_state.planning import MAX_STATE_ITEM_BYTES
+from functions.device_state.model.values import MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS
+from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
 
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -298,8 +298,8 @@ def test_the_openapi_document_states_every_limit(api):
 def largest_accepted_blob() -> int:
     """The longest string ``{"blob": ...}`` a create is planned with (the planner is pure)."""
     from functions.device_state.errors import ItemTooLarge
-    from functions.device_state.fencing import Fence
-    from functions.device_state.planning import Planner
+    from functions.device_state.item.fencing import Fence
+    from functions.device_state.write.planner import Planner
 
     low, high = 1, MAX_STATE_ITEM_BYTES
     while low < high:
@@ -338,7 +338,7 @@ def slashes_document(levels: int) -> dict:
 
 @pytest.mark.parametrize("section", ["desired", "reported"])
 def test_a_leaf_whose_pointer_cannot_key_its_metadata_is_400_at_once_and_nothing_changes(api, section):
-    from functions.device_state.sections import MAX_POINTER_BYTES
+    from functions.device_state.model.sections import MAX_POINTER_BYTES
 
     create(api, {"n": 1})
     deep = slashes_document(25)  # a ~51 KB pointer: DynamoDB Local fails such a map key (InternalFailure)
@@ -380,7 +380,7 @@ def test_an_object_added_at_a_member_counts_its_leaves_full_pointers_on_every_pa
 
 
 def test_reported_leaves_fit_exactly_as_the_stated_metadata_cost_says(api):
-    from functions.device_state.sections import METADATA_ENTRY_BYTES
+    from functions.device_state.model.sections import METADATA_ENTRY_BYTES
 
     def document(leaves):  # one-level leaves: "/k00000" pointers, each value a 1-digit number
         return {f"k{index:05d}": 1 for index in range(leaves)}

@@ -9,7 +9,7 @@ import pytest
 
 from functions.config import ApiConfig as Config, ConfigError
 from functions.api.openapi import OPENAPI
-from functions.device_state.values import dumps
+from functions.device_state.model.values import dumps
 from functions.device_state import DeviceStateManager
 from functions.device_state import metrics as names
 
@@ -57,9 +57,9 @@ def test_metric_names_are_the_library_constants(api, monkeypatch, capsys):
 
 
 def test_openapi_paths_are_exactly_the_routes():
-    from functions.api.common import ROUTES
+    from functions.api.common import REGISTERED
 
-    routes = set(ROUTES)
+    routes = set(REGISTERED)
     documented = {
         (method.upper(), path.replace("{deviceId}", "<device_id>").replace("{leaseId}", "<lease_id>")
          .replace("{version}", "<version>"))
@@ -77,27 +77,27 @@ def test_the_document_is_valid_openapi():
 
 
 def test_the_documents_limits_are_the_services_constants():
-    from functions.api import leases, request_parsing
-    from functions.device_state.idempotency import KEY_PATTERN
-    from functions.device_state.leases import MAX_TTL_SECONDS
+    from functions.api import routes
+    from functions.device_state.write.keyed import KEY_PATTERN
+    from functions.device_state.leases.queue import MAX_TTL_SECONDS
     from functions.device_state import MAX_FILTER_CHARS, MAX_QUERY_LIMIT
-    from functions.device_state.manager import MAX_LIST_LIMIT
-    from functions.device_state.transactions import MAX_OPERATIONS
-    from functions.device_state.values import DEVICE_ID_PATTERN
+    from functions.device_state import MAX_LIST_LIMIT
+    from functions.device_state import MAX_OPERATIONS
+    from functions.device_state.model.values import DEVICE_ID_PATTERN
 
     paths, schemas = OPENAPI["paths"], OPENAPI["components"]["schemas"]
     device_id = paths["/devices/{deviceId}"]["parameters"][0]["schema"]["pattern"]
     assert device_id == f"^{DEVICE_ID_PATTERN.pattern}$"
     limit, cursor, filter_, *_ = paths["/devices"]["get"]["parameters"]  # then sort, include
     assert limit["schema"]["maximum"] == MAX_LIST_LIMIT == MAX_QUERY_LIMIT
-    assert cursor["schema"]["pattern"] == request_parsing.LISTING_CURSOR_PATTERN
+    assert cursor["schema"]["pattern"] == routes.LISTING_CURSOR_PATTERN
     assert filter_["schema"]["maxLength"] == MAX_FILTER_CHARS
     assert paths["/devices/count"]["get"]["parameters"][0]["schema"]["maxLength"] == MAX_FILTER_CHARS
     assert schemas["Transaction"]["properties"]["operations"]["maxItems"] == MAX_OPERATIONS
     lease_body = paths["/devices/{deviceId}/leases"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert lease_body["properties"]["ttlSeconds"]["maximum"] == MAX_TTL_SECONDS
-    assert lease_body["properties"]["waitSeconds"]["maximum"] == leases.MAX_LEASE_WAIT_SECONDS
-    assert lease_body["properties"]["owner"]["maxLength"] == leases.MAX_OWNER_LENGTH
+    assert lease_body["properties"]["waitSeconds"]["maximum"] == routes.MAX_LEASE_WAIT_SECONDS
+    assert lease_body["properties"]["owner"]["maxLength"] == routes.MAX_OWNER_LENGTH
     key = next(p for p in paths["/devices"]["post"]["parameters"] if p["name"] == "Idempotency-Key")
     assert key["schema"]["pattern"] == f"^{KEY_PATTERN.pattern}$"
 

@@ -15,8 +15,8 @@ from websockets.sync.client import connect
 
 from functions.auth.credentials import LEEWAY_SECONDS
 from functions.device_state import table
-from functions.device_state.change_items import change_sk
-from functions.device_state.connectivity import MAX_CONNECTIONS
+from functions.device_state.feed.items import change_sk
+from functions.device_state.model.connectivity import MAX_CONNECTIONS
 from functions.device_state.client import dynamodb_client
 from functions.push.subscriptions import CONNECTION_PK_PREFIX, MAX_SUBSCRIPTIONS, SUBSCRIPTION_SK_PREFIX
 from tests.api.test_http import launch

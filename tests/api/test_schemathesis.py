@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from schemathesis import checks
 
 from functions.api.openapi import OPENAPI
-from functions.device_state.values import dumps
+from functions.device_state.model.values import dumps
 from tests.api.test_http import server  # noqa: F401  (the real server, module scoped)
 from tests.auth import bearer
 

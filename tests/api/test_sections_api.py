@@ -234,8 +234,8 @@ def test_a_section_route_allows_only_its_methods(api):
 
 
 def test_the_feed_filters_by_section_and_next_since_moves_past_what_it_filtered(api):
-    from functions.device_state.changes import ChangeLog
-    from functions.device_state.store import Store
+    from functions.device_state.feed.log import ChangeLog
+    from functions.device_state.write.store import Store
 
     store, log, previous = Store(api.client, api.table), ChangeLog(api.client, api.table), None
 

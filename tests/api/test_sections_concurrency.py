@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from functions.device_state.sections import delta
+from functions.device_state.model.sections import delta
 from tests.api.test_http import launch
 
 pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency]

@@ -206,7 +206,7 @@ def test_the_reindex_role_may_use_the_table_its_logs_and_invoke_itself_only(flee
 
 
 def test_the_reindex_code_calls_only_the_dynamodb_actions_granted():
-    source = (REPO_ROOT / "functions" / "device_state" / "reindex.py").read_text()
+    source = (REPO_ROOT / "functions" / "device_state" / "fleet" / "reindex.py").read_text()
     called = set(re.findall(r'send\(\s*"([a-z_]+)"', source))
     assert {"scan", "batch_get_item", "put_item", "delete_item"} <= called
     called |= {"get_item", "update_item"}  # store.get (the job's position); the pipeline's update of a device

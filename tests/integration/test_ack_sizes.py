@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from functions.changes.events import MAX_EVENT_BYTES, detail
 from functions.device_state import Ack, ChangeLog, DeviceStateManager, MergePatch, dumps
-from functions.device_state.change_items import change_sk
-from functions.device_state.changes import ChangesExpired
+from functions.device_state.feed.items import change_sk
+from functions.device_state.feed.log import ChangesExpired
 from functions.push.delivery import MAX_MESSAGE_BYTES, change_message
 
 NAME = "\x01" * 1000  # a legal member name: 1,000 bytes of UTF-8

@@ -7,8 +7,8 @@ takes a write that fits."""
 from __future__ import annotations
 
 from functions.device_state import DeviceStateManager, ItemTooLarge, MergePatch
-from functions.device_state.planning import MAX_STATE_ITEM_BYTES
-from functions.device_state.connectivity import MAX_CONNECTIONS
+from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
+from functions.device_state.model.connectivity import MAX_CONNECTIONS
 
 
 def _largest_state(manager, device_id):
@@ -45,7 +45,7 @@ def test_a_full_device_with_a_lease_and_its_most_connections_takes_a_write_that_
         print("answers:", answers)
         item = manager.live_state("lamp")
         sets = {k: v for k, v in item.items() if "SS" in v or "NS" in v}
-        from functions.device_state.values import item_size
+        from functions.device_state.model.values import item_size
         size = item_size({k: v for k, v in item.items() if k not in sets})
         size += sum(len(k.encode()) + sum(len(m.encode()) for m in v.get("SS", [])) +
                     sum(len(m) // 2 + 2 for m in v.get("NS", [])) for k, v in sets.items())
@@ -98,7 +98,7 @@ def test_settle_marks_fit_on_a_full_device_with_a_lease_and_its_most_connections
                     answers.append(f"{type(error).__name__}: {error}"[:160])
         item = rig.other.live_state("lamp")
         sets = {k: v for k, v in item.items() if "SS" in v or "NS" in v}
-        from functions.device_state.values import item_size
+        from functions.device_state.model.values import item_size
         size = item_size({k: v for k, v in item.items() if k not in sets})
         size += sum(len(k.encode()) + sum(len(m.encode()) for m in v.get("SS", [])) +
                     sum(len(m) // 2 + 2 for m in v.get("NS", [])) for k, v in sets.items())

@@ -13,9 +13,9 @@ from bench.costs import reference_device
 from functions.changes.events import detail
 from functions.changes.handler import handle
 from functions.device_state import Ack, DesireOptions, DeviceStateManager, JsonPatch, MergePatch, table
-from functions.device_state.change_items import SNAPSHOT_EVERY, change_of, change_sk
-from functions.device_state.changes import ChangeLog, VersionNotFound
-from functions.device_state.values import item_size
+from functions.device_state.feed.items import SNAPSHOT_EVERY, change_of, change_sk
+from functions.device_state.feed.log import ChangeLog, VersionNotFound
+from functions.device_state.model.values import item_size
 from functions.push.delivery import Delivery
 from functions.push.subscriptions import Subscriptions
 from tests.helpers import RecordingClient

@@ -15,7 +15,7 @@ import pytest
 from functions.changes.events import LogPublisher
 from functions.changes.handler import process
 from functions.device_state import DeviceNotFound, DeviceStateManager, IdempotencyKey, JsonPatch, MergePatch
-from functions.device_state.changes import (CHANGE_SK_PREFIX, ChangeLog, ChangesExpired, InvalidSince,
+from functions.device_state.feed.log import (CHANGE_SK_PREFIX, ChangeLog, ChangesExpired, InvalidSince,
                                             VersionNotFound, change_of)
 from localdev.stream import StreamPoller
 from tests.helpers import run_writers

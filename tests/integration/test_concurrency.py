@@ -11,7 +11,7 @@ import pytest
 
 from functions.device_state import DeviceStateManager, RetriesExhausted, UpdateObserver
 from functions.device_state import table
-from functions.device_state.values import from_attribute, to_attribute
+from functions.device_state.model.values import from_attribute, to_attribute
 
 pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency]
 

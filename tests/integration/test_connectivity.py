@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from functions.device_state import MergePatch, TooManyConnections
-from functions.device_state.connectivity import MAX_CONNECTIONS
+from functions.device_state.model.connectivity import MAX_CONNECTIONS
+from functions.device_state.write.store import Store
 
 
 def shown(manager, device_id, clock):
@@ -141,7 +142,7 @@ def test_connectivity_events_follow_connectedsince_and_a_delete_of_a_connected_d
     assert connectivity_event(online, manager.live_state("lamp")) is None  # connected already
     before_delete = manager.live_state("lamp")
     manager.delete("lamp")
-    deleted = manager.live_state("lamp") or manager.store.get_state("lamp")
+    deleted = manager.live_state("lamp") or Store(manager.client, manager.table_name).get_state("lamp")
     kind, detail = connectivity_event(before_delete, deleted)
     assert (kind, detail["connected"]) == ("device.disconnected", False) and detail["at"]
     assert connectivity_event(None, deleted) is None  # never connected in this record's view

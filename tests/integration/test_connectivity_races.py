@@ -103,7 +103,7 @@ def test_the_push_handler_closes_the_connection_it_recorded_across_a_second_boun
             self.now += 0.6
             return self.now
 
-    subscriptions = Subscriptions(manager.pipeline.store.client, manager.pipeline.store.table_name, clock=Ticking())
+    subscriptions = Subscriptions(manager.client, manager.table_name, clock=Ticking())
     monkeypatch.setattr(handler, "services", lambda: (subscriptions, None))
     monkeypatch.setattr(handler, "devices", lambda: manager)
     principal = Principal.device("cert-lamp")  # a client certificate: no expiry

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from functions.device_state import DeviceAlreadyExists, DeviceStateManager, JsonPatch, UpdateObserver, table
-from functions.device_state.contention import (CLEAR_BELOW_SECONDS, HOLD_HIGH, HOLD_LOW, HOLD_SHARE_OF_BUDGET,
+from functions.device_state.item.contention import (CLEAR_BELOW_SECONDS, HOLD_HIGH, HOLD_LOW, HOLD_SHARE_OF_BUDGET,
                                                HORIZON_SECONDS, MARK_AFTER_SECONDS)
 
 BUDGET = 5.0

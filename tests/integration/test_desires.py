@@ -8,7 +8,7 @@ import pytest
 
 from functions.device_state import (Ack, DesireMoved, DesireOptions, InvalidValue, JsonPatch,
                                     MergePatch)
-from functions.device_state.change_items import acks_between
+from functions.device_state.feed.items import acks_between
 
 
 def desired_meta(device, now=None) -> dict:

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from functions.device_state import DeviceStateManager, InvalidValue, JsonPatch, MergePatch
-from functions.device_state.values import loads
+from functions.device_state.model.values import loads
 
 
 def increment(value, **bounds):

@@ -23,9 +23,9 @@ from functions.device_state import (
     VersionConflict,
 )
 from functions.device_state.client import dynamodb_client
-from functions.device_state.contention import MARK_AFTER_SECONDS
+from functions.device_state.item.contention import MARK_AFTER_SECONDS
 from functions.device_state import table
-from functions.device_state.journal import JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX, journal, trimmed_stamp
+from functions.device_state.item.journal import JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX, journal, trimmed_stamp
 from localdev.faults import Forwarder
 
 pytestmark = pytest.mark.dynamodb_local
@@ -383,12 +383,12 @@ class NaiveWriter:
 
 
 def rig_state(item):
-    from functions.device_state.values import from_attribute
+    from functions.device_state.model.values import from_attribute
     return from_attribute(item["state"])
 
 
 def to_attr(value):
-    from functions.device_state.values import to_attribute
+    from functions.device_state.model.values import to_attribute
     return to_attribute(value)
 
 

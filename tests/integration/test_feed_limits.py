@@ -14,9 +14,9 @@ import pytest
 from functions.changes.events import LogPublisher
 from functions.changes.handler import MAX_RETRY_ATTEMPTS, process
 from functions.device_state import DeviceStateManager, MergePatch
-from functions.device_state.change_items import change_of
-from functions.device_state.changes import GIVEN_UP_SECONDS, ChangeLog, ChangesExpired, VersionNotFound
-from functions.device_state.sections import pack
+from functions.device_state.feed.items import change_of
+from functions.device_state.feed.log import GIVEN_UP_SECONDS, ChangeLog, ChangesExpired, VersionNotFound
+from functions.device_state.model.sections import pack
 from localdev.stream import StreamPoller, typed
 
 pytestmark = pytest.mark.dynamodb_local

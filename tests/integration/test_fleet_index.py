@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import time
+
 import pytest
 
 from functions.device_state import (DeviceStateManager, FleetIndex, IndexBuilding, JsonPatch, MergePatch,
                                     Operation, table)
 from functions.device_state.client import dynamodb_client
-from functions.device_state.fleet_index import index_attributes_of
-from functions.device_state.reindex import mark_ready
+from functions.device_state.item.schema import is_index_attribute
+from functions.device_state.fleet.reindex import mark_ready
+from functions.device_state.write.store import Store
 from localdev.faults import Forwarder
 
 from tests.conftest import new_table_name
@@ -33,7 +36,7 @@ def stored(client, name, device_id) -> dict:
 
 
 def index_of(item: dict) -> dict:
-    return {name: value for name, value in item.items() if name in index_attributes_of(item)}
+    return {name: value for name, value in item.items() if is_index_attribute(name)}
 
 
 def expected_index(manager, device_id) -> dict:
@@ -49,7 +52,7 @@ def fleet_table(dynamodb_local, local_table):
     name += "-fleet"  # a table made with its indexes: quicker than adding five to the fixture's one by one
     table.create_table(client, name, FLEET)
     manager = DeviceStateManager(client, name, fleet_index=FLEET)
-    mark_ready(manager.store, FLEET.fields)
+    mark_ready(Store(manager.client, manager.table_name), FLEET.fields)
     yield client, name, manager
     client.delete_table(TableName=name)
 
@@ -186,7 +189,7 @@ def test_a_count_waits_for_every_declared_field_it_names(indexed_table):
     client, name = indexed_table(declared)
     DeviceStateManager(client, name).create("w1", {}, sections={"reported": {"battery": 1, "online": True}})
     manager = DeviceStateManager(client, name, fleet_index=declared)
-    mark_ready(manager.store, declared.fields[:1])  # online ready, battery still building
+    mark_ready(Store(manager.client, manager.table_name), declared.fields[:1])  # online ready, battery still building
     for text in ("and(eq(reported/online,true),gt(reported/battery,0))",
                  "and(eq(reported/online,true),not(eq(reported/battery,5)))"):
         with pytest.raises(IndexBuilding) as waiting:
@@ -272,17 +275,17 @@ def test_a_count_reads_a_bounded_number_of_index_entries_and_items_and_is_refuse
     may is refused before it reads one, and one that would read more index entries than it may
     is refused once it has (never reading on); within the bounds the same counts are answered."""
     from functions.device_state import FilterTooBroad
-    from functions.device_state.fleet_query import INDEX_PAGE, FleetQuery
+    from functions.device_state.fleet.cursors import CursorSeal
+    from functions.device_state.fleet.query import INDEX_PAGE, FleetQuery
     from tests.helpers import RecordingClient
 
     client, name, manager = fleet_table
     for number in range(12):
         manager.create(f"n{number:02d}", {"site": "s", **({"x": number} if number % 2 else {})})
     spy = RecordingClient(client)
-    counting = DeviceStateManager(spy, name, fleet_index=FLEET)
 
     def fleet(**bounds) -> FleetQuery:
-        return FleetQuery(counting.store, FLEET, counting.clock, counting.cursors, **bounds)
+        return FleetQuery(Store(spy, name), FLEET, time.time, CursorSeal(None), **bounds)
 
     judged = 'and(eq(state/site,"s"),exists(state/x))'
     with pytest.raises(FilterTooBroad) as refused:

@@ -21,7 +21,7 @@ from functions.device_state import (
     VersionConflict,
 )
 from functions.device_state import Operation
-from functions.device_state.idempotency import RECORD_TTL_SECONDS
+from functions.device_state.write.keyed import RECORD_TTL_SECONDS
 from tests.helpers import RecordingClient
 
 PLUS_ONE = JsonPatch([{"op": "increment", "path": "/n", "value": 1}])

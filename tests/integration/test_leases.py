@@ -23,7 +23,7 @@ from functions.device_state import (
     UpdateObserver,
 )
 from functions.device_state import table
-from functions.device_state.leases import LeaseQueue
+from functions.device_state.leases.queue import LeaseQueue
 
 
 class LeaseEvents(UpdateObserver):

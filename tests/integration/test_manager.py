@@ -22,7 +22,9 @@ from functions.device_state import (
     VersionConflict,
 )
 from functions.device_state import table
-from functions.device_state.planning import BOOKKEEPING_BYTES
+from functions.device_state.item.fencing import Fence
+from functions.device_state.item.room import BOOKKEEPING_BYTES
+from functions.device_state.write.planner import Planner
 from tests.helpers import RecordingClient
 
 
@@ -380,7 +382,7 @@ def test_largest_item_under_the_limit_is_stored_and_still_leased_and_written(loc
     while high - low > 1:  # the largest state a write accepts, to the byte
         middle = (low + high) // 2
         try:
-            manager.planner().create("big", {"blob": "x" * middle}, None)
+            Planner(manager.table_name, Fence(), time.time()).create("big", {"blob": "x" * middle}, None)
             low = middle
         except ItemTooLarge:
             high = middle
@@ -504,7 +506,7 @@ def test_a_walk_reads_past_what_is_no_device_takes_every_cursor_back_and_ends(en
 
 def test_a_listing_page_reads_a_bounded_number_of_items(engine):
     """At most MAX_SCAN_CALLS_PER_PAGE Scan calls, each of at most MAX_SCAN_ITEMS_PER_CALL items."""
-    from functions.device_state.manager import MAX_SCAN_CALLS_PER_PAGE, MAX_SCAN_ITEMS_PER_CALL
+    from functions.device_state.fleet.listing import MAX_SCAN_CALLS_PER_PAGE, MAX_SCAN_ITEMS_PER_CALL
 
     client, name = engine
     spy = RecordingClient(client)

@@ -10,7 +10,7 @@ import pytest
 from botocore.config import Config
 
 from functions.device_state import Ack, DesireOptions, IdempotencyKey, JsonPatch, MergePatch, table
-from functions.device_state.planning import MAX_STATE_ITEM_BYTES
+from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
 from tests.integration.test_faults import Rig
 
 pytestmark = pytest.mark.dynamodb_local

@@ -11,8 +11,8 @@ import jsonpatch
 import pytest
 
 from functions.device_state import JsonPatch, MergePatch
-from functions.device_state.change_items import change_of
-from functions.device_state.sections import delta
+from functions.device_state.feed.items import change_of
+from functions.device_state.model.sections import delta
 from tests.helpers import run_writers
 from tests.integration.test_changes import feed, follow  # noqa: F401  (the poller fixture)
 
@@ -76,7 +76,7 @@ def test_history_keeps_every_section_its_metadata_and_delta(feed):  # noqa: F811
 
 
 def test_a_write_that_sets_a_section_to_what_it_was_still_names_it():
-    from functions.device_state.values import to_attribute
+    from functions.device_state.model.values import to_attribute
 
     def image(version, reported, changed_reported):
         return {"deviceId": {"S": "d"}, "sk": {"S": "state"}, "version": {"N": str(version)},

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from functions.device_state import DeviceStateManager, ItemTooLarge, JsonPatch, MergePatch, PatchTestFailed
-from functions.device_state.idempotency import IdempotencyKey
+from functions.device_state.write.keyed import IdempotencyKey
 from tests.helpers import RecordingClient
 
 

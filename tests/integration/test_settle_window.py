@@ -12,7 +12,7 @@ import pytest
 from functions.device_state import DeviceStateManager, JsonPatch, MergePatch
 from functions import config
 from functions.device_state.client import READ_TIMEOUT_SECONDS, dynamodb_client
-from functions.device_state.journal import JOURNAL_KEEP_SECONDS
+from functions.device_state.item.journal import JOURNAL_KEEP_SECONDS
 from localdev.faults import Forwarder
 
 pytestmark = pytest.mark.dynamodb_local

@@ -10,8 +10,8 @@ from moto import mock_aws
 
 from functions.changes.events import (DETAIL_TYPE, MAX_EVENT_BYTES, SOURCE, EventBridgePublisher, PublishFailed,
                                       detail)
-from functions.device_state.change_items import Change
-from functions.device_state.values import loads
+from functions.device_state.feed.items import Change
+from functions.device_state.model.values import loads
 
 
 def change(state, version=2):

@@ -7,7 +7,8 @@ from decimal import Decimal
 from boto3.dynamodb.conditions import Attr
 
 from functions.device_state import MergePatch, table
-from functions.device_state.expressions import NAME_PREFIX, VALUE_PREFIX, Expression, live, not_live, number
+from functions.device_state.write.compiled import compile_patch
+from functions.device_state.write.expressions import NAME_PREFIX, VALUE_PREFIX, Expression, live, not_live, number
 
 
 def test_one_attribute_one_placeholder_however_often_it_is_named():
@@ -52,8 +53,8 @@ def test_liveness_names_its_attributes_and_the_instant_through_the_builder():
 
 
 def test_a_compiled_patch_allocates_from_the_builder_its_request_goes_on_with():
-    compiled = MergePatch({"a": {"b": 1}, "version": 2}).compile(section=table.DESIRED, nested=True)
+    compiled = compile_patch(MergePatch({"a": {"b": 1}, "version": 2}), table.DESIRED)
     assert compiled.root == compiled.expression.name(table.DESIRED)
     assert set(compiled.expression.names.values()) == {table.DESIRED, "a", "b", "version"}
     assert compiled.members == ["a", "a", "b", "version"]  # as often as named: its growth counts each
-    assert MergePatch({"n": float("nan")}).compile() is None  # no state holds it: read-modify-write decides
+    assert compile_patch(MergePatch({"n": float("nan")})) is None  # no state holds it: read-modify-write decides

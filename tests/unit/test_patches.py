@@ -5,7 +5,8 @@ from decimal import Decimal
 import pytest
 
 from functions.device_state import InvalidPatch, JsonPatch, MergePatch, PatchNotApplicable, PatchTestFailed
-from functions.device_state.values import loads
+from functions.device_state.write.compiled import compile_patch
+from functions.device_state.model.values import loads
 
 D = Decimal
 
@@ -149,14 +150,28 @@ def test_increment_is_exact_beyond_28_digits_and_clamps_exactly():
 
 def test_a_clamp_guard_that_needs_more_than_38_digits_is_not_compiled():
     top = Decimal("1234567890123456789012345678901234567")
-    assert JsonPatch([{"op": "increment", "path": "/n", "value": Decimal("0.01"), "max": top}]).compile() is None
-    assert JsonPatch([{"op": "increment", "path": "/n", "value": 1, "max": top}]).compile() is not None
+    assert compile_patch(JsonPatch([{"op": "increment", "path": "/n", "value": Decimal("0.01"), "max": top}])) is None
+    assert compile_patch(JsonPatch([{"op": "increment", "path": "/n", "value": 1, "max": top}])) is not None
 
 
-def test_the_patches_declare_the_update_capabilities_and_a_plain_function_declares_none():
-    from functions.device_state.updates import Compilable, Touching
+def test_the_patches_name_their_leaves_and_compile_and_a_plain_function_does_neither():
+    from functions.device_state.model.updates import Touching
 
     for patch in (MergePatch({"a": 1}), JsonPatch([{"op": "add", "path": "/a", "value": 1}])):
-        assert isinstance(patch, Compilable) and isinstance(patch, Touching)
+        assert isinstance(patch, Touching) and compile_patch(patch) is not None
     plain = lambda state: {**state, "a": 1}  # noqa: E731
-    assert not isinstance(plain, Compilable) and not isinstance(plain, Touching)
+    assert not isinstance(plain, Touching) and compile_patch(plain) is None
+
+
+def test_an_update_function_of_its_own_may_compile_itself():
+    from functions.device_state.model.updates import Compilable
+
+    class Own:
+        def __call__(self, state):
+            return {**state, "a": 1}
+
+        def compile(self, section="state", nested=False):
+            return ("compiled", section, nested)
+
+    assert isinstance(Own(), Compilable)
+    assert compile_patch(Own(), "reported") == ("compiled", "reported", True)

@@ -11,7 +11,7 @@ import pytest
 from functions.auth.principals import Principal
 from functions.device_state import TooManyConnections
 from functions.device_state import metrics as names
-from functions.device_state.connectivity import MAX_CONNECTIONS
+from functions.device_state.model.connectivity import MAX_CONNECTIONS
 from functions.push import handler
 from tests.api.test_metrics_and_openapi import emitted_metrics
 

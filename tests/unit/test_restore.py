@@ -16,7 +16,7 @@ import pytest
 
 from functions.device_state import DeviceStateManager, restore
 from functions.device_state.client import dynamodb_client
-from functions.device_state.journal import WriteId
+from functions.device_state.item.journal import WriteId
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -33,7 +33,7 @@ def draws_in_forked_copy(manager: DeviceStateManager, run_hook: bool) -> dict:
             os.close(read)
             if run_hook:
                 restore.after_restore()
-            result = {"jitter": [manager.runtime.backoff.delay(6, manager.runtime.rng) for _ in range(DRAWS)],
+            result = {"jitter": [manager._runtime.backoff.delay(6, manager._runtime.rng) for _ in range(DRAWS)],
                       "write_ids": [WriteId.new(1_800_000_000.0).attribute for _ in range(DRAWS)]}
             os.write(write, json.dumps(result).encode())
         finally:

@@ -9,8 +9,9 @@ from decimal import Decimal
 import pytest
 
 from functions.device_state import FleetIndex, FleetIndexError, InvalidFilter, JsonPatch, MergePatch
-from functions.device_state import rql
-from functions.device_state.fleet_index import MAX_FIELDS, MAX_STRING_BYTES, compiled_attributes
+from functions.device_state.write.compiled import compile_patch
+from functions.device_state.fleet import rql
+from functions.device_state.fleet.index import MAX_FIELDS, MAX_STRING_BYTES, compiled_attributes
 
 FLEET = FleetIndex.parse("reported/firmware:string, reported/battery:number,reported/on:boolean,"
                          "state/a~1b/c~0d:string")
@@ -114,7 +115,7 @@ def test_what_a_compiled_patch_does_to_each_declared_field():
     firmware, battery, on = fields
 
     def effects(patch):
-        return patch.compile("reported", nested=True).effects
+        return compile_patch(patch, "reported").effects
 
     values, operands, removes = compiled_attributes(fields, effects(MergePatch({"firmware": "3", "on": None})))
     assert values == {firmware.attribute: {"S": "=3"}} and operands == {} and removes == [on.attribute]
@@ -132,7 +133,7 @@ def test_what_a_compiled_patch_does_to_each_declared_field():
 
 def test_two_members_set_below_a_field_remove_its_index_attribute_once():
     fields = FleetIndex.parse("reported/a:string").fields
-    effects = MergePatch({"a": {"b": 1, "c": 2}}).compile("reported", nested=True).effects
+    effects = compile_patch(MergePatch({"a": {"b": 1, "c": 2}}), "reported").effects
     assert compiled_attributes(fields, effects) == ({}, {}, [fields[0].attribute])
 
 
@@ -141,10 +142,10 @@ def test_the_longest_cursors_fit_the_form_the_service_takes():
     longest indexed, in 4-byte characters) and the plain listing's longest (a key of DynamoDB's
     largest, 2,048 and 1,024 bytes) stay inside the cursor form the service takes, so no page's
     cursor is refused."""
-    from functions.api.request_parsing import LISTING_CURSOR_PATTERN
-    from functions.device_state.cursors import CursorSeal
-    from functions.device_state.fleet_query import SHARDS, _cursor_body
-    from functions.device_state.values import MAX_DEVICE_ID_CHARS
+    from functions.api.routes import LISTING_CURSOR_PATTERN
+    from functions.device_state.fleet.cursors import CursorSeal
+    from functions.device_state.fleet.query import SHARDS, _cursor_body
+    from functions.device_state.model.values import MAX_DEVICE_ID_CHARS
 
     longest = "\U0001F600" * (MAX_STRING_BYTES // 4)
     assert FleetIndex.parse("state/s:string").fields[0].holds(longest)

@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from functions.device_state import JsonPatch, MergePatch
-from functions.device_state.sections import (ALL, VERSION_SPAN, delta, leaf_entries, leaves, metadata, next_entries,
+from functions.device_state.model.sections import (ALL, VERSION_SPAN, delta, leaf_entries, leaves, metadata, next_entries,
                                              pack, unpack)
 
 D = Decimal
@@ -169,9 +169,9 @@ def test_a_merge_patch_touches_only_what_it_changes_in_the_document(patch, docum
 
 
 def test_a_merge_patch_of_an_empty_object_keeps_the_confirmation():
-    from functions.device_state.fencing import Fence
-    from functions.device_state.values import to_attribute
-    from functions.device_state.planning import Planner
+    from functions.device_state.item.fencing import Fence
+    from functions.device_state.model.values import to_attribute
+    from functions.device_state.write.planner import Planner
 
     stored = {"deviceId": {"S": "d"}, "sk": {"S": "state"}, "version": {"N": "3"}, "state": {"M": {}},
               "createdAt": {"S": "2026-01-01T00:00:00.000Z"}, "updatedAt": {"S": "2026-01-01T00:00:00.000Z"},
@@ -189,7 +189,7 @@ def test_a_merge_patch_of_an_empty_object_keeps_the_confirmation():
 
 def test_a_leaf_pointer_past_the_limit_is_refused_before_anything_is_sent():
     from functions.device_state.errors import InvalidValue
-    from functions.device_state.sections import MAX_POINTER_BYTES
+    from functions.device_state.model.sections import MAX_POINTER_BYTES
 
     def three_names_and(last: str) -> dict:
         return {"a" * 1024: {"b" * 1024: {"c" * 1024: {last: 1}}}}
@@ -214,7 +214,7 @@ def test_the_later_version_wins_whatever_the_writers_clocks_said():
 def test_kept_confirmations_are_the_newest_within_the_count_and_the_bytes():
     """Confirmations of cleared desires (``k``) are history: the newest are kept, at most
     ``MAX_CLEARED_KEPT`` and ``MAX_CLEARED_KEPT_BYTES`` of them; statuses that count always are."""
-    from functions.device_state.desires import CONFIRMATION_BYTES, MAX_CLEARED_KEPT, MAX_CLEARED_KEPT_BYTES, kept
+    from functions.device_state.model.desires import CONFIRMATION_BYTES, MAX_CLEARED_KEPT, MAX_CLEARED_KEPT_BYTES, kept
 
     desired = {"wanted": 1}
     entries = {"desired": {"/wanted": pack(9, 1)}, "status": {

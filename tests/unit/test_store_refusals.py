@@ -9,13 +9,14 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 
 from functions.device_state import table
 from functions.device_state.errors import StorageUnavailable
-from functions.device_state.fencing import Fence
-from functions.device_state.observer import NULL_OBSERVER
-from functions.device_state.pipeline import Refusals, WritePipeline
-from functions.device_state.planning import Planner
-from functions.device_state.retry import Moved
+from functions.device_state.item.fencing import Fence
+from functions.device_state.runtime import NULL_OBSERVER
+from functions.device_state.write.outcomes import Moved, Refusals
+from functions.device_state.write.pipeline import WritePipeline
+from functions.device_state.write.planner import Planner
 from functions.device_state.runtime import Runtime
-from functions.device_state.store import Ambiguous, FailedAnswer, Store
+from functions.device_state import AnswerLost
+from functions.device_state.write.store import FailedAnswer, Store
 
 NOW = 1_800_000_000.0
 ITEM = {**table.state_key("d"), "version": {"N": "3"}, "state": {"M": {}},
@@ -70,7 +71,7 @@ def test_a_lost_answer_settled_as_never_applied_is_tried_again():
 
 
 @pytest.mark.parametrize("lost, outcome", [(FailedAnswer("InternalFailure"), StorageUnavailable),
-                                           (Ambiguous("read timeout"), Moved)])
+                                           (AnswerLost("read timeout"), Moved)])
 def test_settle_classifies_by_the_lost_answer_it_is_given_as_transactions_call_it(lost, outcome):
     client = FailingClient(AssertionError("not sent"))
     client.calls.append({})  # the write itself went elsewhere (a transaction); only the mark is sent here
@@ -97,7 +98,7 @@ def test_a_transaction_cancelled_for_throughput_or_for_no_named_reason_wrote_not
     planner = Planner("devices", Fence(), NOW)
     planned = planner.replace_state(ITEM, lambda state: {"n": 1}, None, "updated")
     with pytest.raises(StorageUnavailable) as unavailable:
-        pipeline_on(CancellingClient(reasons)).send_together(planner, [planned], [{"Put": {}}], "token")
+        pipeline_on(CancellingClient(reasons)).send_together(planner, [planned], {"row": [{"Put": {}}]}, "token")
     assert "nothing was written" in str(unavailable.value)
 
 
@@ -107,8 +108,8 @@ def test_a_refused_condition_in_a_transaction_is_classified_per_item():
     moved = {**ITEM, "version": {"N": "4"}}
     with pytest.raises(Refusals) as refused:
         pipeline_on(CancellingClient([{"Code": "ConditionalCheckFailed", "Item": moved}, {"Code": "None"}])
-                    ).send_together(planner, [planned], [{"Put": {}}], "token")
-    assert isinstance(refused.value.refusals[0], Moved) and refused.value.others_refused == [False]
+                    ).send_together(planner, [planned], {"row": [{"Put": {}}]}, "token")
+    assert isinstance(refused.value.refusal, Moved) and refused.value.refused == frozenset()
     assert not refused.value.conflict
 
 

@@ -5,7 +5,7 @@ from decimal import Decimal
 import pytest
 
 from functions.device_state import InvalidDeviceId, InvalidValue
-from functions.device_state.values import (
+from functions.device_state.model.values import (
     check_number,
     check_state,
     dumps,

@@ -9,12 +9,14 @@ import re
 import pytest
 
 from functions.device_state import DeviceAlreadyExists, JsonPatch
-from functions.device_state import contention, table
-from functions.device_state.device import Device
-from functions.device_state.times import stored_time, time_attribute, timestamp
-from functions.device_state.fencing import Fence, lease_key
-from functions.device_state.journal import JOURNAL_KEEP, JOURNAL_MAX, TRIMMED_STAMPS_KEEP, WriteId, journal, trimmed_stamp
-from functions.device_state.planning import STUB_SECONDS, Planner
+from functions.device_state.write.compiled import compile_patch
+from functions.device_state import table
+from functions.device_state.model.device import Device
+from functions.device_state.model.times import stored_time, time_attribute, timestamp
+from functions.device_state.item.fencing import Fence, lease_key
+from functions.device_state.item.journal import JOURNAL_KEEP, JOURNAL_MAX, TRIMMED_STAMPS_KEEP, WriteId, journal, trimmed_stamp
+from functions.device_state.write.bookkeeping import STUB_SECONDS
+from functions.device_state.write.planner import Planner
 
 NOW = 1_800_000_000.0
 STAMP = repr(timestamp(NOW))
@@ -134,7 +136,7 @@ def test_a_delete_leaves_a_tombstone_with_the_next_version():
 
 
 def test_a_compiled_patch_is_one_update_with_no_version_condition_guarded_by_its_write_id():
-    planned = PLANNER.compiled("d", JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile())
+    planned = PLANNER.compiled("d", compile_patch(JsonPatch([{"op": "increment", "path": "/n", "value": 1}])))
     request = planned.request["Update"]
     write = planned.write.attribute
     assert (f", version = version + 1, updatedAt = {MILLIS}, {write} = version + 1"
@@ -149,7 +151,7 @@ def test_a_compiled_report_takes_a_removed_members_entry_with_it_where_one_entry
     object's leaves lose their member under their entries, and no object is left empty."""
     from functions.device_state import MergePatch
 
-    compiled = MergePatch({"gone": None, "o": {"x": None}, "n": 1}).compile(section="reported", nested=True)
+    compiled = compile_patch(MergePatch({"gone": None, "o": {"x": None}, "n": 1}), "reported")
     request = PLANNER.compiled("d", compiled, None, "reported").request["Update"]
     update, condition = spelled(request, "UpdateExpression"), spelled(request, "ConditionExpression")
     sets, removes = update.split(" REMOVE ")
@@ -197,7 +199,7 @@ def removed_names(request):
         return set()
     clause = request["UpdateExpression"].split(" REMOVE ")[1].split(" ADD ")[0].split(" DELETE ")[0]
     return {request["ExpressionAttributeNames"].get(name, name) for name in clause.split(", ")} - {
-        table.LAST_WRITE, *contention.MARKS}
+        table.LAST_WRITE, *table.CONTENTION_MARKS}
 
 
 def test_a_write_keeps_the_entries_of_the_last_second_up_to_the_maximum():
@@ -215,7 +217,7 @@ def test_a_write_keeps_the_entries_of_the_last_second_up_to_the_maximum():
 def test_a_compiled_patch_drops_what_the_container_last_saw_and_adds_the_newest_dropped_stamp_to_a_set():
     entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 30)]
     seen = item(29, entries, journalTrimmed={"N": "950"}, journalTrimmedStamps={"NS": ["900"]})
-    compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
+    compiled = compile_patch(JsonPatch([{"op": "increment", "path": "/n", "value": 1}]))
     request = PLANNER.compiled("d", compiled, seen).request["Update"]
     assert removed_names(request) == {write.attribute for write, _ in entries[:len(entries) - (JOURNAL_KEEP - 1)]}
     newest_dropped = entries[-JOURNAL_KEEP][0].stamp_ms
@@ -233,7 +235,7 @@ def test_a_compiled_patch_that_sees_many_stamps_prunes_them_and_drops_only_what_
     entries = [(WriteId(1000 + version, f"{version:08x}"), version) for version in range(1, 30)]
     stamps = ["1003", "1010", "1001", "1012"][:TRIMMED_STAMPS_KEEP]
     seen = item(29, entries, journalTrimmedStamps={"NS": stamps})
-    compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
+    compiled = compile_patch(JsonPatch([{"op": "increment", "path": "/n", "value": 1}]))
     request = PLANNER.compiled("d", compiled, seen).request["Update"]
     update = spelled(request, "UpdateExpression")
     assert " ADD " not in update
@@ -263,11 +265,11 @@ def test_a_write_that_read_the_item_folds_the_patches_watermarks_into_its_own():
 def test_a_state_at_the_item_limit_leaves_room_for_its_change_record():
     """The change record (state + its keys and timestamps) of the largest state a write
     accepts always fits DynamoDB's item limit, so the feed can always record it."""
-    from functions.device_state.change_items import change_item_size
-    from functions.device_state.device import Device
+    from functions.device_state.feed.items import change_item_size
+    from functions.device_state.model.device import Device
     from functions.device_state.errors import ItemTooLarge
-    from functions.device_state.values import MAX_ITEM_BYTES, to_attribute
-    from functions.device_state.planning import MAX_STATE_ITEM_BYTES
+    from functions.device_state.model.values import MAX_ITEM_BYTES, to_attribute
+    from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
 
     device_id = "d" * 128  # the longest id: the most key bytes on both items
     accepted, size = None, 1000
@@ -292,9 +294,9 @@ def test_desired_reported_and_their_metadata_count_toward_the_item_size():
     """A state that fits alone is refused when desired or reported (stored beside it and
     copied into the change record) would fill the item."""
     from functions.device_state.errors import ItemTooLarge
-    from functions.device_state.sections import REPORTED, SectionWrite
-    from functions.device_state.values import to_attribute
-    from functions.device_state.planning import MAX_STATE_ITEM_BYTES
+    from functions.device_state.model.sections import REPORTED, SectionWrite
+    from functions.device_state.model.values import to_attribute
+    from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
 
     half = {"blob": "x" * (MAX_STATE_ITEM_BYTES // 2)}
     PLANNER.create("d", half, None)
@@ -314,8 +316,8 @@ def test_every_name_and_value_a_planned_request_declares_is_used():
     items = [item(5), item(29, entries), item(5, journalTrimmed={"N": "950"}, journalTrimmedStamps={"NS": ["900"]}),
              item(5, journalTrimmed={"N": "20"}),
              item(29, entries, journalTrimmedStamps={"NS": ["1", "2", "3", "4"]})]
-    compiled = JsonPatch([{"op": "increment", "path": "/n", "value": 1}]).compile()
-    removal = JsonPatch([{"op": "remove", "path": "/n"}]).compile(section="reported")
+    compiled = compile_patch(JsonPatch([{"op": "increment", "path": "/n", "value": 1}]))
+    removal = compile_patch(JsonPatch([{"op": "remove", "path": "/n"}]), "reported")
     for seen in items:
         for planned in (PLANNER.replace_state(seen, lambda state: state, None, "updated"), PLANNER.delete(seen),
                         PLANNER.compiled("d", compiled, seen), PLANNER.compiled("d", removal, seen, "reported")):
@@ -342,9 +344,9 @@ def test_the_state_item_stores_its_times_as_milliseconds_and_reads_both_forms():
 def test_contention_marks_live_in_the_room_the_state_leaves_and_never_refuse_a_state():
     """A state accepted by a write that raced no one is accepted by one that raced long and
     by one on a marked item: the marks go where the state leaves room, else nowhere."""
-    from functions.device_state.contention import Raced
+    from functions.device_state.item.contention import Raced
     from functions.device_state.errors import ItemTooLarge
-    from functions.device_state.planning import MAX_STATE_ITEM_BYTES
+    from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
 
     long_race = Planner("devices", Fence(), NOW, tombstone_seconds=100, raced=Raced(1.0))
     until = {"N": str(MILLIS + 500)}

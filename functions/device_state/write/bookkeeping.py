@@ -1,0 +1,162 @@
+"""Unversioned requests on a device's state item: what changes its bookkeeping, not its
+documents, so none makes a version or a journal entry, and each is harmless sent twice (its
+condition names what it expects): index attributes set as the sections say, connections
+opened and closed, seen, a lost write's settle mark, the lease holder taken, extended and
+cleared."""
+
+from __future__ import annotations
+
+from ..fleet.index import QUERYABLE, connectivity_attributes
+from ..item import schema
+from ..item.fencing import lease_instant, lease_key
+from ..item.journal import WriteId
+from ..item.room import MAX_STATE_ITEM_BYTES, value_size
+from ..model.connectivity import CONNECTIVITY, MAX_CONNECTIONS, SEEN_EVERY_SECONDS, connectivity_of
+from ..model.device import Device
+from ..model.sections import DESIRED, REPORTED, STATE
+from .expressions import Expression, live
+from .plan import (
+    ALL_DISCONNECTED,
+    CONNECTED,
+    DISCONNECTED,
+    LEASE_CLEARED,
+    LEASE_EXTENDED,
+    LEASE_TAKEN,
+    REINDEXED,
+    SEEN,
+    SETTLE_MARK,
+    PlanContext,
+    Planned,
+    index_sets,
+)
+
+STUB_SECONDS = 24 * 60 * 60  # a settle stub on a device that never existed expires after this
+
+
+class BookkeepingRequests(PlanContext):
+    def reindex(self, item: dict) -> Planned | None:
+        """Sets the live ``item``'s index attributes as its sections say, at its version
+        (no journal entry, no new version: sent twice it sets the same values); None when
+        they are already so. What ``make reindex`` sends for a field declared on a table
+        that holds devices."""
+        current = Device.from_item(item)
+        documents = {STATE: current.state, DESIRED: current.desired, REPORTED: current.reported,
+                     CONNECTIVITY: connectivity_of(item, self.now)}
+        indexed, _ = self.fleet_index.attributes(current.device_id, documents, QUERYABLE)
+        # what the item holds of fields not indexed now: undeclared, or of another type
+        unindexed = [attribute for attribute in schema.StateItem.of(item).index_attributes if attribute not in indexed]
+        if not unindexed and all(item.get(attribute) == value for attribute, value in indexed.items()):
+            return None
+        expr = Expression()
+        growth = sum(1 + len(attribute.encode()) + value_size(value) for attribute, value in indexed.items()
+                     if attribute not in item)
+        item_bytes = expr.name(schema.ITEM_BYTES)
+        sets = index_sets(expr, indexed, {}) + [f"{item_bytes} = {item_bytes} + {expr.number(growth)}"]
+        update = "SET " + ", ".join(sets)
+        if unindexed:
+            update += " REMOVE " + ", ".join(expr.name(attribute) for attribute in unindexed)
+        condition = (f"{self._at_version(expr, current.version)} AND "
+                     f"{item_bytes} <= {expr.number(MAX_STATE_ITEM_BYTES - growth)}")
+        return self._update(current.device_id, update, condition, expr, None, REINDEXED, current, current.version)
+
+    def connect(self, device_id: str, opened: str) -> Planned:
+        """Records the connection ``opened`` (``connectivity.member``) on the live device,
+        unless it has ``MAX_CONNECTIONS`` open already: connected (also in the fleet index,
+        where declared), since now if it was not, seen now."""
+        expr = Expression()
+        connections, since = expr.name(schema.CONNECTIONS), expr.name(schema.CONNECTED_SINCE)
+        ours, now = expr.value({"SS": [opened]}), expr.number(int(self.now * 1000))
+        sets = [f"{since} = if_not_exists({since}, {now})", f"{expr.name(schema.LAST_SEEN)} = {now}"]
+        sets += index_sets(expr, connectivity_attributes(self.fleet_index, device_id, True), {})
+        condition = (f"{live(expr, self.now)} AND (attribute_not_exists({connections}) OR "
+                     f"contains({connections}, {expr.value({'S': opened})}) OR "
+                     f"size({connections}) < {expr.number(MAX_CONNECTIONS)})")
+        return self._update(device_id, f"ADD {connections} {ours} SET {', '.join(sets)}", condition, expr, None,
+                            CONNECTED)
+
+    def disconnect(self, device_id: str, closed: list[str], held: list[str] | None = None) -> Planned:
+        """Forgets the connections ``closed`` (members) of the live device, seen now, while
+        others stay open (the last goes with ``all_disconnected``). ``held``: only while the
+        item holds exactly these members (the set read), so that of two connections closing
+        at once, the second finds the first gone and closes as the last."""
+        expr = Expression()
+        update = (f"DELETE {expr.name(schema.CONNECTIONS)} {expr.value({'SS': closed})} "
+                  f"SET {expr.name(schema.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
+        condition = live(expr, self.now)
+        if held is not None:
+            condition += f" AND {_holds_exactly(expr, held)}"
+        return self._update(device_id, update, condition, expr, None, DISCONNECTED)
+
+    def all_disconnected(self, device_id: str, gone: list[str]) -> Planned:
+        """Not connected, seen now: removes the members ``gone`` (the closing connection and
+        those whose close never came) and ``connectedSince``, and marks the fleet index, only
+        while those are all the item holds (a connect meanwhile refuses it)."""
+        expr = Expression()
+        connections, now = expr.name(schema.CONNECTIONS), expr.number(int(self.now * 1000))
+        condition = f"{live(expr, self.now)} AND {_holds_exactly(expr, gone)}"
+        sets = [f"{expr.name(schema.LAST_SEEN)} = {now}"]
+        sets += index_sets(expr, connectivity_attributes(self.fleet_index, device_id, False), {})
+        update = f"SET {', '.join(sets)} REMOVE {expr.name(schema.CONNECTED_SINCE)}"
+        if gone:
+            update += f" DELETE {connections} {expr.value({'SS': gone})}"
+        return self._update(device_id, update, condition, expr, None, ALL_DISCONNECTED)
+
+    def seen(self, device_id: str) -> Planned:
+        """The live device seen now, unless it was within ``SEEN_EVERY_SECONDS``."""
+        expr = Expression()
+        seen, now = expr.name(schema.LAST_SEEN), int(self.now * 1000)
+        condition = (f"{live(expr, self.now)} AND (attribute_not_exists({seen}) OR "
+                     f"{seen} <= {expr.number(now - SEEN_EVERY_SECONDS * 1000)})")
+        return self._update(device_id, f"SET {seen} = {expr.number(now)}", condition, expr, None, SEEN)
+
+    def settle_mark(self, device_id: str, write: WriteId, on_versioned_item: bool) -> Planned:
+        """Marks ``write`` as never applied unless it already did: once it lands, no copy
+        of the write can land any more (each requires its entry absent). On an item without
+        a version (a device that never existed) it leaves a stub that reads as absent and
+        expires. Sent alone (``WritePipeline.settle``), never in a transaction."""
+        expr = Expression()
+        journaled, version = expr.name(write.attribute), expr.name(schema.VERSION)
+        update = f"SET {journaled} = {expr.number(0)}"
+        if on_versioned_item:
+            condition = f"attribute_not_exists({journaled}) AND attribute_exists({version})"
+        else:
+            update += f", {expr.name(schema.TTL_ATTRIBUTE)} = {expr.number(int(self.now) + STUB_SECONDS)}"
+            condition = f"attribute_not_exists({journaled}) AND attribute_not_exists({version})"
+        return self._update(device_id, update, condition, expr, None, SETTLE_MARK, ReturnValues="ALL_NEW")
+
+    def take_lease(self, device_id: str, ticket: int, lease_token: str, until: float) -> Planned:
+        """Record ``ticket`` as the lease holder (until ``until``) on the live device, unless
+        another lease is active."""
+        expr = Expression()
+        token, holder_until, ours = expr.name(schema.LEASE_TOKEN), expr.name(schema.LEASE_UNTIL), expr.number(ticket)
+        now = lease_instant(self.now)
+        condition = (f"{live(expr, now)} AND "
+                     f"(attribute_not_exists({token}) OR {holder_until} <= {expr.number(now)} OR {token} = {ours})")
+        update = (f"SET {token} = {ours}, {expr.name(schema.LEASE_KEY)} = {expr.value({'S': lease_key(lease_token)})}, "
+                  f"{holder_until} = {expr.number(until)}")
+        return self._update(device_id, update, condition, expr, None, LEASE_TAKEN)
+
+    def extend_lease(self, device_id: str, ticket: int, until: float) -> Planned:
+        """Move the expiry of the lease ``ticket`` holds, while it still holds it."""
+        expr = Expression()
+        holder_until = expr.name(schema.LEASE_UNTIL)
+        condition = (f"{expr.name(schema.LEASE_TOKEN)} = {expr.number(ticket)} AND "
+                     f"{holder_until} > {expr.number(lease_instant(self.now))}")
+        return self._update(device_id, f"SET {holder_until} = {expr.number(until)}", condition, expr, None,
+                            LEASE_EXTENDED)
+
+    def clear_lease(self, device_id: str, ticket: int) -> Planned:
+        """Clear the lease holder, only if it is ``ticket``."""
+        expr = Expression()
+        holder = ", ".join(expr.name(attribute) for attribute in schema.LEASE_ATTRIBUTES)
+        condition = f"{expr.name(schema.LEASE_TOKEN)} = {expr.number(ticket)}"
+        return self._update(device_id, f"REMOVE {holder}", condition, expr, None, LEASE_CLEARED)
+
+
+def _holds_exactly(expr: Expression, members: list[str]) -> str:
+    """The condition that the item's connections are exactly ``members`` (none: no set)."""
+    connections = expr.name(schema.CONNECTIONS)
+    if not members:
+        return f"attribute_not_exists({connections})"
+    return "(" + " AND ".join([f"size({connections}) = {expr.number(len(members))}"] + [
+        f"contains({connections}, {expr.value({'S': entry})})" for entry in members]) + ")"

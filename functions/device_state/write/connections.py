@@ -1,0 +1,85 @@
+"""A device's connections as its state item records them (``model.connectivity``): opened,
+closed and seen, each one request built by the planner's bookkeeping (no version) and sent
+through the pipeline."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from ..errors import ConditionFailed, DeviceNotFound, TooManyConnections
+from ..item import schema
+from ..model import connectivity
+from ..model.device import Device
+from ..model.values import validate_device_id
+from .pipeline import WritePipeline
+from .plan import Planned
+from .planner import Planner
+
+logger = logging.getLogger("device_state")
+
+DISCONNECT_ATTEMPTS = 8  # reads and conditional writes while other connections of the device change
+
+
+class Connections:
+    def __init__(self, pipeline: WritePipeline, clock: Callable[[], float]):
+        self._pipeline = pipeline
+        self._clock = clock
+
+    def connected(self, device_id: str, connection_id: str, until: float) -> bool:
+        """Records a WebSocket connection of the device's own credentials, open until
+        ``until`` at the latest (one write, no read); False when there is no such device.
+        ``TooManyConnections`` when it has ``MAX_CONNECTIONS`` open, counting after the
+        connections whose close never arrived are forgotten."""
+        validate_device_id(device_id)
+        opened = connectivity.member(connection_id, until)
+        try:
+            return self._send_connectivity(lambda planner: planner.connect(device_id, opened))
+        except TooManyConnections as full:
+            ended = connectivity.ended_members(list(full.held), self._clock())
+            if not ended:
+                raise
+        self._send_connectivity(lambda planner: planner.disconnect(device_id, ended))
+        return self._send_connectivity(lambda planner: planner.connect(device_id, opened))
+
+    def disconnected(self, device_id: str, connection_id: str, until: float) -> None:
+        """Forgets a connection ``connected`` recorded: one read and one write, each write
+        conditioned on the connections read, so that the last one open, whoever closes it
+        and whenever, leaves the device disconnected and takes with it those whose close
+        never came."""
+        validate_device_id(device_id)
+        closing = connectivity.member(connection_id, until)
+        for _ in range(DISCONNECT_ATTEMPTS):
+            item = self._pipeline.store.get_live_state(device_id, self._clock())
+            if item is None:
+                return
+            held = connectivity.members(item)
+            if closing not in held and schema.CONNECTED_SINCE not in item:
+                return  # forgotten already (a resend, or a connect that was never recorded)
+            others = [entry for entry in connectivity.open_members(item, self._clock()) if entry != closing]
+            if others:
+                sent = self._send_connectivity(lambda planner: planner.disconnect(device_id, [closing], held))
+            else:
+                sent = self._send_connectivity(lambda planner: planner.all_disconnected(device_id, held))
+            if sent:
+                return
+        logger.warning("disconnect not recorded: the connections kept changing", extra={"device_id": device_id})
+
+    def saw(self, device: Device) -> None:
+        """After the device's own read of itself (``device``, read with its connectivity):
+        seen now, unless it was within ``connectivity.SEEN_EVERY_SECONDS``."""
+        if device.presence is not None and connectivity.seen_recently(device.presence, self._clock()):
+            return
+        self._send_connectivity(lambda planner: planner.seen(device.device_id))
+
+    def _send_connectivity(self, plan: Callable[[Planner], Planned]) -> bool:
+        """One connectivity change; False when the device is not there, or the change's
+        condition says it is not needed (seen recently, a connect meanwhile)."""
+        planned = plan(self._pipeline.planner())
+        try:
+            self._pipeline.send(self._pipeline.planner(), planned)
+        except DeviceNotFound:
+            return False
+        except ConditionFailed:  # not needed (a TooManyConnections goes to the caller)
+            return False
+        return True

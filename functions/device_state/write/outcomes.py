@@ -1,0 +1,125 @@
+"""What a request on a device's state item came to, named once: ``Applied`` (it landed,
+once), ``Moved`` (nothing written; another writer got there first, so planning again may
+succeed), ``NeverApplied`` (a lost answer settled as never applied), a typed refusal
+(``refusal``: read from the item as it was, ALL_OLD, whichever way the request was sent:
+alone, with an idempotency record, in a transaction, or as a lease holder change), and
+``Refusals``, what a cancelled transaction says of each of its parts. Callers match on these
+types, never on positions or strings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import (
+    ConditionFailed,
+    DeviceAlreadyExists,
+    DeviceLocked,
+    DeviceNotFound,
+    LeaseLost,
+    LeaseNotHeld,
+    TooManyConnections,
+)
+from ..item import schema
+from ..item.fencing import Fence, active_holder
+from ..model import connectivity
+from ..model.connectivity import MAX_CONNECTIONS
+from ..model.device import Device
+from .plan import (
+    CHECKED,
+    CONNECTED,
+    CONNECTIVITY_OUTCOMES,
+    CREATED,
+    LEASE_CLEARED,
+    LEASE_EXTENDED,
+    LEASE_TAKEN,
+    REINDEXED,
+    Planned,
+)
+
+RECORD = "record"  # the part of a keyed write that is its idempotency record (``send_together``)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A request that landed, once: the device after it (a delete: as it was; a compiled
+    patch: only its version when the item was not returned), and the item DynamoDB returned
+    (ALL_NEW), if any."""
+
+    device: Device | None
+    item: dict | None = None
+
+
+class Moved(Exception):
+    """Nothing was written and another attempt may succeed: another writer got there first
+    (``item`` is the newer item when the refused write returned it). ``reason`` says why, for
+    what counts retries (``version``, ``conflict``)."""
+
+    def __init__(self, item: dict | None = None, reason: str = "version"):
+        super().__init__(reason)
+        self.item = item
+        self.reason = reason
+
+
+class NeverApplied(Moved):
+    """A write whose answer was lost, settled as never applied (its journal entry is marked
+    so): nothing was written, and trying again is safe."""
+
+    def __init__(self):
+        super().__init__(None, "settled")
+
+
+class Refusals(Exception):
+    """DynamoDB cancelled a transaction; nothing was written. ``refusals``: per planned write,
+    in the order given, why its condition failed (``refusal``) or None where it held, with
+    ``items`` the item as it was; ``refused``: the names of the other parts (``send_together``'s
+    ``others``) whose condition failed; ``conflict``: another request touched one of its items
+    at that instant (trying again may succeed)."""
+
+    def __init__(self, refusals: list[Exception | None], items: list[dict | None], refused: frozenset[str],
+                 conflict: bool):
+        super().__init__("transaction cancelled")
+        self.refusals = refusals
+        self.items = items
+        self.refused = refused
+        self.conflict = conflict
+
+    @property
+    def refusal(self) -> Exception | None:
+        """The refusal of the one planned write a transaction carried beside its other parts."""
+        [refusal] = self.refusals
+        return refusal
+
+
+def refusal(planned: Planned, old: dict | None, fence: Fence, now: float) -> Exception:
+    """Why ``planned``'s condition failed: a typed error, or ``Moved`` when planning again
+    from ``Moved.item`` may succeed. For lease holder changes: ``DeviceNotFound`` or
+    ``DeviceLocked`` (another lease is active) for a take, ``LeaseLost`` for an extension,
+    ``LeaseNotHeld`` for a clear whose ticket is not the holder; ``TooManyConnections`` for a
+    connect over the cap."""
+    device_id = planned.device_id
+    live = old if schema.is_live_state(old, now) else None
+    if planned.outcome == LEASE_CLEARED:
+        return LeaseNotHeld(device_id)
+    if planned.outcome == LEASE_EXTENDED:
+        return LeaseLost(device_id, "(the lease is no longer the holder)")
+    if planned.outcome == LEASE_TAKEN:
+        return DeviceNotFound(device_id) if live is None else DeviceLocked(device_id, active_holder(live, now)[1])
+    if planned.outcome in CONNECTIVITY_OUTCOMES:  # carries no fence and no version
+        if live is None:
+            return DeviceNotFound(device_id)
+        if planned.outcome == CONNECTED:  # its condition is the cap
+            return TooManyConnections(device_id, MAX_CONNECTIONS, tuple(connectivity.members(live)))
+        return ConditionFailed(device_id, Device.from_item(live))  # not needed: seen recently, a connect meanwhile
+    fenced = fence.error(device_id, live, now) if planned.outcome not in (CHECKED, REINDEXED) else None
+    if planned.outcome == CREATED:
+        if live is not None:
+            return DeviceAlreadyExists(device_id, Device.from_item(live))
+        return fenced or Moved(old)
+    if live is None:
+        return DeviceNotFound(device_id)
+    if fenced is not None:
+        return fenced
+    current = Device.from_item(live)
+    if current.version != planned.expected_version:
+        return Moved(live)
+    return ConditionFailed(device_id, current)

@@ -1,0 +1,132 @@
+"""The body of every single-device write: plan from the item read, send through the
+pipeline, classify, and go again (in the retry loop) while the device moved under a write
+that named no version; keyed writes carry their idempotency record in the same transaction;
+patches that compile to one UpdateItem go read-free first."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..errors import ConditionFailed, DeviceAlreadyExists, ItemTooLarge, RequestRefused, VersionConflict
+from ..item import schema
+from ..item.contention import Race
+from ..item.fencing import Fence
+from ..item.journal import RecentJournals
+from ..model.device import Device
+from ..model.sections import STATE
+from . import keyed as idem
+from .compiled import compile_patch
+from .keyed import IdempotencyKey, RecordedAnswers
+from .outcomes import RECORD, Moved, NeverApplied, Refusals
+from .pipeline import WritePipeline
+from .plan import Planned
+from .planner import Planner
+from .retry import RetryLoop
+
+
+class DeviceWriter:
+    def __init__(self, pipeline: WritePipeline, answers: RecordedAnswers):
+        self._pipeline = pipeline
+        self._answers = answers
+        self._observer = pipeline.runtime.observer
+        self._recent = RecentJournals()
+
+    def write(self, loop: RetryLoop, fence: Fence, device_id: str, plan: Callable[[Planner, dict | None], Planned],
+              idempotency: IdempotencyKey | None, *, expected_version: int | None = None,
+              created_may_move: bool = False, counted: bool = False, seen_by: str | None = None,
+              holds: bool = True) -> tuple[Device, str]:
+        """Plan from the item read, send, classify, and go again while the device moved
+        under a write that named no version. ``created_may_move``: a create that finds
+        the device created meanwhile plans again (PUT) instead of failing (POST).
+        ``counted``: an update, whose attempts and successes the observer counts. ``holds``: it
+        may hold back on a crowded device (``contention``); never when it names its version."""
+        if idempotency is not None:
+            recorded = self._answers.results(device_id, idempotency)
+            if recorded is not None:
+                return recorded[0]
+        store, observer = self._pipeline.store, self._observer
+        # A write naming the version it expects does not retry: it has no turn to wait for.
+        race = Race(self._pipeline.runtime, device_id, loop.budget_seconds, holds and expected_version is None)
+
+        def attempt(item, number):
+            self._recent.saw(device_id, item)
+            planner = self._pipeline.planner(fence, seen_by, race.raced(number))
+            try:
+                planned = plan(planner, item)
+            except VersionConflict as conflict:
+                observer.conflict(device_id, conflict.expected_version, conflict.current.version)
+                raise
+            if counted:
+                observer.attempt(device_id, number)
+            try:
+                if idempotency is None:
+                    return self._pipeline.send(planner, planned).device, planned.outcome
+                return self._send_keyed(planner, planned, idempotency)
+            except NeverApplied:
+                raise
+            except Moved as moved:
+                current = Device.from_item(moved.item) if schema.is_live_state(moved.item, planner.now) else None
+                if current is not None and planned.expected_version is not None:
+                    observer.conflict(device_id, planned.expected_version, current.version)
+                if expected_version is not None and current is not None:
+                    raise VersionConflict(device_id, expected_version, current) from None
+                raise
+            except DeviceAlreadyExists as exists:
+                if created_may_move:
+                    raise Moved(store.get_state(device_id)) from None
+                raise exists
+            except ConditionFailed:
+                observer.condition_failed(device_id)
+                raise
+
+        return loop.run(device_id, attempt, race.read(lambda: store.get_state(device_id)), count_success=counted)
+
+    def _send_keyed(self, planner: Planner, planned: Planned, idempotency: IdempotencyKey) -> tuple[Device, str]:
+        """The change and its record in one transaction; DynamoDB's ClientRequestToken
+        makes a resend of it safe, so the store sends it again on a lost answer."""
+        device_id, table_name = planned.device_id, planner.table_name
+        record = idem.record_puts(table_name, device_id, idempotency, [(planned.device, planned.outcome)],
+                                  planner.now)
+        token = idempotency.client_request_token(table_name, device_id, [planned.request, *record])
+        try:
+            self._pipeline.send_together(planner, [planned], {RECORD: record}, token)
+        except Refusals as refused:
+            if RECORD in refused.refused:  # the key's record exists: the write happened before
+                recorded = self._answers.results(device_id, idempotency)
+                if recorded is not None:
+                    return recorded[0]
+                raise Moved(None) from None  # the record expired meanwhile: try again
+            if refused.refusal is not None:
+                raise refused.refusal from None
+            raise Moved(None) from None  # a TransactionConflict: try again
+        return planned.device, planned.outcome
+
+    def compiled(self, fence: Fence, device_id: str, update_fn, section: str = STATE,
+                 seen_by: str | None = None) -> Device | None:
+        """Apply a patch that compiles to one UpdateItem: no read, and nothing for another
+        writer to invalidate, so no conflict. None when it does not compile, or DynamoDB
+        refuses it (a guard, a missing parent, a type): read-modify-write then decides.
+        Desired and reported compile nested merge patches too (``compiled.compile_patch``)."""
+        compiled = compile_patch(update_fn, section)
+        if compiled is None:
+            return None
+        monotonic = self._pipeline.runtime.monotonic
+        with self._recent.to_trim(device_id) as seen:
+            planner = self._pipeline.planner(fence, seen_by)
+            planned = planner.compiled(device_id, compiled, seen, section)
+            if planned is None:
+                return None
+            started = monotonic()
+            self._observer.attempt(device_id, 1)
+            try:
+                applied = self._pipeline.send(planner, planned)
+            except (Moved, ConditionFailed, RequestRefused, ItemTooLarge):
+                # A guard or DynamoDB refused it (its form: expression size, too many names; or
+                # the item's size), or it was settled as never applied. Read-modify-write decides.
+                return None
+            device, item = applied.device, applied.item
+            if item is None:  # settled as applied: what it trimmed was not seen
+                self._recent.forget(device_id)
+            self._recent.saw(device_id, item)
+        self._observer.succeeded(device_id, 1, monotonic() - started)
+        return device
