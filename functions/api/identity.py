@@ -7,24 +7,22 @@ from __future__ import annotations
 
 import datetime
 import time
-from decimal import Decimal
 from urllib.parse import quote
 
 from .resolver import Response, Router
 
 from functions.auth import identity
-from functions.auth.assertions import MAX_PEM_CHARS, encoded
+from functions.auth.assertions import encoded
 from functions.auth.sealing import sealer
-from functions.device_state import (CREDENTIAL_ID_PATTERN, CREDENTIAL_KINDS, DESIRED, ENROLLMENT_ID_PATTERN,
-                                    MAX_ENROLLMENT_DEVICES, STATE, CredentialNotFound, CredentialRecord,
-                                    Enrollment, EnrollmentNotFound, check_state, dumps, timestamp)
+from functions.device_state import (CERTIFICATE, PUBLIC_KEY, CredentialRecord, Enrollment, EnrollmentNotFound,
+                                    check_state, dumps, timestamp)
 from functions.device_state import metrics as names
 
 from . import access
-from . import request_parsing as parse
 from .common import json_response, manager, route
 from .observability import record
 from .problems import BadRequest
+from .routes import Request
 from .tokens import token_response
 
 router = Router()
@@ -59,21 +57,15 @@ def credential_json(record: CredentialRecord) -> dict:
     return shown
 
 
-@route(router, "/devices/<device_id>/credentials", "POST", body=True)
-def add_credential(device_id: str):
-    device_id = parse.device_id(device_id)
-    body = parse.json_object(parse.json_body(router.current_event), "the body", ("type",),
-                             ("publicKey", "certificate", "expiresAt"))
+@route(router, "addCredential")
+def add_credential(request: Request):
+    device_id, body = request.path["device_id"], request.body
     kind = body["type"]
-    if kind not in CREDENTIAL_KINDS:
-        raise BadRequest(f"type must be one of {', '.join(CREDENTIAL_KINDS)}")
-    material = {"publicKey": "publicKey", "certificate": "certificate"}.get(kind)
+    material = {PUBLIC_KEY: "publicKey", CERTIFICATE: "certificate"}.get(kind)
     given = [name for name in ("publicKey", "certificate") if name in body]
     if given != ([material] if material else []):
         raise BadRequest(f"a {kind} credential takes " + (f"{material} (PEM)" if material else "no key: the service "
                                                           "makes the secret"))
-    if material and (not isinstance(body[material], str) or len(body[material]) > MAX_PEM_CHARS):
-        raise BadRequest(f"{material} must be PEM text of at most {MAX_PEM_CHARS} characters")
     record, secret = identity.credential(kind, device_id, sealer(), public_key=body.get("publicKey"),
                                          certificate=body.get("certificate"), expires_at=_expires_at(body.get("expiresAt")))
     added = manager().add_credential(device_id, record)
@@ -83,18 +75,15 @@ def add_credential(device_id: str):
     return json_response(shown, 201, headers=NO_STORE)
 
 
-@route(router, "/devices/<device_id>/credentials", "GET", "HEAD")
-def list_credentials(device_id: str):
-    device_id = parse.device_id(device_id)
-    return json_response({"items": [credential_json(record) for record in manager().credentials(device_id)]})
+@route(router, "listCredentials")
+def list_credentials(request: Request):
+    return json_response({"items": [credential_json(record)
+                                    for record in manager().credentials(request.path["device_id"])]})
 
 
-@route(router, "/devices/<device_id>/credentials/<credential_id>", "DELETE")
-def revoke_credential(device_id: str, credential_id: str):
-    device_id = parse.device_id(device_id)
-    if not CREDENTIAL_ID_PATTERN.fullmatch(credential_id):
-        raise CredentialNotFound(device_id, credential_id[:32])
-    manager().revoke_credential(device_id, credential_id)
+@route(router, "revokeCredential")
+def revoke_credential(request: Request):
+    manager().revoke_credential(request.path["device_id"], request.path["credential_id"])
     record(names.CREDENTIALS_REVOKED)
     return Response(status_code=204)
 
@@ -111,84 +100,51 @@ def enrollment_json(enrollment: Enrollment) -> dict:
     return shown
 
 
-def _initial(raw) -> dict:
-    initial = parse.json_object({} if raw is None else raw, "initial", (), (STATE, DESIRED))
-    for section, document in initial.items():
-        check_state(parse.document(document, f"initial.{section}"))
+@route(router, "createEnrollment")
+def create_enrollment(request: Request):
+    body = request.body
+    initial = body.get("initial") or {}
+    for document in initial.values():
+        check_state(document)
     if len(dumps(initial).encode()) > MAX_INITIAL_BYTES:
         raise BadRequest(f"initial is more than {MAX_INITIAL_BYTES} bytes of JSON")
-    return initial
-
-
-def _max_devices(raw) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, (int, Decimal)) or raw != int(raw) \
-            or not 1 <= int(raw) <= MAX_ENROLLMENT_DEVICES:
-        raise BadRequest(f"maxDevices must be a whole number from 1 to {MAX_ENROLLMENT_DEVICES}")
-    return int(raw)
-
-
-@route(router, "/enrollments", "POST", body=True)
-def create_enrollment():
-    body = parse.json_object(parse.json_body(router.current_event), "the body", ("idPattern", "maxDevices"),
-                             ("enrollmentId", "initial", "expiresAt"))
-    enrollment_id = body.get("enrollmentId")
-    if enrollment_id is not None and (not isinstance(enrollment_id, str)
-                                      or not ENROLLMENT_ID_PATTERN.fullmatch(enrollment_id)):
-        raise BadRequest("enrollmentId must be 1 to 64 letters, digits, '.', '_' or '-'")
-    if not isinstance(body["idPattern"], str):
-        raise BadRequest("idPattern must be a regular expression (a string)")
-    made, group_key = identity.enrollment(enrollment_id, body["idPattern"], _max_devices(body["maxDevices"]),
-                                          _initial(body.get("initial")), _expires_at(body.get("expiresAt")), sealer())
+    made, group_key = identity.enrollment(body.get("enrollmentId"), body["idPattern"], int(body["maxDevices"]),
+                                          initial, _expires_at(body.get("expiresAt")), sealer())
     created = manager().create_enrollment(made)
     return json_response({**enrollment_json(created), "groupKey": encoded(group_key)}, 201,
                          headers={**NO_STORE, "Location": f"/enrollments/{quote(created.enrollment_id, safe='')}"})
 
 
-@route(router, "/enrollments", "GET", "HEAD")
-def list_enrollments():
+@route(router, "listEnrollments")
+def list_enrollments(request: Request):
     return json_response({"items": [enrollment_json(found) for found in manager().enrollments()]})
 
 
-def _enrollment_id(raw: str) -> str:
-    if not ENROLLMENT_ID_PATTERN.fullmatch(raw):
-        raise EnrollmentNotFound(raw[:64])
-    return raw
-
-
-@route(router, "/enrollments/<enrollment_id>", "GET", "HEAD")
-def get_enrollment(enrollment_id: str):
-    found = manager().enrollment(_enrollment_id(enrollment_id))
+@route(router, "getEnrollment")
+def get_enrollment(request: Request):
+    found = manager().enrollment(request.path["enrollment_id"])
     if found.deleted:
         raise EnrollmentNotFound(found.enrollment_id)
     return json_response(enrollment_json(found))
 
 
-@route(router, "/enrollments/<enrollment_id>", "DELETE")
-def delete_enrollment(enrollment_id: str):
-    manager().delete_enrollment(_enrollment_id(enrollment_id))
+@route(router, "deleteEnrollment")
+def delete_enrollment(request: Request):
+    manager().delete_enrollment(request.path["enrollment_id"])
     return Response(status_code=204)
 
 
 # ------------------------------------------------------------------ provisioning
 
 
-@route(router, "/devices/<device_id>/provision", "POST", body=True)
-def provision_device(device_id: str):
+@route(router, "provisionDevice")
+def provision_device(request: Request):
     """A device provisions itself by an enrollment (its assertion is its whole credential):
     201 the first time, 200 with a fresh token when the enrollment provisioned it before."""
-    event = router.current_event
-    device_id = parse.not_reserved(parse.device_id(device_id))
-    body = {}
-    if event.get("body") not in (None, ""):
-        body = parse.json_object(parse.json_body(event), "the body", (), ("publicKey",))
-    public_key = body.get("publicKey")
-    if public_key is not None and (not isinstance(public_key, str)
-                                   or len(public_key) > MAX_PEM_CHARS):
-        raise BadRequest(f"publicKey must be PEM text of at most {MAX_PEM_CHARS} characters")
-    provisioned, principal = identity.provision(manager(), device_id, access.assertion(event), public_key, sealer(),
-                                                time.time())
+    device_id = request.path["device_id"]
+    provisioned, principal = identity.provision(manager(), device_id, access.assertion(request.event),
+                                                (request.body or {}).get("publicKey"), sealer(), time.time())
     if provisioned.created:
         record(names.PROVISIONINGS)
     return token_response(principal, None, 201 if provisioned.created else 200, deviceId=device_id,
                           credentialId=provisioned.credential_id)
-

@@ -16,40 +16,35 @@ from functions.auth.signers import SigningFailed, SigningThrottled
 from functions.device_state import DeviceNotFound, registered_credentials, restore
 
 from . import access
-from . import request_parsing as parse
 from .common import as_caller, json_response, manager, route
 from .observability import record_device_token, record_signing_failure
-from .problems import BadRequest
+from .routes import Request
 
 router = Router()
 restore.on_restore(device_token_issuer.cache_clear)  # a restored copy makes its own KMS client
 restore.on_restore(sealer.cache_clear)
 
 
-@route(router, "/devices/<device_id>/token", "POST", body=True, reads_holder=True)
-def issue_device_token(device_id: str):
-    event = router.current_event
-    device_id = parse.device_id(device_id)
-    if event.get("body") not in (None, "") and parse.json_body(event) != {}:
-        raise BadRequest("the body must be empty or {}; nothing was done")
-    assertion = access.assertion(event)
+@route(router, "issueDeviceToken", reads_holder=True)
+def issue_device_token(request: Request):
+    device_id = request.path["device_id"]
+    assertion = access.assertion(request.event) if request.principal is None else None
     if assertion is not None:
         principal, credential_expires = identity.proven(manager(), device_id, assertion, sealer(), time.time())
     else:
-        principal, credential_expires = access.principal_of(event), _held(event, device_id)
+        principal, credential_expires = request.principal, _held(request, device_id)
     return token_response(principal, credential_expires)
 
 
-def _held(event, device_id: str) -> int | None:
+def _held(request: Request, device_id: str) -> int | None:
     """A token names a device that exists when it is issued, and whose item still holds the
     credential the caller comes with: one strongly consistent read of the state item
     (docs/costs.md), made only for the device itself (route() authorized it first). When that
     credential expires (None: never)."""
-    item = as_caller(event, device_id).live_state(device_id)
+    item = as_caller(request, device_id).live_state(device_id)
     if item is None:
         raise DeviceNotFound(device_id)
-    credential = access.principal_of(event).credential_id
-    return registered_credentials(item).get(credential) or None
+    return registered_credentials(item).get(request.principal.credential_id) or None
 
 
 def token_response(principal: Principal, credential_expires: int | None, status: int = 200, **members):

@@ -42,5 +42,5 @@ def close_revoked(device_id: str, subscriptions: Subscriptions, item: dict | Non
         closed.append(subscription.connection_id)
     if closed:
         logger.info("connections of a revoked credential closed", extra={"deviceId": device_id,
-                                                                         "connections": len(closed)})
+                                                                         "closed": len(closed)})
     return closed

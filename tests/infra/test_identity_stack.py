@@ -11,7 +11,8 @@ import pytest
 from aws_cdk.assertions import Template
 
 from functions import config
-from functions.auth.rights import BY_ASSERTION, CREDENTIALS, ENROLLMENTS, ROUTE_RIGHTS
+from functions.api.routes import BY_ASSERTION, ROUTES, openapi_path
+from functions.auth.rights import CREDENTIALS, ENROLLMENTS
 from functions.auth.sealing import SEALING_KEY_FILE, SEALING_KMS_KEY, SERVICE
 from functions.device_state import metrics as names
 from infra import api as api_module
@@ -26,8 +27,9 @@ from tests.infra.test_stack import alarm_named, api_function, under
 
 SEALING = ("kms:Encrypt", "kms:Decrypt")
 CONTEXT = {"StringEquals": {"kms:EncryptionContext:service": SERVICE}}
-IDENTITY_ROUTES = sorted((method, rule) for (method, rule), rights in ROUTE_RIGHTS.items()
-                         if rights == BY_ASSERTION or rights[1].endswith((CREDENTIALS, ENROLLMENTS)))
+IDENTITY_ROUTES = sorted((method, declaration.rule) for declaration in ROUTES for method in declaration.methods
+                         if declaration.right == BY_ASSERTION or declaration.right[1].endswith((CREDENTIALS,
+                                                                                                ENROLLMENTS)))
 
 
 def sealing_key(template: Template) -> tuple[str, dict]:
@@ -42,7 +44,7 @@ def test_the_identity_routes_are_the_api_functions_the_one_that_seals():
         "/enrollments/<enrollment_id>", "/devices/<device_id>/provision"}
     template = Template.from_stack(synth_stack()[1])
     routes = http_routes(template)
-    waiting = {api_module.resource_path(rule) for _, rule in IDENTITY_ROUTES}
+    waiting = {openapi_path(rule).lstrip("/") for _, rule in IDENTITY_ROUTES}
     assert not [key for key in routes if key.split(" ")[-1].lstrip("/") in waiting]
     function_logical, function = api_function(template)
     assert SEALING_KMS_KEY in function["Properties"]["Environment"]["Variables"]

@@ -91,7 +91,7 @@ def list_credentials(device_id, output):
     _listed(session.client().list_credentials(device_id), session.output(output), "credentials")
 
 
-@credentials.command("revoke", epilog=example("device-state credentials revoke lamp-1 3f6kq2n7x4ma --yes"))
+@credentials.command("revoke", epilog=example("device-state credentials revoke lamp-1 3f6kq2n7x4mab2cd --yes"))
 @click.argument("device_id", metavar="ID")
 @click.argument("credential_id", metavar="CREDENTIAL_ID")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (nothing is asked when stdin is not a terminal).")
