@@ -12,8 +12,8 @@ from urllib.parse import quote
 
 from .resolver import Response
 
-from functions.device_state import (AnswerLost, AssertionReplayed, ConditionFailed, CredentialNotFound,
-                                    CredentialRevoked, EnrollmentExists, EnrollmentNotFound, InvalidEnrollment,
+from functions.device_state import (AnswerLost, AssertionReplayed, ConditionFailed, CredentialExists,
+                                    CredentialNotFound, CredentialRevoked, EnrollmentExists, EnrollmentNotFound, InvalidEnrollment,
                                     ProvisioningRefused, TooManyCredentials, DesireMoved, DeviceAlreadyExists, DeviceLocked,
                                     DeviceNotFound, FilterTooBroad, IdempotencyKeyReused, IndexBuilding, InvalidCursor, InvalidFilter,
                                     InvalidDeviceId, InvalidIdempotencyKey, InvalidLease, InvalidPatch, InvalidSince,
@@ -103,6 +103,7 @@ _LIBRARY_ERRORS = {
     SealingUnavailable: (503, "sealing-unavailable", "The sealing key is temporarily unavailable"),
     InvalidKey: (400, "invalid-credential", "Invalid credential"),
     TooManyCredentials: (409, "too-many-credentials", "The device holds its most credentials"),
+    CredentialExists: (409, "credential-exists", "The device holds this credential already"),
     CredentialNotFound: (404, "credential-not-found", "No such credential"),
     EnrollmentExists: (409, "enrollment-exists", "Enrollment exists already"),
     InvalidEnrollment: (400, "invalid-enrollment", "Invalid enrollment"),

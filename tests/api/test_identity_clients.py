@@ -107,6 +107,31 @@ def test_a_device_signs_assertions_with_its_key_or_secret_renews_its_token_and_i
     assert app.get(device)["reported"] == {"on": True}
 
 
+def test_a_registered_certificate_signs_assertions_and_registering_it_twice_is_409(server, admin, app):
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+
+    device = _new_device(app)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, device)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now)
+                   .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    pem = certificate.public_bytes(serialization.Encoding.PEM).decode()
+    added = admin.add_credential(device, "certificate", certificate=pem)  # self-signed: any issuer
+    assert added["type"] == "certificate"
+    assert added["thumbprint"] == certificate.fingerprint(hashes.SHA256()).hex()
+    lamp = DeviceClient(_url(server), device, KeyCredentials(added["credentialId"], key))
+    assert lamp.report({"seen": 1})["reported"] == {"seen": 1}
+    with pytest.raises(Exception) as twice:  # the same certificate again: refused, never a 5xx
+        admin.add_credential(device, "certificate", certificate=pem)
+    assert twice.value.status == 409 and twice.value.slug == "credential-exists"
+
+
 def test_an_assertion_is_good_once_and_only_for_its_own_device(server, admin, app):
     device, other = _new_device(app), _new_device(app)
     added = admin.add_credential(device, "secret")
