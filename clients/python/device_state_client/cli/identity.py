@@ -96,7 +96,7 @@ def list_credentials(device_id, output):
 @click.argument("credential_id", metavar="CREDENTIAL_ID")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (nothing is asked when stdin is not a terminal).")
 def revoke_credential(device_id, credential_id, yes):
-    """Revoke a device's credential: its tokens stop working now."""
+    """Revoke a device's credential: its tokens stop working at their next request."""
     session = _session()
     if not yes and sys.stdin.isatty() and not click.confirm(f"Revoke {credential_id} of {device_id}?", err=True):
         raise click.exceptions.Exit(REFUSED)
