@@ -44,3 +44,16 @@ def with_credentials(headers: dict | None) -> dict:
                 del headers[name]
             return headers
     return {**bearer(), **headers}
+
+
+def assertion(device_id: str, kid: str, key: bytes, lifetime: int = 300, **claims) -> str:
+    """An HS256 assertion for ``device_id`` as a device signs one (``kid``: its credential's id, or
+    its enrollment's; ``key``: the secret's bytes, or the key its enrollment derives for it)."""
+    import time
+    import uuid
+
+    import jwt
+
+    now = int(time.time())
+    body = {"sub": device_id, "aud": "device-state", "iat": now, "exp": now + lifetime, "jti": uuid.uuid4().hex}
+    return jwt.encode({**body, **claims}, key, algorithm="HS256", headers={"kid": kid})

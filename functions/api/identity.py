@@ -14,8 +14,7 @@ from .resolver import Response, Router
 from functions.auth import identity
 from functions.auth.assertions import encoded
 from functions.auth.sealing import sealer
-from functions.device_state import (CERTIFICATE, PUBLIC_KEY, CredentialRecord, Enrollment, EnrollmentNotFound,
-                                    check_state, dumps, timestamp)
+from functions.device_state import CredentialRecord, Enrollment, EnrollmentNotFound, check_state, dumps, timestamp
 from functions.device_state import metrics as names
 
 from . import access
@@ -60,13 +59,7 @@ def credential_json(record: CredentialRecord) -> dict:
 @route(router, "addCredential")
 def add_credential(request: Request):
     device_id, body = request.path["device_id"], request.body
-    kind = body["type"]
-    material = {PUBLIC_KEY: "publicKey", CERTIFICATE: "certificate"}.get(kind)
-    given = [name for name in ("publicKey", "certificate") if name in body]
-    if given != ([material] if material else []):
-        raise BadRequest(f"a {kind} credential takes " + (f"{material} (PEM)" if material else "no key: the service "
-                                                          "makes the secret"))
-    record, secret = identity.credential(kind, device_id, sealer(), public_key=body.get("publicKey"),
+    record, secret = identity.credential(body["type"], device_id, sealer(), public_key=body.get("publicKey"),
                                          certificate=body.get("certificate"), expires_at=_expires_at(body.get("expiresAt")))
     added = manager().add_credential(device_id, record)
     shown = credential_json(added)

@@ -27,7 +27,8 @@ from functions.device_state import (CREDENTIAL_ID_PATTERN, CREDENTIAL_KINDS, ENR
 from functions.device_state import leases  # MAX_TTL_SECONDS: not yet among the library's exports
 
 from . import request_parsing as parse
-from .validation import Checked, Ref, within
+from .problems import BadRequest
+from .validation import Checked, Ref, validate, within
 
 JSON, MERGE_PATCH, JSON_PATCH = parse.JSON, parse.MERGE_PATCH, parse.JSON_PATCH
 PUBLIC = "public"  # no credentials
@@ -341,13 +342,36 @@ def _section_routes(section: str) -> list[Route]:
 _EXPIRES_AT = {"type": "string", "format": "date-time", "maxLength": 64,
                "description": "RFC 3339 with its offset, in the future; absent: never"}
 _PEM = {"type": "string", "minLength": 1, "maxLength": MAX_PEM_CHARS}
-CREDENTIAL_BODY = Body({JSON: {
-    "type": "object", "required": ["type"], "additionalProperties": False,
-    "description": "publicKey with type publicKey, certificate with type certificate, neither with type secret",
-    "properties": {"type": {"type": "string", "enum": list(CREDENTIAL_KINDS)},
-                   "publicKey": {**_PEM, "description": "An EC P-256 or RSA (2048 bits or more) public key in PEM"},
-                   "certificate": {**_PEM, "description": "An X.509 certificate in PEM, of any issuer"},
-                   "expiresAt": _EXPIRES_AT}}})
+_PUBLIC_KEY = {**_PEM, "description": "An EC P-256 or RSA (2048 bits or more) public key in PEM"}
+_CERTIFICATE = {**_PEM, "description": "An X.509 certificate in PEM, of any issuer"}
+
+
+def _credential(kind: str, **material) -> dict:
+    return {"type": "object", "required": ["type", *material], "additionalProperties": False,
+            "properties": {"type": {"type": "string", "enum": [kind]}, **material, "expiresAt": _EXPIRES_AT}}
+
+
+_CREDENTIAL_MEMBERS = {"type": "object", "required": ["type"], "additionalProperties": False, "properties": {
+    "type": {"type": "string", "enum": list(CREDENTIAL_KINDS)}, "publicKey": _PUBLIC_KEY, "certificate": _CERTIFICATE,
+    "expiresAt": _EXPIRES_AT}}
+
+
+def _one_credential(body, where: str) -> dict:
+    """A credential's body: its members, then the one key material its type takes (none for a secret)."""
+    body = validate(_CREDENTIAL_MEMBERS, body, where)
+    kind = body["type"]
+    material = {"publicKey": "publicKey", "certificate": "certificate"}.get(kind)
+    if [name for name in ("publicKey", "certificate") if name in body] != ([material] if material else []):
+        raise BadRequest(f"a {kind} credential takes " + (f"{material} (PEM) and no other key" if material
+                                                          else "no key: the service makes the secret"))
+    return body
+
+
+CREDENTIAL_BODY = Body({JSON: Checked({"anyOf": [
+    _credential("publicKey", publicKey=_PUBLIC_KEY), _credential("certificate", certificate=_CERTIFICATE),
+    _credential("secret")],
+    "description": "A public key, a certificate, or a secret the service makes (type secret, no key)"},
+    _one_credential, validate=False)})
 ENROLLMENT_BODY = Body({JSON: {
     "type": "object", "required": ["idPattern", "maxDevices"], "additionalProperties": False,
     "properties": {
