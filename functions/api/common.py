@@ -145,7 +145,9 @@ restore.on_restore(manager.cache_clear)  # its client and generator are created 
 
 def holder(principal: Principal | None) -> Holder | None:
     """The credential the caller's requests come with, if it is a device that names one."""
-    return None if principal is None else principal.holder(api_config().require_registered_credentials)
+    if principal is None or principal.credential_id is None:  # a back-end's, or a device's that names none
+        return None
+    return principal.holder(api_config().require_registered_credentials)
 
 
 def as_caller(request: Request, device_id: str, writer: DeviceStateManager | None = None) -> DeviceStateManager:
