@@ -60,7 +60,8 @@ def credential_json(record: CredentialRecord) -> dict:
 def add_credential(request: Request):
     device_id, body = request.path["device_id"], request.body
     record, secret = identity.credential(body["type"], device_id, sealer(), public_key=body.get("publicKey"),
-                                         certificate=body.get("certificate"), expires_at=_expires_at(body.get("expiresAt")))
+                                         certificate=body.get("certificate"),
+                                         expires_at=_expires_at(body.get("expiresAt")))
     added = manager().add_credential(device_id, record)
     shown = credential_json(added)
     if secret is not None:
