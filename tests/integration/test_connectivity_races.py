@@ -90,6 +90,8 @@ def test_the_push_handler_closes_the_connection_it_recorded_across_a_second_boun
     device stays connected for the connection's 2 hours (and a 9th such leak makes it 429)."""
     from functions.auth.principals import Principal
     from functions.push import handler
+    from functions.config import PushConfig
+    from functions.push import services as push_services
     from functions.push.subscriptions import Subscriptions
 
     manager = fleet
@@ -106,6 +108,9 @@ def test_the_push_handler_closes_the_connection_it_recorded_across_a_second_boun
     subscriptions = Subscriptions(manager.client, manager.table_name, clock=Ticking())
     monkeypatch.setattr(handler, "services", lambda: (subscriptions, None))
     monkeypatch.setattr(handler, "devices", lambda: manager)
+    monkeypatch.setattr(push_services, "devices", lambda: manager)  # the connect records through services
+    monkeypatch.setenv("TABLE_NAME", manager.table_name)  # the connect reads the push configuration, uncached
+    monkeypatch.setattr(handler, "push_config", PushConfig.from_environment)
     principal = Principal.device("cert-lamp")  # a client certificate: no expiry
 
     def event(route):
