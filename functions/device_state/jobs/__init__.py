@@ -1,0 +1,6 @@
+"""Jobs: one desired change to every device a filter (or a list) names, written at most once per
+device, tracked per device from what the device already does.
+
+``spec`` (what a job asks, its states and limits), ``executions`` (how an execution's state
+follows from the device's item: pure), ``device_write`` (the job's write of one device, through
+the one planner and pipeline)."""
