@@ -1,0 +1,263 @@
+"""The job runner (jobs/runner.py) on DynamoDB Local: every targeted device gets the job's write
+exactly once and the job's counts agree with its executions, when the runner's answers are lost
+at random (the fault forwarder), when a runner is cut off mid-page and another one finishes, and
+when two runners whose leases lapse write the same pages at once. A naive runner (page the list
+and PATCH each device, remembering its progress per page) writes devices twice when it is
+restarted mid-page, in the same harness."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from functions.device_state import DeviceStateManager, FleetIndex, MergePatch
+from functions.device_state.client import dynamodb_client
+from functions.device_state.fleet.cursors import CursorSeal
+from functions.device_state.fleet.query import FleetQuery
+from functions.device_state.item import job_marks
+from functions.device_state.jobs import items
+from functions.device_state.jobs.runner import DONE, HELD, IDLE, JobRunner
+from functions.device_state.jobs.spec import EXECUTION_STATES, parse
+from functions.device_state.jobs.store import JobStore
+from functions.device_state.runtime import Runtime
+from functions.device_state.table import create_table
+from functions.device_state.write.pipeline import WritePipeline
+from functions.device_state.write.store import Store
+from localdev.faults import Forwarder
+from tests.conftest import new_table_name, table_admin
+
+pytestmark = pytest.mark.dynamodb_local
+
+
+class Slow:
+    """A DynamoDB client whose UpdateItems take ``delay`` longer (a runner that falls behind)."""
+
+    def __init__(self, client, delay: float):
+        self._client, self._delay = client, delay
+        self.job_writes = 0  # the job's writes this client sent (its mark in the request)
+
+    def __getattr__(self, name):
+        call = getattr(self._client, name)
+        if name != "update_item":
+            return call
+
+        def slowed(**request):
+            time.sleep(self._delay)
+            self.job_writes += "j1" in str(request.get("ExpressionAttributeNames", {}).values())
+            return call(**request)
+        return slowed
+
+
+def pipeline_to(client, name, ahead: float = 0.0) -> WritePipeline:
+    """A pipeline whose clock runs ``ahead`` seconds ahead (a runner that comes back later)."""
+    runtime = Runtime(clock=lambda: time.time() + ahead)
+    return WritePipeline(Store(client, name, runtime), runtime, settle_seconds=2)
+
+
+class Rig:
+    def __init__(self, dynamodb_local, client, name, fleet_index=FleetIndex()):
+        self.dynamodb_local, self.client, self.name = dynamodb_local, client, name
+        self.fleet_index = fleet_index
+        self.manager = DeviceStateManager(client, name, fleet_index=fleet_index)
+        self.pipeline = pipeline_to(client, name)
+        self.jobs = JobStore(self.pipeline)
+        self.cursors = CursorSeal()
+        self.forwarders = []
+
+    def forwarder(self) -> Forwarder:
+        forwarder = Forwarder(self.dynamodb_local.port)
+        self.forwarders.append(forwarder)
+        return forwarder
+
+    def runner(self, client=None, ahead: float = 0.0, **options) -> JobRunner:
+        pipeline = pipeline_to(client or self.client, self.name, ahead)
+        query = FleetQuery(pipeline.store, self.fleet_index, pipeline.runtime.clock, self.cursors)
+        return JobRunner(pipeline, query, **options)
+
+    def devices(self, count, prefix="d"):
+        ids = [f"{prefix}{number:04d}" for number in range(count)]
+        threads = [threading.Thread(target=lambda chunk=ids[start::8]: [self.manager.create(device_id, {"n": 0})
+                                                                        for device_id in chunk])
+                   for start in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return ids
+
+    def job(self, **body):
+        spec = parse({"jobId": "j1", "desired": {"mode": "eco"}, **body}, time.time())
+        self.jobs.create(spec)
+        return spec
+
+    def versions(self, ids):
+        found = {}
+        for start in range(0, len(ids), 100):
+            found.update(self.pipeline.store.batch_get_states(ids[start:start + 100]))
+        return {device_id: int(found[device_id]["version"]["N"]) for device_id in ids if device_id in found}, found
+
+    def counts_agree_with_executions(self, job_id="j1"):
+        head = self.jobs.head(job_id)
+        counts = head.counts_by_state
+        finals = Counter(execution.state for execution in self.jobs.executions(job_id))
+        assert {state: counts[state] for state in finals} == dict(finals)
+        assert sum(counts.values()) == head.run.total + 0  # every targeted device in exactly one state
+        return counts
+
+
+def run_until_done(runner, job_id="j1", seconds=60.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        progress = runner.run(job_id, 5)
+        if progress.status == DONE:
+            return
+        if progress.status == IDLE and progress.wake_ms:
+            time.sleep(max(0.0, min(progress.wake_ms / 1000 - time.time(), 2)) + 0.05)
+        elif progress.status == HELD:
+            time.sleep(0.2)
+    raise AssertionError("the job did not complete")
+
+
+@pytest.fixture
+def rig(dynamodb_local, local_table):
+    rig = Rig(dynamodb_local, *local_table)
+    yield rig
+    for forwarder in rig.forwarders:
+        forwarder.close()
+
+
+def test_a_listed_job_writes_each_device_once_and_its_counts_agree_with_its_executions(rig):
+    ids = rig.devices(250)
+    rig.job(deviceIds=[*ids, "ghost"], timeoutSeconds=600)
+    assert rig.runner().run("j1", 60).status == IDLE  # every device written, the executions in progress
+    head = rig.jobs.head("j1")
+    assert head.counts_by_state["IN_PROGRESS"] == 250 and head.counts_by_state["REMOVED"] == 1, head.counts_by_state
+    for device_id in ids[:10]:  # these devices confirm; the others never answer
+        rig.manager.as_device(device_id).update_with_retry(device_id, MergePatch({"mode": "eco"}), section="reported")
+    run_until_done(rig.runner(ahead=601))  # the runner comes back after the executions' deadline
+    counts = rig.counts_agree_with_executions()
+    assert counts["SUCCEEDED"] == 10 and counts["TIMED_OUT"] == 240 and counts["REMOVED"] == 1
+    assert rig.jobs.head("j1").record.status == "COMPLETED"
+    versions, found = rig.versions(ids)
+    assert Counter(versions[device_id] for device_id in ids[10:]) == {2: 240}
+    assert all(job_marks.mark_of(found[device_id], "j1")[0] == 2 for device_id in ids)
+
+
+def test_lost_answers_at_random_write_each_device_once(rig):
+    ids = rig.devices(200)
+    forwarder = rig.forwarder()
+    forwarder.random_loss = ("UpdateItem", 0.3, random.Random(7))
+    rig.job(deviceIds=ids, timeoutSeconds=1)
+    run_until_done(rig.runner(dynamodb_client(forwarder.endpoint, "us-east-1")))
+    assert len(forwarder.lost) > 20
+    versions, _ = rig.versions(ids)
+    assert Counter(versions.values()) == {2: 200}  # created, then the job's write: once each
+    assert rig.counts_agree_with_executions()["TIMED_OUT"] == 200
+
+
+def test_a_runner_cut_off_mid_page_and_another_that_finishes_write_each_device_once(rig):
+    ids = rig.devices(150)
+    forwarder = rig.forwarder()
+    landed = []
+
+    def thirtieth_job_write(body):
+        landed.append(1) if b"j1" in body else None
+        return len(landed) == 30
+
+    # the 30th write lands, its answer is lost, and from then on nothing reaches DynamoDB
+    forwarder.lose("UpdateItem", when=thirtieth_job_write, then=lambda: setattr(forwarder, "unreachable", True))
+    rig.job(deviceIds=ids, timeoutSeconds=1)
+    cut_off = rig.runner(dynamodb_client(forwarder.endpoint, "us-east-1"), lease_seconds=1)
+    with pytest.raises(Exception):
+        cut_off.run("j1", 3)
+    run = rig.jobs.head("j1").run
+    assert run.batch is not None and run.owner == cut_off.owner  # it died holding a claimed batch
+    run_until_done(rig.runner())
+    versions, _ = rig.versions(ids)
+    assert Counter(versions.values()) == {2: 150}
+    assert rig.counts_agree_with_executions()["TIMED_OUT"] == 150
+
+
+def test_two_runners_whose_leases_lapse_write_each_device_once(rig):
+    ids = rig.devices(300)
+    rig.job(deviceIds=ids, timeoutSeconds=1)
+    clients = [Slow(dynamodb_client(rig.dynamodb_local.endpoint, "us-east-1"), 0.01) for _ in range(2)]
+    runners = [rig.runner(client, lease_seconds=0.2, concurrency=4) for client in clients]
+    errors = []
+
+    def work(runner):
+        try:
+            run_until_done(runner)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(runner,)) for runner in runners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert all(client.job_writes >= 30 for client in clients), [client.job_writes for client in clients]
+    versions, _ = rig.versions(ids)
+    assert Counter(versions.values()) == {2: 300}
+    assert rig.counts_agree_with_executions()["TIMED_OUT"] == 300
+
+
+def test_a_filter_job_targets_the_matching_devices_page_by_page(dynamodb_local):
+    fleet = FleetIndex.parse("reported/battery:number")
+    client, admin = dynamodb_client(dynamodb_local.endpoint, "us-east-1"), table_admin(dynamodb_local.endpoint)
+    name = new_table_name()
+    create_table(admin, name, fleet_index=fleet)
+    try:
+        rig = Rig(dynamodb_local, client, name, fleet)
+        rig.manager.reindex()
+        ids = rig.devices(240)
+        for number, device_id in enumerate(ids):
+            rig.manager.update_with_retry(device_id, MergePatch({"battery": number % 100}), section="reported")
+        low = [device_id for number, device_id in enumerate(ids) if number % 100 < 20]
+        rig.job(filter="lt(reported/battery,20)", timeoutSeconds=1)
+        run_until_done(rig.runner())
+        versions, found = rig.versions(ids)
+        assert {device_id for device_id in ids if job_marks.mark_of(found[device_id], "j1")} == set(low)
+        assert all(versions[device_id] == 3 for device_id in low)  # created, reported, the job's write
+        head = rig.jobs.head("j1")
+        assert head.run.total == len(low) and rig.counts_agree_with_executions()["TIMED_OUT"] == len(low)
+    finally:
+        admin.delete_table(TableName=name)
+
+
+class NaiveRunner:
+    """Page the list and PATCH each device, saving its progress after each page (what a script
+    does): restarted mid-page, it writes the page's first devices again."""
+
+    def __init__(self, manager, ids, page_size=items.PAGE_SIZE):
+        self.manager, self.ids, self.page_size = manager, ids, page_size
+        self.done_pages = 0
+
+    def run(self, stop_after=None):
+        written = 0
+        for start in range(self.done_pages * self.page_size, len(self.ids), self.page_size):
+            for device_id in self.ids[start:start + self.page_size]:
+                if stop_after is not None and written == stop_after:
+                    raise RuntimeError("killed")
+                self.manager.update_with_retry(device_id, MergePatch({"mode": "eco"}), section="desired")
+                written += 1
+            self.done_pages += 1
+
+
+def test_control_a_naive_runner_restarted_mid_page_writes_devices_twice(rig):
+    ids = rig.devices(150)
+    naive = NaiveRunner(rig.manager, ids)
+    with pytest.raises(RuntimeError):
+        naive.run(stop_after=130)  # killed mid-way through the second page
+    naive.run()
+    versions, _ = rig.versions(ids)
+    assert Counter(versions.values()) == {2: 120, 3: 30}  # 30 devices got the change twice
+
+
+def test_the_job_states_are_each_counted():
+    assert set(EXECUTION_STATES) >= {"QUEUED", "IN_PROGRESS", "SUCCEEDED", "TIMED_OUT", "CANCELED"}
