@@ -5,11 +5,12 @@ PY := $(VENV)/bin/python
 PY_STAMP := $(VENV)/.installed
 NPM_STAMP := node_modules/.installed
 JAVA_STAMP := $(VENV)/.java-checked
+CHROMIUM_STAMP := $(VENV)/.chromium-checked
 PORT ?= 3000
 # The fields make serve declares queryable (docs/api/fleet-query.md); FLEET_INDEX= declares none.
 FLEET_INDEX ?= reported/firmware:string,reported/online:boolean,reported/battery:number,state/site:string
 
-.PHONY: setup java test test-fast serve reindex invoke synth deploy bench clean token device-cert
+.PHONY: setup java chromium test test-fast serve reindex invoke synth deploy bench clean token device-cert
 
 # Node.js 22+ for the CDK CLI and jsii: node_modules/.bin/node (the pinned node-linux-* package)
 # comes first on PATH where npm installed one, else the machine's node (checked in setup).
@@ -18,7 +19,7 @@ NODE_PATH_FIRST := PATH=$(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$$PATH
 CDK := $(NODE_PATH_FIRST) CDK_DISABLE_CLI_TELEMETRY=1 node_modules/.bin/cdk
 CDK_OUT ?= cdk.out
 
-setup: $(PY_STAMP) $(NPM_STAMP) $(JAVA_STAMP)
+setup: $(PY_STAMP) $(NPM_STAMP) $(JAVA_STAMP) $(CHROMIUM_STAMP)
 
 $(PY_STAMP): requirements.txt requirements-dev.txt
 	@echo "setup: Python packages into $(VENV) (requirements-dev.txt; about a minute the first time)"
@@ -47,6 +48,22 @@ $(JAVA_STAMP): | $(PY_STAMP)
 	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
 	else \
 	  echo "DynamoDB Local needs Java 17+: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; \
+	fi
+	@touch $@
+
+# The console's browser tests (tests/console) drive Debian's Chromium (/usr/bin/chromium) with
+# Playwright for Python; nothing downloads a browser (never `playwright install`). Installed where
+# it is missing and we may (root, Debian), checked once, like Java.
+chromium: $(CHROMIUM_STAMP)
+
+$(CHROMIUM_STAMP): | $(PY_STAMP)
+	@if [ -x /usr/bin/chromium ]; then \
+	  echo "setup: Chromium for the console's browser tests: $$(/usr/bin/chromium --version 2>/dev/null | head -n 1)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "setup: Chromium for the console's browser tests: apt-get install chromium"; \
+	  apt-get update -qq && apt-get install -y -qq chromium; \
+	else \
+	  echo "The console's browser tests need Debian's Chromium at /usr/bin/chromium: install it (apt-get install chromium)"; exit 1; \
 	fi
 	@touch $@
 
@@ -88,8 +105,9 @@ invoke: $(PY_STAMP)
 # per-leaf metadata at 100/1,000/10,000 leaves (a conditional report, a GET with metadata): metadata.json; then
 # request units per operation kind and the reference fleet's monthly bill beside Device Shadow's:
 # costs.{json,md,png}; then fleet query at 100,000 devices beside listing and filtering in the
-# client: fleet.{json,md}. Into bench/out/ (untracked), or with UPDATE_RESULTS=1 into bench/results/,
-# the committed reference results the docs quote.
+# client: fleet.{json,md}; then the browser console on 100,000 devices in headless Chromium (first
+# rows, a live update, the files' compressed size): console.{json,md}. Into bench/out/ (untracked),
+# or with UPDATE_RESULTS=1 into bench/results/, the committed reference results the docs quote.
 BENCH_OUT := $(if $(UPDATE_RESULTS),bench/results,bench/out)
 bench: setup
 	$(PY) bench/contention.py --out $(BENCH_OUT) $(BENCH_ARGS)
@@ -99,6 +117,7 @@ bench: setup
 	$(PY) bench/metadata.py --out $(BENCH_OUT) $(METADATA_BENCH_ARGS)
 	$(PY) bench/costs.py --out $(BENCH_OUT) $(COSTS_BENCH_ARGS)
 	$(PY) bench/fleet.py --out $(BENCH_OUT) $(FLEET_BENCH_ARGS)
+	$(PY) bench/console.py --out $(BENCH_OUT) $(CONSOLE_BENCH_ARGS)
 
 # Synthesize offline (no AWS account needed) and lint the template; DEPLOY_ARGS' -c flags
 # shape it as they would a deploy.

@@ -47,7 +47,7 @@ COUNTED = "eq(reported/online,false)"
 GROUPED = ("exists(reported/firmware)", "reported/firmware")
 
 
-def _documents(number: int, rng: random.Random, rare: bool) -> dict:
+def reference_documents(number: int, rng: random.Random, rare: bool) -> dict:
     """About 600 bytes of JSON in 15 leaves, as the reference fleet's devices."""
     firmware = RARE_FIRMWARE if rare else f"2.{min(int(rng.expovariate(0.4)), 19)}"
     return {
@@ -65,13 +65,13 @@ def load(manager: DeviceStateManager, client, name: str, devices: int) -> None:
     item shape, its values and index attributes of its own): a bulk load, not a write test."""
     rng = random.Random(29)
     rare = set(rng.sample(range(devices), max(1, devices // 1000)))
-    first = _documents(0, rng, 0 in rare)
+    first = reference_documents(0, rng, 0 in rare)
     manager.create("dev-000000", first["state"], sections={k: first[k] for k in ("desired", "reported")})
     template = client.get_item(TableName=name, Key={"deviceId": {"S": "dev-000000"}, "sk": {"S": "state"}},
                                ConsistentRead=True)["Item"]
 
     def item(number):
-        documents = _documents(number, rng, number in rare)
+        documents = reference_documents(number, rng, number in rare)
         device_id = f"dev-{number:06d}"
         cloned = copy.deepcopy(template)
         cloned["deviceId"] = {"S": device_id}
@@ -143,7 +143,7 @@ def report_units(endpoint: str, warm: int = 20, measured: int = 20) -> dict:
         name = f"fleet-units-{uuid.uuid4().hex[:8]}"
         table.create_table(counting, name, declared)
         manager = DeviceStateManager(counting, name, fleet_index=declared)
-        documents = _documents(1, random.Random(1), False)
+        documents = reference_documents(1, random.Random(1), False)
         manager.create("u1", documents["state"], sections={k: documents[k] for k in ("desired", "reported")})
         changing, unchanging = [], []
         for value in range(warm + measured):  # the first fill the write journal as a device written often has it

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
 import jsii
@@ -22,7 +21,8 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from functions import config
-from functions.auth.rights import ROUTE_RIGHTS
+from functions.api import routes
+from functions.api.routes import openapi_path
 from functions.device_state import metrics as metric_names
 from functions.device_state import DEFAULT_RETENTION_SECONDS
 from functions.device_state import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS
@@ -86,25 +86,17 @@ CURSOR_KEY_SECRET = "CursorKey"  # the secret's construct id; a later generation
 
 
 def resource_path(rule: str) -> str:
-    """A rule of functions/auth/rights.ROUTE_RIGHTS as an API Gateway resource path:
+    """A route's rule (functions/api/routes.py) as an API Gateway resource path:
     ``/devices/<device_id>/leases/<lease_id>`` is ``devices/{deviceId}/leases/{leaseId}``."""
-    def parameter(match: re.Match) -> str:
-        first, *rest = match.group(1).split("_")
-        return "{" + first + "".join(part.capitalize() for part in rest) + "}"
-
-    return re.sub(r"<(\w+)>", parameter, rule).lstrip("/")
+    return openapi_path(rule).lstrip("/")
 
 
-# The routes that wait: long-polls of the change feed and of the delta, and a lease request
-# (each with waitSeconds). A wait holds its Lambda execution for its whole length, so these
-# methods integrate the waiting function, whose reserved concurrency caps them: however many
-# clients wait, the API function's executions stay free for writes. (The dev server picks the
-# same routes by their waitSeconds, localdev/http_front.py's waits; a test keeps the two in step.)
-_WAITING_METHODS = {"/devices/<device_id>/changes": ("GET", "HEAD"), "/devices/<device_id>/delta": ("GET", "HEAD"),
-                    "/devices/<device_id>/leases": ("POST",)}
-# (method, resource path) of every waiting route, from ROUTE_RIGHTS.
-WAITING_ROUTES = frozenset((method, resource_path(rule)) for method, rule in ROUTE_RIGHTS
-                           if method in _WAITING_METHODS.get(rule, ()))
+# The routes that wait (long-polls of the change feed and of the delta, and a lease request, each
+# with waitSeconds), as their declarations say (functions/api/routes.py, which the dev server reads
+# too). A wait holds its Lambda execution for its whole length, so these methods integrate the
+# waiting function, whose reserved concurrency caps them: however many clients wait, the API
+# function's executions stay free for writes.
+WAITING_ROUTES = routes.WAITING_ROUTES
 
 
 @dataclass(frozen=True)

@@ -41,16 +41,18 @@ class CallerIdentity(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, throwaway: bool, domain_prefix: str = "",
                  issuer: str = "", audience: str = "", jwks_file: str = ""):
         super().__init__(scope, construct_id)
-        self.user_pool = self.client = None
+        self.user_pool = self.client = self.domain = None
+        self.oauth_scopes: dict[str, cognito.OAuthScope] = {}
         if issuer:
             self.environment = own_issuer_environment(issuer, audience, jwks_file)
             return
         stack = Stack.of(self)
         self.user_pool = cognito.UserPool(
             self, "UserPool", self_sign_up_enabled=False,
-            # No user signs in today; a user added later meets this much.
+            # The console's users (added by an administrator) sign in with this much, and may add TOTP.
             password_policy=cognito.PasswordPolicy(min_length=14, require_digits=True, require_lowercase=True,
                                                    require_uppercase=True, require_symbols=True),
+            mfa=cognito.Mfa.OPTIONAL, mfa_second_factor=cognito.MfaSecondFactor(sms=False, otp=True),
             deletion_protection=not throwaway,
             removal_policy=RemovalPolicy.DESTROY if throwaway else RemovalPolicy.RETAIN)
         scopes = [cognito.ResourceServerScope(scope_name=name, scope_description=SCOPE_DESCRIPTIONS[name])
@@ -58,12 +60,14 @@ class CallerIdentity(Construct):
         server = self.user_pool.add_resource_server("ResourceServer", identifier=RESOURCE_SERVER, scopes=scopes)
         # A Cognito domain prefix is unique per region across all accounts: the account makes it ours.
         prefix = domain_prefix or f"{stack.stack_name.lower()}-{stack.account}"
-        domain = self.user_pool.add_domain("Domain", cognito_domain=cognito.CognitoDomainOptions(domain_prefix=prefix))
+        domain = self.domain = self.user_pool.add_domain(
+            "Domain", cognito_domain=cognito.CognitoDomainOptions(domain_prefix=prefix))
+        self.oauth_scopes = {scope.scope_name: cognito.OAuthScope.resource_server(server, scope) for scope in scopes}
         self.client = self.user_pool.add_client(
             "BackendClient", generate_secret=True, access_token_validity=ACCESS_TOKEN_VALIDITY,
             prevent_user_existence_errors=True,
             o_auth=cognito.OAuthSettings(flows=cognito.OAuthFlows(client_credentials=True),
-                                         scopes=[cognito.OAuthScope.resource_server(server, s) for s in scopes]))
+                                         scopes=list(self.oauth_scopes.values())))
         issuer = f"https://cognito-idp.{stack.region}.{stack.url_suffix}/{self.user_pool.user_pool_id}"
         self.environment = {AUTH_ISSUER: issuer, AUTH_AUDIENCE: self.client.user_pool_client_id,
                             AUTH_JWKS: self._resolved_jwks(issuer)}

@@ -9,6 +9,7 @@ from aws_cdk import custom_resources
 from cdk_nag import AwsSolutionsChecks
 
 from .api import DeviceApi
+from .console import Console
 from .push import CONNECTION_METHODS, STAGE_NAME, Push
 
 REVIEWED: list[tuple[str, str]] = [
@@ -27,11 +28,12 @@ REVIEWED: list[tuple[str, str]] = [
      "certificates (mutual TLS) and another issuer's tokens, and authorizes each request by what it touches "
      "(a device only itself), which a Cognito authorizer cannot."),
     ("AwsSolutions::AwsSolutions-COG2",
-     "The user pool has no users: back-ends get tokens by the client-credentials flow (an app client id and "
-     "secret), where MFA does not apply. Self sign-up is off."),
+     "Back-ends get tokens by the client-credentials flow, where MFA does not apply. The console's users, whom an "
+     "administrator adds (self sign-up is off), may add a TOTP second factor (MFA optional): Cognito takes "
+     "'required' only when a pool is created, and deployed stacks' pools exist already."),
     ("AwsSolutions::AwsSolutions-COG8",
-     "Cognito's Plus feature plan (threat protection) guards user sign-ins; this pool has none, only "
-     "client-credentials grants, and Plus is billed per monthly active user."),
+     "Cognito's Plus feature plan (threat protection) is billed per monthly active user; the pool's users are the "
+     "few operators an administrator adds (no self sign-up), and back-ends use client credentials."),
     ("AwsSolutions::AwsSolutions-SQS3",
      "The change feed's and the fan-out's on-failure queues are themselves the dead-letter destinations of their "
      "event source mappings; their messages are read by operators (docs/operations.md runbook), never consumed "
@@ -87,6 +89,42 @@ CURSOR_KEY_ROTATION: tuple[str, str] = (
     "with the next cursorKeyGeneration instead, which refuses the cursors issued before (docs/operations.md).")
 
 
+# Acknowledged on the console's bucket and distribution (infra/console.py).
+CONSOLE_HOSTING: list[tuple[str, str]] = [
+    ("AwsSolutions::AwsSolutions-S1",
+     "The console's bucket holds its static files, the same for every visitor and no data; only CloudFront reads "
+     "it (origin access control) and only its deployment writes it. What the console does is calls to the API, "
+     "which the API's access logs record."),
+    ("AwsSolutions::AwsSolutions-CFR3",
+     "The distribution serves the console's static files and nothing else; every call the page makes goes to the "
+     "HTTP API or the WebSocket API, whose access logs record who did what."),
+    ("AwsSolutions::AwsSolutions-CFR4",
+     "The distribution uses CloudFront's default *.cloudfront.net certificate, whose TLS policy CloudFront sets; a "
+     "minimum protocol version needs a custom domain and its own certificate."),
+    ("AwsSolutions::AwsSolutions-CFR1",
+     "The console is for the operators of the fleet wherever they are; it holds no data (sign-in is Cognito's, "
+     "data is the API's, which authorizes every call)."),
+    ("AwsSolutions::AwsSolutions-CFR2",
+     "The distribution serves static files, cached; WAF's charge per web ACL and per request would guard no data. "
+     "The APIs the console calls have their own throttling and authorization."),
+]
+
+# Acknowledged on the function CDK's BucketDeployment brings (a singleton of the stack), which copies
+# the console's files from the CDK assets bucket into the console's bucket at deploy.
+CONSOLE_DEPLOYMENT: list[tuple[str, str]] = [
+    ("AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+     "AWSLambdaBasicExecutionRole]",
+     "CDK's BucketDeployment function is made with the AWS-managed basic execution role (its own logs only)."),
+] + [(f"AwsSolutions::AwsSolutions-IAM5[{finding}]",
+      "CDK's BucketDeployment grants: read the console's asset in the CDK assets bucket, write and prune the "
+      "console's own bucket; wildcards over those two buckets' objects, nothing else.")
+     for finding in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:DeleteObject*",
+                     "Action::s3:Abort*",
+                     "Resource::arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*",
+                     "Resource::<{bucket}.Arn>/*")]
+BUCKET_DEPLOYMENT_ID = "Custom::CDKBucketDeployment"  # the start of the singleton's construct id
+
+
 def acknowledge_reviewed_findings(stack: Stack) -> None:
     for finding, reason in REVIEWED:
         Validations.of(stack).acknowledge(Acknowledgment(id=finding, reason=reason))
@@ -106,6 +144,14 @@ def acknowledge_reviewed_findings(stack: Stack) -> None:
         if isinstance(construct, DeviceApi):
             Validations.of(construct.cursor_key).acknowledge(Acknowledgment(id=CURSOR_KEY_ROTATION[0],
                                                                             reason=CURSOR_KEY_ROTATION[1]))
+        if isinstance(construct, Console):
+            for hosting, why in CONSOLE_HOSTING:
+                Validations.of(construct).acknowledge(Acknowledgment(id=hosting, reason=why))
+            bucket = stack.resolve(stack.get_logical_id(construct.bucket.node.default_child))
+            for child in stack.node.children:
+                if child.node.id.startswith(BUCKET_DEPLOYMENT_ID):
+                    for deployment, why in CONSOLE_DEPLOYMENT:
+                        Validations.of(child).acknowledge(Acknowledgment(id=deployment.format(bucket=bucket), reason=why))
         if isinstance(construct, custom_resources.Provider):
             handler = stack.resolve(stack.get_logical_id(construct.on_event_handler.node.default_child))
             Validations.of(construct.node.scope).acknowledge(Acknowledgment(

@@ -96,10 +96,11 @@ class Push(Construct):
 
         integration = integrations.WebSocketLambdaIntegration("Push", self.alias)
         # API Gateway answers 401 without calling a WebSocket REQUEST authorizer when any of its
-        # identity sources is missing, and clients send the token either as the Authorization
-        # header or as ?token= (browsers cannot set headers), never both: so the authorizer has
-        # no identity source and runs on every $connect (WebSocket authorizers cache nothing
-        # anyway). functions/auth/credentials.authenticate_event reads either.
+        # identity sources is missing, and clients send the token in one of three places: the
+        # Authorization header, a bearer.<token> subprotocol (Sec-WebSocket-Protocol: browsers
+        # cannot set headers) or ?token=. So the authorizer has no identity source and runs on
+        # every $connect (WebSocket authorizers cache nothing anyway);
+        # functions/auth/credentials.authenticate_event reads whichever came.
         connect_authorizer = authorizers.WebSocketLambdaAuthorizer("ConnectAuthorizer", authorizer, identity_source=[])
         for route in ROUTES:
             self.api.add_route(route, integration=integration,

@@ -7,11 +7,13 @@ from constructs import Construct
 
 from functions.device_state import DEFAULT_RETENTION_SECONDS
 from functions.device_state import DEFAULT_TOMBSTONE_SECONDS
+from functions.auth.credentials import AUTH_AUDIENCE
 from functions.device_state import FleetIndex, FleetIndexError
 
 from .api import DeviceApi, DeviceDomain
 from .auth import CallerIdentity
 from .changes import ChangeFeed
+from .console import Console
 from .device_tokens import DeviceTokens
 from .monitoring import Monitoring
 from .push import Push
@@ -73,6 +75,9 @@ CONTEXT_DEFAULTS = {
     "deviceTokenSeconds": 3600,
     "deviceTokenMaxSeconds": 3600,
     "deviceTokenRenewalSeconds": 86400,
+    # The browser console (infra/console.py): its files behind CloudFront, CORS on the HTTP API for
+    # its origin, and with Cognito an app client of its own. false: none of it.
+    "console": True,
     # The key that seals listings' cursors: a secret generated at deploy. The next number replaces
     # it (cursors issued before are then refused, and their clients start their listings again).
     "cursorKeyGeneration": 1,
@@ -144,8 +149,13 @@ class DeviceStateStack(Stack):
             lifetime_seconds=int(context(self, "deviceTokenSeconds")),
             max_seconds=int(context(self, "deviceTokenMaxSeconds")),
             renewal_seconds=int(context(self, "deviceTokenRenewalSeconds")))
+        self.console = Console(self, "Console", user_pool=self.identity.user_pool, domain=self.identity.domain,
+                               oauth_scopes=self.identity.oauth_scopes) if _flag(context(self, "console")) else None
         # Every function that authenticates callers trusts both issuers; only the API function signs.
         auth_environment = {**self.identity.environment, **self.device_tokens.verification_environment}
+        if self.console is not None and self.console.client is not None:  # the console's users' tokens name its client
+            audiences = f"{auth_environment[AUTH_AUDIENCE]},{self.console.client.user_pool_client_id}"
+            auth_environment[AUTH_AUDIENCE] = audiences
         domain_name = context(self, "deviceDomainName")
         self.api = DeviceApi(
             self, "DeviceApi",
@@ -176,6 +186,9 @@ class DeviceStateStack(Stack):
                          throttle_rate=float(context(self, "throttleRateLimit")),
                          throttle_burst=int(context(self, "throttleBurstLimit")),
                          snap_start=_flag(context(self, "snapStart")), fleet_index=fleet_index)
+        if self.console is not None:
+            self.console.publish(http_api=self.api.api, api_url=self.api.stage.url, websocket_url=self.push.stage.url,
+                                 fleet_index=fleet_index)
         # The fleet index's backfill, for fields declared on a table that already holds devices.
         self.reindex = Reindex(
             self, "Reindex", table=self.devices.table, code=self.api.code, layer=self.api.layer,

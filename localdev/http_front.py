@@ -42,7 +42,7 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from localdev import docs, websocket
+from localdev import console, docs, websocket
 from localdev.apigw import LambdaContext, make_event
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
@@ -72,21 +72,25 @@ def _client_gone(_signum, _frame):
 
 
 def waits(method: str, target: str, body: bytes | None) -> bool:
-    """Whether a request may wait: a long-poll of the feed or the delta, or a lease request
-    with waitSeconds (the routes the deployed stack gives a function of their own)."""
+    """Whether a request may wait: one of the routes that wait (``functions.api.routes.WAITING_ROUTES``,
+    which the deployed stack gives a function of their own) asking for a wait where its declaration
+    says it asks (``waitSeconds`` in the query, or in the JSON body)."""
+    from functions.api.routes import rules_for_path
+
     url = urlsplit(target)
-    parts = url.path.rstrip("/").split("/")
-    if len(parts) != 4 or parts[1] != "devices":
+    declared = [declaration for declaration in rules_for_path(url.path)
+                if declaration.waits and method in declaration.methods]
+    if not declared:
         return False
-    if parts[3] in ("changes", "delta") and method in ("GET", "HEAD"):
+    if declared[0].waits == "query":
         return any(value.strip("0") for value in parse_qs(url.query).get("waitSeconds", []))
-    if parts[3] == "leases" and method == "POST" and body:
-        try:
-            document = json.loads(body)
-        except (ValueError, RecursionError):  # the handler answers what is wrong with it
-            return False
-        return isinstance(document, dict) and bool(document.get("waitSeconds"))
-    return False
+    if not body:
+        return False
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):  # the handler answers what is wrong with it
+        return False
+    return isinstance(document, dict) and bool(document.get("waitSeconds"))
 
 
 def watch_for_hang_up(connection: socket.socket, done: threading.Event) -> None:
@@ -354,11 +358,25 @@ class _Handler(BaseHTTPRequestHandler):
         if docs.handles(self.path):  # Swagger UI: dev server only, never in Lambda
             self._send(*docs.response(self.path))
             return
+        if console.handles(self.path):  # the browser console: dev server only, never in Lambda
+            self._console()
+            return
         if (isinstance(self.connection, ssl.SSLSocket) and _websocket_channel is not None
                 and urlsplit(self.path).path == websocket.PATH):
             self._relay_websocket()
             return
         self._serve()
+
+    def do_POST(self) -> None:
+        if console.handles(self.path):
+            self._console()
+            return
+        self._serve()
+
+    def _console(self) -> None:
+        _arm(0)
+        self._send(*console.response(self.command, self.path, self.headers, self.client_address[0],
+                                     isinstance(self.connection, ssl.SSLSocket)))
 
     def _relay_websocket(self) -> None:
         """Hands the WebSocket process one end of a loopback TCP connection (the WebSocket

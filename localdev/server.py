@@ -25,7 +25,7 @@ import time
 import traceback
 from pathlib import Path
 
-from localdev import http_front, websocket
+from localdev import console, http_front, websocket
 from localdev.apigw import LambdaContext
 
 STREAM_TIMEOUT_SECONDS = 60.0  # the stream processor's timeout (infra/changes.py)
@@ -189,8 +189,9 @@ def _arguments(argv) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _environment() -> str:
-    """The defaults every process inherits; what issues the tokens it accepts, as a note."""
+def _environment() -> tuple[str, object]:
+    """The defaults every process inherits; what issues the tokens it accepts, as a note, and
+    this checkout's issuer when it is the one trusted (the console's local sign-in), else None."""
     for name, value in _DEFAULTS.items():
         os.environ.setdefault(name, value)
     if not (os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")):
@@ -198,9 +199,9 @@ def _environment() -> str:
     # This checkout's own issuer (`make -s token` prints its tokens); it signs device tokens too.
     from localdev.issuer import DEFAULT_DIRECTORY, KEY_FILE, Issuer
 
-    note, issuer = "the issuer named by AUTH_ISSUER, AUTH_AUDIENCE and AUTH_JWKS", None
+    note, issuer, trusted = "the issuer named by AUTH_ISSUER, AUTH_AUDIENCE and AUTH_JWKS", None, None
     if not os.environ.get("AUTH_JWKS"):
-        issuer = Issuer.load_or_create(DEFAULT_DIRECTORY)
+        issuer = trusted = Issuer.load_or_create(DEFAULT_DIRECTORY)
         os.environ.update(issuer.environment())
         note = f"the local issuer in {DEFAULT_DIRECTORY}/ (a token: make -s token)"
     if not os.environ.get("DEVICE_TOKEN_ISSUER"):  # device tokens: signed with the local issuer's key
@@ -210,7 +211,7 @@ def _environment() -> str:
         os.environ["CURSOR_KEY"] = _checkout_cursor_key(CURSOR_KEY_FILE)
     _check_auth_configuration()
     _check_api_configuration()
-    return note
+    return note, trusted
 
 
 def _checkout_cursor_key(path: Path) -> str:
@@ -284,6 +285,8 @@ def _announce(args, tls, local_ca, workers: int, issuer_note: str, endpoint: str
           f"{os.environ['CONNECTIONS_ENDPOINT']}{certificates})", flush=True)
     print(f"API docs: {scheme}://{args.host}:{args.port}/docs (Swagger UI over "
           f"{scheme}://{args.host}:{args.port}/openapi.json)", flush=True)
+    print(f"Console: {scheme}://{args.host}:{args.port}/console/ (signed in as the local developer"
+          f"{'' if console.signs_in() else ': paste a token of the issuer above'})", flush=True)
     print(f"Every route but /openapi.json and /docs needs 'Authorization: Bearer <token>' from "
           f"{issuer_note}{', or a device certificate' if tls else ''}", flush=True)
     if tls:
@@ -315,7 +318,8 @@ def main(argv=None) -> None:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    issuer_note = _environment()
+    issuer_note, local_issuer = _environment()
+    console.configure(local_issuer)
     listener = _listen(args.host, args.port)
     tls = local_ca = None
     if args.tls:

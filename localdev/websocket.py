@@ -3,7 +3,8 @@
 An HTTP worker that accepts a connection whose request is ``GET /ws`` hands the socket,
 unread, to this process (over a Unix socket, SCM_RIGHTS), which runs the WebSocket
 handshake (``websockets``), the authorizer step of ``$connect`` (the same authorizer
-function as the HTTP routes, token in the Authorization header or ``?token=``), and then
+function as the HTTP routes, token in the Authorization header, a ``bearer.<token>`` subprotocol
+or ``?token=``), with the subprotocol the ``$connect`` answer selected, and then
 feeds ``functions.push.handler`` the events API Gateway would: ``$connect``, one event per
 message (route ``subscribe``, ``unsubscribe`` or ``$default`` by its ``action``), and
 ``$disconnect``. Posts to a connection go through ``@connections``, which this process
@@ -171,7 +172,12 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
             retry_after = (answer.get("headers") or {}).get("Retry-After")
             return refuse(status, {"Retry-After": retry_after} if retry_after else None)
         connection.device_state_route = (connection_id, context)  # for handle(), once connected
+        # The subprotocol the $connect answer selected, which API Gateway hands on (select_subprotocol)
+        connection.device_state_subprotocol = (answer.get("headers") or {}).get("Sec-WebSocket-Protocol")
         return None
+
+    def select_subprotocol(connection, _offered):
+        return getattr(connection, "device_state_subprotocol", None)
 
     def handle(connection) -> None:
         connection_id, context = connection.device_state_route
@@ -193,7 +199,8 @@ def serve(channel: socket.socket, connections_listener: socket.socket) -> None:
             lambda_handler(_event("$disconnect", connection_id, context), LambdaContext())
 
     placeholder = socket.create_server(("127.0.0.1", 0))  # the handler is what serves each handed-off socket
-    server = websocket_server(handle, sock=placeholder, process_request=process_request, compression=None,
+    server = websocket_server(handle, sock=placeholder, process_request=process_request,
+                              select_subprotocol=select_subprotocol, compression=None,
                               ping_interval=30, ping_timeout=30, max_size=MAX_MESSAGE_BYTES)
     threading.Thread(target=_serve_connections_api, args=(connections_listener, gateway), daemon=True).start()
     threading.Thread(target=_expire, args=(gateway,), daemon=True).start()

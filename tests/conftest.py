@@ -65,6 +65,7 @@ def pytest_itemcollected(item):
 # most tests first.
 SLOW_FILES = (
     "tests/api/test_cli.py",  # 80: every command as a process, each once applied and once refused
+    "tests/console/test_console.py",  # 60: make serve and Chromium, 14 pages in the browser
     "tests/infra/test_synth_cli.py",  # 40: two CDK CLI synths
     "tests/api/test_push.py",  # 39
     "tests/api/test_device_client.py",  # 37
@@ -74,10 +75,12 @@ SLOW_FILES = (
     "tests/api/test_stall.py",  # 25: DynamoDB Local stalled four times
     "tests/test_bench_costs_smoke.py",  # 21: two synths
     "tests/test_bench_fleet_smoke.py",  # 17
+    "tests/test_bench_console_smoke.py",  # 17: a dev server and Chromium
     "tests/test_make_serve.py",  # 14
     "tests/unit/test_cli.py",  # 14: a listing of 10,000 devices, twice
     "tests/test_bench_smoke.py",  # 14
     "tests/api/test_waiting_requests.py",  # 14
+    "tests/api/test_openapi_negative.py",  # 14: schemathesis' negative data, 12 cases for each of 28 operations
     "tests/api/test_changes_api.py",  # 12
     "tests/integration/test_changes.py",  # 12
     "tests/api/test_sections_concurrency.py",  # 11

@@ -17,4 +17,4 @@ def test_first_time_setup_prints_one_line_per_step():
     steps = [re.match(r"setup: ([^:(]+)", line).group(1).strip()
              for line in re.findall(r'echo "(setup: [^"]+)"', dry_run.stdout)]
     assert steps[:2] == ["Python packages into .venv", "npm packages into node_modules"]
-    assert set(steps[2:]) == {"Java for DynamoDB Local"}  # found, or being installed
+    assert set(steps[2:]) == {"Java for DynamoDB Local", "Chromium for the console's browser tests"}  # found, or installed

@@ -6,21 +6,14 @@ with backoff until a change arrives or its wait ends, never past the Lambda's de
 
 from __future__ import annotations
 
-from urllib.parse import unquote
-
 from .resolver import Router
 
-from functions.device_state import (MAX_FEED_LIMIT, SECTIONS, ChangeLog, ChangesExpired, VersionNotFound,
-                                    dynamodb_client)
+from functions.device_state import SECTIONS, ChangeLog, ChangesExpired, VersionNotFound, dynamodb_client
 
-from . import request_parsing as parse
-from .common import device_response, json_response, route, wait_budget
+from .common import device_response, include_metadata, json_response, route, wait_budget
 from functions.config import api_config
-from .problems import BadRequest, HttpProblem
-
-DEFAULT_FEED_LIMIT = 100
-MAX_WAIT_SECONDS = 20
-MAX_VERSION = parse.MAX_VERSION
+from .problems import HttpProblem
+from .routes import Request
 
 router = Router()
 
@@ -40,17 +33,14 @@ def change_log() -> ChangeLog:
                      retention_seconds=config.change_retention_seconds)
 
 
-@route(router, "/devices/<device_id>/changes", "GET", "HEAD",
-       query=("since", "limit", "waitSeconds", "sections"))
-def list_changes(device_id: str):
-    device_id = parse.device_id(device_id)
-    query = parse.query(router.current_event)
-    wanted = _sections(query.get("sections"))
-    since = parse.integer(query, "since", 0, 0, MAX_VERSION)
-    limit = parse.integer(query, "limit", DEFAULT_FEED_LIMIT, 1, MAX_FEED_LIMIT)
-    wait = parse.integer(query, "waitSeconds", 0, 0, MAX_WAIT_SECONDS)
+@route(router, "listChanges")
+def list_changes(request: Request):
+    """The changes after ``since``, those to the ``sections`` asked for (all by default) shown."""
+    device_id, query = request.path["device_id"], request.query
+    since, limit, wait = query["since"], query["limit"], query["waitSeconds"]
+    wanted = query.get("sections", set(SECTIONS))
     try:
-        changes = change_log().wait(device_id, since, limit, wait_budget(router.lambda_context, wait) if wait else 0)
+        changes = change_log().wait(device_id, since, limit, wait_budget(request.context, wait) if wait else 0)
     except ChangesExpired as expired:
         raise ChangesGone(str(expired), deviceId=device_id, currentVersion=expired.current_version) from None
     next_since = changes[-1].version if changes else since  # past the changes filtered out too
@@ -58,23 +48,11 @@ def list_changes(device_id: str):
     return json_response({"changes": shown, "nextSince": next_since})
 
 
-def _sections(raw: str | None) -> set:
-    """The sections a feed reader follows (``?sections=desired,reported``; all by default)."""
-    if raw is None:
-        return set(SECTIONS)
-    names = raw.split(",")
-    if not raw or any(name not in SECTIONS for name in names):
-        raise BadRequest(f"sections must be a comma-separated list of {', '.join(SECTIONS)}")
-    return set(names)
-
-
-@route(router, "/devices/<device_id>/versions/<version>", "GET", "HEAD",
-       query=(parse.INCLUDE,))
-def get_version(device_id: str, version: str):
-    device_id = parse.device_id(device_id)
-    number = parse.decimal_integer(unquote(version), "version", 1, MAX_VERSION)  # decoded as device ids are
+@route(router, "getDeviceVersion")
+def get_version(request: Request):
+    device_id = request.path["device_id"]
     try:
-        return device_response(change_log().at_version(device_id, number),
-                               metadata=parse.include_metadata(router.current_event))
+        return device_response(change_log().at_version(device_id, request.path["version"]),
+                               metadata=include_metadata(request))
     except VersionNotFound as missing:
         raise VersionGone(str(missing), deviceId=device_id) from None

@@ -1,5 +1,6 @@
-"""What the resource routers share: the library manager, time budgets, responses,
-idempotency keys, and the table of registered routes (which methods a path allows)."""
+"""What the resource routers share: ``route()``, which holds every request to its declaration
+(``routes``) before the route's code runs, the library manager, time budgets, responses and
+idempotency keys."""
 
 from __future__ import annotations
 
@@ -11,65 +12,109 @@ from .resolver import Response
 from functions.device_state import (CREATED, DELETED, DeviceStateManager, IdempotencyKey, dumps,
                                     dynamodb_client, fingerprint, restore)
 
-from functions.auth.rights import route_rights, rules_for_path
-
 from . import access
 from . import request_parsing as parse
+from .routes import BY_OPERATION, PATH_PARAMETERS, Request, Route
+from .validation import from_text, validate
 from functions.config import api_config
 from .observability import MetricsObserver
-from .problems import etag
+from .problems import BadRequest, etag
 
 # Time kept back from the Lambda's remaining time for answering after the retry loop.
 RESPONSE_MARGIN_SECONDS = 1.0
-IDEMPOTENCY_KEY = parse.IDEMPOTENCY_KEY
 IDEMPOTENT_REPLAYED = "Idempotent-Replayed"
 
-# (method, rule) of every route, as registered: what a 405's Allow header lists.
-ROUTES: list[tuple[str, str]] = []
-# The query parameters and the service's headers each (method, rule) takes, and whether it
-# takes a body; any other is a 400 before the route's code runs.
-ROUTE_QUERIES: dict[tuple[str, str], frozenset[str]] = {}
-ROUTE_HEADERS: dict[tuple[str, str], frozenset[str]] = {}
-ROUTE_BODIES: dict[tuple[str, str], bool] = {}
+# The declarations of the routes registered, by (method, rule): each once (a test holds them to routes.ROUTES).
+REGISTERED: dict[tuple[str, str], Route] = {}
 
 
-def route(router, rule: str, *methods: str, query: tuple[str, ...] = (), headers: tuple[str, ...] = (),
-          body: bool = False):
-    """``router.route(rule, methods)``, recorded in ROUTES (Powertools keeps no public list),
-    with the request's path and query checked for UTF-8 (``check_utf8``), the caller
-    authenticated and authorized (``access.check``) and the request's shape checked before the
-    route's code runs: the query (only the names in ``query``, each once; ``include`` only
-    ``metadata``), the service's headers (only those in ``headers``) and a body only where
-    ``body``. A route missing from ``functions.auth.rights.ROUTE_RIGHTS`` fails here, at import."""
-    for method in methods:
-        route_rights(method, rule)
-    allowed, taken = frozenset(query), frozenset(headers)
+def route(router, operation: str):
+    """Registers the function as the route ``operation`` declares (``routes.BY_OPERATION``),
+    called with the ``Request`` its declaration took once the caller may: the path and query
+    checked for UTF-8, the caller authenticated and authorized for the route, its path, query,
+    headers and body held to their schemas, then authorized for everything its body writes
+    (``access.check_writes``), all before the function runs, so no route can skip a step."""
+    declaration = BY_OPERATION[operation]
 
     def register(function):
-        ROUTES.extend((method, rule) for method in methods)
-        ROUTE_QUERIES.update({(method, rule): allowed for method in methods})
-        ROUTE_HEADERS.update({(method, rule): taken for method in methods})
-        ROUTE_BODIES.update({(method, rule): body for method in methods})
+        for method in declaration.methods:
+            if (method, declaration.rule) in REGISTERED:
+                raise LookupError(f"{method} {declaration.rule} is registered twice")
+            REGISTERED[(method, declaration.rule)] = declaration
 
         @functools.wraps(function)
-        def checked(**parameters):
+        def checked(**raw_path):
             event = router.current_event
             parse.check_utf8(event)
-            access.check(event, event.http_method, rule, parameters)
-            parse.query_parameters(event, allowed)
-            parse.check_headers(event, taken, body)
-            return function(**parameters)
+            principal = access.authenticate(event, declaration)
+            path = {name: _path_value(name, raw) for name, raw in raw_path.items()}
+            access.check_route(principal, declaration, path)
+            request = Request(event, router.lambda_context, principal, path, _query(declaration, event),
+                              _headers(declaration, event), *_body(declaration, event))
+            access.check_writes(principal, declaration, request)
+            return function(request)
 
-        return router.route(rule, method=list(methods))(checked)
+        return router.route(declaration.rule, method=list(declaration.methods))(checked)
 
     return register
 
 
-def allowed_methods(path: str) -> list[str]:
-    """Powertools treats a trailing slash as absent; so does ``rules_for_path``."""
-    rules = [(method, rule) for (method, rule), _ in rules_for_path(path) if (method, rule) in ROUTES]
-    exact = [(method, rule) for method, rule in rules if "<" not in rule]  # /devices/count, not /devices/<id>
-    return sorted({method for method, _ in exact or rules})
+def _path_value(name: str, raw: str):
+    """A path parameter, percent-decoded (``lamp%2D1`` is ``lamp-1``)."""
+    parameter = PATH_PARAMETERS[name]
+    return from_text(parameter.schema, unquote(raw), parameter.name)
+
+
+def _query(declaration: Route, event) -> dict:
+    """The query's parameters the route declares, each given once and held to its schema;
+    absent ones at their default. Any other is a 400."""
+    given = parse.query(event)
+    declared = {parameter.name: parameter for parameter in declaration.query}
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise BadRequest(f"unknown query parameters: {', '.join(unknown)}")
+    values = {}
+    for name, parameter in declared.items():
+        if name in given:
+            values[name] = from_text(parameter.schema, given[name], name)
+        elif parameter.required:
+            raise BadRequest(f"the query needs {name}" + (f", e.g. {name}={parameter.example}" if parameter.example
+                                                          else ""))
+        elif "default" in parameter.schema:
+            values[name] = parameter.schema["default"]
+    return values
+
+
+def _headers(declaration: Route, event) -> dict:
+    """The service's headers the route declares, held to their schemas. One it does not declare
+    is a 400, so no caller believes a precondition, key or lease token applied that did not (a
+    cache's conditional headers on a read are let through); those of ``SINGLE_HEADERS`` once."""
+    for name in parse.SINGLE_HEADERS:
+        parse.single_header(event, name)
+    sent, declared = parse.sent_headers(event), {parameter.name for parameter in declaration.headers}
+    reads = event.get("httpMethod") in ("GET", "HEAD")
+    for name in parse.SERVICE_HEADERS:
+        if name.lower() in sent and name not in declared and not (reads and name in (parse.IF_MATCH,
+                                                                                     parse.IF_NONE_MATCH)):
+            raise BadRequest(f"{name} does not apply to {event.get('httpMethod')} on this resource; nothing was done")
+    values = {}
+    for parameter in declaration.headers:
+        raw = parse.list_header(event, parameter.name)
+        if raw is not None:
+            values[parameter.name] = from_text(parameter.schema, raw, parameter.name)
+    return values
+
+
+def _body(declaration: Route, event) -> tuple:
+    """(the body held to its media type's schema, the media type); (None, None) without one."""
+    if declaration.body is None or (not declaration.body.required and not parse.has_body(event)):
+        if parse.has_body(event):
+            raise BadRequest("this request takes no body; nothing was done")
+        return None, None
+    content = declaration.body.content
+    document = parse.json_body(event, tuple(content))
+    kind = parse.media_type(event)
+    return validate(content[kind], document), kind
 
 
 @functools.lru_cache(maxsize=1)
@@ -116,41 +161,49 @@ def device_response(device, status: int = 200, headers: dict | None = None, meta
                          {"ETag": etag(device.version), **(headers or {})})
 
 
-def write_response(event, device, outcome: str) -> Response:
+def write_response(request: Request, device, outcome: str) -> Response:
     """The answer to a write, the same whether it was just made or replayed from its
     idempotency record (then marked ``Idempotent-Replayed: true``)."""
     headers = {IDEMPOTENT_REPLAYED: "true"} if device.replayed else {}
     if outcome == DELETED:
         return Response(status_code=204, headers=headers)
-    metadata = parse.include_metadata(event)
+    metadata = include_metadata(request)
     if outcome == CREATED:
-        return device_response(device, 201, {"Location": location(event, device.device_id), **headers}, metadata)
+        return device_response(device, 201, {"Location": location(request.event, device.device_id), **headers},
+                               metadata)
     return device_response(device, 200, headers, metadata)
 
 
-def idempotency_key(event, scope: str | None = None) -> IdempotencyKey | None:
+def include_metadata(request: Request) -> bool:
+    """``?include=metadata``."""
+    return "include" in request.query
+
+
+def idempotency_key(request: Request, scope: str | None = None) -> IdempotencyKey | None:
     """The request's Idempotency-Key, scoped to the method and the caller (the device scopes
     it too: a key one caller used never replays its answer to another) and fingerprinted by
     everything that makes two requests the same request. The path is taken decoded:
     ``lamp%2D1`` and ``lamp-1`` name the same device."""
-    raw = parse.single_header(event, IDEMPOTENCY_KEY)
+    raw = request.headers.get(parse.IDEMPOTENCY_KEY)
     if raw is None:
         return None
-    scope = f"{scope or event.http_method}.{access.principal_of(event).digest}"
+    event = request.event
+    options = parse.desire_options(request.query)  # what a desired write's query says of its leaves
+    scope = f"{scope or event.http_method}.{request.principal.digest}"
     return IdempotencyKey(raw, scope=scope, fingerprint=fingerprint(
         event.http_method, unquote(event.path), event.get("body"), str(bool(event.get("isBase64Encoded"))),
         parse.header(event, "Content-Type"), parse.list_header(event, parse.IF_MATCH),
         parse.list_header(event, parse.IF_NONE_MATCH),
-        # what a desired write's query says of its leaves (none: the fingerprint it always had)
-        *parse.desire_fingerprint(event),
+        # none: the fingerprint it always had
+        *([f"expiresIn={options.expires_in}", f"clearOnConfirm={options.clear_on_confirm}"] if options else []),
     ))
 
 
-def replay(event, device_id: str, key: IdempotencyKey | None) -> Response | None:
+def replay(request: Request, device_id: str, key: IdempotencyKey | None) -> Response | None:
     """A keyed write that already happened is answered from its record, whatever the
     device and the preconditions say now."""
     recorded = manager().recorded(device_id, key) if key else None
-    return write_response(event, *recorded) if recorded else None
+    return write_response(request, *recorded) if recorded else None
 
 
 def location(event, device_id: str) -> str:

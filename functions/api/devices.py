@@ -1,5 +1,6 @@
-"""Routes of one device and of the collection: parse, check preconditions, call the
-library. The PUT decision tree lives here, beside the parsing it depends on."""
+"""Routes of one device and of the collection: check preconditions, call the library (each
+request comes parsed and authorized by its declaration, ``routes``). The PUT decision tree
+lives here."""
 
 from __future__ import annotations
 
@@ -10,26 +11,17 @@ from dataclasses import dataclass
 from .resolver import Response
 from .resolver import Router
 
-from functions.device_state import (CREATED, DELETED, DESIRED, DEVICE_SECTIONS, MAX_LIST_LIMIT, REPLACED,
-                                    REPORTED, STATE, UPDATED, DeviceAlreadyExists, DeviceNotFound,
-                                    DeviceStateError, DeviceStateManager, IdempotencyKey, JsonPatch, MergePatch,
-                                    validate_device_id)
+from functions.device_state import (CREATED, DELETED, DESIRED, REPLACED, REPORTED, STATE, UPDATED,
+                                    DeviceAlreadyExists, DeviceNotFound, DeviceStateError, DeviceStateManager,
+                                    IdempotencyKey)
 
-from functions.auth.rights import WriteKind
-
-from . import access
 from . import request_parsing as parse
-from .common import (budget, device_response, idempotency_key, json_response, manager, replay, route,
-                     wait_budget, write_response)
+from .common import (budget, device_response, idempotency_key, include_metadata, json_response, manager, replay,
+                     route, wait_budget, write_response)
+from .routes import Request
 from functions.config import api_config
 from .observability import record_patch_latency
 from .problems import BadRequest, PreconditionFailed, PreconditionRequired, etag
-
-DEFAULT_LIST_LIMIT = 50
-MAX_DELTA_WAIT_SECONDS = 20
-# What every write of one device takes: include=metadata, every header of the service's, a body.
-DEVICE_WRITE = {"query": (parse.INCLUDE,), "headers": parse.SERVICE_HEADERS, "body": True}
-DESIRED_WRITE = {**DEVICE_WRITE, "query": (parse.INCLUDE, *parse.DESIRE_QUERY)}  # expiry, clear on confirm
 
 router = Router()
 logger = logging.getLogger("device_state.api")
@@ -37,38 +29,38 @@ logger = logging.getLogger("device_state.api")
 
 @dataclass(frozen=True)
 class _Write:
-    """What every write to one device is parsed into before anything is read or written:
-    its id, preconditions, idempotency key and lease token."""
+    """What every write to one device takes from its request before anything is read or
+    written: its id, preconditions, idempotency key and lease token."""
 
+    request: Request
     device_id: str
     preconditions: parse.Preconditions
     key: IdempotencyKey | None
     lease_token: str | None
 
+    @classmethod
+    def of(cls, request: Request) -> "_Write":
+        return cls(request, request.path["device_id"], parse.Preconditions.of(request), idempotency_key(request),
+                   request.headers.get(parse.LEASE_TOKEN))
+
     def writer(self) -> DeviceStateManager:
         """The manager for this write, fenced by its Lease-Token if any; the device's own
         write records it as seen."""
         writer = manager() if self.lease_token is None else manager().fenced({self.device_id: self.lease_token})
-        return writer.as_device(self.device_id) if _is_the_device(self.device_id) else writer
+        return writer.as_device(self.device_id) if _is_the_device(self.request, self.device_id) else writer
 
     def replayed(self):
         """The recorded answer when this write's idempotency key was already used."""
-        return replay(router.current_event, self.device_id, self.key)
+        return replay(self.request, self.device_id, self.key)
 
 
-def _device_write(raw_device_id: str) -> _Write:
-    event = router.current_event
-    return _Write(parse.device_id(raw_device_id), parse.Preconditions.of(event), idempotency_key(event),
-                  parse.lease_token(parse.single_header(event, parse.LEASE_TOKEN), parse.LEASE_TOKEN))
+def _is_the_device(request: Request, device_id: str) -> bool:
+    return request.principal.device_id == device_id
 
 
-def _is_the_device(device_id: str) -> bool:
-    return access.principal_of(router.current_event).device_id == device_id
-
-
-def _seen(device) -> None:
+def _seen(request: Request, device) -> None:
     """After a read: the device reading itself is seen (at most once a minute; never fails the read)."""
-    if _is_the_device(device.device_id):
+    if _is_the_device(request, device.device_id):
         try:
             manager().saw(device)
         except DeviceStateError as error:
@@ -91,79 +83,51 @@ def _expected_version(device_id: str, preconditions: parse.Preconditions) -> int
     return version
 
 
-def _state_body(device_id: str) -> tuple[dict, dict]:
-    """The state and the sections (desired, reported) a PUT names."""
-    body = parse.json_object(parse.json_body(router.current_event), "the body", ("state",),
-                             ("deviceId", *DEVICE_SECTIONS))
-    if "deviceId" in body and body["deviceId"] != device_id:
-        raise BadRequest("deviceId in the body differs from the one in the path")
-    return body["state"], _sections(body)
-
-
 def _sections(body: dict) -> dict:
-    return {section: parse.document(body[section], section) for section in DEVICE_SECTIONS if section in body}
+    """The sections beside the state a create or a put names (desired, reported)."""
+    return {section: body[section] for section in (DESIRED, REPORTED) if section in body}
 
 
-def _patch_function():
-    event = router.current_event
-    kind = parse.media_type(event)
-    document = parse.json_body(event, (parse.MERGE_PATCH, parse.JSON, parse.JSON_PATCH))
-    return JsonPatch(document) if kind == parse.JSON_PATCH else MergePatch(document)
-
-
-@route(router, "/devices", "GET", "HEAD", query=("limit", "cursor", parse.INCLUDE, "filter", "sort"))
-def list_devices():
+@route(router, "listDevices")
+def list_devices(request: Request):
     """The fleet in key order, or, with ``filter``, the devices it matches (fleet query)."""
-    query = parse.query(router.current_event)
-    raw_limit = query.get("limit", str(DEFAULT_LIST_LIMIT))
-    if not raw_limit.isascii() or not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST_LIMIT:
-        raise BadRequest(f"limit must be an integer from 1 to {MAX_LIST_LIMIT}")
-    cursor = parse.cursor(query.get("cursor"))
+    query = request.query
+    limit, cursor = query["limit"], query.get("cursor")
     if "filter" in query:
-        devices, next_cursor = manager().query_devices(query["filter"], int(raw_limit), cursor, query.get("sort"))
+        devices, next_cursor = manager().query_devices(query["filter"], limit, cursor, query.get("sort"))
     elif "sort" in query:
         raise BadRequest("sort orders the devices a filter finds: give a filter too, e.g. "
                          "filter=exists(reported/battery)&sort=-reported/battery")
     else:
-        devices, next_cursor = manager().list_devices(limit=int(raw_limit), cursor=cursor)
-    metadata = parse.include_metadata(router.current_event)
+        devices, next_cursor = manager().list_devices(limit=limit, cursor=cursor)
+    metadata = include_metadata(request)
     return json_response({"items": [device.as_dict(metadata) for device in devices], "nextCursor": next_cursor})
 
 
-@route(router, "/devices/count", "GET", "HEAD", query=("filter", "groupBy"))
-def count_devices():
+@route(router, "countDevices")
+def count_devices(request: Request):
     """How many devices a filter matches, grouped by a declared field's value on request."""
-    query = parse.query(router.current_event)
-    if "filter" not in query:
-        raise BadRequest("count needs a filter, e.g. /devices/count?filter=eq(reported/online,true)")
-    return json_response(manager().count_devices(query["filter"], query.get("groupBy")))
+    return json_response(manager().count_devices(request.query["filter"], request.query.get("groupBy")))
 
 
-@route(router, "/devices", "POST", query=(parse.INCLUDE,), headers=(parse.IDEMPOTENCY_KEY,),
-       body=True)
-def create_device():
-    event = router.current_event
-    body = parse.json_object(parse.json_body(event), "the body", ("deviceId", "state"), DEVICE_SECTIONS)
-    device_id = parse.not_reserved(validate_device_id(body["deviceId"]))
-    sections = _sections(body)
-    access.check_write(event, WriteKind.CREATE, device_id, sections)
-    key = idempotency_key(event)
-    replayed = replay(event, device_id, key)
+@route(router, "createDevice")
+def create_device(request: Request):
+    body = request.body
+    device_id = body["deviceId"]
+    key = idempotency_key(request)
+    replayed = replay(request, device_id, key)
     if replayed:
         return replayed
-    return write_response(event, manager().create(device_id, body["state"], sections=sections, idempotency=key),
-                          CREATED)
+    return write_response(request, manager().create(device_id, body["state"], sections=_sections(body),
+                                                    idempotency=key), CREATED)
 
 
-@route(router, "/devices/<device_id>", "GET", "HEAD", query=(parse.INCLUDE,),
-       headers=(parse.IF_MATCH, parse.IF_NONE_MATCH))
-def get_device(device_id: str):
-    device_id = parse.device_id(device_id)
-    preconditions = parse.Preconditions.of(router.current_event)
-    device = manager().get(device_id)
-    _seen(device)
-    return _not_modified(device, preconditions) or device_response(
-        device, metadata=parse.include_metadata(router.current_event))
+@route(router, "getDevice")
+def get_device(request: Request):
+    preconditions = parse.Preconditions.of(request)
+    device = manager().get(request.path["device_id"])
+    _seen(request, device)
+    return _not_modified(device, preconditions) or device_response(device, metadata=include_metadata(request))
 
 
 def _not_modified(device, preconditions: parse.Preconditions) -> Response | None:
@@ -181,13 +145,14 @@ def _if_match(device, preconditions: parse.Preconditions) -> None:
         raise PreconditionFailed("If-Match does not match the device", current=device)
 
 
-@route(router, "/devices/<device_id>", "PUT", **DEVICE_WRITE)
-def put_device(device_id: str):
-    event = router.current_event
-    write = _device_write(device_id)
+@route(router, "putDevice")
+def put_device(request: Request):
+    write = _Write.of(request)
     device_id, preconditions, key = write.device_id, write.preconditions, write.key
-    state, sections = _state_body(device_id)
-    access.check_write(event, WriteKind.PUT, device_id, sections)
+    body = request.body
+    if "deviceId" in body and body["deviceId"] != device_id:
+        raise BadRequest("deviceId in the body differs from the one in the path")
+    state, sections = body["state"], _sections(body)
     replayed = write.replayed()
     if replayed:
         return replayed
@@ -199,10 +164,10 @@ def put_device(device_id: str):
             if preconditions.create_only:
                 raise PreconditionFailed("If-None-Match: * but the device exists", current=exists.current) from None
             raise PreconditionRequired("replacing a device needs If-Match on this server") from None
-        return write_response(event, device, CREATED)
+        return write_response(request, device, CREATED)
     if preconditions.none:
         device, created = writer.put(device_id, state, sections=sections, idempotency=key)
-        return write_response(event, device, CREATED if created else REPLACED)
+        return write_response(request, device, CREATED if created else REPLACED)
     try:
         current = writer.get(device_id)
     except DeviceNotFound:
@@ -210,102 +175,92 @@ def put_device(device_id: str):
     preconditions.check(current)
     if current is None:
         try:
-            return write_response(event, writer.create(device_id, state, sections=sections, idempotency=key),
+            return write_response(request, writer.create(device_id, state, sections=sections, idempotency=key),
                                   CREATED)
         except DeviceAlreadyExists as exists:
             raise PreconditionFailed("the device was created meanwhile", current=exists.current) from None
     _require_if_match(preconditions, "PUT")
     try:
-        return write_response(event, writer.replace(device_id, state, current.version, sections=sections,
-                                                    idempotency=key), REPLACED)
+        return write_response(request, writer.replace(device_id, state, current.version, sections=sections,
+                                                      idempotency=key), REPLACED)
     except DeviceNotFound:
         raise PreconditionFailed("the device was deleted meanwhile") from None
 
 
-@route(router, "/devices/<device_id>", "PATCH", **DEVICE_WRITE)
-def patch_device(device_id: str):
-    return _patch_section(device_id, STATE)
+@route(router, "patchDevice")
+def patch_device(request: Request):
+    return _patch_section(request, STATE)
 
 
-@route(router, "/devices/<device_id>/desired", "PATCH", **DESIRED_WRITE)
-def patch_desired(device_id: str):
-    return _patch_section(device_id, DESIRED)
+@route(router, "patchDesired")
+def patch_desired(request: Request):
+    return _patch_section(request, DESIRED)
 
 
-@route(router, "/devices/<device_id>/reported", "PATCH", **DEVICE_WRITE)
-def patch_reported(device_id: str):
-    return _patch_section(device_id, REPORTED)
+@route(router, "patchReported")
+def patch_reported(request: Request):
+    return _patch_section(request, REPORTED)
 
 
-@route(router, "/devices/<device_id>/desired", "PUT", **DESIRED_WRITE)
-def put_desired(device_id: str):
-    return _put_section(device_id, DESIRED)
+@route(router, "putDesired")
+def put_desired(request: Request):
+    return _put_section(request, DESIRED)
 
 
-@route(router, "/devices/<device_id>/reported", "PUT", **DEVICE_WRITE)
-def put_reported(device_id: str):
-    return _put_section(device_id, REPORTED)
+@route(router, "putReported")
+def put_reported(request: Request):
+    return _put_section(request, REPORTED)
 
 
-@route(router, "/devices/<device_id>/desired/acks", "POST", query=(parse.INCLUDE,),
-       headers=(parse.IDEMPOTENCY_KEY, parse.LEASE_TOKEN), body=True)
-def acknowledge_desired(device_id: str):
+@route(router, "acknowledgeDesired")
+def acknowledge_desired(request: Request):
     """The device's answers to desires: applied, in progress, refused or failed, per leaf."""
-    write = _device_write(device_id)
-    acks = parse.acks(parse.json_body(router.current_event))
+    write = _Write.of(request)
     replayed = write.replayed()
     if replayed:
         return replayed
-    device = write.writer().acknowledge(write.device_id, acks, idempotency=write.key)
-    return write_response(router.current_event, device, UPDATED)
+    device = write.writer().acknowledge(write.device_id, request.body["acks"], idempotency=write.key)
+    return write_response(request, device, UPDATED)
 
 
-@route(router, "/devices/<device_id>/delta", "GET", "HEAD", query=("since", "waitSeconds"),
-       headers=(parse.IF_MATCH, parse.IF_NONE_MATCH))
-def get_delta(device_id: str):
+@route(router, "getDelta")
+def get_delta(request: Request):
     """The lean document a device acts on. Waits up to ``waitSeconds`` for a write after
     version ``since`` (without it: the version found first) to change desired or reported."""
-    event = router.current_event
-    device_id = parse.device_id(device_id)
-    query = parse.query(event)
-    since = parse.integer(query, "since", None, 0, parse.MAX_VERSION)
-    wait = parse.integer(query, "waitSeconds", 0, 0, MAX_DELTA_WAIT_SECONDS)
-    preconditions = parse.Preconditions.of(event)
+    device_id = request.path["device_id"]
+    since, wait = request.query.get("since"), request.query["waitSeconds"]
+    preconditions = parse.Preconditions.of(request)
     device = manager().get(device_id) if since is None or preconditions.if_match is not None else None
     if device is not None:
         _if_match(device, preconditions)  # a false If-Match is answered at once, not after the wait
     if wait and since is None:
         since = device.version  # waits for the next change from the version it found
     if since is not None:
-        device = manager().wait_for_sections(device_id, since, wait_budget(router.lambda_context, wait))
-    _seen(device)
+        device = manager().wait_for_sections(device_id, since, wait_budget(request.context, wait))
+    _seen(request, device)
     shown = device.as_dict()
     return _not_modified(device, preconditions) or json_response(
         {key: shown[key] for key in ("deviceId", "version", "delta")}, headers={"ETag": etag(device.version)})
 
 
-def _put_section(device_id: str, section: str):
+def _put_section(request: Request, section: str):
     """Replace one section whole: body ``{"<section>": {...}}``."""
-    write = _device_write(device_id)
+    write = _Write.of(request)
     device_id, preconditions = write.device_id, write.preconditions
-    body = parse.json_object(parse.json_body(router.current_event), "the body", (section,))
-    document = parse.document(body[section], section)
-    desire = parse.desire_options(router.current_event) if section == DESIRED else None
     replayed = write.replayed()
     if replayed:
         return replayed
     _require_if_match(preconditions, "PUT")
     expected = None if preconditions.none else _expected_version(device_id, preconditions)
-    device = write.writer().replace_section(device_id, section, document, expected, idempotency=write.key,
-                                            desire=desire)
-    return write_response(router.current_event, device, REPLACED)
+    device = write.writer().replace_section(device_id, section, request.body[section], expected,
+                                            idempotency=write.key, desire=parse.desire_options(request.query))
+    return write_response(request, device, REPLACED)
 
 
-def _patch_section(device_id: str, section: str):
-    write = _device_write(device_id)
+def _patch_section(request: Request, section: str):
+    write = _Write.of(request)
     device_id, preconditions, key = write.device_id, write.preconditions, write.key
-    update_fn = _patch_function()
-    desire = parse.desire_options(router.current_event) if section == DESIRED else None
+    update_fn, desire = request.body, parse.desire_options(request.query)
     replayed = write.replayed()
     if replayed:
         return replayed
@@ -314,23 +269,23 @@ def _patch_section(device_id: str, section: str):
     started = time.perf_counter()
     try:
         if preconditions.none:
-            device = writer.update_with_retry(device_id, update_fn, budget_seconds=budget(router.lambda_context),
+            device = writer.update_with_retry(device_id, update_fn, budget_seconds=budget(request.context),
                                               idempotency=key, section=section, desire=desire)
         else:
             device = writer.update(device_id, update_fn, _expected_version(device_id, preconditions),
                                    idempotency=key, section=section, desire=desire)
     finally:
         record_patch_latency((time.perf_counter() - started) * 1000)
-    return write_response(router.current_event, device, UPDATED)
+    return write_response(request, device, UPDATED)
 
 
-@route(router, "/devices/<device_id>", "DELETE", headers=parse.SERVICE_HEADERS)
-def delete_device(device_id: str):
-    write = _device_write(device_id)
+@route(router, "deleteDevice")
+def delete_device(request: Request):
+    write = _Write.of(request)
     replayed = write.replayed()
     if replayed:
         return replayed
     _require_if_match(write.preconditions, "DELETE")
     expected = None if write.preconditions.none else _expected_version(write.device_id, write.preconditions)
     device = write.writer().delete(write.device_id, expected, idempotency=write.key)
-    return write_response(router.current_event, device, DELETED)
+    return write_response(request, device, DELETED)

@@ -1,8 +1,9 @@
 """The Lambda handler: API Gateway (HTTP API, payload format 1.0) routes of docs/api.md on Powertools.
 
-The routes live in one ``Router`` per resource (``devices``, ``transactions``,
-``leases``) with their parsing beside them; they only parse, check preconditions and
-call the library. Errors become problem details in ``problems`` (one place, by type).
+The routes are declared in ``routes`` (what each takes, who may call it) and live in one
+``Router`` per resource (``devices``, ``transactions``, ``leases``, ``changes``, ``tokens``);
+``common.route`` holds each request to its declaration, and the route only checks
+preconditions and calls the library. Errors become problem details in ``problems`` (one place, by type).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from aws_lambda_powertools.logging import correlation_paths
 from functions.device_state import dumps, restore
 
 from . import changes, devices, leases, request_parsing, tokens, transactions
-from .common import RESPONSE_MARGIN_SECONDS, allowed_methods, json_response, route  # noqa: F401
+from .common import RESPONSE_MARGIN_SECONDS, json_response, route  # noqa: F401
 from .common import manager as _manager  # noqa: F401  (tests reset its cache)
-from .leases import MAX_LEASE_WAIT_SECONDS  # noqa: F401  (the stack's timeout is checked against it)
+from .routes import MAX_LEASE_WAIT_SECONDS, Request, allowed_methods  # noqa: F401  (the stack's timeout: the wait's)
 from .observability import logger, metrics, tracer
 from .problems import BadRequest, MethodNotAllowed, RouteNotFound, internal_error_response, known_error_response
 
@@ -27,13 +28,13 @@ for _router in (devices.router, transactions.router, leases.router, changes.rout
     app.include_router(_router)
 
 
-@route(app, "/openapi.json", "GET", "HEAD")
-def openapi_document():
-    from .openapi import OPENAPI  # imported by the one route that serves it, not at every cold start
+@route(app, "getOpenApi")
+def openapi_document(request: Request):
+    from .openapi import OPENAPI  # built by the one route that serves it, not at every cold start
 
     # The server is where this document was fetched from: behind API Gateway the request
     # context's path starts with the stage (/prod/openapi.json), under make serve it does not.
-    base = app.current_event.request_context.path.removesuffix("/openapi.json") or "/"
+    base = request.event.request_context.path.removesuffix("/openapi.json") or "/"
     return json_response({**OPENAPI, "servers": [{**OPENAPI["servers"][0], "url": base}]})
 
 

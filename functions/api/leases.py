@@ -11,14 +11,9 @@ from .resolver import Router
 from functions.auth.rights import END, LEASES, authorize, device_resource, max_lease_seconds
 from functions.device_state import InvalidLease, LeaseGrant, LeaseStatus, leases, timestamp
 
-from . import access
-from . import request_parsing as parse
 from .common import json_response, location, manager, route, wait_budget
 from .problems import BadRequest, LeaseNotFound
-
-MAX_LEASE_WAIT_SECONDS = 25  # inside API Gateway's 29 s integration timeout
-MAX_OWNER_LENGTH = 128
-LIMITS = {"ttlSeconds": (1, leases.MAX_TTL_SECONDS), "waitSeconds": (0, MAX_LEASE_WAIT_SECONDS)}
+from .routes import LEASE_LIMITS, MAX_LEASE_WAIT_SECONDS, Request  # noqa: F401 (MAX_LEASE_WAIT_SECONDS: the stack's)
 
 router = Router()
 
@@ -55,62 +50,51 @@ def _fencing_token(raw: str) -> int | None:
     return int(raw) if raw == str(int(raw)) and int(raw) else None
 
 
-def _body(allowed: tuple[str, ...]) -> dict:
-    """The optional JSON body of a lease request, its numbers checked (a device's ttl
-    against its own cap: ``rights.max_lease_seconds``)."""
-    event = router.current_event
-    if event.get("body") in (None, "") and parse.header(event, "Content-Type") is None:
-        return {}
-    body = parse.json_object(parse.json_body(event), "the body", (), allowed)
-    principal = access.principal_of(event)
-    for name, (low, high) in LIMITS.items():
-        value = body.get(name)
-        cap = max_lease_seconds(principal, high) if name == "ttlSeconds" else high
-        if name in body and (isinstance(value, bool) or not isinstance(value, (int, Decimal))
-                             or not low <= value <= cap):
-            whose = " for a device (a device's lease is capped so that it cannot lock out its owners)" \
-                if cap < high else ""
-            raise BadRequest(f"{name} must be a number from {low} to {cap}{whose}")
-    owner = body.get("owner")
-    if owner is not None and (not isinstance(owner, str) or not 1 <= len(owner) <= MAX_OWNER_LENGTH):
-        raise BadRequest(f"owner must be a string of 1 to {MAX_OWNER_LENGTH} characters")
-    return body
+def _ttl(request: Request) -> float | None:
+    """The body's ttlSeconds, within what this caller may ask (a device's is capped so that it
+    cannot lock out its owners: ``rights.max_lease_seconds``)."""
+    ttl = (request.body or {}).get("ttlSeconds")
+    low, high = LEASE_LIMITS["ttlSeconds"]
+    cap = max_lease_seconds(request.principal, high)
+    if ttl is not None and ttl > cap:
+        raise BadRequest(f"ttlSeconds must be a number from {low} to {cap} for a device (a device's lease is "
+                         "capped so that it cannot lock out its owners)")
+    return None if ttl is None else float(ttl)
 
 
-@route(router, "/devices/<device_id>/leases", "POST", body=True)
-def acquire_lease(device_id: str):
-    device_id = parse.device_id(device_id)
-    body = _body(("ttlSeconds", "waitSeconds", "owner"))
-    wait = wait_budget(router.lambda_context, float(body.get("waitSeconds", 0)))
-    grant = manager().lease_queue().acquire(device_id, float(body.get("ttlSeconds", leases.DEFAULT_TTL_SECONDS)),
-                                            wait, body.get("owner"))
+@route(router, "acquireLease")
+def acquire_lease(request: Request):
+    device_id, body = request.path["device_id"], request.body or {}
+    ttl = _ttl(request)
+    wait = wait_budget(request.context, float(body.get("waitSeconds", 0)))
+    grant = manager().lease_queue().acquire(device_id, leases.DEFAULT_TTL_SECONDS if ttl is None else ttl, wait,
+                                            body.get("owner"))
     return json_response(grant_json(grant), 201,
-                         {"Location": f"{location(router.current_event, device_id)}/leases/{grant.lease_id}"})
+                         {"Location": f"{location(request.event, device_id)}/leases/{grant.lease_id}"})
 
 
-@route(router, "/devices/<device_id>/leases", "GET", "HEAD")
-def lease_status(device_id: str):
-    device_id = parse.device_id(device_id)
+@route(router, "getLeaseStatus")
+def lease_status(request: Request):
+    device_id = request.path["device_id"]
     return json_response(status_json(device_id, manager().lease_queue().status(device_id)))
 
 
-@route(router, "/devices/<device_id>/leases/<lease_id>", "PUT", body=True)
-def heartbeat_lease(device_id: str, lease_id: str):
-    device_id, lease_id = parse.device_id(device_id), _lease_id(lease_id)
-    ttl = _body(("ttlSeconds",)).get("ttlSeconds")
-    grant = manager().lease_queue().heartbeat(device_id, lease_id, None if ttl is None else float(ttl))
+@route(router, "heartbeatLease")
+def heartbeat_lease(request: Request):
+    device_id, lease_id = request.path["device_id"], _lease_id(request.path["lease_id"])
+    grant = manager().lease_queue().heartbeat(device_id, lease_id, _ttl(request))
     return json_response(grant_json(grant))
 
 
-@route(router, "/devices/<device_id>/leases/<lease_id>", "DELETE")
-def release_lease(device_id: str, lease_id: str):
+@route(router, "releaseLease")
+def release_lease(request: Request):
     """With the lease id (its grant's): release. With the fencing token alone (what
     ``GET …/leases`` shows): end that lease or waiting ticket whoever holds it, which
     needs the right to end leases (a back-end's write scope; never a device's)."""
-    device_id = parse.device_id(device_id)
+    device_id, lease_id = request.path["device_id"], request.path["lease_id"]
     fencing_token = _fencing_token(lease_id)
     if fencing_token is not None:
-        authorize(access.principal_of(router.current_event), END, device_resource(device_id, LEASES))
+        authorize(request.principal, END, device_resource(device_id, LEASES))
         manager().lease_queue().end(device_id, fencing_token)
         return Response(status_code=204)
     manager().lease_queue().release(device_id, _lease_id(lease_id))

@@ -1,5 +1,8 @@
-"""Turning an API Gateway request into checked values: bodies, media types, entity
-tags and preconditions (RFC 9110), query parameters. Refusals are ``HttpProblem``s."""
+"""Reading an API Gateway request: its headers, media type and JSON body, its query, entity tags
+and preconditions (RFC 9110); and the checks and conversions the route declarations
+(``routes``) name for what JSON Schema cannot say: a device id's reserved names, patches and
+transaction operations as library objects, acknowledgements. Refusals are ``HttpProblem``s or
+the library's own errors."""
 
 from __future__ import annotations
 
@@ -7,15 +10,14 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass
-from decimal import Decimal
-from urllib.parse import unquote, unquote_to_bytes
+from urllib.parse import unquote_to_bytes
 
-from functions.device_state import CURSOR_PATTERN, Device, InvalidCursor, InvalidDeviceId, InvalidValue
-from functions.device_state import (MAX_ACKS, MAX_EXPIRY_SECONDS, MIN_EXPIRY_SECONDS, Ack, DesireOptions,
-                                    check_acks)
-from functions.device_state import MAX_VERSION, loads, validate_device_id  # noqa: F401 (parse.MAX_VERSION)
+from functions.device_state import (CURSOR_PATTERN, DEVICE_SECTIONS, STATE, Ack, DesireOptions, Device,
+                                    InvalidCursor, InvalidDeviceId, InvalidValue, JsonPatch, MergePatch, Operation,
+                                    check_acks, loads)
 
 from .problems import BadRequest, PayloadTooLarge, PreconditionFailed, UnsupportedMediaType
+from .validation import Checked
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -24,18 +26,13 @@ JSON_PATCH = "application/json-patch+json"
 # No item can exceed 400 KB, so a body past 1 MiB is refused before it is parsed.
 MAX_BODY_BYTES = 1024 * 1024
 
-_ETAG = re.compile(r'\s*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*(?:,|$)')
-_VERSION = re.compile(r"[1-9][0-9]{0,17}")
-# The form of every cursor the service issues, the plain listing's and a fleet query's alike (the
-# library's, so the document states it exactly); which listing issued it, the library checks.
-LISTING_CURSOR_PATTERN = f"^{CURSOR_PATTERN.pattern}$"
-
+IF_MATCH, IF_NONE_MATCH, IDEMPOTENCY_KEY, LEASE_TOKEN = "If-Match", "If-None-Match", "Idempotency-Key", "Lease-Token"
+SERVICE_HEADERS = (IF_MATCH, IF_NONE_MATCH, IDEMPOTENCY_KEY, LEASE_TOKEN)
+SINGLE_HEADERS = (IDEMPOTENCY_KEY, LEASE_TOKEN, "Content-Type")
+LEASE_TOKEN_PATTERN = "^[0-9a-f]{32}$"  # the secret leaseToken of a lease grant
+EXPIRES_IN, CLEAR_ON_CONFIRM = "expiresIn", "clearOnConfirm"  # what a desired write's query says of its leaves
 
 RESERVED_DEVICE_IDS = ("count",)  # /devices/count counts devices
-
-
-def device_id(raw: str) -> str:
-    return not_reserved(validate_device_id(unquote(raw)))
 
 
 def not_reserved(device_id: str) -> str:
@@ -44,17 +41,7 @@ def not_reserved(device_id: str) -> str:
     return device_id
 
 
-LEASE_TOKEN_PATTERN = re.compile(r"[0-9a-f]{32}")
-
-
-def lease_token(raw, name: str) -> str | None:
-    """The secret ``leaseToken`` of a lease grant (32 hex digits), from a header or a JSON body."""
-    if raw is None:
-        return None
-    if isinstance(raw, str) and LEASE_TOKEN_PATTERN.fullmatch(raw.strip()):
-        return raw.strip()
-    raise BadRequest(f"{name} must be the leaseToken of a lease grant (32 hex digits)")
-
+# ---------------------------------------------------------------- headers and body
 
 def header(event, name: str) -> str | None:
     return event.headers.get(name)
@@ -71,15 +58,17 @@ def single_header(event, name: str) -> str | None:
     return header(event, name)
 
 
+def list_header(event, name: str) -> str | None:
+    """A header that is a list (RFC 9110 5.3): its field lines joined, in order."""
+    lowered = name.lower()
+    lines = [value for key, values in (event.get("multiValueHeaders") or {}).items() if key.lower() == lowered
+             for value in values or []]
+    return ", ".join(lines) if lines else header(event, name)
 
 
-def decimal_integer(raw: str, name: str, low: int, high: int) -> int:
-    """A decimal integer of ASCII digits, leading zeros allowed."""
-    text = raw
-    digits = text.lstrip("0") or ("0" if text else "")
-    if not text.isascii() or not text.isdigit() or len(digits) > 18 or not low <= int(digits) <= high:
-        raise BadRequest(f"{name} must be an integer from {low} to {high}")
-    return int(digits)
+def sent_headers(event) -> set[str]:
+    """The names of the headers the request has, lower-cased."""
+    return {name.lower() for name in (event.get("multiValueHeaders") or event.get("headers") or {})}
 
 
 def media_type(event) -> str | None:
@@ -93,6 +82,10 @@ def media_type(event) -> str | None:
         if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
             raise UnsupportedMediaType(f"only UTF-8 bodies are accepted, not charset={value.strip()}")
     return kind.lower()
+
+
+def has_body(event) -> bool:
+    return event.get("body") not in (None, "")
 
 
 def json_body(event, accepted: tuple[str, ...] = (JSON,)):
@@ -127,23 +120,14 @@ def json_body(event, accepted: tuple[str, ...] = (JSON,)):
         raise BadRequest(f"malformed JSON: {error}") from None
 
 
-def json_object(value, what: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
-    if not isinstance(value, dict):
-        raise BadRequest(f"{what} must be a JSON object")
-    missing = [name for name in required if name not in value]
-    unknown = sorted(set(value) - set(required) - set(optional))
-    if missing:
-        raise BadRequest(f"{what} needs {', '.join(missing)}")
-    if unknown:
-        raise BadRequest(f"{what} has unknown members: {', '.join(unknown)}")
-    return value
+# ---------------------------------------------------------------- entity tags and preconditions
 
-
-def document(value, what: str) -> dict:
-    """A client's JSON object whose members are its own (a section of a device)."""
-    if not isinstance(value, dict):
-        raise BadRequest(f"{what} must be a JSON object")
-    return value
+# One entity tag (RFC 9110 8.8.3): weak or strong, its characters etagc (obs-text included).
+_ENTITY_TAG = r'(W/)?"([!#-~\x80-\xff]*)"'
+# If-Match and If-None-Match: * or a list of entity tags, as the document states it and the parser reads it.
+TAGS_PATTERN = rf'^\s*(\*|{_ENTITY_TAG}(\s*,\s*{_ENTITY_TAG})*)\s*$'
+ONE_STRONG_TAG_OR_ANY = '^(\\*|"[1-9][0-9]{0,17}")$'  # a transaction operation's ifMatch
+_VERSION = re.compile(r"[1-9][0-9]{0,17}")
 
 
 @dataclass(frozen=True)
@@ -162,28 +146,19 @@ class EntityTags:
         return self.any or version in self.strong or version in self.weak
 
 
-def entity_tags(event, name: str) -> EntityTags | None:
-    raw = list_header(event, name)
-    return None if raw is None else parse_entity_tags(raw, name)
-
-
-def parse_entity_tags(raw: str, name: str) -> EntityTags:
-    """``*`` or a list of entity tags (RFC 9110), as in If-Match and If-None-Match."""
-    if not isinstance(raw, str):
-        raise BadRequest(f"{name} must be a string")
+def entity_tags(raw: str, _where: str = "") -> EntityTags:
+    """``*`` or a list of entity tags (RFC 9110), as in If-Match and If-None-Match (checked
+    against ``TAGS_PATTERN`` first)."""
     if raw.strip() == "*":
         return EntityTags(True, frozenset(), frozenset())
-    strong, weak, position = set(), set(), 0
-    while position < len(raw):
-        match = _ETAG.match(raw, position)
-        if not match or match.end() == position:
-            raise BadRequest(f'{name} must be * or a list of entity tags such as "3"')
-        if _VERSION.fullmatch(match.group(2)):
-            (weak if match.group(1) else strong).add(int(match.group(2)))
-        position = match.end()
-    if position == 0:
-        raise BadRequest(f"{name} is empty")
+    strong, weak = set(), set()
+    for weakness, tag in re.findall(_ENTITY_TAG, raw):
+        if _VERSION.fullmatch(tag):
+            (weak if weakness else strong).add(int(tag))
     return EntityTags(False, frozenset(strong), frozenset(weak))
+
+
+ENTITY_TAGS = Checked({"type": "string", "minLength": 1, "pattern": TAGS_PATTERN}, entity_tags)
 
 
 @dataclass(frozen=True)
@@ -192,8 +167,8 @@ class Preconditions:
     if_none_match: EntityTags | None
 
     @classmethod
-    def of(cls, event) -> "Preconditions":
-        return cls(entity_tags(event, IF_MATCH), entity_tags(event, IF_NONE_MATCH))
+    def of(cls, request) -> "Preconditions":
+        return cls(request.headers.get(IF_MATCH), request.headers.get(IF_NONE_MATCH))
 
     @property
     def none(self) -> bool:
@@ -221,60 +196,7 @@ class Preconditions:
             raise PreconditionFailed("If-None-Match matches the device", current=current)
 
 
-def cursor(raw: str | None) -> str | None:
-    """A cursor of the form this service issues, checked here so that no other string reaches
-    the library (which checks that the listing asked issued it)."""
-    if raw is None:
-        return None
-    if not CURSOR_PATTERN.fullmatch(raw):
-        raise InvalidCursor("cursor is not one this service issued: pass nextCursor as it was given")
-    return raw
-
-
-def integer(query: dict, name: str, default: int | None, low: int, high: int) -> int | None:
-    """An integer query parameter from ``low`` to ``high``, or ``default`` when absent."""
-    raw = query.get(name)
-    return default if raw is None else decimal_integer(raw, name, low, high)
-
-
-INCLUDE = "include"
-METADATA = "metadata"
-
-
-def include_metadata(event) -> bool:
-    """True when the query asks ``include=metadata`` (its value checked with the rest of the
-    query, before the route's code runs)."""
-    return INCLUDE in (event.get("multiValueQueryStringParameters") or event.get("queryStringParameters") or {})
-
-
-IF_MATCH, IF_NONE_MATCH, IDEMPOTENCY_KEY, LEASE_TOKEN = "If-Match", "If-None-Match", "Idempotency-Key", "Lease-Token"
-SERVICE_HEADERS = (IF_MATCH, IF_NONE_MATCH, IDEMPOTENCY_KEY, LEASE_TOKEN)
-SINGLE_HEADERS = (IDEMPOTENCY_KEY, LEASE_TOKEN, "Content-Type")
-
-
-def check_headers(event, taken: frozenset[str], takes_body: bool) -> None:
-    """Every route's headers and body, before its code runs: a header of this service's
-    (``SERVICE_HEADERS``) that the route does not take is a 400, so no caller believes a
-    precondition, key or lease token applied that did not (a cache's conditional headers on
-    a read are let through); ``SINGLE_HEADERS`` once; no body where the route takes none."""
-    for name in SINGLE_HEADERS:
-        single_header(event, name)
-    sent = {name.lower() for name in (event.get("multiValueHeaders") or event.get("headers") or {})}
-    reads = event.get("httpMethod") in ("GET", "HEAD")
-    for name in SERVICE_HEADERS:
-        if name.lower() in sent and name not in taken and not (reads and name in (IF_MATCH, IF_NONE_MATCH)):
-            raise BadRequest(f"{name} does not apply to {event.get('httpMethod')} on this resource; nothing was done")
-    if not takes_body and event.get("body") not in (None, ""):
-        raise BadRequest("this request takes no body; nothing was done")
-
-
-def list_header(event, name: str) -> str | None:
-    """A header that is a list (RFC 9110 5.3): its field lines joined, in order."""
-    lowered = name.lower()
-    lines = [value for key, values in (event.get("multiValueHeaders") or {}).items() if key.lower() == lowered
-             for value in values or []]
-    return ", ".join(lines) if lines else header(event, name)
-
+# ---------------------------------------------------------------- path and query
 
 # What stands for bytes that are not UTF-8 in a decoded query: a lone surrogate (Python's
 # surrogateescape, as the dev server decodes) or U+FFFD (a lossy decoder's replacement). A client
@@ -296,23 +218,13 @@ def check_utf8(event) -> None:
                          "stands in for one) is refused; in a filter, write U+FFFD as \\ufffd")
 
 
-def query_parameters(event, allowed: frozenset[str]) -> dict[str, str]:
-    """The query's parameters by name, each one of ``allowed`` and given once, ``include``
-    only as ``metadata``: every route's query is checked so before its code runs."""
-    unknown = sorted(set(_raw_query(event)) - allowed)
-    if unknown:
-        raise BadRequest(f"unknown query parameters: {', '.join(unknown)}")
-    return query(event)
-
-
 def query(event) -> dict[str, str]:
+    """The query's parameters by name, each given once."""
     result = {}
     for name, values in _raw_query(event).items():
         if len(values) != 1:
             raise BadRequest(f"query parameter {name} is given more than once")
         result[name] = values[0] if values[0] is not None else ""
-    if result.get(INCLUDE, METADATA) != METADATA:
-        raise BadRequest(f"{INCLUDE} can only be {METADATA}")
     return result
 
 
@@ -322,55 +234,85 @@ def _raw_query(event) -> dict[str, list]:
     return {name: multi.get(name) or [single.get(name)] for name in set(multi) | set(single)}
 
 
-EXPIRES_IN, CLEAR_ON_CONFIRM = "expiresIn", "clearOnConfirm"
-DESIRE_QUERY = (EXPIRES_IN, CLEAR_ON_CONFIRM)  # what a desired write's query says of its leaves
+def cursor(raw: str, _where: str = "cursor") -> str:
+    """A cursor of the form this service issues, checked here so that no other string reaches
+    the library (which checks that the listing asked issued it)."""
+    if not CURSOR_PATTERN.fullmatch(raw):
+        raise InvalidCursor("cursor is not one this service issued: pass nextCursor as it was given")
+    return raw
 
 
-def desire_options(event) -> DesireOptions | None:
-    """``?expiresIn=<seconds>&clearOnConfirm=true`` of a desired write, or None without them."""
-    values = query(event)
-    if not any(name in values for name in DESIRE_QUERY):
-        return None
-    clear = values.get(CLEAR_ON_CONFIRM, "false")
-    if clear not in ("true", "false"):
-        raise BadRequest(f"{CLEAR_ON_CONFIRM} must be true or false")
-    return DesireOptions(integer(values, EXPIRES_IN, None, MIN_EXPIRY_SECONDS, MAX_EXPIRY_SECONDS), clear == "true")
+def section_set(raw: str, _where: str = "sections") -> set[str]:
+    """``?sections=desired,reported`` (its form checked by its pattern) as a set."""
+    return set(raw.split(","))
 
 
-def desire_fingerprint(event) -> list[str]:
-    """What a desired write's options add to its Idempotency-Key's fingerprint: the options
-    as they apply (``clearOnConfirm=false`` is the same request as without it)."""
-    options = desire_options(event) if event.path.rstrip("/").endswith("/desired") else None
-    if not options:
-        return []
-    return [f"expiresIn={options.expires_in}", f"clearOnConfirm={options.clear_on_confirm}"]
+def desire_options(query: dict) -> DesireOptions | None:
+    """``?expiresIn=<seconds>&clearOnConfirm=true`` of a desired write, or None when they say nothing."""
+    return DesireOptions(query.get(EXPIRES_IN), query.get(CLEAR_ON_CONFIRM, False)) or None
 
 
-def _whole(value):
-    """A JSON number that is a whole number, as an int (the service reads numbers exactly, as Decimal)."""
-    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value() \
-            and abs(value) < 10 ** 18:
-        return int(value)
+# ---------------------------------------------------------------- bodies
+
+def document(value, where: str) -> dict:
+    """A client's JSON object whose members are its own (a section of a device); what it holds
+    the library checks when it is written."""
+    if not isinstance(value, dict):
+        raise BadRequest(f"{where} must be a JSON object")
     return value
 
 
-def acks(body) -> list[Ack]:
-    """The body of ``POST /devices/{id}/desired/acks``: ``{"acks": [{"path", "version", "code", "reason"}]}``."""
-    listed = json_object(body, "the body", ("acks",))["acks"]
-    if not isinstance(listed, list) or not 1 <= len(listed) <= MAX_ACKS:
-        raise BadRequest(f"acks must be an array of 1 to {MAX_ACKS} acknowledgements")
+def merge_patch(value) -> MergePatch:
+    return MergePatch(value)
+
+
+def json_patch(value) -> JsonPatch:
+    return JsonPatch(value)
+
+
+class TransactionEntry:
+    """One operation of a transaction as the library runs it, with the sections it sets (what
+    it needs rights on) and the lease token it carries."""
+
+    __slots__ = ("operation", "sections", "lease_token")
+
+    def __init__(self, operation: Operation, sections: set, lease_token: str | None):
+        self.operation, self.sections, self.lease_token = operation, sections, lease_token
+
+
+def transaction_entry(entry: dict, _where: str) -> TransactionEntry:
+    """An entry of ``operations``, its shape checked by its schema (``routes.TRANSACTION``)."""
+    device_id, if_match = entry["deviceId"], entry.get("ifMatch")
+    expected = None if if_match in (None, "*") else int(if_match.strip('"'))
+    lease_token = entry.get("leaseToken")
+    if "mergePatch" in entry or "jsonPatch" in entry:
+        section = entry.get("section", STATE)
+        patch = entry.get("mergePatch", entry.get("jsonPatch"))
+        return TransactionEntry(Operation.update(device_id, patch, expected, section=section), {section}, lease_token)
+    if "put" in entry:
+        put = entry["put"]
+        sections = {name: put[name] for name in DEVICE_SECTIONS if name in put}
+        if "ifNoneMatch" in entry:
+            operation = Operation.create(device_id, put["state"], sections)
+        elif if_match is not None:
+            operation = Operation.replace(device_id, put["state"], expected, sections)
+        else:
+            operation = Operation.put(device_id, put["state"], sections)
+        return TransactionEntry(operation, set(sections), lease_token)
+    if "delete" in entry:
+        return TransactionEntry(Operation.delete(device_id, expected), set(), lease_token)
+    return TransactionEntry(Operation.check(device_id, expected), set(), lease_token)
+
+
+def acks(listed: list, where: str) -> list[Ack]:
+    """``acks`` of ``POST /devices/{id}/desired/acks`` (their shape checked by its schema) as the
+    library's acknowledgements, which check what JSON Schema cannot say (a pointer's bytes)."""
     parsed = []
     for index, entry in enumerate(listed):
-        entry = json_object(entry, f"acks[{index}]", ("path", "version", "code"), ("reason",))
         try:
-            parsed.append(Ack(entry["path"], _whole(entry["version"]), _whole(entry["code"]), entry.get("reason")))
-        except ValueError as error:  # InvalidValue (the reason's length) keeps its own problem
+            parsed.append(Ack(entry["path"], entry["version"], entry["code"], entry.get("reason")))
+        except ValueError as error:  # InvalidValue (a limit) keeps its own problem
             if isinstance(error, InvalidValue):
                 raise
-            raise BadRequest(f"acks[{index}]: {error}") from None
-    try:
-        return check_acks(parsed)
-    except InvalidValue:
-        raise
-    except ValueError as error:
-        raise BadRequest(str(error)) from None
+            raise BadRequest(f"{where}[{index}]: {error}") from None
+    return check_acks(parsed)

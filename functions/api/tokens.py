@@ -9,29 +9,24 @@ from functions.auth.device_tokens import device_token_issuer, issue
 from functions.auth.signers import SigningFailed, SigningThrottled
 from functions.device_state import DeviceNotFound, restore
 
-from . import access
-from . import request_parsing as parse
 from .common import json_response, manager, route
 from .observability import record_device_token, record_signing_failure
-from .problems import BadRequest
+from .routes import Request
 
 router = Router()
 restore.on_restore(device_token_issuer.cache_clear)  # a restored copy makes its own KMS client
 
 
-@route(router, "/devices/<device_id>/token", "POST", body=True)
-def issue_device_token(device_id: str):
-    event = router.current_event
-    device_id = parse.device_id(device_id)
-    if event.get("body") not in (None, "") and parse.json_body(event) != {}:
-        raise BadRequest("the body must be empty or {}; nothing was done")
+@route(router, "issueDeviceToken")
+def issue_device_token(request: Request):
+    device_id = request.path["device_id"]
     # A token names a device that exists when it is issued: one strongly consistent read of the
     # state item (docs/costs.md), made only for the device itself (route() authorized it first).
     if manager().live_state(device_id) is None:
         raise DeviceNotFound(device_id)
     settings, signer = device_token_issuer()
     try:
-        token = issue(access.principal_of(event), signer, settings)
+        token = issue(request.principal, signer, settings)
     except SigningFailed as failed:
         record_signing_failure(throttled=isinstance(failed, SigningThrottled))
         raise

@@ -27,8 +27,8 @@ class Unauthorized(Exception):
 def unauthorized_problem() -> tuple[int, dict, dict]:
     """(status, headers, body) of a connect refused for its credentials, as problem+json."""
     return 401, {"Content-Type": MEDIA_TYPE, "WWW-Authenticate": "Bearer"}, problem(
-        401, "unauthorized", "Unauthorized", "connecting needs a valid 'Authorization: Bearer <token>' (or "
-        "?token=) or a device certificate")
+        401, "unauthorized", "Unauthorized", "connecting needs a valid 'Authorization: Bearer <token>' (a "
+        "browser: the subprotocols 'device-state, bearer.<token>') or a device certificate")
 
 
 def decide(event: dict) -> dict:

@@ -38,6 +38,11 @@ ALGORITHMS = {"RSA": "RS256", "EC": "ES256"}  # the one algorithm accepted for e
 LEEWAY_SECONDS = 60
 MAX_TOKEN_LENGTH = 8192
 DEVICE_URI_PREFIX = "urn:device:"
+# A browser's WebSocket cannot set Authorization: it offers the token as a subprotocol beside the
+# service's own, new WebSocket(url, ["device-state", "bearer.<token>"]), and the connect answer
+# selects "device-state" (a JWT is base64url and dots, all valid in a subprotocol name).
+WEBSOCKET_SUBPROTOCOL = "device-state"
+BEARER_SUBPROTOCOL_PREFIX = "bearer."
 
 
 class AuthConfigError(RuntimeError):
@@ -250,21 +255,47 @@ def authenticate(authorization: str | None, client_certificate_pem: str | None,
 def authenticate_event(event: dict, config: AuthConfig | None = None) -> Principal:
     """``authenticate`` over an API Gateway event (HTTP API proxy, WebSocket, REQUEST authorizer):
     its Authorization header and the client certificate mutual TLS verified, if any. A
-    WebSocket connect may carry the token as ``?token=`` instead (browsers cannot set headers)."""
-    headers = event.get("headers") or {}
-    given = [value for name, values in (event.get("multiValueHeaders") or {}).items() if name.lower() == "authorization"
-             for value in values] or [value for name, value in headers.items() if name.lower() == "authorization"]
+    WebSocket connect may carry the token instead (browsers cannot set headers) as a
+    ``bearer.<token>`` subprotocol beside ``device-state`` (``websocket_token``), or as
+    ``?token=``: one of them, once."""
+    given = header_values(event, "authorization")
     if len(given) > 1:
         raise Unauthenticated("send one Authorization header", token_given=True)
     authorization = given[0] if given else None
     if authorization is None and is_websocket_connect(event):
-        if len((event.get("multiValueQueryStringParameters") or {}).get("token") or ()) > 1:
-            raise Unauthenticated("send one token", token_given=True)
-        query_token = (event.get("queryStringParameters") or {}).get("token")
-        authorization = None if query_token is None else f"Bearer {query_token}"
+        token = websocket_token(event)
+        authorization = None if token is None else f"Bearer {token}"
     identity = (event.get("requestContext") or {}).get("identity") or {}
     certificate = (identity.get("clientCert") or {}).get("clientCertPem")
     return authenticate(authorization, certificate, config)
+
+
+def header_values(event: dict, name: str) -> list[str]:
+    """Every value of a header (any case) in an API Gateway event: its multiValueHeaders, else its headers."""
+    return ([value for key, values in (event.get("multiValueHeaders") or {}).items() if key.lower() == name
+             for value in values]
+            or [value for key, value in (event.get("headers") or {}).items() if key.lower() == name])
+
+
+def websocket_subprotocols(event: dict) -> list[str]:
+    """The subprotocols a WebSocket connect offers (``Sec-WebSocket-Protocol``, comma-separated), in order."""
+    return [entry.strip() for value in header_values(event, "sec-websocket-protocol")
+            for entry in value.split(",") if entry.strip()]
+
+
+def websocket_token(event: dict) -> str | None:
+    """A WebSocket connect's token: the one ``bearer.<token>`` subprotocol, or the one ``?token=``.
+    A browser can send either; the subprotocol keeps the token out of the URL, and so out of
+    access logs and browser history. Two of them, of either kind, are refused."""
+    offered = [entry[len(BEARER_SUBPROTOCOL_PREFIX):] for entry in websocket_subprotocols(event)
+               if entry.startswith(BEARER_SUBPROTOCOL_PREFIX)]
+    queried = (event.get("multiValueQueryStringParameters") or {}).get("token") or []
+    query_token = (event.get("queryStringParameters") or {}).get("token")
+    if not queried and query_token is not None:
+        queried = [query_token]
+    if len(offered) + len(queried) > 1:
+        raise Unauthenticated("send one token", token_given=True)
+    return (offered or queried or [None])[0]
 
 
 def is_websocket_connect(event: dict) -> bool:

@@ -1,6 +1,7 @@
-"""What each caller may do: the one pure ``authorize(principal, action, resource)``, and
-the table of what every API route needs (``ROUTE_RIGHTS``), which the handler checks before a
-route's own code runs (no gateway authorizer stands in front of the HTTP API).
+"""What each caller may do: the one pure ``authorize(principal, action, resource)``, and what
+a write needs (``needed_for_write``). What each API route needs is part of its declaration
+(functions/api/routes.py), which the handler checks before a route's own code runs (no gateway
+authorizer stands in front of the HTTP API).
 
 Resources are ``devices`` (the collection), ``device:<id>`` (the device: read it, its
 delta and versions; replace or delete it whole) and ``device:<id>/<part>`` with part
@@ -12,9 +13,9 @@ A write needs a right for each thing it touches (``needed_for_write``): its kind
 (create on the collection, replace or delete on the device; a patch has none beyond its
 section's) and write on every section it sets. So whatever the route, setting ``reported``
 takes the report right and ``desired`` the write right: a ``PUT /devices/{id}`` or a
-transaction's ``put`` naming ``reported`` needs replace *and* write on ``reported``. The
-route table is the coarse gate, checked before the body is parsed; the handler then checks
-everything the write needs once it has parsed the body, before it reads or writes.
+transaction's ``put`` naming ``reported`` needs replace *and* write on ``reported``. A
+route's own right is the coarse gate, checked before the body is parsed; everything the write
+needs is checked once the body is parsed, before anything is read or written.
 
 Devices cannot lock out their owners: a device may lease itself for at most
 ``DEVICE_MAX_LEASE_SECONDS`` at a time (``max_lease_seconds``), and ending a lease by its
@@ -23,8 +24,6 @@ fencing token, whoever holds it, is a back-end's right (the write scope), never 
 
 from __future__ import annotations
 
-import functools
-import re
 from enum import StrEnum
 
 from .principals import CLIENT, DEVICE, READ_SCOPE, REPORT_SCOPE, WRITE_SCOPE, Principal
@@ -153,75 +152,3 @@ def authorize(principal: Principal, action: str, resource: str, index: int | Non
     """Raises Forbidden unless ``principal`` may do ``action`` on ``resource``."""
     if not allowed(principal, action, resource):
         raise Forbidden(action, resource, index)
-
-
-# What each route needs: (method, rule) -> (action, resource template with {device_id}),
-# PUBLIC (no credentials), or PER_OPERATION (the route authorizes each operation of its
-# body before it reads or writes anything). The API refuses to register a route missing here.
-# A write route's row is the first right its write needs (what can be checked without the
-# body); WRITE_ROUTES says which kind of write it is, and the handler checks all
-# that ``needed_for_write`` names once the body says which sections it sets.
-PUBLIC = "public"
-PER_OPERATION = "per-operation"
-_D = "device:{device_id}"
-ROUTE_RIGHTS: dict[tuple[str, str], object] = {}
-# (method, rule) of each single-device write route -> (its kind, the section its path names).
-WRITE_ROUTES: dict[tuple[str, str], tuple[WriteKind, str | None]] = {}
-
-
-def _rights(methods: str, rule: str, rights) -> None:
-    for method in methods.split():
-        ROUTE_RIGHTS[(method, rule)] = rights
-
-
-def _write_route(methods: str, rule: str, kind: WriteKind, section: str | None = None) -> None:
-    WRITE_ROUTES.update({(method, rule): (kind, section) for method in methods.split()})
-    _rights(methods, rule, needed_for_write(kind, "{device_id}", {section} if section else ())[0])
-
-
-_rights("GET HEAD", "/openapi.json", PUBLIC)
-_rights("GET HEAD", "/devices", (LIST, COLLECTION))
-_rights("GET HEAD", "/devices/count", (LIST, COLLECTION))
-_write_route("POST", "/devices", WriteKind.CREATE)
-_rights("GET HEAD", "/devices/<device_id>", (READ, _D))
-_write_route("PUT", "/devices/<device_id>", WriteKind.PUT)
-_write_route("DELETE", "/devices/<device_id>", WriteKind.DELETE)
-_write_route("PATCH", "/devices/<device_id>", WriteKind.UPDATE, STATE)
-_write_route("PATCH PUT", "/devices/<device_id>/desired", WriteKind.UPDATE, DESIRED)
-_write_route("PATCH PUT", "/devices/<device_id>/reported", WriteKind.UPDATE, REPORTED)
-_rights("POST", "/devices/<device_id>/desired/acks", (WRITE, f"{_D}/{REPORTED}"))  # the device answers desires
-_rights("GET HEAD", "/devices/<device_id>/delta", (READ, _D))
-_rights("GET HEAD", "/devices/<device_id>/versions/<version>", (READ, _D))
-_rights("GET HEAD", "/devices/<device_id>/changes", needed_to_follow("{device_id}")[0])
-_rights("GET HEAD", "/devices/<device_id>/leases", (READ, f"{_D}/{LEASES}"))
-_rights("POST", "/devices/<device_id>/leases", (WRITE, f"{_D}/{LEASES}"))
-_rights("PUT DELETE", "/devices/<device_id>/leases/<lease_id>", (WRITE, f"{_D}/{LEASES}"))
-_rights("POST", "/devices/<device_id>/token", (ISSUE, f"{_D}/{TOKEN}"))
-_rights("POST", "/transactions", PER_OPERATION)
-
-
-def rules_for_path(path: str) -> list[tuple[tuple[str, str], object]]:
-    """((method, rule), rights) of every route whose rule matches ``path``."""
-    path = path.rstrip("/") or "/"
-    return [(route, rights) for route, rights in ROUTE_RIGHTS.items() if _rule_pattern(route[1]).fullmatch(path)]
-
-
-@functools.lru_cache(maxsize=None)
-def _rule_pattern(rule: str) -> re.Pattern:
-    return re.compile(re.sub(r"<\w+>", "[^/]+", re.escape(rule)))
-
-
-def route_rights(method: str, rule: str):
-    try:
-        return ROUTE_RIGHTS[(method, rule)]
-    except KeyError:
-        raise LookupError(f"{method} {rule} has no entry in functions/auth/rights.ROUTE_RIGHTS") from None
-
-
-def may_call(principal: Principal, method: str, rule: str) -> bool:
-    """Whether the principal may call this route on some device (its own, for a device)."""
-    rights = route_rights(method, rule)
-    if rights == PUBLIC or rights == PER_OPERATION:
-        return True
-    action, template = rights
-    return allowed(principal, action, template.format(device_id=principal.device_id or "any"))

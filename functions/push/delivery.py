@@ -157,8 +157,8 @@ class Delivery:
         try:
             if not subscription.expired(self.subscriptions.clock()):  # as _post: nothing past the connection's end
                 self.post(subscription.connection_id, error_message(
-                    "changes-expired", "Changes past the retention", str(expired), deviceId=subscription.device_id,
-                    currentVersion=expired.current_version))
+                    "changes-expired", "Changes past the retention", str(expired), 410,
+                    deviceId=subscription.device_id, currentVersion=expired.current_version))
         except Gone:
             pass
         self.subscriptions.unsubscribe(subscription.connection_id, subscription.device_id)

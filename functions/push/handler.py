@@ -16,7 +16,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from functions.auth import rights
 from functions.auth.authorizer import principal_of
-from functions.auth.credentials import LEEWAY_SECONDS, MixedCredentials, Unauthenticated
+from functions.auth.credentials import (LEEWAY_SECONDS, WEBSOCKET_SUBPROTOCOL, MixedCredentials, Unauthenticated,
+                                        websocket_subprotocols)
 from functions.auth.principals import DEVICE, device_of
 from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, DeviceNotFound, DeviceStateError,
                                     InvalidDeviceId, InvalidSince, TooManyConnections, metrics as names,
@@ -64,7 +65,7 @@ def lambda_handler(event, _context):
                 metrics.add_metric(name=names.CONNECTIONS_REFUSED, unit=MetricUnit.Count, value=1)
                 return {"statusCode": 429, "headers": {"Retry-After": CONNECT_RETRY_AFTER_SECONDS}}
         subscriptions.open(connection_id, principal.subject, ends)
-        return {"statusCode": 200}
+        return _connected(event)
     if route == "$disconnect":
         _close(subscriptions, connection_id)
         return {"statusCode": 200}
@@ -85,6 +86,16 @@ def lambda_handler(event, _context):
             _close(subscriptions, connection_id)
     return {"statusCode": 200}
 
+
+
+def _connected(event: dict) -> dict:
+    """A connect's answer: a client that offered the service's subprotocol (a browser sending its
+    token as ``bearer.<token>`` beside it) gets it selected, as a browser requires of any connect
+    that offered subprotocols; API Gateway passes this one header of the answer on to the client.
+    The token's own entry is never echoed."""
+    if WEBSOCKET_SUBPROTOCOL in websocket_subprotocols(event):
+        return {"statusCode": 200, "headers": {"Sec-WebSocket-Protocol": WEBSOCKET_SUBPROTOCOL}}
+    return {"statusCode": 200}
 
 
 def _close(subscriptions: Subscriptions, connection_id: str) -> None:

@@ -11,8 +11,7 @@ import uuid
 
 import pytest
 
-from functions.api.common import ROUTES
-from functions.auth.rights import PUBLIC, ROUTE_RIGHTS
+from functions.api.routes import BY_METHOD_AND_RULE, PUBLIC
 from tests.api.test_http import server  # noqa: F401  (the real server, module scoped)
 from tests.auth import NO_CREDENTIALS, bearer, token
 from tests.unit.test_auth import BAD_TOKENS
@@ -172,8 +171,8 @@ def test_each_principal_on_each_route(server, case, principal):
 def test_the_table_covers_every_route():
     """Each registered route (a HEAD aside: it is its GET) appears in CASES."""
     covered = {(method, re.sub(r"\{\w+\}", "<x>", path.split("?")[0])) for method, path, *_ in CASES}
-    for method, rule in ROUTES:
-        if ROUTE_RIGHTS[(method, rule)] == PUBLIC:
+    for (method, rule), declaration in BY_METHOD_AND_RULE.items():
+        if declaration.right == PUBLIC:
             continue
         shape = re.sub(r"<\w+>", "<x>", rule).replace("/versions/<x>", "/versions/1")
         assert (method, shape) in covered or (method == "HEAD" and ("GET", shape) in covered), (method, rule)

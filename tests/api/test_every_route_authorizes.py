@@ -11,10 +11,10 @@ import re
 import pytest
 
 from functions.api import handler as handler_module
-from functions.api.common import ROUTES
+from functions.api.common import REGISTERED
 from functions.config import api_config as load_config
 from functions.auth.credentials import load_auth_config
-from functions.auth.rights import PER_OPERATION, PUBLIC, ROUTE_RIGHTS
+from functions.api.routes import BY_METHOD_AND_RULE, PER_OPERATION, PUBLIC
 from functions.device_state.client import dynamodb_client
 from localdev.apigw import LambdaContext, make_event
 from tests.auth import NO_CREDENTIALS, bearer, with_credentials
@@ -29,7 +29,7 @@ BODIES = {  # a well-formed body for each route that takes one
     ("PUT", "/devices/<device_id>/reported"): {"reported": {}},
     ("POST", "/transactions"): {"operations": [{"deviceId": "lamp-1", "mergePatch": {"a": 1}}]},
 }
-PROTECTED = [route for route in ROUTES if ROUTE_RIGHTS[route] != PUBLIC]
+PROTECTED = [route for route, declaration in REGISTERED.items() if declaration.right != PUBLIC]
 # The caller with the right, where a back-end with every scope has none: a device token is the
 # device's own.
 CONTROLS = {("POST", "/devices/<device_id>/token"): bearer(device="lamp-1")}
@@ -60,8 +60,8 @@ def _call(method: str, rule: str, headers: dict) -> dict:
     return handler_module.lambda_handler(event, LambdaContext())
 
 
-def test_the_route_table_of_rights_is_the_registered_routes():
-    assert set(ROUTES) == set(ROUTE_RIGHTS)
+def test_every_declared_route_is_registered_and_no_other():
+    assert set(REGISTERED) == set(BY_METHOD_AND_RULE)
 
 
 @pytest.mark.parametrize("method, rule", PROTECTED, ids=lambda value: value)
@@ -73,7 +73,7 @@ def test_a_caller_without_the_right_is_refused_before_anything_is_read(missing_t
         if status == 403:
             assert problem["resource"].startswith(("device:lamp-1", "devices")), problem
             assert problem["action"] in problem["detail"] and problem["resource"] in problem["detail"]
-            if ROUTE_RIGHTS[(method, rule)] == PER_OPERATION:
+            if REGISTERED[(method, rule)].right == PER_OPERATION:
                 assert problem["index"] == 0
     control = _call(method, rule, CONTROLS.get((method, rule), bearer()))  # it goes on to the missing table
     assert control["statusCode"] >= 404 and control["statusCode"] not in (401, 403), control

@@ -57,9 +57,9 @@ def test_metric_names_are_the_library_constants(api, monkeypatch, capsys):
 
 
 def test_openapi_paths_are_exactly_the_routes():
-    from functions.api.common import ROUTES
+    from functions.api.common import REGISTERED
 
-    routes = set(ROUTES)
+    routes = set(REGISTERED)
     documented = {
         (method.upper(), path.replace("{deviceId}", "<device_id>").replace("{leaseId}", "<lease_id>")
          .replace("{version}", "<version>"))
@@ -77,7 +77,7 @@ def test_the_document_is_valid_openapi():
 
 
 def test_the_documents_limits_are_the_services_constants():
-    from functions.api import leases, request_parsing
+    from functions.api import routes
     from functions.device_state.write.keyed import KEY_PATTERN
     from functions.device_state.leases.queue import MAX_TTL_SECONDS
     from functions.device_state import MAX_FILTER_CHARS, MAX_QUERY_LIMIT
@@ -90,14 +90,14 @@ def test_the_documents_limits_are_the_services_constants():
     assert device_id == f"^{DEVICE_ID_PATTERN.pattern}$"
     limit, cursor, filter_, *_ = paths["/devices"]["get"]["parameters"]  # then sort, include
     assert limit["schema"]["maximum"] == MAX_LIST_LIMIT == MAX_QUERY_LIMIT
-    assert cursor["schema"]["pattern"] == request_parsing.LISTING_CURSOR_PATTERN
+    assert cursor["schema"]["pattern"] == routes.LISTING_CURSOR_PATTERN
     assert filter_["schema"]["maxLength"] == MAX_FILTER_CHARS
     assert paths["/devices/count"]["get"]["parameters"][0]["schema"]["maxLength"] == MAX_FILTER_CHARS
     assert schemas["Transaction"]["properties"]["operations"]["maxItems"] == MAX_OPERATIONS
     lease_body = paths["/devices/{deviceId}/leases"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert lease_body["properties"]["ttlSeconds"]["maximum"] == MAX_TTL_SECONDS
-    assert lease_body["properties"]["waitSeconds"]["maximum"] == leases.MAX_LEASE_WAIT_SECONDS
-    assert lease_body["properties"]["owner"]["maxLength"] == leases.MAX_OWNER_LENGTH
+    assert lease_body["properties"]["waitSeconds"]["maximum"] == routes.MAX_LEASE_WAIT_SECONDS
+    assert lease_body["properties"]["owner"]["maxLength"] == routes.MAX_OWNER_LENGTH
     key = next(p for p in paths["/devices"]["post"]["parameters"] if p["name"] == "Idempotency-Key")
     assert key["schema"]["pattern"] == f"^{KEY_PATTERN.pattern}$"
 

@@ -33,10 +33,11 @@ STORED_STATE = {
     # A fleet filter: a grammar JSON Schema cannot state, over the fields the server declares.
     "invalid-filter": r"",
     "unindexed-filter": r"FLEET_INDEX",
-    # A cursor belongs to the filter and sort (or the plain listing) that issued it, and sort
-    # needs a filter: rules between parameters that OpenAPI 3.0 cannot state.
+    # A cursor belongs to the filter and sort (or the plain listing) that issued it, sort needs a
+    # filter, and a PUT's body may repeat the path's deviceId only as it is: rules between
+    # parameters that OpenAPI 3.0 cannot state.
     "invalid-cursor": r"cursors belong to one filter and sort",
-    "bad-request": r"sort orders the devices a filter finds",
+    "bad-request": r"sort orders the devices a filter finds|deviceId in the body differs from the one in the path",
 }
 
 _SCHEMA = schemathesis.openapi.from_dict(json.loads(dumps(OPENAPI)))

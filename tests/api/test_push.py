@@ -178,6 +178,32 @@ def test_connect_needs_credentials_and_takes_a_token_in_the_query(server):
         assert _subscribe(client, device)["type"] == "subscribed"
 
 
+def test_a_browser_connects_with_its_token_as_a_subprotocol_and_gets_device_state_selected(server):
+    """What a browser sends, new WebSocket(url, ["device-state", "bearer.<token>"]): no header of its
+    own, no token in the URL. The answer selects "device-state" (a browser fails a connect that
+    offered subprotocols and got none) and never echoes the token's entry."""
+    device = _device(server)
+    with connect(f"ws://127.0.0.1:{server.port}/ws", subprotocols=["device-state", f"bearer.{token(device=device)}"],
+                 open_timeout=10) as client:
+        assert client.subprotocol == "device-state"
+        assert client.response.headers["Sec-WebSocket-Protocol"] == "device-state"
+        assert _subscribe(client, device)["type"] == "subscribed"
+    with connect(f"ws://127.0.0.1:{server.port}/ws", subprotocols=["device-state"],
+                 additional_headers=bearer(), open_timeout=10) as client:  # a header token, the subprotocol asked
+        assert client.subprotocol == "device-state"
+    with _connect(server) as client:  # a client that offers none gets none, as before
+        assert client.subprotocol is None and "Sec-WebSocket-Protocol" not in client.response.headers
+    for offered in (["device-state", "bearer.nonsense"], ["device-state"],
+                    ["device-state", f"bearer.{token()}", f"bearer.{token()}"]):
+        with pytest.raises(InvalidStatus) as refused:
+            connect(f"ws://127.0.0.1:{server.port}/ws", subprotocols=offered, open_timeout=10)
+        assert refused.value.response.status_code == 401, offered
+    with pytest.raises(InvalidStatus) as refused:  # a subprotocol token and a query token: two tokens
+        connect(f"ws://127.0.0.1:{server.port}/ws?token={token()}", subprotocols=["device-state", f"bearer.{token()}"],
+                open_timeout=10)
+    assert refused.value.response.status_code == 401
+
+
 def test_nothing_is_pushed_on_a_token_past_its_expiry(server):
     """Judged by when each message arrives (a reader thread stamps them): a repeat posted
     before the expiry may still be waiting in the client's buffer afterwards, as documented;
@@ -396,6 +422,24 @@ def test_a_deleted_devices_deleted_change_is_pushed(server):
         message = json.loads(client.recv(timeout=RECEIVE_SECONDS))
         assert (message["type"], message["kind"], message["version"], message["delta"]) == (
             "change", "deleted", 2, None)
+
+
+def test_a_gap_past_the_retention_found_by_the_fan_out_is_changes_expired_410(server, dynamodb_local):
+    """The subscription is taken (version 1's change could still be on its way), and the fan-out,
+    bringing it up to version 2, finds version 1's change gone: the same 410 the subscribe answers."""
+    device = _device(server)
+    deadline = time.monotonic() + RECEIVE_SECONDS
+    while not json.loads(server.request("GET", f"/devices/{device}/changes?since=0")[2])["changes"]:  # recorded
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    dynamodb_client(dynamodb_local.endpoint).delete_item(  # past the retention, as TTL would have it
+        TableName=server.table, Key={table.PARTITION_KEY: {"S": device}, table.SORT_KEY: {"S": change_sk(1)}})
+    with _connect(server) as client:
+        assert _subscribe(client, device, since=0)["type"] == "subscribed"
+        server.request("PATCH", f"/devices/{device}", {"n": 1}, headers=MERGE)
+        message = json.loads(client.recv(timeout=RECEIVE_SECONDS))
+        assert message["type"] == "error" and message["problem"]["type"].endswith("changes-expired"), message
+        assert message["problem"]["status"] == 410 and message["problem"]["currentVersion"] == 2, message
 
 
 def test_since_past_the_retention_is_changes_expired_and_since_past_the_device_is_refused(server, dynamodb_local):

@@ -4,7 +4,6 @@ unknown parameters, ``since`` and preconditions on every read (moto and DynamoDB
 
 from __future__ import annotations
 
-import re
 import time
 
 import pytest
@@ -81,37 +80,6 @@ def _documented_headers(method: str, path: str) -> set[str]:
     item = OPENAPI["paths"][template]
     parameters = item.get("parameters", []) + item[method.lower()].get("parameters", [])
     return {parameter["name"] for parameter in parameters if parameter["in"] == "header"}
-
-
-def test_every_route_takes_exactly_the_query_parameters_its_document_lists():
-    from functions.api.common import ROUTE_QUERIES
-
-    documented = {}
-    for path, item in OPENAPI["paths"].items():
-        for method, operation in item.items():
-            if method == "parameters":
-                continue
-            names = {parameter["name"] for parameter in operation.get("parameters", []) if parameter["in"] == "query"}
-            documented[(method.upper(), path)] = names
-    for (method, rule), allowed in ROUTE_QUERIES.items():
-        path = re.sub(r"<(\w+)>", lambda name: "{" + re.sub(r"_(\w)", lambda c: c.group(1).upper(), name.group(1)) + "}",
-                      rule)
-        assert documented[(method, path)] == set(allowed), (method, rule)
-
-
-def test_every_route_takes_exactly_the_service_headers_and_body_its_document_lists():
-    from functions.api.common import ROUTE_BODIES, ROUTE_HEADERS
-    from functions.api.request_parsing import SERVICE_HEADERS
-
-    for (method, rule), taken in ROUTE_HEADERS.items():
-        path = re.sub(r"<(\w+)>", lambda name: "{" + re.sub(r"_(\w)", lambda c: c.group(1).upper(), name.group(1)) + "}",
-                      rule)
-        item = OPENAPI["paths"][path]
-        operation = item[method.lower()]
-        documented = {parameter["name"] for parameter in item.get("parameters", []) + operation.get("parameters", [])
-                      if parameter["in"] == "header" and parameter["name"] in SERVICE_HEADERS}
-        assert documented == set(taken), (method, rule)
-        assert ("requestBody" in operation) == ROUTE_BODIES[(method, rule)], (method, rule)
 
 
 # (method, path, body, headers) that a route does not take: each a 400 that changes nothing.

@@ -16,7 +16,7 @@ from functions.auth.credentials import AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS, DE
 from functions.auth.device_tokens import ISSUING_VARIABLES
 from functions.auth.principals import RESOURCE_SERVER, SCOPES
 from infra import api as api_module
-from infra import auth, push
+from infra import auth, console, push
 from tests.auth import ISSUER
 from tests.infra.conftest import synth_stack
 from tests.infra.test_stack import api_function as api_function_of
@@ -151,7 +151,7 @@ def test_the_resource_server_defines_the_three_scopes(template):
 
 def test_the_back_end_client_uses_client_credentials_with_a_secret_and_the_scopes(template):
     server_id, _ = only(template, "AWS::Cognito::UserPoolResourceServer")
-    _, client = only(template, "AWS::Cognito::UserPoolClient")
+    _, client = only(template, "AWS::Cognito::UserPoolClient", {"AllowedOAuthFlows": ["client_credentials"]})
     props = client["Properties"]
     assert props["AllowedOAuthFlows"] == ["client_credentials"] and props["AllowedOAuthFlowsUserPoolClient"]
     assert props["GenerateSecret"] is True
@@ -168,14 +168,16 @@ def test_the_domain_prefix_defaults_to_the_stack_and_account_and_follows_context
 
 def test_both_functions_trust_the_pool_with_its_keys_resolved_at_deploy(template):
     pool_id, _ = only(template, "AWS::Cognito::UserPool")
-    client_id, _ = only(template, "AWS::Cognito::UserPoolClient")
+    client_id, _ = only(template, "AWS::Cognito::UserPoolClient", {"AllowedOAuthFlows": ["client_credentials"]})
+    console_client_id, _ = only(template, "AWS::Cognito::UserPoolClient", {"AllowedOAuthFlows": ["code"]})
     jwks_id, jwks = only(template, "Custom::Jwks")
     issuer = {"Fn::Join": ["", ["https://cognito-idp.", {"Ref": "AWS::Region"}, ".", {"Ref": "AWS::URLSuffix"},
                                 "/", {"Ref": pool_id}]]}
     for handler in (api_module.HANDLER, api_module.AUTHORIZER_HANDLER):
         environment = function_environment(template, handler)
         assert environment[AUTH_ISSUER] == issuer, handler
-        assert environment[AUTH_AUDIENCE] == {"Ref": client_id}, handler
+        assert environment[AUTH_AUDIENCE] == {"Fn::Join": ["", [{"Ref": client_id}, ",", {"Ref": console_client_id}]]}, \
+            handler  # the back-ends' client and the console's (infra/console.py)
         assert environment[AUTH_JWKS] == {"Fn::GetAtt": [jwks_id, "Jwks"]}, handler
     assert set(function_environment(template, api_module.AUTHORIZER_HANDLER)) == set(VARIABLES) | set(
         DEVICE_TOKEN_VARIABLES)
@@ -194,7 +196,7 @@ def test_the_jwks_resource_runs_the_standard_library_fetcher_inline(template):
 
 def test_the_outputs_say_how_back_ends_get_tokens(template):
     pool_id, _ = only(template, "AWS::Cognito::UserPool")
-    client_id, _ = only(template, "AWS::Cognito::UserPoolClient")
+    client_id, _ = only(template, "AWS::Cognito::UserPoolClient", {"AllowedOAuthFlows": ["client_credentials"]})
     domain_id, _ = only(template, "AWS::Cognito::UserPoolDomain")
     outputs = template.find_outputs("*")
     assert outputs[auth.USER_POOL_OUTPUT]["Value"] == {"Ref": pool_id}
@@ -254,7 +256,7 @@ def test_your_own_issuer_replaces_cognito(own_jwks):
         environment = function_environment(template, handler)
         assert environment[AUTH_ISSUER] == ISSUER.issuer and environment[AUTH_AUDIENCE] == ISSUER.audience
         assert json.loads(environment[AUTH_JWKS]) == ISSUER.jwks()
-    assert sorted(template.find_outputs("*")) == [api_module.OUTPUT_NAME, push.URL_OUTPUT]
+    assert sorted(template.find_outputs("*")) == sorted([api_module.OUTPUT_NAME, push.URL_OUTPUT, console.URL_OUTPUT])
 
 
 @pytest.mark.parametrize("context, message", [

@@ -72,7 +72,7 @@ def test_the_lambda_authorizer_guards_connect_and_only_connect(template):
     assert authorizer["Properties"]["AuthorizerType"] == "REQUEST"
     assert {"Ref": authorizer_alias} in authorizer["Properties"]["AuthorizerUri"]["Fn::Join"][1]
     # No identity source: API Gateway would answer 401 unless all of them were present, and a
-    # client sends its token as the Authorization header or as ?token=, not both.
+    # client sends its token as the Authorization header, a bearer.<token> subprotocol or ?token=.
     assert "IdentitySource" not in authorizer["Properties"]
     for key, route in routes(template).items():
         if key == "$connect":

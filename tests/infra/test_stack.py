@@ -200,11 +200,12 @@ def test_stage_throttling_and_json_access_logs_from_context():
 
 
 def test_the_outputs_are_the_api_urls_and_how_back_ends_get_tokens(template):
-    from infra import auth, push
+    from infra import auth, console, push
 
     outputs = template.find_outputs("*")
     assert sorted(outputs) == sorted([api_module.OUTPUT_NAME, auth.USER_POOL_OUTPUT, auth.CLIENT_OUTPUT,
-                                      auth.TOKEN_ENDPOINT_OUTPUT, push.URL_OUTPUT])
+                                      auth.TOKEN_ENDPOINT_OUTPUT, push.URL_OUTPUT, console.URL_OUTPUT,
+                                      console.CLIENT_OUTPUT])
     assert api_module.OUTPUT_NAME == "Url"
     assert "execute-api" in json.dumps(outputs["Url"]["Value"])
 

@@ -10,7 +10,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from functions import config
-from functions.auth.rights import ROUTE_RIGHTS
+from functions.api.routes import BY_METHOD_AND_RULE
 from infra import api as api_module
 from infra import monitoring
 from functions.auth.device_tokens import ISSUING_VARIABLES
@@ -27,14 +27,14 @@ WAITING = {("GET", "devices/{deviceId}/changes"), ("HEAD", "devices/{deviceId}/c
 
 def test_the_waiting_routes_are_the_feed_and_delta_long_polls_and_lease_requests():
     assert api_module.WAITING_ROUTES == WAITING
-    assert WAITING <= {(method, api_module.resource_path(rule)) for method, rule in ROUTE_RIGHTS}
+    assert WAITING <= {(method, api_module.resource_path(rule)) for method, rule in BY_METHOD_AND_RULE}
 
 
 def test_the_dev_server_counts_the_same_routes_as_waiting():
     """localdev/http_front.py caps waiting requests by their waitSeconds; the stack routes them by route."""
     from localdev import http_front
 
-    for method, rule in ROUTE_RIGHTS:
+    for method, rule in BY_METHOD_AND_RULE:
         path = re.sub(r"<\w+>", "x1", rule)
         waits = http_front.waits(method, f"{path}?waitSeconds=5", b'{"waitSeconds": 5}')
         assert waits == ((method, api_module.resource_path(rule)) in WAITING), (method, rule)

@@ -328,16 +328,22 @@ def test_the_write_kinds_are_the_library_operations():
 
 
 def test_each_write_routes_gate_is_the_first_right_its_write_needs():
-    """The route table (what the authorizer applies without the body) never grants more than the
-    write needs, and the handler's check of the body adds to it, never replaces it."""
-    assert rights.WRITE_ROUTES
-    for (method, rule), (kind, section) in rights.WRITE_ROUTES.items():
+    """A write route's own right (what is checked before the body is read) never grants more than
+    the write needs, and the check of the body adds to it, never replaces it."""
+    from functions.api.routes import ROUTES, Writes
+
+    writes = [declaration for declaration in ROUTES if isinstance(declaration.writes, Writes)]
+    assert len(writes) == 8
+    for declaration in writes:
+        kind, section = declaration.writes.kind, declaration.writes.section
         needed = rights.needed_for_write(kind, "{device_id}", {section} if section else ())
-        assert rights.ROUTE_RIGHTS[(method, rule)] == needed[0], (method, rule)
+        assert declaration.right == needed[0], declaration.rule
 
 
 def test_following_a_device_needs_what_reading_its_feed_needs():
     assert rights.needed_to_follow("lamp-1") == [("read", "device:lamp-1/changes")]
-    assert rights.ROUTE_RIGHTS[("GET", "/devices/<device_id>/changes")] == rights.needed_to_follow("{device_id}")[0]
+    from functions.api.routes import BY_OPERATION
+
+    assert BY_OPERATION["listChanges"].right == rights.needed_to_follow("{device_id}")[0]
     assert rights.first_refused(LAMP, rights.needed_to_follow("lamp-1")) is None
     assert rights.first_refused(WRITER, rights.needed_to_follow("lamp-1")) == ("read", "device:lamp-1/changes")

@@ -123,3 +123,49 @@ def test_a_certificate_and_a_token_together_are_let_through_once_for_the_handler
     decision = authorizer.lambda_handler(event, None)
     assert decision["context"]["principalKind"] == authorizer.MIXED
     assert resources(decision) == [event["methodArn"]]
+
+
+def with_subprotocols(event: dict, *offered: str) -> dict:
+    """The event of a connect that offered ``offered`` (as one header, the way browsers send it)."""
+    event = {**event, "requestContext": {**event["requestContext"], "routeKey": "$connect", "eventType": "CONNECT"}}
+    header = ", ".join(offered)
+    event["headers"] = {**event["headers"], "Sec-WebSocket-Protocol": header}
+    event["multiValueHeaders"] = {**event["multiValueHeaders"], "Sec-WebSocket-Protocol": [header]}
+    return event
+
+
+def test_a_browser_token_offered_as_a_subprotocol_connects_as_its_caller():
+    event = with_subprotocols(request_event("GET", "/"), "device-state", "bearer." + ISSUER.token(device=DEVICE))
+    decision = authorizer.lambda_handler(event, None)
+    assert decision["principalId"] == Principal.device(DEVICE).subject and resources(decision) == [CONNECT_ARN]
+
+
+@pytest.mark.parametrize("offered", [
+    ("device-state",),
+    ("device-state", "bearer."),
+    ("device-state", "bearer.not-a-jwt"),
+    ("device-state", "bearer." + Issuer.generate().token()),
+    ("device-state", "bearer." + ISSUER.token(), "bearer." + ISSUER.token(device=DEVICE)),
+    ("device-state", "Bearer." + ISSUER.token()),  # the prefix is exact, as the service writes it
+], ids=["none", "empty", "garbage", "unknown key", "two tokens", "other case"])
+def test_a_bad_missing_or_second_subprotocol_token_is_unauthorized(offered):
+    with pytest.raises(authorizer.Unauthorized):
+        authorizer.lambda_handler(with_subprotocols(request_event("GET", "/"), *offered), None)
+
+
+def test_a_subprotocol_token_beside_a_query_token_is_two_tokens_and_unauthorized():
+    event = with_subprotocols(request_event("GET", "/"), "device-state", "bearer." + ISSUER.token())
+    event["queryStringParameters"] = {"token": ISSUER.token()}
+    event["multiValueQueryStringParameters"] = {"token": [event["queryStringParameters"]["token"]]}
+    with pytest.raises(authorizer.Unauthorized):
+        authorizer.lambda_handler(event, None)
+    del event["headers"]["Sec-WebSocket-Protocol"], event["multiValueHeaders"]["Sec-WebSocket-Protocol"]
+    assert authorizer.lambda_handler(event, None)["principalId"] == Principal.client("local-developer", ()).subject  # the control: one token
+
+
+def test_a_subprotocol_token_counts_only_on_a_websocket_connect():
+    event = with_subprotocols(request_event("GET", "/"), "device-state", "bearer." + ISSUER.token())
+    event["requestContext"] = {key: value for key, value in event["requestContext"].items()
+                               if key not in ("routeKey", "eventType")}
+    with pytest.raises(authorizer.Unauthorized):  # an HTTP request's Sec-WebSocket-Protocol is no credential
+        authorizer.lambda_handler(event, None)

@@ -142,7 +142,7 @@ def test_the_longest_cursors_fit_the_form_the_service_takes():
     longest indexed, in 4-byte characters) and the plain listing's longest (a key of DynamoDB's
     largest, 2,048 and 1,024 bytes) stay inside the cursor form the service takes, so no page's
     cursor is refused."""
-    from functions.api.request_parsing import LISTING_CURSOR_PATTERN
+    from functions.api.routes import LISTING_CURSOR_PATTERN
     from functions.device_state.fleet.cursors import CursorSeal
     from functions.device_state.fleet.query import SHARDS, _cursor_body
     from functions.device_state.model.values import MAX_DEVICE_ID_CHARS

@@ -1,0 +1,56 @@
+// The public API, called with the signed-in person's token. Answers come back as
+// {status, ok, etag, data, problem}: a refusal is data to show (problem details), not an exception.
+import {renew, token} from "./auth.js";
+import {parse} from "./json.js";
+
+let base = "";
+/** What config.json says beyond the API's address: the WebSocket URL and the declared fields. */
+export const settings = {webSocket: "", fleetFields: []};
+
+export function configure(config) {
+  base = new URL(config.api || "/", location.href).toString().replace(/\/?$/, "/");
+  settings.webSocket = new URL(config.webSocket || "/ws", location.href.replace(/^http/, "ws")).toString();
+  settings.fleetFields = Array.isArray(config.fleetFields) ? config.fleetFields : [];
+}
+
+export function path(...segments) {
+  return segments.map((segment) => encodeURIComponent(segment)).join("/");
+}
+
+/**
+ * request("GET", "devices", {query: {filter}}); body is JSON text (sent as typed, so numbers
+ * keep their digits) or a value.
+ */
+export async function request(method, route, {query = {}, body, headers = {}, contentType} = {}) {
+  const url = new URL(route, base);
+  for (const [name, value] of Object.entries(query)) {
+    if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
+  }
+  const send = async () => fetch(url, {
+    method, cache: "no-store",
+    headers: {Authorization: `Bearer ${await token()}`,
+              ...(body === undefined ? {} : {"Content-Type": contentType || "application/json"}), ...headers},
+    body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+  });
+  let response = await send();
+  if (response.status === 401) {
+    await renew();
+    response = await send();
+  }
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? parse(text) : null;
+  } catch {
+    data = null;
+  }
+  const problem = response.ok ? null : (data && typeof data === "object" ? data
+    : {status: response.status, title: response.statusText || "Request failed", detail: text.slice(0, 200)});
+  return {status: response.status, ok: response.ok, etag: response.headers.get("ETag"), data, problem};
+}
+
+/** The version an ETag names ("7" -> 7). */
+export function versionOf(etag) {
+  const match = /^"(\d+)"$/.exec(etag || "");
+  return match ? Number(match[1]) : null;
+}

@@ -1,0 +1,190 @@
+// The fleet: a filter (RQL, as GET /devices?filter= takes it), the declared fields as sortable
+// columns, pages by cursor, connectivity badges, and a count grouped by any declared field.
+// The filter and the sort live in the address (#/?filter=…&sort=…), so a view can be shared
+// and the browser's back button works.
+import {request, settings} from "./api.js";
+import {announce, h, replace, time} from "./dom.js";
+import {at, fieldSegments, text} from "./json.js";
+
+const LIMITS = [25, 50, 100];
+
+export function fleetView(main, _params, query) {
+  const state = {filter: query.get("filter") || "", sort: query.get("sort") || "",
+                 limit: /^(100|[1-9][0-9]?)$/.test(query.get("limit") || "") ? Number(query.get("limit")) : 25,
+                 groupBy: query.get("groupBy") || "", cursors: [null], page: 0};
+  const fields = settings.fleetFields;
+  const filterInput = h("input", {id: "filter", name: "filter", type: "search", value: state.filter,
+                                  autocomplete: "off", spellcheck: "false", "aria-describedby": "filter-help",
+                                  placeholder: "eq(reported/online,false)"});
+  const problemBox = h("div", {id: "filter-problem"});
+  const note = h("p", {class: "muted", id: "sort-note"});
+  const table = h("table", {class: "devices"});
+  const pager = h("nav", {"aria-label": "Pages", class: "pager"});
+  const countResult = h("div", {id: "count-result", "aria-live": "polite"});
+  const groupSelect = h("select", {id: "group-by", name: "groupBy"},
+    h("option", {value: ""}, "no grouping"),
+    fields.map((field) => h("option", {value: field.path, selected: field.path === state.groupBy}, field.path)));
+  const limitSelect = h("select", {id: "limit", name: "limit"},
+    [...new Set([...LIMITS, state.limit])].sort((a, b) => a - b).map((limit) =>
+      h("option", {value: limit, selected: limit === state.limit}, `${limit} a page`)));
+  limitSelect.setAttribute("aria-label", "Devices a page");
+
+  const form = h("form", {role: "search", class: "filter", on: {submit: (event) => {
+    event.preventDefault();
+    navigate({filter: filterInput.value.trim(), sort: state.sort, limit: limitSelect.value, groupBy: state.groupBy});
+  }}},
+  h("label", {for: "filter"}, "Filter (RQL)"),
+  h("div", {class: "row"}, filterInput, limitSelect, h("button", {type: "submit"}, "Search")),
+  h("p", {id: "filter-help", class: "muted"},
+    fields.length ? ["Declared fields: ", fields.map((field, index) => [index ? ", " : "", h("code", {}, field.path),
+                                                                          ` (${field.type})`])]
+      : "No field is declared queryable (FLEET_INDEX): the fleet can be listed, not filtered."),
+  problemBox);
+
+  groupSelect.addEventListener("change", () => {
+    state.groupBy = groupSelect.value;
+    count();
+  });
+  replace(main,
+    h("h1", {}, "Fleet"), form,
+    h("section", {"aria-labelledby": "count-heading", class: "panel"},
+      h("h2", {id: "count-heading"}, "Count"),
+      h("div", {class: "row"}, h("label", {for: "group-by"}, "Group by"), groupSelect),
+      countResult),
+    h("section", {"aria-labelledby": "devices-heading"},
+      h("h2", {id: "devices-heading"}, "Devices"), note,
+      h("div", {class: "table-wrap", tabindex: 0, role: "region", "aria-labelledby": "devices-heading"}, table),
+      pager));
+
+  function navigate(next) {
+    const params = new URLSearchParams();
+    for (const [name, value] of Object.entries(next)) if (value && !(name === "limit" && Number(value) === 25)) params.set(name, value);
+    const hash = `#/${params.toString() ? "?" + params : ""}`;
+    if (location.hash === hash || (hash === "#/" && !location.hash)) load();
+    else location.hash = hash;
+  }
+
+  /** The filter and sort sent: sorting needs a filter, so a sort alone lists those that hold the field. */
+  function effective() {
+    const sortPath = state.sort.replace(/^[+-]/, "");
+    if (state.filter || !sortPath) return {filter: state.filter, sort: state.sort};
+    return {filter: `exists(${sortPath})`, sort: state.sort, implied: sortPath};
+  }
+
+  async function load() {
+    replace(problemBox);
+    filterInput.removeAttribute("aria-invalid");
+    const {filter, sort, implied} = effective();
+    note.textContent = implied ? `Sorted by ${implied}: the devices that hold it (the API sorts what a filter finds).` : "";
+    table.setAttribute("aria-busy", "true");
+    const answer = await request("GET", "devices", {query: {filter, sort, limit: state.limit,
+                                                            cursor: state.cursors[state.page]}});
+    table.removeAttribute("aria-busy");
+    if (!answer.ok) {
+      showProblem(answer.problem, filter === state.filter ? filterInput.value : filter);
+      replace(table);
+      replace(pager);
+      return;
+    }
+    state.cursors[state.page + 1] = answer.data.nextCursor;
+    renderTable(answer.data.items);
+    renderPager(answer.data.nextCursor);
+    announce(`${answer.data.items.length} devices on page ${state.page + 1}`);
+  }
+
+  function showProblem(problem, filterText) {
+    const shown = [h("p", {}, h("strong", {}, problem.title || "Refused"), ": ", String(problem.detail ?? ""))];
+    if (Number.isInteger(problem.position) && filterText) {
+      const characters = Array.from(filterText); // the service counts characters, not UTF-16 units
+      const position = Math.min(problem.position, characters.length);
+      shown.push(h("pre", {class: "filter-echo", "aria-label": `The filter, marked at position ${position}`},
+        characters.slice(0, position).join(""), h("mark", {}, characters[position] ?? " "),
+        characters.slice(position + 1).join("")),
+      h("p", {class: "muted"}, `at position ${position}`));
+      const start = characters.slice(0, position).join("").length;
+      filterInput.focus();
+      filterInput.setSelectionRange(start, start + (characters[position] ?? "").length);
+    }
+    filterInput.setAttribute("aria-invalid", "true");
+    replace(problemBox, h("div", {role: "alert", class: "problem"}, shown));
+  }
+
+  function sortButton(field) {
+    const direction = state.sort === `+${field.path}` ? "ascending" : state.sort === `-${field.path}` ? "descending" : null;
+    const next = direction === "ascending" ? `-${field.path}` : direction === "descending" ? "" : `+${field.path}`;
+    return h("th", {scope: "col", "aria-sort": direction || "none"},
+      h("button", {type: "button", class: "sort", title: `Sort by ${field.path}`, on: {click: () =>
+        navigate({filter: state.filter, sort: next, limit: state.limit, groupBy: state.groupBy})}},
+      field.path, h("span", {"aria-hidden": "true"}, direction === "ascending" ? " ▲" : direction === "descending" ? " ▼" : "")));
+  }
+
+  function renderTable(items) {
+    const head = h("tr", {}, h("th", {scope: "col"}, "Device"), h("th", {scope: "col"}, "Connectivity"),
+      fields.map(sortButton), h("th", {scope: "col"}, "Version"), h("th", {scope: "col"}, "Updated"));
+    const rows = items.map((device) => h("tr", {},
+      h("th", {scope: "row"}, h("a", {href: `#/devices/${encodeURIComponent(device.deviceId)}`}, device.deviceId)),
+      h("td", {}, badge(device.connectivity)),
+      fields.map((field) => {
+        const value = at(device, fieldSegments(field.path));
+        return h("td", {class: "value"}, value === undefined ? h("span", {class: "muted"}, "—") : text(value));
+      }),
+      h("td", {class: "number"}, String(device.version)), h("td", {}, time(device.updatedAt))));
+    replace(table, h("caption", {class: "visually-hidden"}, "Devices, page " + (state.page + 1)),
+      h("thead", {}, head),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", {colspan: fields.length + 4}, "No device on this page."))));
+  }
+
+  function renderPager(nextCursor) {
+    replace(pager,
+      h("button", {type: "button", disabled: state.page === 0, on: {click: () => { state.page -= 1; load(); }}},
+        "Previous page"),
+      h("span", {class: "muted"}, ` Page ${state.page + 1} `),
+      h("button", {type: "button", disabled: !nextCursor, on: {click: () => { state.page += 1; load(); }}},
+        "Next page"));
+  }
+
+  async function count() {
+    const filter = state.filter || (state.groupBy ? `exists(${state.groupBy})` : "");
+    if (!filter) {
+      replace(countResult, h("p", {class: "muted"},
+        "Counting needs a filter (the service counts what a filter finds): search with one, or group by a field."));
+      return;
+    }
+    replace(countResult, h("p", {class: "muted"}, "Counting…"));
+    const answer = await request("GET", "devices/count", {query: {filter, groupBy: state.groupBy}});
+    if (!answer.ok) {
+      replace(countResult, h("div", {class: "problem"}, h("strong", {}, answer.problem.title || "Refused"), ": ",
+                             String(answer.problem.detail ?? "")));
+      return;
+    }
+    const {count: total, groups} = answer.data;
+    const heading = h("p", {class: "count"}, h("strong", {}, String(total)), ` device${total === 1 ? "" : "s"} match `,
+      h("code", {}, filter));
+    if (!groups) return replace(countResult, heading);
+    const largest = Math.max(1, ...groups.map((group) => group.count));
+    replace(countResult, heading, h("table", {class: "bars"},
+      h("caption", {class: "visually-hidden"}, `Devices by ${state.groupBy}`),
+      h("thead", {}, h("tr", {}, h("th", {scope: "col"}, state.groupBy), h("th", {scope: "col"}, "Devices"))),
+      h("tbody", {}, groups.map((group) => {
+        const bar = h("span", {class: "chart-bar", "aria-hidden": "true"});
+        bar.style.width = `${(100 * group.count) / largest}%`; // CSSOM, which the style-src policy allows
+        return h("tr", {}, h("th", {scope: "row", class: "value"}, group.value === null ? "(none)" : text(group.value)),
+                 h("td", {}, h("span", {class: "bar-track"}, bar), h("span", {class: "number"}, String(group.count))));
+      }))));
+  }
+
+  load();
+  count();
+  return {leave() {}};
+}
+
+/** Online / offline, with since when or when last seen. */
+export function badge(connectivity) {
+  if (!connectivity) return h("span", {class: "badge unknown"}, "unknown");
+  const online = connectivity.connected;
+  const when = online ? connectivity.since : connectivity.lastSeen;
+  return h("span", {class: "connectivity"},
+    h("span", {class: `badge ${online ? "online" : "offline"}`}, online ? "online" : "offline"),
+    when ? [" ", h("span", {class: "muted small"}, online ? "since " : "seen ", time(when))]
+      : online ? "" : [" ", h("span", {class: "muted small"}, "never seen")]);
+}

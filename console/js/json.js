@@ -1,0 +1,76 @@
+// JSON as the service keeps it: numbers exact (a number JavaScript would round is kept as its
+// own digits, JSON.rawJSON, so it is shown and sent back as stored), paths as JSON Pointers.
+
+const exact = typeof JSON.rawJSON === "function";
+
+/** JSON.parse, keeping every number of more digits than a double holds (16 or more significant). */
+export function parse(text) {
+  return JSON.parse(text, (_key, value, context) =>
+    exact && typeof value === "number" && typeof context?.source === "string" && significant(context.source) > 15
+      ? JSON.rawJSON(context.source) : value);
+}
+
+function significant(source) {
+  const mantissa = source.replace(/^-/, "").split(/[eE]/)[0].replace(".", "");
+  return mantissa.replace(/^0+/, "").replace(/0+$/, "").length;
+}
+
+export function isRaw(value) {
+  return exact && JSON.isRawJSON(value);
+}
+
+export function isObject(value) {
+  return value !== null && typeof value === "object" && !Array.isArray(value) && !isRaw(value);
+}
+
+/** A value as one line of JSON text (what a leaf shows). */
+export function text(value) {
+  return JSON.stringify(value);
+}
+
+export function pretty(value) {
+  return JSON.stringify(value, null, 2);
+}
+
+export function pointer(segments) {
+  return segments.map((segment) => "/" + String(segment).replaceAll("~", "~0").replaceAll("/", "~1")).join("");
+}
+
+/** The segments of a declared field's path, as FLEET_INDEX writes it: reported/a~1b -> ["reported", "a/b"]. */
+export function fieldSegments(path) {
+  return path.split("/").map((segment) => segment.replaceAll("~1", "/").replaceAll("~0", "~"));
+}
+
+export function at(document, segments) {
+  let node = document;
+  for (const segment of segments) {
+    if (!isObject(node) || !Object.hasOwn(node, segment)) return undefined;
+    node = node[segment];
+  }
+  return node;
+}
+
+/** The leaves of a document by JSON Pointer (an empty object is a leaf, as the service counts them). */
+export function leaves(value, segments = [], out = new Map()) {
+  if (isObject(value) && Object.keys(value).length) {
+    for (const name of Object.keys(value)) leaves(value[name], [...segments, name], out);
+  } else if (value !== undefined) {
+    out.set(pointer(segments), value);
+  }
+  return out;
+}
+
+/** Every leaf that differs between two documents, by path: [{path, before, after}], undefined where absent. */
+export function diff(before, after) {
+  const old = leaves(before), now = leaves(after);
+  // An empty object that gained members (or members that left one empty) is said by its members alone.
+  const under = (path, other) => [...other.keys()].some((key) => key.startsWith(path + "/"));
+  return [...new Set([...old.keys(), ...now.keys()])].sort()
+    .filter((path) => text(old.get(path)) !== text(now.get(path)))
+    .filter((path) => !((isEmpty(old.get(path)) && under(path, now)) || (isEmpty(now.get(path)) && under(path, old))))
+    .map((path) => ({path, before: old.get(path), after: now.get(path)}));
+}
+
+function isEmpty(value) {
+  return isObject(value) && !Object.keys(value).length;
+}
