@@ -28,6 +28,7 @@ from .identity.credentials import CredentialRecord, Credentials
 from .identity.enrollments import Enrollment, Enrollments
 from .identity.provisioning import Provisioned, Provisioning
 from .item import schema
+from .jobs.tracker import JobTracker
 from .item.credentials import Holder
 from .item.fencing import Fence
 from .leases.handle import Lease
@@ -276,6 +277,10 @@ class DeviceStateManager:
     # UpdateItem per attempt. With one, the change and its idempotency record go in one
     # TransactWriteItems, and a write whose record exists is answered from the record
     # (``Device.replayed`` is then True) without touching the device.
+
+    def job_tracker(self) -> JobTracker:
+        """The stream processor's part of jobs (``jobs/tracker``), over this manager's pipeline."""
+        return JobTracker(self._pipeline)
 
     def create(self, device_id: str, state: dict, *, sections: dict | None = None,
                idempotency: IdempotencyKey | None = None) -> Device:

@@ -14,14 +14,14 @@ from collections import Counter
 
 import pytest
 
-from functions.device_state import DeviceStateManager, FleetIndex, MergePatch
+from functions.device_state import DeviceStateManager, FleetIndex, MergePatch, table
 from functions.device_state.client import dynamodb_client
 from functions.device_state.fleet.cursors import CursorSeal
 from functions.device_state.fleet.query import FleetQuery
 from functions.device_state.item import job_marks
 from functions.device_state.jobs import items
 from functions.device_state.jobs.runner import DONE, HELD, IDLE, JobRunner
-from functions.device_state.jobs.spec import EXECUTION_STATES, parse
+from functions.device_state.jobs.spec import EXECUTION_STATES, FINAL_STATES, parse
 from functions.device_state.jobs.store import JobStore
 from functions.device_state.runtime import Runtime
 from functions.device_state.table import create_table
@@ -104,7 +104,8 @@ class Rig:
         head = self.jobs.head(job_id)
         counts = head.counts_by_state
         finals = Counter(execution.state for execution in self.jobs.executions(job_id))
-        assert {state: counts[state] for state in finals} == dict(finals)
+        finals["CANCELED"] += head.run.canceled_queued  # never written: no execution item (see their page)
+        assert {state: counts[state] for state in FINAL_STATES} == {state: finals[state] for state in FINAL_STATES}
         assert sum(counts.values()) == head.run.total + 0  # every targeted device in exactly one state
         return counts
 
@@ -261,3 +262,53 @@ def test_control_a_naive_runner_restarted_mid_page_writes_devices_twice(rig):
 
 def test_the_job_states_are_each_counted():
     assert set(EXECUTION_STATES) >= {"QUEUED", "IN_PROGRESS", "SUCCEEDED", "TIMED_OUT", "CANCELED"}
+
+
+def test_a_paced_job_keeps_its_rate_and_a_cancel_stops_queuing_then_force_removes_what_it_owns(rig):
+    ids = rig.devices(200)
+    rig.job(deviceIds=ids, rollout={"maxPerMinute": 600}, timeoutSeconds=600)
+    runner = rig.runner()
+    worker = threading.Thread(target=lambda: runner.run("j1", 30))
+    worker.start()
+    time.sleep(3)
+    rig.jobs.stop("j1", items.STOP_CANCEL, "CANCELED")
+    worker.join()
+    head = rig.jobs.head("j1")
+    counts = head.counts_by_state
+    written = [items.unpack_write(packed)[1] for page in rig.jobs.pages("j1", 0, 1) for packed in page.writes
+               if packed]
+    assert 15 <= len(written) <= 45 and counts["IN_PROGRESS"] == len(written)
+    assert counts["CANCELED"] == 200 - len(written) and counts["QUEUED"] == 0
+    started = head.run.started_ms
+    # the k-th write went no earlier than its turn: never more than 600 x elapsed / 60 + 1 written
+    assert all(at >= started + 100 * number - 5 for number, at in enumerate(sorted(written)))
+    versions, found = rig.versions(ids)
+    assert Counter(versions.values()) == {2: len(written), 1: 200 - len(written)}  # the canceled never written
+    owned = [device_id for device_id in ids if versions[device_id] == 2]
+    rig.manager.update_with_retry(owned[0], MergePatch({"mode": "manual"}), section="desired")
+    rig.jobs.stop("j1", items.STOP_CANCEL, "CANCELED", force=True)
+    run_until_done(rig.runner())
+    executions = {execution.device_id: execution.state for execution in rig.jobs.executions("j1")}
+    assert executions[owned[0]] == "SUPERSEDED" and rig.manager.get(owned[0]).desired == {"mode": "manual"}
+    assert all(executions[device_id] == "CANCELED" and "mode" not in rig.manager.get(device_id).desired
+               for device_id in owned[1:])
+    assert rig.counts_agree_with_executions()["CANCELED"] == 200 - 1
+    assert rig.jobs.head("j1").record.status == "CANCELED"
+
+
+def test_an_abort_criterion_met_stops_the_job_and_cancels_what_is_queued(rig):
+    ids = rig.devices(250)
+    full = {f"other{number}": {"N": str(job_marks.pack(int(time.time() * 1000) + 600_000, 1))} for number in range(10)}
+    for device_id in ids[:30]:  # these devices are in the most jobs already: the job's write fails there
+        rig.client.update_item(TableName=rig.name, Key=table.state_key(device_id),
+                               UpdateExpression="SET #j = :m", ExpressionAttributeNames={"#j": table.JOB_MARKS},
+                               ExpressionAttributeValues={":m": {"M": full}})
+    rig.job(deviceIds=ids, timeoutSeconds=600,
+            abort=[{"on": "FAILED", "thresholdPercent": 50, "minExecuted": 10}])
+    rig.runner().run("j1", 30)
+    head = rig.jobs.head("j1")
+    counts = head.counts_by_state
+    assert head.record.status == "ABORTED" and head.record.aborted_by["on"] == "FAILED"
+    assert counts["FAILED"] == 30 and counts["IN_PROGRESS"] == 70 and counts["CANCELED"] == 150
+    versions, _ = rig.versions(ids)
+    assert all(versions[device_id] == 1 for device_id in ids[100:])  # queued when it aborted: never written

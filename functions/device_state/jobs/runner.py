@@ -225,36 +225,41 @@ class JobRunner:
             absent=(items.STOPPED, items.BATCH), lease_seconds=self.lease_seconds)
 
     def _force_page(self, head: Head) -> None:
-        """A forced cancel: the job's leaves leave each device still in progress where the job
-        still owns them (no other writer set one since); those executions are CANCELED."""
+        """A forced cancel: each device still in progress where the job still owns its leaves (no
+        other writer set one since) has its execution CANCELED first, then the job's leaves
+        removed (the stream then sees the job's own removal after the final state, not a
+        supersession)."""
         spec, run = head.record.spec, head.run
         page = self._jobs.page(spec.job_id, run.forced // PAGE_SIZE)
         end = min((run.forced // PAGE_SIZE + 1) * PAGE_SIZE, run.at)
         if page is not None:
             removal = MergePatch(_nulls(spec.leaves))
-            finals = [self._remove_desire(spec, device_id, version, deadline_ms, removal)
-                      for device_id, version, deadline_ms in self._in_progress(spec, page, run.forced, end)]
-            self._finals.record(spec.job_id, items.retire_at(spec), [final for final in finals if final])
+            for device_id, version, deadline_ms in self._in_progress(spec, page, run.forced, end):
+                self._force_one(spec, device_id, version, deadline_ms, removal)
         self._jobs.update_run(spec.job_id, self.owner, sets={items.FORCED: end}, lease_seconds=self.lease_seconds)
 
-    def _remove_desire(self, spec: JobSpec, device_id: str, version: int, deadline_ms: int,
-                       removal: MergePatch) -> Final | None:
-        def attempt(item, _number):
-            now = self._runtime.clock()
-            verdict = judge(spec.leaves, version, deadline_ms, item, now)
-            if verdict is not None:  # final already: superseded, confirmed, failed or gone
-                return Final(device_id, verdict, version, True)
+    def _force_one(self, spec: JobSpec, device_id: str, version: int, deadline_ms: int, removal: MergePatch) -> None:
+        expires = items.retire_at(spec)
+        item = self._store.get_state(device_id)
+        verdict = judge(spec.leaves, version, deadline_ms, item, self._runtime.clock())
+        if verdict is not None:  # final already: confirmed, refused, superseded or gone
+            self._finals.record(spec.job_id, expires, [Final(device_id, verdict, version, True)])
+            return
+        canceled = Final(device_id, Verdict(CANCELED, int(self._runtime.clock() * 1000)), version, True)
+        if not self._finals.record(spec.job_id, expires, [canceled]):
+            return  # the stream made it final meanwhile: the job no longer owns the outcome
+
+        def attempt(current, _number):
+            if judge(spec.leaves, version, deadline_ms, current, self._runtime.clock()) is not None:
+                return  # another writer set a leaf (or the device went): its leaves are not the job's now
             planner = self._pipeline.planner()
-            self._pipeline.send(planner, planner.replace_state(item, removal, None, UPDATED, DESIRED))
-            return Final(device_id, Verdict(CANCELED, int(now * 1000)), version, True)
+            self._pipeline.send(planner, planner.replace_state(current, removal, None, UPDATED, DESIRED))
 
         try:
-            return RetryLoop(8, 5.0, self._runtime).run(device_id, attempt, lambda: self._store.get_state(device_id),
-                                                       count_success=False)
-        except DeviceNotFound:
-            return Final(device_id, Verdict(REMOVED, int(self._runtime.clock() * 1000)), version, True)
-        except (RetriesExhausted, OutcomeUnknown, StorageUnavailable, Moved):
-            return None  # left in progress: its sweep judges it
+            RetryLoop(8, 5.0, self._runtime).run(device_id, attempt, lambda: self._store.get_state(device_id),
+                                                 count_success=False)
+        except (DeviceNotFound, RetriesExhausted, OutcomeUnknown, StorageUnavailable, Moved):
+            logger.warning("job %s: the canceled desire of %s was left on the device", spec.job_id, device_id)
 
     def _check_listed(self, head: Head) -> None:
         """A listed device that does not exist has its execution REMOVED at once."""
