@@ -95,6 +95,19 @@ class ApiConfig(StorageConfig):
 
 
 @dataclass(frozen=True)
+class JobsConfig(StorageConfig):
+    """The job runner's: the fleet index its filters query, and the key its query cursors are
+    sealed with (the API's: a job's cursor is the fleet query's)."""
+
+    fleet_index: FleetIndex = FleetIndex()
+    cursor_key: bytes = field(default=b"", repr=False)
+
+    @classmethod
+    def from_environment(cls, environ=os.environ) -> "JobsConfig":
+        return cls(**_storage(environ), fleet_index=fleet_index(environ), cursor_key=_cursor_key(environ))
+
+
+@dataclass(frozen=True)
 class ProcessorConfig(StorageConfig):
     event_bus_name: str | None = None
     events_file: str | None = None

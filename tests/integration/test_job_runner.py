@@ -312,3 +312,23 @@ def test_an_abort_criterion_met_stops_the_job_and_cancels_what_is_queued(rig):
     assert counts["FAILED"] == 30 and counts["IN_PROGRESS"] == 70 and counts["CANCELED"] == 150
     versions, _ = rig.versions(ids)
     assert all(versions[device_id] == 1 for device_id in ids[100:])  # queued when it aborted: never written
+
+
+def test_the_schedule_finds_a_new_job_and_make_serves_loop_runs_it_to_the_end(rig):
+    from localdev import jobs as local_runner
+
+    ids = rig.devices(20)
+    rig.job(deviceIds=ids, timeoutSeconds=1)
+    assert rig.manager.due_jobs().job_ids == ("j1",)
+    done = threading.Event()
+    loop = threading.Thread(target=local_runner.serve, args=(rig.manager, done.is_set))
+    loop.start()
+    try:
+        deadline = time.monotonic() + 30
+        while rig.jobs.head("j1").record.completed_ms is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        done.set()
+        loop.join()
+    assert rig.jobs.head("j1").record.status == "COMPLETED" and rig.manager.due_jobs().job_ids == ()
+    assert rig.counts_agree_with_executions()["TIMED_OUT"] == 20

@@ -233,6 +233,22 @@ class Head:
         return cls(JobRecord.from_item(by_key[JOB_SK]), RunState.from_item(by_key.get(RUN_SK)),
                    Counts.from_items(counters))
 
+    def due(self, now_ms: int) -> bool:
+        """Whether a runner should take the job now: it is not complete, no runner holds it, and
+        it has work due (a stop to carry out, or its wake time reached: a runner left it idle
+        until then; a runner that died left no wake)."""
+        run = self.run
+        if self.record.completed_ms is not None or (run.owner is not None and run.until_ms >= now_ms):
+            return False
+        stopping = run.stop is not None and (run.stopped_ms is None or (run.force and run.forced < run.at))
+        return stopping or run.wake_ms is None or run.wake_ms <= now_ms
+
+    def overdue_ms(self, now_ms: int) -> int:
+        """How long the job has been due with no runner at it (0: it is not)."""
+        if not self.due(now_ms):
+            return 0
+        return max(0, now_ms - max(self.run.wake_ms or 0, self.run.until_ms))
+
     @property
     def counts_by_state(self) -> dict:
         return self.counts.by_state(self.run)

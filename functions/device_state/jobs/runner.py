@@ -459,3 +459,31 @@ def _nulls(leaves: dict) -> dict:
             node = node.setdefault(part, {})
         node[parts[-1]] = None
     return patch
+
+
+STUCK_AFTER_MS = 5 * 60 * 1000  # a job due this long with no runner at it is stuck
+
+
+@dataclass(frozen=True)
+class Due:
+    """What the schedule found: the jobs a runner should take now, and the executions (queued
+    or in progress) of those due longer than ``STUCK_AFTER_MS``: stuck, since no runner came."""
+
+    job_ids: tuple[str, ...]
+    stuck_executions: int
+
+
+def due_jobs(jobs: JobStore, now: float) -> Due:
+    """The open jobs due now (``Head.due``): what the deployed schedule wakes, and what
+    ``make serve``'s runner loop runs."""
+    now_ms = int(now * 1000)
+    found, stuck = [], 0
+    for job_id in jobs.open_jobs():
+        head = jobs.head(job_id)
+        if head is None or not head.due(now_ms):
+            continue
+        found.append(job_id)
+        if head.overdue_ms(now_ms) > STUCK_AFTER_MS:
+            counts = head.counts_by_state
+            stuck += counts[QUEUED] + counts[IN_PROGRESS]
+    return Due(tuple(found), stuck)

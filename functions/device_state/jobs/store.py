@@ -137,6 +137,15 @@ class JobStore:
             "ConsistentRead": True, **expr.attributes()})
         return [Execution.from_item(item) for item in found]
 
+    def open_jobs(self) -> list[str]:
+        """The ids of the jobs not complete yet (their open entries)."""
+        expr = Expression()
+        found = self._store.query_all({
+            "KeyConditionExpression": f"{expr.name(schema.PARTITION_KEY)} = "
+                                      f"{expr.value({'S': items.OPEN_PARTITION})}",
+            "ConsistentRead": True, **expr.attributes()})
+        return [item[schema.SORT_KEY]["S"] for item in found]
+
     # ------------------------------------------------------------- lease
 
     def take_lease(self, job_id: str, owner: str, seconds: float) -> bool:
