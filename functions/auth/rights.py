@@ -3,7 +3,8 @@ a write needs (``needed_for_write``). What each API route needs is part of its d
 (functions/api/routes.py), which the handler checks before a route's own code runs (no gateway
 authorizer stands in front of the HTTP API).
 
-Resources are ``devices`` (the collection), ``device:<id>`` (the device: read it, its
+Resources are ``devices`` (the collection), ``jobs`` (every job: a back-end with the write scope
+creates and cancels them, with the read scope reads them), ``device:<id>`` (the device: read it, its
 delta and versions; replace or delete it whole) and ``device:<id>/<part>`` with part
 ``state``, ``desired``, ``reported`` (write one section), ``leases`` (read the queue's
 status; take, heartbeat, release; ``end`` anyone's lease), ``changes`` (read the feed) and
@@ -32,15 +33,16 @@ READ, WRITE, LIST, CREATE, REPLACE, DELETE = "read", "write", "list", "create", 
 END = "end"  # end a lease or waiting ticket that is not the caller's (by its fencing token)
 ISSUE = "issue"  # issue a device token (POST /devices/{id}/token)
 COLLECTION = "devices"
+JOBS = "jobs"  # the jobs (a desired change to many devices): create and cancel (write), read and list (read)
 STATE, DESIRED, REPORTED, LEASES, CHANGES, TOKEN = "state", "desired", "reported", "leases", "changes", "token"
 DEVICE_PARTS = (STATE, DESIRED, REPORTED, LEASES, CHANGES, TOKEN)
 
 # (action, part) each scope grants on every device; part None is the device itself,
 # COLLECTION the collection.
 _SCOPE_GRANTS = {
-    READ_SCOPE: {(READ, None), (READ, CHANGES), (READ, LEASES), (LIST, COLLECTION)},
+    READ_SCOPE: {(READ, None), (READ, CHANGES), (READ, LEASES), (LIST, COLLECTION), (READ, JOBS)},
     WRITE_SCOPE: {(CREATE, COLLECTION), (REPLACE, None), (DELETE, None), (WRITE, STATE), (WRITE, DESIRED),
-                  (WRITE, LEASES), (END, LEASES)},
+                  (WRITE, LEASES), (END, LEASES), (WRITE, JOBS)},
     REPORT_SCOPE: {(WRITE, REPORTED)},
 }
 # What a device principal may do to itself, and nothing else. Not END: a device ends only
@@ -66,9 +68,10 @@ def device_resource(device_id: str, part: str | None = None) -> str:
 
 
 def parse_resource(resource: str) -> tuple[str | None, str | None]:
-    """(device id, part): (None, COLLECTION) for the collection; part None for the device."""
-    if resource == COLLECTION:
-        return None, COLLECTION
+    """(device id, part): (None, COLLECTION) for the collection, (None, JOBS) for the jobs; part
+    None for the device."""
+    if resource in (COLLECTION, JOBS):
+        return None, resource
     if not resource.startswith("device:"):
         raise ValueError(f"unknown resource {resource!r}")
     name, _, part = resource[len("device:"):].partition("/")

@@ -255,8 +255,9 @@ class PatchTestFailed(PatchError):
 class IdempotencyKeyReused(DeviceStateError):
     """The idempotency key was used before for a different request."""
 
-    def __init__(self, device_id: str, key: str):
-        super().__init__(f"idempotency key {key!r} was used for a different request on device {device_id!r}")
+    def __init__(self, device_id: str | None, key: str):
+        where = f"on device {device_id!r}" if device_id is not None else "(a job's creation)"
+        super().__init__(f"idempotency key {key!r} was used for a different request {where}")
         self.device_id = device_id
         self.key = key
 

@@ -29,6 +29,7 @@ from .identity.enrollments import Enrollment, Enrollments
 from .identity.provisioning import Provisioned, Provisioning
 from .item import schema
 from .jobs.runner import Due, JobRunner, due_jobs
+from .jobs.service import JobService
 from .jobs.store import JobStore
 from .jobs.tracker import JobTracker
 from .item.credentials import Holder
@@ -279,6 +280,10 @@ class DeviceStateManager:
     # UpdateItem per attempt. With one, the change and its idempotency record go in one
     # TransactWriteItems, and a write whose record exists is answered from the record
     # (``Device.replayed`` is then True) without touching the device.
+
+    def jobs(self) -> JobService:
+        """Jobs as callers see them (``jobs/service``): create, read, wait, list, cancel."""
+        return JobService(self._pipeline, self._fleet, self._cursors)
 
     def job_runner(self, **options) -> JobRunner:
         """A job runner (``jobs/runner``) over this manager's pipeline and fleet query."""

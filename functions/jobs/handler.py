@@ -21,7 +21,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from functions.config import JobsConfig
 from functions.device_state import DeviceStateManager, dynamodb_client
 from functions.device_state import metrics as names
-from functions.device_state.jobs.runner import BUSY
+from functions.device_state.jobs import BUSY
 
 SAFETY_SECONDS = 30  # left for the last batch and the next invocation
 

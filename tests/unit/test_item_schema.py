@@ -21,7 +21,8 @@ SCHEMA = REPO_ROOT / "functions" / "device_state" / "item" / "schema.py"
 # lease grant, an event) or sections: those documents spell them as such. As item attributes
 # they are still read through the schema, which check (b) holds.
 SHARED_WORDS = {"deviceId", "state", "desired", "reported", "version", "createdAt", "updatedAt", "expiresAt",
-                "lastSeen", "leaseToken", "sk"}
+                "lastSeen", "leaseToken", "sk",
+                "jobs"}  # also the resource of jobs (/jobs, the rights' "jobs") and a listing's name
 DYNAMODB_TYPES = {"S", "N", "B", "SS", "NS", "BS", "M", "L", "NULL", "BOOL"}
 
 

@@ -42,7 +42,8 @@ DEFAULT_WINDOW_SECONDS = 7 * 24 * 60 * 60
 
 _MEMBERS = ("jobId", "filter", "deviceIds", "desired", "expiresIn", "clearOnConfirm", "rollout", "abort",
             "timeoutSeconds", "targets", "endsAt")
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+RFC3339_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+MIN_THRESHOLD_PERCENT = Decimal("0.01")
 
 
 def new_job_id(now: float) -> str:
@@ -273,15 +274,16 @@ def _abort(value) -> tuple[AbortCriterion, ...]:
         if entry["on"] not in ABORT_KINDS:
             raise InvalidJob(f"an abort criterion's on is one of {', '.join(ABORT_KINDS)}", "abort")
         threshold = entry["thresholdPercent"]
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, Decimal)) or not 0 < threshold <= 100:
-            raise InvalidJob("thresholdPercent is a number above 0 and at most 100", "abort")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, Decimal)) \
+                or not MIN_THRESHOLD_PERCENT <= threshold <= 100:
+            raise InvalidJob(f"thresholdPercent is a number from {MIN_THRESHOLD_PERCENT} to 100", "abort")
         criteria.append(AbortCriterion(entry["on"], Decimal(threshold),
                                        _whole(entry["minExecuted"], "abort.minExecuted", 1, MAX_MIN_EXECUTED)))
     return tuple(criteria)
 
 
 def _instant(value, member: str) -> float:
-    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+    if not isinstance(value, str) or not RFC3339_PATTERN.fullmatch(value):
         raise InvalidJob(f"{member} is an RFC 3339 time, e.g. 2030-01-01T00:00:00Z", member)
     try:
         return datetime.fromisoformat(value.upper().replace("Z", "+00:00")).timestamp()

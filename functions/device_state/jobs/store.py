@@ -53,10 +53,11 @@ class JobStore:
 
     # ------------------------------------------------------------ create
 
-    def create(self, spec: JobSpec) -> None:
-        """The job, its run, its listing and open entries, and a listed job's target pages, in
-        one transaction (its token makes a resend after a lost answer safe). ``JobExists`` when a
-        job of that id exists."""
+    def create(self, spec: JobSpec, key_entry: dict | None = None) -> None:
+        """The job, its run, its listing and open entries, a listed job's target pages and the
+        entry of the Idempotency-Key it was created with (``key_entry``, put only while absent: a
+        refusal names the part "key"), in one transaction (its token makes a resend after a lost
+        answer safe). ``JobExists`` when a job of that id exists."""
         created_ms = round(spec.created_at * 1000)
         expires = items.retire_at(spec)
         ids = list(spec.device_ids)
@@ -82,10 +83,16 @@ class JobStore:
                      **items.open_key(spec.job_id), schema.TTL_ATTRIBUTE: {"N": str(expires)}}}}],
                  "pages": [{"Put": {"TableName": self.table, "Item": page.item(spec.job_id, expires)}}
                            for page in pages]}
+        if key_entry is not None:
+            expr = Expression()
+            lapsed = f"{expr.name(schema.TTL_ATTRIBUTE)} <= {expr.number(int(self._runtime.clock()))}"
+            parts["key"] = [{"Put": {"TableName": self.table, "Item": key_entry,
+                                     "ConditionExpression": f"attribute_not_exists({expr.name(schema.PARTITION_KEY)})"
+                                                            f" OR {lapsed}", **expr.attributes()}}]
         try:
             self._pipeline.send_together(self._pipeline.planner(), [], parts, uuid.uuid4().hex)
         except Refusals as refused:
-            if "job" in refused.refused:
+            if "job" in refused.refused and "key" not in refused.refused:
                 raise JobExists(spec.job_id) from None
             raise
 
