@@ -32,13 +32,15 @@ FLEET_INDEX = "FLEET_INDEX"  # the queryable fields, path:type,… (functions.de
 # The key that seals listings' cursors (functions.device_state.fleet.cursors): at least 32 characters,
 # the same for every function instance; deployed, a generated secret; locally, .serve/cursor-key
 CURSOR_KEY = "CURSOR_KEY"
+JOB_RUNNER_FUNCTION = "JOB_RUNNER_FUNCTION"  # the API's: the job runner it starts a created job's run on
 # true on the API function, whose routes are not the waiting ones (a function of their own
 # serves those): a request that reaches it with waitSeconds anyway is answered at once
 NEVER_WAIT = "NEVER_WAIT"
 
 STORAGE_VARIABLES = (TABLE_NAME, DYNAMODB_ENDPOINT, CHANGE_RETENTION_SECONDS)
 API_VARIABLES = STORAGE_VARIABLES + (MAX_ATTEMPTS, RETRY_BUDGET_SECONDS, REQUIRE_IF_MATCH, SETTLE_SECONDS,
-                                     TOMBSTONE_SECONDS, FLEET_INDEX, NEVER_WAIT, CURSOR_KEY)
+                                     TOMBSTONE_SECONDS, FLEET_INDEX, NEVER_WAIT, CURSOR_KEY, JOB_RUNNER_FUNCTION)
+JOBS_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX, CURSOR_KEY)
 REINDEX_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX,)
 PROCESSOR_VARIABLES = STORAGE_VARIABLES + (EVENT_BUS_NAME, CHANGE_EVENTS_FILE)
 PUSH_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX,)  # a device's connects set connectivity/connected
@@ -76,6 +78,7 @@ class ApiConfig(StorageConfig):
     fleet_index: FleetIndex = FleetIndex()
     never_wait: bool = False
     cursor_key: bytes = field(default=b"", repr=False)
+    job_runner_function: str | None = None  # where one is deployed: a created job's run starts at once
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "ApiConfig":
@@ -91,6 +94,7 @@ class ApiConfig(StorageConfig):
             fleet_index=fleet_index(environ),
             never_wait=_boolean(environ, NEVER_WAIT),
             cursor_key=_cursor_key(environ),
+            job_runner_function=environ.get(JOB_RUNNER_FUNCTION) or None,
         )
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from urllib.parse import quote
 
@@ -17,10 +16,10 @@ from .resolver import Router
 from . import request_parsing as parse
 from .common import IDEMPOTENT_REPLAYED, idempotency_key, json_response, manager, route, wait_budget
 from .routes import Request
+from functions.config import api_config
 
 router = Router()
 logger = logging.getLogger("device_state.api")
-JOB_RUNNER_FUNCTION = "JOB_RUNNER_FUNCTION"
 
 
 def _etag(head) -> str:
@@ -33,7 +32,7 @@ def _job(head, status: int = 200, headers: dict | None = None) -> Response:
 
 def _start_runner(job_id: str) -> None:
     """Asks the deployed runner to take the job now (the schedule would within a minute)."""
-    function = os.environ.get(JOB_RUNNER_FUNCTION)
+    function = api_config().job_runner_function
     if not function:
         return
     try:
