@@ -43,7 +43,8 @@ from functions.auth.credentials import DEVICE_TOKEN_VARIABLES  # noqa: E402
 from functions.auth.credentials import VARIABLES as AUTH_VARIABLES  # noqa: E402
 from functions.auth.device_tokens import ISSUING_VARIABLES  # noqa: E402
 from functions.device_state import DeviceStateManager, table  # noqa: E402
-from functions.device_state.reindex import mark_ready  # noqa: E402
+from functions.device_state.fleet.reindex import mark_ready  # noqa: E402
+from functions.device_state.write.store import Store  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local, free_port  # noqa: E402
 from localdev.issuer import DEFAULT_DIRECTORY, Issuer  # noqa: E402
 
@@ -229,7 +230,7 @@ def main(argv: list[str] | None = None) -> dict:
         if not (args.table and name in client.list_tables()["TableNames"]):
             manager = DeviceStateManager(client, name, fleet_index=FLEET)
             table.create_table(client, name, FLEET)
-            mark_ready(manager.store, FLEET.fields)
+            mark_ready(Store(manager.client, manager.table_name), FLEET.fields)
             started = time.perf_counter()
             load(manager, client, name, args.devices)
             print(f"console: {args.devices} devices loaded in {time.perf_counter() - started:.1f} s", flush=True)

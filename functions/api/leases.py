@@ -4,16 +4,20 @@ end (a back-end ends anyone's lease or waiting ticket by its fencing token)."""
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from .resolver import Response
 from .resolver import Router
 
 from functions.auth.rights import END, LEASES, authorize, device_resource, max_lease_seconds
-from functions.device_state import InvalidLease, LeaseGrant, LeaseStatus, leases, timestamp
+from functions.device_state import InvalidLease, leases, timestamp
 
 from .common import json_response, location, manager, route, wait_budget
 from .problems import BadRequest, LeaseNotFound
 from .routes import LEASE_LIMITS, MAX_LEASE_WAIT_SECONDS, Request  # noqa: F401 (MAX_LEASE_WAIT_SECONDS: the stack's)
+
+if TYPE_CHECKING:  # the lease code loads with a lease request's first use of it, not at a cold start
+    from functions.device_state import LeaseGrant, LeaseStatus
 
 router = Router()
 

@@ -3,6 +3,7 @@
 Free of HTTP and of Powertools; takes its DynamoDB client and table name as arguments.
 """
 
+from . import leases  # its limits; the lease code itself loads when first used (leases/__init__.py)
 from .client import boto3_session, dynamodb_client
 from .errors import (
     AssertionReplayed,
@@ -66,18 +67,14 @@ from .fleet.cursors import CURSOR_PATTERN
 from .fleet.cursors import MIN_KEY_BYTES as MIN_CURSOR_KEY_BYTES
 from .fleet.index import MAX_FIELDS as MAX_FLEET_FIELDS
 from .fleet.index import FleetIndex, FleetIndexError
-from .fleet.listing import MAX_LIST_LIMIT
-from .fleet.query import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS
-from .fleet.query import MAX_LIMIT as MAX_QUERY_LIMIT
-from .fleet.rql import MAX_FILTER_CHARS
+from .fleet.limits import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_FILTER_CHARS, MAX_LIST_LIMIT
+from .fleet.limits import MAX_LIMIT as MAX_QUERY_LIMIT
 from .item.room import MAX_STATE_ITEM_BYTES
 from .identity.credentials import CERTIFICATE, KINDS as CREDENTIAL_KINDS, PUBLIC_KEY, SECRET, CredentialRecord
 from .identity.enrollments import (ENROLLMENT_ID_PATTERN, MAX_DEVICES as MAX_ENROLLMENT_DEVICES, MAX_ID_PATTERN_CHARS,
                                    Enrollment, InvalidEnrollment, check_id_pattern)
 from .identity.provisioning import Provisioned
 from .item.credentials import (CREDENTIAL_ID_PATTERN, MAX_CREDENTIALS, Holder, certificate_id, new_credential_id)
-from .leases.handle import Lease
-from .leases.queue import LeaseGrant, LeaseStatus
 from .manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS, DeviceStateManager
 from .model.connectivity import connectivity_event
 from .model.desires import (
@@ -131,6 +128,15 @@ from .write.transactions import (
     TransactionFailed,
     TransactionTooLarge,
 )
+
+_LEASE_NAMES = ("Lease", "LeaseGrant", "LeaseStatus")
+
+
+def __getattr__(name: str):
+    if name in _LEASE_NAMES:  # from the lease code, loaded on first use like the rest of it
+        return getattr(leases, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AssertionReplayed",

@@ -8,21 +8,18 @@ change log to ``feed``, leases to ``leases``."""
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import random
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from boto3.dynamodb.conditions import ConditionBase
 
 from .errors import CredentialRevoked, DeviceNotFound
-from .feed.delta import wait_for_sections
 from .feed.log import ChangeLog
 from .fleet.cursors import CursorSeal
 from .fleet.index import FleetIndex
-from .fleet.listing import Listing
-from .fleet.query import FleetQuery
-from .fleet.reindex import reindex
 from .identity.assertions import use_once
 from .identity.credentials import CredentialRecord, Credentials
 from .identity.enrollments import Enrollment, Enrollments
@@ -34,8 +31,7 @@ from .jobs.store import JobStore
 from .jobs.tracker import JobTracker
 from .item.credentials import Holder
 from .item.fencing import Fence
-from .leases.handle import Lease
-from .leases.queue import DEFAULT_TTL_SECONDS, LeaseQueue
+from .leases.limits import DEFAULT_TTL_SECONDS
 from .model.desires import Ack, DesireOptions, check_acks
 from .model.device import Device
 from .model.sections import DESIRED, STATE, check_section, check_sections, replacing
@@ -52,6 +48,10 @@ from .write.retry import RetryLoop
 from .write.store import Store
 from .write.transactions import Operation, TransactionRunner
 from .write.writer import DeviceWriter
+
+if TYPE_CHECKING:
+    from .fleet.query import FleetQuery
+    from .leases import LeaseQueue
 
 logger = logging.getLogger("device_state")
 
@@ -105,12 +105,17 @@ class DeviceStateManager:
         self.seen_by: str | None = None  # the device whose own writes these are (``as_device``)
         self._holder: Holder | None = None  # the credential they come with
         self._cursors = CursorSeal(cursor_key)
-        self._fleet = FleetQuery(self._store, fleet_index, clock, self._cursors)
-        self._listing = Listing(self._store, self._cursors, clock)
+        self._fleet_index = fleet_index
         self._connections = Connections(self._pipeline, clock)
         self._credentials = Credentials(self._pipeline, self._runtime)
         self._enrollments = Enrollments(self._store, self._runtime)
         self._provisioning = Provisioning(self._pipeline, self._runtime)
+
+    @functools.cached_property
+    def _fleet(self) -> FleetQuery:
+        from .fleet.query import FleetQuery
+
+        return FleetQuery(self._store, self._fleet_index, self.clock, self._cursors)
 
     @property
     def client(self):
@@ -157,10 +162,14 @@ class DeviceStateManager:
         """A FIFO lease on the device (not yet acquired): use it as a context manager
         (acquires, heartbeats in the background, releases on exit) or call
         ``acquire()``, ``heartbeat()`` and ``release()``. See ``leases/``."""
+        from .leases import Lease
+
         return Lease(self.lease_queue(), self, device_id, ttl_seconds, wait_seconds, owner)
 
     def lease_queue(self) -> LeaseQueue:
         """The lease protocol by lease id, for callers that hold no ``Lease`` object (HTTP)."""
+        from .leases import LeaseQueue
+
         return LeaseQueue(self._pipeline)
 
     # ----------------------------------------------------------------- reads
@@ -188,12 +197,16 @@ class DeviceStateManager:
         reported (at once when one already has), or as it is when ``wait_seconds`` pass
         (``feed.delta``)."""
         validate_device_id(device_id)
+        from .feed.delta import wait_for_sections
+
         return wait_for_sections(lambda: self.live_state(device_id), self._runtime, device_id, since, wait_seconds)
 
     def list_devices(self, limit: int = 50, cursor: str | None = None) -> tuple[list[Device], str | None]:
         """One page of devices and the cursor of the next page (None at the end); a page may
         hold fewer than ``limit`` while a cursor remains (``fleet.listing``)."""
-        return self._listing.page(limit, cursor)
+        from .fleet.listing import Listing
+
+        return Listing(self._store, self._cursors, self.clock).page(limit, cursor)
 
 
     def query_devices(self, filter: str, limit: int = 50, cursor: str | None = None,
@@ -210,7 +223,9 @@ class DeviceStateManager:
 
     def reindex(self, *, budget_seconds: float | None = None, report=lambda progress: None) -> bool:
         """Backfill the index attributes of declared fields not yet ready (``reindex``)."""
-        return reindex(self._pipeline, self._fleet.fleet_index, budget_seconds=budget_seconds, report=report)
+        from .fleet.reindex import reindex
+
+        return reindex(self._pipeline, self._fleet_index, budget_seconds=budget_seconds, report=report)
 
     # ---------------------------------------------------------- connectivity
 

@@ -368,7 +368,7 @@ def test_a_gap_past_the_retention_makes_the_page_read_the_device_again_and_follo
     """A change the page never got (the relay drops it), then gone from the feed (as TTL would
     have it): the next change shows the gap, the feed answers changes-expired, and the page reads
     the device whole and goes on from its version."""
-    from functions.device_state.change_items import change_sk
+    from functions.device_state.feed.items import change_sk
     from functions.device_state.client import dynamodb_client
 
     device = unique("resync")

@@ -12,8 +12,8 @@ from ..model.device import Device
 from ..write.expressions import Expression, live
 from ..write.store import Store
 from .cursors import CURSOR_REFUSED, CursorSeal
+from .limits import MAX_LIST_LIMIT
 
-MAX_LIST_LIMIT = 100
 MAX_SCAN_CALLS_PER_PAGE = 4  # a listing page never costs more than this many Scan calls
 MAX_SCAN_ITEMS_PER_CALL = 1000  # items one of them reads at most (and 1 MB, DynamoDB's own bound)
 SCAN_GROWTH = 4  # a Scan call after calls that found no device reads this many times what they read

@@ -49,10 +49,10 @@ from ..model.values import DEVICE_ID_PATTERN, check_number
 from ..write.expressions import Expression
 from . import rql
 from .cursors import CURSOR_REFUSED, CursorSeal
+from .limits import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_LIMIT
 from .index import MISSING, SHARDS, Field, FleetIndex
 from .reindex import building, has_devices, mark_ready, progress
 
-MAX_LIMIT = 100
 # Index entries one Query call reads when a count reads a whole range: each call stays short
 # (DynamoDB Local takes about 0.4 ms an entry), so none nears the client's 3 s read timeout
 # while the 16 shards are read side by side; on DynamoDB the smaller calls cost the same units.
@@ -63,8 +63,6 @@ MAX_ROUNDS_PER_PAGE = 8  # index reads per page: a page may hold fewer devices w
 # are held in memory to intersect), and the items of the devices it must judge itself (a filter
 # on an undeclared path, a delta, connectivity: 100 a BatchGetItem). Past either it is refused
 # (``FilterTooBroad``) rather than read on.
-MAX_COUNT_INDEX_ENTRIES = 500_000
-MAX_COUNT_ITEMS = 1_000
 _RANKS = {"eq": 1, "prefix": 10, "gt": 30, "ge": 30, "lt": 30, "le": 30, "all": 100}
 _KEY_OPERATORS = {"eq": "=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 _ORDERED_TYPES = {"string": ("S",), "number": ("N",), "boolean": ("N",)}

@@ -21,8 +21,8 @@ from ..errors import InvalidFilter, InvalidValue
 from ..model.sections import delta, same_value
 from ..model.values import check_number, check_text
 from .index import MISSING, FleetIndexError, split_path, value_at
+from .limits import MAX_FILTER_CHARS
 
-MAX_FILTER_CHARS = 4096
 MAX_NODES = 200
 MAX_DEPTH = 32
 MAX_IN_VALUES = 100

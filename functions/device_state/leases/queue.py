@@ -58,15 +58,13 @@ from ..write.outcomes import Moved, Refusals
 from ..write.pipeline import WritePipeline
 from ..write.retry import RetryLoop
 from ..write.store import IDEMPOTENT
+from .limits import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, TICKET_DIGITS
 
-DEFAULT_TTL_SECONDS = 60
-MAX_TTL_SECONDS = 900
 # A waiting row lives this long past each poll, so a crashed waiter stops blocking the
 # queue soon after it stops polling (a holder's row lives for its ttl).
 WAITING_ROW_SECONDS = 5.0
 POLL_SECONDS = (0.02, 0.2)  # a waiter polls at a uniformly jittered interval in this range
 MAX_REAPED_PER_POLL = 25  # expired rows deleted by one poll at most; TTL does the rest
-TICKET_DIGITS = 38
 
 _SECRET = "secret"
 _OWNER = "owner"
