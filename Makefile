@@ -1,4 +1,8 @@
 # The two commands that matter: `make serve` and `make test`. Both set up what they need.
+# Python keeps the bytecode of the repository's modules (__pycache__/, ignored by git), so the many
+# processes of a test run (servers, the CLI, probes) compile each module once, not at each start,
+# as they did where the environment sets PYTHONDONTWRITEBYTECODE (some images do).
+export PYTHONDONTWRITEBYTECODE :=
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
