@@ -148,6 +148,27 @@ def test_a_listed_job_writes_each_device_once_and_its_counts_agree_with_its_exec
     assert all(job_marks.mark_of(found[device_id], "j1")[0] == 2 for device_id in ids)
 
 
+def test_a_job_whose_last_executions_the_stream_made_final_is_due_and_completes(rig):
+    """The tracker writes the last finals with no word to the runner, which left the job idle
+    until the executions' deadline: the job is due at once, and a runner completes it."""
+    from functions.device_state.jobs.executions import Verdict
+    from functions.device_state.jobs.finals import Final, Finals
+
+    ids = rig.devices(3)
+    spec = rig.job(deviceIds=ids, timeoutSeconds=3600)
+    assert rig.runner().run("j1", 60).status == IDLE
+    now_ms = int(time.time() * 1000)
+    assert not rig.jobs.head("j1").due(now_ms)  # idle until the deadline, an hour ahead
+    versions, _ = rig.versions(ids)
+    finals = [Final(device_id, Verdict("SUCCEEDED", now_ms), versions[device_id], True) for device_id in ids]
+    Finals(rig.pipeline).record("j1", items.retire_at(spec), finals[:2])
+    assert not rig.jobs.head("j1").due(now_ms)  # one still in progress: nothing for a runner to do
+    Finals(rig.pipeline).record("j1", items.retire_at(spec), finals[2:])
+    assert rig.jobs.head("j1").due(now_ms) and rig.manager.due_jobs().job_ids == ("j1",)
+    assert rig.runner().run("j1", 60).status == DONE
+    assert rig.jobs.head("j1").record.status == "COMPLETED" and rig.counts_agree_with_executions()["SUCCEEDED"] == 3
+
+
 def test_lost_answers_at_random_write_each_device_once(rig):
     ids = rig.devices(200)
     forwarder = rig.forwarder()

@@ -241,7 +241,15 @@ class Head:
         if self.record.completed_ms is not None or (run.owner is not None and run.until_ms >= now_ms):
             return False
         stopping = run.stop is not None and (run.stopped_ms is None or (run.force and run.forced < run.at))
-        return stopping or run.wake_ms is None or run.wake_ms <= now_ms
+        return stopping or run.wake_ms is None or run.wake_ms <= now_ms or self.completable()
+
+    def completable(self) -> bool:
+        """Every execution is final and no more will come: the runner that takes the job completes
+        it. The stream makes the last executions final with no word to the runner, whose wake may
+        lie days ahead (the executions' deadline), so this alone makes the job due."""
+        counts, run = self.counts_by_state, self.run
+        return (run.targeted and counts[QUEUED] == 0 and counts[IN_PROGRESS] == 0
+                and (not self.record.spec.continuous or run.stopped_ms is not None))
 
     def overdue_ms(self, now_ms: int) -> int:
         """How long the job has been due with no runner at it (0: it is not)."""
