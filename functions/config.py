@@ -32,6 +32,7 @@ FLEET_INDEX = "FLEET_INDEX"  # the queryable fields, path:type,… (functions.de
 # The key that seals listings' cursors (functions.device_state.fleet.cursors): at least 32 characters,
 # the same for every function instance; deployed, a generated secret; locally, .serve/cursor-key
 CURSOR_KEY = "CURSOR_KEY"
+JOB_RUNNER_FUNCTION = "JOB_RUNNER_FUNCTION"  # the API's: the job runner it starts a created job's run on
 # true: every device must register its certificates (a certificate of the trusted CA that its
 # device never registered opens nothing); see functions/device_state/item/credentials.py
 REQUIRE_REGISTERED_CREDENTIALS = "REQUIRE_REGISTERED_CREDENTIALS"
@@ -42,7 +43,8 @@ NEVER_WAIT = "NEVER_WAIT"
 STORAGE_VARIABLES = (TABLE_NAME, DYNAMODB_ENDPOINT, CHANGE_RETENTION_SECONDS)
 API_VARIABLES = STORAGE_VARIABLES + (MAX_ATTEMPTS, RETRY_BUDGET_SECONDS, REQUIRE_IF_MATCH, SETTLE_SECONDS,
                                      TOMBSTONE_SECONDS, FLEET_INDEX, NEVER_WAIT, CURSOR_KEY,
-                                     REQUIRE_REGISTERED_CREDENTIALS)
+                                     REQUIRE_REGISTERED_CREDENTIALS, JOB_RUNNER_FUNCTION)
+JOBS_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX, CURSOR_KEY)
 REINDEX_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX,)
 PROCESSOR_VARIABLES = STORAGE_VARIABLES + (EVENT_BUS_NAME, CHANGE_EVENTS_FILE)
 # a device's connects set connectivity/connected, and find the credential it comes with
@@ -81,6 +83,7 @@ class ApiConfig(StorageConfig):
     fleet_index: FleetIndex = FleetIndex()
     never_wait: bool = False
     cursor_key: bytes = field(default=b"", repr=False)
+    job_runner_function: str | None = None  # where one is deployed: a created job's run starts at once
     require_registered_credentials: bool = False
 
     @classmethod
@@ -97,8 +100,22 @@ class ApiConfig(StorageConfig):
             fleet_index=fleet_index(environ),
             never_wait=_boolean(environ, NEVER_WAIT),
             cursor_key=_cursor_key(environ),
+            job_runner_function=environ.get(JOB_RUNNER_FUNCTION) or None,
             require_registered_credentials=_boolean(environ, REQUIRE_REGISTERED_CREDENTIALS),
         )
+
+
+@dataclass(frozen=True)
+class JobsConfig(StorageConfig):
+    """The job runner's: the fleet index its filters query, and the key its query cursors are
+    sealed with (the API's: a job's cursor is the fleet query's)."""
+
+    fleet_index: FleetIndex = FleetIndex()
+    cursor_key: bytes = field(default=b"", repr=False)
+
+    @classmethod
+    def from_environment(cls, environ=os.environ) -> "JobsConfig":
+        return cls(**_storage(environ), fleet_index=fleet_index(environ), cursor_key=_cursor_key(environ))
 
 
 @dataclass(frozen=True)

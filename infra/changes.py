@@ -43,8 +43,10 @@ class ChangeFeed(Construct):
                                   enforce_ssl=True, retention_period=FAILURE_RETENTION)
         self.log_group = logs.LogGroup(self, "ProcessorLogs", retention=LOG_RETENTION)
         self.role = iam.Role(self, "ProcessorRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
-        # The processor writes change items and nothing else; it reads nothing from the table.
-        self.role.add_to_policy(iam.PolicyStatement(actions=["dynamodb:PutItem"], resources=[table.table_arn]))
+        # The processor writes change items, and the job executions a batch makes final with their
+        # job's counts (a transaction of puts and an update); it reads only a job's spec, once.
+        self.role.add_to_policy(iam.PolicyStatement(actions=["dynamodb:PutItem", "dynamodb:UpdateItem",
+                                                             "dynamodb:GetItem"], resources=[table.table_arn]))
         if self.bus is not None:
             self.role.add_to_policy(iam.PolicyStatement(actions=["events:PutEvents"],
                                                         resources=[self.bus.event_bus_arn]))

@@ -76,6 +76,11 @@ PUSH_ERRORS_PER_PERIOD = 0  # a connect, subscribe or disconnect crashed
 # The fleet index's backfill (infra/reindex.py): any failed invocation is a page Lambda retries
 # twice; after that the job's chain stops and queries on the new fields answer IndexBuilding.
 REINDEX_ERRORS_PER_PERIOD = 0
+# Jobs (infra/jobs.py): a runner invocation that failed (its job is taken up again by the schedule,
+# the devices' marks keep every write single), and executions of jobs due with no runner at them
+# for over five minutes (the schedule or the runner is failing: the jobs stand still).
+JOB_ERRORS_PER_PERIOD = 0
+JOB_STUCK_EXECUTIONS = 0
 # What CloudWatch needs of the alarm topic's key to publish to it.
 CLOUDWATCH_KEY_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey*")
 # The operations the function calls, for DynamoDB's per-operation metrics.
@@ -102,7 +107,7 @@ class Monitoring(Construct):
                  function: lambda_.IFunction, api: apigatewayv2.HttpApi, alarm_email: str | None = None,
                  change_feed=None, authorizer: lambda_.IFunction | None = None,
                  waiting_function: lambda_.IFunction | None = None, push=None,
-                 reindex: lambda_.IFunction | None = None):
+                 reindex: lambda_.IFunction | None = None, jobs: lambda_.IFunction | None = None):
         super().__init__(scope, construct_id)
         # CloudWatch can publish to an encrypted topic only if the key's policy lets it use the
         # key; the AWS-managed alias/aws/sns key's policy cannot be changed, so the topic gets
@@ -228,6 +233,8 @@ class Monitoring(Construct):
             self._watch_push(push, not_breaching)
         if reindex is not None:
             self._watch_reindex(reindex, not_breaching)
+        if jobs is not None:
+            self._watch_jobs(jobs, not_breaching)
         self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(
             title="Alarms", width=24, alarms=list(self.alarms.values())))
 
@@ -315,6 +322,25 @@ class Monitoring(Construct):
             left=[reindex.metric_invocations(statistic="Sum", period=PERIOD),
                   reindex.metric_errors(statistic="Sum", period=PERIOD)],
             right=[reindex.metric_duration(statistic="Maximum", period=PERIOD)]))
+
+    def _watch_jobs(self, runner: lambda_.IFunction, not_breaching: cloudwatch.TreatMissingData) -> None:
+        """The job runner: its errors, the executions stuck in jobs no runner took, and the
+        executions made final, in one widget (infra/jobs.py)."""
+        errors = cloudwatch.MathExpression(
+            expression="runner + steps", label="Job runner errors", period=PERIOD,
+            using_metrics={"runner": runner.metric_errors(statistic="Sum", period=PERIOD),
+                           "steps": service_metric(names.JOB_ERRORS)})
+        self._alarm("JobErrors", errors, JOB_ERRORS_PER_PERIOD, not_breaching,
+                    "A job runner invocation failed: the schedule takes its job up again within a minute; "
+                    "the logs of the job runner say why")
+        self._alarm("JobStuckExecutions", service_metric(names.JOB_STUCK_EXECUTIONS, "Maximum"),
+                    JOB_STUCK_EXECUTIONS, not_breaching,
+                    "Executions sit in jobs due for over five minutes with no runner at them: the job runner "
+                    "or its schedule is failing")
+        self.dashboard.add_widgets(cloudwatch.GraphWidget(
+            title="Jobs", width=24,
+            left=[service_metric(names.JOB_EXECUTIONS_FINAL), service_metric(names.JOB_STUCK_EXECUTIONS, "Maximum")],
+            right=[runner.metric_invocations(statistic="Sum", period=PERIOD), errors]))
 
     def _alarm(self, name: str, metric: cloudwatch.IMetric, threshold: float,
                treat_missing_data: cloudwatch.TreatMissingData, description: str,

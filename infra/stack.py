@@ -18,6 +18,7 @@ from .device_tokens import DeviceTokens
 from .identity import Sealing
 from .monitoring import Monitoring
 from .push import Push
+from .jobs import JobRunner
 from .reindex import Reindex
 from .table import DevicesTable, ProvisionedCapacity
 
@@ -205,8 +206,13 @@ class DeviceStateStack(Stack):
             self, "Reindex", table=self.devices.table, code=self.api.code, layer=self.api.layer,
             fleet_index=fleet_index, retention_seconds=int(context(self, "changeRetentionSeconds")),
         ) if fleet_index else None
+        # Jobs: the runner, started by the API function and woken by its schedule (infra/jobs.py).
+        self.jobs = JobRunner(self, "Jobs", table=self.devices.table, code=self.api.code, layer=self.api.layer,
+                              fleet_index=fleet_index, cursor_key=self.api.cursor_key,
+                              retention_seconds=int(context(self, "changeRetentionSeconds")))
+        self.jobs.let_start(self.api.function, self.api.waiting_function)
         self.monitoring = Monitoring(
             self, "Monitoring", table=self.devices.table, function=self.api.function, api=self.api.api,
             alarm_email=context(self, "alarmEmail") or None, change_feed=self.changes,
             authorizer=self.api.authorizer_function, waiting_function=self.api.waiting_function,
-            push=self.push, reindex=self.reindex.function if self.reindex else None)
+            push=self.push, reindex=self.reindex.function if self.reindex else None, jobs=self.jobs.function)

@@ -81,6 +81,24 @@ def _stream_worker(endpoint: str, table_name: str) -> None:
                  on_give_up=give_up).run()
 
 
+def _jobs_worker(endpoint: str, table_name: str) -> None:
+    """The job runner, as its function, its self-invocations and its schedule would run it
+    (localdev/jobs.py)."""
+    import logging
+
+    from functions.config import JobsConfig
+    from functions.device_state import DeviceStateManager, dynamodb_client
+    from localdev import jobs
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.nice(STREAM_NICENESS)
+    logging.basicConfig(format="%(name)s: %(message)s", stream=sys.stderr)
+    config = JobsConfig.from_environment()
+    jobs.serve(DeviceStateManager(dynamodb_client(endpoint), table_name, fleet_index=config.fleet_index,
+                                  cursor_key=config.cursor_key))
+
+
 def _fanout_worker(endpoint: str, table_name: str) -> None:
     """The push fan-out, a consumer of the stream of its own as its own event source mapping
     is deployed (functions/push/fanout.py), posting to the WebSocket process's @connections."""
@@ -275,7 +293,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 def _jobs(args, listener: socket.socket, tls, endpoint: str) -> list[tuple]:
     """What each process runs: the HTTP workers, the WebSocket process and, unless
-    STREAM_PROCESSOR=off, the push fan-out and the stream processor."""
+    STREAM_PROCESSOR=off, the push fan-out, the stream processor and the job runner."""
     websocket_channel, websocket_inbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     connections_listener = socket.create_server(("127.0.0.1", 0))
     os.environ["CONNECTIONS_ENDPOINT"] = f"http://127.0.0.1:{connections_listener.getsockname()[1]}"
@@ -290,6 +308,7 @@ def _jobs(args, listener: socket.socket, tls, endpoint: str) -> list[tuple]:
         os.makedirs(os.path.dirname(events_file), exist_ok=True)
         jobs.append((_stream_worker, endpoint, os.environ["TABLE_NAME"]))
         print(f"Stream processor on the table's stream; DeviceStateChanged events go to {events_file}", flush=True)
+        jobs.append((_jobs_worker, endpoint, os.environ["TABLE_NAME"]))
     return jobs
 
 

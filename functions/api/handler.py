@@ -1,7 +1,7 @@
 """The Lambda handler: API Gateway (HTTP API, payload format 1.0) routes of docs/api.md on Powertools.
 
 The routes are declared in ``routes`` (what each takes, who may call it) and live in one
-``Router`` per resource (``devices``, ``transactions``, ``leases``, ``changes``, ``tokens``);
+``Router`` per resource (``devices``, ``transactions``, ``leases``, ``changes``, ``tokens``, ``jobs``);
 ``common.route`` holds each request to its declaration, and the route only checks
 preconditions and calls the library. Errors become problem details in ``problems`` (one place, by type).
 """
@@ -15,7 +15,7 @@ from aws_lambda_powertools.logging import correlation_paths
 
 from functions.device_state import dumps, restore
 
-from . import changes, devices, identity, leases, request_parsing, tokens, transactions
+from . import changes, devices, identity, jobs, leases, request_parsing, tokens, transactions
 from .common import RESPONSE_MARGIN_SECONDS, json_response, route  # noqa: F401
 from .common import manager as _manager  # noqa: F401  (tests reset its cache)
 from .routes import MAX_LEASE_WAIT_SECONDS, Request, allowed_methods  # noqa: F401  (the stack's timeout: the wait's)
@@ -24,7 +24,8 @@ from .problems import BadRequest, MethodNotAllowed, RouteNotFound, internal_erro
 
 restore.register_with_lambda()  # SnapStart: reseed generators, recreate clients after each restore
 app = APIGatewayRestResolver(serializer=dumps)
-for _router in (devices.router, transactions.router, leases.router, changes.router, tokens.router, identity.router):
+for _router in (devices.router, transactions.router, leases.router, changes.router, tokens.router, identity.router,
+                jobs.router):
     app.include_router(_router)
 
 

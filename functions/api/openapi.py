@@ -11,6 +11,7 @@ from decimal import Decimal
 
 from functions.auth import rights
 from functions.auth.principals import SCOPES, Principal
+from functions.device_state.jobs import EXECUTION_STATES, JOB_STATUSES
 from functions.device_state import (CONFIRMATION_BYTES, DEVICE_SECTIONS, MAX_CLEARED_KEPT, MAX_CLEARED_KEPT_BYTES,
                                     MAX_EXPONENT, MAX_MEMBER_NAME_BYTES, MAX_OPERATIONS, MAX_PATCH_OPERATIONS,
                                     MAX_POINTER_BYTES, MAX_SIGNIFICANT_DIGITS, MAX_STATE_DEPTH, MAX_STATE_ITEM_BYTES,
@@ -184,6 +185,40 @@ SCHEMAS = {
                            "properties": {"value": {"nullable": True, "anyOf": [
                                {"type": "string"}, {"type": "number"}, {"type": "boolean"}]},
                                "count": {"type": "integer", "minimum": 1}}}}},
+    },
+    "Job": {
+        "type": "object", "required": ["jobId", "status", "counts", "total", "createdAt", "desired"],
+        "properties": {"jobId": {"type": "string"}, "status": {"type": "string", "enum": list(JOB_STATUSES)},
+                       "counts": {"type": "object", "properties": {
+                           state: {"type": "integer", "minimum": 0} for state in EXECUTION_STATES}},
+                       "total": {"type": "integer", "minimum": 0}, "createdAt": _TIME, "completedAt": _TIME,
+                       "endsAt": _TIME, "desired": {"type": "object"}, "filter": {"type": "string"},
+                       "deviceIdCount": {"type": "integer"}, "targets": {"type": "string"},
+                       "targeting": {"type": "boolean"}, "abortedBy": {"type": "object"}},
+    },
+    "JobPage": {
+        "type": "object", "required": ["items", "nextCursor"],
+        "properties": {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}},
+                       "nextCursor": {"type": "string", "nullable": True}},
+    },
+    "Execution": {
+        "type": "object", "required": ["deviceId", "state", "version"],
+        "properties": {"deviceId": {"type": "string"}, "state": {"type": "string", "enum": list(EXECUTION_STATES)},
+                       "version": {"type": "integer", "minimum": 0}, "updatedAt": {**_TIME, "nullable": True},
+                       "code": {"type": "integer"}, "reason": {"type": "string"}},
+    },
+    "ExecutionPage": {
+        "type": "object", "required": ["items", "nextCursor"],
+        "properties": {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Execution"}},
+                       "nextCursor": {"type": "string", "nullable": True}},
+    },
+    "DeviceJobs": {
+        "type": "object", "required": ["items", "nextCursor"],
+        "properties": {"items": {"type": "array", "items": {
+            "type": "object", "required": ["jobId", "status", "execution"],
+            "properties": {"jobId": {"type": "string"}, "status": {"type": "string"},
+                           "execution": {"$ref": "#/components/schemas/Execution"}}}},
+            "nextCursor": {"type": "string", "nullable": True}},
     },
     "DevicePage": {
         "type": "object", "required": ["items", "nextCursor"],

@@ -17,7 +17,8 @@ from functions.device_state import (AnswerLost, AssertionReplayed, ConditionFail
                                     ProvisioningRefused, TooManyCredentials, DesireMoved, DeviceAlreadyExists, DeviceLocked,
                                     DeviceNotFound, FilterTooBroad, IdempotencyKeyReused, IndexBuilding, InvalidCursor, InvalidFilter,
                                     InvalidDeviceId, InvalidIdempotencyKey, InvalidLease, InvalidPatch, InvalidSince,
-                                    InvalidTransaction, InvalidValue, ItemTooLarge, LeaseBusy, LeaseLost,
+                                    InvalidTransaction, InvalidValue, ItemTooLarge, InvalidJob, JobEnded, JobExists,
+                                    JobNotFound, LeaseBusy, LeaseLost,
                                     LeaseNotHeld, OutcomeUnknown, PatchNotApplicable, PatchTestFailed,
                                     RetriesExhausted, StorageError, StorageUnavailable, TransactionFailed,
                                     UnindexedFilter, UnknownLease, VersionConflict, VersionNotRecorded, dumps,
@@ -124,6 +125,10 @@ _LIBRARY_ERRORS = {
     PatchNotApplicable: (422, "patch-not-applicable", "Patch cannot be applied"),
     PatchTestFailed: (409, "patch-test-failed", "JSON Patch test failed"),
     DeviceNotFound: (404, "device-not-found", "No such device"),
+    InvalidJob: (400, "invalid-job", "The job cannot be run"),
+    JobNotFound: (404, "job-not-found", "No such job"),
+    JobExists: (409, "job-exists", "A job of that id exists"),
+    JobEnded: (409, "job-ended", "The job has ended"),
     DeviceAlreadyExists: (409, "device-exists", "Device exists already"),
     VersionConflict: (412, "version-conflict", "Device is at another version"),
     ConditionFailed: (409, "condition-failed", "Condition not met"),
@@ -244,6 +249,9 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
             headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
         if isinstance(error, DesireMoved):
             members.update(path=error.path, ackVersion=error.version, leafVersion=error.current_version)
+        if isinstance(error, (InvalidJob, JobNotFound, JobExists, JobEnded)):
+            members.update(member=getattr(error, "member", None), jobId=getattr(error, "job_id", None),
+                           jobStatus=getattr(error, "status", None))
         if isinstance(error, Forbidden):
             members.update(action=error.action, resource=error.resource, index=error.index)
     if current is not None:

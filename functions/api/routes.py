@@ -15,7 +15,7 @@ import re
 
 from functions.auth.assertions import MAX_LIFETIME_SECONDS, MAX_PEM_CHARS
 from functions.auth.rights import (COLLECTION, CREDENTIALS, DESIRED, DEVICE_MAX_LEASE_SECONDS, ENROLLMENTS, ISSUE,
-                                   LEASES, LIST, MANAGE, READ, REPORTED, STATE, TOKEN, WRITE, WriteKind,
+                                   JOBS, LEASES, LIST, MANAGE, READ, REPORTED, STATE, TOKEN, WRITE, WriteKind,
                                    device_resource, needed_for_write, needed_to_follow)
 from functions.device_state import (CREDENTIAL_ID_PATTERN, CREDENTIAL_KINDS, ENROLLMENT_ID_PATTERN,
                                     MAX_CREDENTIALS, MAX_ENROLLMENT_DEVICES, MAX_ID_PATTERN_CHARS,
@@ -25,6 +25,7 @@ from functions.device_state import (CREDENTIAL_ID_PATTERN, CREDENTIAL_KINDS, ENR
                                     MAX_REASON_CHARS, MAX_VERSION, MIN_EXPIRY_SECONDS, SECTIONS, InvalidFilter,
                                     InvalidIdempotencyKey, InvalidValue, validate_device_id)
 from functions.device_state import leases  # MAX_TTL_SECONDS: not yet among the library's exports
+from functions.device_state import jobs
 
 from . import request_parsing as parse
 from .problems import BadRequest
@@ -179,6 +180,7 @@ PATH_PARAMETERS = {
         "The leaseId its grant returned; on DELETE also the lease's fencingToken alone (digits), which ends that "
         "lease or waiting ticket whoever holds it: a back-end with devices.write may, a device may not (403).")),
     "version": Param("version", {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}, required=True),
+    "job_id": Param("jobId", {"type": "string", "pattern": f"^{jobs.JOB_ID_PATTERN.pattern}$"}, required=True),
     "credential_id": Param("credentialId", {"type": "string", "pattern": f"^{CREDENTIAL_ID_PATTERN.pattern}$"},
                            required=True, description="The credentialId its registration answered"),
     "enrollment_id": Param("enrollmentId", {"type": "string", "pattern": f"^{ENROLLMENT_ID_PATTERN.pattern}$"},
@@ -290,6 +292,41 @@ LEASE_BODY = Body({JSON: {"type": "object", "additionalProperties": False, "prop
     "waitSeconds": {"type": "number", "minimum": LEASE_LIMITS["waitSeconds"][0],
                     "maximum": LEASE_LIMITS["waitSeconds"][1]},
     "owner": {"type": "string", "minLength": 1, "maxLength": MAX_OWNER_LENGTH}}}}, required=False)
+
+
+_JOB_ID = {"type": "string", "pattern": f"^{jobs.JOB_ID_PATTERN.pattern}$"}
+_JOB_MEMBERS = {
+    "jobId": {**_JOB_ID, "description": "Default: a new id that sorts by creation time"},
+    "desired": STATE_SCHEMA,  # a merge patch of desired: leaves set, none null (docs/api/jobs.md)
+    "expiresIn": {"type": "integer", "minimum": MIN_EXPIRY_SECONDS, "maximum": MAX_EXPIRY_SECONDS},
+    "clearOnConfirm": {"type": "boolean"},
+    "rollout": {"type": "object", "required": ["maxPerMinute"], "additionalProperties": False, "properties": {
+        "maxPerMinute": {"type": "integer", "minimum": 1, "maximum": jobs.MAX_PER_MINUTE}}},
+    "abort": {"type": "array", "minItems": 1, "maxItems": jobs.MAX_ABORT_CRITERIA, "items": {
+        "type": "object", "required": ["on", "thresholdPercent", "minExecuted"], "additionalProperties": False,
+        "properties": {"on": {"type": "string", "enum": list(jobs.ABORT_KINDS)},
+                       "thresholdPercent": {"type": "number", "minimum": jobs.MIN_THRESHOLD_PERCENT, "maximum": 100},
+                       "minExecuted": {"type": "integer", "minimum": 1, "maximum": jobs.MAX_MIN_EXECUTED}}}},
+    "timeoutSeconds": {"type": "integer", "minimum": 1, "maximum": jobs.MAX_TIMEOUT_SECONDS},
+    "endsAt": {"type": "string", "pattern": f"^{jobs.RFC3339_PATTERN.pattern}$",
+               "description": "RFC 3339, after now and at most 30 days ahead (the default)"},
+}
+JOB_BODY = Ref("JobRequest", {"description": "Targets by filter or by deviceIds; see docs/api/jobs.md", "anyOf": [
+    {"type": "object", "required": ["filter", "desired"], "additionalProperties": False, "properties": {
+        **_JOB_MEMBERS,
+        "filter": {"type": "string", "minLength": 1, "maxLength": MAX_FILTER_CHARS,
+                   "description": "RQL over declared fields, as GET /devices?filter= takes it"},
+        "targets": {"type": "string", "enum": ["snapshot", "continuous"], "default": "snapshot"}}},
+    {"type": "object", "required": ["deviceIds", "desired"], "additionalProperties": False, "properties": {
+        **_JOB_MEMBERS,
+        "deviceIds": {"type": "array", "minItems": 1, "maxItems": jobs.MAX_DEVICE_IDS, "items": DEVICE_ID_SCHEMA},
+        "targets": {"type": "string", "enum": ["snapshot"], "default": "snapshot"}}},
+]})
+JOB_IF_NONE_MATCH = Param(parse.IF_NONE_MATCH, {"type": "string", "pattern": parse.TAGS_PATTERN}, description=(
+    "The job's ETag as last seen: 304 while it is still the job's (after waitSeconds, if given)"))
+JOB_LIMIT = Param("limit", {"type": "integer", "minimum": 1, "maximum": jobs.MAX_LIMIT, "default": DEFAULT_LIST_LIMIT})
+JOB_CURSOR = Param("cursor", {"type": "string", "pattern": f"^{CURSOR_PATTERN.pattern}$"},
+                   description="nextCursor of the page before, as given")
 
 
 # ---------------------------------------------------------------- responses
@@ -585,6 +622,39 @@ ROUTES: tuple[Route, ...] = (
         "token is refused once the device last authenticated with its certificate longer ago than the renewal bound "
         "(403 certificate-required); no token outlives that bound. A token names a device that exists when it is "
         "issued.")),
+    Route(("GET", "HEAD"), "/devices/<device_id>/jobs", "listDeviceJobs", (READ, _resource()), {
+        "200": Answer("The jobs whose write reached the device, each with the device's execution", "DeviceJobs"),
+        **COMMON,
+    }, description=(
+        "Each job whose desired write reached the device, while the device keeps its mark (until a day after the "
+        "execution's deadline). A device may read its own.")),
+    Route(("POST",), "/jobs", "createJob", (WRITE, JOBS), {
+        "201": Answer("The job, started", "Job", ("Location", "ETag", "Idempotent-Replayed")),
+        "400": "Bad request: the job cannot be run (invalid-job, its member named), a filter on an undeclared field "
+               "(unindexed-filter), a malformed filter",
+        "409": "A job of that jobId exists", "422": REUSED, **WRITE_ERRORS,
+    }, headers=(IDEMPOTENCY_KEY,), body=Body({JSON: JOB_BODY}), description=(
+        "One desired change for every device a filter matches (or a list names), written at most once per device "
+        "and tracked per device from what the device reports. See docs/api/jobs.md.")),
+    Route(("GET", "HEAD"), "/jobs", "listJobs", (READ, JOBS), {
+        "200": Answer("A page of jobs, newest first", "JobPage"), **COMMON,
+    }, query=(Param("status", {"type": "string", "enum": list(jobs.JOB_STATUSES)}), JOB_LIMIT, JOB_CURSOR)),
+    Route(("GET", "HEAD"), "/jobs/<job_id>", "getJob", (READ, JOBS), {
+        "200": Answer("The job with its counts", "Job", ("ETag",)), "304": Answer("Not modified"),
+        "404": "No such job", **COMMON,
+    }, query=(Param("waitSeconds", {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_SECONDS, "default": 0},
+                    "Long-poll: wait until the job's ETag differs from If-None-Match's"),),
+        headers=(JOB_IF_NONE_MATCH,), waits="query"),
+    Route(("GET", "HEAD"), "/jobs/<job_id>/executions", "listJobExecutions", (READ, JOBS), {
+        "200": Answer("A page of the job's executions, in target order", "ExecutionPage"),
+        "404": "No such job", **COMMON,
+    }, query=(Param("state", {"type": "string", "enum": list(jobs.EXECUTION_STATES)}), JOB_LIMIT, JOB_CURSOR)),
+    Route(("POST",), "/jobs/<job_id>/cancel", "cancelJob", (WRITE, JOBS), {
+        "200": Answer("The job, canceled", "Job", ("ETag",)), "404": "No such job",
+        "409": "The job has ended (job-ended)", **COMMON,
+    }, query=(Param("force", {"type": "boolean", "default": False},
+                    "Also remove the job's leaves from devices still in progress where the job still owns them"),),
+        description="Stops queuing: queued executions are CANCELED, never written."),
     *IDENTITY_ROUTES,
     Route(("POST",), "/transactions", "runTransaction", EachOperation(), {
         "200": Answer("Applied: the devices in order (null for a delete)", "TransactionResult",

@@ -3,7 +3,8 @@ a write needs (``needed_for_write``). What each API route needs is part of its d
 (functions/api/routes.py), which the handler checks before a route's own code runs (no gateway
 authorizer stands in front of the HTTP API).
 
-Resources are ``devices`` (the collection), ``device:<id>`` (the device: read it, its
+Resources are ``devices`` (the collection), ``jobs`` (every job: a back-end with the write scope
+creates and cancels them, with the read scope reads them), ``device:<id>`` (the device: read it, its
 delta and versions; replace or delete it whole) and ``device:<id>/<part>`` with part
 ``state``, ``desired``, ``reported`` (write one section), ``leases`` (read the queue's
 status; take, heartbeat, release; ``end`` anyone's lease), ``changes`` (read the feed) and
@@ -38,6 +39,7 @@ END = "end"  # end a lease or waiting ticket that is not the caller's (by its fe
 ISSUE = "issue"  # issue a device token (POST /devices/{id}/token)
 MANAGE = "manage"  # register, list and revoke a device's credentials; create, read and end enrollments
 COLLECTION = "devices"
+JOBS = "jobs"  # the jobs (a desired change to many devices): create and cancel (write), read and list (read)
 ENROLLMENTS = "enrollments"
 STATE, DESIRED, REPORTED, LEASES, CHANGES, TOKEN = "state", "desired", "reported", "leases", "changes", "token"
 CREDENTIALS = "credentials"
@@ -46,9 +48,9 @@ DEVICE_PARTS = (STATE, DESIRED, REPORTED, LEASES, CHANGES, TOKEN, CREDENTIALS)
 # (action, part) each scope grants on every device; part None is the device itself,
 # COLLECTION the collection.
 _SCOPE_GRANTS = {
-    READ_SCOPE: {(READ, None), (READ, CHANGES), (READ, LEASES), (LIST, COLLECTION)},
+    READ_SCOPE: {(READ, None), (READ, CHANGES), (READ, LEASES), (LIST, COLLECTION), (READ, JOBS)},
     WRITE_SCOPE: {(CREATE, COLLECTION), (REPLACE, None), (DELETE, None), (WRITE, STATE), (WRITE, DESIRED),
-                  (WRITE, LEASES), (END, LEASES)},
+                  (WRITE, LEASES), (END, LEASES), (WRITE, JOBS)},
     REPORT_SCOPE: {(WRITE, REPORTED)},
     ADMIN_SCOPE: {(MANAGE, CREDENTIALS), (MANAGE, ENROLLMENTS)},
 }
@@ -75,9 +77,9 @@ def device_resource(device_id: str, part: str | None = None) -> str:
 
 
 def parse_resource(resource: str) -> tuple[str | None, str | None]:
-    """(device id, part): (None, COLLECTION) for the collection, (None, ENROLLMENTS) for the
-    enrollments; part None for the device."""
-    if resource in (COLLECTION, ENROLLMENTS):
+    """(device id, part): (None, COLLECTION) for the collection, (None, JOBS) for the jobs,
+    (None, ENROLLMENTS) for the enrollments; part None for the device."""
+    if resource in (COLLECTION, JOBS, ENROLLMENTS):
         return None, resource
     if not resource.startswith("device:"):
         raise ValueError(f"unknown resource {resource!r}")

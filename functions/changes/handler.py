@@ -24,7 +24,8 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
-from functions.device_state import (MAX_RECORD_AGE_SECONDS, ChangeLog, InvalidValue, RequestRefused,
+from functions.device_state import (MAX_RECORD_AGE_SECONDS, ChangeLog, DeviceStateManager, InvalidValue,
+                                    RequestRefused,
                                     connectivity_event,
                                     dynamodb_client, metrics as names, restore, table)
 
@@ -94,8 +95,8 @@ class InOrder:
     """The record handler for one batch: after a device's first failure, skips that
     device's later records; other devices' records go on."""
 
-    def __init__(self, log: ChangeLog, events):
-        self.log, self.events = log, events
+    def __init__(self, log: ChangeLog, events, jobs=None):
+        self.log, self.events, self.jobs = log, events, jobs
         self.failed: set[str] = set()
 
     def __call__(self, record) -> None:
@@ -104,6 +105,9 @@ class InOrder:
             raise SkippedAfterFailure(f"an earlier record of {device_id} failed in this batch")
         try:
             handle(record.raw_event, self.log, self.events)
+            if self.jobs is not None and matches_filter(record.raw_event):
+                dynamodb = record.raw_event["dynamodb"]
+                self.jobs.see(dynamodb.get("OldImage"), dynamodb.get("NewImage"))
         except PERMANENT_FAILURES:
             logger.exception("stream record can never be written: its version is marked lost",
                              extra={"device_id": device_id})
@@ -166,12 +170,29 @@ def handle(raw: dict, log: ChangeLog, events) -> None:
                            value=max(0.0, time.time() - created) * 1000)
 
 
-def process(event: dict, context, log: ChangeLog, events) -> dict:
+def process(event: dict, context, log: ChangeLog, events, jobs=None) -> dict:
     """One batch of stream records -> ``{"batchItemFailures": [...]}`` (Lambda's partial
-    batch response: the sequence numbers of the records to retry, from the first failed)."""
+    batch response: the sequence numbers of the records to retry, from the first failed).
+    ``jobs``: the ``JobTracker`` that moves the executions the batch makes final, written
+    together after the batch (when that fails, the whole batch is delivered again: the change
+    items and the finals are each written once)."""
     processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
-    return process_partial_response(event=event, record_handler=InOrder(log, events), processor=processor,
-                                    context=context)
+    answer = process_partial_response(event=event, record_handler=InOrder(log, events, jobs), processor=processor,
+                                      context=context)
+    if jobs is not None:
+        written = jobs.flush()
+        if written:
+            metrics.add_metric(name=names.JOB_EXECUTIONS_FINAL, unit=MetricUnit.Count, value=written)
+    return answer
+
+
+@functools.lru_cache(maxsize=1)
+def job_tracker():
+    config = processor_config()
+    return DeviceStateManager(dynamodb_client(config.dynamodb_endpoint), config.table_name).job_tracker()
+
+
+restore.on_restore(job_tracker.cache_clear)
 
 
 def give_up(record: dict) -> None:
@@ -183,4 +204,4 @@ def give_up(record: dict) -> None:
 @logger.inject_lambda_context
 @metrics.log_metrics
 def lambda_handler(event, context):
-    return process(event, context, change_log(), publisher())
+    return process(event, context, change_log(), publisher(), job_tracker())

@@ -173,6 +173,54 @@ class AssertionReplayed(DeviceStateError):
         self.device_id = device_id
 
 
+class JobAlreadyWritten(DeviceStateError):
+    """The device holds the job's mark: the job's desired write reached it before (at
+    ``version``). Nothing was written now."""
+
+    def __init__(self, device_id: str, job_id: str, version: int):
+        super().__init__(f"job {job_id!r} wrote device {device_id!r} already, at version {version}")
+        self.device_id, self.job_id, self.version = device_id, job_id, version
+
+
+class TooManyJobs(DeviceStateError):
+    """The device holds the marks of ``limit`` jobs whose executions are still tracked: a job's
+    write to it is refused (its execution fails with reason ``too-many-jobs``)."""
+
+    def __init__(self, device_id: str, limit: int):
+        super().__init__(f"device {device_id!r} is in {limit} jobs still tracked, the most it may be")
+        self.device_id, self.limit = device_id, limit
+
+
+class JobNotFound(DeviceStateError):
+    def __init__(self, job_id: str):
+        super().__init__(f"job {job_id!r} does not exist")
+        self.job_id = job_id
+
+
+class JobExists(DeviceStateError):
+    """A job of that id exists already (a job id names one job for good)."""
+
+    def __init__(self, job_id: str):
+        super().__init__(f"a job {job_id!r} exists already")
+        self.job_id = job_id
+
+
+class InvalidJob(DeviceStateError, ValueError):
+    """A job's body cannot be run: ``member`` names what is wrong, where one member is."""
+
+    def __init__(self, message: str, member: str | None = None):
+        super().__init__(message)
+        self.member = member
+
+
+class JobEnded(DeviceStateError):
+    """The job ended already (``status``): it cannot be cancelled."""
+
+    def __init__(self, job_id: str, status: str):
+        super().__init__(f"job {job_id!r} is {status}: it cannot be cancelled")
+        self.job_id, self.status = job_id, status
+
+
 class ConditionFailed(DeviceStateError):
     """The caller's extra condition was false on the current device (no retry)."""
 
@@ -215,8 +263,9 @@ class PatchTestFailed(PatchError):
 class IdempotencyKeyReused(DeviceStateError):
     """The idempotency key was used before for a different request."""
 
-    def __init__(self, device_id: str, key: str):
-        super().__init__(f"idempotency key {key!r} was used for a different request on device {device_id!r}")
+    def __init__(self, device_id: str | None, key: str):
+        where = f"on device {device_id!r}" if device_id is not None else "(a job's creation)"
+        super().__init__(f"idempotency key {key!r} was used for a different request {where}")
         self.device_id = device_id
         self.key = key
 

@@ -25,6 +25,10 @@ from .identity.credentials import CredentialRecord, Credentials
 from .identity.enrollments import Enrollment, Enrollments
 from .identity.provisioning import Provisioned, Provisioning
 from .item import schema
+from .jobs.runner import Due, JobRunner, due_jobs
+from .jobs.service import JobService
+from .jobs.store import JobStore
+from .jobs.tracker import JobTracker
 from .item.credentials import Holder
 from .item.fencing import Fence
 from .leases.limits import DEFAULT_TTL_SECONDS
@@ -291,6 +295,22 @@ class DeviceStateManager:
     # UpdateItem per attempt. With one, the change and its idempotency record go in one
     # TransactWriteItems, and a write whose record exists is answered from the record
     # (``Device.replayed`` is then True) without touching the device.
+
+    def jobs(self) -> JobService:
+        """Jobs as callers see them (``jobs/service``): create, read, wait, list, cancel."""
+        return JobService(self._pipeline, self._fleet, self._cursors)
+
+    def job_runner(self, **options) -> JobRunner:
+        """A job runner (``jobs/runner``) over this manager's pipeline and fleet query."""
+        return JobRunner(self._pipeline, self._fleet, **options)
+
+    def due_jobs(self) -> Due:
+        """The open jobs a runner should take now (``jobs/runner.due_jobs``)."""
+        return due_jobs(JobStore(self._pipeline), self._runtime.clock())
+
+    def job_tracker(self) -> JobTracker:
+        """The stream processor's part of jobs (``jobs/tracker``), over this manager's pipeline."""
+        return JobTracker(self._pipeline)
 
     def create(self, device_id: str, state: dict, *, sections: dict | None = None,
                idempotency: IdempotencyKey | None = None) -> Device:

@@ -53,6 +53,13 @@ CONNECTIONS_REFUSED = "ConnectionsRefused"
 CHANGES_RECORDED = "ChangesRecorded"
 CHANGE_LAG = "ChangeLag"  # milliseconds
 
+# Jobs: executions made final by the stream processor or the runner; runner steps that failed
+# (an error the step could not place); executions in progress past their deadline plus the sweep's
+# grace, which only a runner that stopped sweeping leaves (the job runner's own alarm).
+JOB_EXECUTIONS_FINAL = "JobExecutionsFinal"
+JOB_ERRORS = "JobErrors"
+JOB_STUCK_EXECUTIONS = "JobStuckExecutions"
+
 # What the API function's DynamoDB requests are billed, in request units (ConsumedCapacity).
 READ_UNITS = "ReadUnits"
 WRITE_UNITS = "WriteUnits"
@@ -62,7 +69,7 @@ COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED,
                  LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST, CHANGES_RECORDED,
                  DEVICE_TOKENS, SIGNING_THROTTLED, SIGNING_UNAVAILABLE, CONNECTIONS_REFUSED, ASSERTIONS_REFUSED,
                  PROVISIONINGS, PROVISIONINGS_REFUSED, REVOKED_CREDENTIAL_REQUESTS, SEALING_FAILURES,
-                 CREDENTIALS_REVOKED)
+                 CREDENTIALS_REVOKED, JOB_EXECUTIONS_FINAL, JOB_ERRORS, JOB_STUCK_EXECUTIONS)
 LATENCY_METRICS = (PATCH_LATENCY, CONTENTION_HOLD, LEASE_WAIT, CHANGE_LAG)
 CAPACITY_METRICS = (READ_UNITS, WRITE_UNITS)
 ALL_METRICS = COUNT_METRICS + LATENCY_METRICS + CAPACITY_METRICS

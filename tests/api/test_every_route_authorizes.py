@@ -31,6 +31,7 @@ BODIES = {  # a well-formed body for each route that takes one
     ("PUT", "/devices/<device_id>/desired"): {"desired": {}},
     ("PUT", "/devices/<device_id>/reported"): {"reported": {}},
     ("POST", "/transactions"): {"operations": [{"deviceId": "lamp-1", "mergePatch": {"a": 1}}]},
+    ("POST", "/jobs"): {"deviceIds": ["lamp-1"], "desired": {"a": 1}},
     ("POST", "/devices/<device_id>/credentials"): {"type": "secret"},
     ("POST", "/enrollments"): {"idPattern": "lamp-[0-9]+", "maxDevices": 1},
 }
@@ -60,7 +61,7 @@ QUERIES = {(method, "/devices/count"): "?filter=exists(state/site)" for method i
 def _call(method: str, rule: str, headers: dict) -> dict:
     path = re.sub(r"<device_id>", "lamp-1", rule).replace("<lease_id>", "1.0123456789abcdef").replace(
         "<version>", "1").replace("<credential_id>", "a" * CREDENTIAL_ID_LENGTH).replace(
-        "<enrollment_id>", "line-7") + QUERIES.get((method, rule), "")
+        "<enrollment_id>", "line-7").replace("<job_id>", "job-1") + QUERIES.get((method, rule), "")
     body = BODIES.get((method, rule))
     content_type = {"PATCH": "application/merge-patch+json"}.get(method, "application/json")
     headers = {**headers, **({"Content-Type": content_type} if body is not None else {})}
@@ -79,7 +80,7 @@ def test_a_caller_without_the_right_is_refused_before_anything_is_read(missing_t
         assert response["statusCode"] == status, response
         problem = json.loads(response["body"])
         if status == 403:
-            assert problem["resource"].startswith(("device:lamp-1", "devices", "enrollments")), problem
+            assert problem["resource"].startswith(("device:lamp-1", "devices", "enrollments", "jobs")), problem
             assert problem["action"] in problem["detail"] and problem["resource"] in problem["detail"]
             if REGISTERED[(method, rule)].right == PER_OPERATION:
                 assert problem["index"] == 0

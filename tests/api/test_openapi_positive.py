@@ -41,6 +41,9 @@ STORED_STATE = {
     # filter, and a PUT's body may repeat the path's deviceId only as it is: rules between
     # parameters that OpenAPI 3.0 cannot state.
     "invalid-cursor": r"cursors belong to one filter and sort",
+    # A job's desired patch: rules over the whole tree (no null leaf, no empty object, at most so many
+    # leaves and bytes), and endsAt after the server's now.
+    "invalid-job": r"^desired( sets| is|:)|^endsAt is (a time after now|not a valid time)",
     "bad-request": r"sort orders the devices a filter finds|deviceId in the body differs from the one in the path"
                    # an expiry in the future: the clock's rule, not the document's
                    r"|expiresAt must be in the future",

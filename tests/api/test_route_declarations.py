@@ -83,7 +83,7 @@ def test_the_routes_that_wait_are_those_whose_declaration_says_so():
                for method in declaration.methods}
     assert waiting == {("GET", "/devices/<device_id>/changes"), ("HEAD", "/devices/<device_id>/changes"),
                        ("GET", "/devices/<device_id>/delta"), ("HEAD", "/devices/<device_id>/delta"),
-                       ("POST", "/devices/<device_id>/leases")}
+                       ("POST", "/devices/<device_id>/leases"), ("GET", "/jobs/<job_id>"), ("HEAD", "/jobs/<job_id>")}
     assert routes.WAITING_ROUTES == {(method, routes.openapi_path(rule).lstrip("/")) for method, rule in waiting}
 
 

@@ -23,10 +23,10 @@ from tests.infra.test_snapstart import alias_of
 
 WAITING = {("GET", "devices/{deviceId}/changes"), ("HEAD", "devices/{deviceId}/changes"),
            ("GET", "devices/{deviceId}/delta"), ("HEAD", "devices/{deviceId}/delta"),
-           ("POST", "devices/{deviceId}/leases")}
+           ("POST", "devices/{deviceId}/leases"), ("GET", "jobs/{jobId}"), ("HEAD", "jobs/{jobId}")}
 
 
-def test_the_waiting_routes_are_the_feed_and_delta_long_polls_and_lease_requests():
+def test_the_waiting_routes_are_the_feed_and_delta_long_polls_lease_requests_and_job_long_polls():
     assert api_module.WAITING_ROUTES == WAITING
     assert WAITING <= {(method, api_module.resource_path(rule)) for method, rule in BY_METHOD_AND_RULE}
 

@@ -22,7 +22,8 @@ SCHEMA = REPO_ROOT / "functions" / "device_state" / "item" / "schema.py"
 # they are still read through the schema, which check (b) holds. ``credentials`` is also a part
 # of a device as a resource (its route, /devices/{id}/credentials, and its right).
 SHARED_WORDS = {"deviceId", "state", "desired", "reported", "version", "createdAt", "updatedAt", "expiresAt",
-                "lastSeen", "leaseToken", "sk", "credentials"}
+                "lastSeen", "leaseToken", "sk", "credentials",
+                "jobs"}  # also the resource of jobs (/jobs, the rights' "jobs") and a listing's name
 DYNAMODB_TYPES = {"S", "N", "B", "SS", "NS", "BS", "M", "L", "NULL", "BOOL"}
 
 

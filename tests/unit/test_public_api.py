@@ -11,9 +11,9 @@ import functions.device_state as library
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The modules callers may import besides the package itself: metric names, SnapStart hooks, the
 # table's definition, and the one door to DynamoDB with its expressions, for the items other
-# parts keep in the table (push subscriptions); the package's subpackage of leases.
+# parts keep in the table (push subscriptions); the package's subpackages of leases and of jobs.
 PUBLIC_MODULES = {"metrics", "restore", "table", "client", "write.store", "write.expressions", "leases",
-                  "transactions"}
+                  "transactions", "jobs"}
 
 
 def _callers() -> list[Path]:

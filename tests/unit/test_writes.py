@@ -49,7 +49,8 @@ def spelled(request: dict, expression: str) -> str:
 
 def item(version=3, journal_entries=(), **extra):
     base = {**table.state_key("d"), "version": {"N": str(version)}, "state": {"M": {"n": {"N": "1"}}},
-            "createdAt": {"S": "2026-01-01T00:00:00.000Z"}, "updatedAt": {"S": "2026-01-01T00:00:00.000Z"}}
+            "createdAt": {"S": "2026-01-01T00:00:00.000Z"}, "updatedAt": {"S": "2026-01-01T00:00:00.000Z"},
+            table.JOB_MARKS: {"M": {}}}  # as every device created or written since jobs carries it
     for write, produced in journal_entries:
         base[write.attribute] = {"N": str(produced)}
     return {**base, **extra}

@@ -208,6 +208,12 @@ class FleetQuery:
         """One page of the devices ``text`` matches, and the opaque cursor of the next page
         (None at the end). A page reads the index at most ``MAX_ROUNDS_PER_PAGE`` times, so
         it may hold fewer than ``limit`` devices while a cursor remains."""
+        found, next_cursor = self.page_items(text, limit, cursor, sort_text)
+        return [Device.from_item(item, with_connectivity=True) for item in found], next_cursor
+
+    def page_items(self, text: str, limit: int = 50, cursor: str | None = None,
+                   sort_text: str | None = None) -> tuple[list[dict], str | None]:
+        """``page`` as the devices' state items, as stored (what a job's targeting reads)."""
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
             raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}")
         node, sort = self.parse(text), self.sort(sort_text)
@@ -220,7 +226,7 @@ class FleetQuery:
         at, positions = _positions(self.cursors.open(scope, cursor), scans) if cursor else (0, [None] * SHARDS)
         self._check_ready({scan.field for scan in scans})  # the whole request checked before any read
         descending = sort is not None and sort.descending
-        found: list[Device] = []
+        found: list[dict] = []
         for _ in range(MAX_ROUNDS_PER_PAGE):
             if at >= len(scans) or len(found) >= limit:
                 break
@@ -235,7 +241,7 @@ class FleetQuery:
                 device = Device.from_item(item, with_connectivity=True)
                 documents = _documents(device)
                 if self._matches(node, documents) and not any(earlier.covers(documents) for earlier in scans[:at]):
-                    found.append(device)
+                    found.append(item)
             if all(position == _DONE for position in positions):
                 at, positions = at + 1, [None] * SHARDS
         next_cursor = None if at >= len(scans) else self.cursors.seal(scope, _cursor_body(at, positions))

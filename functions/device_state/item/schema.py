@@ -65,6 +65,11 @@ CREDENTIALS = "credentials"
 CERTIFICATE_REQUIRED = "certificateRequired"
 ENROLLMENT = "enrollment"  # the enrollment that provisioned the device, if one did (identity/)
 
+# The jobs whose desired write reached the device (item/job_marks.py): a map of each job's id to
+# its mark, the version that write made and the execution's deadline packed in one number. A
+# job's write requires its id absent, so the device gets each job's write at most once.
+JOB_MARKS = "jobs"
+
 # Fleet index attributes (fleet/index.py): ``ix:<field>`` per declared field, and the shard.
 INDEX_ATTRIBUTE_PREFIX = "ix:"
 SHARD_ATTRIBUTE = "ixShard"
@@ -86,7 +91,7 @@ BOOKKEEPING_ATTRIBUTES = frozenset({JOURNAL_TRIMMED, JOURNAL_TRIMMED_STAMPS, *LE
 # What a delete takes from the item (its index attributes too): a tombstone keeps its version.
 DELETED_WITH_THE_DEVICE = (STATE, *LEASE_ATTRIBUTES, DESIRED, REPORTED, META_DESIRED, META_REPORTED,
                            CHANGED_DESIRED, CHANGED_REPORTED, STATUS_DESIRED, CLEAR_PENDING,
-                           *CONNECTIVITY_ATTRIBUTES, *IDENTITY_ATTRIBUTES)
+                           *CONNECTIVITY_ATTRIBUTES, *IDENTITY_ATTRIBUTES, JOB_MARKS)
 # What a create over a tombstone or a settle stub removes.
 GONE_ON_CREATE = (DELETED_AT, TTL_ATTRIBUTE, *LEASE_ATTRIBUTES)
 # The journal as a compiled patch's view of it keeps it (item/journal.py).

@@ -13,7 +13,7 @@ import jsonpointer
 
 from ..errors import InvalidValue
 from ..fleet.index import compiled_attributes, shard_of
-from ..item import schema
+from ..item import job_marks, schema
 from ..item.journal import JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp, trimmed_stamps, trimming
 from ..item.room import LONGEST_NUMBER_BYTES, MAX_STATE_ITEM_BYTES, most_added, value_size
 from ..model.patches import INCREMENT, REMOVED, SET, JsonPatch, MergePatch, exact
@@ -298,6 +298,13 @@ class CompiledPatches(PlanContext):
             growth += sum(1 + len(leaf.encode()) + value_size(number(pack(VERSION_SPAN - 1, self.now)))
                           for leaf in renewed)
             growth += 1 + len(schema.CHANGED_ATTRIBUTES[section]) + value_size(number(VERSION_SPAN - 1))
+        if self.job is not None:  # the job's mark, once: ``item/job_marks``
+            marks, map_type = name(schema.JOB_MARKS), expr.value({"S": "M"})
+            ours = f"{marks}.{name(self.job.job_id)}"
+            sets.append(f"{ours} = {version} + {expr.number(job_marks.pack(self.job.deadline_ms(self.now), 1))}")
+            conditions += [f"attribute_type({marks}, {map_type})", f"attribute_not_exists({ours})",
+                           f"size({marks}) < {expr.number(job_marks.MAX_JOB_MARKS)}"]
+            growth += job_marks.mark_bytes(self.job.job_id)
         if self.seen_by == device_id:  # bookkeeping: in BOOKKEEPING_BYTES, not in the growth
             sets.append(f"{name(schema.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
         item_bytes, journaled = name(schema.ITEM_BYTES), name(write.attribute)

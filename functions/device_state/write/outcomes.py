@@ -17,12 +17,13 @@ from ..errors import (
     DeviceAlreadyExists,
     DeviceLocked,
     DeviceNotFound,
+    JobAlreadyWritten,
     LeaseLost,
     LeaseNotHeld,
     TooManyConnections,
     TooManyCredentials,
 )
-from ..item import schema
+from ..item import job_marks, schema
 from ..item.credentials import MAX_CREDENTIALS, registered
 from ..item.fencing import active_holder
 from ..model import connectivity
@@ -49,11 +50,13 @@ RECORD = "record"  # the part of a keyed write that is its idempotency record (`
 @dataclass(frozen=True)
 class Applied:
     """A request that landed, once: the device after it (a delete: as it was; a compiled
-    patch: only its version when the item was not returned), and the item DynamoDB returned
-    (ALL_NEW), if any."""
+    patch: only its version when the item was not returned), the item DynamoDB returned
+    (ALL_NEW), if any, and ``version``, the version this request made (a journaled write's own,
+    which the device may have passed since: a settled compiled patch's device is as read later)."""
 
     device: Device | None
     item: dict | None = None
+    version: int | None = None
 
 
 class Moved(Exception):
@@ -108,6 +111,8 @@ def refusal(planned: Planned, old: dict | None, planner: PlanContext) -> Excepti
     holder = planner.holder_of(device_id)
     if live is not None and holder is not None and planned.outcome != CREATED and not holder.admits(live, now):
         return CredentialRevoked(device_id)
+    if planner.job is not None and live is not None and (held := job_marks.mark_of(live, planner.job.job_id)):
+        return JobAlreadyWritten(device_id, planner.job.job_id, held[0])
     if planned.outcome == CREDENTIAL_REGISTERED:
         if live is None:
             return DeviceNotFound(device_id)

@@ -22,6 +22,7 @@ from ..item import schema
 from ..item.contention import Raced
 from ..item.credentials import Holder
 from ..item.fencing import Fence
+from ..item.job_marks import JobMark
 from ..item.journal import trimmed_stamp, written_version
 from ..model.device import Device
 from ..runtime import Runtime
@@ -48,13 +49,14 @@ class WritePipeline:
         self.fleet_index = fleet_index
 
     def planner(self, fence: Fence | None = None, seen_by: str | None = None, raced: Raced | None = None,
-                holder: Holder | None = None) -> Planner:
+                holder: Holder | None = None, job: JobMark | None = None) -> Planner:
         """Plans requests now, under ``fence`` (the lease tokens writes present; none unless given);
         ``seen_by``: the device whose own writes these are (they set its lastSeen), ``holder``
         the credential they come with (``item/credentials``); ``raced``: how a read-modify-write
-        came to this try (``contention``)."""
+        came to this try (``contention``); ``job``: the job whose desired write they are
+        (``item/job_marks``)."""
         return Planner(self.store.table_name, fence or Fence(), self.runtime.clock(), self.tombstone_seconds,
-                       self.fleet_index, seen_by, raced, holder)
+                       self.fleet_index, seen_by, raced, holder, job)
 
     def send(self, planner: Planner, planned: Planned) -> Applied:
         """Send one planned UpdateItem. ``Applied`` when it applied (once); raises its refusal,
@@ -67,12 +69,13 @@ class WritePipeline:
         except ConditionNotMet as rejected:
             version = written_version(rejected.item, planned.write) if journaled else None
             if version:  # a resend (by a retrying client) of our own landed write
-                return Applied(self._applied(planned, version, rejected.item))
+                return self._applied(planned, version, rejected.item)
             raise refusal(planned, rejected.item, planner) from None
         except AnswerLost as lost:
-            return Applied(self._lost(planned, lost))
+            return self._lost(planned, lost)
         attributes = answer.get("Attributes")
-        return Applied(planned.device or (Device.from_item(attributes) if attributes else None), attributes)
+        device = planned.device or (Device.from_item(attributes) if attributes else None)
+        return Applied(device, attributes, device.version if device is not None else None)
 
     def send_together(self, planner: Planner, planned: list[Planned], others: dict[str, list[dict]],
                       token: str) -> None:
@@ -87,6 +90,8 @@ class WritePipeline:
                             TransactItems=[plan.request for plan in planned] + [
                                 request for requests in others.values() for request in requests])
         except AnswerLost as lost:  # every send's answer lost: one journal entry tells for all
+            if not planned:  # items of the caller's own: their conditions make sending them again safe
+                raise
             journaled = next((plan for plan in planned if plan.write is not None), planned[0])
             self._lost(journaled, lost)
         except Cancelled as cancelled:
@@ -103,13 +108,13 @@ class WritePipeline:
             raise Refusals(refusals, [reason.get("Item") for reason in reasons[:len(planned)]], refused,
                            CONFLICT in codes) from None
 
-    def _lost(self, planned: Planned, lost: AnswerLost) -> Device:
+    def _lost(self, planned: Planned, lost: AnswerLost) -> Applied:
         if planned.write is None:  # nothing to settle it by
             self.runtime.observer.outcome_unknown(planned.device_id)
             raise OutcomeUnknown(planned.device_id, str(lost))
         return self.settle(planned, lost)
 
-    def settle(self, planned: Planned, lost: AnswerLost) -> Device:
+    def settle(self, planned: Planned, lost: AnswerLost) -> Applied:
         """Find out whether a write whose answer was lost applied, by marking it as never
         applied unless it already did (``Planner.settle_mark``): then the journal tells. A
         write DynamoDB answered with a server error (``FailedAnswer``) that settles as never
@@ -154,10 +159,10 @@ class WritePipeline:
             raise StorageUnavailable(f"DynamoDB failed the write ({cause}); it did not apply: nothing was written")
         raise NeverApplied()
 
-    def _applied(self, planned: Planned, version: int, item: dict | None) -> Device:
+    def _applied(self, planned: Planned, version: int, item: dict | None) -> Applied:
         if planned.device is not None:
-            return planned.device
+            return Applied(planned.device, None, version)
         # A compiled patch knows only its version: the device now holds it and maybe later changes.
         if schema.is_live_state(item, self.runtime.clock()):
-            return Device.from_item(item)
-        return Device(planned.device_id, version, {}, "", "")
+            return Applied(Device.from_item(item), None, version)
+        return Applied(Device(planned.device_id, version, {}, "", ""), None, version)

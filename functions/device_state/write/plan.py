@@ -11,6 +11,7 @@ from ..fleet.index import FleetIndex
 from ..item import contention, schema
 from ..item.credentials import Holder
 from ..item.fencing import Fence
+from ..item.job_marks import JobMark
 from ..item.journal import WriteId
 from ..model.connectivity import CONNECTED_FIELD, CONNECTIVITY
 from ..model.device import Device
@@ -78,6 +79,7 @@ class PlanContext:
     seen_by: str | None = None  # the device whose own writes these are: they set its lastSeen too
     raced: contention.Raced | None = None  # how a read-modify-write came to this try (None: it races no one)
     holder: Holder | None = None  # the credential the device's own requests come with (item/credentials.py)
+    job: JobMark | None = None  # the job whose desired write this is: its mark goes with it (item/job_marks.py)
 
     def holder_of(self, device_id: str) -> Holder | None:
         """The credential a request on ``device_id`` must find on its item: the caller's, when

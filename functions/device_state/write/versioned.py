@@ -10,9 +10,9 @@ from typing import Callable
 
 from boto3.dynamodb.conditions import ConditionBase
 
-from ..errors import DeviceAlreadyExists, ItemTooLarge
+from ..errors import DeviceAlreadyExists, ItemTooLarge, JobAlreadyWritten, TooManyJobs
 from ..fleet.index import connectivity_attributes
-from ..item import contention, schema
+from ..item import contention, job_marks, schema
 from ..item.credentials import ProvisionedIdentity
 from ..item.journal import JOURNAL_KEEP, WriteId, trimmed_stamps, trimming, watermark
 from ..item.room import LARGEST_VERSION, MAX_STATE_ITEM_BYTES, checked_size, without_bookkeeping
@@ -187,6 +187,27 @@ class VersionedWrites(PlanContext):
         }}
         return Planned(current.device_id, request, current, CHECKED, current.version)
 
+    def _job_marks(self, expr: Expression, device_id: str, item: dict | None, version: int,
+                   sets: list[str]) -> dict | None:
+        """The job marks this write leaves (``item/job_marks``): those still kept, and the mark of
+        the job whose write it is (``self.job``), at ``version``; None when they are as stored (an
+        item without the map gets an empty one).
+        ``JobAlreadyWritten`` when the item holds that job's mark, ``TooManyJobs`` when it keeps
+        ``MAX_JOB_MARKS`` others."""
+        stored, kept = job_marks.marks(item), job_marks.kept(item, self.now)
+        if self.job is not None:
+            if self.job.job_id in stored:
+                raise JobAlreadyWritten(device_id, self.job.job_id, job_marks.unpack(stored[self.job.job_id])[0])
+            if len(kept) >= job_marks.MAX_JOB_MARKS:
+                raise TooManyJobs(device_id, job_marks.MAX_JOB_MARKS)
+            kept[self.job.job_id] = self.job.packed(self.now, version)
+        if kept == stored and schema.JOB_MARKS in (item or {}):
+            return None
+        # Kept even when empty, so that a job's write to the device can be compiled (read-free).
+        sets.append(f"{expr.name(schema.JOB_MARKS)} = "
+                    f"{expr.value({'M': {job_id: number(packed) for job_id, packed in kept.items()}})}")
+        return kept
+
     @staticmethod
     def _making_room(plan: Callable[[bool], Planned]) -> Planned:
         """``plan(True)``; when that write does not fit beside the confirmations of cleared
@@ -218,6 +239,9 @@ class VersionedWrites(PlanContext):
         if self.seen_by == device_id and outcome != DELETED:
             sets.append(f"{name(schema.LAST_SEEN)} = {expr.number(int(self.now * 1000))}")
         if outcome != DELETED:
+            marks = self._job_marks(expr, device_id, item, next_version, sets)
+            if marks is not None:  # sized with each mark at its largest
+                written = {**written, schema.JOB_MARKS: {"M": {job_id: {"N": "9" * 38} for job_id in marks}}}
             # What this write leaves, with what grows from write to write (versions, the
             # outcome's name) at its largest: a state accepted once fits again later.
             written = {**written, **{schema.CHANGED_ATTRIBUTES[section]: LARGEST_VERSION for section in DEVICE_SECTIONS

@@ -1,0 +1,104 @@
+"""Routes of jobs (``/jobs``) and of a device's jobs: each request comes parsed and authorized by
+its declaration (``routes``); these call the library's ``JobService`` and shape its answers. A
+created or canceled job's runner is started at once where one is deployed (``JOB_RUNNER_FUNCTION``);
+``make serve`` runs its own."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from urllib.parse import quote
+
+from .resolver import Response
+from .resolver import Router
+
+from . import request_parsing as parse
+from .common import IDEMPOTENT_REPLAYED, idempotency_key, json_response, manager, route, wait_budget
+from .routes import Request
+from functions.config import api_config
+
+router = Router()
+logger = logging.getLogger("device_state.api")
+
+
+def _etag(head) -> str:
+    return f'"{head.etag()}"'
+
+
+def _job(head, status: int = 200, headers: dict | None = None) -> Response:
+    return json_response(head.as_dict(), status, {"ETag": _etag(head), **(headers or {})})
+
+
+def _start_runner(job_id: str) -> None:
+    """Asks the deployed runner to take the job now (the schedule would within a minute)."""
+    function = api_config().job_runner_function
+    if not function:
+        return
+    try:
+        import boto3
+
+        boto3.session.Session().client("lambda").invoke(FunctionName=function, InvocationType="Event",
+                                                        Payload=json.dumps({"jobId": job_id}).encode())
+    except Exception:  # noqa: BLE001 - the schedule wakes the job anyway
+        logger.warning("job runner not started; the schedule will", extra={"job_id": job_id})
+
+
+def _job_tag(header: str | None) -> str | None:
+    """The first entity tag If-None-Match names (a job's ETag is one opaque strong tag)."""
+    found = re.search(r'"([^"]*)"', header or "")
+    return found.group(1) if found else None
+
+
+def _location(event, job_id: str) -> str:
+    outer = (event.get("requestContext") or {}).get("path") or ""
+    prefix = outer[: -len(event.path)] if event.path and outer.endswith(event.path) else ""
+    return f"{prefix}/jobs/{quote(job_id, safe='')}"
+
+
+@route(router, "createJob")
+def create_job(request: Request) -> Response:
+    head, replayed = manager().jobs().create(request.body, idempotency_key(request, "jobs"))
+    if not replayed:
+        _start_runner(head.record.spec.job_id)
+    headers = {"Location": _location(request.event, head.record.spec.job_id)}
+    if replayed:
+        headers[IDEMPOTENT_REPLAYED] = "true"
+    return _job(head, 201, headers)
+
+
+@route(router, "listJobs")
+def list_jobs(request: Request) -> Response:
+    found, cursor = manager().jobs().list(request.query.get("status"), request.query["limit"],
+                                          request.query.get("cursor"))
+    return json_response({"items": found, "nextCursor": cursor})
+
+
+@route(router, "getJob")
+def get_job(request: Request) -> Response:
+    job_id = request.path["job_id"]
+    named = _job_tag(request.headers.get(parse.IF_NONE_MATCH))
+    seconds = wait_budget(request.context, request.query["waitSeconds"]) if named else 0
+    head = manager().jobs().wait(job_id, named, seconds)
+    if named is not None and head.etag() == named:
+        return Response(status_code=304, headers={"ETag": _etag(head)})
+    return _job(head)
+
+
+@route(router, "listJobExecutions")
+def list_executions(request: Request) -> Response:
+    found, cursor = manager().jobs().executions(request.path["job_id"], request.query.get("state"),
+                                                request.query["limit"], request.query.get("cursor"))
+    return json_response({"items": found, "nextCursor": cursor})
+
+
+@route(router, "cancelJob")
+def cancel_job(request: Request) -> Response:
+    head = manager().jobs().cancel(request.path["job_id"], request.query["force"])
+    _start_runner(head.record.spec.job_id)
+    return _job(head)
+
+
+@route(router, "listDeviceJobs")
+def device_jobs(request: Request) -> Response:
+    return json_response({"items": manager().jobs().device_jobs(request.path["device_id"]), "nextCursor": None})

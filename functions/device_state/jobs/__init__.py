@@ -1,0 +1,20 @@
+"""Jobs: one desired change to every device a filter (or a list) names, written at most once per
+device, tracked per device from what the device already does, with rollout, abort and cancel.
+
+``spec`` (what a job asks, its states and limits), ``executions`` (how an execution's state
+follows from the device's item: pure), ``device_write`` (the job's write of one device, through
+the one planner and pipeline), ``items`` (the job's items and their attributes), ``store`` (them
+read and written), ``finals`` (final states and the job's counts, written together), ``runner``
+(targets, writes, sweeps, stops)."""
+
+from .runner import BUSY, DONE, HELD, IDLE, JobRunner, Progress
+from .service import MAX_LIMIT, JobService
+from .spec import (ABORT_KINDS, EXECUTION_STATES, FINAL_STATES, JOB_ID_PATTERN, JOB_STATUSES, MAX_ABORT_CRITERIA,
+                   MAX_DESIRED_BYTES, MAX_DEVICE_IDS, MAX_JOB_LEAVES, MAX_JOB_SECONDS, MAX_MIN_EXECUTED, MAX_PER_MINUTE,
+                   MAX_TIMEOUT_SECONDS, MIN_THRESHOLD_PERCENT, RFC3339_PATTERN)
+from .tracker import JobTracker
+
+__all__ = ["BUSY", "DONE", "HELD", "IDLE", "JobRunner", "Progress", "MAX_LIMIT", "JobService", "ABORT_KINDS",
+           "EXECUTION_STATES", "FINAL_STATES", "JOB_ID_PATTERN", "JOB_STATUSES", "MAX_ABORT_CRITERIA",
+           "MAX_DESIRED_BYTES", "MAX_DEVICE_IDS", "MAX_JOB_LEAVES", "MAX_JOB_SECONDS", "MAX_MIN_EXECUTED",
+           "MAX_PER_MINUTE", "MAX_TIMEOUT_SECONDS", "MIN_THRESHOLD_PERCENT", "RFC3339_PATTERN", "JobTracker"]

@@ -1,0 +1,489 @@
+"""The job runner: one worker at a time per job (a lease on the job's run item), resumable from
+what the table holds, so a worker that dies or is killed loses nothing and repeats nothing (each
+device's mark refuses a second write of the job: ``device_write``).
+
+``run(job_id, budget_seconds)`` takes steps until nothing is due or its time is up; each step
+reads the job's head (job, run, counters: one query) and does the one thing due first:
+
+- a stop: ``endsAt`` passed or an abort criterion is met (the job ``ABORTED``); once a stop is
+  asked (those, or a cancel), a batch a runner claimed and never recorded is found on the devices
+  (their marks), then what is still queued is counted ``CANCELED``, once, never written; a
+  forced cancel then removes the job's leaves where the job still owns them;
+- a listed job's devices checked first: one that does not exist is ``REMOVED`` at once;
+- targeting: the next page of the fleet query becomes a target page (while fewer than two pages
+  wait to be written); a continuous job queries again every ``requery_seconds`` once every
+  target is written, adding the devices that match now and hold no execution of the job;
+- writing: the next devices of a page are claimed on the run item (``batch``, and ``sent``, which
+  the rollout counts), written side by side, recorded on their page, and the run moves past
+  them with its count of those written, on condition that the batch is still the one claimed
+  (a late or second copy changes nothing). A paced job's write ``j`` goes no earlier than
+  ``60 j / maxPerMinute`` seconds after its first, so at no moment more than
+  ``maxPerMinute × elapsed / 60 + 1`` were sent. A device whose write's outcome is not known
+  keeps the batch claimed: the next step writes it again (its mark answers if it landed);
+- sweeping: written executions whose deadline passed unconfirmed are judged on their device's item
+  (``TIMED_OUT``, or what the item shows if the stream has not told it yet);
+- completing: nothing queued or in progress (a continuous job: and stopped).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ..errors import (
+    AnswerLost,
+    ConditionNotMet,
+    DeviceNotFound,
+    IndexBuilding,
+    InvalidCursor,
+    InvalidFilter,
+    JobEnded,
+    OutcomeUnknown,
+    RetriesExhausted,
+    StorageUnavailable,
+)
+from ..item import job_marks, schema
+from ..model.patches import MergePatch
+from ..model.sections import DESIRED
+from ..write.outcomes import Moved
+from ..write.pipeline import WritePipeline
+from ..write.plan import UPDATED
+from ..write.retry import RetryLoop
+from . import items
+from .device_write import JobWrites, Outcome
+from .executions import Verdict, judge
+from .finals import Final, Finals
+from .items import PAGE_SIZE, Head, Page
+from .spec import ABORTED, CANCELED, IN_PROGRESS, QUEUED, REMOVED, JobSpec
+from .store import JobStore, RunLost
+
+logger = logging.getLogger("device_state.jobs")
+
+LEASE_SECONDS = 30  # renewed at every change of the run; a runner that stops renewing loses it after this
+BATCH_SECONDS = 10  # a paced batch claims what the rollout allows over this long
+STOP_POLL_SECONDS = 1.0  # how often a paced batch looks for a stop
+IDLE_AFTER_SECONDS = 30  # a paced job whose next write is further off than this waits for the schedule
+DEFAULT_CONCURRENCY = 16
+DEFAULT_REQUERY_SECONDS = 60
+DONE, IDLE, BUSY, HELD = "done", "idle", "busy", "held"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a ``run`` came to: ``DONE`` (the job is complete), ``IDLE`` (nothing due before
+    ``wake_ms``; None: only a cancel can change that), ``BUSY`` (its time ran out with work due:
+    run again at once), ``HELD`` (another runner holds the job)."""
+
+    status: str
+    wake_ms: int | None = None
+
+
+class JobRunner:
+    def __init__(self, pipeline: WritePipeline, fleet_query=None, *, owner: str | None = None,
+                 concurrency: int = DEFAULT_CONCURRENCY, requery_seconds: float = DEFAULT_REQUERY_SECONDS,
+                 lease_seconds: float = LEASE_SECONDS):
+        self._pipeline = pipeline
+        self._store = pipeline.store
+        self._runtime = pipeline.runtime
+        self._jobs = JobStore(pipeline)
+        self._finals = Finals(pipeline)
+        self._query = fleet_query
+        self.owner = owner or uuid.uuid4().hex
+        self.concurrency = concurrency
+        self.requery_seconds = requery_seconds
+        self.lease_seconds = lease_seconds
+
+    def run(self, job_id: str, budget_seconds: float) -> Progress:
+        monotonic = self._runtime.monotonic
+        deadline = monotonic() + budget_seconds
+        head = self._jobs.head(job_id)
+        if head is None or head.record.completed_ms is not None:
+            return Progress(DONE)
+        if not self._jobs.take_lease(job_id, self.owner, self.lease_seconds):
+            return Progress(HELD)
+        writes = JobWrites(self._pipeline, head.record.spec)
+        try:
+            attempt = 0
+            while monotonic() < deadline:
+                head = self._jobs.head(job_id)
+                if head.run.owner != self.owner:
+                    return Progress(HELD)
+                try:
+                    step = self._step(head, writes, deadline)
+                    attempt = 0
+                except RunLost:
+                    return Progress(HELD)
+                except (AnswerLost, ConditionNotMet, StorageUnavailable) as error:  # the next read decides
+                    attempt += 1
+                    logger.warning("job %s: step not known to have applied (%s); reading again", job_id, error)
+                    self._runtime.pause(min(attempt, 6))
+                    continue
+                if step is not None:
+                    return step
+            return Progress(BUSY)
+        finally:
+            self._jobs.release_lease(job_id, self.owner)
+
+    def _step(self, head: Head, writes: JobWrites, deadline: float) -> Progress | None:
+        spec, run, now = head.record.spec, head.run, self._runtime.clock()
+        job_id = spec.job_id
+        if run.stop is None and self._stopping(head, now):
+            return None
+        if run.stop is not None and run.stopped_ms is None:
+            self._reconcile(head) if run.batch is not None else self._cancel_queued(head)
+            return None
+        if run.batch is not None:
+            self._write_batch(head, writes)
+            return None
+        if run.force and run.forced < run.at:
+            self._force_page(head)
+            return None
+        if run.stop is None and spec.filter is None and not run.checked:
+            self._check_listed(head)
+            return None
+        written_all = run.at >= run.pages * PAGE_SIZE
+        if run.stop is None and not run.targeted and run.pages * PAGE_SIZE - run.at < 2 * PAGE_SIZE:
+            self._target_page(head)
+            return None
+        if run.stop is None and not written_all:
+            wait = self._claim(head)
+            if wait is None:
+                return None
+            if wait > IDLE_AFTER_SECONDS:
+                return self._idle(head, int((now + wait) * 1000))
+            self._runtime.sleep(max(0.0, min(wait, deadline - self._runtime.monotonic())))
+            return None
+        if run.stop is None and not run.targeted:
+            self._target_page(head)
+            return None
+        if self._sweep(head):
+            return None
+        if spec.continuous and run.stop is None and now * 1000 >= run.requery_ms:
+            self._jobs.update_run(job_id, self.owner, sets={
+                items.TARGETED: None, items.QUERY_CURSOR: None,
+                items.REQUERY_AT: int((now + self.requery_seconds) * 1000)}, lease_seconds=self.lease_seconds)
+            return None
+        counts = head.counts_by_state
+        if counts[QUEUED] == 0 and counts[IN_PROGRESS] == 0 and (not spec.continuous or run.stopped_ms is not None):
+            self._jobs.complete(head)
+            return Progress(DONE)
+        return self._idle(head, None)
+
+    def _idle(self, head: Head, wake_ms: int | None) -> Progress:
+        """Nothing due now: when the schedule should run the job again."""
+        spec, run = head.record.spec, head.run
+        due = [wake_ms, int(spec.ends_at * 1000) if run.stop is None else None,
+               run.requery_ms if spec.continuous and run.stop is None else None, self._next_deadline(head)]
+        wake = min((moment for moment in due if moment), default=None)
+        self._jobs.update_run(spec.job_id, self.owner, sets={items.WAKE: wake})
+        return Progress(IDLE, wake)
+
+    # ------------------------------------------------------------- stops
+
+    def _stopping(self, head: Head, now: float) -> bool:
+        """Asks a stop when ``endsAt`` passed or an abort criterion is met; True when it did."""
+        spec = head.record.spec
+        if now >= spec.ends_at:
+            self._jobs.stop(spec.job_id, items.STOP_END)
+            return True
+        counts = head.counts_by_state
+        criterion = next((criterion for criterion in spec.abort if criterion.met(counts)), None)
+        if criterion is None or head.record.status != IN_PROGRESS:
+            return False
+        try:
+            self._jobs.stop(spec.job_id, items.STOP_ABORT, ABORTED, aborted_by=criterion.as_dict())
+        except JobEnded:  # canceled meanwhile: that stop stands
+            pass
+        return True
+
+    def _reconcile(self, head: Head) -> None:
+        """A stop found a batch claimed and not recorded: what of it reached the devices (their
+        marks) is recorded as written; the rest stays queued, to be canceled."""
+        spec, run = head.record.spec, head.run
+        first, end = run.batch
+        page = self._jobs.page(spec.job_id, first // PAGE_SIZE)
+        inside = [(index, device_id) for index, device_id in enumerate(page.ids)
+                  if first <= page.position(index) < end]
+        unrecorded = [device_id for index, device_id in inside if not page.writes[index]]
+        states = self._store.batch_get_states(unrecorded) if unrecorded else {}
+        recorded = {}
+        for index, device_id in inside:
+            mark = None if page.writes[index] else job_marks.mark_of(states.get(device_id), spec.job_id)
+            if mark is not None:
+                version, deadline_ms = mark
+                recorded[index] = items.pack_write(deadline_ms - spec.window_seconds * 1000, version)
+        self._jobs.record_page(spec.job_id, page.number, recorded)
+        self._move_past(head, page, recorded)
+
+    def _cancel_queued(self, head: Head) -> None:
+        queued = head.counts_by_state[QUEUED]
+        self._jobs.update_run(head.record.spec.job_id, self.owner, sets={
+            items.STOPPED: int(self._runtime.clock() * 1000), items.CANCELED_QUEUED: queued},
+            absent=(items.STOPPED, items.BATCH), lease_seconds=self.lease_seconds)
+
+    def _force_page(self, head: Head) -> None:
+        """A forced cancel: each device still in progress where the job still owns its leaves (no
+        other writer set one since) has its execution CANCELED first, then the job's leaves
+        removed (the stream then sees the job's own removal after the final state, not a
+        supersession)."""
+        spec, run = head.record.spec, head.run
+        page = self._jobs.page(spec.job_id, run.forced // PAGE_SIZE)
+        end = min((run.forced // PAGE_SIZE + 1) * PAGE_SIZE, run.at)
+        if page is not None:
+            removal = MergePatch(_nulls(spec.leaves))
+            for device_id, version, deadline_ms in self._in_progress(spec, page, run.forced, end):
+                self._force_one(spec, device_id, version, deadline_ms, removal)
+        self._jobs.update_run(spec.job_id, self.owner, sets={items.FORCED: end}, lease_seconds=self.lease_seconds)
+
+    def _force_one(self, spec: JobSpec, device_id: str, version: int, deadline_ms: int, removal: MergePatch) -> None:
+        expires = items.retire_at(spec)
+        item = self._store.get_state(device_id)
+        verdict = judge(spec.leaves, version, deadline_ms, item, self._runtime.clock())
+        if verdict is not None:  # final already: confirmed, refused, superseded or gone
+            self._finals.record(spec.job_id, expires, [Final(device_id, verdict, version, True)])
+            return
+        canceled = Final(device_id, Verdict(CANCELED, int(self._runtime.clock() * 1000)), version, True)
+        if not self._finals.record(spec.job_id, expires, [canceled]):
+            return  # the stream made it final meanwhile: the job no longer owns the outcome
+
+        def attempt(current, _number):
+            if judge(spec.leaves, version, deadline_ms, current, self._runtime.clock()) is not None:
+                return  # another writer set a leaf (or the device went): its leaves are not the job's now
+            planner = self._pipeline.planner()
+            self._pipeline.send(planner, planner.replace_state(current, removal, None, UPDATED, DESIRED))
+
+        try:
+            RetryLoop(8, 5.0, self._runtime).run(device_id, attempt, lambda: self._store.get_state(device_id),
+                                                 count_success=False)
+        except (DeviceNotFound, RetriesExhausted, OutcomeUnknown, StorageUnavailable, Moved):
+            logger.warning("job %s: the canceled desire of %s was left on the device", spec.job_id, device_id)
+
+    def _check_listed(self, head: Head) -> None:
+        """A listed device that does not exist has its execution REMOVED at once."""
+        spec, run = head.record.spec, head.run
+        now = self._runtime.clock()
+        finals = []
+        for page in self._jobs.pages(spec.job_id, 0, run.pages - 1):
+            states = self._store.batch_get_states(list(page.ids))
+            finals += [Final(device_id, Verdict(REMOVED, int(now * 1000))) for device_id in page.ids
+                       if not schema.is_live_state(states.get(device_id), now)]
+        self._finals.record(spec.job_id, items.retire_at(spec), finals)
+        self._jobs.update_run(spec.job_id, self.owner, sets={items.CHECKED: True}, lease_seconds=self.lease_seconds)
+
+    # ---------------------------------------------------------- targeting
+
+    def _target_page(self, head: Head) -> None:
+        """The next page of matching devices, those the job has not written nor finished."""
+        spec, run = head.record.spec, head.run
+        try:
+            found, cursor = self._query.page_items(spec.filter, PAGE_SIZE, run.query_cursor)
+        except IndexBuilding:
+            self._runtime.sleep(1.0)
+            return
+        except (InvalidCursor, InvalidFilter) as error:  # the declaration changed under the job
+            logger.warning("job %s: targeting stopped: %s", spec.job_id, error)
+            found, cursor = [], None
+        ids = [schema.StateItem.of(item).device_id for item in found if job_marks.mark_of(item, spec.job_id) is None]
+        if spec.continuous and ids:  # a device it finished (removed, failed unwritten) stays out
+            final = self._jobs.final_devices(spec.job_id, ids)
+            ids = [device_id for device_id in ids if device_id not in final]
+        self._jobs.add_page(spec.job_id, self.owner, run.pages, ids, cursor, items.retire_at(spec))
+
+    # ------------------------------------------------------------ writes
+
+    def _claim(self, head: Head) -> float | None:
+        """Claims the next devices of the page being written; None when it did (or moved past a
+        page's end), else the seconds until the rollout allows the next write."""
+        spec, run = head.record.spec, head.run
+        page = self._jobs.page(spec.job_id, run.at // PAGE_SIZE)
+        index = run.at % PAGE_SIZE
+        if page is None or index >= len(page.ids):  # on to the next page
+            self._jobs.update_run(spec.job_id, self.owner, sets={items.AT: (run.at // PAGE_SIZE + 1) * PAGE_SIZE},
+                                  conditions={items.AT: run.at}, absent=(items.BATCH,), lease_seconds=self.lease_seconds)
+            return None
+        count = len(page.ids) - index
+        now = self._runtime.clock()
+        started = run.started_ms / 1000 if run.sent else now
+        if spec.max_per_minute is not None:
+            # write j may go at started + 60 j / rate: claim those due within the next BATCH_SECONDS
+            allowed = int((now + BATCH_SECONDS - started) * spec.max_per_minute / 60) + 1 - run.sent
+            if allowed <= 0:
+                return started + 60 * run.sent / spec.max_per_minute - now
+            count = min(count, allowed)
+        self._jobs.update_run(spec.job_id, self.owner,
+                              sets={items.BATCH: (run.at, run.at + count), items.STARTED: int(started * 1000)},
+                              adds={items.SENT: count}, conditions={items.AT: run.at},
+                              absent=(items.BATCH, items.STOP), lease_seconds=self._batch_lease(spec))
+        return None
+
+    def _write_batch(self, head: Head, writes: JobWrites) -> None:
+        """Writes the claimed devices not recorded yet (each once: one written already answers
+        with its version), records them on their page, then moves the run past the batch once
+        every one is known."""
+        spec, run = head.record.spec, head.run
+        first, end = run.batch
+        page = self._jobs.page(spec.job_id, first // PAGE_SIZE)
+        entries = [(index, device_id) for index, device_id in enumerate(page.ids)
+                   if first <= page.position(index) < end and not page.writes[index]]
+        if spec.filter is None:  # a listed device found missing at the start is final already
+            final = self._jobs.final_devices(spec.job_id, [device_id for _, device_id in entries])
+            entries = [(index, device_id) for index, device_id in entries if device_id not in final]
+        sent_before = run.sent - (end - first)
+        started = run.started_ms / 1000
+        stopped, finished = threading.Event(), threading.Event()
+        if spec.max_per_minute is not None:
+            threading.Thread(target=self._watch_stop, args=(spec.job_id, stopped, finished), daemon=True).start()
+        try:
+            with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+                outcomes = list(pool.map(
+                    lambda entry: self._write_one(writes, spec, entry[1], started,
+                                                  sent_before + page.position(entry[0]) - first, stopped), entries))
+        finally:
+            finished.set()
+        recorded, finals, unknown = {}, [], 0
+        for (index, device_id), (outcome, written_ms) in zip(entries, outcomes):
+            if outcome is not None and outcome.version:
+                recorded[index] = items.pack_write(written_ms, outcome.version)
+            elif outcome is not None and outcome.final is not None:
+                finals.append(Final(device_id, outcome.final))
+            else:
+                unknown += 1
+        self._jobs.record_page(spec.job_id, page.number, recorded)
+        if finals:
+            self._finals.record(spec.job_id, items.retire_at(spec), finals)
+        if unknown:  # written again at the next step (or found on the devices by a stop)
+            self._jobs.update_run(spec.job_id, self.owner, lease_seconds=self._batch_lease(spec))
+            return
+        self._move_past(head, page, recorded)
+
+    def _batch_lease(self, spec: JobSpec) -> float:
+        """The lease a batch is written under: a paced one waits its turns."""
+        return self.lease_seconds + (BATCH_SECONDS if spec.max_per_minute is not None else 0)
+
+    def _move_past(self, head: Head, page: Page, recorded: dict) -> None:
+        first, end = head.run.batch
+        written = sum(1 for index, packed in enumerate(page.writes)
+                      if first <= page.position(index) < end and (packed or index in recorded))
+        self._jobs.update_run(head.record.spec.job_id, self.owner, sets={items.AT: end, items.BATCH: None},
+                              adds={items.WRITTEN: written}, conditions={items.BATCH: (first, end)},
+                              lease_seconds=self.lease_seconds)
+
+    def _write_one(self, writes: JobWrites, spec: JobSpec, device_id: str, started: float, number: int,
+                   stopped: threading.Event) -> tuple[Outcome | None, int]:
+        """The device's write, no earlier than its turn in the rollout; None once a stop came."""
+        if spec.max_per_minute is not None:
+            turn = started + 60 * number / spec.max_per_minute
+            while not stopped.is_set() and self._runtime.clock() < turn:
+                stopped.wait(min(turn - self._runtime.clock(), STOP_POLL_SECONDS))
+        if stopped.is_set():
+            return None, 0
+        outcome = writes.write(device_id)
+        return outcome, int(self._runtime.clock() * 1000)
+
+    def _watch_stop(self, job_id: str, stopped: threading.Event, finished: threading.Event) -> None:
+        while not finished.wait(STOP_POLL_SECONDS):
+            try:
+                head = self._jobs.head(job_id)
+            except (AnswerLost, StorageUnavailable):
+                continue
+            if head is None or head.run.stop is not None or head.run.owner != self.owner:
+                stopped.set()
+                return
+
+    # ------------------------------------------------------------ sweeps
+
+    def _in_progress(self, spec: JobSpec, page: Page, start: int, end: int,
+                     due_by_ms: int | None = None) -> list[tuple[str, int, int]]:
+        """(device, version, deadline ms) of the page's written, not final executions in
+        [start, end), those whose deadline is ``due_by_ms`` or earlier when given."""
+        window_ms = spec.window_seconds * 1000
+        written = []
+        for index, device_id in enumerate(page.ids):
+            if not start <= page.position(index) < end or not page.writes[index]:
+                continue
+            version, written_ms = items.unpack_write(page.writes[index])
+            if due_by_ms is None or written_ms + window_ms <= due_by_ms:
+                written.append((device_id, version, written_ms + window_ms))
+        final = self._jobs.final_devices(spec.job_id, [device_id for device_id, _, _ in written])
+        return [entry for entry in written if entry[0] not in final]
+
+    def _sweep(self, head: Head) -> bool:
+        """Makes final the written executions whose deadline passed, in write order; True when
+        it moved."""
+        spec, run = head.record.spec, head.run
+        if run.sweep >= run.at:
+            return False
+        now = self._runtime.clock()
+        now_ms, window_ms = int(now * 1000), spec.window_seconds * 1000
+        page = self._jobs.page(spec.job_id, run.sweep // PAGE_SIZE)
+        end = min((run.sweep // PAGE_SIZE + 1) * PAGE_SIZE, run.at)
+        reached = end
+        if page is not None:
+            for index, packed in enumerate(page.writes):
+                position = page.position(index)
+                if run.sweep <= position < end and packed and items.unpack_write(packed)[1] + window_ms > now_ms:
+                    reached = position  # deadlines follow the write order: the rest are later still
+                    break
+            due = self._in_progress(spec, page, run.sweep, reached, now_ms)
+            states = self._store.batch_get_states([device_id for device_id, _, _ in due]) if due else {}
+            finals = [Final(device_id, verdict, version, True) for device_id, version, deadline_ms in due
+                      if (verdict := judge(spec.leaves, version, deadline_ms, states.get(device_id), now))]
+            self._finals.record(spec.job_id, items.retire_at(spec), finals)
+        if reached == run.sweep:
+            return False
+        self._jobs.update_run(spec.job_id, self.owner, sets={items.SWEEP: reached}, lease_seconds=self.lease_seconds)
+        return True
+
+    def _next_deadline(self, head: Head) -> int | None:
+        """The deadline of the first written execution not swept yet."""
+        spec, run = head.record.spec, head.run
+        if run.sweep >= run.at:
+            return None
+        page = self._jobs.page(spec.job_id, run.sweep // PAGE_SIZE)
+        for index, packed in enumerate(page.writes if page else ()):
+            if page.position(index) >= run.sweep and packed:
+                return items.unpack_write(packed)[1] + spec.window_seconds * 1000
+        return int(self._runtime.clock() * 1000)  # unwritten entries to pass over: at once
+
+
+def _nulls(leaves: dict) -> dict:
+    """The merge patch that removes ``leaves`` (pointers) from desired."""
+    patch: dict = {}
+    for pointer in leaves:
+        parts = [part.replace("~1", "/").replace("~0", "~") for part in pointer.split("/")[1:]]
+        node = patch
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = None
+    return patch
+
+
+STUCK_AFTER_MS = 5 * 60 * 1000  # a job due this long with no runner at it is stuck
+
+
+@dataclass(frozen=True)
+class Due:
+    """What the schedule found: the jobs a runner should take now, and the executions (queued
+    or in progress) of those due longer than ``STUCK_AFTER_MS``: stuck, since no runner came."""
+
+    job_ids: tuple[str, ...]
+    stuck_executions: int
+
+
+def due_jobs(jobs: JobStore, now: float) -> Due:
+    """The open jobs due now (``Head.due``): what the deployed schedule wakes, and what
+    ``make serve``'s runner loop runs."""
+    now_ms = int(now * 1000)
+    found, stuck = [], 0
+    for job_id in jobs.open_jobs():
+        head = jobs.head(job_id)
+        if head is None or not head.due(now_ms):
+            continue
+        found.append(job_id)
+        if head.overdue_ms(now_ms) > STUCK_AFTER_MS:
+            counts = head.counts_by_state
+            stuck += counts[QUEUED] + counts[IN_PROGRESS]
+    return Due(tuple(found), stuck)

@@ -1,0 +1,176 @@
+"""What callers do with jobs: create one (checked whole; its Idempotency-Key kept beside it), read
+it (or wait for its counts to move), list jobs and a job's executions, cancel, and list a device's
+jobs. No HTTP here; the API's routes call these."""
+
+from __future__ import annotations
+
+from ..errors import IdempotencyKeyReused, JobNotFound
+from ..fleet.cursors import CursorSeal
+from ..item import job_marks, schema
+from ..write.expressions import Expression
+from ..write.keyed import IdempotencyKey
+from ..write.outcomes import Refusals
+from ..write.pipeline import WritePipeline
+from . import items
+from .items import PAGE_SIZE, Execution, Head
+from .spec import CANCELED, IN_PROGRESS, QUEUED, parse
+from .store import JobStore
+
+MAX_LIMIT = 100
+POLL_SECONDS = 0.5  # a waiting read looks at the job's counts this often
+_KEY, _JOB = "key", "job"
+
+
+class JobService:
+    def __init__(self, pipeline: WritePipeline, fleet_query, cursors: CursorSeal):
+        self._pipeline = pipeline
+        self._runtime = pipeline.runtime
+        self._store = pipeline.store
+        self._jobs = JobStore(pipeline)
+        self._query = fleet_query
+        self._cursors = cursors
+
+    # ------------------------------------------------------------ create
+
+    def create(self, body, key: IdempotencyKey | None = None) -> tuple[Head, bool]:
+        """The job ``body`` asks for, created; (its head, whether it was created before with the same
+        key and body: a replay). ``InvalidJob`` (or the fleet query's ``InvalidFilter``) when the body
+        cannot be run, ``JobExists``, ``IdempotencyKeyReused``."""
+        spec = parse(body, self._runtime.clock())
+        if spec.filter is not None:
+            self._query.parse(spec.filter)
+        if key is not None:
+            replayed = self._replayed(key)
+            if replayed is not None:
+                return replayed, True
+        entry = None
+        if key is not None:
+            entry = {**items.key_entry(key.scope, key.key), items.JOB_ID: {"S": spec.job_id},
+                     items.FINGERPRINT: {"S": key.fingerprint},
+                     schema.TTL_ATTRIBUTE: {"N": str(int(spec.created_at) + items.KEY_SECONDS)}}
+        try:
+            self._jobs.create(spec, entry)
+        except Refusals as refused:
+            if key is not None and _KEY in refused.refused:  # the same key, at the same moment
+                replayed = self._replayed(key)
+                if replayed is not None:
+                    return replayed, True
+            raise
+        return self._jobs.head(spec.job_id), False
+
+    def _replayed(self, key: IdempotencyKey) -> Head | None:
+        found = self._store.get(items.key_entry(key.scope, key.key))
+        if found is None or int(found[schema.TTL_ATTRIBUTE]["N"]) <= self._runtime.clock():
+            return None
+        if found[items.FINGERPRINT]["S"] != key.fingerprint:
+            raise IdempotencyKeyReused(None, key.key)
+        return self._jobs.head(found[items.JOB_ID]["S"])
+
+    # -------------------------------------------------------------- read
+
+    def head(self, job_id: str) -> Head:
+        head = self._jobs.head(job_id)
+        if head is None:
+            raise JobNotFound(job_id)
+        return head
+
+    def wait(self, job_id: str, etag: str | None, seconds: float) -> Head:
+        """The job once its ETag differs from ``etag`` (its counts, status or total moved), or as it
+        is when ``seconds`` have passed."""
+        deadline = self._runtime.monotonic() + seconds
+        while True:
+            head = self.head(job_id)
+            left = deadline - self._runtime.monotonic()
+            if etag is None or head.etag() != etag or left <= 0:
+                return head
+            self._runtime.sleep(min(POLL_SECONDS, left))
+
+    def list(self, status: str | None = None, limit: int = 50, cursor: str | None = None) -> tuple[list[dict], str | None]:
+        """Jobs, newest first (``status``: only those), each as ``GET /jobs/{id}`` shows it."""
+        scope = ["jobs", status]
+        after = self._cursors.open(scope, cursor) if cursor else None
+        found: list[dict] = []
+        expr = Expression()
+        request = {"KeyConditionExpression": f"{expr.name(schema.PARTITION_KEY)} = "
+                                             f"{expr.value({'S': items.LISTING_PARTITION})}",
+                   "ScanIndexForward": False, "ConsistentRead": True}
+        if status is not None:
+            request["FilterExpression"] = f"{expr.name(items.STATUS)} = {expr.value({'S': status})}"
+        request.update(expr.attributes())
+        if after is not None:
+            request["ExclusiveStartKey"] = items.key(items.LISTING_PARTITION, str(after))  # sealed by us: ours
+        while len(found) < limit:
+            page = self._store.send("query", **{**request, "Limit": limit - len(found)})
+            for entry in page.get("Items", []):
+                head = self._jobs.head(entry[items.JOB_ID]["S"])
+                if head is not None:
+                    found.append(head.as_dict())
+                last = entry[schema.SORT_KEY]["S"]
+            if "LastEvaluatedKey" not in page:
+                return found, None
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            last = page["LastEvaluatedKey"][schema.SORT_KEY]["S"]
+        return found, self._cursors.seal(scope, last)
+
+    def executions(self, job_id: str, state: str | None = None, limit: int = 50,
+                   cursor: str | None = None) -> tuple[list[dict], str | None]:
+        """The job's executions in target order (``state``: only those): the final ones from their
+        items, the others from their page (in progress once written, queued or canceled before)."""
+        head = self.head(job_id)
+        run, scope = head.run, ["executions", job_id, state]
+        position = self._cursors.open(scope, cursor) if cursor else 0
+        if not isinstance(position, int) or isinstance(position, bool) or position < 0:
+            position = 0
+        found: list[dict] = []
+        while position < run.pages * PAGE_SIZE and len(found) < limit:
+            page = self._jobs.page(job_id, position // PAGE_SIZE)
+            index = position % PAGE_SIZE
+            if page is None or index >= len(page.ids):
+                position = (position // PAGE_SIZE + 1) * PAGE_SIZE
+                continue
+            ids = list(page.ids[index:])
+            finals = {execution.device_id: execution for execution in self._finals(job_id, ids)}
+            for offset, device_id in enumerate(ids):
+                execution = finals.get(device_id) or self._open(page.writes[index + offset], device_id, run)
+                position = page.position(index + offset) + 1
+                if state is None or execution.state == state:
+                    found.append(execution.as_dict())
+                    if len(found) == limit:
+                        break
+        more = position < run.pages * PAGE_SIZE
+        return found, self._cursors.seal(scope, position) if more else None
+
+    def _finals(self, job_id: str, device_ids: list[str]) -> list[Execution]:
+        keys = [items.execution_key(job_id, device_id) for device_id in device_ids]
+        return [Execution.from_item(item) for item in self._store.batch_get(keys).values()]
+
+    @staticmethod
+    def _open(packed: int, device_id: str, run) -> Execution:
+        if packed:
+            version, written_ms = items.unpack_write(packed)
+            return Execution(device_id, IN_PROGRESS, version, written_ms)
+        return Execution(device_id, CANCELED if run.stopped_ms is not None else QUEUED, 0, run.stopped_ms)
+
+    def device_jobs(self, device_id: str) -> list[dict]:
+        """The jobs whose write reached the device, while it keeps their mark (``item/job_marks``):
+        each job's id, status and the device's execution."""
+        item = self._store.get_state(device_id)
+        found = []
+        for job_id, packed in sorted(job_marks.marks(item).items()):
+            head = self._jobs.head(job_id)
+            if head is None:
+                continue
+            final = self._store.get(items.execution_key(job_id, device_id))
+            version, _ = job_marks.unpack(packed)
+            execution = Execution.from_item(final) if final else Execution(device_id, IN_PROGRESS, version)
+            found.append({"jobId": job_id, "status": head.record.status, "execution": execution.as_dict()})
+        return found
+
+    # ------------------------------------------------------------ cancel
+
+    def cancel(self, job_id: str, force: bool = False) -> Head:
+        """Stops queuing (what is queued is CANCELED, never written); ``force``: the job's leaves
+        also leave the devices still in progress where the job still owns them. ``JobEnded`` once
+        the job ended (a forced cancel of a job canceled already goes on)."""
+        self._jobs.stop(job_id, items.STOP_CANCEL, CANCELED, force=force)
+        return self.head(job_id)

@@ -1,0 +1,388 @@
+"""The job runner (jobs/runner.py) on DynamoDB Local: every targeted device gets the job's write
+exactly once and the job's counts agree with its executions, when the runner's answers are lost
+at random (the fault forwarder), when a runner is cut off mid-page and another one finishes, and
+when two runners whose leases lapse write the same pages at once. A naive runner (page the list
+and PATCH each device, remembering its progress per page) writes devices twice when it is
+restarted mid-page, in the same harness."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from functions.device_state import DeviceStateManager, FleetIndex, MergePatch, table
+from functions.device_state.client import dynamodb_client
+from functions.device_state.fleet.cursors import CursorSeal
+from functions.device_state.fleet.query import FleetQuery
+from functions.device_state.item import job_marks
+from functions.device_state.jobs import items
+from functions.device_state.jobs.runner import DONE, HELD, IDLE, JobRunner
+from functions.device_state.jobs.spec import EXECUTION_STATES, FINAL_STATES, parse
+from functions.device_state.jobs.store import JobStore
+from functions.device_state.runtime import Runtime
+from functions.device_state.table import create_table
+from functions.device_state.write.pipeline import WritePipeline
+from functions.device_state.write.store import Store
+from localdev.faults import Forwarder
+from tests.conftest import new_table_name, table_admin
+
+pytestmark = pytest.mark.dynamodb_local
+
+
+class Slow:
+    """A DynamoDB client whose UpdateItems take ``delay`` longer (a runner that falls behind)."""
+
+    def __init__(self, client, delay: float):
+        self._client, self._delay = client, delay
+        self.job_writes = 0  # the job's writes this client sent (its mark in the request)
+
+    def __getattr__(self, name):
+        call = getattr(self._client, name)
+        if name != "update_item":
+            return call
+
+        def slowed(**request):
+            time.sleep(self._delay)
+            self.job_writes += "j1" in str(request.get("ExpressionAttributeNames", {}).values())
+            return call(**request)
+        return slowed
+
+
+def pipeline_to(client, name, ahead: float = 0.0) -> WritePipeline:
+    """A pipeline whose clock runs ``ahead`` seconds ahead (a runner that comes back later)."""
+    runtime = Runtime(clock=lambda: time.time() + ahead)
+    return WritePipeline(Store(client, name, runtime), runtime, settle_seconds=2)
+
+
+class Rig:
+    def __init__(self, dynamodb_local, client, name, fleet_index=FleetIndex()):
+        self.dynamodb_local, self.client, self.name = dynamodb_local, client, name
+        self.fleet_index = fleet_index
+        self.manager = DeviceStateManager(client, name, fleet_index=fleet_index)
+        self.pipeline = pipeline_to(client, name)
+        self.jobs = JobStore(self.pipeline)
+        self.cursors = CursorSeal()
+        self.forwarders = []
+
+    def forwarder(self) -> Forwarder:
+        forwarder = Forwarder(self.dynamodb_local.port)
+        self.forwarders.append(forwarder)
+        return forwarder
+
+    def runner(self, client=None, ahead: float = 0.0, **options) -> JobRunner:
+        pipeline = pipeline_to(client or self.client, self.name, ahead)
+        query = FleetQuery(pipeline.store, self.fleet_index, pipeline.runtime.clock, self.cursors)
+        return JobRunner(pipeline, query, **options)
+
+    def devices(self, count, prefix="d"):
+        ids = [f"{prefix}{number:04d}" for number in range(count)]
+        threads = [threading.Thread(target=lambda chunk=ids[start::8]: [self.manager.create(device_id, {"n": 0})
+                                                                        for device_id in chunk])
+                   for start in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return ids
+
+    def job(self, **body):
+        spec = parse({"jobId": "j1", "desired": {"mode": "eco"}, **body}, time.time())
+        self.jobs.create(spec)
+        return spec
+
+    def versions(self, ids):
+        found = {}
+        for start in range(0, len(ids), 100):
+            found.update(self.pipeline.store.batch_get_states(ids[start:start + 100]))
+        return {device_id: int(found[device_id]["version"]["N"]) for device_id in ids if device_id in found}, found
+
+    def counts_agree_with_executions(self, job_id="j1"):
+        head = self.jobs.head(job_id)
+        counts = head.counts_by_state
+        finals = Counter(execution.state for execution in self.jobs.executions(job_id))
+        finals["CANCELED"] += head.run.canceled_queued  # never written: no execution item (see their page)
+        assert {state: counts[state] for state in FINAL_STATES} == {state: finals[state] for state in FINAL_STATES}
+        assert sum(counts.values()) == head.run.total + 0  # every targeted device in exactly one state
+        return counts
+
+
+def run_until_done(runner, job_id="j1", seconds=60.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        progress = runner.run(job_id, 5)
+        if progress.status == DONE:
+            return
+        if progress.status == IDLE and progress.wake_ms:
+            time.sleep(max(0.0, min(progress.wake_ms / 1000 - time.time(), 2)) + 0.05)
+        elif progress.status == HELD:
+            time.sleep(0.2)
+    raise AssertionError("the job did not complete")
+
+
+@pytest.fixture
+def rig(dynamodb_local, local_table):
+    rig = Rig(dynamodb_local, *local_table)
+    yield rig
+    for forwarder in rig.forwarders:
+        forwarder.close()
+
+
+def test_a_listed_job_writes_each_device_once_and_its_counts_agree_with_its_executions(rig):
+    ids = rig.devices(250)
+    rig.job(deviceIds=[*ids, "ghost"], timeoutSeconds=600)
+    assert rig.runner().run("j1", 60).status == IDLE  # every device written, the executions in progress
+    head = rig.jobs.head("j1")
+    assert head.counts_by_state["IN_PROGRESS"] == 250 and head.counts_by_state["REMOVED"] == 1, head.counts_by_state
+    for device_id in ids[:10]:  # these devices confirm; the others never answer
+        rig.manager.as_device(device_id).update_with_retry(device_id, MergePatch({"mode": "eco"}), section="reported")
+    run_until_done(rig.runner(ahead=601))  # the runner comes back after the executions' deadline
+    counts = rig.counts_agree_with_executions()
+    assert counts["SUCCEEDED"] == 10 and counts["TIMED_OUT"] == 240 and counts["REMOVED"] == 1
+    assert rig.jobs.head("j1").record.status == "COMPLETED"
+    versions, found = rig.versions(ids)
+    assert Counter(versions[device_id] for device_id in ids[10:]) == {2: 240}
+    assert all(job_marks.mark_of(found[device_id], "j1")[0] == 2 for device_id in ids)
+
+
+def test_a_job_whose_last_executions_the_stream_made_final_is_due_and_completes(rig):
+    """The tracker writes the last finals with no word to the runner, which left the job idle
+    until the executions' deadline: the job is due at once, and a runner completes it."""
+    from functions.device_state.jobs.executions import Verdict
+    from functions.device_state.jobs.finals import Final, Finals
+
+    ids = rig.devices(3)
+    spec = rig.job(deviceIds=ids, timeoutSeconds=3600)
+    assert rig.runner().run("j1", 60).status == IDLE
+    now_ms = int(time.time() * 1000)
+    assert not rig.jobs.head("j1").due(now_ms)  # idle until the deadline, an hour ahead
+    versions, _ = rig.versions(ids)
+    finals = [Final(device_id, Verdict("SUCCEEDED", now_ms), versions[device_id], True) for device_id in ids]
+    Finals(rig.pipeline).record("j1", items.retire_at(spec), finals[:2])
+    assert not rig.jobs.head("j1").due(now_ms)  # one still in progress: nothing for a runner to do
+    Finals(rig.pipeline).record("j1", items.retire_at(spec), finals[2:])
+    assert rig.jobs.head("j1").due(now_ms) and rig.manager.due_jobs().job_ids == ("j1",)
+    assert rig.runner().run("j1", 60).status == DONE
+    assert rig.jobs.head("j1").record.status == "COMPLETED" and rig.counts_agree_with_executions()["SUCCEEDED"] == 3
+
+
+def test_lost_answers_at_random_write_each_device_once(rig):
+    ids = rig.devices(200)
+    forwarder = rig.forwarder()
+    forwarder.random_loss = ("UpdateItem", 0.3, random.Random(7))
+    rig.job(deviceIds=ids, timeoutSeconds=1)
+    run_until_done(rig.runner(dynamodb_client(forwarder.endpoint, "us-east-1")))
+    assert len(forwarder.lost) > 20
+    versions, _ = rig.versions(ids)
+    assert Counter(versions.values()) == {2: 200}  # created, then the job's write: once each
+    assert rig.counts_agree_with_executions()["TIMED_OUT"] == 200
+
+
+def test_a_runner_cut_off_mid_page_and_another_that_finishes_write_each_device_once(rig):
+    ids = rig.devices(150)
+    forwarder = rig.forwarder()
+    landed = []
+
+    def thirtieth_job_write(body):
+        landed.append(1) if b"j1" in body else None
+        return len(landed) == 30
+
+    # the 30th write lands, its answer is lost, and from then on nothing reaches DynamoDB
+    forwarder.lose("UpdateItem", when=thirtieth_job_write, then=lambda: setattr(forwarder, "unreachable", True))
+    rig.job(deviceIds=ids, timeoutSeconds=1)
+    cut_off = rig.runner(dynamodb_client(forwarder.endpoint, "us-east-1"), lease_seconds=1)
+    with pytest.raises(Exception):
+        cut_off.run("j1", 3)
+    run = rig.jobs.head("j1").run
+    assert run.batch is not None and run.owner == cut_off.owner  # it died holding a claimed batch
+    run_until_done(rig.runner())
+    versions, _ = rig.versions(ids)
+    assert Counter(versions.values()) == {2: 150}
+    assert rig.counts_agree_with_executions()["TIMED_OUT"] == 150
+
+
+def test_two_runners_whose_leases_lapse_write_each_device_once(rig):
+    ids = rig.devices(300)
+    rig.job(deviceIds=ids, timeoutSeconds=1)
+    clients = [Slow(dynamodb_client(rig.dynamodb_local.endpoint, "us-east-1"), 0.01) for _ in range(2)]
+    runners = [rig.runner(client, lease_seconds=0.2, concurrency=4) for client in clients]
+    errors = []
+
+    def work(runner):
+        try:
+            run_until_done(runner)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(runner,)) for runner in runners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert all(client.job_writes >= 30 for client in clients), [client.job_writes for client in clients]
+    versions, _ = rig.versions(ids)
+    assert Counter(versions.values()) == {2: 300}
+    assert rig.counts_agree_with_executions()["TIMED_OUT"] == 300
+
+
+def test_a_filter_job_targets_the_matching_devices_page_by_page(dynamodb_local):
+    fleet = FleetIndex.parse("reported/battery:number")
+    client, admin = dynamodb_client(dynamodb_local.endpoint, "us-east-1"), table_admin(dynamodb_local.endpoint)
+    name = new_table_name()
+    create_table(admin, name, fleet_index=fleet)
+    try:
+        rig = Rig(dynamodb_local, client, name, fleet)
+        rig.manager.reindex()
+        ids = rig.devices(240)
+        for number, device_id in enumerate(ids):
+            rig.manager.update_with_retry(device_id, MergePatch({"battery": number % 100}), section="reported")
+        low = [device_id for number, device_id in enumerate(ids) if number % 100 < 20]
+        rig.job(filter="lt(reported/battery,20)", timeoutSeconds=1)
+        run_until_done(rig.runner())
+        versions, found = rig.versions(ids)
+        assert {device_id for device_id in ids if job_marks.mark_of(found[device_id], "j1")} == set(low)
+        assert all(versions[device_id] == 3 for device_id in low)  # created, reported, the job's write
+        head = rig.jobs.head("j1")
+        assert head.run.total == len(low) and rig.counts_agree_with_executions()["TIMED_OUT"] == len(low)
+    finally:
+        admin.delete_table(TableName=name)
+
+
+class NaiveRunner:
+    """Page the list and PATCH each device, saving its progress after each page (what a script
+    does): restarted mid-page, it writes the page's first devices again."""
+
+    def __init__(self, manager, ids, page_size=items.PAGE_SIZE):
+        self.manager, self.ids, self.page_size = manager, ids, page_size
+        self.done_pages = 0
+
+    def run(self, stop_after=None):
+        written = 0
+        for start in range(self.done_pages * self.page_size, len(self.ids), self.page_size):
+            for device_id in self.ids[start:start + self.page_size]:
+                if stop_after is not None and written == stop_after:
+                    raise RuntimeError("killed")
+                self.manager.update_with_retry(device_id, MergePatch({"mode": "eco"}), section="desired")
+                written += 1
+            self.done_pages += 1
+
+
+def test_control_a_naive_runner_restarted_mid_page_writes_devices_twice(rig):
+    ids = rig.devices(150)
+    naive = NaiveRunner(rig.manager, ids)
+    with pytest.raises(RuntimeError):
+        naive.run(stop_after=130)  # killed mid-way through the second page
+    naive.run()
+    versions, _ = rig.versions(ids)
+    assert Counter(versions.values()) == {2: 120, 3: 30}  # 30 devices got the change twice
+
+
+def test_the_job_states_are_each_counted():
+    assert set(EXECUTION_STATES) >= {"QUEUED", "IN_PROGRESS", "SUCCEEDED", "TIMED_OUT", "CANCELED"}
+
+
+def test_a_paced_job_keeps_its_rate_and_a_cancel_stops_queuing_then_force_removes_what_it_owns(rig):
+    ids = rig.devices(200)
+    rig.job(deviceIds=ids, rollout={"maxPerMinute": 600}, timeoutSeconds=600)
+    runner = rig.runner()
+    worker = threading.Thread(target=lambda: runner.run("j1", 30))
+    worker.start()
+    time.sleep(3)
+    rig.jobs.stop("j1", items.STOP_CANCEL, "CANCELED")
+    worker.join()
+    head = rig.jobs.head("j1")
+    counts = head.counts_by_state
+    written = [items.unpack_write(packed)[1] for page in rig.jobs.pages("j1", 0, 1) for packed in page.writes
+               if packed]
+    assert 15 <= len(written) <= 45 and counts["IN_PROGRESS"] == len(written)
+    assert counts["CANCELED"] == 200 - len(written) and counts["QUEUED"] == 0
+    started = head.run.started_ms
+    # the k-th write went no earlier than its turn: never more than 600 x elapsed / 60 + 1 written
+    assert all(at >= started + 100 * number - 5 for number, at in enumerate(sorted(written)))
+    versions, found = rig.versions(ids)
+    assert Counter(versions.values()) == {2: len(written), 1: 200 - len(written)}  # the canceled never written
+    owned = [device_id for device_id in ids if versions[device_id] == 2]
+    rig.manager.update_with_retry(owned[0], MergePatch({"mode": "manual"}), section="desired")
+    rig.jobs.stop("j1", items.STOP_CANCEL, "CANCELED", force=True)
+    run_until_done(rig.runner())
+    executions = {execution.device_id: execution.state for execution in rig.jobs.executions("j1")}
+    assert executions[owned[0]] == "SUPERSEDED" and rig.manager.get(owned[0]).desired == {"mode": "manual"}
+    assert all(executions[device_id] == "CANCELED" and "mode" not in rig.manager.get(device_id).desired
+               for device_id in owned[1:])
+    assert rig.counts_agree_with_executions()["CANCELED"] == 200 - 1
+    assert rig.jobs.head("j1").record.status == "CANCELED"
+
+
+def test_an_abort_criterion_met_stops_the_job_and_cancels_what_is_queued(rig):
+    ids = rig.devices(250)
+    full = {f"other{number}": {"N": str(job_marks.pack(int(time.time() * 1000) + 600_000, 1))} for number in range(10)}
+    for device_id in ids[:30]:  # these devices are in the most jobs already: the job's write fails there
+        rig.client.update_item(TableName=rig.name, Key=table.state_key(device_id),
+                               UpdateExpression="SET #j = :m", ExpressionAttributeNames={"#j": table.JOB_MARKS},
+                               ExpressionAttributeValues={":m": {"M": full}})
+    rig.job(deviceIds=ids, timeoutSeconds=600,
+            abort=[{"on": "FAILED", "thresholdPercent": 50, "minExecuted": 10}])
+    rig.runner().run("j1", 30)
+    head = rig.jobs.head("j1")
+    counts = head.counts_by_state
+    assert head.record.status == "ABORTED" and head.record.aborted_by["on"] == "FAILED"
+    assert counts["FAILED"] == 30 and counts["IN_PROGRESS"] == 70 and counts["CANCELED"] == 150
+    versions, _ = rig.versions(ids)
+    assert all(versions[device_id] == 1 for device_id in ids[100:])  # queued when it aborted: never written
+
+
+def test_the_schedule_finds_a_new_job_and_make_serves_loop_runs_it_to_the_end(rig):
+    from localdev import jobs as local_runner
+
+    ids = rig.devices(20)
+    rig.job(deviceIds=ids, timeoutSeconds=1)
+    assert rig.manager.due_jobs().job_ids == ("j1",)
+    done = threading.Event()
+    loop = threading.Thread(target=local_runner.serve, args=(rig.manager, done.is_set))
+    loop.start()
+    try:
+        deadline = time.monotonic() + 30
+        while rig.jobs.head("j1").record.completed_ms is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        done.set()
+        loop.join()
+    assert rig.jobs.head("j1").record.status == "COMPLETED" and rig.manager.due_jobs().job_ids == ()
+    assert rig.counts_agree_with_executions()["TIMED_OUT"] == 20
+
+
+def test_a_continuous_job_writes_each_device_that_comes_to_match_once_until_it_ends(dynamodb_local):
+    from datetime import datetime, timedelta, timezone
+
+    fleet = FleetIndex.parse("reported/battery:number")
+    client, admin = dynamodb_client(dynamodb_local.endpoint, "us-east-1"), table_admin(dynamodb_local.endpoint)
+    name = new_table_name()
+    create_table(admin, name, fleet_index=fleet)
+    try:
+        rig = Rig(dynamodb_local, client, name, fleet)
+        rig.manager.reindex()
+        ids = rig.devices(20)
+        for number, device_id in enumerate(ids):
+            rig.manager.update_with_retry(device_id, MergePatch({"battery": 10 if number < 5 else 90}),
+                                          section="reported")
+        ends = (datetime.now(timezone.utc) + timedelta(seconds=12)).isoformat().replace("+00:00", "Z")
+        rig.job(filter="lt(reported/battery,20)", targets="continuous", endsAt=ends, timeoutSeconds=1)
+        runner = rig.runner(requery_seconds=1)
+        assert runner.run("j1", 4).status in (IDLE, "busy")
+        for device_id in ids[15:17]:  # two devices come to match; the first five match again
+            rig.manager.update_with_retry(device_id, MergePatch({"battery": 5}), section="reported")
+        run_until_done(runner, seconds=60)
+        versions, found = rig.versions(ids)
+        written = {device_id for device_id in ids if job_marks.mark_of(found[device_id], "j1")}
+        assert written == set(ids[:5]) | set(ids[15:17])
+        assert all(versions[device_id] == 3 for device_id in ids[:5])  # created, reported, the job once
+        assert all(versions[device_id] == 4 for device_id in ids[15:17])  # created, reported twice, the job once
+        head = rig.jobs.head("j1")
+        assert head.run.total == 7 and head.record.status == "COMPLETED"
+        assert rig.counts_agree_with_executions()["TIMED_OUT"] == 7
+    finally:
+        admin.delete_table(TableName=name)
