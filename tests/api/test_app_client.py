@@ -5,7 +5,10 @@ resend applies it twice; many devices followed on one WebSocket whose connection
 mid-stream hand out each device's versions once and in order, beside a naive loop that loses
 some; one device past the feed's retention resyncs alone; a refused subscription ends the
 follow naming its device; a lease heartbeats past its ttl and says when it was ended; the
-problem types of real refusals; the package README's app example as written."""
+problem types of real refusals; the package README's app example as written. Jobs: a job whose
+answer is lost is created once under its key (twice by a naive resend without one), followed by
+long-polls on its ETag to its end, its executions read, a cancel whose answer is lost answers
+the canceled job (a naive resend is told job-ended), and their refusals as their problem types."""
 
 from __future__ import annotations
 
@@ -31,8 +34,9 @@ from tests.make_serve import REPO_ROOT
 from tests.test_readme_examples import expected_prints
 
 sys.path.insert(0, str(REPO_ROOT / "clients" / "python"))
-from device_state_client import (AppClient, Backoff, Change, DeviceExists, FollowError, Locked,  # noqa: E402
-                                 NotFound, PreconditionFailed, Resynced, TokenCredentials, TransactionFailed)
+from device_state_client import (AppClient, Backoff, Change, DeviceExists, FollowError, InvalidJob,  # noqa: E402
+                                 JobEnded, JobExists, JobNotFound, Locked, NotFound, PreconditionFailed, Resynced,
+                                 TokenCredentials, TransactionFailed)
 
 pytestmark = pytest.mark.dynamodb_local
 INCREMENT = [{"op": "increment", "path": "/n", "value": 1}]
@@ -73,8 +77,8 @@ def _naive_send(port: int, method: str, path: str, body, content_type: str) -> i
     for _ in range(2):
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         try:
-            connection.request(method, path, body=json.dumps(body),
-                               headers={**bearer(), "Content-Type": content_type})
+            connection.request(method, path, body=None if body is None else json.dumps(body),
+                               headers={**bearer(), **({} if body is None else {"Content-Type": content_type})})
             return connection.getresponse().status
         except (http.client.HTTPException, OSError):
             continue
@@ -269,3 +273,120 @@ def test_the_package_readmes_app_example_runs_as_written(server, tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == expected_prints(code)
     assert _read(server, "porch-lamp")["state"] == {"room": "porch", "job": "firmware"}
+
+
+# --- jobs ----------------------------------------------------------------------------------------
+
+
+def _job_id() -> str:
+    return f"job-{uuid.uuid4().hex[:8]}"
+
+
+def _until(read, predicate, seconds: float = 30):
+    deadline = time.monotonic() + seconds
+    while True:
+        value = read()
+        if predicate(value):
+            return value
+        assert time.monotonic() < deadline, value
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("with_key, created", [(True, 1), (False, 2)])
+def test_a_job_whose_answer_is_lost_is_created_once_resent_under_its_key_and_twice_without(server, with_key, created):
+    device, mark = _device(server), uuid.uuid4().hex
+    proxy = AnswerDroppingProxy(server.port, drops=1)
+    try:
+        if with_key:
+            job = _client(proxy.port, sleep=lambda seconds: None).create_job({"mark": mark}, device_ids=[device])
+            assert job["status"] == "IN_PROGRESS" and job["desired"] == {"mark": mark}
+        else:
+            assert _naive_send(proxy.port, "POST", "/jobs", {"deviceIds": [device], "desired": {"mark": mark}},
+                               "application/json") == 201
+        assert len(proxy.keys) == 2 and (proxy.keys[0] == proxy.keys[1] is not None) == with_key
+    finally:
+        proxy.close()
+    made = [job for job in _client(server.port).jobs() if job["desired"] == {"mark": mark}]
+    assert len(made) == created
+
+
+def test_a_job_followed_by_long_polls_to_its_end_its_executions_and_its_refusals_as_types(server):
+    client, confirming, refusing, ghost = _client(server.port), _device(server), _device(server), "ghost-job-device"
+    job_id = _job_id()
+    job = client.create_job({"mode": "eco"}, device_ids=[confirming, refusing, ghost], job_id=job_id,
+                            expires_in=3600, max_per_minute=6000,
+                            abort=[{"on": "TIMED_OUT", "thresholdPercent": 90, "minExecuted": 3}])
+    assert (job["jobId"], job["rollout"], job["expiresIn"]) == (job_id, {"maxPerMinute": 6000}, 3600)
+    seen, both_written = [], threading.Event()
+
+    def follow():
+        for job in client.follow_job(job_id, wait_seconds=5):
+            seen.append(job)
+            if job["counts"]["IN_PROGRESS"] == 2:
+                both_written.set()
+
+    following = threading.Thread(target=follow, daemon=True)
+    following.start()
+    assert both_written.wait(30), seen  # the follower saw both written before either device answers
+    client.report(confirming, {"mode": "eco"})
+    status, _, body = server.request("POST", f"/devices/{refusing}/desired/acks",
+                                     {"acks": [{"path": "/mode", "version": 2, "code": 409, "reason": "busy"}]},
+                                     headers=bearer(device=refusing))
+    assert status == 200, body
+    following.join(60)
+    assert not following.is_alive() and seen, seen
+    assert {state: count for state, count in seen[-1]["counts"].items() if count} == {
+        "SUCCEEDED": 1, "FAILED": 1, "REMOVED": 1}
+    moments = [(job["status"], job["counts"], job["total"], job.get("completedAt")) for job in seen]
+    assert all(before != after for before, after in zip(moments, moments[1:])), moments  # each a change
+    executions = {execution["deviceId"]: execution for execution in client.executions(job_id, page_size=1)}
+    assert {device: execution["state"] for device, execution in executions.items()} == {
+        confirming: "SUCCEEDED", refusing: "FAILED", ghost: "REMOVED"}
+    failed = list(client.executions(job_id, state="FAILED"))
+    assert [(execution["deviceId"], execution["code"], execution["reason"]) for execution in failed] == [
+        (refusing, 409, "busy")]
+    assert len(list(client.executions(job_id, limit=2))) == 2
+    assert job_id in [job["jobId"] for job in client.jobs(page_size=2)]
+    assert job_id not in [job["jobId"] for job in client.jobs(status="CANCELED")]
+    with pytest.raises(JobExists) as exists:
+        client.create_job({"mode": "eco"}, device_ids=[confirming], job_id=job_id)
+    assert exists.value.job_id == job_id
+    with pytest.raises(InvalidJob) as invalid:
+        client.create_job({"mode": None}, device_ids=[confirming])
+    assert invalid.value.member == "desired"
+    with pytest.raises(JobNotFound):
+        client.job("none-such")
+    with pytest.raises(JobNotFound):
+        list(client.follow_job("none-such"))
+
+
+def test_cancel_then_cancel_again_is_job_ended_and_force_takes_the_leaves_back(server):
+    client, device, job_id = _client(server.port), _device(server), _job_id()
+    client.create_job({"mode": "eco"}, device_ids=[device], job_id=job_id)
+    _until(lambda: client.job(job_id), lambda job: job["counts"]["IN_PROGRESS"] == 1)
+    assert client.cancel_job(job_id)["status"] == "CANCELED"
+    with pytest.raises(JobEnded) as ended:
+        client.cancel_job(job_id)
+    assert ended.value.job_status == "CANCELED"
+    assert client.cancel_job(job_id, force=True)["status"] == "CANCELED"
+    _until(lambda: client.job(job_id), lambda job: job["counts"]["CANCELED"] == 1)
+    assert "mode" not in _read(server, device)["desired"]
+    with pytest.raises(JobNotFound):
+        client.cancel_job("none-such")
+
+
+@pytest.mark.parametrize("resent_by", ["client", "naive"])
+def test_a_cancel_whose_answer_is_lost_answers_the_canceled_job_where_a_naive_resend_is_told_job_ended(
+        server, resent_by):
+    client, device, job_id = _client(server.port), _device(server), _job_id()
+    client.create_job({"mode": "eco"}, device_ids=[device], job_id=job_id)
+    proxy = AnswerDroppingProxy(server.port, drops=1)
+    try:
+        if resent_by == "client":
+            assert _client(proxy.port, sleep=lambda seconds: None).cancel_job(job_id)["status"] == "CANCELED"
+        else:
+            assert _naive_send(proxy.port, "POST", f"/jobs/{job_id}/cancel", None, "application/json") == 409
+        assert len(proxy.keys) == 2  # the first cancel applied, its answer lost; sent again
+    finally:
+        proxy.close()
+    assert client.job(job_id)["status"] == "CANCELED"

@@ -403,3 +403,151 @@ def test_completion_prints_a_script_the_shell_runs(cli):
                              text=True, timeout=30)
     assert sourced.returncode == 0 and "_device_state_completion" in sourced.stdout, sourced.stderr
     assert cli("completion", "tcsh").returncode == USAGE
+
+
+# --- jobs (docs/api/jobs.md): the server runs its job runner and stream processor -------------
+
+
+def _job_id() -> str:
+    return f"job-{uuid.uuid4().hex[:8]}"
+
+
+def _until_job(cli, job_id: str, predicate, seconds: float = 30) -> dict:
+    deadline = time.monotonic() + seconds
+    while True:
+        job = json.loads(cli("jobs", "show", job_id).stdout)
+        if predicate(job):
+            return job
+        assert time.monotonic() < deadline, job
+        time.sleep(0.3)
+
+
+def test_jobs_create_from_a_filter_with_its_options_and_the_refusals_of_a_job_that_cannot_run(cli, tmp_path):
+    site = f"site-{uuid.uuid4().hex[:6]}"
+    devices = [_new(cli, json.dumps({"state": {"site": site}})) for _ in range(2)]
+    job_id = _job_id()
+    (tmp_path / "desired.json").write_text('{"mode": "eco"}')
+    created = cli("jobs", "create", "--filter", f'eq(state/site,"{site}")', "--desired", "@desired.json",
+                  "--job-id", job_id, "--expires-in", "3600", "--clear-on-confirm", "--max-per-minute", "600",
+                  "--abort", "FAILED:50:2", "--abort", '{"on": "ANY", "thresholdPercent": 90, "minExecuted": 1}',
+                  "--timeout", "600")
+    assert created.returncode == APPLIED, created.stderr
+    job = json.loads(created.stdout)
+    assert (job["jobId"], job["status"], job["filter"], job["desired"]) == (
+        job_id, "IN_PROGRESS", f'eq(state/site,"{site}")', {"mode": "eco"})
+    assert (job["expiresIn"], job["clearOnConfirm"], job["rollout"], job["timeoutSeconds"]) == (
+        3600, True, {"maxPerMinute": 600}, 600)
+    assert job["abort"] == [{"on": "FAILED", "thresholdPercent": 50, "minExecuted": 2},
+                            {"on": "ANY", "thresholdPercent": 90, "minExecuted": 1}]
+    _until_job(cli, job_id, lambda job: job["counts"]["IN_PROGRESS"] == 2)
+    assert all(json.loads(cli("get", device).stdout)["desired"] == {"mode": "eco"} for device in devices)
+    taken = cli("jobs", "create", "--device-ids", devices[0], "--desired", '{"mode": "eco"}', "--job-id", job_id)
+    _refused(taken, 409, "job-exists")
+    assert f"jobId: {job_id}" in taken.stderr
+    _refused(cli("jobs", "create", "--filter", "exists(desired/mode)", "--desired", '{"mode": "eco"}'), 400,
+             "unindexed-filter")
+    invalid = cli("jobs", "create", "--device-ids", "-", "--desired", '{"mode": null}', input=json.dumps(devices))
+    _refused(invalid, 400, "invalid-job")
+    assert "member: desired" in invalid.stderr
+    listed_continuous = cli("jobs", "create", "--device-ids", devices[0], "--desired", '{"mode": "eco"}', "--continuous")
+    assert listed_continuous.returncode == REFUSED and listed_continuous.stderr.startswith("error: 400 ")
+    assert "targets" in listed_continuous.stderr  # a list is a snapshot only
+    _refused(cli("jobs", "create", "--filter", "exists(state/site)", "--desired", '{"mode": "eco"}',
+                 DEVICE_STATE_TOKEN=token(device=devices[0])), 403, "forbidden")
+    for usage in (["--desired", '{"mode": "eco"}'],  # neither --filter nor --device-ids
+                  ["--filter", "exists(state/site)", "--device-ids", "a", "--desired", "{}"],
+                  ["--device-ids", "a", "--desired", '{"mode": '], ["--device-ids", "a", "--desired", '"eco"'],
+                  ["--device-ids", "a", "--desired", "{}", "--abort", "SOME:1:2"],
+                  ["--device-ids", "a", "--desired", "{}", "--max-per-minute", "0"]):
+        assert cli("jobs", "create", *usage).returncode == USAGE, usage
+
+
+def test_jobs_create_a_continuous_job_until_its_end_and_an_end_past_is_refused(cli):
+    site = f"site-{uuid.uuid4().hex[:6]}"
+    _new(cli, json.dumps({"state": {"site": site}}))
+    ends_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+    job_id = _job_id()
+    created = cli("jobs", "create", "--filter", f'eq(state/site,"{site}")', "--desired", '{"mode": "eco"}',
+                  "--continuous", "--ends-at", ends_at, "--job-id", job_id)
+    assert created.returncode == APPLIED, created.stderr
+    assert (json.loads(created.stdout)["targets"], json.loads(created.stdout)["endsAt"][:19]) == (
+        "continuous", ends_at[:19])
+    _until_job(cli, job_id, lambda job: job["counts"]["IN_PROGRESS"] == 1)
+    assert cli("jobs", "cancel", job_id).returncode == APPLIED
+    _refused(cli("jobs", "create", "--filter", f'eq(state/site,"{site}")', "--desired", '{"mode": "eco"}',
+                 "--continuous", "--ends-at", "2020-01-01T00:00:00Z"), 400, "invalid-job")
+
+
+def test_jobs_show_list_and_executions_and_a_job_that_is_not_there_is_404(cli):
+    devices, ghost, job_id = [_new(cli) for _ in range(2)], f"ghost-{uuid.uuid4().hex[:6]}", _job_id()
+    created = cli("jobs", "create", "--device-ids", ",".join([*devices, ghost]), "--desired", '{"mode": "eco"}',
+                  "--job-id", job_id)
+    assert created.returncode == APPLIED, created.stderr
+    job = _until_job(cli, job_id, lambda job: job["counts"]["IN_PROGRESS"] == 2 and job["counts"]["REMOVED"] == 1)
+    assert (job["total"], job["deviceIdCount"]) == (3, 3)
+    table = cli("jobs", "show", job_id, "-o", "table")
+    assert table.returncode == APPLIED and f"jobId          {job_id}" in table.stdout
+    assert "IN_PROGRESS 2" in table.stdout and "REMOVED 1" in table.stdout
+    listed = cli("jobs", "list", "--status", "IN_PROGRESS")
+    assert listed.returncode == APPLIED and job_id in [job["jobId"] for job in json.loads(listed.stdout)]
+    assert len(json.loads(cli("jobs", "list", "--limit", "1").stdout)) == 1
+    executions = cli("jobs", "executions", job_id, "--page-size", "2")
+    assert executions.returncode == APPLIED, executions.stderr
+    assert [(execution["deviceId"], execution["state"]) for execution in json.loads(executions.stdout)] == [
+        (devices[0], "IN_PROGRESS"), (devices[1], "IN_PROGRESS"), (ghost, "REMOVED")]
+    removed = json.loads(cli("jobs", "executions", job_id, "--state", "REMOVED").stdout)
+    assert [execution["deviceId"] for execution in removed] == [ghost]
+    rows = cli("jobs", "executions", job_id, "-o", "table").stdout.splitlines()
+    assert rows[0].split() == ["DEVICE", "STATE", "VERSION", "UPDATED", "REASON"] and len(rows) == 4
+    for command in (["show", "none-such"], ["executions", "none-such"], ["show", "none-such", "--watch"]):
+        _refused(cli("jobs", *command), 404, "job-not-found")
+    _refused(cli("jobs", "list", DEVICE_STATE_TOKEN=token(device=devices[0])), 403, "forbidden")
+    _refused(cli("jobs", "list", DEVICE_STATE_TOKEN="not-a-token"), 401, "unauthorized")
+    assert cli("jobs", "list", "--status", "DONE").returncode == USAGE
+    assert cli("jobs", "executions", job_id, "--state", "DONE").returncode == USAGE
+    cli("jobs", "cancel", job_id)
+
+
+def test_jobs_cancel_then_cancel_again_is_409_and_force_takes_the_leaves_back(cli):
+    device, job_id = _new(cli), _job_id()
+    assert cli("jobs", "create", "--device-ids", device, "--desired", '{"mode": "eco"}', "--job-id",
+               job_id).returncode == APPLIED
+    _until_job(cli, job_id, lambda job: job["counts"]["IN_PROGRESS"] == 1)
+    canceled = cli("jobs", "cancel", job_id)
+    assert canceled.returncode == APPLIED, canceled.stderr
+    assert (json.loads(canceled.stdout)["status"], json.loads(canceled.stdout)["counts"]["IN_PROGRESS"]) == (
+        "CANCELED", 1)  # what was written stays tracked
+    again = cli("jobs", "cancel", job_id)
+    _refused(again, 409, "job-ended")
+    assert "jobStatus: CANCELED" in again.stderr
+    forced = cli("jobs", "cancel", job_id, "--force")
+    assert forced.returncode == APPLIED and json.loads(forced.stdout)["status"] == "CANCELED"
+    job = _until_job(cli, job_id, lambda job: job["counts"]["CANCELED"] == 1)
+    assert job["counts"]["IN_PROGRESS"] == 0 and json.loads(cli("get", device).stdout)["desired"] == {}
+    _refused(cli("jobs", "cancel", "none-such", "--force"), 404, "job-not-found")
+    _refused(cli("jobs", "cancel", job_id, DEVICE_STATE_TOKEN=token((READ_SCOPE,))), 403, "forbidden")
+
+
+def test_jobs_show_watch_piped_prints_one_json_document_per_change_until_nothing_is_left_to_happen(cli):
+    confirming, silent, ghost, job_id = _new(cli), _new(cli), f"ghost-{uuid.uuid4().hex[:6]}", _job_id()
+    assert cli("jobs", "create", "--device-ids", f"{confirming},{silent},{ghost}", "--desired", '{"mode": "eco"}',
+               "--job-id", job_id, "--timeout", "10").returncode == APPLIED
+    watching = cli.start("jobs", "show", job_id, "--watch")
+    try:
+        printed = []
+        while not printed or json.loads(printed[-1])["counts"]["IN_PROGRESS"] != 2:  # as it prints each change
+            printed.append(watching.stdout.readline())
+            assert printed[-1], (printed, watching.stderr.read())
+        assert cli("report", confirming, '{"mode": "eco"}').returncode == APPLIED  # one confirms, one never does
+        stdout, stderr = watching.communicate(timeout=60)
+    finally:
+        if watching.poll() is None:
+            watching.kill()
+            watching.wait()
+    assert watching.returncode == APPLIED, stderr
+    seen = [json.loads(line) for line in printed + stdout.splitlines()]
+    assert seen[-1]["counts"] == {**dict.fromkeys(seen[-1]["counts"], 0), "SUCCEEDED": 1, "TIMED_OUT": 1,
+                                  "REMOVED": 1}, seen[-1]
+    assert any(job["counts"]["SUCCEEDED"] == 1 and job["counts"]["IN_PROGRESS"] == 1 for job in seen)
+    moments = [(job["status"], job["counts"], job["total"], job.get("targeting"), job.get("completedAt")) for job in seen]
+    assert all(before != after for before, after in zip(moments, moments[1:])), moments  # one per change

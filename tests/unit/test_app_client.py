@@ -2,7 +2,8 @@
 tests/unit/test_device_client.py: each write's shape and its Idempotency-Key, kept across
 retries after 429, 503 and 504 as Retry-After says; refusals typed by problem type and status
 with the problem's members; a lease's grant sent again only after answers that wrote nothing;
-pages read only as the caller reaches them; exact numbers both ways; tokens from a command,
+pages read only as the caller reaches them; a job's cancel (no key: a resend that finds it
+canceled answers the job) and a job followed by long-polls on its ETag; exact numbers both ways; tokens from a command,
 renewed at 80 % of their life and after a 401. The real routes: tests/api/test_app_client.py."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import sys
 import time
 from decimal import Decimal
+from itertools import islice
 
 import pytest
 
@@ -85,6 +87,17 @@ CALLS = [  # (call on the client, method, path, Content-Type, headers it must ca
      "/transactions?include=metadata", "application/json", {}, {"operations": [{"deviceId": "lamp-1",
                                                                                    "check": True}]}),
     (lambda c: c.delete("lamp-1", if_match=7), "DELETE", "/devices/lamp-1", None, {"If-Match": '"7"'}, None),
+    (lambda c: c.create_job({"mode": "eco"}, filter='eq(state/site,"porch")', job_id="porch-eco", expires_in=60,
+                            clear_on_confirm=True, max_per_minute=10, timeout_seconds=120, continuous=True,
+                            ends_at="2026-12-01T00:00:00Z",
+                            abort=[{"on": "FAILED", "thresholdPercent": Decimal("12.5"), "minExecuted": 8}]),
+     "POST", "/jobs", "application/json", {},
+     {"jobId": "porch-eco", "filter": 'eq(state/site,"porch")', "desired": {"mode": "eco"}, "expiresIn": 60,
+      "clearOnConfirm": True, "rollout": {"maxPerMinute": 10},
+      "abort": [{"on": "FAILED", "thresholdPercent": Decimal("12.5"), "minExecuted": 8}], "timeoutSeconds": 120,
+      "targets": "continuous", "endsAt": "2026-12-01T00:00:00Z"}),
+    (lambda c: c.create_job({"mode": "eco"}, device_ids=("lamp-1", "lamp-2")), "POST", "/jobs", "application/json",
+     {}, {"deviceIds": ["lamp-1", "lamp-2"], "desired": {"mode": "eco"}}),
 ]
 
 
@@ -115,6 +128,11 @@ def test_each_write_is_sent_as_the_contract_says_under_a_key_of_its_own(scripted
     (423, _problem(423, "locked", leaseExpiresAt="2026-01-01T00:00:00.000Z"), errors.Locked,
      {"lease_expires_at": "2026-01-01T00:00:00.000Z"}),
     (500, _problem(500, "internal-error"), ServerError, {}),
+    (400, _problem(400, "invalid-job", member="desired"), errors.InvalidJob, {"member": "desired"}),
+    (404, _problem(404, "job-not-found", jobId="eco"), errors.JobNotFound, {"job_id": "eco"}),
+    (409, _problem(409, "job-exists", jobId="eco"), errors.JobExists, {"job_id": "eco"}),
+    (409, _problem(409, "job-ended", jobId="eco", jobStatus="COMPLETED"), errors.JobEnded,
+     {"job_id": "eco", "job_status": "COMPLETED"}),
 ])
 def test_a_refusal_is_raised_as_its_problem_type_with_the_problems_members(scripted, status, problem, kind,
                                                                           members):
@@ -126,7 +144,39 @@ def test_a_refusal_is_raised_as_its_problem_type_with_the_problems_members(scrip
     assert isinstance(refused.value, ApiError) and refused.value.status == status
     assert refused.value.slug == problem["type"].rsplit(":", 1)[1] and refused.value.problem == problem
     assert {name: getattr(refused.value, name) for name in members} == members
-    assert isinstance(refused.value, Conflict) == (kind is DeviceExists)
+    assert isinstance(refused.value, Conflict) == (status == 409)
+
+
+JOB = {"jobId": "eco", "status": "CANCELED", "counts": {"QUEUED": 0, "CANCELED": 2}, "total": 2}
+ENDED = (409, {}, _problem(409, "job-ended", jobId="eco", jobStatus="CANCELED"))
+
+
+def test_a_cancel_goes_without_a_key_and_a_resend_finding_the_job_canceled_answers_the_job(scripted):
+    server = scripted((503, {"Retry-After": "0"}, _problem(503, "contention")), ENDED, (200, {}, JOB))
+    assert _client(server).cancel_job("eco", force=True) == JOB
+    assert [(method, path, "Idempotency-Key" in headers) for method, path, headers, _, _ in server.requests] == [
+        ("POST", "/jobs/eco/cancel?force=true", False), ("POST", "/jobs/eco/cancel?force=true", False),
+        ("GET", "/jobs/eco", False)]
+    first = scripted(ENDED)  # the first answer: another caller canceled it
+    with pytest.raises(errors.JobEnded):
+        _client(first).cancel_job("eco")
+    completed = scripted((503, {"Retry-After": "0"}, _problem(503, "contention")),
+                         (409, {}, _problem(409, "job-ended", jobId="eco", jobStatus="COMPLETED")))
+    with pytest.raises(errors.JobEnded):  # it ended otherwise: not this cancel's doing
+        _client(completed).cancel_job("eco")
+
+
+def test_following_a_job_long_polls_on_its_etag_and_ends_once_nothing_is_left_to_happen(scripted):
+    running = {**JOB, "status": "IN_PROGRESS", "counts": {"QUEUED": 1, "IN_PROGRESS": 1}}
+    final = {**JOB, "status": "IN_PROGRESS", "counts": {"QUEUED": 0, "IN_PROGRESS": 0, "SUCCEEDED": 2}}
+    server = scripted((200, {"ETag": '"a"'}, running), (304, {"ETag": '"a"'}, None), (200, {"ETag": '"b"'}, final),
+                      (200, {"ETag": '"c"'}, running))
+    assert list(islice(_client(server).follow_job("eco", wait_seconds=7), 4)) == [running, final]
+    assert [(path, headers.get("If-None-Match")) for _, path, headers, _, _ in server.requests] == [
+        ("/jobs/eco", None), ("/jobs/eco?waitSeconds=7", '"a"'), ("/jobs/eco?waitSeconds=7", '"a"')]
+    continuous = {**final, "targets": "continuous"}  # devices may still come to match
+    server = scripted((200, {"ETag": '"a"'}, continuous), (200, {"ETag": '"b"'}, {**continuous, "status": "CANCELED"}))
+    assert [job["status"] for job in islice(_client(server).follow_job("eco"), 4)] == ["IN_PROGRESS", "CANCELED"]
 
 
 def test_a_lease_grant_is_sent_again_only_after_answers_that_wrote_nothing(scripted):

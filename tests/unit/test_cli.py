@@ -1,7 +1,7 @@
 """The `device-state` command without the service: its help (an example on every command, the
 reference in docs/cli.md written from it, nothing but Click loaded to print it), its exit
 statuses for answers the real server cannot be made to give at will (504 and 503 after every
-attempt), a terminal's table and question, and a listing of 10,000 devices streamed page by
+attempt), a terminal's table and question, a watched job's progress bar, and a listing of 10,000 devices streamed page by
 page in the memory of one page, beside a control that collects the listing first. The
 commands against the real server: tests/api/test_cli.py."""
 
@@ -150,6 +150,37 @@ def test_on_a_terminal_a_listing_is_a_table_and_delete_asks_first(scripted):
     assert status == 1 and "Delete lamp-1? [y/N]" in shown and deleting.requests == []
     status, shown = _on_a_terminal(deleting.port, "delete", "lamp-1", answer=b"y\n")
     assert status == 0 and "deleted lamp-1" in shown and [request[0] for request in deleting.requests] == ["DELETE"]
+
+
+def _job(etag_counts: dict, **members) -> dict:
+    counts = dict.fromkeys(("QUEUED", "IN_PROGRESS", "SUCCEEDED", "FAILED", "TIMED_OUT", "SUPERSEDED", "REMOVED",
+                            "CANCELED"), 0)
+    return {"jobId": "porch-eco", "targets": "snapshot", "desired": {"mode": "eco"}, "status": "IN_PROGRESS",
+            "counts": {**counts, **etag_counts}, "total": 2, "createdAt": "2026-11-28T00:00:00.000Z", **members}
+
+
+def test_on_a_terminal_a_watched_job_is_a_progress_bar_redrawn_in_place_by_long_polls_on_its_etag(scripted):
+    server = scripted((200, {"ETag": '"a"'}, _job({"QUEUED": 2})),
+                      (304, {"ETag": '"a"'}, None),  # the wait ran out, nothing changed
+                      (200, {"ETag": '"b"'}, _job({"IN_PROGRESS": 2})),
+                      (200, {"ETag": '"c"'}, _job({"IN_PROGRESS": 1, "SUCCEEDED": 1})),
+                      (200, {"ETag": '"d"'}, _job({"SUCCEEDED": 1, "FAILED": 1}, status="COMPLETED",
+                                                  completedAt="2026-11-28T00:01:00.000Z")))
+    status, shown = _on_a_terminal(server.port, "jobs", "show", "porch-eco", "--watch")
+    assert status == 0, shown
+    assert [(path, headers.get("If-None-Match")) for _, path, headers, _, _ in server.requests] == [
+        ("/jobs/porch-eco", None), ("/jobs/porch-eco?waitSeconds=20", '"a"'), ("/jobs/porch-eco?waitSeconds=20", '"a"'),
+        ("/jobs/porch-eco?waitSeconds=20", '"b"'), ("/jobs/porch-eco?waitSeconds=20", '"c"')]
+    assert "\x1b[2K" in shown and "\x1b[1A" in shown  # each state drawn over the one before
+    drawn = [re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", part).strip() for part in shown.split("porch-eco")[1:]]
+    screens = [screen for number, screen in enumerate(drawn) if number == 0 or screen != drawn[number - 1]]
+    assert [screen.split("\n")[0].split()[0:1] + screen.split("\n")[0].split()[-2:] for screen in screens] == [
+        ["IN_PROGRESS", "0/2", "final"], ["IN_PROGRESS", "0/2", "final"], ["IN_PROGRESS", "1/2", "final"],
+        ["COMPLETED", "2/2", "final"]]
+    last = [line.split() for line in screens[-1].splitlines()[1:3]]
+    assert dict(zip(*last)) == {"QUEUED": "0", "IN_PROGRESS": "0", "SUCCEEDED": "1", "FAILED": "1", "TIMED_OUT": "0",
+                                "SUPERSEDED": "0", "REMOVED": "0", "CANCELED": "0"}
+    assert "{" not in shown  # a terminal shows the bar, not the JSON a pipe gets
 
 
 class Fleet:

@@ -21,6 +21,7 @@ _EXPORTS = {
     "Change": "follow", "FollowError": "follow", "Follower": "follow", "Resynced": "follow",
     "ApiError": "errors", "BadRequest": "errors", "ChangesExpired": "errors", "Conflict": "errors",
     "DesireMoved": "errors", "DeviceExists": "errors", "Forbidden": "errors", "Gone": "errors",
+    "InvalidJob": "errors", "JobEnded": "errors", "JobExists": "errors", "JobNotFound": "errors",
     "LeaseBusy": "errors", "LeaseGone": "errors", "LeaseNotHeld": "errors", "Locked": "errors",
     "NotFound": "errors", "OutcomeUnknown": "errors", "PatchTestFailed": "errors", "PayloadTooLarge": "errors",
     "PreconditionFailed": "errors", "PreconditionRequired": "errors", "ServerError": "errors",

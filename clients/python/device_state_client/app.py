@@ -1,7 +1,7 @@
 """An app's or a back-end's client of the whole HTTP API: read, list, query and count devices,
 write any section (every write under an Idempotency-Key, retried safely), the change feed and
-history, transactions, leases that heartbeat while held, and many devices followed over one
-WebSocket. Numbers with a fraction come back as ``Decimal`` (exact, as the service keeps them)."""
+history, transactions, leases that heartbeat while held, many devices followed over one
+WebSocket, and jobs (one desired change to many devices) created, read, followed and canceled. Numbers with a fraction come back as ``Decimal`` (exact, as the service keeps them)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import threading
 import urllib.parse
 from typing import Iterator
 
-from .errors import ApiError, LeaseGone, NotFound
+from .errors import ApiError, JobEnded, LeaseGone, NotFound
 from .service import JSON_PATCH, MERGE_PATCH, NOTHING_WRITTEN, RETRIED_STATUSES, Service
 
 MAX_FOLLOWED = 100  # the WebSocket API's subscriptions per connection
-MAX_PAGE = 100  # the largest page GET /devices and the change feed give
+MAX_PAGE = 100  # the largest page GET /devices, the change feed and the jobs' listings give
+CANCELED = "CANCELED"  # a job's status once canceled
 
 
 def _quoted(device_id: str) -> str:
@@ -23,6 +24,33 @@ def _quoted(device_id: str) -> str:
 def _query(**parameters) -> str:
     present = {name: value for name, value in parameters.items() if value is not None}
     return f"?{urllib.parse.urlencode(present)}" if present else ""
+
+
+def _job_path(job_id: str) -> str:
+    return f"jobs/{urllib.parse.quote(job_id, safe='')}"
+
+
+def _first(pages: Iterator[dict], limit: int | None) -> Iterator[dict]:
+    """The items of ``pages``, one at a time, at most ``limit`` (reading no page past it)."""
+    if limit is not None and limit <= 0:
+        return
+    given = 0
+    for page in pages:
+        for item in page["items"]:
+            yield item
+            given += 1
+            if limit is not None and given >= limit:
+                return
+
+
+def _settled(job: dict) -> bool:
+    """Nothing of the job is left to happen: completed, or nothing queued or in progress with
+    no more devices to find (a job that finds devices until its end only once stopped)."""
+    if job.get("completedAt") is not None:
+        return True
+    counts, finding = job.get("counts") or {}, job.get("targeting") or (
+        job.get("targets") == "continuous" and job.get("status") == "IN_PROGRESS")
+    return not finding and not counts.get("QUEUED") and not counts.get("IN_PROGRESS")
 
 
 def _etag(version: int | None) -> dict:
@@ -63,28 +91,14 @@ class AppClient(Service):
               metadata: bool = False) -> Iterator[dict]:
         """``GET /devices`` page by page (``{"items", "nextCursor"}``), one request per page as
         it is iterated; with ``filter`` (RQL on declared fields) and ``sort`` (``+path`` or ``-path``)."""
-        cursor = None
-        while True:
-            page = self.read("devices" + _query(filter=filter, sort=sort, limit=page_size, cursor=cursor,
-                                                include="metadata" if metadata else None))
-            yield page
-            cursor = page.get("nextCursor")
-            if cursor is None:
-                return
+        return self._pages("devices", filter=filter, sort=sort, limit=page_size,
+                           include="metadata" if metadata else None)
 
     def list(self, filter: str | None = None, sort: str | None = None, limit: int | None = None,
              page_size: int = MAX_PAGE, metadata: bool = False) -> Iterator[dict]:
         """The devices, one at a time, read a page at a time (so a fleet of any size is listed
         in the memory of one page); at most ``limit``."""
-        if limit is not None and limit <= 0:
-            return
-        given = 0
-        for page in self.pages(filter, sort, min(page_size, limit or page_size), metadata):
-            for device in page["items"]:
-                yield device
-                given += 1
-                if limit is not None and given >= limit:
-                    return
+        return _first(self.pages(filter, sort, min(page_size, limit or page_size), metadata), limit)
 
     def count(self, filter: str, group_by: str | None = None) -> dict:
         """``{"count"}`` of the devices ``filter`` matches, with ``groups`` per value of ``group_by``."""
@@ -181,6 +195,99 @@ class AppClient(Service):
         each failing one); ``{"devices": [...]}`` in order, ``None`` for a delete."""
         return self._write("POST", "transactions" + _query(include="metadata" if metadata else None),
                            {"operations": operations}, idempotency_key=idempotency_key)
+
+    # Jobs (docs/api/jobs.md)
+
+    def create_job(self, desired: dict, *, filter: str | None = None, device_ids=None, job_id: str | None = None,
+                   expires_in: int | None = None, clear_on_confirm: bool = False, max_per_minute: int | None = None,
+                   abort: list | None = None, timeout_seconds: int | None = None, continuous: bool = False,
+                   ends_at: str | None = None, idempotency_key: str | None = None) -> dict:
+        """``POST /jobs``: ``desired`` (a merge patch setting values) written once to every device
+        ``filter`` matches, or each of ``device_ids``. ``max_per_minute`` spreads the writes;
+        ``abort``: the API's criteria (``[{"on", "thresholdPercent", "minExecuted"}]``);
+        ``continuous`` also targets devices that come to match until ``ends_at`` (RFC 3339). The
+        job, with its ``jobId`` (``job_id``, else one the service makes)."""
+        body = {"jobId": job_id, "filter": filter,
+                "deviceIds": None if device_ids is None else list(device_ids), "desired": desired,
+                "expiresIn": expires_in, "clearOnConfirm": True if clear_on_confirm else None,
+                "rollout": None if max_per_minute is None else {"maxPerMinute": max_per_minute},
+                "abort": abort, "timeoutSeconds": timeout_seconds, "targets": "continuous" if continuous else None,
+                "endsAt": ends_at}
+        return self._write("POST", "jobs", {name: value for name, value in body.items() if value is not None},
+                           idempotency_key=idempotency_key)
+
+    def job(self, job_id: str) -> dict:
+        """``GET /jobs/{id}``: the job, its ``status``, ``counts`` per execution state and ``total``."""
+        return self.read(_job_path(job_id))
+
+    def job_pages(self, status: str | None = None, page_size: int = MAX_PAGE) -> Iterator[dict]:
+        """``GET /jobs`` page by page (``{"items", "nextCursor"}``), newest first, only ``status``'s."""
+        return self._pages("jobs", status=status, limit=page_size)
+
+    def jobs(self, status: str | None = None, limit: int | None = None, page_size: int = MAX_PAGE) -> Iterator[dict]:
+        """The jobs, newest first, one at a time read a page at a time; at most ``limit``."""
+        return _first(self.job_pages(status, min(page_size, limit or page_size)), limit)
+
+    def execution_pages(self, job_id: str, state: str | None = None, page_size: int = MAX_PAGE) -> Iterator[dict]:
+        """``GET /jobs/{id}/executions`` page by page, in the order the devices were targeted."""
+        return self._pages(f"{_job_path(job_id)}/executions", state=state, limit=page_size)
+
+    def executions(self, job_id: str, state: str | None = None, limit: int | None = None,
+                   page_size: int = MAX_PAGE) -> Iterator[dict]:
+        """The job's executions (``{"deviceId", "state", "version", "updatedAt", "code"?,
+        "reason"?}``), only those in ``state``, one at a time; at most ``limit``."""
+        return _first(self.execution_pages(job_id, state, min(page_size, limit or page_size)), limit)
+
+    def cancel_job(self, job_id: str, force: bool = False) -> dict:
+        """``POST /jobs/{id}/cancel``: stops queuing (what is queued is ``CANCELED``); ``force``
+        also takes the job's leaves back from the devices still in progress. ``JobEnded`` when
+        the job had ended. The route takes no Idempotency-Key: a cancel sent again after its
+        answer was lost (or a 5xx) that finds the job ``CANCELED`` answers the job, canceled
+        (by this call, or by another at the same time), instead of ``JobEnded``."""
+        sends = []
+
+        def send():
+            sends.append(None)
+            return self.request("POST", f"{_job_path(job_id)}/cancel" + _query(force="true" if force else None))
+
+        try:
+            return self.retried(send)
+        except JobEnded as ended:
+            if len(sends) > 1 and ended.job_status == CANCELED:
+                return self.job(job_id)
+            raise
+
+    def follow_job(self, job_id: str, wait_seconds: int = 20) -> Iterator[dict]:
+        """The job as it is now, then again each time its status, a count or its total changes
+        (long-polls of ``GET /jobs/{id}?waitSeconds=`` on its ETag: nothing is read while it
+        stays the same); it ends once nothing is left to happen: the job completed, or every
+        execution is final and no more devices are to be found (the service marks such a job
+        ``COMPLETED`` when its runner next wakes, which may be much later)."""
+        path, tag = _job_path(job_id), None
+        while True:
+            waiting = tag is not None
+            try:
+                job, headers = self.retried(lambda: self.request(
+                    "GET", path + _query(waitSeconds=wait_seconds if waiting else None),
+                    headers={"If-None-Match": tag} if waiting else None,
+                    timeout=self.timeout + (wait_seconds if waiting else 0), with_headers=True))
+            except ApiError as unchanged:
+                if unchanged.status != 304:
+                    raise
+                continue
+            tag = headers.get("ETag")
+            yield job
+            if _settled(job):
+                return
+
+    def _pages(self, path: str, **query) -> Iterator[dict]:
+        cursor = None
+        while True:
+            page = self.read(path + _query(**query, cursor=cursor))
+            yield page
+            cursor = page.get("nextCursor")
+            if cursor is None:
+                return
 
     # Leases
 

@@ -1,8 +1,8 @@
 """The service's refusals as exceptions: one class per status (``NotFound``,
 ``PreconditionFailed``, ``OutcomeUnknown``, …) and, under them, one per problem type where a
-caller acts on the type itself (``DeviceExists``, ``LeaseBusy``, ``ChangesExpired``, …). Each
+caller acts on the type itself (``DeviceExists``, ``LeaseBusy``, ``ChangesExpired``, ``JobEnded``, …). Each
 carries the RFC 9457 problem details: ``problem``, ``slug``, and its members as attributes
-(``current_version``, ``device_id``, ``limit``, ``operations``, …; ``None`` when absent)."""
+(``current_version``, ``device_id``, ``limit``, ``operations``, ``job_status``, …; ``None`` when absent)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 # The members the service's problems may carry (docs/api.md, errors), as attributes in snake_case.
 PROBLEM_MEMBERS = ("type", "title", "detail", "instance", "deviceId", "currentVersion", "limit", "operations",
                    "position", "fields", "progress", "holderExpiresAt", "leaseExpiresAt", "path", "ackVersion",
-                   "leafVersion", "action", "resource", "index")
+                   "leafVersion", "action", "resource", "index", "member", "jobId", "jobStatus")
 
 
 def problem_slug(problem: dict) -> str:
@@ -159,6 +159,22 @@ class LeaseGone(Gone):
     """410 ``lease-gone``: the lease expired, was released or was ended."""
 
 
+class InvalidJob(BadRequest):
+    """400 ``invalid-job``: the job's body cannot be run; ``member`` names what is wrong."""
+
+
+class JobNotFound(NotFound):
+    """404 ``job-not-found``: no job of that ``job_id``."""
+
+
+class JobExists(Conflict):
+    """409 ``job-exists``: a job of that ``job_id`` exists (a job id names one job for good)."""
+
+
+class JobEnded(Conflict):
+    """409 ``job-ended``: the job ended already (``job_status``), so it cannot be canceled."""
+
+
 class TransactionFailed(ApiError):
     """A transaction applied nothing; ``operations`` names each failing one (its status is theirs
     when they agree, else 409)."""
@@ -170,7 +186,8 @@ BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 
              504: OutcomeUnknown}
 BY_SLUG = {"device-exists": DeviceExists, "patch-test-failed": PatchTestFailed, "desire-moved": DesireMoved,
            "lease-busy": LeaseBusy, "lease-not-held": LeaseNotHeld, "changes-expired": ChangesExpired,
-           "lease-gone": LeaseGone, "transaction-failed": TransactionFailed}
+           "lease-gone": LeaseGone, "transaction-failed": TransactionFailed, "invalid-job": InvalidJob,
+           "job-not-found": JobNotFound, "job-exists": JobExists, "job-ended": JobEnded}
 
 
 def error_for(status: int, problem: dict, headers=None) -> ApiError:

@@ -72,11 +72,12 @@ class Service:
         raise AssertionError("unreachable")
 
     def request(self, method: str, path: str, body=None, headers: dict | None = None,
-                timeout: float | None = None):
-        """Sends one request; the answer's JSON (``None`` for an empty one), or the ``ApiError``
-        for its status and problem. A 401 with renewable credentials is sent once more with a
-        renewed token (a 401 writes nothing). An ``Authorization`` of ``headers`` (a device's
-        assertion) is sent in place of the credentials', as it is."""
+                timeout: float | None = None, with_headers: bool = False):
+        """Sends one request; the answer's JSON (``None`` for an empty one; with ``with_headers``,
+        ``(that, the answer's headers)``), or the ``ApiError`` for its status and problem (a 304
+        too). A 401 with renewable credentials is sent once more with a renewed token (a 401
+        writes nothing). An ``Authorization`` of ``headers`` (a device's assertion) is sent in
+        place of the credentials', as it is."""
         own = "Authorization" in (headers or {})
         for renew in (False, True):
             sent_headers = {"Accept": "application/json",
@@ -89,7 +90,8 @@ class Service:
                 with urllib.request.urlopen(sent, timeout=timeout or self.timeout,
                                             context=self.ssl_context) as answer:
                     text = answer.read()
-                    return loads(text, self.exact_numbers) if text else None
+                    document = loads(text, self.exact_numbers) if text else None
+                    return (document, answer.headers) if with_headers else document
             except urllib.error.HTTPError as error:
                 text = error.read()
                 try:

@@ -122,7 +122,21 @@ def _delta_table(answer):
     return table
 
 
-TABLES = {"device": _device_table, "count": _count_table, "delta": _delta_table}
+FINAL_STATES = ("SUCCEEDED", "FAILED", "TIMED_OUT", "SUPERSEDED", "REMOVED", "CANCELED")
+
+
+def _job_table(job):
+    from rich.markup import escape
+
+    table = _table("FIELD", "VALUE")
+    for name, value in job.items():
+        if name == "counts":
+            value = "  ".join(f"{state} {count}" for state, count in value.items())
+        table.add_row(escape(name), escape(_text(value)))
+    return table
+
+
+TABLES = {"device": _device_table, "count": _count_table, "delta": _delta_table, "job": _job_table}
 
 
 # --- many documents ----------------------------------------------------------------------------
@@ -146,6 +160,18 @@ def _event_row(event) -> list[str]:
             _text(event.get("delta"))]
 
 
+def _job_row(job) -> list[str]:
+    final = sum(job["counts"].get(state, 0) for state in FINAL_STATES)
+    return [job["jobId"], job["status"], f"{final}/{job['total']}", job.get("createdAt", "-"),
+            job.get("filter") or f"{job.get('deviceIdCount', '-')} devices"]
+
+
+def _execution_row(execution) -> list[str]:
+    reason = " ".join(str(part) for part in (execution.get("code"), execution.get("reason")) if part is not None)
+    return [execution["deviceId"], execution["state"], _text(execution.get("version")),
+            _text(execution.get("updatedAt")), reason or "-"]
+
+
 # kind: (its columns, a document's cells). The last column takes what the terminal has left, one line each.
 def _credential_row(credential) -> list[str]:
     return [credential["credentialId"], credential["type"], credential["createdAt"],
@@ -161,7 +187,9 @@ ROWS = {"devices": (("DEVICE", "VERSION", "UPDATED", "CONNECTED", "STATE"), _dev
         "credentials": (("CREDENTIAL", "TYPE", "CREATED", "EXPIRES", "THUMBPRINT / ENROLLMENT"), _credential_row),
         "enrollments": (("ENROLLMENT", "PROVISIONED", "CREATED", "EXPIRES", "ID PATTERN"), _enrollment_row),
         "changes": (("DEVICE", "VERSION", "KIND", "SECTIONS", "PATCH"), _change_row),
-        "events": (("DEVICE", "VERSION", "KIND", "SECTIONS", "DELTA"), _event_row)}
+        "events": (("DEVICE", "VERSION", "KIND", "SECTIONS", "DELTA"), _event_row),
+        "jobs": (("JOB", "STATUS", "DONE", "CREATED", "TARGETS"), _job_row),
+        "executions": (("DEVICE", "STATE", "VERSION", "UPDATED", "REASON"), _execution_row)}
 
 
 class Rows:
@@ -268,6 +296,41 @@ def progress(enabled: bool, description: str):
             yield lambda amount=1: bar.advance(task, amount)
         finally:
             _live = None
+
+
+@contextmanager
+def job_progress(output: str):
+    """A callable to show each state of a followed job: on a terminal with a table's output, a
+    live progress bar (executions final of the total) over the count of each execution state,
+    redrawn in place; otherwise each state printed as it comes (JSON: one document a line)."""
+    if output != "table":
+        with Stream(output, "job", lines=True) as stream:
+            yield stream.add
+        return
+    if not sys.stdout.isatty():
+        yield lambda job: show(job, "table", "job")
+        return
+    from rich.live import Live
+
+    with Live(console=_console(), auto_refresh=False) as live:
+        yield lambda job: live.update(_job_progress(job), refresh=True)
+
+
+def _job_progress(job):
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
+    total, counts = job.get("total") or 0, job.get("counts") or {}
+    final = sum(counts.get(state, 0) for state in FINAL_STATES)
+    head = Table.grid(padding=(0, 1))
+    head.add_row(f"[bold]{escape(job['jobId'])}[/bold]", escape(job["status"]),
+                 ProgressBar(total=total or 1, completed=final, width=40),
+                 f"{final}/{total} final" + (", finding devices" if job.get("targeting") else ""))
+    states = _table(*counts)
+    states.add_row(*(str(count) for count in counts.values()))
+    return Group(head, states)
 
 
 # --- problems ----------------------------------------------------------------------------------
