@@ -64,6 +64,7 @@ def pytest_itemcollected(item):
 # They go first, slowest first (about the seconds each takes alone); every other file follows,
 # most tests first.
 SLOW_FILES = (
+    "tests/api/test_cli.py",  # 80: every command as a process, each once applied and once refused
     "tests/console/test_console.py",  # 60: make serve and Chromium, 14 pages in the browser
     "tests/infra/test_synth_cli.py",  # 40: two CDK CLI synths
     "tests/api/test_push.py",  # 39
@@ -72,7 +73,6 @@ SLOW_FILES = (
     "tests/test_readme_examples.py",  # 33: two make serve, the docs' examples
     "tests/api/test_http.py",  # 33
     "tests/api/test_stall.py",  # 25: DynamoDB Local stalled four times
-    "tests/api/test_cli.py",  # 25: every command once applied and once refused
     "tests/test_bench_costs_smoke.py",  # 21: two synths
     "tests/test_bench_fleet_smoke.py",  # 17
     "tests/test_bench_console_smoke.py",  # 17: a dev server and Chromium

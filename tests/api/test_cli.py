@@ -1,12 +1,7 @@
-"""The `device-state` command (clients/python's cli extra) against the real dev server on
-DynamoDB Local: each command once applied (exit 0, its output) and once refused (its exit status
-and the problem it prints on stderr). Exit statuses: 0 applied, 1 refused by the service, 2 usage,
-3 outcome unknown or unavailable.
-
-Commands run in this process through Click's runner (piped: stdin and stdout no terminal, the
-environment and working directory as a shell's), which spares each a Python start-up and its
-imports; the commands that run until stopped (watch, lease) and those a command runs itself
-run as processes, as does one check that the installed module answers as a process."""
+"""The `device-state` command (clients/python's cli extra), every command run as a subprocess as
+a person or a script runs it, against the real dev server on DynamoDB Local: each once applied
+(exit 0, its output) and once refused (its exit status and the problem it prints on stderr).
+Exit statuses: 0 applied, 1 refused by the service, 2 usage, 3 outcome unknown or unavailable."""
 
 from __future__ import annotations
 
@@ -19,15 +14,11 @@ import uuid
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from functions.auth.principals import READ_SCOPE, WRITE_SCOPE
 from tests.api.test_http import launch
 from tests.auth import token
 from tests.make_serve import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT / "clients" / "python"))
-from device_state_client.cli import main  # noqa: E402
 
 pytestmark = pytest.mark.dynamodb_local
 APPLIED, REFUSED, USAGE, UNKNOWN = 0, 1, 2, 3
@@ -44,12 +35,11 @@ def server(dynamodb_local):
 
 
 @pytest.fixture
-def cli(server, tmp_path, monkeypatch):
-    """``cli(*arguments, input=None, **environment)``: the command's CompletedProcess (run in
-    this process, see above) with the service's endpoint and a token with every scope in its
-    environment (as a shell that exported DEVICE_STATE_ENDPOINT and DEVICE_STATE_TOKEN), piped
-    (stdin and stdout no terminal), in a working directory of its own.
-    ``cli.start(*arguments)``: the same as a process, running (a Popen)."""
+def cli(server, tmp_path):
+    """``cli(*arguments, input=None, **environment)``: the command's CompletedProcess, run with
+    the service's endpoint and a token with every scope in its environment (as a shell that
+    exported DEVICE_STATE_ENDPOINT and DEVICE_STATE_TOKEN), piped (stdin and stdout no terminal).
+    ``cli.start(*arguments)``: the same, running (a Popen)."""
     def environment(**settings) -> dict:
         settings = {"DEVICE_STATE_ENDPOINT": f"http://127.0.0.1:{server.port}", "DEVICE_STATE_TOKEN": token(),
                     "DEVICE_STATE_CONFIG": str(tmp_path / "config"), **settings}
@@ -58,26 +48,16 @@ def cli(server, tmp_path, monkeypatch):
         env["PYTHONPATH"] = str(REPO_ROOT / "clients" / "python")
         return env
 
-    monkeypatch.chdir(tmp_path)
-    runner = CliRunner()
-
     def run(*arguments, input=None, **settings):
-        if arguments[0] == "lease":  # the command it runs writes to the process's own stdout
-            return subprocess.run([*COMMAND, *arguments], input=input, capture_output=True, text=True,
-                                  env=environment(**settings), timeout=120,
-                                  stdin=None if input is not None else subprocess.DEVNULL)
-        wanted = environment(**settings)
-        changes = {key: wanted.get(key) for key in {*os.environ, *wanted} if os.environ.get(key) != wanted.get(key)}
-        result = runner.invoke(main, list(arguments), input=input or "", env=changes, prog_name="device-state",
-                               catch_exceptions=False)
-        return subprocess.CompletedProcess([*COMMAND, *arguments], result.exit_code, result.stdout, result.stderr)
+        return subprocess.run([*COMMAND, *arguments], input=input, capture_output=True, text=True,
+                              env=environment(**settings), cwd=tmp_path, timeout=120,
+                              stdin=None if input is not None else subprocess.DEVNULL)
 
     def start(*arguments, **settings):
         return subprocess.Popen([*COMMAND, *arguments], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=environment(**settings), cwd=tmp_path, stdin=subprocess.DEVNULL)
 
     run.start = start
-    start.environment = environment
     return run
 
 
@@ -115,17 +95,6 @@ def test_json_comes_from_the_argument_a_file_or_stdin_and_bad_json_is_a_usage_er
     bad = cli("create", f"cli-{uuid.uuid4().hex[:8]}", '{"state": ')
     assert bad.returncode == USAGE and "is not JSON" in bad.stderr
     assert cli("create", "x", "@missing.json").returncode == USAGE
-
-
-def test_as_a_process_the_command_answers_as_in_this_one(cli):
-    device = _new(cli)
-    process = subprocess.run([*COMMAND, "get", device], capture_output=True, text=True, timeout=60,
-                             env=cli.start.environment(), stdin=subprocess.DEVNULL)
-    assert process.returncode == APPLIED, process.stderr
-    assert json.loads(process.stdout) == json.loads(cli("get", device).stdout)
-    missing = subprocess.run([*COMMAND, "get", f"{device}-none"], capture_output=True, text=True, timeout=60,
-                             env=cli.start.environment(), stdin=subprocess.DEVNULL)
-    _refused(missing, 404, "device-not-found")
 
 
 def test_get_shows_a_device_and_a_missing_one_is_404(cli):
