@@ -110,14 +110,15 @@ def test_an_idempotency_key_replays_the_job_and_refuses_another_body(server):
 @pytest.mark.parametrize("body, status, slug", [
     ({"filter": "lt(state/undeclared,3)", "desired": {"a": 1}}, 400, "unindexed-filter"),
     ({"filter": "lt(reported/battery,", "desired": {"a": 1}}, 400, "invalid-filter"),
-    ({"deviceIds": ["lamp-1"], "filter": "exists(reported/battery)", "desired": {"a": 1}}, 400, "invalid-job"),
+    ({"deviceIds": ["lamp-1"], "filter": "exists(reported/battery)", "desired": {"a": 1}}, 400, "bad-request"),
     ({"deviceIds": ["lamp-1"], "desired": {"a": None}}, 400, "invalid-job"),
     ({"deviceIds": ["lamp-1"], "desired": {}}, 400, "invalid-job"),
     ({"deviceIds": ["lamp-1"]}, 400, "bad-request"),
-    ({"deviceIds": ["lamp-1"], "desired": {"a": 1}, "targets": "continuous"}, 400, "invalid-job"),
-    ({"deviceIds": ["lamp-1"], "desired": {"a": 1}, "endsAt": "yesterday"}, 400, "invalid-job"),
+    ({"deviceIds": ["lamp-1"], "desired": {"a": 1}, "targets": "continuous"}, 400, "bad-request"),
+    ({"deviceIds": ["lamp-1"], "desired": {"a": 1}, "endsAt": "yesterday"}, 400, "bad-request"),
+    ({"deviceIds": ["lamp-1"], "desired": {"a": 1}, "endsAt": "2020-01-01T00:00:00Z"}, 400, "invalid-job"),
     ({"deviceIds": ["lamp-1"], "desired": {"a": 1}, "abort": [{"on": "FAILED", "thresholdPercent": 0,
-                                                               "minExecuted": 1}]}, 400, "invalid-job"),
+                                                               "minExecuted": 1}]}, 400, "bad-request"),
 ])
 def test_a_job_that_cannot_be_run_is_a_problem_and_creates_nothing(server, body, status, slug):
     answer, _, problem = call(server, "POST", "/jobs", {"jobId": "never", **body})

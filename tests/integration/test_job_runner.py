@@ -332,3 +332,36 @@ def test_the_schedule_finds_a_new_job_and_make_serves_loop_runs_it_to_the_end(ri
         loop.join()
     assert rig.jobs.head("j1").record.status == "COMPLETED" and rig.manager.due_jobs().job_ids == ()
     assert rig.counts_agree_with_executions()["TIMED_OUT"] == 20
+
+
+def test_a_continuous_job_writes_each_device_that_comes_to_match_once_until_it_ends(dynamodb_local):
+    from datetime import datetime, timedelta, timezone
+
+    fleet = FleetIndex.parse("reported/battery:number")
+    client, admin = dynamodb_client(dynamodb_local.endpoint, "us-east-1"), table_admin(dynamodb_local.endpoint)
+    name = new_table_name()
+    create_table(admin, name, fleet_index=fleet)
+    try:
+        rig = Rig(dynamodb_local, client, name, fleet)
+        rig.manager.reindex()
+        ids = rig.devices(20)
+        for number, device_id in enumerate(ids):
+            rig.manager.update_with_retry(device_id, MergePatch({"battery": 10 if number < 5 else 90}),
+                                          section="reported")
+        ends = (datetime.now(timezone.utc) + timedelta(seconds=12)).isoformat().replace("+00:00", "Z")
+        rig.job(filter="lt(reported/battery,20)", targets="continuous", endsAt=ends, timeoutSeconds=1)
+        runner = rig.runner(requery_seconds=1)
+        assert runner.run("j1", 4).status in (IDLE, "busy")
+        for device_id in ids[15:17]:  # two devices come to match; the first five match again
+            rig.manager.update_with_retry(device_id, MergePatch({"battery": 5}), section="reported")
+        run_until_done(runner, seconds=60)
+        versions, found = rig.versions(ids)
+        written = {device_id for device_id in ids if job_marks.mark_of(found[device_id], "j1")}
+        assert written == set(ids[:5]) | set(ids[15:17])
+        assert all(versions[device_id] == 3 for device_id in ids[:5])  # created, reported, the job once
+        assert all(versions[device_id] == 4 for device_id in ids[15:17])  # created, reported twice, the job once
+        head = rig.jobs.head("j1")
+        assert head.run.total == 7 and head.record.status == "COMPLETED"
+        assert rig.counts_agree_with_executions()["TIMED_OUT"] == 7
+    finally:
+        admin.delete_table(TableName=name)

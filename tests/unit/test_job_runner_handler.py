@@ -1,0 +1,83 @@
+"""The job runner's function (functions/jobs/handler.py): invoked for a job, it runs it and invokes
+itself again only while work is due at once (BUSY); invoked by the schedule (no job), it invokes
+itself once per due job and reports the stuck executions it was told of; a failed run is counted
+as a job error and raised (Lambda retries, the schedule takes the job up again)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from functions.device_state.jobs import BUSY, DONE, IDLE, Progress
+from functions.device_state.jobs.runner import Due
+from functions.jobs import handler
+from localdev.apigw import LambdaContext
+
+
+class Recorder:
+    def __init__(self):
+        self.invoked = []
+
+    def invoke(self, FunctionName, InvocationType, Payload):  # noqa: N803 - boto3's names
+        assert InvocationType == "Event"
+        self.invoked.append(json.loads(Payload))
+
+
+class FakeRunner:
+    def __init__(self, progress):
+        self.progress, self.runs = progress, []
+
+    def run(self, job_id, budget):
+        self.runs.append((job_id, budget))
+        if isinstance(self.progress, Exception):
+            raise self.progress
+        return self.progress
+
+
+class FakeManager:
+    def __init__(self, progress=None, due=Due((), 0)):
+        self.runner, self.due = FakeRunner(progress), due
+
+    def job_runner(self):
+        return self.runner
+
+    def due_jobs(self):
+        return self.due
+
+
+@pytest.fixture
+def rig(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(handler, "_lambda", lambda: recorder)
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "DeviceState")
+
+    def with_manager(manager):
+        monkeypatch.setattr(handler, "_manager", lambda: manager)
+        return recorder
+    return with_manager
+
+
+@pytest.mark.parametrize("progress, again", [(Progress(BUSY), True), (Progress(IDLE, 5), False),
+                                             (Progress(DONE), False)])
+def test_a_run_invokes_itself_again_only_while_work_is_due_at_once(rig, progress, again):
+    manager = FakeManager(progress)
+    recorder = rig(manager)
+    answer = handler.handler({"jobId": "j1"}, LambdaContext(900))
+    assert answer["status"] == progress.status and manager.runner.runs[0][0] == "j1"
+    assert 860 <= manager.runner.runs[0][1] <= 870  # the function's time, less the margin
+    assert recorder.invoked == ([{"jobId": "j1"}] if again else [])
+
+
+def test_the_schedule_invokes_one_run_per_due_job_and_reports_the_stuck(rig, capsys):
+    recorder = rig(FakeManager(due=Due(("a", "b"), 7)))
+    assert handler.handler({}, LambdaContext(60)) == {"woken": 2, "stuck": 7}
+    assert recorder.invoked == [{"jobId": "a"}, {"jobId": "b"}]
+    assert '"JobStuckExecutions"' in capsys.readouterr().out  # the metric Powertools writes
+
+
+def test_a_failed_run_is_counted_and_raised(rig, capsys):
+    rig(FakeManager(RuntimeError("boom")))
+    with pytest.raises(RuntimeError):
+        handler.handler({"jobId": "j1"}, LambdaContext(60))
+    assert '"JobErrors"' in capsys.readouterr().out
