@@ -227,7 +227,7 @@ export function jobView(main, {id}, query) {
         h("dt", {}, "Created"), h("dd", {}, time(job.createdAt)),
         h("dt", {}, job.completedAt ? "Completed" : "Ends"), h("dd", {}, time(job.completedAt || job.endsAt)),
         job.abortedBy ? [h("dt", {}, "Aborted by"), h("dd", {}, text(job.abortedBy))] : "",
-        h("dt", {}, "Live"), h("dd", {}, followBadge)),
+        h("dt", {}, "Following"), h("dd", {}, followBadge)),
       h("p", {}, "Desired: ", h("code", {id: "job-desired-shown", class: "value"}, text(job.desired)),
         job.expiresIn ? ` expires in ${job.expiresIn} s` : "", job.clearOnConfirm ? ", cleared on confirm" : "",
         job.rollout ? `, at most ${job.rollout.maxPerMinute} writes a minute` : ""));
