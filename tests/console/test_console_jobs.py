@@ -8,28 +8,19 @@ With UPDATE_SCREENSHOTS=1 the tests also write the docs' screenshots (docs/image
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 import pytest
 
-from tests.console.test_console import (HOSTILE, MERGE, NAIVE_DOM, NARROW, WIDE, Client, axe_violations, browser,  # noqa: F401
-                                        checkout_token, context, fleet_url, page, rendered_markup, screenshot, unique)
-from tests.make_serve import make_serve
+# The same make serve (one for this module), browser and pages as the console's other tests.
+from tests.console.test_console import (HOSTILE, MERGE, NAIVE_DOM, NARROW, WIDE, axe_violations, browser,  # noqa: F401
+                                        checkout_token, context, fleet_url, page, rendered_markup, screenshot, served,
+                                        unique)
 
 pytestmark = pytest.mark.dynamodb_local
 
 JOB_SECONDS = 60_000  # ms: the longest a job may take to reach a state here (a loaded machine)
-
-
-@pytest.fixture(scope="module")
-def served():
-    # The stream processor and fan-out at the API's priority, as deployed Lambdas never wait behind it.
-    with make_serve(STREAM_NICENESS="0") as served:
-        served.client = Client(served.port)
-        served.url = f"http://127.0.0.1:{served.port}/console/"
-        yield served
 
 
 class Devices:
@@ -38,7 +29,8 @@ class Devices:
     refuses (acknowledges each leaf with a code of 400 or more and a reason). A silent one never acts."""
 
     def __init__(self, client, behaviour: dict[str, tuple]):
-        self.client, self.behaviour = client, behaviour  # device -> ("confirm",) | ("refuse", code, reason) | ("silent",)
+        # device -> ("confirm",) | ("refuse", code, reason) | ("silent",)
+        self.client, self.behaviour = client, behaviour
         self.tokens = {device: checkout_token(device=device) for device in behaviour}
         self.acted: dict[str, int] = {}
         self.stopped = threading.Event()
@@ -76,7 +68,8 @@ def fleet_of(served, behaviours: list[tuple]) -> tuple[str, dict[str, tuple]]:
     site = unique("site")
     devices = {f"{site}-{number}": act for number, act in enumerate(behaviours)}
     for device in devices:
-        assert served.client("PUT", f"/devices/{device}", {"state": {"site": site}, "reported": {"mode": "normal"}})[0] == 201
+        assert served.client("PUT", f"/devices/{device}",
+                             {"state": {"site": site}, "reported": {"mode": "normal"}})[0] == 201
     return f'eq(state/site,"{site}")', devices
 
 
@@ -93,10 +86,12 @@ def wait_counts(page, **counts: int) -> None:
     wanted = {state: counts.get(state, 0) for state in
               ("QUEUED", "IN_PROGRESS", "SUCCEEDED", "FAILED", "TIMED_OUT", "SUPERSEDED", "REMOVED", "CANCELED")}
     page.wait_for_function("""(wanted) => Object.entries(wanted).every(([state, n]) =>
-        document.querySelector(`#count-${state} strong`)?.textContent === String(n))""", arg=wanted, timeout=JOB_SECONDS)
+        document.querySelector(`#count-${state} strong`)?.textContent === String(n))""",
+                           arg=wanted, timeout=JOB_SECONDS)
 
 
-def create_from_fleet(page, served, filter_text: str, desired: str, expected: int, shot: str = "", **fields: str) -> str:
+def create_from_fleet(page, served, filter_text: str, desired: str, expected: int, shot: str = "",
+                      **fields: str) -> str:
     """On the fleet page of `filter_text`: open the job form, see the count, create the job; its id."""
     page.goto(fleet_url(served, filter=filter_text))
     page.locator("table.devices tbody tr").first.wait_for()
@@ -119,7 +114,8 @@ def create_from_fleet(page, served, filter_text: str, desired: str, expected: in
 
 
 def test_a_job_created_from_the_fleets_filter_counts_first_and_is_followed_live_to_completion(served, page):
-    filter_text, devices = fleet_of(served, [("confirm",)] * 3 + [("refuse", 409, "busy"), ("refuse", 400, "eco unknown")])
+    filter_text, devices = fleet_of(served, [("confirm",)] * 3
+                                    + [("refuse", 409, "busy"), ("refuse", 400, "eco unknown")])
     sent = []
     page.on("request", lambda request: sent.append((request.method, request.url, request.headers)))
     with Devices(served.client, devices) as simulated:
@@ -151,9 +147,11 @@ def test_a_job_created_from_the_fleets_filter_counts_first_and_is_followed_live_
     assert all("waitSeconds=20" in path and headers.get("if-none-match") for path, headers in reads[1:])
 
     page.get_by_label("State", exact=True).select_option("FAILED")
-    page.wait_for_function("() => document.querySelector('#executions caption')?.textContent.startsWith('Executions failed')")
+    page.wait_for_function(
+        "() => document.querySelector('#executions caption')?.textContent.startsWith('Executions failed')")
     page.wait_for_function("() => document.querySelectorAll('#executions tbody tr').length === 2")
-    shown = {cells[0]: cells[1:] for cells in (row.split("\t") for row in page.locator("#executions tbody tr").all_inner_texts())}
+    rows = page.locator("#executions tbody tr").all_inner_texts()
+    shown = {cells[0]: cells[1:] for cells in (row.split("\t") for row in rows)}
     assert {device: (cells[0], cells[1], cells[3], cells[4]) for device, cells in shown.items()} == {
         device: ("failed", "2", str(act[1]), act[2]) for device, act in devices.items() if act[0] == "refuse"}
     assert page.url.endswith(f"#/jobs/{job_id}?state=FAILED")
