@@ -1,4 +1,8 @@
 # The two commands that matter: `make serve` and `make test`. Both set up what they need.
+# Python keeps the bytecode of the repository's modules (__pycache__/, ignored by git), so the many
+# processes of a test run (servers, the CLI, probes) compile each module once, not at each start,
+# as they did where the environment sets PYTHONDONTWRITEBYTECODE (some images do).
+export PYTHONDONTWRITEBYTECODE :=
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -106,7 +110,9 @@ invoke: $(PY_STAMP)
 # request units per operation kind and the reference fleet's monthly bill beside Device Shadow's:
 # costs.{json,md,png}; then fleet query at 100,000 devices beside listing and filtering in the
 # client: fleet.{json,md}; then the browser console on 100,000 devices in headless Chromium (first
-# rows, a live update, the files' compressed size): console.{json,md}. Into bench/out/ (untracked),
+# rows, a live update, the files' compressed size): console.{json,md}; then a job of 10,000 devices
+# beside the same writes sent directly, its units and dollars per execution, a paced job's rate:
+# jobs.{json,md}. Into bench/out/ (untracked),
 # or with UPDATE_RESULTS=1 into bench/results/, the committed reference results the docs quote.
 BENCH_OUT := $(if $(UPDATE_RESULTS),bench/results,bench/out)
 bench: setup
@@ -118,6 +124,7 @@ bench: setup
 	$(PY) bench/costs.py --out $(BENCH_OUT) $(COSTS_BENCH_ARGS)
 	$(PY) bench/fleet.py --out $(BENCH_OUT) $(FLEET_BENCH_ARGS)
 	$(PY) bench/console.py --out $(BENCH_OUT) $(CONSOLE_BENCH_ARGS)
+	$(PY) bench/jobs.py --out $(BENCH_OUT) $(JOBS_BENCH_ARGS)
 
 # Synthesize offline (no AWS account needed) and lint the template; DEPLOY_ARGS' -c flags
 # shape it as they would a deploy.

@@ -32,10 +32,12 @@ import json
 import logging
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import threading
+import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -388,9 +390,14 @@ def cold_start(endpoint: str, table_name: str, runs: int) -> dict:
     DeviceStateManager(dynamodb_client(endpoint, "us-east-1"), table_name).put("cold", {"n": 0})
     # No .pyc written: the Lambda asset ships none (and /var/task is read-only), so a cold
     # start compiles our modules; boto3 and Powertools come precompiled in both places.
+    # None read either: the handler runs from a copy of our packages without the tree's
+    # __pycache__ (which test runs write), as the asset carries them.
+    asset = Path(tempfile.mkdtemp(prefix="cold-asset-"))
+    for package in ("functions", "localdev"):
+        shutil.copytree(REPO_ROOT / package, asset / package, ignore=shutil.ignore_patterns("__pycache__"))
     env = dict(os.environ, TABLE_NAME=table_name, DYNAMODB_ENDPOINT=endpoint, CURSOR_KEY=credentials.CURSOR_KEY,
                POWERTOOLS_TRACE_DISABLED="true",
-               POWERTOOLS_METRICS_DISABLED="true", POWERTOOLS_LOG_LEVEL="WARNING", PYTHONPATH=str(REPO_ROOT),
+               POWERTOOLS_METRICS_DISABLED="true", POWERTOOLS_LOG_LEVEL="WARNING", PYTHONPATH=str(asset),
                PYTHONDONTWRITEBYTECODE="1")
     answered = {"baseline": [], "handler": []}
     exited = {"baseline": [], "handler": []}
@@ -398,12 +405,13 @@ def cold_start(endpoint: str, table_name: str, runs: int) -> dict:
         for name, code in (("baseline", _BASELINE), ("handler", _HANDLER)):
             started = time.perf_counter()
             process = subprocess.Popen([sys.executable, "-c", code.format(endpoint=endpoint, table=table_name) + _ANSWERED],
-                                       env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+                                       env=env, cwd=asset, stdout=subprocess.PIPE, text=True)
             line = process.stdout.readline()
             answered[name].append(time.perf_counter() - started)
             if process.wait() != 0 or line != "answered\n":
                 raise RuntimeError(f"the {name} process failed (exit {process.returncode})")
             exited[name].append(time.perf_counter() - started)
+    shutil.rmtree(asset)
     timings = {name: round(statistics.median(times) * 1000, 1) for name, times in answered.items()}
     timings["ratio"] = round(statistics.median(h / b for b, h in zip(answered["baseline"], answered["handler"])), 3)
     timings["ratio_to_exit"] = round(statistics.median(h / b for b, h in zip(exited["baseline"], exited["handler"])), 3)
