@@ -40,9 +40,9 @@ export function progress(job, {compact = false} = {}) {
       h("strong", {}, String(counts[state] || 0))))));
 }
 
-function statusBadge(status) {
+function statusBadge(status, id) {
   const kind = status === "COMPLETED" ? "online" : status === "IN_PROGRESS" ? "running" : "offline";
-  return h("span", {class: `badge ${kind}`, id: "job-status"}, words(String(status)));
+  return h("span", {class: `badge ${kind}`, id}, words(String(status)));
 }
 
 function stateTag(state) {
@@ -222,7 +222,7 @@ export function jobView(main, {id}, query) {
     view.job = job;
     replace(head, h("h1", {}, job.jobId),
       h("dl", {class: "facts"},
-        h("dt", {}, "Status"), h("dd", {}, statusBadge(job.status)),
+        h("dt", {}, "Status"), h("dd", {}, statusBadge(job.status, "job-status")),
         h("dt", {}, "Targets"), h("dd", {class: "value"}, targetsOf(job)),
         h("dt", {}, "Created"), h("dd", {}, time(job.createdAt)),
         h("dt", {}, job.completedAt ? "Completed" : "Ends"), h("dd", {}, time(job.completedAt || job.endsAt)),
