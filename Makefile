@@ -142,6 +142,7 @@ clean:
 
 # A bearer token (1 hour) from this checkout's local issuer (.serve/issuer/, which make serve
 # trusts): make -s token [SCOPES="devices.read devices.write"] [DEVICE=lamp-1]. One line on stdout.
+# Without SCOPES: read, write and report; devices.admin (credentials, enrollments) only when named.
 token:
 	@$(MAKE) --no-print-directory $(PY_STAMP) >&2
 	@$(PY) -m localdev.issuer token --scopes "$(SCOPES)" --device "$(DEVICE)"

@@ -216,6 +216,7 @@ def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_D
     kinds["connect (device's WebSocket)"] = meter.run(ids, lambda d: meter.manager.connected(d, f"ws-{d}", ends))
     kinds["disconnect"] = meter.run(ids, lambda d: meter.manager.disconnected(d, f"ws-{d}", ends))
     kinds["read by the device (records lastSeen)"] = meter.run(ids, lambda d: meter.manager.saw(meter.manager.get(d)))
+    kinds.update(_identity(meter, ids, measured, step))
     # A device written at the reference rate keeps the newest 8 journal entries; one written
     # 16 times a second keeps up to 16 (every entry younger than a second).
     sizes = {}
@@ -241,6 +242,34 @@ def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_D
                         "change_item_bytes": round(statistics.mean(change_bytes))}
     timing = {"stream_ms_per_record": round(1000 * meter.stream_seconds / max(meter.stream_records, 1), 2)}
     return kinds, sizes, timing
+
+
+def _identity(meter: Meter, ids: list[str], measured: int, step) -> dict:
+    """Devices' identity: a secret registered per device, then the device's own report and read
+    with that credential checked (on the item, in the request's own condition and answer: the
+    same units as without one), and what an assertion's exchange for a token reads and writes."""
+    from functions.auth import identity
+    from functions.auth.sealing import KeyFileSealer
+    from functions.device_state import Holder
+
+    sealer, holders, kinds = KeyFileSealer(os.urandom(32)), {}, {}
+
+    def register(device_id):
+        record, _ = identity.credential("secret", device_id, sealer)
+        holders[device_id] = Holder(meter.manager.add_credential(device_id, record).credential_id)
+
+    def report(device_id):
+        meter.manager.as_device(device_id, holders[device_id]).update_with_retry(device_id, MergePatch(
+            {"temperature": Decimal(80 + next(step) % 7) / 4, "humidity": 40 + next(step) % 9}), section="reported")
+
+    kinds["credential registered (admin)"] = meter.run(ids, register)
+    kinds["report with its credential checked"] = meter.run(ids * measured, report)
+    kinds["read by the device with its credential checked"] = meter.run(
+        ids, lambda d: meter.manager.as_device(d, holders[d]).get(d))
+    kinds["assertion for a token (credential read, jti spent)"] = meter.run(ids, lambda d: (
+        meter.manager.credential(d, holders[d].credential_id),
+        meter.manager.spend_assertion(d, uuid.uuid4().hex, int(meter.now) + 300)))
+    return kinds
 
 
 def handler_milliseconds(endpoint: str, runs: int) -> dict:

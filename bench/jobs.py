@@ -107,7 +107,7 @@ def versions(store, ids) -> dict:
     found = {}
     for start in range(0, len(ids), 100):
         found.update(store.batch_get_states(ids[start:start + 100]))
-    return {device_id: int(found[device_id]["version"]["N"]) for device_id in ids}
+    return {device_id: int(found[device_id][table.VERSION]["N"]) for device_id in ids}
 
 
 def stream_finals(endpoint, client, name, tracker) -> None:

@@ -33,17 +33,22 @@ FLEET_INDEX = "FLEET_INDEX"  # the queryable fields, path:type,… (functions.de
 # the same for every function instance; deployed, a generated secret; locally, .serve/cursor-key
 CURSOR_KEY = "CURSOR_KEY"
 JOB_RUNNER_FUNCTION = "JOB_RUNNER_FUNCTION"  # the API's: the job runner it starts a created job's run on
+# true: every device must register its certificates (a certificate of the trusted CA that its
+# device never registered opens nothing); see functions/device_state/item/credentials.py
+REQUIRE_REGISTERED_CREDENTIALS = "REQUIRE_REGISTERED_CREDENTIALS"
 # true on the API function, whose routes are not the waiting ones (a function of their own
 # serves those): a request that reaches it with waitSeconds anyway is answered at once
 NEVER_WAIT = "NEVER_WAIT"
 
 STORAGE_VARIABLES = (TABLE_NAME, DYNAMODB_ENDPOINT, CHANGE_RETENTION_SECONDS)
 API_VARIABLES = STORAGE_VARIABLES + (MAX_ATTEMPTS, RETRY_BUDGET_SECONDS, REQUIRE_IF_MATCH, SETTLE_SECONDS,
-                                     TOMBSTONE_SECONDS, FLEET_INDEX, NEVER_WAIT, CURSOR_KEY, JOB_RUNNER_FUNCTION)
+                                     TOMBSTONE_SECONDS, FLEET_INDEX, NEVER_WAIT, CURSOR_KEY,
+                                     REQUIRE_REGISTERED_CREDENTIALS, JOB_RUNNER_FUNCTION)
 JOBS_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX, CURSOR_KEY)
 REINDEX_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX,)
 PROCESSOR_VARIABLES = STORAGE_VARIABLES + (EVENT_BUS_NAME, CHANGE_EVENTS_FILE)
-PUSH_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX,)  # a device's connects set connectivity/connected
+# a device's connects set connectivity/connected, and find the credential it comes with
+PUSH_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX, REQUIRE_REGISTERED_CREDENTIALS)
 
 MAX_BUDGET_SECONDS = 20.0  # must stay under API Gateway's 29 s integration timeout
 MAX_SETTLE_SECONDS = 15.0
@@ -79,6 +84,7 @@ class ApiConfig(StorageConfig):
     never_wait: bool = False
     cursor_key: bytes = field(default=b"", repr=False)
     job_runner_function: str | None = None  # where one is deployed: a created job's run starts at once
+    require_registered_credentials: bool = False
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "ApiConfig":
@@ -95,6 +101,7 @@ class ApiConfig(StorageConfig):
             never_wait=_boolean(environ, NEVER_WAIT),
             cursor_key=_cursor_key(environ),
             job_runner_function=environ.get(JOB_RUNNER_FUNCTION) or None,
+            require_registered_credentials=_boolean(environ, REQUIRE_REGISTERED_CREDENTIALS),
         )
 
 
@@ -120,6 +127,16 @@ class ProcessorConfig(StorageConfig):
     def from_environment(cls, environ=os.environ) -> "ProcessorConfig":
         return cls(**_storage(environ), event_bus_name=environ.get(EVENT_BUS_NAME) or None,
                    events_file=environ.get(CHANGE_EVENTS_FILE) or None)
+
+
+@dataclass(frozen=True)
+class PushConfig(StorageConfig):
+    require_registered_credentials: bool = False
+
+    @classmethod
+    def from_environment(cls, environ=os.environ) -> "PushConfig":
+        return cls(**_storage(environ),
+                   require_registered_credentials=_boolean(environ, REQUIRE_REGISTERED_CREDENTIALS))
 
 
 def _storage(environ) -> dict:
@@ -193,5 +210,5 @@ def processor_config() -> ProcessorConfig:
 
 
 @functools.lru_cache(maxsize=1)
-def push_config() -> StorageConfig:
-    return StorageConfig.from_environment()
+def push_config() -> PushConfig:
+    return PushConfig.from_environment()

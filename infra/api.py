@@ -131,6 +131,7 @@ class DeviceApi(Construct):
         device_domain: DeviceDomain | None = None,
         fleet_index: FleetIndex = FleetIndex(),
         cursor_key_generation: int = 1,
+        require_registered_credentials: bool = False,
     ):
         super().__init__(scope, construct_id)
         # The asset and the layer are shared with the stream processor (infra/changes.py).
@@ -147,6 +148,7 @@ class DeviceApi(Construct):
             config.TOMBSTONE_SECONDS: str(self.node.try_get_context("tombstoneSeconds")
                                           or config.DEFAULT_TOMBSTONE_SECONDS),
             config.REQUIRE_IF_MATCH: "true" if require_if_match else "false",
+            config.REQUIRE_REGISTERED_CREDENTIALS: "true" if require_registered_credentials else "false",
             config.CHANGE_RETENTION_SECONDS: str(change_retention_seconds),
             # The declared fields (normalized), only when there are any, like every opt-in setting.
             **({config.FLEET_INDEX: fleet_index.declaration} if fleet_index else {}),
@@ -157,7 +159,8 @@ class DeviceApi(Construct):
         }
         # Two functions of the same code, configuration and rights: one for the waiting routes
         # (WAITING_ROUTES), one for every other, each with its own reserved concurrency. Only the
-        # latter serves POST /devices/{id}/token, so only it has the signing variables (and kms:Sign).
+        # latter serves POST /devices/{id}/token, credentials, enrollments and provisioning, so only
+        # it has the signing and sealing variables (and kms:Sign, kms:Encrypt and kms:Decrypt).
         index_arns = [f"{table.table_arn}/index/{index['IndexName']}"
                       for index in fleet_index.global_secondary_indexes()]
         self.function = self._api_function(

@@ -20,7 +20,7 @@ from constructs import Construct
 
 from functions.auth import jwks_resource
 from functions.auth.credentials import AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS, AuthConfig
-from functions.auth.principals import READ_SCOPE, REPORT_SCOPE, RESOURCE_SERVER, SCOPES, WRITE_SCOPE
+from functions.auth.principals import ADMIN_SCOPE, READ_SCOPE, REPORT_SCOPE, RESOURCE_SERVER, SCOPES, WRITE_SCOPE
 
 from .api import ARCHITECTURE, LOG_RETENTION, RUNTIME
 from .bundling import REPO_ROOT
@@ -29,6 +29,7 @@ SCOPE_DESCRIPTIONS = {  # what functions/auth/rights.py grants each scope
     READ_SCOPE: "Read and list devices, their versions, changes and lease queues",
     WRITE_SCOPE: "Create, replace and delete devices; write state and desired; take leases",
     REPORT_SCOPE: "Write devices' reported sections",
+    ADMIN_SCOPE: "Register and revoke devices' credentials; create, read and end enrollments",
 }
 ACCESS_TOKEN_VALIDITY = Duration.hours(1)
 # The stack outputs' names (what `cdk deploy` prints and docs/operations.md refers to).

@@ -50,6 +50,16 @@ LEASE_HEARTBEATS_LOST_PER_PERIOD = 0
 # Device tokens the signing key could not sign (KMS failing or unreachable; throttling is on
 # the dashboard: a fleet reconnecting meets it by design and backs off)
 SIGNING_UNAVAILABLE_PER_PERIOD = 0
+# Refused assertions (401 at the token and provisioning routes): a device with a wrong clock or
+# key refused once a minute is a handful; more than one a second for 5 minutes is a fleet
+# misconfigured at once (a key rotated on the service, not on the devices) or someone guessing.
+ASSERTIONS_REFUSED_PER_PERIOD = 300
+# Refused provisionings (an enrollment ended or full, an id its pattern refuses, a device that
+# exists): a factory line's devices failing to provision; any one is worth a look.
+PROVISIONINGS_REFUSED_PER_PERIOD = 0
+# Secrets the sealing key could not open or seal (KMS throttled, failing or unreachable): the
+# devices with secrets and every provisioning got 429 or 503.
+SEALING_FAILURES_PER_PERIOD = 0
 DYNAMODB_THROTTLES_PER_PERIOD = 0
 # The change feed (docs/operations.md, the runbook): the feed trails writes by the stream
 # processor's iterator age; a minute means followers see changes a minute late.
@@ -143,6 +153,16 @@ class Monitoring(Construct):
                     "A lease holder's heartbeat was refused: its lease expired mid-job")
         self._alarm("SigningUnavailable", service_metric(names.SIGNING_UNAVAILABLE), SIGNING_UNAVAILABLE_PER_PERIOD,
                     not_breaching, "Devices asking for a token got 503: the signing key (KMS) failed or did not answer")
+        self._alarm("AssertionsRefused", service_metric(names.ASSERTIONS_REFUSED), ASSERTIONS_REFUSED_PER_PERIOD,
+                    not_breaching, "Devices' assertions were refused (401) more than once a second: a fleet with a "
+                                   "wrong key or clock, or someone guessing credentials")
+        self._alarm("ProvisioningsRefused", service_metric(names.PROVISIONINGS_REFUSED),
+                    PROVISIONINGS_REFUSED_PER_PERIOD, not_breaching,
+                    "Devices could not provision themselves: an enrollment ended or full, an id its pattern refuses, "
+                    "or a device of that id exists")
+        self._alarm("SealingFailures", service_metric(names.SEALING_FAILURES), SEALING_FAILURES_PER_PERIOD,
+                    not_breaching, "Secrets could not be opened or sealed (KMS throttled or failing): devices with "
+                                   "secrets and provisionings got 429 or 503")
         self._alarm("LambdaErrors", function.metric_errors(statistic="Sum", period=PERIOD),
                     LAMBDA_ERRORS_PER_PERIOD, not_breaching, "The API function failed (not a 4xx: a crash)")
         self._alarm("LambdaThrottles", function.metric_throttles(statistic="Sum", period=PERIOD),
@@ -197,6 +217,11 @@ class Monitoring(Construct):
             cloudwatch.GraphWidget(title="Device tokens (POST /devices/{id}/token)", width=12, left=[
                 service_metric(names.DEVICE_TOKENS)], right=[
                 service_metric(names.SIGNING_THROTTLED), service_metric(names.SIGNING_UNAVAILABLE)]),
+            cloudwatch.GraphWidget(title="Device identity: provisioning, refusals and revocations", width=12, left=[
+                service_metric(names.PROVISIONINGS), service_metric(names.PROVISIONINGS_REFUSED),
+                service_metric(names.ASSERTIONS_REFUSED)], right=[
+                service_metric(names.CREDENTIALS_REVOKED), service_metric(names.REVOKED_CREDENTIAL_REQUESTS),
+                service_metric(names.SEALING_FAILURES)]),
         )
         if change_feed is not None:
             self._watch_change_feed(change_feed, not_breaching)

@@ -1,7 +1,8 @@
 """Push over WebSocket: the WebSocket API (stage ``prod``) with the Lambda authorizer on
 ``$connect``, the push function behind its routes (functions/push/handler.py),
 and the fan-out (functions/push/fanout.py): a consumer of the table's stream of its own that
-brings each device's subscribers up to every change item the change feed writes. Both
+brings each device's subscribers up to every change item the change feed writes, and closes a
+device's own connections once it no longer holds the credential they were opened with. Both
 functions run the API's asset on its Powertools layer."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from constructs import Construct
 from functions import config
 from functions.device_state import FleetIndex
 from functions.push.connections import CONNECTIONS_ENDPOINT
-from functions.push.fanout import BATCH_SIZE, FILTER_PATTERN, MAX_RETRY_ATTEMPTS
+from functions.push.fanout import BATCH_SIZE, FILTER_PATTERNS, MAX_RETRY_ATTEMPTS
 
 from .api import ARCHITECTURE, LOG_RETENTION, RUNTIME, AccessLogs, published_alias, snap_start_conf
 
@@ -60,7 +61,7 @@ class Push(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, table: dynamodb.ITable, code: lambda_.Code,
                  layer: lambda_.ILayerVersion, authorizer: lambda_.IFunction, auth_environment: dict[str, str],
                  retention_seconds: int, throttle_rate: float, throttle_burst: int, snap_start: bool = True,
-                 fleet_index: FleetIndex = FleetIndex()):
+                 fleet_index: FleetIndex = FleetIndex(), require_registered_credentials: bool = False):
         super().__init__(scope, construct_id)
         self.api = apigatewayv2.WebSocketApi(self, "Api", api_name="device-state-push",
                                              description="Device-state push: follow devices' changes",
@@ -84,6 +85,8 @@ class Push(Construct):
             config.TABLE_NAME: table.table_name,
             config.CHANGE_RETENTION_SECONDS: str(retention_seconds),
             CONNECTIONS_ENDPOINT: self.stage.callback_url,
+            # a device's connect must find the credential it comes with (certificates registered, if required)
+            config.REQUIRE_REGISTERED_CREDENTIALS: "true" if require_registered_credentials else "false",
             # a device's connect and disconnect set connectivity/connected where it is declared
             **({config.FLEET_INDEX: fleet_index.declaration} if fleet_index else {}),
             **auth_environment,
@@ -118,7 +121,8 @@ class Push(Construct):
         self.fanout_alias.add_event_source(sources.DynamoEventSource(
             table, starting_position=lambda_.StartingPosition.TRIM_HORIZON, batch_size=BATCH_SIZE,
             bisect_batch_on_error=True, retry_attempts=MAX_RETRY_ATTEMPTS, report_batch_item_failures=True,
-            on_failure=sources.SqsDlq(self.failures), filters=[lambda_.FilterCriteria.filter(FILTER_PATTERN)]))
+            on_failure=sources.SqsDlq(self.failures),
+            filters=[lambda_.FilterCriteria.filter(pattern) for pattern in FILTER_PATTERNS]))
 
         url = CfnOutput(self, "Url", value=self.stage.url, description="WebSocket URL for push (wss://)")
         url.override_logical_id(URL_OUTPUT)

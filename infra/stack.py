@@ -15,6 +15,7 @@ from .auth import CallerIdentity
 from .changes import ChangeFeed
 from .console import Console
 from .device_tokens import DeviceTokens
+from .identity import Sealing
 from .monitoring import Monitoring
 from .push import Push
 from .jobs import JobRunner
@@ -76,6 +77,10 @@ CONTEXT_DEFAULTS = {
     "deviceTokenSeconds": 3600,
     "deviceTokenMaxSeconds": 3600,
     "deviceTokenRenewalSeconds": 86400,
+    # true: every device must register its certificates (POST /devices/{id}/credentials); a client
+    # certificate of the trusted CA that its device never registered then opens nothing. false: a
+    # device that never registered one is opened by any certificate of the CA naming it.
+    "requireRegisteredCredentials": False,
     # The browser console (infra/console.py): its files behind CloudFront, CORS on the HTTP API for
     # its origin, and with Cognito an app client of its own. false: none of it.
     "console": True,
@@ -150,6 +155,8 @@ class DeviceStateStack(Stack):
             lifetime_seconds=int(context(self, "deviceTokenSeconds")),
             max_seconds=int(context(self, "deviceTokenMaxSeconds")),
             renewal_seconds=int(context(self, "deviceTokenRenewalSeconds")))
+        # Devices' secrets and enrollments' group keys, sealed by the API function alone.
+        self.sealing = Sealing(self, "Sealing", throwaway=_flag(context(self, "throwaway")))
         self.console = Console(self, "Console", user_pool=self.identity.user_pool, domain=self.identity.domain,
                                oauth_scopes=self.identity.oauth_scopes) if _flag(context(self, "console")) else None
         # Every function that authenticates callers trusts both issuers; only the API function signs.
@@ -157,6 +164,7 @@ class DeviceStateStack(Stack):
         if self.console is not None and self.console.client is not None:  # the console's users' tokens name its client
             audiences = f"{auth_environment[AUTH_AUDIENCE]},{self.console.client.user_pool_client_id}"
             auth_environment[AUTH_AUDIENCE] = audiences
+        require_registered = _flag(context(self, "requireRegisteredCredentials"))
         domain_name = context(self, "deviceDomainName")
         self.api = DeviceApi(
             self, "DeviceApi",
@@ -169,13 +177,15 @@ class DeviceStateStack(Stack):
             change_retention_seconds=int(context(self, "changeRetentionSeconds")),
             snap_start=_flag(context(self, "snapStart")),
             auth_environment=auth_environment,
-            token_environment=self.device_tokens.signing_environment,
+            token_environment={**self.device_tokens.signing_environment, **self.sealing.environment},
+            require_registered_credentials=require_registered,
             device_domain=DeviceDomain(domain_name, context(self, "certificateArn"),
                                        context(self, "truststoreUri")) if domain_name else None,
             fleet_index=fleet_index,
             cursor_key_generation=_generation(context(self, "cursorKeyGeneration")),
         )
         self.device_tokens.grant_sign(self.api.function)
+        self.sealing.grant_seal(self.api.function)
         self.changes = ChangeFeed(self, "ChangeFeed", table=self.devices.table, code=self.api.code,
                                   layer=self.api.layer,
                                   retention_seconds=int(context(self, "changeRetentionSeconds")),
@@ -186,7 +196,8 @@ class DeviceStateStack(Stack):
                          retention_seconds=int(context(self, "changeRetentionSeconds")),
                          throttle_rate=float(context(self, "throttleRateLimit")),
                          throttle_burst=int(context(self, "throttleBurstLimit")),
-                         snap_start=_flag(context(self, "snapStart")), fleet_index=fleet_index)
+                         snap_start=_flag(context(self, "snapStart")), fleet_index=fleet_index,
+                         require_registered_credentials=require_registered)
         if self.console is not None:
             self.console.publish(http_api=self.api.api, api_url=self.api.stage.url, websocket_url=self.push.stage.url,
                                  fleet_index=fleet_index)

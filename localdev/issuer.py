@@ -2,7 +2,7 @@
 JWKS ``make serve`` gives the server as ``AUTH_JWKS``, and whose tokens ``make -s token``
 prints. Tests mint their own issuer the same way (``Issuer.generate()``).
 
-    python -m localdev.issuer token [--scopes "devices.read devices.write"] [--device lamp-1]
+    python -m localdev.issuer token [--scopes "devices.read devices.admin"] [--device lamp-1]
     python -m localdev.issuer env      # the AUTH_* variables a server needs to accept them
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from functions.auth.credentials import (AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS, DEVICE_TOKEN_AUDIENCE,
                                         DEVICE_TOKEN_ISSUER, DEVICE_TOKEN_JWKS)
 from functions.auth.device_tokens import DEVICE_TOKEN_KEY_FILE, DEVICE_TOKEN_KID
-from functions.auth.principals import SCOPES
+from functions.auth.principals import DEFAULT_SCOPES, SCOPES
 
 LOCAL_ISSUER = "urn:device-state:local-issuer"
 # make serve's device tokens (POST /devices/{id}/token): the same key, under an issuer of their own.
@@ -142,7 +142,8 @@ def _thumbprint(key) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="The local token issuer of make serve")
     parser.add_argument("command", choices=("token", "env"))
-    parser.add_argument("--scopes", default="", help=f"space-separated (default: all of {' '.join(SCOPES)})")
+    parser.add_argument("--scopes", default="", help=f"space-separated, of {' '.join(SCOPES)} (default: "
+                                                    f"{' '.join(DEFAULT_SCOPES)}; the admin scope only when named)")
     parser.add_argument("--device", default="", help="a device token for this device id (scopes are ignored)")
     parser.add_argument("--directory", default=str(DEFAULT_DIRECTORY))
     args = parser.parse_args(argv)
@@ -150,7 +151,7 @@ def main(argv=None) -> None:
     if args.command == "env":
         print("export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in issuer.environment().items()))
         return
-    scopes = args.scopes.split() or list(SCOPES)
+    scopes = args.scopes.split() or list(DEFAULT_SCOPES)
     unknown = sorted(set(scopes) - set(SCOPES))
     if unknown:
         sys.exit(f"unknown scope {' '.join(unknown)}: the scopes are {' '.join(SCOPES)}")

@@ -35,6 +35,9 @@ STREAM_NICENESS = int(os.environ.get("STREAM_NICENESS", "10"))
 # The DeviceStateChanged events `make serve` publishes (there is no EventBridge locally), one JSON a line.
 DEFAULT_EVENTS_FILE = ".serve/change-events.jsonl"
 CURSOR_KEY_FILE = Path(".serve/cursor-key")  # the key listings' cursors are sealed with, unless CURSOR_KEY names one
+# The key devices' secrets and enrollments' group keys are sealed with (functions/auth/sealing.py),
+# unless SEALING_KEY_FILE or SEALING_KMS_KEY names one.
+SEALING_KEY_FILE = Path(".serve/sealing-key")
 RESTARTS_PER_MINUTE = 10  # more workers than this exiting within a minute stop the server
 
 _DEFAULTS = {
@@ -227,6 +230,8 @@ def _environment() -> tuple[str, object]:
         os.environ.update(issuer.device_token_environment(DEFAULT_DIRECTORY / KEY_FILE))
     if not os.environ.get("CURSOR_KEY"):  # every worker seals cursors alike, and across restarts
         os.environ["CURSOR_KEY"] = _checkout_cursor_key(CURSOR_KEY_FILE)
+    if not (os.environ.get("SEALING_KEY_FILE") or os.environ.get("SEALING_KMS_KEY")):  # kept across restarts
+        os.environ["SEALING_KEY_FILE"] = _checkout_sealing_key(SEALING_KEY_FILE)
     _check_auth_configuration()
     _check_api_configuration()
     return note, trusted
@@ -241,6 +246,16 @@ def _checkout_cursor_key(path: Path) -> str:
     return path.read_text().strip()
 
 
+def _checkout_sealing_key(path: Path) -> str:
+    """This checkout's sealing key's file, made on first use (32 random bytes, its owner's alone)."""
+    from functions.auth.sealing import KEY_BYTES
+    from localdev.issuer import create_once
+
+    if not path.exists():
+        create_once(path, secrets.token_bytes(KEY_BYTES))
+    return str(path.resolve())
+
+
 def _check_api_configuration() -> None:
     """A bad setting of the API's (CURSOR_KEY, FLEET_INDEX, ...) stops the server at start, in one line."""
     from functions.config import ApiConfig, ConfigError
@@ -252,13 +267,15 @@ def _check_api_configuration() -> None:
 
 
 def _check_auth_configuration() -> None:
-    """A bad AUTH_* or DEVICE_TOKEN_* setting stops the server at start, in one line."""
+    """A bad AUTH_*, DEVICE_TOKEN_* or SEALING_* setting stops the server at start, in one line."""
     from functions.auth.credentials import AuthConfig, AuthConfigError
     from functions.auth.device_tokens import TokenSettings, signer_for
+    from functions.auth.sealing import sealer_from_environment
 
     try:
         AuthConfig.from_environment()
         signer_for(TokenSettings.from_environment())
+        sealer_from_environment()
     except AuthConfigError as error:
         sys.exit(f"make serve: {error}")
 

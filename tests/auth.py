@@ -4,6 +4,7 @@ starts accept its tokens. ``bearer()`` is the one place tests get credentials fr
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -17,6 +18,9 @@ DEVICE_TOKEN_ENVIRONMENT = ISSUER.device_token_environment(
     ISSUER.save_key(Path(tempfile.mkdtemp(prefix="device-tokens-")) / "signing-key.pem"))
 # Tokens as the device-token issuer would sign them, for tests of what its tokens may carry.
 DEVICE_TOKEN_ISSUER = Issuer(ISSUER.private_key, ISSUER.kid, issuer=LOCAL_DEVICE_TOKEN_ISSUER)
+# Devices' secrets and enrollments' group keys are sealed under this test process's own key.
+SEALING_ENVIRONMENT = {"SEALING_KEY_FILE": str(Path(tempfile.mkdtemp(prefix="sealing-")) / "sealing-key")}
+Path(SEALING_ENVIRONMENT["SEALING_KEY_FILE"]).write_bytes(os.urandom(32))
 NO_CREDENTIALS = {"Authorization": None}  # headers= this: the request goes without a token
 
 
@@ -40,3 +44,16 @@ def with_credentials(headers: dict | None) -> dict:
                 del headers[name]
             return headers
     return {**bearer(), **headers}
+
+
+def assertion(device_id: str, kid: str, key: bytes, lifetime: int = 300, **claims) -> str:
+    """An HS256 assertion for ``device_id`` as a device signs one (``kid``: its credential's id, or
+    its enrollment's; ``key``: the secret's bytes, or the key its enrollment derives for it)."""
+    import time
+    import uuid
+
+    import jwt
+
+    now = int(time.time())
+    body = {"sub": device_id, "aud": "device-state", "iat": now, "exp": now + lifetime, "jti": uuid.uuid4().hex}
+    return jwt.encode({**body, **claims}, key, algorithm="HS256", headers={"kid": kid})

@@ -20,12 +20,13 @@ for _name, _value in {
 }.items():
     os.environ[_name] = _value
 
-from tests.auth import DEVICE_TOKEN_ENVIRONMENT, ISSUER  # noqa: E402
+from tests.auth import DEVICE_TOKEN_ENVIRONMENT, ISSUER, SEALING_ENVIRONMENT  # noqa: E402
 
 # Every handler in process and every server a test starts accepts the suite's own tokens,
 # and signs device tokens with the suite's key...
 os.environ.update(ISSUER.environment())
 os.environ.update(DEVICE_TOKEN_ENVIRONMENT)
+os.environ.update(SEALING_ENVIRONMENT)
 # ... and seals its listings' cursors with the suite's key (one per test process).
 os.environ["CURSOR_KEY"] = uuid.uuid4().hex + uuid.uuid4().hex
 from functions.device_state import DeviceStateManager  # noqa: E402

@@ -16,6 +16,7 @@ from pathlib import Path
 from functions.auth.credentials import DEVICE_TOKEN_VARIABLES
 from functions.auth.credentials import VARIABLES as AUTH_VARIABLES
 from functions.auth.device_tokens import ISSUING_VARIABLES
+from functions.auth.sealing import VARIABLES as SEALING_VARIABLES
 from localdev.dynamodb_local import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -59,11 +60,11 @@ class Served:
 def make_serve(**environment: str):
     """Runs `make -s serve` with PORT free and the given variables; yields a Served. Like a
     reader's, it trusts this checkout's own issuer (`make -s token`), not the suite's, and seals
-    cursors with this checkout's own key (.serve/cursor-key)."""
+    cursors and secrets with this checkout's own keys (.serve/cursor-key, .serve/sealing-key)."""
     port = free_port()
     env = {key: value for key, value in os.environ.items()
            if key not in ("DYNAMODB_ENDPOINT", "TABLE_NAME", "DYNAMODB_DATA_DIR", "CURSOR_KEY", *AUTH_VARIABLES,
-                          *DEVICE_TOKEN_VARIABLES, *ISSUING_VARIABLES)}
+                          *DEVICE_TOKEN_VARIABLES, *ISSUING_VARIABLES, *SEALING_VARIABLES)}
     env.update(PORT=str(port), WORKERS="2", **environment)
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(["make", "-s", "serve"], cwd=REPO_ROOT, env=env, stdout=log,

@@ -38,9 +38,11 @@ def wheel(tmp_path_factory) -> Path:
 
 
 def _pins() -> dict:
-    """requirements-dev.txt's pins by lower-case name."""
+    """requirements.txt's and requirements-dev.txt's pins by lower-case name."""
     pins = {}
-    for line in (REPO_ROOT / "requirements-dev.txt").read_text().splitlines():
+    lines = [line for name in ("requirements.txt", "requirements-dev.txt")
+             for line in (REPO_ROOT / name).read_text().splitlines()]
+    for line in lines:
         text = line.split("#")[0].strip()
         if "==" in text:
             requirement = Requirement(text)
@@ -49,7 +51,8 @@ def _pins() -> dict:
 
 
 def test_the_wheel_holds_the_clients_alone_and_declares_ranges_around_the_suites_pins(wheel):
-    """websockets for every install; Click, Rich and PyYAML only with the cli extra."""
+    """websockets for every install; Click, Rich and PyYAML only with the cli extra; cryptography
+    only with the keys extra (a device signing with a private key)."""
     archive = zipfile.ZipFile(wheel)
     names = archive.namelist()
     assert {"device_state_client/follow.py", "device_state_client/app.py", "device_state_client/cli/__init__.py"} \
@@ -61,7 +64,9 @@ def test_the_wheel_holds_the_clients_alone_and_declares_ranges_around_the_suites
     always = [requirement.name for requirement in requirements if requirement.marker is None]
     with_cli = sorted(requirement.name for requirement in requirements
                       if requirement.marker is not None and requirement.marker.evaluate({"extra": "cli"}))
-    assert always == ["websockets"] and with_cli == ["PyYAML", "click", "rich"]
+    with_keys = [requirement.name for requirement in requirements
+                 if requirement.marker is not None and requirement.marker.evaluate({"extra": "keys"})]
+    assert always == ["websockets"] and with_cli == ["PyYAML", "click", "rich"] and with_keys == ["cryptography"]
     pins = _pins()
     for requirement in requirements:
         assert requirement.specifier.contains(pins[requirement.name.lower()]), (requirement, pins)

@@ -11,10 +11,11 @@ replayed event (``make invoke``) names its caller in."""
 from __future__ import annotations
 
 from functions.auth import authorizer
+from functions.auth.credentials import Unauthenticated, assertion_of
 from functions.auth.principals import Principal
 from functions.auth.rights import authorize, authorize_all, needed_for_write
 
-from .routes import PER_OPERATION, PUBLIC, EachOperation, Request, Route
+from .routes import BY_ASSERTION, PER_OPERATION, PUBLIC, EachOperation, Request, Route
 
 
 def principal_of(event) -> Principal:
@@ -22,14 +23,29 @@ def principal_of(event) -> Principal:
     return authorizer.principal_of(event.raw_event if hasattr(event, "raw_event") else event)
 
 
+def assertion(event) -> str | None:
+    """The assertion a request to a route that takes one (``Route.assertion``) carries in place of
+    a token: the route verifies it itself, before it reads anything else."""
+    return assertion_of(event.raw_event if hasattr(event, "raw_event") else event)
+
+
 def authenticate(event, declaration: Route) -> Principal | None:
-    """The caller, unless the route is public (401 without valid credentials)."""
-    return None if declaration.right == PUBLIC else principal_of(event)
+    """The caller, unless the route is public or takes an assertion and the request carries one
+    (None: the route verifies it); 401 without valid credentials."""
+    if declaration.right == PUBLIC:
+        return None
+    if declaration.assertion and assertion(event) is not None:
+        return None
+    if declaration.right == BY_ASSERTION:
+        raise Unauthenticated("this route needs 'Authorization: Bearer <assertion>': a JWT the device signs "
+                              "with its key (docs/api/identity.md)")
+    return principal_of(event)
 
 
 def check_route(principal: Principal | None, declaration: Route, path: dict) -> None:
-    """The route's own right on the resource its path names (403 without it)."""
-    if declaration.right in (PUBLIC, PER_OPERATION):
+    """The route's own right on the resource its path names (403 without it); none for a
+    request that proves itself with an assertion (``principal`` None)."""
+    if declaration.right in (PUBLIC, PER_OPERATION, BY_ASSERTION) or principal is None:
         return
     action, template = declaration.right
     authorize(principal, action, template.format(device_id=path.get("device_id")))

@@ -9,7 +9,8 @@ from urllib.parse import quote, unquote
 
 from .resolver import Response
 
-from functions.device_state import (CREATED, DELETED, DeviceStateManager, IdempotencyKey, dumps,
+from functions.auth.principals import Principal
+from functions.device_state import (CREATED, DELETED, DeviceStateManager, Holder, IdempotencyKey, dumps,
                                     dynamodb_client, fingerprint, restore)
 
 from . import access
@@ -28,12 +29,16 @@ IDEMPOTENT_REPLAYED = "Idempotent-Replayed"
 REGISTERED: dict[tuple[str, str], Route] = {}
 
 
-def route(router, operation: str):
+def route(router, operation: str, reads_holder: bool = False):
     """Registers the function as the route ``operation`` declares (``routes.BY_OPERATION``),
     called with the ``Request`` its declaration took once the caller may: the path and query
     checked for UTF-8, the caller authenticated and authorized for the route, its path, query,
     headers and body held to their schemas, then authorized for everything its body writes
-    (``access.check_writes``), all before the function runs, so no route can skip a step."""
+    (``access.check_writes``), all before the function runs, so no route can skip a step.
+
+    A device that calls with a credential must still hold it (``Holder``): a route that reads or
+    writes the device's state item as the device (``as_caller``) finds the credential there at
+    no cost (``reads_holder``); for every other route, one read of the item checks it first."""
     declaration = BY_OPERATION[operation]
 
     def register(function):
@@ -52,6 +57,8 @@ def route(router, operation: str):
             request = Request(event, router.lambda_context, principal, path, _query(declaration, event),
                               _headers(declaration, event), *_body(declaration, event))
             access.check_writes(principal, declaration, request)
+            if not reads_holder:
+                _check_holder(principal)
             return function(request)
 
         return router.route(declaration.rule, method=list(declaration.methods))(checked)
@@ -136,6 +143,31 @@ def manager() -> DeviceStateManager:
 restore.on_restore(manager.cache_clear)  # its client and generator are created afresh after a restore
 
 
+def holder(principal: Principal | None) -> Holder | None:
+    """The credential the caller's requests come with, if it is a device that names one."""
+    if principal is None or principal.credential_id is None:  # a back-end's, or a device's that names none
+        return None
+    return principal.holder(api_config().require_registered_credentials)
+
+
+def as_caller(request: Request, device_id: str, writer: DeviceStateManager | None = None) -> DeviceStateManager:
+    """``writer`` (the manager unless given) acting as the device itself when the caller is that
+    device: its writes record it as seen, and each of its reads and writes must find the
+    credential it comes with on the device's item (``CredentialRevoked`` otherwise)."""
+    writer = writer or manager()
+    if request.principal is None or request.principal.device_id != device_id:
+        return writer
+    return writer.as_device(device_id, holder(request.principal))
+
+
+def _check_holder(principal: Principal | None) -> None:
+    """For a device's request on a route that reads nothing of its state item as the device:
+    one read, to find the credential it comes with there."""
+    held = holder(principal)
+    if held is not None and principal.device_id is not None:
+        manager().as_device(principal.device_id, held).check_holder(principal.device_id)
+
+
 def budget(context, wanted: float | None = None) -> float:
     """The retry budget (or another wait), never past the Lambda's own deadline."""
     seconds = api_config().retry_budget_seconds if wanted is None else wanted
@@ -201,9 +233,13 @@ def idempotency_key(request: Request, scope: str | None = None) -> IdempotencyKe
 
 def replay(request: Request, device_id: str, key: IdempotencyKey | None) -> Response | None:
     """A keyed write that already happened is answered from its record, whatever the
-    device and the preconditions say now."""
+    device and the preconditions say now (but never to a device whose credential was revoked
+    since: then the record is not shown, one read)."""
     recorded = manager().recorded(device_id, key) if key else None
-    return write_response(request, *recorded) if recorded else None
+    if recorded is None:
+        return None
+    as_caller(request, device_id).check_holder(device_id)
+    return write_response(request, *recorded)
 
 
 def location(event, device_id: str) -> str:

@@ -16,8 +16,8 @@ from functions.device_state import (CREATED, DELETED, DESIRED, REPLACED, REPORTE
                                     IdempotencyKey)
 
 from . import request_parsing as parse
-from .common import (budget, device_response, idempotency_key, include_metadata, json_response, manager, replay,
-                     route, wait_budget, write_response)
+from .common import (as_caller, budget, device_response, idempotency_key, include_metadata, json_response, manager,
+                     replay, route, wait_budget, write_response)
 from .routes import Request
 from functions.config import api_config
 from .observability import record_patch_latency
@@ -45,9 +45,9 @@ class _Write:
 
     def writer(self) -> DeviceStateManager:
         """The manager for this write, fenced by its Lease-Token if any; the device's own
-        write records it as seen."""
+        write records it as seen, and finds the credential it comes with on the item."""
         writer = manager() if self.lease_token is None else manager().fenced({self.device_id: self.lease_token})
-        return writer.as_device(self.device_id) if _is_the_device(self.request, self.device_id) else writer
+        return as_caller(self.request, self.device_id, writer)
 
     def replayed(self):
         """The recorded answer when this write's idempotency key was already used."""
@@ -72,12 +72,12 @@ def _require_if_match(preconditions: parse.Preconditions, method: str) -> None:
         raise PreconditionRequired(f"{method} needs If-Match with the device's ETag on this server")
 
 
-def _expected_version(device_id: str, preconditions: parse.Preconditions) -> int:
+def _expected_version(request: Request, device_id: str, preconditions: parse.Preconditions) -> int:
     """The version a conditional write must find: a lone If-Match names it; any other
     combination is checked against the current device, which the write then pins."""
     version = preconditions.only_if_match_version()
     if version is None:
-        current = manager().get(device_id)
+        current = as_caller(request, device_id).get(device_id)
         preconditions.check(current)
         version = current.version
     return version
@@ -122,10 +122,11 @@ def create_device(request: Request):
                                                     idempotency=key), CREATED)
 
 
-@route(router, "getDevice")
+@route(router, "getDevice", reads_holder=True)
 def get_device(request: Request):
     preconditions = parse.Preconditions.of(request)
-    device = manager().get(request.path["device_id"])
+    device_id = request.path["device_id"]
+    device = as_caller(request, device_id).get(device_id)
     _seen(request, device)
     return _not_modified(device, preconditions) or device_response(device, metadata=include_metadata(request))
 
@@ -145,7 +146,7 @@ def _if_match(device, preconditions: parse.Preconditions) -> None:
         raise PreconditionFailed("If-Match does not match the device", current=device)
 
 
-@route(router, "putDevice")
+@route(router, "putDevice", reads_holder=True)
 def put_device(request: Request):
     write = _Write.of(request)
     device_id, preconditions, key = write.device_id, write.preconditions, write.key
@@ -187,32 +188,32 @@ def put_device(request: Request):
         raise PreconditionFailed("the device was deleted meanwhile") from None
 
 
-@route(router, "patchDevice")
+@route(router, "patchDevice", reads_holder=True)
 def patch_device(request: Request):
     return _patch_section(request, STATE)
 
 
-@route(router, "patchDesired")
+@route(router, "patchDesired", reads_holder=True)
 def patch_desired(request: Request):
     return _patch_section(request, DESIRED)
 
 
-@route(router, "patchReported")
+@route(router, "patchReported", reads_holder=True)
 def patch_reported(request: Request):
     return _patch_section(request, REPORTED)
 
 
-@route(router, "putDesired")
+@route(router, "putDesired", reads_holder=True)
 def put_desired(request: Request):
     return _put_section(request, DESIRED)
 
 
-@route(router, "putReported")
+@route(router, "putReported", reads_holder=True)
 def put_reported(request: Request):
     return _put_section(request, REPORTED)
 
 
-@route(router, "acknowledgeDesired")
+@route(router, "acknowledgeDesired", reads_holder=True)
 def acknowledge_desired(request: Request):
     """The device's answers to desires: applied, in progress, refused or failed, per leaf."""
     write = _Write.of(request)
@@ -223,20 +224,21 @@ def acknowledge_desired(request: Request):
     return write_response(request, device, UPDATED)
 
 
-@route(router, "getDelta")
+@route(router, "getDelta", reads_holder=True)
 def get_delta(request: Request):
     """The lean document a device acts on. Waits up to ``waitSeconds`` for a write after
     version ``since`` (without it: the version found first) to change desired or reported."""
     device_id = request.path["device_id"]
     since, wait = request.query.get("since"), request.query["waitSeconds"]
     preconditions = parse.Preconditions.of(request)
-    device = manager().get(device_id) if since is None or preconditions.if_match is not None else None
+    reader = as_caller(request, device_id)
+    device = reader.get(device_id) if since is None or preconditions.if_match is not None else None
     if device is not None:
         _if_match(device, preconditions)  # a false If-Match is answered at once, not after the wait
     if wait and since is None:
         since = device.version  # waits for the next change from the version it found
     if since is not None:
-        device = manager().wait_for_sections(device_id, since, wait_budget(request.context, wait))
+        device = reader.wait_for_sections(device_id, since, wait_budget(request.context, wait))
     _seen(request, device)
     shown = device.as_dict()
     return _not_modified(device, preconditions) or json_response(
@@ -251,7 +253,7 @@ def _put_section(request: Request, section: str):
     if replayed:
         return replayed
     _require_if_match(preconditions, "PUT")
-    expected = None if preconditions.none else _expected_version(device_id, preconditions)
+    expected = None if preconditions.none else _expected_version(request, device_id, preconditions)
     device = write.writer().replace_section(device_id, section, request.body[section], expected,
                                             idempotency=write.key, desire=parse.desire_options(request.query))
     return write_response(request, device, REPLACED)
@@ -272,20 +274,20 @@ def _patch_section(request: Request, section: str):
             device = writer.update_with_retry(device_id, update_fn, budget_seconds=budget(request.context),
                                               idempotency=key, section=section, desire=desire)
         else:
-            device = writer.update(device_id, update_fn, _expected_version(device_id, preconditions),
+            device = writer.update(device_id, update_fn, _expected_version(request, device_id, preconditions),
                                    idempotency=key, section=section, desire=desire)
     finally:
         record_patch_latency((time.perf_counter() - started) * 1000)
     return write_response(request, device, UPDATED)
 
 
-@route(router, "deleteDevice")
+@route(router, "deleteDevice", reads_holder=True)
 def delete_device(request: Request):
     write = _Write.of(request)
     replayed = write.replayed()
     if replayed:
         return replayed
     _require_if_match(write.preconditions, "DELETE")
-    expected = None if write.preconditions.none else _expected_version(write.device_id, write.preconditions)
+    expected = None if write.preconditions.none else _expected_version(request, write.device_id, write.preconditions)
     device = write.writer().delete(write.device_id, expected, idempotency=write.key)
     return write_response(request, device, DELETED)

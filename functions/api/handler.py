@@ -15,16 +15,17 @@ from aws_lambda_powertools.logging import correlation_paths
 
 from functions.device_state import dumps, restore
 
-from . import changes, devices, jobs, leases, request_parsing, tokens, transactions
+from . import changes, devices, identity, jobs, leases, request_parsing, tokens, transactions
 from .common import RESPONSE_MARGIN_SECONDS, json_response, route  # noqa: F401
 from .common import manager as _manager  # noqa: F401  (tests reset its cache)
 from .routes import MAX_LEASE_WAIT_SECONDS, Request, allowed_methods  # noqa: F401  (the stack's timeout: the wait's)
-from .observability import logger, metrics, tracer
+from .observability import logger, metrics, record_refusal, tracer
 from .problems import BadRequest, MethodNotAllowed, RouteNotFound, internal_error_response, known_error_response
 
 restore.register_with_lambda()  # SnapStart: reseed generators, recreate clients after each restore
 app = APIGatewayRestResolver(serializer=dumps)
-for _router in (devices.router, transactions.router, leases.router, changes.router, tokens.router, jobs.router):
+for _router in (devices.router, transactions.router, leases.router, changes.router, tokens.router, identity.router,
+                jobs.router):
     app.include_router(_router)
 
 
@@ -58,6 +59,7 @@ def not_found(_error):
 @app.exception_handler(Exception)
 def handle_error(error: Exception):
     path = app.current_event.path if app.current_event else None
+    record_refusal(error)
     response = known_error_response(error, instance=path)
     if response is None:
         logger.exception("request failed", extra={"path": path})

@@ -10,7 +10,10 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 
-from functions.device_state import UpdateObserver, metrics as names
+from functions.auth.assertions import AssertionRefused
+from functions.auth.sealing import SealingFailed
+from functions.device_state import (AssertionReplayed, CredentialRevoked, ProvisioningRefused, UpdateObserver,
+                                    metrics as names)
 
 class _NoTracing:
     """What Powertools' Tracer does when tracing is off (pass the handler through), without
@@ -106,3 +109,20 @@ def record_device_token() -> None:
 def record_signing_failure(throttled: bool) -> None:
     metrics.add_metric(name=names.SIGNING_THROTTLED if throttled else names.SIGNING_UNAVAILABLE,
                        unit=MetricUnit.Count, value=1)
+
+
+def record_refusal(error: Exception) -> None:
+    """The metric of a refusal of devices' identity, if ``error`` is one."""
+    if isinstance(error, (AssertionRefused, AssertionReplayed)):
+        record(names.ASSERTIONS_REFUSED)
+    elif isinstance(error, CredentialRevoked):
+        record(names.REVOKED_CREDENTIAL_REQUESTS)
+    elif isinstance(error, ProvisioningRefused):
+        record(names.PROVISIONINGS_REFUSED)
+    elif isinstance(error, SealingFailed):
+        record(names.SEALING_FAILURES)
+
+
+def record(name: str) -> None:
+    """One of the service's count metrics (``metrics``' names), once."""
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)

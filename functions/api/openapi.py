@@ -18,7 +18,7 @@ from functions.device_state import (CONFIRMATION_BYTES, DEVICE_SECTIONS, MAX_CLE
                                     METADATA_ENTRY_BYTES, MIN_EXPONENT, SECTIONS, STATUS_BYTES)
 
 from .request_parsing import LEASE_TOKEN_PATTERN, MAX_BODY_BYTES
-from .routes import DELTA_RULES, PER_OPERATION, PUBLIC, ROUTES, EachOperation, Param, Route, Writes
+from .routes import BY_ASSERTION, DELTA_RULES, PER_OPERATION, PUBLIC, ROUTES, EachOperation, Param, Route, Writes
 from .validation import Ref
 
 # The limits every write is checked against before anything is written (the problem's
@@ -52,11 +52,13 @@ _LIMITS_TEXT = (f"Limits, checked before anything is written: object member name
                 f"bodies up to {MAX_BODY_BYTES} bytes (413); transactions of up to {MAX_OPERATIONS} operations "
                 f"({MAX_OPERATIONS - 1} with Idempotency-Key).")
 _AUTH_TEXT = ("Every operation but GET /openapi.json needs credentials: a back-end sends a bearer token (JWT) whose "
-              "scope claim names what it may do (devices.read, devices.write, devices.report); a device sends a "
+              "scope claim names what it may do (devices.read, devices.write, devices.report; devices.admin "
+              "registers and revokes devices' credentials and manages enrollments); a device sends a "
               "bearer token with a device_id claim, or, on the device domain, a client certificate (mutual TLS, "
               "SAN URI:urn:device:<id> or CN <id>; OpenAPI 3.0 has no scheme for it, see x-mutual-tls), never "
               "both; with a certificate it gets a device token from POST /devices/{deviceId}/token for where no "
-              "certificate goes (the WebSocket API). A device may read itself, write its own reported section and "
+              "certificate goes (the WebSocket API), or with an assertion it signs with a credential it "
+              "registered (deviceAssertion). A device may read itself, write its own reported section and "
               "take its own leases (for at most "
               f"{rights.DEVICE_MAX_LEASE_SECONDS} s at a time; a back-end with devices.write may end any lease). "
               "A write needs, beside its operation's own right, write on every section it sets, on every route and "
@@ -252,6 +254,31 @@ SCHEMAS = {
                        "expiresIn": {"type": "integer", "minimum": 1,
                                      "description": "Seconds from now until the token expires"},
                        "expiresAt": _TIME}},
+    "Credential": {
+        "type": "object", "required": ["credentialId", "type", "createdAt"],
+        "properties": {"credentialId": {"type": "string"},
+                       "type": {"type": "string", "enum": ["publicKey", "certificate", "secret"]},
+                       "thumbprint": {"type": "string", "description": "A certificate's SHA-256 (hex)"},
+                       "createdAt": _TIME, "expiresAt": _TIME,
+                       "enrollmentId": {"type": "string", "description": "The enrollment that provisioned it"}}},
+    "NewCredential": {"allOf": [{"$ref": "#/components/schemas/Credential"}, {"type": "object", "properties": {
+        "secret": {"type": "string", "description": "A secret's bytes (base64): shown in this answer alone"}}}]},
+    "CredentialList": {"type": "object", "required": ["items"], "properties": {
+        "items": {"type": "array", "items": {"$ref": "#/components/schemas/Credential"}}}},
+    "Enrollment": {
+        "type": "object", "required": ["enrollmentId", "idPattern", "initial", "maxDevices", "provisioned",
+                                       "createdAt"],
+        "properties": {"enrollmentId": {"type": "string"}, "idPattern": {"type": "string"},
+                       "initial": {"type": "object"}, "maxDevices": {"type": "integer", "minimum": 1},
+                       "provisioned": {"type": "integer", "minimum": 0}, "createdAt": _TIME, "expiresAt": _TIME}},
+    "NewEnrollment": {"allOf": [{"$ref": "#/components/schemas/Enrollment"}, {
+        "type": "object", "required": ["groupKey"], "properties": {
+            "groupKey": {"type": "string", "description": "32 random bytes (base64): shown in this answer alone"}}}]},
+    "EnrollmentList": {"type": "object", "required": ["items"], "properties": {
+        "items": {"type": "array", "items": {"$ref": "#/components/schemas/Enrollment"}}}},
+    "Provisioned": {"allOf": [{"$ref": "#/components/schemas/DeviceToken"}, {
+        "type": "object", "required": ["deviceId", "credentialId"],
+        "properties": {"deviceId": {"type": "string"}, "credentialId": {"type": "string"}}}]},
     "Change": {
         "type": "object", "required": ["deviceId", "version", "previousVersion", "kind", "patch", "updatedAt"],
         "properties": {
@@ -323,6 +350,8 @@ def _may_call(principal: Principal, right) -> bool:
     """Whether the principal may call a route of this right on some device (its own, for a device)."""
     if right in (PUBLIC, PER_OPERATION):
         return True
+    if right == BY_ASSERTION:
+        return False
     action, template = right
     return rights.allowed(principal, action, template.format(device_id=principal.device_id or "any"))
 
@@ -338,6 +367,8 @@ def _secured(operation: dict, declaration: Route) -> None:
                              if _may_call(Principal.client("any", [scope]), right)]
     if _may_call(Principal.device("any"), right):
         operation["security"].append({"deviceToken": []})
+    if declaration.assertion:
+        operation["security"].append({"deviceAssertion": []})
     writes = declaration.writes
     sets_sections = isinstance(writes, EachOperation) or (
         isinstance(writes, Writes) and writes.kind in (rights.WriteKind.CREATE, rights.WriteKind.PUT))
@@ -411,6 +442,9 @@ def build() -> dict:
                                 scope: "see the table of rights in docs/api/auth.md" for scope in SCOPES}}}},
                 "deviceToken": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
                                 "description": "A device's token: a device_id claim names the one device it is"},
+                "deviceAssertion": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                                    "description": "A JWT the device signs with a credential it registered, or "
+                                                   "with the key its enrollment derives for it (docs/api/identity.md)"},
             },
         },
         "x-mutual-tls": {"description": "Devices may call the device domain with a client certificate under the "

@@ -12,7 +12,9 @@ from urllib.parse import quote
 
 from .resolver import Response
 
-from functions.device_state import (AnswerLost, ConditionFailed, DesireMoved, DeviceAlreadyExists, DeviceLocked,
+from functions.device_state import (AnswerLost, AssertionReplayed, ConditionFailed, CredentialExists,
+                                    CredentialNotFound, CredentialRevoked, EnrollmentExists, EnrollmentNotFound, InvalidEnrollment,
+                                    ProvisioningRefused, TooManyCredentials, DesireMoved, DeviceAlreadyExists, DeviceLocked,
                                     DeviceNotFound, FilterTooBroad, IdempotencyKeyReused, IndexBuilding, InvalidCursor, InvalidFilter,
                                     InvalidDeviceId, InvalidIdempotencyKey, InvalidLease, InvalidPatch, InvalidSince,
                                     InvalidTransaction, InvalidValue, ItemTooLarge, InvalidJob, JobEnded, JobExists,
@@ -21,7 +23,11 @@ from functions.device_state import (AnswerLost, ConditionFailed, DesireMoved, De
                                     RetriesExhausted, StorageError, StorageUnavailable, TransactionFailed,
                                     UnindexedFilter, UnknownLease, VersionConflict, VersionNotRecorded, dumps,
                                     timestamp as iso_timestamp, transactions as tx)
+from functions.auth.assertions import (AssertionAlgorithm, AssertionAudience, AssertionExpired, AssertionMalformed,
+                                      AssertionSignature, AssertionSubject, CredentialExpired, CredentialUnknown,
+                                      InvalidKey)
 from functions.auth.credentials import MixedCredentials, Unauthenticated
+from functions.auth.sealing import SealingFailed, SealingThrottled, SealingUnavailable
 from functions.auth.device_tokens import RenewalRefused
 from functions.auth.signers import SigningFailed, SigningThrottled, SigningUnavailable
 from functions.auth.rights import Forbidden
@@ -78,12 +84,32 @@ class PreconditionRequired(HttpProblem):
 
 # Library error type -> (status, slug, title). Looked up along the exception's MRO.
 _LIBRARY_ERRORS = {
+    AssertionMalformed: (401, "assertion-invalid", "Invalid assertion"),
+    AssertionExpired: (401, "assertion-expired", "The assertion has expired"),
+    AssertionAlgorithm: (401, "assertion-algorithm", "The assertion's algorithm is not its credential's"),
+    AssertionAudience: (401, "assertion-audience", "The assertion is for another audience"),
+    AssertionSubject: (401, "assertion-subject", "The assertion names another device"),
+    AssertionSignature: (401, "assertion-signature", "The assertion's signature is not its credential's"),
+    AssertionReplayed: (401, "assertion-replayed", "The assertion was used before"),
+    CredentialUnknown: (401, "credential-unknown", "No such credential"),
+    CredentialExpired: (401, "credential-expired", "The credential has expired"),
+    CredentialRevoked: (401, "credential-revoked", "The credential is revoked or not registered"),
     Unauthenticated: (401, "unauthorized", "Unauthorized"),
     Forbidden: (403, "forbidden", "Forbidden"),
     MixedCredentials: (400, "mixed-credentials", "A certificate and a token together"),
     RenewalRefused: (403, "certificate-required", "Renewal needs the device's certificate"),
     SigningThrottled: (429, "signing-throttled", "Too many tokens are being signed at once"),
     SigningUnavailable: (503, "signing-unavailable", "Token signing temporarily unavailable"),
+    SealingThrottled: (429, "sealing-throttled", "Too many secrets are being opened at once"),
+    SealingUnavailable: (503, "sealing-unavailable", "The sealing key is temporarily unavailable"),
+    InvalidKey: (400, "invalid-credential", "Invalid credential"),
+    TooManyCredentials: (409, "too-many-credentials", "The device holds its most credentials"),
+    CredentialExists: (409, "credential-exists", "The device holds this credential already"),
+    CredentialNotFound: (404, "credential-not-found", "No such credential"),
+    EnrollmentExists: (409, "enrollment-exists", "Enrollment exists already"),
+    InvalidEnrollment: (400, "invalid-enrollment", "Invalid enrollment"),
+    EnrollmentNotFound: (404, "enrollment-not-found", "No such enrollment"),
+    ProvisioningRefused: (403, "provisioning-refused", "Provisioning refused"),
     InvalidDeviceId: (400, "invalid-device-id", "Invalid deviceId"),
     ItemTooLarge: (413, "too-large", "Request or resulting item too large"),
     InvalidValue: (400, "invalid-value", "Value cannot be stored"),
@@ -128,6 +154,17 @@ _RETRYABLE = (RetriesExhausted, StorageUnavailable, VersionNotRecorded, IndexBui
 _GENERIC_DETAIL = {
     StorageUnavailable: "Storage is unavailable for now. Retry after Retry-After; send a write again with "
                         "the same Idempotency-Key to learn whether it was applied.",
+}
+
+
+# Why an enrollment refused to provision a device -> its status, type and title.
+PROVISIONING_REFUSALS = {
+    "enrollment-ended": (403, "enrollment-ended", "The enrollment was deleted or has expired"),
+    "enrollment-full": (403, "enrollment-full", "The enrollment has provisioned its most devices"),
+    "id-not-allowed": (403, "id-not-allowed", "The device id does not match the enrollment's idPattern"),
+    "credential-revoked": (403, "provisioned-credential-revoked",
+                           "The credential the enrollment provisioned the device with was revoked"),
+    "device-exists": (409, "device-exists", "A device of that id exists that this enrollment did not provision"),
 }
 
 
@@ -190,6 +227,8 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
         if mapped is None or status_is_fault(mapped[0]):
             return None
         status, slug, title = mapped
+        if isinstance(error, ProvisioningRefused):
+            status, slug, title = PROVISIONING_REFUSALS[error.reason]
         headers, members, current = {}, {}, getattr(error, "current", None)
         members["deviceId"] = getattr(error, "device_id", None)
         members["limit"] = getattr(error, "limit", None)
@@ -198,7 +237,7 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
                            progress=getattr(error, "progress", None))
         if isinstance(error, _RETRYABLE):
             headers["Retry-After"] = RETRY_AFTER_SECONDS
-        if isinstance(error, SigningFailed):
+        if isinstance(error, (SigningFailed, SealingFailed)):
             headers["Retry-After"] = str(error.retry_after)
         if isinstance(error, TransactionFailed):
             status, members["operations"] = _transaction_members(error)
@@ -206,6 +245,8 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
             _lease_expiry(error, headers, members)
         if isinstance(error, Unauthenticated):  # RFC 6750 3.1
             headers["WWW-Authenticate"] = 'Bearer error="invalid_token"' if error.token_given else "Bearer"
+        if isinstance(error, (CredentialRevoked, AssertionReplayed)):  # what came is no longer good
+            headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
         if isinstance(error, DesireMoved):
             members.update(path=error.path, ackVersion=error.version, leafVersion=error.current_version)
         if isinstance(error, (InvalidJob, JobNotFound, JobExists, JobEnded)):

@@ -13,10 +13,13 @@ from __future__ import annotations
 import functools
 import re
 
-from functions.auth.rights import (COLLECTION, DESIRED, DEVICE_MAX_LEASE_SECONDS, ISSUE, JOBS, LEASES, LIST, READ,
-                                   REPORTED, STATE, TOKEN, WRITE, WriteKind, device_resource, needed_for_write,
-                                   needed_to_follow)
-from functions.device_state import (CURSOR_PATTERN, DEVICE_ID_PATTERN, DEVICE_SECTIONS, KEY_PATTERN, MAX_ACKS,
+from functions.auth.assertions import MAX_LIFETIME_SECONDS, MAX_PEM_CHARS
+from functions.auth.rights import (COLLECTION, CREDENTIALS, DESIRED, DEVICE_MAX_LEASE_SECONDS, ENROLLMENTS, ISSUE,
+                                   JOBS, LEASES, LIST, MANAGE, READ, REPORTED, STATE, TOKEN, WRITE, WriteKind,
+                                   device_resource, needed_for_write, needed_to_follow)
+from functions.device_state import (CREDENTIAL_ID_PATTERN, CREDENTIAL_KINDS, ENROLLMENT_ID_PATTERN,
+                                    MAX_CREDENTIALS, MAX_ENROLLMENT_DEVICES, MAX_ID_PATTERN_CHARS,
+                                    CURSOR_PATTERN, DEVICE_ID_PATTERN, DEVICE_SECTIONS, KEY_PATTERN, MAX_ACKS,
                                     MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_EXPIRY_SECONDS, MAX_FEED_LIMIT,
                                     MAX_FILTER_CHARS, MAX_LIST_LIMIT, MAX_OPERATIONS, MAX_POINTER_BYTES,
                                     MAX_REASON_CHARS, MAX_VERSION, MIN_EXPIRY_SECONDS, SECTIONS, InvalidFilter,
@@ -25,11 +28,13 @@ from functions.device_state import leases  # MAX_TTL_SECONDS: not yet among the 
 from functions.device_state import jobs
 
 from . import request_parsing as parse
-from .validation import Checked, Ref, within
+from .problems import BadRequest
+from .validation import Checked, Ref, validate, within
 
 JSON, MERGE_PATCH, JSON_PATCH = parse.JSON, parse.MERGE_PATCH, parse.JSON_PATCH
 PUBLIC = "public"  # no credentials
 PER_OPERATION = "per-operation"  # each operation of the body is authorized (Writes.touched), none for the route
+BY_ASSERTION = "by-assertion"  # no principal: the route verifies the request's assertion itself
 
 DEFAULT_LIST_LIMIT = 50
 DEFAULT_FEED_LIMIT = 100
@@ -124,17 +129,20 @@ class Route:
     """One route: ``methods`` on ``rule`` (Powertools' form: /devices/<device_id>) is the operation
     ``operation`` (a GET's HEAD is operation + "Head"); ``rights``: (action, resource template),
     PUBLIC or what it writes; ``waits``: where a waiting request says how long, "query" or "body"
-    (its waitSeconds). Its path parameters are those its rule names (``PATH_PARAMETERS``)."""
+    (its waitSeconds); ``assertion``: a device's assertion may stand in for the caller's
+    credentials (the route verifies it; BY_ASSERTION rights: only an assertion). Its path
+    parameters are those its rule names (``PATH_PARAMETERS``)."""
 
     __slots__ = ("methods", "rule", "operation", "rights", "responses", "query", "headers", "body", "waits",
-                 "description", "path")
+                 "description", "path", "assertion")
 
     def __init__(self, methods: tuple[str, ...], rule: str, operation: str, rights, responses: dict,
                  query: tuple[Param, ...] = (), headers: tuple[Param, ...] = (), body: Body | None = None,
-                 waits: str | None = None, description: str | None = None):
+                 waits: str | None = None, description: str | None = None, assertion: bool = False):
         self.methods, self.rule, self.operation, self.rights = methods, rule, operation, rights
         self.responses = responses
         self.query, self.headers, self.body, self.waits, self.description = query, headers, body, waits, description
+        self.assertion = assertion or rights == BY_ASSERTION
         self.path = tuple(PATH_PARAMETERS[name] for name in re.findall(r"<(\w+)>", rule))
 
     @property
@@ -173,6 +181,10 @@ PATH_PARAMETERS = {
         "lease or waiting ticket whoever holds it: a back-end with devices.write may, a device may not (403).")),
     "version": Param("version", {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}, required=True),
     "job_id": Param("jobId", {"type": "string", "pattern": f"^{jobs.JOB_ID_PATTERN.pattern}$"}, required=True),
+    "credential_id": Param("credentialId", {"type": "string", "pattern": f"^{CREDENTIAL_ID_PATTERN.pattern}$"},
+                           required=True, description="The credentialId its registration answered"),
+    "enrollment_id": Param("enrollmentId", {"type": "string", "pattern": f"^{ENROLLMENT_ID_PATTERN.pattern}$"},
+                           required=True),
 }
 
 IF_MATCH = Param(parse.IF_MATCH, parse.ENTITY_TAGS, description=(
@@ -362,6 +374,112 @@ def _section_routes(section: str) -> list[Route]:
     ]
 
 
+# ---------------------------------------------------------------- devices' identity
+
+_EXPIRES_AT = {"type": "string", "format": "date-time", "maxLength": 64,
+               "description": "RFC 3339 with its offset, in the future; absent: never"}
+_PEM = {"type": "string", "minLength": 1, "maxLength": MAX_PEM_CHARS}
+_PUBLIC_KEY = {**_PEM, "description": "An EC P-256 or RSA (2048 bits or more) public key in PEM"}
+_CERTIFICATE = {**_PEM, "description": "An X.509 certificate in PEM, of any issuer"}
+
+
+def _credential(kind: str, **material) -> dict:
+    return {"type": "object", "required": ["type", *material], "additionalProperties": False,
+            "properties": {"type": {"type": "string", "enum": [kind]}, **material, "expiresAt": _EXPIRES_AT}}
+
+
+_CREDENTIAL_MEMBERS = {"type": "object", "required": ["type"], "additionalProperties": False, "properties": {
+    "type": {"type": "string", "enum": list(CREDENTIAL_KINDS)}, "publicKey": _PUBLIC_KEY, "certificate": _CERTIFICATE,
+    "expiresAt": _EXPIRES_AT}}
+
+
+def _one_credential(body, where: str) -> dict:
+    """A credential's body: its members, then the one key material its type takes (none for a secret)."""
+    body = validate(_CREDENTIAL_MEMBERS, body, where)
+    kind = body["type"]
+    material = {"publicKey": "publicKey", "certificate": "certificate"}.get(kind)
+    if [name for name in ("publicKey", "certificate") if name in body] != ([material] if material else []):
+        raise BadRequest(f"a {kind} credential takes " + (f"{material} (PEM) and no other key" if material
+                                                          else "no key: the service makes the secret"))
+    return body
+
+
+CREDENTIAL_BODY = Body({JSON: Checked({"anyOf": [
+    _credential("publicKey", publicKey=_PUBLIC_KEY), _credential("certificate", certificate=_CERTIFICATE),
+    _credential("secret")],
+    "description": "A public key, a certificate, or a secret the service makes (type secret, no key)"},
+    _one_credential, validate=False)})
+ENROLLMENT_BODY = Body({JSON: {
+    "type": "object", "required": ["idPattern", "maxDevices"], "additionalProperties": False,
+    "properties": {
+        "enrollmentId": {"type": "string", "pattern": f"^{ENROLLMENT_ID_PATTERN.pattern}$",
+                         "description": "Absent: one is made"},
+        "idPattern": {"type": "string", "minLength": 1, "maxLength": MAX_ID_PATTERN_CHARS,
+                      "description": "A regular expression the whole device id must match (no nested repetition, "
+                                     "no backreferences)"},
+        "initial": {"type": "object", "additionalProperties": False,
+                    "properties": {STATE: STATE_SCHEMA, DESIRED: STATE_SCHEMA},
+                    "description": "The documents each device it provisions is created with"},
+        "maxDevices": {"type": "integer", "minimum": 1, "maximum": MAX_ENROLLMENT_DEVICES},
+        "expiresAt": _EXPIRES_AT}}})
+PROVISION_BODY = Body({JSON: {"type": "object", "additionalProperties": False, "properties": {
+    "publicKey": {**_PEM, "description": "The device's own public key (EC P-256 or RSA 2048+, PEM), registered as "
+                                         "its credential; absent: the derived key is registered as a secret"}}}},
+    required=False)
+_CREDENTIALS = _resource(CREDENTIALS)
+_ENROLLMENTS = (MANAGE, ENROLLMENTS)
+NO_ENROLLMENT = "No such enrollment (or it was deleted): enrollment-not-found"
+ASSERTION_RULES = (
+    f"A JWT the device signs: header kid = the credential's id (for provisioning, the enrollment's), alg its "
+    f"credential's (ES256, RS256, or HS256 keyed with the secret's bytes); claims sub = the device id, aud = "
+    f"device-state, iat, exp at most {MAX_LIFETIME_SECONDS} s after iat, jti used once.")
+IDENTITY_ROUTES = (
+    Route(("POST",), "/devices/<device_id>/credentials", "addCredential", (MANAGE, _CREDENTIALS), {
+        "201": Answer("Registered; a secret is in this answer alone (Cache-Control: no-store)", "NewCredential",
+                      ("Cache-Control",)),
+        "404": NO_DEVICE, "409": f"The device holds {MAX_CREDENTIALS} credentials (too-many-credentials), or this "
+                                 "certificate already (credential-exists)",
+        **WRITE_ERRORS}, body=CREDENTIAL_BODY, description=(
+        f"Register a public key, a certificate, or a secret the service makes, for the device to prove itself "
+        f"with (an assertion at POST /devices/{{deviceId}}/token; a certificate also over mutual TLS). At most "
+        f"{MAX_CREDENTIALS} per device: a key rotates by adding the new one and revoking the old.")),
+    Route(("GET", "HEAD"), "/devices/<device_id>/credentials", "listCredentials", (MANAGE, _CREDENTIALS), {
+        "200": Answer("The device's credentials (never a secret; a revoked one is gone)", "CredentialList"),
+        "404": NO_DEVICE, **COMMON}),
+    Route(("DELETE",), "/devices/<device_id>/credentials/<credential_id>", "revokeCredential",
+          (MANAGE, _CREDENTIALS), {
+              "204": Answer("Revoked: every token minted from it is refused from the next request on"),
+              "404": "The device holds no such credential (never, or revoked already): credential-not-found",
+              **COMMON, "504": None}),
+    Route(("POST",), "/enrollments", "createEnrollment", _ENROLLMENTS, {
+        "201": Answer("Created; its groupKey is in this answer alone (Cache-Control: no-store)", "NewEnrollment",
+                      ("Location", "Cache-Control")),
+        "409": "An enrollment of that id exists: enrollment-exists", **WRITE_ERRORS}, body=ENROLLMENT_BODY,
+          description=(
+        "A group enrollment: a device whose factory stored deviceKey = base64(HMAC-SHA256(base64decode(groupKey), "
+        "deviceId)) provisions itself at POST /devices/{deviceId}/provision.")),
+    Route(("GET", "HEAD"), "/enrollments", "listEnrollments", _ENROLLMENTS, {
+        "200": Answer("Every enrollment not deleted (never a group key)", "EnrollmentList"), **COMMON}),
+    Route(("GET", "HEAD"), "/enrollments/<enrollment_id>", "getEnrollment", _ENROLLMENTS, {
+        "200": Answer("The enrollment with how many devices it provisioned", "Enrollment"), "404": NO_ENROLLMENT,
+        **COMMON}),
+    Route(("DELETE",), "/enrollments/<enrollment_id>", "deleteEnrollment", _ENROLLMENTS, {
+        "204": Answer("Deleted: no device provisions itself by it any more; those it provisioned keep their "
+                      "credentials"), "404": NO_ENROLLMENT, **COMMON, "504": None}),
+    Route(("POST",), "/devices/<device_id>/provision", "provisionDevice", BY_ASSERTION, {
+        "201": Answer("Provisioned: the device created from the enrollment's initial documents, its credential "
+                      "registered, and a device token (Cache-Control: no-store)", "Provisioned", ("Cache-Control",)),
+        "200": Answer("Provisioned before by this enrollment: a fresh token, the same credential", "Provisioned",
+                      ("Cache-Control",)),
+        "403": "The enrollment refuses: enrollment-ended (deleted or expired), enrollment-full, id-not-allowed (the "
+               "id does not match its idPattern), provisioned-credential-revoked",
+        "409": "A device of that id exists that this enrollment did not provision: device-exists",
+        "429": "Too many tokens or keys are being signed or opened at once; Retry-After is set",
+        **WRITE_ERRORS}, body=PROVISION_BODY, description=(
+        "A device provisions itself by a group enrollment with an HS256 assertion keyed with the key the "
+        "enrollment derives for it (kid = the enrollment's id). " + ASSERTION_RULES)),
+)
+
 ROUTES: tuple[Route, ...] = (
     Route(("GET", "HEAD"), "/openapi.json", "getOpenApi", PUBLIC,
           {"200": Answer("This document", "OpenApi"), "400": "A path or query that is not UTF-8"}),
@@ -495,9 +613,12 @@ ROUTES: tuple[Route, ...] = (
                "to try again",
         "503": "Token signing is unavailable for now; Retry-After is set",
     }, body=Body({JSON: {"type": "object", "additionalProperties": False, "maxProperties": 0}}, required=False),
-          description=(
+          assertion=True, description=(
         "A device token (a JWT naming this device, signed by the device-token issuer) for the device itself, called "
-        "with its client certificate or a device token: every route and the WebSocket API accept it. Renewal with a "
+        "with its client certificate, a device token, or an assertion signed with a credential it registered (POST "
+        "/devices/{deviceId}/credentials): every route and the WebSocket API accept it. " + ASSERTION_RULES + " "
+        "An assertion refused is 401 with its problem type (assertion-expired, assertion-replayed, "
+        "credential-unknown, credential-revoked, ...). Renewal with a "
         "token is refused once the device last authenticated with its certificate longer ago than the renewal bound "
         "(403 certificate-required); no token outlives that bound. A token names a device that exists when it is "
         "issued.")),
@@ -534,6 +655,7 @@ ROUTES: tuple[Route, ...] = (
     }, query=(Param("force", {"type": "boolean", "default": False},
                     "Also remove the job's leaves from devices still in progress where the job still owns them"),),
         description="Stops queuing: queued executions are CANCELED, never written."),
+    *IDENTITY_ROUTES,
     Route(("POST",), "/transactions", "runTransaction", EachOperation(), {
         "200": Answer("Applied: the devices in order (null for a delete)", "TransactionResult",
                       ("Idempotent-Replayed",)),

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from functions.device_state import DEVICE_ID_PATTERN
+from functions.device_state import CREDENTIAL_ID_PATTERN, DEVICE_ID_PATTERN, certificate_id
 
 from .principals import Principal, scopes_of
 
@@ -38,6 +38,9 @@ ALGORITHMS = {"RSA": "RS256", "EC": "ES256"}  # the one algorithm accepted for e
 LEEWAY_SECONDS = 60
 MAX_TOKEN_LENGTH = 8192
 DEVICE_URI_PREFIX = "urn:device:"
+# A device token's claims naming the credential its device proved itself with (device_tokens):
+# the credential's id, and true when it is a client certificate of the trusted CA.
+CREDENTIAL_CLAIM, CERTIFICATE_CLAIM = "cid", "cert"
 # A browser's WebSocket cannot set Authorization: it offers the token as a subprotocol beside the
 # service's own, new WebSocket(url, ["device-state", "bearer.<token>"]), and the connect answer
 # selects "device-state" (a JWT is base64url and dots, all valid in a subprotocol name).
@@ -180,7 +183,7 @@ def verify_token(token: str, config: AuthConfig | None = None) -> Principal:
     _check_audience(claims, trusted)
     if trusted.devices_only and ("device_id" not in claims or claims.get("sub") != f"device:{claims['device_id']}"):
         raise Unauthenticated("a device token must name its device (device_id, sub device:<id>)", token_given=True)
-    return _principal(claims)
+    return _principal(claims, trusted)
 
 
 def _check_audience(claims: dict, config: TrustedIssuer) -> None:
@@ -193,35 +196,46 @@ def _check_audience(claims: dict, config: TrustedIssuer) -> None:
         raise Unauthenticated("the token is for another audience", token_given=True)
 
 
-def _principal(claims: dict) -> Principal:
+def _principal(claims: dict, trusted: TrustedIssuer) -> Principal:
     expires_at = int(claims["exp"])
     if "device_id" in claims:
-        # When the device last proved itself with its certificate (a device token carries it
+        # When the device last proved itself with what it holds (a device token carries it
         # on), else when this token was issued: what bounds renewing it (device_tokens).
         auth_time = claims.get("auth_time", claims.get("iat"))
-        return device_principal(claims["device_id"], expires_at, None if auth_time is None else int(auth_time))
+        credential = claims.get(CREDENTIAL_CLAIM) if trusted.devices_only else None
+        if credential is not None and (not isinstance(credential, str) or not CREDENTIAL_ID_PATTERN.fullmatch(credential)):
+            raise Unauthenticated("the token's cid is no credential id", token_given=True)
+        return device_principal(claims["device_id"], expires_at, None if auth_time is None else int(auth_time),
+                                credential, credential is not None and claims.get(CERTIFICATE_CLAIM) is True)
     subject = claims.get("sub") or claims.get("client_id")
     if not isinstance(subject, str) or not subject:
         raise Unauthenticated("the token names no subject", token_given=True)
     return Principal.client(subject, scopes_of(claims.get("scope")), expires_at)
 
 
-def device_principal(device_id, expires_at: int | None = None, auth_time: int | None = None) -> Principal:
+def device_principal(device_id, expires_at: int | None = None, auth_time: int | None = None,
+                     credential_id: str | None = None, certificate: bool = False) -> Principal:
     if not isinstance(device_id, str) or not DEVICE_ID_PATTERN.fullmatch(device_id):
         raise Unauthenticated("the credential names no valid device id", token_given=True)
-    return Principal.device(device_id, expires_at, auth_time)
+    return Principal.device(device_id, expires_at, auth_time, credential_id, certificate)
 
 
 def certificate_principal(pem: str, now: float | None = None) -> Principal:
     """The device a client certificate (already verified by TLS against the truststore)
-    names: its SAN ``URI:urn:device:<id>``, or failing that its subject CN; authenticated ``now``."""
+    names: its SAN ``URI:urn:device:<id>``, or failing that its subject CN; authenticated ``now``,
+    with the certificate as its credential (``certificate_id`` of its SHA-256 thumbprint, which
+    the device's state item names once the certificate is registered)."""
+    import hashlib
+
     from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
     from cryptography.x509.oid import NameOID
 
     try:
         certificate = x509.load_pem_x509_certificate(pem.encode())
     except ValueError:
         raise Unauthenticated("the client certificate cannot be read") from None
+    held = certificate_id(hashlib.sha256(certificate.public_bytes(serialization.Encoding.DER)).digest())
     try:
         names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         uris = [uri for uri in names.get_values_for_type(x509.UniformResourceIdentifier)
@@ -230,11 +244,12 @@ def certificate_principal(pem: str, now: float | None = None) -> Principal:
         uris = []
     auth_time = int(time.time() if now is None else now)
     if uris:
-        return device_principal(uris[0][len(DEVICE_URI_PREFIX):], auth_time=auth_time)
+        return device_principal(uris[0][len(DEVICE_URI_PREFIX):], auth_time=auth_time, credential_id=held,
+                                certificate=True)
     common_names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     if not common_names:
         raise Unauthenticated("the client certificate names no device (no urn:device: URI, no CN)")
-    return device_principal(common_names[0].value, auth_time=auth_time)
+    return device_principal(common_names[0].value, auth_time=auth_time, credential_id=held, certificate=True)
 
 
 def authenticate(authorization: str | None, client_certificate_pem: str | None,
@@ -250,14 +265,34 @@ def authenticate(authorization: str | None, client_certificate_pem: str | None,
     return verify_token(token, config)
 
 
-
-
 def authenticate_event(event: dict, config: AuthConfig | None = None) -> Principal:
     """``authenticate`` over an API Gateway event (HTTP API proxy, WebSocket, REQUEST authorizer):
     its Authorization header and the client certificate mutual TLS verified, if any. A
     WebSocket connect may carry the token instead (browsers cannot set headers) as a
     ``bearer.<token>`` subprotocol beside ``device-state`` (``websocket_token``), or as
     ``?token=``: one of them, once."""
+    return authenticate(*_request_credentials(event), config)
+
+
+def assertion_of(event: dict, config: AuthConfig | None = None) -> str | None:
+    """The bearer token of a request that is no trusted issuer's token (by its unverified
+    ``iss``): an assertion the route verifies itself (``functions/auth/assertions.py``); None
+    when the request carries a trusted issuer's token, a certificate or nothing."""
+    import jwt
+
+    authorization, certificate = _request_credentials(event)
+    if certificate or authorization is None:
+        return None
+    token = bearer_token(authorization)
+    try:
+        issuer = jwt.decode(token, options={"verify_signature": False}).get("iss")
+    except jwt.PyJWTError:
+        return token  # no JWT at all: refused as a malformed assertion
+    return token if (config or load_auth_config()).trusted(issuer) is None else None
+
+
+def _request_credentials(event: dict) -> tuple[str | None, str | None]:
+    """(the Authorization header, the client certificate's PEM) of an API Gateway event."""
     given = header_values(event, "authorization")
     if len(given) > 1:
         raise Unauthenticated("send one Authorization header", token_given=True)
@@ -266,8 +301,7 @@ def authenticate_event(event: dict, config: AuthConfig | None = None) -> Princip
         token = websocket_token(event)
         authorization = None if token is None else f"Bearer {token}"
     identity = (event.get("requestContext") or {}).get("identity") or {}
-    certificate = (identity.get("clientCert") or {}).get("clientCertPem")
-    return authenticate(authorization, certificate, config)
+    return authorization, (identity.get("clientCert") or {}).get("clientCertPem")
 
 
 def header_values(event: dict, name: str) -> list[str]:

@@ -1,17 +1,21 @@
 """Device tokens, as AWS IoT's credentials provider gives them: a device that proves itself
-with its client certificate (or a device token it holds) gets a short-lived device-principal
-JWT from ``POST /devices/{id}/token``, which every route and the WebSocket API accept, where
-no client certificate can be presented (API Gateway WebSocket APIs take none).
+with what it holds (its client certificate, an assertion signed with a registered key or
+secret, or a device token it holds) gets a short-lived device-principal JWT from
+``POST /devices/{id}/token`` (or from provisioning), which every route and the WebSocket API
+accept, where no client certificate can be presented (API Gateway WebSocket APIs take none).
+A token names the credential its device proved itself with (``cid``; ``cert`` for a client
+certificate of the trusted CA): every request with it must find that credential on the device,
+so revoking it shuts the token out at once.
 
 The tokens are signed by the device-token issuer (``DEVICE_TOKEN_ISSUER``; verified with
 ``DEVICE_TOKEN_JWKS`` by ``credentials``) with a ``Signer``: a KMS key deployed
 (``DEVICE_TOKEN_KMS_KEY``), a PEM key file locally (``DEVICE_TOKEN_KEY_FILE``).
 
-Renewal is bounded: a token carries ``auth_time``, when its device last authenticated with
-its certificate (a token from the main issuer counts from its own ``auth_time`` or ``iat``).
+Renewal is bounded: a token carries ``auth_time``, when its device last proved itself with
+what it holds (a token from the main issuer counts from its own ``auth_time`` or ``iat``).
 A token is renewed only within ``DEVICE_TOKEN_RENEWAL_SECONDS`` of it, and no token is issued
-to outlive it, so a stolen token is good for that long at most; then only the certificate
-gets a new one.
+to outlive it (nor its credential's expiry), so a stolen token is good for that long at most;
+then only the certificate or a new assertion gets a new one.
 
 Configuration, read once and checked whole (``TokenSettings.from_environment``):
 - ``DEVICE_TOKEN_SECONDS``: a token's lifetime (default 3600), 60 up to the stated maximum.
@@ -31,7 +35,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from .credentials import DEVICE_TOKEN_AUDIENCE, DEVICE_TOKEN_ISSUER, LEEWAY_SECONDS, AuthConfigError
+from .credentials import (CERTIFICATE_CLAIM, CREDENTIAL_CLAIM, DEVICE_TOKEN_AUDIENCE, DEVICE_TOKEN_ISSUER,
+                          LEEWAY_SECONDS, AuthConfigError)
 from .principals import DEVICE, Principal
 from .signers import ALGORITHM, KeyFileSigner, KmsSigner, Signer
 
@@ -109,13 +114,15 @@ def _timestamp(seconds: int) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def issue(principal: Principal, signer: Signer, settings: TokenSettings, now: float | None = None) -> dict:
+def issue(principal: Principal, signer: Signer, settings: TokenSettings, now: float | None = None,
+          credential_expires_at: int | None = None) -> dict:
     """The answer of ``POST /devices/{id}/token`` for ``principal`` (a device, authorized
-    already): a signed token and when it expires. RenewalRefused past the renewal bound;
-    the signer's SigningFailed when the token cannot be signed now."""
+    already): a signed token naming its credential, and when it expires (never after
+    ``credential_expires_at``, the credential's own expiry). RenewalRefused past the renewal
+    bound; the signer's SigningFailed when the token cannot be signed now."""
     now = int(time.time() if now is None else now)
     if principal.kind != DEVICE or principal.auth_time is None:
-        raise RenewalRefused("this credential cannot be renewed: call with the device's certificate")
+        raise RenewalRefused("this credential cannot be renewed: call with the device's certificate or an assertion")
     if principal.auth_time > now + LEEWAY_SECONDS:  # verify_token refuses such a token; a principal built elsewhere
         raise RenewalRefused("the credential says its device authenticated in the future: call with its certificate")
     # A time ahead of this clock (within the leeway) counts from now: the bound never starts later than the
@@ -123,12 +130,16 @@ def issue(principal: Principal, signer: Signer, settings: TokenSettings, now: fl
     auth_time = min(principal.auth_time, now)
     renewable_until = auth_time + settings.renewal_seconds
     if now >= renewable_until:
-        raise RenewalRefused(f"the device last authenticated with its certificate more than "
-                             f"{settings.renewal_seconds} s ago: call with its certificate")
-    expires_at = min(now + settings.lifetime_seconds, renewable_until)
+        raise RenewalRefused(f"the device last proved itself with its certificate or an assertion more than "
+                             f"{settings.renewal_seconds} s ago: call with its certificate or a new assertion")
+    expires_at = min(now + settings.lifetime_seconds, renewable_until, credential_expires_at or renewable_until)
     claims = {"iss": settings.issuer, "aud": settings.audience, "sub": principal.subject,
               "device_id": principal.device_id, "iat": now, "nbf": now, "exp": expires_at,
               "auth_time": auth_time, "jti": uuid.uuid4().hex}
+    if principal.credential_id is not None:
+        claims[CREDENTIAL_CLAIM] = principal.credential_id
+        if principal.certificate:
+            claims[CERTIFICATE_CLAIM] = True
     header = {"alg": ALGORITHM, "typ": "JWT", "kid": signer.kid}
     signing_input = ".".join(_base64url(json.dumps(part, separators=(",", ":")).encode())
                              for part in (header, claims))

@@ -8,7 +8,12 @@ creates and cancels them, with the read scope reads them), ``device:<id>`` (the 
 delta and versions; replace or delete it whole) and ``device:<id>/<part>`` with part
 ``state``, ``desired``, ``reported`` (write one section), ``leases`` (read the queue's
 status; take, heartbeat, release; ``end`` anyone's lease), ``changes`` (read the feed) and
-``token`` (``issue`` a device token: the device itself only, never a scope).
+``token`` (``issue`` a device token: the device itself only, never a scope) and
+``credentials`` (``manage`` the device's registered credentials: the admin scope only); and
+``enrollments`` (the collection of enrollments devices provision themselves by: ``manage``,
+the admin scope only). Provisioning (``POST /devices/{id}/provision``) takes no principal: its
+request is authenticated by its own assertion, signed with the key an enrollment derives for
+the device (``routes.BY_ASSERTION``).
 
 A write needs a right for each thing it touches (``needed_for_write``): its kind's own right
 (create on the collection, replace or delete on the device; a patch has none beyond its
@@ -27,15 +32,18 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from .principals import CLIENT, DEVICE, READ_SCOPE, REPORT_SCOPE, WRITE_SCOPE, Principal
+from .principals import ADMIN_SCOPE, CLIENT, DEVICE, READ_SCOPE, REPORT_SCOPE, WRITE_SCOPE, Principal
 
 READ, WRITE, LIST, CREATE, REPLACE, DELETE = "read", "write", "list", "create", "replace", "delete"
 END = "end"  # end a lease or waiting ticket that is not the caller's (by its fencing token)
 ISSUE = "issue"  # issue a device token (POST /devices/{id}/token)
+MANAGE = "manage"  # register, list and revoke a device's credentials; create, read and end enrollments
 COLLECTION = "devices"
 JOBS = "jobs"  # the jobs (a desired change to many devices): create and cancel (write), read and list (read)
+ENROLLMENTS = "enrollments"
 STATE, DESIRED, REPORTED, LEASES, CHANGES, TOKEN = "state", "desired", "reported", "leases", "changes", "token"
-DEVICE_PARTS = (STATE, DESIRED, REPORTED, LEASES, CHANGES, TOKEN)
+CREDENTIALS = "credentials"
+DEVICE_PARTS = (STATE, DESIRED, REPORTED, LEASES, CHANGES, TOKEN, CREDENTIALS)
 
 # (action, part) each scope grants on every device; part None is the device itself,
 # COLLECTION the collection.
@@ -44,6 +52,7 @@ _SCOPE_GRANTS = {
     WRITE_SCOPE: {(CREATE, COLLECTION), (REPLACE, None), (DELETE, None), (WRITE, STATE), (WRITE, DESIRED),
                   (WRITE, LEASES), (END, LEASES), (WRITE, JOBS)},
     REPORT_SCOPE: {(WRITE, REPORTED)},
+    ADMIN_SCOPE: {(MANAGE, CREDENTIALS), (MANAGE, ENROLLMENTS)},
 }
 # What a device principal may do to itself, and nothing else. Not END: a device ends only
 # its own lease, by the lease id its grant returned. ISSUE on its token is a device's only:
@@ -68,9 +77,9 @@ def device_resource(device_id: str, part: str | None = None) -> str:
 
 
 def parse_resource(resource: str) -> tuple[str | None, str | None]:
-    """(device id, part): (None, COLLECTION) for the collection, (None, JOBS) for the jobs; part
-    None for the device."""
-    if resource in (COLLECTION, JOBS):
+    """(device id, part): (None, COLLECTION) for the collection, (None, JOBS) for the jobs,
+    (None, ENROLLMENTS) for the enrollments; part None for the device."""
+    if resource in (COLLECTION, JOBS, ENROLLMENTS):
         return None, resource
     if not resource.startswith("device:"):
         raise ValueError(f"unknown resource {resource!r}")

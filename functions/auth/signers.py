@@ -16,12 +16,17 @@ ALGORITHM = "ES256"
 COORDINATE_BYTES = 32  # P-256
 KMS_SIGNING_ALGORITHM = "ECDSA_SHA_256"
 # KMS error codes that say "try again later" rather than "this key or call is wrong".
-_KMS_THROTTLED = {"ThrottlingException", "LimitExceededException"}
+KMS_THROTTLED = {"ThrottlingException", "LimitExceededException"}
 THROTTLED_RETRY_SECONDS = (1, 10)  # spread retries of a fleet over this many seconds
 UNAVAILABLE_RETRY_SECONDS = 2
 # The operating system's entropy: SnapStart copies of one snapshot would draw the same numbers
 # from a seeded generator, and send a whole fleet back at the same second.
 _JITTER = random.SystemRandom()
+
+
+def throttled_retry_seconds() -> int:
+    """How long a caller throttled by KMS waits: spread over ``THROTTLED_RETRY_SECONDS``."""
+    return _JITTER.randint(*THROTTLED_RETRY_SECONDS)
 
 
 class SigningFailed(Exception):
@@ -94,9 +99,9 @@ class KmsSigner:
                                       SigningAlgorithm=KMS_SIGNING_ALGORITHM)
         except ClientError as error:
             code = error.response.get("Error", {}).get("Code", "")
-            if code in _KMS_THROTTLED:
+            if code in KMS_THROTTLED:
                 raise SigningThrottled("too many tokens are being signed at once; retry after Retry-After",
-                                       _JITTER.randint(*THROTTLED_RETRY_SECONDS)) from error
+                                       throttled_retry_seconds()) from error
             raise SigningUnavailable(f"the signing key is unavailable ({code}); retry after Retry-After",
                                      UNAVAILABLE_RETRY_SECONDS) from error
         except BotoCoreError as error:  # timeouts, connection failures

@@ -7,6 +7,7 @@ from . import leases  # its limits; the lease code itself loads when first used 
 from .client import boto3_session, dynamodb_client
 from .errors import (
     AssertionReplayed,
+    CredentialExists,
     CredentialNotFound,
     CredentialRevoked,
     EnrollmentNotFound,
@@ -70,11 +71,13 @@ from .fleet.index import FleetIndex, FleetIndexError
 from .fleet.limits import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_FILTER_CHARS, MAX_LIST_LIMIT
 from .fleet.limits import MAX_LIMIT as MAX_QUERY_LIMIT
 from .item.room import MAX_STATE_ITEM_BYTES
-from .identity.credentials import CERTIFICATE, KINDS as CREDENTIAL_KINDS, PUBLIC_KEY, SECRET, CredentialRecord
+from .identity.credentials import (CERTIFICATE, CREDENTIAL_SK_PREFIX, KINDS as CREDENTIAL_KINDS, PUBLIC_KEY, SECRET,
+                                   CredentialRecord)
 from .identity.enrollments import (ENROLLMENT_ID_PATTERN, MAX_DEVICES as MAX_ENROLLMENT_DEVICES, MAX_ID_PATTERN_CHARS,
-                                   Enrollment, InvalidEnrollment, check_id_pattern)
+                                   Enrollment, EnrollmentExists, InvalidEnrollment, check_id_pattern)
 from .identity.provisioning import Provisioned
-from .item.credentials import (CREDENTIAL_ID_PATTERN, MAX_CREDENTIALS, Holder, certificate_id, new_credential_id)
+from .item.credentials import (CREDENTIAL_ID_PATTERN, MAX_CREDENTIALS, Holder, certificate_id, new_credential_id,
+                               provisioned_credential_id, registered as registered_credentials)
 from .manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS, DeviceStateManager
 from .model.connectivity import connectivity_event
 from .model.desires import (
@@ -111,6 +114,7 @@ from .model.values import (
     MAX_STATE_DEPTH,
     MAX_VERSION,
     MIN_EXPONENT,
+    check_state,
     dumps,
     loads,
     validate_device_id,
@@ -140,6 +144,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "AssertionReplayed",
+    "CredentialExists",
     "CredentialNotFound",
     "CredentialRevoked",
     "EnrollmentNotFound",
@@ -147,6 +152,7 @@ __all__ = [
     "TooManyCredentials",
     "CERTIFICATE",
     "CREDENTIAL_KINDS",
+    "CREDENTIAL_SK_PREFIX",
     "PUBLIC_KEY",
     "SECRET",
     "CredentialRecord",
@@ -155,6 +161,7 @@ __all__ = [
     "MAX_ID_PATTERN_CHARS",
     "Enrollment",
     "InvalidEnrollment",
+    "EnrollmentExists",
     "check_id_pattern",
     "Provisioned",
     "CREDENTIAL_ID_PATTERN",
@@ -162,6 +169,8 @@ __all__ = [
     "Holder",
     "certificate_id",
     "new_credential_id",
+    "registered_credentials",
+    "provisioned_credential_id",
     "AnswerLost",
     "ConditionNotMet",
     "RequestRefused",
@@ -283,6 +292,7 @@ __all__ = [
     "UPDATED",
     "UpdateObserver",
     "validate_device_id",
+    "check_state",
     "VersionConflict",
     "VersionNotFound",
     "VersionNotRecorded",

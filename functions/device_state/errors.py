@@ -132,6 +132,14 @@ class CredentialNotFound(DeviceStateError):
         self.device_id, self.credential_id = device_id, credential_id
 
 
+class CredentialExists(DeviceStateError):
+    """The device holds a credential of that id already (a certificate registered twice)."""
+
+    def __init__(self, device_id: str, credential_id: str):
+        super().__init__(f"device {device_id!r} holds credential {credential_id} already")
+        self.device_id, self.credential_id = device_id, credential_id
+
+
 class TooManyCredentials(DeviceStateError):
     """The device holds ``limit`` credentials already: revoke one before adding another."""
 

@@ -31,6 +31,19 @@ DEVICE_TOKENS = "DeviceTokens"
 SIGNING_THROTTLED = "SigningThrottled"
 SIGNING_UNAVAILABLE = "SigningUnavailable"
 
+# Device identity (functions/api/identity.py, tokens.py): assertions refused (401: a bad, expired,
+# replayed or unknown credential's assertion, at the token and provisioning routes), devices
+# provisioned by an enrollment and provisionings refused (403/409: an enrollment ended or full, an
+# id its pattern does not allow, a device that exists), requests refused because the credential
+# they came with was revoked (401 credential-revoked), and secrets the sealing key could not open
+# or seal (429/503: KMS throttled or failing); credentials revoked (DELETE .../credentials/{id}).
+ASSERTIONS_REFUSED = "AssertionsRefused"
+PROVISIONINGS = "Provisionings"
+PROVISIONINGS_REFUSED = "ProvisioningsRefused"
+REVOKED_CREDENTIAL_REQUESTS = "RevokedCredentialRequests"
+CREDENTIALS_REVOKED = "CredentialsRevoked"
+SEALING_FAILURES = "SealingFailures"
+
 # WebSocket connects (functions/push) refused because the device holds its most connections
 # (connectivity.MAX_CONNECTIONS) already: answered 429.
 CONNECTIONS_REFUSED = "ConnectionsRefused"
@@ -54,8 +67,9 @@ WRITE_UNITS = "WriteUnits"
 COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED, CONDITION_FAILURES,
                  IDEMPOTENT_REPLAYS, OUTCOME_UNKNOWN, TRANSACTIONS, TRANSACTION_RETRIES, TRANSACTION_CONFLICTS,
                  LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST, CHANGES_RECORDED,
-                 DEVICE_TOKENS, SIGNING_THROTTLED, SIGNING_UNAVAILABLE, CONNECTIONS_REFUSED, JOB_EXECUTIONS_FINAL,
-                 JOB_ERRORS, JOB_STUCK_EXECUTIONS)
+                 DEVICE_TOKENS, SIGNING_THROTTLED, SIGNING_UNAVAILABLE, CONNECTIONS_REFUSED, ASSERTIONS_REFUSED,
+                 PROVISIONINGS, PROVISIONINGS_REFUSED, REVOKED_CREDENTIAL_REQUESTS, SEALING_FAILURES,
+                 CREDENTIALS_REVOKED, JOB_EXECUTIONS_FINAL, JOB_ERRORS, JOB_STUCK_EXECUTIONS)
 LATENCY_METRICS = (PATCH_LATENCY, CONTENTION_HOLD, LEASE_WAIT, CHANGE_LAG)
 CAPACITY_METRICS = (READ_UNITS, WRITE_UNITS)
 ALL_METRICS = COUNT_METRICS + LATENCY_METRICS + CAPACITY_METRICS

@@ -1,4 +1,4 @@
-"""Posting to WebSocket connections through API Gateway's @connections API
+"""Posting to (and closing) WebSocket connections through API Gateway's @connections API
 (``CONNECTIONS_ENDPOINT``: https://<api>.execute-api.<region>.amazonaws.com/<stage>, or the
 dev server's stand-in). Never retried by botocore: a post that may have landed is not sent
 again here (the delivery resends at most a version the client drops as seen)."""
@@ -33,3 +33,13 @@ def post(connection_id: str, message: dict, endpoint: str | None = None) -> None
             raise Gone(connection_id) from None
         raise
 
+
+
+def close(connection_id: str, endpoint: str | None = None) -> None:
+    """Closes the connection (API Gateway then sends its $disconnect); one already gone is closed."""
+    endpoint = endpoint or os.environ[CONNECTIONS_ENDPOINT]
+    try:
+        _client(endpoint).delete_connection(ConnectionId=connection_id)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "GoneException":
+            raise

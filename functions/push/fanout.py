@@ -3,27 +3,41 @@ so a slow or failing post never holds up the change feed's writer) that reads ea
 item the feed's processor writes and brings the device's subscribers up to it. A failing
 device's records are reported back (partial batch response) and retried; the others go on.
 After the mapping's last retry the batch goes to the on-failure queue; subscribers catch up
-with the device's next change, or by subscribing again from the last version they have."""
+with the device's next change, or by subscribing again from the last version they have.
+
+Before a batch's changes go out, a device whose credentials changed (a credential's item added
+or removed) or that was deleted has the connections it no longer admits closed (``revocation``),
+so a revoked credential's connection gets no further message."""
 
 from __future__ import annotations
 
 import logging
+import time
 
 from functions.device_state import CHANGE_SK_PREFIX, DELETED, change_from_item, table
 
-from .services import services
+from . import connections
+from .revocation import CREDENTIAL_PATTERN, close_revoked, is_credential_change
+from .services import devices, forget, services
 
 logger = logging.getLogger("device_state.push")
 
-# The event source mapping's filter (Lambda filter-pattern syntax): new change items only.
+# The event source mapping's filters (Lambda filter-pattern syntax, any one matches): new change
+# items, and credentials added or removed.
 FILTER_PATTERN = {"eventName": ["INSERT"],
                   "dynamodb": {"Keys": {table.SORT_KEY: {"S": [{"prefix": CHANGE_SK_PREFIX}]}}}}
+FILTER_PATTERNS = (FILTER_PATTERN, CREDENTIAL_PATTERN)
 BATCH_SIZE = 100
 MAX_RETRY_ATTEMPTS = 10
 
 
 def matches_filter(record: dict) -> bool:
-    """``FILTER_PATTERN`` as the mapping applies it (the local poller uses this)."""
+    """``FILTER_PATTERNS`` as the mapping applies them (the local poller uses this)."""
+    return is_change(record) or is_credential_change(record)
+
+
+def is_change(record: dict) -> bool:
+    """``FILTER_PATTERN``: a new change item."""
     keys = (record.get("dynamodb") or {}).get("Keys") or {}
     return (record.get("eventName") == "INSERT"
             and keys.get(table.SORT_KEY, {}).get("S", "").startswith(CHANGE_SK_PREFIX))
@@ -39,14 +53,20 @@ def changed_since(change) -> dict | None:
 
 
 def lambda_handler(event, _context):
-    _, delivery = services()
+    subscriptions, delivery = services()
     newest: dict[str, tuple[int, str, dict | None]] = {}  # device -> (version, first sequence number, marks)
+    revoking: dict[str, str] = {}  # device whose credentials changed -> its first sequence number
     for record in event.get("Records", []):
-        if not matches_filter(record):
+        dynamodb = record.get("dynamodb") or {}
+        if is_credential_change(record):
+            revoking.setdefault(dynamodb["Keys"][table.PARTITION_KEY]["S"], dynamodb["SequenceNumber"])
             continue
-        dynamodb = record["dynamodb"]
+        if not is_change(record):
+            continue
         device_id = dynamodb["Keys"][table.PARTITION_KEY]["S"]
         change = change_from_item(dynamodb["NewImage"])
+        if change.kind == DELETED:  # deleting a device revokes its credentials
+            revoking.setdefault(device_id, dynamodb["SequenceNumber"])
         version, first, marks = newest.get(device_id, (0, dynamodb["SequenceNumber"], {}))
         # the newest change's marks cover the batch's earlier ones; a delete or a lost change
         # anywhere in it (None) keeps every subscriber in
@@ -55,6 +75,14 @@ def lambda_handler(event, _context):
             marks = current
         newest[device_id] = (max(version, change.version), first, marks)
     failed = []
+    for device_id, sequence in revoking.items():
+        try:
+            close_revoked(device_id, subscriptions, devices().live_state(device_id), time.time(), connections.close,
+                          lambda connection_id: forget(subscriptions, connection_id))
+        except Exception:  # noqa: BLE001 - retried by the mapping from this device's first record
+            logger.exception("closing revoked connections failed", extra={"deviceId": device_id})
+            # its changes wait too (none goes out to a connection that may be revoked): retried from the first
+            failed.append(min(sequence, newest.pop(device_id, (0, sequence, None))[1], key=int))
     for device_id, (version, sequence, marks) in newest.items():
         try:
             delivery.fan_out(device_id, version, marks)

@@ -18,15 +18,16 @@ from functions.auth import rights
 from functions.auth.authorizer import principal_of
 from functions.auth.credentials import (LEEWAY_SECONDS, WEBSOCKET_SUBPROTOCOL, MixedCredentials, Unauthenticated,
                                         websocket_subprotocols)
-from functions.auth.principals import DEVICE, device_of
-from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, DeviceNotFound, DeviceStateError,
+from functions.auth.principals import DEVICE
+from functions.config import push_config
+from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, CredentialRevoked, DeviceNotFound,
                                     InvalidDeviceId, InvalidSince, TooManyConnections, metrics as names,
                                     validate_device_id)
 
 from . import connections
 from .delivery import Delivery, Gone, PostFailed, error_message
-from .services import devices, services
-from .subscriptions import Subscriptions, TooManySubscriptions, UnknownConnection
+from .services import devices, forget, record_connectivity, services
+from .subscriptions import TooManySubscriptions, UnknownConnection
 
 logger = logging.getLogger("device_state.push")
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or names.NAMESPACE,
@@ -58,23 +59,28 @@ def lambda_handler(event, _context):
             return {"statusCode": 401}
         credential_ends = None if principal.expires_at is None else principal.expires_at + LEEWAY_SECONDS
         ends = subscriptions.ends(credential_ends)  # once: $disconnect names the member by the item's end
+        holder = principal.holder(push_config().require_registered_credentials)
         if principal.kind == DEVICE:
-            try:
-                _record(lambda manager: manager.connected(principal.device_id, connection_id, ends))
+            try:  # the device must still hold the credential it comes with: checked in the connect's own write
+                record_connectivity(lambda manager: manager.as_device(principal.device_id, holder).connected(
+                    principal.device_id, connection_id, ends))
+            except CredentialRevoked:
+                metrics.add_metric(name=names.REVOKED_CREDENTIAL_REQUESTS, unit=MetricUnit.Count, value=1)
+                return {"statusCode": 401}
             except TooManyConnections:  # API Gateway refuses the upgrade with this status
                 metrics.add_metric(name=names.CONNECTIONS_REFUSED, unit=MetricUnit.Count, value=1)
                 return {"statusCode": 429, "headers": {"Retry-After": CONNECT_RETRY_AFTER_SECONDS}}
-        subscriptions.open(connection_id, principal.subject, ends)
+        subscriptions.open(connection_id, principal.subject, ends, holder)
         return _connected(event)
     if route == "$disconnect":
-        _close(subscriptions, connection_id)
+        forget(subscriptions, connection_id)
         return {"statusCode": 200}
     try:
         answer = _message(event, subscriptions, delivery, connection_id)
     except BadMessage as bad:
         answer = bad.message
     except Gone:
-        _close(subscriptions, connection_id)
+        forget(subscriptions, connection_id)
         return {"statusCode": 200}
     except PostFailed as failed:  # the catch-up stopped at a post; the fan-out goes on from where it got
         logger.warning("catch-up stopped", extra={"reason": str(failed)})
@@ -83,7 +89,7 @@ def lambda_handler(event, _context):
         try:
             connections.post(connection_id, answer)
         except Gone:
-            _close(subscriptions, connection_id)
+            forget(subscriptions, connection_id)
     return {"statusCode": 200}
 
 
@@ -96,24 +102,6 @@ def _connected(event: dict) -> dict:
     if WEBSOCKET_SUBPROTOCOL in websocket_subprotocols(event):
         return {"statusCode": 200, "headers": {"Sec-WebSocket-Protocol": WEBSOCKET_SUBPROTOCOL}}
     return {"statusCode": 200}
-
-
-def _close(subscriptions: Subscriptions, connection_id: str) -> None:
-    """Forgets the connection; a device's own connection also leaves its connectivity."""
-    closed = subscriptions.close(connection_id)
-    device_id = device_of(closed[0]) if closed is not None else None
-    if device_id is not None:
-        _record(lambda manager: manager.disconnected(device_id, connection_id, closed[1]))
-
-
-def _record(change) -> None:
-    """A connectivity change: what it cannot record is logged, and never fails the connection."""
-    try:
-        change(devices())
-    except TooManyConnections:
-        raise
-    except DeviceStateError as error:
-        logger.warning("connectivity not recorded", extra={"reason": str(error)})
 
 
 def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, connection_id: str) -> dict | None:
@@ -137,6 +125,15 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
     if action == "unsubscribe":
         subscriptions.unsubscribe(connection_id, device_id)
         return {"type": "unsubscribed", "deviceId": device_id}
+    holder = principal.holder(push_config().require_registered_credentials)
+    if holder is not None:  # a device following itself must still hold its credential: one read
+        try:
+            devices().as_device(device_id, holder).check_holder(device_id)
+        except CredentialRevoked as revoked:
+            raise BadMessage("credential-revoked", "The credential is revoked or not registered", str(revoked),
+                             401) from None
+        except DeviceNotFound:
+            pass  # a device not created yet may be followed from 0, as below
     since, sections = _since(body), _sections(body)
     try:
         delivery.log.read(device_id, since, 1)  # a since the feed would refuse is refused here, before anything

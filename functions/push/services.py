@@ -1,16 +1,21 @@
 """What both push functions (the WebSocket routes and the fan-out) work with: the
-subscriptions and the delivery over them, made once per process."""
+subscriptions and the delivery over them, made once per process, and forgetting a connection."""
 
 from __future__ import annotations
 
 import functools
+import logging
 
+from functions.auth.principals import device_of
 from functions.config import fleet_index, push_config
-from functions.device_state import ChangeLog, DeviceStateManager, dynamodb_client
+from functions.device_state import (ChangeLog, CredentialRevoked, DeviceStateError, DeviceStateManager,
+                                    TooManyConnections, dynamodb_client)
 
 from . import connections
 from .delivery import Delivery
 from .subscriptions import Subscriptions
+
+logger = logging.getLogger("device_state.push")
 
 
 @functools.lru_cache(maxsize=1)
@@ -28,3 +33,22 @@ def devices() -> DeviceStateManager:
     config = push_config()
     return DeviceStateManager(dynamodb_client(config.dynamodb_endpoint), config.table_name,
                               fleet_index=fleet_index())
+
+
+def forget(subscriptions: Subscriptions, connection_id: str) -> None:
+    """Forgets the connection; a device's own connection also leaves its connectivity."""
+    closed = subscriptions.close(connection_id)
+    device_id = device_of(closed[0]) if closed is not None else None
+    if device_id is not None:
+        record_connectivity(lambda manager: manager.disconnected(device_id, connection_id, closed[1]))
+
+
+def record_connectivity(change) -> None:
+    """A connectivity change: what it cannot record is logged, and never fails the connection
+    (but a connect over the device's cap, or with a credential it no longer holds, is refused)."""
+    try:
+        change(devices())
+    except (TooManyConnections, CredentialRevoked):
+        raise
+    except DeviceStateError as error:
+        logger.warning("connectivity not recorded", extra={"reason": str(error)})

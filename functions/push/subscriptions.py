@@ -5,14 +5,16 @@ it records ``delivered``, the last version sent, which every sender advances onl
 value it read (a conditional write), so the first copy of each version goes out in order.
 A connection's item (partition ``connection#<id>``, never a device id: those have no ``#``)
 lists the devices it follows, for the limit and for clean-up. Both expire with API
-Gateway's connection lifetime. Neither is a device's state item, so neither makes a change."""
+Gateway's connection lifetime. Neither is a device's state item, so neither makes a change.
+A device's own connection records the credential it was opened with (``HOLDER``, on both
+items), so the fan-out can close it once the device no longer holds that credential."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
-from functions.device_state import AnswerLost, ConditionNotMet, table
+from functions.device_state import AnswerLost, ConditionNotMet, Holder, table
 from functions.device_state.write.expressions import Expression, number
 from functions.device_state.write.store import IDEMPOTENT, ONCE, Store
 
@@ -22,6 +24,7 @@ CONNECTION_SK = "connection"
 MAX_SUBSCRIPTIONS = 100  # per connection
 DEVICES = "devices"  # on a connection's item: the devices it follows (a string set)
 DELIVERED = "delivered"  # on a subscription: the last version sent
+HOLDER = "holder"  # on a device's own connection and its subscription: the credential it came with
 CONNECTION_LIFETIME_SECONDS = 2 * 60 * 60  # API Gateway closes a WebSocket connection after 2 hours
 
 
@@ -40,6 +43,7 @@ class Subscription:
     delivered: int  # the last version sent (``since`` at first)
     sections: tuple
     expires: float | None = None  # the connection's end (its token's expiry, or API Gateway's 2 hours)
+    holder: Holder | None = None  # a device's own connection: the credential it was opened with
 
     def expired(self, now: float) -> bool:
         return self.expires is not None and self.expires <= now
@@ -58,13 +62,16 @@ class Subscriptions:
         self.store = Store(client, table_name)
         self.clock = clock
 
-    def open(self, connection_id: str, subject: str, credential_expires_at: int | None = None) -> int:
+    def open(self, connection_id: str, subject: str, credential_expires_at: int | None = None,
+             holder: Holder | None = None) -> int:
         """A connection's item; returns when it ends (epoch seconds). It and its subscriptions
         expire with API Gateway's connection lifetime, or with the credential it was opened
-        with if that ends sooner: no change is pushed on a token past its expiry."""
+        with if that ends sooner: no change is pushed on a token past its expiry. ``holder``: the
+        credential a device's own connection came with."""
         expires = self.ends(credential_expires_at)
         self.store.send("put_item", IDEMPOTENT, Item={
-            **_connection_key(connection_id), "subject": {"S": subject}, table.TTL_ATTRIBUTE: number(expires)})
+            **_connection_key(connection_id), "subject": {"S": subject}, table.TTL_ATTRIBUTE: number(expires),
+            **({HOLDER: _holder_attribute(holder)} if holder is not None else {})})
         return expires
 
     def ends(self, credential_expires_at: int | None = None) -> int:
@@ -88,12 +95,13 @@ class Subscriptions:
             if refused.item is None:
                 raise UnknownConnection(connection_id) from None
             raise TooManySubscriptions(f"a connection follows at most {MAX_SUBSCRIPTIONS} devices") from None
-        expires = answer["Attributes"][table.TTL_ATTRIBUTE]
-        subscription = Subscription(device_id, connection_id, since, tuple(sections), float(expires["N"]))
+        expires, holder = answer["Attributes"][table.TTL_ATTRIBUTE], answer["Attributes"].get(HOLDER)
+        subscription = Subscription(device_id, connection_id, since, tuple(sections), float(expires["N"]),
+                                    _holder(holder))
         self.store.send("put_item", IDEMPOTENT, Item={
             **_subscription_key(device_id, connection_id), "connectionId": {"S": connection_id},
             DELIVERED: number(since), "sections": {"L": [{"S": name} for name in sections]},
-            table.TTL_ATTRIBUTE: expires})
+            table.TTL_ATTRIBUTE: expires, **({HOLDER: holder} if holder is not None else {})})
         return subscription
 
     def unsubscribe(self, connection_id: str, device_id: str) -> bool:
@@ -158,4 +166,16 @@ def _subscription(item: dict) -> Subscription:
     expires = item.get(table.TTL_ATTRIBUTE, {}).get("N")
     return Subscription(item[table.PARTITION_KEY]["S"], item["connectionId"]["S"], int(item[DELIVERED]["N"]),
                         tuple(entry["S"] for entry in item.get("sections", {}).get("L", [])),
-                        None if expires is None else float(expires))
+                        None if expires is None else float(expires), _holder(item.get(HOLDER)))
+
+
+def _holder_attribute(holder: Holder) -> dict:
+    return {"M": {"credentialId": {"S": holder.credential_id}, "certificate": {"BOOL": holder.certificate},
+                  "required": {"BOOL": holder.required}}}
+
+
+def _holder(attribute: dict | None) -> Holder | None:
+    if attribute is None:
+        return None
+    fields = attribute["M"]
+    return Holder(fields["credentialId"]["S"], fields["certificate"]["BOOL"], fields["required"]["BOOL"])

@@ -5,6 +5,7 @@ Exit statuses: 0 applied, 1 refused by the service, 2 usage, 3 outcome unknown o
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -292,6 +293,63 @@ def test_delete_asks_nothing_when_piped_and_a_stale_if_match_is_412(cli):
     assert (deleted.returncode, deleted.stdout, deleted.stderr) == (APPLIED, "", "")
     _refused(cli("get", device), 404, "device-not-found")
     _refused(cli("delete", device), 404, "device-not-found")
+
+
+def test_credentials_add_list_and_revoke_and_their_refusals(cli, tmp_path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    device = _new(cli)
+    key = ec.generate_private_key(ec.SECP256R1()).public_key()
+    (tmp_path / "lamp.pub.pem").write_bytes(key.public_bytes(serialization.Encoding.PEM,
+                                                             serialization.PublicFormat.SubjectPublicKeyInfo))
+    added = cli("credentials", "add", device, "--public-key", "@lamp.pub.pem", "--expires-at", "2099-01-01T00:00:00Z")
+    assert added.returncode == APPLIED, added.stderr
+    public = json.loads(added.stdout)
+    assert public["type"] == "publicKey" and public["expiresAt"].startswith("2099-01-01")
+    secret = json.loads(cli("credentials", "add", device, "--secret").stdout)
+    assert secret["type"] == "secret" and len(base64.b64decode(secret["secret"])) >= 32  # shown this once
+    listed = cli("credentials", "list", device)
+    assert listed.returncode == APPLIED
+    assert sorted(item["credentialId"] for item in json.loads(listed.stdout)) == sorted(
+        [public["credentialId"], secret["credentialId"]])
+    assert "secret" not in listed.stdout.replace('"type": "secret"', "")
+    table = cli("credentials", "list", device, "-o", "table")
+    assert "CREDENTIAL" in table.stdout and public["credentialId"] in table.stdout
+    revoked = cli("credentials", "revoke", device, secret["credentialId"])
+    assert (revoked.returncode, revoked.stdout, revoked.stderr) == (APPLIED, "", "")
+    assert [item["credentialId"] for item in json.loads(cli("credentials", "list", device).stdout)] == [
+        public["credentialId"]]
+    _refused(cli("credentials", "revoke", device, secret["credentialId"]), 404, "credential-not-found")
+    _refused(cli("credentials", "add", device, "--public-key", "not a key"), 400, "invalid-credential")
+    _refused(cli("credentials", "list", device, DEVICE_STATE_TOKEN=token((READ_SCOPE, WRITE_SCOPE))), 403,
+             "forbidden")
+    both = cli("credentials", "add", device, "--secret", "--public-key", "@lamp.pub.pem")
+    assert both.returncode == USAGE and "one of --public-key" in both.stderr
+
+
+def test_enrollments_create_list_show_and_delete_and_their_refusals(cli):
+    name = f"line-{uuid.uuid4().hex[:8]}"
+    created = cli("enrollments", "create", "--enrollment-id", name, "--id-pattern", "lamp-[0-9]{4}",
+                  "--max-devices", "100", "--initial", '{"desired": {"power": "off"}}')
+    assert created.returncode == APPLIED, created.stderr
+    enrollment = json.loads(created.stdout)
+    assert enrollment["enrollmentId"] == name and enrollment["provisioned"] == 0
+    assert len(base64.b64decode(enrollment["groupKey"])) == 32  # shown this once
+    assert enrollment["initial"] == {"desired": {"power": "off"}}
+    listed = json.loads(cli("enrollments", "list").stdout)
+    assert name in [item["enrollmentId"] for item in listed] and "groupKey" not in json.dumps(listed)
+    shown = cli("enrollments", "show", name, "-o", "yaml")
+    assert shown.returncode == APPLIED and yaml.safe_load(shown.stdout)["maxDevices"] == 100
+    assert "groupKey" not in shown.stdout
+    _refused(cli("enrollments", "create", "--enrollment-id", name, "--id-pattern", "x", "--max-devices", "1"),
+             409, "enrollment-exists")
+    deleted = cli("enrollments", "delete", name)
+    assert (deleted.returncode, deleted.stdout, deleted.stderr) == (APPLIED, "", "")
+    _refused(cli("enrollments", "show", name), 404, "enrollment-not-found")
+    _refused(cli("enrollments", "list", DEVICE_STATE_TOKEN=token((READ_SCOPE, WRITE_SCOPE))), 403, "forbidden")
+    bad = cli("enrollments", "create", "--id-pattern", "x", "--max-devices", "1", "--initial", "[]")
+    assert bad.returncode == USAGE and "--initial" in bad.stderr
 
 
 def test_credentials_and_endpoint_refusals_and_a_service_that_does_not_answer(cli):

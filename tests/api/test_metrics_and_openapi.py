@@ -62,7 +62,8 @@ def test_openapi_paths_are_exactly_the_routes():
     routes = set(REGISTERED)
     documented = {
         (method.upper(), path.replace("{deviceId}", "<device_id>").replace("{leaseId}", "<lease_id>")
-         .replace("{version}", "<version>").replace("{jobId}", "<job_id>"))
+         .replace("{version}", "<version>").replace("{credentialId}", "<credential_id>")
+         .replace("{enrollmentId}", "<enrollment_id>").replace("{jobId}", "<job_id>"))
         for path, item in OPENAPI["paths"].items()
         for method in item
         if method != "parameters"

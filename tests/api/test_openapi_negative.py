@@ -28,7 +28,7 @@ from functions.api.openapi import OPENAPI
 from functions.device_state import DEVICE_ID_PATTERN
 from functions.device_state.model.values import dumps
 from tests.api.test_http import server  # noqa: F401  (the real server, module scoped)
-from tests.auth import bearer
+from tests.auth import assertion, bearer
 
 pytestmark = pytest.mark.dynamodb_local
 
@@ -104,6 +104,8 @@ def _credentials(case) -> dict:
     if case.path.endswith("/token"):
         device_id = unquote(case.path_parameters["deviceId"])
         return bearer(device=device_id if DEVICE_ID_PATTERN.fullmatch(device_id) else DEVICE)
+    if case.path.endswith("/provision"):  # an assertion: the request's shape is checked before its signature
+        return {"Authorization": f"Bearer {assertion(DEVICE, 'no-such-enrollment', bytes(32))}"}
     return bearer()
 
 

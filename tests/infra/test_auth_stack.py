@@ -15,6 +15,7 @@ from functions.auth import jwks_resource
 from functions.auth.credentials import AUTH_AUDIENCE, AUTH_ISSUER, AUTH_JWKS, DEVICE_TOKEN_VARIABLES, VARIABLES
 from functions.auth.device_tokens import ISSUING_VARIABLES
 from functions.auth.principals import RESOURCE_SERVER, SCOPES
+from functions.auth.sealing import VARIABLES as SEALING_VARIABLES
 from infra import api as api_module
 from infra import auth, console, push
 from tests.auth import ISSUER
@@ -59,10 +60,10 @@ def gateway_path(rule: str) -> str:
 
 def function_environment(template: Template, handler: str) -> dict:
     """The environment of the functions running ``handler`` (the API function and the waiting
-    function run the same one, with the same environment but the API function's signing variables)."""
+    function run the same one, with the same environment but the API function's signing and sealing variables)."""
     found = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": handler}})
     environments = [{name: value for name, value in function["Properties"]["Environment"]["Variables"].items()
-                     if name not in ISSUING_VARIABLES and name != config.NEVER_WAIT} for function in found.values()]
+                     if name not in ISSUING_VARIABLES + SEALING_VARIABLES and name != config.NEVER_WAIT} for function in found.values()]
     assert environments and all(environment == environments[0] for environment in environments), handler
     return environments[0]
 
@@ -139,14 +140,14 @@ def test_a_throwaway_stack_throws_the_user_pool_away():
     assert pool["Properties"]["DeletionProtection"] == "INACTIVE" and pool["DeletionPolicy"] == "Delete"
 
 
-def test_the_resource_server_defines_the_three_scopes(template):
+def test_the_resource_server_defines_the_four_scopes(template):
     pool_id, _ = only(template, "AWS::Cognito::UserPool")
     _, server = only(template, "AWS::Cognito::UserPoolResourceServer")
     props = server["Properties"]
     assert props["Identifier"] == RESOURCE_SERVER == "device-state"
     assert props["UserPoolId"] == {"Ref": pool_id}
     assert [scope["ScopeName"] for scope in props["Scopes"]] == list(SCOPES)
-    assert set(SCOPES) == {"devices.read", "devices.write", "devices.report"}
+    assert set(SCOPES) == {"devices.read", "devices.write", "devices.report", "devices.admin"}
 
 
 def test_the_back_end_client_uses_client_credentials_with_a_secret_and_the_scopes(template):

@@ -14,7 +14,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from functions import config
-from functions.auth import credentials
+from functions.auth import credentials, sealing
 from functions.device_state import FleetIndex
 from functions.device_state import table as model
 from functions.auth import device_tokens
@@ -110,7 +110,8 @@ def test_the_api_functions_read_the_normalized_declaration(fleet, construct):
     _, function = api_function(fleet, construct)
     environment = function["Properties"]["Environment"]["Variables"]
     assert environment[config.FLEET_INDEX] == FLEET_INDEX.declaration == FLEET
-    tokens = set(credentials.DEVICE_TOKEN_VARIABLES) | set(device_tokens.ISSUING_VARIABLES)  # test_stack's
+    tokens = (set(credentials.DEVICE_TOKEN_VARIABLES) | set(device_tokens.ISSUING_VARIABLES)
+              | set(sealing.VARIABLES))  # test_stack's
     ours = {name for name in environment if not name.startswith("POWERTOOLS_") and name not in tokens}
     # NEVER_WAIT: the API function's alone (test_waiting_stack.py)
     assert ours - {config.NEVER_WAIT} == set(config.API_VARIABLES) - {config.DYNAMODB_ENDPOINT,

@@ -13,7 +13,7 @@ from functions import config
 from functions.auth import authorizer as authorizer_code
 from functions.auth import credentials
 from functions.push.connections import CONNECTIONS_ENDPOINT
-from functions.push.fanout import BATCH_SIZE, FILTER_PATTERN, MAX_RETRY_ATTEMPTS
+from functions.push.fanout import BATCH_SIZE, FILTER_PATTERNS, MAX_RETRY_ATTEMPTS
 from infra import api as api_module
 from infra import monitoring
 from infra import push
@@ -197,7 +197,7 @@ def test_the_fanout_has_its_own_mapping_filtered_retried_with_partial_batch_resp
     props = mapping["Properties"]
     assert fanout_alias in json.dumps(props["FunctionName"])
     assert props["EventSourceArn"] == {"Fn::GetAtt": [table_id, "StreamArn"]}
-    assert [json.loads(f["Pattern"]) for f in props["FilterCriteria"]["Filters"]] == [FILTER_PATTERN]
+    assert [json.loads(f["Pattern"]) for f in props["FilterCriteria"]["Filters"]] == list(FILTER_PATTERNS)
     assert props["BatchSize"] == BATCH_SIZE and props["MaximumRetryAttempts"] == MAX_RETRY_ATTEMPTS
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert props["BisectBatchOnFunctionError"] is True and props["StartingPosition"] == "TRIM_HORIZON"

@@ -10,7 +10,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from functions import config
-from functions.auth import credentials, device_tokens
+from functions.auth import credentials, device_tokens, sealing
 from functions.device_state import metrics as names
 from functions.device_state import table as model
 from functions.device_state import DEFAULT_BUDGET_SECONDS
@@ -112,9 +112,9 @@ def test_environment_is_exactly_what_the_config_reads(template):
     environment = function["Properties"]["Environment"]["Variables"]
     ours = {name for name in environment if not name.startswith("POWERTOOLS_")}
     # FLEET_INDEX is opt-in: set only when context fleetIndex declares a field (test_fleet_index_stack.py).
-    # The signing variables name the KMS key (no key file, no kid: those are make serve's).
+    # The signing and sealing variables name the KMS keys (no key file, no kid: those are make serve's).
     signing = set(device_tokens.ISSUING_VARIABLES) - {device_tokens.DEVICE_TOKEN_KEY_FILE,
-                                                      device_tokens.DEVICE_TOKEN_KID}
+                                                      device_tokens.DEVICE_TOKEN_KID} | {sealing.SEALING_KMS_KEY}
     assert ours == (set(config.API_VARIABLES) - {config.DYNAMODB_ENDPOINT, config.FLEET_INDEX}
                     | set(credentials.VARIABLES) | set(credentials.DEVICE_TOKEN_VARIABLES) | signing)
     table_id = next(iter(template.find_resources("AWS::DynamoDB::Table")))

@@ -14,6 +14,7 @@ from functions.api.routes import BY_METHOD_AND_RULE
 from infra import api as api_module
 from infra import monitoring
 from functions.auth.device_tokens import ISSUING_VARIABLES
+from functions.auth.sealing import VARIABLES as SEALING_VARIABLES
 from infra.stack import CONTEXT_DEFAULTS
 from tests.infra.conftest import synth_stack
 from tests.infra.test_auth_stack import http_routes
@@ -59,11 +60,12 @@ def test_the_waiting_function_is_the_api_function_twin_with_its_own_logs_and_rol
     _, waiting = api_function(template, "WaitingFunction")
     same = ("Handler", "Code", "Layers", "Runtime", "Architectures", "Timeout", "MemorySize", "TracingConfig")
     assert {key: waiting["Properties"][key] for key in same} == {key: api["Properties"][key] for key in same}
-    # The same environment but the signing variables (POST /devices/{id}/token never waits, so
-    # the waiting function never signs, and has no kms:Sign) and NEVER_WAIT, which only the API
-    # function has: a waiting request the gateway hands it anyway is answered at once.
+    # The same environment but the signing and sealing variables (POST /devices/{id}/token and the
+    # identity routes never wait, so the waiting function never signs nor seals, and has no KMS
+    # right) and NEVER_WAIT, which only the API function has: a waiting request the gateway hands
+    # it anyway is answered at once.
     variables = api["Properties"]["Environment"]["Variables"]
-    signing = {name: value for name, value in variables.items() if name in ISSUING_VARIABLES}
+    signing = {name: value for name, value in variables.items() if name in ISSUING_VARIABLES + SEALING_VARIABLES}
     assert signing and variables[config.NEVER_WAIT] == "true"
     assert waiting["Properties"]["Environment"]["Variables"] == {
         name: value for name, value in variables.items() if name not in signing and name != config.NEVER_WAIT}

@@ -347,3 +347,19 @@ def test_following_a_device_needs_what_reading_its_feed_needs():
     assert BY_OPERATION["listChanges"].right == rights.needed_to_follow("{device_id}")[0]
     assert rights.first_refused(LAMP, rights.needed_to_follow("lamp-1")) is None
     assert rights.first_refused(WRITER, rights.needed_to_follow("lamp-1")) == ("read", "device:lamp-1/changes")
+
+
+def test_make_token_gives_the_admin_scope_only_when_named(tmp_path, capsys):
+    """`make -s token` (localdev.issuer): read, write and report by default; devices.admin, which
+    registers and revokes credentials, only as `SCOPES=devices.admin` asks for it."""
+    from localdev import issuer
+
+    def scopes_of(*arguments) -> set[str]:
+        issuer.main(["token", "--directory", str(tmp_path), *arguments])
+        return set(jwt.decode(capsys.readouterr().out.strip(), options={"verify_signature": False})["scope"].split())
+
+    assert scopes_of() == {"devices.read", "devices.write", "devices.report"}
+    assert scopes_of("--scopes", "devices.admin") == {"devices.admin"}
+    admin = Principal.client("admin", {"devices.admin"})
+    assert rights.allowed(admin, rights.MANAGE, rights.ENROLLMENTS)
+    assert not rights.allowed(Principal.client("app", scopes_of()), rights.MANAGE, rights.ENROLLMENTS)

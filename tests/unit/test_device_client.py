@@ -250,3 +250,65 @@ def test_the_package_readme_keeps_the_docs_rules():
     assert ("readme-test", "lamp") in [mark.groups() for mark in marks]
     for number, line in enumerate(text.splitlines(), 1):
         assert not re.search(r"\bno longer\b|\banymore\b|\bnow\b|before,|\bissue \d+", line, re.I), (number, line)
+
+
+# --- assertions a device signs (KeyCredentials, SecretCredentials, EnrollmentCredentials) -------
+
+
+@pytest.mark.parametrize("kind", ["EC", "RSA", "secret"])
+def test_the_clients_assertions_are_what_the_service_verifies(kind):
+    """Signed by the client package alone (its own JWT code), read and verified by the service's
+    functions/auth/assertions.py: the claims it checks, the algorithm of the credential."""
+    import time
+
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    from device_state_client import sign_assertion
+    from functions.auth import assertions
+
+    if kind == "secret":
+        secret = base64.b64encode(b"s" * 32).decode()
+        token = sign_assertion("lamp-1", "cred-1", secret=secret)
+        algorithm, key = assertions.HS256, b"s" * 32
+    else:
+        private = ec.generate_private_key(ec.SECP256R1()) if kind == "EC" else rsa.generate_private_key(65537, 2048)
+        token = sign_assertion("lamp-1", "cred-1", private_key=private)
+        key = private.public_key()
+        algorithm = assertions.key_algorithm(key)
+    read = assertions.read(token, "lamp-1", time.time())
+    assert (read.kid, read.algorithm) == ("cred-1", algorithm)
+    assert read.claims["exp"] - read.claims["iat"] <= assertions.MAX_LIFETIME_SECONDS
+    assertions.verify(read, algorithm, key)
+    again = assertions.read(sign_assertion("lamp-1", "cred-1", secret="c2VjcmV0"), "lamp-1", time.time())
+    assert again.jti != read.jti  # a new jti each time
+    with pytest.raises(assertions.AssertionSubject):
+        assertions.read(token, "lamp-2", time.time())
+
+
+def test_the_derived_device_key_is_the_services_hmac_of_the_group_key():
+    from device_state_client import derive_device_key
+    from functions.auth import assertions
+
+    group_key = bytes(range(32))
+    derived = derive_device_key(base64.b64encode(group_key).decode(), "lamp-000123")
+    assert base64.b64decode(derived) == assertions.device_key(group_key, "lamp-000123")
+
+
+def test_a_key_credential_gets_its_token_by_assertion_and_renews_it_the_same_way(scripted):
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from device_state_client import KeyCredentials
+
+    now = [0.0]
+    answer = (200, {}, {"token": "t-1", "tokenType": "Bearer", "expiresIn": 3600, "expiresAt": "x"})
+    server = scripted(answer, (200, {}, DEVICE), answer, (200, {}, DEVICE))
+    credentials = KeyCredentials("cred-1", ec.generate_private_key(ec.SECP256R1()), clock=lambda: now[0])
+    client = _client(server, credentials=credentials)
+    client.get()
+    now[0] = 2900  # past 80 % of 3600 s
+    client.get()
+    paths = [(method, path) for method, path, *_ in server.requests]
+    assert paths == [("POST", "/devices/lamp-1/token"), ("GET", "/devices/lamp-1")] * 2
+    sent = [headers["Authorization"] for method, path, headers, *_ in server.requests]
+    assert sent[1] == sent[3] == "Bearer t-1"
+    assert sent[0] != sent[2] and sent[0].startswith("Bearer ey")  # a new assertion each time

@@ -1,6 +1,7 @@
 """The WebSocket handler's answers that need no table: a message on a connection whose token
 has expired since it connected is answered (401, connect again), never a handler failure; a
-connect over the device's cap is 429 and counted."""
+connect over the device's cap is 429 and counted, one with a credential the device no longer holds
+401 and counted."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import time
 import pytest
 
 from functions.auth.principals import Principal
-from functions.device_state import TooManyConnections
+from functions.device_state import CredentialRevoked, TooManyConnections
 from functions.device_state import metrics as names
 from functions.device_state.model.connectivity import MAX_CONNECTIONS
 from functions.push import handler
+from functions.push import services as push_services
 from tests.api.test_metrics_and_openapi import emitted_metrics
 
 
@@ -41,8 +43,22 @@ def test_a_message_after_the_token_expired_is_answered_401(posted):
 class _FullDevice:
     """A device holding its most connections already."""
 
+    def as_device(self, device_id, holder):
+        return self
+
     def connected(self, device_id, connection_id, until):
         raise TooManyConnections(device_id, MAX_CONNECTIONS)
+
+
+class _RevokedDevice(_FullDevice):
+    """A device that no longer holds the credential its caller comes with."""
+
+    def as_device(self, device_id, holder):
+        assert holder is not None and holder.credential_id == "c" * 16
+        return self
+
+    def connected(self, device_id, connection_id, until):
+        raise CredentialRevoked(device_id)
 
 
 class _Subscriptions:
@@ -53,12 +69,22 @@ class _Subscriptions:
         raise AssertionError("a refused connect opens nothing")
 
 
-def test_a_connect_over_the_devices_cap_is_429_and_counted(monkeypatch, capsys):
+@pytest.mark.parametrize("device, answer, metric", [
+    (_FullDevice, {"statusCode": 429, "headers": {"Retry-After": "1"}}, names.CONNECTIONS_REFUSED),
+    (_RevokedDevice, {"statusCode": 401}, names.REVOKED_CREDENTIAL_REQUESTS),
+], ids=["over-the-cap", "credential-revoked"])
+def test_a_refused_connect_is_answered_and_counted(monkeypatch, capsys, device, answer, metric):
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    monkeypatch.setenv("TABLE_NAME", "devices")
+    handler.push_config.cache_clear()
     monkeypatch.setattr(handler, "services", lambda: (_Subscriptions(), None))
-    monkeypatch.setattr(handler, "devices", lambda: _FullDevice())
-    principal = Principal.device("lamp-1", expires_at=int(time.time()) + 3600, auth_time=int(time.time()))
+    monkeypatch.setattr(push_services, "devices", lambda: device())
+    principal = Principal.device("lamp-1", expires_at=int(time.time()) + 3600, auth_time=int(time.time()),
+                                 credential_id="c" * 16)
     event = {"requestContext": {"routeKey": "$connect", "eventType": "CONNECT", "connectionId": "c1",
                                 "authorizer": {"principalId": principal.subject, **principal.as_context()}}}
-    assert handler.lambda_handler(event, None) == {"statusCode": 429, "headers": {"Retry-After": "1"}}
-    assert (names.NAMESPACE, names.CONNECTIONS_REFUSED) in emitted_metrics(capsys.readouterr().out)
+    try:
+        assert handler.lambda_handler(event, None) == answer
+    finally:
+        handler.push_config.cache_clear()
+    assert (names.NAMESPACE, metric) in emitted_metrics(capsys.readouterr().out)

@@ -203,6 +203,53 @@ class AppClient(Service):
         """Ends whichever lease or waiting ticket holds ``fencing_token`` (a back-end's right)."""
         self.retried(lambda: self.request("DELETE", f"{_quoted(device_id)}/leases/{int(fencing_token)}"))
 
+    # Devices' identity (the devices.admin scope)
+
+    def add_credential(self, device_id: str, type: str, *, public_key: str | None = None,
+                       certificate: str | None = None, expires_at: str | None = None) -> dict:
+        """``POST /devices/{id}/credentials``: registers a ``publicKey`` (PEM), a ``certificate``
+        (PEM) or a ``secret`` the service makes (in the answer's ``secret``, shown this once):
+        ``{"credentialId", "type", "thumbprint"?, "createdAt", "expiresAt"?}``. ``expires_at``:
+        RFC 3339. Sent again only after 429 and 503 (a second copy would register a second)."""
+        body = {name: value for name, value in (("type", type), ("publicKey", public_key),
+                                                ("certificate", certificate), ("expiresAt", expires_at))
+                if value is not None}
+        return self.retried(lambda: self.request("POST", f"{_quoted(device_id)}/credentials", body),
+                            NOTHING_WRITTEN, unanswered=False)
+
+    def list_credentials(self, device_id: str) -> list[dict]:
+        """The device's registered credentials (never a secret; a revoked one is gone)."""
+        return self.read(f"{_quoted(device_id)}/credentials")["items"]
+
+    def revoke_credential(self, device_id: str, credential_id: str) -> None:
+        """``DELETE /devices/{id}/credentials/{credentialId}``: every token minted from it stops
+        working at once. ``NotFound`` for one the device does not hold (or no longer)."""
+        path = f"{_quoted(device_id)}/credentials/{urllib.parse.quote(credential_id, safe='')}"
+        self.retried(lambda: self.request("DELETE", path), NOTHING_WRITTEN, unanswered=False)
+
+    def create_enrollment(self, id_pattern: str, max_devices: int, *, enrollment_id: str | None = None,
+                          initial: dict | None = None, expires_at: str | None = None) -> dict:
+        """``POST /enrollments``: a group enrollment devices whose id fully matches ``id_pattern``
+        provision themselves by, at most ``max_devices``, each created with ``initial``
+        (``{"state", "desired"}``). The answer's ``groupKey`` (base64) is shown this once."""
+        body = {name: value for name, value in (("enrollmentId", enrollment_id), ("idPattern", id_pattern),
+                                                ("maxDevices", max_devices), ("initial", initial),
+                                                ("expiresAt", expires_at)) if value is not None}
+        return self.retried(lambda: self.request("POST", "enrollments", body), NOTHING_WRITTEN, unanswered=False)
+
+    def list_enrollments(self) -> list[dict]:
+        """Every enrollment, with its ``provisioned`` count (never a group key)."""
+        return self.read("enrollments")["items"]
+
+    def get_enrollment(self, enrollment_id: str) -> dict:
+        return self.read(f"enrollments/{urllib.parse.quote(enrollment_id, safe='')}")
+
+    def delete_enrollment(self, enrollment_id: str) -> None:
+        """``DELETE /enrollments/{id}``: no device provisions itself by it any more; those it
+        provisioned keep their credentials."""
+        path = f"enrollments/{urllib.parse.quote(enrollment_id, safe='')}"
+        self.retried(lambda: self.request("DELETE", path), NOTHING_WRITTEN, unanswered=False)
+
     # Following
 
     def follow(self, device_ids, since: int | dict | None = None, sections=None, **options):

@@ -7,7 +7,8 @@ import ssl
 import time
 import urllib.parse
 
-from .credentials import CertificateCredentials, TokenCredentials
+from .credentials import (CertificateCredentials, EnrollmentCredentials, KeyCredentials, SecretCredentials,
+                          TokenCredentials)
 from .errors import ApiError, problem_slug, retry_after
 from .service import MERGE_PATCH, NOTHING_WRITTEN, RETRIED_STATUSES, Service
 
@@ -21,7 +22,8 @@ class DeviceClient(Service):
     WSS (a client certificate's chain is loaded into it)."""
 
     def __init__(self, base_url: str, device_id: str,
-                 credentials: TokenCredentials | CertificateCredentials, *,
+                 credentials: (TokenCredentials | CertificateCredentials | KeyCredentials | SecretCredentials
+                               | EnrollmentCredentials), *,
                  websocket_url: str | None = None, ssl_context: ssl.SSLContext | None = None,
                  timeout: float = 30, write_attempts: int = 6, sleep=time.sleep):
         super().__init__(base_url, credentials, websocket_url=websocket_url, ssl_context=ssl_context,
@@ -75,6 +77,35 @@ class DeviceClient(Service):
         """``POST /devices/{id}/token`` over mutual TLS: ``{"token", "tokenType", "expiresIn",
         "expiresAt"}``. 429 and 503 are waited out (``Retry-After``, else a backoff)."""
         return self.retried(lambda: self.request("POST", f"{self._path}/token"), NOTHING_WRITTEN, unanswered=False)
+
+    def exchange_assertion(self, assertion) -> dict:
+        """``POST /devices/{id}/token`` with an assertion the device signed (``KeyCredentials``,
+        ``SecretCredentials``): the same answer as ``exchange_certificate``. An assertion is good
+        once: ``assertion`` given as a callable that signs a new one is sent again (newly signed)
+        when no answer comes, 429 or 503; a string only after 429 and 503."""
+        return self._with_assertion("token", assertion, None)
+
+    def provision_with(self, assertion, public_key: str | None = None) -> dict:
+        """``POST /devices/{id}/provision`` with an enrollment's assertion (a string, or a callable
+        that signs a new one for each attempt, as ``exchange_assertion``) and the device's public
+        key, to register it: ``{"deviceId", "credentialId", "token", "expiresIn", "expiresAt"}``.
+        Provisioning again by the same enrollment answers the same device and credential, so a
+        lost answer is safely asked again."""
+        return self._with_assertion("provision", assertion, {} if public_key is None else {"publicKey": public_key})
+
+    def _with_assertion(self, route: str, assertion, body) -> dict:
+        sign = assertion if callable(assertion) else (lambda: assertion)
+        return self.retried(lambda: self.request("POST", f"{self._path}/{route}", body,
+                                                 headers={"Authorization": f"Bearer {sign()}"}),
+                            NOTHING_WRITTEN, unanswered=callable(assertion))
+
+    def provision(self) -> dict:
+        """Provisions this device by the enrollment of its ``EnrollmentCredentials`` (see there):
+        ``{"deviceId", "credentialId", "token", "expiresIn", "expiresAt"}``. Not needed before
+        other calls: the first one provisions the device if it has not been."""
+        if not isinstance(self.credentials, EnrollmentCredentials):
+            raise TypeError("provision() needs EnrollmentCredentials")
+        return self.credentials.provision(self)
 
     # Following
 

@@ -145,3 +145,184 @@ def token_expiry(token: str) -> float | None:
         return float(claims["exp"])
     except (IndexError, KeyError, TypeError, ValueError):
         return None
+
+
+# --- a device's own credentials: assertions it signs -----------------------------------------
+
+ASSERTION_AUDIENCE = "device-state"
+ASSERTION_SECONDS = 300  # an assertion's life (the service takes at most 600)
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def derive_device_key(group_key: str, device_id: str) -> str:
+    """What a factory stores on a device of a group enrollment: ``base64(HMAC-SHA256(
+    base64decode(groupKey), deviceId))``, the key the device provisions itself with."""
+    import hashlib
+    import hmac
+
+    return base64.b64encode(hmac.new(base64.b64decode(group_key), device_id.encode(), hashlib.sha256).digest()).decode()
+
+
+def sign_assertion(device_id: str, kid: str, *, secret: str | None = None, private_key=None,
+                   lifetime: float = ASSERTION_SECONDS, clock: Callable[[], float] = time.time) -> str:
+    """A JWT proving the device holds a credential: header ``kid`` (the credential's id, or an
+    enrollment's), claims ``sub`` (the device), ``aud``, ``iat``, ``exp``, a new ``jti``. HS256
+    keyed with the base64-decoded ``secret``, or ES256 / RS256 with ``private_key`` (a
+    ``cryptography`` private key: EC P-256 or RSA)."""
+    import hashlib
+    import hmac
+    import uuid
+
+    if (secret is None) == (private_key is None):
+        raise ValueError("sign with a secret or a private key, one of them")
+    now = int(clock())
+    if private_key is None:
+        algorithm = "HS256"
+    else:
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        algorithm = "ES256" if isinstance(private_key, ec.EllipticCurvePrivateKey) else "RS256"
+    header = {"alg": algorithm, "typ": "JWT", "kid": kid}
+    claims = {"sub": device_id, "aud": ASSERTION_AUDIENCE, "iat": now, "exp": now + int(lifetime),
+              "jti": uuid.uuid4().hex}
+    signed = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}".encode()
+    if private_key is None:
+        signature = hmac.new(base64.b64decode(secret), signed, hashlib.sha256).digest()
+    else:
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec, padding
+        from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+        if algorithm == "ES256":
+            r, s = decode_dss_signature(private_key.sign(signed, ec.ECDSA(hashes.SHA256())))
+            signature = r.to_bytes(32, "big") + s.to_bytes(32, "big")
+        else:
+            signature = private_key.sign(signed, padding.PKCS1v15(), hashes.SHA256())
+    return f"{signed.decode()}.{_b64url(signature)}"
+
+
+def load_private_key(pem: str | bytes, password: bytes | None = None):
+    """A private key from PEM text (or a file's path), for ``KeyCredentials``."""
+    from cryptography.hazmat.primitives import serialization
+
+    if isinstance(pem, str) and not pem.lstrip().startswith("-----"):
+        with open(pem, "rb") as file:
+            pem = file.read()
+    return serialization.load_pem_private_key(pem.encode() if isinstance(pem, str) else pem, password=password)
+
+
+class _AssertionCredentials:
+    """A device token got by signing an assertion (``POST /devices/{id}/token``), renewed the same
+    way once ``renew_at`` of its life has passed, or when the service refuses it."""
+
+    renewable = True
+    renews_refused_tokens = True
+
+    def __init__(self, renew_at: float = 0.8, clock: Callable[[], float] = time.monotonic):
+        self.renew_at, self._clock = renew_at, clock
+        self._token: str | None = None
+        self._renew_after = 0.0
+        self._lock = threading.Lock()  # follow() may run in a thread beside the device's reports
+
+    def ssl_context(self, default: ssl.SSLContext | None) -> ssl.SSLContext | None:
+        return default
+
+    def rest_headers(self, client, renew: bool = False) -> dict:
+        return {"Authorization": f"Bearer {self.bearer_token(client, renew)}"}
+
+    def bearer_token(self, client, renew: bool = False) -> str:
+        with self._lock:
+            if renew or self._token is None or self._clock() >= self._renew_after:
+                self._keep(self._new_token(client))
+            return self._token
+
+    def _keep(self, answer: dict) -> None:
+        self._token = answer["token"]
+        self._renew_after = self._clock() + self.renew_at * float(answer["expiresIn"])
+
+    def _new_token(self, client) -> dict:
+        raise NotImplementedError
+
+
+class KeyCredentials(_AssertionCredentials):
+    """A key the device registered (``POST /devices/{id}/credentials``, type ``publicKey`` or
+    ``certificate``): ``credential_id`` as the service answered it, ``private_key`` the key's
+    private half (a ``cryptography`` key, PEM text or a PEM file's path). Needs ``cryptography``
+    (the ``keys`` extra)."""
+
+    def __init__(self, credential_id: str, private_key, **options):
+        super().__init__(**options)
+        self.credential_id = credential_id
+        self.private_key = load_private_key(private_key) if isinstance(private_key, (str, bytes)) else private_key
+
+    def assertion(self, device_id: str) -> str:
+        return sign_assertion(device_id, self.credential_id, private_key=self.private_key)
+
+    def _new_token(self, client) -> dict:
+        return client.exchange_assertion(lambda: self.assertion(client.device_id))
+
+
+class SecretCredentials(_AssertionCredentials):
+    """A secret the service made for the device (``POST /devices/{id}/credentials``, type
+    ``secret``; base64, as answered once): assertions are HS256 keyed with its bytes."""
+
+    def __init__(self, credential_id: str, secret: str, **options):
+        super().__init__(**options)
+        self.credential_id, self._secret = credential_id, secret
+
+    def assertion(self, device_id: str) -> str:
+        return sign_assertion(device_id, self.credential_id, secret=self._secret)
+
+    def _new_token(self, client) -> dict:
+        return client.exchange_assertion(lambda: self.assertion(client.device_id))
+
+
+class EnrollmentCredentials(_AssertionCredentials):
+    """A device of a group enrollment: the enrollment's id and the device key its factory stored
+    (``derive_device_key``). The first token provisions the device (``POST
+    /devices/{id}/provision``: created from the enrollment's initial documents, once); with
+    ``private_key`` its public key is registered, else the device key as a secret. Every later
+    token is signed with that registered credential (``registered``), which the device should
+    keep (``credential_id``) though provisioning again answers the same one."""
+
+    def __init__(self, enrollment_id: str, device_key: str, private_key=None, **options):
+        super().__init__(**options)
+        self.enrollment_id, self._device_key = enrollment_id, device_key
+        self.private_key = load_private_key(private_key) if isinstance(private_key, (str, bytes)) else private_key
+        self.registered: KeyCredentials | SecretCredentials | None = None
+        self.provisioned: dict | None = None  # the provisioning's answer (deviceId, credentialId, ...)
+
+    @property
+    def credential_id(self) -> str | None:
+        return None if self.registered is None else self.registered.credential_id
+
+    def provision(self, client) -> dict:
+        """Provisions the device now (again: 200 and a fresh token, the same credential) and
+        keeps the token it answers."""
+        with self._lock:
+            answer = self._provision(client)
+            self._keep(answer)
+            return answer
+
+    def _provision(self, client) -> dict:
+        public_key = None
+        if self.private_key is not None:
+            from cryptography.hazmat.primitives import serialization
+
+            public_key = self.private_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+        answer = client.provision_with(
+            lambda: sign_assertion(client.device_id, self.enrollment_id, secret=self._device_key), public_key)
+        credential = answer["credentialId"]
+        self.registered = (KeyCredentials(credential, self.private_key) if self.private_key is not None
+                           else SecretCredentials(credential, self._device_key))
+        self.provisioned = answer
+        return answer
+
+    def _new_token(self, client) -> dict:
+        if self.registered is None:
+            return self._provision(client)
+        return client.exchange_assertion(lambda: self.registered.assertion(client.device_id))

@@ -75,10 +75,12 @@ class Service:
                 timeout: float | None = None):
         """Sends one request; the answer's JSON (``None`` for an empty one), or the ``ApiError``
         for its status and problem. A 401 with renewable credentials is sent once more with a
-        renewed token (a 401 writes nothing)."""
+        renewed token (a 401 writes nothing). An ``Authorization`` of ``headers`` (a device's
+        assertion) is sent in place of the credentials', as it is."""
+        own = "Authorization" in (headers or {})
         for renew in (False, True):
-            sent_headers = {"Accept": "application/json", **self.credentials.rest_headers(self, renew=renew),
-                            **(headers or {})}
+            sent_headers = {"Accept": "application/json",
+                            **({} if own else self.credentials.rest_headers(self, renew=renew)), **(headers or {})}
             data = None if body is None else dumps(body, ascii_only=True).encode()
             if data is not None:
                 sent_headers.setdefault("Content-Type", "application/json")
@@ -94,7 +96,7 @@ class Service:
                     problem = loads(text, self.exact_numbers) if text else {}
                 except ValueError:  # a proxy's or gateway's own page
                     problem = {"detail": text[:200].decode(errors="replace")}
-                if error.code == 401 and not renew and self.credentials.renews_refused_tokens:
+                if error.code == 401 and not renew and not own and self.credentials.renews_refused_tokens:
                     continue
                 raise error_for(error.code, problem if isinstance(problem, dict) else {}, error.headers) from None
         raise AssertionError("unreachable")

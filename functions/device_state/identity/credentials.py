@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, replace
 
-from ..errors import CredentialNotFound, DeviceNotFound
+from ..errors import CredentialExists, CredentialNotFound, DeviceNotFound
 from ..item import schema
 from ..item.credentials import NO_EXPIRY, registered
 from ..model.times import timestamp
@@ -84,12 +84,15 @@ class Credentials:
     def add(self, device_id: str, record: CredentialRecord) -> CredentialRecord:
         """Registers ``record`` for the live device (``created_at`` set now): its item, and its id
         in the state item's map (a certificate also makes registration required for the device
-        from now on). ``TooManyCredentials`` past ``MAX_CREDENTIALS``; ``DeviceNotFound``."""
+        from now on). ``TooManyCredentials`` past ``MAX_CREDENTIALS``; ``CredentialExists`` when
+        the device holds one of that id (a certificate's is its thumbprint's); ``DeviceNotFound``."""
         record = replace(record, created_at=timestamp(self._runtime.clock()))
 
         def plan(planner, item):
             if not schema.is_live_state(item, planner.now):
                 raise DeviceNotFound(device_id)
+            if record.credential_id in registered(item):
+                raise CredentialExists(device_id, record.credential_id)
             expires = record.expires_at if record.expires_at is not None else NO_EXPIRY
             return planner.register_credential(item, record.credential_id, expires, record.kind == CERTIFICATE), \
                 {CREDENTIAL: [{"Put": {"TableName": self._store.table_name, "Item": record.item(device_id)}}]}
@@ -129,9 +132,7 @@ class Credentials:
     def of(self, device_id: str, credential_id: str) -> tuple[CredentialRecord | None, dict | None]:
         """The credential's record and the device's state item, in one read of both (either
         None when absent): what an assertion is verified with."""
-        found = self._store.batch_get([schema.state_key(device_id), credential_key(device_id, credential_id)])
-        state = found.get((device_id, schema.STATE_SK))
-        credential = found.get((device_id, CREDENTIAL_SK_PREFIX + credential_id))
+        state, credential = self._store.get_state_with(device_id, credential_key(device_id, credential_id))
         return (CredentialRecord.from_item(credential) if credential else None), state
 
     def _transact(self, device_id: str, plan) -> None:

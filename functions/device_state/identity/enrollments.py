@@ -34,6 +34,10 @@ class InvalidEnrollment(DeviceStateError, ValueError):
     """An enrollment's settings cannot be used; the message says which and why."""
 
 
+class EnrollmentExists(InvalidEnrollment):
+    """An enrollment of that id exists, or did (an id names one enrollment for good)."""
+
+
 @dataclass(frozen=True)
 class Enrollment:
     enrollment_id: str
@@ -109,7 +113,7 @@ class Enrollments:
         self._runtime = runtime
 
     def create(self, enrollment: Enrollment) -> Enrollment:
-        """Stores a new enrollment (``created_at`` set now); ``InvalidEnrollment`` when one of that
+        """Stores a new enrollment (``created_at`` set now); ``EnrollmentExists`` when one of that
         id exists (deleted ones too: an id names one enrollment for good)."""
         check_id_pattern(enrollment.id_pattern)
         enrollment = replace(enrollment, created_at=timestamp(self._runtime.clock()), provisioned=0, deleted=False)
@@ -120,7 +124,8 @@ class Enrollments:
             self._store.send("put_item", IDEMPOTENT, Item=enrollment.item(), ConditionExpression=condition,
                              **expr.attributes())
         except ConditionNotMet:  # another's (a resend of this one's own finds its createdAt)
-            raise InvalidEnrollment(f"an enrollment {enrollment.enrollment_id!r} exists already") from None
+            raise EnrollmentExists(f"an enrollment {enrollment.enrollment_id!r} exists already (or did: an id "
+                                   "names one enrollment for good)") from None
         return enrollment
 
     def get(self, enrollment_id: str) -> Enrollment:

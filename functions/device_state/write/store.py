@@ -156,6 +156,12 @@ class Store:
         found = self.batch_get([schema.state_key(device_id) for device_id in device_ids])
         return {device_id: item for (device_id, _), item in found.items()}
 
+    def get_state_with(self, device_id: str, key: dict) -> tuple[dict | None, dict | None]:
+        """The device's state item and another item of its partition (as stored, either None),
+        strongly consistent, in one batch."""
+        found = self.batch_get([schema.state_key(device_id), key])
+        return found.get((device_id, schema.STATE_SK)), found.get((device_id, key[schema.SORT_KEY]["S"]))
+
     def query_all(self, request: dict) -> list[dict]:
         """Every item of a Query, page after page."""
         request = dict(request)

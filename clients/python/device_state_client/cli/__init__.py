@@ -236,6 +236,6 @@ def include_option(function):
 
 
 # Each module of commands registers its commands (or its group of them) on main when imported.
-from . import commands  # noqa: E402
+from . import commands, identity  # noqa: E402
 
-__all__ = ["main", "commands"]
+__all__ = ["main", "commands", "identity"]

@@ -147,7 +147,19 @@ def _event_row(event) -> list[str]:
 
 
 # kind: (its columns, a document's cells). The last column takes what the terminal has left, one line each.
+def _credential_row(credential) -> list[str]:
+    return [credential["credentialId"], credential["type"], credential["createdAt"],
+            credential.get("expiresAt") or "-", credential.get("thumbprint") or credential.get("enrollmentId") or ""]
+
+
+def _enrollment_row(enrollment) -> list[str]:
+    return [enrollment["enrollmentId"], f"{enrollment['provisioned']}/{enrollment['maxDevices']}",
+            enrollment["createdAt"], enrollment.get("expiresAt") or "-", enrollment["idPattern"]]
+
+
 ROWS = {"devices": (("DEVICE", "VERSION", "UPDATED", "CONNECTED", "STATE"), _device_row),
+        "credentials": (("CREDENTIAL", "TYPE", "CREATED", "EXPIRES", "THUMBPRINT / ENROLLMENT"), _credential_row),
+        "enrollments": (("ENROLLMENT", "PROVISIONED", "CREATED", "EXPIRES", "ID PATTERN"), _enrollment_row),
         "changes": (("DEVICE", "VERSION", "KIND", "SECTIONS", "PATCH"), _change_row),
         "events": (("DEVICE", "VERSION", "KIND", "SECTIONS", "DELTA"), _event_row)}
 
