@@ -19,15 +19,15 @@ export function path(...segments) {
 
 /**
  * request("GET", "devices", {query: {filter}}); body is JSON text (sent as typed, so numbers
- * keep their digits) or a value.
+ * keep their digits) or a value; signal (an AbortSignal) stops a waiting request when its page is left.
  */
-export async function request(method, route, {query = {}, body, headers = {}, contentType} = {}) {
+export async function request(method, route, {query = {}, body, headers = {}, contentType, signal} = {}) {
   const url = new URL(route, base);
   for (const [name, value] of Object.entries(query)) {
     if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
   }
   const send = async () => fetch(url, {
-    method, cache: "no-store",
+    method, cache: "no-store", signal,
     headers: {Authorization: `Bearer ${await token()}`,
               ...(body === undefined ? {} : {"Content-Type": contentType || "application/json"}), ...headers},
     body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),

@@ -1,9 +1,11 @@
 // The fleet: a filter (RQL, as GET /devices?filter= takes it), the declared fields as sortable
-// columns, pages by cursor, connectivity badges, and a count grouped by any declared field.
+// columns, pages by cursor, connectivity badges, a count grouped by any declared field, and a job
+// created for what the filter finds (jobs.js).
 // The filter and the sort live in the address (#/?filter=…&sort=…), so a view can be shared
 // and the browser's back button works.
 import {request, settings} from "./api.js";
 import {announce, h, replace, time} from "./dom.js";
+import {createJobSection} from "./jobs.js";
 import {at, fieldSegments, text} from "./json.js";
 
 const LIMITS = [25, 50, 100];
@@ -51,6 +53,7 @@ export function fleetView(main, _params, query) {
       h("h2", {id: "count-heading"}, "Count"),
       h("div", {class: "row"}, h("label", {for: "group-by"}, "Group by"), groupSelect),
       countResult),
+    createJobSection(state.filter),
     h("section", {"aria-labelledby": "devices-heading"},
       h("h2", {id: "devices-heading"}, "Devices"), note,
       h("div", {class: "table-wrap", tabindex: 0, role: "region", "aria-labelledby": "devices-heading"}, table),

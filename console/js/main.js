@@ -4,12 +4,14 @@ import {signIn, signOut, subject} from "./auth.js";
 import {deviceView} from "./device.js";
 import {h, replace} from "./dom.js";
 import {fleetView} from "./fleet.js";
+import {jobView, jobsView} from "./jobs.js";
 import {route, start} from "./router.js";
 
-// Pages. Jobs (issue 42) will add theirs here, e.g. route("/jobs/:id", jobView, {nav: "Jobs"}),
-// and a "Create job" action on the fleet page's current filter.
+// Pages (a job is created on the fleet page, for its filter).
 route("/", fleetView, {nav: "Fleet"});
 route("/devices/:id", deviceView);
+route("/jobs", jobsView, {nav: "Jobs"});
+route("/jobs/:id", jobView);
 
 async function boot() {
   const main = document.getElementById("main");

@@ -1,0 +1,268 @@
+"""The console's jobs pages in a real browser (Debian's Chromium, Playwright) over `make serve`, its
+job runner and stream processor included: a job created from the fleet page's filter (its count
+shown first) and followed live to completion while simulated devices confirm or refuse it; its
+executions by state with their reasons; cancel and force-cancel from the keyboard; the job's
+documents and reasons shown as text only; axe-core and no sideways scroll at 390 and 1440 px.
+
+With UPDATE_SCREENSHOTS=1 the tests also write the docs' screenshots (docs/images/console-job*.png)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+# The same make serve (one for this module), browser and pages as the console's other tests.
+from tests.console.test_console import (HOSTILE, MERGE, NAIVE_DOM, NARROW, WIDE, axe_violations, browser,  # noqa: F401
+                                        checkout_token, context, fleet_url, page, rendered_markup, screenshot, served,
+                                        unique)
+
+pytestmark = pytest.mark.dynamodb_local
+
+JOB_SECONDS = 60_000  # ms: the longest a job may take to reach a state here (a loaded machine)
+
+
+class Devices:
+    """Simulated devices, each acting on what is asked of it as a device does: it reads itself with
+    its own token and, once its delta holds something, confirms (reports the desired values) or
+    refuses (acknowledges each leaf with a code of 400 or more and a reason). A silent one never acts."""
+
+    def __init__(self, client, behaviour: dict[str, tuple]):
+        # device -> ("confirm",) | ("refuse", code, reason) | ("silent",)
+        self.client, self.behaviour = client, behaviour
+        self.tokens = {device: checkout_token(device=device) for device in behaviour}
+        self.acted: dict[str, int] = {}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_):
+        self.stopped.set()
+        self.thread.join(timeout=10)
+
+    def run(self):
+        pending = {device: act for device, act in self.behaviour.items() if act[0] != "silent"}
+        while pending and not self.stopped.is_set():
+            for device, act in list(pending.items()):
+                token = self.tokens[device]
+                status, body = self.client("GET", f"/devices/{device}?include=metadata", token=token)
+                if status != 200 or not body.get("delta"):
+                    continue
+                if act[0] == "confirm":
+                    status, _ = self.client("PATCH", f"/devices/{device}/reported", body["delta"], MERGE, token=token)
+                else:
+                    acks = [{"path": f"/{leaf}", "version": body["metadata"]["desired"][leaf]["version"],
+                             "code": act[1], "reason": act[2]} for leaf in body["delta"]]
+                    status, _ = self.client("POST", f"/devices/{device}/desired/acks", {"acks": acks}, token=token)
+                self.acted[device] = status
+                del pending[device]
+            self.stopped.wait(0.2)
+
+
+def fleet_of(served, behaviours: list[tuple]) -> tuple[str, dict[str, tuple]]:
+    """Devices of a site of their own, one for each behaviour; the site's filter and the devices."""
+    site = unique("site")
+    devices = {f"{site}-{number}": act for number, act in enumerate(behaviours)}
+    for device in devices:
+        assert served.client("PUT", f"/devices/{device}",
+                             {"state": {"site": site}, "reported": {"mode": "normal"}})[0] == 201
+    return f'eq(state/site,"{site}")', devices
+
+
+def job_url(served, job_id: str) -> str:
+    return f"{served.url}#/jobs/{job_id}"
+
+
+def count_of(page, state: str) -> int:
+    return int(page.locator(f"#count-{state} strong").inner_text())
+
+
+def wait_counts(page, **counts: int) -> None:
+    """Until the job's page shows these counts (the rest of its states at zero)."""
+    wanted = {state: counts.get(state, 0) for state in
+              ("QUEUED", "IN_PROGRESS", "SUCCEEDED", "FAILED", "TIMED_OUT", "SUPERSEDED", "REMOVED", "CANCELED")}
+    page.wait_for_function("""(wanted) => Object.entries(wanted).every(([state, n]) =>
+        document.querySelector(`#count-${state} strong`)?.textContent === String(n))""",
+                           arg=wanted, timeout=JOB_SECONDS)
+
+
+def create_from_fleet(page, served, filter_text: str, desired: str, expected: int, shot: str = "",
+                      **fields: str) -> str:
+    """On the fleet page of `filter_text`: open the job form, see the count, create the job; its id."""
+    page.goto(fleet_url(served, filter=filter_text))
+    page.locator("table.devices tbody tr").first.wait_for()
+    page.get_by_role("button", name="Create a job for these devices…").click()
+    plural = "" if expected == 1 else "s"
+    page.locator("#job-count", has_text=f"{expected} device{plural} match it now").wait_for()
+    submit = page.locator("#job-submit")
+    assert submit.inner_text() == f"Create job for {expected} device{plural}" and submit.is_enabled()
+    assert page.evaluate("document.activeElement.id") == "job-desired"
+    assert page.locator("#job-filter").inner_text() == filter_text
+    page.get_by_label("Desired for every device (JSON merge patch)").fill(desired)
+    for label, value in fields.items():
+        page.get_by_label(label).fill(value)
+    if shot:
+        screenshot(page, shot)
+    submit.click()
+    page.wait_for_url("**/console/#/jobs/*")
+    page.locator("#job-status").wait_for()
+    return page.url.rsplit("#/jobs/", 1)[1]
+
+
+def test_a_job_created_from_the_fleets_filter_counts_first_and_is_followed_live_to_completion(served, page):
+    filter_text, devices = fleet_of(served, [("confirm",)] * 3
+                                    + [("refuse", 409, "busy"), ("refuse", 400, "eco unknown")])
+    sent = []
+    page.on("request", lambda request: sent.append((request.method, request.url, request.headers)))
+    with Devices(served.client, devices) as simulated:
+        # The runner completes a job when it next wakes: at the first execution's deadline (the timeout).
+        job_id = create_from_fleet(page, served, filter_text, '{"mode": "eco"}', expected=5, shot="job-create",
+                                   **{"Timeout per device (seconds, optional)": "5"})
+        wait_counts(page, SUCCEEDED=3, FAILED=2)  # as the devices answer, before the job completes
+        page.locator("#job-status", has_text="completed").wait_for(timeout=JOB_SECONDS)
+    assert set(simulated.acted.values()) == {200}
+    bar = page.get_by_role("progressbar")
+    assert (bar.get_attribute("aria-valuenow"), bar.get_attribute("aria-valuemax")) == ("5", "5")
+    assert page.eval_on_selector(".progress .s-SUCCEEDED", "e => e.style.width") == "60%"
+    assert page.eval_on_selector(".progress .s-FAILED", "e => e.style.width") == "40%"
+    assert page.locator("#following").inner_text() == "ended"  # nothing left to change: no more reads
+
+    status, job = served.client("GET", f"/jobs/{job_id}")
+    assert status == 200 and job["filter"] == filter_text and job["desired"] == {"mode": "eco"} and job["total"] == 5
+    assert job["counts"]["SUCCEEDED"] == 3 and job["counts"]["FAILED"] == 2
+    # The count came first, then one create, sent with an Idempotency-Key.
+    paths = [(method, url.split(str(served.port), 1)[1]) for method, url, _ in sent]
+    count_at = next(index for index, (method, path) in enumerate(paths) if path.startswith("/devices/count?"))
+    creates = [index for index, (method, path) in enumerate(paths) if method == "POST" and path == "/jobs"]
+    assert len(creates) == 1 and count_at < creates[0]
+    assert sent[creates[0]][2].get("idempotency-key")
+    # Followed by waiting reads: each after the first names the ETag it has and waits.
+    reads = [(path, headers) for (method, path), (_, _, headers) in zip(paths, sent)
+             if method == "GET" and path.split("?")[0] == f"/jobs/{job_id}"]
+    assert len(reads) >= 2 and "If-None-Match" not in reads[0][1] and "if-none-match" not in reads[0][1]
+    assert all("waitSeconds=20" in path and headers.get("if-none-match") for path, headers in reads[1:])
+
+    page.get_by_label("State", exact=True).select_option("FAILED")
+    page.wait_for_function(
+        "() => document.querySelector('#executions caption')?.textContent.startsWith('Executions failed')")
+    page.wait_for_function("() => document.querySelectorAll('#executions tbody tr').length === 2")
+    rows = page.locator("#executions tbody tr").all_inner_texts()
+    shown = {cells[0]: cells[1:] for cells in (row.split("\t") for row in rows)}
+    assert {device: (cells[0], cells[1], cells[3], cells[4]) for device, cells in shown.items()} == {
+        device: ("failed", "2", str(act[1]), act[2]) for device, act in devices.items() if act[0] == "refuse"}
+    assert page.url.endswith(f"#/jobs/{job_id}?state=FAILED")
+    page.get_by_label("State", exact=True).select_option("")
+    page.wait_for_function("() => document.querySelectorAll('#executions tbody tr').length === 5")
+    assert {link for link in page.locator("#executions tbody th a").all_inner_texts()} == set(devices)
+    screenshot(page, "job")
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
+def test_a_job_is_canceled_then_force_canceled_from_the_keyboard(served, page):
+    """One write a minute: the first device is written and stays in progress (it never answers),
+    the two others wait in the queue; cancel leaves those unwritten, force removes the first's leaf."""
+    filter_text, devices = fleet_of(served, [("silent",)] * 3)
+    job_id = create_from_fleet(page, served, filter_text, '{"mode": "away"}', expected=3,
+                               **{"At most writes a minute (optional)": "1"})
+    assert served.client("GET", f"/jobs/{job_id}")[1]["rollout"] == {"maxPerMinute": 1}
+    wait_counts(page, IN_PROGRESS=1, QUEUED=2)
+    assert page.locator("#job-status").inner_text() == "in progress"
+
+    page.locator("#cancel-job").focus()
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "cancel-confirm"  # the step it opened
+    assert "what is queued is never written" in page.locator("#cancel-ask").inner_text()
+    page.keyboard.press("Enter")
+    page.locator("#job-status", has_text="canceled").wait_for()
+    wait_counts(page, IN_PROGRESS=1, CANCELED=2)
+    assert page.locator("#cancel-job").is_hidden() and page.locator("#force-cancel").is_visible()
+    written = [device for device in devices if served.client("GET", f"/devices/{device}")[1]["desired"]]
+    assert len(written) == 1 and served.client("GET", f"/devices/{written[0]}")[1]["desired"] == {"mode": "away"}
+
+    page.locator("#force-cancel").focus()
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "cancel-confirm"
+    assert "from the 1 device still in progress" in page.locator("#cancel-ask").inner_text()
+    page.keyboard.press("Enter")
+    wait_counts(page, CANCELED=3)
+    page.locator("#following", has_text="ended").wait_for(timeout=JOB_SECONDS)
+    assert served.client("GET", f"/devices/{written[0]}")[1]["desired"] == {}  # the job's leaf is gone
+    assert page.locator("#cancel-job").is_hidden() and page.locator("#force-cancel").is_hidden()
+    assert "nothing to cancel" in page.locator("#cancel-help").inner_text()
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
+def test_a_jobs_documents_and_reasons_render_as_text_and_nothing_in_them_runs(served, context):
+    """A job whose desired value is markup, refused by a device with markup as its reason: the job's
+    page, its executions and the jobs list show them as text (the page's policy lifted, so the
+    rendering alone is tested); the same pages with a naive dom.js (strings as HTML) run the script."""
+    filter_text, devices = fleet_of(served, [("refuse", 400, HOSTILE[1])])
+    status, job = served.client("POST", "/jobs", {"filter": filter_text, "desired": {"label": HOSTILE[0]}})
+    assert status == 201, job
+    with Devices(served.client, devices):
+        deadline = time.monotonic() + JOB_SECONDS / 1000
+        while served.client("GET", f"/jobs/{job['jobId']}")[1]["counts"]["FAILED"] != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+
+    def visit(page):
+        page.goto(job_url(served, job["jobId"]))
+        page.locator("#executions tbody tr", has_text="failed").wait_for()
+        assert HOSTILE[0] in page.locator("#job-desired-shown").inner_text()  # shown, as text
+        assert page.locator("#executions td.reason").inner_text() == HOSTILE[1]
+        found = rendered_markup(page)
+        page.goto(f"{served.url}#/jobs")
+        page.locator("table.jobs tbody tr", has_text=job["jobId"]).wait_for()
+        return found + rendered_markup(page)
+
+    page = context(bypass_csp=True).new_page()
+    assert visit(page) == 0 and page.evaluate("window.__xss") is None
+
+    naive = context(bypass_csp=True).new_page()
+    naive.route("**/console/js/dom.js", lambda route: route.fulfill(body=NAIVE_DOM, content_type="text/javascript"))
+    with pytest.raises(AssertionError):
+        visit(naive)
+    naive.goto(job_url(served, job["jobId"]))
+    naive.wait_for_function("() => window.__xss > 0")
+    assert rendered_markup(naive) > 0
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["1440px", "390px"])
+def test_axe_finds_no_serious_violation_and_nothing_overflows_on_the_jobs_pages(served, context, viewport):
+    filter_text, devices = fleet_of(served, [("confirm",), ("refuse", 409, "busy"), ("silent",)])
+    job_id = unique("job")
+    with Devices(served.client, devices):
+        assert served.client("POST", "/jobs", {"jobId": job_id, "filter": filter_text, "desired": {"mode": "eco"},
+                                               "clearOnConfirm": True})[0] == 201
+        page = context(viewport=viewport).new_page()
+        page.goto(job_url(served, job_id))
+        wait_counts(page, SUCCEEDED=1, FAILED=1, IN_PROGRESS=1)
+    wide = viewport is WIDE
+    page.wait_for_function("() => document.querySelectorAll('#executions tbody tr').length === 3")
+    page.get_by_role("button", name="Cancel job…").click()
+    assert axe_violations(page) == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]  # no sideways page scroll
+    if not wide:
+        screenshot(page, "job-390")
+
+    page.goto(f"{served.url}#/jobs?status=IN_PROGRESS")
+    row = page.locator("table.jobs tbody tr", has_text=job_id)
+    row.wait_for()
+    assert "in progress" in row.inner_text() and "2 of 3 final" in row.inner_text()
+    assert all(status == "in progress" for status in page.locator("table.jobs tbody td .badge").all_inner_texts())
+    assert axe_violations(page) == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
+    row.get_by_role("link", name=job_id).click()
+    page.locator("#job-status").wait_for()
+    assert page.locator("h1").inner_text() == job_id
+
+    page.goto(fleet_url(served, filter=filter_text))
+    page.get_by_role("button", name="Create a job for these devices…").click()
+    page.locator("#job-count", has_text="3 devices match it now").wait_for()
+    assert axe_violations(page) == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
+    assert served.client("POST", f"/jobs/{job_id}/cancel?force=true")[0] == 200
