@@ -83,6 +83,12 @@ CASES = [
     ("POST", "/devices/{d}/credentials", {"type": "secret"}, "application/json", 201, {"admin"}),
     ("GET", "/devices/{d}/credentials", None, None, 200, {"admin"}),
     ("DELETE", "/devices/{d}/credentials/{credential}", None, None, 404, {"admin"}),
+    ("GET", "/devices/{d}/jobs", None, None, 200, {"read", "self"}),
+    ("POST", "/jobs", {"deviceIds": ["{d}"], "desired": {"p": 1}}, "application/json", 201, {"write"}),
+    ("GET", "/jobs", None, None, 200, {"read"}),
+    ("GET", "/jobs/{job}", None, None, 404, {"read"}),
+    ("GET", "/jobs/{job}/executions", None, None, 404, {"read"}),
+    ("POST", "/jobs/{job}/cancel", None, None, 404, {"write"}),
     ("POST", "/enrollments", {"idPattern": "lamp-[0-9]+", "maxDevices": 1}, "application/json", 201, {"admin"}),
     ("GET", "/enrollments", None, None, 200, {"admin"}),
     ("GET", "/enrollments/{enrollment}", None, None, 404, {"admin"}),
@@ -148,7 +154,8 @@ def test_each_principal_on_each_route(server, case, principal):
     device, new = f"authz-{next(_numbers)}-{uuid.uuid4().hex[:6]}", f"authz-new-{uuid.uuid4().hex[:8]}"
     status, _, _ = server.request("POST", "/devices", {"deviceId": device, "state": {"a": 0}}, headers=ADMIN)
     assert status == 201
-    names = {"d": device, "new": new, "credential": "a" * 16, "enrollment": "no-such-line"}  # never registered
+    names = {"d": device, "new": new, "credential": "a" * 16, "enrollment": "no-such-line",
+             "job": "no-such-job"}  # never registered
     if "{lease}" in path or "{fencing}" in path:
         status, _, grant = server.request("POST", f"/devices/{device}/leases", {"ttlSeconds": 60}, headers=ADMIN)
         assert status == 201
