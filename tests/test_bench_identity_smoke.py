@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bench import identity_units
-from bench.identity_units import HELD, NONE
+from bench.identity_units import HELD, NONE, SNAPSHOT_EVERY
 
 pytestmark = [pytest.mark.dynamodb_local]
 
@@ -63,3 +63,17 @@ def test_what_identity_itself_costs(result):
     assert operations["token: an assertion exchanged (POST .../token)"][HELD]["write"] == 1  # its jti
     added = result["bytes of the identity attributes"]
     assert 0 < added["secret"] <= added["certificate"] and added["secret"] <= added["provisioned"]
+
+
+def test_the_reads_of_the_state_item_check_the_credential_on_it_and_the_feed_page_pays_one_read(result):
+    """A version, the lease status, the device's jobs and its feed caught up read the state item
+    anyway: the credential is checked on it, at the units of a device holding none. A page of the
+    feed reads change items only: the check reads the state item once more (docs/costs.md)."""
+    operations = result["operations"]
+    for kind in ("an older version (GET .../versions/{v-1})", "lease status (GET .../leases)",
+                 "its jobs (GET .../jobs)"):
+        assert operations[kind][HELD] == operations[kind][NONE], kind
+    caught_up = operations["feed caught up (GET .../changes, none newer)"]
+    assert caught_up[HELD]["read"] == caught_up[NONE]["read"] and caught_up[HELD]["calls"] <= caught_up[NONE]["calls"]
+    page = operations[f"feed page of {SNAPSHOT_EVERY} changes (GET .../changes)"]
+    assert (page[HELD]["read"], page[HELD]["calls"]) == (page[NONE]["read"] + 1, page[NONE]["calls"] + 1)

@@ -30,6 +30,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from ..errors import CredentialRevoked, DeviceNotFound
 from ..write.expressions import Expression
 from . import schema
 
@@ -83,6 +84,14 @@ class Holder:
         if expiry is not None:
             return expiry == NO_EXPIRY or expiry > now
         return self.certificate and not self.required and not requires_certificate(item)
+
+    def check(self, device_id: str, item: dict | None, now: float) -> None:
+        """For a request of the device's own on the state ``item`` it read: ``DeviceNotFound``
+        unless the item is live, ``CredentialRevoked`` unless it admits the request."""
+        if not schema.is_live_state(item, now):
+            raise DeviceNotFound(device_id)
+        if not self.admits(item, now):
+            raise CredentialRevoked(device_id)
 
     def condition(self, expr: Expression, now: float) -> str:
         """``admits`` as a condition of a write on the item, its placeholders from ``expr``."""
