@@ -87,8 +87,10 @@ def test_the_devices_feed_versions_leases_and_jobs_check_its_credential_on_the_s
         old = manager.live_state("lamp")
         manager.as_device("lamp", holder).update_with_retry("lamp", PATCH, section="reported")
         log.record(old, manager.live_state("lamp"))
+    manager.as_device("lamp", holder).update_with_retry("lamp", PATCH, section="reported")  # not in the feed yet
     reads = {"a page": lambda who: log.read("lamp", 1, holder=who),
-             "caught up": lambda who: log.read("lamp", 3, holder=who),
+             "caught up": lambda who: log.read("lamp", 4, holder=who),
+             "the feed behind": lambda who: log.read("lamp", 3, holder=who),
              "a version": lambda who: log.at_version("lamp", 2, holder=who),
              "lease status": lambda who: manager.lease_queue().status("lamp", who),
              "jobs": lambda who: manager.jobs().device_jobs("lamp", who)}
@@ -100,11 +102,13 @@ def test_the_devices_feed_versions_leases_and_jobs_check_its_credential_on_the_s
             sent[what, who] = list(spy.calls)
     assert sent["a page", holder] == ["get_item", *sent["a page", None]] == ["get_item", "query"]
     assert sent["caught up", None] == ["query", "get_item"] and sent["caught up", holder] == ["get_item"]
+    assert sent["the feed behind", None] == ["query", "get_item"] and sent["the feed behind", holder] == [
+        "get_item", "query"]
     for what in ("a version", "lease status", "jobs"):
         assert sent[what, holder] == sent[what, None], what
     assert [change.version for change in log.read("lamp", 1, holder=holder)] == [2, 3]
     with pytest.raises(InvalidSince):
-        log.read("lamp", 4, holder=holder)
+        log.read("lamp", 5, holder=holder)
     manager.revoke_credential("lamp", holder.credential_id)
     for what, read in reads.items():
         with pytest.raises(CredentialRevoked):

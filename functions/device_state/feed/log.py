@@ -103,6 +103,12 @@ class VersionNotFound(DeviceStateError):
         self.device_id = device_id
 
 
+def _version_and_time(state: dict) -> tuple[int, str | None]:
+    """A state item's version and when it was last written (None: never stamped)."""
+    return schema.StateItem.of(state).version, (stored_time(state[schema.UPDATED_AT])
+                                                if schema.UPDATED_AT in state else None)
+
+
 def _past_current(since: int, current: int) -> InvalidSince:
     return InvalidSince(f"since ({since}) is past the device's current version ({current})")
 
@@ -192,13 +198,14 @@ class ChangeLog:
         if since < 0:
             raise InvalidSince("since must be 0 or more")
         now = self.clock()
+        known = None  # the device's current version and when it was written, from its state item read first
         if holder is not None:
             state = self.store.get_state(device_id)
             holder.check(device_id, state, now)
-            current = schema.StateItem.of(state).version
-            if since > current:
-                raise _past_current(since, current)
-            if since == current:
+            known = _version_and_time(state)
+            if since > known[0]:
+                raise _past_current(since, known[0])
+            if since == known[0]:
                 return []
         expr = Expression()
         in_range = (f"{_device(expr, device_id)} AND {expr.name(schema.SORT_KEY)} BETWEEN "
@@ -216,7 +223,7 @@ class ChangeLog:
             changes.append(change)
         if changes:
             return changes
-        current, updated_at = self._current(device_id, now)
+        current, updated_at = known or self._current(device_id, now)
         if items or lost:  # the change right after `since` is gone (or lost) while later ones exist
             raise ChangesExpired(device_id, since, current)
         if since > current:
@@ -324,8 +331,7 @@ class ChangeLog:
         DeviceNotFound when there is no device, tombstone or change at all."""
         item = self.store.get_state(device_id)
         if item is not None and schema.VERSION in item and not schema.is_expired(item, now):
-            return schema.StateItem.of(item).version, (stored_time(item[schema.UPDATED_AT])
-                                                   if schema.UPDATED_AT in item else None)
+            return _version_and_time(item)
         latest = self._latest_change(device_id)
         if latest is not None and not schema.is_expired(latest, now):
             return schema.StateItem.of(latest).version, stored_time(latest[schema.UPDATED_AT])
