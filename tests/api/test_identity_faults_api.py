@@ -39,6 +39,7 @@ from localdev.faults import Forwarder
 from tests.api.test_http import launch
 from tests.auth import assertion, bearer
 from tests.conftest import new_table_name, table_admin
+from tests.helpers import once
 from tests.helpers import own_dynamodb_local  # noqa: F401 - this module stalls its own DynamoDB Local
 
 pytestmark = pytest.mark.dynamodb_local
@@ -94,17 +95,6 @@ def raw(dynamodb_local, table_name):
 def other(raw) -> DeviceStateManager:
     """Another writer, straight to DynamoDB Local."""
     return DeviceStateManager(*raw)
-
-
-def once(action):
-    """``action`` the first time it is called only (a fault's ``then`` runs for each lost answer)."""
-    calls = []
-
-    def run():
-        if not calls:
-            calls.append(1)
-            action()
-    return run
 
 
 def call(server, method, path, body=None, headers=None, timeout=60) -> tuple[int, dict]:
