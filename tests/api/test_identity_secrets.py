@@ -1,9 +1,10 @@
 """No secret of devices' identity appears where it must not: the real dev server runs the identity
 flows (a registered HS256 secret, a group enrollment's key and the device keys derived from it,
 assertions exchanged for tokens and replayed, assertions refused for their signature, provisioning
-answered and refused, revocation) with every logger at DEBUG and its metrics on, while everything
-its processes print (the HTTP workers' request lines, Powertools' log and metric lines, the
-library's loggers, the stream processor and the fan-out) is captured. Then the captured output,
+answered and refused, revocation, a device token in a WebSocket connect's URL, accepted and then
+refused) with every logger at DEBUG and its metrics on, while everything its processes print (the
+HTTP workers' request lines, Powertools' log and metric lines, the library's loggers, the WebSocket
+process, the stream processor and the fan-out) is captured. Then the captured output,
 every listing (credentials, enrollments, an enrollment, the device, the fleet), every other answer
 and every error's body and headers are searched for each secret (the registered secret, the group
 key, each derived device key: raw, base64, base64url, hex), each assertion's signature and each
@@ -21,6 +22,8 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from functions.auth.principals import ADMIN_SCOPE
 from tests.api.test_http import launch
@@ -130,6 +133,9 @@ def run_the_flows(server) -> Exchange:
     seen.call(server, "tampered", "POST", f"/devices/{sensor}/token",
               headers={"Authorization": f"Bearer {tampered}"}, expect=401)
     seen.call(server, "device reads itself", "GET", f"/devices/{sensor}", headers=as_sensor, expect=200)
+    with connect(f"ws://127.0.0.1:{server.port}/ws?token={minted['token']}", open_timeout=10) as websocket:
+        websocket.send(json.dumps({"action": "subscribe", "deviceId": sensor, "since": 0}))  # the token in the URL
+        assert json.loads(websocket.recv(10))["type"] in ("subscribed", "change")
     seen.call(server, "credentials listed", "GET", f"/devices/{sensor}/credentials", headers=ADMIN, expect=200)
 
     # A group enrollment, a device provisioning itself by its derived key, again, and refusals.
@@ -175,6 +181,9 @@ def run_the_flows(server) -> Exchange:
     seen.call(server, "revoke", "DELETE", f"/devices/{sensor}/credentials/{added['credentialId']}", headers=ADMIN,
               expect=204)
     seen.call(server, "revoked token", "GET", f"/devices/{sensor}", headers=as_sensor, expect=401)
+    with pytest.raises(InvalidStatus) as refused:
+        connect(f"ws://127.0.0.1:{server.port}/ws?token={minted['token']}", open_timeout=10)
+    assert refused.value.response.status_code == 401
     seen.call(server, "revoke meter's", "DELETE", f"/devices/{meter}/credentials/{provisioned['credentialId']}",
               headers=ADMIN, expect=204)
     after = assertion(meter, made["enrollmentId"], derived)
