@@ -30,8 +30,8 @@ import uuid
 import pytest
 
 from functions.auth.principals import ADMIN_SCOPE
-from functions.device_state import (SECRET, CredentialRecord, DeviceStateManager, MergePatch, dynamodb_client,
-                                    new_credential_id, registered_credentials, table)
+from functions.device_state import (CREDENTIAL_SK_PREFIX, SECRET, CredentialRecord, DeviceStateManager, MergePatch,
+                                    dynamodb_client, new_credential_id, registered_credentials, table)
 from functions.device_state.write.outcomes import NeverApplied
 from functions.device_state.write.pipeline import WritePipeline
 from functions.device_state.write.store import SEND_ATTEMPTS
@@ -120,8 +120,8 @@ def credential_items(raw, device) -> set[str]:
         TableName=name, ConsistentRead=True,
         KeyConditionExpression="#p = :p AND begins_with(#s, :c)",
         ExpressionAttributeNames={"#p": table.PARTITION_KEY, "#s": table.SORT_KEY},
-        ExpressionAttributeValues={":p": {"S": device}, ":c": {"S": "credential#"}})
-    return {item[table.SORT_KEY]["S"].partition("#")[2] for item in answer["Items"]}
+        ExpressionAttributeValues={":p": {"S": device}, ":c": {"S": CREDENTIAL_SK_PREFIX}})
+    return {item[table.SORT_KEY]["S"].removeprefix(CREDENTIAL_SK_PREFIX) for item in answer["Items"]}
 
 
 def secret_record() -> CredentialRecord:
