@@ -115,7 +115,8 @@ invoke: $(PY_STAMP)
 # filtering in the client: fleet.{json,md}; then the browser console on 100,000 devices in headless Chromium (first
 # rows, a live update, the files' compressed size): console.{json,md}; then a job of 10,000 devices
 # beside the same writes sent directly, its units and dollars per execution, a paced job's rate:
-# jobs.{json,md}. Into bench/out/ (untracked),
+# jobs.{json,md}; then devices' identity through the dev server (assertion to token p50/p95, devices
+# provisioning themselves one and eight at a time): identity.{json,md}. Into bench/out/ (untracked),
 # or with UPDATE_RESULTS=1 into bench/results/, the committed reference results the docs quote.
 BENCH_OUT := $(if $(UPDATE_RESULTS),bench/results,bench/out)
 bench: setup
@@ -125,10 +126,11 @@ bench: setup
 	$(PY) bench/push.py --out $(BENCH_OUT) $(PUSH_BENCH_ARGS)
 	$(PY) bench/metadata.py --out $(BENCH_OUT) $(METADATA_BENCH_ARGS)
 	$(PY) bench/costs.py --out $(BENCH_OUT) $(COSTS_BENCH_ARGS)
-	$(PY) bench/identity_units.py --out $(BENCH_OUT) $(IDENTITY_BENCH_ARGS)
+	$(PY) bench/identity_units.py --out $(BENCH_OUT) $(IDENTITY_UNITS_BENCH_ARGS)
 	$(PY) bench/fleet.py --out $(BENCH_OUT) $(FLEET_BENCH_ARGS)
 	$(PY) bench/console.py --out $(BENCH_OUT) $(CONSOLE_BENCH_ARGS)
 	$(PY) bench/jobs.py --out $(BENCH_OUT) $(JOBS_BENCH_ARGS)
+	$(PY) bench/identity.py --out $(BENCH_OUT) $(IDENTITY_BENCH_ARGS)
 
 # Synthesize offline (no AWS account needed) and lint the template; DEPLOY_ARGS' -c flags
 # shape it as they would a deploy.
