@@ -134,6 +134,29 @@ def test_a_revoked_credentials_token_is_refused_on_every_route_of_the_device_the
     assert app.get(device)["version"] == 2  # the report before the revocation, none after
 
 
+def test_a_deleted_devices_token_is_refused_at_the_websocket_connect_and_subscribe(server, admin, app):
+    """Deleting a device revokes its credentials (docs/api/identity.md): a token minted from one
+    neither opens a WebSocket connection nor subscribes on one it opened before, while no device
+    of that id exists; else it would follow the device created again under that id."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    device = _new_device(app)
+    added = admin.add_credential(device, "secret")
+    status, _, body = server.request("POST", f"/devices/{device}/token", headers={
+        "Authorization": f"Bearer {assertion(device, added['credentialId'], base64.b64decode(added['secret']))}"})
+    assert status == 200
+    url = f"ws://127.0.0.1:{server.port}/ws?token={json.loads(body)['token']}"
+    with connect(url, open_timeout=10) as opened_before:
+        app.delete(device)
+        opened_before.send(json.dumps({"action": "subscribe", "deviceId": device, "since": 0}))
+        answer = json.loads(opened_before.recv(10))
+        assert (answer["type"], answer.get("problem", {}).get("status")) == ("error", 401), answer
+        with pytest.raises(InvalidStatus) as refused:
+            connect(url, open_timeout=10)
+        assert refused.value.response.status_code == 401
+
+
 def test_a_registered_certificate_signs_assertions_and_registering_it_twice_is_409(server, admin, app):
     import datetime
 
