@@ -134,6 +134,49 @@ def test_a_revoked_credentials_token_is_refused_on_every_route_of_the_device_the
     assert app.get(device)["version"] == 2  # the report before the revocation, none after
 
 
+def test_a_revoked_credentials_token_gets_no_replay_lease_or_long_poll(server, admin, app):
+    """After the revocation: keyed writes' replays, a lease's heartbeat and release, the waits
+    (the delta's, the feed's caught-up one) are refused too, and so is a feed's long poll that
+    was waiting when the credential was revoked."""
+    import threading
+    import time
+
+    device = _new_device(app)
+    added = admin.add_credential(device, "secret")
+    status, _, body = server.request("POST", f"/devices/{device}/token", headers={
+        "Authorization": f"Bearer {assertion(device, added['credentialId'], base64.b64decode(added['secret']))}"})
+    bearer = {"Authorization": f"Bearer {json.loads(body)['token']}"}
+    path = f"/devices/{device}"
+    keyed = {**bearer, "Content-Type": "application/merge-patch+json", "Idempotency-Key": "k-report"}
+    transaction = {"operations": [{"deviceId": device, "section": "reported", "mergePatch": {"t": 1}}]}
+    keyed_transaction = {**bearer, "Idempotency-Key": "k-transaction"}
+    assert server.request("PATCH", f"{path}/reported", {"on": True}, headers=keyed)[0] == 200
+    assert server.request("POST", "/transactions", transaction, headers=keyed_transaction)[0] == 200
+    status, _, body = server.request("POST", f"{path}/leases", {"ttlSeconds": 30}, headers=bearer)
+    assert status == 201, body
+    lease = json.loads(body)
+    version = app.get(device)["version"]
+    waiting = {}
+    poll = threading.Thread(target=lambda: waiting.update(answer=server.request(
+        "GET", f"{path}/changes?since={version}&waitSeconds=8", headers=bearer)))
+    poll.start()
+    time.sleep(1)
+    admin.revoke_credential(device, added["credentialId"])
+    poll.join(20)
+    assert waiting["answer"][0] == 401, waiting["answer"]
+    lease_headers = bearer
+    requests = [("PATCH", f"{path}/reported", {"on": True}, keyed),
+                ("POST", "/transactions", transaction, keyed_transaction),
+                ("PUT", f"{path}/leases/{lease['leaseId']}", {"ttlSeconds": 30}, lease_headers),
+                ("DELETE", f"{path}/leases/{lease['leaseId']}", None, lease_headers),
+                ("GET", f"{path}/delta?waitSeconds=1", None, bearer),
+                ("GET", f"{path}/changes?since={version}&waitSeconds=1", None, bearer)]
+    for method, target, payload, headers in requests:
+        status, _, body = server.request(method, target, payload, headers=headers)
+        assert (status, json.loads(body)["type"]) == (401, "urn:device-state:problem:credential-revoked"), \
+            (method, target, status, body)
+
+
 def test_a_deleted_devices_token_is_refused_at_the_websocket_connect_and_subscribe(server, admin, app):
     """Deleting a device revokes its credentials (docs/api/identity.md): a token minted from one
     neither opens a WebSocket connection nor subscribes on one it opened before, while no device
