@@ -177,6 +177,24 @@ def test_a_revoked_credentials_token_gets_no_replay_lease_or_long_poll(server, a
             (method, target, status, body)
 
 
+def test_an_expiry_past_the_year_9999_is_400_and_stores_nothing_that_fails_a_later_listing(server, admin, app):
+    """``9999-12-31T23:59:59-14:00`` is valid RFC 3339 but past what an answer can show (UTC
+    year 10000): refused before anything is stored, so the listings still answer."""
+    from tests.auth import bearer
+
+    device = _new_device(app)
+    admin_headers = bearer((ADMIN_SCOPE,))
+    late = "9999-12-31T23:59:59-14:00"
+    asked = [(f"/devices/{device}/credentials", {"type": "secret", "expiresAt": late}),
+             ("/enrollments", {"idPattern": f"late-{uuid.uuid4().hex[:6]}-[0-9]+", "maxDevices": 1, "initial": {},
+                               "expiresAt": late})]
+    for path, body in asked:
+        status, _, answer = server.request("POST", path, body, headers=admin_headers)
+        assert status == 400, (path, status, answer)
+    assert server.request("GET", f"/devices/{device}/credentials", headers=admin_headers)[0] == 200
+    assert server.request("GET", "/enrollments", headers=admin_headers)[0] == 200
+
+
 def test_a_deleted_devices_token_is_refused_at_the_websocket_connect_and_subscribe(server, admin, app):
     """Deleting a device revokes its credentials (docs/api/identity.md): a token minted from one
     neither opens a WebSocket connection nor subscribes on one it opened before, while no device
