@@ -177,6 +177,38 @@ def test_a_revoked_credentials_token_gets_no_replay_lease_or_long_poll(server, a
             (method, target, status, body)
 
 
+def test_a_lease_a_revoked_credential_waited_for_is_not_granted(server, admin, app):
+    """A device's lease request queued behind a back-end's lease while its credential is revoked
+    does not take the lease once the back-end releases it: 401, the lease left free."""
+    import threading
+    import time
+
+    from tests.auth import bearer
+
+    device = _new_device(app)
+    added = admin.add_credential(device, "secret")
+    status, _, body = server.request("POST", f"/devices/{device}/token", headers={
+        "Authorization": f"Bearer {assertion(device, added['credentialId'], base64.b64decode(added['secret']))}"})
+    as_device = {"Authorization": f"Bearer {json.loads(body)['token']}"}
+    backend = bearer((READ_SCOPE, WRITE_SCOPE))
+    status, _, body = server.request("POST", f"/devices/{device}/leases", {"ttlSeconds": 30}, headers=backend)
+    assert status == 201, body
+    held = json.loads(body)["leaseId"]
+    waited = {}
+    waiter = threading.Thread(target=lambda: waited.update(answer=server.request(
+        "POST", f"/devices/{device}/leases", {"ttlSeconds": 30, "waitSeconds": 10}, headers=as_device)))
+    waiter.start()
+    time.sleep(1)  # queued behind the back-end's lease
+    admin.revoke_credential(device, added["credentialId"])
+    assert server.request("DELETE", f"/devices/{device}/leases/{held}", headers=backend)[0] == 204
+    waiter.join(20)
+    status, _, body = waited["answer"]
+    assert status == 401, body
+    assert json.loads(body)["type"] == "urn:device-state:problem:credential-revoked"
+    status, _, body = server.request("GET", f"/devices/{device}/leases", headers=backend)
+    assert json.loads(body)["holder"] is None, body
+
+
 def test_an_expiry_past_the_year_9999_is_400_and_stores_nothing_that_fails_a_later_listing(server, admin, app):
     """``9999-12-31T23:59:59-14:00`` is valid RFC 3339 but past what an answer can show (UTC
     year 10000): refused before anything is stored, so the listings still answer."""
