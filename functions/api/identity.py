@@ -39,6 +39,10 @@ def _expires_at(raw) -> int | None:
         moment = None
     if moment is None or moment.tzinfo is None:
         raise BadRequest("expiresAt must be an RFC 3339 time with its offset, e.g. 2027-01-01T00:00:00Z")
+    try:  # an answer shows it in UTC: 9999-12-31T23:59:59-14:00 is in the year 10000 there
+        moment.astimezone(datetime.timezone.utc)
+    except OverflowError:
+        raise BadRequest("expiresAt must be before 10000-01-01T00:00:00Z") from None
     seconds = int(moment.timestamp())
     if seconds <= time.time():
         raise BadRequest("expiresAt must be in the future")

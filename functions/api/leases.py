@@ -72,7 +72,7 @@ def acquire_lease(request: Request):
     ttl = _ttl(request)
     wait = wait_budget(request.context, float(body.get("waitSeconds", 0)))
     grant = manager().lease_queue().acquire(device_id, leases.DEFAULT_TTL_SECONDS if ttl is None else ttl, wait,
-                                            body.get("owner"))
+                                            body.get("owner"), own_holder(request, device_id))
     return json_response(grant_json(grant), 201,
                          {"Location": f"{location(request.event, device_id)}/leases/{grant.lease_id}"})
 

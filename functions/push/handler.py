@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 import warnings
 
 from aws_lambda_powertools import Metrics
@@ -132,8 +133,10 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
         except CredentialRevoked as revoked:
             raise BadMessage("credential-revoked", "The credential is revoked or not registered", str(revoked),
                              401) from None
-        except DeviceNotFound:
-            pass  # a device not created yet may be followed from 0, as below
+        except DeviceNotFound:  # a device not created yet may be followed from 0, as below, by a certificate
+            if not holder.admits(None, time.time()):  # that opens it; a registered credential went with its device
+                raise BadMessage("credential-revoked", "The credential is revoked or not registered",
+                                 f"{device_id} holds no credential: it was deleted", 401) from None
     since, sections = _since(body), _sections(body)
     try:
         delivery.log.read(device_id, since, 1)  # a since the feed would refuse is refused here, before anything

@@ -147,11 +147,13 @@ class LeaseQueue:
     # ------------------------------------------------------------- acquire
 
     def acquire(self, device_id: str, ttl_seconds: float = DEFAULT_TTL_SECONDS, wait_seconds: float = 0,
-                owner: str | None = None) -> LeaseGrant:
+                owner: str | None = None, credential: Holder | None = None) -> LeaseGrant:
         """Take a ticket, queue, and wait up to ``wait_seconds`` to reach the head and
         take the lease. ``LeaseBusy`` (ticket withdrawn) when the wait runs out;
         ``DeviceNotFound`` when there is no such device. ``wait_seconds`` is finite:
-        a caller inside a Lambda caps it by its remaining time."""
+        a caller inside a Lambda caps it by its remaining time. ``credential``: the device's
+        own request, which takes the lease only while the device holds it (in the take's
+        condition: ``CredentialRevoked`` for one revoked during the wait)."""
         validate_device_id(device_id)
         ttl_seconds, wait_seconds = check_ttl(ttl_seconds), float(wait_seconds)
         if not 0 <= wait_seconds <= MAX_TTL_SECONDS or math.isnan(wait_seconds):
@@ -174,7 +176,7 @@ class LeaseQueue:
                 ahead = self._live_rows(device_id, since, below=ticket)
                 holder_until = float(ahead[0][_UNTIL]["N"]) if ahead else None
                 if not ahead:
-                    taken, holder_until = self._take(device_id, ticket, secret, owner, ttl_seconds)
+                    taken, holder_until = self._take(device_id, ticket, secret, owner, ttl_seconds, credential)
                     if taken is not None:
                         runtime.observer.lease_acquired(device_id, runtime.monotonic() - started)
                         return LeaseGrant(device_id, lease_id, ticket, taken, ttl_seconds)
@@ -206,10 +208,11 @@ class LeaseQueue:
             ReturnValues="UPDATED_NEW",
         )["Attributes"][_TICKET]["N"])
 
-    def _take(self, device_id, ticket, secret, owner, ttl_seconds) -> tuple[float | None, float | None]:
+    def _take(self, device_id, ticket, secret, owner, ttl_seconds,
+              credential: Holder | None = None) -> tuple[float | None, float | None]:
         """At the head: record this ticket as the holder unless another lease is active.
         Returns (our expiry, None) or (None, the active holder's expiry, if any)."""
-        planner = self._pipeline.planner()
+        planner = self._pipeline.planner(seen_by=device_id if credential else None, holder=credential)
         until = lease_instant(planner.now + ttl_seconds)  # as stored
         row = {"Put": {"TableName": self._store.table_name,
                        "Item": self._row(device_id, ticket, secret, owner, ttl_seconds, until),

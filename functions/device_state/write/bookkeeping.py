@@ -172,12 +172,13 @@ class BookkeepingRequests(PlanContext):
 
     def take_lease(self, device_id: str, ticket: int, lease_token: str, until: float) -> Planned:
         """Record ``ticket`` as the lease holder (until ``until``) on the live device, unless
-        another lease is active."""
+        another lease is active (or the device's own request no longer holds its credential)."""
         expr = Expression()
         token, holder_until, ours = expr.name(schema.LEASE_TOKEN), expr.name(schema.LEASE_UNTIL), expr.number(ticket)
         now = lease_instant(self.now)
-        condition = (f"{live(expr, now)} AND "
-                     f"(attribute_not_exists({token}) OR {holder_until} <= {expr.number(now)} OR {token} = {ours})")
+        condition = " AND ".join([
+            live(expr, now), *self._holder_condition(expr, device_id),
+            f"(attribute_not_exists({token}) OR {holder_until} <= {expr.number(now)} OR {token} = {ours})"])
         update = (f"SET {token} = {ours}, {expr.name(schema.LEASE_KEY)} = {expr.value({'S': lease_key(lease_token)})}, "
                   f"{holder_until} = {expr.number(until)}")
         return self._update(device_id, update, condition, expr, None, LEASE_TAKEN)

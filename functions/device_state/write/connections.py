@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from ..errors import ConditionFailed, DeviceNotFound, TooManyConnections
+from ..errors import ConditionFailed, CredentialRevoked, DeviceNotFound, TooManyConnections
 from ..item import schema
 from ..item.credentials import Holder
 from ..model import connectivity
@@ -77,12 +77,16 @@ class Connections:
     def _send_connectivity(self, device_id: str, plan: Callable[[Planner], Planned],
                            holder: Holder | None = None) -> bool:
         """One connectivity change; False when the device is not there, or the change's
-        condition says it is not needed (seen recently, a connect meanwhile)."""
+        condition says it is not needed (seen recently, a connect meanwhile).
+        ``CredentialRevoked`` for a ``holder`` that no device of that id admits now: its
+        credential went with the device it was registered on."""
         planner = self._pipeline.planner(seen_by=device_id, holder=holder)
         planned = plan(planner)
         try:
             self._pipeline.send(planner, planned)
         except DeviceNotFound:
+            if holder is not None and not holder.admits(None, self._clock()):
+                raise CredentialRevoked(device_id) from None
             return False
         except ConditionFailed:  # not needed (a TooManyConnections goes to the caller)
             return False
