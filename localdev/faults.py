@@ -27,14 +27,16 @@ class Fault:
 
 class Forwarder:
     """``endpoint`` forwards to ``upstream`` (host, port). ``lose(...)`` arms a fault for
-    the next matching requests; ``unreachable = True`` drops every request unsent;
-    ``slow[target] = seconds`` holds each answer to that operation that long."""
+    the next matching requests; ``before(...)`` runs an action as the next matching request
+    arrives; ``unreachable = True`` drops every request unsent; ``slow[target] = seconds``
+    holds each answer to that operation that long."""
 
     def __init__(self, upstream_port: int):
         self.upstream = ("127.0.0.1", upstream_port)
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.faults: list[Fault] = []
+        self.hooks: list[tuple[str, Callable[[], None]]] = []  # (target, action), each run once
         self.unreachable = False
         self.slow: dict[str, float] = {}
         self.lost: list[str] = []  # targets whose answers were lost
@@ -50,6 +52,12 @@ class Forwarder:
         with self._lock:
             self.faults.append(fault)
         return fault
+
+    def before(self, target: str, action: Callable[[], None]) -> None:
+        """Runs ``action`` once, when the next ``target`` request arrives and before it is
+        forwarded (pausing DynamoDB Local there makes that very request wait in it)."""
+        with self._lock:
+            self.hooks.append((target, action))
 
     def close(self) -> None:
         self._closed = True
@@ -74,6 +82,9 @@ class Forwarder:
                     return
                 head, body = request
                 target = _header(head, b"x-amz-target").split(b".")[-1].decode()
+                hook = self._take_hook(target)
+                if hook is not None:
+                    hook()
                 fault = self._take_fault(target, body)
                 if self.unreachable or (fault is not None and not fault.land):
                     self.lost.append(target)
@@ -97,6 +108,14 @@ class Forwarder:
             client.close()
             if upstream is not None:
                 upstream.close()
+
+    def _take_hook(self, target: str) -> Callable[[], None] | None:
+        with self._lock:
+            for index, (hooked, action) in enumerate(self.hooks):
+                if hooked == target:
+                    del self.hooks[index]
+                    return action
+        return None
 
     def _take_fault(self, target: str, body: bytes) -> Fault | None:
         with self._lock:

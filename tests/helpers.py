@@ -64,6 +64,17 @@ class FakeTime:
         self.now += seconds
 
 
+def once(action):
+    """``action`` the first time it is called only (a fault's ``then`` runs for each lost answer)."""
+    calls = []
+
+    def run():
+        if not calls:
+            calls.append(1)
+            action()
+    return run
+
+
 def run_writers(writers: int, per_writer: int, write) -> list[Exception]:
     """``write(index, step)`` for ``per_writer`` steps in each of ``writers`` threads, released
     together; the errors they raised (a writer stops at its first)."""

@@ -60,7 +60,8 @@ def examples(walkthrough: bool = False) -> dict[str, tuple[str, str]]:
         if kind == "readme-test" and (document == TLS_WALKTHROUGH) == walkthrough:
             assert name not in found, f"two examples named {name}"
             found[name] = (language, code)
-    expected = ({"devices-app-desires", "devices-certificate-loop", "devices-token-loop", "devices-expiry"}
+    expected = ({"devices-app-desires", "devices-certificate-loop", "devices-token-loop", "devices-expiry",
+                 "devices-enrollment", "devices-enrollment-loop", "devices-enrollment-outcome"}
                 if walkthrough else {"quickstart", "quickstart-cli", "tour-cli", "lease", "transaction", "changes",
                                      "sections", "python-client", "library", "device-token", "push-client"})
     assert expected <= set(found), sorted(found)
@@ -449,7 +450,8 @@ def test_the_device_walkthrough_runs_as_written_on_a_fresh_make_serve_tls():
             code = code.replace("localhost:3000", base)
             if language == "sh":
                 # what a reader's shell keeps from one block to the next: the variables exported
-                script = code + "\necho\nexport -p | grep -E ' (TOKEN|FAN_TOKEN)=' || true"
+                exported = "|".join(re.findall(r"^export (\w+)=", code, re.MULTILINE)) or "-"
+                script = code + f"\necho\nexport -p | grep -E ' ({exported})=' || true"
                 result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True,
                                         timeout=120, cwd=REPO_ROOT, env={**os.environ, **environment})
                 assert result.returncode == 0, f"{name}:\n{result.stdout}\n{result.stderr}"

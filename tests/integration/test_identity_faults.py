@@ -15,6 +15,7 @@ from functions.device_state import SECRET, CredentialRecord, DeviceStateManager,
 from functions.device_state.client import dynamodb_client
 from functions.device_state.item.credentials import registered
 from localdev.faults import Forwarder
+from tests.helpers import once
 
 pytestmark = pytest.mark.dynamodb_local
 BETWEEN = pytest.mark.parametrize("between", [False, True], ids=["alone", "another-writer-between"])
@@ -31,17 +32,6 @@ class Rig:
 
     def held(self, device_id) -> dict:
         return registered(self.other.live_state(device_id))
-
-
-def once(action):
-    """``action`` the first time it is called only (a fault's ``then`` runs for each lost answer)."""
-    calls = []
-
-    def run():
-        if not calls:
-            calls.append(1)
-            action()
-    return run
 
 
 @pytest.fixture
