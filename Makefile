@@ -110,8 +110,9 @@ invoke: $(PY_STAMP)
 # sections.json; then 200 WebSocket subscribers on 20 devices under steady writes: push.json; then
 # per-leaf metadata at 100/1,000/10,000 leaves (a conditional report, a GET with metadata): metadata.json; then
 # request units per operation kind and the reference fleet's monthly bill beside Device Shadow's:
-# costs.{json,md,png}; then fleet query at 100,000 devices beside listing and filtering in the
-# client: fleet.{json,md}; then the browser console on 100,000 devices in headless Chromium (first
+# costs.{json,md,png}; then what a device's credential costs its own requests, each beside a device
+# holding none: identity_units.{json,md}; then fleet query at 100,000 devices beside listing and
+# filtering in the client: fleet.{json,md}; then the browser console on 100,000 devices in headless Chromium (first
 # rows, a live update, the files' compressed size): console.{json,md}; then a job of 10,000 devices
 # beside the same writes sent directly, its units and dollars per execution, a paced job's rate:
 # jobs.{json,md}; then devices' identity through the dev server (assertion to token p50/p95, devices
@@ -125,6 +126,7 @@ bench: setup
 	$(PY) bench/push.py --out $(BENCH_OUT) $(PUSH_BENCH_ARGS)
 	$(PY) bench/metadata.py --out $(BENCH_OUT) $(METADATA_BENCH_ARGS)
 	$(PY) bench/costs.py --out $(BENCH_OUT) $(COSTS_BENCH_ARGS)
+	$(PY) bench/identity_units.py --out $(BENCH_OUT) $(IDENTITY_UNITS_BENCH_ARGS)
 	$(PY) bench/fleet.py --out $(BENCH_OUT) $(FLEET_BENCH_ARGS)
 	$(PY) bench/console.py --out $(BENCH_OUT) $(CONSOLE_BENCH_ARGS)
 	$(PY) bench/jobs.py --out $(BENCH_OUT) $(JOBS_BENCH_ARGS)

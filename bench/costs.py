@@ -159,16 +159,19 @@ class Meter:
         return per
 
 
-def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_DESIRE) -> tuple[dict, dict, dict]:
-    """Request units per operation kind, and the state item's bytes at the reference rate."""
-    client = dynamodb_client(endpoint)
-    name = f"costs-{uuid.uuid4().hex[:8]}"
-    table.create_table(client, name)
-    meter = Meter(client, name)
-    ids = [f"dev-{index:04d}" for index in range(devices)]
+def create_reference_device(manager: DeviceStateManager, device_id: str) -> None:
+    """``device_id`` ("dev-" and digits) created shaped like the reference fleet's devices."""
+    state, sections = reference_device(int(device_id[4:]))
+    manager.create(device_id, state, sections=sections)
+
+
+def reference_hour(meter: Meter, ids: list[str], reports_per_desire: int = REPORTS_PER_DESIRE,
+                   device=None) -> dict:
+    """An hour of the reference fleet on the devices ``ids`` (created): request units per
+    operation kind. ``device(device_id)``: the manager acting as that device, which sends its
+    reports, acks, WebSocket connect and reads of itself (by default one holding no credential)."""
+    device = device or (lambda device_id: meter.manager.as_device(device_id))
     kinds = {}
-    kinds["create"] = meter.run(ids, lambda d: meter.manager.create(
-        d, reference_device(int(d[4:]))[0], sections=reference_device(int(d[4:]))[1]))
     for device_id in ids:  # each device follows its own desired, as the reference fleet's do
         meter.subscriptions.open(f"conn-{device_id}", f"device:{device_id}")
         version = meter.manager.get(device_id).version
@@ -176,8 +179,12 @@ def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_D
     step = iter(range(1, 10 ** 9))
 
     def report(device_id):  # with the device's own credentials: its lastSeen goes in the same request
-        meter.manager.as_device(device_id).update_with_retry(device_id, MergePatch(
+        device(device_id).update_with_retry(device_id, MergePatch(
             {"temperature": Decimal(80 + next(step) % 7) / 4, "humidity": 40 + next(step) % 9}), section="reported")
+
+    def read_itself(device_id):
+        own = device(device_id)
+        own.saw(own.get(device_id))
 
     # An hour of the reference fleet: its reports (the first fill the write journal to its
     # steady state; the last SNAPSHOT_EVERY measured, a whole period of change items, one of
@@ -209,14 +216,25 @@ def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_D
     # it was last seen (which records it seen).
     kinds["desired write with expiresIn"] = meter.run(ids, lambda d: meter.manager.update_with_retry(
         d, MergePatch({"setpoint": 19 + next(step) % 6}), section="desired", desire=DesireOptions(expires_in=3600)))
-    kinds["ack (device)"] = meter.run(ids, lambda d: meter.manager.as_device(d).acknowledge(d, [Ack(
+    kinds["ack (device)"] = meter.run(ids, lambda d: device(d).acknowledge(d, [Ack(
         "/setpoint", meter.manager.get(d).as_dict(include_metadata=True)["metadata"]["desired"]["setpoint"]["version"],
         400, "out of range")]))
     ends = meter.now + 2 * 3600
-    kinds["connect (device's WebSocket)"] = meter.run(ids, lambda d: meter.manager.connected(d, f"ws-{d}", ends))
+    kinds["connect (device's WebSocket)"] = meter.run(ids, lambda d: device(d).connected(d, f"ws-{d}", ends))
     kinds["disconnect"] = meter.run(ids, lambda d: meter.manager.disconnected(d, f"ws-{d}", ends))
-    kinds["read by the device (records lastSeen)"] = meter.run(ids, lambda d: meter.manager.saw(meter.manager.get(d)))
-    kinds.update(_identity(meter, ids, measured, step))
+    kinds["read by the device (records lastSeen)"] = meter.run(ids, read_itself)
+    return kinds
+
+
+def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_DESIRE) -> tuple[dict, dict, dict]:
+    """Request units per operation kind, and the state item's bytes at the reference rate."""
+    client = dynamodb_client(endpoint)
+    name = f"costs-{uuid.uuid4().hex[:8]}"
+    table.create_table(client, name)
+    meter = Meter(client, name)
+    ids = [f"dev-{index:04d}" for index in range(devices)]
+    kinds = {"create": meter.run(ids, lambda d: create_reference_device(meter.manager, d))}
+    kinds.update(reference_hour(meter, ids, reports_per_desire))
     # A device written at the reference rate keeps the newest 8 journal entries; one written
     # 16 times a second keeps up to 16 (every entry younger than a second).
     sizes = {}
@@ -244,34 +262,6 @@ def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_D
     return kinds, sizes, timing
 
 
-def _identity(meter: Meter, ids: list[str], measured: int, step) -> dict:
-    """Devices' identity: a secret registered per device, then the device's own report and read
-    with that credential checked (on the item, in the request's own condition and answer: the
-    same units as without one), and what an assertion's exchange for a token reads and writes."""
-    from functions.auth import identity
-    from functions.auth.sealing import KeyFileSealer
-    from functions.device_state import Holder
-
-    sealer, holders, kinds = KeyFileSealer(os.urandom(32)), {}, {}
-
-    def register(device_id):
-        record, _ = identity.credential("secret", device_id, sealer)
-        holders[device_id] = Holder(meter.manager.add_credential(device_id, record).credential_id)
-
-    def report(device_id):
-        meter.manager.as_device(device_id, holders[device_id]).update_with_retry(device_id, MergePatch(
-            {"temperature": Decimal(80 + next(step) % 7) / 4, "humidity": 40 + next(step) % 9}), section="reported")
-
-    kinds["credential registered (admin)"] = meter.run(ids, register)
-    kinds["report with its credential checked"] = meter.run(ids * measured, report)
-    kinds["read by the device with its credential checked"] = meter.run(
-        ids, lambda d: meter.manager.as_device(d, holders[d]).get(d))
-    kinds["assertion for a token (credential read, jti spent)"] = meter.run(ids, lambda d: (
-        meter.manager.credential(d, holders[d].credential_id),
-        meter.manager.spend_assertion(d, uuid.uuid4().hex, int(meter.now) + 300)))
-    return kinds
-
-
 def handler_milliseconds(endpoint: str, runs: int) -> dict:
     """The API handler's and the authorizer's warm time per request (median of ``runs``), in
     this process with the environment a deployed function has, restored afterwards."""
@@ -281,17 +271,19 @@ def handler_milliseconds(endpoint: str, runs: int) -> dict:
     finally:
         os.environ.clear()
         os.environ.update(saved)
-        _fresh_configuration()
+        fresh_configuration()
 
 
-def _fresh_configuration() -> None:
+def fresh_configuration() -> None:
     """As a fresh Lambda would: configuration read from the environment as it is, not kept
     from before (the smoke test runs beside other tests in one process)."""
     from functions import config
     from functions.api import common
     from functions.auth import credentials as auth_credentials
+    from functions.auth import device_tokens, sealing
 
-    for cached in (config.api_config, auth_credentials.load_auth_config, common.manager):
+    for cached in (config.api_config, auth_credentials.load_auth_config, common.manager,
+                   device_tokens.device_token_issuer, sealing.sealer):
         cached.cache_clear()
 
 
@@ -311,7 +303,7 @@ def _handler_milliseconds(endpoint: str, runs: int) -> dict:
     from functions.auth import authorizer
     from localdev.apigw import LambdaContext, make_event
 
-    _fresh_configuration()
+    fresh_configuration()
 
     # The device's report as the HTTP API hands it over: the function verifies the token itself.
     # The authorizer runs on the device's WebSocket connects only.

@@ -75,6 +75,7 @@ SLOW_FILES = (
     "tests/test_readme_examples.py",  # 33: two make serve, the docs' examples
     "tests/api/test_http.py",  # 33
     "tests/api/test_stall.py",  # 25: DynamoDB Local stalled four times
+    "tests/test_bench_identity_units_smoke.py",  # 22: the reference fleet's hour twice, through the handler
     "tests/test_bench_costs_smoke.py",  # 21: two synths
     "tests/test_bench_fleet_smoke.py",  # 17
     "tests/test_bench_console_smoke.py",  # 17: a dev server and Chromium

@@ -15,20 +15,23 @@ def bench_commands(*variables: str) -> list[str]:
     result = subprocess.run(["make", "-n", "bench", *variables], cwd=REPO_ROOT, capture_output=True, text=True,
                             check=True)
     return [line for line in result.stdout.splitlines() if any(f"bench/{name}.py" in line for name in ("contention", "feed", "sections", "push", "metadata", "costs",
-                                                                         "fleet", "console", "jobs", "identity"))]
+                                                                         "identity_units", "fleet", "console", "jobs",
+                                                                         "identity"))]
 
 
 @pytest.mark.parametrize("variables, folder", [((), "bench/out"), (("UPDATE_RESULTS=1",), "bench/results")])
 def test_make_bench_writes_where_asked(variables, folder):
     commands = bench_commands(*variables)
-    assert len(commands) == 10, commands
+    assert len(commands) == 11, commands
     assert all(f"--out {folder} " in command + " " for command in commands), commands
 
 
 def test_the_default_output_is_untracked_and_the_reference_results_are_tracked():
-    from bench import console, contention, costs, feed, fleet, identity, jobs, metadata, push, sections
+    from bench import (console, contention, costs, feed, fleet, identity, identity_units, jobs, metadata, push,
+                       sections)
 
-    for module in (contention, feed, sections, push, metadata, costs, fleet, console, jobs, identity):
+    for module in (contention, feed, sections, push, metadata, costs, identity_units, fleet, console, jobs,
+                   identity):
         assert module.OUT == REPO_ROOT / "bench" / "out"
     ignored = subprocess.run(["git", "check-ignore", "-q", "bench/out/latest.json"], cwd=REPO_ROOT)
     assert ignored.returncode == 0, "bench/out/ is not ignored by git"

@@ -10,7 +10,7 @@ from .resolver import Router
 
 from functions.device_state import SECTIONS, ChangeLog, ChangesExpired, VersionNotFound, dynamodb_client
 
-from .common import device_response, include_metadata, json_response, route, wait_budget
+from .common import device_response, include_metadata, json_response, own_holder, route, wait_budget
 from functions.config import api_config
 from .problems import HttpProblem
 from .routes import Request
@@ -33,14 +33,15 @@ def change_log() -> ChangeLog:
                      retention_seconds=config.change_retention_seconds)
 
 
-@route(router, "listChanges")
+@route(router, "listChanges", reads_holder=True)
 def list_changes(request: Request):
     """The changes after ``since``, those to the ``sections`` asked for (all by default) shown."""
     device_id, query = request.path["device_id"], request.query
     since, limit, wait = query["since"], query["limit"], query["waitSeconds"]
     wanted = query.get("sections", set(SECTIONS))
     try:
-        changes = change_log().wait(device_id, since, limit, wait_budget(request.context, wait) if wait else 0)
+        changes = change_log().wait(device_id, since, limit, wait_budget(request.context, wait) if wait else 0,
+                                    holder=own_holder(request, device_id))
     except ChangesExpired as expired:
         raise ChangesGone(str(expired), deviceId=device_id, currentVersion=expired.current_version) from None
     next_since = changes[-1].version if changes else since  # past the changes filtered out too
@@ -48,11 +49,12 @@ def list_changes(request: Request):
     return json_response({"changes": shown, "nextSince": next_since})
 
 
-@route(router, "getDeviceVersion")
+@route(router, "getDeviceVersion", reads_holder=True)
 def get_version(request: Request):
     device_id = request.path["device_id"]
     try:
-        return device_response(change_log().at_version(device_id, request.path["version"]),
+        return device_response(change_log().at_version(device_id, request.path["version"],
+                                                       holder=own_holder(request, device_id)),
                                metadata=include_metadata(request))
     except VersionNotFound as missing:
         raise VersionGone(str(missing), deviceId=device_id) from None

@@ -37,8 +37,9 @@ def route(router, operation: str, reads_holder: bool = False):
     (``access.check_writes``), all before the function runs, so no route can skip a step.
 
     A device that calls with a credential must still hold it (``Holder``): a route that reads or
-    writes the device's state item as the device (``as_caller``) finds the credential there at
-    no cost (``reads_holder``); for every other route, one read of the item checks it first."""
+    writes the device's state item as the device (``as_caller``, ``own_holder``) finds the
+    credential there at no cost (``reads_holder``); for every other route, one read of the item
+    checks it first."""
     declaration = BY_OPERATION[operation]
 
     def register(function):
@@ -148,6 +149,14 @@ def holder(principal: Principal | None) -> Holder | None:
     if principal is None or principal.credential_id is None:  # a back-end's, or a device's that names none
         return None
     return principal.holder(api_config().require_registered_credentials)
+
+
+def own_holder(request: Request, device_id: str) -> Holder | None:
+    """The credential the caller comes with when it is the device ``device_id`` itself: what a
+    route that reads the device's state item checks on it (``Holder.check``)."""
+    if request.principal is None or request.principal.device_id != device_id:
+        return None
+    return holder(request.principal)
 
 
 def as_caller(request: Request, device_id: str, writer: DeviceStateManager | None = None) -> DeviceStateManager:

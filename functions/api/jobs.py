@@ -14,7 +14,7 @@ from .resolver import Response
 from .resolver import Router
 
 from . import request_parsing as parse
-from .common import IDEMPOTENT_REPLAYED, idempotency_key, json_response, manager, route, wait_budget
+from .common import IDEMPOTENT_REPLAYED, idempotency_key, json_response, manager, own_holder, route, wait_budget
 from .routes import Request
 from functions.config import api_config
 
@@ -99,6 +99,8 @@ def cancel_job(request: Request) -> Response:
     return _job(head)
 
 
-@route(router, "listDeviceJobs")
+@route(router, "listDeviceJobs", reads_holder=True)
 def device_jobs(request: Request) -> Response:
-    return json_response({"items": manager().jobs().device_jobs(request.path["device_id"]), "nextCursor": None})
+    device_id = request.path["device_id"]
+    return json_response({"items": manager().jobs().device_jobs(device_id, own_holder(request, device_id)),
+                          "nextCursor": None})

@@ -12,7 +12,7 @@ from .resolver import Router
 from functions.auth.rights import END, LEASES, authorize, device_resource, max_lease_seconds
 from functions.device_state import InvalidLease, leases, timestamp
 
-from .common import json_response, location, manager, route, wait_budget
+from .common import json_response, location, manager, own_holder, route, wait_budget
 from .problems import BadRequest, LeaseNotFound
 from .routes import LEASE_LIMITS, MAX_LEASE_WAIT_SECONDS, Request  # noqa: F401 (MAX_LEASE_WAIT_SECONDS: the stack's)
 
@@ -77,10 +77,11 @@ def acquire_lease(request: Request):
                          {"Location": f"{location(request.event, device_id)}/leases/{grant.lease_id}"})
 
 
-@route(router, "getLeaseStatus")
+@route(router, "getLeaseStatus", reads_holder=True)
 def lease_status(request: Request):
     device_id = request.path["device_id"]
-    return json_response(status_json(device_id, manager().lease_queue().status(device_id)))
+    return json_response(status_json(device_id, manager().lease_queue().status(device_id,
+                                                                                own_holder(request, device_id))))
 
 
 @route(router, "heartbeatLease")

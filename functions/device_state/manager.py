@@ -147,11 +147,13 @@ class DeviceStateManager:
         return view
 
     def check_holder(self, device_id: str) -> None:
-        """For a request of the device's own that reads and writes nothing of its state item
-        (its feed, its history, its leases, a token): one read of the item, to find the
-        credential it comes with there (``CredentialRevoked`` otherwise, ``DeviceNotFound``)."""
-        if self._holder_of(device_id) is not None and self.live_state(device_id) is None:
-            raise DeviceNotFound(device_id)
+        """For a request of the device's own that reads and writes nothing of its state item (a
+        lease taken or released, a transaction, a replayed keyed write, a WebSocket subscription):
+        one read of the item, to find the credential it comes with there (``Holder.check``)."""
+        holder = self._holder_of(device_id)
+        if holder is not None:
+            validate_device_id(device_id)
+            holder.check(device_id, self._store.get_state(device_id), self.clock())
 
     def _holder_of(self, device_id: str) -> Holder | None:
         return self._holder if self.seen_by == device_id else None

@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from functions.api.routes import BY_ASSERTION, BY_METHOD_AND_RULE, PUBLIC
+from functions.device_state import new_credential_id
 from tests.api.test_http import server  # noqa: F401  (the real server, module scoped)
 from tests.auth import NO_CREDENTIALS, bearer, token
 from tests.unit.test_auth import BAD_TOKENS
@@ -154,7 +155,7 @@ def test_each_principal_on_each_route(server, case, principal):
     device, new = f"authz-{next(_numbers)}-{uuid.uuid4().hex[:6]}", f"authz-new-{uuid.uuid4().hex[:8]}"
     status, _, _ = server.request("POST", "/devices", {"deviceId": device, "state": {"a": 0}}, headers=ADMIN)
     assert status == 201
-    names = {"d": device, "new": new, "credential": "a" * 16, "enrollment": "no-such-line",
+    names = {"d": device, "new": new, "credential": new_credential_id(), "enrollment": "no-such-line",
              "job": "no-such-job"}  # never registered
     if "{lease}" in path or "{fencing}" in path:
         status, _, grant = server.request("POST", f"/devices/{device}/leases", {"ttlSeconds": 60}, headers=ADMIN)

@@ -9,6 +9,7 @@ admin's side of credentials and enrollments, answered and refused."""
 from __future__ import annotations
 
 import base64
+import json
 import uuid
 
 import pytest
@@ -17,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from functions.auth.principals import ADMIN_SCOPE, READ_SCOPE, WRITE_SCOPE
 from tests.api.test_http import launch
-from tests.auth import token
+from tests.auth import assertion, token
 from tests.make_serve import REPO_ROOT
 
 import sys
@@ -105,6 +106,32 @@ def test_a_device_signs_assertions_with_its_key_or_secret_renews_its_token_and_i
         lamp.report({"on": False})
     assert refused.value.status == 401
     assert app.get(device)["reported"] == {"on": True}
+
+
+def test_a_revoked_credentials_token_is_refused_on_every_route_of_the_device_the_reads_that_check_it_on_the_item_too(
+        server, admin, app):
+    """The routes that read the state item (the feed, a version, lease status, jobs) check the
+    credential on the item they read; the others read it once; all refuse alike."""
+    device = _new_device(app)
+    added = admin.add_credential(device, "secret")
+    status, _, body = server.request("POST", f"/devices/{device}/token", headers={
+        "Authorization": f"Bearer {assertion(device, added['credentialId'], base64.b64decode(added['secret']))}"})
+    assert status == 200
+    bearer = {"Authorization": f"Bearer {json.loads(body)['token']}"}
+    merge = {**bearer, "Content-Type": "application/merge-patch+json"}
+    path = f"/devices/{device}"
+    requests = [("GET", path, None, bearer), ("PATCH", f"{path}/reported", {"on": True}, merge),
+                ("GET", f"{path}/delta", None, bearer), ("GET", f"{path}/changes?since=0", None, bearer),
+                ("GET", f"{path}/changes?since=2", None, bearer), ("GET", f"{path}/versions/2", None, bearer),
+                ("GET", f"{path}/leases", None, bearer), ("GET", f"{path}/jobs", None, bearer),
+                ("POST", f"{path}/leases", {"ttlSeconds": 5}, bearer), ("POST", f"{path}/token", None, bearer)]
+    for method, target, payload, headers in requests:
+        assert server.request(method, target, payload, headers=headers)[0] in (200, 201), (method, target)
+    admin.revoke_credential(device, added["credentialId"])
+    for method, target, payload, headers in requests:
+        status, _, body = server.request(method, target, payload, headers=headers)
+        assert (status, json.loads(body)["type"]) == (401, "urn:device-state:problem:credential-revoked"), target
+    assert app.get(device)["version"] == 2  # the report before the revocation, none after
 
 
 def test_a_registered_certificate_signs_assertions_and_registering_it_twice_is_409(server, admin, app):

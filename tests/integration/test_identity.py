@@ -8,11 +8,13 @@ import time
 
 import pytest
 
-from functions.device_state import (MAX_CREDENTIALS, SECRET, AssertionReplayed, CredentialNotFound,
-                                    CredentialRecord, CredentialRevoked, DeviceNotFound, Enrollment, Holder,
-                                    InvalidEnrollment, MergePatch, ProvisioningRefused, TooManyConnections,
-                                    TooManyCredentials, certificate_id, new_credential_id, table)
+from functions.device_state import (MAX_CREDENTIALS, SECRET, AssertionReplayed, ChangeLog, CredentialNotFound,
+                                    CredentialRecord, CredentialRevoked, DeviceNotFound, DeviceStateManager,
+                                    Enrollment, Holder, InvalidEnrollment, InvalidSince, MergePatch,
+                                    ProvisioningRefused, TooManyConnections, TooManyCredentials, certificate_id,
+                                    new_credential_id, table)
 from functions.device_state.item.credentials import provisioned_credential_id, registered
+from tests.helpers import RecordingClient
 
 PATCH = MergePatch({"brightness": 1})
 
@@ -70,6 +72,51 @@ def test_a_revoked_credential_opens_nothing_read_or_write_and_writes_nothing(man
             attempt()
     assert manager.get("lamp").version == 3  # nothing written
     assert manager.as_device("lamp").get("lamp").version == 3  # the device without a credential: its owner's rule
+
+
+def test_the_devices_feed_versions_leases_and_jobs_check_its_credential_on_the_state_item_they_read(engine):
+    """The requests each read sends are those of a device holding none (the feed's read of a
+    page takes the state item first, and a device caught up reads no change item); after the
+    revoke each is refused."""
+    client, name = engine
+    spy = RecordingClient(client)
+    manager, log = DeviceStateManager(spy, name), ChangeLog(spy, name)
+    manager.create("lamp", {"n": 0})
+    holder = Holder(manager.add_credential("lamp", key()).credential_id)
+    for _ in range(2):
+        old = manager.live_state("lamp")
+        manager.as_device("lamp", holder).update_with_retry("lamp", PATCH, section="reported")
+        log.record(old, manager.live_state("lamp"))
+    manager.as_device("lamp", holder).update_with_retry("lamp", PATCH, section="reported")  # not in the feed yet
+    reads = {"a page": lambda who: log.read("lamp", 1, holder=who),
+             "caught up": lambda who: log.read("lamp", 4, holder=who),
+             "the feed behind": lambda who: log.read("lamp", 3, holder=who),
+             "a version": lambda who: log.at_version("lamp", 2, holder=who),
+             "lease status": lambda who: manager.lease_queue().status("lamp", who),
+             "jobs": lambda who: manager.jobs().device_jobs("lamp", who)}
+    sent = {}
+    for what, read in reads.items():
+        for who in (None, holder):
+            spy.calls.clear()
+            read(who)
+            sent[what, who] = list(spy.calls)
+    assert sent["a page", holder] == ["get_item", *sent["a page", None]] == ["get_item", "query"]
+    assert sent["caught up", None] == ["query", "get_item"] and sent["caught up", holder] == ["get_item"]
+    assert sent["the feed behind", None] == ["query", "get_item"] and sent["the feed behind", holder] == [
+        "get_item", "query"]
+    for what in ("a version", "lease status", "jobs"):
+        assert sent[what, holder] == sent[what, None], what
+    assert [change.version for change in log.read("lamp", 1, holder=holder)] == [2, 3]
+    with pytest.raises(InvalidSince):
+        log.read("lamp", 5, holder=holder)
+    manager.revoke_credential("lamp", holder.credential_id)
+    for what, read in reads.items():
+        with pytest.raises(CredentialRevoked):
+            read(holder)
+    manager.delete("lamp")
+    for what, read in reads.items():
+        with pytest.raises(DeviceNotFound):
+            read(holder)
 
 
 def test_another_devices_credential_or_an_unknown_one_opens_nothing(manager):

@@ -19,10 +19,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = REPO_ROOT / "functions" / "device_state" / "item" / "schema.py"
 # Attribute names that are also members of the service's JSON documents (a device, a change, a
 # lease grant, an event) or sections: those documents spell them as such. As item attributes
-# they are still read through the schema, which check (b) holds. ``credentials`` is also a part
-# of a device as a resource (its route, /devices/{id}/credentials, and its right).
+# they are still read through the schema, which check (b) holds.
 SHARED_WORDS = {"deviceId", "state", "desired", "reported", "version", "createdAt", "updatedAt", "expiresAt",
-                "lastSeen", "leaseToken", "sk", "credentials",
+                "lastSeen", "leaseToken", "sk",
                 "jobs"}  # also the resource of jobs (/jobs, the rights' "jobs") and a listing's name
 DYNAMODB_TYPES = {"S", "N", "B", "SS", "NS", "BS", "M", "L", "NULL", "BOOL"}
 

@@ -387,31 +387,33 @@ def test_a_device_writing_itself_with_a_credential_names_it_in_every_kind_of_wri
     credential each carry the same condition: the credential is on the item, unexpired."""
     from functions.device_state import Holder
 
-    holder = Planner("devices", Fence(), NOW, seen_by="d", holder=Holder("abcdefghijklmnop"))
-    held = f"(attribute_exists(credentials.abcdefghijklmnop) AND (credentials.abcdefghijklmnop = 0 OR " \
-           f"credentials.abcdefghijklmnop > {int(NOW)}))"
+    holder = Planner("devices", Fence(), NOW, seen_by="d", holder=Holder("abcdefgh"))
+    entry = f"{table.CREDENTIALS}.abcdefgh"
+    held = f"(attribute_exists({entry}) AND ({entry} = 0 OR {entry} > {int(NOW)}))"
     written = holder.replace_state(item(), lambda state: state, None, "updated").request["Update"]
     compiled = holder.compiled("d", compile_patch(JsonPatch([{"op": "increment", "path": "/n", "value": 1}])))
     connected = holder.connect("d", "1:c").request["Update"]
     for request in (written, compiled.request["Update"], connected):
         assert held in spelled(request, "ConditionExpression")
     other = holder.replace_state({**item(), **table.state_key("e")}, lambda state: state, None, "updated")
-    assert "credentials" not in spelled(other.request["Update"], "ConditionExpression")  # not its own device
+    assert f"attribute_exists({table.CREDENTIALS}." not in spelled(other.request["Update"],
+                                                                   "ConditionExpression")  # not its own device
 
 
 def test_a_certificate_of_the_ca_opens_a_device_that_requires_none_and_a_credential_change_is_journaled():
     from functions.device_state import Holder
 
-    condition = spelled(Planner("devices", Fence(), NOW, seen_by="d", holder=Holder("c" * 16, certificate=True))
+    condition = spelled(Planner("devices", Fence(), NOW, seen_by="d", holder=Holder("c" * 8, certificate=True))
                         .replace_state(item(), lambda state: state, None, "updated").request["Update"],
                         "ConditionExpression")
-    assert "OR attribute_not_exists(certificateRequired))" in condition
-    registered = PLANNER.register_credential(item(), "abcdefghijklmnop", 0, certificate=True)
+    assert f"OR attribute_not_exists({table.CERTIFICATE_REQUIRED}))" in condition
+    registered = PLANNER.register_credential(item(), "abcdefgh", 0, certificate=True)
     update = spelled(registered.request["Update"], "UpdateExpression")
-    assert update.startswith("SET credentials = {\"M\":{\"abcdefghijklmnop\":{\"N\":\"0\"}}}, "
-                             "certificateRequired = {\"BOOL\":true}, " + registered.write.attribute + " = version")
+    assert update.startswith(f"SET {table.CREDENTIALS} = " + "{\"M\":{\"abcdefgh\":{\"N\":\"0\"}}}, "
+                             f"{table.CERTIFICATE_REQUIRED} = " + "{\"BOOL\":true}, "
+                             + registered.write.attribute + " = version")
     assert f"attribute_not_exists({registered.write.attribute})" in spelled(registered.request["Update"],
                                                                            "ConditionExpression")
-    revoked = PLANNER.revoke_credential(item(credentials={"M": {"abcdefghijklmnop": {"N": "0"}}}), "abcdefghijklmnop")
+    revoked = PLANNER.revoke_credential(item(**{table.CREDENTIALS: {"M": {"abcdefgh": {"N": "0"}}}}), "abcdefgh")
     assert spelled(revoked.request["Update"], "UpdateExpression") == \
-        f"SET {revoked.write.attribute} = version REMOVE credentials.abcdefghijklmnop"
+        f"SET {revoked.write.attribute} = version REMOVE {table.CREDENTIALS}.abcdefgh"

@@ -36,6 +36,7 @@ from typing import Callable
 
 from ..errors import ConditionNotMet, DeviceNotFound, DeviceStateError, ItemTooLarge
 from ..item import schema
+from ..item.credentials import Holder
 from ..model.device import Device
 from ..model.times import stored_time
 from ..model.values import validate_device_id
@@ -100,6 +101,16 @@ class VersionNotFound(DeviceStateError):
     def __init__(self, device_id: str, version: int, why: str):
         super().__init__(f"{device_id} has no version {version} to show: {why}")
         self.device_id = device_id
+
+
+def _version_and_time(state: dict) -> tuple[int, str | None]:
+    """A state item's version and when it was last written (None: never stamped)."""
+    return schema.StateItem.of(state).version, (stored_time(state[schema.UPDATED_AT])
+                                                if schema.UPDATED_AT in state else None)
+
+
+def _past_current(since: int, current: int) -> InvalidSince:
+    return InvalidSince(f"since ({since}) is past the device's current version ({current})")
 
 
 def _device(expr: Expression, device_id: str) -> str:
@@ -175,15 +186,27 @@ class ChangeLog:
 
     # ------------------------------------------------------------------- reads
 
-    def read(self, device_id: str, since: int, limit: int = MAX_FEED_LIMIT) -> list[Change]:
+    def read(self, device_id: str, since: int, limit: int = MAX_FEED_LIMIT,
+             holder: Holder | None = None) -> list[Change]:
         """Up to ``limit`` changes after version ``since``, oldest first and contiguous
-        from ``since + 1`` (an empty list when none is recorded yet)."""
+        from ``since + 1`` (an empty list when none is recorded yet). ``holder``: the device's
+        own read, with the credential it comes with, checked on its state item (``Holder.check``),
+        which is read first; a device caught up with it reads no change items."""
         validate_device_id(device_id)
         if not 1 <= limit <= MAX_FEED_LIMIT:
             raise ValueError(f"limit must be 1..{MAX_FEED_LIMIT}")
         if since < 0:
             raise InvalidSince("since must be 0 or more")
         now = self.clock()
+        known = None  # the device's current version and when it was written, from its state item read first
+        if holder is not None:
+            state = self.store.get_state(device_id)
+            holder.check(device_id, state, now)
+            known = _version_and_time(state)
+            if since > known[0]:
+                raise _past_current(since, known[0])
+            if since == known[0]:
+                return []
         expr = Expression()
         in_range = (f"{_device(expr, device_id)} AND {expr.name(schema.SORT_KEY)} BETWEEN "
                     f"{expr.value({'S': change_sk(since + 1)})} AND {expr.value({'S': change_sk(10 ** VERSION_WIDTH - 1)})}")
@@ -200,11 +223,11 @@ class ChangeLog:
             changes.append(change)
         if changes:
             return changes
-        current, updated_at = self._current(device_id, now)
+        current, updated_at = known or self._current(device_id, now)
         if items or lost:  # the change right after `since` is gone (or lost) while later ones exist
             raise ChangesExpired(device_id, since, current)
         if since > current:
-            raise InvalidSince(f"since ({since}) is past the device's current version ({current})")
+            raise _past_current(since, current)
         if since < current and updated_at is not None and (
                 epoch_of(updated_at) + min(self.retention_seconds, GIVEN_UP_SECONDS) <= now):
             # Past the retention, or a record the processor gave up (on AWS, to the
@@ -213,28 +236,32 @@ class ChangeLog:
         return []  # caught up, or the processor has not written the next change yet
 
     def wait(self, device_id: str, since: int, limit: int = MAX_FEED_LIMIT, wait_seconds: float = 0.0,
-             first_delay: float = 0.05, max_delay: float = 1.0) -> list[Change]:
+             first_delay: float = 0.05, max_delay: float = 1.0, holder: Holder | None = None) -> list[Change]:
         """``read``, polled with backoff until a change arrives or ``wait_seconds`` pass."""
         deadline = self.monotonic() + max(wait_seconds, 0.0)
         delay = first_delay
         while True:
-            changes = self.read(device_id, since, limit)
+            changes = self.read(device_id, since, limit, holder)
             left = deadline - self.monotonic()
             if changes or left <= 0:
                 return changes
             self.sleep(min(delay, left))
             delay = min(delay * 2, max_delay)
 
-    def at_version(self, device_id: str, version: int, wait_seconds: float = 0.0) -> Device:
+    def at_version(self, device_id: str, version: int, wait_seconds: float = 0.0,
+                   holder: Holder | None = None) -> Device:
         """The device as it was at ``version``, within the retention. The current version
         is the state item's; an older one that the feed has not recorded yet (it trails the
         writes by the stream's delay) is waited for up to ``wait_seconds``, then
-        ``VersionNotRecorded``."""
+        ``VersionNotRecorded``. ``holder``: the device's own read, checked on its state item
+        (``Holder.check``)."""
         validate_device_id(device_id)
         deadline = self.monotonic() + wait_seconds
         delay = 0.05
         while True:
             state = self.store.get_state(device_id)
+            if holder is not None:
+                holder.check(device_id, state, self.clock())
             if schema.is_live_state(state, self.clock()) and schema.StateItem.of(state).version == version:
                 return Device.from_item(state)
             try:
@@ -304,8 +331,7 @@ class ChangeLog:
         DeviceNotFound when there is no device, tombstone or change at all."""
         item = self.store.get_state(device_id)
         if item is not None and schema.VERSION in item and not schema.is_expired(item, now):
-            return schema.StateItem.of(item).version, (stored_time(item[schema.UPDATED_AT])
-                                                   if schema.UPDATED_AT in item else None)
+            return _version_and_time(item)
         latest = self._latest_change(device_id)
         if latest is not None and not schema.is_expired(latest, now):
             return schema.StateItem.of(latest).version, stored_time(latest[schema.UPDATED_AT])

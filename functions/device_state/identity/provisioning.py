@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 
 from ..errors import AssertionReplayed, DeviceAlreadyExists, ProvisioningRefused
 from ..item import schema
-from ..item.credentials import NO_EXPIRY, ProvisionedIdentity, provisioned_credential_id, registered
+from ..item.credentials import (NO_EXPIRY, ProvisionedIdentity, provisioned_by, provisioned_credential_id,
+                                registered)
 from ..model.device import Device
 from ..model.sections import DESIRED, REPORTED
 from ..runtime import Runtime
@@ -96,7 +97,7 @@ class Provisioning:
 
     def _again(self, device_id: str, enrollment: Enrollment, item: dict, credential_id: str) -> Provisioned:
         """A device that exists: this enrollment's, with its credential still registered, or refused."""
-        if schema.StateItem.of(item).text(schema.ENROLLMENT) != enrollment.enrollment_id:
+        if not provisioned_by(item, enrollment.enrollment_id):
             raise ProvisioningRefused(device_id, "device-exists",
                                       f"a device {device_id!r} exists that this enrollment did not provision")
         if credential_id not in registered(item):

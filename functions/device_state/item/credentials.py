@@ -1,11 +1,18 @@
 """A device's credentials as its state item records them, and the rule every request of the
 device's own follows: it opens the device only while the credential it comes with is there.
 
-The item holds ``credentials``, a map of each registered, unrevoked credential's id to its
-expiry (epoch seconds; 0: none), and ``certificateRequired`` once the device has registered a
-certificate. A device token names the credential it was issued for; a client certificate
-names its own id (``certificate_id``, derived from its SHA-256 thumbprint, so no read finds
-it). A request holding a credential (``Holder``) opens the device when:
+The item holds ``schema.CREDENTIALS``, a map of each registered, unrevoked credential's id to its
+expiry (epoch seconds; 0: none), ``schema.CERTIFICATE_REQUIRED`` once the device has registered a
+certificate, and ``schema.ENROLLMENT``, the mark of the enrollment that provisioned it. Every
+write of the item is billed by its size, so these are as short as the check needs: names of one
+letter, ids of 8 characters (40 bits: an id names a credential among a device's few, and no
+request can choose it), a mark in place of the enrollment's id: 14 bytes for a device's first
+credential, 10 for each further one, which leave the reference device's report at 1 write unit
+(docs/costs.md).
+
+A device token names the credential it was issued for; a client certificate names its own id
+(``certificate_id``, derived from its SHA-256 thumbprint, so no read finds it). A request
+holding a credential (``Holder``) opens the device when:
 
 - the item's map holds the credential's id, unexpired; or
 - it is a certificate of the trusted CA the device never registered, while the device has
@@ -23,24 +30,31 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from ..errors import CredentialRevoked, DeviceNotFound
 from ..write.expressions import Expression
 from . import schema
 
 MAX_CREDENTIALS = 5  # registered per device: a key rotates by adding the new one, then revoking the old
-ID_CHARS = 16
+ID_BYTES = 5
+ID_CHARS = ID_BYTES * 8 // 5
 CREDENTIAL_ID_PATTERN = re.compile(f"[a-z2-7]{{{ID_CHARS}}}")  # base32, lower case
 NO_EXPIRY = 0
 
 
+def _id(raw: bytes) -> str:
+    return base64.b32encode(raw[:ID_BYTES]).decode().lower()
+
+
 def new_credential_id() -> str:
-    """A random credential id (80 bits)."""
-    return base64.b32encode(secrets.token_bytes(10)).decode().lower()
+    """A random credential id."""
+    return _id(secrets.token_bytes(ID_BYTES))
 
 
 def certificate_id(thumbprint: bytes) -> str:
-    """The credential id of a certificate: the first 80 bits of its SHA-256 thumbprint, so a
-    request over mutual TLS names it without a read."""
-    return base64.b32encode(hashlib.sha256(b"device-state certificate\n" + thumbprint).digest()[:10]).decode().lower()
+    """The credential id of a certificate, from its SHA-256 thumbprint, so a request over mutual
+    TLS names it without a read. Another certificate opens a device that registered this one only
+    if the trusted CA issued it naming the device and its id is the same: one in 2^40."""
+    return _id(hashlib.sha256(b"device-state certificate\n" + thumbprint).digest())
 
 
 def registered(item: dict | None) -> dict[str, int]:
@@ -71,6 +85,14 @@ class Holder:
             return expiry == NO_EXPIRY or expiry > now
         return self.certificate and not self.required and not requires_certificate(item)
 
+    def check(self, device_id: str, item: dict | None, now: float) -> None:
+        """For a request of the device's own on the state ``item`` it read: ``DeviceNotFound``
+        unless the item is live, ``CredentialRevoked`` unless it admits the request."""
+        if not schema.is_live_state(item, now):
+            raise DeviceNotFound(device_id)
+        if not self.admits(item, now):
+            raise CredentialRevoked(device_id)
+
     def condition(self, expr: Expression, now: float) -> str:
         """``admits`` as a condition of a write on the item, its placeholders from ``expr``."""
         entry = f"{expr.name(schema.CREDENTIALS)}.{expr.name(self.credential_id)}"
@@ -84,7 +106,7 @@ class Holder:
 @dataclass(frozen=True)
 class ProvisionedIdentity:
     """What a device an enrollment provisions holds from its first version: the enrollment's
-    id and its first credential."""
+    mark and its first credential."""
 
     enrollment_id: str
     credential_id: str
@@ -94,10 +116,24 @@ class ProvisionedIdentity:
         """The item's credentials map, as stored."""
         return {"M": {self.credential_id: {"N": str(self.expires)}}}
 
+    def enrollment(self) -> dict:
+        """The item's enrollment mark, as stored."""
+        return {"S": enrollment_mark(self.enrollment_id)}
+
+
+def provisioned_by(item: dict | None, enrollment_id: str) -> bool:
+    """Whether the enrollment ``enrollment_id`` provisioned the device of this state item."""
+    return schema.StateItem.of(item).text(schema.ENROLLMENT) == enrollment_mark(enrollment_id)
+
+
+def enrollment_mark(enrollment_id: str) -> str:
+    """What the item keeps of the enrollment that provisioned it: enough to tell it from another
+    (the enrollment's id is up to 64 characters, the mark 8)."""
+    return _id(hashlib.sha256(f"device-state enrollment\n{enrollment_id}".encode()).digest())
+
 
 def provisioned_credential_id(enrollment_id: str, device_id: str) -> str:
     """The id of the credential an enrollment provisions a device with: the same every time,
     so provisioning again finds it."""
-    digest = hashlib.sha256(f"device-state provisioned\n{enrollment_id}\n{device_id}".encode()).digest()
-    return base64.b32encode(digest[:10]).decode().lower()
+    return _id(hashlib.sha256(f"device-state provisioned\n{enrollment_id}\n{device_id}".encode()).digest())
 

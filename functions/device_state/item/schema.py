@@ -58,12 +58,14 @@ LEASE_TOKEN = "leaseToken"  # the holder's fencing token (its ticket): ordering,
 LEASE_KEY = "leaseKey"  # a digest of the holder's secret lease token: what a write must present
 LEASE_UNTIL = "leaseUntil"  # epoch seconds (to the millisecond) when the holder's lease ends
 
-# The device's credentials (item/credentials.py): a map of each registered, unrevoked credential's
-# id to its expiry (epoch seconds; 0: none), what every request of the device's own must find;
-# set once the device has registered a certificate: from then on only registered ones open it.
-CREDENTIALS = "credentials"
-CERTIFICATE_REQUIRED = "certificateRequired"
-ENROLLMENT = "enrollment"  # the enrollment that provisioned the device, if one did (identity/)
+# The device's credentials (item/credentials.py), billed on every write of the item, so named in one
+# letter: a map of each registered, unrevoked credential's id to its expiry (epoch seconds; 0:
+# none), what every request of the device's own must find; set once the device has registered a
+# certificate: from then on only registered ones open it; the mark of the enrollment that
+# provisioned the device, if one did (identity/).
+CREDENTIALS = "C"
+CERTIFICATE_REQUIRED = "R"
+ENROLLMENT = "E"
 
 # The jobs whose desired write reached the device (item/job_marks.py): a map of each job's id to
 # its mark, the version that write made and the execution's deadline packed in one number. A

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..errors import IdempotencyKeyReused, JobNotFound
 from ..fleet.cursors import CursorSeal
 from ..item import job_marks, schema
+from ..item.credentials import Holder
 from ..write.expressions import Expression
 from ..write.keyed import IdempotencyKey
 from ..write.outcomes import Refusals
@@ -150,10 +151,13 @@ class JobService:
             return Execution(device_id, IN_PROGRESS, version, written_ms)
         return Execution(device_id, CANCELED if run.stopped_ms is not None else QUEUED, 0, run.stopped_ms)
 
-    def device_jobs(self, device_id: str) -> list[dict]:
+    def device_jobs(self, device_id: str, holder: Holder | None = None) -> list[dict]:
         """The jobs whose write reached the device, while it keeps their mark (``item/job_marks``):
-        each job's id, status and the device's execution."""
+        each job's id, status and the device's execution. ``holder``: the device's own read,
+        checked on its state item (``Holder.check``)."""
         item = self._store.get_state(device_id)
+        if holder is not None:
+            holder.check(device_id, item, self._store.runtime.clock())
         found = []
         for job_id, packed in sorted(job_marks.marks(item).items()):
             head = self._jobs.head(job_id)

@@ -49,6 +49,7 @@ from ..errors import (
     UnknownLease,
 )
 from ..item import schema
+from ..item.credentials import Holder
 from ..item.fencing import active_holder, lease_instant
 from ..model.times import stored_time, timestamp
 from ..model.values import validate_device_id
@@ -375,11 +376,14 @@ class LeaseQueue:
         """Deleting a queue row, only if it is still the one issued with ``secret``."""
         return {"TableName": self._store.table_name, "Key": _row_key(device_id, ticket), **self._still_ours(secret)}
 
-    def status(self, device_id: str) -> LeaseStatus:
-        """The active holder (from the state item) and how many live tickets wait behind it."""
+    def status(self, device_id: str, credential: Holder | None = None) -> LeaseStatus:
+        """The active holder (from the state item) and how many live tickets wait behind it.
+        ``credential``: the device's own read, checked on its state item (``Holder.check``)."""
         validate_device_id(device_id)
         now = self._runtime.clock()
         state = self._store.get_live_state(device_id, now)
+        if credential is not None:
+            credential.check(device_id, state, now)
         if state is None:
             raise DeviceNotFound(device_id)
         token, until = active_holder(state, now)

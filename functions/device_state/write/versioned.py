@@ -68,7 +68,7 @@ class VersionedWrites(PlanContext):
         sets += _section_sets(expr, documents, entries, device.version, written)
         if identity is not None:
             sets += [f"{name(schema.CREDENTIALS)} = {expr.value(identity.credentials())}",
-                     f"{name(schema.ENROLLMENT)} = {expr.value({'S': identity.enrollment_id})}"]
+                     f"{name(schema.ENROLLMENT)} = {expr.value(identity.enrollment())}"]
         removes = [name(attribute) for attribute in schema.GONE_ON_CREATE]
         indexed, unindexed = self.fleet_index.attributes(device_id, {STATE: state, **documents})
         # a new device is not connected, and a query for the disconnected finds it
