@@ -24,6 +24,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -38,13 +39,11 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
 import boto3  # noqa: E402
 import botocore.config  # noqa: E402
 
-from bench.fleet import FLEET, SELECTIVE, load, reference_documents  # noqa: E402
+from bench.fleet import FLEET, SELECTIVE, loaded, reference_documents  # noqa: E402
 from functions.auth.credentials import DEVICE_TOKEN_VARIABLES  # noqa: E402
 from functions.auth.credentials import VARIABLES as AUTH_VARIABLES  # noqa: E402
 from functions.auth.device_tokens import ISSUING_VARIABLES  # noqa: E402
-from functions.device_state import DeviceStateManager, table  # noqa: E402
-from functions.device_state.fleet.reindex import mark_ready  # noqa: E402
-from functions.device_state.write.store import Store  # noqa: E402
+from functions.device_state import DeviceStateManager  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local, free_port  # noqa: E402
 from localdev.issuer import DEFAULT_DIRECTORY, Issuer  # noqa: E402
 
@@ -83,7 +82,10 @@ def percentiles(samples: list[float]) -> dict:
 
 
 class Server:
-    """make serve's server on the loaded table, this checkout's issuer (the console signs in by itself)."""
+    """make serve's server on the loaded table, this checkout's issuer (the console signs in by itself).
+    Its output is kept, and shown when it stops or a measure fails."""
+
+    STARTUP_SECONDS = 300  # at most, on a busy machine; a server that exits fails at once
 
     def __init__(self, endpoint: str, table_name: str):
         self.port = free_port()
@@ -92,26 +94,41 @@ class Server:
         env.update(DYNAMODB_ENDPOINT=endpoint, TABLE_NAME=table_name, PORT=str(self.port), WORKERS="4",
                    FLEET_INDEX=FLEET.declaration, STREAM_NICENESS="0", POWERTOOLS_LOG_LEVEL="ERROR",
                    CHANGE_EVENTS_FILE=os.devnull)
+        self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen([sys.executable, "-m", "localdev.server"], env=env, cwd=REPO_ROOT,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                        stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.token = Issuer.load_or_create(REPO_ROOT / DEFAULT_DIRECTORY).token(lifetime=12 * 3600)
-        deadline = time.monotonic() + 120
+        self.wait_until_ready()
+
+    def wait_until_ready(self) -> None:
+        """Until every process is started (the banner's last line), and the API answers a listing
+        through its handler and DynamoDB, and the console its settings."""
+        deadline = time.monotonic() + self.STARTUP_SECONDS
         while True:
+            self.check_running()
             try:
-                if self.request("GET", "/openapi.json")[0] == 200:
-                    break
-            except OSError:
+                if ("For scripts and the library:" in self.output()
+                        and self.request("GET", "/devices?limit=1")[0] == 200
+                        and self.request("GET", "/console/config.json")[0] == 200):
+                    return
+            except OSError:  # not listening yet, or not answering yet
                 pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the dev server did not start")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the dev server was not ready within {self.STARTUP_SECONDS} s:\n{self.output()}")
             time.sleep(0.3)
+
+    def check_running(self) -> None:
+        if self.process.poll() is not None:
+            raise SystemExit(f"the dev server exited ({self.process.returncode}):\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
 
     def request(self, method: str, path: str, body=None, content_type="application/json") -> tuple[int, dict]:
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
-            headers = {"Content-Type": content_type}
-            if path != "/openapi.json":
-                headers["Authorization"] = f"Bearer {self.token}"
+            headers = {"Content-Type": content_type, "Authorization": f"Bearer {self.token}"}
             connection.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
             response = connection.getresponse()
             data = response.read()
@@ -122,6 +139,7 @@ class Server:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
+        self.log.close()
 
 
 def first_rows(browser, url: str, samples: int) -> dict:
@@ -151,11 +169,15 @@ def api_alone(server: Server, path: str, samples: int) -> dict:
 
 def live_device(server: Server) -> str:
     """A device of the reference shape written through the API, so its change feed is whole from its
-    creation (the bulk-loaded devices' are not: their loading wrote no change items)."""
+    creation (the bulk-loaded devices' are not: their loading wrote no change items). Its creation is
+    awaited in its feed: the stream processor then runs, past its start, whose DescribeTable costs
+    DynamoDB Local seconds at 100,000 devices (it counts the items), which no measure may share."""
     device = f"live-{uuid.uuid4().hex[:8]}"
     documents = reference_documents(1, random.Random(1), False)
     status, body = server.request("PUT", f"/devices/{device}", documents)
     assert status == 201, body
+    status, body = server.request("GET", f"/devices/{device}/changes?since=0&waitSeconds=20")
+    assert status == 200 and [change["version"] for change in body["changes"]] == [1], body
     return device
 
 
@@ -220,33 +242,32 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--endpoint", help="a running DynamoDB Local (default: one started for the run)")
     parser.add_argument("--table", help="with --endpoint: this table, loaded once and reused by later runs")
+    parser.add_argument("--data-dir", help="without --endpoint: DynamoDB Local on disk here, its table "
+                                           "(console-DEVICES) loaded once and reused by later runs (a tmpfs, "
+                                           "e.g. /dev/shm/..., loads as fast as memory)")
     args = parser.parse_args(argv)
-    with dynamodb_local(args.endpoint) as dynamodb:
+    with dynamodb_local(args.endpoint, args.data_dir) as dynamodb:
         # A bulk load on a busy machine: a long read timeout and retries (its puts are idempotent).
         client = boto3.session.Session().client(
             "dynamodb", endpoint_url=dynamodb.endpoint, region_name="us-east-1",
             config=botocore.config.Config(read_timeout=60, retries={"max_attempts": 10, "mode": "standard"}))
-        name = args.table or f"console-{uuid.uuid4().hex[:8]}"
-        if not (args.table and name in client.list_tables()["TableNames"]):
-            manager = DeviceStateManager(client, name, fleet_index=FLEET)
-            table.create_table(client, name, FLEET)
-            mark_ready(Store(manager.client, manager.table_name), FLEET.fields)
-            started = time.perf_counter()
-            load(manager, client, name, args.devices)
-            print(f"console: {args.devices} devices loaded in {time.perf_counter() - started:.1f} s", flush=True)
-        # A stream of its own for the server, empty: the load's 100,000 records would keep its stream
-        # processor and fan-out busy for minutes, and every live update waiting behind them.
+        name = args.table or (f"console-{args.devices}" if args.data_dir else f"console-{uuid.uuid4().hex[:8]}")
+        loaded(DeviceStateManager(client, name, fleet_index=FLEET), client, name, args.devices, "console")
+        # A stream of its own for the server, empty: no live update waits behind the records an earlier
+        # run wrote on a reused table (the load itself writes with the stream off).
         fresh_stream(client, name)
         server = Server(dynamodb.endpoint, name)
         try:
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 base = f"http://127.0.0.1:{server.port}/console/"
+                device = live_device(server)
                 results = {
                     "devices": args.devices,
+                    "load_average_at_start": os.getloadavg(),
                     "fleet_first_rows": first_rows(browser, f"{base}#/", args.samples),
                     "filtered_first_rows": first_rows(browser, f"{base}#/?filter={quote(SELECTIVE)}", args.samples),
-                    "live_update": live_updates(browser, server, live_device(server), args.samples),
+                    "live_update": live_updates(browser, server, device, args.samples),
                     "fleet_api_alone": api_alone(server, "/devices?limit=25", args.samples),
                     "filtered_api_alone": api_alone(server, f"/devices?filter={quote(SELECTIVE)}&limit=25", args.samples),
                     "transfer": transferred(browser, f"{base}#/"),
@@ -254,6 +275,9 @@ def main(argv: list[str] | None = None) -> dict:
                     "chromium": browser.version,
                 }
                 browser.close()
+        except Exception:
+            server.check_running()  # a server that stopped is the cause: its output says why
+            raise
         finally:
             server.stop()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -273,7 +297,8 @@ def markdown(results: dict) -> str:
     lines = [f"# The console at {results['devices']:,} devices (DynamoDB Local, headless Chromium "
              f"{results['chromium']})", "",
              "From `bench/console.py` (`make bench`). Seconds over the samples on this machine (the goal: "
-             f"p95 at most {GOAL_SECONDS:g} s); load average at the end "
+             f"p95 at most {GOAL_SECONDS:g} s); load average (1, 5, 15 minutes) at the start "
+             f"{', '.join(f'{value:.1f}' for value in results['load_average_at_start'])}, at the end "
              f"{', '.join(f'{value:.1f}' for value in results['load_average'])}. The API's requests alone, "
              "sent from the bench, show what the page adds.", "",
              "| what | median | p95 | min–max | samples |", "|---|---|---|---|---|"]

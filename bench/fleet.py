@@ -35,6 +35,7 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
 from bench.contention import CountingClient  # noqa: E402
 from functions.device_state import DeviceStateManager, FleetIndex, MergePatch, dynamodb_client, table  # noqa: E402
 from functions.device_state.fleet.reindex import mark_ready  # noqa: E402
+from functions.device_state.item import schema  # noqa: E402
 from functions.device_state.write.store import Store  # noqa: E402
 from functions.device_state.model.values import to_attribute  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local  # noqa: E402
@@ -92,6 +93,41 @@ def load(manager: DeviceStateManager, client, name: str, devices: int) -> None:
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(write, batches))
+
+
+# The load's own record, in a partition no device can take (device ids hold no "~"): "loading",
+# then how many devices the table holds. DynamoDB Local does not tag tables.
+LOAD_KEY = {schema.PARTITION_KEY: {"S": "~bench-load"}, schema.SORT_KEY: {"S": "load"}}
+
+
+def loaded(manager: DeviceStateManager, client, name: str, devices: int, bench: str) -> None:
+    """The table ``name`` holding ``devices`` reference devices, their fields indexed. A table of an
+    earlier run is reused when its load completed (its load record says how many devices it
+    holds); one this bench made that holds another count, or whose load was cut short, is made
+    again; a table the bench did not make (no load record) is never touched."""
+    try:
+        record = client.get_item(TableName=name, Key=LOAD_KEY, ConsistentRead=True).get("Item")
+    except client.exceptions.ResourceNotFoundException:
+        record = None
+    else:
+        if record is None:
+            raise SystemExit(f"{bench}: table {name} exists and is not one this bench loaded: name another")
+        if record["devices"]["S"] == str(devices):
+            print(f"{bench}: table {name} holds {devices} devices from an earlier run", flush=True)
+            return
+        client.delete_table(TableName=name)
+        client.get_waiter("table_not_exists").wait(TableName=name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 300})
+    table.create_table(client, name, FLEET)
+    client.put_item(TableName=name, Item={**LOAD_KEY, "devices": {"S": "loading"}})
+    # No stream while loading (a quarter of DynamoDB Local's time, for records no one reads); a new one after.
+    client.update_table(TableName=name, StreamSpecification={"StreamEnabled": False})
+    mark_ready(Store(manager.client, manager.table_name), FLEET.fields)
+    started = time.perf_counter()
+    load(manager, client, name, devices)
+    client.update_table(TableName=name, StreamSpecification={"StreamEnabled": True,
+                                                             "StreamViewType": table.STREAM_VIEW_TYPE})
+    client.put_item(TableName=name, Item={**LOAD_KEY, "devices": {"S": str(devices)}})
+    print(f"{bench}: {devices} devices loaded in {time.perf_counter() - started:.1f} s", flush=True)
 
 
 def timed(runs: int, work) -> dict:
@@ -178,19 +214,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--endpoint", help="a running DynamoDB Local (default: one started for the run)")
     parser.add_argument("--table", help="with --endpoint: this table, loaded once and reused by later runs")
+    parser.add_argument("--data-dir", help="without --endpoint: DynamoDB Local on disk here, its table "
+                                           "(fleet-DEVICES) loaded once and reused by later runs (a tmpfs, "
+                                           "e.g. /dev/shm/..., loads as fast as memory)")
     parser.add_argument("--report-writes", type=int, default=20, help="reports measured, after 20 that fill the journal")
     args = parser.parse_args(argv)
-    with dynamodb_local(args.endpoint) as dynamodb:
+    with dynamodb_local(args.endpoint, args.data_dir) as dynamodb:
         endpoint = dynamodb.endpoint
         counting = CountingClient(dynamodb_client(endpoint, "us-east-1"))
-        name = args.table or f"fleet-{uuid.uuid4().hex[:8]}"
+        name = args.table or (f"fleet-{args.devices}" if args.data_dir else f"fleet-{uuid.uuid4().hex[:8]}")
         manager = DeviceStateManager(counting, name, fleet_index=FLEET)
-        if not (args.table and name in counting.list_tables()["TableNames"]):
-            table.create_table(counting, name, FLEET)
-            mark_ready(Store(manager.client, manager.table_name), FLEET.fields)
-            started = time.perf_counter()
-            load(manager, counting, name, args.devices)
-            print(f"fleet: {args.devices} devices loaded in {time.perf_counter() - started:.1f} s", flush=True)
+        loaded(manager, counting, name, args.devices, "fleet")
 
         results = {"devices": args.devices, "declared": FLEET.declaration, "runs": args.runs}
         _, units = metered(counting, lambda: manager.query_devices(SELECTIVE, 50))

@@ -161,11 +161,12 @@ class Running:
 
 
 @contextlib.contextmanager
-def dynamodb_local(endpoint: str | None = None):
+def dynamodb_local(endpoint: str | None = None, data_dir: str | None = None):
     """The DynamoDB Local at ``endpoint``, left running; without one, a DynamoDB Local
-    started for the block and stopped after it (the benchmarks' ``--endpoint``)."""
+    started for the block (in memory, or on disk in ``data_dir``) and stopped after it (the
+    benchmarks' ``--endpoint`` and ``--data-dir``)."""
     if endpoint:
         yield Running(endpoint)
         return
-    with DynamoDBLocal() as started:
+    with DynamoDBLocal(data_dir=data_dir) as started:
         yield started

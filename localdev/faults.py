@@ -1,13 +1,15 @@
 """Fault injection in front of DynamoDB Local, for tests and the benchmark: an HTTP
 forwarder that can let a request land and lose its answer (or drop it before it reaches
-DynamoDB), optionally running another writer between the landing and the loss. Point
-``DYNAMODB_ENDPOINT`` (or a client) at ``Forwarder.endpoint``. Loopback only."""
+DynamoDB), optionally running another writer between the landing and the loss, or hold an
+operation's answers for a while (``slow``). Point ``DYNAMODB_ENDPOINT`` (or a client) at
+``Forwarder.endpoint``. Loopback only."""
 
 from __future__ import annotations
 
 import random
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -26,7 +28,8 @@ class Fault:
 class Forwarder:
     """``endpoint`` forwards to ``upstream`` (host, port). ``lose(...)`` arms a fault for
     the next matching requests; ``before(...)`` runs an action as the next matching request
-    arrives; ``unreachable = True`` drops every request unsent."""
+    arrives; ``unreachable = True`` drops every request unsent; ``slow[target] = seconds``
+    holds each answer to that operation that long."""
 
     def __init__(self, upstream_port: int):
         self.upstream = ("127.0.0.1", upstream_port)
@@ -35,6 +38,7 @@ class Forwarder:
         self.faults: list[Fault] = []
         self.hooks: list[tuple[str, Callable[[], None]]] = []  # (target, action), each run once
         self.unreachable = False
+        self.slow: dict[str, float] = {}
         self.lost: list[str] = []  # targets whose answers were lost
         # (target, probability, rng): also lose that share of those answers, after they landed
         self.random_loss: tuple[str, float, random.Random] | None = None
@@ -96,6 +100,7 @@ class Forwarder:
                         fault.then()
                     self.lost.append(target)
                     return  # it landed; its answer is lost
+                time.sleep(self.slow.get(target, 0))
                 client.sendall(response[0] + response[1])
         except OSError:
             return

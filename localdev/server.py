@@ -54,6 +54,16 @@ _LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "lo
 
 
 
+def _table_client(endpoint: str):
+    """The stream pollers' client for DescribeTable (the stream's ARN): botocore's own timeouts
+    and retries (a read, safe to send again), not the library's 3 s read timeout, which DynamoDB
+    Local's DescribeTable outlasts on a large table (it counts the table's items each time: about
+    2 s at 100,000 devices on a 2-core machine, longer when several processes ask at once)."""
+    import boto3
+
+    return boto3.session.Session().client("dynamodb", endpoint_url=endpoint)
+
+
 def _stream_worker(endpoint: str, table_name: str) -> None:
     """The stream processor, as Lambda's event source mapping would run it (localdev/stream.py)."""
     import logging
@@ -61,7 +71,6 @@ def _stream_worker(endpoint: str, table_name: str) -> None:
     import boto3
 
     from functions.changes.handler import give_up, lambda_handler
-    from functions.device_state import dynamodb_client
     from localdev.stream import StreamPoller
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -77,7 +86,7 @@ def _stream_worker(endpoint: str, table_name: str) -> None:
         return lambda_context
 
     streams = boto3.session.Session().client("dynamodbstreams", endpoint_url=endpoint)
-    StreamPoller(streams, dynamodb_client(endpoint), table_name, lambda_handler, context_factory=context,
+    StreamPoller(streams, _table_client(endpoint), table_name, lambda_handler, context_factory=context,
                  on_give_up=give_up).run()
 
 
@@ -104,7 +113,6 @@ def _fanout_worker(endpoint: str, table_name: str) -> None:
     is deployed (functions/push/fanout.py), posting to the WebSocket process's @connections."""
     import boto3
 
-    from functions.device_state import dynamodb_client
     from functions.push.fanout import BATCH_SIZE, MAX_RETRY_ATTEMPTS, lambda_handler, matches_filter
     from localdev.stream import StreamPoller
 
@@ -112,7 +120,7 @@ def _fanout_worker(endpoint: str, table_name: str) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.nice(STREAM_NICENESS)
     streams = boto3.session.Session().client("dynamodbstreams", endpoint_url=endpoint)
-    StreamPoller(streams, dynamodb_client(endpoint), table_name, lambda_handler, batch_size=BATCH_SIZE,
+    StreamPoller(streams, _table_client(endpoint), table_name, lambda_handler, batch_size=BATCH_SIZE,
                  max_retry_attempts=MAX_RETRY_ATTEMPTS, record_filter=matches_filter,
                  context_factory=lambda: LambdaContext(STREAM_TIMEOUT_SECONDS)).run()
 

@@ -1,5 +1,6 @@
 """`make serve` as the README describes it: on-disk data at a relative DYNAMODB_DATA_DIR,
-Swagger UI on /docs with both URLs printed at start; the deployed handler has no /docs."""
+Swagger UI on /docs with both URLs printed at start; the deployed handler has no /docs; a
+DescribeTable slower than the library's read timeout stops none of its processes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import uuid
 
 import pytest
 
+from functions.device_state.client import READ_TIMEOUT_SECONDS
+from localdev.faults import Forwarder
 from tests.make_serve import REPO_ROOT, checkout_bearer, get, make_serve
 
 pytestmark = pytest.mark.dynamodb_local
@@ -38,6 +41,24 @@ def test_a_relative_data_dir_is_taken_from_where_make_runs_and_keeps_data_across
             assert status == 200 and json.loads(body)["state"] == {"n": 1}
     finally:
         shutil.rmtree(REPO_ROOT / relative, ignore_errors=True)
+
+
+def test_a_describe_table_slower_than_the_librarys_read_timeout_stops_no_process(dynamodb_local):
+    """DynamoDB Local counts a table's items at each DescribeTable: about 2 s at 100,000 devices on a
+    2-core machine, more than the library's read timeout once several processes ask at once. The
+    stream processor and the push fan-out read the table's stream ARN from it as they start; given
+    the library's client, each timed out, exited and was replaced until the server stopped for
+    workers exiting too often, and the console's benchmark found nothing listening."""
+    forwarder = Forwarder(dynamodb_local.port)
+    forwarder.slow["DescribeTable"] = READ_TIMEOUT_SECONDS + 1
+    try:
+        with make_serve(DYNAMODB_ENDPOINT=forwarder.endpoint, TABLE_NAME=f"slow-{uuid.uuid4().hex[:8]}") as served:
+            assert post_device(served.port, "slow-1") == 201
+            status, _, body = get(served.port, "/devices/slow-1/changes?since=0&waitSeconds=20")
+            assert status == 200 and [change["version"] for change in json.loads(body)["changes"]] == [1], body
+            assert "exited unexpectedly" not in served.output, served.output
+    finally:
+        forwarder.close()
 
 
 @pytest.fixture(scope="module")
