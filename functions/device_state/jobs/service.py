@@ -39,24 +39,32 @@ class JobService:
         spec = parse(body, self._runtime.clock())
         if spec.filter is not None:
             self._query.parse(spec.filter)
+        return self._keyed(key, spec.job_id, lambda entry: self._jobs.create(spec, entry))
+
+    def _keyed(self, key: IdempotencyKey | None, job_id: str, write) -> tuple[Head, bool]:
+        """``write(entry)`` of a write on the job ``job_id`` under ``key``: the entry is the key's, for
+        the write to put in its own transaction (only while absent: a refusal names the part "key").
+        (The job's head, False) once written; (its head, True) when the key names a write of the same
+        request already (a replay, before or at the same moment); ``IdempotencyKeyReused`` when it
+        names another request."""
         if key is not None:
             replayed = self._replayed(key)
             if replayed is not None:
                 return replayed, True
         entry = None
         if key is not None:
-            entry = {**items.key_entry(key.scope, key.key), items.JOB_ID: {"S": spec.job_id},
+            entry = {**items.key_entry(key.scope, key.key), items.JOB_ID: {"S": job_id},
                      items.FINGERPRINT: {"S": key.fingerprint},
-                     schema.TTL_ATTRIBUTE: {"N": str(int(spec.created_at) + items.KEY_SECONDS)}}
+                     schema.TTL_ATTRIBUTE: {"N": str(int(self._runtime.clock()) + items.KEY_SECONDS)}}
         try:
-            self._jobs.create(spec, entry)
+            write(entry)
         except Refusals as refused:
             if key is not None and _KEY in refused.refused:  # the same key, at the same moment
                 replayed = self._replayed(key)
                 if replayed is not None:
                     return replayed, True
             raise
-        return self._jobs.head(spec.job_id), False
+        return self.head(job_id), False
 
     def _replayed(self, key: IdempotencyKey) -> Head | None:
         found = self._store.get(items.key_entry(key.scope, key.key))
@@ -168,9 +176,11 @@ class JobService:
 
     # ------------------------------------------------------------ cancel
 
-    def cancel(self, job_id: str, force: bool = False) -> Head:
+    def cancel(self, job_id: str, force: bool = False, key: IdempotencyKey | None = None) -> tuple[Head, bool]:
         """Stops queuing (what is queued is CANCELED, never written); ``force``: the job's leaves
-        also leave the devices still in progress where the job still owns them. ``JobEnded`` once
-        the job ended (a forced cancel of a job canceled already goes on)."""
-        self._jobs.stop(job_id, items.STOP_CANCEL, CANCELED, force=force)
-        return self.head(job_id)
+        also leave the devices still in progress where the job still owns them. (The job's head,
+        whether ``key`` named this cancel already: a replay, answered as the first was, whatever
+        the job's status now.) ``JobEnded`` once the job ended (a forced cancel of a job canceled
+        already goes on), ``IdempotencyKeyReused``."""
+        return self._keyed(key, job_id, lambda entry: self._jobs.stop(job_id, items.STOP_CANCEL, CANCELED,
+                                                                      force=force, key_entry=entry))
