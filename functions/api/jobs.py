@@ -105,4 +105,6 @@ def cancel_job(request: Request) -> Response:
 
 @route(router, "listDeviceJobs")
 def device_jobs(request: Request) -> Response:
-    return json_response({"items": manager().jobs().device_jobs(request.path["device_id"]), "nextCursor": None})
+    found, cursor = manager().jobs().device_jobs(request.path["device_id"], request.query["limit"],
+                                                 request.query.get("cursor"))
+    return json_response({"items": found, "nextCursor": cursor})

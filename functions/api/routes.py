@@ -623,9 +623,10 @@ ROUTES: tuple[Route, ...] = (
         "(403 certificate-required); no token outlives that bound. A token names a device that exists when it is "
         "issued.")),
     Route(("GET", "HEAD"), "/devices/<device_id>/jobs", "listDeviceJobs", (READ, _resource()), {
-        "200": Answer("The jobs whose write reached the device, each with the device's execution", "DeviceJobs"),
+        "200": Answer("A page of the jobs whose write reached the device, by job id, each with the device's "
+                      "execution", "DeviceJobs"),
         **COMMON,
-    }, description=(
+    }, query=(JOB_LIMIT, JOB_CURSOR), description=(
         "Each job whose desired write reached the device, while the device keeps its mark (until a day after the "
         "execution's deadline). A device may read its own.")),
     Route(("POST",), "/jobs", "createJob", (WRITE, JOBS), {

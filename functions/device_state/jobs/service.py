@@ -159,12 +159,20 @@ class JobService:
             return Execution(device_id, IN_PROGRESS, version, written_ms)
         return Execution(device_id, CANCELED if run.stopped_ms is not None else QUEUED, 0, run.stopped_ms)
 
-    def device_jobs(self, device_id: str) -> list[dict]:
-        """The jobs whose write reached the device, while it keeps their mark (``item/job_marks``):
-        each job's id, status and the device's execution."""
+    def device_jobs(self, device_id: str, limit: int = 50, cursor: str | None = None) -> tuple[list[dict], str | None]:
+        """The jobs whose write reached the device, while it keeps their mark (``item/job_marks``),
+        by job id, ``limit`` at a time after ``cursor``: each job's id, status and the device's
+        execution."""
+        scope = ["device-jobs", device_id]
+        after = self._cursors.open(scope, cursor) if cursor else None  # a job id: sealed by us, ours
         item = self._store.get_state(device_id)
-        found = []
+        found, last = [], None
         for job_id, packed in sorted(job_marks.marks(item).items()):
+            if after is not None and job_id <= after:
+                continue
+            if len(found) == limit:
+                return found, self._cursors.seal(scope, last)
+            last = job_id
             head = self._jobs.head(job_id)
             if head is None:
                 continue
@@ -172,7 +180,7 @@ class JobService:
             version, _ = job_marks.unpack(packed)
             execution = Execution.from_item(final) if final else Execution(device_id, IN_PROGRESS, version)
             found.append({"jobId": job_id, "status": head.record.status, "execution": execution.as_dict()})
-        return found
+        return found, None
 
     # ------------------------------------------------------------ cancel
 
