@@ -229,6 +229,49 @@ def test_two_runners_whose_leases_lapse_write_each_device_once(rig):
     assert rig.counts_agree_with_executions()["TIMED_OUT"] == 300
 
 
+def test_a_write_landing_after_a_lapsed_runners_batch_was_canceled_is_counted_once(rig):
+    """A runner stalls mid-batch past its lease; the job is canceled and the next runner takes the
+    stop up, finding the stalled writes on no device; then they land, and a device confirms one.
+    Each device still gets the job's write once, the stalled runner starts no write after its
+    lease, and each execution is counted once, CANCELED: the counts are those listed."""
+    ids = rig.devices(12)
+    rig.job(deviceIds=ids, timeoutSeconds=600)
+    forwarder, stalled, released = rig.forwarder(), threading.Event(), threading.Event()
+
+    def stall_the_sixth(body):  # the forwarder holds every request while this waits: the runner stalls
+        if b'"d0005"' in body and b"j1" in body and not stalled.is_set():
+            stalled.set()
+            released.wait(30)
+        return False
+
+    forwarder.lose("UpdateItem", when=stall_the_sixth)
+    lapsing = rig.runner(dynamodb_client(forwarder.endpoint, "us-east-1"), lease_seconds=1, concurrency=2)
+    progress = []
+    worker = threading.Thread(target=lambda: progress.append(lapsing.run("j1", 20)))
+    worker.start()
+    try:
+        assert stalled.wait(20)
+        rig.manager.jobs().cancel("j1")
+        time.sleep(1.5)  # its lease lapses
+        assert rig.runner().run("j1", 10).status == IDLE  # the stop taken up: the stalled writes found nowhere
+    finally:
+        released.set()
+        worker.join(30)
+    assert progress and progress[0].status == HELD  # its late writes landed; the job was no longer its own
+    versions, found = rig.versions(ids)
+    assert max(versions.values()) == 2 and job_marks.mark_of(found["d0005"], "j1") is not None  # landed late, once
+    assert sum(version == 2 for version in versions.values()) <= 5 + 2  # after the stall: only what was in flight
+    before = rig.pipeline.store.get_state("d0005")
+    rig.manager.as_device("d0005").update_with_retry("d0005", MergePatch({"mode": "eco"}), section="reported")
+    tracker = rig.manager.job_tracker()  # what the stream processor does with the confirming report
+    tracker.see(before, rig.pipeline.store.get_state("d0005"))
+    tracker.flush()
+    counts = rig.counts_agree_with_executions()
+    listed, _ = rig.manager.jobs().executions("j1", None, 100)
+    assert Counter(execution["state"] for execution in listed) == +Counter(counts)  # as listed, each once
+    assert {execution["deviceId"]: execution["state"] for execution in listed}["d0005"] == "CANCELED"
+
+
 def test_a_filter_job_targets_the_matching_devices_page_by_page(dynamodb_local):
     fleet = FleetIndex.parse("reported/battery:number")
     client, admin = dynamodb_client(dynamodb_local.endpoint, "us-east-1"), table_admin(dynamodb_local.endpoint)

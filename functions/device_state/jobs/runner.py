@@ -7,8 +7,9 @@ reads the job's head (job, run, counters: one query) and does the one thing due 
 
 - a stop: ``endsAt`` passed or an abort criterion is met (the job ``ABORTED``); once a stop is
   asked (those, or a cancel), a batch a runner claimed and never recorded is found on the devices
-  (their marks), then what is still queued is counted ``CANCELED``, once, never written; a
-  forced cancel then removes the job's leaves where the job still owns them;
+  (their marks), what of it is on none is ``CANCELED``, then what is still queued is counted
+  ``CANCELED``, once, never written; a forced cancel then removes the job's leaves where the job
+  still owns them;
 - a listed job's devices checked first: one that does not exist is ``REMOVED`` at once;
 - targeting: the next page of the fleet query becomes a target page (while fewer than two pages
   wait to be written); a continuous job queries again every ``requery_seconds`` once every
@@ -201,7 +202,10 @@ class JobRunner:
 
     def _reconcile(self, head: Head) -> None:
         """A stop found a batch claimed and not recorded: what of it reached the devices (their
-        marks) is recorded as written; the rest stays queued, to be canceled."""
+        marks) is recorded as written; the rest is CANCELED, each execution final on its own. A
+        runner that claimed the batch and stalled past its lease may still land a write there
+        later: that execution stays CANCELED (its device's later reports count for nothing), where
+        a count of the queued would have counted it again."""
         spec, run = head.record.spec, head.run
         first, end = run.batch
         page = self._jobs.page(spec.job_id, first // PAGE_SIZE)
@@ -209,13 +213,19 @@ class JobRunner:
                   if first <= page.position(index) < end]
         unrecorded = [device_id for index, device_id in inside if not page.writes[index]]
         states = self._store.batch_get_states(unrecorded) if unrecorded else {}
-        recorded = {}
+        recorded, canceled = {}, []
+        now_ms = int(self._runtime.clock() * 1000)
         for index, device_id in inside:
-            mark = None if page.writes[index] else job_marks.mark_of(states.get(device_id), spec.job_id)
+            if page.writes[index]:
+                continue
+            mark = job_marks.mark_of(states.get(device_id), spec.job_id)
             if mark is not None:
                 version, deadline_ms = mark
                 recorded[index] = items.pack_write(deadline_ms - spec.window_seconds * 1000, version)
+            else:
+                canceled.append(Final(device_id, Verdict(CANCELED, now_ms)))
         self._jobs.record_page(spec.job_id, page.number, recorded)
+        self._finals.record(spec.job_id, items.retire_at(spec), canceled)
         self._move_past(head, page, recorded)
 
     def _cancel_queued(self, head: Head) -> None:
@@ -334,13 +344,16 @@ class JobRunner:
         sent_before = run.sent - (end - first)
         started = run.started_ms / 1000
         stopped, finished = threading.Event(), threading.Event()
+        # no write starts once the lease is about to lapse: another runner may take the job up then
+        lease_end = run.until_ms / 1000 - self.lease_seconds / 3
         if spec.max_per_minute is not None:
             threading.Thread(target=self._watch_stop, args=(spec.job_id, stopped, finished), daemon=True).start()
         try:
             with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
                 outcomes = list(pool.map(
                     lambda entry: self._write_one(writes, spec, entry[1], started,
-                                                  sent_before + page.position(entry[0]) - first, stopped), entries))
+                                                  sent_before + page.position(entry[0]) - first, stopped,
+                                                  lease_end), entries))
         finally:
             finished.set()
         recorded, finals, unknown = {}, [], 0
@@ -372,13 +385,14 @@ class JobRunner:
                               lease_seconds=self.lease_seconds)
 
     def _write_one(self, writes: JobWrites, spec: JobSpec, device_id: str, started: float, number: int,
-                   stopped: threading.Event) -> tuple[Outcome | None, int]:
-        """The device's write, no earlier than its turn in the rollout; None once a stop came."""
+                   stopped: threading.Event, lease_end: float) -> tuple[Outcome | None, int]:
+        """The device's write, no earlier than its turn in the rollout; None once a stop came or
+        the lease is near ``lease_end`` (the next step renews it, or finds the job another's)."""
         if spec.max_per_minute is not None:
             turn = started + 60 * number / spec.max_per_minute
             while not stopped.is_set() and self._runtime.clock() < turn:
                 stopped.wait(min(turn - self._runtime.clock(), STOP_POLL_SECONDS))
-        if stopped.is_set():
+        if stopped.is_set() or self._runtime.clock() >= lease_end:
             return None, 0
         outcome = writes.write(device_id)
         return outcome, int(self._runtime.clock() * 1000)
