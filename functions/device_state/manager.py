@@ -25,10 +25,6 @@ from .identity.credentials import CredentialRecord, Credentials
 from .identity.enrollments import Enrollment, Enrollments
 from .identity.provisioning import Provisioned, Provisioning
 from .item import schema
-from .jobs.runner import Due, JobRunner, due_jobs
-from .jobs.service import JobService
-from .jobs.store import JobStore
-from .jobs.tracker import JobTracker
 from .item.credentials import Holder
 from .item.fencing import Fence
 from .leases.limits import DEFAULT_TTL_SECONDS
@@ -51,6 +47,9 @@ from .write.writer import DeviceWriter
 
 if TYPE_CHECKING:
     from .fleet.query import FleetQuery
+    from .jobs.runner import Due, JobRunner
+    from .jobs.service import JobService
+    from .jobs.tracker import JobTracker
     from .leases import LeaseQueue
 
 logger = logging.getLogger("device_state")
@@ -298,18 +297,27 @@ class DeviceStateManager:
 
     def jobs(self) -> JobService:
         """Jobs as callers see them (``jobs/service``): create, read, wait, list, cancel."""
+        from .jobs.service import JobService  # (jobs load on first use: the cold start of other requests)
+
         return JobService(self._pipeline, self._fleet, self._cursors)
 
     def job_runner(self, **options) -> JobRunner:
         """A job runner (``jobs/runner``) over this manager's pipeline and fleet query."""
+        from .jobs.runner import JobRunner
+
         return JobRunner(self._pipeline, self._fleet, **options)
 
     def due_jobs(self) -> Due:
         """The open jobs a runner should take now (``jobs/runner.due_jobs``)."""
+        from .jobs.runner import due_jobs
+        from .jobs.store import JobStore
+
         return due_jobs(JobStore(self._pipeline), self._runtime.clock())
 
     def job_tracker(self) -> JobTracker:
         """The stream processor's part of jobs (``jobs/tracker``), over this manager's pipeline."""
+        from .jobs.tracker import JobTracker
+
         return JobTracker(self._pipeline)
 
     def create(self, device_id: str, state: dict, *, sections: dict | None = None,

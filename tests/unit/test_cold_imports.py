@@ -12,10 +12,12 @@ import sys
 import functions.api.handler
 UNUSED = ("jsonpatch", "difflib", "aws_xray_sdk", "asyncio", "aws_lambda_powertools.event_handler.appsync",
           "aws_lambda_powertools.utilities.data_classes.sqs_event")
-# What only a listing, a fleet query, a reindex or a lease request uses.
+# What only a listing, a fleet query, a reindex, a lease or a job request uses.
 UNTIL_USED = ("functions.device_state.fleet.query", "functions.device_state.fleet.rql",
               "functions.device_state.fleet.listing", "functions.device_state.fleet.reindex",
-              "functions.device_state.leases.queue", "functions.device_state.leases.handle")
+              "functions.device_state.leases.queue", "functions.device_state.leases.handle",
+              "functions.device_state.jobs.runner", "functions.device_state.jobs.service",
+              "functions.device_state.jobs.store", "functions.device_state.jobs.tracker")
 print(sorted(name for name in UNUSED + UNTIL_USED if name in sys.modules))
 from functions.device_state import JsonPatch
 print(JsonPatch([{"op": "increment", "path": "/n", "value": 2}, {"op": "test", "path": "/n", "value": 3}])({"n": 1}))
@@ -26,6 +28,8 @@ print(SQSEvent.__module__, AppSyncResolver.__module__)
 from functions.device_state import Lease, LeaseGrant, leases
 from functions.device_state.fleet import rql
 print(Lease.__module__, LeaseGrant.__module__, leases.parse_lease_id.__module__, rql.MAX_FILTER_CHARS)
+from functions.device_state.jobs import JobRunner, JobTracker
+print(JobRunner.__module__, JobTracker.__module__)
 """
 
 
@@ -40,6 +44,7 @@ def test_handler_import_leaves_unused_modules_until_used():
                         "aws_lambda_powertools.event_handler.appsync")
     assert lines[4] == ("functions.device_state.leases.handle functions.device_state.leases.queue "
                         "functions.device_state.leases.queue 4096")
+    assert lines[5] == "functions.device_state.jobs.runner functions.device_state.jobs.tracker"
 
 
 _COLLECTIONS = """

@@ -13,10 +13,9 @@ from ..write.outcomes import Refusals
 from ..write.pipeline import WritePipeline
 from . import items
 from .items import PAGE_SIZE, Execution, Head
-from .spec import CANCELED, IN_PROGRESS, QUEUED, parse
+from .spec import CANCELED, IN_PROGRESS, MAX_LIMIT, QUEUED, parse
 from .store import JobStore
 
-MAX_LIMIT = 100
 POLL_SECONDS = 0.5  # a waiting read looks at the job's counts this often
 _KEY, _JOB = "key", "job"
 

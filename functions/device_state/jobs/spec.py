@@ -36,6 +36,7 @@ MAX_ABORT_CRITERIA = 5
 MAX_MIN_EXECUTED = 1_000_000
 MAX_JOB_SECONDS = 30 * 24 * 60 * 60  # endsAt: at most this far ahead (the default)
 MAX_TIMEOUT_SECONDS = 30 * 24 * 60 * 60
+MAX_LIMIT = 100  # jobs, or one job's executions, on a listed page
 # How long after its write an execution is tracked when neither timeoutSeconds nor expiresIn
 # says: unconfirmed by then, it is TIMED_OUT.
 DEFAULT_WINDOW_SECONDS = 7 * 24 * 60 * 60
