@@ -360,6 +360,27 @@ def test_a_paced_job_keeps_its_rate_and_a_cancel_stops_queuing_then_force_remove
     assert rig.jobs.head("j1").record.status == "CANCELED"
 
 
+def test_a_cancel_ends_a_batch_of_four_pages_within_a_second_and_what_it_left_is_canceled(rig):
+    ids = rig.devices(400)
+    rig.job(deviceIds=ids, timeoutSeconds=600)
+    slow = Slow(dynamodb_client(rig.dynamodb_local.endpoint, "us-east-1"), 0.1)  # 16 writers: about 160 a second
+    runner = rig.runner(slow)
+    worker = threading.Thread(target=lambda: runner.run("j1", 30))
+    worker.start()
+    deadline = time.monotonic() + 20
+    while slow.job_writes < 50:  # the batch (all four pages) is being written
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    rig.manager.jobs().cancel("j1")
+    canceled_at = slow.job_writes
+    worker.join()
+    versions, _ = rig.versions(ids)
+    written = sum(version == 2 for version in versions.values())
+    assert written < canceled_at + 16 * 15  # within about a second of the cancel (16 writers, 0.1 s each)
+    counts = rig.counts_agree_with_executions()
+    assert counts["IN_PROGRESS"] == written and counts["CANCELED"] == 400 - written and counts["QUEUED"] == 0
+
+
 def test_an_abort_criterion_met_stops_the_job_and_cancels_what_is_queued(rig):
     ids = rig.devices(250)
     full = {f"other{number}": {"N": str(job_marks.pack(int(time.time() * 1000) + 600_000, 1))} for number in range(10)}

@@ -212,8 +212,10 @@ class JobRunner:
         a count of the queued would have counted it again."""
         spec, run = head.record.spec, head.run
         pages = self._read_batch(spec, run)
-        unrecorded = [device_id for page, index, device_id in _inside(pages, run.batch) if not page.writes[index]]
-        states = self._store.batch_get_states(unrecorded) if unrecorded else {}
+        states = {}
+        for page in pages:  # a page's devices at a time: a batch read takes up to 100
+            unrecorded = [device_id for _, index, device_id in _inside([page], run.batch) if not page.writes[index]]
+            states.update(self._store.batch_get_states(unrecorded) if unrecorded else {})
         recorded, canceled = {}, []
         now_ms = int(self._runtime.clock() * 1000)
         for page, index, device_id in _inside(pages, run.batch):
