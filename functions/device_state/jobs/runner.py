@@ -402,10 +402,13 @@ class JobRunner:
         self._move_past(head, pages, recorded)
 
     def _record(self, spec: JobSpec, pages: list[Page], recorded: dict) -> None:
-        """``recorded`` ((page number, index) -> packed write) on each page."""
-        for page in pages:
+        """``recorded`` ((page number, index) -> packed write) on each page, the pages side by side."""
+        def record(page):
             self._jobs.record_page(spec.job_id, page.number, {index: packed for (number, index), packed
                                                               in recorded.items() if number == page.number})
+
+        with ThreadPoolExecutor(max_workers=len(pages) or 1) as pool:
+            list(pool.map(record, pages))
 
     def _target_beside(self, head: Head, pages: int, finished: threading.Event) -> None:
         """Up to ``pages`` target pages found beside a batch's writes, none begun once they are
