@@ -220,11 +220,12 @@ def include_metadata(request: Request) -> bool:
     return "include" in request.query
 
 
-def idempotency_key(request: Request, scope: str | None = None) -> IdempotencyKey | None:
+def idempotency_key(request: Request, scope: str | None = None, *query: str) -> IdempotencyKey | None:
     """The request's Idempotency-Key, scoped to the method and the caller (the device scopes
     it too: a key one caller used never replays its answer to another) and fingerprinted by
-    everything that makes two requests the same request. The path is taken decoded:
-    ``lamp%2D1`` and ``lamp-1`` name the same device."""
+    everything that makes two requests the same request (``query``: what of the route's query
+    does, as ``name=value``). The path is taken decoded: ``lamp%2D1`` and ``lamp-1`` name the
+    same device."""
     raw = request.headers.get(parse.IDEMPOTENCY_KEY)
     if raw is None:
         return None
@@ -237,6 +238,7 @@ def idempotency_key(request: Request, scope: str | None = None) -> IdempotencyKe
         parse.list_header(event, parse.IF_NONE_MATCH),
         # none: the fingerprint it always had
         *([f"expiresIn={options.expires_in}", f"clearOnConfirm={options.clear_on_confirm}"] if options else []),
+        *query,
     ))
 
 

@@ -94,7 +94,11 @@ def list_executions(request: Request) -> Response:
 
 @route(router, "cancelJob")
 def cancel_job(request: Request) -> Response:
-    head = manager().jobs().cancel(request.path["job_id"], request.query["force"])
+    force = request.query["force"]
+    head, replayed = manager().jobs().cancel(request.path["job_id"], force,
+                                             idempotency_key(request, "jobs", f"force={force}"))
+    if replayed:
+        return _job(head, headers={IDEMPOTENT_REPLAYED: "true"})
     _start_runner(head.record.spec.job_id)
     return _job(head)
 
@@ -102,5 +106,6 @@ def cancel_job(request: Request) -> Response:
 @route(router, "listDeviceJobs", reads_holder=True)
 def device_jobs(request: Request) -> Response:
     device_id = request.path["device_id"]
-    return json_response({"items": manager().jobs().device_jobs(device_id, own_holder(request, device_id)),
-                          "nextCursor": None})
+    found, cursor = manager().jobs().device_jobs(device_id, own_holder(request, device_id),
+                                                 request.query["limit"], request.query.get("cursor"))
+    return json_response({"items": found, "nextCursor": cursor})

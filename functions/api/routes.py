@@ -623,9 +623,10 @@ ROUTES: tuple[Route, ...] = (
         "(403 certificate-required); no token outlives that bound. A token names a device that exists when it is "
         "issued.")),
     Route(("GET", "HEAD"), "/devices/<device_id>/jobs", "listDeviceJobs", (READ, _resource()), {
-        "200": Answer("The jobs whose write reached the device, each with the device's execution", "DeviceJobs"),
+        "200": Answer("A page of the jobs whose write reached the device, by job id, each with the device's "
+                      "execution", "DeviceJobs"),
         **COMMON,
-    }, description=(
+    }, query=(JOB_LIMIT, JOB_CURSOR), description=(
         "Each job whose desired write reached the device, while the device keeps its mark (until a day after the "
         "execution's deadline). A device may read its own.")),
     Route(("POST",), "/jobs", "createJob", (WRITE, JOBS), {
@@ -650,11 +651,14 @@ ROUTES: tuple[Route, ...] = (
         "404": "No such job", **COMMON,
     }, query=(Param("state", {"type": "string", "enum": list(jobs.EXECUTION_STATES)}), JOB_LIMIT, JOB_CURSOR)),
     Route(("POST",), "/jobs/<job_id>/cancel", "cancelJob", (WRITE, JOBS), {
-        "200": Answer("The job, canceled", "Job", ("ETag",)), "404": "No such job",
-        "409": "The job has ended (job-ended)", **COMMON,
+        "200": Answer("The job, canceled", "Job", ("ETag", "Idempotent-Replayed")), "404": "No such job",
+        "409": "The job has ended (job-ended)", "422": REUSED, **COMMON, "504": None,
     }, query=(Param("force", {"type": "boolean", "default": False},
                     "Also remove the job's leaves from devices still in progress where the job still owns them"),),
-        description="Stops queuing: queued executions are CANCELED, never written."),
+        headers=(IDEMPOTENCY_KEY,), description=(
+        "Stops queuing: queued executions are CANCELED, never written. With an Idempotency-Key, the same request "
+        "sent again (after a lost answer or a 504) answers the job again with Idempotent-Replayed: true, rather than "
+        "409 job-ended.")),
     *IDENTITY_ROUTES,
     Route(("POST",), "/transactions", "runTransaction", EachOperation(), {
         "200": Answer("Applied: the devices in order (null for a delete)", "TransactionResult",

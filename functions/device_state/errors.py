@@ -264,7 +264,7 @@ class IdempotencyKeyReused(DeviceStateError):
     """The idempotency key was used before for a different request."""
 
     def __init__(self, device_id: str | None, key: str):
-        where = f"on device {device_id!r}" if device_id is not None else "(a job's creation)"
+        where = f"on device {device_id!r}" if device_id is not None else "on jobs"
         super().__init__(f"idempotency key {key!r} was used for a different request {where}")
         self.device_id = device_id
         self.key = key

@@ -8,7 +8,8 @@ follow naming its device; a lease heartbeats past its ttl and says when it was e
 problem types of real refusals; the package README's app example as written. Jobs: a job whose
 answer is lost is created once under its key (twice by a naive resend without one), followed by
 long-polls on its ETag to its end, its executions read, a cancel whose answer is lost answers
-the canceled job (a naive resend is told job-ended), and their refusals as their problem types."""
+the canceled job when sent again under its key (a naive resend is told job-ended), and their
+refusals as their problem types."""
 
 from __future__ import annotations
 
@@ -387,6 +388,8 @@ def test_a_cancel_whose_answer_is_lost_answers_the_canceled_job_where_a_naive_re
         else:
             assert _naive_send(proxy.port, "POST", f"/jobs/{job_id}/cancel", None, "application/json") == 409
         assert len(proxy.keys) == 2  # the first cancel applied, its answer lost; sent again
+        if resent_by == "client":
+            assert proxy.keys[0] is not None and proxy.keys[1] == proxy.keys[0]  # under its key
     finally:
         proxy.close()
     assert client.job(job_id)["status"] == "CANCELED"

@@ -133,3 +133,36 @@ def test_callers_without_the_right_create_and_cancel_nothing(server):
     assert call(server, "GET", "/jobs/not-yours", headers=bearer(device="lamp-9"))[0] == 403
     assert call(server, "GET", "/devices/lamp-8/jobs", headers=bearer(device="lamp-9"))[0] == 403
     assert call(server, "GET", "/jobs/not-yours")[0] == 404
+
+
+def test_a_devices_jobs_are_paged_by_limit_and_a_signed_cursor(server):
+    job_ids = ["mine-a", "mine-b", "mine-c"]
+    for job_id in job_ids:
+        status, _, job = call(server, "POST", "/jobs", {"jobId": job_id, "deviceIds": ["lamp-11"],
+                                                        "desired": {job_id.replace("-", "_"): 1}})
+        assert status == 201, job
+    for job_id in job_ids:
+        wait_for(server, job_id, lambda job: job["counts"]["IN_PROGRESS"] == 1)
+    device = bearer(device="lamp-11")  # the device reads its own
+    for limit in (1, 2):
+        walked, pages, cursor = [], 0, None
+        while True:
+            query = f"?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
+            status, _, page = call(server, "GET", f"/devices/lamp-11/jobs{query}", headers=device)
+            assert status == 200 and 0 < len(page["items"]) <= limit, page
+            walked += [entry["jobId"] for entry in page["items"]]
+            pages, cursor = pages + 1, page["nextCursor"]
+            if cursor is None:
+                break
+        assert walked == job_ids and pages == -(-len(job_ids) // limit)
+    status, _, first = call(server, "GET", "/devices/lamp-11/jobs?limit=1", headers=device)
+    assert first["items"][0]["execution"] == {**first["items"][0]["execution"], "deviceId": "lamp-11",
+                                              "state": "IN_PROGRESS"}
+    cursor = first["nextCursor"]
+    tampered = cursor[:-1] + ("A" if cursor[-1] != "A" else "B")
+    for path in (f"/devices/lamp-11/jobs?cursor={tampered}", f"/devices/lamp-10/jobs?cursor={cursor}",
+                 f"/jobs?cursor={cursor}"):
+        status, _, problem = call(server, "GET", path)
+        assert status == 400 and problem["type"].endswith("invalid-cursor"), (path, problem)
+    status, _, whole = call(server, "GET", "/devices/lamp-11/jobs")
+    assert [entry["jobId"] for entry in whole["items"]] == job_ids and whole["nextCursor"] is None

@@ -302,3 +302,59 @@ def test_a_count_reads_a_bounded_number_of_index_entries_and_items_and_is_refuse
     queries = [request for operation, request in spy.requests if operation == "query"]
     assert queries and all(request["Limit"] == INDEX_PAGE for request in queries)
 
+
+
+class _IndexReads:
+    """A client that counts the index entries its queries of a global secondary index return."""
+
+    def __init__(self, client):
+        self._client, self.entries = client, 0
+
+    def __getattr__(self, name):
+        call = getattr(self._client, name)
+        if name != "query":
+            return call
+
+        def counted(**request):
+            answer = call(**request)
+            if "IndexName" in request:
+                self.entries += len(answer.get("Items", []))
+            return answer
+        return counted
+
+
+def test_a_page_of_a_value_many_devices_share_reads_about_twice_its_size_of_the_index(fleet_table):
+    """1,700 devices at one site: each of the 16 shards holds more than a page. A page of 100
+    reads a share of it from each shard (twice an even share), not 100 from each (1,600), and
+    the walk still finds each device once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from functions.device_state.fleet.cursors import CursorSeal
+    from functions.device_state.fleet.query import FleetQuery
+
+    client, name, manager = fleet_table
+    manager.create("site-0000", {"site": "porch"})
+    template = stored(client, name, "site-0000")
+    ids = [f"site-{number:04d}" for number in range(1700)]
+
+    def put(chunk):
+        pending = []
+        for device_id in chunk:
+            item = {**template, table.PARTITION_KEY: {"S": device_id}}
+            item.update(FLEET.attributes(device_id, {"state": {"site": "porch"}})[0])
+            pending.append({"PutRequest": {"Item": item}})
+        while pending:
+            pending = client.batch_write_item(RequestItems={name: pending}).get("UnprocessedItems", {}).get(name, [])
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(put, [ids[start:start + 25] for start in range(1, len(ids), 25)]))
+    reads = _IndexReads(client)
+    query = FleetQuery(Store(reads, name), FLEET, time.time, CursorSeal())
+    found, cursor = query.page_items('eq(state/site,"porch")', 100)
+    assert len(found) == 100 and reads.entries <= 250, reads.entries
+    walked = [item[table.PARTITION_KEY]["S"] for item in found]
+    while cursor:
+        found, cursor = query.page_items('eq(state/site,"porch")', 100, cursor)
+        walked += [item[table.PARTITION_KEY]["S"] for item in found]
+    assert sorted(walked) == ids
+    assert reads.entries <= 3 * len(ids), reads.entries  # the whole walk: about twice the index, not 16 times

@@ -34,10 +34,11 @@ pytestmark = pytest.mark.dynamodb_local
 
 
 class Slow:
-    """A DynamoDB client whose UpdateItems take ``delay`` longer (a runner that falls behind)."""
+    """A DynamoDB client whose UpdateItems (``job_writes_only``: the job's writes) take ``delay``
+    longer (a runner that falls behind)."""
 
-    def __init__(self, client, delay: float):
-        self._client, self._delay = client, delay
+    def __init__(self, client, delay: float, job_writes_only: bool = False):
+        self._client, self._delay, self._job_writes_only = client, delay, job_writes_only
         self.job_writes = 0  # the job's writes this client sent (its mark in the request)
 
     def __getattr__(self, name):
@@ -46,8 +47,10 @@ class Slow:
             return call
 
         def slowed(**request):
-            time.sleep(self._delay)
-            self.job_writes += "j1" in str(request.get("ExpressionAttributeNames", {}).values())
+            job_write = "j1" in str(request.get("ExpressionAttributeNames", {}).values())
+            if job_write or not self._job_writes_only:
+                time.sleep(self._delay)
+            self.job_writes += job_write
             return call(**request)
         return slowed
 
@@ -205,10 +208,13 @@ def test_a_runner_cut_off_mid_page_and_another_that_finishes_write_each_device_o
 
 
 def test_two_runners_whose_leases_lapse_write_each_device_once(rig):
-    ids = rig.devices(300)
+    ids = rig.devices(200)
     rig.job(deviceIds=ids, timeoutSeconds=1)
-    clients = [Slow(dynamodb_client(rig.dynamodb_local.endpoint, "us-east-1"), 0.01) for _ in range(2)]
-    runners = [rig.runner(client, lease_seconds=0.2, concurrency=4) for client in clients]
+    # a runner's writes outlast its lease (it starts none in its last third): it lapses with them in
+    # flight, and the other runner takes the batch up and writes the same devices beside them
+    clients = [Slow(dynamodb_client(rig.dynamodb_local.endpoint, "us-east-1"), 1.5, job_writes_only=True)
+               for _ in range(2)]
+    runners = [rig.runner(client, lease_seconds=1.0, concurrency=32) for client in clients]
     errors = []
 
     def work(runner):
@@ -224,9 +230,53 @@ def test_two_runners_whose_leases_lapse_write_each_device_once(rig):
         thread.join()
     assert not errors, errors
     assert all(client.job_writes >= 30 for client in clients), [client.job_writes for client in clients]
+    assert sum(client.job_writes for client in clients) > 200  # some devices were sent the job's write twice
     versions, _ = rig.versions(ids)
-    assert Counter(versions.values()) == {2: 300}
-    assert rig.counts_agree_with_executions()["TIMED_OUT"] == 300
+    assert Counter(versions.values()) == {2: 200}
+    assert rig.counts_agree_with_executions()["TIMED_OUT"] == 200
+
+
+def test_a_write_landing_after_a_lapsed_runners_batch_was_canceled_is_counted_once(rig):
+    """A runner stalls mid-batch past its lease; the job is canceled and the next runner takes the
+    stop up, finding the stalled writes on no device; then they land, and a device confirms one.
+    Each device still gets the job's write once, the stalled runner starts no write after its
+    lease, and each execution is counted once, CANCELED: the counts are those listed."""
+    ids = rig.devices(12)
+    rig.job(deviceIds=ids, timeoutSeconds=600)
+    forwarder, stalled, released = rig.forwarder(), threading.Event(), threading.Event()
+
+    def stall_the_sixth(body):  # the forwarder holds every request while this waits: the runner stalls
+        if b'"d0005"' in body and b"j1" in body and not stalled.is_set():
+            stalled.set()
+            released.wait(30)
+        return False
+
+    forwarder.lose("UpdateItem", when=stall_the_sixth)
+    lapsing = rig.runner(dynamodb_client(forwarder.endpoint, "us-east-1"), lease_seconds=1, concurrency=2)
+    progress = []
+    worker = threading.Thread(target=lambda: progress.append(lapsing.run("j1", 20)))
+    worker.start()
+    try:
+        assert stalled.wait(20)
+        rig.manager.jobs().cancel("j1")
+        time.sleep(1.5)  # its lease lapses
+        assert rig.runner().run("j1", 10).status == IDLE  # the stop taken up: the stalled writes found nowhere
+    finally:
+        released.set()
+        worker.join(30)
+    assert progress and progress[0].status == HELD  # its late writes landed; the job was no longer its own
+    versions, found = rig.versions(ids)
+    assert max(versions.values()) == 2 and job_marks.mark_of(found["d0005"], "j1") is not None  # landed late, once
+    assert sum(version == 2 for version in versions.values()) <= 5 + 2  # after the stall: only what was in flight
+    before = rig.pipeline.store.get_state("d0005")
+    rig.manager.as_device("d0005").update_with_retry("d0005", MergePatch({"mode": "eco"}), section="reported")
+    tracker = rig.manager.job_tracker()  # what the stream processor does with the confirming report
+    tracker.see(before, rig.pipeline.store.get_state("d0005"))
+    tracker.flush()
+    counts = rig.counts_agree_with_executions()
+    listed, _ = rig.manager.jobs().executions("j1", None, 100)
+    assert Counter(execution["state"] for execution in listed) == +Counter(counts)  # as listed, each once
+    assert {execution["deviceId"]: execution["state"] for execution in listed}["d0005"] == "CANCELED"
 
 
 def test_a_filter_job_targets_the_matching_devices_page_by_page(dynamodb_local):
@@ -315,6 +365,27 @@ def test_a_paced_job_keeps_its_rate_and_a_cancel_stops_queuing_then_force_remove
                for device_id in owned[1:])
     assert rig.counts_agree_with_executions()["CANCELED"] == 200 - 1
     assert rig.jobs.head("j1").record.status == "CANCELED"
+
+
+def test_a_cancel_ends_a_batch_of_four_pages_within_a_second_and_what_it_left_is_canceled(rig):
+    ids = rig.devices(400)
+    rig.job(deviceIds=ids, timeoutSeconds=600)
+    slow = Slow(dynamodb_client(rig.dynamodb_local.endpoint, "us-east-1"), 0.1)  # 16 writers: about 160 a second
+    runner = rig.runner(slow)
+    worker = threading.Thread(target=lambda: runner.run("j1", 30))
+    worker.start()
+    deadline = time.monotonic() + 20
+    while slow.job_writes < 50:  # the batch (all four pages) is being written
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    rig.manager.jobs().cancel("j1")
+    canceled_at = slow.job_writes
+    worker.join()
+    versions, _ = rig.versions(ids)
+    written = sum(version == 2 for version in versions.values())
+    assert written < canceled_at + 16 * 15  # within about a second of the cancel (16 writers, 0.1 s each)
+    counts = rig.counts_agree_with_executions()
+    assert counts["IN_PROGRESS"] == written and counts["CANCELED"] == 400 - written and counts["QUEUED"] == 0
 
 
 def test_an_abort_criterion_met_stops_the_job_and_cancels_what_is_queued(rig):

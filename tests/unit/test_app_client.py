@@ -2,8 +2,8 @@
 tests/unit/test_device_client.py: each write's shape and its Idempotency-Key, kept across
 retries after 429, 503 and 504 as Retry-After says; refusals typed by problem type and status
 with the problem's members; a lease's grant sent again only after answers that wrote nothing;
-pages read only as the caller reaches them; a job's cancel (no key: a resend that finds it
-canceled answers the job) and a job followed by long-polls on its ETag; exact numbers both ways; tokens from a command,
+pages read only as the caller reaches them; a job's cancel under its key and a job followed by
+long-polls on its ETag; exact numbers both ways; tokens from a command,
 renewed at 80 % of their life and after a 401. The real routes: tests/api/test_app_client.py."""
 
 from __future__ import annotations
@@ -151,19 +151,18 @@ JOB = {"jobId": "eco", "status": "CANCELED", "counts": {"QUEUED": 0, "CANCELED":
 ENDED = (409, {}, _problem(409, "job-ended", jobId="eco", jobStatus="CANCELED"))
 
 
-def test_a_cancel_goes_without_a_key_and_a_resend_finding_the_job_canceled_answers_the_job(scripted):
-    server = scripted((503, {"Retry-After": "0"}, _problem(503, "contention")), ENDED, (200, {}, JOB))
+def test_a_cancel_goes_under_a_key_kept_across_its_resends_and_job_ended_is_raised(scripted):
+    server = scripted((504, {"Retry-After": "0"}, _problem(504, "outcome-unknown")), (200, {}, JOB))
     assert _client(server).cancel_job("eco", force=True) == JOB
-    assert [(method, path, "Idempotency-Key" in headers) for method, path, headers, _, _ in server.requests] == [
-        ("POST", "/jobs/eco/cancel?force=true", False), ("POST", "/jobs/eco/cancel?force=true", False),
-        ("GET", "/jobs/eco", False)]
-    first = scripted(ENDED)  # the first answer: another caller canceled it
-    with pytest.raises(errors.JobEnded):
-        _client(first).cancel_job("eco")
-    completed = scripted((503, {"Retry-After": "0"}, _problem(503, "contention")),
-                         (409, {}, _problem(409, "job-ended", jobId="eco", jobStatus="COMPLETED")))
-    with pytest.raises(errors.JobEnded):  # it ended otherwise: not this cancel's doing
-        _client(completed).cancel_job("eco")
+    (method, path, first, body, _), (_, again_path, second, _, _) = server.requests
+    assert (method, path, again_path, body) == ("POST", "/jobs/eco/cancel?force=true", path, None)
+    assert first["Idempotency-Key"] and second["Idempotency-Key"] == first["Idempotency-Key"]
+    named = scripted((200, {}, JOB))
+    assert _client(named).cancel_job("eco", idempotency_key="mine") == JOB
+    assert [(path, headers["Idempotency-Key"]) for _, path, headers, _, _ in named.requests] == [
+        ("/jobs/eco/cancel", "mine")]
+    with pytest.raises(errors.JobEnded):  # the service's word, as it is: no reading of it
+        _client(scripted(ENDED)).cancel_job("eco")
 
 
 def test_following_a_job_long_polls_on_its_etag_and_ends_once_nothing_is_left_to_happen(scripted):

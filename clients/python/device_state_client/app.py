@@ -9,12 +9,11 @@ import threading
 import urllib.parse
 from typing import Iterator
 
-from .errors import ApiError, JobEnded, LeaseGone, NotFound
+from .errors import ApiError, LeaseGone, NotFound
 from .service import JSON_PATCH, MERGE_PATCH, NOTHING_WRITTEN, RETRIED_STATUSES, Service
 
 MAX_FOLLOWED = 100  # the WebSocket API's subscriptions per connection
 MAX_PAGE = 100  # the largest page GET /devices, the change feed and the jobs' listings give
-CANCELED = "CANCELED"  # a job's status once canceled
 
 
 def _quoted(device_id: str) -> str:
@@ -238,24 +237,13 @@ class AppClient(Service):
         "reason"?}``), only those in ``state``, one at a time; at most ``limit``."""
         return _first(self.execution_pages(job_id, state, min(page_size, limit or page_size)), limit)
 
-    def cancel_job(self, job_id: str, force: bool = False) -> dict:
+    def cancel_job(self, job_id: str, force: bool = False, *, idempotency_key: str | None = None) -> dict:
         """``POST /jobs/{id}/cancel``: stops queuing (what is queued is ``CANCELED``); ``force``
         also takes the job's leaves back from the devices still in progress. ``JobEnded`` when
-        the job had ended. The route takes no Idempotency-Key: a cancel sent again after its
-        answer was lost (or a 5xx) that finds the job ``CANCELED`` answers the job, canceled
-        (by this call, or by another at the same time), instead of ``JobEnded``."""
-        sends = []
-
-        def send():
-            sends.append(None)
-            return self.request("POST", f"{_job_path(job_id)}/cancel" + _query(force="true" if force else None))
-
-        try:
-            return self.retried(send)
-        except JobEnded as ended:
-            if len(sends) > 1 and ended.job_status == CANCELED:
-                return self.job(job_id)
-            raise
+        the job had ended. Sent again under its key after a lost answer, it answers the job
+        canceled by its first copy."""
+        return self._write("POST", f"{_job_path(job_id)}/cancel" + _query(force="true" if force else None),
+                           idempotency_key=idempotency_key)
 
     def follow_job(self, job_id: str, wait_seconds: int = 20) -> Iterator[dict]:
         """The job as it is now, then again each time its status, a count or its total changes

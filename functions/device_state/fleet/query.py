@@ -249,13 +249,18 @@ class FleetQuery:
 
     def _round(self, scan: Scan, positions: list, need: int, descending: bool) -> list[tuple[str, object]]:
         """Up to ``need`` index entries of ``scan`` after ``positions`` (per shard), merged
-        in index order; ``positions`` moves past what is returned."""
+        in index order; ``positions`` moves past what is returned. Each shard is read for a
+        share of ``need`` (twice its even share), not all of it: what the shards read holds
+        every entry up to the nearest of their last ones, so the merge stops there (a round may
+        then return fewer), where reading ``need`` from each of 16 shards read 16 times what a
+        round returns."""
         live = [shard for shard in range(SHARDS) if positions[shard] != _DONE]
+        share = min(need, 2 * -(-need // max(len(live), 1)))
 
         def read(shard):
             expr = Expression()
             request = {"IndexName": scan.field.index_name, "KeyConditionExpression": scan.key_condition(expr, shard),
-                       "Limit": need, "ScanIndexForward": not descending, **expr.attributes()}
+                       "Limit": share, "ScanIndexForward": not descending, **expr.attributes()}
             if positions[shard] is not None:
                 request["ExclusiveStartKey"] = _start_key(scan.field, shard, positions[shard])
             try:
@@ -269,7 +274,12 @@ class FleetQuery:
         with ThreadPoolExecutor(max_workers=len(live) or 1) as pool:
             pages = list(pool.map(read, live))
         key = (lambda entry: _order_key(entry[1]))
-        merged = list(heapq.merge(*(entries for _, entries, _ in pages), key=key, reverse=descending))[:need]
+        merged = list(heapq.merge(*(entries for _, entries, _ in pages), key=key, reverse=descending))
+        unread = [key(entries[-1]) for _, entries, exhausted in pages if not exhausted and entries]
+        if unread:  # a shard not read to its end may hold entries after its last one read: none before
+            nearest = max(unread) if descending else min(unread)
+            merged = [entry for entry in merged if (key(entry) >= nearest if descending else key(entry) <= nearest)]
+        merged = merged[:need]
         for shard, entries, exhausted in pages:
             taken = [entry for entry in merged if entry[2] == shard]
             if taken:

@@ -7,18 +7,21 @@ reads the job's head (job, run, counters: one query) and does the one thing due 
 
 - a stop: ``endsAt`` passed or an abort criterion is met (the job ``ABORTED``); once a stop is
   asked (those, or a cancel), a batch a runner claimed and never recorded is found on the devices
-  (their marks), then what is still queued is counted ``CANCELED``, once, never written; a
-  forced cancel then removes the job's leaves where the job still owns them;
+  (their marks), what of it is on none is ``CANCELED``, then what is still queued is counted
+  ``CANCELED``, once, never written; a forced cancel then removes the job's leaves where the job
+  still owns them;
 - a listed job's devices checked first: one that does not exist is ``REMOVED`` at once;
-- targeting: the next page of the fleet query becomes a target page (while fewer than two pages
-  wait to be written); a continuous job queries again every ``requery_seconds`` once every
-  target is written, adding the devices that match now and hold no execution of the job;
-- writing: the next devices of a page are claimed on the run item (``batch``, and ``sent``, which
-  the rollout counts), written side by side, recorded on their page, and the run moves past
-  them with its count of those written, on condition that the batch is still the one claimed
-  (a late or second copy changes nothing). A paced job's write ``j`` goes no earlier than
-  ``60 j / maxPerMinute`` seconds after its first, so at no moment more than
-  ``maxPerMinute × elapsed / 60 + 1`` were sent. A device whose write's outcome is not known
+- targeting: the next page of the fleet query becomes a target page when none waits to be
+  written, and beside each batch's writes while fewer than two batches' worth wait; a continuous
+  job queries again every ``requery_seconds`` once every target is written, adding the devices
+  that match now and hold no execution of the job;
+- writing: the next devices (the rest of a page, or up to ``BATCH_PAGES`` pages in a job with no
+  rollout nor abort criteria) are claimed on the run item (``batch``, and ``sent``, which the
+  rollout counts), written side by side (none begun once a stop is seen, or the lease nears its
+  end), recorded on their pages, and the run moves past them with its count of those written,
+  on condition that the batch is still the one claimed (a late or second copy changes nothing).
+  A paced job's write ``j`` goes no earlier than ``60 j / maxPerMinute`` seconds after its
+  first, so at no moment more than ``maxPerMinute × elapsed / 60 + 1`` were sent. A device whose write's outcome is not known
   keeps the batch claimed: the next step writes it again (its mark answers if it landed);
 - sweeping: written executions whose deadline passed unconfirmed are judged on their device's item
   (``TIMED_OUT``, or what the item shows if the stream has not told it yet);
@@ -31,7 +34,7 @@ import logging
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import (
     AnswerLost,
@@ -64,9 +67,10 @@ logger = logging.getLogger("device_state.jobs")
 
 LEASE_SECONDS = 30  # renewed at every change of the run; a runner that stops renewing loses it after this
 BATCH_SECONDS = 10  # a paced batch claims what the rollout allows over this long
-STOP_POLL_SECONDS = 1.0  # how often a paced batch looks for a stop
+STOP_POLL_SECONDS = 1.0  # how often a batch being written looks for a stop
 IDLE_AFTER_SECONDS = 30  # a paced job whose next write is further off than this waits for the schedule
 DEFAULT_CONCURRENCY = 16
+BATCH_PAGES = 4  # a batch of a job with no rollout nor abort criteria: so many target pages (writers seldom idle)
 DEFAULT_REQUERY_SECONDS = 60
 DONE, IDLE, BUSY, HELD = "done", "idle", "busy", "held"
 
@@ -145,11 +149,12 @@ class JobRunner:
             self._check_listed(head)
             return None
         written_all = run.at >= run.pages * PAGE_SIZE
-        if run.stop is None and not run.targeted and run.pages * PAGE_SIZE - run.at < 2 * PAGE_SIZE:
-            self._target_page(head)
-            return None
         if run.stop is None and not written_all:
             wait = self._claim(head)
+            if isinstance(wait, tuple):  # claimed: written now, from what the claim set
+                claimed, pages = wait
+                self._write_batch(claimed, writes, pages)
+                return None
             if wait is None:
                 return None
             if wait > IDLE_AFTER_SECONDS:
@@ -201,22 +206,30 @@ class JobRunner:
 
     def _reconcile(self, head: Head) -> None:
         """A stop found a batch claimed and not recorded: what of it reached the devices (their
-        marks) is recorded as written; the rest stays queued, to be canceled."""
+        marks) is recorded as written; the rest is CANCELED, each execution final on its own. A
+        runner that claimed the batch and stalled past its lease may still land a write there
+        later: that execution stays CANCELED (its device's later reports count for nothing), where
+        a count of the queued would have counted it again."""
         spec, run = head.record.spec, head.run
-        first, end = run.batch
-        page = self._jobs.page(spec.job_id, first // PAGE_SIZE)
-        inside = [(index, device_id) for index, device_id in enumerate(page.ids)
-                  if first <= page.position(index) < end]
-        unrecorded = [device_id for index, device_id in inside if not page.writes[index]]
-        states = self._store.batch_get_states(unrecorded) if unrecorded else {}
-        recorded = {}
-        for index, device_id in inside:
-            mark = None if page.writes[index] else job_marks.mark_of(states.get(device_id), spec.job_id)
+        pages = self._read_batch(spec, run)
+        states = {}
+        for page in pages:  # a page's devices at a time: a batch read takes up to 100
+            unrecorded = [device_id for _, index, device_id in _inside([page], run.batch) if not page.writes[index]]
+            states.update(self._store.batch_get_states(unrecorded) if unrecorded else {})
+        recorded, canceled = {}, []
+        now_ms = int(self._runtime.clock() * 1000)
+        for page, index, device_id in _inside(pages, run.batch):
+            if page.writes[index]:
+                continue
+            mark = job_marks.mark_of(states.get(device_id), spec.job_id)
             if mark is not None:
                 version, deadline_ms = mark
-                recorded[index] = items.pack_write(deadline_ms - spec.window_seconds * 1000, version)
-        self._jobs.record_page(spec.job_id, page.number, recorded)
-        self._move_past(head, page, recorded)
+                recorded[(page.number, index)] = items.pack_write(deadline_ms - spec.window_seconds * 1000, version)
+            else:
+                canceled.append(Final(device_id, Verdict(CANCELED, now_ms)))
+        self._record(spec, pages, recorded)
+        self._finals.record(spec.job_id, items.retire_at(spec), canceled)
+        self._move_past(head, pages, recorded)
 
     def _cancel_queued(self, head: Head) -> None:
         queued = head.counts_by_state[QUEUED]
@@ -275,14 +288,15 @@ class JobRunner:
 
     # ---------------------------------------------------------- targeting
 
-    def _target_page(self, head: Head) -> None:
-        """The next page of matching devices, those the job has not written nor finished."""
+    def _target_page(self, head: Head) -> Head:
+        """The next page of matching devices, those the job has not written nor finished; the
+        head as it left the run (its pages, cursor, whether targeting reached the end)."""
         spec, run = head.record.spec, head.run
         try:
             found, cursor = self._query.page_items(spec.filter, PAGE_SIZE, run.query_cursor)
         except IndexBuilding:
             self._runtime.sleep(1.0)
-            return
+            return head
         except (InvalidCursor, InvalidFilter) as error:  # the declaration changed under the job
             logger.warning("job %s: targeting stopped: %s", spec.job_id, error)
             found, cursor = [], None
@@ -291,20 +305,30 @@ class JobRunner:
             final = self._jobs.final_devices(spec.job_id, ids)
             ids = [device_id for device_id in ids if device_id not in final]
         self._jobs.add_page(spec.job_id, self.owner, run.pages, ids, cursor, items.retire_at(spec))
+        targeted = replace(run, pages=run.pages + 1 if ids else run.pages, total=run.total + len(ids),
+                           query_cursor=cursor, targeted=cursor is None)
+        return replace(head, run=targeted)
 
     # ------------------------------------------------------------ writes
 
-    def _claim(self, head: Head) -> float | None:
-        """Claims the next devices of the page being written; None when it did (or moved past a
-        page's end), else the seconds until the rollout allows the next write."""
+    def _claim(self, head: Head) -> tuple[Head, list[Page]] | float | None:
+        """Claims the next devices to write: the rest of the page being written and, in a job with
+        no rollout and no abort criteria, of the pages after it up to ``BATCH_PAGES`` (a batch
+        ending at a page's end ends at the next page's start). (The head as the claim left it,
+        the pages) when it claimed; None when it moved past pages' ends; else the seconds until
+        the rollout allows the next write."""
         spec, run = head.record.spec, head.run
-        page = self._jobs.page(spec.job_id, run.at // PAGE_SIZE)
-        index = run.at % PAGE_SIZE
-        if page is None or index >= len(page.ids):  # on to the next page
-            self._jobs.update_run(spec.job_id, self.owner, sets={items.AT: (run.at // PAGE_SIZE + 1) * PAGE_SIZE},
-                                  conditions={items.AT: run.at}, absent=(items.BATCH,), lease_seconds=self.lease_seconds)
+        first_page = run.at // PAGE_SIZE
+        last_page = min(run.pages, first_page + _pages_per_batch(spec)) - 1
+        pages = self._jobs.pages(spec.job_id, first_page, last_page)
+        positions = [position for page in pages for position in map(page.position, range(len(page.ids)))
+                     if position >= run.at]
+        boundary = (last_page + 1) * PAGE_SIZE
+        if not positions:  # on to the next page
+            self._jobs.update_run(spec.job_id, self.owner, sets={items.AT: boundary}, conditions={items.AT: run.at},
+                                  absent=(items.BATCH,), lease_seconds=self.lease_seconds)
             return None
-        count = len(page.ids) - index
+        count = len(positions)
         now = self._runtime.clock()
         started = run.started_ms / 1000 if run.sent else now
         if spec.max_per_minute is not None:
@@ -313,72 +337,113 @@ class JobRunner:
             if allowed <= 0:
                 return started + 60 * run.sent / spec.max_per_minute - now
             count = min(count, allowed)
-        self._jobs.update_run(spec.job_id, self.owner,
-                              sets={items.BATCH: (run.at, run.at + count), items.STARTED: int(started * 1000)},
+        until_ms = int((now + self._batch_lease(spec)) * 1000)  # at most the lease the claim sets
+        batch = (run.at, boundary if count == len(positions) else positions[count - 1] + 1)
+        started_ms = int(started * 1000)
+        self._jobs.update_run(spec.job_id, self.owner, sets={items.BATCH: batch, items.STARTED: started_ms},
                               adds={items.SENT: count}, conditions={items.AT: run.at},
                               absent=(items.BATCH, items.STOP), lease_seconds=self._batch_lease(spec))
-        return None
+        claimed = replace(run, batch=batch, started_ms=started_ms, sent=run.sent + count, until_ms=until_ms)
+        return replace(head, run=claimed), pages
 
-    def _write_batch(self, head: Head, writes: JobWrites) -> None:
+    def _read_batch(self, spec: JobSpec, run) -> list[Page]:
+        """The pages of the claimed batch (one query)."""
+        first, end = run.batch
+        return self._jobs.pages(spec.job_id, first // PAGE_SIZE, (end - 1) // PAGE_SIZE)
+
+    def _write_batch(self, head: Head, writes: JobWrites, pages: list[Page] | None = None) -> None:
         """Writes the claimed devices not recorded yet (each once: one written already answers
-        with its version), records them on their page, then moves the run past the batch once
-        every one is known."""
+        with its version), records them on their pages (``pages``, when the caller read them),
+        then moves the run past the batch once every one is known. The job's next target pages
+        are found meanwhile, while fewer than two batches' worth would wait after this one."""
         spec, run = head.record.spec, head.run
         first, end = run.batch
-        page = self._jobs.page(spec.job_id, first // PAGE_SIZE)
-        entries = [(index, device_id) for index, device_id in enumerate(page.ids)
-                   if first <= page.position(index) < end and not page.writes[index]]
+        pages = pages if pages is not None else self._read_batch(spec, run)
+        entries = [(page, index, device_id) for page, index, device_id in _inside(pages, run.batch)
+                   if not page.writes[index]]
         if spec.filter is None:  # a listed device found missing at the start is final already
-            final = self._jobs.final_devices(spec.job_id, [device_id for _, device_id in entries])
-            entries = [(index, device_id) for index, device_id in entries if device_id not in final]
-        sent_before = run.sent - (end - first)
+            final = self._jobs.final_devices(spec.job_id, [device_id for _, _, device_id in entries])
+            entries = [entry for entry in entries if entry[2] not in final]
+        sent_before = run.sent - sum(1 for _ in _inside(pages, run.batch))  # (a paced batch's are in a row)
         started = run.started_ms / 1000
         stopped, finished = threading.Event(), threading.Event()
-        if spec.max_per_minute is not None:
-            threading.Thread(target=self._watch_stop, args=(spec.job_id, stopped, finished), daemon=True).start()
+        # no write starts once the lease is about to lapse: another runner may take the job up then
+        lease_end = run.until_ms / 1000 - self.lease_seconds / 3
+        threading.Thread(target=self._watch_stop, args=(spec.job_id, stopped, finished), daemon=True).start()
+        targeting = None
+        wanted = 2 * _pages_per_batch(spec) - (run.pages - end // PAGE_SIZE)  # pages to find: two batches waiting
+        if run.stop is None and not run.targeted and wanted > 0:
+            targeting = threading.Thread(target=self._target_beside, args=(head, wanted, finished), daemon=True)
+            targeting.start()
         try:
             with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
                 outcomes = list(pool.map(
-                    lambda entry: self._write_one(writes, spec, entry[1], started,
-                                                  sent_before + page.position(entry[0]) - first, stopped), entries))
+                    lambda entry: self._write_one(writes, spec, entry[2], started,
+                                                  sent_before + entry[0].position(entry[1]) - first, stopped,
+                                                  lease_end), entries))
         finally:
             finished.set()
+            if targeting is not None:
+                targeting.join()
         recorded, finals, unknown = {}, [], 0
-        for (index, device_id), (outcome, written_ms) in zip(entries, outcomes):
+        for (page, index, device_id), (outcome, written_ms) in zip(entries, outcomes):
             if outcome is not None and outcome.version:
-                recorded[index] = items.pack_write(written_ms, outcome.version)
+                recorded[(page.number, index)] = items.pack_write(written_ms, outcome.version)
             elif outcome is not None and outcome.final is not None:
                 finals.append(Final(device_id, outcome.final))
             else:
                 unknown += 1
-        self._jobs.record_page(spec.job_id, page.number, recorded)
+        self._record(spec, pages, recorded)
         if finals:
             self._finals.record(spec.job_id, items.retire_at(spec), finals)
         if unknown:  # written again at the next step (or found on the devices by a stop)
             self._jobs.update_run(spec.job_id, self.owner, lease_seconds=self._batch_lease(spec))
             return
-        self._move_past(head, page, recorded)
+        self._move_past(head, pages, recorded)
+
+    def _record(self, spec: JobSpec, pages: list[Page], recorded: dict) -> None:
+        """``recorded`` ((page number, index) -> packed write) on each page, the pages side by side."""
+        def record(page):
+            self._jobs.record_page(spec.job_id, page.number, {index: packed for (number, index), packed
+                                                              in recorded.items() if number == page.number})
+
+        with ThreadPoolExecutor(max_workers=len(pages) or 1) as pool:
+            list(pool.map(record, pages))
+
+    def _target_beside(self, head: Head, pages: int, finished: threading.Event) -> None:
+        """Up to ``pages`` target pages found beside a batch's writes, none begun once they are
+        ``finished``; whatever stops it, the next step finds on the run which pages were added,
+        and targets again if it must."""
+        try:
+            for _ in range(pages):
+                head = self._target_page(head)
+                if head.run.targeted or finished.is_set():
+                    return
+        except Exception as error:  # noqa: BLE001 - the next step decides
+            logger.warning("job %s: targeting beside the writes stopped (%s); the next step goes on",
+                           head.record.spec.job_id, error)
 
     def _batch_lease(self, spec: JobSpec) -> float:
         """The lease a batch is written under: a paced one waits its turns."""
         return self.lease_seconds + (BATCH_SECONDS if spec.max_per_minute is not None else 0)
 
-    def _move_past(self, head: Head, page: Page, recorded: dict) -> None:
+    def _move_past(self, head: Head, pages: list[Page], recorded: dict) -> None:
         first, end = head.run.batch
-        written = sum(1 for index, packed in enumerate(page.writes)
-                      if first <= page.position(index) < end and (packed or index in recorded))
+        written = sum(1 for page, index, _ in _inside(pages, head.run.batch)
+                      if page.writes[index] or (page.number, index) in recorded)
         self._jobs.update_run(head.record.spec.job_id, self.owner, sets={items.AT: end, items.BATCH: None},
                               adds={items.WRITTEN: written}, conditions={items.BATCH: (first, end)},
                               lease_seconds=self.lease_seconds)
 
     def _write_one(self, writes: JobWrites, spec: JobSpec, device_id: str, started: float, number: int,
-                   stopped: threading.Event) -> tuple[Outcome | None, int]:
-        """The device's write, no earlier than its turn in the rollout; None once a stop came."""
+                   stopped: threading.Event, lease_end: float) -> tuple[Outcome | None, int]:
+        """The device's write, no earlier than its turn in the rollout; None once a stop came or
+        the lease is near ``lease_end`` (the next step renews it, or finds the job another's)."""
         if spec.max_per_minute is not None:
             turn = started + 60 * number / spec.max_per_minute
             while not stopped.is_set() and self._runtime.clock() < turn:
                 stopped.wait(min(turn - self._runtime.clock(), STOP_POLL_SECONDS))
-        if stopped.is_set():
+        if stopped.is_set() or self._runtime.clock() >= lease_end:
             return None, 0
         outcome = writes.write(device_id)
         return outcome, int(self._runtime.clock() * 1000)
@@ -447,6 +512,21 @@ class JobRunner:
             if page.position(index) >= run.sweep and packed:
                 return items.unpack_write(packed)[1] + spec.window_seconds * 1000
         return int(self._runtime.clock() * 1000)  # unwritten entries to pass over: at once
+
+
+def _pages_per_batch(spec: JobSpec) -> int:
+    """The target pages a batch may take: one where writes must be counted out (a rollout) or
+    their outcomes judged as they come (abort criteria, checked between batches)."""
+    return 1 if spec.max_per_minute is not None or spec.abort else BATCH_PAGES
+
+
+def _inside(pages: list[Page], batch: tuple[int, int]):
+    """(page, index, device id) of each of ``pages``' devices whose position is in ``batch``."""
+    first, end = batch
+    for page in pages:
+        for index, device_id in enumerate(page.ids):
+            if first <= page.position(index) < end:
+                yield page, index, device_id
 
 
 def _nulls(leaves: dict) -> dict:

@@ -39,24 +39,32 @@ class JobService:
         spec = parse(body, self._runtime.clock())
         if spec.filter is not None:
             self._query.parse(spec.filter)
+        return self._keyed(key, spec.job_id, lambda entry: self._jobs.create(spec, entry))
+
+    def _keyed(self, key: IdempotencyKey | None, job_id: str, write) -> tuple[Head, bool]:
+        """``write(entry)`` of a write on the job ``job_id`` under ``key``: the entry is the key's, for
+        the write to put in its own transaction (only while absent: a refusal names the part "key").
+        (The job's head, False) once written; (its head, True) when the key names a write of the same
+        request already (a replay, before or at the same moment); ``IdempotencyKeyReused`` when it
+        names another request."""
         if key is not None:
             replayed = self._replayed(key)
             if replayed is not None:
                 return replayed, True
         entry = None
         if key is not None:
-            entry = {**items.key_entry(key.scope, key.key), items.JOB_ID: {"S": spec.job_id},
+            entry = {**items.key_entry(key.scope, key.key), items.JOB_ID: {"S": job_id},
                      items.FINGERPRINT: {"S": key.fingerprint},
-                     schema.TTL_ATTRIBUTE: {"N": str(int(spec.created_at) + items.KEY_SECONDS)}}
+                     schema.TTL_ATTRIBUTE: {"N": str(int(self._runtime.clock()) + items.KEY_SECONDS)}}
         try:
-            self._jobs.create(spec, entry)
+            write(entry)
         except Refusals as refused:
             if key is not None and _KEY in refused.refused:  # the same key, at the same moment
                 replayed = self._replayed(key)
                 if replayed is not None:
                     return replayed, True
             raise
-        return self._jobs.head(spec.job_id), False
+        return self.head(job_id), False
 
     def _replayed(self, key: IdempotencyKey) -> Head | None:
         found = self._store.get(items.key_entry(key.scope, key.key))
@@ -151,15 +159,23 @@ class JobService:
             return Execution(device_id, IN_PROGRESS, version, written_ms)
         return Execution(device_id, CANCELED if run.stopped_ms is not None else QUEUED, 0, run.stopped_ms)
 
-    def device_jobs(self, device_id: str, holder: Holder | None = None) -> list[dict]:
-        """The jobs whose write reached the device, while it keeps their mark (``item/job_marks``):
-        each job's id, status and the device's execution. ``holder``: the device's own read,
-        checked on its state item (``Holder.check``)."""
+    def device_jobs(self, device_id: str, holder: Holder | None = None, limit: int = 50,
+                    cursor: str | None = None) -> tuple[list[dict], str | None]:
+        """The jobs whose write reached the device, while it keeps their mark (``item/job_marks``),
+        by job id, ``limit`` at a time after ``cursor``: each job's id, status and the device's
+        execution. ``holder``: the device's own read, checked on its state item (``Holder.check``)."""
+        scope = ["device-jobs", device_id]
+        after = self._cursors.open(scope, cursor) if cursor else None  # a job id: sealed by us, ours
         item = self._store.get_state(device_id)
         if holder is not None:
             holder.check(device_id, item, self._store.runtime.clock())
-        found = []
+        found, last = [], None
         for job_id, packed in sorted(job_marks.marks(item).items()):
+            if after is not None and job_id <= after:
+                continue
+            if len(found) == limit:
+                return found, self._cursors.seal(scope, last)
+            last = job_id
             head = self._jobs.head(job_id)
             if head is None:
                 continue
@@ -167,13 +183,15 @@ class JobService:
             version, _ = job_marks.unpack(packed)
             execution = Execution.from_item(final) if final else Execution(device_id, IN_PROGRESS, version)
             found.append({"jobId": job_id, "status": head.record.status, "execution": execution.as_dict()})
-        return found
+        return found, None
 
     # ------------------------------------------------------------ cancel
 
-    def cancel(self, job_id: str, force: bool = False) -> Head:
+    def cancel(self, job_id: str, force: bool = False, key: IdempotencyKey | None = None) -> tuple[Head, bool]:
         """Stops queuing (what is queued is CANCELED, never written); ``force``: the job's leaves
-        also leave the devices still in progress where the job still owns them. ``JobEnded`` once
-        the job ended (a forced cancel of a job canceled already goes on)."""
-        self._jobs.stop(job_id, items.STOP_CANCEL, CANCELED, force=force)
-        return self.head(job_id)
+        also leave the devices still in progress where the job still owns them. (The job's head,
+        whether ``key`` named this cancel already: a replay, answered as the first was, whatever
+        the job's status now.) ``JobEnded`` once the job ended (a forced cancel of a job canceled
+        already goes on), ``IdempotencyKeyReused``."""
+        return self._keyed(key, job_id, lambda entry: self._jobs.stop(job_id, items.STOP_CANCEL, CANCELED,
+                                                                      force=force, key_entry=entry))

@@ -83,18 +83,24 @@ class JobStore:
                      **items.open_key(spec.job_id), schema.TTL_ATTRIBUTE: {"N": str(expires)}}}}],
                  "pages": [{"Put": {"TableName": self.table, "Item": page.item(spec.job_id, expires)}}
                            for page in pages]}
-        if key_entry is not None:
-            expr = Expression()
-            lapsed = f"{expr.name(schema.TTL_ATTRIBUTE)} <= {expr.number(int(self._runtime.clock()))}"
-            parts["key"] = [{"Put": {"TableName": self.table, "Item": key_entry,
-                                     "ConditionExpression": f"attribute_not_exists({expr.name(schema.PARTITION_KEY)})"
-                                                            f" OR {lapsed}", **expr.attributes()}}]
+        parts.update(self._key_part(key_entry))
         try:
             self._pipeline.send_together(self._pipeline.planner(), [], parts, uuid.uuid4().hex)
         except Refusals as refused:
             if "job" in refused.refused and "key" not in refused.refused:
                 raise JobExists(spec.job_id) from None
             raise
+
+    def _key_part(self, key_entry: dict | None) -> dict:
+        """The part "key" of a keyed write's transaction: the Idempotency-Key's entry, put only
+        while none is there (or it lapsed)."""
+        if key_entry is None:
+            return {}
+        expr = Expression()
+        lapsed = f"{expr.name(schema.TTL_ATTRIBUTE)} <= {expr.number(int(self._runtime.clock()))}"
+        return {"key": [{"Put": {"TableName": self.table, "Item": key_entry,
+                                 "ConditionExpression": f"attribute_not_exists({expr.name(schema.PARTITION_KEY)})"
+                                                        f" OR {lapsed}", **expr.attributes()}}]}
 
     # ------------------------------------------------------------- reads
 
@@ -266,11 +272,12 @@ class JobStore:
     # ------------------------------------------------------------- stops
 
     def stop(self, job_id: str, reason: str, status: str | None = None, force: bool = False,
-             aborted_by: dict | None = None) -> None:
+             aborted_by: dict | None = None, key_entry: dict | None = None) -> None:
         """Asks the runner to stop queuing (``reason``: cancel, abort, end); ``status``: the job's
         new status (CANCELED, ABORTED), in the same transaction, only while it is IN_PROGRESS
         (``JobEnded`` otherwise; ``JobNotFound`` when there is no job). A forced cancel of a job
-        canceled already adds the force."""
+        canceled already adds the force. ``key_entry``: the entry of the Idempotency-Key it was
+        asked with, in the same transaction (``Refusals`` naming "key" when one is there)."""
         head = self.head(job_id)
         if head is None:
             raise JobNotFound(job_id)
@@ -292,10 +299,11 @@ class JobStore:
                                         "ConditionExpression": f"attribute_not_exists({expr.name(items.COMPLETED_MS)})"
                                                                f" AND ({condition})", **expr.attributes()}}]
             parts["listing"] = [self._listing_status(record, status)]
+        parts.update(self._key_part(key_entry))
         try:
             self._pipeline.send_together(self._pipeline.planner(), [], parts, uuid.uuid4().hex)
         except Refusals as refused:
-            if "job" in refused.refused:
+            if "job" in refused.refused and "key" not in refused.refused:
                 current = self.head(job_id)
                 raise JobEnded(job_id, current.record.status if current else status) from None
             raise

@@ -191,8 +191,11 @@ def show_job(job_id, watch, output):
 @click.option("--force", is_flag=True,
               help="Also take the job's leaves back from the devices still in progress where the job still owns "
                    "them (those executions become CANCELED); also on a job canceled already.")
+@click.option("--idempotency-key", "idempotency_key", metavar="KEY",
+              help="The cancel's Idempotency-Key (default: a new one). The same command with the same key answers "
+                   "the job its first run canceled, rather than 409 job-ended.")
 @output_option
-def cancel_job(job_id, force, output):
+def cancel_job(job_id, force, idempotency_key, output):
     """Cancel a job: what is still queued is never written.
 
     Its queued executions are CANCELED; executions in progress stay tracked (with --force, they are undone). A job that ended
@@ -200,4 +203,5 @@ def cancel_job(job_id, force, output):
     session = _session()
     from .output import show
 
-    show(session.client().cancel_job(job_id, force=force), session.output(output), "job")
+    show(session.client().cancel_job(job_id, force=force, idempotency_key=session.write_key(idempotency_key)),
+         session.output(output), "job")
