@@ -14,7 +14,7 @@ from ..write.outcomes import Refusals
 from ..write.pipeline import WritePipeline
 from . import items
 from .items import PAGE_SIZE, Execution, Head
-from .spec import CANCELED, IN_PROGRESS, MAX_LIMIT, QUEUED, parse
+from .spec import CANCELED, IN_PROGRESS, QUEUED, parse
 from .store import JobStore
 
 POLL_SECONDS = 0.5  # a waiting read looks at the job's counts this often
