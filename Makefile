@@ -20,7 +20,8 @@ FLEET_INDEX ?= reported/firmware:string,reported/online:boolean,reported/battery
 # comes first on PATH where npm installed one, else the machine's node (checked in setup).
 NODE_PATH_FIRST := PATH=$(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$$PATH
 # The CDK CLI runs app.py with the venv's python (cdk.json); no telemetry, no notices (no network).
-CDK := $(NODE_PATH_FIRST) CDK_DISABLE_CLI_TELEMETRY=1 node_modules/.bin/cdk
+# As a person types it: npx puts node_modules/.bin (Node 22) first on PATH for the CLI it runs.
+CDK := CDK_DISABLE_CLI_TELEMETRY=1 npx --no-install cdk
 CDK_OUT ?= cdk.out
 
 setup: $(PY_STAMP) $(NPM_STAMP) $(JAVA_STAMP) $(CHROMIUM_STAMP)

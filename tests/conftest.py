@@ -68,7 +68,7 @@ SLOW_FILES = (
     "tests/api/test_identity_faults_api.py",  # 95: DynamoDB Local stalled 9 times, three of them past 13 s
     "tests/api/test_cli.py",  # 80: every command as a process, each once applied and once refused
     "tests/console/test_console.py",  # 60: make serve and Chromium, 14 pages in the browser
-    "tests/infra/test_synth_cli.py",  # 40: two CDK CLI synths
+    "tests/infra/test_synth_cli.py",  # 25: a CDK CLI synth
     "tests/api/test_push.py",  # 39
     "tests/api/test_device_client.py",  # 37
     "tests/api/test_app_client.py",  # 35
