@@ -230,6 +230,27 @@ def test_sign_in_through_an_authorization_server_uses_pkce_and_leaves_no_code_in
     assert set(authorizations) == {f"Bearer {access_token}"}
 
 
+def test_the_fleets_first_listing_is_sent_once_signed_in_while_the_other_pages_modules_still_load(served, page):
+    """start.js signs in and sends the first page's listing without waiting for the modules of the
+    pages (device.js is held here); the fleet page then takes that answer: one request, its rows."""
+    site = unique("early")
+    for n in range(3):
+        assert served.client("PUT", f"/devices/{site}-{n}", {"state": {"site": site}})[0] == 201
+    held, listings = [], []
+    page.route("**/console/js/device.js", lambda route: held.append(route))
+    page.on("request", lambda request: listings.append(request.url) if "/devices?" in request.url else None)
+    with page.expect_request(lambda request: "/devices?" in request.url, timeout=5_000):
+        page.goto(fleet_url(served, filter=f'eq(state/site,"{site}")'), wait_until="commit")
+    assert len(held) == 1 and page.locator("table.devices").count() == 0  # the pages' modules wait
+    held[0].continue_()
+    page.locator("table.devices tbody th[scope=row]").first.wait_for()
+    assert sorted(page.locator("table.devices tbody th[scope=row]").all_inner_texts()) == [f"{site}-{n}" for n in range(3)]
+    page.wait_for_function("() => document.querySelector('#count-result .count')")
+    assert page.locator("#count-result .count strong").inner_text() == "3"
+    assert len(listings) == 1, listings  # the page took the early answer, not a second request
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
 # --- the fleet ---
 
 def test_a_refused_filter_shows_the_services_message_at_its_position(served, page):
