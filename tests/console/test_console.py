@@ -143,7 +143,7 @@ def versions_shown(page) -> list[int]:
 
 # --- sign-in ---
 
-def test_opening_console_shows_the_fleet_with_no_sign_in_and_keeps_the_token_out_of_urls_and_storage(served, page):
+def test_opening_console_shows_the_fleet_with_no_sign_in_and_keeps_the_token_out_of_urls_and_local_storage(served, page):
     device = unique("signin")
     assert served.client("PUT", f"/devices/{device}", {"state": {"site": "hall"}})[0] == 201
     urls, sockets = [], []
@@ -249,6 +249,47 @@ def test_the_fleets_first_listing_is_sent_once_signed_in_while_the_other_pages_m
     assert page.locator("#count-result .count strong").inner_text() == "3"
     assert len(listings) == 1, listings  # the page took the early answer, not a second request
     assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
+def test_a_reload_keeps_make_serves_token_for_the_tab_and_one_refused_or_near_its_end_is_replaced(served, page):
+    device = unique("reload")
+    assert served.client("PUT", f"/devices/{device}", {"state": {"site": device}})[0] == 201
+    asked, sent = [], []  # POST /console/local-token; (status, Authorization) of each listing
+    page.on("request", lambda request: asked.append(1) if request.url.endswith("/console/local-token") else None)
+    page.on("response", lambda response: sent.append((response.status, response.request.headers["authorization"]))
+            if "/devices?" in response.url else None)
+    row = page.get_by_role("link", name=device)
+
+    def kept():
+        return page.evaluate("JSON.parse(sessionStorage.getItem('device-state-console.local-session')).token")
+
+    def store(token, seconds_left):
+        page.evaluate("""([token, left]) => sessionStorage.setItem("device-state-console.local-session",
+          JSON.stringify({token, lifetime: 3600e3, expiresAt: Date.now() + left * 1000, subject: "local-developer"}))""",
+                      [token, seconds_left])
+
+    page.goto(fleet_url(served, filter=f'eq(state/site,"{device}")'))
+    row.wait_for()
+    first = kept()
+    page.reload()
+    row.wait_for()
+    assert len(asked) == 1 and sent == [(200, f"Bearer {first}")] * 2  # the reload asked for no token
+
+    refused = Issuer.generate().token()  # signed by a key the server does not trust: revoked, or another's
+    store(refused, 3000)
+    page.reload()
+    row.wait_for()
+    assert sent[2:4] == [(401, f"Bearer {refused}"), (200, f"Bearer {kept()}")] and len(asked) >= 2
+
+    ending = checkout_token()  # valid, but within a minute of its end: never sent
+    store(ending, 30)
+    before = len(asked)
+    page.reload()
+    row.wait_for()
+    assert len(asked) == before + 1 and kept() not in (ending, refused, first)
+    assert f"Bearer {ending}" not in [authorization for _, authorization in sent]
+    assert page.evaluate("localStorage.length") == 0
+    assert page.evaluate("window.__violations") == []
 
 
 # --- the fleet ---
