@@ -125,8 +125,7 @@ async function cognito(auth) {
   if (query.has("code") || query.has("error")) return finishSignIn(auth, query);
   const stored = restored();
   if (stored) return (current = stored);
-  await redirectToSignIn(auth);
-  return new Promise(() => {}); // the page is leaving
+  return redirectToSignIn(auth);
 }
 
 function base64url(bytes) {
@@ -134,6 +133,7 @@ function base64url(bytes) {
     .replace(/=+$/, "");
 }
 
+/** Leaves for the hosted UI; never settles, so whatever waits on it (a renewal) waits, not sends again. */
 async function redirectToSignIn(auth) {
   const verifier = base64url(crypto.getRandomValues(new Uint8Array(32)));
   const state = base64url(crypto.getRandomValues(new Uint8Array(16)));
@@ -145,6 +145,7 @@ async function redirectToSignIn(auth) {
     state, code_challenge: challenge, code_challenge_method: "S256",
   }).toString();
   location.assign(authorize.toString());
+  return new Promise(() => {}); // the page is leaving
 }
 
 async function finishSignIn(auth, query) {

@@ -205,6 +205,7 @@ def test_sign_in_through_an_authorization_server_uses_pkce_and_leaves_no_code_in
     def authorize(route):
         query = {name: values[0] for name, values in parse_qs(urlsplit(route.request.url).query).items()}
         asked["authorize"] = query
+        asked["authorizations"] = asked.get("authorizations", 0) + 1
         route.fulfill(status=302, headers={"Location": f"{query['redirect_uri']}?code=the-code&state={query['state']}"})
 
     def token(route):
@@ -228,6 +229,21 @@ def test_sign_in_through_an_authorization_server_uses_pkce_and_leaves_no_code_in
     assert exchange["grant_type"] == "authorization_code" and exchange["code"] == "the-code"
     assert "code=" not in page.url and page.url.endswith("#/?filter=exists%28state%2Fsite%29")  # back where it was
     assert set(authorizations) == {f"Bearer {access_token}"}
+
+    # The tab keeps the token for a reload; one the API refuses (revoked, or past its end) leads
+    # back to the hosted UI, then to the same page.
+    refused = Issuer.generate().token()
+    page.evaluate("""(token) => {
+      const session = JSON.parse(sessionStorage.getItem("device-state-console.session"));
+      sessionStorage.setItem("device-state-console.session", JSON.stringify({...session, token}));
+    }""", refused)
+    authorizations.clear()
+    with page.expect_request(f"{domain}/oauth2/authorize*"):
+        page.reload()
+    page.locator("table.devices tbody tr").first.wait_for()
+    assert asked["authorizations"] == 2 and asked["authorize"]["state"] != request["state"]
+    assert authorizations[0] == f"Bearer {refused}" and authorizations[-1] == f"Bearer {access_token}"
+    assert "code=" not in page.url and page.url.endswith("#/?filter=exists%28state%2Fsite%29")
 
 
 def test_the_fleets_first_listing_is_sent_once_signed_in_while_the_other_pages_modules_still_load(served, page):
