@@ -22,7 +22,9 @@ const early = new Map();
 
 /** Sends GET route now; the page's own request() of the same URL takes its answer, once. */
 export function prefetch(route, options = {}) {
-  early.set(address(route, options.query).href, request("GET", route, options));
+  const answer = request("GET", route, options);
+  answer.catch(() => {}); // a failure is the taker's to show; one no page took is nobody's
+  early.set(address(route, options.query).href, answer);
 }
 
 /** Forgets the early reads no page took (called once the first page has made its requests). */
