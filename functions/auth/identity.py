@@ -11,8 +11,7 @@ import uuid
 
 from functions.device_state import (CERTIFICATE, CREDENTIAL_ID_PATTERN, ENROLLMENT_ID_PATTERN, PUBLIC_KEY, SECRET,
                                     CredentialRecord, CredentialRevoked, DeviceStateManager, Enrollment,
-                                    EnrollmentNotFound, Provisioned, new_credential_id, provisioned_credential_id,
-                                    registered_credentials)
+                                    EnrollmentNotFound, Provisioned, new_credential_id, registered_credentials)
 
 from . import assertions
 from .assertions import HS256, CredentialExpired, CredentialUnknown
@@ -86,9 +85,9 @@ def provision(manager: DeviceStateManager, device_id: str, token: str, public_ke
               now: float) -> tuple[Provisioned, Principal]:
     """Provisions the device an enrollment's assertion proves (HS256, keyed with the key the
     enrollment derives for it, ``kid`` = the enrollment's id), with ``public_key`` as its
-    credential if given, else the derived key as a secret; and the device, authenticated ``now``
-    with that credential. The library's ``ProvisioningRefused`` and ``AssertionReplayed``; the
-    assertion's refusals."""
+    credential if given, else the derived key as a secret (sealed under the id the library gives
+    it); and the device, authenticated ``now`` with that credential. The library's
+    ``ProvisioningRefused`` and ``AssertionReplayed``; the assertion's refusals."""
     assertion = assertions.read(token, device_id, now)
     if not ENROLLMENT_ID_PATTERN.fullmatch(assertion.kid):
         raise CredentialUnknown("the assertion's kid names no enrollment")
@@ -98,11 +97,13 @@ def provision(manager: DeviceStateManager, device_id: str, token: str, public_ke
         raise CredentialUnknown("the assertion's kid names no enrollment") from None
     key = assertions.device_key(sealer.open(found.group_key, group_key_context(found.enrollment_id)), device_id)
     assertions.verify(assertion, HS256, key)
-    credential_id = provisioned_credential_id(found.enrollment_id, device_id)
-    if public_key is not None:
-        parsed, _ = assertions.public_key(public_key)
-        record = CredentialRecord(credential_id, PUBLIC_KEY, public_key=assertions.public_key_pem(parsed))
-    else:
-        record = CredentialRecord(credential_id, SECRET, secret=sealer.seal(key, secret_context(device_id, credential_id)))
+    pem = assertions.public_key_pem(assertions.public_key(public_key)[0]) if public_key is not None else None
+
+    def record(credential_id: str) -> CredentialRecord:
+        if pem is not None:
+            return CredentialRecord(credential_id, PUBLIC_KEY, public_key=pem)
+        sealed = sealer.seal(key, secret_context(device_id, credential_id))
+        return CredentialRecord(credential_id, SECRET, secret=sealed)
+
     provisioned = manager.provision(device_id, found, record, assertion.jti, assertion.expires_at)
     return provisioned, Principal.device(device_id, auth_time=int(now), credential_id=provisioned.credential_id)

@@ -77,7 +77,7 @@ from .identity.enrollments import (ENROLLMENT_ID_PATTERN, MAX_DEVICES as MAX_ENR
                                    Enrollment, EnrollmentExists, InvalidEnrollment, check_id_pattern)
 from .identity.provisioning import Provisioned
 from .item.credentials import (CREDENTIAL_ID_PATTERN, MAX_CREDENTIALS, Holder, certificate_id, new_credential_id,
-                               provisioned_credential_id, registered as registered_credentials)
+                               registered as registered_credentials)
 from .manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS, DeviceStateManager
 from .model.connectivity import connectivity_event
 from .model.desires import (
@@ -170,7 +170,6 @@ __all__ = [
     "certificate_id",
     "new_credential_id",
     "registered_credentials",
-    "provisioned_credential_id",
     "AnswerLost",
     "ConditionNotMet",
     "RequestRefused",

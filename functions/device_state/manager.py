@@ -284,8 +284,8 @@ class DeviceStateManager:
     def delete_enrollment(self, enrollment_id: str) -> None:
         self._enrollments.delete(enrollment_id)
 
-    def provision(self, device_id: str, enrollment: Enrollment, credential: CredentialRecord, jti: str,
-                  jti_until: int) -> Provisioned:
+    def provision(self, device_id: str, enrollment: Enrollment, credential: Callable[[str], CredentialRecord],
+                  jti: str, jti_until: int) -> Provisioned:
         """Provisions the device by ``enrollment`` (``identity.provisioning``)."""
         validate_device_id(device_id)
         return self._provisioning.provision(device_id, enrollment, credential, jti, jti_until)

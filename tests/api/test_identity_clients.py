@@ -250,9 +250,6 @@ def test_a_deleted_devices_token_is_refused_at_the_websocket_connect_and_subscri
         assert refused.value.response.status_code == 401
 
 
-@pytest.mark.xfail(strict=True, reason="a provisioned credential's id is the same for every incarnation of the "
-                   "device (hash of enrollment and device id), so provisioning again revives the tokens the delete "
-                   "revoked; the fix needs the sealed secret's context and the id to change together")
 def test_a_device_deleted_and_provisioned_again_does_not_revive_the_tokens_its_delete_revoked(server, admin, app):
     """docs/api/identity.md: deleting a device revokes every credential it held, and a device
     created again under that id holds none of them; provisioning it again by the same enrollment

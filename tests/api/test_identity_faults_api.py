@@ -124,8 +124,9 @@ def credential_items(raw, device) -> set[str]:
     return {item[table.SORT_KEY]["S"].removeprefix(CREDENTIAL_SK_PREFIX) for item in answer["Items"]}
 
 
-def secret_record() -> CredentialRecord:
-    return CredentialRecord(new_credential_id(), SECRET, secret=b"sealed")
+def secret_record(credential_id: str | None = None) -> CredentialRecord:
+    """A secret credential (as provisioning makes one: of the id it is given)."""
+    return CredentialRecord(credential_id or new_credential_id(), SECRET, secret=b"sealed")
 
 
 def token_by_secret(server, device, credential_id, secret) -> tuple[int, dict]:
@@ -308,7 +309,7 @@ def test_a_provisioning_whose_answers_are_lost_is_201_once_and_counted_once(
         elif between == "the-device-deleted":
             other.delete(device)
         else:  # the same enrollment provisions it again, straight to DynamoDB: it finds it provisioned
-            again = other.provision(device, other.enrollment(enrollment), secret_record(), uuid.uuid4().hex,
+            again = other.provision(device, other.enrollment(enrollment), secret_record, uuid.uuid4().hex,
                                     int(time.time()) + 300)
             assert not again.created
     forwarder.lose(TRANSACTION, times=SEND_ATTEMPTS, then=once(another_writer) if between else None)
@@ -375,7 +376,7 @@ class Stalled:
             self.send = lambda: provision(server, self.device, self.enrollment, group_key, timeout=120)
             # the same enrollment provisions another device, straight to DynamoDB
             self.another = lambda: other.provision(neighbour, other.enrollment(self.enrollment),
-                                                   secret_record(), uuid.uuid4().hex, int(time.time()) + 300)
+                                                   secret_record, uuid.uuid4().hex, int(time.time()) + 300)
         counted = verb == "provision"
         self.count = lambda: provisioned_count(server, self.enrollment) if counted else 0
         self.stored = lambda: (held(other, self.device), credential_items(raw, self.device), self.count())

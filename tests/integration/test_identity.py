@@ -212,23 +212,57 @@ def test_an_id_pattern_whose_matching_could_run_away_or_that_is_no_pattern_is_re
         manager.create_enrollment(enrollment(id_pattern=pattern))
 
 
-def provision(manager, device_id, by="factory", jti=None, credential=None):
+def derived_secret(credential_id: str) -> CredentialRecord:
+    return CredentialRecord(credential_id, SECRET, secret=b"derived")
+
+
+def provision(manager, device_id, by="factory", jti=None):
     found = manager.enrollment(by)
-    return manager.provision(device_id, found, credential or CredentialRecord("", SECRET, secret=b"derived"),
+    return manager.provision(device_id, found, derived_secret,
                              jti or f"jti-{time.monotonic_ns()}", int(time.time()) + 600)
 
 
 def test_a_device_provisions_itself_once_with_the_enrollments_documents_and_its_first_credential(manager):
     manager.create_enrollment(enrollment())
     first = provision(manager, "lamp-1")
-    assert first.created and first.credential_id == provisioned_credential_id("factory", "lamp-1")
     device = manager.get("lamp-1")
+    assert first.created and first.credential_id == provisioned_credential_id("factory", "lamp-1", device.created_at)
     assert (device.version, device.state, device.desired) == (1, {"site": "berlin"}, {"power": "on"})
     assert [record.credential_id for record in manager.credentials("lamp-1")] == [first.credential_id]
     assert manager.as_device("lamp-1", Holder(first.credential_id)).get("lamp-1").version == 1
     again = provision(manager, "lamp-1")
     assert not again.created and again.credential_id == first.credential_id
     assert manager.enrollment("factory").provisioned == 1 and manager.get("lamp-1").version == 1
+
+
+def test_a_device_deleted_and_provisioned_again_holds_a_credential_of_another_id(manager):
+    manager.create_enrollment(enrollment())
+    first = provision(manager, "lamp-1")
+    manager.delete("lamp-1")
+    again = provision(manager, "lamp-1")
+    assert again.created and again.credential_id != first.credential_id
+    assert list(registered(item_of(manager, "lamp-1"))) == [again.credential_id]
+    with pytest.raises(CredentialRevoked):  # a token minted before the delete
+        manager.as_device("lamp-1", Holder(first.credential_id)).get("lamp-1")
+    assert provision(manager, "lamp-1").credential_id == again.credential_id  # and provisioning again finds it
+
+
+def test_a_device_provisioned_again_in_the_millisecond_its_deleted_one_was_created_waits_for_the_next(engine):
+    """The credential's id is derived from when the device is created: a device created again in
+    the millisecond the deleted one was would take its id, so provisioning tries again later."""
+    from tests.helpers import Clock
+
+    client, name = engine
+    clock = Clock(int(time.time()))
+    started = clock.now
+    manager = DeviceStateManager(client, name, clock=clock, sleep=lambda seconds: setattr(
+        clock, "now", clock.now + max(seconds, 0.001)))
+    manager.create_enrollment(enrollment())
+    first = provision(manager, "lamp-1")
+    manager.delete("lamp-1")
+    again = provision(manager, "lamp-1")  # the clock has not moved
+    assert again.credential_id != first.credential_id and clock.now > started
+    assert list(registered(item_of(manager, "lamp-1"))) == [again.credential_id]
 
 
 def test_provisioning_is_refused_for_each_reason_and_writes_nothing(manager):

@@ -41,8 +41,9 @@ def rig(dynamodb_local, local_table):
     rig.forwarder.close()
 
 
-def secret_credential() -> CredentialRecord:
-    return CredentialRecord(new_credential_id(), SECRET, secret=b"sealed")
+def secret_credential(credential_id: str | None = None) -> CredentialRecord:
+    """A secret credential (as provisioning makes one: of the id it is given)."""
+    return CredentialRecord(credential_id or new_credential_id(), SECRET, secret=b"sealed")
 
 
 @BETWEEN
@@ -76,7 +77,7 @@ def test_a_device_provisioned_with_its_answers_lost_exists_once_and_is_counted_o
     rig.forwarder.lose("TransactWriteItems", times=SENDS,
                        then=once(lambda: rig.other.update_with_retry("lamp-1", lambda state: {**state, "x": 1}))
                        if between else None)
-    provisioned = rig.manager.provision("lamp-1", enrollment, secret_credential(), "jti-1", int(time.time()) + 600)
+    provisioned = rig.manager.provision("lamp-1", enrollment, secret_credential, "jti-1", int(time.time()) + 600)
     assert provisioned.created
     assert rig.other.enrollment("factory").provisioned == 1
     assert list(rig.held("lamp-1")) == [provisioned.credential_id]

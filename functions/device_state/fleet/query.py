@@ -212,10 +212,12 @@ class FleetQuery:
         return [Device.from_item(item, with_connectivity=True) for item in found], next_cursor
 
     def page_items(self, text: str, limit: int = 50, cursor: str | None = None,
-                   sort_text: str | None = None) -> tuple[list[dict], str | None]:
-        """``page`` as the devices' state items, as stored (what a job's targeting reads)."""
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
-            raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}")
+                   sort_text: str | None = None, max_limit: int = MAX_LIMIT) -> tuple[list[dict], str | None]:
+        """``page`` as the devices' state items, as stored (what a job's targeting reads, in
+        pages of up to ``max_limit``: larger than a caller's, so that each of its reads of the
+        16 shards serves more devices)."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= max_limit:
+            raise ValueError(f"limit must be an integer from 1 to {max_limit}")
         node, sort = self.parse(text), self.sort(sort_text)
         scans = self.scans(node)
         if sort is not None and not (len(scans) == 1 and scans[0].field == sort.field):
@@ -232,7 +234,10 @@ class FleetQuery:
                 break
             scan = scans[at]
             entries = self._round(scan, positions, limit - len(found), descending)
-            items = self.store.batch_get_states([device_id for device_id, _ in entries]) if entries else {}
+            items = {}
+            for start in range(0, len(entries), MAX_LIMIT):  # a batch read takes up to 100
+                chunk = entries[start:start + MAX_LIMIT]
+                items.update(self.store.batch_get_states([device_id for device_id, _ in chunk]))
             now = self.clock()
             for device_id, _ in entries:
                 item = items.get(device_id)

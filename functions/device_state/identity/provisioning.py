@@ -4,12 +4,19 @@ credential, the credential's item is stored, the enrollment counts it (while it 
 ended or expired) and the assertion's ``jti`` is spent. The create carries a journal entry, so a
 lost answer settles: one device item and one credential, however often the answer is lost and
 the request sent again. Provisioning a device the same enrollment provisioned before creates
-nothing: the device gets a fresh token for the credential it holds."""
+nothing: the device gets a fresh token for the credential it holds.
+
+The credential's id is derived from the enrollment, the device's id and the time the device is
+created (``provisioned_credential_id``): provisioning again reads it off the item, and a device
+deleted and provisioned again holds a credential of another id, which no token minted for the
+one deleted names."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from ..errors import AssertionReplayed, DeviceAlreadyExists, ProvisioningRefused
 from ..item import schema
@@ -17,6 +24,7 @@ from ..item.credentials import (NO_EXPIRY, ProvisionedIdentity, provisioned_by, 
                                 registered)
 from ..model.device import Device
 from ..model.sections import DESIRED, REPORTED
+from ..model.times import stored_time, timestamp
 from ..runtime import Runtime
 from ..write.expressions import Expression
 from ..write.outcomes import Moved, Refusals
@@ -51,28 +59,34 @@ class Provisioning:
         self._pipeline = pipeline
         self._runtime = runtime
 
-    def provision(self, device_id: str, enrollment: Enrollment, credential: CredentialRecord, jti: str,
-                  jti_until: int) -> Provisioned:
+    def provision(self, device_id: str, enrollment: Enrollment, credential: Callable[[str], CredentialRecord],
+                  jti: str, jti_until: int) -> Provisioned:
         """Provisions ``device_id`` by ``enrollment`` (read already, and its claim verified) with
-        ``credential`` (its id is ``provisioned_credential_id``), spending ``jti`` (good until
-        ``jti_until``). ``ProvisioningRefused`` with its reason; ``AssertionReplayed``."""
+        the credential ``credential(credential_id)`` makes for the id the device is created with
+        (a secret sealed under it), spending ``jti`` (good until ``jti_until``).
+        ``ProvisioningRefused`` with its reason; ``AssertionReplayed``."""
         store, now = self._pipeline.store, self._runtime.clock()
         check_claim(enrollment, device_id, now)
-        credential_id = provisioned_credential_id(enrollment.enrollment_id, device_id)
+        made = functools.cache(credential)  # a secret sealed once for each id the tries derive
         request = uuid.uuid4().hex  # names this provisioning's jti record across its tries
 
         def attempt(item, _number):
             planner = self._pipeline.planner()
             if schema.is_live_state(item, planner.now):
-                again = self._again(device_id, enrollment, item, credential_id)
+                again = self._again(device_id, enrollment, item)
                 use_once(store, device_id, jti, jti_until)
                 return again
+            created_at = timestamp(planner.now)
+            if item and schema.CREATED_AT in item and stored_time(item[schema.CREATED_AT]) == created_at:
+                raise Moved(None)  # the deleted device was created in this millisecond: its id would be the same
+            credential_id = provisioned_credential_id(enrollment.enrollment_id, device_id, created_at)
+            credential_made = made(credential_id)
             initial = enrollment.initial
             sections = {section: initial[section] for section in (DESIRED, REPORTED) if section in initial}
             planned = planner.create(device_id, initial.get("state", {}), item, sections,
                                      ProvisionedIdentity(enrollment.enrollment_id, credential_id,
-                                                         credential.expires_at or NO_EXPIRY))
-            record = replace(credential, credential_id=credential_id, enrollment=enrollment.enrollment_id,
+                                                         credential_made.expires_at or NO_EXPIRY))
+            record = replace(credential_made, credential_id=credential_id, enrollment=enrollment.enrollment_id,
                              created_at=planned.device.created_at)
             others = {CREDENTIAL: [{"Put": {"TableName": store.table_name, "Item": record.item(device_id)}}],
                       COUNTED: [provisioned_counter(Expression(), enrollment.enrollment_id, store.table_name,
@@ -95,15 +109,17 @@ class Provisioning:
         return RetryLoop(ATTEMPTS, BUDGET_SECONDS, self._runtime).run(
             device_id, attempt, lambda: store.get_state(device_id), count_success=False)
 
-    def _again(self, device_id: str, enrollment: Enrollment, item: dict, credential_id: str) -> Provisioned:
+    def _again(self, device_id: str, enrollment: Enrollment, item: dict) -> Provisioned:
         """A device that exists: this enrollment's, with its credential still registered, or refused."""
         if not provisioned_by(item, enrollment.enrollment_id):
             raise ProvisioningRefused(device_id, "device-exists",
                                       f"a device {device_id!r} exists that this enrollment did not provision")
+        device = Device.from_item(item)
+        credential_id = provisioned_credential_id(enrollment.enrollment_id, device_id, device.created_at)
         if credential_id not in registered(item):
             raise ProvisioningRefused(device_id, "credential-revoked",
                                       "the credential this enrollment provisioned the device with was revoked")
-        return Provisioned(Device.from_item(item), credential_id, False)
+        return Provisioned(device, credential_id, False)
 
     def _ended_or_full(self, device_id: str, enrollment_id: str) -> ProvisioningRefused:
         """Why the enrollment refused to count the device, as it is now."""

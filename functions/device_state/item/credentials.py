@@ -132,8 +132,10 @@ def enrollment_mark(enrollment_id: str) -> str:
     return _id(hashlib.sha256(f"device-state enrollment\n{enrollment_id}".encode()).digest())
 
 
-def provisioned_credential_id(enrollment_id: str, device_id: str) -> str:
-    """The id of the credential an enrollment provisions a device with: the same every time,
-    so provisioning again finds it."""
-    return _id(hashlib.sha256(f"device-state provisioned\n{enrollment_id}\n{device_id}".encode()).digest())
-
+def provisioned_credential_id(enrollment_id: str, device_id: str, created_at: str) -> str:
+    """The id of the credential an enrollment provisions a device with, the device created at
+    ``created_at`` (its ``createdAt``): the same every time that device is provisioned again, so
+    provisioning again finds it on the item, and another for a device created again under the id,
+    so no token of the one deleted names it."""
+    return _id(hashlib.sha256(f"device-state provisioned\n{enrollment_id}\n{device_id}\n{created_at}".encode())
+               .digest())

@@ -11,10 +11,10 @@ reads the job's head (job, run, counters: one query) and does the one thing due 
   ``CANCELED``, once, never written; a forced cancel then removes the job's leaves where the job
   still owns them;
 - a listed job's devices checked first: one that does not exist is ``REMOVED`` at once;
-- targeting: the next page of the fleet query becomes a target page when none waits to be
-  written, and beside each batch's writes while fewer than two batches' worth wait; a continuous
-  job queries again every ``requery_seconds`` once every target is written, adding the devices
-  that match now and hold no execution of the job;
+- targeting: the next page of the fleet query (up to ``TARGET_PAGES`` target pages of devices)
+  is added when none waits to be written, and beside each batch's writes while fewer than two
+  batches' worth wait; a continuous job queries again every ``requery_seconds`` once every
+  target is written, adding the devices that match now and hold no execution of the job;
 - writing: the next devices (the rest of a page, or up to ``BATCH_PAGES`` pages in a job with no
   rollout nor abort criteria) are claimed on the run item (``batch``, and ``sent``, which the
   rollout counts), written side by side (none begun once a stop is seen, or the lease nears its
@@ -71,6 +71,7 @@ STOP_POLL_SECONDS = 1.0  # how often a batch being written looks for a stop
 IDLE_AFTER_SECONDS = 30  # a paced job whose next write is further off than this waits for the schedule
 DEFAULT_CONCURRENCY = 16
 BATCH_PAGES = 4  # a batch of a job with no rollout nor abort criteria: so many target pages (writers seldom idle)
+TARGET_PAGES = 4  # target pages from one page of the fleet query (its 16 shards read once for 400 devices)
 DEFAULT_REQUERY_SECONDS = 60
 DONE, IDLE, BUSY, HELD = "done", "idle", "busy", "held"
 
@@ -289,11 +290,13 @@ class JobRunner:
     # ---------------------------------------------------------- targeting
 
     def _target_page(self, head: Head) -> Head:
-        """The next page of matching devices, those the job has not written nor finished; the
-        head as it left the run (its pages, cursor, whether targeting reached the end)."""
+        """The next pages of matching devices (up to ``TARGET_PAGES``, from one page of the fleet
+        query), those the job has not written nor finished; the head as it left the run (its
+        pages, cursor, whether targeting reached the end)."""
         spec, run = head.record.spec, head.run
         try:
-            found, cursor = self._query.page_items(spec.filter, PAGE_SIZE, run.query_cursor)
+            found, cursor = self._query.page_items(spec.filter, TARGET_PAGES * PAGE_SIZE, run.query_cursor,
+                                                   max_limit=TARGET_PAGES * PAGE_SIZE)
         except IndexBuilding:
             self._runtime.sleep(1.0)
             return head
@@ -304,9 +307,9 @@ class JobRunner:
         if spec.continuous and ids:  # a device it finished (removed, failed unwritten) stays out
             final = self._jobs.final_devices(spec.job_id, ids)
             ids = [device_id for device_id in ids if device_id not in final]
-        self._jobs.add_page(spec.job_id, self.owner, run.pages, ids, cursor, items.retire_at(spec))
-        targeted = replace(run, pages=run.pages + 1 if ids else run.pages, total=run.total + len(ids),
-                           query_cursor=cursor, targeted=cursor is None)
+        added = self._jobs.add_pages(spec.job_id, self.owner, run.pages, ids, cursor, items.retire_at(spec))
+        targeted = replace(run, pages=run.pages + added, total=run.total + len(ids), query_cursor=cursor,
+                           targeted=cursor is None)
         return replace(head, run=targeted)
 
     # ------------------------------------------------------------ writes
@@ -415,9 +418,10 @@ class JobRunner:
         ``finished``; whatever stops it, the next step finds on the run which pages were added,
         and targets again if it must."""
         try:
-            for _ in range(pages):
+            wanted = head.run.pages + pages
+            for _ in range(pages):  # each query's page adds some
                 head = self._target_page(head)
-                if head.run.targeted or finished.is_set():
+                if head.run.targeted or head.run.pages >= wanted or finished.is_set():
                     return
         except Exception as error:  # noqa: BLE001 - the next step decides
             logger.warning("job %s: targeting beside the writes stopped (%s); the next step goes on",

@@ -222,18 +222,20 @@ class JobStore:
 
     # ------------------------------------------------------------- pages
 
-    def add_page(self, job_id: str, owner: str, number: int, ids: list[str], cursor: str | None,
-                 expires: int) -> None:
-        """A target page of ``ids`` (none: only the cursor moves) and the run's count of them, in
-        one transaction, while ``owner`` holds the lease, targeting is on, no stop was asked and
-        ``number`` pages exist (a resend or a second runner's copy is refused)."""
+    def add_pages(self, job_id: str, owner: str, number: int, ids: list[str], cursor: str | None,
+                  expires: int) -> int:
+        """Target pages of ``ids``, ``PAGE_SIZE`` each (none: only the cursor moves), and the run's
+        count of them, in one transaction, while ``owner`` holds the lease, targeting is on, no
+        stop was asked and ``number`` pages exist (a resend or a second runner's copy is refused);
+        how many pages."""
+        chunks = [ids[start:start + PAGE_SIZE] for start in range(0, len(ids), PAGE_SIZE)]
         expr = Expression()
         sets = [f"{expr.name(items.QUERY_CURSOR)} = {expr.value({'S': cursor})}" if cursor else None]
         removes = [] if cursor else [expr.name(items.QUERY_CURSOR)]
         if cursor is None:
             sets.append(f"{expr.name(items.TARGETED)} = {expr.value({'BOOL': True})}")
-        if ids:
-            sets.append(f"{expr.name(items.PAGES)} = {expr.number(number + 1)}")
+        if chunks:
+            sets.append(f"{expr.name(items.PAGES)} = {expr.number(number + len(chunks))}")
         update = "SET " + ", ".join(part for part in sets if part) if any(sets) else ""
         if ids:
             update += f" ADD {expr.name(items.TOTAL)} {expr.number(len(ids))}"
@@ -246,15 +248,17 @@ class JobStore:
                                    f"attribute_not_exists({expr.name(items.STOP)}) AND "
                                    f"attribute_not_exists({expr.name(items.TARGETED)})", **expr.attributes()}}
         parts = {"run": [run]}
-        if ids:
-            page = Page(number, tuple(ids), (0,) * len(ids))
-            parts["page"] = [{"Put": {"TableName": self.table, "Item": page.item(job_id, expires)}}]
+        if chunks:
+            parts["page"] = [{"Put": {"TableName": self.table, "Item": Page(
+                number + offset, tuple(chunk), (0,) * len(chunk)).item(job_id, expires)}}
+                for offset, chunk in enumerate(chunks)]
         try:
             self._pipeline.send_together(self._pipeline.planner(), [], parts, uuid.uuid4().hex)
         except Refusals as refused:
             if "run" in refused.refused:
                 raise RunLost(job_id) from None
             raise
+        return len(chunks)
 
     def record_page(self, job_id: str, number: int, recorded: dict[int, int]) -> None:
         """What the job's writes made of a page's devices (index -> packed version and time).
