@@ -3,6 +3,7 @@ figure `make bench` reports), alone or beside another revision of this repositor
 
     .venv/bin/python bench/cold_start.py                       # this checkout, 6 rounds
     .venv/bin/python bench/cold_start.py --against d2b89b9     # and that commit, rounds alternating
+    .venv/bin/python bench/cold_start.py --no-bytecode         # the asset bundled without bytecode
 
 Each round runs ``--runs`` baseline/handler pairs per checkout; rounds alternate between the
 checkouts so that the machine's drift falls on both alike. Prints each checkout's median ratio
@@ -43,6 +44,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--runs", type=int, default=3, help="baseline/handler pairs per round and checkout")
     parser.add_argument("--against", metavar="REVISION", help="also measure this git revision, alternating")
+    parser.add_argument("--no-bytecode", action="store_true",
+                        help="the asset as bundled where no Python of the function's version is: no bytecode")
     args = parser.parse_args(argv)
     checkouts = {"this checkout": REPO_ROOT}
     other = None
@@ -59,7 +62,8 @@ def main(argv: list[str] | None = None) -> dict:
             table.create_table(dynamodb_client(dynamodb.endpoint, "us-east-1"), name)
             for _ in range(args.rounds):
                 for label, harness in harnesses.items():
-                    results[label].append(harness.cold_start(dynamodb.endpoint, name, args.runs))
+                    results[label].append(harness.cold_start(dynamodb.endpoint, name, args.runs,
+                                                                bytecode=not args.no_bytecode))
     finally:
         if other is not None:
             subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=REPO_ROOT, check=False)

@@ -380,7 +380,7 @@ assert lambda_handler(event, LambdaContext())["statusCode"] == 200
 _ANSWERED = "\nimport sys\nsys.stdout.write('answered\\n')\nsys.stdout.flush()\n"
 
 
-def cold_start(endpoint: str, table_name: str, runs: int) -> dict:
+def cold_start(endpoint: str, table_name: str, runs: int, bytecode: bool = True) -> dict:
     """Whole-process times, baseline and handler alternating so that the machine's drift
     (other load, CPU frequency) falls on both alike; the ratio is the median of the pairs'.
     The clock stops when the process has its answer (what a caller waits for), not when it
@@ -388,13 +388,17 @@ def cold_start(endpoint: str, table_name: str, runs: int) -> dict:
     collection, module teardown) took 100 ms or more of a bare boto3 process here. The
     ratio to the exit is reported beside it, as this bench measured it before."""
     DeviceStateManager(dynamodb_client(endpoint, "us-east-1"), table_name).put("cold", {"n": 0})
-    # No .pyc written: the Lambda asset ships none (and /var/task is read-only), so a cold
-    # start compiles our modules; boto3 and Powertools come precompiled in both places.
-    # None read either: the handler runs from a copy of our packages without the tree's
-    # __pycache__ (which test runs write), as the asset carries them.
+    # The handler runs from a copy of our packages without the tree's __pycache__ (which test
+    # runs write), and writes no bytecode (/var/task is read-only). As the bundled asset ships
+    # it (infra/bundling.py compiles it, unchecked, with a Python of the function's version),
+    # the copy is compiled, unchecked, by this Python; with bytecode=False it is not, as an
+    # asset bundled where no such Python is, whose cold starts compile every module.
     asset = Path(tempfile.mkdtemp(prefix="cold-asset-"))
     for package in ("functions", "localdev"):
         shutil.copytree(REPO_ROOT / package, asset / package, ignore=shutil.ignore_patterns("__pycache__"))
+    if bytecode:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash",
+                        str(asset)], check=True)
     env = dict(os.environ, TABLE_NAME=table_name, DYNAMODB_ENDPOINT=endpoint, CURSOR_KEY=credentials.CURSOR_KEY,
                POWERTOOLS_TRACE_DISABLED="true",
                POWERTOOLS_METRICS_DISABLED="true", POWERTOOLS_LOG_LEVEL="WARNING", PYTHONPATH=str(asset),

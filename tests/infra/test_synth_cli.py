@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from infra.api import PYTHON_VERSION
+from infra.bundling import compile_bytecode, interpreter_of
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # What the Lambda runtime (boto3) and the Powertools layer provide, nothing else.
 RUNTIME_AND_LAYER = ("aws_lambda_powertools", "boto3", "botocore", "jmespath", "dateutil", "s3transfer",
@@ -106,6 +109,9 @@ def assert_the_asset_is_complete(template: dict, out: Path, tmp_path: Path) -> N
     assert (asset / "jsonpatch.py").exists() and (asset / "jsonpointer.py").exists()
     assert (asset / "jwt" / "__init__.py").exists() and (asset / "cryptography" / "__init__.py").exists()
     assert not (asset / "boto3").exists() and not (asset / "aws_lambda_powertools").exists()
+    # Bytecode of the function's Python, when this machine has one (CI's has pyenv's 3.13).
+    compiled = (asset / "functions" / "api" / "__pycache__" / "handler.cpython-313.pyc").exists()
+    assert compiled == (interpreter_of(PYTHON_VERSION) is not None)
     # cryptography's and cffi's compiled parts for the function's platform (arm64, Python 3.13).
     binaries = [asset / "cryptography" / "hazmat" / "bindings" / "_rust.abi3.so",
                 asset / "_cffi_backend.cpython-313-aarch64-linux-gnu.so"]
@@ -148,3 +154,17 @@ def test_make_deploy_runs_the_synth_recipe_with_lint_first():
     assert all("-c x=1" in line for line in (lines[0], lines[2])), lines
 
 
+
+
+def test_the_asset_is_compiled_unchecked_by_a_python_of_its_version_and_ships_without_bytecode_when_none_is_here(
+        tmp_path, capsys):
+    version = "%d.%d" % sys.version_info[:2]  # this interpreter's: found on PATH as python3.X
+    for directory in (tmp_path / "found", tmp_path / "missing"):
+        (directory / "package").mkdir(parents=True)
+        (directory / "package" / "module.py").write_text("VALUE = 1\n")
+    assert compile_bytecode(tmp_path / "found", version) is True
+    [compiled] = (tmp_path / "found" / "package" / "__pycache__").glob(f"module.*{sys.version_info[0]}{sys.version_info[1]}.pyc")
+    assert int.from_bytes(compiled.read_bytes()[4:8], "little") == 0b01  # hash-based, source not checked
+    assert compile_bytecode(tmp_path / "missing", "3.99") is False
+    assert not (tmp_path / "missing" / "package" / "__pycache__").exists()
+    assert "no Python 3.99 here, so the Lambda asset ships without bytecode" in capsys.readouterr().err
