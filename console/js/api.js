@@ -17,14 +17,31 @@ export function path(...segments) {
   return segments.map((segment) => encodeURIComponent(segment)).join("/");
 }
 
+// Reads sent before their page asked (the first page's, as soon as the console is signed in), by URL.
+const early = new Map();
+
+/** Sends GET route now; the page's own request() of the same URL takes its answer, once. */
+export function prefetch(route, options = {}) {
+  const answer = request("GET", route, options);
+  answer.catch(() => {}); // a failure is the taker's to show; one no page took is nobody's
+  early.set(address(route, options.query).href, answer);
+}
+
+/** Forgets the early reads no page took (called once the first page has made its requests). */
+export function forgetPrefetched() {
+  early.clear();
+}
+
 /**
  * request("GET", "devices", {query: {filter}}); body is JSON text (sent as typed, so numbers
  * keep their digits) or a value; signal (an AbortSignal) stops a waiting request when its page is left.
  */
 export async function request(method, route, {query = {}, body, headers = {}, contentType, signal} = {}) {
-  const url = new URL(route, base);
-  for (const [name, value] of Object.entries(query)) {
-    if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
+  const url = address(route, query);
+  const sentEarly = method === "GET" && early.get(url.href);
+  if (sentEarly) {
+    early.delete(url.href);
+    return sentEarly;
   }
   const send = async () => fetch(url, {
     method, cache: "no-store", signal,
@@ -47,6 +64,14 @@ export async function request(method, route, {query = {}, body, headers = {}, co
   const problem = response.ok ? null : (data && typeof data === "object" ? data
     : {status: response.status, title: response.statusText || "Request failed", detail: text.slice(0, 200)});
   return {status: response.status, ok: response.ok, etag: response.headers.get("ETag"), data, problem};
+}
+
+function address(route, query = {}) {
+  const url = new URL(route, base);
+  for (const [name, value] of Object.entries(query)) {
+    if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
+  }
+  return url;
 }
 
 /** The version an ETag names ("7" -> 7). */

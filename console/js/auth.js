@@ -1,7 +1,7 @@
 // Who the console acts for. It holds no rights of its own: every request carries the token of
-// the person signed in. The token lives in this module's memory (and, for a hosted-UI sign-in,
-// session storage, so a reload of the tab needs no new sign-in); never in a URL, never in
-// local storage.
+// the person signed in. The token lives in this module's memory and the tab's session storage
+// (so a reload of the tab needs no new sign-in, until the token is near its end or refused:
+// a 401 renews it); never in a URL, never in local storage. A refresh token stays in memory.
 //
 // config.auth.kind:
 //   "local"   make serve: its own issuer hands this page a token (POST tokenPath, same origin,
@@ -12,6 +12,7 @@
 
 const RENEW_AT = 0.8; // of a token's life
 const STORED = "device-state-console.session";
+const STORED_LOCAL = "device-state-console.local-session"; // make serve's, never taken for a person's
 const PENDING = "device-state-console.sign-in";
 
 let config;
@@ -21,7 +22,7 @@ let renewing = null;
 export async function signIn(consoleConfig) {
   config = consoleConfig;
   const auth = config.auth || {};
-  if (auth.kind === "local") return keep(await localToken());
+  if (auth.kind === "local") return (current = restored()) || keep(await localToken());
   if (auth.kind === "cognito") return cognito(auth);
   if (auth.kind === "token") return pasted();
   throw new Error(`config.json names no sign-in the console knows (auth.kind ${JSON.stringify(auth.kind)})`);
@@ -57,7 +58,7 @@ export function renew() {
 
 export function signOut() {
   current = null;
-  sessionStorage.removeItem(STORED);
+  sessionStorage.removeItem(storageKey());
   const auth = config.auth;
   if (auth.kind === "cognito") {
     const logout = new URL("/logout", auth.domain);
@@ -70,10 +71,8 @@ export function signOut() {
 
 function keep(session) {
   current = session;
-  if (config.auth.kind !== "local") {
-    const {refreshToken, ...stored} = session; // a refresh token stays in memory only
-    sessionStorage.setItem(STORED, JSON.stringify(stored));
-  }
+  const {refreshToken, ...stored} = session; // a refresh token stays in memory only
+  sessionStorage.setItem(storageKey(), JSON.stringify(stored));
   return session;
 }
 
@@ -101,9 +100,14 @@ async function localToken() {
   return fromToken(body.token, body.expiresIn);
 }
 
+function storageKey() {
+  return config.auth.kind === "local" ? STORED_LOCAL : STORED;
+}
+
+/** The tab's session, unless it ends within a minute. */
 function restored() {
   try {
-    const stored = JSON.parse(sessionStorage.getItem(STORED) || "null");
+    const stored = JSON.parse(sessionStorage.getItem(storageKey()) || "null");
     return stored && stored.expiresAt > Date.now() + 60e3 ? stored : null;
   } catch {
     return null;
@@ -121,8 +125,7 @@ async function cognito(auth) {
   if (query.has("code") || query.has("error")) return finishSignIn(auth, query);
   const stored = restored();
   if (stored) return (current = stored);
-  await redirectToSignIn(auth);
-  return new Promise(() => {}); // the page is leaving
+  return redirectToSignIn(auth);
 }
 
 function base64url(bytes) {
@@ -130,6 +133,7 @@ function base64url(bytes) {
     .replace(/=+$/, "");
 }
 
+/** Leaves for the hosted UI; never settles, so whatever waits on it (a renewal) waits, not sends again. */
 async function redirectToSignIn(auth) {
   const verifier = base64url(crypto.getRandomValues(new Uint8Array(32)));
   const state = base64url(crypto.getRandomValues(new Uint8Array(16)));
@@ -141,6 +145,7 @@ async function redirectToSignIn(auth) {
     state, code_challenge: challenge, code_challenge_method: "S256",
   }).toString();
   location.assign(authorize.toString());
+  return new Promise(() => {}); // the page is leaving
 }
 
 async function finishSignIn(auth, query) {

@@ -5,15 +5,14 @@
 // and the browser's back button works.
 import {request, settings} from "./api.js";
 import {announce, h, replace, time} from "./dom.js";
+import {effective, fleetAddress, listingQuery} from "./fleet-query.js";
 import {createJobSection} from "./jobs.js";
 import {at, fieldSegments, text} from "./json.js";
 
 const LIMITS = [25, 50, 100];
 
 export function fleetView(main, _params, query) {
-  const state = {filter: query.get("filter") || "", sort: query.get("sort") || "",
-                 limit: /^(100|[1-9][0-9]?)$/.test(query.get("limit") || "") ? Number(query.get("limit")) : 25,
-                 groupBy: query.get("groupBy") || "", cursors: [null], page: 0};
+  const state = {...fleetAddress(query), cursors: [null], page: 0};
   const fields = settings.fleetFields;
   const filterInput = h("input", {id: "filter", name: "filter", type: "search", value: state.filter,
                                   autocomplete: "off", spellcheck: "false", "aria-describedby": "filter-help",
@@ -67,21 +66,13 @@ export function fleetView(main, _params, query) {
     else location.hash = hash;
   }
 
-  /** The filter and sort sent: sorting needs a filter, so a sort alone lists those that hold the field. */
-  function effective() {
-    const sortPath = state.sort.replace(/^[+-]/, "");
-    if (state.filter || !sortPath) return {filter: state.filter, sort: state.sort};
-    return {filter: `exists(${sortPath})`, sort: state.sort, implied: sortPath};
-  }
-
   async function load() {
     replace(problemBox);
     filterInput.removeAttribute("aria-invalid");
-    const {filter, sort, implied} = effective();
+    const {filter, implied} = effective(state);
     note.textContent = implied ? `Sorted by ${implied}: the devices that hold it (the API sorts what a filter finds).` : "";
     table.setAttribute("aria-busy", "true");
-    const answer = await request("GET", "devices", {query: {filter, sort, limit: state.limit,
-                                                            cursor: state.cursors[state.page]}});
+    const answer = await request("GET", "devices", {query: listingQuery(state, state.cursors[state.page])});
     table.removeAttribute("aria-busy");
     if (!answer.ok) {
       showProblem(answer.problem, filter === state.filter ? filterInput.value : filter);

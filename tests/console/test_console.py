@@ -143,7 +143,7 @@ def versions_shown(page) -> list[int]:
 
 # --- sign-in ---
 
-def test_opening_console_shows_the_fleet_with_no_sign_in_and_keeps_the_token_out_of_urls_and_storage(served, page):
+def test_opening_console_shows_the_fleet_with_no_sign_in_and_keeps_the_token_out_of_urls_and_local_storage(served, page):
     device = unique("signin")
     assert served.client("PUT", f"/devices/{device}", {"state": {"site": "hall"}})[0] == 201
     urls, sockets = [], []
@@ -205,6 +205,7 @@ def test_sign_in_through_an_authorization_server_uses_pkce_and_leaves_no_code_in
     def authorize(route):
         query = {name: values[0] for name, values in parse_qs(urlsplit(route.request.url).query).items()}
         asked["authorize"] = query
+        asked["authorizations"] = asked.get("authorizations", 0) + 1
         route.fulfill(status=302, headers={"Location": f"{query['redirect_uri']}?code=the-code&state={query['state']}"})
 
     def token(route):
@@ -228,6 +229,83 @@ def test_sign_in_through_an_authorization_server_uses_pkce_and_leaves_no_code_in
     assert exchange["grant_type"] == "authorization_code" and exchange["code"] == "the-code"
     assert "code=" not in page.url and page.url.endswith("#/?filter=exists%28state%2Fsite%29")  # back where it was
     assert set(authorizations) == {f"Bearer {access_token}"}
+
+    # The tab keeps the token for a reload; one the API refuses (revoked, or past its end) leads
+    # back to the hosted UI, then to the same page.
+    refused = Issuer.generate().token()
+    page.evaluate("""(token) => {
+      const session = JSON.parse(sessionStorage.getItem("device-state-console.session"));
+      sessionStorage.setItem("device-state-console.session", JSON.stringify({...session, token}));
+    }""", refused)
+    authorizations.clear()
+    with page.expect_request(f"{domain}/oauth2/authorize*"):
+        page.reload()
+    page.locator("table.devices tbody tr").first.wait_for()
+    assert asked["authorizations"] == 2 and asked["authorize"]["state"] != request["state"]
+    assert authorizations[0] == f"Bearer {refused}" and authorizations[-1] == f"Bearer {access_token}"
+    assert "code=" not in page.url and page.url.endswith("#/?filter=exists%28state%2Fsite%29")
+
+
+def test_the_fleets_first_listing_is_sent_once_signed_in_while_the_other_pages_modules_still_load(served, page):
+    """start.js signs in and sends the first page's listing without waiting for the modules of the
+    pages (device.js is held here); the fleet page then takes that answer: one request, its rows."""
+    site = unique("early")
+    for n in range(3):
+        assert served.client("PUT", f"/devices/{site}-{n}", {"state": {"site": site}})[0] == 201
+    held, listings = [], []
+    page.route("**/console/js/device.js", lambda route: held.append(route))
+    page.on("request", lambda request: listings.append(request.url) if "/devices?" in request.url else None)
+    with page.expect_request(lambda request: "/devices?" in request.url, timeout=5_000):
+        page.goto(fleet_url(served, filter=f'eq(state/site,"{site}")'), wait_until="commit")
+    assert len(held) == 1 and page.locator("table.devices").count() == 0  # the pages' modules wait
+    held[0].continue_()
+    page.locator("table.devices tbody th[scope=row]").first.wait_for()
+    assert sorted(page.locator("table.devices tbody th[scope=row]").all_inner_texts()) == [f"{site}-{n}" for n in range(3)]
+    page.wait_for_function("() => document.querySelector('#count-result .count')")
+    assert page.locator("#count-result .count strong").inner_text() == "3"
+    assert len(listings) == 1, listings  # the page took the early answer, not a second request
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
+def test_a_reload_keeps_make_serves_token_for_the_tab_and_one_refused_or_near_its_end_is_replaced(served, page):
+    device = unique("reload")
+    assert served.client("PUT", f"/devices/{device}", {"state": {"site": device}})[0] == 201
+    asked, sent = [], []  # POST /console/local-token; (status, Authorization) of each listing
+    page.on("request", lambda request: asked.append(1) if request.url.endswith("/console/local-token") else None)
+    page.on("response", lambda response: sent.append((response.status, response.request.headers["authorization"]))
+            if "/devices?" in response.url else None)
+    row = page.get_by_role("link", name=device)
+
+    def kept():
+        return page.evaluate("JSON.parse(sessionStorage.getItem('device-state-console.local-session')).token")
+
+    def store(token, seconds_left):
+        page.evaluate("""([token, left]) => sessionStorage.setItem("device-state-console.local-session",
+          JSON.stringify({token, lifetime: 3600e3, expiresAt: Date.now() + left * 1000, subject: "local-developer"}))""",
+                      [token, seconds_left])
+
+    page.goto(fleet_url(served, filter=f'eq(state/site,"{device}")'))
+    row.wait_for()
+    first = kept()
+    page.reload()
+    row.wait_for()
+    assert len(asked) == 1 and sent == [(200, f"Bearer {first}")] * 2  # the reload asked for no token
+
+    refused = Issuer.generate().token()  # signed by a key the server does not trust: revoked, or another's
+    store(refused, 3000)
+    page.reload()
+    row.wait_for()
+    assert sent[2:4] == [(401, f"Bearer {refused}"), (200, f"Bearer {kept()}")] and len(asked) >= 2
+
+    ending = checkout_token()  # valid, but within a minute of its end: never sent
+    store(ending, 30)
+    before = len(asked)
+    page.reload()
+    row.wait_for()
+    assert len(asked) == before + 1 and kept() not in (ending, refused, first)
+    assert f"Bearer {ending}" not in [authorization for _, authorization in sent]
+    assert page.evaluate("localStorage.length") == 0
+    assert page.evaluate("window.__violations") == []
 
 
 # --- the fleet ---
