@@ -167,8 +167,9 @@ export function fleetView(main, _params, query) {
       }))));
   }
 
-  load();
-  count();
+  // The rows first: a count reads every device its filter finds, and sent beside the listing it
+  // competes with it for the same server.
+  load().finally(count);
   return {leave() {}};
 }
 
