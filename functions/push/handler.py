@@ -28,7 +28,7 @@ from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, Crede
 from . import connections
 from .delivery import Delivery, Gone, PostFailed, error_message
 from .services import devices, forget, record_connectivity, services
-from .subscriptions import TooManySubscriptions, UnknownConnection
+from .subscriptions import Subscriptions, TooManySubscriptions, UnknownConnection
 
 logger = logging.getLogger("device_state.push")
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or names.NAMESPACE,
