@@ -247,6 +247,25 @@ def test_a_device_deleted_and_provisioned_again_holds_a_credential_of_another_id
     assert provision(manager, "lamp-1").credential_id == again.credential_id  # and provisioning again finds it
 
 
+def test_a_device_provisioned_under_the_earlier_id_is_provisioned_again_with_it(manager, monkeypatch):
+    """A device provisioned before credential ids were derived from its createdAt holds the
+    earlier id: provisioning it again (a reset, a resend) answers with that credential, not 403."""
+    from functions.device_state.identity import provisioning
+    from functions.device_state.item.credentials import earlier_provisioned_credential_id
+
+    manager.create_enrollment(enrollment())
+    with monkeypatch.context() as earlier:  # as provisioning gave ids then
+        earlier.setattr(provisioning, "provisioned_credential_id",
+                        lambda enrollment_id, device_id, _created_at: earlier_provisioned_credential_id(
+                            enrollment_id, device_id))
+        first = provision(manager, "lamp-1")
+    assert first.credential_id == earlier_provisioned_credential_id("factory", "lamp-1")
+    again = provision(manager, "lamp-1")
+    assert not again.created and again.credential_id == first.credential_id
+    manager.delete("lamp-1")
+    assert provision(manager, "lamp-1").credential_id != first.credential_id  # a new device: a new id
+
+
 def test_a_device_provisioned_again_in_the_millisecond_its_deleted_one_was_created_waits_for_the_next(engine):
     """The credential's id is derived from when the device is created: a device created again in
     the millisecond the deleted one was would take its id, so provisioning tries again later."""

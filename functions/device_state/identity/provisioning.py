@@ -20,8 +20,8 @@ from typing import Callable
 
 from ..errors import AssertionReplayed, DeviceAlreadyExists, ProvisioningRefused
 from ..item import schema
-from ..item.credentials import (NO_EXPIRY, ProvisionedIdentity, provisioned_by, provisioned_credential_id,
-                                registered)
+from ..item.credentials import (NO_EXPIRY, ProvisionedIdentity, earlier_provisioned_credential_id, provisioned_by,
+                                provisioned_credential_id, registered)
 from ..model.device import Device
 from ..model.sections import DESIRED, REPORTED
 from ..model.times import stored_time, timestamp
@@ -114,9 +114,11 @@ class Provisioning:
         if not provisioned_by(item, enrollment.enrollment_id):
             raise ProvisioningRefused(device_id, "device-exists",
                                       f"a device {device_id!r} exists that this enrollment did not provision")
-        device = Device.from_item(item)
-        credential_id = provisioned_credential_id(enrollment.enrollment_id, device_id, device.created_at)
-        if credential_id not in registered(item):
+        device, held = Device.from_item(item), registered(item)
+        candidates = (provisioned_credential_id(enrollment.enrollment_id, device_id, device.created_at),
+                      earlier_provisioned_credential_id(enrollment.enrollment_id, device_id))
+        credential_id = next((candidate for candidate in candidates if candidate in held), None)
+        if credential_id is None:
             raise ProvisioningRefused(device_id, "credential-revoked",
                                       "the credential this enrollment provisioned the device with was revoked")
         return Provisioned(device, credential_id, False)

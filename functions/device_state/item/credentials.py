@@ -139,3 +139,10 @@ def provisioned_credential_id(enrollment_id: str, device_id: str, created_at: st
     so no token of the one deleted names it."""
     return _id(hashlib.sha256(f"device-state provisioned\n{enrollment_id}\n{device_id}\n{created_at}".encode())
                .digest())
+
+
+def earlier_provisioned_credential_id(enrollment_id: str, device_id: str) -> str:
+    """The id provisioning gave a device before ids were derived from its ``createdAt``: a device
+    provisioned then still holds it, and provisioning it again answers with it; no device created
+    since is given it."""
+    return _id(hashlib.sha256(f"device-state provisioned\n{enrollment_id}\n{device_id}".encode()).digest())
