@@ -22,7 +22,7 @@ const early = new Map();
 
 /** Sends GET route now; the page's own request() of the same URL takes its answer, once. */
 export function prefetch(route, options = {}) {
-  const answer = request("GET", route, options);
+  const answer = request("GET", route, {...options, renewal: false}); // no page yet to show a sign-in
   answer.catch(() => {}); // a failure is the taker's to show; one no page took is nobody's
   early.set(address(route, options.query).href, answer);
 }
@@ -35,13 +35,18 @@ export function forgetPrefetched() {
 /**
  * request("GET", "devices", {query: {filter}}); body is JSON text (sent as typed, so numbers
  * keep their digits) or a value; signal (an AbortSignal) stops a waiting request when its page is left.
+ * A 401 renews the sign-in and sends again once (renewal false: answered as it is).
  */
-export async function request(method, route, {query = {}, body, headers = {}, contentType, signal} = {}) {
+export async function request(method, route,
+                              {query = {}, body, headers = {}, contentType, signal, renewal = true} = {}) {
   const url = address(route, query);
   const sentEarly = method === "GET" && early.get(url.href);
+  let refusedEarly = false;
   if (sentEarly) {
     early.delete(url.href);
-    return sentEarly;
+    const answer = await sentEarly;
+    if (answer.status !== 401) return answer;
+    refusedEarly = true; // the sign-in is renewed now, by the page that asked
   }
   const send = async () => fetch(url, {
     method, cache: "no-store", signal,
@@ -49,8 +54,8 @@ export async function request(method, route, {query = {}, body, headers = {}, co
               ...(body === undefined ? {} : {"Content-Type": contentType || "application/json"}), ...headers},
     body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
   });
-  let response = await send();
-  if (response.status === 401) {
+  let response = refusedEarly ? null : await send();
+  if (refusedEarly || (response.status === 401 && renewal)) {
     await renew();
     response = await send();
   }

@@ -137,7 +137,9 @@ export function fleetView(main, _params, query) {
         "Next page"));
   }
 
+  let counting = 0; // the latest count asked for: an earlier one's late answer is not shown
   async function count() {
+    const asked = ++counting;
     const filter = state.filter || (state.groupBy ? `exists(${state.groupBy})` : "");
     if (!filter) {
       replace(countResult, h("p", {class: "muted"},
@@ -146,6 +148,7 @@ export function fleetView(main, _params, query) {
     }
     replace(countResult, h("p", {class: "muted"}, "Counting…"));
     const answer = await request("GET", "devices/count", {query: {filter, groupBy: state.groupBy}});
+    if (asked !== counting) return;
     if (!answer.ok) {
       replace(countResult, h("div", {class: "problem"}, h("strong", {}, answer.problem.title || "Refused"), ": ",
                              String(answer.problem.detail ?? "")));

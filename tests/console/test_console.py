@@ -267,6 +267,33 @@ def test_the_fleets_first_listing_is_sent_once_signed_in_while_the_other_pages_m
     assert page.evaluate("window.__violations") == [] and page.errors == []
 
 
+def test_a_refused_pasted_token_held_by_the_tab_is_asked_for_again_by_the_page_not_before_it(served, page):
+    """With a pasted token (auth kind "token"), the early listing refused (401) asks for no sign-in
+    while the pages' modules still load (the page would replace the form, leaving the sign-in
+    waiting for ever): the fleet page asks for a token, and its listing goes with the one pasted."""
+    config = {"api": "/", "webSocket": f"ws://127.0.0.1:{served.port}/ws", "auth": {"kind": "token"},
+              "fleetFields": []}
+    page.route("**/console/config.json", lambda route: route.fulfill(json=config))
+    site = unique("pasted")
+    assert served.client("PUT", f"/devices/{site}", {"state": {"site": site}})[0] == 201
+    refused, good = Issuer.generate().token(), checkout_token()
+    page.add_init_script(f"""sessionStorage.setItem("device-state-console.session", JSON.stringify(
+      {{token: "{refused}", lifetime: 3600e3, expiresAt: Date.now() + 3000e3, subject: "tab"}}))""")
+    held, listings = [], []
+    page.route("**/console/js/device.js", lambda route: held.append(route))
+    page.on("response", lambda response: listings.append((response.status, response.request.headers["authorization"]))
+            if "/devices?" in response.url else None)
+    with page.expect_response(lambda response: "/devices?" in response.url and response.status == 401):
+        page.goto(fleet_url(served, filter=f'eq(state/site,"{site}")'), wait_until="commit")
+    page.wait_for_timeout(300)  # a sign-in asked for now would show before the pages do
+    held[0].continue_()
+    page.locator("textarea#token").fill(good)
+    with page.expect_response(lambda response: "/devices?" in response.url and response.status == 200):
+        page.get_by_role("button", name="Sign in").click()
+    assert listings == [(401, f"Bearer {refused}"), (200, f"Bearer {good}")]
+    assert page.evaluate("window.__violations") == []
+
+
 def test_a_reload_keeps_make_serves_token_for_the_tab_and_one_refused_or_near_its_end_is_replaced(served, page):
     device = unique("reload")
     assert served.client("PUT", f"/devices/{device}", {"state": {"site": device}})[0] == 201
