@@ -13,6 +13,7 @@ from functions.auth.credentials import load_auth_config
 from functions.device_state.client import dynamodb_client
 from functions.device_state.model.values import dumps, loads
 from localdev.apigw import LambdaContext, make_event
+from localdev.faults import Forwarder
 from tests.auth import with_credentials
 
 
@@ -100,3 +101,12 @@ def assert_problem(result: Result) -> None:
     assert {"type", "title", "status", "detail"} <= set(problem), problem
     assert problem["status"] == result.status
     assert isinstance(problem["detail"], str) and problem["detail"]
+
+
+@pytest.fixture(scope="module")
+def forwarder(dynamodb_local):
+    """The fault forwarder (localdev/faults.py) in front of the worker's DynamoDB Local, for a
+    module's server to reach DynamoDB through; each test sets what it loses or holds."""
+    forwarder = Forwarder(dynamodb_local.port)
+    yield forwarder
+    forwarder.close()

@@ -35,7 +35,6 @@ from functions.device_state import (CREDENTIAL_SK_PREFIX, SECRET, CredentialReco
 from functions.device_state.write.outcomes import NeverApplied
 from functions.device_state.write.pipeline import WritePipeline
 from functions.device_state.write.store import SEND_ATTEMPTS
-from localdev.faults import Forwarder
 from tests.api.test_http import launch
 from tests.auth import assertion, bearer
 from tests.conftest import new_table_name, table_admin
@@ -49,13 +48,6 @@ TRANSACTION = "TransactWriteItems"
 SETTLE_SECONDS = 2
 BRIEF_STALL_SECONDS = 4.5  # past the server's 3 s read timeout: the first send's answer is lost
 ADMIN = bearer((ADMIN_SCOPE,))
-
-
-@pytest.fixture(scope="module")
-def forwarder(dynamodb_local):
-    forwarder = Forwarder(dynamodb_local.port)
-    yield forwarder
-    forwarder.close()
 
 
 @pytest.fixture(scope="module")

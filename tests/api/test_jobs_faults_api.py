@@ -16,19 +16,11 @@ import uuid
 import pytest
 
 from functions.device_state import DeviceStateManager
-from localdev.faults import Forwarder
 from tests.api.test_http import launch
 
 pytestmark = pytest.mark.dynamodb_local
 
 STALL_SECONDS = 14  # longer than the server's sends of one request (3, each up to its 3 s read timeout)
-
-
-@pytest.fixture(scope="module")
-def forwarder(dynamodb_local):
-    forwarder = Forwarder(dynamodb_local.port)
-    yield forwarder
-    forwarder.close()
 
 
 @pytest.fixture(scope="module")
