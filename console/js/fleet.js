@@ -72,7 +72,7 @@ export function fleetView(main, _params, query) {
     const {filter, implied} = effective(state);
     note.textContent = implied ? `Sorted by ${implied}: the devices that hold it (the API sorts what a filter finds).` : "";
     table.setAttribute("aria-busy", "true");
-    const answer = await request("GET", "devices", {query: listingQuery(state, state.cursors[state.page])});
+    const answer = await answered(request("GET", "devices", {query: listingQuery(state, state.cursors[state.page])}));
     table.removeAttribute("aria-busy");
     if (!answer.ok) {
       showProblem(answer.problem, filter === state.filter ? filterInput.value : filter);
@@ -147,7 +147,7 @@ export function fleetView(main, _params, query) {
       return;
     }
     replace(countResult, h("p", {class: "muted"}, "Counting…"));
-    const answer = await request("GET", "devices/count", {query: {filter, groupBy: state.groupBy}});
+    const answer = await answered(request("GET", "devices/count", {query: {filter, groupBy: state.groupBy}}));
     if (asked !== counting) return;
     if (!answer.ok) {
       replace(countResult, h("div", {class: "problem"}, h("strong", {}, answer.problem.title || "Refused"), ": ",
@@ -174,6 +174,15 @@ export function fleetView(main, _params, query) {
   // competes with it for the same server.
   load().finally(count);
   return {leave() {}};
+}
+
+/** The request's answer, or a problem to show when none came (the network or the service down). */
+async function answered(sent) {
+  try {
+    return await sent;
+  } catch (error) {
+    return {ok: false, problem: {title: "No answer from the service", detail: String(error.message || error)}};
+  }
 }
 
 /** Online / offline, with since when or when last seen. */

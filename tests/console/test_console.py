@@ -349,6 +349,16 @@ def test_a_refused_filter_shows_the_services_message_at_its_position(served, pag
     assert page.get_by_label("Filter (RQL)").get_attribute("aria-invalid") == "true"
 
 
+def test_a_listing_and_count_that_get_no_answer_say_so_and_leave_nothing_busy(served, page):
+    page.route("**/devices?*", lambda route: route.abort())
+    page.route("**/devices/count?*", lambda route: route.abort())
+    page.goto(fleet_url(served, filter="exists(state/site)"))
+    page.locator("#filter-problem").get_by_text("No answer from the service").wait_for()
+    page.locator("#count-result").get_by_text("No answer from the service").wait_for()
+    assert page.locator("table.devices[aria-busy]").count() == 0
+    assert page.evaluate("window.__violations") == []
+
+
 def test_filter_sort_by_a_declared_column_page_by_cursor_and_count_by_group(served, page):
     site = unique("fleet")
     batteries = {f"{site}-{n}": battery for n, battery in enumerate([40, 10, 90, 70, 20])}
