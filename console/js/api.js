@@ -71,6 +71,15 @@ export async function request(method, route,
   return {status: response.status, ok: response.ok, etag: response.headers.get("ETag"), data, problem};
 }
 
+/** A request's answer, or a problem to show when none came (the network or the service down). */
+export async function answered(sent) {
+  try {
+    return await sent;
+  } catch (error) {
+    return {status: 0, ok: false, problem: {title: "No answer from the service", detail: String(error.message || error)}};
+  }
+}
+
 function address(route, query = {}) {
   const url = new URL(route, base);
   for (const [name, value] of Object.entries(query)) {

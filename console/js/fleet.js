@@ -3,7 +3,7 @@
 // created for what the filter finds (jobs.js).
 // The filter and the sort live in the address (#/?filter=…&sort=…), so a view can be shared
 // and the browser's back button works.
-import {request, settings} from "./api.js";
+import {answered, request, settings} from "./api.js";
 import {announce, h, replace, time} from "./dom.js";
 import {effective, fleetAddress, listingQuery} from "./fleet-query.js";
 import {createJobSection} from "./jobs.js";
@@ -174,15 +174,6 @@ export function fleetView(main, _params, query) {
   // competes with it for the same server.
   load().finally(count);
   return {leave() {}};
-}
-
-/** The request's answer, or a problem to show when none came (the network or the service down). */
-async function answered(sent) {
-  try {
-    return await sent;
-  } catch (error) {
-    return {ok: false, problem: {title: "No answer from the service", detail: String(error.message || error)}};
-  }
 }
 
 /** Online / offline, with since when or when last seen. */

@@ -4,7 +4,7 @@
 // the job changed), its progress per execution state as a bar and counts, its executions by
 // state with their reasons, and cancels it (force: its leaves leave the devices still in
 // progress). The list of jobs is #/jobs, a job's page #/jobs/{id}.
-import {path, request} from "./api.js";
+import {answered, path, request} from "./api.js";
 import {announce, h, replace, time} from "./dom.js";
 import {isObject, parse, text} from "./json.js";
 
@@ -249,13 +249,9 @@ export function jobView(main, {id}, query) {
     for (let failures = 0; !view.left;) {
       const started = Date.now();
       const waiting = view.etag !== null;
-      let answer;
-      try {
-        answer = await request("GET", route, {query: waiting ? {waitSeconds: WAIT_SECONDS} : {},
-                                              headers: waiting ? {"If-None-Match": view.etag} : {}, signal: aborter.signal});
-      } catch (error) {
-        answer = {status: 0, ok: false, problem: {title: "No answer", detail: String(error.message || error)}};
-      }
+      const answer = await answered(request("GET", route, {query: waiting ? {waitSeconds: WAIT_SECONDS} : {},
+                                                           headers: waiting ? {"If-None-Match": view.etag} : {},
+                                                           signal: aborter.signal}));
       if (view.left) break;
       if (answer.status === 304) {
         failures = 0;
