@@ -30,7 +30,7 @@ os.environ.update(SEALING_ENVIRONMENT)
 # ... and seals its listings' cursors with the suite's key (one per test process).
 os.environ["CURSOR_KEY"] = uuid.uuid4().hex + uuid.uuid4().hex
 from functions.device_state import DeviceStateManager  # noqa: E402
-from functions.device_state.client import boto3_session, dynamodb_client  # noqa: E402
+from functions.device_state.client import dynamodb_client, new_client  # noqa: E402
 from functions.device_state.table import create_table  # noqa: E402
 from localdev.dynamodb_local import DynamoDBLocal, DynamoDBLocalError  # noqa: E402
 
@@ -115,8 +115,8 @@ def table_admin(endpoint: str):
     a table that is only being made is no write of the code under test."""
     from botocore.config import Config
 
-    return boto3_session().client("dynamodb", endpoint_url=endpoint, region_name="us-east-1",
-                                  config=Config(read_timeout=60, retries={"max_attempts": 5, "mode": "standard"}))
+    return new_client("dynamodb", endpoint_url=endpoint, region_name="us-east-1",
+                      config=Config(read_timeout=60, retries={"max_attempts": 5, "mode": "standard"}))
 
 
 @pytest.fixture
@@ -149,7 +149,7 @@ def moto_table():
     from moto import mock_aws
 
     with mock_aws():
-        client = boto3_session().client("dynamodb", region_name="us-east-1")
+        client = new_client("dynamodb", region_name="us-east-1")
         name = new_table_name()
         create_table(client, name)
         yield client, name

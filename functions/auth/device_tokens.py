@@ -163,10 +163,10 @@ def kms_client():
     request held for KMS)."""
     from botocore.config import Config
 
-    from functions.device_state import boto3_session
+    from functions.device_state import new_client
 
-    return boto3_session().client("kms", config=Config(retries={"max_attempts": 1, "mode": "standard"},
-                                                       connect_timeout=2, read_timeout=3))
+    return new_client("kms", config=Config(retries={"max_attempts": 1, "mode": "standard"},
+                                           connect_timeout=2, read_timeout=3))
 
 
 @functools.lru_cache(maxsize=1)

@@ -4,7 +4,7 @@ Free of HTTP and of Powertools; takes its DynamoDB client and table name as argu
 """
 
 from . import leases  # its limits; the lease code itself loads when first used (leases/__init__.py)
-from .client import boto3_session, dynamodb_client
+from .client import dynamodb_client, new_client
 from .errors import (
     AssertionReplayed,
     CredentialExists,
@@ -199,7 +199,6 @@ __all__ = [
     "MAX_QUERY_LIMIT",
     "UnindexedFilter",
     "Backoff",
-    "boto3_session",
     "Change",
     "CHANGE_SK_PREFIX",
     "ChangeLog",
@@ -227,6 +226,7 @@ __all__ = [
     "DeviceStateManager",
     "dumps",
     "dynamodb_client",
+    "new_client",
     "fingerprint",
     "IdempotencyKey",
     "IdempotencyKeyReused",

@@ -11,7 +11,7 @@ import os
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from functions.device_state import boto3_session, dumps
+from functions.device_state import dumps, new_client
 
 from .delivery import Gone
 
@@ -20,7 +20,7 @@ CONNECTIONS_ENDPOINT = "CONNECTIONS_ENDPOINT"
 
 @functools.lru_cache(maxsize=4)
 def _client(endpoint: str):
-    return boto3_session().client("apigatewaymanagementapi", endpoint_url=endpoint, config=Config(
+    return new_client("apigatewaymanagementapi", endpoint_url=endpoint, config=Config(
         retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=2, read_timeout=5))
 
 

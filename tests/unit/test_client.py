@@ -1,9 +1,16 @@
 """dynamodb_client() can be pointed anywhere from the environment, as docs/library.md tells a
-script to: DYNAMODB_ENDPOINT, then AWS_REGION before AWS_DEFAULT_REGION; arguments win."""
+script to: DYNAMODB_ENDPOINT, then AWS_REGION before AWS_DEFAULT_REGION; arguments win. A new
+client signs with the credentials the environment holds when it is made."""
 
+import contextlib
+import http.server
+import threading
+import uuid
+
+import botocore.session
 import pytest
 
-from functions.device_state import dynamodb_client
+from functions.device_state import dynamodb_client, new_client
 
 
 @pytest.fixture(autouse=True)
@@ -46,3 +53,56 @@ def test_one_client_per_endpoint_and_region(monkeypatch):
     assert dynamodb_client() is first
     monkeypatch.setenv("DYNAMODB_ENDPOINT", "http://127.0.0.1:8124")
     assert dynamodb_client() is not first
+
+
+
+@contextlib.contextmanager
+def signatures_received():
+    """(endpoint, the Authorization headers it received): a local server answering any request."""
+    seen = []
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            seen.append(self.headers["Authorization"])
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b'{"TableNames": []}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-amz-json-1.0")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_new_client_signs_with_the_credentials_the_environment_holds_now(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    with signatures_received() as (endpoint, seen):
+        for key in ("AKIAFIRSTKEY", "AKIASECONDKEY", "AKIAFIRSTKEY"):
+            monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
+            new_client("dynamodb", region_name="us-east-1", endpoint_url=endpoint).list_tables()
+    assert [header.split("Credential=", 1)[1].split("/", 1)[0] for header in seen] == [
+        "AKIAFIRSTKEY", "AKIASECONDKEY", "AKIAFIRSTKEY"]
+
+
+def test_clients_made_in_the_same_environment_share_one_session(monkeypatch):
+    sessions = []
+    original = botocore.session.get_session
+    monkeypatch.setattr(botocore.session, "get_session", lambda *a, **k: sessions.append(1) or original(*a, **k))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", f"AKIA{uuid.uuid4().hex[:12].upper()}")  # an environment never seen
+    first, second = new_client("dynamodb", region_name="us-east-1"), new_client("dynamodb", region_name="us-east-1")
+    assert first is not second and len(sessions) == 1
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", f"AKIA{uuid.uuid4().hex[:12].upper()}")
+    new_client("dynamodb", region_name="us-east-1")
+    assert len(sessions) == 2
