@@ -15,7 +15,6 @@ Writes bench/out/fleet.{json,md} (``--out``; ``make bench UPDATE_RESULTS=1``: be
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import random
@@ -23,7 +22,6 @@ import statistics
 import sys
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -37,8 +35,8 @@ from functions.device_state import DeviceStateManager, FleetIndex, MergePatch, d
 from functions.device_state.fleet.reindex import mark_ready  # noqa: E402
 from functions.device_state.item import schema  # noqa: E402
 from functions.device_state.write.store import Store  # noqa: E402
-from functions.device_state.model.values import to_attribute  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local  # noqa: E402
+from localdev.fleet_load import clone_devices  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"
 FLEET = FleetIndex.parse("reported/firmware:string,reported/online:boolean,reported/battery:number,state/site:string")
@@ -62,37 +60,15 @@ def reference_documents(number: int, rng: random.Random, rare: bool) -> dict:
 
 
 def load(manager: DeviceStateManager, client, name: str, devices: int) -> None:
-    """One device created through the library, then cloned with BatchWriteItem (the same
-    item shape, its values and index attributes of its own): a bulk load, not a write test."""
+    """One device created through the library, then cloned (``localdev.fleet_load``): its
+    values and index attributes of its own, drawn in order so every load is the same."""
     rng = random.Random(29)
     rare = set(rng.sample(range(devices), max(1, devices // 1000)))
-    first = reference_documents(0, rng, 0 in rare)
-    manager.create("dev-000000", first["state"], sections={k: first[k] for k in ("desired", "reported")})
-    template = client.get_item(TableName=name, Key={"deviceId": {"S": "dev-000000"}, "sk": {"S": "state"}},
-                               ConsistentRead=True)["Item"]
-
-    def item(number):
-        documents = reference_documents(number, rng, number in rare)
-        device_id = f"dev-{number:06d}"
-        cloned = copy.deepcopy(template)
-        cloned["deviceId"] = {"S": device_id}
-        for section in ("state", "desired", "reported"):
-            cloned[section] = to_attribute(documents[section])
-        indexed, _ = FLEET.attributes(device_id, documents)
-        cloned.update(indexed)
-        return cloned
-
-    batches = [[item(number) for number in range(start, min(start + 25, devices))]
-               for start in range(1, devices, 25)]
-
-    def write(batch):
-        pending = [{"PutRequest": {"Item": entry}} for entry in batch]
-        while pending:
-            answer = client.batch_write_item(RequestItems={name: pending})
-            pending = answer.get("UnprocessedItems", {}).get(name, [])
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        list(pool.map(write, batches))
+    ids = [f"dev-{number:06d}" for number in range(devices)]
+    documents = {device_id: reference_documents(number, rng, number in rare) for number, device_id in enumerate(ids)}
+    first = documents[ids[0]]
+    manager.create(ids[0], first["state"], sections={k: first[k] for k in ("desired", "reported")})
+    clone_devices(client, name, FLEET, ids[0], ids[1:], documents.__getitem__)
 
 
 # The load's own record, in a partition no device can take (device ids hold no "~"): "loading",

@@ -17,7 +17,6 @@ Writes bench/out/jobs.{json,md} (``--out``; ``make bench UPDATE_RESULTS=1``: ben
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import sys
@@ -39,6 +38,7 @@ from functions.device_state import DeviceStateManager, FleetIndex, MergePatch, d
 from functions.device_state.runtime import UpdateObserver  # noqa: E402
 from functions.device_state.write.store import Store  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local  # noqa: E402
+from localdev.fleet_load import clone_devices  # noqa: E402
 from localdev.stream import StreamPoller, lambda_record  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"
@@ -80,26 +80,9 @@ class Billed:
 
 def load(manager: DeviceStateManager, client, name: str, site: str, count: int) -> list[str]:
     """``count`` devices at ``site``: one created through the library, the rest cloned from it."""
-    first = f"{site}-000000"
-    manager.create(first, {"site": site}, sections={"desired": {}, "reported": {"battery": 50}})
-    template = client.get_item(TableName=name, Key=table.state_key(first), ConsistentRead=True)["Item"]
     ids = [f"{site}-{number:06d}" for number in range(count)]
-
-    def item(device_id):
-        cloned = copy.deepcopy(template)
-        cloned.update(table.state_key(device_id))
-        indexed, _ = FLEET.attributes(device_id, {"state": {"site": site}})
-        cloned.update(indexed)
-        return cloned
-
-    def write(batch):
-        pending = [{"PutRequest": {"Item": item(device_id)}} for device_id in batch]
-        while pending:
-            answer = client.batch_write_item(RequestItems={name: pending})
-            pending = answer.get("UnprocessedItems", {}).get(name, [])
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        list(pool.map(write, [ids[start:start + 25] for start in range(1, count, 25)]))
+    manager.create(ids[0], {"site": site}, sections={"desired": {}, "reported": {"battery": 50}})
+    clone_devices(client, name, FLEET, ids[0], ids[1:], lambda _: {"state": {"site": site}})
     return ids
 
 

@@ -19,6 +19,7 @@ from functions.device_state.item.schema import is_index_attribute
 from functions.device_state.fleet.reindex import mark_ready
 from functions.device_state.write.store import Store
 from localdev.faults import Forwarder
+from localdev.fleet_load import clone_devices
 
 from tests.conftest import new_table_name
 from tests.helpers import own_dynamodb_local  # noqa: F401  (the fixture dynamodb_local: this module's own)
@@ -327,27 +328,13 @@ def test_a_page_of_a_value_many_devices_share_reads_about_twice_its_size_of_the_
     """1,700 devices at one site: each of the 16 shards holds more than a page. A page of 100
     reads a share of it from each shard (twice an even share), not 100 from each (1,600), and
     the walk still finds each device once."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from functions.device_state.fleet.cursors import CursorSeal
     from functions.device_state.fleet.query import FleetQuery
 
     client, name, manager = fleet_table
-    manager.create("site-0000", {"site": "porch"})
-    template = stored(client, name, "site-0000")
     ids = [f"site-{number:04d}" for number in range(1700)]
-
-    def put(chunk):
-        pending = []
-        for device_id in chunk:
-            item = {**template, table.PARTITION_KEY: {"S": device_id}}
-            item.update(FLEET.attributes(device_id, {"state": {"site": "porch"}})[0])
-            pending.append({"PutRequest": {"Item": item}})
-        while pending:
-            pending = client.batch_write_item(RequestItems={name: pending}).get("UnprocessedItems", {}).get(name, [])
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        list(pool.map(put, [ids[start:start + 25] for start in range(1, len(ids), 25)]))
+    manager.create(ids[0], {"site": "porch"})
+    clone_devices(client, name, FLEET, ids[0], ids[1:], lambda _: {"state": {"site": "porch"}})
     reads = _IndexReads(client)
     query = FleetQuery(Store(reads, name), FLEET, time.time, CursorSeal())
     found, cursor = query.page_items('eq(state/site,"porch")', 100)

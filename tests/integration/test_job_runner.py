@@ -29,6 +29,7 @@ from functions.device_state.table import create_table
 from functions.device_state.write.pipeline import WritePipeline
 from functions.device_state.write.store import Store
 from localdev.faults import Forwarder
+from localdev.fleet_load import clone_devices
 from tests.conftest import new_table_name, table_admin
 
 pytestmark = pytest.mark.dynamodb_local
@@ -86,14 +87,10 @@ class Rig:
         return JobRunner(pipeline, query, **options)
 
     def devices(self, count, prefix="d"):
+        """``count`` devices whose state is {"n": 0}: the first created, the rest its clones."""
         ids = [f"{prefix}{number:04d}" for number in range(count)]
-        threads = [threading.Thread(target=lambda chunk=ids[start::8]: [self.manager.create(device_id, {"n": 0})
-                                                                        for device_id in chunk])
-                   for start in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        self.manager.create(ids[0], {"n": 0})
+        clone_devices(self.client, self.name, self.fleet_index, ids[0], ids[1:], lambda _: {"state": {"n": 0}})
         return ids
 
     def job(self, **body):
