@@ -345,3 +345,16 @@ def test_a_page_of_a_value_many_devices_share_reads_about_twice_its_size_of_the_
         walked += [item[table.PARTITION_KEY]["S"] for item in found]
     assert sorted(walked) == ids
     assert reads.entries <= 3 * len(ids), reads.entries  # the whole walk: about twice the index, not 16 times
+
+
+def test_a_cloned_device_is_indexed_for_its_own_id_and_documents(fleet_table):
+    """``localdev.fleet_load``, which benches and tests load fleets with: a clone carries the index
+    attributes the library's writes would give its own id and documents, none of the template's."""
+    client, name, manager = fleet_table
+    manager.create("t0", {"site": "porch"}, sections={"reported": {"battery": 5}})
+    clone_devices(client, name, FLEET, "t0", ["t1", "t2"],
+                  lambda device_id: {"state": {}, "reported": {"battery": int(device_id[1:])}})
+    for device_id in ("t1", "t2"):
+        assert manager.get(device_id).reported == {"battery": int(device_id[1:])}
+        assert index_of(stored(client, name, device_id)) == expected_index(manager, device_id)
+    assert index_of(stored(client, name, "t1")) != index_of(stored(client, name, "t2"))
