@@ -25,16 +25,17 @@ def _service_models():
     return create_loader()
 
 
+MAX_SESSIONS = 8  # a process sees few environments; a bound all the same, since each keeps ~130 handlers
 _sessions: dict[tuple, object] = {}
 _sessions_lock = threading.Lock()
 
 
 def new_client(service_name: str, **options):
-    """A new boto3 client. Credentials and region come from the environment as it is now: one
-    session per set of ``AWS_*`` variables, shared while they stay the same, so a client costs
-    about 9 ms instead of the 40 ms of a session's ~130 handlers registered again (and the 200 ms
-    of its service models read again, which every session shares). A session is not safe to use
-    from two threads at once: clients are made one at a time."""
+    """A new boto3 client whose credentials and region come from the environment as it is now.
+    Clients made while the ``AWS_*`` variables stay the same share one session: a client then
+    costs about 9 ms, not the 40 ms of a new session registering its ~130 handlers (every
+    session shares the service models, read once). A session is not safe to use from two
+    threads at once, so clients are made one at a time."""
     import boto3.session
     import botocore.session
 
@@ -42,6 +43,8 @@ def new_client(service_name: str, **options):
     with _sessions_lock:
         session = _sessions.get(environment)
         if session is None:
+            if len(_sessions) >= MAX_SESSIONS:
+                del _sessions[next(iter(_sessions))]  # the oldest
             core = botocore.session.get_session()
             core.register_component("data_loader", _service_models())
             session = _sessions[environment] = boto3.session.Session(botocore_session=core)

@@ -106,3 +106,20 @@ def test_clients_made_in_the_same_environment_share_one_session(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", f"AKIA{uuid.uuid4().hex[:12].upper()}")
     new_client("dynamodb", region_name="us-east-1")
     assert len(sessions) == 2
+
+
+def test_sessions_are_bounded_however_many_environments_come(monkeypatch):
+    from functions.device_state import client
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    sessions = []
+    original = botocore.session.get_session
+    monkeypatch.setattr(botocore.session, "get_session", lambda *a, **k: sessions.append(original(*a, **k)) or sessions[-1])
+    first_key = f"AKIA{uuid.uuid4().hex[:12].upper()}"
+    for key in [first_key] + [f"AKIA{uuid.uuid4().hex[:12].upper()}" for _ in range(client.MAX_SESSIONS)]:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
+        new_client("dynamodb", region_name="us-east-1")
+    assert len(sessions) == client.MAX_SESSIONS + 1
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", first_key)  # the oldest, dropped: made again
+    new_client("dynamodb", region_name="us-east-1")
+    assert len(sessions) == client.MAX_SESSIONS + 2
