@@ -42,7 +42,9 @@ class Slow:
     def __init__(self, client, delay: float, job_writes_only: bool = False):
         self._client, self._delay, self._job_writes_only = client, delay, job_writes_only
         self.job_writes = 0  # the job's writes this client sent (its mark in the request)
-        self.job_write_starts: list[tuple[str, float]] = []  # (device, monotonic time) as each was sent
+        # (device, monotonic time) as each was sent: a device's first try is always the read-free
+        # write naming the mark (a read-modify-write after it sets the whole map, unrecorded)
+        self.job_write_starts: list[tuple[str, float]] = []
 
     def __getattr__(self, name):
         call = getattr(self._client, name)
@@ -50,7 +52,7 @@ class Slow:
             return call
 
         def slowed(**request):
-            job_write = "j1" in str(request.get("ExpressionAttributeNames", {}).values())
+            job_write = "j1" in request.get("ExpressionAttributeNames", {}).values()  # the mark's name
             if job_write or not self._job_writes_only:
                 time.sleep(self._delay)
             self.job_writes += job_write

@@ -123,3 +123,19 @@ def test_sessions_are_bounded_however_many_environments_come(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", first_key)  # the oldest, dropped: made again
     new_client("dynamodb", region_name="us-east-1")
     assert len(sessions) == client.MAX_SESSIONS + 2
+
+
+def test_a_snapstart_restore_makes_sessions_afresh(monkeypatch):
+    """A restored copy resolves its credentials again (Lambda gives each copy its own)."""
+    from functions.device_state import restore
+
+    sessions = []
+    original = botocore.session.get_session
+    monkeypatch.setattr(botocore.session, "get_session", lambda *a, **k: sessions.append(1) or original(*a, **k))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", f"AKIA{uuid.uuid4().hex[:12].upper()}")
+    new_client("dynamodb", region_name="us-east-1")
+    new_client("dynamodb", region_name="us-east-1")
+    restore.after_restore()
+    new_client("dynamodb", region_name="us-east-1")
+    assert len(sessions) == 2
