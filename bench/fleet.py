@@ -36,7 +36,7 @@ from functions.device_state.fleet.reindex import mark_ready  # noqa: E402
 from functions.device_state.item import schema  # noqa: E402
 from functions.device_state.write.store import Store  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local  # noqa: E402
-from localdev.fleet_load import clone_devices  # noqa: E402
+from bench.fleet_load import clone_devices  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"
 FLEET = FleetIndex.parse("reported/firmware:string,reported/online:boolean,reported/battery:number,state/site:string")
@@ -60,7 +60,7 @@ def reference_documents(number: int, rng: random.Random, rare: bool) -> dict:
 
 
 def load(manager: DeviceStateManager, client, name: str, devices: int) -> None:
-    """One device created through the library, then cloned (``localdev.fleet_load``): its
+    """One device created through the library, then cloned (``bench.fleet_load``): its
     values and index attributes of its own, drawn in order so every load is the same."""
     rng = random.Random(29)
     rare = set(rng.sample(range(devices), max(1, devices // 1000)))

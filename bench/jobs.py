@@ -38,7 +38,7 @@ from functions.device_state import DeviceStateManager, FleetIndex, MergePatch, d
 from functions.device_state.runtime import UpdateObserver  # noqa: E402
 from functions.device_state.write.store import Store  # noqa: E402
 from localdev.dynamodb_local import dynamodb_local  # noqa: E402
-from localdev.fleet_load import clone_devices  # noqa: E402
+from bench.fleet_load import clone_devices  # noqa: E402
 from localdev.stream import StreamPoller, lambda_record  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out"

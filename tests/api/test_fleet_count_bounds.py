@@ -14,7 +14,7 @@ import pytest
 
 from functions.device_state import DeviceStateManager, FleetIndex, dynamodb_client
 from functions.device_state.fleet.query import MAX_COUNT_ITEMS, MAX_LIMIT
-from localdev.fleet_load import clone_devices
+from bench.fleet_load import clone_devices
 from tests.api.test_http import launch
 
 pytestmark = pytest.mark.dynamodb_local

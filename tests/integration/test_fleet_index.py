@@ -19,7 +19,7 @@ from functions.device_state.item.schema import is_index_attribute
 from functions.device_state.fleet.reindex import mark_ready
 from functions.device_state.write.store import Store
 from localdev.faults import Forwarder
-from localdev.fleet_load import clone_devices
+from bench.fleet_load import clone_devices
 
 from tests.conftest import new_table_name
 from tests.helpers import own_dynamodb_local  # noqa: F401  (the fixture dynamodb_local: this module's own)
@@ -348,7 +348,7 @@ def test_a_page_of_a_value_many_devices_share_reads_about_twice_its_size_of_the_
 
 
 def test_a_cloned_device_is_indexed_for_its_own_id_and_documents(fleet_table):
-    """``localdev.fleet_load``, which benches and tests load fleets with: a clone carries the index
+    """``bench.fleet_load``, which benches and tests load fleets with: a clone carries the index
     attributes the library's writes would give its own id and documents, none of the template's."""
     client, name, manager = fleet_table
     manager.create("t0", {"site": "porch"}, sections={"reported": {"battery": 5}})

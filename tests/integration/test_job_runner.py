@@ -29,7 +29,7 @@ from functions.device_state.table import create_table
 from functions.device_state.write.pipeline import WritePipeline
 from functions.device_state.write.store import Store
 from localdev.faults import Forwarder
-from localdev.fleet_load import clone_devices
+from bench.fleet_load import clone_devices
 from tests.conftest import new_table_name, table_admin
 
 pytestmark = pytest.mark.dynamodb_local
