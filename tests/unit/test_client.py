@@ -84,6 +84,21 @@ def signatures_received():
         server.server_close()
 
 
+@pytest.fixture
+def sessions(monkeypatch) -> list:
+    """The boto3 sessions made from here on, in order; a secret key set for them."""
+    made = []
+    original = botocore.session.get_session
+    monkeypatch.setattr(botocore.session, "get_session", lambda *a, **k: made.append(original(*a, **k)) or made[-1])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    return made
+
+
+def new_key() -> str:
+    """An access key id no earlier test used: an environment no session was made for."""
+    return f"AKIA{uuid.uuid4().hex[:12].upper()}"
+
+
 def test_a_new_client_signs_with_the_credentials_the_environment_holds_now(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
@@ -95,28 +110,20 @@ def test_a_new_client_signs_with_the_credentials_the_environment_holds_now(monke
         "AKIAFIRSTKEY", "AKIASECONDKEY", "AKIAFIRSTKEY"]
 
 
-def test_clients_made_in_the_same_environment_share_one_session(monkeypatch):
-    sessions = []
-    original = botocore.session.get_session
-    monkeypatch.setattr(botocore.session, "get_session", lambda *a, **k: sessions.append(1) or original(*a, **k))
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", f"AKIA{uuid.uuid4().hex[:12].upper()}")  # an environment never seen
+def test_clients_made_in_the_same_environment_share_one_session(monkeypatch, sessions):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", new_key())
     first, second = new_client("dynamodb", region_name="us-east-1"), new_client("dynamodb", region_name="us-east-1")
     assert first is not second and len(sessions) == 1
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", f"AKIA{uuid.uuid4().hex[:12].upper()}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", new_key())
     new_client("dynamodb", region_name="us-east-1")
     assert len(sessions) == 2
 
 
-def test_sessions_are_bounded_however_many_environments_come(monkeypatch):
+def test_sessions_are_bounded_however_many_environments_come(monkeypatch, sessions):
     from functions.device_state import client
 
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
-    sessions = []
-    original = botocore.session.get_session
-    monkeypatch.setattr(botocore.session, "get_session", lambda *a, **k: sessions.append(original(*a, **k)) or sessions[-1])
-    first_key = f"AKIA{uuid.uuid4().hex[:12].upper()}"
-    for key in [first_key] + [f"AKIA{uuid.uuid4().hex[:12].upper()}" for _ in range(client.MAX_SESSIONS)]:
+    first_key = new_key()
+    for key in [first_key] + [new_key() for _ in range(client.MAX_SESSIONS)]:
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
         new_client("dynamodb", region_name="us-east-1")
     assert len(sessions) == client.MAX_SESSIONS + 1
@@ -125,15 +132,11 @@ def test_sessions_are_bounded_however_many_environments_come(monkeypatch):
     assert len(sessions) == client.MAX_SESSIONS + 2
 
 
-def test_a_snapstart_restore_makes_sessions_afresh(monkeypatch):
+def test_a_snapstart_restore_makes_sessions_afresh(monkeypatch, sessions):
     """A restored copy resolves its credentials again (Lambda gives each copy its own)."""
     from functions.device_state import restore
 
-    sessions = []
-    original = botocore.session.get_session
-    monkeypatch.setattr(botocore.session, "get_session", lambda *a, **k: sessions.append(1) or original(*a, **k))
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", f"AKIA{uuid.uuid4().hex[:12].upper()}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", new_key())
     new_client("dynamodb", region_name="us-east-1")
     new_client("dynamodb", region_name="us-east-1")
     restore.after_restore()
