@@ -8,8 +8,8 @@ credential (what every device paid before devices had credentials, and what a ba
 your own issuer's token still pays); each device of the other holds a registered secret, and
 every request of its own is checked against it. Then each device calls its own routes through
 the API handler (in this process, as ``make serve`` calls it) with its token: a report, a read
-of itself, a page of its feed and its feed caught up, an older version, its lease status and
-its jobs. On devices created fresh: a report; a credential registered, exchanged for a token
+of itself, a page of its feed and its feed caught up, an older version, its lease status, its
+jobs, a lease taken, heartbeaten and released, and a transaction. On devices created fresh: a report; a credential registered, exchanged for a token
 with an assertion, and revoked (after which the next report is refused).
 
 Writes bench/out/identity_units.{json,md} (``--out``; ``make bench UPDATE_RESULTS=1``: bench/results/).
@@ -242,9 +242,13 @@ def _routes(api: Api, meter: Meter, arm: str, ids: list[str], secrets: dict) -> 
         sample("lease status (GET .../leases)", api.call("GET", f"{path}/leases", headers)[1])
         sample("its jobs (GET .../jobs)", api.call("GET", f"{path}/jobs", headers)[1])
         grant, taken = api.call("POST", f"{path}/leases", headers, {"ttlSeconds": 30}, expect=201)
+        sample("a lease heartbeat (PUT .../leases/{id})",
+               api.call("PUT", f"{path}/leases/{grant['leaseId']}", headers, {"ttlSeconds": 30})[1])
         released = api.call("DELETE", f"{path}/leases/{grant['leaseId']}", headers, expect=204)[1]
         sample("a lease taken and released (POST, DELETE .../leases)",
                {key: taken[key] + released[key] for key in taken})
+        sample("a transaction of its own (POST /transactions)", api.call("POST", "/transactions", headers, {
+            "operations": [{"deviceId": device_id, "section": "reported", "mergePatch": {"humidity": 45}}]})[1])
     return {kind: (averaged(units) if all(units) else None) for kind, units in samples.items()}
 
 

@@ -65,6 +65,15 @@ def test_what_identity_itself_costs(result):
     assert 0 < added["secret"] <= added["certificate"] and added["secret"] <= added["provisioned"]
 
 
+def test_leases_and_transactions_carry_the_credential_in_their_writes_condition_at_the_same_units(result):
+    """A lease taken, heartbeaten and released and a transaction write the state item: the
+    credential goes in the write's condition (the take's read checks it too), no read more."""
+    operations = result["operations"]
+    for kind in ("a lease taken and released (POST, DELETE .../leases)", "a lease heartbeat (PUT .../leases/{id})",
+                 "a transaction of its own (POST /transactions)"):
+        assert operations[kind][HELD] == operations[kind][NONE], kind
+
+
 def test_the_reads_of_the_state_item_check_the_credential_on_it_and_the_feed_page_pays_one_read(result):
     """A version, the lease status, the device's jobs and its feed caught up read the state item
     anyway: the credential is checked on it, at the units of a device holding none. A page of the

@@ -66,7 +66,7 @@ def _ttl(request: Request) -> float | None:
     return None if ttl is None else float(ttl)
 
 
-@route(router, "acquireLease")
+@route(router, "acquireLease", reads_holder=True)
 def acquire_lease(request: Request):
     device_id, body = request.path["device_id"], request.body or {}
     ttl = _ttl(request)
@@ -84,14 +84,14 @@ def lease_status(request: Request):
                                                                                 own_holder(request, device_id))))
 
 
-@route(router, "heartbeatLease")
+@route(router, "heartbeatLease", reads_holder=True)
 def heartbeat_lease(request: Request):
     device_id, lease_id = request.path["device_id"], _lease_id(request.path["lease_id"])
-    grant = manager().lease_queue().heartbeat(device_id, lease_id, _ttl(request))
+    grant = manager().lease_queue().heartbeat(device_id, lease_id, _ttl(request), own_holder(request, device_id))
     return json_response(grant_json(grant))
 
 
-@route(router, "releaseLease")
+@route(router, "releaseLease", reads_holder=True)
 def release_lease(request: Request):
     """With the lease id (its grant's): release. With the fencing token alone (what
     ``GET …/leases`` shows): end that lease or waiting ticket whoever holds it, which
@@ -102,5 +102,5 @@ def release_lease(request: Request):
         authorize(request.principal, END, device_resource(device_id, LEASES))
         manager().lease_queue().end(device_id, fencing_token)
         return Response(status_code=204)
-    manager().lease_queue().release(device_id, _lease_id(lease_id))
+    manager().lease_queue().release(device_id, _lease_id(lease_id), own_holder(request, device_id))
     return Response(status_code=204)

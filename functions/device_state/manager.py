@@ -148,8 +148,8 @@ class DeviceStateManager:
 
     def check_holder(self, device_id: str) -> None:
         """For a request of the device's own that reads and writes nothing of its state item (a
-        lease taken or released, a transaction, a replayed keyed write, a WebSocket subscription):
-        one read of the item, to find the credential it comes with there (``Holder.check``)."""
+        keyed write replayed from its record): one read of the item, to find the credential it
+        comes with there (``Holder.check``)."""
         holder = self._holder_of(device_id)
         if holder is not None:
             validate_device_id(device_id)
@@ -443,8 +443,8 @@ class DeviceStateManager:
                  max_attempts: int | None = None, budget_seconds: float | None = None) -> list[Device]:
         """All-or-nothing changes to up to 100 devices (99 with an idempotency key). See
         ``transactions.TransactionRunner``."""
-        return TransactionRunner(self._pipeline, self._loop(max_attempts, budget_seconds),
-                                 self.recorded_results, self.fence).run(list(operations), idempotency)
+        return TransactionRunner(self._pipeline, self._loop(max_attempts, budget_seconds), self.recorded_results,
+                                 self.fence, self.seen_by, self._holder).run(list(operations), idempotency)
 
     # ------------------------------------------------------------ idempotency
 

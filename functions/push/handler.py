@@ -27,7 +27,7 @@ from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, Crede
 
 from . import connections
 from .delivery import Delivery, Gone, PostFailed, error_message
-from .services import devices, forget, record_connectivity, services
+from .services import forget, record_connectivity, services
 from .subscriptions import Subscriptions, TooManySubscriptions, UnknownConnection
 
 logger = logging.getLogger("device_state.push")
@@ -126,26 +126,24 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
     if action == "unsubscribe":
         subscriptions.unsubscribe(connection_id, device_id)
         return {"type": "unsubscribed", "deviceId": device_id}
+    # A device following itself must still hold its credential: the feed's read checks it on the state item.
     holder = principal.holder(push_config().require_registered_credentials)
-    if holder is not None:  # a device following itself must still hold its credential: one read
-        try:
-            devices().as_device(device_id, holder).check_holder(device_id)
-        except CredentialRevoked as revoked:
-            raise BadMessage("credential-revoked", "The credential is revoked or not registered", str(revoked),
-                             401) from None
-        except DeviceNotFound:  # a device not created yet may be followed from 0, as below, by a certificate
-            if not holder.admits(None, time.time()):  # that opens it; a registered credential went with its device
-                raise BadMessage("credential-revoked", "The credential is revoked or not registered",
-                                 f"{device_id} holds no credential: it was deleted", 401) from None
     since, sections = _since(body), _sections(body)
     try:
-        delivery.log.read(device_id, since, 1)  # a since the feed would refuse is refused here, before anything
+        delivery.log.read(device_id, since, 1, holder)  # a since the feed would refuse is refused here, before anything
+    except CredentialRevoked as revoked:
+        raise BadMessage("credential-revoked", "The credential is revoked or not registered", str(revoked),
+                         401) from None
     except ChangesExpired as expired:
         raise BadMessage("changes-expired", "Changes past the retention", str(expired), 410, deviceId=device_id,
                          currentVersion=expired.current_version) from None
     except InvalidSince as invalid:
         raise BadMessage("invalid-since", "Invalid since", str(invalid)) from None
     except DeviceNotFound:  # a device not created yet may be followed from 0: its first change comes by fan-out
+        # (to a device itself only with a certificate that opens it: a registered credential went with its device)
+        if holder is not None and not holder.admits(None, time.time()):
+            raise BadMessage("credential-revoked", "The credential is revoked or not registered",
+                             f"{device_id} holds no credential: it was deleted", 401) from None
         if since:
             raise BadMessage("invalid-since", "Invalid since", f"{device_id} has no version yet: subscribe from 0") \
                 from None

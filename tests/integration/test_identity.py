@@ -10,7 +10,7 @@ import pytest
 
 from functions.device_state import (MAX_CREDENTIALS, SECRET, AssertionReplayed, ChangeLog, CredentialNotFound,
                                     CredentialRecord, CredentialRevoked, DeviceNotFound, DeviceStateManager,
-                                    Enrollment, Holder, InvalidEnrollment, InvalidSince, MergePatch,
+                                    Enrollment, Holder, InvalidEnrollment, InvalidSince, MergePatch, Operation,
                                     ProvisioningRefused, TooManyConnections, TooManyCredentials, certificate_id,
                                     new_credential_id, table)
 from functions.device_state.item.credentials import provisioned_credential_id, registered
@@ -117,6 +117,95 @@ def test_the_devices_feed_versions_leases_and_jobs_check_its_credential_on_the_s
     for what, read in reads.items():
         with pytest.raises(DeviceNotFound):
             read(holder)
+
+
+class RevokingAfterRead(RecordingClient):
+    """Revokes the credential (``revoke``) right after the device's read of ``operation``
+    answers: the moment between a write's read and the write itself."""
+
+    def __init__(self, client, operation: str):
+        super().__init__(client)
+        self.operation, self.revoke = operation, None
+
+    def __getattr__(self, name):
+        call = super().__getattr__(name)
+        if name != self.operation or not callable(call):
+            return call
+
+        def then_revoke(*args, **kwargs):
+            answer = call(*args, **kwargs)
+            if self.revoke is not None:
+                revoke, self.revoke = self.revoke, None
+                revoke()
+            return answer
+
+        return then_revoke
+
+
+def test_the_devices_leases_and_transactions_carry_its_credential_in_the_writes_condition(engine):
+    """A lease taken, heartbeaten and released, a transaction and a keyed transaction send the
+    requests of a device holding none (nothing read for the check), and after the revoke each is
+    refused with nothing written: the lease stays as it was, the device at its version."""
+    client, name = engine
+    spy = RecordingClient(client)
+    manager = DeviceStateManager(spy, name)
+    manager.create("plain", {"n": 0})  # holds no credential
+    manager.create("lamp", {"n": 0})
+    holder = Holder(manager.add_credential("lamp", key()).credential_id)
+    queue = manager.lease_queue()
+    sent = {}
+    for device_id, who in (("plain", None), ("lamp", holder)):
+        device = manager.as_device(device_id, who)
+        spy.calls.clear()
+        grant = queue.acquire(device_id, 30, credential=who)
+        sent["take", who] = list(spy.calls)
+        for what, step in {
+                "heartbeat": lambda: queue.heartbeat(device_id, grant.lease_id, 30, who),
+                "release": lambda: queue.release(device_id, grant.lease_id, who),
+                "transaction": lambda: device.transact([Operation.update(device_id, lambda s: {**s, "n": 1})]),
+        }.items():
+            spy.calls.clear()
+            step()
+            sent[what, who] = list(spy.calls)
+    for what in ("take", "heartbeat", "release", "transaction"):
+        assert sent[what, holder] == sent[what, None], what
+    grant = queue.acquire("lamp", 30, credential=holder)
+    version = manager.get("lamp").version
+    manager.revoke_credential("lamp", holder.credential_id)
+    device = manager.as_device("lamp", holder)
+    for attempt in (lambda: queue.heartbeat("lamp", grant.lease_id, 60, holder),
+                    lambda: queue.release("lamp", grant.lease_id, holder),
+                    lambda: device.transact([Operation.update("lamp", lambda s: {**s, "n": 2})]),
+                    lambda: device.transact([Operation.check("lamp")]),
+                    lambda: queue.acquire("lamp", 30, credential=holder)):
+        with pytest.raises(CredentialRevoked):
+            attempt()
+    status = queue.status("lamp")
+    assert (status.holder_token, status.holder_expires_at) == (grant.fencing_token, pytest.approx(grant.expires_at))
+    assert manager.get("lamp").version == version
+
+
+@pytest.mark.parametrize("naive", [False, True], ids=["in-the-condition", "naive-read-then-write"])
+def test_a_revoke_landing_between_a_device_transactions_read_and_its_write_refuses_the_write(engine, naive):
+    """The transaction reads the device, the credential is revoked, then it writes: the write's
+    own condition refuses it. The naive control checks the credential by its read alone (what
+    the route did before) and its write lands after the revoke."""
+    client, name = engine
+    racing = RevokingAfterRead(client, "batch_get_item")
+    owner = DeviceStateManager(client, name)
+    owner.create("lamp", {"n": 0})
+    holder = Holder(owner.add_credential("lamp", key()).credential_id)
+    device = DeviceStateManager(racing, name).as_device("lamp", holder)
+    racing.revoke = lambda: owner.revoke_credential("lamp", holder.credential_id)
+    update = [Operation.update("lamp", lambda state: {**state, "n": 1})]
+    if naive:
+        device.check_holder("lamp")  # the credential held at this read
+        DeviceStateManager(racing, name).transact(update)  # the write, the revoke landing before it
+        assert owner.get("lamp").state == {"n": 1}  # applied after the revoke
+        return
+    with pytest.raises(CredentialRevoked):
+        device.transact(update)
+    assert owner.get("lamp").state == {"n": 0}
 
 
 def test_another_devices_credential_or_an_unknown_one_opens_nothing(manager):

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from .. import table
 from ..errors import (
     ConditionNotMet,
+    CredentialRevoked,
     DeviceLocked,
     DeviceNotFound,
     InvalidLease,
@@ -160,6 +161,8 @@ class LeaseQueue:
             raise InvalidLease(f"wait_seconds must be from 0 to {MAX_TTL_SECONDS}")
         runtime = self._runtime
         device = self._store.get_live_state(device_id, runtime.clock())
+        if credential is not None:
+            credential.check(device_id, device, runtime.clock())
         if device is None:
             raise DeviceNotFound(device_id)
         since = stored_time(device[schema.CREATED_AT])  # rows of an earlier incarnation of the device do not count
@@ -270,15 +273,20 @@ class LeaseQueue:
 
     # ----------------------------------------------------- heartbeat, release
 
-    def heartbeat(self, device_id: str, lease_id: str, ttl_seconds: float | None = None) -> LeaseGrant:
+    def heartbeat(self, device_id: str, lease_id: str, ttl_seconds: float | None = None,
+                  credential: Holder | None = None) -> LeaseGrant:
         """Extend a held lease by ``ttl_seconds`` (default: its own ttl) from now;
-        ``LeaseLost`` when it expired, was released, or is not the holder."""
+        ``LeaseLost`` when it expired, was released, or is not the holder. ``credential``: the
+        device's own request, which extends it only while the device holds the credential (in
+        the write's condition: ``CredentialRevoked``)."""
         validate_device_id(device_id)
         ticket, secret = parse_lease_id(lease_id)
         key = _row_key(device_id, ticket)
         if ttl_seconds is None:
             row = self._store.get(key)
             if row is None or row.get(_SECRET, {}).get("S") != secret:
+                if credential is not None:  # what a revoked credential hears first, on this path too
+                    credential.check(device_id, self._store.get_state(device_id), self._runtime.clock())
                 raise self._lost(device_id, lease_id, row)
             ttl_seconds = float(row[_TTL]["N"])
         ttl_seconds = check_ttl(ttl_seconds)
@@ -298,22 +306,27 @@ class LeaseQueue:
             return until, planner.extend_lease(device_id, ticket, until), [extend_row]
 
         try:
-            until = self._transact(device_id, extend)
-        except Refusals:  # the holder or the row refused: the lease is no longer held
+            until = self._transact(device_id, extend, credential)
+        except Refusals as refused:  # the holder or the row refused: the lease is no longer held
+            _check_credential(device_id, refused, credential, self._runtime.clock())
             raise self._lost(device_id, lease_id) from None
         return LeaseGrant(device_id, lease_id, ticket, until, ttl_seconds)
 
-    def release(self, device_id: str, lease_id: str) -> bool:
+    def release(self, device_id: str, lease_id: str, credential: Holder | None = None) -> bool:
         """Give the lease (or a waiting ticket) back: the row goes and, if it held the
         lease, the holder is cleared so the next waiter proceeds at once. True when
-        something was released, False when it was already gone."""
+        something was released, False when it was already gone. ``credential``: the device's own
+        request, which releases only while the device holds the credential (in the write's
+        condition: ``CredentialRevoked``)."""
         validate_device_id(device_id)
         ticket, secret = parse_lease_id(lease_id)
         delete_row = {"Delete": self._delete_own_row(device_id, ticket, secret)}
         try:
-            self._transact(device_id, lambda planner: (True, planner.clear_lease(device_id, ticket), [delete_row]))
+            self._transact(device_id, lambda planner: (True, planner.clear_lease(device_id, ticket), [delete_row]),
+                           credential)
             return True
         except Refusals as refused:
+            _check_credential(device_id, refused, credential, self._runtime.clock())
             if ROW in refused.refused:
                 if self._never_issued(device_id, lease_id, self._store.get(_row_key(device_id, ticket))):
                     raise UnknownLease(device_id, lease_id) from None
@@ -425,7 +438,7 @@ class LeaseQueue:
         expr = Expression()
         return {"ConditionExpression": f"{expr.name(_SECRET)} = {expr.value({'S': secret})}", **expr.attributes()}
 
-    def _transact(self, device_id: str, plan):
+    def _transact(self, device_id: str, plan, credential: Holder | None = None):
         """One holder change and its queue-row items in one transaction, planned afresh
         (``plan(planner)`` → (result, planned holder change, row items)) and tried again
         after a TransactionConflict (another request on the same items at that instant, e.g.
@@ -433,7 +446,7 @@ class LeaseQueue:
         ``Refusals`` when a condition failed; ``StorageUnavailable`` when conflicts persist."""
 
         def attempt(_item, _number):
-            planner = self._pipeline.planner()
+            planner = self._pipeline.planner(seen_by=device_id if credential else None, holder=credential)
             result, planned, rows = plan(planner)
             try:
                 self._pipeline.send_together(planner, [planned], {ROW: rows}, uuid.uuid4().hex)
@@ -473,6 +486,18 @@ class LeaseQueue:
         counter = self._store.get({schema.PARTITION_KEY: {"S": device_id},
                                    schema.SORT_KEY: {"S": table.LEASE_COUNTER_SK}})
         return ticket <= (int(counter[_TICKET]["N"]) if counter else 0)
+
+
+def _check_credential(device_id: str, refused: Refusals, credential: Holder | None, now: float) -> None:
+    """For the device's own request whose holder change DynamoDB refused: ``CredentialRevoked``
+    when the item it met no longer holds the credential, ``DeviceNotFound`` when it met no live
+    device (what the request would have heard had it read the item first)."""
+    [refusal], [item] = refused.refusals, refused.items
+    if credential is not None and refusal is not None:
+        if isinstance(refusal, CredentialRevoked):
+            raise refusal from None
+        if not schema.is_live_state(item, now):
+            raise DeviceNotFound(device_id) from None
 
 
 def check_ttl(ttl_seconds) -> float:

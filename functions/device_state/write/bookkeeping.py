@@ -184,19 +184,23 @@ class BookkeepingRequests(PlanContext):
         return self._update(device_id, update, condition, expr, None, LEASE_TAKEN)
 
     def extend_lease(self, device_id: str, ticket: int, until: float) -> Planned:
-        """Move the expiry of the lease ``ticket`` holds, while it still holds it."""
+        """Move the expiry of the lease ``ticket`` holds, while it still holds it (and the device's
+        own request its credential)."""
         expr = Expression()
         holder_until = expr.name(schema.LEASE_UNTIL)
-        condition = (f"{expr.name(schema.LEASE_TOKEN)} = {expr.number(ticket)} AND "
-                     f"{holder_until} > {expr.number(lease_instant(self.now))}")
+        condition = " AND ".join([f"{expr.name(schema.LEASE_TOKEN)} = {expr.number(ticket)}",
+                                  f"{holder_until} > {expr.number(lease_instant(self.now))}",
+                                  *self._holder_condition(expr, device_id)])
         return self._update(device_id, f"SET {holder_until} = {expr.number(until)}", condition, expr, None,
                             LEASE_EXTENDED)
 
     def clear_lease(self, device_id: str, ticket: int) -> Planned:
-        """Clear the lease holder, only if it is ``ticket``."""
+        """Clear the lease holder, only if it is ``ticket`` (and the device's own request still holds
+        its credential)."""
         expr = Expression()
         holder = ", ".join(expr.name(attribute) for attribute in schema.LEASE_ATTRIBUTES)
-        condition = f"{expr.name(schema.LEASE_TOKEN)} = {expr.number(ticket)}"
+        condition = " AND ".join([f"{expr.name(schema.LEASE_TOKEN)} = {expr.number(ticket)}",
+                                  *self._holder_condition(expr, device_id)])
         return self._update(device_id, f"REMOVE {holder}", condition, expr, None, LEASE_CLEARED)
 
 

@@ -12,6 +12,7 @@ from boto3.dynamodb.conditions import ConditionBase
 
 from ..errors import (
     ConditionFailed,
+    CredentialRevoked,
     DeviceAlreadyExists,
     DeviceLocked,
     DeviceNotFound,
@@ -24,6 +25,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..item import schema
+from ..item.credentials import Holder
 from ..item.fencing import Fence
 from ..model.device import Device
 from ..model.sections import STATE, check_section, check_sections, replacing
@@ -130,11 +132,13 @@ class TransactionRunner:
     order: after the write, as deleted, or as checked."""
 
     def __init__(self, pipeline: WritePipeline, loop: RetryLoop,
-                 recorded_results: Callable[[str, idem.IdempotencyKey], list | None], fence: Fence):
+                 recorded_results: Callable[[str, idem.IdempotencyKey], list | None], fence: Fence,
+                 seen_by: str | None = None, holder: Holder | None = None):
         self._pipeline = pipeline
         self._loop = loop
         self._recorded_results = recorded_results
         self._fence = fence
+        self._seen_by, self._holder = seen_by, holder  # the device whose own transaction it is, its credential
 
     def run(self, operations: list, key: idem.IdempotencyKey | None) -> list[Device]:
         limit = MAX_OPERATIONS - (1 if key else 0)
@@ -156,18 +160,29 @@ class TransactionRunner:
         if key is not None:
             replay = self._recorded_results(partition, key)
             if replay is not None:
+                self._check_holder(seen)
                 return [device for device, _ in replay]
         return self._loop.run(partition, lambda _item, number: self._attempt(operations, key, partition, number),
                               None, count_success=False)
 
+    def _check_holder(self, devices: set[str]) -> None:
+        """For a replayed transaction of the device's own: one read, to find the credential it
+        comes with on its item (``Holder.check``)."""
+        if self._holder is not None and self._seen_by in devices:
+            self._holder.check(self._seen_by, self._pipeline.store.get_state(self._seen_by),
+                               self._pipeline.runtime.clock())
+
     def _attempt(self, operations: list, key, partition: str, number: int) -> list[Device]:
         pipeline = self._pipeline
-        planner = pipeline.planner(self._fence)
+        planner = pipeline.planner(self._fence, self._seen_by, holder=self._holder)
         table_name = pipeline.store.table_name
         items = pipeline.store.batch_get_states([operation.device_id for operation in operations])
         planned, failures = [], []
         for index, operation in enumerate(operations):
             item = items.get(operation.device_id)
+            holder = planner.holder_of(operation.device_id)
+            if holder is not None and schema.is_live_state(item, planner.now) and not holder.admits(item, planner.now):
+                raise CredentialRevoked(operation.device_id)  # before a failure could show it the device
             try:
                 with _named(index, operation):
                     planned.append(_plan(planner, operation, item))

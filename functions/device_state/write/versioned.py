@@ -177,7 +177,8 @@ class VersionedWrites(PlanContext):
     def check(self, item: dict, condition: ConditionBase | None) -> Planned:
         current = Device.from_item(item)
         expr = Expression()
-        expression = self._at_version(expr, current.version)
+        expression = " AND ".join([self._at_version(expr, current.version),
+                                   *self._holder_condition(expr, current.device_id)])
         if condition is not None:
             expression += " AND " + expr.condition(condition)
         request = {"ConditionCheck": {
