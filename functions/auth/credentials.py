@@ -39,8 +39,9 @@ LEEWAY_SECONDS = 60
 MAX_TOKEN_LENGTH = 8192
 DEVICE_URI_PREFIX = "urn:device:"
 # A device token's claims naming the credential its device proved itself with (device_tokens):
-# the credential's id, and true when it is a client certificate of the trusted CA.
-CREDENTIAL_CLAIM, CERTIFICATE_CLAIM = "cid", "cert"
+# the credential's id, true when it is a client certificate of the trusted CA, and when the
+# credential itself expires (epoch seconds; absent: never), which no WebSocket connection outlives.
+CREDENTIAL_CLAIM, CERTIFICATE_CLAIM, CREDENTIAL_EXPIRES_CLAIM = "cid", "cert", "cexp"
 # A browser's WebSocket cannot set Authorization: it offers the token as a subprotocol beside the
 # service's own, new WebSocket(url, ["device-state", "bearer.<token>"]), and the connect answer
 # selects "device-state" (a JWT is base64url and dots, all valid in a subprotocol name).
@@ -205,8 +206,12 @@ def _principal(claims: dict, trusted: TrustedIssuer) -> Principal:
         credential = claims.get(CREDENTIAL_CLAIM) if trusted.devices_only else None
         if credential is not None and (not isinstance(credential, str) or not CREDENTIAL_ID_PATTERN.fullmatch(credential)):
             raise Unauthenticated("the token's cid is no credential id", token_given=True)
+        credential_expires = claims.get(CREDENTIAL_EXPIRES_CLAIM) if credential is not None else None
+        if credential_expires is not None and (type(credential_expires) is not int or credential_expires < 0):
+            raise Unauthenticated("the token's cexp is no time", token_given=True)
         return device_principal(claims["device_id"], expires_at, None if auth_time is None else int(auth_time),
-                                credential, credential is not None and claims.get(CERTIFICATE_CLAIM) is True)
+                                credential, credential is not None and claims.get(CERTIFICATE_CLAIM) is True,
+                                credential_expires)
     subject = claims.get("sub") or claims.get("client_id")
     if not isinstance(subject, str) or not subject:
         raise Unauthenticated("the token names no subject", token_given=True)
@@ -214,10 +219,11 @@ def _principal(claims: dict, trusted: TrustedIssuer) -> Principal:
 
 
 def device_principal(device_id, expires_at: int | None = None, auth_time: int | None = None,
-                     credential_id: str | None = None, certificate: bool = False) -> Principal:
+                     credential_id: str | None = None, certificate: bool = False,
+                     credential_expires_at: int | None = None) -> Principal:
     if not isinstance(device_id, str) or not DEVICE_ID_PATTERN.fullmatch(device_id):
         raise Unauthenticated("the credential names no valid device id", token_given=True)
-    return Principal.device(device_id, expires_at, auth_time, credential_id, certificate)
+    return Principal.device(device_id, expires_at, auth_time, credential_id, certificate, credential_expires_at)
 
 
 def certificate_principal(pem: str, now: float | None = None) -> Principal:

@@ -35,8 +35,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from .credentials import (CERTIFICATE_CLAIM, CREDENTIAL_CLAIM, DEVICE_TOKEN_AUDIENCE, DEVICE_TOKEN_ISSUER,
-                          LEEWAY_SECONDS, AuthConfigError)
+from .credentials import (CERTIFICATE_CLAIM, CREDENTIAL_CLAIM, CREDENTIAL_EXPIRES_CLAIM, DEVICE_TOKEN_AUDIENCE,
+                          DEVICE_TOKEN_ISSUER, LEEWAY_SECONDS, AuthConfigError)
 from .principals import DEVICE, Principal
 from .signers import ALGORITHM, KeyFileSigner, KmsSigner, Signer
 
@@ -140,6 +140,8 @@ def issue(principal: Principal, signer: Signer, settings: TokenSettings, now: fl
         claims[CREDENTIAL_CLAIM] = principal.credential_id
         if principal.certificate:
             claims[CERTIFICATE_CLAIM] = True
+        if credential_expires_at:
+            claims[CREDENTIAL_EXPIRES_CLAIM] = int(credential_expires_at)
     header = {"alg": ALGORITHM, "typ": "JWT", "kid": signer.kid}
     signing_input = ".".join(_base64url(json.dumps(part, separators=(",", ":")).encode())
                              for part in (header, claims))

@@ -38,15 +38,17 @@ class Principal:
     auth_time: int | None = None  # a device's: when it last proved itself (see functions/auth/device_tokens.py)
     credential_id: str | None = None
     certificate: bool = False
+    credential_expires_at: int | None = None  # when the credential it names expires, if it does
 
     def expired(self, now: float, leeway: float) -> bool:
         return self.expires_at is not None and now > self.expires_at + leeway
 
     @classmethod
     def device(cls, device_id: str, expires_at: int | None = None, auth_time: int | None = None,
-               credential_id: str | None = None, certificate: bool = False) -> "Principal":
+               credential_id: str | None = None, certificate: bool = False,
+               credential_expires_at: int | None = None) -> "Principal":
         return cls(DEVICE, f"{DEVICE}:{device_id}", frozenset(), device_id, expires_at, auth_time, credential_id,
-                   certificate)
+                   certificate, credential_expires_at)
 
     def holder(self, required: bool = False) -> Holder | None:
         """The credential this device's requests come with, as its state item must hold it
@@ -70,7 +72,8 @@ class Principal:
         return {"principalKind": self.kind, "subject": self.subject, "scopes": " ".join(sorted(self.scopes)),
                 "deviceId": self.device_id or "", "expiresAt": str(self.expires_at or ""),
                 "authTime": str(self.auth_time or ""), "credentialId": self.credential_id or "",
-                "certificate": "true" if self.certificate else ""}
+                "certificate": "true" if self.certificate else "",
+                "credentialExpiresAt": str(self.credential_expires_at or "")}
 
     @classmethod
     def from_context(cls, context: dict) -> "Principal | None":
@@ -79,9 +82,11 @@ class Principal:
         expires = str(context.get("expiresAt") or "")
         expires_at = int(expires) if expires.isdigit() else None
         authenticated = str(context.get("authTime") or "")
+        credential_expires = str(context.get("credentialExpiresAt") or "")
         if kind == DEVICE and context.get("deviceId"):
             return cls.device(context["deviceId"], expires_at, int(authenticated) if authenticated.isdigit() else None,
-                              str(context.get("credentialId") or "") or None, context.get("certificate") == "true")
+                              str(context.get("credentialId") or "") or None, context.get("certificate") == "true",
+                              int(credential_expires) if credential_expires.isdigit() else None)
         if kind == CLIENT and str(context.get("subject", "")).startswith(f"{CLIENT}:"):
             return cls(CLIENT, context["subject"], frozenset(str(context.get("scopes") or "").split()), None,
                        expires_at)

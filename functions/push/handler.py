@@ -58,8 +58,7 @@ def lambda_handler(event, _context):
             principal = principal_of(event)
         except (Unauthenticated, MixedCredentials):
             return {"statusCode": 401}
-        credential_ends = None if principal.expires_at is None else principal.expires_at + LEEWAY_SECONDS
-        ends = subscriptions.ends(credential_ends)  # once: $disconnect names the member by the item's end
+        ends = subscriptions.ends(_credential_ends(principal))  # once: $disconnect names the member by the item's end
         holder = principal.holder(push_config().require_registered_credentials)
         if principal.kind == DEVICE:
             try:  # the device must still hold the credential it comes with: checked in the connect's own write
@@ -93,6 +92,14 @@ def lambda_handler(event, _context):
             forget(subscriptions, connection_id)
     return {"statusCode": 200}
 
+
+
+def _credential_ends(principal) -> int | None:
+    """When what the connection was opened with ends: its token, as the routes accept it (to its
+    expiry and the leeway), but never after the device's credential itself expires."""
+    ends = [moment for moment in (None if principal.expires_at is None else principal.expires_at + LEEWAY_SECONDS,
+                                  principal.credential_expires_at) if moment is not None]
+    return min(ends) if ends else None
 
 
 def _connected(event: dict) -> dict:

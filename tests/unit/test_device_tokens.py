@@ -264,3 +264,34 @@ def test_the_device_token_issuers_tokens_only_ever_name_a_device():
     ca = LocalCA.load_or_create(tempfile.mkdtemp())
     pem = open(ca.device_certificate("lamp-1")[0]).read()
     assert certificate_principal(pem, now=1_800_000_000).auth_time == 1_800_000_000
+
+
+def test_a_token_names_its_credentials_expiry_which_the_principal_and_its_authorizer_context_carry():
+    """``cexp``: when the credential the token names expires (no WebSocket connection outlives it,
+    docs/api/feed-and-push.md); absent for a credential that never expires, and for a token naming
+    no credential."""
+    kms = FakeKms()
+    config = AuthConfig.from_environment({
+        **ISSUER.environment(), DEVICE_TOKEN_ISSUER: SETTINGS.issuer, DEVICE_TOKEN_AUDIENCE: SETTINGS.audience,
+        DEVICE_TOKEN_JWKS: json.dumps(kms.jwks())})
+    now = int(time.time())
+    held = Principal.device("lamp-1", auth_time=now, credential_id="abcdefgh")
+    for principal, credential_expires, named in ((held, now + 600, now + 600), (held, None, None),
+                                                 (Principal.device("lamp-1", auth_time=now), now + 600, None)):
+        answer = issue(principal, KmsSigner(KEY_ARN, kms), SETTINGS, credential_expires_at=credential_expires)
+        verified = verify_token(answer["token"], config)
+        assert verified.credential_expires_at == named
+        assert Principal.from_context(verified.as_context()) == verified
+        if credential_expires is not None:
+            assert verified.expires_at <= credential_expires
+
+
+@pytest.mark.parametrize("cexp", ["600", 1.5, True, -1, {"at": 1}])
+def test_a_credential_expiry_that_is_no_time_refuses_the_token(cexp):
+    from functions.auth.credentials import Unauthenticated
+
+    config = AuthConfig.from_environment({**ISSUER.environment(), **DEVICE_TOKEN_ENVIRONMENT})
+    from tests.auth import DEVICE_TOKEN_ISSUER as DEVICE_ISSUER
+
+    with pytest.raises(Unauthenticated, match="cexp"):
+        verify_token(DEVICE_ISSUER.token(device="lamp-1", sub="device:lamp-1", cid="abcdefgh", cexp=cexp), config)

@@ -88,3 +88,45 @@ def test_a_refused_connect_is_answered_and_counted(monkeypatch, capsys, device, 
     finally:
         handler.push_config.cache_clear()
     assert (names.NAMESPACE, metric) in emitted_metrics(capsys.readouterr().out)
+
+
+class _OpenDevice(_FullDevice):
+    def connected(self, device_id, connection_id, until):
+        return True
+
+
+class _Opened:
+    """Subscriptions that record when each connection opened ends."""
+
+    def __init__(self):
+        self.ends_at = {}
+
+    def ends(self, credential_ends):
+        return credential_ends
+
+    def open(self, connection_id, subject, ends, holder):
+        self.ends_at[connection_id] = ends
+
+
+@pytest.mark.parametrize("credential_expires_in, ends_in", [(None, 3600 + 60), (100, 100), (7200, 3600 + 60)],
+                         ids=["never-expires", "credential-first", "token-first"])
+def test_a_devices_connection_ends_with_its_token_or_its_credential_whichever_comes_first(
+        monkeypatch, credential_expires_in, ends_in):
+    """The token's expiry with the routes' leeway, but never past the credential's own expiry,
+    which no later request would pass either."""
+    monkeypatch.setenv("TABLE_NAME", "devices")
+    handler.push_config.cache_clear()
+    opened = _Opened()
+    monkeypatch.setattr(handler, "services", lambda: (opened, None))
+    monkeypatch.setattr(push_services, "devices", lambda: _OpenDevice())
+    now = int(time.time())
+    principal = Principal.device("lamp-1", expires_at=now + 3600, auth_time=now, credential_id="c" * 16,
+                                 credential_expires_at=None if credential_expires_in is None
+                                 else now + credential_expires_in)
+    event = {"requestContext": {"routeKey": "$connect", "eventType": "CONNECT", "connectionId": "c1",
+                                "authorizer": {"principalId": principal.subject, **principal.as_context()}}}
+    try:
+        assert handler.lambda_handler(event, None)["statusCode"] == 200
+    finally:
+        handler.push_config.cache_clear()
+    assert opened.ends_at == {"c1": now + ends_in}
