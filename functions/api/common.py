@@ -10,6 +10,7 @@ from urllib.parse import quote, unquote
 from .resolver import Response
 
 from functions.auth.principals import Principal
+from functions.auth.rights import Forbidden
 from functions.device_state import (CREATED, DELETED, DeviceStateManager, Holder, IdempotencyKey, dumps,
                                     dynamodb_client, fingerprint, restore)
 
@@ -19,7 +20,7 @@ from .routes import BY_OPERATION, PATH_PARAMETERS, Request, Route
 from .validation import from_text, validate
 from functions.config import api_config
 from .observability import MetricsObserver
-from .problems import BadRequest, etag
+from .problems import BadRequest, HttpProblem, etag
 
 # Time kept back from the Lambda's remaining time for answering after the retry loop.
 RESPONSE_MARGIN_SECONDS = 1.0
@@ -60,7 +61,12 @@ def route(router, operation: str, reads_holder: bool = False):
             access.check_writes(principal, declaration, request)
             if not reads_holder:
                 _check_holder(principal)
-            return function(request)
+                return function(request)
+            try:
+                return function(request)
+            except (HttpProblem, Forbidden):  # refused on the request alone, before the library checked the credential:
+                _check_holder(principal)  # a revoked one hears 401 all the same (a read, on this path only)
+                raise
 
         return router.route(declaration.rule, method=list(declaration.methods))(checked)
 

@@ -165,7 +165,8 @@ class DeviceStateManager:
         ``acquire()``, ``heartbeat()`` and ``release()``. See ``leases/``."""
         from .leases import Lease
 
-        return Lease(self.lease_queue(), self, device_id, ttl_seconds, wait_seconds, owner)
+        return Lease(self.lease_queue(), self, device_id, ttl_seconds, wait_seconds, owner,
+                     self._holder_of(device_id))
 
     def lease_queue(self) -> LeaseQueue:
         """The lease protocol by lease id, for callers that hold no ``Lease`` object (HTTP)."""

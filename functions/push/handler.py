@@ -27,7 +27,7 @@ from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, Crede
 
 from . import connections
 from .delivery import Delivery, Gone, PostFailed, error_message
-from .services import forget, record_connectivity, services
+from .services import devices, forget, record_connectivity, services
 from .subscriptions import Subscriptions, TooManySubscriptions, UnknownConnection
 
 logger = logging.getLogger("device_state.push")
@@ -135,22 +135,26 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
         return {"type": "unsubscribed", "deviceId": device_id}
     # A device following itself must still hold its credential: the feed's read checks it on the state item.
     holder = principal.holder(push_config().require_registered_credentials)
-    since, sections = _since(body), _sections(body)
+    try:
+        since, sections = _since(body), _sections(body)
+    except BadMessage:  # refused on the message alone: a revoked credential hears 401 all the same (one read)
+        if holder is not None:
+            try:
+                devices().as_device(device_id, holder).check_holder(device_id)
+            except (CredentialRevoked, DeviceNotFound) as error:
+                _refuse_revoked(error, device_id, holder)
+        raise
     try:
         delivery.log.read(device_id, since, 1, holder)  # a since the feed would refuse is refused here, before anything
     except CredentialRevoked as revoked:
-        raise BadMessage("credential-revoked", "The credential is revoked or not registered", str(revoked),
-                         401) from None
+        _refuse_revoked(revoked, device_id, holder)
     except ChangesExpired as expired:
         raise BadMessage("changes-expired", "Changes past the retention", str(expired), 410, deviceId=device_id,
                          currentVersion=expired.current_version) from None
     except InvalidSince as invalid:
         raise BadMessage("invalid-since", "Invalid since", str(invalid)) from None
-    except DeviceNotFound:  # a device not created yet may be followed from 0: its first change comes by fan-out
-        # (to a device itself only with a certificate that opens it: a registered credential went with its device)
-        if holder is not None and not holder.admits(None, time.time()):
-            raise BadMessage("credential-revoked", "The credential is revoked or not registered",
-                             f"{device_id} holds no credential: it was deleted", 401) from None
+    except DeviceNotFound as missing:  # a device not created yet may be followed from 0: its first change comes
+        _refuse_revoked(missing, device_id, holder)  # by fan-out (to the device itself only with a certificate)
         if since:
             raise BadMessage("invalid-since", "Invalid since", f"{device_id} has no version yet: subscribe from 0") \
                 from None
@@ -169,6 +173,18 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
         raise BadMessage("changes-expired", "Changes past the retention", str(expired), 410, deviceId=device_id,
                          currentVersion=expired.current_version) from None
     return None
+
+
+def _refuse_revoked(error: Exception, device_id: str, holder) -> None:
+    """401 for a device's own subscription whose credential the item no longer holds: revoked, or
+    gone with its deleted device (a certificate of the trusted CA that registered none still opens
+    a device not created yet)."""
+    if isinstance(error, CredentialRevoked):
+        raise BadMessage("credential-revoked", "The credential is revoked or not registered", str(error), 401) \
+            from None
+    if holder is not None and not holder.admits(None, time.time()):
+        raise BadMessage("credential-revoked", "The credential is revoked or not registered",
+                         f"{device_id} holds no credential: it was deleted", 401) from None
 
 
 def _body(raw) -> dict:

@@ -170,7 +170,13 @@ def test_a_revoked_credentials_token_gets_no_replay_lease_or_long_poll(server, a
                 ("PUT", f"{path}/leases/{lease['leaseId']}", {"ttlSeconds": 30}, lease_headers),
                 ("DELETE", f"{path}/leases/{lease['leaseId']}", None, lease_headers),
                 ("GET", f"{path}/delta?waitSeconds=1", None, bearer),
-                ("GET", f"{path}/changes?since={version}&waitSeconds=1", None, bearer)]
+                ("GET", f"{path}/changes?since={version}&waitSeconds=1", None, bearer),
+                # refused on the request alone (a malformed lease id, a device's ttl over its cap, ending
+                # another's lease): 401 all the same, as every request of the revoked credential is
+                ("PUT", f"{path}/leases/not-a-lease", {"ttlSeconds": 30}, lease_headers),
+                ("PUT", f"{path}/leases/{lease['leaseId']}", {"ttlSeconds": 600}, lease_headers),
+                ("POST", f"{path}/leases", {"ttlSeconds": 600}, bearer),
+                ("DELETE", f"{path}/leases/{lease['fencingToken']}", None, lease_headers)]
     for method, target, payload, headers in requests:
         status, _, body = server.request(method, target, payload, headers=headers)
         assert (status, json.loads(body)["type"]) == (401, "urn:device-state:problem:credential-revoked"), \
@@ -242,12 +248,17 @@ def test_a_deleted_devices_token_is_refused_at_the_websocket_connect_and_subscri
     url = f"ws://127.0.0.1:{server.port}/ws?token={json.loads(body)['token']}"
     with connect(url, open_timeout=10) as opened_before:
         app.delete(device)
-        opened_before.send(json.dumps({"action": "subscribe", "deviceId": device, "since": 0}))
-        answer = json.loads(opened_before.recv(10))
-        assert (answer["type"], answer.get("problem", {}).get("status")) == ("error", 401), answer
+        for since in (0, -1, "x"):  # a message refused on its own form too: 401 all the same
+            opened_before.send(json.dumps({"action": "subscribe", "deviceId": device, "since": since}))
+            answer = json.loads(opened_before.recv(10))
+            assert (answer["type"], answer.get("problem", {}).get("status")) == ("error", 401), (since, answer)
         with pytest.raises(InvalidStatus) as refused:
             connect(url, open_timeout=10)
         assert refused.value.response.status_code == 401
+    device_token = {"Authorization": f"Bearer {url.split('token=')[1]}"}  # its transaction: as its other requests
+    status, _, body = server.request("POST", "/transactions", {"operations": [
+        {"deviceId": device, "section": "reported", "mergePatch": {"t": 1}}]}, headers=device_token)
+    assert (status, json.loads(body)["type"]) == (404, "urn:device-state:problem:device-not-found"), body
 
 
 def test_a_device_deleted_and_provisioned_again_does_not_revive_the_tokens_its_delete_revoked(server, admin, app):

@@ -442,3 +442,19 @@ def test_a_device_with_the_largest_state_still_takes_its_credentials(local_table
         device.connected("big", f"connection-{number:032d}", time.time() + 7200)
     device.update_with_retry("big", lambda state: state)
     assert table.CREDENTIALS in manager.live_state("big")
+
+
+def test_a_devices_own_lease_handle_carries_its_credential(manager):
+    """``as_device(id, holder).lease(...)``: taken, heartbeaten and released only while the device
+    holds its credential; once revoked, the heartbeat is refused and the lease counts as lost."""
+    manager.create("lamp", {})
+    holder = Holder(manager.add_credential("lamp", key()).credential_id)
+    device = manager.as_device("lamp", holder)
+    lease = device.lease("lamp", ttl_seconds=30).acquire()
+    lease.heartbeat()
+    manager.revoke_credential("lamp", holder.credential_id)
+    with pytest.raises(CredentialRevoked):
+        lease.heartbeat()
+    with pytest.raises(CredentialRevoked):
+        device.lease("lamp", ttl_seconds=30).acquire()
+    assert manager.lease_queue().status("lamp").holder_token == lease.fencing_token  # nothing released

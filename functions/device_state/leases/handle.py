@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from ..errors import LeaseLost, OutcomeUnknown, StorageError, StorageUnavailable
+from ..errors import CredentialRevoked, LeaseLost, OutcomeUnknown, StorageError, StorageUnavailable
+from ..item.credentials import Holder
 from .queue import LeaseGrant, LeaseQueue, check_ttl
 
 
@@ -13,11 +14,14 @@ class Lease:
     """One caller's lease on a device. As a context manager it acquires, heartbeats on a
     background thread every ttl/2 and releases on exit (also on an exception); or call
     ``acquire()``, ``heartbeat()`` and ``release()`` yourself. ``manager`` writes to the
-    device under this lease's fencing token and refuses once the lease is lost."""
+    device under this lease's fencing token and refuses once the lease is lost. ``credential``: the
+    device's own lease (``DeviceStateManager.as_device``), taken, heartbeaten and released only
+    while the device holds it."""
 
     def __init__(self, queue: LeaseQueue, manager, device_id: str, ttl_seconds: float, wait_seconds: float,
-                 owner: str | None):
+                 owner: str | None, credential: Holder | None = None):
         self._queue = queue
+        self._credential = credential
         self._manager = manager  # the DeviceStateManager ``manager`` fences
         self.device_id = device_id
         self.ttl_seconds = check_ttl(ttl_seconds)
@@ -55,7 +59,8 @@ class Lease:
         return self.grant.lease_token
 
     def acquire(self) -> "Lease":
-        self.grant = self._queue.acquire(self.device_id, self.ttl_seconds, self.wait_seconds, self.owner)
+        self.grant = self._queue.acquire(self.device_id, self.ttl_seconds, self.wait_seconds, self.owner,
+                                         self._credential)
         self.lost = False
         return self
 
@@ -63,8 +68,9 @@ class Lease:
         if self.grant is None:
             raise LeaseLost(self.device_id, "(not acquired)")
         try:
-            self.grant = self._queue.heartbeat(self.device_id, self.grant.lease_id, self.ttl_seconds)
-        except LeaseLost:
+            self.grant = self._queue.heartbeat(self.device_id, self.grant.lease_id, self.ttl_seconds,
+                                               self._credential)
+        except (LeaseLost, CredentialRevoked):
             self.lost = True
             raise
         return self
@@ -76,7 +82,7 @@ class Lease:
         self._thread = None
         if self.grant is None:
             return False
-        released = self._queue.release(self.device_id, self.grant.lease_id)
+        released = self._queue.release(self.device_id, self.grant.lease_id, self._credential)
         self.lost = True  # nothing may be written under it any more
         return released
 
@@ -98,7 +104,7 @@ class Lease:
             try:
                 self.heartbeat()
                 interval = self.ttl_seconds / 2
-            except LeaseLost:
+            except (LeaseLost, CredentialRevoked):
                 return
             except (StorageError, StorageUnavailable, OutcomeUnknown):  # try again sooner
                 if self._queue.runtime.clock() >= self.grant.expires_at:

@@ -12,7 +12,6 @@ from boto3.dynamodb.conditions import ConditionBase
 
 from ..errors import (
     ConditionFailed,
-    CredentialRevoked,
     DeviceAlreadyExists,
     DeviceLocked,
     DeviceNotFound,
@@ -181,8 +180,8 @@ class TransactionRunner:
         for index, operation in enumerate(operations):
             item = items.get(operation.device_id)
             holder = planner.holder_of(operation.device_id)
-            if holder is not None and schema.is_live_state(item, planner.now) and not holder.admits(item, planner.now):
-                raise CredentialRevoked(operation.device_id)  # before a failure could show it the device
+            if holder is not None:  # the device's own: refused as its other requests are, before any failure shows it
+                holder.check(operation.device_id, item, planner.now)
             try:
                 with _named(index, operation):
                     planned.append(_plan(planner, operation, item))
