@@ -311,6 +311,117 @@ def test_a_filter_job_targets_the_matching_devices_page_by_page(dynamodb_local):
         admin.delete_table(TableName=name)
 
 
+@pytest.fixture
+def battery_rig(dynamodb_local):
+    """A rig whose table indexes reported/battery, for filter jobs; the table deleted after."""
+    fleet = FleetIndex.parse("reported/battery:number")
+    client, admin = dynamodb_client(dynamodb_local.endpoint, "us-east-1"), table_admin(dynamodb_local.endpoint)
+    name = new_table_name()
+    create_table(admin, name, fleet_index=fleet)
+    rig = Rig(dynamodb_local, client, name, fleet)
+    rig.manager.reindex()
+    yield rig
+    admin.delete_table(TableName=name)
+
+
+class SmallQueryPages:
+    """A fleet query whose pages hold ``size`` devices, so that a few devices span many pages."""
+
+    def __init__(self, query, size=5):
+        self.query, self.size = query, size
+
+    def page_items(self, text, limit, cursor, max_limit=None):
+        return self.query.page_items(text, self.size, cursor, max_limit=self.size)
+
+
+def test_a_device_whose_value_moves_ahead_of_the_targeting_cursor_is_targeted_and_counted_once(battery_rig):
+    """Found on a first query page and not written yet, a device's battery moves ahead of the query's
+    cursor, so a later page finds it again: the naive control (the query's pages one after
+    another) holds it twice; the job targets it once, writes each device once and completes with
+    its counts agreeing."""
+    rig = battery_rig
+    ids = rig.devices(80)  # about 5 in each of the index's 16 shards: a shard is read over several pages
+    for number, device_id in enumerate(ids):
+        rig.manager.update_with_retry(device_id, MergePatch({"battery": number + 1}), section="reported")
+    rig.job(filter="lt(reported/battery,100)", timeoutSeconds=1)
+    runner = rig.runner()
+    runner._query = SmallQueryPages(runner._query)
+    naive_query = SmallQueryPages(rig.runner()._query)
+    assert rig.jobs.take_lease("j1", runner.owner, 30)
+    runner._target_page(rig.jobs.head("j1"))  # the first query page, none written
+    first, cursor = naive_query.page_items("lt(reported/battery,100)", 5, None)  # the same page
+    moved = min(first, key=lambda item: int(item["reported"]["M"]["battery"]["N"]))[PARTITION_KEY]["S"]
+    rig.manager.update_with_retry(moved, MergePatch({"battery": 50}), section="reported")  # ahead of the cursor
+    naive = []
+    while cursor is not None:
+        found, cursor = naive_query.page_items("lt(reported/battery,100)", 5, cursor)
+        naive += found
+    naive_ids = Counter(item[PARTITION_KEY]["S"] for item in [*first, *naive])
+    assert naive_ids[moved] == 2  # the control: the query's pages hold it twice
+    head = rig.jobs.head("j1")
+    while not head.run.targeted:  # targeting runs ahead of the writes (up to two batches): here all of it
+        head = runner._target_page(head)
+    rig.jobs.release_lease("j1", runner.owner)
+    run_until_done(runner)
+    targeted = Counter(device_id for page in rig.jobs.pages("j1", 0, 100) for device_id in page.ids)
+    assert targeted == Counter(ids)  # each device once
+    versions, _ = rig.versions(ids)
+    assert {device_id: version - (device_id == moved) for device_id, version in versions.items()} == dict.fromkeys(
+        ids, 3)  # created, reported (the moved one twice), the job's write
+    counts = rig.counts_agree_with_executions()
+    assert counts["TIMED_OUT"] == 80 and rig.jobs.head("j1").record.status == "COMPLETED"
+
+
+@pytest.mark.parametrize("naive", [False, True], ids=["finals-consulted", "naive-finals-ignored"])
+def test_a_device_refused_in_a_batch_tried_again_is_not_written_after_its_execution_failed(battery_rig, monkeypatch,
+                                                                                           naive):
+    """A filter job's batch: d0000 is leased (its write refused: FAILED 423, nothing written) and
+    d0001's outcome is not known, so the batch is written again at the next step, after d0000's
+    lease ended. d0000 is not written again: its execution is final. The naive control, which does
+    not look at the finals, writes it after its FAILED, and its counts no longer add up."""
+    from functions.device_state.jobs.device_write import JobWrites, Outcome
+
+    rig = battery_rig
+    ids = rig.devices(2)
+    for device_id in ids:
+        rig.manager.update_with_retry(device_id, MergePatch({"battery": 5}), section="reported")
+    lease = rig.manager.lease("d0000", ttl_seconds=60).acquire()
+    original, unknown_once = JobWrites.write, {"d0001"}
+
+    def write(self, device_id):
+        if device_id in unknown_once:
+            unknown_once.discard(device_id)
+            return Outcome()  # not known this time (throttled, its answer lost)
+        return original(self, device_id)
+
+    monkeypatch.setattr(JobWrites, "write", write)
+    if naive:
+        monkeypatch.setattr(JobStore, "final_devices", lambda self, job_id, device_ids: set())
+    rig.job(filter="lt(reported/battery,20)", timeoutSeconds=600)
+    runner = rig.runner()
+    step, steps = runner._step, []
+
+    def counted_step(head, writes, deadline):
+        steps.append(head)
+        if len(steps) == 3:
+            lease.release()  # between the batch's two tries
+        return step(head, writes, deadline)
+
+    runner._step = counted_step
+    runner.run("j1", 8)
+    versions, found = rig.versions(ids)
+    head = rig.jobs.head("j1")
+    executions = {execution.device_id: execution.state for execution in rig.jobs.executions("j1")}
+    assert executions["d0000"] == "FAILED"
+    if naive:
+        assert job_marks.mark_of(found["d0000"], "j1") is not None  # written after its FAILED
+        assert sum(head.counts_by_state.values()) > head.run.total
+        return
+    assert job_marks.mark_of(found["d0000"], "j1") is None and versions["d0000"] == 2  # created, reported
+    assert sum(head.counts_by_state.values()) == head.run.total == 2
+    assert head.counts_by_state["IN_PROGRESS"] == 1 and head.counts_by_state["FAILED"] == 1
+
+
 class NaiveRunner:
     """Page the list and PATCH each device, saving its progress after each page (what a script
     does): restarted mid-page, it writes the page's first devices again."""

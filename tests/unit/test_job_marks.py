@@ -91,3 +91,18 @@ def _json(value) -> str:
     import json
 
     return json.dumps(value, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("given, window", [
+    ({}, 7 * 24 * 3600),
+    ({"timeoutSeconds": 20 * 24 * 3600}, 20 * 24 * 3600),  # past the 7 days of the default: as given
+    ({"expiresIn": 20 * 24 * 3600}, 20 * 24 * 3600),  # the default is expiresIn
+    ({"timeoutSeconds": 600, "expiresIn": 3600}, 600),
+    ({"timeoutSeconds": 3600, "expiresIn": 600}, 600),  # the leaves gone: nothing more can confirm it
+], ids=["default", "long-timeout", "long-expiry", "timeout-first", "expiry-first"])
+def test_an_executions_window_is_its_timeout_else_its_leaves_expiry_else_seven_days(given, window):
+    """docs/api/jobs.md: timeoutSeconds 1 to 2,592,000 (default: expiresIn, else 7 days)."""
+    from functions.device_state.jobs.spec import parse
+
+    assert parse({"jobId": "j1", "desired": {"mode": "eco"}, "deviceIds": ["lamp"], **given},
+                 1_800_000_000).window_seconds == window

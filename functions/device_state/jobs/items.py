@@ -204,11 +204,16 @@ class Counts:
                 finals[state] += _number(item, FINAL_PREFIX + state)
         return cls(final_written, finals)
 
+    @property
+    def finals_unwritten(self) -> int:
+        """Executions final without a write (removed, failed, canceled before their write)."""
+        return sum(self.finals.values()) - self.final_written
+
     def by_state(self, run: RunState) -> dict:
         """Each execution state's count. A device whose write landed counts as written from the
         first of its page's record and its final state (either may be written first)."""
         written = max(run.written, self.final_written)
-        finals_unwritten = sum(self.finals.values()) - self.final_written
+        finals_unwritten = self.finals_unwritten
         counts = {state: self.finals.get(state, 0) for state in FINAL_STATES}
         counts[CANCELED] += run.canceled_queued
         counts[IN_PROGRESS] = written - self.final_written

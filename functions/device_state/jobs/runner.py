@@ -291,8 +291,13 @@ class JobRunner:
 
     def _target_page(self, head: Head) -> Head:
         """The next pages of matching devices (up to ``TARGET_PAGES``, from one page of the fleet
-        query), those the job has not written nor finished; the head as it left the run (its
-        pages, cursor, whether targeting reached the end)."""
+        query), those the job has not targeted, written nor finished; the head as it left the run
+        (its pages, cursor, whether targeting reached the end).
+
+        A device whose indexed value moves ahead of the query's cursor is found again: written
+        already, its mark keeps it out; waiting to be written, the pages from the write position on
+        (the only ones with devices not yet written, read here) do; final without a write (a
+        refusal, a delete), its execution item does, read only when the job has such finals."""
         spec, run = head.record.spec, head.run
         try:
             found, cursor = self._query.page_items(spec.filter, TARGET_PAGES * PAGE_SIZE, run.query_cursor,
@@ -303,8 +308,13 @@ class JobRunner:
         except (InvalidCursor, InvalidFilter) as error:  # the declaration changed under the job
             logger.warning("job %s: targeting stopped: %s", spec.job_id, error)
             found, cursor = [], None
-        ids = [schema.StateItem.of(item).device_id for item in found if job_marks.mark_of(item, spec.job_id) is None]
-        if spec.continuous and ids:  # a device it finished (removed, failed unwritten) stays out
+        ids = list(dict.fromkeys(schema.StateItem.of(item).device_id for item in found
+                                 if job_marks.mark_of(item, spec.job_id) is None))
+        if ids and run.pages * PAGE_SIZE > run.at:
+            waiting = {device_id for page in self._jobs.pages(spec.job_id, run.at // PAGE_SIZE, run.pages - 1)
+                       for device_id in page.ids}
+            ids = [device_id for device_id in ids if device_id not in waiting]
+        if ids and (spec.continuous or head.counts.finals_unwritten):
             final = self._jobs.final_devices(spec.job_id, ids)
             ids = [device_id for device_id in ids if device_id not in final]
         added = self._jobs.add_pages(spec.job_id, self.owner, run.pages, ids, cursor, items.retire_at(spec))
@@ -361,10 +371,12 @@ class JobRunner:
         are found meanwhile, while fewer than two batches' worth would wait after this one."""
         spec, run = head.record.spec, head.run
         first, end = run.batch
+        again = pages is None  # claimed at an earlier step, whose tries made some of it final unwritten
         pages = pages if pages is not None else self._read_batch(spec, run)
         entries = [(page, index, device_id) for page, index, device_id in _inside(pages, run.batch)
                    if not page.writes[index]]
-        if spec.filter is None:  # a listed device found missing at the start is final already
+        if spec.filter is None or again:  # final already: a listed device found missing at the start, or
+            # one an earlier try refused (a lease, a too large document): never written after its FAILED
             final = self._jobs.final_devices(spec.job_id, [device_id for _, _, device_id in entries])
             entries = [entry for entry in entries if entry[2] not in final]
         sent_before = run.sent - sum(1 for _ in _inside(pages, run.batch))  # (a paced batch's are in a row)

@@ -109,9 +109,12 @@ class JobSpec:
 
     @property
     def window_seconds(self) -> int:
-        """How long after its write an execution is tracked before it is TIMED_OUT."""
-        return min(seconds for seconds in (self.timeout_seconds, self.expires_in, DEFAULT_WINDOW_SECONDS)
-                   if seconds is not None)
+        """How long after its write an execution is tracked before it is TIMED_OUT: its
+        ``timeout_seconds`` (never past the leaves' own expiry), else the leaves' ``expires_in``, else
+        ``DEFAULT_WINDOW_SECONDS``."""
+        if self.timeout_seconds is not None:
+            return min(self.timeout_seconds, self.expires_in or self.timeout_seconds)
+        return self.expires_in or DEFAULT_WINDOW_SECONDS
 
     @property
     def continuous(self) -> bool:
