@@ -577,3 +577,35 @@ def test_a_continuous_job_writes_each_device_that_comes_to_match_once_until_it_e
         assert rig.counts_agree_with_executions()["TIMED_OUT"] == 7
     finally:
         admin.delete_table(TableName=name)
+
+
+def test_a_filtered_list_stops_after_its_reads_with_a_cursor_and_paging_on_finds_every_match(rig, monkeypatch):
+    """``executions(state=…)`` and ``list(status=…)`` read at most ``MAX_READS_PER_PAGE`` times a
+    request (here 1), so a large job's list is not read whole at once: a page may hold fewer items
+    than asked, with a cursor, and the pages together hold every match, once."""
+    from functions.device_state.jobs import service
+
+    monkeypatch.setattr(service, "MAX_READS_PER_PAGE", 1)
+    ids = rig.devices(250)
+    rig.job(deviceIds=ids, timeoutSeconds=600)
+    assert rig.runner().run("j1", 60).status == IDLE  # every execution IN_PROGRESS
+    jobs = rig.manager.jobs()
+    pages, cursor = [], None
+    while True:
+        found, cursor = jobs.executions("j1", "IN_PROGRESS", 150, cursor)
+        pages.append([execution["deviceId"] for execution in found])
+        if cursor is None:
+            break
+    assert [len(page) for page in pages] == [100, 100, 50]  # one read a request: a target page of 100 devices
+    assert [device_id for page in pages for device_id in page] == ids
+    for number in range(3):
+        rig.jobs.create(parse({"jobId": f"other-{number}", "desired": {"mode": "eco"}, "deviceIds": ids[:1]},
+                              time.time()))
+    listed, cursor, requests = [], None, 0
+    while True:
+        found, cursor = jobs.list("IN_PROGRESS", 2, cursor)
+        listed += [job["jobId"] for job in found]
+        requests += 1
+        if cursor is None:
+            break
+    assert sorted(listed) == ["j1", "other-0", "other-1", "other-2"] and requests >= 2

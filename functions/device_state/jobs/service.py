@@ -20,6 +20,10 @@ from .store import JobStore
 POLL_SECONDS = 0.5  # a waiting read looks at the job's counts this often
 _KEY, _JOB = "key", "job"
 
+# A list filtered by status or state stops after so many reads (as the fleet query does): a page may
+# then hold fewer items than asked, with a cursor, rather than read a large job's whole list at once.
+MAX_READS_PER_PAGE = 10
+
 
 class JobService:
     def __init__(self, pipeline: WritePipeline, fleet_query, cursors: CursorSeal):
@@ -107,7 +111,9 @@ class JobService:
         request.update(expr.attributes())
         if after is not None:
             request["ExclusiveStartKey"] = items.key(items.LISTING_PARTITION, str(after))  # sealed by us: ours
-        while len(found) < limit:
+        for _ in range(MAX_READS_PER_PAGE):
+            if len(found) >= limit:
+                break
             page = self._store.send("query", **{**request, "Limit": limit - len(found)})
             for entry in page.get("Items", []):
                 head = self._jobs.head(entry[items.JOB_ID]["S"])
@@ -130,7 +136,9 @@ class JobService:
         if not isinstance(position, int) or isinstance(position, bool) or position < 0:
             position = 0
         found: list[dict] = []
-        while position < run.pages * PAGE_SIZE and len(found) < limit:
+        for _ in range(MAX_READS_PER_PAGE):
+            if position >= run.pages * PAGE_SIZE or len(found) >= limit:
+                break
             page = self._jobs.page(job_id, position // PAGE_SIZE)
             index = position % PAGE_SIZE
             if page is None or index >= len(page.ids):
@@ -145,6 +153,8 @@ class JobService:
                     found.append(execution.as_dict())
                     if len(found) == limit:
                         break
+            else:  # the page read to its end (a page may be short): on to the next
+                position = (position // PAGE_SIZE + (position % PAGE_SIZE > 0)) * PAGE_SIZE
         more = position < run.pages * PAGE_SIZE
         return found, self._cursors.seal(scope, position) if more else None
 
