@@ -625,7 +625,7 @@ ROUTES: tuple[Route, ...] = (
     Route(("GET", "HEAD"), "/devices/<device_id>/jobs", "listDeviceJobs", (READ, _resource()), {
         "200": Answer("A page of the jobs whose write reached the device, by job id, each with the device's "
                       "execution", "DeviceJobs"),
-        **COMMON,
+        "404": NO_DEVICE, **COMMON,
     }, query=(JOB_LIMIT, JOB_CURSOR), description=(
         "Each job whose desired write reached the device, while the device keeps its mark (until a day after the "
         "execution's deadline). A device may read its own.")),

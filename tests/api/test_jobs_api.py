@@ -114,6 +114,7 @@ def test_an_idempotency_key_replays_the_job_and_refuses_another_body(server):
     ({"deviceIds": ["lamp-1"], "desired": {"a": None}}, 400, "invalid-job"),
     ({"deviceIds": ["lamp-1"], "desired": {}}, 400, "invalid-job"),
     ({"deviceIds": ["lamp-1"]}, 400, "bad-request"),
+    ({"deviceIds": ["lamp-1", "count"], "desired": {"a": 1}}, 400, "invalid-device-id"),  # /devices/count's
     ({"deviceIds": ["lamp-1"], "desired": {"a": 1}, "targets": "continuous"}, 400, "bad-request"),
     ({"deviceIds": ["lamp-1"], "desired": {"a": 1}, "endsAt": "yesterday"}, 400, "bad-request"),
     ({"deviceIds": ["lamp-1"], "desired": {"a": 1}, "endsAt": "2020-01-01T00:00:00Z"}, 400, "invalid-job"),
@@ -158,6 +159,16 @@ def test_a_devices_jobs_are_paged_by_limit_and_a_signed_cursor(server):
     status, _, first = call(server, "GET", "/devices/lamp-11/jobs?limit=1", headers=device)
     assert first["items"][0]["execution"] == {**first["items"][0]["execution"], "deviceId": "lamp-11",
                                               "state": "IN_PROGRESS"}
+    status, _, listed = call(server, "GET", "/jobs/mine-a/executions")
+    import datetime
+
+    def moment(text):
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+    # when the write was made, as the job lists it (the mark's time and the runner's record, ms apart)
+    assert abs(moment(first["items"][0]["execution"]["updatedAt"]) - moment(listed["items"][0]["updatedAt"])) < 5
+    status, _, problem = call(server, "GET", "/devices/no-such-lamp/jobs")
+    assert status == 404 and problem["type"].endswith("device-not-found")  # as the device's other routes
     cursor = first["nextCursor"]
     tampered = cursor[:-1] + ("A" if cursor[-1] != "A" else "B")
     for path in (f"/devices/lamp-11/jobs?cursor={tampered}", f"/devices/lamp-10/jobs?cursor={cursor}",

@@ -4,7 +4,7 @@ jobs. No HTTP here; the API's routes call these."""
 
 from __future__ import annotations
 
-from ..errors import IdempotencyKeyReused, JobNotFound
+from ..errors import DeviceNotFound, IdempotencyKeyReused, JobNotFound
 from ..fleet.cursors import CursorSeal
 from ..item import job_marks, schema
 from ..item.credentials import Holder
@@ -179,6 +179,8 @@ class JobService:
         item = self._store.get_state(device_id)
         if holder is not None:
             holder.check(device_id, item, self._store.runtime.clock())
+        if not schema.is_live_state(item, self._store.runtime.clock()):
+            raise DeviceNotFound(device_id)  # as every other route of a device that is not there
         found, last = [], None
         for job_id, packed in sorted(job_marks.marks(item).items()):
             if after is not None and job_id <= after:
@@ -190,8 +192,9 @@ class JobService:
             if head is None:
                 continue
             final = self._store.get(items.execution_key(job_id, device_id))
-            version, _ = job_marks.unpack(packed)
-            execution = Execution.from_item(final) if final else Execution(device_id, IN_PROGRESS, version)
+            version, deadline_ms = job_marks.unpack(packed)
+            written_ms = deadline_ms - head.record.spec.window_seconds * 1000  # the mark's: when the write was made
+            execution = Execution.from_item(final) if final else Execution(device_id, IN_PROGRESS, version, written_ms)
             found.append({"jobId": job_id, "status": head.record.status, "execution": execution.as_dict()})
         return found, None
 
