@@ -609,3 +609,22 @@ def test_a_filtered_list_stops_after_its_reads_with_a_cursor_and_paging_on_finds
         if cursor is None:
             break
     assert sorted(listed) == ["j1", "other-0", "other-1", "other-2"] and requests >= 2
+
+
+def test_no_write_begins_after_the_jobs_end(rig):
+    """A paced batch claims the writes due over its next 10 s; the job ends 3 s after its first:
+    the writes whose turn comes later do not begin (they are CANCELED at the stop), where the
+    batch went on writing up to 10 s past endsAt."""
+    import datetime
+
+    ids = rig.devices(10)
+    ends = time.time() + 3
+    rig.job(deviceIds=ids, timeoutSeconds=1, rollout={"maxPerMinute": 60},
+            endsAt=datetime.datetime.fromtimestamp(ends, datetime.timezone.utc).isoformat().replace("+00:00", "Z"))
+    run_until_done(rig.runner(), seconds=30)
+    _, found = rig.versions(ids)
+    marks = [job_marks.mark_of(found[device_id], "j1") for device_id in ids]
+    begun = [deadline_ms - 1000 for _, deadline_ms in filter(None, marks)]  # the write's time: its deadline less 1 s
+    assert 1 <= len(begun) < 10 and max(begun) <= ends * 1000 + 1000, (begun, ends)  # within a write's second
+    counts = rig.counts_agree_with_executions()
+    assert counts["CANCELED"] == 10 - len(begun) and counts["TIMED_OUT"] == len(begun)

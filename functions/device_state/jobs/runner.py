@@ -453,13 +453,15 @@ class JobRunner:
 
     def _write_one(self, writes: JobWrites, spec: JobSpec, device_id: str, started: float, number: int,
                    stopped: threading.Event, lease_end: float) -> tuple[Outcome | None, int]:
-        """The device's write, no earlier than its turn in the rollout; None once a stop came or
-        the lease is near ``lease_end`` (the next step renews it, or finds the job another's)."""
+        """The device's write, no earlier than its turn in the rollout; None once a stop came,
+        ``endsAt`` passed (the next step stops the job), or the lease is near ``lease_end`` (the next
+        step renews it, or finds the job another's)."""
         if spec.max_per_minute is not None:
             turn = started + 60 * number / spec.max_per_minute
             while not stopped.is_set() and self._runtime.clock() < turn:
                 stopped.wait(min(turn - self._runtime.clock(), STOP_POLL_SECONDS))
-        if stopped.is_set() or self._runtime.clock() >= lease_end:
+        now = self._runtime.clock()
+        if stopped.is_set() or now >= lease_end or now >= spec.ends_at:
             return None, 0
         outcome = writes.write(device_id)
         return outcome, int(self._runtime.clock() * 1000)
