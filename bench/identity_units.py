@@ -21,6 +21,7 @@ import argparse
 import base64
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -91,7 +92,7 @@ class Api:
 
     def __init__(self, endpoint: str, table_name: str):
         self._saved = dict(os.environ)
-        folder = Path(tempfile.mkdtemp(prefix="identity-units-"))
+        self.folder = folder = Path(tempfile.mkdtemp(prefix="identity-units-"))  # removed by close
         sealing_key = folder / "sealing-key"
         sealing_key.write_bytes(os.urandom(32))
         os.environ.update({"TABLE_NAME": table_name, "DYNAMODB_ENDPOINT": endpoint,
@@ -112,6 +113,7 @@ class Api:
         os.environ.clear()
         os.environ.update(self._saved)
         fresh_configuration()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def call(self, method: str, target: str, headers: dict, body=None, expect: int = 200) -> tuple[dict, dict]:
         """(the answer's JSON body or {}, the request units the call cost)."""
@@ -298,8 +300,7 @@ def _identity_bytes(api: Api, meter: Meter, client, scratch: str) -> dict:
     for path in ("secret", "certificate"):
         create_reference_device(meter.manager, ids[path])
     api.call("POST", f"/devices/{ids['secret']}/credentials", api.admin, {"type": "secret"}, expect=201)
-    certificate, _ = LocalCA.load_or_create(tempfile.mkdtemp(prefix="identity-units-ca-")).device_certificate(
-        ids["certificate"])
+    certificate, _ = LocalCA.load_or_create(api.folder / "ca").device_certificate(ids["certificate"])
     api.call("POST", f"/devices/{ids['certificate']}/credentials", api.admin,
              {"type": "certificate", "certificate": certificate.read_text()}, expect=201)
     made, _ = api.call("POST", "/enrollments", api.admin, {"idPattern": "dev-[0-9]{4}", "maxDevices": 1},

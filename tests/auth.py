@@ -4,7 +4,9 @@ starts accept its tokens. ``bearer()`` is the one place tests get credentials fr
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -12,14 +14,23 @@ from functions.auth.principals import SCOPES
 from localdev.issuer import LOCAL_DEVICE_TOKEN_ISSUER, Issuer
 
 ISSUER = Issuer.generate()
+
+
+def _folder(prefix: str) -> Path:
+    """A folder of this test process's own, removed when it exits (the servers it started stopped by then)."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return Path(folder)
+
+
 # Device tokens (POST /devices/{id}/token) are signed with the same key under their own issuer,
 # as make serve signs them; the key file is this test process's own.
 DEVICE_TOKEN_ENVIRONMENT = ISSUER.device_token_environment(
-    ISSUER.save_key(Path(tempfile.mkdtemp(prefix="device-tokens-")) / "signing-key.pem"))
+    ISSUER.save_key(_folder("device-tokens-") / "signing-key.pem"))
 # Tokens as the device-token issuer would sign them, for tests of what its tokens may carry.
 DEVICE_TOKEN_ISSUER = Issuer(ISSUER.private_key, ISSUER.kid, issuer=LOCAL_DEVICE_TOKEN_ISSUER)
 # Devices' secrets and enrollments' group keys are sealed under this test process's own key.
-SEALING_ENVIRONMENT = {"SEALING_KEY_FILE": str(Path(tempfile.mkdtemp(prefix="sealing-")) / "sealing-key")}
+SEALING_ENVIRONMENT = {"SEALING_KEY_FILE": str(_folder("sealing-") / "sealing-key")}
 Path(SEALING_ENVIRONMENT["SEALING_KEY_FILE"]).write_bytes(os.urandom(32))
 NO_CREDENTIALS = {"Authorization": None}  # headers= this: the request goes without a token
 
