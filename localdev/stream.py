@@ -32,6 +32,8 @@ MAX_BACKOFF_SECONDS = 2.0
 # then arrive in batches, and the poller costs a busy machine one call per shard per window,
 # not one per record. It adds at most this much to the feed's lag.
 BATCH_WINDOW_SECONDS = 0.1
+# After this long without records a poller polls every QUIET_POLL_SECONDS rather than every idle_seconds.
+QUIET_AFTER_SECONDS, QUIET_POLL_SECONDS = 2.0, 0.5
 DISCOVER_EVERY_SECONDS = 1.0  # new shards (DynamoDB Local rolls them over) are looked for this often
 
 
@@ -66,6 +68,7 @@ class StreamPoller:
 
     def __init__(self, streams_client, dynamodb_client, table_name: str, process: Callable[[dict, object], dict],
                  *, context_factory: Callable[[], object] | None = None, idle_seconds: float = 0.1,
+                 quiet_seconds: float = QUIET_POLL_SECONDS,
                  batch_window_seconds: float = BATCH_WINDOW_SECONDS,
                  max_retry_attempts: int = MAX_RETRY_ATTEMPTS, batch_size: int = BATCH_SIZE,
                  on_give_up: Callable[[dict], None] | None = None,
@@ -77,6 +80,7 @@ class StreamPoller:
         self.on_give_up = on_give_up or (lambda record: None)  # e.g. mark the record's version lost
         self.context_factory = context_factory or (lambda: None)
         self.idle_seconds = idle_seconds
+        self.quiet_seconds = max(quiet_seconds, idle_seconds)
         self.batch_window_seconds = batch_window_seconds
         self._next_discovery = 0.0
         self.max_retry_attempts = max_retry_attempts
@@ -103,13 +107,21 @@ class StreamPoller:
             self._thread.join(timeout=10)
 
     def run(self) -> None:
+        """Polls every ``idle_seconds`` while records came within ``QUIET_AFTER_SECONDS``, then every
+        ``quiet_seconds``: a quiet table costs a server's two stream pollers and DynamoDB Local a
+        third of the CPU (measured: 0.16 CPU-seconds a second at 0.1 s), and the first change after
+        the quiet is picked up within ``quiet_seconds`` (Lambda polls a shard four times a second)."""
+        last_busy = time.monotonic()
         while not self._stop.is_set():
             try:
                 busy = self.poll_once()
             except Exception:  # DynamoDB Local went away for a moment, or a bug: keep polling
                 logger.exception("stream poll failed")
                 busy = False
-            self._stop.wait(self.batch_window_seconds if busy else self.idle_seconds)
+            now = time.monotonic()
+            last_busy = now if busy else last_busy
+            idle = self.idle_seconds if now - last_busy < QUIET_AFTER_SECONDS else self.quiet_seconds
+            self._stop.wait(self.batch_window_seconds if busy else idle)
 
     # ------------------------------------------------------------------ one round
 
