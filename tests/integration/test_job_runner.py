@@ -361,6 +361,7 @@ def test_a_device_whose_value_moves_ahead_of_the_targeting_cursor_is_targeted_an
     head = rig.jobs.head("j1")
     while not head.run.targeted:  # targeting runs ahead of the writes (up to two batches): here all of it
         head = runner._target_page(head)
+    assert Counter(device_id for page in rig.jobs.pages("j1", 0, 100) for device_id in page.ids) == Counter(ids)
     rig.jobs.release_lease("j1", runner.owner)
     run_until_done(runner)
     targeted = Counter(device_id for page in rig.jobs.pages("j1", 0, 100) for device_id in page.ids)
@@ -370,6 +371,43 @@ def test_a_device_whose_value_moves_ahead_of_the_targeting_cursor_is_targeted_an
         ids, 3)  # created, reported (the moved one twice), the job's write
     counts = rig.counts_agree_with_executions()
     assert counts["TIMED_OUT"] == 80 and rig.jobs.head("j1").record.status == "COMPLETED"
+
+
+def test_a_device_whose_mark_a_later_write_dropped_is_not_targeted_again(battery_rig, monkeypatch):
+    """A long snapshot job: a device written on its first page keeps the job's mark a day past its
+    execution's deadline; a write after that drops it, and the device's value moves ahead of the
+    query's cursor, so the query finds it again with no mark. The job, run on later, sweeps the
+    execution final at its deadline and reads the finals of what it finds once its marks may be
+    gone: the device is not targeted nor written again, and the job completes with its counts."""
+    from functions.device_state.jobs.device_write import JobWrites
+
+    rig = battery_rig
+    ids = rig.devices(40)
+    for number, device_id in enumerate(ids):
+        rig.manager.update_with_retry(device_id, MergePatch({"battery": number + 1}), section="reported")
+    spec = rig.job(filter="lt(reported/battery,100)", timeoutSeconds=2)
+    runner = rig.runner()
+    runner._query = SmallQueryPages(runner._query)
+    monkeypatch.setattr(runner, "_target_beside", lambda *_: None)  # the first page's steps one by one
+    assert rig.jobs.take_lease("j1", runner.owner, 30)
+    runner._target_page(rig.jobs.head("j1"))
+    claimed, pages = runner._claim(rig.jobs.head("j1"))
+    runner._write_batch(claimed, JobWrites(runner._pipeline, spec), pages)  # the first page written
+    victim = min(pages[0].ids)
+    rig.jobs.release_lease("j1", runner.owner)
+    days_later = 2 * 24 * 3600
+    later = DeviceStateManager(rig.client, rig.name, fleet_index=rig.fleet_index, clock=lambda: time.time() + days_later)
+    later.replace_section(victim, "reported", {"battery": 50})  # a write that reads the item drops old marks
+    assert job_marks.mark_of(rig.pipeline.store.get_state(victim), "j1") is None
+    versions_before, _ = rig.versions([victim])
+    runner = rig.runner(ahead=days_later)
+    runner._query = SmallQueryPages(runner._query)
+    run_until_done(runner)
+    targeted = Counter(device_id for page in rig.jobs.pages("j1", 0, 100) for device_id in page.ids)
+    assert targeted == Counter(ids)  # each device once
+    assert rig.versions([victim])[0] == versions_before  # not written again
+    assert rig.counts_agree_with_executions()["TIMED_OUT"] == 40
+    assert rig.jobs.head("j1").record.status == "COMPLETED"
 
 
 @pytest.mark.parametrize("naive", [False, True], ids=["finals-consulted", "naive-finals-ignored"])
@@ -408,7 +446,7 @@ def test_a_device_refused_in_a_batch_tried_again_is_not_written_after_its_execut
         return step(head, writes, deadline)
 
     runner._step = counted_step
-    runner.run("j1", 8)
+    runner.run("j1", 30)  # returns once the job is idle
     versions, found = rig.versions(ids)
     head = rig.jobs.head("j1")
     executions = {execution.device_id: execution.state for execution in rig.jobs.executions("j1")}
@@ -598,6 +636,13 @@ def test_a_filtered_list_stops_after_its_reads_with_a_cursor_and_paging_on_finds
             break
     assert [len(page) for page in pages] == [100, 100, 50]  # one read a request: a target page of 100 devices
     assert [device_id for page in pages for device_id in page] == ids
+    sizes, cursor = [], None
+    while True:  # ending on a short page's last entry: no empty page after it
+        found, cursor = jobs.executions("j1", None, 50, cursor)
+        sizes.append(len(found))
+        if cursor is None:
+            break
+    assert sizes == [50] * 5
     for number in range(3):
         rig.jobs.create(parse({"jobId": f"other-{number}", "desired": {"mode": "eco"}, "deviceIds": ids[:1]},
                               time.time()))
@@ -609,6 +654,7 @@ def test_a_filtered_list_stops_after_its_reads_with_a_cursor_and_paging_on_finds
         if cursor is None:
             break
     assert sorted(listed) == ["j1", "other-0", "other-1", "other-2"] and requests >= 2
+    assert jobs.list("COMPLETED", 2)[0] == [] and jobs.list("COMPLETED", 2)[1] is not None  # none in 1 read: go on
 
 
 def test_no_write_begins_after_the_jobs_end(rig):

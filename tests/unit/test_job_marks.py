@@ -106,3 +106,18 @@ def test_an_executions_window_is_its_timeout_else_its_leaves_expiry_else_seven_d
 
     assert parse({"jobId": "j1", "desired": {"mode": "eco"}, "deviceIds": ["lamp"], **given},
                  1_800_000_000).window_seconds == window
+
+
+def test_a_job_keeps_the_window_it_was_stored_with_and_one_stored_before_keeps_seven_days():
+    """A job created before the window was stored, with a timeout over 7 days, was tracked over
+    7 days: it still is after the change (its marks' deadlines were made so)."""
+    import json
+
+    from functions.device_state.jobs.spec import JobSpec, parse
+
+    spec = parse({"jobId": "j1", "desired": {"mode": "eco"}, "deviceIds": ["lamp"],
+                  "timeoutSeconds": 20 * 24 * 3600}, 1_800_000_000)
+    assert JobSpec.from_stored(spec.stored()).window_seconds == 20 * 24 * 3600
+    earlier = json.loads(spec.stored())
+    del earlier["windowSeconds"]
+    assert JobSpec.from_stored(json.dumps(earlier)).window_seconds == 7 * 24 * 3600

@@ -73,6 +73,7 @@ DEFAULT_CONCURRENCY = 16
 BATCH_PAGES = 4  # a batch of a job with no rollout nor abort criteria: so many target pages (writers seldom idle)
 TARGET_PAGES = 4  # target pages from one page of the fleet query (its 16 shards read once for 400 devices)
 DEFAULT_REQUERY_SECONDS = 60
+SWEEP_EVERY_SECONDS = 60  # while a job still writes or targets, its due executions are swept this often
 DONE, IDLE, BUSY, HELD = "done", "idle", "busy", "held"
 
 
@@ -100,6 +101,7 @@ class JobRunner:
         self.concurrency = concurrency
         self.requery_seconds = requery_seconds
         self.lease_seconds = lease_seconds
+        self._swept_at: float | None = None  # (monotonic) when this runner last swept before the writes ended
 
     def run(self, job_id: str, budget_seconds: float) -> Progress:
         monotonic = self._runtime.monotonic
@@ -150,6 +152,8 @@ class JobRunner:
             self._check_listed(head)
             return None
         written_all = run.at >= run.pages * PAGE_SIZE
+        if run.stop is None and not (written_all and run.targeted) and self._sweep_due() and self._sweep(head):
+            return None  # a long job's executions final at their deadline, before their marks may go
         if run.stop is None and not written_all:
             wait = self._claim(head)
             if isinstance(wait, tuple):  # claimed: written now, from what the claim set
@@ -314,13 +318,23 @@ class JobRunner:
             waiting = {device_id for page in self._jobs.pages(spec.job_id, run.at // PAGE_SIZE, run.pages - 1)
                        for device_id in page.ids}
             ids = [device_id for device_id in ids if device_id not in waiting]
-        if ids and (spec.continuous or head.counts.finals_unwritten):
+        if ids and self._finals_may_recur(head):
             final = self._jobs.final_devices(spec.job_id, ids)
             ids = [device_id for device_id in ids if device_id not in final]
         added = self._jobs.add_pages(spec.job_id, self.owner, run.pages, ids, cursor, items.retire_at(spec))
         targeted = replace(run, pages=run.pages + added, total=run.total + len(ids), query_cursor=cursor,
                            targeted=cursor is None)
         return replace(head, run=targeted)
+
+    def _finals_may_recur(self, head: Head) -> bool:
+        """Whether a device the query finds may hold no mark of the job although its execution is
+        final: one final without a write (refused, removed unwritten), one written and deleted
+        since (its item, created again, holds no mark), or one whose mark a write dropped a day
+        after its deadline (a job older than that); a continuous job's requery always."""
+        spec, counts = head.record.spec, head.counts
+        marks_kept_until = spec.created_at + spec.window_seconds + job_marks.GRACE_SECONDS
+        return (spec.continuous or counts.finals_unwritten > 0 or counts.finals.get(REMOVED, 0) > 0
+                or self._runtime.clock() >= marks_kept_until)
 
     # ------------------------------------------------------------ writes
 
@@ -518,6 +532,13 @@ class JobRunner:
         if reached == run.sweep:
             return False
         self._jobs.update_run(spec.job_id, self.owner, sets={items.SWEEP: reached}, lease_seconds=self.lease_seconds)
+        return True
+
+    def _sweep_due(self) -> bool:
+        now = self._runtime.monotonic()
+        if self._swept_at is not None and now - self._swept_at < SWEEP_EVERY_SECONDS:
+            return False
+        self._swept_at = now
         return True
 
     def _next_deadline(self, head: Head) -> int | None:

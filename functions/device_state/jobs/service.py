@@ -153,8 +153,8 @@ class JobService:
                     found.append(execution.as_dict())
                     if len(found) == limit:
                         break
-            else:  # the page read to its end (a page may be short): on to the next
-                position = (position // PAGE_SIZE + (position % PAGE_SIZE > 0)) * PAGE_SIZE
+            if position - page.position(0) >= len(page.ids):  # the page read to its end (it may be short)
+                position = page.position(0) + PAGE_SIZE
         more = position < run.pages * PAGE_SIZE
         return found, self._cursors.seal(scope, position) if more else None
 

@@ -95,6 +95,7 @@ class JobSpec:
     targets: str = SNAPSHOT
     listed: int = 0  # how many devices ``device_ids`` named (a stored spec keeps only this)
     leaves: dict = field(default_factory=dict, compare=False)  # pointer -> value the job sets
+    window: int | None = None  # as stored with the job (``window_seconds``); None: from its members
 
     def __post_init__(self):
         if not self.leaves:
@@ -111,7 +112,9 @@ class JobSpec:
     def window_seconds(self) -> int:
         """How long after its write an execution is tracked before it is TIMED_OUT: its
         ``timeout_seconds`` (never past the leaves' own expiry), else the leaves' ``expires_in``, else
-        ``DEFAULT_WINDOW_SECONDS``."""
+        ``DEFAULT_WINDOW_SECONDS``. A job keeps the window it was created with (``stored``)."""
+        if self.window is not None:
+            return self.window
         if self.timeout_seconds is not None:
             return min(self.timeout_seconds, self.expires_in or self.timeout_seconds)
         return self.expires_in or DEFAULT_WINDOW_SECONDS
@@ -154,6 +157,7 @@ class JobSpec:
             body["abort"] = [criterion.as_dict() for criterion in self.abort]
         if self.filter is None:
             body["deviceIdCount"] = self.listed
+        body["windowSeconds"] = self.window_seconds
         return dumps(body)
 
     @classmethod
@@ -165,7 +169,10 @@ class JobSpec:
                    number("maxPerMinute"),
                    tuple(AbortCriterion(entry["on"], Decimal(entry["thresholdPercent"]), int(entry["minExecuted"]))
                          for entry in body.get("abort", [])), number("timeoutSeconds"), body["targets"],
-                   number("deviceIdCount") or 0)
+                   number("deviceIdCount") or 0,
+                   # a job stored before it kept its window was tracked over at most 7 days: so it still is
+                   window=number("windowSeconds") or min(seconds for seconds in (
+                       number("timeoutSeconds"), number("expiresIn"), DEFAULT_WINDOW_SECONDS) if seconds is not None))
 
 
 def parse(body, now: float, job_id: str | None = None) -> JobSpec:
