@@ -11,8 +11,8 @@ reads the job's head (job, run, counters: one query) and does the one thing due 
   ``CANCELED``, once, never written; a forced cancel then removes the job's leaves where the job
   still owns them;
 - a listed job's devices checked first: one that does not exist is ``REMOVED`` at once;
-- targeting: the next page of the fleet query (up to ``TARGET_PAGES`` target pages of devices)
-  is added when none waits to be written, and beside each batch's writes while fewer than two
+- targeting: the next page of the fleet query (up to ``TARGET_PAGES`` target pages of devices),
+  each device once (``_target_page``), is added when none waits to be written, and beside each batch's writes while fewer than two
   batches' worth wait; a continuous job queries again every ``requery_seconds`` once every
   target is written, adding the devices that match now and hold no execution of the job;
 - writing: the next devices (the rest of a page, or up to ``BATCH_PAGES`` pages in a job with no
@@ -24,7 +24,8 @@ reads the job's head (job, run, counters: one query) and does the one thing due 
   first, so at no moment more than ``maxPerMinute × elapsed / 60 + 1`` were sent. A device whose write's outcome is not known
   keeps the batch claimed: the next step writes it again (its mark answers if it landed);
 - sweeping: written executions whose deadline passed unconfirmed are judged on their device's item
-  (``TIMED_OUT``, or what the item shows if the stream has not told it yet);
+  (``TIMED_OUT``, or what the item shows if the stream has not told it yet); while the job still
+  writes or targets, once a minute, so that each is final before its device's mark may go;
 - completing: nothing queued or in progress (a continuous job: and stopped).
 """
 
@@ -300,8 +301,8 @@ class JobRunner:
 
         A device whose indexed value moves ahead of the query's cursor is found again: written
         already, its mark keeps it out; waiting to be written, the pages from the write position on
-        (the only ones with devices not yet written, read here) do; final without a write (a
-        refusal, a delete), its execution item does, read only when the job has such finals."""
+        (the only ones with devices not yet written, read here) do; final with no mark on its item,
+        its execution item does, read only when that may be (``_finals_may_recur``)."""
         spec, run = head.record.spec, head.run
         try:
             found, cursor = self._query.page_items(spec.filter, TARGET_PAGES * PAGE_SIZE, run.query_cursor,
