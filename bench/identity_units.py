@@ -9,8 +9,9 @@ your own issuer's token still pays); each device of the other holds a registered
 every request of its own is checked against it. Then each device calls its own routes through
 the API handler (in this process, as ``make serve`` calls it) with its token: a report, a read
 of itself, a page of its feed and its feed caught up, an older version, its lease status, its
-jobs, a lease taken, heartbeaten and released, and a transaction. On devices created fresh: a report; a credential registered, exchanged for a token
-with an assertion, and revoked (after which the next report is refused).
+jobs, a lease taken, heartbeaten and released, and a transaction. On devices created fresh: a
+report; a credential registered, exchanged for a token with an assertion, and revoked (after
+which the next report is refused).
 
 Writes bench/out/identity_units.{json,md} (``--out``; ``make bench UPDATE_RESULTS=1``: bench/results/).
 """

@@ -39,8 +39,8 @@ def route(router, operation: str, reads_holder: bool = False):
 
     A device that calls with a credential must still hold it (``Holder``): a route that reads or
     writes the device's state item as the device (``as_caller``, ``own_holder``) finds the
-    credential there at no cost (``reads_holder``); for every other route, one read of the item
-    checks it first."""
+    credential there at no cost (``reads_holder``), and reads the item for it only when it refuses
+    the request on its own form first; for every other route, one read of the item checks it first."""
     declaration = BY_OPERATION[operation]
 
     def register(function):
@@ -64,8 +64,8 @@ def route(router, operation: str, reads_holder: bool = False):
                 return function(request)
             try:
                 return function(request)
-            except (HttpProblem, Forbidden):  # refused on the request alone, before the library checked the credential:
-                _check_holder(principal)  # a revoked one hears 401 all the same (a read, on this path only)
+            except (HttpProblem, Forbidden):  # refused on the request alone, before the library checked
+                _check_holder(principal)  # the credential: a revoked one hears 401 all the same (one read)
                 raise
 
         return router.route(declaration.rule, method=list(declaration.methods))(checked)

@@ -396,7 +396,8 @@ def test_a_device_whose_mark_a_later_write_dropped_is_not_targeted_again(battery
     victim = min(pages[0].ids)
     rig.jobs.release_lease("j1", runner.owner)
     days_later = 2 * 24 * 3600
-    later = DeviceStateManager(rig.client, rig.name, fleet_index=rig.fleet_index, clock=lambda: time.time() + days_later)
+    later = DeviceStateManager(rig.client, rig.name, fleet_index=rig.fleet_index,
+                               clock=lambda: time.time() + days_later)
     later.replace_section(victim, "reported", {"battery": 50})  # a write that reads the item drops old marks
     assert job_marks.mark_of(rig.pipeline.store.get_state(victim), "j1") is None
     versions_before, _ = rig.versions([victim])

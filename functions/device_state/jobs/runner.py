@@ -12,9 +12,10 @@ reads the job's head (job, run, counters: one query) and does the one thing due 
   still owns them;
 - a listed job's devices checked first: one that does not exist is ``REMOVED`` at once;
 - targeting: the next page of the fleet query (up to ``TARGET_PAGES`` target pages of devices),
-  each device once (``_target_page``), is added when none waits to be written, and beside each batch's writes while fewer than two
-  batches' worth wait; a continuous job queries again every ``requery_seconds`` once every
-  target is written, adding the devices that match now and hold no execution of the job;
+  each device once (``_target_page``), is added when none waits to be written, and beside each
+  batch's writes while fewer than two batches' worth wait; a continuous job queries again every
+  ``requery_seconds`` once every target is written, adding the devices that match now and hold no
+  execution of the job;
 - writing: the next devices (the rest of a page, or up to ``BATCH_PAGES`` pages in a job with no
   rollout nor abort criteria) are claimed on the run item (``batch``, and ``sent``, which the
   rollout counts), written side by side (none begun once a stop is seen, or the lease nears its
