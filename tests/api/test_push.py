@@ -55,20 +55,31 @@ def _device(server, **state) -> str:
 
 
 def _subscribe(client, device, since=0, **extra) -> dict:
-    """The answer to a subscribe (changes still arriving for earlier subscriptions passed over)."""
+    """The answer to a subscribe. Changes that come before it are kept for ``_changes``: the
+    fan-out may send the device's first changes before the subscribe's own answer goes out, as
+    a client takes them (by version) whenever they come."""
     client.send(json.dumps({"action": "subscribe", "deviceId": device, "since": since, **extra}))
     while True:
         message = json.loads(client.recv(timeout=RECEIVE_SECONDS))
         if message["type"] != "change":
             return message
+        _early(client).append(message)
+
+
+def _early(client) -> list:
+    """The change messages a subscribe's answer came after, not yet taken by ``_changes``."""
+    if not hasattr(client, "early_changes"):
+        client.early_changes = []
+    return client.early_changes
 
 
 def _changes(client, device, until_version: int, seen: int = 0, seconds: float = RECEIVE_SECONDS) -> list[int]:
     """Versions received for ``device`` until ``until_version``, repeats (at or below the
     last seen) dropped as a client does; fails on a gap or on running out of time."""
-    versions, deadline = [], time.monotonic() + seconds
+    versions, deadline, early = [], time.monotonic() + seconds, _early(client)
     while seen < until_version:
-        message = json.loads(client.recv(timeout=max(deadline - time.monotonic(), 0.01)))
+        left = max(deadline - time.monotonic(), 0.01)
+        message = early.pop(0) if early else json.loads(client.recv(timeout=left))
         if message["type"] != "change" or message["deviceId"] != device or message["version"] <= seen:
             continue
         assert message["previousVersion"] == seen or message["version"] == seen + 1, (seen, message)
