@@ -22,8 +22,8 @@ from functions.auth.credentials import (LEEWAY_SECONDS, WEBSOCKET_SUBPROTOCOL, M
 from functions.auth.principals import DEVICE
 from functions.config import push_config
 from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, CredentialRevoked, DeviceNotFound,
-                                    InvalidDeviceId, InvalidSince, TooManyConnections, metrics as names,
-                                    validate_device_id)
+                                    InvalidDeviceId, InvalidSince, StorageUnavailable, TooManyConnections,
+                                    metrics as names, validate_device_id)
 
 from . import connections
 from .delivery import Delivery, Gone, PostFailed, error_message
@@ -70,7 +70,13 @@ def lambda_handler(event, _context):
             except TooManyConnections:  # API Gateway refuses the upgrade with this status
                 metrics.add_metric(name=names.CONNECTIONS_REFUSED, unit=MetricUnit.Count, value=1)
                 return {"statusCode": 429, "headers": {"Retry-After": CONNECT_RETRY_AFTER_SECONDS}}
-        subscriptions.open(connection_id, principal.subject, ends, holder)
+        try:
+            subscriptions.open(connection_id, principal.subject, ends, holder)
+        except StorageUnavailable as error:  # no connection then (a lost answer's item expires unused)
+            logger.warning("connect not recorded", extra={"reason": str(error)})
+            if principal.kind == DEVICE:
+                record_connectivity(lambda manager: manager.disconnected(principal.device_id, connection_id, ends))
+            return {"statusCode": 503, "headers": {"Retry-After": CONNECT_RETRY_AFTER_SECONDS}}
         return _connected(event)
     if route == "$disconnect":
         forget(subscriptions, connection_id)

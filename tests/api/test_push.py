@@ -361,10 +361,19 @@ def test_two_hundred_clients_connecting_at_once_are_all_served(server):
     clients, errors = [], []
 
     def join():
-        try:
-            clients.append(_connect(server))
-        except Exception as error:  # noqa: BLE001 - counted below
-            errors.append(error)
+        for _ in range(10):  # as the clients do: a connect storage could not take (503) comes again after Retry-After
+            try:
+                clients.append(_connect(server))
+                return
+            except InvalidStatus as refused:
+                if refused.response.status_code != 503:
+                    errors.append(refused)
+                    return
+                time.sleep(float(refused.response.headers["Retry-After"]))
+            except Exception as error:  # noqa: BLE001 - counted below
+                errors.append(error)
+                return
+        errors.append("still 503 after 10 connects")
 
     threads = [threading.Thread(target=join) for _ in range(200)]
     for thread in threads:
@@ -372,7 +381,7 @@ def test_two_hundred_clients_connecting_at_once_are_all_served(server):
     for thread in threads:
         thread.join()
     try:
-        assert not errors and len(clients) == 200, errors[:3]
+        assert not errors and len(clients) == 200, (errors[:3], server.log[-6000:])
         device = _device(server)
         for client in clients[:5]:
             assert _subscribe(client, device)["type"] == "subscribed"

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from functions.auth.principals import Principal
-from functions.device_state import CredentialRevoked, TooManyConnections
+from functions.device_state import CredentialRevoked, StorageUnavailable, TooManyConnections
 from functions.device_state import metrics as names
 from functions.device_state.model.connectivity import MAX_CONNECTIONS
 from functions.push import handler
@@ -130,3 +130,40 @@ def test_a_devices_connection_ends_with_its_token_or_its_credential_whichever_co
     finally:
         handler.push_config.cache_clear()
     assert opened.ends_at == {"c1": now + ends_in}
+
+
+class _Unreachable(_Opened):
+    def open(self, connection_id, subject, ends, holder):
+        raise StorageUnavailable("DynamoDB did not answer")
+
+
+class _Recorded(_FullDevice):
+    def __init__(self):
+        self.members = set()
+
+    def connected(self, device_id, connection_id, until):
+        self.members.add(connection_id)
+        return True
+
+    def disconnected(self, device_id, connection_id, until):
+        self.members.discard(connection_id)
+
+
+def test_a_connect_whose_connection_cannot_be_stored_is_503_and_leaves_the_devices_connectivity(monkeypatch):
+    """DynamoDB not answering a connect (a fleet reconnecting at once): the client is told to
+    come back, not an internal error, and the device is not left holding a connection it never
+    got (which would count against its cap)."""
+    monkeypatch.setenv("TABLE_NAME", "devices")
+    handler.push_config.cache_clear()
+    recorded = _Recorded()
+    monkeypatch.setattr(handler, "services", lambda: (_Unreachable(), None))
+    monkeypatch.setattr(push_services, "devices", lambda: recorded)
+    now = int(time.time())
+    principal = Principal.device("lamp-1", expires_at=now + 3600, auth_time=now, credential_id="c" * 16)
+    event = {"requestContext": {"routeKey": "$connect", "eventType": "CONNECT", "connectionId": "c1",
+                                "authorizer": {"principalId": principal.subject, **principal.as_context()}}}
+    try:
+        assert handler.lambda_handler(event, None) == {"statusCode": 503, "headers": {"Retry-After": "1"}}
+    finally:
+        handler.push_config.cache_clear()
+    assert recorded.members == set()
