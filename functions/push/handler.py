@@ -22,12 +22,12 @@ from functions.auth.credentials import (LEEWAY_SECONDS, WEBSOCKET_SUBPROTOCOL, M
 from functions.auth.principals import DEVICE
 from functions.config import push_config
 from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, CredentialRevoked, DeviceNotFound,
-                                    InvalidDeviceId, InvalidSince, StorageUnavailable, TooManyConnections,
-                                    metrics as names, validate_device_id)
+                                    DeviceStateError, InvalidDeviceId, InvalidSince, OutcomeUnknown,
+                                    StorageUnavailable, TooManyConnections, metrics as names, validate_device_id)
 
 from . import connections
 from .delivery import Delivery, Gone, PostFailed, error_message
-from .services import devices, forget, record_connectivity, services
+from .services import devices, forget, services
 from .subscriptions import Subscriptions, TooManySubscriptions, UnknownConnection
 
 logger = logging.getLogger("device_state.push")
@@ -60,23 +60,25 @@ def lambda_handler(event, _context):
             return {"statusCode": 401}
         ends = subscriptions.ends(_credential_ends(principal))  # once: $disconnect names the member by the item's end
         holder = principal.holder(push_config().require_registered_credentials)
+        try:
+            subscriptions.open(connection_id, principal.subject, ends, holder)
+        except StorageUnavailable as error:
+            return _unavailable(error)
         if principal.kind == DEVICE:
+            # After the connection item, so that a connect refused from here on leaves only that item to
+            # expire unused, never a member of the device's connectivity counting against its cap.
             try:  # the device must still hold the credential it comes with: checked in the connect's own write
-                record_connectivity(lambda manager: manager.as_device(principal.device_id, holder).connected(
-                    principal.device_id, connection_id, ends))
+                devices().as_device(principal.device_id, holder).connected(principal.device_id, connection_id, ends)
             except CredentialRevoked:
                 metrics.add_metric(name=names.REVOKED_CREDENTIAL_REQUESTS, unit=MetricUnit.Count, value=1)
                 return {"statusCode": 401}
             except TooManyConnections:  # API Gateway refuses the upgrade with this status
                 metrics.add_metric(name=names.CONNECTIONS_REFUSED, unit=MetricUnit.Count, value=1)
                 return {"statusCode": 429, "headers": {"Retry-After": CONNECT_RETRY_AFTER_SECONDS}}
-        try:
-            subscriptions.open(connection_id, principal.subject, ends, holder)
-        except StorageUnavailable as error:  # no connection then (a lost answer's item expires unused)
-            logger.warning("connect not recorded", extra={"reason": str(error)})
-            if principal.kind == DEVICE:
-                record_connectivity(lambda manager: manager.disconnected(principal.device_id, connection_id, ends))
-            return {"statusCode": 503, "headers": {"Retry-After": CONNECT_RETRY_AFTER_SECONDS}}
+            except (StorageUnavailable, OutcomeUnknown) as error:  # neither the cap nor the credential checked
+                return _unavailable(error)
+            except DeviceStateError as error:  # a device deleted as it connects: the connection goes on
+                logger.warning("connectivity not recorded", extra={"reason": str(error)})
         return _connected(event)
     if route == "$disconnect":
         forget(subscriptions, connection_id)
@@ -91,6 +93,11 @@ def lambda_handler(event, _context):
     except PostFailed as failed:  # the catch-up stopped at a post; the fan-out goes on from where it got
         logger.warning("catch-up stopped", extra={"reason": str(failed)})
         return {"statusCode": 200}
+    except (StorageUnavailable, OutcomeUnknown) as error:  # a 5xx error message: clients connect again
+        logger.warning("message not served", extra={"reason": str(error)})
+        answer = error_message("storage-unavailable", "Storage temporarily unavailable",
+                               "Storage is unavailable for now: connect again, and subscribe from the last "
+                               "version seen.", 503)
     if answer is not None:
         try:
             connections.post(connection_id, answer)
@@ -98,6 +105,13 @@ def lambda_handler(event, _context):
             forget(subscriptions, connection_id)
     return {"statusCode": 200}
 
+
+
+def _unavailable(error: Exception) -> dict:
+    """A connect storage did not take: the client connects again (after Retry-After where the
+    gateway passes it on)."""
+    logger.warning("connect not recorded", extra={"reason": str(error)})
+    return {"statusCode": 503, "headers": {"Retry-After": CONNECT_RETRY_AFTER_SECONDS}}
 
 
 def _credential_ends(principal) -> int | None:

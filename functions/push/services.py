@@ -8,8 +8,7 @@ import logging
 
 from functions.auth.principals import device_of
 from functions.config import fleet_index, push_config
-from functions.device_state import (ChangeLog, CredentialRevoked, DeviceStateError, DeviceStateManager,
-                                    TooManyConnections, dynamodb_client)
+from functions.device_state import ChangeLog, DeviceStateError, DeviceStateManager, StorageUnavailable, dynamodb_client
 
 from . import connections
 from .delivery import Delivery
@@ -36,19 +35,17 @@ def devices() -> DeviceStateManager:
 
 
 def forget(subscriptions: Subscriptions, connection_id: str) -> None:
-    """Forgets the connection; a device's own connection also leaves its connectivity."""
-    closed = subscriptions.close(connection_id)
-    device_id = device_of(closed[0]) if closed is not None else None
-    if device_id is not None:
-        record_connectivity(lambda manager: manager.disconnected(device_id, connection_id, closed[1]))
-
-
-def record_connectivity(change) -> None:
-    """A connectivity change: what it cannot record is logged, and never fails the connection
-    (but a connect over the device's cap, or with a credential it no longer holds, is refused)."""
+    """Forgets the connection; a device's own connection also leaves its connectivity. What storage
+    does not take is logged: the connection's items expire, and its member ends when it was to."""
     try:
-        change(devices())
-    except (TooManyConnections, CredentialRevoked):
-        raise
+        closed = subscriptions.close(connection_id)
+    except StorageUnavailable as error:
+        logger.warning("connection not forgotten", extra={"reason": str(error)})
+        return
+    device_id = device_of(closed[0]) if closed is not None else None
+    if device_id is None:
+        return
+    try:
+        devices().disconnected(device_id, connection_id, closed[1])
     except DeviceStateError as error:
         logger.warning("connectivity not recorded", extra={"reason": str(error)})

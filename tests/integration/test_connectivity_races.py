@@ -108,7 +108,7 @@ def test_the_push_handler_closes_the_connection_it_recorded_across_a_second_boun
     subscriptions = Subscriptions(manager.client, manager.table_name, clock=Ticking())
     monkeypatch.setattr(handler, "services", lambda: (subscriptions, None))
     monkeypatch.setattr(handler, "devices", lambda: manager)
-    monkeypatch.setattr(push_services, "devices", lambda: manager)  # the connect records through services
+    monkeypatch.setattr(push_services, "devices", lambda: manager)  # the disconnect records through services
     monkeypatch.setenv("TABLE_NAME", manager.table_name)  # the connect reads the push configuration, uncached
     monkeypatch.setattr(handler, "push_config", PushConfig.from_environment)
     principal = Principal.device("cert-lamp")  # a client certificate: no expiry

@@ -12,9 +12,8 @@ import pytest
 from functions.auth.principals import Principal
 from functions.device_state import CredentialRevoked, StorageUnavailable, TooManyConnections
 from functions.device_state import metrics as names
-from functions.device_state.model.connectivity import MAX_CONNECTIONS
+from functions.device_state.model.connectivity import MAX_CONNECTIONS, member
 from functions.push import handler
-from functions.push import services as push_services
 from tests.api.test_metrics_and_openapi import emitted_metrics
 
 
@@ -66,7 +65,7 @@ class _Subscriptions:
         return credential_ends
 
     def open(self, *_):
-        raise AssertionError("a refused connect opens nothing")
+        pass  # the connection item comes first: a refused connect leaves it to expire unused
 
 
 @pytest.mark.parametrize("device, answer, metric", [
@@ -78,7 +77,7 @@ def test_a_refused_connect_is_answered_and_counted(monkeypatch, capsys, device, 
     monkeypatch.setenv("TABLE_NAME", "devices")
     handler.push_config.cache_clear()
     monkeypatch.setattr(handler, "services", lambda: (_Subscriptions(), None))
-    monkeypatch.setattr(push_services, "devices", lambda: device())
+    monkeypatch.setattr(handler, "devices", lambda: device())
     principal = Principal.device("lamp-1", expires_at=int(time.time()) + 3600, auth_time=int(time.time()),
                                  credential_id="c" * 16)
     event = {"requestContext": {"routeKey": "$connect", "eventType": "CONNECT", "connectionId": "c1",
@@ -118,7 +117,7 @@ def test_a_devices_connection_ends_with_its_token_or_its_credential_whichever_co
     handler.push_config.cache_clear()
     opened = _Opened()
     monkeypatch.setattr(handler, "services", lambda: (opened, None))
-    monkeypatch.setattr(push_services, "devices", lambda: _OpenDevice())
+    monkeypatch.setattr(handler, "devices", lambda: _OpenDevice())
     now = int(time.time())
     principal = Principal.device("lamp-1", expires_at=now + 3600, auth_time=now, credential_id="c" * 16,
                                  credential_expires_at=None if credential_expires_in is None
@@ -132,38 +131,67 @@ def test_a_devices_connection_ends_with_its_token_or_its_credential_whichever_co
     assert opened.ends_at == {"c1": now + ends_in}
 
 
+
 class _Unreachable(_Opened):
     def open(self, connection_id, subject, ends, holder):
         raise StorageUnavailable("DynamoDB did not answer")
 
 
 class _Recorded(_FullDevice):
-    def __init__(self):
-        self.members = set()
+    """A device's connectivity: its members as the model names them (connection and end)."""
+
+    def __init__(self, fails: bool = False):
+        self.members, self.fails = set(), fails
 
     def connected(self, device_id, connection_id, until):
-        self.members.add(connection_id)
+        if self.fails:
+            raise StorageUnavailable("DynamoDB did not answer")
+        self.members.add(member(connection_id, until))
         return True
 
-    def disconnected(self, device_id, connection_id, until):
-        self.members.discard(connection_id)
 
-
-def test_a_connect_whose_connection_cannot_be_stored_is_503_and_leaves_the_devices_connectivity(monkeypatch):
-    """DynamoDB not answering a connect (a fleet reconnecting at once): the client is told to
-    come back, not an internal error, and the device is not left holding a connection it never
-    got (which would count against its cap)."""
+def _device_connects(monkeypatch, subscriptions, device) -> dict:
     monkeypatch.setenv("TABLE_NAME", "devices")
     handler.push_config.cache_clear()
-    recorded = _Recorded()
-    monkeypatch.setattr(handler, "services", lambda: (_Unreachable(), None))
-    monkeypatch.setattr(push_services, "devices", lambda: recorded)
+    monkeypatch.setattr(handler, "services", lambda: (subscriptions, None))
+    monkeypatch.setattr(handler, "devices", lambda: device)
     now = int(time.time())
     principal = Principal.device("lamp-1", expires_at=now + 3600, auth_time=now, credential_id="c" * 16)
     event = {"requestContext": {"routeKey": "$connect", "eventType": "CONNECT", "connectionId": "c1",
                                 "authorizer": {"principalId": principal.subject, **principal.as_context()}}}
     try:
-        assert handler.lambda_handler(event, None) == {"statusCode": 503, "headers": {"Retry-After": "1"}}
+        return handler.lambda_handler(event, None)
     finally:
         handler.push_config.cache_clear()
+
+
+def test_a_connect_whose_connection_cannot_be_stored_is_503_and_records_no_connectivity(monkeypatch):
+    """DynamoDB not answering a connect (a fleet reconnecting at once): the client is told to come
+    back, not an internal error, and the device holds no member for a connection it never got (4
+    such would refuse its connects 429 for the 2 hours a connection may last)."""
+    recorded = _Recorded()
+    assert _device_connects(monkeypatch, _Unreachable(), recorded) == {"statusCode": 503,
+                                                                         "headers": {"Retry-After": "1"}}
     assert recorded.members == set()
+    opened = _Opened()
+    assert _device_connects(monkeypatch, opened, recorded)["statusCode"] == 200  # the control: it records
+    assert recorded.members == {member("c1", opened.ends_at["c1"])}
+
+
+def test_a_connect_whose_cap_and_credential_cannot_be_checked_is_503(monkeypatch):
+    """The connect's own write checks the cap and the credential: not taken, nothing was checked."""
+    assert _device_connects(monkeypatch, _Opened(), _Recorded(fails=True))["statusCode"] == 503
+
+
+def test_a_message_storage_does_not_take_is_answered_503_for_the_client_to_connect_again(posted, monkeypatch):
+    """An error message the clients read (not the gateway's internal error, which names no type)."""
+    class Unreachable:
+        def unsubscribe(self, *_):
+            raise StorageUnavailable("DynamoDB did not answer")
+
+    monkeypatch.setattr(handler, "services", lambda: (Unreachable(), None))
+    event = {**_event(int(time.time()) + 3600), "body": '{"action": "unsubscribe", "deviceId": "lamp-1"}'}
+    assert handler.lambda_handler(event, None) == {"statusCode": 200}
+    [(connection, message)] = posted
+    assert message["type"] == "error" and message["problem"]["status"] == 503
+    assert message["problem"]["type"].endswith("storage-unavailable")
