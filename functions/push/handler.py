@@ -22,8 +22,8 @@ from functions.auth.credentials import (LEEWAY_SECONDS, WEBSOCKET_SUBPROTOCOL, M
 from functions.auth.principals import DEVICE
 from functions.config import push_config
 from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, CredentialRevoked, DeviceNotFound,
-                                    DeviceStateError, InvalidDeviceId, InvalidSince, OutcomeUnknown,
-                                    StorageUnavailable, TooManyConnections, metrics as names, validate_device_id)
+                                    InvalidDeviceId, InvalidSince, OutcomeUnknown, StorageUnavailable,
+                                    TooManyConnections, metrics as names, validate_device_id)
 
 from . import connections
 from .delivery import Delivery, Gone, PostFailed, error_message
@@ -77,8 +77,6 @@ def lambda_handler(event, _context):
                 return {"statusCode": 429, "headers": {"Retry-After": CONNECT_RETRY_AFTER_SECONDS}}
             except (StorageUnavailable, OutcomeUnknown) as error:  # neither the cap nor the credential checked
                 return _unavailable(error)
-            except DeviceStateError as error:  # a device deleted as it connects: the connection goes on
-                logger.warning("connectivity not recorded", extra={"reason": str(error)})
         return _connected(event)
     if route == "$disconnect":
         forget(subscriptions, connection_id)

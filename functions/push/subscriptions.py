@@ -11,12 +11,15 @@ items), so the fan-out can close it once the device no longer holds that credent
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
-from functions.device_state import AnswerLost, ConditionNotMet, Holder, table
+from functions.device_state import AnswerLost, ConditionNotMet, Holder, StorageUnavailable, table
 from functions.device_state.write.expressions import Expression, number
 from functions.device_state.write.store import IDEMPOTENT, ONCE, Store
+
+logger = logging.getLogger("device_state.push")
 
 SUBSCRIPTION_SK_PREFIX = "subscription#"
 CONNECTION_PK_PREFIX = "connection#"
@@ -124,7 +127,10 @@ class Subscriptions:
                                  ReturnValues="ALL_OLD")
         closed = answer.get("Attributes", {})
         for device_id in closed.get(DEVICES, {}).get("SS", []):
-            self.store.send("delete_item", IDEMPOTENT, Key=_subscription_key(device_id, connection_id))
+            try:  # what storage does not take expires with the connection: the close still answers what it was
+                self.store.send("delete_item", IDEMPOTENT, Key=_subscription_key(device_id, connection_id))
+            except StorageUnavailable as error:
+                logger.warning("subscription not removed", extra={"reason": str(error)})
         if "subject" not in closed:
             return None
         return closed["subject"]["S"], int(closed[table.TTL_ATTRIBUTE]["N"])

@@ -85,7 +85,7 @@ def test_a_reconnect_after_two_closes_at_once_is_a_new_connected_since_with_its_
 def test_the_push_handler_closes_the_connection_it_recorded_across_a_second_boundary(fleet, monkeypatch):
     """$connect computes `until` twice (subscriptions.ends() for the member, then again in
     subscriptions.open() for the connection item's expiry). A second boundary between the
-    two (the connect's own UpdateItem sits between them) makes them differ for a certificate
+    two (a write sits between them) makes them differ for a certificate
     device (no token expiry); $disconnect then deletes a member that is not there and the
     device stays connected for the connection's 2 hours (and a 9th such leak makes it 429)."""
     from functions.auth.principals import Principal

@@ -10,10 +10,13 @@ import time
 import pytest
 
 from functions.auth.principals import Principal
-from functions.device_state import CredentialRevoked, StorageUnavailable, TooManyConnections
+from functions.device_state import CredentialRevoked, OutcomeUnknown, StorageUnavailable, TooManyConnections
 from functions.device_state import metrics as names
+from functions.device_state import table
 from functions.device_state.model.connectivity import MAX_CONNECTIONS, member
 from functions.push import handler
+from functions.push import services as push_services
+from functions.push.subscriptions import CONNECTION_PK_PREFIX, DEVICES, Subscriptions
 from tests.api.test_metrics_and_openapi import emitted_metrics
 
 
@@ -140,14 +143,17 @@ class _Unreachable(_Opened):
 class _Recorded(_FullDevice):
     """A device's connectivity: its members as the model names them (connection and end)."""
 
-    def __init__(self, fails: bool = False):
+    def __init__(self, fails: Exception | None = None):
         self.members, self.fails = set(), fails
 
     def connected(self, device_id, connection_id, until):
-        if self.fails:
-            raise StorageUnavailable("DynamoDB did not answer")
+        if self.fails is not None:
+            raise self.fails
         self.members.add(member(connection_id, until))
         return True
+
+    def disconnected(self, device_id, connection_id, until):
+        self.members.discard(member(connection_id, until))
 
 
 def _device_connects(monkeypatch, subscriptions, device) -> dict:
@@ -178,9 +184,37 @@ def test_a_connect_whose_connection_cannot_be_stored_is_503_and_records_no_conne
     assert recorded.members == {member("c1", opened.ends_at["c1"])}
 
 
-def test_a_connect_whose_cap_and_credential_cannot_be_checked_is_503(monkeypatch):
+@pytest.mark.parametrize("error", [StorageUnavailable("DynamoDB did not answer"),
+                                   OutcomeUnknown("lamp-1", "the answer was lost")], ids=["unavailable", "unknown"])
+def test_a_connect_whose_cap_and_credential_cannot_be_checked_is_503(monkeypatch, error):
     """The connect's own write checks the cap and the credential: not taken, nothing was checked."""
-    assert _device_connects(monkeypatch, _Opened(), _Recorded(fails=True))["statusCode"] == 503
+    assert _device_connects(monkeypatch, _Opened(), _Recorded(fails=error)) == {"statusCode": 503,
+                                                                                "headers": {"Retry-After": "1"}}
+
+
+class _Closing:
+    """A store whose connection item comes back deleted, and whose subscription deletes fail."""
+
+    def send(self, operation, mode, **request):
+        assert operation == "delete_item"
+        if request["Key"][table.PARTITION_KEY]["S"].startswith(CONNECTION_PK_PREFIX):
+            return {"Attributes": {"subject": {"S": Principal.device("lamp-1").subject},
+                                   table.TTL_ATTRIBUTE: {"N": "1900000000"}, DEVICES: {"SS": ["lamp-1", "lamp-2"]}}}
+        raise StorageUnavailable("DynamoDB did not answer")
+
+
+def test_a_disconnect_storage_partly_refuses_still_leaves_the_devices_connectivity(monkeypatch):
+    """A subscription's delete not taken (it expires with the connection) neither raises nor keeps
+    the device holding the member, which would count against its cap for the connection's 2 hours."""
+    subscriptions = Subscriptions(None, "devices")
+    subscriptions.store = _Closing()
+    recorded = _Recorded()
+    recorded.members.add(member("c1", 1_900_000_000))
+    monkeypatch.setattr(push_services, "devices", lambda: recorded)
+    monkeypatch.setattr(handler, "services", lambda: (subscriptions, None))
+    event = {"requestContext": {"routeKey": "$disconnect", "eventType": "DISCONNECT", "connectionId": "c1"}}
+    assert handler.lambda_handler(event, None) == {"statusCode": 200}
+    assert recorded.members == set()
 
 
 def test_a_message_storage_does_not_take_is_answered_503_for_the_client_to_connect_again(posted, monkeypatch):
