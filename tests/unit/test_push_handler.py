@@ -1,7 +1,8 @@
 """The WebSocket handler's answers that need no table: a message on a connection whose token
 has expired since it connected is answered (401, connect again), never a handler failure; a
 connect over the device's cap is 429 and counted, one with a credential the device no longer holds
-401 and counted."""
+401 and counted; a connect, a message or a disconnect storage does not take is answered (503 for
+the client to connect again) and leaves the device no connection it did not get."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ from functions.push import handler
 from functions.push import services as push_services
 from functions.push.subscriptions import CONNECTION_PK_PREFIX, DEVICES, Subscriptions
 from tests.api.test_metrics_and_openapi import emitted_metrics
+
+
+def _connect_event(principal: Principal) -> dict:
+    """A $connect as the authorizer passes it on: connection c1 of ``principal``."""
+    return {"requestContext": {"routeKey": "$connect", "eventType": "CONNECT", "connectionId": "c1",
+                               "authorizer": {"principalId": principal.subject, **principal.as_context()}}}
 
 
 @pytest.fixture
@@ -83,8 +90,7 @@ def test_a_refused_connect_is_answered_and_counted(monkeypatch, capsys, device, 
     monkeypatch.setattr(handler, "devices", lambda: device())
     principal = Principal.device("lamp-1", expires_at=int(time.time()) + 3600, auth_time=int(time.time()),
                                  credential_id="c" * 16)
-    event = {"requestContext": {"routeKey": "$connect", "eventType": "CONNECT", "connectionId": "c1",
-                                "authorizer": {"principalId": principal.subject, **principal.as_context()}}}
+    event = _connect_event(principal)
     try:
         assert handler.lambda_handler(event, None) == answer
     finally:
@@ -125,8 +131,7 @@ def test_a_devices_connection_ends_with_its_token_or_its_credential_whichever_co
     principal = Principal.device("lamp-1", expires_at=now + 3600, auth_time=now, credential_id="c" * 16,
                                  credential_expires_at=None if credential_expires_in is None
                                  else now + credential_expires_in)
-    event = {"requestContext": {"routeKey": "$connect", "eventType": "CONNECT", "connectionId": "c1",
-                                "authorizer": {"principalId": principal.subject, **principal.as_context()}}}
+    event = _connect_event(principal)
     try:
         assert handler.lambda_handler(event, None)["statusCode"] == 200
     finally:
@@ -163,8 +168,7 @@ def _device_connects(monkeypatch, subscriptions, device) -> dict:
     monkeypatch.setattr(handler, "devices", lambda: device)
     now = int(time.time())
     principal = Principal.device("lamp-1", expires_at=now + 3600, auth_time=now, credential_id="c" * 16)
-    event = {"requestContext": {"routeKey": "$connect", "eventType": "CONNECT", "connectionId": "c1",
-                                "authorizer": {"principalId": principal.subject, **principal.as_context()}}}
+    event = _connect_event(principal)
     try:
         return handler.lambda_handler(event, None)
     finally:
