@@ -12,12 +12,13 @@ import os
 import sys
 
 
-def prepare(client, table_name: str, fleet_index, out=sys.stdout) -> None:
-    """The table with an index per declared field, every field's index filled."""
+def prepare(client, table_name: str, fleet_index, out=sys.stdout, stream: bool = True) -> None:
+    """The table with an index per declared field, every field's index filled (a new table's
+    stream as ``create_table``'s)."""
     from functions.device_state import DeviceStateManager
     from functions.device_state.table import ensure_table
 
-    ensure_table(client, table_name, fleet_index)
+    ensure_table(client, table_name, fleet_index, stream)
     if not fleet_index:
         return
     manager = DeviceStateManager(client, table_name, fleet_index=fleet_index)

@@ -150,6 +150,10 @@ def _forked(target, *args) -> int:
         os._exit(code)
 
 
+def stream_processor_on() -> bool:
+    return os.environ.get("STREAM_PROCESSOR", "on") != "off"
+
+
 def _ensure_table(endpoint: str, table_name: str) -> None:
     import boto3
 
@@ -163,8 +167,10 @@ def _ensure_table(endpoint: str, table_name: str) -> None:
     except ConfigError as error:
         print(error, file=sys.stderr)
         raise SystemExit(2) from None
-    prepare(client, table_name, declared)  # the table, with the fleet index FLEET_INDEX declares
-    if "LatestStreamArn" not in client.describe_table(TableName=table_name)["Table"]:  # kept on disk from before
+    # The table, with the fleet index FLEET_INDEX declares, and a stream where the processor reads it.
+    streamed = stream_processor_on()
+    prepare(client, table_name, declared, stream=streamed)
+    if streamed and "LatestStreamArn" not in client.describe_table(TableName=table_name)["Table"]:  # kept from before
         client.update_table(TableName=table_name,
                             StreamSpecification={"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE})
 
@@ -310,7 +316,7 @@ def _jobs(args, listener: socket.socket, tls, endpoint: str) -> list[tuple]:
                          websocket_channel)
     jobs = [(http_front.worker, listener, tls)] * workers_count + [(_websocket_process, websocket_inbox,
                                                                     connections_listener)]
-    if os.environ.get("STREAM_PROCESSOR", "on") != "off":
+    if stream_processor_on():
         jobs.append((_fanout_worker, endpoint, os.environ["TABLE_NAME"]))
         events_file = os.environ.setdefault("CHANGE_EVENTS_FILE", os.path.abspath(DEFAULT_EVENTS_FILE))
         os.makedirs(os.path.dirname(events_file), exist_ok=True)

@@ -86,17 +86,20 @@ ATTRIBUTE_DEFINITIONS = (
 
 
 
-def create_table(client, table_name: str, fleet_index=None) -> None:
+def create_table(client, table_name: str, fleet_index=None, stream: bool = True) -> None:
     """Create the table as the CDK stack defines it (on-demand, TTL on ``expiresAt``, a
     stream, an index per field ``fleet_index`` declares) and wait until it is active. For
-    tests, the local server and scripts."""
+    tests, the local server and scripts. ``stream=False`` leaves the stream out, for a table
+    whose stream nobody reads: DynamoDB Local keeps a stream's records after its table is
+    deleted, and every later write on that engine costs more for them."""
     indexes = fleet_index.global_secondary_indexes() if fleet_index else []
+    streamed = {"StreamSpecification": {"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE}} if stream else {}
     client.create_table(
         TableName=table_name,
         KeySchema=list(KEY_SCHEMA),
         AttributeDefinitions=list(ATTRIBUTE_DEFINITIONS) + (fleet_index.attribute_definitions() if indexes else []),
         BillingMode="PAY_PER_REQUEST",
-        StreamSpecification={"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE},
+        **streamed,
         **({"GlobalSecondaryIndexes": indexes} if indexes else {}),
     )
     client.get_waiter("table_exists").wait(
@@ -108,14 +111,14 @@ def create_table(client, table_name: str, fleet_index=None) -> None:
     )
 
 
-def ensure_table(client, table_name: str, fleet_index=None) -> None:
-    """Create the table unless it exists already; on one that exists, add the index of
-    each declared field it lacks (one at a time, as DynamoDB requires), waiting until
-    each is active."""
+def ensure_table(client, table_name: str, fleet_index=None, stream: bool = True) -> None:
+    """Create the table unless it exists already (its stream as ``create_table``'s); on one
+    that exists, add the index of each declared field it lacks (one at a time, as DynamoDB
+    requires), waiting until each is active."""
     try:
         description = client.describe_table(TableName=table_name)["Table"]
     except client.exceptions.ResourceNotFoundException:
-        create_table(client, table_name, fleet_index)
+        create_table(client, table_name, fleet_index, stream)
         return
     existing = {index["IndexName"] for index in description.get("GlobalSecondaryIndexes", [])}
     for index in (fleet_index.global_secondary_indexes() if fleet_index else []):

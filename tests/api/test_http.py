@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from functions.api.openapi import OPENAPI
+from functions.device_state.client import dynamodb_client
 from functions.device_state.model.values import dumps
 from localdev.dynamodb_local import free_port
 from tests.auth import with_credentials
@@ -95,9 +96,11 @@ def server(dynamodb_local):
     # These tests are about writes under contention on a shared 2-core machine; the change feed's
     # processor (tested with its own server in test_changes_api.py) would add its writes to the
     # contention budget they measure.
-    process, candidate = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=f"http-{uuid.uuid4().hex[:8]}",
+    table_name = f"http-{uuid.uuid4().hex[:8]}"
+    process, candidate = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=table_name,
                                 WORKERS="8", REQUEST_READ_SECONDS=str(READ_SECONDS), STREAM_PROCESSOR="off",
                                 FLEET_INDEX="state/site:string")  # so that a count has a field to read
+    candidate.table = table_name
     yield candidate
     process.terminate()
     process.wait(timeout=20)
@@ -578,6 +581,23 @@ def test_ctrl_c_stops_the_server_and_its_dynamodb_local():
     time.sleep(0.5)
     with pytest.raises(ProcessLookupError):
         os.killpg(group, 0)  # nothing of the group is left: workers and DynamoDB Local are gone
+
+
+def test_a_table_made_without_the_stream_processor_gets_its_stream_when_a_server_runs_one(server, dynamodb_local):
+    """STREAM_PROCESSOR=off makes the table without a stream (nobody reads it); a server with the
+    processor started later on the same table enables it, and the feed follows new writes."""
+    admin = dynamodb_client(dynamodb_local.endpoint, "us-east-1")
+    assert "LatestStreamArn" not in admin.describe_table(TableName=server.table)["Table"]
+    process, streamed = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=server.table, WORKERS="1",
+                               FLEET_INDEX="state/site:string")
+    try:
+        assert "LatestStreamArn" in admin.describe_table(TableName=server.table)["Table"]
+        assert streamed.request("PUT", "/devices/streamed-later", {"state": {"on": True}})[0] == 201
+        status, _, body = streamed.request("GET", "/devices/streamed-later/changes?since=0&waitSeconds=20")
+        assert status == 200 and [change["version"] for change in json.loads(body)["changes"]] == [1], body
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
 
 
 def test_a_worker_that_dies_is_replaced_and_the_server_keeps_serving(dynamodb_local):

@@ -130,6 +130,7 @@ def test_a_patch_whose_compiled_form_dynamodb_refuses_is_applied_by_read_modify_
 # ------------------------------------------------- the item size, change record included (row 3)
 
 
+@pytest.mark.table_stream
 def test_a_state_write_that_leaves_no_room_is_413_and_one_that_fits_is_not(api, stream_processor):
     state = {"blob": incompressible(MAX_STATE_ITEM_BYTES - 600)}
     create(api, state)
@@ -177,6 +178,7 @@ def test_a_member_name_past_the_limit_is_refused_by_a_section_write_and_nothing_
     assert after.json["version"] == 2 and after.json[section] == {"kept": 1}
 
 
+@pytest.mark.table_stream
 def test_a_section_write_that_leaves_no_room_is_413_and_one_that_fits_is_not(api, stream_processor):
     state = {"blob": incompressible(MAX_STATE_ITEM_BYTES - 600)}
     create(api, state)
@@ -219,6 +221,7 @@ def test_a_keyed_transaction_of_seven_large_devices_applies_and_replays_the_same
     assert again.json["devices"][1]["delta"] == {"n": 1}
 
 
+@pytest.mark.table_stream
 def test_a_keyed_transaction_of_99_checks_applies_and_replays(api, stream_processor):
     """The replay reads c00's state at the checked version back from the feed's history."""
     ids = [f"c{index:02d}" for index in range(99)]

@@ -20,7 +20,7 @@ from functions.device_state.feed.log import (CHANGE_SK_PREFIX, ChangeLog, Change
 from localdev.stream import StreamPoller
 from tests.helpers import run_writers
 
-pytestmark = pytest.mark.dynamodb_local
+pytestmark = [pytest.mark.dynamodb_local, pytest.mark.table_stream]  # tables made with their stream
 
 
 def streams_client(endpoint):

@@ -108,9 +108,10 @@ def test_update_with_retry_loses_no_acknowledged_update(local_table):
     run = run_workers(lambda token: manager_of_this_thread().update_with_retry(DEVICE, append_token(token)))
     final = DeviceStateManager(client, name).get(DEVICE)
 
-    # the workers really ran at once, and really collided (about once per update, or more)
+    # the workers really ran at once, and really collided: how often is up to the scheduler
+    # (90 to 194 conflicts in 200 updates over 12 runs alone on 2 cores), so the floor is a quarter
     assert run.max_in_flight >= 2 and run.distinct_threads_overlapping >= 2
-    assert observer.conflicts >= 0.6 * THREADS * UPDATES_PER_THREAD, observer.conflicts
+    assert observer.conflicts >= THREADS * UPDATES_PER_THREAD / 4, observer.conflicts
     assert len(run.acknowledged) + len(run.refused) == THREADS * UPDATES_PER_THREAD
     assert len(run.acknowledged) >= THREADS * UPDATES_PER_THREAD * 0.9
     # every acknowledged token is there, each once; nothing refused was written

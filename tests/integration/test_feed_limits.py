@@ -19,7 +19,7 @@ from functions.device_state.feed.log import GIVEN_UP_SECONDS, ChangeLog, Changes
 from functions.device_state.model.sections import pack
 from localdev.stream import StreamPoller, typed
 
-pytestmark = pytest.mark.dynamodb_local
+pytestmark = [pytest.mark.dynamodb_local, pytest.mark.table_stream]  # tables made with their stream
 
 
 def streams_client(endpoint):

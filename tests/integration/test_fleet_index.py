@@ -51,7 +51,7 @@ def expected_index(manager, device_id) -> dict:
 def fleet_table(dynamodb_local, local_table):
     client, name = local_table
     name += "-fleet"  # a table made with its indexes: quicker than adding five to the fixture's one by one
-    table.create_table(client, name, FLEET)
+    table.create_table(client, name, FLEET, stream=False)
     manager = DeviceStateManager(client, name, fleet_index=FLEET)
     mark_ready(Store(manager.client, manager.table_name), FLEET.fields)
     yield client, name, manager
@@ -70,7 +70,7 @@ def indexed_table(dynamodb_local):
 
     def make(declared: FleetIndex) -> tuple:
         made.append(new_table_name())
-        table.create_table(client, made[-1], declared)
+        table.create_table(client, made[-1], declared, stream=False)
         return client, made[-1]
 
     yield make

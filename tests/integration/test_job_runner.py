@@ -292,7 +292,7 @@ def test_a_filter_job_targets_the_matching_devices_page_by_page(dynamodb_local):
     fleet = FleetIndex.parse("reported/battery:number")
     client, admin = dynamodb_client(dynamodb_local.endpoint, "us-east-1"), table_admin(dynamodb_local.endpoint)
     name = new_table_name()
-    create_table(admin, name, fleet_index=fleet)
+    create_table(admin, name, fleet_index=fleet, stream=False)
     try:
         rig = Rig(dynamodb_local, client, name, fleet)
         rig.manager.reindex()
@@ -317,7 +317,7 @@ def battery_rig(dynamodb_local):
     fleet = FleetIndex.parse("reported/battery:number")
     client, admin = dynamodb_client(dynamodb_local.endpoint, "us-east-1"), table_admin(dynamodb_local.endpoint)
     name = new_table_name()
-    create_table(admin, name, fleet_index=fleet)
+    create_table(admin, name, fleet_index=fleet, stream=False)
     rig = Rig(dynamodb_local, client, name, fleet)
     rig.manager.reindex()
     yield rig
@@ -597,7 +597,7 @@ def test_a_continuous_job_writes_each_device_that_comes_to_match_once_until_it_e
     fleet = FleetIndex.parse("reported/battery:number")
     client, admin = dynamodb_client(dynamodb_local.endpoint, "us-east-1"), table_admin(dynamodb_local.endpoint)
     name = new_table_name()
-    create_table(admin, name, fleet_index=fleet)
+    create_table(admin, name, fleet_index=fleet, stream=False)
     try:
         rig = Rig(dynamodb_local, client, name, fleet)
         rig.manager.reindex()

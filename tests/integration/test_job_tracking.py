@@ -27,7 +27,7 @@ from functions.device_state.write.pipeline import WritePipeline
 from functions.device_state.write.store import Store
 from localdev.stream import StreamPoller, lambda_record
 
-pytestmark = pytest.mark.dynamodb_local
+pytestmark = [pytest.mark.dynamodb_local, pytest.mark.table_stream]  # tables made with their stream
 
 
 def stream_event(dynamodb_local, client, name) -> dict:

@@ -21,7 +21,7 @@ from localdev.faults import Forwarder
 from tests.helpers import Clock
 from tests.integration.test_changes import feed, follow  # noqa: F401  (the local stream processor)
 
-pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency]
+pytestmark = [pytest.mark.dynamodb_local, pytest.mark.concurrency, pytest.mark.table_stream]
 VERSIONS = 20
 SUBSCRIBERS = 3
 

@@ -16,7 +16,7 @@ from functions.device_state.model.sections import delta
 from tests.helpers import run_writers
 from tests.integration.test_changes import feed, follow  # noqa: F401  (the poller fixture)
 
-pytestmark = pytest.mark.dynamodb_local
+pytestmark = [pytest.mark.dynamodb_local, pytest.mark.table_stream]  # the feed fixture reads the stream
 
 
 def write(manager, index, step):
