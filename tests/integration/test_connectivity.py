@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from functions.device_state import MergePatch, TooManyConnections
+from functions.device_state import MergePatch, OutcomeUnknown, TooManyConnections
 from functions.device_state.model.connectivity import MAX_CONNECTIONS
-from functions.device_state.write.store import Store
+from functions.device_state.write.store import SEND_ATTEMPTS, Store
+from tests.helpers import once
 
 
 def shown(manager, device_id, clock):
@@ -126,6 +127,70 @@ def test_control_a_naive_connection_counter_counts_one_connect_twice(rig):
     naive.update_item(TableName=rig.name, Key=table.state_key("d"), UpdateExpression="ADD openConnections :one",
                       ExpressionAttributeValues={":one": {"N": "1"}})
     assert rig.other.live_state("d")["openConnections"] == {"N": "2"}  # one connect, counted twice
+
+
+def fill_to_one_place_left(rig, until: float) -> None:
+    rig.other.create("d", {})
+    for number in range(MAX_CONNECTIONS - 1):
+        rig.other.connected("d", f"open-{number}", until)
+
+
+def members(rig) -> list[str]:
+    return sorted(rig.other.live_state("d")["connections"]["SS"])
+
+
+@pytest.mark.parametrize("between", [False, True], ids=["alone", "another-connection-closes-between"])
+def test_a_connect_that_takes_the_last_place_under_a_lost_answer_is_connected_not_refused(rig, between):
+    """The resend finds the cap full with its own first copy: the condition admits the member
+    it adds, so the connect is told it connected (a 200, not a 429), the member held once."""
+    until = 4_000_000_000
+    fill_to_one_place_left(rig, until)
+    closing = once(lambda: rig.other.disconnected("d", "open-0", until)) if between else None
+    rig.forwarder.lose("UpdateItem", then=closing, when=lambda body: b"ours" in body)
+    assert rig.manager.connected("d", "ours", until) is True
+    assert rig.forwarder.lost == ["UpdateItem"]
+    kept = [f"open-{number}" for number in range(int(between), MAX_CONNECTIONS - 1)] + ["ours"]
+    assert members(rig) == sorted(f"{until * 1000}:{connection}" for connection in kept)
+
+
+def test_a_connect_whose_every_answer_is_lost_is_outcome_unknown_never_refused(rig):
+    """Every send's answer lost (the store sends it SEND_ATTEMPTS times): it did land, so only
+    "unknown" is true; the push handler answers the connect 503 and the client connects again."""
+    until = 4_000_000_000
+    fill_to_one_place_left(rig, until)
+    rig.forwarder.lose("UpdateItem", times=SEND_ATTEMPTS, when=lambda body: b"ours" in body)
+    with pytest.raises(OutcomeUnknown):
+        rig.manager.connected("d", "ours", until)
+    assert rig.forwarder.lost == ["UpdateItem"] * SEND_ATTEMPTS
+    assert f"{until * 1000}:ours" in members(rig)
+
+
+def test_control_a_naive_cap_refuses_the_resend_of_its_own_landed_connect(rig):
+    """The cap alone in the condition: the first copy landed and took the last place, so the
+    resend is refused, and its caller would answer 429 for a connection the device holds."""
+    import boto3
+    from botocore.config import Config
+
+    from functions.device_state import table
+
+    until = 4_000_000_000
+    fill_to_one_place_left(rig, until)
+    naive = boto3.session.Session().client(
+        "dynamodb", endpoint_url=rig.forwarder.endpoint, region_name="us-east-1",
+        config=Config(retries={"total_max_attempts": 1}, read_timeout=3))
+    ours = f"{until * 1000}:ours"
+
+    def naive_connect():
+        naive.update_item(TableName=rig.name, Key=table.state_key("d"), UpdateExpression="ADD connections :ours",
+                          ConditionExpression="size(connections) < :cap",
+                          ExpressionAttributeValues={":ours": {"SS": [ours]}, ":cap": {"N": str(MAX_CONNECTIONS)}})
+
+    rig.forwarder.lose("UpdateItem")
+    with pytest.raises(Exception):  # noqa: B017 - the lost answer, whatever botocore calls it
+        naive_connect()
+    with pytest.raises(naive.exceptions.ConditionalCheckFailedException):
+        naive_connect()
+    assert ours in members(rig)  # refused, yet held
 
 
 def test_connectivity_events_follow_connectedsince_and_a_delete_of_a_connected_device(timed):
