@@ -59,6 +59,12 @@ export async function request(method, route,
     await renew();
     response = await send();
   }
+  for (let retry = 0; method === "GET" && retry < READ_RETRIES; retry++) {
+    const wait = retryAfterSeconds(response);
+    if (wait === null || signal?.aborted) break;
+    await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+    response = await send();
+  }
   const text = await response.text();
   let data = null;
   try {
@@ -69,6 +75,16 @@ export async function request(method, route,
   const problem = response.ok ? null : (data && typeof data === "object" ? data
     : {status: response.status, title: response.statusText || "Request failed", detail: text.slice(0, 200)});
   return {status: response.status, ok: response.ok, etag: response.headers.get("ETag"), data, problem};
+}
+
+// A read answered 503 with Retry-After (a version written but not yet in the history, storage
+// briefly unavailable) is asked again after that wait (at most MAX_RETRY_WAIT_SECONDS), this often.
+const READ_RETRIES = 3;
+const MAX_RETRY_WAIT_SECONDS = 5;
+
+function retryAfterSeconds(response) {
+  const header = response.headers.get("Retry-After") || "";
+  return response.status === 503 && /^\d+$/.test(header) ? Math.min(Number(header), MAX_RETRY_WAIT_SECONDS) : null;
 }
 
 /** A request's answer, or a problem to show when none came (the network or the service down). */

@@ -518,6 +518,35 @@ def test_a_gap_past_the_retention_makes_the_page_read_the_device_again_and_follo
     page.wait_for_function("() => document.querySelector('#version')?.textContent === '4'")
 
 
+def test_a_version_not_yet_in_the_history_is_read_again_after_its_retry_after(served, page):
+    """A version the live view shows can be written before the history holds it (push and the
+    stream processor each follow the stream): the service answers `503 not-yet-recorded` with
+    Retry-After, and the compare asks again then. Here the first answer for version 2 is that 503."""
+    device = unique("recorded")
+    assert served.client("PUT", f"/devices/{device}", {"state": {"room": "hall"}})[0] == 201
+    assert served.client("PATCH", f"/devices/{device}", {"room": "den"}, MERGE)[0] == 200
+    asked = []
+
+    def first_not_yet_recorded(route):
+        asked.append(route.request.url)
+        if len(asked) > 1:
+            return route.continue_()
+        route.fulfill(status=503, headers={"Retry-After": "1"}, content_type="application/problem+json",
+                      body=json.dumps({"type": "about:blank#not-yet-recorded", "title": "Not yet recorded",
+                                       "status": 503, "detail": "version 2 is written but not yet in the history"}))
+
+    page.route(f"**/devices/{device}/versions/2", first_not_yet_recorded)
+    page.goto(device_url(served, device))
+    page.wait_for_function("() => document.querySelector('#version')?.textContent === '2'")
+    page.locator("#compare-from").fill("1")
+    page.locator("#compare-to").fill("2")
+    page.get_by_role("button", name="Compare").click()
+    page.wait_for_function("() => document.querySelector('#compare-result table')")
+    assert len(asked) == 2
+    assert "den" in page.locator("#compare-result table").inner_text()
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
 def test_a_desired_edit_under_if_match_shows_what_changed_on_412_and_applies_again(served, page):
     device = unique("edit")
     assert served.client("PUT", f"/devices/{device}", {"state": {"room": "kitchen"}, "reported": {"power": "off"}})[0] == 201
