@@ -7,7 +7,6 @@ import os
 import uuid
 from collections import Counter
 
-import boto3
 import pytest
 
 # Tests never talk to AWS: fake credentials and a region for every client they make.
