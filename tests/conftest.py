@@ -61,57 +61,55 @@ def pytest_itemcollected(item):
 # `make test` hands whole files to three workers in the order collected (--no-loadscope-reorder);
 # xdist's own order, most tests first, left these files of a few slow tests (a CDK synth, make
 # serve, a bench, a stall) for last, where one worker ran them alone while the others sat done.
-# They go first, slowest first (the seconds its tests took in `make test`, the mean of two runs:
-# `--junitxml` times summed by file); every other file follows, most tests first.
+# They go first, slowest first (the seconds its tests took in `make test`, the mean of two runs on
+# three and four workers: `--junitxml` times summed by file); every other file follows, most
+# tests first.
 SLOW_FILES = (
-    "tests/integration/test_job_runner.py",  # 239: jobs paced and slowed on purpose, mostly waiting
-    "tests/api/test_cli.py",  # 113: every command as a process, each once applied and once refused
-    "tests/api/test_identity_faults_api.py",  # 105: DynamoDB Local stalled 9 times, three of them past 13 s
-    "tests/test_readme_examples.py",  # 102: two make serve, the docs' examples
-    "tests/api/test_authorization_api.py",  # 89: every route, every kind of caller
-    "tests/console/test_console.py",  # 66: make serve and Chromium, 14 pages in the browser
-    "tests/api/test_push.py",  # 59
-    "tests/api/test_http.py",  # 54
-    "tests/api/test_device_client.py",  # 51
-    "tests/api/test_fleet_query.py",  # 48
-    "tests/api/test_openapi_negative.py",  # 48: schemathesis' negative data, 12 cases for each of 28 operations
-    "tests/api/test_stall.py",  # 48: DynamoDB Local stalled four times
-    "tests/api/test_jobs_faults_api.py",  # 46
-    "tests/api/test_openapi_positive.py",  # 45
-    "tests/integration/test_leases.py",  # 45
-    "tests/integration/test_concurrency.py",  # 44
-    "tests/api/test_changes_api.py",  # 43
-    "tests/test_make_serve.py",  # 42
-    "tests/console/test_console_jobs.py",  # 40
-    "tests/api/test_handler.py",  # 36
-    "tests/api/test_app_client.py",  # 34
-    "tests/infra/test_synth_cli.py",  # 33: a CDK CLI synth
-    "tests/api/test_limits_api.py",  # 32
-    "tests/api/test_sections_api.py",  # 32
-    "tests/api/test_refusals_write_nothing.py",  # 31
-    "tests/integration/test_manager.py",  # 31
-    "tests/test_bench_jobs_smoke.py",  # 31
-    "tests/integration/test_fleet_index.py",  # 29
-    "tests/infra/test_stack.py",  # 29
-    "tests/test_bench_identity_units_smoke.py",  # 29: the reference fleet's hour twice, through the handler
-    "tests/test_bench_smoke.py",  # 27
-    "tests/integration/test_section_feed.py",  # 26
+    "tests/integration/test_job_runner.py",  # 107: jobs paced and slowed on purpose, mostly waiting
+    "tests/test_readme_examples.py",  # 99: two make serve, the docs' examples
+    "tests/api/test_push.py",  # 95
+    "tests/api/test_identity_faults_api.py",  # 95: DynamoDB Local stalled 9 times, three of them past 13 s
+    "tests/api/test_authorization_api.py",  # 90: every route, every kind of caller
+    "tests/api/test_cli.py",  # 86: every command as a process, each once applied and once refused
+    "tests/console/test_console.py",  # 79: make serve and Chromium, 14 pages in the browser
+    "tests/api/test_http.py",  # 74
+    "tests/api/test_openapi_negative.py",  # 57: schemathesis' negative data, 12 cases for each of 28 operations
+    "tests/infra/test_synth_cli.py",  # 54: a CDK CLI synth
+    "tests/api/test_device_client.py",  # 52
+    "tests/test_make_serve.py",  # 48
+    "tests/api/test_stall.py",  # 45: DynamoDB Local stalled four times
+    "tests/console/test_console_jobs.py",  # 42
+    "tests/api/test_handler.py",  # 40
+    "tests/api/test_fleet_query.py",  # 39
+    "tests/integration/test_fleet_index.py",  # 38
+    "tests/api/test_jobs_faults_api.py",  # 38
+    "tests/api/test_app_client.py",  # 36
+    "tests/test_bench_jobs_smoke.py",  # 35
+    "tests/api/test_openapi_positive.py",  # 35
+    "tests/test_bench_smoke.py",  # 35
+    "tests/integration/test_leases.py",  # 34
+    "tests/api/test_sections_api.py",  # 34
+    "tests/infra/test_stack.py",  # 31
+    "tests/api/test_refusals_write_nothing.py",  # 30
+    "tests/integration/test_manager.py",  # 30
+    "tests/api/test_leases_api.py",  # 30
+    "tests/api/test_changes_api.py",  # 27
+    "tests/integration/test_changes.py",  # 27
+    "tests/infra/test_auth_stack.py",  # 25
     "tests/test_bench_console_smoke.py",  # 25: a dev server and Chromium
-    "tests/test_bench_costs_smoke.py",  # 25: two synths
-    "tests/api/test_leases_api.py",  # 25
+    "tests/api/test_hostile_input.py",  # 25
+    "tests/test_bench_identity_units_smoke.py",  # 25: the reference fleet's hour twice, through the handler
+    "tests/api/test_limits_api.py",  # 25
     "tests/api/test_transactions_api.py",  # 24
-    "tests/api/test_hostile_input.py",  # 24
-    "tests/integration/test_faults.py",  # 23
-    "tests/integration/test_changes.py",  # 23
-    "tests/integration/test_push_delivery.py",  # 23
-    "tests/integration/test_identity.py",  # 23
-    "tests/integration/test_transactions.py",  # 22
-    "tests/integration/test_push_sections.py",  # 21
-    "tests/api/test_schemathesis.py",  # 19
-    "tests/test_make_test_fast.py",  # 18: the suite collected twice
-    "tests/infra/test_auth_stack.py",  # 18
+    "tests/integration/test_identity.py",  # 22
+    "tests/test_bench_fleet_smoke.py",  # 21
+    "tests/integration/test_concurrency.py",  # 20
+    "tests/test_bench_costs_smoke.py",  # 19: two synths
+    "tests/test_make_test_fast.py",  # 19: the suite collected twice
+    "tests/integration/test_push_sections.py",  # 18
     "tests/unit/test_cli.py",  # 17: a listing of 10,000 devices, twice
-    "tests/test_bench_fleet_smoke.py",  # 17
+    "tests/integration/test_faults.py",  # 16
+    "tests/api/test_schemathesis.py",  # 15
 )
 
 
