@@ -154,6 +154,14 @@ def stream_processor_on() -> bool:
     return os.environ.get("STREAM_PROCESSOR", "on") != "off"
 
 
+def table_stream_on() -> bool:
+    """The table has a stream (made with one, or given one when kept from before) unless
+    TABLE_STREAM=off, which only a server without the stream processor heeds: the test suite's,
+    on a DynamoDB Local that keeps every stream's records for good. A table of `make serve` keeps
+    its stream with the processor off, so the writes made meanwhile reach the history later."""
+    return stream_processor_on() or os.environ.get("TABLE_STREAM", "on") != "off"
+
+
 def _ensure_table(endpoint: str, table_name: str) -> None:
     import boto3
 
@@ -167,9 +175,8 @@ def _ensure_table(endpoint: str, table_name: str) -> None:
     except ConfigError as error:
         print(error, file=sys.stderr)
         raise SystemExit(2) from None
-    # The table, with the fleet index FLEET_INDEX declares, and a stream where the processor reads it.
-    streamed = stream_processor_on()
-    prepare(client, table_name, declared, stream=streamed)
+    streamed = table_stream_on()
+    prepare(client, table_name, declared, stream=streamed)  # the table, with the fleet index FLEET_INDEX declares
     if streamed and "LatestStreamArn" not in client.describe_table(TableName=table_name)["Table"]:  # kept from before
         client.update_table(TableName=table_name,
                             StreamSpecification={"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE})

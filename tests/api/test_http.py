@@ -23,8 +23,10 @@ from hypothesis import strategies as st
 from functions.api.openapi import OPENAPI
 from functions.device_state.client import dynamodb_client
 from functions.device_state.model.values import dumps
+from functions.device_state.table import create_table
 from localdev.dynamodb_local import free_port
 from tests.auth import with_credentials
+from tests.conftest import table_admin
 
 pytestmark = pytest.mark.dynamodb_local
 READ_SECONDS = 2  # the server's deadline for reading one request (default 5)
@@ -68,14 +70,15 @@ class Server:
 def launch(tls: ssl.SSLContext | None = None, **env) -> tuple[subprocess.Popen, Server]:
     """`python -m localdev.server` with ``env`` on a free port, once it answers (over HTTPS with
     ``tls``, the client's context, for a server started with TLS=1). What it prints goes to
-    ``server.log``, so a test can show why a server stopped. Its stream processor and fan-out
+    ``server.log``, so a test can show why a server stopped. One without the stream processor makes
+    its table without a stream (TABLE_STREAM=off: nobody reads it). Its stream processor and fan-out
     run at the API's priority: niced, they starve behind the suite's other workers on a shared
     machine (measured: 16 writers' 321 versions to 3 subscribers missed their 20 s beside four
     busy processes, and arrived in time at priority 0), which no deployed Lambda meets."""
     port = free_port()
     log = tempfile.TemporaryFile()
     process = subprocess.Popen([sys.executable, "-m", "localdev.server"],
-                               env=dict(os.environ, PORT=str(port), STREAM_NICENESS="0", **env),
+                               env=dict(os.environ, PORT=str(port), STREAM_NICENESS="0", **{"TABLE_STREAM": "off", **env}),
                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     candidate = Server(port, log, tls)
     deadline = time.monotonic() + 60
@@ -583,21 +586,27 @@ def test_ctrl_c_stops_the_server_and_its_dynamodb_local():
         os.killpg(group, 0)  # nothing of the group is left: workers and DynamoDB Local are gone
 
 
-def test_a_table_made_without_the_stream_processor_gets_its_stream_when_a_server_runs_one(server, dynamodb_local):
-    """STREAM_PROCESSOR=off makes the table without a stream (nobody reads it); a server with the
-    processor started later on the same table enables it, and the feed follows new writes."""
+def test_the_suites_server_without_the_stream_processor_makes_its_table_without_a_stream(server, dynamodb_local):
     admin = dynamodb_client(dynamodb_local.endpoint, "us-east-1")
     assert "LatestStreamArn" not in admin.describe_table(TableName=server.table)["Table"]
-    process, streamed = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=server.table, WORKERS="1",
-                               FLEET_INDEX="state/site:string")
+
+
+def test_a_table_kept_without_a_stream_gets_one_from_a_server_with_the_stream_processor(dynamodb_local):
+    """As a table kept on disk from before streams (or made with TABLE_STREAM=off): the server that
+    runs the processor enables the stream, and the feed follows the writes from then on."""
+    name = f"unstreamed-{uuid.uuid4().hex[:8]}"
+    admin = table_admin(dynamodb_local.endpoint)
+    create_table(admin, name, stream=False)
+    process, streamed = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=name, WORKERS="1")
     try:
-        assert "LatestStreamArn" in admin.describe_table(TableName=server.table)["Table"]
+        assert "LatestStreamArn" in admin.describe_table(TableName=name)["Table"]
         assert streamed.request("PUT", "/devices/streamed-later", {"state": {"on": True}})[0] == 201
         status, _, body = streamed.request("GET", "/devices/streamed-later/changes?since=0&waitSeconds=20")
         assert status == 200 and [change["version"] for change in json.loads(body)["changes"]] == [1], body
     finally:
         process.terminate()
         process.wait(timeout=20)
+        admin.delete_table(TableName=name)
 
 
 def test_a_worker_that_dies_is_replaced_and_the_server_keeps_serving(dynamodb_local):

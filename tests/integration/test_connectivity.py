@@ -139,23 +139,30 @@ def members(rig) -> list[str]:
     return sorted(rig.other.live_state("d")["connections"]["SS"])
 
 
-@pytest.mark.parametrize("between", [False, True], ids=["alone", "another-connection-closes-between"])
+@pytest.mark.parametrize("between", [False, True], ids=["alone", "another-connection-swapped-between"])
 def test_a_connect_that_takes_the_last_place_under_a_lost_answer_is_connected_not_refused(rig, between):
-    """The resend finds the cap full with its own first copy: the condition admits the member
-    it adds, so the connect is told it connected (a 200, not a 429), the member held once."""
+    """The resend finds the cap full with its own first copy (and, between, another connection
+    closed and a new one opened, so full again): the condition admits the member it adds, so the
+    connect is told it connected (a 200, not a 429), the member held once."""
     until = 4_000_000_000
     fill_to_one_place_left(rig, until)
-    closing = once(lambda: rig.other.disconnected("d", "open-0", until)) if between else None
-    rig.forwarder.lose("UpdateItem", then=closing, when=lambda body: b"ours" in body)
+
+    def swap():
+        rig.other.disconnected("d", "open-0", until)
+        rig.other.connected("d", "newcomer", until)
+
+    rig.forwarder.lose("UpdateItem", then=once(swap) if between else None, when=lambda body: b"ours" in body)
     assert rig.manager.connected("d", "ours", until) is True
     assert rig.forwarder.lost == ["UpdateItem"]
-    kept = [f"open-{number}" for number in range(int(between), MAX_CONNECTIONS - 1)] + ["ours"]
+    kept = [f"open-{number}" for number in range(int(between), MAX_CONNECTIONS - 1)] + ["ours"] + ["newcomer"] * between
     assert members(rig) == sorted(f"{until * 1000}:{connection}" for connection in kept)
+    assert len(kept) == MAX_CONNECTIONS
 
 
-def test_a_connect_whose_every_answer_is_lost_is_outcome_unknown_never_refused(rig):
-    """Every send's answer lost (the store sends it SEND_ATTEMPTS times): it did land, so only
-    "unknown" is true; the push handler answers the connect 503 and the client connects again."""
+def test_a_connect_whose_every_answer_is_lost_is_outcome_unknown(rig):
+    """Every send's answer lost (the store sends it SEND_ATTEMPTS times, DynamoDB's refusals
+    lost too): it did land, so only "unknown" is true, and nothing says refused. The push
+    handler answers that connect 503 (tests/unit/test_push_handler.py)."""
     until = 4_000_000_000
     fill_to_one_place_left(rig, until)
     rig.forwarder.lose("UpdateItem", times=SEND_ATTEMPTS, when=lambda body: b"ours" in body)
