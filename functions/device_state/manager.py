@@ -231,11 +231,14 @@ class DeviceStateManager:
 
     # ---------------------------------------------------------- connectivity
 
-    def connected(self, device_id: str, connection_id: str, until: float) -> bool:
+    def connected(self, device_id: str, connection_id: str, until: float,
+                  closed: Callable[[list[str]], set[str]] | None = None) -> bool:
         """Records a WebSocket connection of the device's own credentials, open until
         ``until`` at the latest; False when there is no such device; ``TooManyConnections``
-        past ``MAX_CONNECTIONS`` (``write.connections``)."""
-        return self._connections.connected(device_id, connection_id, until, self._holder_of(device_id))
+        past ``MAX_CONNECTIONS``. At the cap, ``closed`` (given the held connections' ids,
+        returning those known closed) lets it forget connections whose close never reached the
+        device's item (``write.connections``)."""
+        return self._connections.connected(device_id, connection_id, until, self._holder_of(device_id), closed)
 
     def disconnected(self, device_id: str, connection_id: str, until: float) -> None:
         """Forgets a connection ``connected`` recorded (``write.connections``)."""

@@ -135,6 +135,16 @@ class Subscriptions:
             return None
         return closed["subject"]["S"], int(closed[table.TTL_ATTRIBUTE]["N"])
 
+    def closed(self, connection_ids: list[str]) -> set[str]:
+        """Of ``connection_ids`` (at most 100), those whose connection's item is gone: its close
+        deleted it, or it expired. Read strongly consistent: a connection's item is written before
+        its device records it, so an open connection's item is always found."""
+        keys = [_connection_key(connection_id) for connection_id in connection_ids]
+        found, now = self.store.batch_get(keys), self.clock()
+        return {connection_id for connection_id, key in zip(connection_ids, keys)
+                if (item := found.get((key[table.PARTITION_KEY]["S"], CONNECTION_SK))) is None
+                or table.is_expired(item, now)}
+
     def of_device(self, device_id: str) -> list[Subscription]:
         now, found, start = self.clock(), [], None
         expr = Expression()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from functions.device_state import MergePatch, OutcomeUnknown, TooManyConnections
-from functions.device_state.model.connectivity import MAX_CONNECTIONS
+from functions.device_state.model.connectivity import MAX_CONNECTIONS, member
 from functions.device_state.write.store import SEND_ATTEMPTS, Store
 from tests.helpers import once
 
@@ -48,6 +48,31 @@ def test_a_connection_whose_close_never_came_ends_at_its_limit_and_is_forgotten(
     with pytest.raises(TooManyConnections):
         manager.connected("lamp", "one-too-many", clock.now + 7200)
     manager.connected("lamp", "conn-0", clock.now + 7200)  # the same connection again is no new one
+
+
+def test_at_the_cap_connections_known_closed_are_forgotten_and_the_connect_recorded(timed):
+    """``closed`` is asked about the held connections only at the cap with none past its end;
+    those it names go (one write), then the connect; with none named, TooManyConnections."""
+    manager, clock, _ = timed
+    manager.create("lamp", {})
+    until = clock.now + 7200
+    for number in range(MAX_CONNECTIONS):
+        manager.connected("lamp", f"conn-{number}", until, closed=lambda ids: pytest.fail(f"asked at {ids}"))
+    asked = []
+
+    def closed(connection_ids):
+        asked.append(connection_ids)
+        return {"conn-1", "conn-3"}
+
+    assert manager.connected("lamp", "new", until, closed=closed)
+    assert asked == [[f"conn-{number}" for number in range(MAX_CONNECTIONS)]]
+    held = manager.live_state("lamp")["connections"]["SS"]
+    assert sorted(held) == sorted(member(connection, until) for connection in ("conn-0", "conn-2", "new"))
+    manager.connected("lamp", "fourth", until)
+    with pytest.raises(TooManyConnections):
+        manager.connected("lamp", "fifth", until, closed=lambda ids: set())
+    assert len(manager.live_state("lamp")["connections"]["SS"]) == MAX_CONNECTIONS
+    assert manager.get("lamp").version == 1
 
 
 def test_the_devices_own_writes_and_reads_record_it_seen(timed):

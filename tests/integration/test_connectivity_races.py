@@ -82,16 +82,35 @@ def test_a_reconnect_after_two_closes_at_once_is_a_new_connected_since_with_its_
     assert connectivity_event(before, after) is not None, "the reconnect publishes no device.connected"
 
 
+def push_handler_on(monkeypatch, manager, subscriptions, device_id: str):
+    """The push handler wired to ``manager`` and ``subscriptions``; returns ``event(route,
+    connection_id)``: an event of that device's own connection (a client certificate: no expiry)."""
+    from functions.auth.principals import Principal
+    from functions.config import PushConfig
+    from functions.push import handler
+    from functions.push import services as push_services
+
+    monkeypatch.setattr(handler, "services", lambda: (subscriptions, None))
+    monkeypatch.setattr(handler, "devices", lambda: manager)
+    monkeypatch.setattr(push_services, "devices", lambda: manager)  # the disconnect records through services
+    monkeypatch.setenv("TABLE_NAME", manager.table_name)  # the connect reads the push configuration, uncached
+    monkeypatch.setattr(handler, "push_config", PushConfig.from_environment)
+    principal = Principal.device(device_id)
+
+    def event(route, connection_id="Abc123="):
+        return {"requestContext": {"routeKey": route, "connectionId": connection_id,
+                                   "authorizer": {"principalId": principal.subject, **principal.as_context()}}}
+
+    return event
+
+
 def test_the_push_handler_closes_the_connection_it_recorded_across_a_second_boundary(fleet, monkeypatch):
     """$connect computes `until` twice (subscriptions.ends() for the member, then again in
     subscriptions.open() for the connection item's expiry). A second boundary between the
     two (a write sits between them) makes them differ for a certificate
     device (no token expiry); $disconnect then deletes a member that is not there and the
     device stays connected for the connection's 2 hours (and a 9th such leak makes it 429)."""
-    from functions.auth.principals import Principal
     from functions.push import handler
-    from functions.config import PushConfig
-    from functions.push import services as push_services
     from functions.push.subscriptions import Subscriptions
 
     manager = fleet
@@ -105,18 +124,8 @@ def test_the_push_handler_closes_the_connection_it_recorded_across_a_second_boun
             self.now += 0.6
             return self.now
 
-    subscriptions = Subscriptions(manager.client, manager.table_name, clock=Ticking())
-    monkeypatch.setattr(handler, "services", lambda: (subscriptions, None))
-    monkeypatch.setattr(handler, "devices", lambda: manager)
-    monkeypatch.setattr(push_services, "devices", lambda: manager)  # the disconnect records through services
-    monkeypatch.setenv("TABLE_NAME", manager.table_name)  # the connect reads the push configuration, uncached
-    monkeypatch.setattr(handler, "push_config", PushConfig.from_environment)
-    principal = Principal.device("cert-lamp")  # a client certificate: no expiry
-
-    def event(route):
-        return {"requestContext": {"routeKey": route, "connectionId": "Abc123=",
-                                   "authorizer": {"principalId": principal.subject, **principal.as_context()}}}
-
+    event = push_handler_on(monkeypatch, manager, Subscriptions(manager.client, manager.table_name, clock=Ticking()),
+                            "cert-lamp")
     assert handler.lambda_handler(event("$connect"), None) == {"statusCode": 200}
     print("members after connect:", manager.live_state("cert-lamp")["connections"]["SS"])
     assert handler.lambda_handler(event("$disconnect"), None) == {"statusCode": 200}
@@ -124,6 +133,35 @@ def test_the_push_handler_closes_the_connection_it_recorded_across_a_second_boun
     print("members after disconnect:", item.get("connections"))
     assert manager.get("cert-lamp").as_dict()["connectivity"]["connected"] is False, \
         "closed connection still counts as open"
+
+
+def test_a_device_at_its_cap_whose_closes_never_reached_its_item_connects_again(fleet, monkeypatch):
+    """Two $disconnects deleted their connections' items but storage did not take the device's
+    connectivity write, so their members stay, and the device is at its cap. The next connect
+    reads the held connections' items, forgets the two that are gone and is recorded. With
+    every held connection's item there (all open), a connect is refused 429, as before."""
+    from functions.device_state.model.connectivity import MAX_CONNECTIONS, connection_of
+    from functions.push import handler
+    from functions.push.subscriptions import Subscriptions
+
+    manager = fleet
+    manager.create("lamp", {})
+    subscriptions = Subscriptions(manager.client, manager.table_name)
+    event = push_handler_on(monkeypatch, manager, subscriptions, "lamp")
+    for number in range(MAX_CONNECTIONS):
+        assert handler.lambda_handler(event("$connect", f"c{number}"), None) == {"statusCode": 200}
+    for number in (0, 1):
+        subscriptions.close(f"c{number}")  # the close's first part; its connectivity write never landed
+
+    def held() -> list[str]:
+        return sorted(connection_of(entry) for entry in manager.live_state("lamp")["connections"]["SS"])
+
+    assert held() == [f"c{number}" for number in range(MAX_CONNECTIONS)]
+    assert handler.lambda_handler(event("$connect", "c8"), None) == {"statusCode": 200}
+    assert held() == ["c2", "c3", "c8"]
+    assert handler.lambda_handler(event("$connect", "c9"), None) == {"statusCode": 200}
+    refused = handler.lambda_handler(event("$connect", "c10"), None)
+    assert refused["statusCode"] == 429 and held() == ["c2", "c3", "c8", "c9"]  # all open: nothing forgotten
 
 
 def test_a_device_that_never_connected_is_found_by_connected_false(fleet):

@@ -55,7 +55,7 @@ class _FullDevice:
     def as_device(self, device_id, holder):
         return self
 
-    def connected(self, device_id, connection_id, until):
+    def connected(self, device_id, connection_id, until, closed=None):
         raise TooManyConnections(device_id, MAX_CONNECTIONS)
 
 
@@ -66,7 +66,7 @@ class _RevokedDevice(_FullDevice):
         assert holder is not None and holder.credential_id == "c" * 16
         return self
 
-    def connected(self, device_id, connection_id, until):
+    def connected(self, device_id, connection_id, until, closed=None):
         raise CredentialRevoked(device_id)
 
 
@@ -76,6 +76,9 @@ class _Subscriptions:
 
     def open(self, *_):
         pass  # the connection item comes first: a refused connect leaves it to expire unused
+
+    def closed(self, connection_ids):
+        return set()  # every held connection open
 
 
 @pytest.mark.parametrize("device, answer, metric", [
@@ -99,18 +102,15 @@ def test_a_refused_connect_is_answered_and_counted(monkeypatch, capsys, device, 
 
 
 class _OpenDevice(_FullDevice):
-    def connected(self, device_id, connection_id, until):
+    def connected(self, device_id, connection_id, until, closed=None):
         return True
 
 
-class _Opened:
+class _Opened(_Subscriptions):
     """Subscriptions that record when each connection opened ends."""
 
     def __init__(self):
         self.ends_at = {}
-
-    def ends(self, credential_ends):
-        return credential_ends
 
     def open(self, connection_id, subject, ends, holder):
         self.ends_at[connection_id] = ends
@@ -151,7 +151,7 @@ class _Recorded(_FullDevice):
     def __init__(self, fails: Exception | None = None):
         self.members, self.fails = set(), fails
 
-    def connected(self, device_id, connection_id, until):
+    def connected(self, device_id, connection_id, until, closed=None):
         if self.fails is not None:
             raise self.fails
         self.members.add(member(connection_id, until))

@@ -29,6 +29,11 @@ def member(connection_id: str, until: float) -> str:
     return f"{int(until * 1000)}:{connection_id}"
 
 
+def connection_of(member_: str) -> str:
+    """The connection id a member names."""
+    return member_.partition(":")[2]
+
+
 def _until_ms(member_: str) -> int:
     milliseconds, _, _ = member_.partition(":")
     return int(milliseconds) if milliseconds.isdigit() else 0

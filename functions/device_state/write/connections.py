@@ -27,18 +27,24 @@ class Connections:
         self._pipeline = pipeline
         self._clock = clock
 
-    def connected(self, device_id: str, connection_id: str, until: float, holder: Holder | None = None) -> bool:
+    def connected(self, device_id: str, connection_id: str, until: float, holder: Holder | None = None,
+                  closed: Callable[[list[str]], set[str]] | None = None) -> bool:
         """Records a WebSocket connection of the device's own credentials (``holder``: the
         credential it comes with, which the device must still hold), open until ``until`` at the
         latest (one write, no read); False when there is no such device. ``TooManyConnections``
         when it has ``MAX_CONNECTIONS`` open, counting after the connections whose close never
-        arrived are forgotten; ``CredentialRevoked`` when the credential is not the device's."""
+        arrived are forgotten: those past their end, else those ``closed`` (given the held
+        connections' ids) says are closed; ``CredentialRevoked`` when the credential is not the
+        device's."""
         validate_device_id(device_id)
         opened = connectivity.member(connection_id, until)
         try:
             return self._send_connectivity(device_id, lambda planner: planner.connect(device_id, opened), holder)
         except TooManyConnections as full:
             ended = connectivity.ended_members(list(full.held), self._clock())
+            if not ended and closed is not None:
+                gone = closed(sorted({connectivity.connection_of(entry) for entry in full.held}))
+                ended = [entry for entry in full.held if connectivity.connection_of(entry) in gone]
             if not ended:
                 raise
         self._send_connectivity(device_id, lambda planner: planner.disconnect(device_id, ended))
