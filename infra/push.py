@@ -43,7 +43,7 @@ MEMORY_MB = 256
 FANOUT_TIMEOUT = Duration.seconds(60)
 # What the subscriptions, the connections and the change log's reads call, and no other.
 DYNAMODB_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
-                    "dynamodb:Query")
+                    "dynamodb:Query", "dynamodb:BatchGetItem")
 CONNECTION_METHODS = ("POST", "DELETE")  # @connections: post a message, close a connection
 # Nothing on the fan-out's queue needs replaying (the subscribers of its devices catch up with
 # the device's next change, or by subscribing again): a week to read why it failed.

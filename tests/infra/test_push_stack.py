@@ -159,7 +159,7 @@ def test_the_push_functions_may_use_the_table_their_logs_and_this_apis_connectio
     table = [s for s in statements if s["Resource"] == {"Fn::GetAtt": [table_id, "Arn"]}]
     assert len(table) == 1 and sorted(actions(table[0])) == sorted(push.DYNAMODB_ACTIONS)
     assert set(push.DYNAMODB_ACTIONS) == {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
-                                          "dynamodb:DeleteItem", "dynamodb:Query"}
+                                          "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:BatchGetItem"}
     [connections] = [s for s in statements if any(a.startswith("execute-api:") for a in actions(s))]
     assert actions(connections) == ["execute-api:ManageConnections"] and connections["Effect"] == "Allow"
     arns = [resource["Fn::Join"][1] for resource in connections["Resource"]]
@@ -183,6 +183,7 @@ def test_only_the_push_functions_may_manage_connections_and_no_policy_grants_a_d
 def test_the_push_code_calls_only_the_dynamodb_actions_granted():
     source = "\n".join(path.read_text() for path in (REPO_ROOT / "functions" / "push").glob("*.py"))
     called = set(re.findall(r'send\(\s*"([a-z_]+)"', source)) | {"get_item"}  # Store.get; the log's reads: query
+    called |= {"batch_get_item"} if re.search(r"\.batch_get\(", source) else set()  # Store.batch_get
     granted = {"".join(part.capitalize() for part in name.split("_")) for name in called | {"query"}}
     assert {f"dynamodb:{name}" for name in granted} == set(push.DYNAMODB_ACTIONS)
 
