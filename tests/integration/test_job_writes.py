@@ -9,6 +9,7 @@ from __future__ import annotations
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.exceptions import EndpointConnectionError
 
 from functions.device_state import DeviceStateManager, MergePatch, table
 from functions.device_state.client import dynamodb_client
@@ -107,3 +108,42 @@ def test_control_a_naive_desired_write_that_botocore_sends_again_lands_twice(rig
                       ExpressionAttributeValues={":v": {"S": "eco"}, ":one": {"N": "1"}})
     device = rig.other.get("d")
     assert device.version == 4 and device.desired["mode"] == "eco"  # twice, and the later writer undone
+
+
+class ReadsFailAfterAWrite:
+    """A client whose reads find storage gone once a transaction went through: between a job
+    write that applied and the read of the head its answer shows."""
+
+    def __init__(self, client):
+        self._client, self.wrote = client, False
+
+    def __getattr__(self, name):
+        attribute = getattr(self._client, name)
+        if name == "transact_write_items":
+            def write(**request):
+                answer = attribute(**request)
+                self.wrote = True
+                return answer
+            return write
+        if name in ("query", "get_item"):
+            def read(**request):
+                if self.wrote:
+                    raise EndpointConnectionError(endpoint_url="http://storage.invalid")
+                return attribute(**request)
+            return read
+        return attribute
+
+
+def test_a_job_create_and_cancel_whose_head_cannot_be_read_after_they_applied_answer_applied(local_table):
+    """Both applied, so neither may answer that storage was unavailable (a 503 says nothing was
+    written): each answers the head as it wrote it."""
+    client, name = local_table
+    DeviceStateManager(client, name).create("lamp", {})
+    failing = ReadsFailAfterAWrite(client)
+    jobs = DeviceStateManager(failing, name).jobs()
+    head, replayed = jobs.create({"jobId": "j1", "deviceIds": ["lamp"], "desired": {"mode": "eco"}})
+    assert (head.record.spec.job_id, head.record.status, replayed) == ("j1", "IN_PROGRESS", False)
+    failing.wrote = False
+    head, replayed = jobs.cancel("j1", force=True)
+    assert (head.record.status, head.run.stop, head.run.force, replayed) == ("CANCELED", "cancel", True, False)
+    assert DeviceStateManager(client, name).jobs().head("j1").record.status == "CANCELED"

@@ -4,7 +4,7 @@ jobs. No HTTP here; the API's routes call these."""
 
 from __future__ import annotations
 
-from ..errors import DeviceNotFound, IdempotencyKeyReused, JobNotFound
+from ..errors import DeviceNotFound, IdempotencyKeyReused, JobNotFound, StorageUnavailable
 from ..fleet.cursors import CursorSeal
 from ..item import job_marks, schema
 from ..item.credentials import Holder
@@ -46,8 +46,9 @@ class JobService:
         return self._keyed(key, spec.job_id, lambda entry: self._jobs.create(spec, entry))
 
     def _keyed(self, key: IdempotencyKey | None, job_id: str, write) -> tuple[Head, bool]:
-        """``write(entry)`` of a write on the job ``job_id`` under ``key``: the entry is the key's, for
-        the write to put in its own transaction (only while absent: a refusal names the part "key").
+        """``write(entry)`` of a write on the job ``job_id`` under ``key``, returning the job's head as
+        it wrote it: the entry is the key's, for the write to put in its own transaction (only while
+        absent: a refusal names the part "key").
         (The job's head, False) once written; (its head, True) when the key names a write of the same
         request already (a replay, before or at the same moment); ``IdempotencyKeyReused`` when it
         names another request."""
@@ -61,14 +62,17 @@ class JobService:
                      items.FINGERPRINT: {"S": key.fingerprint},
                      schema.TTL_ATTRIBUTE: {"N": str(int(self._runtime.clock()) + items.KEY_SECONDS)}}
         try:
-            write(entry)
+            written = write(entry)
         except Refusals as refused:
             if key is not None and _KEY in refused.refused:  # the same key, at the same moment
                 replayed = self._replayed(key)
                 if replayed is not None:
                     return replayed, True
             raise
-        return self.head(job_id), False
+        try:
+            return self.head(job_id), False
+        except StorageUnavailable:  # it applied: answered with the head as written, never a 503 (nothing written)
+            return written, False
 
     def _replayed(self, key: IdempotencyKey) -> Head | None:
         found = self._store.get(items.key_entry(key.scope, key.key))

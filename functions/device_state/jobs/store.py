@@ -6,6 +6,7 @@ Sends through the one pipeline's store (these are no device's state items)."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 from ..errors import ConditionNotMet, DeviceStateError, JobEnded, JobExists, JobNotFound
 from ..item import schema
@@ -53,11 +54,11 @@ class JobStore:
 
     # ------------------------------------------------------------ create
 
-    def create(self, spec: JobSpec, key_entry: dict | None = None) -> None:
+    def create(self, spec: JobSpec, key_entry: dict | None = None) -> Head:
         """The job, its run, its listing and open entries, a listed job's target pages and the
         entry of the Idempotency-Key it was created with (``key_entry``, put only while absent: a
         refusal names the part "key"), in one transaction (its token makes a resend after a lost
-        answer safe). ``JobExists`` when a job of that id exists."""
+        answer safe); returns the head it wrote. ``JobExists`` when a job of that id exists."""
         created_ms = round(spec.created_at * 1000)
         expires = items.retire_at(spec)
         ids = list(spec.device_ids)
@@ -90,6 +91,7 @@ class JobStore:
             if "job" in refused.refused and "key" not in refused.refused:
                 raise JobExists(spec.job_id) from None
             raise
+        return Head.from_items([parts["job"][0]["Put"]["Item"], run])
 
     def _key_part(self, key_entry: dict | None) -> dict:
         """The part "key" of a keyed write's transaction: the Idempotency-Key's entry, put only
@@ -276,12 +278,13 @@ class JobStore:
     # ------------------------------------------------------------- stops
 
     def stop(self, job_id: str, reason: str, status: str | None = None, force: bool = False,
-             aborted_by: dict | None = None, key_entry: dict | None = None) -> None:
+             aborted_by: dict | None = None, key_entry: dict | None = None) -> Head:
         """Asks the runner to stop queuing (``reason``: cancel, abort, end); ``status``: the job's
         new status (CANCELED, ABORTED), in the same transaction, only while it is IN_PROGRESS
         (``JobEnded`` otherwise; ``JobNotFound`` when there is no job). A forced cancel of a job
         canceled already adds the force. ``key_entry``: the entry of the Idempotency-Key it was
-        asked with, in the same transaction (``Refusals`` naming "key" when one is there)."""
+        asked with, in the same transaction (``Refusals`` naming "key" when one is there). Returns
+        the head read before, with what the write changed."""
         head = self.head(job_id)
         if head is None:
             raise JobNotFound(job_id)
@@ -311,6 +314,9 @@ class JobStore:
                 current = self.head(job_id)
                 raise JobEnded(job_id, current.record.status if current else status) from None
             raise
+        record = head.record if status is None else replace(head.record, status=status, aborted_by=aborted_by or head.record.aborted_by)
+        return replace(head, record=record, run=replace(head.run, stop=head.run.stop or reason,
+                                                        force=head.run.force or force))
 
     def _listing_status(self, record: JobRecord, status: str) -> dict:
         expr = Expression()
