@@ -4,6 +4,8 @@ jobs. No HTTP here; the API's routes call these."""
 
 from __future__ import annotations
 
+import logging
+
 from ..errors import DeviceNotFound, IdempotencyKeyReused, JobNotFound, StorageUnavailable
 from ..fleet.cursors import CursorSeal
 from ..item import job_marks, schema
@@ -16,6 +18,8 @@ from . import items
 from .items import PAGE_SIZE, Execution, Head
 from .spec import CANCELED, IN_PROGRESS, QUEUED, parse
 from .store import JobStore
+
+logger = logging.getLogger("device_state.jobs")
 
 POLL_SECONDS = 0.5  # a waiting read looks at the job's counts this often
 _KEY, _JOB = "key", "job"
@@ -71,7 +75,9 @@ class JobService:
             raise
         try:
             return self.head(job_id), False
-        except StorageUnavailable:  # it applied: answered with the head as written, never a 503 (nothing written)
+        except StorageUnavailable as error:  # it applied: answered with the head as written, never a 503
+            logger.warning("job head not read after its write: answered as written",
+                           extra={"job_id": job_id, "reason": str(error)})
             return written, False
 
     def _replayed(self, key: IdempotencyKey) -> Head | None:
