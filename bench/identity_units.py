@@ -238,6 +238,9 @@ def _routes(api: Api, meter: Meter, arm: str, ids: list[str], secrets: dict) -> 
         version = int(meter.state_item(device_id)[table.VERSION]["N"])
         sample(f"feed page of {SNAPSHOT_EVERY} changes (GET .../changes)",
                api.call("GET", f"{path}/changes?since={version - SNAPSHOT_EVERY}", headers)[1])
+        sample(f"feed pages of 1 to {SNAPSHOT_EVERY} changes, mean (GET .../changes)", averaged(
+            [api.call("GET", f"{path}/changes?since={version - size}", headers)[1]
+             for size in range(1, SNAPSHOT_EVERY + 1)]))
         sample("feed caught up (GET .../changes, none newer)",
                api.call("GET", f"{path}/changes?since={version}", headers)[1])
         sample("an older version (GET .../versions/{v-1})", api.call("GET", f"{path}/versions/{version - 1}",

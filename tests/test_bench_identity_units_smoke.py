@@ -74,10 +74,12 @@ def test_leases_and_transactions_carry_the_credential_in_their_writes_condition_
         assert operations[kind][HELD] == operations[kind][NONE], kind
 
 
-def test_the_reads_of_the_state_item_check_the_credential_on_it_and_the_feed_page_pays_one_read(result):
+def test_the_reads_of_the_state_item_check_the_credential_on_it_and_a_feed_page_reads_it_in_its_query(result):
     """A version, the lease status, the device's jobs and its feed caught up read the state item
     anyway: the credential is checked on it, at the units of a device holding none. A page of the
-    feed reads change items only: the check reads the state item once more (docs/costs.md)."""
+    feed reads the state item in the same Query as the changes (it sorts right after them): the
+    same requests, and its bytes on top of theirs, about a quarter of a read unit a page, not a
+    whole one (docs/costs.md)."""
     operations = result["operations"]
     for kind in ("an older version (GET .../versions/{v-1})", "lease status (GET .../leases)",
                  "its jobs (GET .../jobs)"):
@@ -85,4 +87,7 @@ def test_the_reads_of_the_state_item_check_the_credential_on_it_and_the_feed_pag
     caught_up = operations["feed caught up (GET .../changes, none newer)"]
     assert caught_up[HELD]["read"] == caught_up[NONE]["read"] and caught_up[HELD]["calls"] <= caught_up[NONE]["calls"]
     page = operations[f"feed page of {SNAPSHOT_EVERY} changes (GET .../changes)"]
-    assert (page[HELD]["read"], page[HELD]["calls"]) == (page[NONE]["read"] + 1, page[NONE]["calls"] + 1)
+    assert page[HELD]["calls"] == page[NONE]["calls"] == 1 and page[HELD]["read"] <= page[NONE]["read"] + 1
+    pages = operations[f"feed pages of 1 to {SNAPSHOT_EVERY} changes, mean (GET .../changes)"]
+    assert pages[HELD]["calls"] == pages[NONE]["calls"] == 1
+    assert pages[NONE]["read"] <= pages[HELD]["read"] < pages[NONE]["read"] + 0.5

@@ -53,7 +53,7 @@ from .errors import (
     UnknownLease,
     VersionConflict,
 )
-from .feed.items import CHANGE_SK_PREFIX, Change, change_from_item, device_after
+from .feed.items import CHANGE_SK_PREFIX, LEGACY_CHANGE_SK_PREFIX, Change, change_from_item, device_after
 from .feed.log import (
     DEFAULT_RETENTION_SECONDS,
     MAX_FEED_LIMIT,
@@ -201,6 +201,7 @@ __all__ = [
     "Backoff",
     "Change",
     "CHANGE_SK_PREFIX",
+    "LEGACY_CHANGE_SK_PREFIX",
     "ChangeLog",
     "change_from_item",
     "device_after",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
-from functions.device_state import CHANGE_SK_PREFIX, DELETED, change_from_item, table
+from functions.device_state import CHANGE_SK_PREFIX, DELETED, LEGACY_CHANGE_SK_PREFIX, change_from_item, table
 
 from . import connections
 from .revocation import CREDENTIAL_PATTERN, close_revoked, is_credential_change
@@ -23,9 +23,11 @@ from .services import devices, forget, services
 logger = logging.getLogger("device_state.push")
 
 # The event source mapping's filters (Lambda filter-pattern syntax, any one matches): new change
-# items, and credentials added or removed.
+# items, and credentials added or removed. A change item under the legacy key is one an older
+# release's processor wrote just before an upgrade, still in the stream.
+_CHANGE_PREFIXES = (CHANGE_SK_PREFIX, LEGACY_CHANGE_SK_PREFIX)
 FILTER_PATTERN = {"eventName": ["INSERT"],
-                  "dynamodb": {"Keys": {table.SORT_KEY: {"S": [{"prefix": CHANGE_SK_PREFIX}]}}}}
+                  "dynamodb": {"Keys": {table.SORT_KEY: {"S": [{"prefix": p} for p in _CHANGE_PREFIXES]}}}}
 FILTER_PATTERNS = (FILTER_PATTERN, CREDENTIAL_PATTERN)
 BATCH_SIZE = 100
 MAX_RETRY_ATTEMPTS = 10
@@ -40,7 +42,7 @@ def is_change(record: dict) -> bool:
     """``FILTER_PATTERN``: a new change item."""
     keys = (record.get("dynamodb") or {}).get("Keys") or {}
     return (record.get("eventName") == "INSERT"
-            and keys.get(table.SORT_KEY, {}).get("S", "").startswith(CHANGE_SK_PREFIX))
+            and keys.get(table.SORT_KEY, {}).get("S", "").startswith(_CHANGE_PREFIXES))
 
 
 def changed_since(change) -> dict | None:

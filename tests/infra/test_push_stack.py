@@ -206,6 +206,23 @@ def test_the_fanout_has_its_own_mapping_filtered_retried_with_partial_batch_resp
     assert feed_mapping["Properties"]["FunctionName"] != props["FunctionName"]
 
 
+def test_the_fanout_filter_takes_new_change_items_under_todays_key_and_the_legacy_one():
+    """A change item an older release's processor wrote just before an upgrade is still in the
+    stream: the filter (and the local poller's ``matches_filter``) takes it too."""
+    from functions.device_state.feed.items import LEGACY_CHANGE_SK_PREFIX, change_sk
+    from functions.push.fanout import FILTER_PATTERN, matches_filter
+
+    def record(event, sk):
+        return {"eventName": event, "dynamodb": {"Keys": {"deviceId": {"S": "lamp"}, "sk": {"S": sk}}}}
+
+    prefixes = [entry["prefix"] for entry in FILTER_PATTERN["dynamodb"]["Keys"]["sk"]["S"]]
+    for sk in (change_sk(7), change_sk(7, LEGACY_CHANGE_SK_PREFIX)):
+        assert matches_filter(record("INSERT", sk)) and any(sk.startswith(prefix) for prefix in prefixes), sk
+        assert not matches_filter(record("REMOVE", sk)), sk
+    for sk in ("state", "change-tries#00000000000000000007", "lease#1", "subscription#c1"):
+        assert not matches_filter(record("INSERT", sk)) and not any(sk.startswith(p) for p in prefixes), sk
+
+
 def test_the_fanout_gives_up_to_an_encrypted_queue_of_its_own(template):
     _, mapping = under(template, "AWS::Lambda::EventSourceMapping", "PushFanOut")
     queue_id, queue = under(template, "AWS::SQS::Queue", "PushFanOutFailures")

@@ -14,7 +14,9 @@ import pytest
 
 from functions.changes.events import LogPublisher
 from functions.changes.handler import process
-from functions.device_state import DeviceNotFound, DeviceStateManager, IdempotencyKey, JsonPatch, MergePatch
+from functions.device_state import (SECRET, CredentialRecord, DeviceNotFound, DeviceStateManager, Holder,
+                                    IdempotencyKey, JsonPatch, MergePatch, new_credential_id)
+from functions.device_state.feed.items import LEGACY_CHANGE_SK_PREFIX, change_sk
 from functions.device_state.feed.log import (CHANGE_SK_PREFIX, ChangeLog, ChangesExpired, InvalidSince,
                                             VersionNotFound, change_of)
 from localdev.stream import StreamPoller
@@ -261,9 +263,41 @@ def test_non_state_items_and_unversioned_changes_are_no_change():
     assert change_of(state, {**state, "leaseToken": {"N": "7"}}) is None
     assert change_of(state, {**state, "w:000abc": {"N": "3"}}) is None
     assert change_of(None, {"deviceId": {"S": "d"}, "sk": {"S": "state"}, "w:1": {"N": "0"}}) is None
-    for sk in ("idem#PATCH#k", "lease#0001", "lease-counter", "change#00000000000000000003"):
+    for sk in ("idem#PATCH#k", "lease#0001", "lease-counter", change_sk(3), change_sk(3, LEGACY_CHANGE_SK_PREFIX)):
         assert change_of(None, {**state, "sk": {"S": sk}}) is None
     assert change_of({**state, "version": {"N": "2"}}, state).kind == "updated"
+
+
+def test_changes_an_older_release_stored_under_the_legacy_key_are_read_where_todays_key_has_none(feed, local_table):
+    """Change items were keyed ``change#<version>`` before they sorted right before the state
+    item: those an upgrade finds are read where today's key holds none (a page, and a page of
+    the device's own with its credential, a version), and the feed goes on under today's."""
+    manager, log, _ = feed
+    client, name = local_table
+
+    def written(write):
+        old = manager.live_state("lamp")
+        write()
+        log.record(old, manager.live_state("lamp"))
+
+    written(lambda: manager.create("lamp", {"n": 0}))
+    for n in (1, 2):
+        written(lambda: manager.update_with_retry("lamp", MergePatch({"n": n})))
+    for version in (1, 2, 3):  # as an older release's processor stored them
+        key = {"deviceId": {"S": "lamp"}, "sk": {"S": change_sk(version)}}
+        item = client.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
+        client.put_item(TableName=name, Item={**item, "sk": {"S": change_sk(version, LEGACY_CHANGE_SK_PREFIX)}})
+        client.delete_item(TableName=name, Key=key)
+    for n in (3, 4):
+        written(lambda: manager.update_with_retry("lamp", MergePatch({"n": n})))
+    record = CredentialRecord(new_credential_id(), SECRET, secret=b"x")
+    holder = Holder(manager.add_credential("lamp", record).credential_id)
+    for who in (None, holder):
+        assert [c.version for c in log.read("lamp", 0, holder=who)] == [1, 2, 3]
+        assert [c.version for c in log.read("lamp", 1, holder=who)] == [2, 3]
+        assert [c.version for c in log.read("lamp", 3, holder=who)] == [4, 5]
+        assert log.at_version("lamp", 2, holder=who).state == {"n": 1}
+    assert [item["sk"]["S"] for item in change_items(client, name, "lamp")] == [change_sk(4), change_sk(5)]
 
 
 def test_the_feed_refuses_unknown_devices_and_impossible_versions(feed):

@@ -75,9 +75,11 @@ def test_a_revoked_credential_opens_nothing_read_or_write_and_writes_nothing(man
 
 
 def test_the_devices_feed_versions_leases_and_jobs_check_its_credential_on_the_state_item_they_read(engine):
-    """The requests each read sends are those of a device holding none (the feed's read of a
-    page takes the state item first, and a device caught up reads no change item); after the
-    revoke each is refused."""
+    """The requests each read sends are at most those of a device holding none: the feed's
+    Query reads the state item after the changes (it sorts right after them), so a page that
+    reaches the newest change, and a device caught up, send that one Query; only a page that
+    stops short of the newest change reads the state item on its own. After the revoke each
+    read is refused."""
     client, name = engine
     spy = RecordingClient(client)
     manager, log = DeviceStateManager(spy, name), ChangeLog(spy, name)
@@ -89,6 +91,7 @@ def test_the_devices_feed_versions_leases_and_jobs_check_its_credential_on_the_s
         log.record(old, manager.live_state("lamp"))
     manager.as_device("lamp", holder).update_with_retry("lamp", PATCH, section="reported")  # not in the feed yet
     reads = {"a page": lambda who: log.read("lamp", 1, holder=who),
+             "a page short of the newest change": lambda who: log.read("lamp", 1, 1, holder=who),
              "caught up": lambda who: log.read("lamp", 4, holder=who),
              "the feed behind": lambda who: log.read("lamp", 3, holder=who),
              "a version": lambda who: log.at_version("lamp", 2, holder=who),
@@ -100,13 +103,15 @@ def test_the_devices_feed_versions_leases_and_jobs_check_its_credential_on_the_s
             spy.calls.clear()
             read(who)
             sent[what, who] = list(spy.calls)
-    assert sent["a page", holder] == ["get_item", *sent["a page", None]] == ["get_item", "query"]
-    assert sent["caught up", None] == ["query", "get_item"] and sent["caught up", holder] == ["get_item"]
-    assert sent["the feed behind", None] == ["query", "get_item"] and sent["the feed behind", holder] == [
-        "get_item", "query"]
+    assert sent["a page", holder] == sent["a page", None] == ["query"]
+    assert sent["a page short of the newest change", None] == ["query"]
+    assert sent["a page short of the newest change", holder] == ["query", "get_item"]
+    assert sent["caught up", None] == ["query", "get_item"] and sent["caught up", holder] == ["query"]
+    assert sent["the feed behind", None] == ["query", "get_item"] and sent["the feed behind", holder] == ["query"]
     for what in ("a version", "lease status", "jobs"):
         assert sent[what, holder] == sent[what, None], what
     assert [change.version for change in log.read("lamp", 1, holder=holder)] == [2, 3]
+    assert [change.version for change in log.read("lamp", 1, 1, holder=holder)] == [2]
     with pytest.raises(InvalidSince):
         log.read("lamp", 5, holder=holder)
     manager.revoke_credential("lamp", holder.credential_id)

@@ -22,6 +22,7 @@ from functions.device_state import (
     VersionConflict,
 )
 from functions.device_state import table
+from functions.device_state.feed.items import change_sk
 from functions.device_state.item.fencing import Fence
 from functions.device_state.item.room import BOOKKEEPING_BYTES
 from functions.device_state.write.planner import Planner
@@ -491,7 +492,7 @@ def test_a_walk_reads_past_what_is_no_device_takes_every_cursor_back_and_ends(en
     for device_id in ids:
         manager.create(device_id, {})
         for number in range(30):
-            put_item(engine, device_id, f"change#{number:020d}")
+            put_item(engine, device_id, change_sk(number))
     seen, cursor, sizes = [], None, []
     while True:
         page, cursor = manager.list_devices(limit=limit, cursor=cursor)

@@ -10,7 +10,7 @@ from moto import mock_aws
 
 from functions.changes.events import (DETAIL_TYPE, MAX_EVENT_BYTES, SOURCE, EventBridgePublisher, PublishFailed,
                                       detail)
-from functions.device_state.feed.items import Change
+from functions.device_state.feed.items import Change, change_sk
 from functions.device_state.model.values import loads
 
 
@@ -101,7 +101,7 @@ def test_the_deployed_handler_writes_the_change_and_puts_the_event_on_the_config
         try:
             assert handler.lambda_handler(batch, LambdaContext()) == {"batchItemFailures": []}
             items = dynamodb.scan(TableName="devices-events")["Items"]
-            assert sorted(item["sk"]["S"] for item in items) == ["change#00000000000000000001"]
+            assert sorted(item["sk"]["S"] for item in items) == [change_sk(1)]
             messages = sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=1, MaxNumberOfMessages=10)["Messages"]
             assert [(m["detail"]["version"], m["detail"]["kind"]) for m in map(lambda m: loads(m["Body"]), messages)
                     ] == [(1, "created")]  # one event: the lease bookkeeping made none

@@ -123,3 +123,53 @@ def test_every_attribute_a_device_item_carries_in_its_life_is_declared():
 def test_each_shared_word_is_an_attribute_of_the_item(name):
     """The exemption list names attributes only (a stale entry would hide a spelled name)."""
     assert name in _declared()
+
+
+# The sort keys of items in a device's own partition (the state item, its change items and
+# everything kept beside them), and those of items kept in partitions of their own, as
+# ``name@module`` (the module's path under functions/).
+DEVICE_PARTITION_SORT_KEYS = {
+    "STATE_SK@device_state/item/schema.py", "CHANGE_SK_PREFIX@device_state/feed/items.py",
+    "LEGACY_CHANGE_SK_PREFIX@device_state/feed/items.py", "TRIES_SK_PREFIX@device_state/feed/log.py",
+    "CREDENTIAL_SK_PREFIX@device_state/identity/credentials.py", "SK_PREFIX@device_state/identity/assertions.py",
+    "IDEMPOTENCY_SK_PREFIX@device_state/table.py", "IDEMPOTENCY_PART_SK_PREFIX@device_state/table.py",
+    "LEASE_SK_PREFIX@device_state/table.py", "LEASE_COUNTER_SK@device_state/table.py",
+    "SUBSCRIPTION_SK_PREFIX@push/subscriptions.py"}
+OTHER_PARTITION_SORT_KEYS = {
+    "JOB_SK@device_state/jobs/items.py", "RUN_SK@device_state/jobs/items.py", "JOB_SK@device_state/fleet/reindex.py",
+    "SK_PREFIX@device_state/identity/enrollments.py", "CONNECTION_SK@push/subscriptions.py"}
+
+
+def _sort_key_constants() -> dict[str, str]:
+    """Every module-level ``*_SK`` or ``*SK_PREFIX`` string constant of the service, by
+    ``name@module``."""
+    found = {}
+    functions = REPO_ROOT / "functions"
+    for path in functions.rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.Assign):
+                continue
+            targets = node.targets[0].elts if isinstance(node.targets[0], ast.Tuple) else node.targets
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            for target, value in zip(targets, values):
+                if (isinstance(target, ast.Name) and target.id.endswith(("_SK", "SK_PREFIX"))
+                        and isinstance(value, ast.Constant) and isinstance(value.value, str)):
+                    found[f"{target.id}@{path.relative_to(functions).as_posix()}"] = value.value
+    return found
+
+
+def test_no_item_of_a_device_sorts_between_its_change_items_and_its_state_item():
+    """``ChangeLog.read`` reads a page of changes and the state item after them in one Query:
+    whatever else a device's partition holds must sort before the change items or after the
+    state item, or that Query would read (and pay for) it too."""
+    from functions.device_state.feed.items import CHANGE_SK_PREFIX, VERSION_WIDTH, change_sk
+    constants = _sort_key_constants()
+    assert set(constants) == DEVICE_PARTITION_SORT_KEYS | OTHER_PARTITION_SORT_KEYS, \
+        "a sort key added or renamed: say which partition its items live in"
+    assert change_sk(0) < change_sk(10 ** VERSION_WIDTH - 1) < schema.STATE_SK
+    for name in DEVICE_PARTITION_SORT_KEYS:
+        value = constants[name]
+        if value in (CHANGE_SK_PREFIX, schema.STATE_SK):
+            continue
+        highest = value + "\U0010ffff" if name.split("@")[0].endswith("PREFIX") else value  # and anything after
+        assert highest < CHANGE_SK_PREFIX or value > schema.STATE_SK, name

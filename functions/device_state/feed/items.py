@@ -16,7 +16,13 @@ from ..model.times import stored_time, timestamp
 from ..model.values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads
 from ..write.expressions import number
 
-CHANGE_SK_PREFIX = "change#"
+# A change item's sort key sorts right before the state item's ("rev#..." < "state", and no other
+# item of a device's partition sorts between them: tests/unit/test_item_schema.py checks), so one
+# Query reads a page of changes and the state item after them (``ChangeLog.read``).
+CHANGE_SK_PREFIX = "rev#"
+# Change items were keyed "change#<version>" before; those an older release stored are still read
+# where the feed would otherwise answer that a version is past the retention, until they expire.
+LEGACY_CHANGE_SK_PREFIX = "change#"
 VERSION_WIDTH = 20  # zero-padded, so sort keys sort as versions do
 CREATED, UPDATED, REPLACED, DELETED = "created", "updated", "replaced", "deleted"
 
@@ -47,8 +53,8 @@ SNAPSHOT_EVERY = 16
 WRITE_UNIT_BYTES = 1024
 
 
-def change_sk(version: int) -> str:
-    return f"{CHANGE_SK_PREFIX}{version:0{VERSION_WIDTH}d}"
+def change_sk(version: int, prefix: str = CHANGE_SK_PREFIX) -> str:
+    return f"{prefix}{version:0{VERSION_WIDTH}d}"
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,10 @@ processor, encoded by ``change_items``), and the reads of the feed and of histor
 
 The stream processor (``functions/changes``) turns every stream record of a state item
 whose version went up into one change item in the device's partition,
-``sk = change#<zero-padded version>``, written once (a redelivered record finds it there
-and changes nothing). Everything else the stream carries (lease bookkeeping, the write
-journal and its trims, settle stubs, idempotency records, lease rows, change items
-themselves) is no change: ``change_of`` returns None for it.
+``sk = rev#<zero-padded version>`` (sorting right before the state item), written once (a
+redelivered record finds it there and changes nothing). Everything else the stream carries
+(lease bookkeeping, the write journal and its trims, settle stubs, idempotency records, lease
+rows, change items themselves) is no change: ``change_of`` returns None for it.
 
 A change item holds the version, the previous version, the kind, the sections the write
 changed, an RFC 6902 patch over the whole document ``{"state", "desired", "reported"}``
@@ -46,6 +46,7 @@ from ..write.store import IDEMPOTENT, ONCE, Store
 from .items import (
     CHANGE_SK_PREFIX,
     DELETED,
+    LEGACY_CHANGE_SK_PREFIX,
     VERSION_WIDTH,
     Change,
     change_from_item,
@@ -70,6 +71,7 @@ MAX_FEED_LIMIT = 100
 # feed answers ChangesExpired rather than an empty page that would never fill.
 MAX_RECORD_AGE_SECONDS = 6 * 60 * 60
 GIVEN_UP_SECONDS = MAX_RECORD_AGE_SECONDS + 5 * 60
+LAST_VERSION = 10 ** VERSION_WIDTH - 1  # the highest a change's sort key can hold
 MAX_REBUILD_STEPS = 100  # versions history walks back to rebuild one stored without its state
 
 
@@ -111,6 +113,20 @@ def _version_and_time(state: dict) -> tuple[int, str | None]:
 
 def _past_current(since: int, current: int) -> InvalidSince:
     return InvalidSince(f"since ({since}) is past the device's current version ({current})")
+
+
+def _contiguous(items: list[dict], since: int, now: float) -> tuple[list[Change], bool]:
+    """The changes of ``items`` contiguous from ``since + 1``, and whether the first one is a
+    lost marker (the change right after ``since`` could not be recorded)."""
+    changes: list[Change] = []
+    for item in items:
+        if schema.is_expired(item, now) or schema.StateItem.of(item).version != since + 1 + len(changes):
+            break
+        change = change_from_item(item)
+        if change.lost:
+            return changes, not changes
+        changes.append(change)
+    return changes, False
 
 
 def _device(expr: Expression, device_id: str) -> str:
@@ -190,41 +206,43 @@ class ChangeLog:
              holder: Holder | None = None) -> list[Change]:
         """Up to ``limit`` changes after version ``since``, oldest first and contiguous
         from ``since + 1`` (an empty list when none is recorded yet). ``holder``: the device's
-        own read, with the credential it comes with, checked on its state item (``Holder.check``),
-        which is read first; a device caught up with it reads no change items."""
+        own read, with the credential it comes with, checked on its state item
+        (``Holder.check``) before anything is answered.
+
+        A holder's Query reads the state item with the changes, since it sorts right after
+        them: one request, and a device caught up with its feed reads its state item alone. Its
+        page that stops short of the newest change reads the state item on its own. Any other
+        caller's Query reads the changes alone (a fan-out, a catch-up: pages that find changes
+        need no state item), and the state item only when it finds none."""
         validate_device_id(device_id)
         if not 1 <= limit <= MAX_FEED_LIMIT:
             raise ValueError(f"limit must be 1..{MAX_FEED_LIMIT}")
         if since < 0:
             raise InvalidSince("since must be 0 or more")
         now = self.clock()
-        known = None  # the device's current version and when it was written, from its state item read first
+        with_state = holder is not None
+        change_items = self._items_after(device_id, since, limit + with_state,
+                                         schema.STATE_SK if with_state else change_sk(LAST_VERSION))
+        state = (change_items.pop() if change_items and change_items[-1][schema.SORT_KEY]["S"] == schema.STATE_SK
+                 else None)
+        state_read = state is not None or (with_state and len(change_items) <= limit)  # read to the range's end
         if holder is not None:
-            state = self.store.get_state(device_id)
+            if not state_read:
+                state, state_read = self.store.get_state(device_id), True
             holder.check(device_id, state, now)
-            known = _version_and_time(state)
+        known = (_version_and_time(state) if state is not None and schema.VERSION in state
+                 and not schema.is_expired(state, now) else None)
+        if known is not None and since >= known[0]:
             if since > known[0]:
                 raise _past_current(since, known[0])
-            if since == known[0]:
-                return []
-        expr = Expression()
-        in_range = (f"{_device(expr, device_id)} AND {expr.name(schema.SORT_KEY)} BETWEEN "
-                    f"{expr.value({'S': change_sk(since + 1)})} AND {expr.value({'S': change_sk(10 ** VERSION_WIDTH - 1)})}")
-        items = self.store.send("query", ConsistentRead=True, Limit=limit, KeyConditionExpression=in_range,
-                                **expr.attributes()).get("Items", [])
-        changes, lost = [], False
-        for item in items:
-            if schema.is_expired(item, now) or schema.StateItem.of(item).version != since + 1 + len(changes):
-                break
-            change = change_from_item(item)
-            if change.lost:
-                lost = not changes
-                break
-            changes.append(change)
+            return []
+        changes, lost = _contiguous(change_items[:limit], since, now)
         if changes:
             return changes
-        current, updated_at = known or self._current(device_id, now)
-        if items or lost:  # the change right after `since` is gone (or lost) while later ones exist
+        current, updated_at = known or self._current(device_id, now, state_read=state_read)
+        if change_items or lost:  # the change right after `since` is gone (or lost) while later ones exist
+            if not lost and (legacy := self._legacy_page(device_id, since, limit, now)):
+                return legacy
             raise ChangesExpired(device_id, since, current)
         if since > current:
             raise _past_current(since, current)
@@ -232,8 +250,27 @@ class ChangeLog:
                 epoch_of(updated_at) + min(self.retention_seconds, GIVEN_UP_SECONDS) <= now):
             # Past the retention, or a record the processor gave up (on AWS, to the
             # on-failure queue) long ago: the next change will not come.
+            if legacy := self._legacy_page(device_id, since, limit, now):
+                return legacy
             raise ChangesExpired(device_id, since, current)
         return []  # caught up, or the processor has not written the next change yet
+
+    def _legacy_page(self, device_id: str, since: int, limit: int, now: float) -> list[Change]:
+        """The changes after ``since`` that an older release stored under the legacy key,
+        read only where the feed would otherwise answer them past the retention."""
+        items = self._items_after(device_id, since, limit, change_sk(LAST_VERSION, LEGACY_CHANGE_SK_PREFIX),
+                                  LEGACY_CHANGE_SK_PREFIX)
+        return _contiguous(items, since, now)[0]
+
+    def _items_after(self, device_id: str, since: int, limit: int, upper: str,
+                     prefix: str = CHANGE_SK_PREFIX) -> list[dict]:
+        """Up to ``limit`` items of the device's partition from the change after ``since``
+        through the sort key ``upper``."""
+        expr = Expression()
+        in_range = (f"{_device(expr, device_id)} AND {expr.name(schema.SORT_KEY)} BETWEEN "
+                    f"{expr.value({'S': change_sk(since + 1, prefix)})} AND {expr.value({'S': upper})}")
+        return self.store.send("query", ConsistentRead=True, Limit=limit, KeyConditionExpression=in_range,
+                               **expr.attributes()).get("Items", [])
 
     def wait(self, device_id: str, since: int, limit: int = MAX_FEED_LIMIT, wait_seconds: float = 0.0,
              first_delay: float = 0.05, max_delay: float = 1.0, holder: Holder | None = None) -> list[Change]:
@@ -282,6 +319,8 @@ class ChangeLog:
                     raise VersionNotRecorded(device_id, version)
                 item = self._change_item(device_id, at)  # the feed may have recorded it since the first read
             if item is None:
+                item = self._change_item(device_id, at, LEGACY_CHANGE_SK_PREFIX)
+            if item is None:
                 why = ("never written, or past the retention" if at == version
                        else f"version {at}, which it is rebuilt from, is missing or past the retention")
                 raise VersionNotFound(device_id, version, why)
@@ -300,15 +339,16 @@ class ChangeLog:
             pending.append(change)
         raise VersionNotFound(device_id, version, "too far from a version stored with its sections")
 
-    def _change_item(self, device_id: str, version: int) -> dict | None:
-        item = self.store.get({schema.PARTITION_KEY: {"S": device_id}, schema.SORT_KEY: {"S": change_sk(version)}})
+    def _change_item(self, device_id: str, version: int, prefix: str = CHANGE_SK_PREFIX) -> dict | None:
+        item = self.store.get({schema.PARTITION_KEY: {"S": device_id},
+                               schema.SORT_KEY: {"S": change_sk(version, prefix)}})
         return None if item is None or schema.is_expired(item, self.clock()) else item
 
     def _recording(self, device_id: str, version: int) -> bool:
         """True when ``version`` was written but the feed has not recorded it yet: no change
         item at or after it, the device at or past it, and its processing not given up."""
         now = self.clock()
-        latest = self._latest_change(device_id)
+        latest = self._latest_change(device_id, legacy=False)  # what is being recorded goes under today's key
         if latest is not None and schema.StateItem.of(latest).version >= version:
             return False
         try:
@@ -317,19 +357,24 @@ class ChangeLog:
             return False
         return version <= current and updated_at is not None and epoch_of(updated_at) + GIVEN_UP_SECONDS > now
 
-    def _latest_change(self, device_id: str) -> dict | None:
-        """The newest change item the feed holds for the device (expired or not)."""
-        expr = Expression()
-        changes = (f"{_device(expr, device_id)} AND "
-                   f"begins_with({expr.name(schema.SORT_KEY)}, {expr.value({'S': CHANGE_SK_PREFIX})})")
-        latest = self.store.send("query", ConsistentRead=True, Limit=1, ScanIndexForward=False,
-                                 KeyConditionExpression=changes, **expr.attributes()).get("Items", [])
-        return latest[0] if latest else None
+    def _latest_change(self, device_id: str, legacy: bool = True) -> dict | None:
+        """The newest change item the feed holds for the device (expired or not); with
+        ``legacy``, under the legacy key when there is none under today's."""
+        for prefix in (CHANGE_SK_PREFIX, LEGACY_CHANGE_SK_PREFIX)[:2 if legacy else 1]:
+            expr = Expression()
+            changes = (f"{_device(expr, device_id)} AND "
+                       f"begins_with({expr.name(schema.SORT_KEY)}, {expr.value({'S': prefix})})")
+            latest = self.store.send("query", ConsistentRead=True, Limit=1, ScanIndexForward=False,
+                                     KeyConditionExpression=changes, **expr.attributes()).get("Items", [])
+            if latest:
+                return latest[0]
+        return None
 
-    def _current(self, device_id: str, now: float) -> tuple[int, str | None]:
+    def _current(self, device_id: str, now: float, state_read: bool = False) -> tuple[int, str | None]:
         """The device's current version (a tombstone's too) and when it was last written;
-        DeviceNotFound when there is no device, tombstone or change at all."""
-        item = self.store.get_state(device_id)
+        DeviceNotFound when there is no device, tombstone or change at all. ``state_read``:
+        the caller read the state item and found none (or none alive)."""
+        item = None if state_read else self.store.get_state(device_id)
         if item is not None and schema.VERSION in item and not schema.is_expired(item, now):
             return _version_and_time(item)
         latest = self._latest_change(device_id)
