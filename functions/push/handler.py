@@ -26,7 +26,7 @@ from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, Crede
                                     TooManyConnections, metrics as names, validate_device_id)
 
 from . import connections
-from .delivery import Delivery, Gone, PostFailed, error_message
+from .delivery import PAGE, Delivery, Gone, PostFailed, error_message
 from .services import devices, forget, services
 from .subscriptions import Subscriptions, TooManySubscriptions, UnknownConnection
 
@@ -163,8 +163,9 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
             except (CredentialRevoked, DeviceNotFound) as error:
                 _refuse_revoked(error, device_id, holder)
         raise
+    known = []  # the first page of the catch-up, read with the check (a device's own read reads its state item too)
     try:
-        delivery.log.read(device_id, since, 1, holder)  # a since the feed would refuse is refused here, before anything
+        known = delivery.log.read(device_id, since, PAGE, holder)  # a since the feed would refuse is refused here
     except CredentialRevoked as revoked:
         _refuse_revoked(revoked, device_id, holder)
     except ChangesExpired as expired:
@@ -186,7 +187,7 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
     connections.post(connection_id, {"type": "subscribed", "deviceId": device_id, "since": since,
                                      "sections": list(sections)})
     try:
-        delivery.advance(subscription)  # catch-up: every change after since, then the fan-out's
+        delivery.advance(subscription, known=known)  # catch-up: every change after since, then the fan-out's
     except ChangesExpired as expired:
         subscriptions.unsubscribe(connection_id, device_id)
         raise BadMessage("changes-expired", "Changes past the retention", str(expired), 410, deviceId=device_id,

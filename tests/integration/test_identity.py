@@ -463,3 +463,55 @@ def test_a_devices_own_lease_handle_carries_its_credential(manager):
     with pytest.raises(CredentialRevoked):
         device.lease("lamp", ttl_seconds=30).acquire()
     assert manager.lease_queue().status("lamp").holder_token == lease.fencing_token  # nothing released
+
+
+def test_a_devices_subscription_to_itself_from_behind_sends_what_one_holding_none_sends(engine, monkeypatch):
+    """The subscribe's check of ``since`` reads the first page of the catch-up, and the catch-up
+    starts from it: a device holding a credential reads its state item in that same Query (its
+    check), so it sends the requests of a device holding none. Revoked: 401, nothing subscribed."""
+    import json
+
+    from functions.auth.principals import Principal
+    from functions.push import handler
+    from functions.push.delivery import Delivery
+    from functions.push.subscriptions import Subscriptions
+
+    client, name = engine
+    monkeypatch.setenv("TABLE_NAME", name)  # the push configuration (credentials optional)
+    spy = RecordingClient(client)
+    manager, log = DeviceStateManager(spy, name), ChangeLog(spy, name)
+    posted = []
+    subscriptions = Subscriptions(spy, name)
+    monkeypatch.setattr(handler, "services", lambda: (subscriptions, Delivery(
+        subscriptions, log, lambda connection, message: posted.append((connection, message)))))
+    monkeypatch.setattr(handler.connections, "post", lambda connection, message: posted.append((connection, message)))
+    principals = {None: Principal.device("plain"), "held": None}
+    for device_id in ("plain", "held"):
+        manager.create(device_id, {"n": 0})
+        for n in range(3):
+            old = manager.live_state(device_id)
+            manager.update_with_retry(device_id, MergePatch({"n": n + 1}), section="reported")
+            log.record(old, manager.live_state(device_id))
+    holder = Holder(manager.add_credential("held", key()).credential_id)
+    principals["held"] = Principal.device("held", credential_id=holder.credential_id)
+
+    def subscribe(principal, connection_id):
+        subscriptions.open(connection_id, principal.subject)
+        spy.calls.clear()
+        posted.clear()
+        answer = handler.lambda_handler({
+            "requestContext": {"routeKey": "subscribe", "connectionId": connection_id,
+                               "authorizer": {"principalId": principal.subject, **principal.as_context()}},
+            "body": json.dumps({"action": "subscribe", "deviceId": principal.device_id, "since": 1})}, None)
+        return answer, [message for _, message in posted], list(spy.calls)
+
+    plain, held = subscribe(principals[None], "c-plain"), subscribe(principals["held"], "c-held")
+    for answer, messages, _ in (plain, held):
+        assert answer["statusCode"] == 200
+        assert [message.get("version") for message in messages] == [None, 2, 3, 4]  # subscribed, then 3 changes
+    assert held[2] == plain[2] and held[2].count("query") >= 1
+    manager.revoke_credential("held", holder.credential_id)
+    answer, messages, _ = subscribe(principals["held"], "c-held-2")
+    assert answer["statusCode"] == 200 and [m["type"] for m in messages] == ["error"]
+    assert messages[0]["problem"]["status"] == 401
+    assert [s.connection_id for s in subscriptions.of_device("held")] == ["c-held"]
