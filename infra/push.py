@@ -44,7 +44,8 @@ FANOUT_TIMEOUT = Duration.seconds(60)
 # What the subscriptions, the connections and the change log's reads call, and no other.
 DYNAMODB_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
                     "dynamodb:Query", "dynamodb:BatchGetItem")
-CONNECTION_METHODS = ("POST", "DELETE")  # @connections: post a message, close a connection
+# @connections: post a message, close a connection, ask whether one is open (a connect at its device's cap)
+CONNECTION_METHODS = ("POST", "DELETE", "GET")
 # Nothing on the fan-out's queue needs replaying (the subscribers of its devices catch up with
 # the device's next change, or by subscribing again): a week to read why it failed.
 FAILURE_RETENTION = Duration.days(7)
@@ -128,7 +129,7 @@ class Push(Construct):
         url.override_logical_id(URL_OUTPUT)
 
     def connections_arns(self) -> list[str]:
-        """execute-api ARNs of posting to and closing this API's connections, in its stage."""
+        """execute-api ARNs of posting to, closing and looking up this API's connections, in its stage."""
         stack = Stack.of(self)
         return [stack.format_arn(service="execute-api", resource=self.api.api_id,
                                  resource_name=f"{STAGE_NAME}/{method}/@connections/*")
@@ -137,7 +138,7 @@ class Push(Construct):
     def _function(self, name: str, handler: str, timeout: Duration, table: dynamodb.ITable, code: lambda_.Code,
                   layer: lambda_.ILayerVersion, environment: dict[str, str], snap_start: bool) -> lambda_.Function:
         """A function with its own log group and role: DYNAMODB_ACTIONS on the table, its log
-        group, and posting to and closing this API's connections."""
+        group, and posting to, closing and looking up this API's connections."""
         log_group = logs.LogGroup(self, f"{name}Logs", retention=LOG_RETENTION)
         role = iam.Role(self, f"{name}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         role.add_to_policy(iam.PolicyStatement(actions=list(DYNAMODB_ACTIONS), resources=[table.table_arn]))

@@ -1,21 +1,23 @@
-"""Posting to (and closing) WebSocket connections through API Gateway's @connections API
-(``CONNECTIONS_ENDPOINT``: https://<api>.execute-api.<region>.amazonaws.com/<stage>, or the
+"""Posting to, looking up and closing WebSocket connections through API Gateway's @connections
+API (``CONNECTIONS_ENDPOINT``: https://<api>.execute-api.<region>.amazonaws.com/<stage>, or the
 dev server's stand-in). Never retried by botocore: a post that may have landed is not sent
 again here (the delivery resends at most a version the client drops as seen)."""
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from functions.device_state import dumps, new_client
 
 from .delivery import Gone
 
 CONNECTIONS_ENDPOINT = "CONNECTIONS_ENDPOINT"
+logger = logging.getLogger("device_state.push")
 
 
 @functools.lru_cache(maxsize=4)
@@ -33,6 +35,21 @@ def post(connection_id: str, message: dict, endpoint: str | None = None) -> None
             raise Gone(connection_id) from None
         raise
 
+
+
+def known_gone(connection_id: str, endpoint: str | None = None) -> bool:
+    """True when API Gateway answers that the connection is gone (closed, or not established
+    yet); False when it is open, or when the question gets no answer (then it still counts)."""
+    endpoint = endpoint or os.environ[CONNECTIONS_ENDPOINT]
+    try:
+        _client(endpoint).get_connection(ConnectionId=connection_id)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == "GoneException":
+            return True
+        logger.warning("connection not looked up", extra={"reason": str(error)})
+    except BotoCoreError as error:
+        logger.warning("connection not looked up", extra={"reason": str(error)})
+    return False
 
 
 def close(connection_id: str, endpoint: str | None = None) -> None:

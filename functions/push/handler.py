@@ -69,7 +69,8 @@ def lambda_handler(event, _context):
             # expire unused, never a member of the device's connectivity counting against its cap.
             try:  # the device must still hold the credential it comes with: checked in the connect's own write
                 devices().as_device(principal.device_id, holder).connected(  # at its cap, closed ones are forgotten
-                    principal.device_id, connection_id, ends, closed=subscriptions.closed)
+                    principal.device_id, connection_id, ends,
+                    closed=lambda held: subscriptions.closed(held, connections.known_gone))
             except CredentialRevoked:
                 metrics.add_metric(name=names.REVOKED_CREDENTIAL_REQUESTS, unit=MetricUnit.Count, value=1)
                 return {"statusCode": 401}

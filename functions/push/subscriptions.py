@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 
 from functions.device_state import AnswerLost, ConditionNotMet, Holder, StorageUnavailable, table
 from functions.device_state.write.expressions import Expression, number
@@ -29,6 +31,11 @@ DEVICES = "devices"  # on a connection's item: the devices it follows (a string 
 DELIVERED = "delivered"  # on a subscription: the last version sent
 HOLDER = "holder"  # on a device's own connection and its subscription: the credential it came with
 CONNECTION_LIFETIME_SECONDS = 2 * 60 * 60  # API Gateway closes a WebSocket connection after 2 hours
+OPENED_AT = "openedAt"  # on a connection's item: when its $connect stored it (epoch seconds)
+# API Gateway answers a connection whose $connect has not returned yet as gone, as it does a closed
+# one; a $connect returns within its integration's 29 s, so only connections opened longer ago than
+# this are asked about.
+CONNECTING_SECONDS = 30
 
 
 class TooManySubscriptions(Exception):
@@ -74,6 +81,7 @@ class Subscriptions:
         expires = self.ends(credential_expires_at)
         self.store.send("put_item", IDEMPOTENT, Item={
             **_connection_key(connection_id), "subject": {"S": subject}, table.TTL_ATTRIBUTE: number(expires),
+            OPENED_AT: number(int(self.clock())),
             **({HOLDER: _holder_attribute(holder)} if holder is not None else {})})
         return expires
 
@@ -135,15 +143,26 @@ class Subscriptions:
             return None
         return closed["subject"]["S"], int(closed[table.TTL_ATTRIBUTE]["N"])
 
-    def closed(self, connection_ids: list[str]) -> set[str]:
-        """Of ``connection_ids`` (at most 100), those whose connection's item is gone: its close
-        deleted it, or it expired. Read strongly consistent: a connection's item is written before
-        its device records it, so an open connection's item is always found."""
+    def closed(self, connection_ids: list[str], known_gone: Callable[[str], bool] | None = None) -> set[str]:
+        """Of ``connection_ids`` (at most 100), those whose connection's item is gone (its close
+        deleted it, or it expired), and with ``known_gone`` (asked at once for each, given a
+        connection id), those whose item stays but which ``known_gone`` says are gone: closed
+        while their $disconnect never came, or never established (asked only once opened
+        ``CONNECTING_SECONDS`` ago). Read strongly consistent: a connection's item is written
+        before its device records it, so an open connection's item is always found."""
         keys = [_connection_key(connection_id) for connection_id in connection_ids]
         found, now = self.store.batch_get(keys), self.clock()
-        return {connection_id for connection_id, key in zip(connection_ids, keys)
-                if (item := found.get((key[table.PARTITION_KEY]["S"], CONNECTION_SK))) is None
-                or table.is_expired(item, now)}
+        gone, kept = set(), []
+        for connection_id, key in zip(connection_ids, keys):
+            item = found.get((key[table.PARTITION_KEY]["S"], CONNECTION_SK))
+            if item is None or table.is_expired(item, now):
+                gone.add(connection_id)
+            elif float(item.get(OPENED_AT, {"N": "0"})["N"]) <= now - CONNECTING_SECONDS:
+                kept.append(connection_id)
+        if known_gone is not None and kept:
+            with ThreadPoolExecutor(max_workers=len(kept)) as pool:
+                gone.update(connection_id for connection_id, dead in zip(kept, pool.map(known_gone, kept)) if dead)
+        return gone
 
     def of_device(self, device_id: str) -> list[Subscription]:
         now, found, start = self.clock(), [], None

@@ -164,7 +164,7 @@ def test_the_push_functions_may_use_the_table_their_logs_and_this_apis_connectio
     assert actions(connections) == ["execute-api:ManageConnections"] and connections["Effect"] == "Allow"
     arns = [resource["Fn::Join"][1] for resource in connections["Resource"]]
     assert [arn[-2:] for arn in arns] == [[{"Ref": api_id}, f"/prod/{method}/@connections/*"]
-                                          for method in ("POST", "DELETE")]
+                                          for method in ("POST", "DELETE", "GET")]
     assert all(arn[:-2] == ["arn:", {"Ref": "AWS::Partition"}, ":execute-api:", {"Ref": "AWS::Region"}, ":",
                             {"Ref": "AWS::AccountId"}, ":"] for arn in arns)
     services = {a.split(":")[0] for s in statements for a in actions(s)}

@@ -5,6 +5,7 @@ at connect and disconnect, and devices that never connected in connectivity/conn
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -162,6 +163,48 @@ def test_a_device_at_its_cap_whose_closes_never_reached_its_item_connects_again(
     assert handler.lambda_handler(event("$connect", "c9"), None) == {"statusCode": 200}
     refused = handler.lambda_handler(event("$connect", "c10"), None)
     assert refused["statusCode"] == 429 and held() == ["c2", "c3", "c8", "c9"]  # all open: nothing forgotten
+
+
+def test_a_device_at_its_cap_whose_connections_died_without_a_disconnect_connects_again(fleet, monkeypatch):
+    """API Gateway delivers $disconnect on a best-effort basis: connections that ended without one
+    keep their items and their members, and four of them held a device's connects out (429) for
+    their 2 hours. At the cap, a connect asks API Gateway about each held connection opened more
+    than CONNECTING_SECONDS ago, and forgets those it answers gone; it never asks about one younger
+    (API Gateway answers a connection whose $connect is still running as gone too). The control,
+    the cap that reads the connections' items only, refuses the device."""
+    from functions.device_state import TooManyConnections
+    from functions.device_state.model.connectivity import MAX_CONNECTIONS, connection_of
+    from functions.push import handler
+    from functions.push.subscriptions import CONNECTING_SECONDS, Subscriptions
+
+    manager = fleet
+    manager.create("lamp", {})
+    now = [time.time() - CONNECTING_SECONDS - 5]
+    subscriptions = Subscriptions(manager.client, manager.table_name, clock=lambda: now[0])
+    event = push_handler_on(monkeypatch, manager, subscriptions, "lamp")
+    open_ids, asked = {"c2", "c3"}, []
+
+    def known_gone(connection_id):
+        asked.append(connection_id)
+        return connection_id not in open_ids
+
+    monkeypatch.setattr(handler.connections, "known_gone", known_gone)
+    for number in range(MAX_CONNECTIONS):
+        assert handler.lambda_handler(event("$connect", f"c{number}"), None) == {"statusCode": 200}
+    now[0] = time.time()  # c0 and c1 ended since, and their $disconnect never came
+
+    def held() -> list[str]:
+        return sorted(connection_of(entry) for entry in manager.live_state("lamp")["connections"]["SS"])
+
+    with pytest.raises(TooManyConnections):  # the control: items only, all still there
+        manager.connected("lamp", "c7", subscriptions.ends(), closed=subscriptions.closed)
+    assert handler.lambda_handler(event("$connect", "c8"), None) == {"statusCode": 200}
+    assert held() == ["c2", "c3", "c8"] and sorted(asked) == ["c0", "c1", "c2", "c3"]
+    assert handler.lambda_handler(event("$connect", "c9"), None) == {"statusCode": 200}  # at the cap again
+    asked.clear()
+    open_ids.clear()  # every one gone by API Gateway's word; c8 and c9 younger than CONNECTING_SECONDS
+    assert handler.lambda_handler(event("$connect", "c10"), None) == {"statusCode": 200}
+    assert held() == ["c10", "c8", "c9"] and sorted(asked) == ["c2", "c3"]  # the young ones not asked, kept
 
 
 def test_a_device_that_never_connected_is_found_by_connected_false(fleet):

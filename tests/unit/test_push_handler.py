@@ -15,7 +15,7 @@ from functions.device_state import CredentialRevoked, OutcomeUnknown, StorageUna
 from functions.device_state import metrics as names
 from functions.device_state import table
 from functions.device_state.model.connectivity import MAX_CONNECTIONS, member
-from functions.push import handler
+from functions.push import connections, handler
 from functions.push import services as push_services
 from functions.push.subscriptions import CONNECTION_PK_PREFIX, DEVICES, Subscriptions
 from tests.api.test_metrics_and_openapi import emitted_metrics
@@ -233,3 +233,39 @@ def test_a_message_storage_does_not_take_is_answered_503_for_the_client_to_conne
     [(connection, message)] = posted
     assert message["type"] == "error" and message["problem"]["status"] == 503
     assert message["problem"]["type"].endswith("storage-unavailable")
+
+
+def test_known_gone_is_true_only_when_api_gateway_answers_gone():
+    """GET @connections/{id}: 410 GoneException is gone; 200 is open; any other answer, or none,
+    leaves the connection counted (a connect at the cap is then refused, not let past it)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from localdev.dynamodb_local import free_port
+
+    answers = {"open": (200, {}), "closed": (410, {"x-amzn-ErrorType": "GoneException"}),
+               "broken": (500, {"x-amzn-ErrorType": "InternalServerErrorException"})}
+
+    class Gateway(BaseHTTPRequestHandler):
+        def do_GET(self):
+            status, headers = answers[self.path.rsplit("/", 1)[-1]]
+            body = b'{"ConnectedAt": "2026-11-29T00:00:00Z"}' if status == 200 else b'{"message": "x"}'
+            self.send_response(status)
+            for name, value in {**headers, "Content-Type": "application/json",
+                                "Content-Length": str(len(body))}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert [connections.known_gone(name, endpoint) for name in ("open", "closed", "broken")] == [
+            False, True, False]
+        assert connections.known_gone("open", f"http://127.0.0.1:{free_port()}") is False  # nobody answers
+    finally:
+        server.shutdown()
