@@ -111,7 +111,8 @@ class Delivery:
         except VersionNotFound:
             return None
 
-    def fan_out(self, device_id: str, version: int, last_changed: dict | None = None) -> int:
+    def fan_out(self, device_id: str, version: int, last_changed: dict | None = None,
+                streamed: Sequence[Change] = ()) -> int:
         """Brings every subscriber of the device up to ``version``, side by side (the changes
         read once for all); how many were sent to. A failure other than a gone connection or
         an expired ``since`` is raised once every subscriber has had its turn.
@@ -121,7 +122,11 @@ class Delivery:
         changed since it last heard is left where it is, unread and unwritten, until it has or
         falls ``CATCH_UP_VERSIONS`` behind (so its catch-up stays a page or two, far inside the
         feed's retention). A change it follows that it has not heard (a post that failed, a
-        batch given up) keeps it in at every fan-out until it has."""
+        batch given up) keeps it in at every fan-out until it has.
+
+        ``streamed``: the change items the stream brought, oldest first, what subscribers start
+        from where the feed's read finds none (one an older release recorded, under the legacy
+        key, the moment before an upgrade)."""
         behind = [subscription for subscription in self.subscriptions.of_device(device_id)
                   if subscription.delivered < version and (
                       last_changed is None or version - subscription.delivered >= CATCH_UP_VERSIONS
@@ -130,7 +135,8 @@ class Delivery:
         if not behind:
             return 0
         try:
-            known = self.log.read(device_id, min(subscription.delivered for subscription in behind), PAGE)
+            known = self.log.read(device_id, min(subscription.delivered for subscription in behind), PAGE) \
+                or list(streamed)
         except (ChangesExpired, DeviceNotFound):
             known = []  # each subscriber finds out on its own read
         with ThreadPoolExecutor(max_workers=min(FAN_OUT_THREADS, len(behind))) as pool:

@@ -57,6 +57,7 @@ def changed_since(change) -> dict | None:
 def lambda_handler(event, _context):
     subscriptions, delivery = services()
     newest: dict[str, tuple[int, str, dict | None]] = {}  # device -> (version, first sequence number, marks)
+    streamed: dict[str, list] = {}  # device -> the changes the batch brought, in stream order
     revoking: dict[str, str] = {}  # device whose credentials changed -> its first sequence number
     for record in event.get("Records", []):
         dynamodb = record.get("dynamodb") or {}
@@ -67,6 +68,7 @@ def lambda_handler(event, _context):
             continue
         device_id = dynamodb["Keys"][table.PARTITION_KEY]["S"]
         change = change_from_item(dynamodb["NewImage"])
+        streamed.setdefault(device_id, []).append(change)
         if change.kind == DELETED:  # deleting a device revokes its credentials
             revoking.setdefault(device_id, dynamodb["SequenceNumber"])
         version, first, marks = newest.get(device_id, (0, dynamodb["SequenceNumber"], {}))
@@ -87,7 +89,7 @@ def lambda_handler(event, _context):
             failed.append(min(sequence, newest.pop(device_id, (0, sequence, None))[1], key=int))
     for device_id, (version, sequence, marks) in newest.items():
         try:
-            delivery.fan_out(device_id, version, marks)
+            delivery.fan_out(device_id, version, marks, streamed[device_id])
         except Exception:  # noqa: BLE001 - retried by the mapping from this device's first record
             logger.exception("fan-out failed", extra={"deviceId": device_id, "version": version})
             failed.append(sequence)

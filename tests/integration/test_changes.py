@@ -14,11 +14,12 @@ import pytest
 
 from functions.changes.events import LogPublisher
 from functions.changes.handler import process
-from functions.device_state import (SECRET, CredentialRecord, DeviceNotFound, DeviceStateManager, Holder,
-                                    IdempotencyKey, JsonPatch, MergePatch, new_credential_id)
+from functions.device_state import (SECRET, CredentialRecord, CredentialRevoked, DeviceNotFound,
+                                    DeviceStateManager, Holder, IdempotencyKey, JsonPatch, MergePatch,
+                                    new_credential_id)
 from functions.device_state.feed.items import LEGACY_CHANGE_SK_PREFIX, change_sk
-from functions.device_state.feed.log import (CHANGE_SK_PREFIX, ChangeLog, ChangesExpired, InvalidSince,
-                                            VersionNotFound, change_of)
+from functions.device_state.feed.log import (CHANGE_SK_PREFIX, RECORDED_WITHIN_SECONDS, ChangeLog, ChangesExpired,
+                                            InvalidSince, VersionNotFound, VersionNotRecorded, change_of)
 from localdev.stream import StreamPoller
 from tests.helpers import run_writers
 
@@ -268,36 +269,110 @@ def test_non_state_items_and_unversioned_changes_are_no_change():
     assert change_of({**state, "version": {"N": "2"}}, state).kind == "updated"
 
 
+def _recorded_writes(manager, log):
+    """``written(device_id, write)``: makes the write and records its change as the processor would."""
+    def written(device_id, write):
+        old = manager.live_state(device_id)
+        write()
+        log.record(old, manager.live_state(device_id))
+    return written
+
+
+def _as_legacy(client, name, device_id, versions):
+    """Moves the change items of ``versions`` to the legacy key, as an older release's processor stored them."""
+    for version in versions:
+        key = {"deviceId": {"S": device_id}, "sk": {"S": change_sk(version)}}
+        item = client.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
+        client.put_item(TableName=name, Item={**item, "sk": {"S": change_sk(version, LEGACY_CHANGE_SK_PREFIX)}})
+        client.delete_item(TableName=name, Key=key)
+
+
+def _holder(manager, device_id):
+    return Holder(manager.add_credential(device_id, CredentialRecord(new_credential_id(), SECRET,
+                                                                     secret=b"x")).credential_id)
+
+
 def test_changes_an_older_release_stored_under_the_legacy_key_are_read_where_todays_key_has_none(feed, local_table):
     """Change items were keyed ``change#<version>`` before they sorted right before the state
     item: those an upgrade finds are read where today's key holds none (a page, and a page of
     the device's own with its credential, a version), and the feed goes on under today's."""
     manager, log, _ = feed
     client, name = local_table
-
-    def written(write):
-        old = manager.live_state("lamp")
-        write()
-        log.record(old, manager.live_state("lamp"))
-
-    written(lambda: manager.create("lamp", {"n": 0}))
+    written = _recorded_writes(manager, log)
+    written("lamp", lambda: manager.create("lamp", {"n": 0}))
     for n in (1, 2):
-        written(lambda: manager.update_with_retry("lamp", MergePatch({"n": n})))
-    for version in (1, 2, 3):  # as an older release's processor stored them
-        key = {"deviceId": {"S": "lamp"}, "sk": {"S": change_sk(version)}}
-        item = client.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
-        client.put_item(TableName=name, Item={**item, "sk": {"S": change_sk(version, LEGACY_CHANGE_SK_PREFIX)}})
-        client.delete_item(TableName=name, Key=key)
+        written("lamp", lambda: manager.update_with_retry("lamp", MergePatch({"n": n})))
+    _as_legacy(client, name, "lamp", (1, 2, 3))
     for n in (3, 4):
-        written(lambda: manager.update_with_retry("lamp", MergePatch({"n": n})))
-    record = CredentialRecord(new_credential_id(), SECRET, secret=b"x")
-    holder = Holder(manager.add_credential("lamp", record).credential_id)
+        written("lamp", lambda: manager.update_with_retry("lamp", MergePatch({"n": n})))
+    holder = _holder(manager, "lamp")
     for who in (None, holder):
         assert [c.version for c in log.read("lamp", 0, holder=who)] == [1, 2, 3]
         assert [c.version for c in log.read("lamp", 1, holder=who)] == [2, 3]
         assert [c.version for c in log.read("lamp", 3, holder=who)] == [4, 5]
         assert log.at_version("lamp", 2, holder=who).state == {"n": 1}
     assert [item["sk"]["S"] for item in change_items(client, name, "lamp")] == [change_sk(4), change_sk(5)]
+
+
+def test_legacy_changes_of_a_device_not_written_since_the_upgrade_are_read_once_recording_would_be_done(
+        feed, local_table):
+    """Every change of the device under the legacy key, its last write a moment before the
+    upgrade: its feed and history wait as while a change is being recorded, then read them once
+    RECORDED_WITHIN_SECONDS have passed. A fan-out of the stream's record of the last one (the
+    old processor wrote it the moment before the upgrade) sends it at once, from the record."""
+    from functions.device_state.feed.items import change_from_item
+    from functions.push.delivery import Delivery
+    from functions.push.subscriptions import Subscriptions
+
+    manager, log, _ = feed
+    client, name = local_table
+    written = _recorded_writes(manager, log)
+    written("lamp", lambda: manager.create("lamp", {"n": 0}))
+    for n in (1, 2):
+        written("lamp", lambda: manager.update_with_retry("lamp", MergePatch({"n": n})))
+    _as_legacy(client, name, "lamp", (1, 2, 3))
+    holder = _holder(manager, "lamp")
+    now = [time.time()]
+    clocked = ChangeLog(client, name, clock=lambda: now[0])
+    posted = []
+    subscriptions = Subscriptions(client, name)
+    delivery = Delivery(subscriptions, clocked, lambda connection, message: posted.append(message.get("version")))
+    subscriptions.open("c1", "test")
+    subscriptions.subscribe("c1", "lamp", 2, ("state", "desired", "reported"))
+    for who in (None, holder):
+        assert clocked.read("lamp", 1, holder=who) == []
+        with pytest.raises(VersionNotRecorded):
+            clocked.at_version("lamp", 2, holder=who)
+    delivery.fan_out("lamp", 3)
+    assert posted == []  # the feed has nothing under today's key yet
+    record = client.get_item(TableName=name, ConsistentRead=True, Key={
+        "deviceId": {"S": "lamp"}, "sk": {"S": change_sk(3, LEGACY_CHANGE_SK_PREFIX)}})["Item"]
+    delivery.fan_out("lamp", 3, streamed=[change_from_item(record)])
+    assert posted == [3]
+    now[0] += RECORDED_WITHIN_SECONDS + 1
+    for who in (None, holder):
+        assert [c.version for c in clocked.read("lamp", 1, holder=who)] == [2, 3]
+        assert clocked.at_version("lamp", 2, holder=who).state == {"n": 1}
+
+
+def test_a_devices_own_page_that_a_megabyte_stops_short_of_its_state_item_still_checks_its_credential(
+        feed, local_table):
+    """A Query stops at 1 MB read as well as at its limit: a device's own page of big changes
+    that stops there has not read the state item, and reads it on its own to check the
+    credential, answering the page a device holding none gets."""
+    manager, log, _ = feed
+    client, name = local_table
+    written = _recorded_writes(manager, log)
+    written("big", lambda: manager.create("big", {"blob": "a" * 150_000}))
+    for letter in "bcdefgh":
+        written("big", lambda: manager.update_with_retry("big", MergePatch({"blob": letter * 150_000})))
+    holder = _holder(manager, "big")
+    plain = [change.version for change in log.read("big", 0)]
+    assert 1 <= len(plain) < 8  # the megabyte cut the page
+    assert [change.version for change in log.read("big", 0, holder=holder)] == plain
+    manager.revoke_credential("big", holder.credential_id)
+    with pytest.raises(CredentialRevoked):
+        log.read("big", 0, holder=holder)
 
 
 def test_the_feed_refuses_unknown_devices_and_impossible_versions(feed):

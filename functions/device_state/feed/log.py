@@ -71,6 +71,9 @@ MAX_FEED_LIMIT = 100
 # feed answers ChangesExpired rather than an empty page that would never fill.
 MAX_RECORD_AGE_SECONDS = 6 * 60 * 60
 GIVEN_UP_SECONDS = MAX_RECORD_AGE_SECONDS + 5 * 60
+# The feed records a change within this of its write, failures aside: a change missing longer is
+# also looked for under the legacy key (an older release recorded it before an upgrade).
+RECORDED_WITHIN_SECONDS = 10
 LAST_VERSION = 10 ** VERSION_WIDTH - 1  # the highest a change's sort key can hold
 MAX_REBUILD_STEPS = 100  # versions history walks back to rebuild one stored without its state
 
@@ -221,11 +224,11 @@ class ChangeLog:
             raise InvalidSince("since must be 0 or more")
         now = self.clock()
         with_state = holder is not None
-        change_items = self._items_after(device_id, since, limit + with_state,
-                                         schema.STATE_SK if with_state else change_sk(LAST_VERSION))
+        change_items, complete = self._items_after(device_id, since, limit + with_state,
+                                                   schema.STATE_SK if with_state else change_sk(LAST_VERSION))
         state = (change_items.pop() if change_items and change_items[-1][schema.SORT_KEY]["S"] == schema.STATE_SK
                  else None)
-        state_read = state is not None or (with_state and len(change_items) <= limit)  # read to the range's end
+        state_read = state is not None or (with_state and complete)  # found, or known absent
         if holder is not None:
             if not state_read:
                 state, state_read = self.store.get_state(device_id), True
@@ -246,31 +249,36 @@ class ChangeLog:
             raise ChangesExpired(device_id, since, current)
         if since > current:
             raise _past_current(since, current)
-        if since < current and updated_at is not None and (
-                epoch_of(updated_at) + min(self.retention_seconds, GIVEN_UP_SECONDS) <= now):
-            # Past the retention, or a record the processor gave up (on AWS, to the
-            # on-failure queue) long ago: the next change will not come.
-            if legacy := self._legacy_page(device_id, since, limit, now):
+        if since < current and updated_at is not None:
+            written = epoch_of(updated_at)
+            if written + RECORDED_WITHIN_SECONDS <= now and (legacy := self._legacy_page(device_id, since, limit,
+                                                                                           now)):
                 return legacy
-            raise ChangesExpired(device_id, since, current)
+            if written + min(self.retention_seconds, GIVEN_UP_SECONDS) <= now:
+                # Past the retention, or a record the processor gave up (on AWS, to the
+                # on-failure queue) long ago: the next change will not come.
+                raise ChangesExpired(device_id, since, current)
         return []  # caught up, or the processor has not written the next change yet
 
     def _legacy_page(self, device_id: str, since: int, limit: int, now: float) -> list[Change]:
-        """The changes after ``since`` that an older release stored under the legacy key,
-        read only where the feed would otherwise answer them past the retention."""
-        items = self._items_after(device_id, since, limit, change_sk(LAST_VERSION, LEGACY_CHANGE_SK_PREFIX),
-                                  LEGACY_CHANGE_SK_PREFIX)
+        """The changes after ``since`` that an older release stored under the legacy key, read
+        only where today's key holds none: the feed would answer them past the retention, or
+        missing longer than the feed takes to record a change."""
+        items, _ = self._items_after(device_id, since, limit, change_sk(LAST_VERSION, LEGACY_CHANGE_SK_PREFIX),
+                                     LEGACY_CHANGE_SK_PREFIX)
         return _contiguous(items, since, now)[0]
 
     def _items_after(self, device_id: str, since: int, limit: int, upper: str,
-                     prefix: str = CHANGE_SK_PREFIX) -> list[dict]:
+                     prefix: str = CHANGE_SK_PREFIX) -> tuple[list[dict], bool]:
         """Up to ``limit`` items of the device's partition from the change after ``since``
-        through the sort key ``upper``."""
+        through the sort key ``upper``, and whether the Query read to ``upper`` (it also stops at
+        ``limit`` items and at 1 MB read)."""
         expr = Expression()
         in_range = (f"{_device(expr, device_id)} AND {expr.name(schema.SORT_KEY)} BETWEEN "
                     f"{expr.value({'S': change_sk(since + 1, prefix)})} AND {expr.value({'S': upper})}")
-        return self.store.send("query", ConsistentRead=True, Limit=limit, KeyConditionExpression=in_range,
-                               **expr.attributes()).get("Items", [])
+        answer = self.store.send("query", ConsistentRead=True, Limit=limit, KeyConditionExpression=in_range,
+                                 **expr.attributes())
+        return answer.get("Items", []), "LastEvaluatedKey" not in answer
 
     def wait(self, device_id: str, since: int, limit: int = MAX_FEED_LIMIT, wait_seconds: float = 0.0,
              first_delay: float = 0.05, max_delay: float = 1.0, holder: Holder | None = None) -> list[Change]:
@@ -346,7 +354,8 @@ class ChangeLog:
 
     def _recording(self, device_id: str, version: int) -> bool:
         """True when ``version`` was written but the feed has not recorded it yet: no change
-        item at or after it, the device at or past it, and its processing not given up."""
+        item at or after it, the device at or past it, and its processing not given up; not
+        when, written longer ago than the feed takes to record it, it is under the legacy key."""
         now = self.clock()
         latest = self._latest_change(device_id, legacy=False)  # what is being recorded goes under today's key
         if latest is not None and schema.StateItem.of(latest).version >= version:
@@ -355,7 +364,10 @@ class ChangeLog:
             current, updated_at = self._current(device_id, now)
         except DeviceNotFound:
             return False
-        return version <= current and updated_at is not None and epoch_of(updated_at) + GIVEN_UP_SECONDS > now
+        if version > current or updated_at is None or epoch_of(updated_at) + GIVEN_UP_SECONDS <= now:
+            return False
+        return (epoch_of(updated_at) + RECORDED_WITHIN_SECONDS > now
+                or self._change_item(device_id, version, LEGACY_CHANGE_SK_PREFIX) is None)
 
     def _latest_change(self, device_id: str, legacy: bool = True) -> dict | None:
         """The newest change item the feed holds for the device (expired or not); with
