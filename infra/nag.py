@@ -76,7 +76,7 @@ MANAGE_CONNECTIONS: tuple[str, str] = (
     "AwsSolutions::AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:"
     "<{api}>/{stage}/{method}/@connections/*]",
     "A connection's id exists only at run time (API Gateway names each connection at $connect), so the push and "
-    "fan-out functions may post to and close any connection of this one WebSocket API's stage: no other API, "
+    "fan-out functions may post to, look up and close any connection of this one WebSocket API's stage: no other API, "
     "stage or @connections method.")
 
 

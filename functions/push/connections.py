@@ -40,7 +40,10 @@ def post(connection_id: str, message: dict, endpoint: str | None = None) -> None
 def known_gone(connection_id: str, endpoint: str | None = None) -> bool:
     """True when API Gateway answers that the connection is gone (closed, or not established
     yet); False when it is open, or when the question gets no answer (then it still counts)."""
-    endpoint = endpoint or os.environ[CONNECTIONS_ENDPOINT]
+    endpoint = endpoint or os.environ.get(CONNECTIONS_ENDPOINT)
+    if not endpoint:
+        logger.warning("connection not looked up", extra={"reason": f"{CONNECTIONS_ENDPOINT} is not set"})
+        return False
     try:
         _client(endpoint).get_connection(ConnectionId=connection_id)
     except ClientError as error:

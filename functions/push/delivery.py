@@ -6,6 +6,7 @@ versions it has already seen gets each version after its ``since`` exactly once,
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -126,7 +127,7 @@ class Delivery:
 
         ``streamed``: the change items the stream brought, oldest first, what subscribers start
         from where the feed's read finds none (one an older release recorded, under the legacy
-        key, the moment before an upgrade)."""
+        key, the moment before an upgrade), up to a lost one (which the feed answers)."""
         behind = [subscription for subscription in self.subscriptions.of_device(device_id)
                   if subscription.delivered < version and (
                       last_changed is None or version - subscription.delivered >= CATCH_UP_VERSIONS
@@ -136,7 +137,7 @@ class Delivery:
             return 0
         try:
             known = self.log.read(device_id, min(subscription.delivered for subscription in behind), PAGE) \
-                or list(streamed)
+                or list(itertools.takewhile(lambda change: not change.lost, streamed))
         except (ChangesExpired, DeviceNotFound):
             known = []  # each subscriber finds out on its own read
         with ThreadPoolExecutor(max_workers=min(FAN_OUT_THREADS, len(behind))) as pool:

@@ -157,7 +157,7 @@ class Subscriptions:
             item = found.get((key[table.PARTITION_KEY]["S"], CONNECTION_SK))
             if item is None or table.is_expired(item, now):
                 gone.add(connection_id)
-            elif float(item.get(OPENED_AT, {"N": "0"})["N"]) <= now - CONNECTING_SECONDS:
+            elif float(item.get(OPENED_AT, {"N": str(now)})["N"]) <= now - CONNECTING_SECONDS:  # none: may be new
                 kept.append(connection_id)
         if known_gone is not None and kept:
             with ThreadPoolExecutor(max_workers=len(kept)) as pool:

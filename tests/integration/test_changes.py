@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import functools
 import threading
 import time
@@ -18,10 +19,11 @@ from functions.device_state import (SECRET, CredentialRecord, CredentialRevoked,
                                     DeviceStateManager, Holder, IdempotencyKey, JsonPatch, MergePatch,
                                     new_credential_id)
 from functions.device_state.feed.items import LEGACY_CHANGE_SK_PREFIX, change_sk
-from functions.device_state.feed.log import (CHANGE_SK_PREFIX, RECORDED_WITHIN_SECONDS, ChangeLog, ChangesExpired,
-                                            InvalidSince, VersionNotFound, VersionNotRecorded, change_of)
+from functions.device_state.feed.log import (CHANGE_SK_PREFIX, LEGACY_READ_UNTIL, RECORDED_WITHIN_SECONDS, ChangeLog,
+                                            ChangesExpired, InvalidSince, VersionNotFound, VersionNotRecorded,
+                                            change_of)
 from localdev.stream import StreamPoller
-from tests.helpers import run_writers
+from tests.helpers import RecordingClient, run_writers
 
 pytestmark = [pytest.mark.dynamodb_local, pytest.mark.table_stream]  # tables made with their stream
 
@@ -353,6 +355,51 @@ def test_legacy_changes_of_a_device_not_written_since_the_upgrade_are_read_once_
     for who in (None, holder):
         assert [c.version for c in clocked.read("lamp", 1, holder=who)] == [2, 3]
         assert clocked.at_version("lamp", 2, holder=who).state == {"n": 1}
+    # the legacy items expired (here: deleted) while the device stays: history is not found, not "not yet"
+    client.delete_item(TableName=name, Key={"deviceId": {"S": "lamp"},
+                                            "sk": {"S": change_sk(2, LEGACY_CHANGE_SK_PREFIX)}})
+    with pytest.raises(VersionNotFound):
+        clocked.at_version("lamp", 2)
+    spy = RecordingClient(client)
+    late = ChangeLog(spy, name, clock=lambda: LEGACY_READ_UNTIL)
+    with pytest.raises(ChangesExpired):  # past the date the legacy key is read until: not looked at
+        late.read("lamp", 1)
+    assert not any(args.get("KeyConditionExpression", "") and LEGACY_CHANGE_SK_PREFIX in json.dumps(args)
+                   for _, args in spy.requests)
+
+
+def test_a_lost_marker_under_the_legacy_key_is_410_and_never_sent_from_the_stream(feed, local_table):
+    """An older release marked a version lost just before the upgrade: the feed answers 410
+    for it once the recording time has passed, and a fan-out of its stream record sends
+    nothing (a subscriber must never pass a lost version silently)."""
+    from functions.device_state.feed.items import change_from_item
+    from functions.push.delivery import Delivery
+    from functions.push.subscriptions import Subscriptions
+
+    manager, log, _ = feed
+    client, name = local_table
+    written = _recorded_writes(manager, log)
+    written("lamp", lambda: manager.create("lamp", {"n": 0}))
+    for n in (1, 2):
+        written("lamp", lambda: manager.update_with_retry("lamp", MergePatch({"n": n})))
+    client.delete_item(TableName=name, Key={"deviceId": {"S": "lamp"}, "sk": {"S": change_sk(3)}})
+    log.record_lost(manager.live_state("lamp"))  # version 3: its change could not be recorded
+    _as_legacy(client, name, "lamp", (1, 2, 3))
+    marker = client.get_item(TableName=name, ConsistentRead=True, Key={
+        "deviceId": {"S": "lamp"}, "sk": {"S": change_sk(3, LEGACY_CHANGE_SK_PREFIX)}})["Item"]
+    assert change_from_item(marker).lost
+    now = [time.time()]
+    clocked = ChangeLog(client, name, clock=lambda: now[0])
+    posted = []
+    subscriptions = Subscriptions(client, name)
+    subscriptions.open("c1", "test")
+    subscriptions.subscribe("c1", "lamp", 2, ("state", "desired", "reported"))
+    Delivery(subscriptions, clocked, lambda connection, message: posted.append(message)).fan_out(
+        "lamp", 3, streamed=[change_from_item(marker)])
+    assert posted == []
+    now[0] += RECORDED_WITHIN_SECONDS + 1
+    with pytest.raises(ChangesExpired):
+        clocked.read("lamp", 2)
 
 
 def test_a_devices_own_page_that_a_megabyte_stops_short_of_its_state_item_still_checks_its_credential(

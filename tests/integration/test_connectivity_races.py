@@ -207,6 +207,21 @@ def test_a_device_at_its_cap_whose_connections_died_without_a_disconnect_connect
     assert held() == ["c10", "c8", "c9"] and sorted(asked) == ["c2", "c3"]  # the young ones not asked, kept
 
 
+def test_a_connection_item_an_older_release_wrote_is_never_asked_about(fleet):
+    """An item without openedAt (written before connections carried it) may belong to a
+    $connect still running: it is not asked about, and counts until its end."""
+    from functions.push.subscriptions import CONNECTION_PK_PREFIX, CONNECTION_SK, Subscriptions
+
+    manager = fleet
+    subscriptions = Subscriptions(manager.client, manager.table_name)
+    manager.client.put_item(TableName=manager.table_name, Item={
+        "deviceId": {"S": CONNECTION_PK_PREFIX + "old"}, "sk": {"S": CONNECTION_SK}, "subject": {"S": "device:lamp"},
+        "expiresAt": {"N": str(int(time.time()) + 3600)}})
+    asked = []
+    assert subscriptions.closed(["old", "gone"], lambda connection_id: asked.append(connection_id) or True) == {
+        "gone"} and asked == []
+
+
 def test_a_device_that_never_connected_is_found_by_connected_false(fleet):
     """GET shows connected: false for a device created after the field was declared, but
     create writes no connectivity index attribute (only a connect or the reindex does), so

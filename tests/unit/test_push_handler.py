@@ -269,3 +269,8 @@ def test_known_gone_is_true_only_when_api_gateway_answers_gone():
         assert connections.known_gone("open", f"http://127.0.0.1:{free_port()}") is False  # nobody answers
     finally:
         server.shutdown()
+
+
+def test_known_gone_without_an_endpoint_counts_the_connection(monkeypatch):
+    monkeypatch.delenv(connections.CONNECTIONS_ENDPOINT, raising=False)
+    assert connections.known_gone("c1") is False

@@ -74,6 +74,9 @@ GIVEN_UP_SECONDS = MAX_RECORD_AGE_SECONDS + 5 * 60
 # The feed records a change within this of its write, failures aside: a change missing longer is
 # also looked for under the legacy key (an older release recorded it before an upgrade).
 RECORDED_WITHIN_SECONDS = 10
+# Legacy change items are looked for until 2027-12-01 (UTC): those stored before this release came
+# have expired by then, whatever the change retention (at most 366 days).
+LEGACY_READ_UNTIL = 1_827_619_200
 LAST_VERSION = 10 ** VERSION_WIDTH - 1  # the highest a change's sort key can hold
 MAX_REBUILD_STEPS = 100  # versions history walks back to rebuild one stored without its state
 
@@ -244,15 +247,15 @@ class ChangeLog:
             return changes
         current, updated_at = known or self._current(device_id, now, state_read=state_read)
         if change_items or lost:  # the change right after `since` is gone (or lost) while later ones exist
-            if not lost and (legacy := self._legacy_page(device_id, since, limit, now)):
+            if not lost and (legacy := self._legacy_page(device_id, since, limit, now, current)):
                 return legacy
             raise ChangesExpired(device_id, since, current)
         if since > current:
             raise _past_current(since, current)
         if since < current and updated_at is not None:
             written = epoch_of(updated_at)
-            if written + RECORDED_WITHIN_SECONDS <= now and (legacy := self._legacy_page(device_id, since, limit,
-                                                                                           now)):
+            if written + RECORDED_WITHIN_SECONDS <= now and (
+                    legacy := self._legacy_page(device_id, since, limit, now, current)):
                 return legacy
             if written + min(self.retention_seconds, GIVEN_UP_SECONDS) <= now:
                 # Past the retention, or a record the processor gave up (on AWS, to the
@@ -260,13 +263,19 @@ class ChangeLog:
                 raise ChangesExpired(device_id, since, current)
         return []  # caught up, or the processor has not written the next change yet
 
-    def _legacy_page(self, device_id: str, since: int, limit: int, now: float) -> list[Change]:
+    def _legacy_page(self, device_id: str, since: int, limit: int, now: float, current: int) -> list[Change]:
         """The changes after ``since`` that an older release stored under the legacy key, read
-        only where today's key holds none: the feed would answer them past the retention, or
-        missing longer than the feed takes to record a change."""
+        only where today's key holds none (the feed would answer them past the retention, or
+        missing longer than the feed takes to record a change) and until ``LEGACY_READ_UNTIL``;
+        ChangesExpired when the change after ``since`` is a lost marker there."""
+        if now >= LEGACY_READ_UNTIL:
+            return []
         items, _ = self._items_after(device_id, since, limit, change_sk(LAST_VERSION, LEGACY_CHANGE_SK_PREFIX),
                                      LEGACY_CHANGE_SK_PREFIX)
-        return _contiguous(items, since, now)[0]
+        changes, lost = _contiguous(items, since, now)
+        if lost:
+            raise ChangesExpired(device_id, since, current)
+        return changes
 
     def _items_after(self, device_id: str, since: int, limit: int, upper: str,
                      prefix: str = CHANGE_SK_PREFIX) -> tuple[list[dict], bool]:
@@ -326,7 +335,7 @@ class ChangeLog:
                 if self._recording(device_id, at):
                     raise VersionNotRecorded(device_id, version)
                 item = self._change_item(device_id, at)  # the feed may have recorded it since the first read
-            if item is None:
+            if item is None and self.clock() < LEGACY_READ_UNTIL:
                 item = self._change_item(device_id, at, LEGACY_CHANGE_SK_PREFIX)
             if item is None:
                 why = ("never written, or past the retention" if at == version
@@ -355,9 +364,10 @@ class ChangeLog:
     def _recording(self, device_id: str, version: int) -> bool:
         """True when ``version`` was written but the feed has not recorded it yet: no change
         item at or after it, the device at or past it, and its processing not given up; not
-        when, written longer ago than the feed takes to record it, it is under the legacy key."""
+        when, written longer ago than the feed takes to record it, the legacy key holds it or a
+        later version."""
         now = self.clock()
-        latest = self._latest_change(device_id, legacy=False)  # what is being recorded goes under today's key
+        latest = self._latest_change(device_id, (CHANGE_SK_PREFIX,))  # what is being recorded goes under today's key
         if latest is not None and schema.StateItem.of(latest).version >= version:
             return False
         try:
@@ -366,13 +376,17 @@ class ChangeLog:
             return False
         if version > current or updated_at is None or epoch_of(updated_at) + GIVEN_UP_SECONDS <= now:
             return False
-        return (epoch_of(updated_at) + RECORDED_WITHIN_SECONDS > now
-                or self._change_item(device_id, version, LEGACY_CHANGE_SK_PREFIX) is None)
+        if epoch_of(updated_at) + RECORDED_WITHIN_SECONDS > now or now >= LEGACY_READ_UNTIL:
+            return True
+        legacy = self._latest_change(device_id, (LEGACY_CHANGE_SK_PREFIX,))  # an older release recorded past it
+        return legacy is None or schema.StateItem.of(legacy).version < version
 
-    def _latest_change(self, device_id: str, legacy: bool = True) -> dict | None:
-        """The newest change item the feed holds for the device (expired or not); with
-        ``legacy``, under the legacy key when there is none under today's."""
-        for prefix in (CHANGE_SK_PREFIX, LEGACY_CHANGE_SK_PREFIX)[:2 if legacy else 1]:
+    def _latest_change(self, device_id: str, prefixes: tuple[str, ...] | None = None) -> dict | None:
+        """The newest change item the feed holds for the device (expired or not): under the
+        first of ``prefixes`` (by default today's key, then the legacy one) that holds one."""
+        if prefixes is None:
+            prefixes = (CHANGE_SK_PREFIX,) + ((LEGACY_CHANGE_SK_PREFIX,) if self.clock() < LEGACY_READ_UNTIL else ())
+        for prefix in prefixes:
             expr = Expression()
             changes = (f"{_device(expr, device_id)} AND "
                        f"begins_with({expr.name(schema.SORT_KEY)}, {expr.value({'S': prefix})})")
