@@ -74,8 +74,8 @@ GIVEN_UP_SECONDS = MAX_RECORD_AGE_SECONDS + 5 * 60
 # The feed records a change within this of its write, failures aside: a change missing longer is
 # also looked for under the legacy key (an older release recorded it before an upgrade).
 RECORDED_WITHIN_SECONDS = 10
-# Legacy change items are looked for until 2027-12-01 (UTC): those stored before this release came
-# have expired by then, whatever the change retention (at most 366 days).
+# Legacy change items are looked for until 2027-12-01 (UTC): those stored before 2026-12-01, when
+# this release came, have expired by then, whatever the change retention (at most 366 days).
 LEGACY_READ_UNTIL = 1_827_619_200
 LAST_VERSION = 10 ** VERSION_WIDTH - 1  # the highest a change's sort key can hold
 MAX_REBUILD_STEPS = 100  # versions history walks back to rebuild one stored without its state
