@@ -280,6 +280,15 @@ def _recorded_writes(manager, log):
     return written
 
 
+def _lamp_at_version_3(manager, log):
+    """A device ``lamp`` written 3 times ({"n": 0} to {"n": 2}), each change recorded; ``written``."""
+    written = _recorded_writes(manager, log)
+    written("lamp", lambda: manager.create("lamp", {"n": 0}))
+    for n in (1, 2):
+        written("lamp", lambda: manager.update_with_retry("lamp", MergePatch({"n": n})))
+    return written
+
+
 def _as_legacy(client, name, device_id, versions):
     """Moves the change items of ``versions`` to the legacy key, as an older release's processor stored them."""
     for version in versions:
@@ -300,10 +309,7 @@ def test_changes_an_older_release_stored_under_the_legacy_key_are_read_where_tod
     the device's own with its credential, a version), and the feed goes on under today's."""
     manager, log, _ = feed
     client, name = local_table
-    written = _recorded_writes(manager, log)
-    written("lamp", lambda: manager.create("lamp", {"n": 0}))
-    for n in (1, 2):
-        written("lamp", lambda: manager.update_with_retry("lamp", MergePatch({"n": n})))
+    written = _lamp_at_version_3(manager, log)
     _as_legacy(client, name, "lamp", (1, 2, 3))
     for n in (3, 4):
         written("lamp", lambda: manager.update_with_retry("lamp", MergePatch({"n": n})))
@@ -328,10 +334,7 @@ def test_legacy_changes_of_a_device_not_written_since_the_upgrade_are_read_once_
 
     manager, log, _ = feed
     client, name = local_table
-    written = _recorded_writes(manager, log)
-    written("lamp", lambda: manager.create("lamp", {"n": 0}))
-    for n in (1, 2):
-        written("lamp", lambda: manager.update_with_retry("lamp", MergePatch({"n": n})))
+    _lamp_at_version_3(manager, log)
     _as_legacy(client, name, "lamp", (1, 2, 3))
     holder = _holder(manager, "lamp")
     now = [time.time()]
@@ -378,10 +381,7 @@ def test_a_lost_marker_under_the_legacy_key_is_410_and_never_sent_from_the_strea
 
     manager, log, _ = feed
     client, name = local_table
-    written = _recorded_writes(manager, log)
-    written("lamp", lambda: manager.create("lamp", {"n": 0}))
-    for n in (1, 2):
-        written("lamp", lambda: manager.update_with_retry("lamp", MergePatch({"n": n})))
+    _lamp_at_version_3(manager, log)
     client.delete_item(TableName=name, Key={"deviceId": {"S": "lamp"}, "sk": {"S": change_sk(3)}})
     log.record_lost(manager.live_state("lamp"))  # version 3: its change could not be recorded
     _as_legacy(client, name, "lamp", (1, 2, 3))
