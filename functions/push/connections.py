@@ -21,9 +21,14 @@ logger = logging.getLogger("device_state.push")
 
 
 @functools.lru_cache(maxsize=4)
-def _client(endpoint: str):
+def _client(endpoint: str, read_timeout: float = 5):
     return new_client("apigatewaymanagementapi", endpoint_url=endpoint, config=Config(
-        retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=2, read_timeout=5))
+        retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=min(2, read_timeout),
+        read_timeout=read_timeout))
+
+
+# A connect at its device's cap waits for its lookups: a slow answer counts the connection as open.
+LOOKUP_TIMEOUT_SECONDS = 1
 
 
 def post(connection_id: str, message: dict, endpoint: str | None = None) -> None:
@@ -45,7 +50,7 @@ def known_gone(connection_id: str, endpoint: str | None = None) -> bool:
         logger.warning("connection not looked up", extra={"reason": f"{CONNECTIONS_ENDPOINT} is not set"})
         return False
     try:
-        _client(endpoint).get_connection(ConnectionId=connection_id)
+        _client(endpoint, LOOKUP_TIMEOUT_SECONDS).get_connection(ConnectionId=connection_id)
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") == "GoneException":
             return True

@@ -274,3 +274,19 @@ def test_known_gone_is_true_only_when_api_gateway_answers_gone():
 def test_known_gone_without_an_endpoint_counts_the_connection(monkeypatch):
     monkeypatch.delenv(connections.CONNECTIONS_ENDPOINT, raising=False)
     assert connections.known_gone("c1") is False
+
+
+def test_known_gone_counts_a_connection_api_gateway_is_slow_to_answer_about():
+    """A connect at the cap waits for its lookups at most LOOKUP_TIMEOUT_SECONDS each (side by
+    side): a management API that does not answer in time leaves the connection counted."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # accepts connections and never answers
+    try:
+        started = time.monotonic()
+        assert connections.known_gone("c1", f"http://127.0.0.1:{listener.getsockname()[1]}") is False
+        assert time.monotonic() - started < connections.LOOKUP_TIMEOUT_SECONDS + 3  # the default read timeout is 5 s
+    finally:
+        listener.close()
