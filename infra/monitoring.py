@@ -305,7 +305,7 @@ class Monitoring(Construct):
             cloudwatch.GraphWidget(title="Push: WebSocket", width=12, left=[
                 push.api.metric("ConnectCount", statistic="Sum", period=PERIOD),
                 push.api.metric("MessageCount", statistic="Sum", period=PERIOD),
-                service_metric(names.CONNECTIONS_REFUSED)], right=[
+                service_metric(names.CONNECTIONS_REFUSED), service_metric(names.CONNECTIONS_FORGOTTEN)], right=[
                 function.metric_errors(statistic="Sum", period=PERIOD),
                 function.metric_duration(statistic="p99", period=PERIOD)]),
             cloudwatch.GraphWidget(title="Push: fan-out", width=12, left=[iterator_age], right=[

@@ -47,6 +47,9 @@ SEALING_FAILURES = "SealingFailures"
 # WebSocket connects (functions/push) refused because the device holds its most connections
 # (connectivity.MAX_CONNECTIONS) already: answered 429.
 CONNECTIONS_REFUSED = "ConnectionsRefused"
+# Connections a connect at the cap forgot: their close never reached the device (a $disconnect API
+# Gateway did not deliver, or one storage half took).
+CONNECTIONS_FORGOTTEN = "ConnectionsForgotten"
 
 # The stream processor (functions/changes): change items written, and how long after the
 # write (the stream record's creation) each was written.
@@ -67,7 +70,8 @@ WRITE_UNITS = "WriteUnits"
 COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED, CONDITION_FAILURES,
                  IDEMPOTENT_REPLAYS, OUTCOME_UNKNOWN, TRANSACTIONS, TRANSACTION_RETRIES, TRANSACTION_CONFLICTS,
                  LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST, CHANGES_RECORDED,
-                 DEVICE_TOKENS, SIGNING_THROTTLED, SIGNING_UNAVAILABLE, CONNECTIONS_REFUSED, ASSERTIONS_REFUSED,
+                 DEVICE_TOKENS, SIGNING_THROTTLED, SIGNING_UNAVAILABLE, CONNECTIONS_REFUSED, CONNECTIONS_FORGOTTEN,
+                 ASSERTIONS_REFUSED,
                  PROVISIONINGS, PROVISIONINGS_REFUSED, REVOKED_CREDENTIAL_REQUESTS, SEALING_FAILURES,
                  CREDENTIALS_REVOKED, JOB_EXECUTIONS_FINAL, JOB_ERRORS, JOB_STUCK_EXECUTIONS)
 LATENCY_METRICS = (PATCH_LATENCY, CONTENTION_HOLD, LEASE_WAIT, CHANGE_LAG)

@@ -69,8 +69,7 @@ def lambda_handler(event, _context):
             # expire unused, never a member of the device's connectivity counting against its cap.
             try:  # the device must still hold the credential it comes with: checked in the connect's own write
                 devices().as_device(principal.device_id, holder).connected(  # at its cap, closed ones are forgotten
-                    principal.device_id, connection_id, ends,
-                    closed=lambda held: subscriptions.closed(held, connections.known_gone))
+                    principal.device_id, connection_id, ends, closed=lambda held: _closed(subscriptions, held))
             except CredentialRevoked:
                 metrics.add_metric(name=names.REVOKED_CREDENTIAL_REQUESTS, unit=MetricUnit.Count, value=1)
                 return {"statusCode": 401}
@@ -194,6 +193,15 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
         raise BadMessage("changes-expired", "Changes past the retention", str(expired), 410, deviceId=device_id,
                          currentVersion=expired.current_version) from None
     return None
+
+
+def _closed(subscriptions: Subscriptions, held: list[str]) -> set[str]:
+    """Of a device's ``held`` connections, those closed although the device still counts them
+    (their item gone, or API Gateway answering them gone), counted in ConnectionsForgotten."""
+    gone = subscriptions.closed(held, connections.known_gone)
+    if gone:
+        metrics.add_metric(name=names.CONNECTIONS_FORGOTTEN, unit=MetricUnit.Count, value=len(gone))
+    return gone
 
 
 def _refuse_revoked(error: Exception, device_id: str, holder) -> None:

@@ -165,7 +165,7 @@ def test_a_device_at_its_cap_whose_closes_never_reached_its_item_connects_again(
     assert refused["statusCode"] == 429 and held() == ["c2", "c3", "c8", "c9"]  # all open: nothing forgotten
 
 
-def test_a_device_at_its_cap_whose_connections_died_without_a_disconnect_connects_again(fleet, monkeypatch):
+def test_a_device_at_its_cap_whose_connections_died_without_a_disconnect_connects_again(fleet, monkeypatch, capsys):
     """API Gateway delivers $disconnect on a best-effort basis: connections that ended without one
     keep their items and their members, and four of them held a device's connects out (429) for
     their 2 hours. At the cap, a connect asks API Gateway about each held connection opened more
@@ -173,9 +173,11 @@ def test_a_device_at_its_cap_whose_connections_died_without_a_disconnect_connect
     (API Gateway answers a connection whose $connect is still running as gone too). The control,
     the cap that reads the connections' items only, refuses the device."""
     from functions.device_state import TooManyConnections
+    from functions.device_state import metrics as names
     from functions.device_state.model.connectivity import MAX_CONNECTIONS, connection_of
     from functions.push import handler
     from functions.push.subscriptions import CONNECTING_SECONDS, Subscriptions
+    from tests.api.test_metrics_and_openapi import emitted_metrics
 
     manager = fleet
     manager.create("lamp", {})
@@ -198,8 +200,11 @@ def test_a_device_at_its_cap_whose_connections_died_without_a_disconnect_connect
 
     with pytest.raises(TooManyConnections):  # the control: items only, all still there
         manager.connected("lamp", "c7", subscriptions.ends(), closed=subscriptions.closed)
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    capsys.readouterr()
     assert handler.lambda_handler(event("$connect", "c8"), None) == {"statusCode": 200}
     assert held() == ["c2", "c3", "c8"] and sorted(asked) == ["c0", "c1", "c2", "c3"]
+    assert (names.NAMESPACE, names.CONNECTIONS_FORGOTTEN) in emitted_metrics(capsys.readouterr().out)
     assert handler.lambda_handler(event("$connect", "c9"), None) == {"statusCode": 200}  # at the cap again
     asked.clear()
     open_ids.clear()  # every one gone by API Gateway's word; c8 and c9 younger than CONNECTING_SECONDS
