@@ -48,7 +48,8 @@ SEALING_FAILURES = "SealingFailures"
 # (connectivity.MAX_CONNECTIONS) already: answered 429.
 CONNECTIONS_REFUSED = "ConnectionsRefused"
 # Connections a connect at the cap forgot: their close never reached the device (a $disconnect API
-# Gateway did not deliver, or one storage half took).
+# Gateway did not deliver, or one storage half took). Only those a device's cap met are seen; two
+# connects at the cap at once may both count one.
 CONNECTIONS_FORGOTTEN = "ConnectionsForgotten"
 
 # The stream processor (functions/changes): change items written, and how long after the

@@ -67,9 +67,11 @@ def lambda_handler(event, _context):
         if principal.kind == DEVICE:
             # After the connection item, so that a connect refused from here on leaves only that item to
             # expire unused, never a member of the device's connectivity counting against its cap.
+            forgotten: list[str] = []  # at its cap: held connections found closed, then forgotten
             try:  # the device must still hold the credential it comes with: checked in the connect's own write
                 devices().as_device(principal.device_id, holder).connected(  # at its cap, closed ones are forgotten
-                    principal.device_id, connection_id, ends, closed=lambda held: _closed(subscriptions, held))
+                    principal.device_id, connection_id, ends,
+                    closed=lambda held: _closed(subscriptions, held, forgotten))
             except CredentialRevoked:
                 metrics.add_metric(name=names.REVOKED_CREDENTIAL_REQUESTS, unit=MetricUnit.Count, value=1)
                 return {"statusCode": 401}
@@ -77,7 +79,11 @@ def lambda_handler(event, _context):
                 metrics.add_metric(name=names.CONNECTIONS_REFUSED, unit=MetricUnit.Count, value=1)
                 return {"statusCode": 429, "headers": {"Retry-After": CONNECT_RETRY_AFTER_SECONDS}}
             except (StorageUnavailable, OutcomeUnknown) as error:  # neither the cap nor the credential checked
+                forgotten.clear()  # their forgetting may not be written: the connect sent again counts them
                 return _unavailable(error)
+            finally:
+                if forgotten:
+                    metrics.add_metric(name=names.CONNECTIONS_FORGOTTEN, unit=MetricUnit.Count, value=len(forgotten))
         return _connected(event)
     if route == "$disconnect":
         forget(subscriptions, connection_id)
@@ -195,12 +201,11 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
     return None
 
 
-def _closed(subscriptions: Subscriptions, held: list[str]) -> set[str]:
+def _closed(subscriptions: Subscriptions, held: list[str], found: list[str]) -> set[str]:
     """Of a device's ``held`` connections, those closed although the device still counts them
-    (their item gone, or API Gateway answering them gone), counted in ConnectionsForgotten."""
+    (their item gone, or API Gateway answering them gone), also added to ``found``."""
     gone = subscriptions.closed(held, connections.known_gone)
-    if gone:
-        metrics.add_metric(name=names.CONNECTIONS_FORGOTTEN, unit=MetricUnit.Count, value=len(gone))
+    found.extend(sorted(gone))
     return gone
 
 

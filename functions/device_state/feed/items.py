@@ -21,7 +21,7 @@ from ..write.expressions import number
 # Query reads a page of changes and the state item after them (``ChangeLog.read``).
 CHANGE_SK_PREFIX = "rev#"
 # Change items were keyed "change#<version>" before; those an older release stored are still read
-# where the feed would otherwise answer that a version is past the retention, until they expire.
+# where today's key has none (``ChangeLog``), until LEGACY_READ_UNTIL.
 LEGACY_CHANGE_SK_PREFIX = "change#"
 VERSION_WIDTH = 20  # zero-padded, so sort keys sort as versions do
 CREATED, UPDATED, REPLACED, DELETED = "created", "updated", "replaced", "deleted"
