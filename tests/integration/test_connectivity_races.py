@@ -173,7 +173,6 @@ def test_a_device_at_its_cap_whose_connections_died_without_a_disconnect_connect
     (API Gateway answers a connection whose $connect is still running as gone too). The control,
     the cap that reads the connections' items only, refuses the device."""
     from functions.device_state import TooManyConnections
-    from functions.device_state import metrics as names
     from functions.device_state.model.connectivity import MAX_CONNECTIONS, connection_of
     from functions.push import handler
     from functions.push.subscriptions import CONNECTING_SECONDS, Subscriptions
