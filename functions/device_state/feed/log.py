@@ -121,6 +121,11 @@ def _past_current(since: int, current: int) -> InvalidSince:
     return InvalidSince(f"since ({since}) is past the device's current version ({current})")
 
 
+def _legacy_read(now: float) -> bool:
+    """Whether the legacy change items are still looked for (``LEGACY_READ_UNTIL``)."""
+    return now < LEGACY_READ_UNTIL
+
+
 def _contiguous(items: list[dict], since: int, now: float) -> tuple[list[Change], bool]:
     """The changes of ``items`` contiguous from ``since + 1``, and whether the first one is a
     lost marker (the change right after ``since`` could not be recorded)."""
@@ -268,7 +273,7 @@ class ChangeLog:
         only where today's key holds none (the feed would answer them past the retention, or
         missing longer than the feed takes to record a change) and until ``LEGACY_READ_UNTIL``;
         ChangesExpired when the change after ``since`` is a lost marker there."""
-        if now >= LEGACY_READ_UNTIL:
+        if not _legacy_read(now):
             return []
         items, _ = self._items_after(device_id, since, limit, change_sk(LAST_VERSION, LEGACY_CHANGE_SK_PREFIX),
                                      LEGACY_CHANGE_SK_PREFIX)
@@ -335,7 +340,7 @@ class ChangeLog:
                 if self._recording(device_id, at):
                     raise VersionNotRecorded(device_id, version)
                 item = self._change_item(device_id, at)  # the feed may have recorded it since the first read
-            if item is None and self.clock() < LEGACY_READ_UNTIL:
+            if item is None and _legacy_read(self.clock()):
                 item = self._change_item(device_id, at, LEGACY_CHANGE_SK_PREFIX)
             if item is None:
                 why = ("never written, or past the retention" if at == version
@@ -376,7 +381,7 @@ class ChangeLog:
             return False
         if version > current or updated_at is None or epoch_of(updated_at) + GIVEN_UP_SECONDS <= now:
             return False
-        if epoch_of(updated_at) + RECORDED_WITHIN_SECONDS > now or now >= LEGACY_READ_UNTIL:
+        if epoch_of(updated_at) + RECORDED_WITHIN_SECONDS > now or not _legacy_read(now):
             return True
         legacy = self._latest_change(device_id, (LEGACY_CHANGE_SK_PREFIX,))  # an older release recorded past it
         return legacy is None or schema.StateItem.of(legacy).version < version
@@ -385,7 +390,7 @@ class ChangeLog:
         """The newest change item the feed holds for the device (expired or not): under the
         first of ``prefixes`` (by default today's key, then the legacy one) that holds one."""
         if prefixes is None:
-            prefixes = (CHANGE_SK_PREFIX,) + ((LEGACY_CHANGE_SK_PREFIX,) if self.clock() < LEGACY_READ_UNTIL else ())
+            prefixes = (CHANGE_SK_PREFIX,) + ((LEGACY_CHANGE_SK_PREFIX,) if _legacy_read(self.clock()) else ())
         for prefix in prefixes:
             expr = Expression()
             changes = (f"{_device(expr, device_id)} AND "
