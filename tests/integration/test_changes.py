@@ -22,6 +22,7 @@ from functions.device_state.feed.items import LEGACY_CHANGE_SK_PREFIX, change_sk
 from functions.device_state.feed.log import (CHANGE_SK_PREFIX, LEGACY_READ_UNTIL, RECORDED_WITHIN_SECONDS, ChangeLog,
                                             ChangesExpired, InvalidSince, VersionNotFound, VersionNotRecorded,
                                             change_of)
+from functions.device_state.model.times import timestamp
 from localdev.stream import StreamPoller
 from tests.helpers import RecordingClient, run_writers
 
@@ -155,9 +156,9 @@ def test_a_failure_reports_the_failed_record_and_every_later_one(local_table):
     images = [({}, 1), ({"version": {"N": "1"}}, 2), ({"version": {"N": "2"}}, 3)]
     records = []
     for sequence, (old, version) in enumerate(images, start=100):
+        stamp = {"S": timestamp(time.time())}  # within the retention: a fixed date expires, and TTL takes it
         new = {"deviceId": {"S": "d"}, "sk": {"S": "state"}, "version": {"N": str(version)},
-               "state": {"M": {}}, "createdAt": {"S": "2026-11-22T00:00:00.000Z"},
-               "updatedAt": {"S": "2026-11-22T00:00:00.000Z"}}
+               "state": {"M": {}}, "createdAt": stamp, "updatedAt": stamp}
         old = {**new, **old} if old else None
         records.append({"eventID": str(sequence), "eventName": "MODIFY" if old else "INSERT",
                         "eventSource": "aws:dynamodb", "eventSourceARN": "arn",

@@ -17,6 +17,7 @@ from functions.device_state import DeviceStateManager, MergePatch
 from functions.device_state.feed.items import change_of
 from functions.device_state.feed.log import GIVEN_UP_SECONDS, ChangeLog, ChangesExpired, VersionNotFound
 from functions.device_state.model.sections import pack
+from functions.device_state.model.times import timestamp
 from localdev.stream import StreamPoller, typed
 
 pytestmark = [pytest.mark.dynamodb_local, pytest.mark.table_stream]  # tables made with their stream
@@ -128,7 +129,7 @@ def test_a_given_up_record_makes_the_feed_answer_410_at_once(dynamodb_local, loc
 
 def stream_record(device_id: str, version: int, old_state: dict | None, new_state: dict, sequence: int) -> dict:
     """A stream record as Lambda hands it over (low-level images)."""
-    stamp = {"S": "2026-11-23T00:00:00.000Z"}
+    stamp = {"S": timestamp(time.time())}  # within the retention: a fixed date expires
 
     def image(state, at):
         return {"deviceId": {"S": device_id}, "sk": {"S": "state"}, "version": {"N": str(at)},
@@ -179,7 +180,7 @@ def test_a_section_change_too_large_to_hold_its_sections_keeps_its_patch_and_met
     whole-document patch, and the version's metadata is kept beside its patch."""
     client, name = local_table
     log = ChangeLog(client, name)
-    stamp = {"S": "2026-11-23T00:00:00.000Z"}
+    stamp = {"S": timestamp(time.time())}  # within the retention: a fixed date expires
 
     def image(desired: dict, at: int) -> dict:
         entries = {f"/{key}": {"N": str(pack(at, 1_800_000_000))} for key in desired}
