@@ -118,17 +118,20 @@ def fan_out_seconds_per_message(endpoint: str, table_name: str, device: str) -> 
     """The fan-out's own time per message delivered, from its handler over one device's
     subscribers, posting to a connections API that answers at once (what the post itself
     costs is API Gateway's, not the function's)."""
-    os.environ.update(TABLE_NAME=table_name, DYNAMODB_ENDPOINT=endpoint)
-    from functions.push import handler
+    from functions.device_state import ChangeLog, dynamodb_client
     from functions.push.delivery import Delivery
+    from functions.push.subscriptions import Subscriptions
 
-    subscriptions, real = handler.services()
+    # Wired as functions.push.services wires them, but on this table: its process-wide cache
+    # and the environment may hold another table's (the smoke test runs beside other tests).
+    client = dynamodb_client(endpoint)
+    subscriptions = Subscriptions(client, table_name)
     count = {"posts": 0}
 
     def post(_connection, _message):
         count["posts"] += 1
 
-    delivery = Delivery(subscriptions, real.log, post)
+    delivery = Delivery(subscriptions, ChangeLog(client, table_name), post)
     # Fresh subscriptions of the device (on connections that do not exist) from version 0: the
     # handler's work for every version of the device, to each of them.
     for number in range(10):
