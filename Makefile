@@ -79,8 +79,10 @@ $(CHROMIUM_STAMP): | $(PY_STAMP)
 # overlaps those waits (4.4 instead of 5.8 minutes, measured side by side). Each worker starts
 # its own DynamoDB Local and draws ports from its own range. Files go out in the order collected,
 # the slowest first (tests/conftest.py's SLOW_FILES), so no worker starts a long one near the end.
+# A test the engine fixture runs on both engines runs here on DynamoDB Local only: its moto twin
+# proves nothing the real engine does not, and is make test-fast's (117 of 1,375 worker-seconds).
 test: setup
-	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder -m "not moto_twin"
 
 # The quick tier: no DynamoDB Local, no threads, no whole-toolchain runs (CDK CLI, make, pip).
 # It sets up the venv and the npm packages (the CDK's jsii runs the pinned Node 22) and never

@@ -180,12 +180,14 @@ def moto_table():
         yield client, name
 
 
-# The mark is part of the parameter, so it exists at collection time and `-m "not
-# dynamodb_local"` deselects these items (a mark applied inside the fixture comes too late).
-@pytest.fixture(params=[pytest.param("moto"),
+# The marks are part of the parameters, so they exist at collection time: `-m "not
+# dynamodb_local"` (make test-fast) deselects the DynamoDB Local runs and `-m "not moto_twin"`
+# (make test) the moto ones (a mark applied inside the fixture comes too late).
+@pytest.fixture(params=[pytest.param("moto", marks=pytest.mark.moto_twin),
                         pytest.param("dynamodb_local", marks=pytest.mark.dynamodb_local)])
 def engine(request):
-    """The same test on both engines: (client, table name)."""
+    """The same test on both engines: (client, table name). make test runs it on DynamoDB Local,
+    AWS's own engine; make test-fast on moto, in process, for a quick answer."""
     return request.getfixturevalue(f"{'local' if request.param == 'dynamodb_local' else 'moto'}_table")
 
 
