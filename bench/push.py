@@ -143,7 +143,9 @@ def fan_out_seconds_per_message(endpoint: str, table_name: str, device: str) -> 
     for subscription in subscribers:
         delivery.advance(subscription)
     elapsed = time.perf_counter() - started
-    return elapsed / max(count["posts"], 1)
+    if not count["posts"]:
+        raise RuntimeError(f"the fan-out delivered nothing to {len(subscribers)} subscriptions of {device}")
+    return elapsed / count["posts"]
 
 
 def long_poll_share(port: int, device: str, polls: int, wait: int) -> float:
