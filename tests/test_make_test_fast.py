@@ -47,6 +47,8 @@ def make_recipe_marks(target: str, makefile: Path = REPO_ROOT / "Makefile") -> s
     arguments = re.search(r"-m pytest (.*)$", recipe).group(1)
     marks = re.search(r'-m "([^"]+)"', arguments)
     assert marks, recipe
+    # The selection is the -m expression alone: no -k, --deselect, --ignore or path narrows it.
+    assert not re.search(r"(^|\s)(-k|--deselect|--ignore|tests)\b", arguments), recipe
     return marks.group(1)
 
 
