@@ -417,7 +417,9 @@ def test_a_write_dynamodb_stalls_under_past_the_servers_patience_is_504_and_land
     assert stalled.wait(30)
     request.join(120)  # answered while DynamoDB is still stalled
     [(status, problem)] = answered
-    assert status == 504 and problem["type"].endswith(":outcome-unknown"), problem
+    # Seen once in a clean clone's run: 201, the write applied while DynamoDB Local was held
+    # (cause not found); the server's log then shows what it sent and when.
+    assert status == 504 and problem["type"].endswith(":outcome-unknown"), (problem, server.log[-4000:])
     dynamodb_local.resume()
     time.sleep(1)  # what waited in the stalled engine lands, or is refused
     credentials, items, count = write.stored()
