@@ -105,7 +105,7 @@ SLOW_FILES = (
     "tests/test_bench_fleet_smoke.py",  # 21
     "tests/integration/test_concurrency.py",  # 20
     "tests/test_bench_costs_smoke.py",  # 19: two synths
-    "tests/test_make_test_fast.py",  # 19: the suite collected (once, since)
+    "tests/test_make_test_fast.py",  # 19: the suite collected in a second pytest
     "tests/integration/test_push_sections.py",  # 18
     "tests/unit/test_cli.py",  # 17: a listing of 10,000 devices, twice
     "tests/integration/test_faults.py",  # 16

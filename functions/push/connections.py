@@ -17,18 +17,17 @@ from functions.device_state import dumps, new_client
 from .delivery import Gone
 
 CONNECTIONS_ENDPOINT = "CONNECTIONS_ENDPOINT"
+READ_TIMEOUT_SECONDS = 5  # a post's or a close's
+# A connect at its device's cap waits for its lookups: a slow answer counts the connection as open.
+LOOKUP_TIMEOUT_SECONDS = 1
 logger = logging.getLogger("device_state.push")
 
 
 @functools.lru_cache(maxsize=4)
-def _client(endpoint: str, read_timeout: float = 5):
+def _client(endpoint: str, read_timeout: float = READ_TIMEOUT_SECONDS):
     return new_client("apigatewaymanagementapi", endpoint_url=endpoint, config=Config(
         retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=min(2, read_timeout),
         read_timeout=read_timeout))
-
-
-# A connect at its device's cap waits for its lookups: a slow answer counts the connection as open.
-LOOKUP_TIMEOUT_SECONDS = 1
 
 
 def post(connection_id: str, message: dict, endpoint: str | None = None) -> None:
