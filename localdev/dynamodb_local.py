@@ -61,6 +61,21 @@ def _java() -> str:
     return java
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether the kernel shows every thread of the process stopped (state T or t). A SIGSTOP
+    stops a process's threads only as each is next scheduled: until then the JVM's others go on
+    serving requests."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        states = []
+        for task in tasks:
+            with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                states.append(stat.read().rsplit(")", 1)[1].split()[0])
+    except (OSError, IndexError):
+        return False
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
 class DynamoDBLocal:
     """A DynamoDB Local process: in memory, or on disk under ``data_dir``."""
 
@@ -122,9 +137,27 @@ class DynamoDBLocal:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")
 
-    def pause(self) -> None:
-        """Stall the engine (SIGSTOP): requests hang until ``resume``."""
+    def pause(self, timeout: float = 5.0) -> None:
+        """Stall the engine (SIGSTOP): requests hang until ``resume``. Returns once the kernel
+        shows all its threads stopped, so that a request sent after it is never served before
+        ``resume``: the kernel stops each thread only as it is next scheduled, and on a loaded
+        machine a stall test saw its write answered at once, most likely in that window."""
         self._process.send_signal(signal.SIGSTOP)
+        if not os.path.exists("/proc/self/stat"):  # no procfs to watch (not Linux): as sent
+            return
+        deadline = time.monotonic() + timeout
+        while not self.stopped():
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                raise DynamoDBLocalError(f"DynamoDB Local (pid {self._process.pid}) did not stop:\n{self._output()}")
+            time.sleep(0.001)
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def stopped(self) -> bool:
+        """Whether every thread of the engine is stopped (``pause``); False where procfs is missing."""
+        return _all_threads_stopped(self.pid)
 
     def resume(self) -> None:
         self._process.send_signal(signal.SIGCONT)

@@ -36,7 +36,8 @@ class Forwarder:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.faults: list[Fault] = []
-        self.hooks: list[tuple[str, Callable[[], None]]] = []  # (target, action), each run once
+        # (target, action, which bodies), each run once
+        self.hooks: list[tuple[str, Callable[[], None], Callable[[bytes], bool] | None]] = []
         self.unreachable = False
         self.slow: dict[str, float] = {}
         self.lost: list[str] = []  # targets whose answers were lost
@@ -53,11 +54,12 @@ class Forwarder:
             self.faults.append(fault)
         return fault
 
-    def before(self, target: str, action: Callable[[], None]) -> None:
-        """Runs ``action`` once, when the next ``target`` request arrives and before it is
-        forwarded (pausing DynamoDB Local there makes that very request wait in it)."""
+    def before(self, target: str, action: Callable[[], None], when: Callable[[bytes], bool] | None = None) -> None:
+        """Runs ``action`` once, when the next ``target`` request (whose body matches ``when``)
+        arrives and before it is forwarded (pausing DynamoDB Local there makes that very request
+        wait in it)."""
         with self._lock:
-            self.hooks.append((target, action))
+            self.hooks.append((target, action, when))
 
     def close(self) -> None:
         self._closed = True
@@ -82,7 +84,7 @@ class Forwarder:
                     return
                 head, body = request
                 target = _header(head, b"x-amz-target").split(b".")[-1].decode()
-                hook = self._take_hook(target)
+                hook = self._take_hook(target, body)
                 if hook is not None:
                     hook()
                 fault = self._take_fault(target, body)
@@ -109,10 +111,10 @@ class Forwarder:
             if upstream is not None:
                 upstream.close()
 
-    def _take_hook(self, target: str) -> Callable[[], None] | None:
+    def _take_hook(self, target: str, body: bytes) -> Callable[[], None] | None:
         with self._lock:
-            for index, (hooked, action) in enumerate(self.hooks):
-                if hooked == target:
+            for index, (hooked, action, when) in enumerate(self.hooks):
+                if hooked == target and (when is None or when(body)):
                     del self.hooks[index]
                     return action
         return None
