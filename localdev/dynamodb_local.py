@@ -61,19 +61,20 @@ def _java() -> str:
     return java
 
 
-def _all_threads_stopped(pid: int) -> bool:
-    """Whether the kernel shows every thread of the process stopped (state T or t). A SIGSTOP
-    stops a process's threads only as each is next scheduled: until then the JVM's others go on
-    serving requests."""
+def _held(pid: int) -> bool:
+    """Whether no thread of the process can run its code until SIGCONT: a SIGSTOP's group stop
+    has begun (a thread shows T, so every other one is marked to stop) and each thread shows
+    stopped (T, t), gone (Z, X, x) or in an uninterruptible wait (D) it leaves only to stop.
+    ``kill`` only wakes the thread that begins the stop: until it gets a CPU, which on a loaded
+    machine may take milliseconds, the JVM's other threads go on serving requests."""
     try:
-        tasks = os.listdir(f"/proc/{pid}/task")
         states = []
-        for task in tasks:
+        for task in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{task}/stat") as stat:
                 states.append(stat.read().rsplit(")", 1)[1].split()[0])
     except (OSError, IndexError):
         return False
-    return bool(states) and all(state in ("T", "t") for state in states)
+    return "T" in states and all(state in "TtZXxD" for state in states)
 
 
 class DynamoDBLocal:
@@ -137,18 +138,20 @@ class DynamoDBLocal:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")
 
-    def pause(self, timeout: float = 5.0) -> None:
-        """Stall the engine (SIGSTOP): requests hang until ``resume``. Returns once the kernel
-        shows all its threads stopped, so that a request sent after it is never served before
-        ``resume``: the kernel stops each thread only as it is next scheduled, and on a loaded
-        machine a stall test saw its write answered at once, most likely in that window."""
+    def pause(self, timeout: float = 10.0) -> None:
+        """Stall the engine (SIGSTOP): requests hang until ``resume``. Returns once the stop has
+        taken hold (``_held``), so that a request sent after it is never served before ``resume``:
+        a stall test, whose pause returned with the signal merely sent, once saw its write
+        answered at once (in 57.6 ms). Where it does not take hold in ``timeout``, the engine is
+        let go and ``DynamoDBLocalError`` raised."""
         self._process.send_signal(signal.SIGSTOP)
         if not os.path.exists("/proc/self/stat"):  # no procfs to watch (not Linux): as sent
             return
         deadline = time.monotonic() + timeout
         while not self.stopped():
             if self._process.poll() is not None or time.monotonic() > deadline:
-                raise DynamoDBLocalError(f"DynamoDB Local (pid {self._process.pid}) did not stop:\n{self._output()}")
+                self.resume()
+                raise DynamoDBLocalError(f"DynamoDB Local (pid {self.pid}) did not stop:\n{self._output()}")
             time.sleep(0.001)
 
     @property
@@ -156,8 +159,8 @@ class DynamoDBLocal:
         return self._process.pid
 
     def stopped(self) -> bool:
-        """Whether every thread of the engine is stopped (``pause``); False where procfs is missing."""
-        return _all_threads_stopped(self.pid)
+        """Whether the engine is held by ``pause`` (``_held``); False where procfs is missing."""
+        return _held(self.pid)
 
     def resume(self) -> None:
         self._process.send_signal(signal.SIGCONT)

@@ -133,16 +133,28 @@ def in_thread(action) -> tuple[threading.Thread, list]:
     return thread, result
 
 
-def stall_at_transaction(forwarder, dynamodb_local, device: str) -> threading.Event:
-    """Stalls DynamoDB Local as the next transaction on ``device`` reaches it (no other request
-    takes the hook); the event is set once the engine is stopped."""
-    stalled = threading.Event()
+class Stall:
+    """DynamoDB Local stalled as the next transaction on ``device`` reaches it (no other
+    request takes the hook); ``held()`` once the engine is held (a failed pause raised here,
+    not only printed by the forwarder's thread)."""
 
-    def pause():
-        dynamodb_local.pause()
-        stalled.set()
-    forwarder.before(TRANSACTION, pause, when=lambda body: json.dumps(device).encode() in body)
-    return stalled
+    def __init__(self, forwarder, dynamodb_local, device: str):
+        self._came, self._errors = threading.Event(), []
+
+        def pause():
+            try:
+                dynamodb_local.pause()
+            except Exception as error:
+                self._errors.append(error)
+            finally:
+                self._came.set()
+        forwarder.before(TRANSACTION, pause, when=lambda body: json.dumps(device).encode() in body)
+
+    def held(self) -> bool:
+        came = self._came.wait(30)
+        if self._errors:
+            raise self._errors[0]
+        return came
 
 
 # ------------------------------------------------------------------ registering a credential
@@ -390,9 +402,9 @@ def test_a_write_dynamodb_stalls_under_briefly_is_answered_as_it_happened_once(
         server, forwarder, dynamodb_local, raw, other, verb, between):
     write = Stalled(server, raw, other, verb)
     before, _, _ = write.stored()
-    stalled = stall_at_transaction(forwarder, dynamodb_local, write.device)
+    stall = Stall(forwarder, dynamodb_local, write.device)
     request, answered = in_thread(write.send)
-    assert stalled.wait(30)
+    assert stall.held()
     writer, _ = in_thread(write.another) if between else (None, None)  # queued behind it, stalled too
     time.sleep(BRIEF_STALL_SECONDS)
     dynamodb_local.resume()
@@ -419,9 +431,9 @@ def test_a_write_dynamodb_stalls_under_past_the_servers_patience_is_504_and_land
         server, forwarder, dynamodb_local, raw, other, verb):
     write = Stalled(server, raw, other, verb)
     before, _, _ = write.stored()
-    stalled = stall_at_transaction(forwarder, dynamodb_local, write.device)
+    stall = Stall(forwarder, dynamodb_local, write.device)
     request, answered = in_thread(write.send)
-    assert stalled.wait(30)
+    assert stall.held()
     request.join(120)  # answered while DynamoDB is still stalled
     [(status, problem)] = answered
     if status != 504:
