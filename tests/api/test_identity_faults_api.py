@@ -133,6 +133,13 @@ def in_thread(action) -> tuple[threading.Thread, list]:
     return thread, result
 
 
+def assert_outcome_unknown(server, status: int, problem: dict) -> None:
+    """A 504 outcome-unknown; otherwise the server's log is printed (what it answered, and when)."""
+    if status != 504:
+        print(server.log[-4000:])
+    assert status == 504 and problem["type"].endswith(":outcome-unknown"), problem
+
+
 class Stall:
     """DynamoDB Local stalled as the next transaction on ``device`` reaches it (no other
     request takes the hook); ``held()`` once the engine is held (a failed pause raised here,
@@ -194,9 +201,7 @@ def test_a_credential_whose_outcome_dynamodb_never_tells_is_504_and_registered_a
     device = new_device(server)
     forwarder.lose(TRANSACTION, then=lambda: setattr(forwarder, "unreachable", True))
     status, problem = call(server, "POST", f"/devices/{device}/credentials", {"type": "secret"}, ADMIN)
-    if status != 504:
-        print(server.log[-4000:])  # what the server answered, and when
-    assert status == 504 and problem["type"].endswith(":outcome-unknown"), problem
+    assert_outcome_unknown(server, status, problem)
     forwarder.unreachable = False
     assert len(held(other, device)) == 1  # it landed, once
     assert held(other, device) == credential_items(raw, device)
@@ -255,9 +260,7 @@ def test_a_revocation_whose_outcome_dynamodb_never_tells_is_504_and_then_known(s
     forwarder.lose(TRANSACTION, then=lambda: setattr(forwarder, "unreachable", True))
     path = f"/devices/{device}/credentials/{added['credentialId']}"
     status, problem = call(server, "DELETE", path, headers=ADMIN)
-    if status != 504:
-        print(server.log[-4000:])  # what the server answered, and when
-    assert status == 504 and problem["type"].endswith(":outcome-unknown"), problem
+    assert_outcome_unknown(server, status, problem)
     forwarder.unreachable = False
     assert held(other, device) == credential_items(raw, device) == set()  # it landed
     assert shut_out(server, device, token)
@@ -353,9 +356,7 @@ def test_a_provisioning_whose_outcome_dynamodb_never_tells_is_504_and_the_device
     device = new_device_id()
     forwarder.lose(TRANSACTION, then=lambda: setattr(forwarder, "unreachable", True))
     status, problem = provision(server, device, enrollment, group_key)
-    if status != 504:
-        print(server.log[-4000:])  # what the server answered, and when
-    assert status == 504 and problem["type"].endswith(":outcome-unknown"), problem
+    assert_outcome_unknown(server, status, problem)
     forwarder.unreachable = False
     [credential_id] = held(other, device)  # it landed
     assert_provisioned_once(server, raw, other, device, enrollment, group_key, credential_id)
@@ -436,9 +437,7 @@ def test_a_write_dynamodb_stalls_under_past_the_servers_patience_is_504_and_land
     assert stall.held()
     request.join(120)  # answered while DynamoDB is still stalled
     [(status, problem)] = answered
-    if status != 504:
-        print(server.log[-4000:])  # what the server answered, and when
-    assert status == 504 and problem["type"].endswith(":outcome-unknown"), problem
+    assert_outcome_unknown(server, status, problem)
     dynamodb_local.resume()
     time.sleep(1)  # what waited in the stalled engine lands, or is refused
     credentials, items, count = write.stored()
