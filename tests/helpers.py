@@ -75,6 +75,31 @@ def once(action):
     return run
 
 
+class Stall:
+    """DynamoDB Local (``engine``) stalled (``pause()``) as the next ``target`` request whose body
+    matches ``when`` reaches the forwarder, which then sends that very request on to wait in the
+    stopped engine (no other request takes the hook). ``held()`` once the engine is held; a pause
+    that failed raises there, in the test, not in the forwarder's thread."""
+
+    def __init__(self, forwarder, engine, target: str, when):
+        self._came, self._errors = threading.Event(), []
+
+        def pause():
+            try:
+                engine.pause()
+            except Exception as error:  # noqa: BLE001 - raised in the test by held()
+                self._errors.append(error)
+            finally:
+                self._came.set()
+        forwarder.before(target, pause, when=when)
+
+    def held(self, timeout: float = 30) -> bool:
+        came = self._came.wait(timeout)
+        if self._errors:
+            raise self._errors[0]
+        return came
+
+
 def run_writers(writers: int, per_writer: int, write) -> list[Exception]:
     """``write(index, step)`` for ``per_writer`` steps in each of ``writers`` threads, released
     together; the errors they raised (a writer stops at its first)."""

@@ -38,7 +38,7 @@ from functions.device_state.write.store import SEND_ATTEMPTS
 from tests.api.test_http import launch
 from tests.auth import assertion, bearer
 from tests.conftest import new_table_name, table_admin
-from tests.helpers import once
+from tests.helpers import Stall, once
 from tests.helpers import own_dynamodb_local  # noqa: F401 - this module stalls its own DynamoDB Local
 
 pytestmark = pytest.mark.dynamodb_local
@@ -138,30 +138,6 @@ def assert_outcome_unknown(server, status: int, problem: dict) -> None:
     if status != 504:
         print(server.log[-4000:])
     assert status == 504 and problem["type"].endswith(":outcome-unknown"), problem
-
-
-class Stall:
-    """DynamoDB Local stalled as the next transaction on ``device`` reaches it (no other
-    request takes the hook); ``held()`` once the engine is held (a failed pause raised here,
-    not only printed by the forwarder's thread)."""
-
-    def __init__(self, forwarder, dynamodb_local, device: str):
-        self._came, self._errors = threading.Event(), []
-
-        def pause():
-            try:
-                dynamodb_local.pause()
-            except Exception as error:
-                self._errors.append(error)
-            finally:
-                self._came.set()
-        forwarder.before(TRANSACTION, pause, when=lambda body: json.dumps(device).encode() in body)
-
-    def held(self) -> bool:
-        came = self._came.wait(30)
-        if self._errors:
-            raise self._errors[0]
-        return came
 
 
 # ------------------------------------------------------------------ registering a credential
@@ -394,6 +370,10 @@ class Stalled:
         self.stored = lambda: (held(other, self.device), credential_items(raw, self.device), self.count())
 
 
+def stall_at_the_transaction_of(device: str, forwarder, dynamodb_local) -> Stall:
+    return Stall(forwarder, dynamodb_local, TRANSACTION, when=lambda body: json.dumps(device).encode() in body)
+
+
 VERBS = pytest.mark.parametrize("verb", ["register", "revoke", "provision"])
 
 
@@ -403,7 +383,7 @@ def test_a_write_dynamodb_stalls_under_briefly_is_answered_as_it_happened_once(
         server, forwarder, dynamodb_local, raw, other, verb, between):
     write = Stalled(server, raw, other, verb)
     before, _, _ = write.stored()
-    stall = Stall(forwarder, dynamodb_local, write.device)
+    stall = stall_at_the_transaction_of(write.device, forwarder, dynamodb_local)
     request, answered = in_thread(write.send)
     assert stall.held()
     writer, _ = in_thread(write.another) if between else (None, None)  # queued behind it, stalled too
@@ -432,7 +412,7 @@ def test_a_write_dynamodb_stalls_under_past_the_servers_patience_is_504_and_land
         server, forwarder, dynamodb_local, raw, other, verb):
     write = Stalled(server, raw, other, verb)
     before, _, _ = write.stored()
-    stall = Stall(forwarder, dynamodb_local, write.device)
+    stall = stall_at_the_transaction_of(write.device, forwarder, dynamodb_local)
     request, answered = in_thread(write.send)
     assert stall.held()
     request.join(120)  # answered while DynamoDB is still stalled

@@ -1,7 +1,7 @@
 """A job's cancel whose answer never reaches its caller, over the real server (make serve's, its job
 runner too) talking to DynamoDB Local through localdev/faults.py's forwarder: the cancel's
 transaction lands and every answer after it is lost (alone, or with another caller's forced cancel
-in between), or DynamoDB Local stalls (SIGSTOP) past the server's resends, so the caller gets 504.
+in between), or DynamoDB Local stalls (SIGSTOP) until the server gives up on its resends and answers 504.
 Sent again under its Idempotency-Key, the cancel answers what it did: 200 with the job, CANCELED,
 ``Idempotent-Replayed: true``; the same key on another request is 422. The naive control, the same
 cancel sent again without a key, is told 409 job-ended for the cancel it made itself."""
@@ -17,13 +17,9 @@ import pytest
 
 from functions.device_state import DeviceStateManager
 from tests.api.test_http import launch
+from tests.helpers import Stall
 
 pytestmark = pytest.mark.dynamodb_local
-
-# Longer than the server's sends of one request (3, each up to its 3 s read timeout, about 9.2 s
-# with their backoff), with room for a loaded machine: at 14 s a clean clone's run once saw the
-# third send answered after the stall.
-STALL_SECONDS = 18
 
 
 @pytest.fixture(scope="module")
@@ -107,38 +103,24 @@ def test_naive_control_a_cancel_sent_again_without_a_key_is_told_job_ended(serve
     assert status == 409 and problem["type"].endswith("job-ended")  # its own cancel, reported as someone else's
 
 
-def stall_at_the_cancel(forwarder, dynamodb_local) -> tuple[threading.Event, object]:
-    """DynamoDB Local stops (SIGSTOP) as the cancel's transaction reaches the forwarder, which then
-    sends it on to the stopped engine; (the event set once it stopped, the forwarder's fault)."""
-    stopped = threading.Event()
-
-    def when(body):
-        if b'"cancel"' in body and not stopped.is_set():
-            dynamodb_local.pause()
-            stopped.set()
-        return False  # no fault: the request goes on, to wait in the stopped engine
-
-    return stopped, forwarder.lose("TransactWriteItems", when=when)
-
-
 @pytest.mark.parametrize("key", [f"stall-{uuid.uuid4().hex}", None], ids=["keyed", "naive"])
 def test_a_cancel_through_a_dynamodb_stall_is_answered_again_under_its_key(server, forwarder, other, dynamodb_local,
                                                                            key):
     job_id = written_job(server, other)
     headers = {"Idempotency-Key": key} if key else {}
     answers = []
-    stopped, fault = stall_at_the_cancel(forwarder, dynamodb_local)
+    # DynamoDB Local stops as the cancel's transaction reaches it, and stays stopped until the
+    # caller is answered: past the server's sends (3, each up to its 3 s read timeout).
+    stall = Stall(forwarder, dynamodb_local, "TransactWriteItems", when=lambda body: b'"cancel"' in body)
     sender = threading.Thread(target=lambda: answers.append(
         call(server, "POST", f"/jobs/{job_id}/cancel", headers=headers, timeout=120)))
     sender.start()
     try:
-        assert stopped.wait(30), "the cancel's transaction never came"
-        time.sleep(STALL_SECONDS)
+        assert stall.held(), "the cancel's transaction never came"
+        sender.join(120)
     finally:
         dynamodb_local.resume()
-        forwarder.faults.remove(fault)
-    sender.join(120)
-    assert answers and answers[0][0] == 504, (answers, server.log[-3000:])  # the server gave up before DynamoDB came back
+    assert answers and answers[0][0] == 504, (answers, server.log[-3000:])  # answered while DynamoDB was stopped
     deadline = time.monotonic() + 30
     while other.jobs().head(job_id).record.status != "CANCELED":  # what waited in DynamoDB's queue applied
         assert time.monotonic() < deadline
