@@ -14,7 +14,7 @@ PORT ?= 3000
 # The fields make serve declares queryable (docs/api/fleet-query.md); FLEET_INDEX= declares none.
 FLEET_INDEX ?= reported/firmware:string,reported/online:boolean,reported/battery:number,state/site:string
 
-.PHONY: setup setup-steps java chromium test test-fast serve reindex invoke synth deploy bench clean token device-cert
+.PHONY: setup setup-steps setup-fast-steps java chromium test test-fast serve reindex invoke synth deploy bench clean token device-cert
 
 # Node.js 22+ for the CDK CLI and jsii: node_modules/.bin/node (the pinned node-linux-* package)
 # comes first on PATH where npm installed one, else the machine's node (checked in setup).
@@ -28,10 +28,15 @@ CDK_OUT ?= cdk.out
 # download and install side by side, not one after another (four jobs, unless make already runs
 # with -j, whose job count the sub-make then shares).
 SETUP_STEPS := $(PY_STAMP) $(NPM_STAMP) $(JAVA_STAMP) $(CHROMIUM_STAMP)
+SIDE_BY_SIDE = --no-print-directory -f $(firstword $(MAKEFILE_LIST)) $(if $(findstring jobserver,$(MAKEFLAGS)),,-j4)
 setup:
-	@$(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) $(if $(findstring jobserver,$(MAKEFLAGS)),,-j4) setup-steps
+	@$(MAKE) $(SIDE_BY_SIDE) setup-steps
 
 setup-steps: $(SETUP_STEPS)
+	@:
+
+# make test-fast's share of them: no Java, no Chromium (none of its tests starts either).
+setup-fast-steps: $(PY_STAMP) $(NPM_STAMP)
 	@:
 
 $(PY):
@@ -105,7 +110,8 @@ test: setup
 # The quick tier: no DynamoDB Local, no threads, no whole-toolchain runs (CDK CLI, make, pip).
 # It sets up the venv and the npm packages (the CDK's jsii runs the pinned Node 22) and never
 # checks for Java, which only DynamoDB Local needs.
-test-fast: $(PY_STAMP) $(NPM_STAMP)
+test-fast:
+	@$(MAKE) $(SIDE_BY_SIDE) setup-fast-steps
 	$(PY) -m pytest -n 2 -m "not dynamodb_local and not concurrency and not toolchain"
 
 # The API on http://127.0.0.1:$(PORT), on a DynamoDB Local it starts and stops itself.

@@ -21,3 +21,19 @@ def test_first_time_setup_prints_one_line_per_step():
                           "Java for DynamoDB Local", "Chromium for the console's browser tests"}
     installs = [line for line in dry_run.stdout.splitlines() if "apt-get install" in line and "echo" not in line]
     assert len(installs) == 2 and all("flock /tmp/device-state-setup-apt.lock" in line for line in installs), installs
+
+
+def test_both_setups_run_their_steps_in_one_parallel_make():
+    """`make setup` and `make test-fast` (its Python and npm steps only) each hand their steps to
+    one sub-make with jobs, so a fresh clone downloads them side by side; under `make -jN` the
+    sub-make shares that job count instead of taking its own."""
+    for target, goal in (("setup", "setup-steps"), ("test-fast", "setup-fast-steps")):
+        dry_run = subprocess.run(["make", "-n", "-B", target], cwd=REPO_ROOT, capture_output=True, text=True,
+                                 timeout=60)
+        assert dry_run.returncode == 0, dry_run.stderr
+        [sub_make] = [line for line in dry_run.stdout.splitlines() if line.endswith(f" {goal}")]
+        assert " -j4 " in sub_make, sub_make
+    shared = subprocess.run(["make", "-n", "-B", "-j2", "test-fast"], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=60)
+    [sub_make] = [line for line in shared.stdout.splitlines() if line.endswith(" setup-fast-steps")]
+    assert "-j4" not in sub_make, sub_make

@@ -43,7 +43,8 @@ for expression in sys.argv[1:]:
 
 def make_recipe_marks(target: str, makefile: Path = REPO_ROOT / "Makefile") -> str:
     """The `-m` expression of the Makefile's recipe for ``target`` (checked, and reused below)."""
-    recipe = re.search(rf"^{target}:.*\n(?:#.*\n)*\t(.*)$", makefile.read_text(), re.MULTILINE).group(1)
+    recipe = re.search(rf"^{target}:.*\n(?:#.*\n)*(?:\t.*\n)*?\t(.*-m pytest .*)$", makefile.read_text(),
+                       re.MULTILINE).group(1)
     arguments = re.search(r"-m pytest (.*)$", recipe).group(1)
     marks = re.search(r'-m "([^"]+)"', arguments)
     assert marks, recipe
