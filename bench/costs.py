@@ -166,10 +166,11 @@ def create_reference_device(manager: DeviceStateManager, device_id: str) -> None
 
 
 def reference_hour(meter: Meter, ids: list[str], reports_per_desire: int = REPORTS_PER_DESIRE,
-                   device=None) -> dict:
+                   device=None, after_reports=lambda ids: None) -> dict:
     """An hour of the reference fleet on the devices ``ids`` (created): request units per
     operation kind. ``device(device_id)``: the manager acting as that device, which sends its
-    reports, acks, WebSocket connect and reads of itself (by default one holding no credential)."""
+    reports, acks, WebSocket connect and reads of itself (by default one holding no credential).
+    ``after_reports(ids)`` runs once the hour's reports are written, before its other writes."""
     device = device or (lambda device_id: meter.manager.as_device(device_id))
     kinds = {}
     for device_id in ids:  # each device follows its own desired, as the reference fleet's do
@@ -194,6 +195,7 @@ def reference_hour(meter: Meter, ids: list[str], reports_per_desire: int = REPOR
     for _ in range(reports_per_desire - measured):
         meter.run(ids, report)
     kinds["report"] = meter.run(ids * measured, report)
+    after_reports(ids)
     kinds["desired write"] = meter.run(ids, lambda d: meter.manager.update_with_retry(
         d, MergePatch({"setpoint": 19 + next(step) % 6}), section="desired"))
     meter.run(ids, lambda d: meter.manager.update_with_retry(d, MergePatch({"bootCount": 0})))  # not measured

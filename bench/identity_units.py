@@ -182,9 +182,16 @@ def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_D
 
         meter.run(arms[NONE] + arms[HELD], lambda device_id: create_reference_device(meter.manager, device_id))
         meter.run(arms[HELD], register)
-        hour = {NONE: reference_hour(meter, arms[NONE], reports_per_desire),
+        as_reported = {}
+
+        def sizes_as_reported(arm):
+            return lambda ids: as_reported.update({arm: sorted({
+                billed_bytes(client, scratch, meter.state_item(device_id)) for device_id in ids})})
+
+        hour = {NONE: reference_hour(meter, arms[NONE], reports_per_desire, after_reports=sizes_as_reported(NONE)),
                 HELD: reference_hour(meter, arms[HELD], reports_per_desire,
-                                     lambda device_id: meter.manager.as_device(device_id, holders[device_id]))}
+                                     lambda device_id: meter.manager.as_device(device_id, holders[device_id]),
+                                     sizes_as_reported(HELD))}
         assert meter.now < time.time(), "the hour ran past now: the handler's requests would come before it"
         after_hour = {arm: {device_id: billed_bytes(client, scratch, meter.state_item(device_id))
                             for device_id in ids} for arm, ids in arms.items()}
@@ -201,6 +208,7 @@ def measure(endpoint: str, devices: int, reports_per_desire: int = REPORTS_PER_D
         kinds[kind] = {arm: routes[arm][kind] for arm in arms}
     kinds.update(fresh)
     return {"operations": kinds,
+            "state item bytes as the hour's reports wrote it": as_reported,
             "state item bytes after the hour": {arm: sorted(set(sizes.values())) for arm, sizes in after_hour.items()},
             "bytes of the identity attributes": added,
             "devices": devices, "reports per desire": reports_per_desire}
@@ -331,9 +339,10 @@ def markdown(result: dict) -> str:
         cells = [("—" if units is None else f"{units['read']:g} / {units['write']:g} / {units['calls']:g}"
                   + (f" ({units['refused']:g} refused)" if units.get("refused") else "")) for units in arms.values()]
         lines.append(f"| {kind} | {' | '.join(cells)} |")
-    sizes = result["state item bytes after the hour"]
-    lines += ["", "The state item after the hour, as DynamoDB bills its writes: "
-              + "; ".join(f"{arm}: {', '.join(map(str, values))} bytes" for arm, values in sizes.items()) + "."]
+    for when in ("as the hour's reports wrote it", "after the hour"):
+        sizes = result[f"state item bytes {when}"]
+        lines += ["", f"The state item {when}, as DynamoDB bills its writes: "
+                  + "; ".join(f"{arm}: {', '.join(map(str, values))} bytes" for arm, values in sizes.items()) + "."]
     added = result["bytes of the identity attributes"]
     lines += ["", "What the identity attributes take on the state item (bytes, as billed), of a device holding: "
               + ", ".join(f"{path} {size}" for path, size in added.items()) + "."]
