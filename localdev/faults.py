@@ -54,12 +54,20 @@ class Forwarder:
             self.faults.append(fault)
         return fault
 
-    def before(self, target: str, action: Callable[[], None], when: Callable[[bytes], bool] | None = None) -> None:
+    def before(self, target: str, action: Callable[[], None],
+               when: Callable[[bytes], bool] | None = None) -> Callable[[], None]:
         """Runs ``action`` once, when the next ``target`` request (whose body matches ``when``)
         arrives and before it is forwarded (pausing DynamoDB Local there makes that very request
-        wait in it)."""
+        wait in it). Returns what takes the hook back if no request has taken it yet."""
+        hook = (target, action, when)
         with self._lock:
-            self.hooks.append((target, action, when))
+            self.hooks.append(hook)
+
+        def take_back() -> None:
+            with self._lock:
+                if hook in self.hooks:
+                    self.hooks.remove(hook)
+        return take_back
 
     def close(self) -> None:
         self._closed = True

@@ -79,7 +79,8 @@ class Stall:
     """DynamoDB Local (``engine``) stalled (``pause()``) as the next ``target`` request whose body
     matches ``when`` reaches the forwarder, which then sends that very request on to wait in the
     stopped engine (no other request takes the hook). ``held()`` once the engine is held; a pause
-    that failed raises there, in the test, not in the forwarder's thread."""
+    that failed raises there, in the test, not in the forwarder's thread. ``disarm()`` takes the
+    hook back if no request came (else a late one would stop the engine after the test resumed it)."""
 
     def __init__(self, forwarder, engine, target: str, when):
         self._came, self._errors = threading.Event(), []
@@ -91,7 +92,7 @@ class Stall:
                 self._errors.append(error)
             finally:
                 self._came.set()
-        forwarder.before(target, pause, when=when)
+        self.disarm = forwarder.before(target, pause, when=when)
 
     def held(self, timeout: float = 30) -> bool:
         came = self._came.wait(timeout)

@@ -59,6 +59,7 @@ def test_the_credential_costs_no_write_unit_on_the_reference_fleets_hour(result)
     # the room docs/costs.md quotes: the item as the reports wrote it, with and without the credential
     as_reported = result["state item bytes as the hour's reports wrote it"]
     assert max(as_reported[NONE]) < min(as_reported[HELD]) <= max(as_reported[HELD]) <= 1024, as_reported
+    assert 25 <= 1024 - max(as_reported[NONE]) <= 35, as_reported  # "about 30 bytes of room"
 
 
 def test_what_identity_itself_costs(result):

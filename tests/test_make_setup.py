@@ -3,6 +3,7 @@ side, so in any order), and its two apt-get runs take one lock, never apt's own 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -27,13 +28,17 @@ def test_both_setups_run_their_steps_in_one_parallel_make():
     """`make setup` and `make test-fast` (its Python and npm steps only) each hand their steps to
     one sub-make with jobs, so a fresh clone downloads them side by side; under `make -jN` the
     sub-make shares that job count instead of taking its own."""
+    # as typed at a shell: not inside the make that may be running this suite, whose jobserver it would join
+    alone = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+
+    def dry_run(*arguments: str) -> str:
+        run = subprocess.run(["make", "-n", "-B", *arguments], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=60, env=alone)
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
     for target, goal in (("setup", "setup-steps"), ("test-fast", "setup-fast-steps")):
-        dry_run = subprocess.run(["make", "-n", "-B", target], cwd=REPO_ROOT, capture_output=True, text=True,
-                                 timeout=60)
-        assert dry_run.returncode == 0, dry_run.stderr
-        [sub_make] = [line for line in dry_run.stdout.splitlines() if line.endswith(f" {goal}")]
+        [sub_make] = [line for line in dry_run(target).splitlines() if line.endswith(f" {goal}")]
         assert " -j4 " in sub_make, sub_make
-    shared = subprocess.run(["make", "-n", "-B", "-j2", "test-fast"], cwd=REPO_ROOT, capture_output=True,
-                            text=True, timeout=60)
-    [sub_make] = [line for line in shared.stdout.splitlines() if line.endswith(" setup-fast-steps")]
+    [sub_make] = [line for line in dry_run("-j2", "test-fast").splitlines() if line.endswith(" setup-fast-steps")]
     assert "-j4" not in sub_make, sub_make
