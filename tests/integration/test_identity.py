@@ -50,6 +50,16 @@ def test_at_most_five_credentials_and_a_revoke_makes_room(manager):
     assert len(manager.credentials("lamp")) == MAX_CREDENTIALS
 
 
+def test_a_device_whose_last_credential_was_revoked_takes_a_new_one(manager):
+    """Revoking the last credential leaves the item's map of them empty: the next one goes in it
+    (the key rotation of a device holding one, done as revoke first, then add)."""
+    manager.create("lamp", {})
+    manager.revoke_credential("lamp", manager.add_credential("lamp", key()).credential_id)
+    again = manager.add_credential("lamp", key())
+    assert set(registered(item_of(manager, "lamp"))) == {again.credential_id}
+    assert [record.credential_id for record in manager.credentials("lamp")] == [again.credential_id]
+
+
 def test_a_credential_for_a_missing_device_is_refused(manager):
     with pytest.raises(DeviceNotFound):
         manager.add_credential("nobody", key())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..fleet.index import QUERYABLE, connectivity_attributes
 from ..item import schema
-from ..item.credentials import MAX_CREDENTIALS, registered
+from ..item.credentials import MAX_CREDENTIALS
 from ..item.fencing import lease_instant, lease_key
 from ..item.journal import WriteId
 from ..item.room import MAX_STATE_ITEM_BYTES, value_size
@@ -136,8 +136,7 @@ class BookkeepingRequests(PlanContext):
         current = Device.from_item(item)
         expr = Expression()
         name, credentials = expr.name, expr.name(schema.CREDENTIALS)
-        held = registered(item)
-        if held:
+        if schema.CREDENTIALS in item:  # the map stays, empty, once its last credential is revoked
             sets = [f"{credentials}.{name(credential_id)} = {expr.number(expires)}"]
             condition = (f"attribute_exists({credentials}) AND size({credentials}) < {expr.number(MAX_CREDENTIALS)}"
                          f" AND attribute_not_exists({credentials}.{name(credential_id)})")
