@@ -143,6 +143,15 @@ _CONFIRMATION = (
     "{version, confirmedVersion, cleared: true}.")
 _TIME = {"type": "string", "format": "date-time"}
 _SECTION_NAMES = {"type": "string", "enum": list(SECTIONS)}
+# A device token's answer. Provisioned is built from it as one closed object with deviceId and
+# credentialId added, not an allOf: a member with additionalProperties false would refuse what the others add.
+_DEVICE_TOKEN = {
+    "type": "object", "required": ["token", "tokenType", "expiresIn", "expiresAt"],
+    "additionalProperties": False,
+    "properties": {"token": {"type": "string"}, "tokenType": {"type": "string", "enum": ["Bearer"]},
+                   "expiresIn": {"type": "integer", "minimum": 1,
+                                 "description": "Seconds from now until the token expires"},
+                   "expiresAt": _TIME}}
 
 SCHEMAS = {
     "State": {**_OBJECT_OF_VALUES, "description": (
@@ -248,12 +257,7 @@ SCHEMAS = {
                            "fencingToken": {"type": "integer"}, "expiresAt": _TIME,
                            "owner": {"type": "string", "nullable": True}}}},
     },
-    "DeviceToken": {
-        "type": "object", "required": ["token", "tokenType", "expiresIn", "expiresAt"], "additionalProperties": False,
-        "properties": {"token": {"type": "string"}, "tokenType": {"type": "string", "enum": ["Bearer"]},
-                       "expiresIn": {"type": "integer", "minimum": 1,
-                                     "description": "Seconds from now until the token expires"},
-                       "expiresAt": _TIME}},
+    "DeviceToken": _DEVICE_TOKEN,
     "Credential": {
         "type": "object", "required": ["credentialId", "type", "createdAt"],
         "properties": {"credentialId": {"type": "string"},
@@ -276,9 +280,9 @@ SCHEMAS = {
             "groupKey": {"type": "string", "description": "32 random bytes (base64): shown in this answer alone"}}}]},
     "EnrollmentList": {"type": "object", "required": ["items"], "properties": {
         "items": {"type": "array", "items": {"$ref": "#/components/schemas/Enrollment"}}}},
-    "Provisioned": {"allOf": [{"$ref": "#/components/schemas/DeviceToken"}, {
-        "type": "object", "required": ["deviceId", "credentialId"],
-        "properties": {"deviceId": {"type": "string"}, "credentialId": {"type": "string"}}}]},
+    "Provisioned": {**_DEVICE_TOKEN, "required": ["deviceId", "credentialId", *_DEVICE_TOKEN["required"]],
+                    "properties": {"deviceId": {"type": "string"}, "credentialId": {"type": "string"},
+                                   **_DEVICE_TOKEN["properties"]}},
     "Change": {
         "type": "object", "required": ["deviceId", "version", "previousVersion", "kind", "patch", "updatedAt"],
         "properties": {
