@@ -5,7 +5,6 @@ answer; a secret or group key is shown once, in the answer that made it, and nev
 
 from __future__ import annotations
 
-import datetime
 import time
 from urllib.parse import quote
 
@@ -14,7 +13,8 @@ from .resolver import Response, Router
 from functions.auth import identity
 from functions.auth.assertions import encoded
 from functions.auth.sealing import sealer
-from functions.device_state import CredentialRecord, Enrollment, EnrollmentNotFound, check_state, dumps, timestamp
+from functions.device_state import (CredentialRecord, Enrollment, EnrollmentNotFound, check_state, dumps,
+                                    epoch_seconds, timestamp)
 from functions.device_state import metrics as names
 
 from . import access
@@ -30,20 +30,15 @@ NO_STORE = {"Cache-Control": "no-store"}
 
 
 def _expires_at(raw) -> int | None:
-    """``expiresAt`` (RFC 3339 with a time zone) as epoch seconds, in the future."""
+    """``expiresAt`` (RFC 3339 with its offset) as epoch seconds, in the future; an answer shows
+    it in UTC, where 9999-12-31T23:59:59-14:00 is in the year 10000, so that is refused too."""
     if raw is None:
         return None
     try:
-        moment = datetime.datetime.fromisoformat(raw.replace("Z", "+00:00")) if isinstance(raw, str) else None
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise BadRequest("expiresAt must be an RFC 3339 time with its offset, e.g. 2027-01-01T00:00:00Z")
-    try:  # an answer shows it in UTC: 9999-12-31T23:59:59-14:00 is in the year 10000 there
-        moment.astimezone(datetime.timezone.utc)
-    except OverflowError:
-        raise BadRequest("expiresAt must be before 10000-01-01T00:00:00Z") from None
-    seconds = int(moment.timestamp())
+        seconds = epoch_seconds(raw)
+    except ValueError as error:
+        raise BadRequest(f"expiresAt must be an RFC 3339 time with its offset before 10000-01-01T00:00:00Z, "
+                         f"e.g. 2027-01-01T00:00:00Z ({error})") from None
     if seconds <= time.time():
         raise BadRequest("expiresAt must be in the future")
     return seconds

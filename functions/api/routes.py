@@ -377,6 +377,7 @@ def _section_routes(section: str) -> list[Route]:
 # ---------------------------------------------------------------- devices' identity
 
 _EXPIRES_AT = {"type": "string", "format": "date-time", "maxLength": 64,
+               "pattern": f"^{jobs.RFC3339_PATTERN.pattern}$",
                "description": "RFC 3339 with its offset, in the future; absent: never"}
 _PEM = {"type": "string", "minLength": 1, "maxLength": MAX_PEM_CHARS}
 _PUBLIC_KEY = {**_PEM, "description": "An EC P-256 or RSA (2048 bits or more) public key in PEM"}

@@ -32,6 +32,7 @@ ES256, RS256, HS256 = "ES256", "RS256", "HS256"
 ALGORITHMS = (ES256, RS256, HS256)
 MIN_RSA_BITS = 2048
 MAX_PEM_CHARS = 16384  # a public key or certificate as registered
+LAST_EPOCH_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z
 
 
 class AssertionRefused(Unauthenticated):
@@ -112,7 +113,8 @@ def read(token: str, device_id: str, now: float) -> Assertion:
         raise AssertionMalformed("the assertion's header needs kid: the id of the credential it is signed with")
     for name in ("iat", "exp"):
         value = claims.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        # compared, not math.isfinite(): an int of 400 digits is no float (OverflowError), NaN fails both
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= LAST_EPOCH_SECOND:
             raise AssertionMalformed(f"the assertion needs {name}, a number of seconds since the epoch")
     jti = claims.get("jti")
     if not isinstance(jti, str) or not 0 < len(jti) <= MAX_JTI_CHARS:

@@ -94,6 +94,7 @@ from .model.desires import (
     check_acks,
 )
 from .model.device import Device, timestamp
+from .model.times import epoch_seconds
 from .model.patches import JsonPatch, MergePatch
 from .model.sections import (
     DESIRED,
@@ -285,6 +286,7 @@ __all__ = [
     "StorageError",
     "StorageUnavailable",
     "timestamp",
+    "epoch_seconds",
     "TransactionFailed",
     "TransactionTooLarge",
     "transactions",

@@ -215,22 +215,59 @@ def test_a_lease_a_revoked_credential_waited_for_is_not_granted(server, admin, a
     assert json.loads(body)["holder"] is None, body
 
 
-def test_an_expiry_past_the_year_9999_is_400_and_stores_nothing_that_fails_a_later_listing(server, admin, app):
+@pytest.mark.parametrize("expires_at", ["9999-12-31T23:59:59-14:00", "2030-W01-1T00:00Z", "20300101T000000Z",
+                                        "2030-01-01 00:00:00Z", "2030-01-01T00Z", "2030-02-30T00:00:00Z"])
+def test_an_expiry_past_the_year_9999_or_not_rfc_3339_is_400_and_stores_nothing(server, admin, app, expires_at):
     """``9999-12-31T23:59:59-14:00`` is valid RFC 3339 but past what an answer can show (UTC
-    year 10000): refused before anything is stored, so the listings still answer."""
+    year 10000); the others are ISO 8601 but not RFC 3339, or no day at all: each refused before
+    anything is stored, so the listings still answer."""
     from tests.auth import bearer
 
     device = _new_device(app)
     admin_headers = bearer((ADMIN_SCOPE,))
-    late = "9999-12-31T23:59:59-14:00"
-    asked = [(f"/devices/{device}/credentials", {"type": "secret", "expiresAt": late}),
+    asked = [(f"/devices/{device}/credentials", {"type": "secret", "expiresAt": expires_at}),
              ("/enrollments", {"idPattern": f"late-{uuid.uuid4().hex[:6]}-[0-9]+", "maxDevices": 1, "initial": {},
-                               "expiresAt": late})]
+                               "expiresAt": expires_at})]
+    enrollments = len(json.loads(server.request("GET", "/enrollments", headers=admin_headers)[2])["items"])
     for path, body in asked:
         status, _, answer = server.request("POST", path, body, headers=admin_headers)
         assert status == 400, (path, status, answer)
-    assert server.request("GET", f"/devices/{device}/credentials", headers=admin_headers)[0] == 200
+    status, _, listed = server.request("GET", f"/devices/{device}/credentials", headers=admin_headers)
+    assert status == 200 and json.loads(listed)["items"] == []
+    status, _, listed = server.request("GET", "/enrollments", headers=admin_headers)
+    assert status == 200 and len(json.loads(listed)["items"]) == enrollments
+
+
+def test_the_last_fraction_of_the_year_9999_is_its_last_second_and_every_listing_shows_it(server, admin, app):
+    """A fraction is cut, not rounded: 23:59:59.999999 rounded up was the year 10000, stored, and
+    every later listing failed (500) with the secret or group key never shown."""
+    from tests.auth import bearer
+
+    device = _new_device(app)
+    admin_headers = bearer((ADMIN_SCOPE,))
+    last = "9999-12-31T23:59:59.999999Z"
+    status, _, added = server.request("POST", f"/devices/{device}/credentials", {"type": "secret", "expiresAt": last},
+                                      headers=admin_headers)
+    assert status == 201 and json.loads(added)["expiresAt"].startswith("9999-12-31T23:59:59"), added
+    status, _, enrolled = server.request(
+        "POST", "/enrollments", {"idPattern": f"last-{uuid.uuid4().hex[:6]}-[0-9]+", "maxDevices": 1, "initial": {},
+                                 "expiresAt": last}, headers=admin_headers)
+    assert status == 201, enrolled
+    status, _, listed = server.request("GET", f"/devices/{device}/credentials", headers=admin_headers)
+    assert status == 200 and [item["expiresAt"][:19] for item in json.loads(listed)["items"]] == ["9999-12-31T23:59:59"]
     assert server.request("GET", "/enrollments", headers=admin_headers)[0] == 200
+    assert server.request("DELETE", f"/enrollments/{json.loads(enrolled)['enrollmentId']}",
+                          headers=admin_headers)[0] == 204
+
+
+@pytest.mark.parametrize("claim", ["iat", "exp"])
+@pytest.mark.parametrize("value", [10 ** 400, -1, 253_402_300_800], ids=["400-digits", "negative", "year-10000"])
+def test_an_assertion_whose_time_is_no_epoch_second_is_401_not_500(server, admin, app, claim, value):
+    device = _new_device(app)
+    added = admin.add_credential(device, "secret")
+    signed = assertion(device, added["credentialId"], base64.b64decode(added["secret"]), **{claim: value})
+    status, _, problem = server.request("POST", f"/devices/{device}/token", headers={"Authorization": f"Bearer {signed}"})
+    assert status == 401 and json.loads(problem)["type"].endswith(":assertion-invalid"), (status, problem)
 
 
 def test_a_deleted_devices_token_is_refused_at_the_websocket_connect_and_subscribe(server, admin, app):

@@ -13,7 +13,7 @@ from decimal import Decimal
 from ..errors import InvalidJob, InvalidValue
 from ..model.desires import MAX_EXPIRY_SECONDS, MIN_EXPIRY_SECONDS, DesireOptions
 from ..model.sections import check_pointer, leaves
-from ..model.times import timestamp
+from ..model.times import RFC3339_PATTERN, timestamp
 from ..model.values import DEVICE_ID_PATTERN, check_state, dumps, item_size, loads, to_attribute
 
 # A job's own status, and each execution's state (one per targeted device).
@@ -43,7 +43,6 @@ DEFAULT_WINDOW_SECONDS = 7 * 24 * 60 * 60
 
 _MEMBERS = ("jobId", "filter", "deviceIds", "desired", "expiresIn", "clearOnConfirm", "rollout", "abort",
             "timeoutSeconds", "targets", "endsAt")
-RFC3339_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
 MIN_THRESHOLD_PERCENT = Decimal("0.01")
 
 
