@@ -443,7 +443,8 @@ IDENTITY_ROUTES = (
         **WRITE_ERRORS}, body=CREDENTIAL_BODY, description=(
         f"Register a public key, a certificate, or a secret the service makes, for the device to prove itself "
         f"with (an assertion at POST /devices/{{deviceId}}/token; a certificate also over mutual TLS). At most "
-        f"{MAX_CREDENTIALS} per device: a key rotates by adding the new one and revoking the old.")),
+        f"{MAX_CREDENTIALS} per device: a key rotates by adding the new one and revoking the old; one past its "
+        f"expiresAt holds no place.")),
     Route(("GET", "HEAD"), "/devices/<device_id>/credentials", "listCredentials", (MANAGE, _CREDENTIALS), {
         "200": Answer("The device's credentials (never a secret; a revoked one is gone)", "CredentialList"),
         "404": NO_DEVICE, **COMMON}),

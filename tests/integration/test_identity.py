@@ -60,6 +60,23 @@ def test_a_device_whose_last_credential_was_revoked_takes_a_new_one(manager):
     assert [record.credential_id for record in manager.credentials("lamp")] == [again.credential_id]
 
 
+def test_an_expired_credential_holds_no_place_among_the_five(manager):
+    """Listed no more once expired, and no longer counted: the next registration takes it off the
+    item in its own write, and the limit counts the live ones."""
+    manager.create("lamp", {})
+    kept = [manager.add_credential("lamp", key()) for _ in range(MAX_CREDENTIALS - 1)]
+    soon = manager.add_credential("lamp", key(expires_at=int(time.time()) + 2))
+    with pytest.raises(TooManyCredentials):
+        manager.add_credential("lamp", key())
+    time.sleep(2.2)
+    assert len(manager.credentials("lamp")) == MAX_CREDENTIALS - 1
+    added = manager.add_credential("lamp", key())
+    assert set(registered(item_of(manager, "lamp"))) == {record.credential_id for record in [*kept, added]}
+    assert soon.credential_id not in registered(item_of(manager, "lamp"))
+    with pytest.raises(TooManyCredentials):
+        manager.add_credential("lamp", key())
+
+
 def test_a_credential_for_a_missing_device_is_refused(manager):
     with pytest.raises(DeviceNotFound):
         manager.add_credential("nobody", key())

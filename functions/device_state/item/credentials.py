@@ -63,6 +63,12 @@ def registered(item: dict | None) -> dict[str, int]:
     return {name: int(entry["N"]) for name, entry in value["M"].items()} if value and "M" in value else {}
 
 
+def expired(item: dict | None, now: float) -> list[str]:
+    """The ids of the item's credentials whose expiry has passed: they open nothing, and a
+    registration takes them off the item, so they hold no place among ``MAX_CREDENTIALS``."""
+    return [name for name, expiry in registered(item).items() if expiry != NO_EXPIRY and expiry <= now]
+
+
 def requires_certificate(item: dict | None) -> bool:
     return schema.CERTIFICATE_REQUIRED in (item or {})
 

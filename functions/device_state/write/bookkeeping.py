@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..fleet.index import QUERYABLE, connectivity_attributes
 from ..item import schema
-from ..item.credentials import MAX_CREDENTIALS
+from ..item.credentials import MAX_CREDENTIALS, expired
 from ..item.fencing import lease_instant, lease_key
 from ..item.journal import WriteId
 from ..item.room import MAX_STATE_ITEM_BYTES, value_size
@@ -136,16 +136,22 @@ class BookkeepingRequests(PlanContext):
         current = Device.from_item(item)
         expr = Expression()
         name, credentials = expr.name, expr.name(schema.CREDENTIALS)
+        removes = []
         if schema.CREDENTIALS in item:  # the map stays, empty, once its last credential is revoked
             sets = [f"{credentials}.{name(credential_id)} = {expr.number(expires)}"]
-            condition = (f"attribute_exists({credentials}) AND size({credentials}) < {expr.number(MAX_CREDENTIALS)}"
-                         f" AND attribute_not_exists({credentials}.{name(credential_id)})")
+            # expired entries leave in the same write; the condition holds them there, so the
+            # size it reads counts them exactly
+            removes = [f"{credentials}.{name(gone)}" for gone in expired(item, self.now)]
+            room = expr.number(MAX_CREDENTIALS + len(removes))
+            condition = " AND ".join([f"attribute_exists({credentials}) AND size({credentials}) < {room}",
+                                      f"attribute_not_exists({credentials}.{name(credential_id)})",
+                                      *(f"attribute_exists({entry})" for entry in removes)])
         else:
             sets = [f"{credentials} = {expr.value({'M': {credential_id: {'N': str(expires)}}})}"]
             condition = f"attribute_not_exists({credentials})"
         if certificate:
             sets.append(f"{name(schema.CERTIFICATE_REQUIRED)} = {expr.value({'BOOL': True})}")
-        return self._journaled(expr, current.device_id, sets, [], f"{live(expr, self.now)} AND {condition}",
+        return self._journaled(expr, current.device_id, sets, removes, f"{live(expr, self.now)} AND {condition}",
                                CREDENTIAL_REGISTERED, current)
 
     def revoke_credential(self, item: dict, credential_id: str) -> Planned:

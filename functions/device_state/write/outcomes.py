@@ -24,7 +24,7 @@ from ..errors import (
     TooManyCredentials,
 )
 from ..item import job_marks, schema
-from ..item.credentials import MAX_CREDENTIALS, registered
+from ..item.credentials import MAX_CREDENTIALS, expired, registered
 from ..item.fencing import active_holder
 from ..model import connectivity
 from ..model.connectivity import MAX_CONNECTIONS
@@ -116,8 +116,8 @@ def refusal(planned: Planned, old: dict | None, planner: PlanContext) -> Excepti
     if planned.outcome == CREDENTIAL_REGISTERED:
         if live is None:
             return DeviceNotFound(device_id)
-        return TooManyCredentials(device_id, MAX_CREDENTIALS) if len(registered(live)) >= MAX_CREDENTIALS \
-            else Moved(live)
+        held = len(registered(live)) - len(expired(live, now))
+        return TooManyCredentials(device_id, MAX_CREDENTIALS) if held >= MAX_CREDENTIALS else Moved(live)
     if planned.outcome == CREDENTIAL_REVOKED:
         return DeviceNotFound(device_id) if live is None else CredentialNotFound(device_id)
     if planned.outcome == LEASE_CLEARED:
