@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from re import _constants as sre, _parser  # the parser re.compile itself uses (Python 3.11+)
 
 from ..errors import ConditionNotMet, DeviceStateError, EnrollmentNotFound
 from ..item import schema
+from ..model.sections import DEVICE_SECTIONS, STATE, check_sections
 from ..model.times import timestamp
-from ..model.values import from_attribute, to_attribute
+from ..model.values import check_state, from_attribute, to_attribute
 from ..runtime import Runtime
 from ..write.expressions import Expression
 from ..write.store import IDEMPOTENT, Store
@@ -25,9 +27,10 @@ MAX_DEVICES = 1_000_000
 # The enrollment item's attributes.
 _PATTERN, _INITIAL, _MAX_DEVICES, _PROVISIONED, _GROUP_KEY, _CREATED_AT, _UNTIL, _DELETED_AT = (
     "idPattern", "initial", "maxDevices", "provisioned", "groupKey", "createdAt", "until", "endedAt")
-# What makes a pattern's matching time grow faster than its input: a quantifier applied to a
-# group that holds a quantifier or an alternation (``(a+)+``, ``(a|aa)*``), or a backreference.
-_NESTED_QUANTIFIER = re.compile(r"\([^()]*[*+?}|][^()]*\)\s*[*+?{]|\\[1-9]")
+# What makes a pattern's matching time grow faster than its input, in its parsed tree: inside a
+# repetition (a repeat of more than once), another repetition or an alternation; a backreference.
+_REPEATS = (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT)
+_BACKREFERENCES = (sre.GROUPREF, sre.GROUPREF_EXISTS)
 
 
 class InvalidEnrollment(DeviceStateError, ValueError):
@@ -79,18 +82,41 @@ def enrollment_key(enrollment_id: str) -> dict:
 
 def check_id_pattern(pattern) -> str:
     """A pattern a device id must match whole: a regular expression of at most
-    ``MAX_ID_PATTERN_CHARS`` without nested quantifiers or backreferences (so matching a
-    128-character id stays linear)."""
+    ``MAX_ID_PATTERN_CHARS`` without nested repetition, alternation inside a repetition or
+    backreferences (``_runaway``), so matching a 128-character id cannot run away."""
     if not isinstance(pattern, str) or not 1 <= len(pattern) <= MAX_ID_PATTERN_CHARS:
         raise InvalidEnrollment(f"idPattern is a regular expression of 1 to {MAX_ID_PATTERN_CHARS} characters")
-    if _NESTED_QUANTIFIER.search(pattern):
-        raise InvalidEnrollment("idPattern may not repeat a group that repeats (such as (a+)+) nor refer back "
-                                "to a group: its matching time must not grow faster than the id")
     try:
+        parsed = _parser.parse(pattern)
         re.compile(pattern)
     except re.error as error:
         raise InvalidEnrollment(f"idPattern is not a regular expression: {error}") from None
+    found = _runaway(parsed)
+    if found:
+        raise InvalidEnrollment(f"idPattern may not hold {found}: its matching time must not grow "
+                                "faster than the id")
     return pattern
+
+
+def _runaway(parsed, repeated: bool = False) -> str | None:
+    """What in a parsed pattern (``re._parser``) could make matching backtrack without bound, or
+    None: any backreference; inside a repetition of more than once (``+``, ``*``, ``{2,}``), at any
+    depth, another repetition, ``?`` too (``(a?a?)+`` is as slow as ``(a+)+``), or an alternation
+    (``(a|aa)+``; one of single characters the parser has made a character set already)."""
+    for op, av in parsed:
+        if op in _BACKREFERENCES:
+            return "a backreference (such as \\1 or (?P=name))"
+        if repeated and op in _REPEATS:
+            return "a repetition inside a repeated group (such as (a+)+ or (a?a?)+)"
+        if repeated and op is sre.BRANCH and len(av[1]) > 1:
+            return "an alternation inside a repeated group (such as (a|aa)+)"
+        inner = repeated or (op in _REPEATS and av[1] > 1)
+        for arg in av if isinstance(av, tuple) else (av,):  # a node's sub-patterns: a group's, a branch's
+            for part in arg if isinstance(arg, list) else (arg,):
+                found = _runaway(part, inner) if isinstance(part, _parser.SubPattern) else None
+                if found:
+                    return found
+    return None
 
 
 def provisioned_counter(expr: Expression, enrollment_id: str, table_name: str, now: float) -> dict:
@@ -116,6 +142,11 @@ class Enrollments:
         """Stores a new enrollment (``created_at`` set now); ``EnrollmentExists`` when one of that
         id exists (deleted ones too: an id names one enrollment for good)."""
         check_id_pattern(enrollment.id_pattern)
+        # The initial documents, checked as a device's create checks its own (InvalidValue): or
+        # every device provisioned by this enrollment would be refused.
+        initial = enrollment.initial
+        check_state(initial.get(STATE, {}))
+        check_sections({section: initial[section] for section in DEVICE_SECTIONS if section in initial})
         enrollment = replace(enrollment, created_at=timestamp(self._runtime.clock()), provisioned=0, deleted=False)
         expr = Expression()
         condition = (f"attribute_not_exists({expr.name(_PATTERN)}) OR "

@@ -214,11 +214,14 @@ def replacing(state: dict, sections: dict | None) -> list[SectionWrite]:
 
 
 def check_sections(sections: dict | None) -> None:
-    """``sections`` names only desired and reported, each a storable object."""
+    """``sections`` names only desired and reported, each a storable object whose leaves'
+    pointers (the keys of their metadata) fit ``MAX_POINTER_BYTES``."""
     for section, document in (sections or {}).items():
         if section not in DEVICE_SECTIONS:
             raise ValueError(f"sections are {', '.join(DEVICE_SECTIONS)}, not {section!r}")
         check_state(document)
+        for leaf in leaves(document):
+            check_pointer(leaf)
 
 
 def touched_by(update_fn, document: dict | None = None) -> tuple[str, ...]:
