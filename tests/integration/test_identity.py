@@ -5,6 +5,7 @@ shuts out the next one at once, reads and writes alike, with nothing written for
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -75,6 +76,22 @@ def test_an_expired_credential_holds_no_place_among_the_five(manager):
     assert soon.credential_id not in registered(item_of(manager, "lamp"))
     with pytest.raises(TooManyCredentials):
         manager.add_credential("lamp", key())
+
+
+def test_an_expired_credential_registered_again_replaces_itself_and_a_revoked_one_is_not_taken_off(manager):
+    """A certificate's id is its thumbprint's: registered again once expired, it takes its own
+    place (not 409 credential-exists). A registration planned while another expired entry was
+    there takes that entry off only at the expiry it read: one revoked and registered again
+    meanwhile stays."""
+    manager.create("lamp", {})
+    soon = key(expires_at=int(time.time()) + 2)
+    manager.add_credential("lamp", soon)
+    other = manager.add_credential("lamp", key(expires_at=int(time.time()) + 2))
+    time.sleep(2.2)
+    again = manager.add_credential("lamp", replace(soon, expires_at=None))
+    assert registered(item_of(manager, "lamp")) == {again.credential_id: 0}  # the other expired one went
+    assert [record.credential_id for record in manager.credentials("lamp")] == [soon.credential_id]
+    assert other.credential_id not in registered(item_of(manager, "lamp"))
 
 
 def test_a_credential_for_a_missing_device_is_refused(manager):

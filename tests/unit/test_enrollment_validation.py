@@ -148,3 +148,11 @@ def test_post_enrollments_answers_as_post_devices_does_for_the_same_desired_and_
     assert api("GET", "/enrollments/factory").status == 404
     runaway = api("POST", "/enrollments", {"idPattern": "(([a-z0-9]+)-?)+", "maxDevices": 3})
     assert runaway.status == 400 and runaway.json["type"].endswith("invalid-enrollment"), runaway.text
+
+
+@pytest.mark.parametrize("pattern", ["a*a*a*a*b", "a*a*a*a*a*a*b", "[a-z]+-[0-9]+-[a-z]+-[0-9]+"])
+def test_more_than_three_repetitions_in_a_row_are_refused(pattern):
+    """Repetitions one after another match in time growing as the id's length to the power of their
+    number (a*a*a*a*a*a*b took 26 s on 128 characters): at most three."""
+    with pytest.raises(InvalidEnrollment, match="repetitions"):
+        check_id_pattern(pattern)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import CredentialExists, CredentialNotFound, DeviceNotFound
 from ..item import schema
-from ..item.credentials import NO_EXPIRY, registered
+from ..item.credentials import NO_EXPIRY, expired, registered
 from ..model.times import timestamp
 from ..runtime import Runtime
 from ..write.outcomes import Moved, Refusals
@@ -91,8 +91,8 @@ class Credentials:
         def plan(planner, item):
             if not schema.is_live_state(item, planner.now):
                 raise DeviceNotFound(device_id)
-            if record.credential_id in registered(item):
-                raise CredentialExists(device_id, record.credential_id)
+            if record.credential_id in registered(item) and record.credential_id not in expired(item, planner.now):
+                raise CredentialExists(device_id, record.credential_id)  # an expired one is replaced
             expires = record.expires_at if record.expires_at is not None else NO_EXPIRY
             return planner.register_credential(item, record.credential_id, expires, record.kind == CERTIFICATE), \
                 {CREDENTIAL: [{"Put": {"TableName": self._store.table_name, "Item": record.item(device_id)}}]}

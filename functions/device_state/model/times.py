@@ -6,7 +6,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-RFC3339_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+RFC3339_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:[0-5]\d)")
 LAST_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z, the last second an answer can show
 
 
@@ -25,13 +25,16 @@ def epoch_seconds(text: str) -> int:
     if match is None:
         raise ValueError("not an RFC 3339 time with its offset")
     whole = text[:match.start(1)] + text[match.end(1):] if match.group(1) else text
-    moment = datetime.fromisoformat(whole.upper().replace("Z", "+00:00"))  # ValueError: no such day or hour
+    try:
+        moment = datetime.fromisoformat(whole.upper().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("no such day, time or offset") from None
     try:
         seconds = (moment.astimezone(timezone.utc) - _EPOCH) // timedelta(seconds=1)
     except OverflowError:
-        raise ValueError("past the year 9999") from None
+        raise ValueError("in UTC, before the year 1 or past the year 9999") from None
     if seconds > LAST_SECOND:
-        raise ValueError("past the year 9999")
+        raise ValueError("in UTC, past the year 9999")
     return seconds
 
 

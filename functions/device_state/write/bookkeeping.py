@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..fleet.index import QUERYABLE, connectivity_attributes
 from ..item import schema
-from ..item.credentials import MAX_CREDENTIALS, expired
+from ..item.credentials import MAX_CREDENTIALS, expired, registered
 from ..item.fencing import lease_instant, lease_key
 from ..item.journal import WriteId
 from ..item.room import MAX_STATE_ITEM_BYTES, value_size
@@ -138,14 +138,21 @@ class BookkeepingRequests(PlanContext):
         name, credentials = expr.name, expr.name(schema.CREDENTIALS)
         removes = []
         if schema.CREDENTIALS in item:  # the map stays, empty, once its last credential is revoked
-            sets = [f"{credentials}.{name(credential_id)} = {expr.number(expires)}"]
-            # expired entries leave in the same write; the condition holds them there, so the
-            # size it reads counts them exactly
-            removes = [f"{credentials}.{name(gone)}" for gone in expired(item, self.now)]
-            room = expr.number(MAX_CREDENTIALS + len(removes))
-            condition = " AND ".join([f"attribute_exists({credentials}) AND size({credentials}) < {room}",
-                                      f"attribute_not_exists({credentials}.{name(credential_id)})",
-                                      *(f"attribute_exists({entry})" for entry in removes)])
+            held = registered(item)
+            entry = f"{credentials}.{name(credential_id)}"
+            sets = [f"{entry} = {expr.number(expires)}"]
+            # Expired entries leave in the same write (one of the same id is replaced): the
+            # condition holds each at the expiry read, so the size it reads counts them exactly
+            # and none revoked and registered again meanwhile is taken off.
+            gone = expired(item, self.now)
+            removes = [f"{credentials}.{name(other)}" for other in gone if other != credential_id]
+            room = expr.number(MAX_CREDENTIALS + len(gone))
+            condition = " AND ".join([
+                f"attribute_exists({credentials}) AND size({credentials}) < {room}",
+                f"{entry} = {expr.number(held[credential_id])}" if credential_id in gone
+                else f"attribute_not_exists({entry})",
+                *(f"{credentials}.{name(other)} = {expr.number(held[other])}" for other in gone
+                  if other != credential_id)])
         else:
             sets = [f"{credentials} = {expr.value({'M': {credential_id: {'N': str(expires)}}})}"]
             condition = f"attribute_not_exists({credentials})"
