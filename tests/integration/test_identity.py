@@ -94,6 +94,38 @@ def test_an_expired_credential_registered_again_replaces_itself_and_a_revoked_on
     assert other.credential_id not in registered(item_of(manager, "lamp"))
 
 
+def test_a_registration_does_not_take_off_an_expired_credential_revoked_and_registered_again_meanwhile(
+        dynamodb_local, local_table):
+    """Certificate X expired; a registration of Y is planned (X to be taken off), and before it
+    reaches DynamoDB X is revoked and registered again (its id is its thumbprint's). X is live: the
+    registration is refused at the expiry it read and planned again, and X stays. (Holding X by
+    its presence alone, as the first version of the pruning did, took the live X off: this test
+    failed on it.)"""
+    from functions.device_state.client import dynamodb_client
+    from localdev.faults import Forwarder
+
+    client, name = local_table
+    other = DeviceStateManager(client, name)
+    forwarder = Forwarder(dynamodb_local.port)
+    try:
+        manager = DeviceStateManager(dynamodb_client(forwarder.endpoint, "us-east-1"), name)
+        manager.create("lamp", {})
+        x = key(expires_at=int(time.time()) + 2)
+        manager.add_credential("lamp", x)
+        time.sleep(2.2)
+        y = key()
+
+        def revoke_and_register_x_again():
+            other.revoke_credential("lamp", x.credential_id)
+            other.add_credential("lamp", replace(x, expires_at=None))
+        forwarder.before("TransactWriteItems", revoke_and_register_x_again,
+                         when=lambda body: y.credential_id.encode() in body)
+        manager.add_credential("lamp", y)
+    finally:
+        forwarder.close()
+    assert registered(item_of(other, "lamp")) == {x.credential_id: 0, y.credential_id: 0}
+
+
 def test_a_credential_for_a_missing_device_is_refused(manager):
     with pytest.raises(DeviceNotFound):
         manager.add_credential("nobody", key())
