@@ -374,6 +374,9 @@ def test_enrollments_are_created_listed_read_and_deleted_and_an_id_names_one_for
     assert manager.enrollment("other").deleted
     with pytest.raises(InvalidEnrollment):
         manager.create_enrollment(enrollment("other"))
+    for dots in (".", ".."):  # no URL reaches them: a client resolves /enrollments/.. to /
+        with pytest.raises(InvalidEnrollment, match="dot segments"):
+            manager.create_enrollment(enrollment(dots))
 
 
 @pytest.mark.parametrize("pattern", ["(a+)+", "(a|aa)*", r"(x)\1", "[", "", "a" * 300])

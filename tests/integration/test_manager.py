@@ -19,6 +19,7 @@ from functions.device_state import (
     ItemTooLarge,
     JsonPatch,
     MergePatch,
+    Operation,
     VersionConflict,
 )
 from functions.device_state import table
@@ -84,6 +85,18 @@ def test_bad_device_ids_are_refused_before_any_request(engine, bad_id):
         with pytest.raises(InvalidDeviceId):
             call()
     assert spy.calls == []
+
+
+@pytest.mark.parametrize("dots", [".", ".."])
+def test_a_device_id_of_dots_is_created_by_no_write(manager, dots):
+    """The pattern allows "." and "..", which no URL reaches (a client resolves /devices/.. to
+    /): no create, put or transaction makes a device of them, and nothing is stored."""
+    for call in (lambda: manager.create(dots, {}), lambda: manager.put(dots, {}),
+                 lambda: manager.transact([Operation.create(dots, {})])):
+        with pytest.raises(InvalidDeviceId, match="dot segments"):
+            call()
+    with pytest.raises(DeviceNotFound):
+        manager.get(dots)
 
 
 def test_longest_and_all_allowed_characters_in_device_id(manager):

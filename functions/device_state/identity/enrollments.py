@@ -14,7 +14,7 @@ from ..errors import ConditionNotMet, DeviceStateError, EnrollmentNotFound
 from ..item import schema
 from ..model.sections import DEVICE_SECTIONS, STATE, check_sections
 from ..model.times import timestamp
-from ..model.values import check_state, from_attribute, to_attribute
+from ..model.values import check_new_id, check_state, from_attribute, to_attribute
 from ..runtime import Runtime
 from ..write.expressions import Expression
 from ..write.store import IDEMPOTENT, Store
@@ -156,6 +156,7 @@ class Enrollments:
     def create(self, enrollment: Enrollment) -> Enrollment:
         """Stores a new enrollment (``created_at`` set now); ``EnrollmentExists`` when one of that
         id exists (deleted ones too: an id names one enrollment for good)."""
+        check_new_id("enrollmentId", enrollment.enrollment_id, InvalidEnrollment)
         check_id_pattern(enrollment.id_pattern)
         # The initial documents, checked as a device's create checks its own (InvalidValue): or
         # every device provisioned by this enrollment would be refused.

@@ -61,6 +61,17 @@ def validate_device_id(device_id) -> str:
     return device_id
 
 
+DOT_SEGMENTS = (".", "..")  # ids no URL reaches: a client resolves /devices/.. to /
+
+
+def check_new_id(kind: str, identifier: str, error: type[Exception]) -> str:
+    """A new device's or enrollment's id (``kind`` names which): ``error`` for a dot segment, which
+    the pattern allows (a stored one stays readable by the library)."""
+    if identifier in DOT_SEGMENTS:
+        raise error(f"{kind} may not be . or ..: no URL reaches it, since clients resolve dot segments")
+    return identifier
+
+
 def _reject_constant(name: str):
     raise InvalidValue(f"{name} is not a number JSON or DynamoDB can hold", limit="number-finite")
 

@@ -10,7 +10,7 @@ from typing import Callable
 
 from boto3.dynamodb.conditions import ConditionBase
 
-from ..errors import DeviceAlreadyExists, ItemTooLarge, JobAlreadyWritten, TooManyJobs
+from ..errors import DeviceAlreadyExists, InvalidDeviceId, ItemTooLarge, JobAlreadyWritten, TooManyJobs
 from ..fleet.index import connectivity_attributes
 from ..item import contention, job_marks, schema
 from ..item.credentials import ProvisionedIdentity
@@ -33,7 +33,7 @@ from ..model.sections import (
 )
 from ..model.times import time_attribute, timestamp
 from ..model.updates import UpdateFn
-from ..model.values import MAX_ITEM_BYTES, check_state, from_attribute, to_attribute
+from ..model.values import MAX_ITEM_BYTES, check_new_id, check_state, from_attribute, to_attribute
 from .expressions import Expression, not_live, number
 from .plan import CHECKED, CREATED, DELETED, REPLACED, UPDATED, PlanContext, Planned, index_sets
 
@@ -49,6 +49,7 @@ class VersionedWrites(PlanContext):
         a device an enrollment provisions holds its first credential from the start."""
         if schema.is_live_state(item, self.now):
             raise DeviceAlreadyExists(device_id, Device.from_item(item))
+        check_new_id("deviceId", device_id, InvalidDeviceId)
         check_state(state)
         previous = schema.StateItem.of(item).version if item and schema.VERSION in item else 0
         stamp = timestamp(self.now)
