@@ -142,8 +142,8 @@ class DynamoDBLocal:
         """Stall the engine (SIGSTOP): requests hang until ``resume``. Returns once the stop has
         taken hold (``_held``), so that a request sent after it is never served before ``resume``:
         a stall test, whose pause returned with the signal merely sent, saw its write answered
-        at once (in 57.6 ms), most likely before the stop took hold. Where it does not take hold in ``timeout``, the engine is
-        let go and ``DynamoDBLocalError`` raised."""
+        at once (in 57.6 ms), most likely before the stop took hold. Where it does not take hold
+        in ``timeout``, the engine is let go and ``DynamoDBLocalError`` raised."""
         self._process.send_signal(signal.SIGSTOP)
         if not os.path.exists("/proc/self/stat"):  # no procfs to watch (not Linux): as sent
             return

@@ -102,15 +102,17 @@ def check_id_pattern(pattern) -> str:
     return pattern
 
 
+def _sub_patterns(av):
+    """A parsed node's sub-patterns: a group's, a repetition's, each of a branch's."""
+    for arg in av if isinstance(av, tuple) else (av,):
+        for part in arg if isinstance(arg, list) else (arg,):
+            if isinstance(part, _parser.SubPattern):
+                yield part
+
+
 def _repetitions(parsed) -> int:
     """How many repetitions of more than once the parsed pattern holds, at any depth."""
-    count = 0
-    for op, av in parsed:
-        count += op in _REPEATS and av[1] > 1
-        for arg in av if isinstance(av, tuple) else (av,):
-            for part in arg if isinstance(arg, list) else (arg,):
-                count += _repetitions(part) if isinstance(part, _parser.SubPattern) else 0
-    return count
+    return sum((op in _REPEATS and av[1] > 1) + sum(map(_repetitions, _sub_patterns(av))) for op, av in parsed)
 
 
 def _runaway(parsed, repeated: bool = False) -> str | None:
@@ -126,11 +128,10 @@ def _runaway(parsed, repeated: bool = False) -> str | None:
         if repeated and op is sre.BRANCH and len(av[1]) > 1:
             return "an alternation inside a repeated group (such as (a|aa)+)"
         inner = repeated or (op in _REPEATS and av[1] > 1)
-        for arg in av if isinstance(av, tuple) else (av,):  # a node's sub-patterns: a group's, a branch's
-            for part in arg if isinstance(arg, list) else (arg,):
-                found = _runaway(part, inner) if isinstance(part, _parser.SubPattern) else None
-                if found:
-                    return found
+        for part in _sub_patterns(av):
+            found = _runaway(part, inner)
+            if found:
+                return found
     return None
 
 
