@@ -162,6 +162,24 @@ def test_a_credential_registered_whose_answers_are_lost_is_201_once_and_its_secr
     assert token_by_secret(server, device, added["credentialId"], added["secret"])[0] == 200
 
 
+@pytest.mark.parametrize("between", [None, "another-credential"])
+def test_a_registration_taking_an_expired_credential_off_whose_answers_are_lost_is_201_once(
+        server, forwarder, other, between):
+    """The write that registers a credential also takes an expired one off the item: its answers
+    lost, alone or with another registration landing between, it is settled as applied, once."""
+    device = new_device(server)
+    expiring = CredentialRecord(new_credential_id(), SECRET, secret=b"sealed", expires_at=int(time.time()) + 2)
+    other.add_credential(device, expiring)
+    time.sleep(2.2)
+    another = secret_record()
+    forwarder.lose(TRANSACTION, times=SEND_ATTEMPTS,
+                   then=once(lambda: other.add_credential(device, another)) if between else None)
+    status, added = call(server, "POST", f"/devices/{device}/credentials", {"type": "secret"}, ADMIN)
+    assert status == 201, added
+    assert forwarder.lost == [TRANSACTION] * SEND_ATTEMPTS
+    assert held(other, device) == {added["credentialId"]} | ({another.credential_id} if between else set())
+
+
 def test_a_credential_whose_transaction_never_reached_dynamodb_is_registered_once(
         server, forwarder, raw, other):
     device = new_device(server)
