@@ -7,6 +7,7 @@ restarted mid-page, in the same harness."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -21,7 +22,7 @@ from functions.device_state.fleet.query import FleetQuery
 from functions.device_state.item import job_marks
 from functions.device_state.item.schema import PARTITION_KEY
 from functions.device_state.jobs import items
-from functions.device_state.jobs.runner import DONE, HELD, IDLE, STOP_POLL_SECONDS, JobRunner
+from functions.device_state.jobs.runner import DONE, HELD, IDLE, STOP_CHECK_WRITES, STOP_POLL_SECONDS, JobRunner
 from functions.device_state.jobs.spec import EXECUTION_STATES, FINAL_STATES, parse
 from functions.device_state.jobs.store import JobStore
 from functions.device_state.runtime import Runtime
@@ -39,8 +40,9 @@ class Slow:
     """A DynamoDB client whose UpdateItems (``job_writes_only``: the job's writes) take ``delay``
     longer (a runner that falls behind)."""
 
-    def __init__(self, client, delay: float, job_writes_only: bool = False):
+    def __init__(self, client, delay: float, job_writes_only: bool = False, before_job_write=None):
         self._client, self._delay, self._job_writes_only = client, delay, job_writes_only
+        self._before_job_write = before_job_write  # called (in the writer's thread) before each job write is sent
         self.job_writes = 0  # the job's writes this client sent (its mark in the request)
         # (device, monotonic time) as each was sent: a device's first try is always the read-free
         # write naming the mark (a read-modify-write after it sets the whole map, unrecorded)
@@ -56,6 +58,8 @@ class Slow:
             if job_write or not self._job_writes_only:
                 time.sleep(self._delay)
             self.job_writes += job_write
+            if job_write and self._before_job_write is not None:
+                self._before_job_write()
             if job_write:
                 self.job_write_starts.append((request["Key"][PARTITION_KEY]["S"], time.monotonic()))
             return call(**request)
@@ -173,6 +177,31 @@ def test_a_job_whose_last_executions_the_stream_made_final_is_due_and_completes(
     assert rig.jobs.head("j1").due(now_ms) and rig.manager.due_jobs().job_ids == ("j1",)
     assert rig.runner().run("j1", 60).status == DONE
     assert rig.jobs.head("j1").record.status == "COMPLETED" and rig.counts_agree_with_executions()["SUCCEEDED"] == 3
+
+
+def test_a_job_whose_abort_criterion_the_stream_met_is_due_and_aborts(rig):
+    """A device's failure the tracker made final meets the abort criterion with no word to the
+    runner, which left the job idle until the executions' deadline: the job is due at once, and
+    a runner aborts it (not an hour later, when the deadline would wake it)."""
+    from functions.device_state.jobs.executions import Verdict
+    from functions.device_state.jobs.finals import Final, Finals
+
+    ids = rig.devices(3)
+    spec = rig.job(deviceIds=ids, timeoutSeconds=3600,
+                   abort=[{"on": "FAILED", "thresholdPercent": 50, "minExecuted": 1}])
+    assert rig.runner().run("j1", 60).status == IDLE
+    now_ms = int(time.time() * 1000)
+    versions, _ = rig.versions(ids)
+    Finals(rig.pipeline).record("j1", items.retire_at(spec), [Final(ids[0], Verdict("SUCCEEDED", now_ms),
+                                                                    versions[ids[0]], True)])
+    assert not rig.jobs.head("j1").due(now_ms)  # 0 % failed: nothing for a runner to do
+    Finals(rig.pipeline).record("j1", items.retire_at(spec), [Final(ids[1], Verdict("FAILED", now_ms, 500, "x"),
+                                                                    versions[ids[1]], True)])
+    assert rig.jobs.head("j1").due(now_ms) and rig.manager.due_jobs().job_ids == ("j1",)
+    rig.runner().run("j1", 60)
+    head = rig.jobs.head("j1")
+    assert head.record.status == "ABORTED" and head.record.aborted_by["on"] == "FAILED"
+    assert not head.due(now_ms)  # aborted: what is in progress waits for its deadline, as before
 
 
 def test_lost_answers_at_random_write_each_device_once(rig):
@@ -492,6 +521,34 @@ def test_control_a_naive_runner_restarted_mid_page_writes_devices_twice(rig):
 
 def test_the_job_states_are_each_counted():
     assert set(EXECUTION_STATES) >= {"QUEUED", "IN_PROGRESS", "SUCCEEDED", "TIMED_OUT", "CANCELED"}
+
+
+def test_a_cancel_lets_few_more_writes_begin_however_fast_the_batch_writes(rig):
+    """The batch reads its run again after every STOP_CHECK_WRITES writes begun, not only once a
+    second: at 16 writes in flight, each held 20 ms, a batch that looked once a second began most
+    of the 360 writes left after the cancel before it saw it."""
+    ids = rig.devices(400)  # one batch
+    rig.job(deviceIds=ids, timeoutSeconds=600)
+    begun, canceled_at = itertools.count(1), []
+
+    def cancel_at_the_40th():
+        if next(begun) == 40:
+            rig.jobs.stop("j1", items.STOP_CANCEL, "CANCELED")
+            canceled_at.append(time.monotonic())
+
+    recorded = Slow(dynamodb_client(rig.dynamodb_local.endpoint, "us-east-1"), 0.02, job_writes_only=True,
+                    before_job_write=cancel_at_the_40th)
+    runner, deadline = rig.runner(recorded), time.monotonic() + 60
+    while rig.jobs.head("j1").run.stopped_ms is None and time.monotonic() < deadline:  # until it takes the stop up
+        runner.run("j1", 5)
+    after = [device_id for device_id, start in recorded.job_write_starts if start > canceled_at[0]]
+    # up to the next look (the 64th write begun), and those begun while its read was answered
+    assert len(after) <= 2 * STOP_CHECK_WRITES, len(after)
+    versions, _ = rig.versions(ids)
+    counts = rig.counts_agree_with_executions()
+    written = sum(1 for version in versions.values() if version == 2)
+    assert counts["IN_PROGRESS"] == written and counts["CANCELED"] == 400 - written and counts["QUEUED"] == 0
+    assert written == len(recorded.job_write_starts)  # each once (those begun while the cancel was made too)
 
 
 def test_a_paced_job_keeps_its_rate_and_a_cancel_stops_queuing_then_force_removes_what_it_owns(rig):

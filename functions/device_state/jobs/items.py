@@ -246,7 +246,7 @@ class Head:
         if self.record.completed_ms is not None or (run.owner is not None and run.until_ms >= now_ms):
             return False
         stopping = run.stop is not None and (run.stopped_ms is None or (run.force and run.forced < run.at))
-        return stopping or run.wake_ms is None or run.wake_ms <= now_ms or self.completable()
+        return stopping or run.wake_ms is None or run.wake_ms <= now_ms or self.completable() or self.abortable()
 
     def completable(self) -> bool:
         """Every execution is final and no more will come: the runner that takes the job completes
@@ -255,6 +255,15 @@ class Head:
         counts, run = self.counts_by_state, self.run
         return (run.targeted and counts[QUEUED] == 0 and counts[IN_PROGRESS] == 0
                 and (not self.record.spec.continuous or run.stopped_ms is not None))
+
+    def abortable(self) -> bool:
+        """An abort criterion is met and nothing stopped the job yet: the runner that takes it
+        aborts it. The stream makes the executions final that meet it, with no word to the
+        runner, whose wake may lie days ahead, so this alone makes the job due."""
+        if self.run.stop is not None or self.record.status != IN_PROGRESS:
+            return False
+        counts = self.counts_by_state
+        return any(criterion.met(counts) for criterion in self.record.spec.abort)
 
     def overdue_ms(self, now_ms: int) -> int:
         """How long the job has been due with no runner at it (0: it is not)."""
@@ -266,18 +275,24 @@ class Head:
     def counts_by_state(self) -> dict:
         return self.counts.by_state(self.run)
 
+    @property
+    def targeting(self) -> bool:
+        """Whether more devices may be added to the total: targeting has not reached the end of
+        the query, and no stop ended it (no runner targets a stopped job)."""
+        return not self.run.targeted and self.run.stop is None
+
     def etag(self) -> str:
         """Changes whenever what the job shows changes (its status, counts, total, end)."""
         shown = dumps({"s": self.record.status, "c": self.counts_by_state, "t": self.run.total,
-                       "e": self.record.completed_ms, "g": self.run.targeted})
+                       "e": self.record.completed_ms, "g": self.targeting})
         return hashlib.sha256(shown.encode()).hexdigest()[:20]
 
     def as_dict(self) -> dict:
         record, run = self.record, self.run
         shown = {**record.spec.as_dict(), "status": record.status, "counts": self.counts_by_state,
                  "total": run.total}
-        if not run.targeted:
-            shown["targeting"] = True  # more devices may be added to total
+        if self.targeting:
+            shown["targeting"] = True
         if record.completed_ms is not None:
             shown["completedAt"] = timestamp(record.completed_ms / 1000)
         if record.aborted_by is not None:

@@ -32,6 +32,7 @@ reads the job's head (job, run, counters: one query) and does the one thing due 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import uuid
@@ -69,7 +70,8 @@ logger = logging.getLogger("device_state.jobs")
 
 LEASE_SECONDS = 30  # renewed at every change of the run; a runner that stops renewing loses it after this
 BATCH_SECONDS = 10  # a paced batch claims what the rollout allows over this long
-STOP_POLL_SECONDS = 1.0  # how often a batch being written looks for a stop
+STOP_POLL_SECONDS = 1.0  # a batch being written looks for a stop at least this often,
+STOP_CHECK_WRITES = 64  # and again after every so many writes begun (one read of the run item each)
 IDLE_AFTER_SECONDS = 30  # a paced job whose next write is further off than this waits for the schedule
 DEFAULT_CONCURRENCY = 16
 BATCH_PAGES = 4  # a batch of a job with no rollout nor abort criteria: so many target pages (writers seldom idle)
@@ -87,6 +89,37 @@ class Progress:
 
     status: str
     wake_ms: int | None = None
+
+
+class StopWatch:
+    """A batch's look-out for a stop (a cancel, an abort, ``endsAt``) or its run taken by another
+    runner: it reads the run item after every ``STOP_CHECK_WRITES`` writes begun, and at least
+    every ``STOP_POLL_SECONDS``, so a cancel lets at most about that many writes begin after it
+    (and those already in flight land), however fast the batch writes. ``stopped`` is set once
+    it saw one; the batch sets ``finished`` when it ends."""
+
+    def __init__(self, read_run, owner: str):
+        self._read_run, self._owner = read_run, owner
+        self.stopped, self.finished, self._due = threading.Event(), threading.Event(), threading.Event()
+        self._begun = itertools.count(1)
+
+    def began_write(self) -> None:
+        if next(self._begun) % STOP_CHECK_WRITES == 0:
+            self._due.set()
+
+    def run(self) -> None:
+        while not self.finished.is_set():
+            self._due.wait(STOP_POLL_SECONDS)
+            self._due.clear()
+            if self.finished.is_set():
+                return
+            try:
+                run = self._read_run()
+            except (AnswerLost, StorageUnavailable):
+                continue
+            if run.stop is not None or run.owner != self._owner:
+                self.stopped.set()
+                return
 
 
 class JobRunner:
@@ -397,10 +430,11 @@ class JobRunner:
             entries = [entry for entry in entries if entry[2] not in final]
         sent_before = run.sent - sum(1 for _ in _inside(pages, run.batch))  # (a paced batch's are in a row)
         started = run.started_ms / 1000
-        stopped, finished = threading.Event(), threading.Event()
+        watch = StopWatch(lambda: self._jobs.run(spec.job_id), self.owner)
+        finished = watch.finished
         # no write starts once the lease is about to lapse: another runner may take the job up then
         lease_end = run.until_ms / 1000 - self.lease_seconds / 3
-        threading.Thread(target=self._watch_stop, args=(spec.job_id, stopped, finished), daemon=True).start()
+        threading.Thread(target=watch.run, daemon=True).start()
         targeting = None
         wanted = 2 * _pages_per_batch(spec) - (run.pages - end // PAGE_SIZE)  # pages to find: two batches waiting
         if run.stop is None and not run.targeted and wanted > 0:
@@ -410,7 +444,7 @@ class JobRunner:
             with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
                 outcomes = list(pool.map(
                     lambda entry: self._write_one(writes, spec, entry[2], started,
-                                                  sent_before + entry[0].position(entry[1]) - first, stopped,
+                                                  sent_before + entry[0].position(entry[1]) - first, watch,
                                                   lease_end), entries))
         finally:
             finished.set()
@@ -468,29 +502,20 @@ class JobRunner:
                               lease_seconds=self.lease_seconds)
 
     def _write_one(self, writes: JobWrites, spec: JobSpec, device_id: str, started: float, number: int,
-                   stopped: threading.Event, lease_end: float) -> tuple[Outcome | None, int]:
+                   watch: "StopWatch", lease_end: float) -> tuple[Outcome | None, int]:
         """The device's write, no earlier than its turn in the rollout; None once a stop came,
         ``endsAt`` passed (the next step stops the job), or the lease is near ``lease_end`` (the next
         step renews it, or finds the job another's)."""
         if spec.max_per_minute is not None:
             turn = started + 60 * number / spec.max_per_minute
-            while not stopped.is_set() and self._runtime.clock() < turn:
-                stopped.wait(min(turn - self._runtime.clock(), STOP_POLL_SECONDS))
+            while not watch.stopped.is_set() and self._runtime.clock() < turn:
+                watch.stopped.wait(min(turn - self._runtime.clock(), STOP_POLL_SECONDS))
         now = self._runtime.clock()
-        if stopped.is_set() or now >= lease_end or now >= spec.ends_at:
+        if watch.stopped.is_set() or now >= lease_end or now >= spec.ends_at:
             return None, 0
+        watch.began_write()
         outcome = writes.write(device_id)
         return outcome, int(self._runtime.clock() * 1000)
-
-    def _watch_stop(self, job_id: str, stopped: threading.Event, finished: threading.Event) -> None:
-        while not finished.wait(STOP_POLL_SECONDS):
-            try:
-                head = self._jobs.head(job_id)
-            except (AnswerLost, StorageUnavailable):
-                continue
-            if head is None or head.run.stop is not None or head.run.owner != self.owner:
-                stopped.set()
-                return
 
     # ------------------------------------------------------------ sweeps
 

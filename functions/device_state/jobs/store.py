@@ -116,6 +116,11 @@ class JobStore:
             "ConsistentRead": True, **expr.attributes()})
         return Head.from_items(found)
 
+    def run(self, job_id: str) -> items.RunState:
+        """The job's run item alone (one strongly consistent read of a small item): whether it was
+        stopped, and who holds it. An absent one reads as a run no one holds."""
+        return items.RunState.from_item(self._store.get(items.run_key(job_id)))
+
     def pages(self, job_id: str, first: int, last: int) -> list[Page]:
         if last < first:
             return []
