@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from urllib.parse import quote
 
 from .resolver import Response
@@ -44,12 +43,6 @@ def _start_runner(job_id: str) -> None:
         logger.warning("job runner not started; the schedule will", extra={"job_id": job_id})
 
 
-def _job_tag(header: str | None) -> str | None:
-    """The first entity tag If-None-Match names (a job's ETag is one opaque strong tag)."""
-    found = re.search(r'"([^"]*)"', header or "")
-    return found.group(1) if found else None
-
-
 def _location(event, job_id: str) -> str:
     outer = (event.get("requestContext") or {}).get("path") or ""
     prefix = outer[: -len(event.path)] if event.path and outer.endswith(event.path) else ""
@@ -77,10 +70,11 @@ def list_jobs(request: Request) -> Response:
 @route(router, "getJob")
 def get_job(request: Request) -> Response:
     job_id = request.path["job_id"]
-    named = _job_tag(request.headers.get(parse.IF_NONE_MATCH))
-    seconds = wait_budget(request.context, request.query["waitSeconds"]) if named else 0
-    head = manager().jobs().wait(job_id, named, seconds)
-    if named is not None and head.etag() == named:
+    named = request.headers.get(parse.IF_NONE_MATCH)
+    seen = parse.tag_matcher(named) if named is not None else None
+    seconds = wait_budget(request.context, request.query["waitSeconds"]) if seen else 0
+    head = manager().jobs().wait(job_id, seen, seconds)
+    if seen is not None and seen(head.etag()):
         return Response(status_code=304, headers={"ETag": _etag(head)})
     return _job(head)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes
 
@@ -156,6 +157,15 @@ def entity_tags(raw: str, _where: str = "") -> EntityTags:
         if _VERSION.fullmatch(tag):
             (weak if weakness else strong).add(int(tag))
     return EntityTags(False, frozenset(strong), frozenset(weak))
+
+
+def tag_matcher(raw: str) -> Callable[[str], bool]:
+    """Whether an opaque entity tag is one that ``raw`` (an If-None-Match, checked against
+    ``TAGS_PATTERN``) names: weak and strong alike, as RFC 9110 compares for If-None-Match, and
+    any for ``*``."""
+    if raw.strip() == "*":
+        return lambda _tag: True
+    return frozenset(tag for _weakness, tag in re.findall(_ENTITY_TAG, raw)).__contains__
 
 
 ENTITY_TAGS = Checked({"type": "string", "minLength": 1, "pattern": TAGS_PATTERN}, entity_tags)

@@ -211,6 +211,7 @@ _FIELD = f"({'|'.join(SECTIONS)})/.+"
 # The form of every cursor the service issues, the plain listing's and a fleet query's alike (the
 # library's, so the document states it exactly); which listing issued it, the library checks.
 LISTING_CURSOR_PATTERN = f"^{CURSOR_PATTERN.pattern}$"
+LISTING_CURSOR = Checked({"type": "string", "pattern": LISTING_CURSOR_PATTERN}, parse.cursor, validate=False)
 SINCE_DESCRIPTION = "The last version the caller has seen (at most the device's version)"
 DESIRE_QUERY = (
     Param(parse.EXPIRES_IN, {"type": "integer", "minimum": MIN_EXPIRY_SECONDS, "maximum": MAX_EXPIRY_SECONDS},
@@ -325,8 +326,8 @@ JOB_BODY = Ref("JobRequest", {"description": "Targets by filter or by deviceIds;
 JOB_IF_NONE_MATCH = Param(parse.IF_NONE_MATCH, {"type": "string", "pattern": parse.TAGS_PATTERN}, description=(
     "The job's ETag as last seen: 304 while it is still the job's (after waitSeconds, if given)"))
 JOB_LIMIT = Param("limit", {"type": "integer", "minimum": 1, "maximum": jobs.MAX_LIMIT, "default": DEFAULT_LIST_LIMIT})
-JOB_CURSOR = Param("cursor", {"type": "string", "pattern": f"^{CURSOR_PATTERN.pattern}$"},
-                   description="nextCursor of the page before, as given")
+JOB_CURSOR = Param("cursor", LISTING_CURSOR,
+                   description="nextCursor of the page before, as given: any other string is 400 invalid-cursor")
 
 
 # ---------------------------------------------------------------- responses
@@ -492,7 +493,7 @@ ROUTES: tuple[Route, ...] = (
         "503": INDEX_BUILDING,
     }, query=(
         Param("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT, "default": DEFAULT_LIST_LIMIT}),
-        Param("cursor", Checked({"type": "string", "pattern": LISTING_CURSOR_PATTERN}, parse.cursor, validate=False),
+        Param("cursor", LISTING_CURSOR,
               description="nextCursor of the page before, as given: it belongs to the listing that issued it (the "
                           "same filter and sort, or none) and is sealed with the service's key, so any other "
                           "(changed, another listing's, issued before the key was replaced) is 400 invalid-cursor; "

@@ -53,6 +53,20 @@ def wait_for(server, job_id, predicate, seconds=30):
     raise AssertionError(f"job {job_id} never reached the state wanted")
 
 
+def test_if_none_match_names_the_job_among_other_tags_or_by_star(server):
+    """Any tag of the list that is the job's ETag answers 304 (RFC 9110), as does *, not only
+    the first of the list."""
+    status, _, _ = call(server, "POST", "/jobs", {"jobId": "tags-1", "deviceIds": ["lamp-9"], "desired": {"t": 1}})
+    assert status == 201
+    job = wait_for(server, "tags-1", lambda job: job["counts"]["IN_PROGRESS"] == 1)
+    tag = call(server, "GET", "/jobs/tags-1")[1]["etag"]
+    for named in (tag, f'"other", {tag}', f'W/{tag}', "*"):
+        status, headers, _ = call(server, "GET", "/jobs/tags-1", headers={"If-None-Match": named})
+        assert (status, headers["etag"]) == (304, tag), named
+    status, _, shown = call(server, "GET", "/jobs/tags-1", headers={"If-None-Match": '"other", "another"'})
+    assert status == 200 and shown == job
+
+
 def test_a_job_from_a_filter_writes_each_match_once_and_its_counts_follow_the_devices(server):
     status, headers, job = call(server, "POST", "/jobs", {"jobId": "eco-1", "filter": "lt(reported/battery,20)",
                                                           "desired": {"mode": "eco"}})
@@ -171,8 +185,10 @@ def test_a_devices_jobs_are_paged_by_limit_and_a_signed_cursor(server):
     assert status == 404 and problem["type"].endswith("device-not-found")  # as the device's other routes
     cursor = first["nextCursor"]
     tampered = cursor[:-1] + ("A" if cursor[-1] != "A" else "B")
+    malformed = ("abc", "", cursor[:-3])  # of no form the service issues: the same problem type, not bad-request
+    listings = ("/jobs", "/jobs/mine-a/executions", "/devices/lamp-11/jobs")
     for path in (f"/devices/lamp-11/jobs?cursor={tampered}", f"/devices/lamp-10/jobs?cursor={cursor}",
-                 f"/jobs?cursor={cursor}"):
+                 f"/jobs?cursor={cursor}", *(f"{listing}?cursor={text}" for text in malformed for listing in listings)):
         status, _, problem = call(server, "GET", path)
         assert status == 400 and problem["type"].endswith("invalid-cursor"), (path, problem)
     status, _, whole = call(server, "GET", "/devices/lamp-11/jobs")

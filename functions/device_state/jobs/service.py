@@ -5,6 +5,7 @@ jobs. No HTTP here; the API's routes call these."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from ..errors import DeviceNotFound, IdempotencyKeyReused, JobNotFound, StorageUnavailable
 from ..fleet.cursors import CursorSeal
@@ -96,14 +97,14 @@ class JobService:
             raise JobNotFound(job_id)
         return head
 
-    def wait(self, job_id: str, etag: str | None, seconds: float) -> Head:
-        """The job once its ETag differs from ``etag`` (its counts, status or total moved), or as it
-        is when ``seconds`` have passed."""
+    def wait(self, job_id: str, seen: Callable[[str], bool] | None, seconds: float) -> Head:
+        """The job once ``seen`` (the ETags the caller saw) no longer matches its ETag (its
+        counts, status or total moved), or as it is when ``seconds`` have passed."""
         deadline = self._runtime.monotonic() + seconds
         while True:
             head = self.head(job_id)
             left = deadline - self._runtime.monotonic()
-            if etag is None or head.etag() != etag or left <= 0:
+            if seen is None or not seen(head.etag()) or left <= 0:
                 return head
             self._runtime.sleep(min(POLL_SECONDS, left))
 
