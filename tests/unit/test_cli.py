@@ -13,6 +13,7 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -107,6 +108,36 @@ def test_a_refusal_exits_1_and_bad_usage_2_before_anything_is_sent(scripted):
                   ["nosuch"], ["--ca-file", "/nonexistent/ca.pem", "get", "lamp-1"]):
         assert _run(server.port, *usage).returncode == 2, usage
     assert len(server.requests) == 1
+
+
+def test_json_that_json_has_not_an_unreadable_file_and_a_bad_endpoint_are_usage_not_tracebacks(scripted, tmp_path):
+    """NaN and Infinity (which Python's reader takes), a file that is not UTF-8, a PERCENT that is
+    not finite and an endpoint that is not a URL exit 2 with a message, before anything is sent."""
+    server = scripted((200, {}, DEVICE))
+    (tmp_path / "nan.json").write_text('{"a": NaN}')
+    (tmp_path / "bytes.json").write_bytes(b"\xff\xfe{}")
+    job = ["jobs", "create", "--device-ids", "lamp-1", "--desired"]
+    for usage in (["desire", "lamp-1", '{"a": NaN}'], [*job, '{"a": -Infinity}'], [*job, f"@{tmp_path / 'nan.json'}"],
+                  [*job, f"@{tmp_path / 'bytes.json'}"], *([*job, '{"a": 1}', "--abort", f"FAILED:{percent}:1"]
+                                                           for percent in ("NaN", "Infinity", "sNaN")),
+                  ["--endpoint", "notaurl", "jobs", "list"], ["--endpoint", "ftp://127.0.0.1/", "get", "lamp-1"]):
+        result = _run(server.port, *usage)
+        assert (result.returncode, "Traceback" in result.stderr) == (2, False), (usage, result.stderr)
+        assert result.stderr.startswith(("Usage:", "Error:")), (usage, result.stderr)
+    assert server.requests == []
+
+
+def test_ctrl_c_ends_a_watch_with_130_not_a_refusals_1(scripted):
+    server = scripted((200, {"ETag": '"a"'}, _job({"QUEUED": 2})), (304, {"ETag": '"a"'}, None))
+    process = subprocess.Popen([*COMMAND, "jobs", "show", "porch-eco", "--watch", "-o", "json"], text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                               env=_environment(server.port))
+    deadline = time.monotonic() + 60
+    while len(server.requests) < 3 and time.monotonic() < deadline:  # watching: its long-polls go on
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert (process.returncode, "Traceback" in stderr, "Aborted" in stderr) == (130, False, False), stderr
 
 
 def _on_a_terminal(port: int, *arguments, answer: bytes = b"", columns: int = 100) -> tuple[int, str]:

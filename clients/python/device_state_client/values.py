@@ -18,8 +18,15 @@ _MARKED = re.compile(f'"{_MARK}(\\d+)"')
 
 
 def loads(text: str | bytes, exact: bool = True):
-    """A JSON document; with ``exact``, numbers with a fraction or an exponent as ``Decimal``."""
-    return json.loads(text, parse_float=Decimal) if exact else json.loads(text)
+    """A JSON document; with ``exact``, numbers with a fraction or an exponent as ``Decimal``.
+    ``NaN`` and ``Infinity``, which Python's reader takes but JSON has not, are ``ValueError``."""
+    if exact:
+        return json.loads(text, parse_float=Decimal, parse_constant=_no_constant)
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def dumps(value, indent: int | None = None, ascii_only: bool = False) -> str:

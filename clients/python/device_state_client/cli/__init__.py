@@ -14,8 +14,8 @@ import click
 from .. import __version__
 from .output import FORMATS
 
-# Exit statuses: what happened, for scripts.
-APPLIED, REFUSED, USAGE, UNKNOWN = 0, 1, 2, 3
+# Exit statuses: what happened, for scripts (130: interrupted, as shells count SIGINT).
+APPLIED, REFUSED, USAGE, UNKNOWN, INTERRUPTED = 0, 1, 2, 3, 130
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 LEASE_ENVIRONMENT = ("DEVICE_STATE_LEASE_DEVICE", "DEVICE_STATE_LEASE_TOKEN")
 # Sends of a request before the command gives up (about 4 s of backoff when nothing answers,
@@ -43,6 +43,9 @@ class CommandLine(click.Group):
         except BrokenPipeError:  # the reader of a pipe stopped reading (| head): not a failure
             sys.stdout = open(os.devnull, "w")
             ctx.exit(APPLIED)
+        except KeyboardInterrupt:  # Ctrl-C (a watch's usual end): not a refusal, which Click's 1 would say
+            click.echo(err=True)
+            ctx.exit(INTERRUPTED)
         except Exception as error:  # noqa: BLE001 - each kind is told apart in _failure
             status = _failure(ctx, error)
             if status is None:
@@ -149,6 +152,11 @@ class Session:
         if not self.endpoint:
             raise click.UsageError("no endpoint: pass --endpoint, set DEVICE_STATE_ENDPOINT or run "
                                    "device-state configure")
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.endpoint)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise click.UsageError(f"the endpoint {self.endpoint!r} is not an http:// or https:// URL")
         ssl_context = None
         if self.setting("ca_file"):
             import ssl
@@ -206,7 +214,7 @@ def main(ctx, **options):
     Settings come from the options, then the environment, then the profile in the config file
     (device-state configure). Output is a table on a terminal and JSON when piped (-o to
     choose). Exit status: 0 applied, 1 refused by the service, 2 usage, 3 outcome unknown or
-    the service unavailable (the problem is printed on stderr)."""
+    the service unavailable (the problem is printed on stderr), 130 interrupted (Ctrl-C)."""
     ctx.obj = Session(ctx, options)
 
 

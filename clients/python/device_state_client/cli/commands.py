@@ -15,16 +15,19 @@ def read_json(value: str, what: str):
     """JSON from the argument itself, from a file (``@file.json``) or from stdin (``-``)."""
     from ..values import loads
 
-    if value == "-":
-        text, where = sys.stdin.read(), "stdin"
-    elif value.startswith("@"):
-        try:
+    where = "stdin" if value == "-" else value[1:] if value.startswith("@") else "the argument"
+    try:
+        if value == "-":
+            text = sys.stdin.read()
+        elif value.startswith("@"):
             with open(value[1:], encoding="utf-8") as file:
-                text, where = file.read(), value[1:]
-        except OSError as error:
-            raise click.BadParameter(f"cannot read {value[1:]}: {error.strerror}", param_hint=what) from None
-    else:
-        text, where = value, "the argument"
+                text = file.read()
+        else:
+            text = value
+    except OSError as error:
+        raise click.BadParameter(f"cannot read {where}: {error.strerror}", param_hint=what) from None
+    except UnicodeDecodeError:
+        raise click.BadParameter(f"{where} is not UTF-8 text", param_hint=what) from None
     try:
         return loads(text)
     except ValueError as error:

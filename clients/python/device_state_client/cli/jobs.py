@@ -53,10 +53,13 @@ def _abort(values: tuple) -> list | None:
         from decimal import Decimal, InvalidOperation
 
         try:
-            criteria.append({"on": parts[0], "thresholdPercent": Decimal(parts[1]), "minExecuted": int(parts[2])})
+            percent, minimum = Decimal(parts[1]), int(parts[2])
         except (InvalidOperation, ValueError):
+            percent = None
+        if percent is None or not percent.is_finite():
             raise click.BadParameter(f"{value!r}: PERCENT is a number and MIN a whole number",
-                                     param_hint="--abort") from None
+                                     param_hint="--abort")
+        criteria.append({"on": parts[0], "thresholdPercent": percent, "minExecuted": minimum})
     return criteria or None
 
 
