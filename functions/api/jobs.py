@@ -72,7 +72,8 @@ def get_job(request: Request) -> Response:
     job_id = request.path["job_id"]
     named = request.headers.get(parse.IF_NONE_MATCH)
     seen = parse.tag_matcher(named) if named is not None else None
-    seconds = wait_budget(request.context, request.query["waitSeconds"]) if seen else 0
+    waits = seen is not None and named.strip() != "*"  # * matches whatever the job becomes: no wait ends it
+    seconds = wait_budget(request.context, request.query["waitSeconds"]) if waits else 0
     head = manager().jobs().wait(job_id, seen, seconds)
     if seen is not None and seen(head.etag()):
         return Response(status_code=304, headers={"ETag": _etag(head)})

@@ -63,6 +63,9 @@ def test_if_none_match_names_the_job_among_other_tags_or_by_star(server):
     for named in (tag, f'"other", {tag}', f'W/{tag}', "*"):
         status, headers, _ = call(server, "GET", "/jobs/tags-1", headers={"If-None-Match": named})
         assert (status, headers["etag"]) == (304, tag), named
+    began = time.monotonic()
+    status, _, _ = call(server, "GET", "/jobs/tags-1?waitSeconds=20", headers={"If-None-Match": "*"})
+    assert status == 304 and time.monotonic() - began < 10  # * matches whatever the job becomes: no wait
     status, _, shown = call(server, "GET", "/jobs/tags-1", headers={"If-None-Match": '"other", "another"'})
     assert status == 200 and shown == job
 

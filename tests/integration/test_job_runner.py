@@ -525,16 +525,17 @@ def test_the_job_states_are_each_counted():
 
 def test_a_cancel_lets_few_more_writes_begin_however_fast_the_batch_writes(rig):
     """The batch reads its run again after every STOP_CHECK_WRITES writes begun, not only once a
-    second: at 16 writes in flight, each held 20 ms, a batch that looked once a second began most
-    of the 360 writes left after the cancel before it saw it."""
+    second: at 16 writes in flight, each held 20 ms, a batch that looked once a second began
+    hundreds of the 360 writes left after the cancel before it saw it."""
     ids = rig.devices(400)  # one batch
     rig.job(deviceIds=ids, timeoutSeconds=600)
-    begun, canceled_at = itertools.count(1), []
+    begun, canceled_at, gate = itertools.count(1), [], threading.Lock()
 
     def cancel_at_the_40th():
-        if next(begun) == 40:
-            rig.jobs.stop("j1", items.STOP_CANCEL, "CANCELED")
-            canceled_at.append(time.monotonic())
+        with gate:  # no write begins while the cancel is made: it lands before the look the 64th write asks
+            if next(begun) == 40:
+                rig.jobs.stop("j1", items.STOP_CANCEL, "CANCELED")
+                canceled_at.append(time.monotonic())
 
     recorded = Slow(dynamodb_client(rig.dynamodb_local.endpoint, "us-east-1"), 0.02, job_writes_only=True,
                     before_job_write=cancel_at_the_40th)
@@ -542,13 +543,15 @@ def test_a_cancel_lets_few_more_writes_begin_however_fast_the_batch_writes(rig):
     while rig.jobs.head("j1").run.stopped_ms is None and time.monotonic() < deadline:  # until it takes the stop up
         runner.run("j1", 5)
     after = [device_id for device_id, start in recorded.job_write_starts if start > canceled_at[0]]
-    # up to the next look (the 64th write begun), and those begun while its read was answered
-    assert len(after) <= 2 * STOP_CHECK_WRITES, len(after)
+    # up to the look the 64th write asks for (24), and those its 16 writers begin while it is answered:
+    # a round or two, as writes and the look alike wait on DynamoDB Local (26 to 32 measured; a
+    # batch that looked once a second, 139 to 222)
+    assert len(after) <= STOP_CHECK_WRITES + 2 * 16, len(after)
     versions, _ = rig.versions(ids)
     counts = rig.counts_agree_with_executions()
     written = sum(1 for version in versions.values() if version == 2)
     assert counts["IN_PROGRESS"] == written and counts["CANCELED"] == 400 - written and counts["QUEUED"] == 0
-    assert written == len(recorded.job_write_starts)  # each once (those begun while the cancel was made too)
+    assert written == len(recorded.job_write_starts)  # each once
 
 
 def test_a_paced_job_keeps_its_rate_and_a_cancel_stops_queuing_then_force_removes_what_it_owns(rig):

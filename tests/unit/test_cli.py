@@ -120,10 +120,14 @@ def test_json_that_json_has_not_an_unreadable_file_and_a_bad_endpoint_are_usage_
     for usage in (["desire", "lamp-1", '{"a": NaN}'], [*job, '{"a": -Infinity}'], [*job, f"@{tmp_path / 'nan.json'}"],
                   [*job, f"@{tmp_path / 'bytes.json'}"], *([*job, '{"a": 1}', "--abort", f"FAILED:{percent}:1"]
                                                            for percent in ("NaN", "Infinity", "sNaN")),
-                  ["--endpoint", "notaurl", "jobs", "list"], ["--endpoint", "ftp://127.0.0.1/", "get", "lamp-1"]):
+                  *(["--endpoint", endpoint, "get", "lamp-1"] for endpoint in (
+                      "notaurl", "ftp://127.0.0.1/", "http://[::1", "http://127.0.0.1:abc/", "http://exa mple.com/"))):
         result = _run(server.port, *usage)
         assert (result.returncode, "Traceback" in result.stderr) == (2, False), (usage, result.stderr)
         assert result.stderr.startswith(("Usage:", "Error:")), (usage, result.stderr)
+    piped = subprocess.run([*COMMAND, "desire", "lamp-1", "-"], input=b'{"a": "\xff"}', capture_output=True,
+                           env=_environment(server.port, LC_ALL="C.UTF-8"), timeout=120)
+    assert (piped.returncode, b"not UTF-8" in piped.stderr) == (2, True), piped.stderr
     assert server.requests == []
 
 

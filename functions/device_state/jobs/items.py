@@ -284,7 +284,7 @@ class Head:
     def etag(self) -> str:
         """Changes whenever what the job shows changes (its status, counts, total, end)."""
         shown = dumps({"s": self.record.status, "c": self.counts_by_state, "t": self.run.total,
-                       "e": self.record.completed_ms, "g": self.targeting})
+                       "e": self.record.completed_ms, "g": not self.targeting})  # as ETags before it (the run's targeted)
         return hashlib.sha256(shown.encode()).hexdigest()[:20]
 
     def as_dict(self) -> dict:

@@ -94,9 +94,10 @@ class Progress:
 class StopWatch:
     """A batch's look-out for a stop (a cancel, an abort, ``endsAt``) or its run taken by another
     runner: it reads the run item after every ``STOP_CHECK_WRITES`` writes begun, and at least
-    every ``STOP_POLL_SECONDS``, so a cancel lets at most about that many writes begin after it
-    (and those already in flight land), however fast the batch writes. ``stopped`` is set once
-    it saw one; the batch sets ``finished`` when it ends."""
+    every ``STOP_POLL_SECONDS``, so after a cancel about that many writes begin, and those begun
+    while the look is answered (those in flight land), however fast the batch writes. A look that
+    fails is taken again at the next turn. ``stopped`` is set once
+    it saw one; the batch calls ``finish`` when it ends."""
 
     def __init__(self, read_run, owner: str):
         self._read_run, self._owner = read_run, owner
@@ -107,6 +108,11 @@ class StopWatch:
         if next(self._begun) % STOP_CHECK_WRITES == 0:
             self._due.set()
 
+    def finish(self) -> None:
+        """The batch ended: the watch ends at once."""
+        self.finished.set()
+        self._due.set()
+
     def run(self) -> None:
         while not self.finished.is_set():
             self._due.wait(STOP_POLL_SECONDS)
@@ -115,7 +121,8 @@ class StopWatch:
                 return
             try:
                 run = self._read_run()
-            except (AnswerLost, StorageUnavailable):
+            except Exception:  # noqa: BLE001 - a look that failed is taken again, never the end of the watch
+                logger.warning("a look for a job's stop failed; looking again", exc_info=True)
                 continue
             if run.stop is not None or run.owner != self._owner:
                 self.stopped.set()
@@ -447,7 +454,7 @@ class JobRunner:
                                                   sent_before + entry[0].position(entry[1]) - first, watch,
                                                   lease_end), entries))
         finally:
-            finished.set()
+            watch.finish()
             if targeting is not None:
                 targeting.join()
         recorded, finals, unknown = {}, [], 0

@@ -45,6 +45,10 @@ class CommandLine(click.Group):
             ctx.exit(APPLIED)
         except KeyboardInterrupt:  # Ctrl-C (a watch's usual end): not a refusal, which Click's 1 would say
             click.echo(err=True)
+            key = getattr(ctx.obj, "idempotency_key", None)
+            if key:
+                click.echo(f"interrupted: the write may or may not have been applied; the same command with "
+                           f"--idempotency-key {key} applies it at most once and answers what became of it", err=True)
             ctx.exit(INTERRUPTED)
         except Exception as error:  # noqa: BLE001 - each kind is told apart in _failure
             status = _failure(ctx, error)
@@ -154,8 +158,13 @@ class Session:
                                    "device-state configure")
         from urllib.parse import urlsplit
 
-        parts = urlsplit(self.endpoint)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        try:
+            parts = urlsplit(self.endpoint)
+            parts.port  # noqa: B018 - read for its ValueError on a port that is not a number
+        except ValueError:
+            parts = None
+        if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
+                or any(character.isspace() for character in self.endpoint)):
             raise click.UsageError(f"the endpoint {self.endpoint!r} is not an http:// or https:// URL")
         ssl_context = None
         if self.setting("ca_file"):

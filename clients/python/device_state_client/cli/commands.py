@@ -18,7 +18,7 @@ def read_json(value: str, what: str):
     where = "stdin" if value == "-" else value[1:] if value.startswith("@") else "the argument"
     try:
         if value == "-":
-            text = sys.stdin.read()
+            text = sys.stdin.buffer.read().decode("utf-8")  # strictly: the locale may let stray bytes through
         elif value.startswith("@"):
             with open(value[1:], encoding="utf-8") as file:
                 text = file.read()
