@@ -283,8 +283,9 @@ class Head:
 
     def etag(self) -> str:
         """Changes whenever what the job shows changes (its status, counts, total, end)."""
+        # "g" holds what the run's targeted held before a stop hid targeting: the ETags stayed as they were
         shown = dumps({"s": self.record.status, "c": self.counts_by_state, "t": self.run.total,
-                       "e": self.record.completed_ms, "g": not self.targeting})  # as ETags before it (the run's targeted)
+                       "e": self.record.completed_ms, "g": not self.targeting})
         return hashlib.sha256(shown.encode()).hexdigest()[:20]
 
     def as_dict(self) -> dict:

@@ -96,8 +96,8 @@ class StopWatch:
     runner: it reads the run item after every ``STOP_CHECK_WRITES`` writes begun, and at least
     every ``STOP_POLL_SECONDS``, so after a cancel about that many writes begin, and those begun
     while the look is answered (those in flight land), however fast the batch writes. A look that
-    fails is taken again at the next turn. ``stopped`` is set once
-    it saw one; the batch calls ``finish`` when it ends."""
+    fails is taken again at the next turn. ``stopped`` is set once it saw one; the batch calls
+    ``finish`` when it ends."""
 
     def __init__(self, read_run, owner: str):
         self._read_run, self._owner = read_run, owner
@@ -438,14 +438,13 @@ class JobRunner:
         sent_before = run.sent - sum(1 for _ in _inside(pages, run.batch))  # (a paced batch's are in a row)
         started = run.started_ms / 1000
         watch = StopWatch(lambda: self._jobs.run(spec.job_id), self.owner)
-        finished = watch.finished
         # no write starts once the lease is about to lapse: another runner may take the job up then
         lease_end = run.until_ms / 1000 - self.lease_seconds / 3
         threading.Thread(target=watch.run, daemon=True).start()
         targeting = None
         wanted = 2 * _pages_per_batch(spec) - (run.pages - end // PAGE_SIZE)  # pages to find: two batches waiting
         if run.stop is None and not run.targeted and wanted > 0:
-            targeting = threading.Thread(target=self._target_beside, args=(head, wanted, finished), daemon=True)
+            targeting = threading.Thread(target=self._target_beside, args=(head, wanted, watch.finished), daemon=True)
             targeting.start()
         try:
             with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
