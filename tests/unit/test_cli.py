@@ -144,6 +144,26 @@ def test_ctrl_c_ends_a_watch_with_130_not_a_refusals_1(scripted):
     assert (process.returncode, "Traceback" in stderr, "Aborted" in stderr) == (130, False, False), stderr
 
 
+def test_a_ctrl_c_that_lands_in_a_finalizer_is_not_lost():
+    """Python drops an exception raised in an object's __del__: a Ctrl-C landing there (a watch frees
+    the 304 answer of each long-poll) would leave the command running. The CLI delivers it again."""
+    script = ("import time\n"
+              "from device_state_client.cli import deliver_dropped_interrupts\n"
+              "deliver_dropped_interrupts()\n"
+              "class Answer:\n"
+              "    def __del__(self):\n"
+              "        raise KeyboardInterrupt  # as SIGINT's handler does where the signal lands\n"
+              "Answer()\n"
+              "try:\n"
+              "    time.sleep(10)\n"
+              "    print('went on')\n"
+              "except KeyboardInterrupt:\n"
+              "    print('interrupted')\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                            env=_environment(1))
+    assert (result.stdout, result.stderr) == ("interrupted\n", "")
+
+
 def _on_a_terminal(port: int, *arguments, answer: bytes = b"", columns: int = 100) -> tuple[int, str]:
     """Runs the command with stdin, stdout and stderr on a pseudo-terminal; its exit status and
     what the terminal showed."""

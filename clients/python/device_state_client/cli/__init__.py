@@ -6,6 +6,7 @@ PyYAML are imported by the commands that use them, so ``--help`` loads none of t
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import uuid
 
@@ -28,10 +29,33 @@ def example(*lines: str) -> str:
     return "\b\nExample:\n" + "\n".join(f"  {line}" for line in lines)
 
 
+def deliver_dropped_interrupts() -> None:
+    """Python prints and drops an exception raised in a finalizer (an object's ``__del__``). A
+    Ctrl-C that lands in one, as when the 304 answer of a watch's long-poll is freed, would be lost
+    and the watch would go on: it is delivered again, from another thread, once the finalizer has
+    returned (should it land in a finalizer again, again)."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+            return previous(unraisable)
+        import threading
+
+        again = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT))
+        again.daemon = True
+        again.start()
+
+    sys.unraisablehook = hook
+
+
 class CommandLine(click.Group):
     """The top command: runs a subcommand and turns what befell it into an exit status and a
     readable message on stderr (0 applied, 1 refused by the service, 2 usage, 3 outcome unknown
     or the service unavailable)."""
+
+    def main(self, *args, **kwargs):
+        deliver_dropped_interrupts()
+        return super().main(*args, **kwargs)
 
     def invoke(self, ctx):
         try:
