@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections import Counter
 
@@ -18,6 +19,12 @@ for _name, _value in {
     "AWS_REGION": "us-east-1",
 }.items():
     os.environ[_name] = _value
+
+# A suite started in the background of a shell without job control (`make test &` in a script)
+# inherits SIGINT ignored, as would every process a test starts and sends Ctrl-C to: each takes
+# it as from a terminal (a handled signal is default again in a program exec'd).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from tests.auth import DEVICE_TOKEN_ENVIRONMENT, ISSUER, SEALING_ENVIRONMENT  # noqa: E402
 
