@@ -1,6 +1,7 @@
 // A device: state, desired, reported and delta side by side, each desired leaf with its version,
 // ack, expiry and confirmation; connectivity; live over the WebSocket; desired edited as a merge
-// patch under If-Match (a 412 shows what changed and offers to apply again); the change feed as
+// patch under If-Match, sent again on a later version while desired stays as the edit found it (a
+// 412 after desired changed shows what changed and offers to apply again); the change feed as
 // a timeline, and the difference between any two versions.
 import {path, request, settings} from "./api.js";
 import {announce, h, replace, time} from "./dom.js";
@@ -11,10 +12,11 @@ import {Follower} from "./live.js";
 const SECTIONS = ["state", "desired", "reported", "delta"];
 const HISTORY_PAGE = 20;
 const CONNECTIVITY_MS = 30e3;
+const SENDS_WHILE_DESIRED_STAYS = 5;  // an edit's sends, each on the version a write of reported or state made
 
 export function deviceView(main, {id}) {
   const route = `devices/${path(id)}`;
-  const view = {device: null, missing: false, editBase: null, changes: new Map(), oldest: null, follower: null,
+  const view = {device: null, missing: false, editBase: null, editDesired: null, changes: new Map(), oldest: null, follower: null,
                 reading: null, readAgain: false, left: false};
   const head = h("div", {class: "device-head"});
   const panes = h("div", {class: "panes"});
@@ -201,14 +203,20 @@ export function deviceView(main, {id}) {
       h("h2", {id: "edit-heading"}, "Change desired"), open, form, outcome);
 
     function start() {
-      view.editBase = view.device.version;
+      guard(view.device);
       patch.value = patch.value || "{}";
-      base.textContent = `Applies only if the device is still at version ${view.editBase} (If-Match).`;
       moved.textContent = "";
       replace(outcome);
       form.hidden = false;
       open.hidden = true;
       patch.focus();
+    }
+
+    /** The edit applies only while desired is as in ``device``: sent with If-Match on its version. */
+    function guard(device) {
+      view.editBase = device.version;
+      view.editDesired = device.desired || {};
+      base.textContent = `Applies only while desired stays as it is at version ${view.editBase} (If-Match).`;
     }
 
     function stop() {
@@ -221,7 +229,7 @@ export function deviceView(main, {id}) {
 
     function deviceMoved(version) {
       if (view.editBase !== null && version !== view.editBase) {
-        moved.textContent = `The device has changed since you started (now version ${version}): applying will be refused, and show what changed.`;
+        moved.textContent = `The device has changed since you started (now version ${version}): should its desired have changed, applying will be refused and show what changed.`;
       }
     }
 
@@ -234,16 +242,22 @@ export function deviceView(main, {id}) {
       }
       if (!isObject(body)) return renderProblem(outcome, {title: "Not an object", detail: "a merge patch of desired is a JSON object"});
       const query = {expiresIn: expiresIn.value, clearOnConfirm: clearOnConfirm.checked ? "true" : ""};
-      const answer = await request("PATCH", `${route}/desired`, {query, body: patch.value, contentType: "application/merge-patch+json",
-                                                                 headers: {"If-Match": `"${view.editBase}"`}});
-      if (answer.ok) {
-        replace(outcome, h("p", {role: "status", class: "ok"}, `Applied: the device is at version ${answer.data.version}.`));
-        stop();
-        read();
-        return;
+      for (let tries = 1; ; tries++) {
+        const answer = await request("PATCH", `${route}/desired`, {query, body: patch.value, contentType: "application/merge-patch+json",
+                                                                   headers: {"If-Match": `"${view.editBase}"`}});
+        if (answer.ok) {
+          replace(outcome, h("p", {role: "status", class: "ok"}, `Applied: the device is at version ${answer.data.version}.`));
+          stop();
+          read();
+          return;
+        }
+        if (answer.status !== 412) return renderProblem(outcome, answer.problem);
+        // Reports and state writes move the version without touching desired (a device reporting every
+        // second would refuse every edit): on a version whose desired is as the edit found it, sent again.
+        const now = tries < SENDS_WHILE_DESIRED_STAYS ? await request("GET", route) : null;
+        if (!now?.ok || diff(view.editDesired, now.data.desired || {}).length) return conflict(answer.problem.currentVersion);
+        guard(now.data);
       }
-      if (answer.status === 412) return conflict(answer.problem.currentVersion);
-      renderProblem(outcome, answer.problem);
     }
 
     /** What changed between the version the edit started from and now; apply again on the new version. */
@@ -257,7 +271,7 @@ export function deviceView(main, {id}) {
         h("h3", {}, "Not applied: the device changed"),
         h("p", {}, `It moved from version ${from} to ${to} while you edited. What changed meanwhile:`), shown,
         h("div", {class: "row"},
-          h("button", {type: "button", id: "reapply", on: {click: () => { view.editBase = to; base.textContent = `Applies only if the device is still at version ${to} (If-Match).`; moved.textContent = ""; apply(); }}},
+          h("button", {type: "button", id: "reapply", on: {click: () => { guard(now.ok ? now.data : {version: to, desired: view.editDesired}); moved.textContent = ""; apply(); }}},
             `Apply again on version ${to}`),
           h("button", {type: "button", on: {click: () => stop()}}, "Discard"))));
       outcome.querySelector("#reapply").focus();

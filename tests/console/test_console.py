@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import re
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -622,6 +623,36 @@ export function replace(parent, ...children) { parent.replaceChildren(); return 
 export function time(iso) { return h("time", {}, String(iso)); }
 export function announce() {}
 """
+
+
+def test_a_desired_edit_applies_while_the_device_keeps_reporting(served, page):
+    """The edit guards desired, not the device's version: reports move the version under it, and
+    while desired stays as the edit found it the edit is sent again on the new version. (A hostile
+    probe found a device reporting once a second refused every edit and every "apply again" 412.)"""
+    device = unique("chatty")
+    assert served.client("PUT", f"/devices/{device}", {"state": {}, "desired": {"power": "on"}})[0] == 201
+    page.goto(device_url(served, device))
+    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
+    page.get_by_role("button", name="Edit desired").click()
+    page.get_by_label("Merge patch for desired (JSON)").fill('{"power": "off"}')
+    stop, reports = threading.Event(), []
+
+    def report():
+        while not stop.is_set():
+            reports.append(served.client("PATCH", f"/devices/{device}/reported", {"t": len(reports)}, MERGE)[0])
+            stop.wait(0.3)
+
+    reporter = threading.Thread(target=report)
+    reporter.start()
+    try:
+        page.wait_for_function("() => +document.querySelector('#version')?.textContent >= 3")  # moved on twice
+        page.get_by_role("button", name="Apply", exact=True).click()
+        page.locator("#edit-outcome", has_text="Applied: the device is at version").wait_for()
+    finally:
+        stop.set()
+        reporter.join()
+    assert set(reports) == {200}
+    assert served.client("GET", f"/devices/{device}")[1]["desired"] == {"power": "off"}
 
 
 def test_device_documents_render_as_text_and_nothing_in_them_runs(served, context):
