@@ -15,6 +15,8 @@ const WAIT_SECONDS = 20; // the API's longest wait
 const MIN_READ_MS = 1000; // a busy job changes all the time: it is read at most once a second
 const EXECUTIONS_MS = 2000; // and its executions at most every two
 const BACKOFF_MS = [1000, 2000, 4000, 8000, 15000];
+// A read of the job refused so is refused again (not 401: the page asks for a token, then reads again).
+const FINAL_REFUSALS = [400, 403, 404];
 const PAGE = 50;
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
@@ -270,8 +272,14 @@ export function jobView(main, {id}, query) {
         await sleep(MIN_READ_MS - (Date.now() - started));
         continue;
       }
-      if (answer.status === 404) {
-        replace(head, h("h1", {}, id), h("p", {class: "problem", role: "status"}, "No such job (or it is past its retention)."));
+      if (FINAL_REFUSALS.includes(answer.status)) {  // asked again, it answers the same
+        if (answer.status === 404) {
+          replace(head, h("h1", {}, id), h("p", {class: "problem", role: "status"}, "No such job (or it is past its retention)."));
+        } else {
+          problemBox(head, answer.problem);
+        }
+        following("ended");
+        cancel.section.hidden = executions.section.hidden = !view.job;
         break;
       }
       following("reconnecting");

@@ -231,6 +231,21 @@ def test_a_jobs_documents_and_reasons_render_as_text_and_nothing_in_them_runs(se
     assert rendered_markup(naive) > 0
 
 
+@pytest.mark.parametrize("job_id, shown", [("no.such!job", "jobId"), ("no-such-job", "No such job")],
+                         ids=["refused id", "no job"])
+def test_a_job_read_refused_for_good_is_said_once_and_not_read_again(served, page, job_id, shown):
+    """400 (an id no job can have) and 404 answer the same however often asked: the page says so,
+    offers no cancel and reads the job no more (it had asked again with backoff for good: 1 s, 2 s, ...)."""
+    reads = []
+    page.on("request", lambda request: reads.append(request.url)
+            if f"/jobs/{job_id}" in request.url and "/executions" not in request.url else None)
+    page.goto(job_url(served, job_id))
+    page.locator("#job-head", has_text=shown).wait_for()
+    time.sleep(3.5)
+    assert len(reads) == 1, reads
+    assert page.locator("#cancel-section").is_hidden() and page.locator("#executions").is_hidden()
+
+
 @pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["1440px", "390px"])
 def test_axe_finds_no_serious_violation_and_nothing_overflows_on_the_jobs_pages(served, context, viewport):
     filter_text, devices = fleet_of(served, [("confirm",), ("refuse", 409, "busy"), ("silent",)])
