@@ -9,10 +9,11 @@ from typing import Callable
 from ..errors import InvalidCursor
 from ..item import schema
 from ..model.device import Device
+from ..model.values import item_size
 from ..write.expressions import Expression, live
 from ..write.store import Store
 from .cursors import CURSOR_REFUSED, CursorSeal
-from .limits import MAX_LIST_LIMIT
+from .limits import MAX_LIST_LIMIT, MAX_PAGE_BYTES
 
 MAX_SCAN_CALLS_PER_PAGE = 4  # a listing page never costs more than this many Scan calls
 MAX_SCAN_ITEMS_PER_CALL = 1000  # items one of them reads at most (and 1 MB, DynamoDB's own bound)
@@ -37,13 +38,14 @@ class Listing:
         ``MAX_SCAN_ITEMS_PER_CALL`` items, and 1 MB, DynamoDB's own bound). So a page may hold
         fewer than ``limit`` devices, even none, while a cursor remains: it then read all it
         may, and its cursor is past everything it read. A full page's cursor is its last device
-        (or past what it read, when nothing it read after that device was one).
+        (or past what it read, when nothing it read after that device was one). A page also
+        stops before the device that would take its devices past ``MAX_PAGE_BYTES`` as stored.
         """
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit must be an integer from 1 to {MAX_LIST_LIMIT}")
         start_key = _listing_key(self._cursors.open(LISTING_SCOPE, cursor)) if cursor is not None else None
         devices: list[Device] = []
-        read = 0  # items the page's Scan calls read
+        read, size, previous = 0, 0, None  # items the Scan calls read; the bytes of the devices taken, the last
         for _ in range(MAX_SCAN_CALLS_PER_PAGE):
             need = limit - len(devices)
             expr = Expression()
@@ -59,7 +61,12 @@ class Listing:
             page = self._store.send("scan", **request)
             read += page.get("ScannedCount", 0)
             found = page.get("Items", [])
-            devices.extend(Device.from_item(item, with_connectivity=True) for item in found[:need])
+            for item in found[:need]:
+                size += item_size(item)
+                if devices and size > MAX_PAGE_BYTES:  # the next page starts at this device
+                    return devices, self._cursor(previous)
+                devices.append(Device.from_item(item, with_connectivity=True))
+                previous = item
             if len(found) > need:  # the page is full before the end of what this call read
                 return devices, self._cursor(found[need - 1])
             start_key = page.get("LastEvaluatedKey")

@@ -45,11 +45,11 @@ from ..errors import (
 from ..item import schema
 from ..model.connectivity import CONNECTIVITY, connectivity_of
 from ..model.device import Device
-from ..model.values import DEVICE_ID_PATTERN, check_number
+from ..model.values import DEVICE_ID_PATTERN, check_number, item_size
 from ..write.expressions import Expression
 from . import rql
 from .cursors import CURSOR_REFUSED, CursorSeal
-from .limits import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_LIMIT
+from .limits import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_LIMIT, MAX_PAGE_BYTES
 from .index import MISSING, SHARDS, Field, FleetIndex
 from .reindex import building, has_devices, mark_ready, progress
 
@@ -206,16 +206,19 @@ class FleetQuery:
     def page(self, text: str, limit: int = 50, cursor: str | None = None,
              sort_text: str | None = None) -> tuple[list[Device], str | None]:
         """One page of the devices ``text`` matches, and the opaque cursor of the next page
-        (None at the end). A page reads the index at most ``MAX_ROUNDS_PER_PAGE`` times, so
-        it may hold fewer than ``limit`` devices while a cursor remains."""
-        found, next_cursor = self.page_items(text, limit, cursor, sort_text)
+        (None at the end). A page reads the index at most ``MAX_ROUNDS_PER_PAGE`` times, and
+        holds at most ``MAX_PAGE_BYTES`` of devices, so it may hold fewer than ``limit`` devices
+        while a cursor remains."""
+        found, next_cursor = self.page_items(text, limit, cursor, sort_text, max_bytes=MAX_PAGE_BYTES)
         return [Device.from_item(item, with_connectivity=True) for item in found], next_cursor
 
     def page_items(self, text: str, limit: int = 50, cursor: str | None = None,
-                   sort_text: str | None = None, max_limit: int = MAX_LIMIT) -> tuple[list[dict], str | None]:
+                   sort_text: str | None = None, max_limit: int = MAX_LIMIT,
+                   max_bytes: int | None = None) -> tuple[list[dict], str | None]:
         """``page`` as the devices' state items, as stored (what a job's targeting reads, in
         pages of up to ``max_limit``: larger than a caller's, so that each of its reads of the
-        16 shards serves more devices)."""
+        16 shards serves more devices); with ``max_bytes``, the page stops before the device
+        that would take its items past that many bytes (its first is always taken)."""
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= max_limit:
             raise ValueError(f"limit must be an integer from 1 to {max_limit}")
         node, sort = self.parse(text), self.sort(sort_text)
@@ -229,32 +232,40 @@ class FleetQuery:
         self._check_ready({scan.field for scan in scans})  # the whole request checked before any read
         descending = sort is not None and sort.descending
         found: list[dict] = []
+        size, full = 0, False
         for _ in range(MAX_ROUNDS_PER_PAGE):
-            if at >= len(scans) or len(found) >= limit:
+            if at >= len(scans) or len(found) >= limit or full:
                 break
             scan = scans[at]
-            entries = self._round(scan, positions, limit - len(found), descending)
+            entries, pages = self._round(scan, positions, limit - len(found), descending)
             items = {}
             for start in range(0, len(entries), MAX_LIMIT):  # a batch read takes up to 100
                 chunk = entries[start:start + MAX_LIMIT]
-                items.update(self.store.batch_get_states([device_id for device_id, _ in chunk]))
-            now = self.clock()
-            for device_id, _ in entries:
+                items.update(self.store.batch_get_states([device_id for device_id, _, _ in chunk]))
+            now, taken = self.clock(), len(entries)
+            for index, (device_id, _, _) in enumerate(entries):
                 item = items.get(device_id)
                 if not schema.is_live_state(item, now):
                     continue
                 device = Device.from_item(item, with_connectivity=True)
                 documents = _documents(device)
                 if self._matches(node, documents) and not any(earlier.covers(documents) for earlier in scans[:at]):
+                    if max_bytes is not None:
+                        size += item_size(item)
+                        if found and size > max_bytes:  # the next page starts at this device
+                            taken, full = index, True
+                            break
                     found.append(item)
+            _advance(positions, pages, entries[:taken])
             if all(position == _DONE for position in positions):
                 at, positions = at + 1, [None] * SHARDS
         next_cursor = None if at >= len(scans) else self.cursors.seal(scope, _cursor_body(at, positions))
         return found, next_cursor
 
-    def _round(self, scan: Scan, positions: list, need: int, descending: bool) -> list[tuple[str, object]]:
+    def _round(self, scan: Scan, positions: list, need: int, descending: bool) -> tuple[list[tuple], list[tuple]]:
         """Up to ``need`` index entries of ``scan`` after ``positions`` (per shard), merged
-        in index order; ``positions`` moves past what is returned. Each shard is read for a
+        in index order, as ``(device id, value, shard)``, and what each shard's read found
+        (for ``_advance``, once the caller knows how many it takes). Each shard is read for a
         share of ``need`` (twice its even share), not all of it: what the shards read holds
         every entry up to the nearest of their last ones, so the merge stops there (a round may
         then return fewer), where reading ``need`` from each of 16 shards read 16 times what a
@@ -284,14 +295,7 @@ class FleetQuery:
         if unread:  # a shard not read to its end may hold entries after its last one read: none before
             nearest = max(unread) if descending else min(unread)
             merged = [entry for entry in merged if (key(entry) >= nearest if descending else key(entry) <= nearest)]
-        merged = merged[:need]
-        for shard, entries, exhausted in pages:
-            taken = [entry for entry in merged if entry[2] == shard]
-            if taken:
-                positions[shard] = (taken[-1][0], taken[-1][1])
-            if exhausted and len(taken) == len(entries):
-                positions[shard] = _DONE
-        return [(device_id, value) for device_id, value, _ in merged]
+        return merged[:need], pages
 
     # ------------------------------------------------------------- counts
 
@@ -530,6 +534,17 @@ def _order_key(value):
 
 def _group_key(value):
     return None if value is MISSING else value
+
+
+def _advance(positions: list, pages: list[tuple], taken: list[tuple]) -> None:
+    """Moves each shard's position past the entries of a round's ``taken`` (a prefix of its
+    merged entries) that are its own; a shard read to its end whose entries were all taken is done."""
+    for shard, entries, exhausted in pages:
+        own = [entry for entry in taken if entry[2] == shard]
+        if own:
+            positions[shard] = (own[-1][0], own[-1][1])
+        if exhausted and len(own) == len(entries):
+            positions[shard] = _DONE
 
 
 def _start_key(field: Field, shard: int, position: tuple) -> dict:
