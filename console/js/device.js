@@ -6,7 +6,7 @@
 import {path, request, settings} from "./api.js";
 import {announce, h, replace, time} from "./dom.js";
 import {badge} from "./fleet.js";
-import {diff, isObject, parse, text} from "./json.js";
+import {diff, isObject, leaves, parse, text} from "./json.js";
 import {Follower} from "./live.js";
 
 const SECTIONS = ["state", "desired", "reported", "delta"];
@@ -14,9 +14,18 @@ const HISTORY_PAGE = 20;
 const CONNECTIVITY_MS = 30e3;
 const SENDS_WHILE_DESIRED_STAYS = 5;  // an edit's sends, each on the version a write of reported or state made
 
+/** What a desired edit guards: each desired leaf's value and the version of the write that set it
+ *  (a desire set again to the same value is another), not its acks or confirmations. */
+function desires(device) {
+  const set = new Map([...leaves(device.metadata?.desired || {})].filter(([leaf]) => leaf.endsWith("/version"))
+    .map(([leaf, version]) => [leaf.slice(0, -"/version".length), text(version)]));
+  return [...leaves(device.desired || {})].map(([leaf, value]) => `${leaf} ${text(value)} ${set.get(leaf) ?? "?"}`)
+    .sort().join("\n");
+}
+
 export function deviceView(main, {id}) {
   const route = `devices/${path(id)}`;
-  const view = {device: null, missing: false, editBase: null, editDesired: null, changes: new Map(), oldest: null, follower: null,
+  const view = {device: null, missing: false, editBase: null, editDesires: null, changes: new Map(), oldest: null, follower: null,
                 reading: null, readAgain: false, left: false};
   const head = h("div", {class: "device-head"});
   const panes = h("div", {class: "panes"});
@@ -212,10 +221,11 @@ export function deviceView(main, {id}) {
       patch.focus();
     }
 
-    /** The edit applies only while desired is as in ``device``: sent with If-Match on its version. */
+    /** The edit applies only while desired is as in ``device`` (read with its metadata): sent with
+     *  If-Match on its version. */
     function guard(device) {
       view.editBase = device.version;
-      view.editDesired = device.desired || {};
+      view.editDesires = desires(device);
       base.textContent = `Applies only while desired stays as it is at version ${view.editBase} (If-Match).`;
     }
 
@@ -242,8 +252,9 @@ export function deviceView(main, {id}) {
       }
       if (!isObject(body)) return renderProblem(outcome, {title: "Not an object", detail: "a merge patch of desired is a JSON object"});
       const query = {expiresIn: expiresIn.value, clearOnConfirm: clearOnConfirm.checked ? "true" : ""};
+      const sent = patch.value;  // what was checked, whatever is typed while it is sent
       for (let tries = 1; ; tries++) {
-        const answer = await request("PATCH", `${route}/desired`, {query, body: patch.value, contentType: "application/merge-patch+json",
+        const answer = await request("PATCH", `${route}/desired`, {query, body: sent, contentType: "application/merge-patch+json",
                                                                    headers: {"If-Match": `"${view.editBase}"`}});
         if (answer.ok) {
           replace(outcome, h("p", {role: "status", class: "ok"}, `Applied: the device is at version ${answer.data.version}.`));
@@ -254,8 +265,9 @@ export function deviceView(main, {id}) {
         if (answer.status !== 412) return renderProblem(outcome, answer.problem);
         // Reports and state writes move the version without touching desired (a device reporting every
         // second would refuse every edit): on a version whose desired is as the edit found it, sent again.
-        const now = tries < SENDS_WHILE_DESIRED_STAYS ? await request("GET", route) : null;
-        if (!now?.ok || diff(view.editDesired, now.data.desired || {}).length) return conflict(answer.problem.currentVersion);
+        const now = tries < SENDS_WHILE_DESIRED_STAYS ? await request("GET", route, {query: {include: "metadata"}}) : null;
+        if (view.editBase === null || view.left) return;  // the edit was cancelled meanwhile
+        if (!now?.ok || desires(now.data) !== view.editDesires) return conflict(answer.problem.currentVersion);
         guard(now.data);
       }
     }
@@ -263,7 +275,8 @@ export function deviceView(main, {id}) {
     /** What changed between the version the edit started from and now; apply again on the new version. */
     async function conflict(current) {
       const from = view.editBase;
-      const [then, now] = await Promise.all([request("GET", `${route}/versions/${from}`), request("GET", route)]);
+      const [then, now] = await Promise.all([request("GET", `${route}/versions/${from}`),
+                                             request("GET", route, {query: {include: "metadata"}})]);
       const to = now.ok ? now.data.version : current;
       const shown = then.ok && now.ok ? differences(documentOf(then.data), documentOf(now.data), `version ${from}`, `version ${to}`)
         : h("p", {}, `Version ${from} can no longer be read (${then.problem?.title || "refused"}).`);
@@ -271,7 +284,7 @@ export function deviceView(main, {id}) {
         h("h3", {}, "Not applied: the device changed"),
         h("p", {}, `It moved from version ${from} to ${to} while you edited. What changed meanwhile:`), shown,
         h("div", {class: "row"},
-          h("button", {type: "button", id: "reapply", on: {click: () => { guard(now.ok ? now.data : {version: to, desired: view.editDesired}); moved.textContent = ""; apply(); }}},
+          h("button", {type: "button", id: "reapply", on: {click: () => { guard(now.ok ? now.data : {version: to}); moved.textContent = ""; apply(); }}},
             `Apply again on version ${to}`),
           h("button", {type: "button", on: {click: () => stop()}}, "Discard"))));
       outcome.querySelector("#reapply").focus();

@@ -108,6 +108,9 @@ def test_connectivity_connected_is_a_fleet_query_field(connectivity_fleet):
     found, _ = manager.query_devices("eq(connectivity/connected,true)")
     assert [device.device_id for device in found] == ["a"]
     assert found[0].as_dict()["connectivity"]["connected"] is True
+    listed, _ = manager.list_devices()  # a page sized by its items, connections (a string set) and all
+    assert sorted((device.device_id, device.as_dict()["connectivity"]["connected"]) for device in listed) == [
+        ("a", True), ("b", False), ("c", False)]
     assert manager.count_devices("eq(connectivity/connected,true)") == {"count": 1}
     assert manager.count_devices("eq(connectivity/connected,false)") == {"count": 1}  # b; c is stale at 1
 

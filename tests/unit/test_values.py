@@ -100,6 +100,14 @@ def test_bad_device_ids(bad):
         validate_device_id(bad)
 
 
+def test_item_size_takes_every_attribute_type_dynamodb_stores():
+    """A state item holds string sets (a connected device's connections): a listing page sizes it."""
+    for attribute in ({"S": "ab"}, {"N": "12"}, {"B": b"ab"}, {"SS": ["ab", "c"]}, {"NS": ["1", "2"]},
+                      {"BS": [b"ab"]}, {"M": {"a": {"S": "b"}}}, {"L": [{"S": "b"}]}, {"NULL": True}, {"BOOL": False}):
+        assert item_size({"a": attribute}) >= 2, attribute
+    assert item_size({"a": {"SS": ["ab", "c"]}}) >= 1 + 3
+
+
 def test_item_size_counts_names_values_and_nesting():
     assert item_size({"ab": to_attribute("xyz")}) == 5
     nested = item_size({"s": to_attribute({"k": ["v"]})})

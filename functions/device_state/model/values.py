@@ -277,6 +277,10 @@ def _attribute_size(attribute: dict) -> int:
         return len(value)
     if kind == "NS":  # the journal's trimmed stamps; as a list of numbers, an upper estimate
         return 3 + sum(1 + _attribute_size({"N": member}) for member in value)
+    if kind == "SS":  # a connected device's connections; as a list of strings, an upper estimate
+        return 3 + sum(1 + len(member.encode("utf-8")) for member in value)
+    if kind == "BS":
+        return 3 + sum(1 + len(member) for member in value)
     raise ValueError(f"unexpected attribute type {kind}")
 
 
