@@ -94,12 +94,8 @@ class Credentials:
             if record.credential_id in registered(item) and record.credential_id not in expired(item, planner.now):
                 raise CredentialExists(device_id, record.credential_id)  # an expired one is replaced
             expires = record.expires_at if record.expires_at is not None else NO_EXPIRY
-            # The expired entries the state item's part takes off go with their items, in the same
-            # transaction (refused with it, should one be registered again meanwhile).
-            gone = [{"Delete": {"TableName": self._store.table_name, "Key": credential_key(device_id, name)}}
-                    for name in expired(item, planner.now) if name != record.credential_id]
             return planner.register_credential(item, record.credential_id, expires, record.kind == CERTIFICATE), \
-                {CREDENTIAL: [{"Put": {"TableName": self._store.table_name, "Item": record.item(device_id)}}, *gone]}
+                {CREDENTIAL: [{"Put": {"TableName": self._store.table_name, "Item": record.item(device_id)}}]}
 
         self._transact(device_id, plan)
         return record
