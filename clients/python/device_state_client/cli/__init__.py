@@ -6,7 +6,6 @@ PyYAML are imported by the commands that use them, so ``--help`` loads none of t
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import uuid
 
@@ -32,20 +31,40 @@ def example(*lines: str) -> str:
 def deliver_dropped_interrupts() -> None:
     """Python prints and drops an exception raised in a finalizer (an object's ``__del__``). A
     Ctrl-C that lands in one, as when the 304 answer of a watch's long-poll is freed, would be lost
-    and the watch would go on: it is delivered again, from another thread, once the finalizer has
-    returned (should it land in a finalizer again, again)."""
+    and the watch would go on: it is delivered to the main thread again, from another thread, once
+    the finalizer has returned (should it land in a finalizer again, again). Installed once."""
     previous = sys.unraisablehook
+    if getattr(previous, "delivers_dropped_interrupts", False):
+        return
 
     def hook(unraisable):
         if not issubclass(unraisable.exc_type, KeyboardInterrupt):
             return previous(unraisable)
         import threading
 
-        again = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT))
+        again = threading.Timer(0.01, _interrupt_main_thread)
         again.daemon = True
-        again.start()
+        try:
+            again.start()
+        except RuntimeError:  # the interpreter is shutting down: nothing is left to interrupt
+            pass
 
+    hook.delivers_dropped_interrupts = True
     sys.unraisablehook = hook
+
+
+def _interrupt_main_thread() -> None:
+    """SIGINT to the main thread, which ends what it waits on (a socket, a sleep) as a Ctrl-C does;
+    where threads cannot be signalled (Windows), the interrupt it takes at its next step."""
+    import signal
+    import threading
+
+    if hasattr(signal, "pthread_kill"):
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    else:
+        import _thread
+
+        _thread.interrupt_main()
 
 
 class CommandLine(click.Group):
