@@ -46,9 +46,10 @@ from localdev import console, docs, websocket
 from localdev.apigw import LambdaContext, make_event
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
-# Lambda's limit on a synchronous invocation's answer: the whole response object as JSON, the body
-# escaped inside it. API Gateway answers 502 to a function whose answer is larger.
-MAX_RESPONSE_BYTES = 6 * 1024 * 1024
+# Lambda's limit on a synchronous invocation's answer (6 MB, as its error names it): the whole
+# response object as JSON, the body escaped inside it (Python 3.13's runtime keeps non-ASCII
+# characters as they are). The invocation fails, and the HTTP API answers 500.
+MAX_RESPONSE_BYTES = 6_291_556
 LAMBDA_TIMEOUT_SECONDS = 28.0  # the deployed function's timeout (infra/api.py), so waits are capped alike
 REQUEST_READ_SECONDS = float(os.environ.get("REQUEST_READ_SECONDS", "5"))  # to read one whole request
 HANG_UP_POLL_SECONDS = 0.1  # how often a waiting request's connection is checked for a hang-up
@@ -307,10 +308,10 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             if waiting:
                 _waiting_slots.release()
-        if len(json.dumps(result).encode()) > MAX_RESPONSE_BYTES:
+        if len(json.dumps(result, ensure_ascii=False).encode()) > MAX_RESPONSE_BYTES:
             sys.stderr.write(f"{self.client_address[0]} {self.command} {self.path} {result['statusCode']}: "
-                             f"the answer exceeds Lambda's {MAX_RESPONSE_BYTES} bytes; answered 502 as API Gateway would\n")
-            self._refuse(502, "Bad gateway", "the function's answer exceeded Lambda's response payload limit")
+                             f"the answer exceeds Lambda's {MAX_RESPONSE_BYTES} bytes; answered 500 as the API would\n")
+            self._refuse(500, "Internal Server Error", "the function's answer exceeded Lambda's response payload limit")
             return
         payload = result.get("body") or ""
         data = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")

@@ -322,9 +322,10 @@ def test_the_count_route_is_no_device(fleet):
 
 def test_a_page_of_large_devices_holds_at_most_400_kb_of_them_and_the_walk_each_once(dynamodb_local):
     """Twenty devices of 340 KB each. A filter's page of all of them is 6.8 MB, past Lambda's 6 MB
-    answer, which API Gateway answers 502, as the dev server does (the filter's first page was 502
-    while pages were bounded by count alone; the plain listing's held 16 devices). A page holds
-    one such device, and the walks by a filter and by the plain listing each hold every device once."""
+    answer: the invocation fails and the API answers 500, as the dev server does (the filter's
+    first page was so while pages were bounded by count alone; the plain listing's held 16
+    devices). A page holds one such device, and the walks by a filter and by the plain listing
+    each hold every device once."""
     process, server = launch(DYNAMODB_ENDPOINT=dynamodb_local.endpoint, TABLE_NAME=f"large-{uuid.uuid4().hex[:8]}",
                              FLEET_INDEX="state/site:string", STREAM_PROCESSOR="off", WORKERS="2")
     try:
