@@ -19,13 +19,13 @@ const SENDS_WHILE_DESIRED_STAYS = 5;  // an edit's sends, each on the version a 
 function desires(device) {
   const set = new Map([...leaves(device.metadata?.desired || {})].filter(([leaf]) => leaf.endsWith("/version"))
     .map(([leaf, version]) => [leaf.slice(0, -"/version".length), text(version)]));
-  return [...leaves(device.desired || {})].map(([leaf, value]) => `${leaf} ${text(value)} ${set.get(leaf) ?? "?"}`)
-    .sort().join("\n");
+  return JSON.stringify([...leaves(device.desired || {})].map(([leaf, value]) => [leaf, text(value), set.get(leaf) ?? null])
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
 }
 
 export function deviceView(main, {id}) {
   const route = `devices/${path(id)}`;
-  const view = {device: null, missing: false, editBase: null, editDesires: null, changes: new Map(), oldest: null, follower: null,
+  const view = {device: null, missing: false, editBase: null, editDesires: null, editing: 0, changes: new Map(), oldest: null, follower: null,
                 reading: null, readAgain: false, left: false};
   const head = h("div", {class: "device-head"});
   const panes = h("div", {class: "panes"});
@@ -207,11 +207,12 @@ export function deviceView(main, {id}) {
       h("div", {class: "row"}, clearOnConfirm, h("label", {for: "clear-on-confirm"}, "Clear each leaf once the device confirms it")),
       base, moved,
       h("div", {class: "row"}, h("button", {type: "submit", id: "apply"}, "Apply"),
-        h("button", {type: "button", on: {click: () => stop()}}, "Cancel")));
+        h("button", {type: "button", on: {click: () => { stop(); replace(outcome); }}}, "Cancel")));
     const section = h("section", {class: "panel", "aria-labelledby": "edit-heading"},
       h("h2", {id: "edit-heading"}, "Change desired"), open, form, outcome);
 
     function start() {
+      view.editing++;  // an edit of its own: what an earlier one still waits for is dropped
       guard(view.device);
       patch.value = patch.value || "{}";
       moved.textContent = "";
@@ -230,6 +231,7 @@ export function deviceView(main, {id}) {
     }
 
     function stop() {
+      view.editing++;
       view.editBase = null;
       form.hidden = true;
       open.hidden = false;
@@ -253,40 +255,45 @@ export function deviceView(main, {id}) {
       if (!isObject(body)) return renderProblem(outcome, {title: "Not an object", detail: "a merge patch of desired is a JSON object"});
       const query = {expiresIn: expiresIn.value, clearOnConfirm: clearOnConfirm.checked ? "true" : ""};
       const sent = patch.value;  // what was checked, whatever is typed while it is sent
+      const edit = view.editing;
+      const dropped = () => view.editing !== edit || view.left;  // cancelled, or another edit begun
       for (let tries = 1; ; tries++) {
         const answer = await request("PATCH", `${route}/desired`, {query, body: sent, contentType: "application/merge-patch+json",
                                                                    headers: {"If-Match": `"${view.editBase}"`}});
-        if (answer.ok) {
+        if (answer.ok) {  // applied, even if cancelled meanwhile: said as it is
           replace(outcome, h("p", {role: "status", class: "ok"}, `Applied: the device is at version ${answer.data.version}.`));
           stop();
           read();
           return;
         }
+        if (dropped()) return;
         if (answer.status !== 412) return renderProblem(outcome, answer.problem);
         // Reports and state writes move the version without touching desired (a device reporting every
         // second would refuse every edit): on a version whose desired is as the edit found it, sent again.
         const now = tries < SENDS_WHILE_DESIRED_STAYS ? await request("GET", route, {query: {include: "metadata"}}) : null;
-        if (view.editBase === null || view.left) return;  // the edit was cancelled meanwhile
-        if (!now?.ok || desires(now.data) !== view.editDesires) return conflict(answer.problem.currentVersion);
+        if (dropped()) return;
+        if (!now?.ok || desires(now.data) !== view.editDesires) return conflict(answer.problem.currentVersion, dropped);
         guard(now.data);
       }
     }
 
     /** What changed between the version the edit started from and now; apply again on the new version. */
-    async function conflict(current) {
+    async function conflict(current, dropped) {
       const from = view.editBase;
       const [then, now] = await Promise.all([request("GET", `${route}/versions/${from}`),
                                              request("GET", route, {query: {include: "metadata"}})]);
+      if (dropped()) return;
       const to = now.ok ? now.data.version : current;
-      const shown = then.ok && now.ok ? differences(documentOf(then.data), documentOf(now.data), `version ${from}`, `version ${to}`)
-        : h("p", {}, `Version ${from} can no longer be read (${then.problem?.title || "refused"}).`);
+      const shown = !(then.ok && now.ok) ? h("p", {}, `Version ${from} can no longer be read (${then.problem?.title || "refused"}).`)
+        : diff(documentOf(then.data), documentOf(now.data)).length ? differences(documentOf(then.data), documentOf(now.data), `version ${from}`, `version ${to}`)
+        : h("p", {}, "Desired was set again meanwhile, to the same values: a newer desire the edit would overwrite.");
       replace(outcome, h("div", {role: "alert", class: "problem", id: "conflict"},
         h("h3", {}, "Not applied: the device changed"),
         h("p", {}, `It moved from version ${from} to ${to} while you edited. What changed meanwhile:`), shown,
         h("div", {class: "row"},
           h("button", {type: "button", id: "reapply", on: {click: () => { guard(now.ok ? now.data : {version: to}); moved.textContent = ""; apply(); }}},
             `Apply again on version ${to}`),
-          h("button", {type: "button", on: {click: () => stop()}}, "Discard"))));
+          h("button", {type: "button", on: {click: () => { stop(); replace(outcome); }}}, "Discard"))));
       outcome.querySelector("#reapply").focus();
     }
 

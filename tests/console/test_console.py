@@ -655,6 +655,38 @@ def test_a_desired_edit_applies_while_the_device_keeps_reporting(served, page):
     assert served.client("GET", f"/devices/{device}")[1]["desired"] == {"power": "off"}
 
 
+def test_a_cancel_drops_what_the_edit_still_waits_for_even_once_another_edit_began(served, page):
+    """Apply meets a 412; while the page reads the device to decide whether to send again, the
+    operator cancels and starts another edit. The first edit's patch is never sent again (a first
+    version of the resend checked only that an edit was open, and sent it)."""
+    device = unique("cancel")
+    assert served.client("PUT", f"/devices/{device}", {"state": {}, "desired": {"power": "on"}})[0] == 201
+    page.goto(device_url(served, device))
+    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
+    page.get_by_role("button", name="Edit desired").click()
+    page.get_by_label("Merge patch for desired (JSON)").fill('{"power": "off"}')
+    assert served.client("PATCH", f"/devices/{device}/reported", {"t": 1}, MERGE)[0] == 200
+    page.wait_for_function("() => document.querySelector('#version')?.textContent === '2'")
+    patches, held = [], []
+    page.on("request", lambda request: patches.append(request.url) if request.method == "PATCH" else None)
+    page.route(f"**/devices/{device}?include=metadata", lambda route: held.append(route))
+    page.get_by_role("button", name="Apply", exact=True).click()
+    deadline = time.monotonic() + 15
+    while not held and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    assert held and len(patches) == 1  # refused 412; the read that decides a second send, held
+    page.get_by_role("button", name="Cancel").click()
+    page.get_by_role("button", name="Edit desired").click()
+    page.get_by_label("Merge patch for desired (JSON)").fill('{"power": "dim"}')
+    for route in held:
+        route.continue_()
+    page.unroute(f"**/devices/{device}?include=metadata")
+    page.wait_for_timeout(2000)
+    assert len(patches) == 1
+    assert served.client("GET", f"/devices/{device}")[1]["desired"] == {"power": "on"}
+    assert page.locator("#patch").input_value() == '{"power": "dim"}' and page.locator("#edit-form").is_visible()
+
+
 def test_device_documents_render_as_text_and_nothing_in_them_runs(served, context):
     """Judged with the page's CSP lifted (bypass_csp), so the rendering alone is what is tested;
     the control renders the same pages with a naive dom.js (innerHTML for text) and the script runs."""
