@@ -625,16 +625,22 @@ export function announce() {}
 """
 
 
-def test_a_desired_edit_applies_while_the_device_keeps_reporting(served, page):
-    """The edit guards desired, not the device's version: reports move the version under it, and
-    while desired stays as the edit found it the edit is sent again on the new version. (A hostile
-    probe found a device reporting once a second refused every edit and every "apply again" 412.)"""
-    device = unique("chatty")
+def editing_desired_power(served, page, prefix: str, power: str) -> str:
+    """A new device desired power on, its page open and an edit of desired to ``power`` typed."""
+    device = unique(prefix)
     assert served.client("PUT", f"/devices/{device}", {"state": {}, "desired": {"power": "on"}})[0] == 201
     page.goto(device_url(served, device))
     page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
     page.get_by_role("button", name="Edit desired").click()
-    page.get_by_label("Merge patch for desired (JSON)").fill('{"power": "off"}')
+    page.get_by_label("Merge patch for desired (JSON)").fill(f'{{"power": "{power}"}}')
+    return device
+
+
+def test_a_desired_edit_applies_while_the_device_keeps_reporting(served, page):
+    """The edit guards desired, not the device's version: reports move the version under it, and
+    while desired stays as the edit found it the edit is sent again on the new version. (A hostile
+    probe found a device reporting once a second refused every edit and every "apply again" 412.)"""
+    device = editing_desired_power(served, page, "chatty", "off")
     stop, reports = threading.Event(), []
 
     def report():
@@ -659,12 +665,7 @@ def test_a_cancel_drops_what_the_edit_still_waits_for_even_once_another_edit_beg
     """Apply meets a 412; while the page reads the device to decide whether to send again, the
     operator cancels and starts another edit. The first edit's patch is never sent again (a first
     version of the resend checked only that an edit was open, and sent it)."""
-    device = unique("cancel")
-    assert served.client("PUT", f"/devices/{device}", {"state": {}, "desired": {"power": "on"}})[0] == 201
-    page.goto(device_url(served, device))
-    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
-    page.get_by_role("button", name="Edit desired").click()
-    page.get_by_label("Merge patch for desired (JSON)").fill('{"power": "off"}')
+    device = editing_desired_power(served, page, "cancel", "off")
     assert served.client("PATCH", f"/devices/{device}/reported", {"t": 1}, MERGE)[0] == 200
     page.wait_for_function("() => document.querySelector('#version')?.textContent === '2'")
     patches, held = [], []
