@@ -64,10 +64,12 @@ export function leaves(value, segments = [], out = new Map()) {
 export function diff(before, after) {
   const old = leaves(before), now = leaves(after);
   // An empty object that gained members (or members that left one empty) is said by its members alone.
-  const under = (path, other) => [...other.keys()].some((key) => key.startsWith(path + "/"));
+  const parents = (paths) => new Set([...paths.keys()].flatMap((path) =>
+    [...path.matchAll(/\//g)].map((slash) => path.slice(0, slash.index))));  // "" for the root
+  const oldParents = parents(old), nowParents = parents(now);
   return [...new Set([...old.keys(), ...now.keys()])].sort()
     .filter((path) => text(old.get(path)) !== text(now.get(path)))
-    .filter((path) => !((isEmpty(old.get(path)) && under(path, now)) || (isEmpty(now.get(path)) && under(path, old))))
+    .filter((path) => !((isEmpty(old.get(path)) && nowParents.has(path)) || (isEmpty(now.get(path)) && oldParents.has(path))))
     .map((path) => ({path, before: old.get(path), after: now.get(path)}));
 }
 
