@@ -308,12 +308,14 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             if waiting:
                 _waiting_slots.release()
-        if len(json.dumps(result, ensure_ascii=False).encode()) > MAX_RESPONSE_BYTES:
+        payload = result.get("body") or ""
+        # Escaped inside the response object, a body at most doubles: only a large one is measured.
+        if 2 * len(payload.encode()) + 65_536 > MAX_RESPONSE_BYTES and \
+                len(json.dumps(result, ensure_ascii=False).encode()) > MAX_RESPONSE_BYTES:
             sys.stderr.write(f"{self.client_address[0]} {self.command} {self.path} {result['statusCode']}: "
                              f"the answer exceeds Lambda's {MAX_RESPONSE_BYTES} bytes; answered 500 as the API would\n")
             self._refuse(500, "Internal Server Error", "the function's answer exceeded Lambda's response payload limit")
             return
-        payload = result.get("body") or ""
         data = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
         response_headers = dict(result.get("headers") or {})
         for name, values in (result.get("multiValueHeaders") or {}).items():

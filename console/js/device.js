@@ -284,9 +284,10 @@ export function deviceView(main, {id}) {
                                              request("GET", route, {query: {include: "metadata"}})]);
       if (dropped()) return;
       const to = now.ok ? now.data.version : current;
-      const shown = !(then.ok && now.ok) ? h("p", {}, `Version ${from} can no longer be read (${then.problem?.title || "refused"}).`)
-        : diff(documentOf(then.data), documentOf(now.data)).length ? differences(documentOf(then.data), documentOf(now.data), `version ${from}`, `version ${to}`)
-        : h("p", {}, "Desired was set again meanwhile, to the same values: a newer desire the edit would overwrite.");
+      const shown = then.ok && now.ok
+        ? differences(documentOf(then.data), documentOf(now.data), `version ${from}`, `version ${to}`,
+                      "Desired was set again meanwhile, to the same values: a newer desire the edit would overwrite.")
+        : h("p", {}, `Version ${from} can no longer be read (${then.problem?.title || "refused"}).`);
       replace(outcome, h("div", {role: "alert", class: "problem", id: "conflict"},
         h("h3", {}, "Not applied: the device changed"),
         h("p", {}, `It moved from version ${from} to ${to} while you edited. What changed meanwhile:`), shown,
@@ -329,9 +330,9 @@ function documentOf(device) {
   return {state: device.state, desired: device.desired, reported: device.reported};
 }
 
-function differences(before, after, beforeLabel, afterLabel) {
+function differences(before, after, beforeLabel, afterLabel, same = "No difference in state, desired or reported.") {
   const rows = diff(before, after);
-  if (!rows.length) return h("p", {class: "muted"}, "No difference in state, desired or reported.");
+  if (!rows.length) return h("p", {class: "muted"}, same);
   const cell = (value) => h("td", {class: "value"}, value === undefined ? h("span", {class: "muted"}, "absent") : text(value));
   return h("div", {class: "table-wrap", tabindex: 0, role: "region", "aria-label": "Differences"},
     h("table", {class: "diff"},
