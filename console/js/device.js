@@ -285,8 +285,9 @@ export function deviceView(main, {id}) {
       if (dropped()) return;
       const to = now.ok ? now.data.version : current;
       const shown = then.ok && now.ok
-        ? differences(documentOf(then.data), documentOf(now.data), `version ${from}`, `version ${to}`,
-                      "Desired was set again meanwhile, to the same values: a newer desire the edit would overwrite.")
+        ? [diff(then.data.desired, now.data.desired).length ? ""
+            : h("p", {}, "Desired was set again meanwhile, to the same values: a newer desire the edit would overwrite."),
+           differences(documentOf(then.data), documentOf(now.data), `version ${from}`, `version ${to}`)]
         : h("p", {}, `Version ${from} can no longer be read (${then.problem?.title || "refused"}).`);
       replace(outcome, h("div", {role: "alert", class: "problem", id: "conflict"},
         h("h3", {}, "Not applied: the device changed"),
@@ -330,9 +331,9 @@ function documentOf(device) {
   return {state: device.state, desired: device.desired, reported: device.reported};
 }
 
-function differences(before, after, beforeLabel, afterLabel, same = "No difference in state, desired or reported.") {
+function differences(before, after, beforeLabel, afterLabel) {
   const rows = diff(before, after);
-  if (!rows.length) return h("p", {class: "muted"}, same);
+  if (!rows.length) return h("p", {class: "muted"}, "No difference in state, desired or reported.");
   const cell = (value) => h("td", {class: "value"}, value === undefined ? h("span", {class: "muted"}, "absent") : text(value));
   return h("div", {class: "table-wrap", tabindex: 0, role: "region", "aria-label": "Differences"},
     h("table", {class: "diff"},

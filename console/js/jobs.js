@@ -279,7 +279,7 @@ export function jobView(main, {id}, query) {
           problemBox(head, answer.problem);
         }
         following("ended");
-        cancel.section.hidden = executions.section.hidden = true;
+        progressBox.hidden = cancel.section.hidden = executions.section.hidden = true;
         break;
       }
       following("reconnecting");
