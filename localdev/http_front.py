@@ -42,14 +42,11 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from functions.api.common import LAMBDA_ANSWER_BYTES
 from localdev import console, docs, websocket
 from localdev.apigw import LambdaContext, make_event
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
-# Lambda's limit on a synchronous invocation's answer (6 MB, as its error names it): the whole
-# response object as JSON, the body escaped inside it (Python 3.13's runtime keeps non-ASCII
-# characters as they are). The invocation fails, and the HTTP API answers 500.
-MAX_RESPONSE_BYTES = 6_291_556
 LAMBDA_TIMEOUT_SECONDS = 28.0  # the deployed function's timeout (infra/api.py), so waits are capped alike
 REQUEST_READ_SECONDS = float(os.environ.get("REQUEST_READ_SECONDS", "5"))  # to read one whole request
 HANG_UP_POLL_SECONDS = 0.1  # how often a waiting request's connection is checked for a hang-up
@@ -309,11 +306,12 @@ class _Handler(BaseHTTPRequestHandler):
             if waiting:
                 _waiting_slots.release()
         payload = result.get("body") or ""
-        # Escaped inside the response object, a body at most doubles: only a large one is measured.
-        if 2 * len(payload.encode()) + 65_536 > MAX_RESPONSE_BYTES and \
-                len(json.dumps(result, ensure_ascii=False).encode()) > MAX_RESPONSE_BYTES:
+        # Past Lambda's answer limit the invocation fails, and the HTTP API answers 500. Escaped
+        # inside the response object, a body at most doubles: only a large one is measured.
+        if 2 * len(payload.encode()) + 65_536 > LAMBDA_ANSWER_BYTES and \
+                len(json.dumps(result, ensure_ascii=False).encode()) > LAMBDA_ANSWER_BYTES:
             sys.stderr.write(f"{self.client_address[0]} {self.command} {self.path} {result['statusCode']}: "
-                             f"the answer exceeds Lambda's {MAX_RESPONSE_BYTES} bytes; answered 500 as the API would\n")
+                             f"the answer exceeds Lambda's {LAMBDA_ANSWER_BYTES} bytes; answered 500 as the API would\n")
             self._refuse(500, "Internal Server Error", "the function's answer exceeded Lambda's response payload limit")
             return
         data = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")

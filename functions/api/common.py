@@ -5,6 +5,7 @@ idempotency keys."""
 from __future__ import annotations
 
 import functools
+import json
 from urllib.parse import quote, unquote
 
 from .resolver import Response
@@ -25,6 +26,11 @@ from .problems import BadRequest, HttpProblem, etag
 # Time kept back from the Lambda's remaining time for answering after the retry loop.
 RESPONSE_MARGIN_SECONDS = 1.0
 IDEMPOTENT_REPLAYED = "Idempotent-Replayed"
+# Lambda's limit on a synchronous invocation's answer (6 MB, as its error names it): the whole
+# response object as JSON, the body escaped inside it (the Python runtime keeps non-ASCII characters
+# as they are). An answer past it fails the invocation, which the HTTP API answers 500.
+LAMBDA_ANSWER_BYTES = 6_291_556
+ANSWER_ENVELOPE_BYTES = 16 * 1024  # what the response object holds besides the body: status, headers
 
 # The declarations of the routes registered, by (method, rule): each once (a test holds them to routes.ROUTES).
 REGISTERED: dict[tuple[str, str], Route] = {}
@@ -196,6 +202,14 @@ def wait_budget(context, wanted: float) -> float:
     waiting route (``NEVER_WAIT``: a path spelled so that the gateway did not route it to the
     waiting function must not hold this one's executions), else ``budget``."""
     return 0.0 if api_config().never_wait else budget(context, wanted)
+
+
+def fits_in_an_answer(body) -> bool:
+    """Whether ``body``, as ``json_response`` sends it, fits in a Lambda's answer (LAMBDA_ANSWER_BYTES)."""
+    text = dumps(body)
+    if 2 * len(text.encode()) + ANSWER_ENVELOPE_BYTES <= LAMBDA_ANSWER_BYTES:  # escaped, a body at most doubles
+        return True
+    return len(json.dumps(text, ensure_ascii=False).encode()) + ANSWER_ENVELOPE_BYTES <= LAMBDA_ANSWER_BYTES
 
 
 def json_response(body, status: int = 200, headers: dict | None = None) -> Response:

@@ -50,7 +50,8 @@ _LIMITS_TEXT = (f"Limits, checked before anything is written: object member name
                 f"its pointer plus {CONFIRMATION_BYTES} bytes, at most {MAX_CLEARED_KEPT} and "
                 f"{MAX_CLEARED_KEPT_BYTES} bytes of them (a write that needs their room drops them); "
                 f"bodies up to {MAX_BODY_BYTES} bytes (413); transactions of up to {MAX_OPERATIONS} operations "
-                f"({MAX_OPERATIONS - 1} with Idempotency-Key).")
+                f"({MAX_OPERATIONS - 1} with Idempotency-Key) whose answer, the devices with their metadata, fits "
+                f"in what a Lambda may answer (413, answer-size).")
 _AUTH_TEXT = ("Every operation but GET /openapi.json needs credentials: a back-end sends a bearer token (JWT) whose "
               "scope claim names what it may do (devices.read, devices.write, devices.report; devices.admin "
               "registers and revokes devices' credentials and manages enrollments); a device sends a "

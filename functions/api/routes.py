@@ -672,6 +672,8 @@ ROUTES: tuple[Route, ...] = (
         "422": "A patch cannot be applied, or the Idempotency-Key was reused",
         "423": "Every failing operation's device is leased to another holder",
         **WRITE_ERRORS,
+        "413": ("Body over the limit, an item or the whole transaction too large, or the answer, the devices with "
+                "their metadata, past what a Lambda may answer (limit answer-size); nothing was written"),
     }, query=(INCLUDE,), headers=(IDEMPOTENCY_KEY,), body=Body({JSON: TRANSACTION}), description=(
         f"All-or-nothing changes to up to {MAX_OPERATIONS} devices ({MAX_OPERATIONS - 1} with Idempotency-Key).")),
 )

@@ -127,6 +127,7 @@ from .write.pipeline import DEFAULT_SETTLE_SECONDS
 from .write.plan import CREATED, DEFAULT_TOMBSTONE_SECONDS, DELETED, REPLACED, UPDATED
 from .write.transactions import (
     MAX_OPERATIONS,
+    AnswerTooLarge,
     InvalidTransaction,
     Operation,
     OperationFailure,
@@ -289,6 +290,7 @@ __all__ = [
     "epoch_seconds",
     "TransactionFailed",
     "TransactionTooLarge",
+    "AnswerTooLarge",
     "transactions",
     "UnknownLease",
     "UPDATED",

@@ -444,11 +444,13 @@ class DeviceStateManager:
             idempotency, expected_version=expected_version)[0]
 
     def transact(self, operations: list[Operation], *, idempotency: IdempotencyKey | None = None,
-                 max_attempts: int | None = None, budget_seconds: float | None = None) -> list[Device]:
-        """All-or-nothing changes to up to 100 devices (99 with an idempotency key). See
-        ``transactions.TransactionRunner``."""
+                 max_attempts: int | None = None, budget_seconds: float | None = None,
+                 answer_fits: Callable[[list[Device]], bool] | None = None) -> list[Device]:
+        """All-or-nothing changes to up to 100 devices (99 with an idempotency key); with
+        ``answer_fits``, refused (``AnswerTooLarge``) before anything is written when the devices
+        it would return do not fit. See ``transactions.TransactionRunner``."""
         return TransactionRunner(self._pipeline, self._loop(max_attempts, budget_seconds), self.recorded_results,
-                                 self.fence, self.seen_by, self._holder).run(list(operations), idempotency)
+                                 self.fence, self.seen_by, self._holder, answer_fits).run(list(operations), idempotency)
 
     # ------------------------------------------------------------ idempotency
 

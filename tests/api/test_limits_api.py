@@ -17,6 +17,9 @@ from functions.changes.handler import process
 from functions.device_state.feed.log import ChangeLog
 from localdev.stream import StreamPoller
 
+from functions.api.common import fits_in_an_answer
+from functions.api.transactions import answer
+from functions.device_state import DeviceStateManager, Operation
 from functions.device_state.model.values import MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS
 from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
 
@@ -236,6 +239,43 @@ def test_a_keyed_transaction_of_99_checks_applies_and_replays(api, stream_proces
     again = api("POST", "/transactions", body, headers={"Idempotency-Key": "checks"})
     assert again.status == 200 and again.json == first.json
     assert again.json["devices"][0]["state"] == states["c00"]
+
+
+# ------------------------------------------------- a transaction's answer fits in Lambda's 6 MB
+
+
+def large_devices(api, count: int) -> list[str]:
+    ids = [f"large{index:02d}" for index in range(count)]
+    for device_id in ids:
+        create(api, {"blob": incompressible(340_000)}, device_id=device_id)
+    return ids
+
+
+def test_a_transaction_whose_answer_would_pass_lambdas_limit_is_413_before_anything_is_written(api):
+    """A patch beside 19 checks of 340 KB devices: the answer would be 6.8 MB, past what a Lambda
+    may answer (the invocation would fail, the HTTP API answer 500, the patch applied)."""
+    ids = large_devices(api, 20)
+    body = {"operations": [{"deviceId": ids[0], "mergePatch": {"n": 1}},
+                           *({"deviceId": device_id, "check": True} for device_id in ids[1:])]}
+    refused = api("POST", "/transactions", body, headers={"Idempotency-Key": "too-large"})
+    assert refused.status == 413 and refused.json["limit"] == "answer-size", refused.text
+    assert api("GET", f"/devices/{ids[0]}").json["version"] == 1  # nothing written
+    # fewer checks fit: the same patch applies, its answer within the limit, metadata and all
+    fewer = {"operations": body["operations"][:10]}
+    applied = api("POST", "/transactions?include=metadata", fewer, headers={"Idempotency-Key": "fits"})
+    assert applied.status == 200 and applied.json["devices"][0]["version"] == 2
+    assert fits_in_an_answer(applied.json)
+
+
+def test_control_the_same_transaction_unbounded_applies_with_an_answer_past_lambdas_limit(api):
+    """What the bound prevents: the library unbounded applies the patch, and its answer is past
+    what the route could send, so the caller would be told 500 of a write that applied."""
+    ids = large_devices(api, 20)
+    operations = [Operation.update(ids[0], lambda state: {**state, "n": 1}),
+                  *(Operation.check(device_id) for device_id in ids[1:])]
+    devices = DeviceStateManager(api.client, api.table).transact(operations)
+    assert devices[0].version == 2
+    assert not fits_in_an_answer(answer(operations, devices, metadata=False))
 
 
 # ------------------------------------------------------------------ clean errors (row 7)

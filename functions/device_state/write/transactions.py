@@ -111,6 +111,16 @@ class TransactionTooLarge(ItemTooLarge):
         self.limit = "transaction-size"
 
 
+class AnswerTooLarge(ItemTooLarge):
+    """The devices the transaction would answer with do not fit the caller's answer (``answer_fits``):
+    refused before anything is sent."""
+
+    def __init__(self):
+        super().__init__("the transaction's answer, the devices as written or checked, would not fit in one "
+                         "answer; split it into smaller transactions")
+        self.limit = "answer-size"
+
+
 class TransactionFailed(DeviceStateError):
     """Nothing was written: ``failures`` names each operation that could not apply."""
 
@@ -128,11 +138,15 @@ class TransactionRunner:
     raises ``TransactionFailed`` naming each failing operation, with nothing written.
     The ClientRequestToken makes a resend safe: a lost answer is sent again with it, and
     ``OutcomeUnknown`` only when that never gets an answer. Returns the devices in
-    order: after the write, as deleted, or as checked."""
+    order: after the write, as deleted, or as checked. With ``answer_fits``, devices it finds
+    False for are refused (``AnswerTooLarge``) before anything is sent, so a caller whose answer
+    is bounded never learns of an applied transaction too late to be told."""
 
     def __init__(self, pipeline: WritePipeline, loop: RetryLoop,
                  recorded_results: Callable[[str, idem.IdempotencyKey], list | None], fence: Fence,
-                 seen_by: str | None = None, holder: Holder | None = None):
+                 seen_by: str | None = None, holder: Holder | None = None,
+                 answer_fits: Callable[[list[Device]], bool] | None = None):
+        self._answer_fits = answer_fits
         self._pipeline = pipeline
         self._loop = loop
         self._recorded_results = recorded_results
@@ -191,6 +205,8 @@ class TransactionRunner:
                 failures.append(_failure_of(index, operation, error, live))
         if failures:
             raise TransactionFailed(failures)
+        if self._answer_fits is not None and not self._answer_fits([plan.device for plan in planned]):
+            raise AnswerTooLarge()
         record = []
         if key is not None:
             results = [(plan.device, plan.outcome) for plan in planned]
