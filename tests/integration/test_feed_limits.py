@@ -11,6 +11,7 @@ import time
 import boto3
 import pytest
 
+from functions.api.common import fits_in_an_answer
 from functions.changes.events import LogPublisher
 from functions.changes.handler import MAX_RETRY_ATTEMPTS, process
 from functions.device_state import DeviceStateManager, MergePatch
@@ -162,6 +163,34 @@ def test_a_change_too_large_to_hold_its_state_keeps_its_patch_and_history_rebuil
         log.read("lost", 0)
 
 
+def pages(log: ChangeLog, device_id: str) -> list[list]:
+    """The device's feed from version 0, page after page (each of the default limit, 100)."""
+    walked, since = [], 0
+    while page := log.read(device_id, since):
+        walked.append(page)
+        since = page[-1].version
+    return walked
+
+
+def test_a_page_of_large_changes_holds_at_most_400_kb_of_them_and_fits_in_lambdas_answer(local_table):
+    """Nine changes of 130,000 control characters each: 130 KB as DynamoDB stores them, 780 KB
+    escaped in JSON. A page of the default 100 held all nine, 7 MB, past what a Lambda may answer
+    (the feed answered 500 on every default read); a page holds what fits in 400 KB as stored."""
+    client, name = local_table
+    log = ChangeLog(client, name)
+    states = [{"s": chr(1) * 130_000 + str(version)} for version in range(1, 10)]
+    records = [stream_record("noisy", version, states[version - 2] if version > 1 else None, states[version - 1],
+                             200 + version) for version in range(1, 10)]
+    assert process({"Records": records}, None, log, LogPublisher()) == {"batchItemFailures": []}
+    walked = pages(log, "noisy")
+    assert [change.version for page in walked for change in page] == list(range(1, 10))  # each once, in order
+    assert len(walked) > 1
+    for page in walked:
+        assert fits_in_an_answer({"changes": [change.as_dict() for change in page], "nextSince": page[-1].version})
+    every = [change for page in walked for change in page]
+    assert not fits_in_an_answer({"changes": [change.as_dict() for change in every], "nextSince": 9})  # one page
+
+
 def test_a_version_whose_change_never_came_is_410_once_the_processor_would_have_given_up(local_table):
     """On AWS a record given up after its tries goes to the on-failure queue and writes no
     marker: the feed still answers 410 (not an empty page forever) once that is certain."""
@@ -203,7 +232,7 @@ def test_a_section_change_too_large_to_hold_its_sections_keeps_its_patch_and_met
     last = {**grown, "n": "1"}
     records = [record(None, base, 1), record(base, grown, 2), record(grown, last, 3)]
     assert process({"Records": records}, None, log, LogPublisher()) == {"batchItemFailures": []}
-    changes = log.read("wish", 0)
+    changes = [change for page in pages(log, "wish") for change in page]  # 410 KB: two pages
     assert [change.version for change in changes] == [1, 2, 3]
     assert changes[1].sections == ("desired",) and changes[1].state is None  # stored without its sections
     at_three, at_two = log.at_version("wish", 3), log.at_version("wish", 2)

@@ -39,7 +39,7 @@ from ..item import schema
 from ..item.credentials import Holder
 from ..model.device import Device
 from ..model.times import stored_time
-from ..model.values import validate_device_id
+from ..model.values import MAX_PAGE_BYTES, item_size, validate_device_id
 from ..runtime import Runtime
 from ..write.expressions import Expression
 from ..write.store import IDEMPOTENT, ONCE, Store
@@ -140,6 +140,17 @@ def _contiguous(items: list[dict], since: int, now: float) -> tuple[list[Change]
     return changes, False
 
 
+def _within_page_bytes(items: list[dict]) -> list[dict]:
+    """The first of ``items`` whose sizes as stored sum to at most ``MAX_PAGE_BYTES`` (the first
+    always): a page of large changes holds fewer, and the next page starts at the one left out."""
+    size = 0
+    for taken, item in enumerate(items):
+        size += item_size(item)
+        if taken and size > MAX_PAGE_BYTES:
+            return items[:taken]
+    return items
+
+
 def _device(expr: Expression, device_id: str) -> str:
     """The key condition on the device's partition."""
     return f"{expr.name(schema.PARTITION_KEY)} = {expr.value({'S': device_id})}"
@@ -216,7 +227,8 @@ class ChangeLog:
     def read(self, device_id: str, since: int, limit: int = MAX_FEED_LIMIT,
              holder: Holder | None = None) -> list[Change]:
         """Up to ``limit`` changes after version ``since``, oldest first and contiguous
-        from ``since + 1`` (an empty list when none is recorded yet). ``holder``: the device's
+        from ``since + 1`` (an empty list when none is recorded yet), at most ``MAX_PAGE_BYTES``
+        of them as stored (the first always). ``holder``: the device's
         own read, with the credential it comes with, checked on its state item
         (``Holder.check``) before anything is answered.
 
@@ -247,7 +259,7 @@ class ChangeLog:
             if since > known[0]:
                 raise _past_current(since, known[0])
             return []
-        changes, lost = _contiguous(change_items[:limit], since, now)
+        changes, lost = _contiguous(_within_page_bytes(change_items[:limit]), since, now)
         if changes:
             return changes
         current, updated_at = known or self._current(device_id, now, state_read=state_read)
@@ -277,7 +289,7 @@ class ChangeLog:
             return []
         items, _ = self._items_after(device_id, since, limit, change_sk(LAST_VERSION, LEGACY_CHANGE_SK_PREFIX),
                                      LEGACY_CHANGE_SK_PREFIX)
-        changes, lost = _contiguous(items, since, now)
+        changes, lost = _contiguous(_within_page_bytes(items), since, now)
         if lost:
             raise ChangesExpired(device_id, since, current)
         return changes

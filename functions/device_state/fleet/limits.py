@@ -4,11 +4,6 @@ it lists or queries (see docs/decisions.md on cold starts)."""
 
 MAX_LIMIT = 100  # devices in a fleet query's page
 MAX_LIST_LIMIT = 100  # devices in a plain listing's page
-# A page's devices as stored, in bytes (values.MAX_ITEM_BYTES): no more than one device of the
-# largest size, so a page's answer is never larger than the largest device's own, which stays
-# within Lambda's 6 MB answer. A page stops before the device that would pass it (its first
-# device is always taken), with a cursor to the rest.
-MAX_PAGE_BYTES = 400 * 1024
 MAX_FILTER_CHARS = 4096
 MAX_COUNT_INDEX_ENTRIES = 500_000
 MAX_COUNT_ITEMS = 1_000

@@ -13,7 +13,8 @@ from ..model.values import item_size
 from ..write.expressions import Expression, live
 from ..write.store import Store
 from .cursors import CURSOR_REFUSED, CursorSeal
-from .limits import MAX_LIST_LIMIT, MAX_PAGE_BYTES
+from ..model.values import MAX_PAGE_BYTES
+from .limits import MAX_LIST_LIMIT
 
 MAX_SCAN_CALLS_PER_PAGE = 4  # a listing page never costs more than this many Scan calls
 MAX_SCAN_ITEMS_PER_CALL = 1000  # items one of them reads at most (and 1 MB, DynamoDB's own bound)

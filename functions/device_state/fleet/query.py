@@ -49,7 +49,8 @@ from ..model.values import DEVICE_ID_PATTERN, check_number, item_size
 from ..write.expressions import Expression
 from . import rql
 from .cursors import CURSOR_REFUSED, CursorSeal
-from .limits import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_LIMIT, MAX_PAGE_BYTES
+from ..model.values import MAX_PAGE_BYTES
+from .limits import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_LIMIT
 from .index import MISSING, SHARDS, Field, FleetIndex
 from .reindex import building, has_devices, mark_ready, progress
 
