@@ -14,6 +14,7 @@ import pytest
 from botocore.config import Config
 
 from functions.device_state import (
+    DeviceNotFound,
     DeviceStateManager,
     IdempotencyKey,
     JsonPatch,
@@ -119,6 +120,34 @@ def test_a_put_that_creates_applies_once(rig, between):
     device, created = rig.manager.put("d", {"a": "put"})
     assert created and device.version == 1
     assert rig.version("d") == 1 + between
+
+
+def test_a_put_whose_device_is_deleted_before_its_replace_lands_creates_it(rig):
+    """PUT is create or replace: it planned a replace of the device it read, another writer
+    deleted the device before the replace landed, and the PUT plans again and creates it (it
+    answered 404 device-not-found, which a PUT never may)."""
+    rig.other.create("d", {"a": 0})
+    rig.forwarder.before("UpdateItem", lambda: rig.other.delete("d"))
+    device, created = rig.manager.put("d", {"a": "put"})
+    assert created and device.state == {"a": "put"}
+    assert rig.state("d") == {"a": "put"}
+
+
+def test_a_transactions_put_whose_device_is_deleted_before_it_lands_creates_it(rig):
+    rig.other.create("d", {"a": 0})
+    rig.other.create("e", {"n": 0})
+    rig.forwarder.before("TransactWriteItems", lambda: rig.other.delete("d"))
+    devices = rig.manager.transact([Operation.put("d", {"a": "put"}), Operation.update("e", INCREMENT)])
+    assert devices[0].state == {"a": "put"} and rig.state("d") == {"a": "put"} and rig.state("e") == {"n": 1}
+
+
+def test_control_a_plain_replace_whose_device_is_deleted_before_it_lands_is_404(rig):
+    """The same race under a replace without a version, which has no create to fall back on:
+    what the PUT answered before it planned again."""
+    rig.other.create("d", {"a": 0})
+    rig.forwarder.before("UpdateItem", lambda: rig.other.delete("d"))
+    with pytest.raises(DeviceNotFound):
+        rig.manager.replace("d", {"a": "put"})
 
 
 @BETWEEN

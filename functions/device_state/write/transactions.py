@@ -279,7 +279,7 @@ def _failure_of_refusal(index: int, operation: Operation, refusal: Exception,
                         live: dict | None) -> OperationFailure | None:
     """The failure of an operation whose condition DynamoDB refused (``outcomes.refusal``),
     or None when a retry may still succeed (its device moved under an operation that named
-    no version, or a put found the device created meanwhile)."""
+    no version, or a put found the device created or deleted meanwhile)."""
     device_id = operation.device_id
     if isinstance(refusal, DeviceAlreadyExists):
         return OperationFailure(index, device_id, EXISTS, "the device exists", refusal.current) \
@@ -289,7 +289,8 @@ def _failure_of_refusal(index: int, operation: Operation, refusal: Exception,
         return OperationFailure(index, device_id, reason, str(refusal),
                                 Device.from_item(live) if live is not None else None)
     if isinstance(refusal, DeviceNotFound):
-        return OperationFailure(index, device_id, NOT_FOUND, "the device does not exist")
+        return OperationFailure(index, device_id, NOT_FOUND, "the device does not exist") \
+            if operation.action != PUT else None
     if isinstance(refusal, Moved):
         if operation.expected_version is None:
             return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..errors import ConditionFailed, DeviceAlreadyExists, ItemTooLarge, RequestRefused, VersionConflict
+from ..errors import ConditionFailed, DeviceAlreadyExists, DeviceNotFound, ItemTooLarge, RequestRefused, VersionConflict
 from ..item import schema
 from ..item.contention import Race
 from ..item.credentials import Holder
@@ -38,8 +38,9 @@ class DeviceWriter:
               holder: Holder | None = None,
               holds: bool = True) -> tuple[Device, str]:
         """Plan from the item read, send, classify, and go again while the device moved
-        under a write that named no version. ``created_may_move``: a create that finds
-        the device created meanwhile plans again (PUT) instead of failing (POST).
+        under a write that named no version. ``created_may_move`` (PUT, create or replace): a
+        create that finds the device created meanwhile, or a replace that finds it deleted
+        meanwhile, plans again instead of failing (POST's 409, a replace's 404).
         ``counted``: an update, whose attempts and successes the observer counts. ``holds``: it
         may hold back on a crowded device (``contention``); never when it names its version."""
         if idempotency is not None:
@@ -77,6 +78,10 @@ class DeviceWriter:
                 if created_may_move:
                     raise Moved(store.get_state(device_id)) from None
                 raise exists
+            except DeviceNotFound as missing:  # a replace whose device was deleted after the read
+                if created_may_move:
+                    raise Moved(store.get_state(device_id)) from None
+                raise missing
             except ConditionFailed:
                 observer.condition_failed(device_id)
                 raise
