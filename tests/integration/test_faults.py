@@ -24,6 +24,7 @@ from functions.device_state import (
     VersionConflict,
 )
 from functions.device_state.client import dynamodb_client
+from functions.device_state.feed.items import epoch_of
 from functions.device_state.item.contention import MARK_AFTER_SECONDS
 from functions.device_state import table
 from functions.device_state.item.journal import JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX, journal, trimmed_stamp
@@ -120,6 +121,16 @@ def test_a_put_that_creates_applies_once(rig, between):
     device, created = rig.manager.put("d", {"a": "put"})
     assert created and device.version == 1
     assert rig.version("d") == 1 + between
+
+
+def test_a_compiled_increment_whose_answer_is_lost_and_whose_device_is_deleted_since_answers_its_version(rig):
+    """Its state at that version is nowhere to read: its own version, an empty state and
+    timestamps a client can parse (they were empty strings)."""
+    rig.other.create("d", {"n": 0})
+    rig.forwarder.lose("UpdateItem", then=lambda: rig.other.delete("d"))
+    device = rig.manager.update_with_retry("d", INCREMENT)
+    assert device.version == 2 and device.state == {}
+    assert epoch_of(device.created_at) == epoch_of(device.updated_at) > 0
 
 
 def test_a_put_whose_device_is_deleted_before_its_replace_lands_creates_it(rig):

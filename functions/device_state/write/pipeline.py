@@ -25,6 +25,7 @@ from ..item.fencing import Fence
 from ..item.job_marks import JobMark
 from ..item.journal import trimmed_stamp, written_version
 from ..model.device import Device
+from ..model.times import timestamp
 from ..runtime import Runtime
 from .outcomes import Applied, NeverApplied, Refusals, refusal
 from .plan import DEFAULT_TOMBSTONE_SECONDS, Planned
@@ -163,6 +164,8 @@ class WritePipeline:
         if planned.device is not None:
             return Applied(planned.device, None, version)
         # A compiled patch knows only its version: the device now holds it and maybe later changes.
-        if schema.is_live_state(item, self.runtime.clock()):
+        now = self.runtime.clock()
+        if schema.is_live_state(item, now):
             return Applied(Device.from_item(item), None, version)
-        return Applied(Device(planned.device_id, version, {}, "", ""), None, version)
+        deleted_since = timestamp(now)  # its state at that version is nowhere to read: shown empty
+        return Applied(Device(planned.device_id, version, {}, deleted_since, deleted_since), None, version)
