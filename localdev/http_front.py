@@ -42,7 +42,6 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from functions.api.common import LAMBDA_ANSWER_BYTES
 from localdev import console, docs, websocket
 from localdev.apigw import LambdaContext, make_event
 
@@ -308,6 +307,7 @@ class _Handler(BaseHTTPRequestHandler):
         payload = result.get("body") or ""
         # Past Lambda's answer limit the invocation fails, and the HTTP API answers 500. Escaped
         # inside the response object, a body at most doubles: only a large one is measured.
+        from functions.api.common import LAMBDA_ANSWER_BYTES  # the API's, loaded as the handler is
         if 2 * len(payload.encode()) + 65_536 > LAMBDA_ANSWER_BYTES and \
                 len(json.dumps(result, ensure_ascii=False).encode()) > LAMBDA_ANSWER_BYTES:
             sys.stderr.write(f"{self.client_address[0]} {self.command} {self.path} {result['statusCode']}: "

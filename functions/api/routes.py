@@ -499,9 +499,9 @@ ROUTES: tuple[Route, ...] = (
                           "(changed, another listing's, issued before the key was replaced) is 400 invalid-cursor; "
                           "limit may change between pages"),
         FILTER,
-        Param("sort", Checked({"type": "string", "pattern": f"^[+-]{_FIELD}$"}, problem=InvalidFilter),
+        Param("sort", Checked({"type": "string", "pattern": f"^[ +-]{_FIELD}$"}, problem=InvalidFilter),
               description="With a filter: +path or -path on a declared field (FLEET_INDEX); devices lacking it come "
-                          "last"),
+                          "last. A + sent unencoded arrives as a space, taken as +"),
         INCLUDE)),
     Route(("POST",), "/devices", "createDevice", Writes(WriteKind.CREATE), {
         "201": _device("Created", "Location"), "409": "The device exists", "422": REUSED, **WRITE_ERRORS,

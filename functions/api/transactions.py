@@ -3,6 +3,10 @@ each, by the route's declaration) run as one all-or-nothing transaction."""
 
 from __future__ import annotations
 
+import time
+
+from functions.device_state import MAX_EXPIRY_SECONDS
+
 from .resolver import Router
 
 from .common import (IDEMPOTENT_REPLAYED, as_caller, budget, fits_in_an_answer, idempotency_key, include_metadata,
@@ -21,15 +25,21 @@ def run_transaction(request: Request):
     key = idempotency_key(request, scope="transaction")
     device_id = request.principal.device_id
     writer = as_caller(request, device_id) if device_id is not None else manager()
-    # held to Lambda's answer with metadata, as the widest answer a replay under its key may ask for
-    devices = writer.fenced(tokens).transact(
-        operations, idempotency=key, budget_seconds=budget(request.context),
-        answer_fits=lambda planned: fits_in_an_answer(answer(operations, planned, metadata=True)))
+    devices = writer.fenced(tokens).transact(operations, idempotency=key, budget_seconds=budget(request.context),
+                                             answer_fits=lambda planned: replays_fit(operations, planned))
     headers = {IDEMPOTENT_REPLAYED: "true"} if devices and devices[0].replayed else None
     return json_response(answer(operations, devices, include_metadata(request)), headers=headers)
 
 
-def answer(operations, devices, metadata: bool) -> dict:
-    """The devices in order, each as written or checked (None for a delete)."""
-    return {"devices": [None if operation.action == "delete" else device.as_dict(metadata)
+def replays_fit(operations, devices) -> bool:
+    """Whether the answer fits in what a Lambda may answer however a replay under the key asks
+    for it: with metadata, as it is and once every desire has expired (each leaf's metadata then
+    says so, while the delta loses it)."""
+    now = time.time()
+    return all(fits_in_an_answer(answer(operations, devices, True, at)) for at in (now, now + MAX_EXPIRY_SECONDS + 1))
+
+
+def answer(operations, devices, metadata: bool, now: float | None = None) -> dict:
+    """The devices in order, each as written or checked (None for a delete), as shown at ``now``."""
+    return {"devices": [None if operation.action == "delete" else device.as_dict(metadata, now)
                         for operation, device in zip(operations, devices)]}

@@ -5,6 +5,7 @@ refused (a key or a compiled patch included); errors speak the client's terms.""
 from __future__ import annotations
 
 import base64
+import json
 import functools
 import os
 import time
@@ -17,9 +18,10 @@ from functions.changes.handler import process
 from functions.device_state.feed.log import ChangeLog
 from localdev.stream import StreamPoller
 
+from functions.api import common
 from functions.api.common import fits_in_an_answer
-from functions.api.transactions import answer
-from functions.device_state import DeviceStateManager, Operation
+from functions.api.transactions import answer, replays_fit
+from functions.device_state import MAX_EXPIRY_SECONDS, DeviceStateManager, Operation, dumps
 from functions.device_state.model.values import MAX_MEMBER_NAME_BYTES, MAX_PATCH_OPERATIONS
 from functions.device_state.item.room import MAX_STATE_ITEM_BYTES
 
@@ -265,6 +267,27 @@ def test_a_transaction_whose_answer_would_pass_lambdas_limit_is_413_before_anyth
     applied = api("POST", "/transactions?include=metadata", fewer, headers={"Idempotency-Key": "fits"})
     assert applied.status == 200 and applied.json["devices"][0]["version"] == 2
     assert fits_in_an_answer(applied.json)
+
+
+def test_a_transaction_is_held_to_its_answer_once_its_desires_expire_as_a_replay_shows_it(api, monkeypatch):
+    """Once a desire expires, each leaf's metadata says so while the delta loses it: a device
+    with many expiring leaves grows. An answer that fits as the transaction applies but not once
+    its desires expire would be replayed under its key past what a Lambda may answer (here a
+    limit cut to that answer's size stands for Lambda's 6 MB)."""
+    assert api("POST", "/devices", {"deviceId": "e", "state": {}}).status == 201
+    leaves = {f"a{number:03d}": 0 for number in range(200)}
+    assert api("PUT", "/devices/e/desired?expiresIn=100", {"desired": leaves}).status == 200
+    operations = [Operation.check("e")]
+    devices = [DeviceStateManager(api.client, api.table).get("e")]
+    now, later = time.time(), time.time() + MAX_EXPIRY_SECONDS + 1
+
+    def escaped(at: float) -> int:
+        return len(json.dumps(dumps(answer(operations, devices, True, at)), ensure_ascii=False).encode())
+
+    assert escaped(later) > escaped(now)
+    monkeypatch.setattr(common, "LAMBDA_ANSWER_BYTES", escaped(now) + common.ANSWER_ENVELOPE_BYTES)
+    assert fits_in_an_answer(answer(operations, devices, True, now))  # as it applies: it fits
+    assert not replays_fit(operations, devices)  # once expired it would not: refused before it is written
 
 
 def test_control_the_same_transaction_unbounded_applies_with_an_answer_past_lambdas_limit(api):

@@ -3,7 +3,10 @@ with what a compiled patch does to a declared field's index attribute."""
 
 from __future__ import annotations
 
+import json
+import random
 import re
+import string
 from decimal import Decimal
 
 import pytest
@@ -147,10 +150,19 @@ def test_the_longest_cursors_fit_the_form_the_service_takes():
     from functions.device_state.fleet.query import SHARDS, _cursor_body
     from functions.device_state.model.values import MAX_DEVICE_ID_CHARS
 
-    longest = "\U0001F600" * (MAX_STRING_BYTES // 4)
-    assert FleetIndex.parse("state/s:string").fields[0].holds(longest)
     seal = CursorSeal()
-    cursor = seal.seal(["query", "f", None, ""], _cursor_body(99, [("d" * MAX_DEVICE_ID_CHARS, longest)] * SHARDS))
-    assert re.fullmatch(LISTING_CURSOR_PATTERN, cursor), len(cursor)
+    spellings = random.Random(7)  # distinct ids and values, as little alike as they may be
+    for letters in ("\U0001F600", "".join(map(chr, range(1, 32))) + '"\\', "".join(map(chr, range(32, 127)))):
+        positions = []
+        for _ in range(SHARDS):
+            device_id = "".join(spellings.choice(string.ascii_letters + string.digits + "._:-")
+                                for _ in range(MAX_DEVICE_ID_CHARS))
+            value = "".join(spellings.choice(letters) for _ in range(MAX_STRING_BYTES // len(letters[0].encode())))
+            assert FleetIndex.parse("state/s:string").fields[0].holds(value)
+            positions.append((device_id, value))
+        position = _cursor_body(99, positions)
+        cursor = seal.seal(["query", "f", None, ""], position)
+        assert re.fullmatch(LISTING_CURSOR_PATTERN, cursor), len(cursor)
+        assert seal.open(["query", "f", None, ""], cursor) == json.loads(json.dumps(position))
     cursor = seal.seal(["devices"], ["~" * 2048, "\U0001F600" * 256])
     assert re.fullmatch(LISTING_CURSOR_PATTERN, cursor), len(cursor)

@@ -11,6 +11,7 @@ from ..errors import DeviceNotFound, IdempotencyKeyReused, JobNotFound, StorageU
 from ..fleet.cursors import CursorSeal
 from ..item import job_marks, schema
 from ..item.credentials import Holder
+from ..model.values import dumps
 from ..write.expressions import Expression
 from ..write.keyed import IdempotencyKey
 from ..write.outcomes import Refusals
@@ -28,6 +29,11 @@ _KEY, _JOB = "key", "job"
 # A list filtered by status or state stops after so many reads (as the fleet query does): a page may
 # then hold fewer items than asked, with a cursor, rather than read a large job's whole list at once.
 MAX_READS_PER_PAGE = 10
+# A page of jobs as JSON, in bytes: a job shows its desired (8 KB stored, up to 6 times that
+# escaped) and its filter, so 100 could pass the 6 MB a Lambda may answer (7 MB measured). Escaped
+# again in Lambda's response object, 2 MB at most doubles. The page stops before the job that
+# would pass it (its first job is always taken), with a cursor to the rest.
+MAX_PAGE_JSON_BYTES = 2 * 1024 * 1024
 
 
 class JobService:
@@ -109,7 +115,8 @@ class JobService:
             self._runtime.sleep(min(POLL_SECONDS, left))
 
     def list(self, status: str | None = None, limit: int = 50, cursor: str | None = None) -> tuple[list[dict], str | None]:
-        """Jobs, newest first (``status``: only those), each as ``GET /jobs/{id}`` shows it."""
+        """Jobs, newest first (``status``: only those), each as ``GET /jobs/{id}`` shows it, at
+        most ``MAX_PAGE_JSON_BYTES`` of them as JSON (the first always)."""
         scope = ["jobs", status]
         after = self._cursors.open(scope, cursor) if cursor else None
         found: list[dict] = []
@@ -122,6 +129,7 @@ class JobService:
         request.update(expr.attributes())
         if after is not None:
             request["ExclusiveStartKey"] = items.key(items.LISTING_PARTITION, str(after))  # sealed by us: ours
+        size, last = 0, None  # the page's bytes as JSON; the last job's key read
         for _ in range(MAX_READS_PER_PAGE):
             if len(found) >= limit:
                 break
@@ -129,7 +137,11 @@ class JobService:
             for entry in page.get("Items", []):
                 head = self._jobs.head(entry[items.JOB_ID]["S"])
                 if head is not None:
-                    found.append(head.as_dict())
+                    shown = head.as_dict()
+                    size += len(dumps(shown).encode())
+                    if found and size > MAX_PAGE_JSON_BYTES:  # the next page starts at this job
+                        return found, self._cursors.seal(scope, last)
+                    found.append(shown)
                 last = entry[schema.SORT_KEY]["S"]
             if "LastEvaluatedKey" not in page:
                 return found, None

@@ -22,10 +22,11 @@ MIN_EXPONENT = -130  # smallest magnitude 1E-130
 MAX_STATE_DEPTH = 31  # the state map itself is one level; 32 levels in all per attribute
 MAX_ITEM_BYTES = 400 * 1024
 # A page's items as stored (devices of a listing, changes of a feed), in bytes: no more than one
-# item of the largest size, so a page's answer is never larger than the largest item's own (at
-# most 7 bytes a stored byte, a control character escaped in the body and again in Lambda's
-# response object: 2.9 MB), which stays within Lambda's 6 MB answer. A page stops before the
-# item that would pass it (its first item is always taken), with a cursor to the rest.
+# item of the largest size, so a page's answer is never larger than the largest item's own,
+# which stays within Lambda's 6 MB answer: a control character stored as 1 byte is 7 in Lambda's
+# response object (escaped in the body, then again), so a page of changes is at most 2.9 MB, and
+# one of devices, which show desired twice (in desired and in delta), 5.7 MB. A page stops
+# before the item that would pass it (its first item is always taken), with a cursor to the rest.
 MAX_PAGE_BYTES = MAX_ITEM_BYTES
 # This service's own limits, far inside what DynamoDB Local handles (it fails on a member
 # name past 50,000 bytes: `python -m bench.probe_limits`), so no state a client can store
