@@ -167,6 +167,7 @@ def pages(log: ChangeLog, device_id: str) -> list[list]:
     """The device's feed from version 0, page after page (each of the default limit, 100)."""
     walked, since = [], 0
     while page := log.read(device_id, since):
+        assert page[0].version == since + 1 and len(walked) < 100  # each page moves on
         walked.append(page)
         since = page[-1].version
     return walked
