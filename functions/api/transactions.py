@@ -32,11 +32,15 @@ def run_transaction(request: Request):
 
 
 def replays_fit(operations, devices) -> bool:
-    """Whether the answer fits in what a Lambda may answer however a replay under the key asks
-    for it: with metadata, as it is and once every desire has expired (each leaf's metadata then
-    says so, while the delta loses it)."""
+    """Whether the answer fits in what a Lambda may answer however and whenever a replay under
+    the key asks for it: with metadata, each device as its largest, its delta as it is (expiry
+    only takes leaves out of it) and its metadata once every desire has expired (each leaf's
+    metadata then says so)."""
     now = time.time()
-    return all(fits_in_an_answer(answer(operations, devices, True, at)) for at in (now, now + MAX_EXPIRY_SECONDS + 1))
+    widest = [None if operation.action == "delete" else
+              {**device.as_dict(True, now), "metadata": device.as_dict(True, now + MAX_EXPIRY_SECONDS + 1)["metadata"]}
+              for operation, device in zip(operations, devices)]
+    return fits_in_an_answer({"devices": widest})
 
 
 def answer(operations, devices, metadata: bool, now: float | None = None) -> dict:

@@ -269,25 +269,27 @@ def test_a_transaction_whose_answer_would_pass_lambdas_limit_is_413_before_anyth
     assert fits_in_an_answer(applied.json)
 
 
-def test_a_transaction_is_held_to_its_answer_once_its_desires_expire_as_a_replay_shows_it(api, monkeypatch):
-    """Once a desire expires, each leaf's metadata says so while the delta loses it: a device
-    with many expiring leaves grows. An answer that fits as the transaction applies but not once
-    its desires expire would be replayed under its key past what a Lambda may answer (here a
-    limit cut to that answer's size stands for Lambda's 6 MB)."""
+def test_a_transaction_is_held_to_its_answer_at_its_largest_whenever_a_replay_shows_it(api, monkeypatch):
+    """As a desire expires, its leaf's metadata says so while the delta loses it: 200 small leaves
+    expiring in 100 s grow the answer, a large leaf expiring in 1,000 s shrinks it. Between the
+    two the answer is larger than at either end, and a replay under the key may come then (a limit
+    cut to the larger end's size stands for Lambda's 6 MB)."""
     assert api("POST", "/devices", {"deviceId": "e", "state": {}}).status == 201
-    leaves = {f"a{number:03d}": 0 for number in range(200)}
-    assert api("PUT", "/devices/e/desired?expiresIn=100", {"desired": leaves}).status == 200
+    small = {f"a{number:03d}": 0 for number in range(200)}
+    assert api("PUT", "/devices/e/desired?expiresIn=100", {"desired": small}).status == 200
+    assert api("PATCH", "/devices/e/desired?expiresIn=1000", {"large": "x" * 2000}, content_type=MERGE).status == 200
     operations = [Operation.check("e")]
     devices = [DeviceStateManager(api.client, api.table).get("e")]
-    now, later = time.time(), time.time() + MAX_EXPIRY_SECONDS + 1
+    now = time.time()
 
     def escaped(at: float) -> int:
         return len(json.dumps(dumps(answer(operations, devices, True, at)), ensure_ascii=False).encode())
 
-    assert escaped(later) > escaped(now)
-    monkeypatch.setattr(common, "LAMBDA_ANSWER_BYTES", escaped(now) + common.ANSWER_ENVELOPE_BYTES)
+    ends = max(escaped(now), escaped(now + MAX_EXPIRY_SECONDS + 1))
+    assert escaped(now + 500) > ends  # small ones expired, the large one not yet
+    monkeypatch.setattr(common, "LAMBDA_ANSWER_BYTES", ends + common.ANSWER_ENVELOPE_BYTES)
     assert fits_in_an_answer(answer(operations, devices, True, now))  # as it applies: it fits
-    assert not replays_fit(operations, devices)  # once expired it would not: refused before it is written
+    assert not replays_fit(operations, devices)  # at its largest it would not: refused before it is written
 
 
 def test_control_the_same_transaction_unbounded_applies_with_an_answer_past_lambdas_limit(api):

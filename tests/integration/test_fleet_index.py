@@ -264,6 +264,9 @@ def test_forged_cursors_and_oversized_filters_are_refused_as_bad_requests(fleet_
         manager.count_devices("or(" + ",".join(f"eq(reported/battery,{n})" for n in range(101)) + ")")
     ordered = [device.state["site"] for device in manager.query_devices("exists(state/site)", sort=" state/site")[0]]
     assert ordered == sorted(ordered) and ordered[0] == "s0"  # an unencoded + arrives as a space
+    first, onward = manager.query_devices("exists(state/site)", limit=2, sort="+state/site")
+    rest, _ = manager.query_devices("exists(state/site)", limit=10, sort=" state/site", cursor=onward)  # one sort
+    assert [d.state["site"] for d in first + rest] == ordered
 
 
 def item_reads(spy, name) -> list[int]:

@@ -228,7 +228,8 @@ class FleetQuery:
             # the sort field's whole index in order, then what matches without the field
             scans = [Scan(sort.field, "all"), *scans]
         # A cursor belongs to its filter and sort, under the declaration that planned its scans.
-        scope = ["query", text, sort_text, self.fleet_index.declaration]
+        spelled = None if sort is None else ("-" if sort.descending else "+") + sort_text[1:]  # " x" is "+x"
+        scope = ["query", text, spelled, self.fleet_index.declaration]
         at, positions = _positions(self.cursors.open(scope, cursor), scans) if cursor else (0, [None] * SHARDS)
         self._check_ready({scan.field for scan in scans})  # the whole request checked before any read
         descending = sort is not None and sort.descending

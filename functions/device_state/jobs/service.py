@@ -30,9 +30,9 @@ _KEY, _JOB = "key", "job"
 # then hold fewer items than asked, with a cursor, rather than read a large job's whole list at once.
 MAX_READS_PER_PAGE = 10
 # A page of jobs as JSON, in bytes: a job shows its desired (8 KB stored, up to 6 times that
-# escaped) and its filter, so 100 could pass the 6 MB a Lambda may answer (7 MB measured). Escaped
-# again in Lambda's response object, 2 MB at most doubles. The page stops before the job that
-# would pass it (its first job is always taken), with a cursor to the rest.
+# escaped), its filter and its settings, so 100 could pass the 6 MB a Lambda may answer (7 MB
+# measured). Escaped again in Lambda's response object, 2 MB at most doubles. The page stops
+# before the job that would pass it (its first job is always taken), with a cursor to the rest.
 MAX_PAGE_JSON_BYTES = 2 * 1024 * 1024
 
 
