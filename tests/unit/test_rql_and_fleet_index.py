@@ -7,6 +7,7 @@ import json
 import random
 import re
 import string
+import time
 from decimal import Decimal
 
 import pytest
@@ -166,3 +167,16 @@ def test_the_longest_cursors_fit_the_form_the_service_takes():
         assert seal.open(["query", "f", None, ""], cursor) == json.loads(json.dumps(position))
     cursor = seal.seal(["devices"], ["~" * 2048, "\U0001F600" * 256])
     assert re.fullmatch(LISTING_CURSOR_PATTERN, cursor), len(cursor)
+
+def test_a_string_longer_than_the_index_holds_is_refused_as_such_not_as_another_type():
+    """A value past MAX_STRING_BYTES is stored but not indexed: no query finds a device by it
+    (the refusal said the string "is not a string")."""
+    from functions.device_state.fleet.cursors import CursorSeal
+    from functions.device_state.fleet.query import FleetQuery
+
+    query = FleetQuery(None, FLEET, time.time, CursorSeal())
+    with pytest.raises(InvalidFilter, match=f"up to {MAX_STRING_BYTES} bytes.*longer"):
+        query.parse('eq(reported/firmware,"' + "x" * (MAX_STRING_BYTES + 1) + '")')
+    with pytest.raises(InvalidFilter, match="is not a string"):
+        query.parse("eq(reported/firmware,7)")
+    query.parse('eq(reported/firmware,"' + "x" * MAX_STRING_BYTES + '")')

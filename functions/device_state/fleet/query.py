@@ -51,7 +51,7 @@ from . import rql
 from .cursors import CURSOR_REFUSED, CursorSeal
 from ..model.values import MAX_PAGE_BYTES
 from .limits import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_LIMIT
-from .index import MISSING, SHARDS, Field, FleetIndex
+from .index import MAX_STRING_BYTES, MISSING, SHARDS, Field, FleetIndex
 from .reindex import building, has_devices, mark_ready, progress
 
 # Index entries one Query call reads when a count reads a whole range: each call stays short
@@ -132,6 +132,9 @@ class FleetQuery:
             if field is None:
                 continue
             for value in _literals(node, path):
+                if isinstance(value, str) and field.type == "string" and not field.holds(value):
+                    raise InvalidFilter(f"{field.path} indexes strings of up to {MAX_STRING_BYTES} bytes of UTF-8; "
+                                        f"{_shown(value)} is longer, so no device is found by it")
                 if not field.holds(value):
                     raise InvalidFilter(f"{field.path} is declared {field.type}; {_shown(value)} is not a {field.type}")
         self.scans(node)
