@@ -37,13 +37,15 @@ def replays_fit(operations, devices) -> bool:
     only takes leaves out of it) and its metadata once every desire has expired (each leaf's
     metadata then says so)."""
     now = time.time()
-    widest = [None if operation.action == "delete" else
-              {**device.as_dict(True, now), "metadata": device.as_dict(True, now + MAX_EXPIRY_SECONDS + 1)["metadata"]}
-              for operation, device in zip(operations, devices)]
-    return fits_in_an_answer({"devices": widest})
+    return fits_in_an_answer(_in_order(operations, devices, lambda device: {
+        **device.as_dict(True, now), "metadata": device.as_dict(True, now + MAX_EXPIRY_SECONDS + 1)["metadata"]}))
 
 
 def answer(operations, devices, metadata: bool, now: float | None = None) -> dict:
     """The devices in order, each as written or checked (None for a delete), as shown at ``now``."""
-    return {"devices": [None if operation.action == "delete" else device.as_dict(metadata, now)
+    return _in_order(operations, devices, lambda device: device.as_dict(metadata, now))
+
+
+def _in_order(operations, devices, shown) -> dict:
+    return {"devices": [None if operation.action == "delete" else shown(device)
                         for operation, device in zip(operations, devices)]}

@@ -9,11 +9,10 @@ from typing import Callable
 from ..errors import InvalidCursor
 from ..item import schema
 from ..model.device import Device
-from ..model.values import item_size
+from ..model.values import MAX_PAGE_BYTES, item_size
 from ..write.expressions import Expression, live
 from ..write.store import Store
 from .cursors import CURSOR_REFUSED, CursorSeal
-from ..model.values import MAX_PAGE_BYTES
 from .limits import MAX_LIST_LIMIT
 
 MAX_SCAN_CALLS_PER_PAGE = 4  # a listing page never costs more than this many Scan calls

@@ -45,11 +45,10 @@ from ..errors import (
 from ..item import schema
 from ..model.connectivity import CONNECTIVITY, connectivity_of
 from ..model.device import Device
-from ..model.values import DEVICE_ID_PATTERN, check_number, item_size
+from ..model.values import DEVICE_ID_PATTERN, MAX_PAGE_BYTES, check_number, item_size
 from ..write.expressions import Expression
 from . import rql
 from .cursors import CURSOR_REFUSED, CursorSeal
-from ..model.values import MAX_PAGE_BYTES
 from .limits import MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_LIMIT
 from .index import MAX_STRING_BYTES, MISSING, SHARDS, Field, FleetIndex
 from .reindex import building, has_devices, mark_ready, progress
@@ -132,11 +131,12 @@ class FleetQuery:
             if field is None:
                 continue
             for value in _literals(node, path):
-                if isinstance(value, str) and field.type == "string" and not field.holds(value):
+                if field.holds(value):
+                    continue
+                if isinstance(value, str) and field.type == "string":
                     raise InvalidFilter(f"{field.path} indexes strings of up to {MAX_STRING_BYTES} bytes of UTF-8; "
                                         f"{_shown(value)} is longer, so no device is found by it")
-                if not field.holds(value):
-                    raise InvalidFilter(f"{field.path} is declared {field.type}; {_shown(value)} is not a {field.type}")
+                raise InvalidFilter(f"{field.path} is declared {field.type}; {_shown(value)} is not a {field.type}")
         self.scans(node)
         return node
 
