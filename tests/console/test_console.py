@@ -94,8 +94,9 @@ document.addEventListener("securitypolicyviolation",
 
 
 @pytest.fixture
-def context(browser):
+def context(browser, request):
     contexts = []
+    request.node.browser_contexts = contexts  # what conftest.py shows of a failed test
 
     def make(viewport=WIDE, **options):
         made = browser.new_context(viewport=viewport, **options)
