@@ -60,7 +60,6 @@ def configure(waiting_slots, websocket_channel: socket.socket | None) -> None:
     _waiting_slots, _websocket_channel = waiting_slots, websocket_channel
 
 
-
 class _ClientGone(BaseException):
     """Raised into a waiting request whose client hung up. Not an Exception, so nothing
     on the way (the API's catch-all, the library's retries) mistakes it for a fault."""
@@ -442,4 +441,3 @@ def worker(listener: socket.socket, tls: ssl.SSLContext | None) -> None:
     server.socket = listener  # non-blocking: a worker that loses the race to accept goes back to waiting
     server.tls = tls
     server.serve_forever(poll_interval=0.2)
-

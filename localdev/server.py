@@ -53,7 +53,6 @@ _DEFAULTS = {
 _LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
 
 
-
 def _table_client(endpoint: str):
     """The stream pollers' client for DescribeTable (the stream's ARN): botocore's own timeouts
     and retries (a read, safe to send again), not the library's 3 s read timeout, which DynamoDB

@@ -704,4 +704,3 @@ def allowed_methods(path: str) -> list[str]:
     matches = rules_for_path(path)
     exact = [declaration for declaration in matches if "<" not in declaration.rule]
     return sorted({method for declaration in exact or matches for method in declaration.methods})
-

@@ -485,7 +485,3 @@ def _desire_options(section: str, desire: DesireOptions | None) -> DesireOptions
     if desire and section != DESIRED:
         raise ValueError("expiry and clear on confirm are options of desired writes")
     return desire or None
-
-
-
-

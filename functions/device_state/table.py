@@ -80,12 +80,6 @@ ATTRIBUTE_DEFINITIONS = (
 )
 
 
-
-
-
-
-
-
 def create_table(client, table_name: str, fleet_index=None, stream: bool = True) -> None:
     """Create the table as the CDK stack defines it (on-demand, TTL on ``expiresAt``, a
     stream, an index per field ``fleet_index`` declares) and wait until it is active. For

@@ -40,7 +40,6 @@ def post(connection_id: str, message: dict, endpoint: str | None = None) -> None
         raise
 
 
-
 def known_gone(connection_id: str, endpoint: str | None = None) -> bool:
     """True when API Gateway answers that the connection is gone (closed, or not established
     yet); False when it is open, or when the question gets no answer (then it still counts)."""

@@ -111,7 +111,6 @@ def lambda_handler(event, _context):
     return {"statusCode": 200}
 
 
-
 def _unavailable(error: Exception) -> dict:
     """A connect storage did not take: the client connects again (after Retry-After where the
     gateway passes it on)."""

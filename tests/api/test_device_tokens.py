@@ -47,7 +47,6 @@ def server(dynamodb_local, local_ca):
     process.wait(timeout=30)
 
 
-
 def get_token(server, device_id="lamp-1", tls=None, headers=None, body=None):
     return server.request("POST", f"/devices/{device_id}/token", body, headers=headers or NO_CREDENTIALS, tls=tls)
 

@@ -146,8 +146,6 @@ def test_make_deploy_runs_the_synth_recipe_with_lint_first():
     assert "npx --no-install cdk synth" in lines[0], lines  # the plain command the test above runs
 
 
-
-
 def test_the_asset_is_compiled_unchecked_by_a_python_of_its_version_and_ships_without_bytecode_when_none_is_here(
         tmp_path, capsys):
     version = "%d.%d" % sys.version_info[:2]  # this interpreter's: found on PATH as python3.X

@@ -308,7 +308,6 @@ def test_a_count_reads_a_bounded_number_of_index_entries_and_items_and_is_refuse
     assert queries and all(request["Limit"] == INDEX_PAGE for request in queries)
 
 
-
 class _IndexReads:
     """A client that counts the index entries its queries of a global secondary index return."""
 

@@ -55,7 +55,6 @@ def test_one_client_per_endpoint_and_region(monkeypatch):
     assert dynamodb_client() is not first
 
 
-
 @contextlib.contextmanager
 def signatures_received():
     """(endpoint, the Authorization headers it received): a local server answering any request."""

@@ -55,7 +55,6 @@ def test_every_exported_name_exists():
     assert [name for name in library.__all__ if not hasattr(library, name)] == []
 
 
-
 def _mentions(path: Path) -> dict[str, list[int]]:
     """Lines of ``path`` that name the state item's key or send a transaction."""
     found: dict[str, list[int]] = {}

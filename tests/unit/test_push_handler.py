@@ -139,7 +139,6 @@ def test_a_devices_connection_ends_with_its_token_or_its_credential_whichever_co
     assert opened.ends_at == {"c1": now + ends_in}
 
 
-
 class _Unreachable(_Opened):
     def open(self, connection_id, subject, ends, holder):
         raise StorageUnavailable("DynamoDB did not answer")

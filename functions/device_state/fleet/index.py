@@ -205,9 +205,6 @@ def connectivity_attributes(fleet_index: FleetIndex, device_id: str, connected: 
     return indexed
 
 
-
-
-
 def compiled_attributes(fields, effects) -> tuple[dict, dict, list[str]]:
     """What a compiled patch with ``effects`` (``CompiledUpdate.effects``) sets and removes
     for ``fields`` (those of its section): ``({attribute: value}, {attribute: SET operand},

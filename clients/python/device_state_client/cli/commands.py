@@ -463,4 +463,3 @@ def completion(shell):
 
     complete = get_completion_class(shell)(main, {}, "device-state", "_DEVICE_STATE_COMPLETE")
     click.echo(complete.source())
-
