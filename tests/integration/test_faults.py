@@ -14,10 +14,15 @@ import pytest
 from botocore.config import Config
 
 from functions.device_state import (
+    SECRET,
+    CredentialRecord,
     DeviceNotFound,
     DeviceStateManager,
+    Enrollment,
+    EnrollmentExists,
     IdempotencyKey,
     JsonPatch,
+    LeaseLost,
     MergePatch,
     Operation,
     OutcomeUnknown,
@@ -28,6 +33,7 @@ from functions.device_state.feed.items import epoch_of
 from functions.device_state.item.contention import MARK_AFTER_SECONDS
 from functions.device_state import table
 from functions.device_state.item.journal import JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX, journal, trimmed_stamp
+from functions.device_state.write.store import IDEMPOTENT, Store
 from localdev.faults import Forwarder
 
 pytestmark = pytest.mark.dynamodb_local
@@ -456,7 +462,8 @@ def test_control_a_naive_delete_resend_deletes_the_device_created_again(rig):
 
 def test_a_lease_take_whose_answer_never_comes_leaves_the_device_free(rig):
     rig.other.create("d", {"n": 0})
-    rig.forwarder.lose("TransactWriteItems", times=3)  # the take lands; its answer and resends are lost
+    # the take (the holder's update beside the row) lands; its answer and resends are lost
+    rig.forwarder.lose("TransactWriteItems", times=3, when=lambda body: b'"Update"' in body)
     with pytest.raises(OutcomeUnknown):
         rig.manager.lease_queue().acquire("d", 600)
     assert rig.other.lease_queue().status("d").holder_token is None
@@ -494,3 +501,64 @@ def test_control_a_naive_end_resent_by_botocore_ends_the_lease_taken_after_it(ri
     naive.end_lease("d", device_lease.fencing_token)  # its "clear the holder" is resent after its answer was lost
     assert newcomer and newcomer[0].fencing_token > device_lease.fencing_token
     assert rig.other.lease_queue().status("d").holder_token is None  # the newcomer lost a lease it believes held
+
+
+# ---- A queue row's first put, and an enrollment's create: items another caller may change or end
+# between a first copy that landed and the store's resend of it.
+
+def lease_counter(rig, device_id) -> int:
+    key = {**table.state_key(device_id), "sk": {"S": table.LEASE_COUNTER_SK}}
+    return int(rig.client.get_item(TableName=rig.name, Key=key, ConsistentRead=True)["Item"]["ticket"]["N"])
+
+
+def first_row_put(body: bytes) -> bool:
+    """A waiting row's first put: the only request on a row (``lease#``) with no condition."""
+    return b'"lease#' in body and b"ConditionExpression" not in body
+
+
+@BETWEEN
+def test_a_ticket_a_back_end_ends_while_its_rows_first_answer_is_lost_stays_ended(rig, between):
+    rig.other.create("d", {"n": 0})
+    ended = []
+    end_it = lambda: ended.append(rig.other.lease_queue().end("d", lease_counter(rig, "d")))  # noqa: E731
+    for target in ("TransactWriteItems", "PutItem"):  # the first put as sent, and as a plain put would be
+        rig.forwarder.lose(target, when=first_row_put, then=end_it if between else None)
+    if between:
+        with pytest.raises(LeaseLost):  # 410: the end the back-end was answered stands
+            rig.manager.lease_queue().acquire("d", 60)
+        assert ended == [True] and rig.other.lease_queue().status("d").holder_token is None
+    else:
+        grant = rig.manager.lease_queue().acquire("d", 60)
+        assert rig.other.lease_queue().status("d").holder_token == grant.fencing_token == 1
+    assert len(rig.forwarder.lost) == 1
+
+
+def test_control_a_plain_put_resent_after_its_answer_was_lost_brings_back_a_row_ended_between(rig):
+    rig.other.create("d", {"n": 0})
+    row = {**table.state_key("d"), "sk": {"S": "lease#0000000001"}, "ticket": {"N": "1"}}
+    deleted = lambda: rig.client.delete_item(TableName=rig.name, Key={k: row[k] for k in ("deviceId", "sk")})  # noqa: E731
+    rig.forwarder.lose("PutItem", then=deleted)
+    Store(dynamodb_client(rig.forwarder.endpoint, "us-east-1"), rig.name).send("put_item", IDEMPOTENT, Item=row)
+    assert "Item" in rig.client.get_item(TableName=rig.name, Key={k: row[k] for k in ("deviceId", "sk")})
+
+
+def an_enrollment(enrollment_id: str) -> Enrollment:
+    return Enrollment(enrollment_id, r"lamp-[0-9]+", 1, {"state": {}}, group_key=uuid.uuid4().bytes)
+
+
+@pytest.mark.parametrize("between", ["provisioned", "deleted"])
+def test_an_enrollment_whose_creates_answer_is_lost_keeps_what_was_written_after_it(rig, between):
+    def other_writer():
+        if between == "deleted":
+            rig.other.delete_enrollment("line")
+        else:
+            rig.other.provision("lamp-1", rig.other.enrollment("line"),
+                                lambda credential_id: CredentialRecord(credential_id, SECRET, secret=b"derived"),
+                                "jti-1", int(time.time()) + 600)
+    rig.forwarder.lose("PutItem", when=lambda body: b"enrollment#line" in body, then=other_writer)
+    created = rig.manager.create_enrollment(an_enrollment("line"))  # its own first copy: created, not "exists"
+    assert rig.forwarder.lost == ["PutItem"] and created.enrollment_id == "line"
+    stored = rig.other.enrollment("line")
+    assert (stored.provisioned, stored.deleted) == ((1, False) if between == "provisioned" else (0, True))
+    with pytest.raises(EnrollmentExists):  # another create of the id, after it: refused as before
+        rig.manager.create_enrollment(an_enrollment("line"))

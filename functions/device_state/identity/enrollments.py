@@ -166,14 +166,19 @@ class Enrollments:
         check_sections({section: initial[section] for section in DEVICE_SECTIONS if section in initial})
         enrollment = replace(enrollment, created_at=timestamp(self._runtime.clock()), provisioned=0, deleted=False)
         expr = Expression()
-        condition = (f"attribute_not_exists({expr.name(_PATTERN)}) OR "
-                     f"{expr.name(_CREATED_AT)} = {expr.value({'S': enrollment.created_at})}")
+        # Only ever a new item: a resend after a lost answer whose first copy landed must not put
+        # it again over what was written since (a device provisioned, the enrollment deleted).
         try:
-            self._store.send("put_item", IDEMPOTENT, Item=enrollment.item(), ConditionExpression=condition,
-                             **expr.attributes())
-        except ConditionNotMet:  # another's (a resend of this one's own finds its createdAt)
-            raise EnrollmentExists(f"an enrollment {enrollment.enrollment_id!r} exists already (or did: an id "
-                                   "names one enrollment for good)") from None
+            self._store.send("put_item", IDEMPOTENT, Item=enrollment.item(),
+                             ConditionExpression=f"attribute_not_exists({expr.name(_PATTERN)})",
+                             ReturnValuesOnConditionCheckFailure="ALL_OLD", **expr.attributes())
+        except ConditionNotMet as refused:
+            # This create's own first copy, if the item holds its time and its sealed group key (new each create).
+            found = refused.item or {}
+            if (found.get(_CREATED_AT, {}).get("S") != enrollment.created_at
+                    or bytes(found.get(_GROUP_KEY, {}).get("B", b"")) != enrollment.group_key):
+                raise EnrollmentExists(f"an enrollment {enrollment.enrollment_id!r} exists already (or did: an id "
+                                       "names one enrollment for good)") from None
         return enrollment
 
     def get(self, enrollment_id: str) -> Enrollment:

@@ -424,12 +424,19 @@ class LeaseQueue:
 
     def _put_row(self, device_id, ticket, secret, owner, ttl_seconds, until, first: bool = False) -> None:
         """Put a waiting row: the first time as new, then only while it is still ours (not
-        ended by ``end``, nor reaped after a pause): else ``LeaseLost``."""
+        ended by ``end``, nor reaped after a pause): else ``LeaseLost``. The first put is a
+        transaction of one item under a ClientRequestToken, so that the store's resend after a
+        lost answer whose first copy landed is dropped by DynamoDB, not a second put bringing back
+        a row a back-end ended in between (a plain put's condition cannot tell "never put" from
+        "put and ended"); it bills 2 write units where the put billed 1."""
+        row = self._row(device_id, ticket, secret, owner, ttl_seconds, until)
         try:
-            self._store.send("put_item", IDEMPOTENT,
-                             Item=self._row(device_id, ticket, secret, owner, ttl_seconds, until),
-                             **({} if first else self._still_ours(secret)))
-        except ConditionNotMet:
+            if first:
+                self._pipeline.send_together(self._pipeline.planner(), [], {ROW: [
+                    {"Put": {"TableName": self._store.table_name, "Item": row}}]}, uuid.uuid4().hex)
+            else:
+                self._store.send("put_item", IDEMPOTENT, Item=row, **self._still_ours(secret))
+        except (ConditionNotMet, Refusals):  # Refusals: a back-end ending the row at that very instant
             raise self._lost(device_id, f"{ticket}.{secret}") from None
 
     @staticmethod
