@@ -24,7 +24,7 @@ from functions.device_state import (AnswerLost, AssertionReplayed, ConditionFail
                                     UnindexedFilter, UnknownLease, VersionConflict, VersionNotRecorded, dumps,
                                     timestamp as iso_timestamp, transactions as tx)
 from functions.auth.assertions import (AssertionAlgorithm, AssertionAudience, AssertionExpired, AssertionMalformed,
-                                      AssertionSignature, AssertionSubject, CredentialExpired, CredentialUnknown,
+                                      AssertionSubject, CredentialExpired, CredentialUnknown,
                                       InvalidKey)
 from functions.auth.credentials import MixedCredentials, Unauthenticated
 from functions.auth.sealing import SealingFailed, SealingThrottled, SealingUnavailable
@@ -86,12 +86,11 @@ class PreconditionRequired(HttpProblem):
 _LIBRARY_ERRORS = {
     AssertionMalformed: (401, "assertion-invalid", "Invalid assertion"),
     AssertionExpired: (401, "assertion-expired", "The assertion has expired"),
-    AssertionAlgorithm: (401, "assertion-algorithm", "The assertion's algorithm is not its credential's"),
+    AssertionAlgorithm: (401, "assertion-algorithm", "The assertion's algorithm is not one the service verifies"),
     AssertionAudience: (401, "assertion-audience", "The assertion is for another audience"),
     AssertionSubject: (401, "assertion-subject", "The assertion names another device"),
-    AssertionSignature: (401, "assertion-signature", "The assertion's signature is not its credential's"),
     AssertionReplayed: (401, "assertion-replayed", "The assertion was used before"),
-    CredentialUnknown: (401, "credential-unknown", "No such credential"),
+    CredentialUnknown: (401, "credential-unknown", "No credential verifies the assertion"),
     CredentialExpired: (401, "credential-expired", "The credential has expired"),
     CredentialRevoked: (401, "credential-revoked", "The credential is revoked or not registered"),
     Unauthenticated: (401, "unauthorized", "Unauthorized"),

@@ -14,11 +14,16 @@ from functions.device_state import (CERTIFICATE, CREDENTIAL_ID_PATTERN, ENROLLME
                                     EnrollmentNotFound, Provisioned, new_credential_id, registered_credentials)
 
 from . import assertions
-from .assertions import HS256, CredentialExpired, CredentialUnknown
+from .assertions import (HS256, AssertionAlgorithm, AssertionMalformed, AssertionSignature, CredentialExpired,
+                         CredentialUnknown)
 from .principals import Principal
 from .sealing import Sealer, group_key_context, secret_context
 
 SECRET_BYTES = 32  # a registered secret's, and an enrollment's group key
+# One refusal for a kid that names nothing and for an assertion its credential does not verify.
+NOT_PROVEN = "no credential of this device verifies the assertion: its kid names none, or it is not signed with it"
+NOT_PROVEN_BY_ENROLLMENT = ("no enrollment verifies the assertion: its kid names none, or it is not signed with "
+                            "the key the enrollment derives for this device")
 
 
 def credential(kind: str, device_id: str, sealer: Sealer, *, public_key: str | None = None,
@@ -58,20 +63,30 @@ def proven(manager: DeviceStateManager, device_id: str, token: str, sealer: Seal
     ``AssertionReplayed`` for a jti used before."""
     assertion = assertions.read(token, device_id, now)
     if not CREDENTIAL_ID_PATTERN.fullmatch(assertion.kid):
-        raise CredentialUnknown("the assertion's kid names no credential of this device")
+        raise CredentialUnknown(NOT_PROVEN)
     record, item = manager.credential(device_id, assertion.kid)
     if record is None:
-        raise CredentialUnknown("the assertion's kid names no credential of this device")
+        raise CredentialUnknown(NOT_PROVEN)
+    _verify_or_unknown(assertion, *_verifying_key(record, device_id, sealer))
+    # Only the holder of the credential's key learns what became of it.
     held = registered_credentials(item)
     if assertion.kid not in held:  # the items a deleted device left
         raise CredentialRevoked(device_id)
     expires = held[assertion.kid] or None
     if expires is not None and expires <= now:
         raise CredentialExpired("the credential has expired: register another")
-    algorithm, key = _verifying_key(record, device_id, sealer)
-    assertions.verify(assertion, algorithm, key)
     manager.spend_assertion(device_id, assertion.jti, assertion.expires_at)
     return Principal.device(device_id, auth_time=int(now), credential_id=record.credential_id), expires
+
+
+def _verify_or_unknown(assertion: assertions.Assertion, algorithm: str, key) -> None:
+    """An assertion its credential does not verify (another algorithm, another signature) is
+    refused as one whose ``kid`` names nothing: whoever knows a certificate's id, or guesses an
+    enrollment's, learns nothing of whether the device or the enrollment exists."""
+    try:
+        assertions.verify(assertion, algorithm, key)
+    except (AssertionAlgorithm, AssertionSignature, AssertionMalformed):  # Malformed: a signature unreadable
+        raise CredentialUnknown(NOT_PROVEN) from None
 
 
 def _verifying_key(record: CredentialRecord, device_id: str, sealer: Sealer):
@@ -90,13 +105,16 @@ def provision(manager: DeviceStateManager, device_id: str, token: str, public_ke
     ``ProvisioningRefused`` and ``AssertionReplayed``; the assertion's refusals."""
     assertion = assertions.read(token, device_id, now)
     if not ENROLLMENT_ID_PATTERN.fullmatch(assertion.kid):
-        raise CredentialUnknown("the assertion's kid names no enrollment")
+        raise CredentialUnknown(NOT_PROVEN_BY_ENROLLMENT)
     try:
         found = manager.enrollment(assertion.kid)
     except EnrollmentNotFound:
-        raise CredentialUnknown("the assertion's kid names no enrollment") from None
+        raise CredentialUnknown(NOT_PROVEN_BY_ENROLLMENT) from None
     key = assertions.device_key(sealer.open(found.group_key, group_key_context(found.enrollment_id)), device_id)
-    assertions.verify(assertion, HS256, key)
+    try:
+        _verify_or_unknown(assertion, HS256, key)
+    except CredentialUnknown:
+        raise CredentialUnknown(NOT_PROVEN_BY_ENROLLMENT) from None
     pem = assertions.public_key_pem(assertions.public_key(public_key)[0]) if public_key is not None else None
 
     def record(credential_id: str) -> CredentialRecord:
