@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
@@ -29,6 +30,7 @@ CONNECTION_SK = "connection"
 MAX_SUBSCRIPTIONS = 100  # per connection
 DEVICES = "devices"  # on a connection's item: the devices it follows (a string set)
 DELIVERED = "delivered"  # on a subscription: the last version sent
+SUBSCRIBED_BY = "subscribedBy"  # on a subscription: the subscribe that put it (a random id)
 HOLDER = "holder"  # on a device's own connection and its subscription: the credential it came with
 CONNECTION_LIFETIME_SECONDS = 2 * 60 * 60  # API Gateway closes a WebSocket connection after 2 hours
 OPENED_AT = "openedAt"  # on a connection's item: when its $connect stored it (epoch seconds)
@@ -109,10 +111,18 @@ class Subscriptions:
         expires, holder = answer["Attributes"][table.TTL_ATTRIBUTE], answer["Attributes"].get(HOLDER)
         subscription = Subscription(device_id, connection_id, since, tuple(sections), float(expires["N"]),
                                     _holder(holder))
-        self.store.send("put_item", IDEMPOTENT, Item={
-            **_subscription_key(device_id, connection_id), "connectionId": {"S": connection_id},
-            DELIVERED: number(since), "sections": {"L": [{"S": name} for name in sections]},
-            table.TTL_ATTRIBUTE: expires, **({HOLDER: holder} if holder is not None else {})})
+        # Put unless this subscribe's own first copy landed already: a resend after a lost answer
+        # would move `delivered` back over versions the fan-out sent meanwhile (sent again).
+        ours, put = {"S": uuid.uuid4().hex[:16]}, Expression()
+        mark = put.name(SUBSCRIBED_BY)
+        try:
+            self.store.send("put_item", IDEMPOTENT, Item={
+                **_subscription_key(device_id, connection_id), "connectionId": {"S": connection_id},
+                DELIVERED: number(since), "sections": {"L": [{"S": name} for name in sections]},
+                SUBSCRIBED_BY: ours, table.TTL_ATTRIBUTE: expires, **({HOLDER: holder} if holder is not None else {})},
+                ConditionExpression=f"attribute_not_exists({mark}) OR {mark} <> {put.value(ours)}", **put.attributes())
+        except ConditionNotMet:
+            pass  # this subscribe's own copy, landed first
         return subscription
 
     def unsubscribe(self, connection_id: str, device_id: str) -> bool:

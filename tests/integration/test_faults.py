@@ -34,6 +34,7 @@ from functions.device_state.item.contention import MARK_AFTER_SECONDS
 from functions.device_state import table
 from functions.device_state.item.journal import JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX, journal, trimmed_stamp
 from functions.device_state.write.store import IDEMPOTENT, Store
+from functions.push.subscriptions import SUBSCRIPTION_SK_PREFIX, Subscriptions
 from localdev.faults import Forwarder
 
 pytestmark = pytest.mark.dynamodb_local
@@ -562,3 +563,19 @@ def test_an_enrollment_whose_creates_answer_is_lost_keeps_what_was_written_after
     assert (stored.provisioned, stored.deleted) == ((1, False) if between == "provisioned" else (0, True))
     with pytest.raises(EnrollmentExists):  # another create of the id, after it: refused as before
         rig.manager.create_enrollment(an_enrollment("line"))
+
+
+def test_a_subscribe_whose_answer_is_lost_keeps_what_the_fan_out_delivered_meanwhile(rig):
+    """The fan-out may send a version and record it between a subscription's put that landed and
+    the store's resend of it; the resend must not move ``delivered`` back (sent again)."""
+    rig.other.create("lamp", {"n": 0})
+    Subscriptions(rig.client, rig.name).open("c1", "app")
+    key = {**table.state_key("lamp"), "sk": {"S": SUBSCRIPTION_SK_PREFIX + "c1"}}
+    delivered = lambda: rig.client.update_item(  # noqa: E731  (the fan-out's advance, as it records a version sent)
+        TableName=rig.name, Key=key, UpdateExpression="SET delivered = :v", ExpressionAttributeValues={":v": {"N": "7"}})
+    rig.forwarder.lose("PutItem", when=lambda body: SUBSCRIPTION_SK_PREFIX.encode() in body, then=delivered)
+    Subscriptions(dynamodb_client(rig.forwarder.endpoint, "us-east-1"), rig.name).subscribe("c1", "lamp", 5, ["desired"])
+    assert rig.forwarder.lost == ["PutItem"]
+    assert rig.client.get_item(TableName=rig.name, Key=key, ConsistentRead=True)["Item"]["delivered"] == {"N": "7"}
+    Subscriptions(rig.client, rig.name).subscribe("c1", "lamp", 9, ["desired"])  # subscribing again replaces it
+    assert rig.client.get_item(TableName=rig.name, Key=key, ConsistentRead=True)["Item"]["delivered"] == {"N": "9"}
