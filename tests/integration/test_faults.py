@@ -26,6 +26,7 @@ from functions.device_state import (
     MergePatch,
     Operation,
     OutcomeUnknown,
+    StorageUnavailable,
     VersionConflict,
 )
 from functions.device_state.client import dynamodb_client
@@ -579,3 +580,17 @@ def test_a_subscribe_whose_answer_is_lost_keeps_what_the_fan_out_delivered_meanw
     assert rig.client.get_item(TableName=rig.name, Key=key, ConsistentRead=True)["Item"]["delivered"] == {"N": "7"}
     Subscriptions(rig.client, rig.name).subscribe("c1", "lamp", 9, ["desired"])  # subscribing again replaces it
     assert rig.client.get_item(TableName=rig.name, Key=key, ConsistentRead=True)["Item"]["delivered"] == {"N": "9"}
+
+
+def test_a_transaction_that_only_checks_answers_nothing_written_when_every_answer_is_lost(rig):
+    """It writes nothing, whether or not a copy landed: 503 (retry), not 504 outcome-unknown. One
+    that also writes, in the same faults, is settled by its journal entry: applied once."""
+    rig.other.create("a", {"n": 0})
+    rig.other.create("b", {"n": 0})
+    rig.forwarder.lose("TransactWriteItems", times=3)
+    with pytest.raises(StorageUnavailable, match="only checks"):
+        rig.manager.transact([Operation.check("a", 1), Operation.check("b")])
+    assert rig.forwarder.lost == ["TransactWriteItems"] * 3
+    rig.forwarder.lose("TransactWriteItems", times=3)
+    rig.manager.transact([Operation.check("a", 1), Operation.update("b", INCREMENT)])
+    assert rig.state("b") == {"n": 1}

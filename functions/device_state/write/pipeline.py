@@ -91,6 +91,8 @@ class WritePipeline:
                             TransactItems=[plan.request for plan in planned] + [
                                 request for requests in others.values() for request in requests])
         except AnswerLost as lost:  # every send's answer lost: one journal entry tells for all
+            if not any(others.values()) and all("ConditionCheck" in plan.request for plan in planned):
+                raise StorageUnavailable(f"{lost}; the transaction only checks, so nothing was written") from None
             if not planned:  # items of the caller's own: their conditions make sending them again safe
                 raise
             journaled = next((plan for plan in planned if plan.write is not None), planned[0])
