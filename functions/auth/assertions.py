@@ -5,12 +5,14 @@ credential's (or the enrollment's) id; claims ``sub`` = the device id, ``aud`` =
 ``iat``, ``exp`` (in the future, at most ``MAX_LIFETIME_SECONDS`` after ``iat``) and ``jti``
 (spent once, by the library). The algorithm is the credential's, never the header's choice:
 ES256 for an EC P-256 key, RS256 for an RSA key of at least 2048 bits (a registered public key or
-certificate), HS256 keyed with the bytes of a secret. Anything else (``none``, HS256 against a
-public key, RS256 against an EC key) is refused before a signature is looked at.
+certificate), HS256 keyed with the bytes of a secret. An algorithm none of these (``none``) is
+refused by ``read``; one other than the credential's (HS256 against a public key, RS256 against
+an EC key) by ``verify``, which never verifies it.
 
-Each refusal is a 401 of its own problem type (``functions/api/problems.py``). ``read`` checks
-what needs no key (before anything is read for the request); ``verify`` checks the signature
-with the key the caller found."""
+Each refusal is a 401 of a problem type (``functions/api/problems.py``). ``read`` checks what
+needs no key (before anything is read for the request); ``verify`` checks the signature with the
+key the caller found, and its caller (``identity``) answers a failure of it as a kid that names
+nothing."""
 
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ class AssertionExpired(AssertionRefused):
 
 
 class AssertionAlgorithm(AssertionRefused):
-    """An algorithm other than the credential's (``none``, HS256 with a public key, ...)."""
+    """An algorithm the service verifies none of (``none``: ``read``), or not the credential's (``verify``)."""
 
 
 class AssertionAudience(AssertionRefused):
@@ -67,7 +69,8 @@ class AssertionSignature(AssertionRefused):
 
 
 class CredentialUnknown(AssertionRefused):
-    """``kid`` names no credential (or enrollment) of this device the service holds."""
+    """No credential (or enrollment) of this device verifies the assertion: its ``kid`` names none,
+    or the one it names does not verify it (``identity`` answers both alike)."""
 
 
 class CredentialExpired(AssertionRefused):

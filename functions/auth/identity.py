@@ -58,9 +58,11 @@ def proven(manager: DeviceStateManager, device_id: str, token: str, sealer: Seal
            now: float) -> tuple[Principal, int | None]:
     """The device an assertion proves (authenticated ``now``, holding the assertion's credential)
     and when that credential expires (None: never). One read (the credential and the device's
-    item together), a KMS Decrypt for a secret, and the jti's write: each refusal a 401 of its
-    own type (``assertions``), ``CredentialRevoked`` for a credential the device no longer holds,
-    ``AssertionReplayed`` for a jti used before."""
+    item together), a KMS Decrypt for a secret, and the jti's write. Refusals are 401s
+    (``assertions``): ``CredentialUnknown`` alike for a kid that names nothing and a credential
+    that does not verify the assertion; only once it verifies, ``CredentialRevoked`` for a
+    credential the device no longer holds, ``CredentialExpired``, ``AssertionReplayed`` for a jti
+    used before."""
     assertion = assertions.read(token, device_id, now)
     if not CREDENTIAL_ID_PATTERN.fullmatch(assertion.kid):
         raise CredentialUnknown(NOT_PROVEN)

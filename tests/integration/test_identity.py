@@ -11,11 +11,11 @@ import pytest
 
 from functions.device_state import (MAX_CREDENTIALS, SECRET, AssertionReplayed, ChangeLog, CredentialNotFound,
                                     CredentialRecord, CredentialRevoked, DeviceNotFound, DeviceStateManager,
-                                    Enrollment, Holder, InvalidEnrollment, InvalidSince, MergePatch, Operation,
+                                    Enrollment, EnrollmentExists, Holder, InvalidEnrollment, InvalidSince, MergePatch, Operation,
                                     ProvisioningRefused, TooManyConnections, TooManyCredentials, certificate_id,
                                     new_credential_id, table)
 from functions.device_state.item.credentials import provisioned_credential_id, registered
-from tests.helpers import RecordingClient
+from tests.helpers import Clock, RecordingClient
 
 PATCH = MergePatch({"brightness": 1})
 
@@ -377,6 +377,16 @@ def test_enrollments_are_created_listed_read_and_deleted_and_an_id_names_one_for
     for dots in (".", ".."):  # no URL reaches them: a client resolves /enrollments/.. to /
         with pytest.raises(InvalidEnrollment, match="dot segments"):
             manager.create_enrollment(enrollment(dots))
+
+
+def test_a_create_of_a_taken_id_in_the_same_millisecond_is_refused_though_neither_has_a_group_key(engine):
+    """A create knows its own landed copy (after a lost answer) by its time and its sealed group
+    key; one without a key is never taken for it (the API always seals a new one)."""
+    manager = DeviceStateManager(engine[0], engine[1], clock=Clock())
+    manager.create_enrollment(Enrollment("same", r"lamp-[0-9]+", 3, {}))
+    with pytest.raises(EnrollmentExists):
+        manager.create_enrollment(Enrollment("same", r"lamp-[0-9]+", 5, {}))
+    assert manager.enrollment("same").max_devices == 3
 
 
 @pytest.mark.parametrize("pattern", ["(a+)+", "(a|aa)*", r"(x)\1", "[", "", "a" * 300])

@@ -173,9 +173,10 @@ class Enrollments:
                              ConditionExpression=f"attribute_not_exists({expr.name(_PATTERN)})",
                              ReturnValuesOnConditionCheckFailure="ALL_OLD", **expr.attributes())
         except ConditionNotMet as refused:
-            # This create's own first copy, if the item holds its time and its sealed group key (new each create).
+            # This create's own first copy, if the item holds its time and its sealed group key (new each
+            # create; one left empty marks nothing, and a create without one is never taken as its own).
             found = refused.item or {}
-            if (found.get(_CREATED_AT, {}).get("S") != enrollment.created_at
+            if (not enrollment.group_key or found.get(_CREATED_AT, {}).get("S") != enrollment.created_at
                     or bytes(found.get(_GROUP_KEY, {}).get("B", b"")) != enrollment.group_key):
                 raise EnrollmentExists(f"an enrollment {enrollment.enrollment_id!r} exists already (or did: an id "
                                        "names one enrollment for good)") from None
