@@ -144,3 +144,25 @@ def test_the_store_asks_each_billed_request_for_its_capacity_and_reports_it():
     store.get_state("d")
     assert all(request["ReturnConsumedCapacity"] == "TOTAL" for request in client.requests)
     assert billing.seen == [("update_item", 0.0, 2.0), ("transact_write_items", 0.0, 4.0), ("get_item", 1.0, 0.0)]
+
+
+class ThrottledOnce(CancellingClient):
+    """Cancels the first TransactWriteItems for throughput alone, then applies it."""
+
+    def __init__(self):
+        super().__init__([{"Code": "None"}, {"Code": "ThrottlingError"}])
+        self.sends = 0
+
+    def transact_write_items(self, **request):
+        self.sends += 1
+        if self.sends == 1:
+            super().transact_write_items(**request)
+        return {}
+
+
+def test_a_transaction_cancelled_for_throughput_alone_is_sent_again_as_a_throttled_request_is():
+    planner = Planner("devices", Fence(), NOW)
+    planned = planner.replace_state(ITEM, lambda state: {"n": 1}, None, "updated")
+    client = ThrottledOnce()
+    pipeline_on(client).send_together(planner, [planned], {"row": [{"Put": {}}]}, "token")
+    assert client.sends == 2

@@ -30,14 +30,13 @@ from ..runtime import Runtime
 from .outcomes import Applied, NeverApplied, Refusals, refusal
 from .plan import DEFAULT_TOMBSTONE_SECONDS, Planned
 from .planner import Planner
-from .store import IDEMPOTENT, ONCE, Cancelled, FailedAnswer, Store
+from .store import IDEMPOTENT, ONCE, THROTTLED_REASONS, Cancelled, FailedAnswer, Store
 
 logger = logging.getLogger("device_state")
 
 DEFAULT_SETTLE_SECONDS = 10.0
 CONDITION_FAILED, CONFLICT = "ConditionalCheckFailed", "TransactionConflict"
 # Cancellation reasons that mean "try later", nothing wrong with the request.
-THROTTLED = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"})
 
 
 class WritePipeline:
@@ -100,7 +99,7 @@ class WritePipeline:
         except Cancelled as cancelled:
             reasons = cancelled.reasons + [{}] * (len(planned) + len(names) - len(cancelled.reasons))
             codes = [reason.get("Code") or "None" for reason in reasons]
-            if any(code in THROTTLED for code in codes) or not set(codes) - {"None"}:
+            if any(code in THROTTLED_REASONS for code in codes) or not set(codes) - {"None"}:
                 raise StorageUnavailable(f"DynamoDB cancelled the transaction ({cancelled.reasons or 'no reason'}); "
                                          "nothing was written") from None
             if any(code not in ("None", CONDITION_FAILED, CONFLICT) for code in codes):

@@ -30,6 +30,8 @@ from ..runtime import Runtime
 THROTTLING_CODES = frozenset(
     {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
      "TransactionInProgressException"})
+# A transaction's cancellation reasons that mean DynamoDB refused it for throughput: nothing written.
+THROTTLED_REASONS = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"})
 SEND_ATTEMPTS = 3  # sends of one request at most, where sending again is safe
 # The requests DynamoDB bills in request units: each asks for its ConsumedCapacity (free), which
 # goes to the observer.
@@ -85,7 +87,11 @@ class Store:
                 if code == "ConditionalCheckFailedException":
                     raise ConditionNotMet(error.response.get("Item")) from None
                 if code == "TransactionCanceledException":
-                    raise Cancelled(error.response.get("CancellationReasons") or []) from None
+                    reasons = error.response.get("CancellationReasons") or []
+                    codes = {reason.get("Code") or "None" for reason in reasons}
+                    if not codes & THROTTLED_REASONS or codes - THROTTLED_REASONS - {"None"}:
+                        raise Cancelled(reasons) from None
+                    code = "ThrottlingException"  # throttled and nothing else: nothing written, send again
                 if code == "ValidationException" and "item size" in message.lower() and "exceed" in message:
                     raise ItemTooLarge(f"the item would exceed DynamoDB's limit of {MAX_ITEM_BYTES} bytes") from None
                 status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
