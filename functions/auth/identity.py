@@ -81,14 +81,14 @@ def proven(manager: DeviceStateManager, device_id: str, token: str, sealer: Seal
     return Principal.device(device_id, auth_time=int(now), credential_id=record.credential_id), expires
 
 
-def _verify_or_unknown(assertion: assertions.Assertion, algorithm: str, key) -> None:
+def _verify_or_unknown(assertion: assertions.Assertion, algorithm: str, key, detail: str = NOT_PROVEN) -> None:
     """An assertion its credential does not verify (another algorithm, another signature) is
     refused as one whose ``kid`` names nothing: whoever knows a certificate's id, or guesses an
-    enrollment's, learns nothing of whether the device or the enrollment exists."""
+    enrollment's, is answered the same whether the device or the enrollment exists."""
     try:
         assertions.verify(assertion, algorithm, key)
     except (AssertionAlgorithm, AssertionSignature, AssertionMalformed):  # Malformed: a signature unreadable
-        raise CredentialUnknown(NOT_PROVEN) from None
+        raise CredentialUnknown(detail) from None
 
 
 def _verifying_key(record: CredentialRecord, device_id: str, sealer: Sealer):
@@ -113,10 +113,7 @@ def provision(manager: DeviceStateManager, device_id: str, token: str, public_ke
     except EnrollmentNotFound:
         raise CredentialUnknown(NOT_PROVEN_BY_ENROLLMENT) from None
     key = assertions.device_key(sealer.open(found.group_key, group_key_context(found.enrollment_id)), device_id)
-    try:
-        _verify_or_unknown(assertion, HS256, key)
-    except CredentialUnknown:
-        raise CredentialUnknown(NOT_PROVEN_BY_ENROLLMENT) from None
+    _verify_or_unknown(assertion, HS256, key, NOT_PROVEN_BY_ENROLLMENT)
     pem = assertions.public_key_pem(assertions.public_key(public_key)[0]) if public_key is not None else None
 
     def record(credential_id: str) -> CredentialRecord:
