@@ -33,7 +33,7 @@ from functions.auth.signers import SigningFailed, SigningThrottled, SigningUnava
 from functions.auth.rights import Forbidden
 
 from functions.problem_details import MEDIA_TYPE as PROBLEM_JSON
-from functions.problem_details import TYPE_PREFIX, problem
+from functions.problem_details import problem
 RETRY_AFTER_SECONDS = "1"
 
 
