@@ -111,10 +111,14 @@ def record_signing_failure(throttled: bool) -> None:
                        unit=MetricUnit.Count, value=1)
 
 
-def record_refusal(error: Exception) -> None:
-    """The metric of a refusal of devices' identity, if ``error`` is one."""
+def record_refusal(error: Exception, problem_type: str | None = None, device_id: str | None = None) -> None:
+    """The metric of a refusal of devices' identity, if ``error`` is one; an assertion refused
+    also has its log line (its problem type, the device, and why, which its answer may not say;
+    never the assertion), the one the runbook reads to tell a fleet's rotated key from guessing."""
     if isinstance(error, (AssertionRefused, AssertionReplayed)):
         record(names.ASSERTIONS_REFUSED)
+        logger.info("request refused", extra={"problem_type": problem_type, "device_id": device_id,
+                                               "cause": getattr(error, "cause", None) or str(error)})
     elif isinstance(error, CredentialRevoked):
         record(names.REVOKED_CREDENTIAL_REQUESTS)
     elif isinstance(error, ProvisioningRefused):

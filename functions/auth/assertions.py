@@ -70,7 +70,12 @@ class AssertionSignature(AssertionRefused):
 
 class CredentialUnknown(AssertionRefused):
     """No credential (or enrollment) of this device verifies the assertion: its ``kid`` names none,
-    or the one it names does not verify it (``identity`` answers both alike)."""
+    or the one it names does not verify it (``identity`` answers both alike). ``cause`` says which,
+    for the service's own log only."""
+
+    def __init__(self, detail: str, cause: str = "kid names nothing"):
+        super().__init__(detail)
+        self.cause = cause
 
 
 class CredentialExpired(AssertionRefused):

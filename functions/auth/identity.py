@@ -87,8 +87,8 @@ def _verify_or_unknown(assertion: assertions.Assertion, algorithm: str, key, det
     enrollment's, is answered the same whether the device or the enrollment exists."""
     try:
         assertions.verify(assertion, algorithm, key)
-    except (AssertionAlgorithm, AssertionSignature, AssertionMalformed):  # Malformed: a signature unreadable
-        raise CredentialUnknown(detail) from None
+    except (AssertionAlgorithm, AssertionSignature, AssertionMalformed) as error:  # Malformed: unreadable
+        raise CredentialUnknown(detail, cause=f"not verified: {error}") from None
 
 
 def _verifying_key(record: CredentialRecord, device_id: str, sealer: Sealer):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import time
 import uuid
 
@@ -74,3 +75,19 @@ def test_a_kid_that_names_nothing_is_the_same_refusal(api, kid):
     held, _ = secret_of(api, "holder")
     assert refusal(token_answer(api, "holder", assertion("holder", kid, WRONG_KEY))) == \
         refusal(token_answer(api, "holder", assertion("holder", held, WRONG_KEY)))
+
+
+def test_each_refused_assertion_has_a_log_line_saying_why_and_never_the_assertion(api, caplog):
+    """The runbook's line (docs/operations.md, AssertionsRefused): a fleet whose key was rotated
+    shows as signatures not verified, guessing as kids that name nothing."""
+    held, _ = secret_of(api, "holder")
+    forged, guessed = assertion("holder", held, WRONG_KEY), assertion("holder", "nothing-here", WRONG_KEY)
+    caplog.clear()
+    token_answer(api, "holder", forged)
+    token_answer(api, "holder", guessed)
+    lines = [record for record in caplog.records if record.getMessage() == "request refused"]
+    assert [(line.problem_type, line.device_id, line.cause.split(":")[0]) for line in lines] == [
+        ("urn:device-state:problem:credential-unknown", "holder", "not verified"),
+        ("urn:device-state:problem:credential-unknown", "holder", "kid names nothing")]
+    logged = json.dumps([vars(line) for line in lines], default=str)
+    assert all(token.rsplit(".", 1)[1] not in logged for token in (forged, guessed))
