@@ -44,7 +44,9 @@ def _held(request: Request, device_id: str) -> int | None:
     item = as_caller(request, device_id).live_state(device_id)
     if item is None:
         raise DeviceNotFound(device_id)
-    return registered_credentials(item).get(request.principal.credential_id) or None
+    registered = registered_credentials(item).get(request.principal.credential_id) or None
+    # A certificate's own end (carried on by its tokens) bounds its tokens too.
+    return min(filter(None, (registered, request.principal.credential_expires_at)), default=None)
 
 
 def token_response(principal: Principal, credential_expires: int | None, status: int = 200, **members):

@@ -242,20 +242,29 @@ def certificate_principal(pem: str, now: float | None = None) -> Principal:
     except ValueError:
         raise Unauthenticated("the client certificate cannot be read") from None
     held = certificate_id(hashlib.sha256(certificate.public_bytes(serialization.Encoding.DER)).digest())
+    auth_time = int(time.time() if now is None else now)
+    # TLS checked the dates at the handshake; a session resumed later (a TLS ticket) brings the
+    # certificate back unchecked, so they are checked here too, and no token outlives it.
+    not_after = int(certificate.not_valid_after_utc.timestamp())
+    if not certificate.not_valid_before_utc.timestamp() <= auth_time <= not_after:
+        raise Unauthenticated("the client certificate is not valid now (expired, or not yet valid)")
     try:
         names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        # A URN's scheme and namespace are case-insensitive (RFC 8141); its id is not.
         uris = [uri for uri in names.get_values_for_type(x509.UniformResourceIdentifier)
-                if uri.startswith(DEVICE_URI_PREFIX)]
+                if uri[:len(DEVICE_URI_PREFIX)].lower() == DEVICE_URI_PREFIX]
     except x509.ExtensionNotFound:
         uris = []
-    auth_time = int(time.time() if now is None else now)
+    if len(uris) > 1:
+        raise Unauthenticated("the client certificate names more than one device (urn:device: URIs)")
     if uris:
         return device_principal(uris[0][len(DEVICE_URI_PREFIX):], auth_time=auth_time, credential_id=held,
-                                certificate=True)
+                                certificate=True, credential_expires_at=not_after)
     common_names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     if not common_names:
         raise Unauthenticated("the client certificate names no device (no urn:device: URI, no CN)")
-    return device_principal(common_names[0].value, auth_time=auth_time, credential_id=held, certificate=True)
+    return device_principal(common_names[0].value, auth_time=auth_time, credential_id=held, certificate=True,
+                            credential_expires_at=not_after)
 
 
 def authenticate(authorization: str | None, client_certificate_pem: str | None,

@@ -135,15 +135,17 @@ def test_configuration_is_checked():
         AuthConfig.from_environment({**ISSUER.environment(), "AUTH_JWKS": "/no/such/file.json"})
 
 
-def _certificate(subject_cn: str | None, uri: str | None) -> str:
+def _certificate(subject_cn: str | None, uri: str | list[str] | None, days: float = 1) -> str:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject_cn)] if subject_cn else [])
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-               .serial_number(x509.random_serial_number()).not_valid_before(now)
-               .not_valid_after(now + datetime.timedelta(days=1)))
+               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=2))
+               .not_valid_after(now + datetime.timedelta(days=days)))
     if uri:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), False)
+        uris = [uri] if isinstance(uri, str) else uri
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(each) for each in uris]), False)
     return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode()
 
 
@@ -155,6 +157,22 @@ def test_a_certificate_names_its_device_by_san_uri_then_cn():
         certificate_principal(_certificate(None, None))
     with pytest.raises(Unauthenticated):
         certificate_principal(_certificate("has spaces", None))
+
+
+def test_a_certificate_names_one_device_whatever_the_case_of_its_urns_scheme():
+    """From the mTLS probe: a CN fell back past `URN:DEVICE:a`, and the first of two URIs won."""
+    assert certificate_principal(_certificate("lamp-b", "URN:Device:lamp-a")).device_id == "lamp-a"
+    with pytest.raises(Unauthenticated, match="more than one device"):
+        certificate_principal(_certificate("lamp-a", ["urn:device:lamp-b", "urn:device:lamp-a"]))
+
+
+def test_a_certificate_past_its_end_opens_nothing_and_its_tokens_end_with_it():
+    """TLS checks the dates at the handshake; a resumed TLS session (a ticket) brings an expired
+    certificate back unchecked (the mTLS probe)."""
+    with pytest.raises(Unauthenticated, match="not valid now"):
+        certificate_principal(_certificate("lamp-1", None, days=-1))
+    valid = certificate_principal(_certificate("lamp-1", None, days=0.5))
+    assert 0 < valid.credential_expires_at - time.time() <= 12 * 3600
 
 
 def test_credentials_are_one_kind_or_none():

@@ -33,6 +33,7 @@ from functions.device_state.client import dynamodb_client
 from functions.auth.signers import (KeyFileSigner, KmsSigner, SigningThrottled, SigningUnavailable, der_to_jose)
 from localdev.apigw import LambdaContext, make_event
 from localdev.issuer import Issuer
+from localdev.tls import client_cert
 from tests.auth import DEVICE_TOKEN_ENVIRONMENT, ISSUER, bearer
 
 KEY_ARN = "arn:aws:kms:us-east-1:000000000000:key/0d6f2a9e-1111-2222-3333-444455556666"
@@ -263,7 +264,8 @@ def test_the_device_token_issuers_tokens_only_ever_name_a_device():
 
     ca = LocalCA.load_or_create(tempfile.mkdtemp())
     pem = open(ca.device_certificate("lamp-1")[0]).read()
-    assert certificate_principal(pem, now=1_800_000_000).auth_time == 1_800_000_000
+    later = int(time.time()) + 3600  # within the certificate's days, whenever the suite runs
+    assert certificate_principal(pem, now=later).auth_time == later
 
 
 def test_a_token_names_its_credentials_expiry_which_the_principal_and_its_authorizer_context_carry():
@@ -295,3 +297,29 @@ def test_a_credential_expiry_that_is_no_time_refuses_the_token(cexp):
 
     with pytest.raises(Unauthenticated, match="cexp"):
         verify_token(DEVICE_ISSUER.token(device="lamp-1", sub="device:lamp-1", cid="abcdefgh", cexp=cexp), config)
+
+
+def test_a_token_got_with_a_certificate_ends_no_later_than_the_certificate(call_token_route, monkeypatch, tmp_path):
+    """A device token minted from a certificate ending in 20 minutes ends with it (the mTLS probe:
+    a resumed TLS session showed an expired certificate, and its tokens lived 24 hours on)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lamp-1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+                   .not_valid_after(now + datetime.timedelta(minutes=20)).sign(key, hashes.SHA256()))
+    issuer = Issuer.generate()
+    signer = KeyFileSigner.from_file(str(issuer.save_key(tmp_path / "key.pem")), issuer.kid)
+    monkeypatch.setattr(token_routes, "device_token_issuer", lambda: (SETTINGS, signer))
+    event = make_event("POST", "/devices/lamp-1/token", {},
+                       client_cert=client_cert(certificate.public_bytes(serialization.Encoding.DER)))
+    answer = json.loads(lambda_handler(event, LambdaContext())["body"])
+    assert answer["expiresIn"] <= 20 * 60, answer
+    claims = jwt.decode(answer["token"], options={"verify_signature": False})
+    assert claims["exp"] <= certificate.not_valid_after_utc.timestamp()
