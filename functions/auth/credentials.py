@@ -244,9 +244,10 @@ def certificate_principal(pem: str, now: float | None = None) -> Principal:
     held = certificate_id(hashlib.sha256(certificate.public_bytes(serialization.Encoding.DER)).digest())
     auth_time = int(time.time() if now is None else now)
     # TLS checked the dates at the handshake; a session resumed later (a TLS ticket) brings the
-    # certificate back unchecked, so they are checked here too, and no token outlives it.
+    # certificate back unchecked, so they are checked here too (a minute's leeway before its start,
+    # for the TLS front's clock against this one), and no token outlives it.
     not_after = int(certificate.not_valid_after_utc.timestamp())
-    if not certificate.not_valid_before_utc.timestamp() <= auth_time <= not_after:
+    if not certificate.not_valid_before_utc.timestamp() - LEEWAY_SECONDS <= auth_time <= not_after:
         raise Unauthenticated("the client certificate is not valid now (expired, or not yet valid)")
     try:
         names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
