@@ -13,7 +13,7 @@ from functions import cold_start  # first: no garbage collection while the modul
 from .resolver import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
 
-from functions.device_state import dumps, loads, restore
+from functions.device_state import dumps, restore
 
 from . import changes, devices, identity, jobs, leases, request_parsing, tokens, transactions
 from .common import RESPONSE_MARGIN_SECONDS, json_response, route  # noqa: F401
@@ -66,8 +66,7 @@ def device_of(path: str | None) -> str | None:
 def handle_error(error: Exception):
     path = app.current_event.path if app.current_event else None
     response = known_error_response(error, instance=path)
-    record_refusal(error, loads(response.body).get("type") if response is not None else None,
-                   device_of(path))
+    record_refusal(error, response, device_of(path))
     if response is None:
         logger.exception("request failed", extra={"path": path})
         return internal_error_response(instance=path)

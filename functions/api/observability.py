@@ -12,7 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from functions.auth.assertions import AssertionRefused
 from functions.auth.sealing import SealingFailed
-from functions.device_state import (AssertionReplayed, CredentialRevoked, ProvisioningRefused, UpdateObserver,
+from functions.device_state import (AssertionReplayed, CredentialRevoked, ProvisioningRefused, UpdateObserver, loads,
                                     metrics as names)
 
 class _NoTracing:
@@ -111,13 +111,15 @@ def record_signing_failure(throttled: bool) -> None:
                        unit=MetricUnit.Count, value=1)
 
 
-def record_refusal(error: Exception, problem_type: str | None = None, device_id: str | None = None) -> None:
+def record_refusal(error: Exception, answer=None, device_id: str | None = None) -> None:
     """The metric of a refusal of devices' identity, if ``error`` is one; an assertion refused
-    also has its log line (its problem type, the device, and why, which its answer may not say;
-    never the assertion), the one the runbook reads to tell a fleet's rotated key from guessing."""
+    also has its log line (the problem type of its ``answer``, the device, and why, which the
+    answer may not say; never the assertion), the one the runbook reads to tell a fleet's rotated
+    key from guessing."""
     if isinstance(error, (AssertionRefused, AssertionReplayed)):
         record(names.ASSERTIONS_REFUSED)
-        logger.info("request refused", extra={"problem_type": problem_type, "device_id": device_id,
+        logger.info("request refused", extra={"problem_type": loads(answer.body).get("type") if answer else None,
+                                               "device_id": device_id,
                                                "cause": getattr(error, "cause", None) or str(error)})
     elif isinstance(error, CredentialRevoked):
         record(names.REVOKED_CREDENTIAL_REQUESTS)
