@@ -13,15 +13,16 @@ from functions.device_state import (
     DeviceNotFound,
     DeviceStateManager,
     IdempotencyKey,
+    DeviceAlreadyExists,
     IdempotencyKeyReused,
     InvalidIdempotencyKey,
     JsonPatch,
+    MergePatch,
     PatchTestFailed,
-    StorageUnavailable,
     VersionConflict,
 )
 from functions.device_state import Operation
-from functions.device_state.write.keyed import RECORD_TTL_SECONDS
+from functions.device_state.write.keyed import RECORD_TTL_SECONDS, RecordedAnswers
 from tests.helpers import RecordingClient
 
 PLUS_ONE = JsonPatch([{"op": "increment", "path": "/n", "value": 1}])
@@ -225,6 +226,73 @@ def test_two_identical_requests_racing_with_one_key_apply_once(local_table):
         assert results[0] == results[1]  # the same answer
         assert sorted(r.replayed for r in results) == [False, True]
     assert manager.get("c").state == {"n": 5} and manager.get("c").version == 6
+
+
+# The same request sent twice with one key (a client's retry while its first try is still on the
+# way): the second looks for the key's record, finds none, and the first lands right after that
+# look. The second's plan then meets what the first did (the device exists, its version moved
+# on, it is gone): each case is a refusal unless the record is looked for again.
+SAME_REQUEST = {
+    "create": (None, lambda manager, k: manager.create("c", {"n": 1}, idempotency=k)),
+    "update naming its version": (
+        {"n": 0}, lambda manager, k: manager.update("c", MergePatch({"n": 2}), 1, idempotency=k)),
+    "delete": ({"n": 0}, lambda manager, k: manager.delete("c", idempotency=k)),
+    "delete naming its version": ({"n": 0}, lambda manager, k: manager.delete("c", 1, idempotency=k)),
+    "transaction creating": (None, lambda manager, k: manager.transact(
+        [Operation.create("c", {"n": 1}), Operation.put("d", {"n": 1})], idempotency=k)),
+    "transaction naming a version": ({"n": 0}, lambda manager, k: manager.transact(
+        [Operation.update("c", MergePatch({"n": 2}), 1), Operation.put("d", {"n": 1})], idempotency=k)),
+}
+
+
+def lands_after_the_first_look(monkeypatch, request) -> list:
+    """Runs ``request`` (the same request, by another client) right after the first look for a
+    key's record; the list it returns gets that request's answer."""
+    original, answers = RecordedAnswers.results, []
+
+    def results(self, partition, k):
+        found = original(self, partition, k)
+        if not answers:
+            answers.append(None)
+            answers[0] = request()
+        return found
+
+    monkeypatch.setattr(RecordedAnswers, "results", results)
+    return answers
+
+
+@pytest.mark.parametrize("case", SAME_REQUEST)
+def test_a_request_whose_key_lands_after_it_first_looked_replays_that_answer(engine, monkeypatch, case):
+    client, name = engine
+    initial, send = SAME_REQUEST[case]
+    if initial is not None:
+        DeviceStateManager(client, name).create("c", initial)
+    k = key(f"same-{case}", "same")
+    first = lands_after_the_first_look(monkeypatch, lambda: send(DeviceStateManager(client, name), k))
+    second = send(DeviceStateManager(client, name), k)
+    assert second == first[0], (second, first)
+    replayed = [device.replayed for device in second] if isinstance(second, list) else [second.replayed]
+    assert all(replayed)
+    written = DeviceStateManager(client, name)  # applied once
+    if case.startswith("delete"):
+        assert written.live_state("c") is None
+    else:
+        assert written.get("c").version == 1 + (initial is not None)
+
+
+def test_control_a_request_that_looks_for_its_key_once_is_refused_though_its_key_applied(engine, monkeypatch):
+    """The same interleaving, with the record looked for only before the write (the look again
+    answers none): the create is refused as if nothing was written, though the key's create
+    applied."""
+    client, name = engine
+    k = key("same-control", "same")
+    first = lands_after_the_first_look(
+        monkeypatch, lambda: DeviceStateManager(client, name).create("c", {"n": 1}, idempotency=k))
+    looked = RecordedAnswers.results
+    monkeypatch.setattr(RecordedAnswers, "results", lambda self, partition, k: looked(self, partition, k) and None)
+    with pytest.raises(DeviceAlreadyExists):
+        DeviceStateManager(client, name).create("c", {"n": 1}, idempotency=k)
+    assert first[0].version == 1 and DeviceStateManager(client, name).get("c").version == 1
 
 
 def _incompressible(size: int) -> str:

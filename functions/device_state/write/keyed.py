@@ -22,7 +22,9 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from .. import table
-from ..errors import DeviceStateError, IdempotencyKeyReused, StorageUnavailable
+from ..errors import (ConditionFailed, DesireMoved, DeviceAlreadyExists, DeviceNotFound, DeviceStateError,
+                      IdempotencyKeyReused, ItemTooLarge, PatchNotApplicable, PatchTestFailed, RetriesExhausted,
+                      StorageUnavailable, VersionConflict)
 from ..feed.log import ChangeLog, VersionNotFound
 from ..item import schema
 from ..model.device import Device, timestamp
@@ -33,6 +35,12 @@ from .plan import CHECKED, CREATED, DELETED, REPLACED, UPDATED  # noqa: F401 (th
 from .store import Store
 
 RECORD_TTL_SECONDS = 24 * 60 * 60
+# What a keyed write may be refused for because a request with its key landed after the write
+# first looked for its record: the device it creates exists then, the version it names has moved
+# on, the device it deletes is gone. Before answering one of these, a keyed write looks for its
+# record once more, and replays it when it is there.
+REFUSALS_SAME_KEY_MAY_CAUSE = (DeviceNotFound, DeviceAlreadyExists, VersionConflict, ConditionFailed, PatchTestFailed,
+                               PatchNotApplicable, DesireMoved, ItemTooLarge, RetriesExhausted)
 KEY_PATTERN = re.compile(r"[\x20-\x7e]{1,255}")
 SCOPE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 

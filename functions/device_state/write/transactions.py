@@ -175,8 +175,14 @@ class TransactionRunner:
             if replay is not None:
                 self._check_holder(seen)
                 return [device for device, _ in replay]
-        return self._loop.run(partition, lambda _item, number: self._attempt(operations, key, partition, number),
-                              None, count_success=False)
+        try:
+            return self._loop.run(partition, lambda _item, number: self._attempt(operations, key, partition, number),
+                                  None, count_success=False)
+        except (TransactionFailed, *idem.REFUSALS_SAME_KEY_MAY_CAUSE):
+            replay = self._recorded_results(partition, key) if key is not None else None  # see keyed.py
+            if replay is None:
+                raise
+            return [device for device, _ in replay]
 
     def _check_holder(self, devices: set[str]) -> None:
         """For a replayed transaction of the device's own: one read, to find the credential it

@@ -86,7 +86,13 @@ class DeviceWriter:
                 observer.condition_failed(device_id)
                 raise
 
-        return loop.run(device_id, attempt, race.read(lambda: store.get_state(device_id)), count_success=counted)
+        try:
+            return loop.run(device_id, attempt, race.read(lambda: store.get_state(device_id)), count_success=counted)
+        except idem.REFUSALS_SAME_KEY_MAY_CAUSE:
+            recorded = self._answers.results(device_id, idempotency) if idempotency is not None else None
+            if recorded is None:
+                raise
+            return recorded[0]
 
     def _send_keyed(self, planner: Planner, planned: Planned, idempotency: IdempotencyKey) -> tuple[Device, str]:
         """The change and its record in one transaction; DynamoDB's ClientRequestToken
