@@ -316,7 +316,8 @@ SCHEMAS = {
                            "index": {"type": "integer"}, "deviceId": {"type": "string"},
                            "status": {"type": "integer"}, "reason": {"type": "string"},
                            "detail": {"type": "string"},
-                           "currentVersion": {"type": "integer", "nullable": True}}}}},
+                           "currentVersion": {"type": "integer", "nullable": True},
+                           "leaseExpiresAt": _TIME}}}},
     },
 }
 

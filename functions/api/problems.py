@@ -184,6 +184,7 @@ def _transaction_members(error: TransactionFailed) -> tuple[int, list[dict]]:
         "reason": failure.reason,
         "detail": failure.detail,
         "currentVersion": failure.current.version if failure.current is not None else None,
+        **({"leaseExpiresAt": iso_timestamp(failure.lease_expires_at)} if failure.lease_expires_at else {}),
     } for failure in error.failures]
     statuses = {operation["status"] for operation in operations}
     return (statuses.pop() if len(statuses) == 1 else 409), operations
@@ -240,6 +241,9 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
             headers["Retry-After"] = str(error.retry_after)
         if isinstance(error, TransactionFailed):
             status, members["operations"] = _transaction_members(error)
+            leases_in_the_way = [failure.lease_expires_at for failure in error.failures if failure.lease_expires_at]
+            if leases_in_the_way:  # all or nothing: worth sending again once the last of them runs out
+                headers["Retry-After"] = str(max(1, math.ceil(max(leases_in_the_way) - time.time())))
         if isinstance(error, (LeaseBusy, DeviceLocked)):
             _lease_expiry(error, headers, members)
         if isinstance(error, Unauthenticated):  # RFC 6750 3.1

@@ -90,6 +90,11 @@ def test_a_transaction_operation_carries_its_lease_token(lamp):
     locked = lamp("POST", "/transactions", {"operations": operations})
     assert locked.status == 423
     assert [(o["index"], o["reason"]) for o in locked.json["operations"]] == [(0, "locked")]
+    # as a PATCH locked out answers: when the lease in the way runs out, and Retry-After
+    alone = lamp("PATCH", "/devices/lamp-1", {"scene": "movie"}, content_type=MERGE)
+    assert alone.status == 423
+    assert locked.json["operations"][0]["leaseExpiresAt"] == alone.json["leaseExpiresAt"]
+    assert 1 <= int(locked.header("Retry-After")) <= int(alone.header("Retry-After")) + 1
     operations[0]["leaseToken"] = lease["leaseToken"]
     assert lamp("POST", "/transactions", {"operations": operations}).status == 200
     operations[0]["leaseToken"] = "seven"

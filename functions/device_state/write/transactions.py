@@ -99,6 +99,7 @@ class OperationFailure:
     reason: str
     detail: str
     current: object | None = None  # the Device as it is, where known
+    lease_expires_at: float | None = None  # locked: when the lease in the way runs out (epoch seconds)
 
 
 class InvalidTransaction(DeviceStateError, ValueError):
@@ -293,7 +294,8 @@ def _failure_of_refusal(index: int, operation: Operation, refusal: Exception,
     if isinstance(refusal, (DeviceLocked, LeaseNotHeld)):
         reason = LOCKED if isinstance(refusal, DeviceLocked) else LEASE_NOT_HELD
         return OperationFailure(index, device_id, reason, str(refusal),
-                                Device.from_item(live) if live is not None else None)
+                                Device.from_item(live) if live is not None else None,
+                                getattr(refusal, "lease_expires_at", None))
     if isinstance(refusal, DeviceNotFound):
         return OperationFailure(index, device_id, NOT_FOUND, "the device does not exist") \
             if operation.action != PUT else None
