@@ -12,7 +12,7 @@ import pytest
 from functions.device_state import (MAX_CREDENTIALS, SECRET, AssertionReplayed, ChangeLog, CredentialNotFound,
                                     CredentialRecord, CredentialRevoked, DeviceNotFound, DeviceStateManager,
                                     Enrollment, EnrollmentExists, Holder, InvalidEnrollment, InvalidSince, MergePatch, Operation,
-                                    ProvisioningRefused, TooManyConnections, TooManyCredentials, certificate_id,
+                                    JsonPatch, ProvisioningRefused, TooManyConnections, TooManyCredentials, certificate_id,
                                     new_credential_id, table)
 from functions.device_state.item.credentials import provisioned_credential_id, registered
 from tests.helpers import Clock, RecordingClient
@@ -604,3 +604,48 @@ def test_a_devices_subscription_to_itself_from_behind_sends_what_one_holding_non
     assert answer["statusCode"] == 200 and [m["type"] for m in messages] == ["error"]
     assert messages[0]["problem"]["status"] == 401
     assert [s.connection_id for s in subscriptions.of_device("held")] == ["c-held"]
+
+
+# A device's own write whose plan refuses it on the item it read (a version it names moved on, a
+# JSON Patch test fails, ...) tells what the device holds; one whose credential was revoked is
+# refused as revoked before that, as its reads are.
+REFUSED_ON_ITS_PLAN = {
+    "update naming a stale version": lambda device, k: device.update(
+        "lamp", MergePatch({"a": 2}), 1, section="reported", idempotency=k),
+    "section replaced naming a stale version": lambda device, k: device.replace_section(
+        "lamp", "reported", {"a": 2}, 1, idempotency=k),
+    "a JSON Patch test that fails": lambda device, k: device.update_with_retry(
+        "lamp", JsonPatch([{"op": "test", "path": "/a", "value": 0}, {"op": "replace", "path": "/a", "value": 2}]),
+        section="reported", idempotency=k),
+}
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "its-key-landed-after-its-first-look"])
+@pytest.mark.parametrize("case", REFUSED_ON_ITS_PLAN)
+def test_a_revoked_devices_write_refused_on_its_plan_is_refused_as_revoked(manager, monkeypatch, case, keyed):
+    """Keyed: the same request lands right after the write's first look for its record, then
+    the credential is revoked: the write's look again must not answer the record either."""
+    from functions.device_state import IdempotencyKey
+    from functions.device_state.write.keyed import RecordedAnswers
+
+    manager.create("lamp", {"n": 0}, sections={"reported": {"a": 0}})
+    record = manager.add_credential("lamp", key(SECRET, secret=b"x"))
+    device = manager.as_device("lamp", Holder(record.credential_id))
+    send, k = REFUSED_ON_ITS_PLAN[case], IdempotencyKey("k-1", "PATCH", "f") if keyed else None
+    if keyed:
+        original, landed = RecordedAnswers.results, []
+
+        def results(self, partition, idempotency):
+            found = original(self, partition, idempotency)
+            if not landed:
+                landed.append("the same request")
+                send(device, k)
+                manager.revoke_credential("lamp", record.credential_id)
+            return found
+
+        monkeypatch.setattr(RecordedAnswers, "results", results)
+    else:
+        manager.update("lamp", MergePatch({"a": 1}), 1, section="reported")
+        manager.revoke_credential("lamp", record.credential_id)
+    with pytest.raises(CredentialRevoked):
+        send(device, k)

@@ -54,6 +54,9 @@ class DeviceWriter:
         def attempt(item, number):
             self._recent.saw(device_id, item)
             planner = self._pipeline.planner(fence, seen_by, race.raced(number), holder)
+            if holder is not None and schema.is_live_state(item, planner.now):
+                # before planning: a refusal (a version, a test, a desire moved) tells what the device holds
+                holder.check(device_id, item, planner.now)
             try:
                 planned = plan(planner, item)
             except VersionConflict as conflict:
