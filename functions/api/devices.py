@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from .resolver import Response
 from .resolver import Router
@@ -53,6 +54,27 @@ class _Write:
         """The recorded answer when this write's idempotency key was already used."""
         return replay(self.request, self.device_id, self.key)
 
+    def answered(self, act: Callable[[], Response]) -> Response:
+        """The key's recorded answer when the key was used already, else ``act()``'s. A keyed
+        write refused here, before the library wrote (its preconditions checked against the
+        device read), looks for its record again: the same request with the same key may have
+        landed after the first look and changed what the preconditions found (the library looks
+        again for the refusals it makes itself)."""
+        replayed = self.replayed()
+        if replayed:
+            return replayed
+        try:
+            return act()
+        except (PreconditionFailed, _AbsentBeforeTheWrite):
+            replayed = self.replayed() if self.key is not None else None
+            if replayed is None:
+                raise
+            return replayed
+
+
+class _AbsentBeforeTheWrite(DeviceNotFound):
+    """The device a write's preconditions are checked against is not there (404, as any)."""
+
 
 def _is_the_device(request: Request, device_id: str) -> bool:
     return request.principal.device_id == device_id
@@ -76,11 +98,20 @@ def _expected_version(request: Request, device_id: str, preconditions: parse.Pre
     """The version a conditional write must find: a lone If-Match names it; any other
     combination is checked against the current device, which the write then pins."""
     version = preconditions.only_if_match_version()
-    if version is None:
+    return _checked(request, device_id, preconditions).version if version is None else version
+
+
+def _checked(request: Request, device_id: str, preconditions: parse.Preconditions, *, absent_ok: bool = False):
+    """The device as it is now, the preconditions checked against it (412); None when it is not
+    there and ``absent_ok``, else 404."""
+    try:
         current = as_caller(request, device_id).get(device_id)
-        preconditions.check(current)
-        version = current.version
-    return version
+    except DeviceNotFound:
+        if not absent_ok:
+            raise _AbsentBeforeTheWrite(device_id) from None
+        current = None
+    preconditions.check(current)
+    return current
 
 
 def _sections(body: dict) -> dict:
@@ -149,14 +180,15 @@ def _if_match(device, preconditions: parse.Preconditions) -> None:
 @route(router, "putDevice", reads_holder=True)
 def put_device(request: Request):
     write = _Write.of(request)
-    device_id, preconditions, key = write.device_id, write.preconditions, write.key
     body = request.body
-    if "deviceId" in body and body["deviceId"] != device_id:
+    if "deviceId" in body and body["deviceId"] != write.device_id:
         raise BadRequest("deviceId in the body differs from the one in the path")
-    state, sections = body["state"], _sections(body)
-    replayed = write.replayed()
-    if replayed:
-        return replayed
+    return write.answered(lambda: _put(request, write, body["state"], _sections(body)))
+
+
+def _put(request: Request, write: _Write, state: dict, sections: dict):
+    """PUT's decision tree: create, put, or replace under the preconditions."""
+    device_id, preconditions, key = write.device_id, write.preconditions, write.key
     writer = write.writer()
     if preconditions.create_only or (preconditions.none and api_config().require_if_match):
         try:
@@ -169,11 +201,7 @@ def put_device(request: Request):
     if preconditions.none:
         device, created = writer.put(device_id, state, sections=sections, idempotency=key)
         return write_response(request, device, CREATED if created else REPLACED)
-    try:
-        current = writer.get(device_id)
-    except DeviceNotFound:
-        current = None
-    preconditions.check(current)
+    current = _checked(request, device_id, preconditions, absent_ok=True)
     if current is None:
         try:
             return write_response(request, writer.create(device_id, state, sections=sections, idempotency=key),
@@ -217,11 +245,8 @@ def put_reported(request: Request):
 def acknowledge_desired(request: Request):
     """The device's answers to desires: applied, in progress, refused or failed, per leaf."""
     write = _Write.of(request)
-    replayed = write.replayed()
-    if replayed:
-        return replayed
-    device = write.writer().acknowledge(write.device_id, request.body["acks"], idempotency=write.key)
-    return write_response(request, device, UPDATED)
+    return write.answered(lambda: write_response(
+        request, write.writer().acknowledge(write.device_id, request.body["acks"], idempotency=write.key), UPDATED))
 
 
 @route(router, "getDelta", reads_holder=True)
@@ -249,45 +274,46 @@ def _put_section(request: Request, section: str):
     """Replace one section whole: body ``{"<section>": {...}}``."""
     write = _Write.of(request)
     device_id, preconditions = write.device_id, write.preconditions
-    replayed = write.replayed()
-    if replayed:
-        return replayed
-    _require_if_match(preconditions, "PUT")
-    expected = None if preconditions.none else _expected_version(request, device_id, preconditions)
-    device = write.writer().replace_section(device_id, section, request.body[section], expected,
-                                            idempotency=write.key, desire=parse.desire_options(request.query))
-    return write_response(request, device, REPLACED)
+
+    def put():
+        _require_if_match(preconditions, "PUT")
+        expected = None if preconditions.none else _expected_version(request, device_id, preconditions)
+        device = write.writer().replace_section(device_id, section, request.body[section], expected,
+                                                idempotency=write.key, desire=parse.desire_options(request.query))
+        return write_response(request, device, REPLACED)
+    return write.answered(put)
 
 
 def _patch_section(request: Request, section: str):
     write = _Write.of(request)
     device_id, preconditions, key = write.device_id, write.preconditions, write.key
     update_fn, desire = request.body, parse.desire_options(request.query)
-    replayed = write.replayed()
-    if replayed:
-        return replayed
-    _require_if_match(preconditions, "PATCH")
-    writer = write.writer()
-    started = time.perf_counter()
-    try:
-        if preconditions.none:
-            device = writer.update_with_retry(device_id, update_fn, budget_seconds=budget(request.context),
-                                              idempotency=key, section=section, desire=desire)
-        else:
-            device = writer.update(device_id, update_fn, _expected_version(request, device_id, preconditions),
-                                   idempotency=key, section=section, desire=desire)
-    finally:
-        record_patch_latency((time.perf_counter() - started) * 1000)
-    return write_response(request, device, UPDATED)
+
+    def patch():
+        _require_if_match(preconditions, "PATCH")
+        writer = write.writer()
+        started = time.perf_counter()
+        try:
+            if preconditions.none:
+                device = writer.update_with_retry(device_id, update_fn, budget_seconds=budget(request.context),
+                                                  idempotency=key, section=section, desire=desire)
+            else:
+                device = writer.update(device_id, update_fn, _expected_version(request, device_id, preconditions),
+                                       idempotency=key, section=section, desire=desire)
+        finally:
+            record_patch_latency((time.perf_counter() - started) * 1000)
+        return write_response(request, device, UPDATED)
+    return write.answered(patch)
 
 
 @route(router, "deleteDevice", reads_holder=True)
 def delete_device(request: Request):
     write = _Write.of(request)
-    replayed = write.replayed()
-    if replayed:
-        return replayed
-    _require_if_match(write.preconditions, "DELETE")
-    expected = None if write.preconditions.none else _expected_version(request, write.device_id, write.preconditions)
-    device = write.writer().delete(write.device_id, expected, idempotency=write.key)
-    return write_response(request, device, DELETED)
+
+    def delete():
+        _require_if_match(write.preconditions, "DELETE")
+        expected = None if write.preconditions.none else _expected_version(request, write.device_id,
+                                                                            write.preconditions)
+        return write_response(request, write.writer().delete(write.device_id, expected, idempotency=write.key),
+                              DELETED)
+    return write.answered(delete)

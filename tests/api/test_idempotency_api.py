@@ -161,3 +161,42 @@ def test_a_key_is_the_callers_own_and_never_replays_another_callers_answer(api):
     assert other.status == 200 and other.header("Idempotent-Replayed") is None and other.header("ETag") == '"3"'
     again = report(bearer(device="shared"))  # the control: the first caller's retry is replayed
     assert again.header("Idempotent-Replayed") == "true" and again.header("ETag") == '"2"'
+
+
+# The same request sent twice with one key, the first landing right after the second first
+# looked for the key's record (here: the second's first look is answered as it was just before
+# the first landed): refusals the route makes itself (its preconditions checked against the
+# device it reads, before the library writes) are answered from the record too.
+MERGE = "application/merge-patch+json"
+RACED = {
+    "PUT with If-Match": ("PUT", "/devices/c", {"state": {"n": 5}}, "application/json", '"1"'),
+    "PATCH with two ETags": ("PATCH", "/devices/c", {"n": 5}, MERGE, '"1", "77"'),
+    "PUT reported with two ETags": ("PUT", "/devices/c/reported", {"reported": {"n": 5}}, "application/json",
+                                    '"1", "50"'),
+    "DELETE with two ETags": ("DELETE", "/devices/c", None, "application/json", '"1", "9"'),
+}
+
+
+@pytest.mark.parametrize("case", RACED)
+def test_a_request_whose_key_lands_after_it_first_looked_is_answered_from_the_record(api, device, monkeypatch,
+                                                                                     case):
+    from functions.device_state.write.keyed import RecordedAnswers
+
+    method, path, body, content_type, if_match = RACED[case]
+
+    def send():
+        return api(method, path, body, content_type=content_type,
+                   headers={"Idempotency-Key": f"raced-{case}", "If-Match": if_match})
+
+    first = send()
+    assert first.status in (200, 204) and first.header("Idempotent-Replayed") is None
+    original, looks = RecordedAnswers.results, []
+
+    def results(self, partition, key):
+        looks.append(original(self, partition, key))
+        return None if len(looks) == 1 else looks[-1]
+
+    monkeypatch.setattr(RecordedAnswers, "results", results)
+    second = send()
+    assert (second.status, second.text) == (first.status, first.text), second.text
+    assert second.header("Idempotent-Replayed") == "true"
