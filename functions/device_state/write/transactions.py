@@ -295,7 +295,7 @@ def _failure_of_refusal(index: int, operation: Operation, refusal: Exception,
         reason = LOCKED if isinstance(refusal, DeviceLocked) else LEASE_NOT_HELD
         return OperationFailure(index, device_id, reason, str(refusal),
                                 Device.from_item(live) if live is not None else None,
-                                getattr(refusal, "lease_expires_at", None))
+                                refusal.lease_expires_at if isinstance(refusal, DeviceLocked) else None)
     if isinstance(refusal, DeviceNotFound):
         return OperationFailure(index, device_id, NOT_FOUND, "the device does not exist") \
             if operation.action != PUT else None
