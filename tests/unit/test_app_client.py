@@ -64,6 +64,31 @@ def test_a_refusal_is_not_sent_again_and_one_outcome_unknown_to_the_last_attempt
     assert len(unknown.requests) == 3 and lost.value.slug == "outcome-unknown"
 
 
+@pytest.mark.parametrize("first", [(504, {}, UNKNOWN), (502, {}, b"<html>bad gateway</html>"),
+                                   (200, {}, b"<html>a proxy's page</html>")], ids=["504", "502", "200-no-json"])
+@pytest.mark.parametrize("last", [503, 429, 401])
+def test_a_write_whose_first_copy_went_unanswered_ends_unknown_under_its_key_not_refused(scripted, first, last):
+    """Its first copy may have applied: a last answer given before the key is looked at (a token
+    run out, throttling, a busy service) says nothing of it, so the write is OutcomeUnknown and
+    names the key to send it again under (asking again under a new key would apply it twice)."""
+    server = scripted(first, (last, {"Retry-After": "0"}, _problem(last, "said-nothing")))
+    client = _client(server)
+    client.write_attempts = 3
+    with pytest.raises(OutcomeUnknown) as unknown:
+        client.patch("lamp-1", [{"op": "increment", "path": "/n", "value": 1}])
+    keys = {headers["Idempotency-Key"] for _, _, headers, _, _ in server.requests}
+    assert keys == {unknown.value.idempotency_key} and len(server.requests) >= 2
+
+
+def test_control_a_write_every_copy_of_which_was_answered_503_is_unavailable_under_its_key(scripted):
+    server = scripted((503, {"Retry-After": "0"}, _problem(503, "contention")))
+    client = _client(server)
+    client.write_attempts = 3
+    with pytest.raises(errors.Unavailable) as busy:
+        client.patch("lamp-1", [{"op": "increment", "path": "/n", "value": 1}], idempotency_key="k-9")
+    assert busy.value.idempotency_key == "k-9" and len(server.requests) == 3
+
+
 CALLS = [  # (call on the client, method, path, Content-Type, headers it must carry, body)
     (lambda c: c.create("lamp:1", {"state": {"on": True}, "desired": {"on": False}}), "POST", "/devices",
      "application/json", {}, {"deviceId": "lamp:1", "state": {"on": True}, "desired": {"on": False}}),

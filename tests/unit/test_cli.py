@@ -96,6 +96,18 @@ def test_an_outcome_unknown_after_every_attempt_exits_3_and_names_the_key_to_sen
     assert result.returncode == 3 and "the write was not applied" in result.stderr
 
 
+@pytest.mark.parametrize("last", [503, 429, 401])
+def test_a_write_whose_first_copy_went_unanswered_is_unknown_whatever_says_nothing_last(scripted, last):
+    """A 504 (or a lost answer) first, then answers given before the key is looked at: the first
+    copy may have applied, so not "not applied" (3) nor "refused" (1 for the 401)."""
+    unknown = {"type": "urn:device-state:problem:outcome-unknown", "status": 504, "title": "unknown", "detail": "x"}
+    server = scripted((504, {}, unknown), (last, {"Retry-After": "0"}, {"status": last, "title": "t", "detail": "d"}))
+    result = _run(server.port, "patch", "lamp-1", "--merge", '{"power": "off"}', "--idempotency-key", "k-8")
+    assert result.returncode == 3, result.stderr
+    assert "may or may not have been applied; the same command with --idempotency-key k-8" in result.stderr
+    assert "not applied;" not in result.stderr.replace("may or may not have been applied;", "")
+
+
 def test_a_refusal_exits_1_and_bad_usage_2_before_anything_is_sent(scripted):
     server = scripted((404, {}, {"type": "urn:device-state:problem:device-not-found", "status": 404,
                                  "title": "No such device", "detail": "device 'lamp-1' does not exist",

@@ -37,7 +37,10 @@ def retry_after(headers) -> float | None:
 
 
 class ApiError(Exception):
-    """The service refused or failed a request: ``status``, the problem details, the headers."""
+    """The service refused or failed a request: ``status``, the problem details, the headers;
+    for a write, ``idempotency_key``: the key every copy of it was sent under."""
+
+    idempotency_key: str | None = None
 
     def __init__(self, status: int, problem: dict, headers=None):
         self.status, self.problem, self.headers = status, problem, headers or {}
@@ -126,8 +129,9 @@ class Unavailable(ApiError):
 
 
 class OutcomeUnknown(ApiError):
-    """504: the write may or may not have been applied (at most once). Send it again with the same
-    Idempotency-Key to learn which, or read the device."""
+    """504, or a write whose copies went unanswered and whose last answer (a 401, 429, 503 or
+    5xx) does not say: the write may or may not have been applied (at most once). Send it again
+    with the same Idempotency-Key (``idempotency_key``) to learn which, or read the device."""
 
 
 class DeviceExists(Conflict):

@@ -12,7 +12,7 @@ import urllib.request
 import uuid
 
 from .backoff import Backoff
-from .errors import ApiError, error_for, retry_after
+from .errors import ApiError, OutcomeUnknown, error_for, retry_after
 from .values import dumps, loads
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -21,6 +21,10 @@ JSON_PATCH = "application/json-patch+json"
 # service wrote nothing (429, 503) or may have written once (504, another 5xx), and the key makes
 # a second copy replay the first answer instead of applying twice.
 RETRIED_STATUSES = {429, 500, 502, 503, 504}
+# Answers a gateway or the service gives before it looks at a write's Idempotency-Key (a token
+# run out, throttling, a busy service): after a copy of the write went unanswered, the last of
+# them says nothing of what became of that copy.
+ANSWERED_BEFORE_THE_KEY = {401, 429, 503}
 # Answers after which a request that is not idempotent (a lease's grant) may be sent again: nothing was written.
 NOTHING_WRITTEN = {429, 503}
 
@@ -47,11 +51,35 @@ class Service:
               idempotency_key: str | None = None, headers: dict | None = None) -> dict:
         """Sends a write until it is answered, the same request under the same key each time:
         on no answer (a reset, a timeout), 429, 5xx (504 ``outcome-unknown`` included), after
-        ``Retry-After`` or a backoff, at most ``write_attempts`` times."""
-        sent = {**(headers or {}), "Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        ``Retry-After`` or a backoff, at most ``write_attempts`` times. When a copy went unanswered
+        and the last answer does not say what became of it, ``OutcomeUnknown``; what it raises
+        carries the key (``idempotency_key``), to send the write again under."""
+        key = idempotency_key or str(uuid.uuid4())
+        sent = {**(headers or {}), "Idempotency-Key": key}
         if content_type is not None:
             sent["Content-Type"] = content_type
-        return self.retried(lambda: self.request(method, path, body, sent))
+        unanswered = []  # copies whose answer did not say what became of them
+
+        def send():
+            try:
+                return self.request(method, path, body, sent)
+            except (OSError, http.client.HTTPException):
+                unanswered.append(None)
+                raise
+            except ApiError as error:
+                if error.status >= 500 and error.status != 503:
+                    unanswered.append(None)
+                raise
+        try:
+            return self.retried(send)
+        except ApiError as error:
+            if unanswered and (error.status in ANSWERED_BEFORE_THE_KEY or error.status >= 500):
+                raise _outcome_unknown(error, key) from error
+            error.idempotency_key = key
+            raise
+        except (OSError, http.client.HTTPException) as error:
+            error.idempotency_key = key
+            raise
 
     def retried(self, send, statuses=frozenset(RETRIED_STATUSES), unanswered: bool = True):
         """``send()`` until it is answered with anything but ``statuses`` (and, with ``unanswered``,
@@ -90,7 +118,10 @@ class Service:
                 with urllib.request.urlopen(sent, timeout=timeout or self.timeout,
                                             context=self.ssl_context) as answer:
                     text = answer.read()
-                    document = loads(text, self.exact_numbers) if text else None
+                    try:
+                        document = loads(text, self.exact_numbers) if text else None
+                    except ValueError:  # a proxy's page, not the service's answer: as good as none
+                        raise http.client.HTTPException(f"an answer that is no JSON: {text[:80]!r}") from None
                     return (document, answer.headers) if with_headers else document
             except urllib.error.HTTPError as error:
                 text = error.read()
@@ -102,3 +133,18 @@ class Service:
                     continue
                 raise error_for(error.code, problem if isinstance(problem, dict) else {}, error.headers) from None
         raise AssertionError("unreachable")
+
+
+def _outcome_unknown(last: ApiError, key: str) -> OutcomeUnknown:
+    """What a write whose copies went unanswered, and whose last answer does not say, comes to."""
+    if isinstance(last, OutcomeUnknown):
+        unknown = last
+    else:
+        unknown = OutcomeUnknown(504, {
+            "type": "urn:device-state:problem:outcome-unknown", "status": 504,
+            "title": "The change may or may not have been applied",
+            "detail": f"a copy of this write went unanswered, and the last answer ({last.status}) does not say "
+                      f"whether it was applied; send it again with Idempotency-Key {key}, or read the device"},
+            last.headers)
+    unknown.idempotency_key = key
+    return unknown
