@@ -62,6 +62,7 @@ def test_a_refusal_is_not_sent_again_and_one_outcome_unknown_to_the_last_attempt
     with pytest.raises(OutcomeUnknown) as lost:
         client.delete("lamp-1")
     assert len(unknown.requests) == 3 and lost.value.slug == "outcome-unknown"
+    assert {headers["Idempotency-Key"] for _, _, headers, _, _ in unknown.requests} == {lost.value.idempotency_key}
 
 
 @pytest.mark.parametrize("first", [(504, {}, UNKNOWN), (502, {}, b"<html>bad gateway</html>"),

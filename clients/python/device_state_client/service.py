@@ -73,9 +73,10 @@ class Service:
         try:
             return self.retried(send)
         except ApiError as error:
-            if unanswered and (error.status in ANSWERED_BEFORE_THE_KEY or error.status >= 500):
-                raise _outcome_unknown(error, key) from error
             error.idempotency_key = key
+            if unanswered and not isinstance(error, OutcomeUnknown) and (
+                    error.status in ANSWERED_BEFORE_THE_KEY or error.status >= 500):
+                raise _outcome_unknown(error, key) from error
             raise
         except (OSError, http.client.HTTPException) as error:
             error.idempotency_key = key
@@ -137,14 +138,11 @@ class Service:
 
 def _outcome_unknown(last: ApiError, key: str) -> OutcomeUnknown:
     """What a write whose copies went unanswered, and whose last answer does not say, comes to."""
-    if isinstance(last, OutcomeUnknown):
-        unknown = last
-    else:
-        unknown = OutcomeUnknown(504, {
-            "type": "urn:device-state:problem:outcome-unknown", "status": 504,
-            "title": "The change may or may not have been applied",
-            "detail": f"a copy of this write went unanswered, and the last answer ({last.status}) does not say "
-                      f"whether it was applied; send it again with Idempotency-Key {key}, or read the device"},
-            last.headers)
+    unknown = OutcomeUnknown(504, {
+        "type": "urn:device-state:problem:outcome-unknown", "status": 504,
+        "title": "The change may or may not have been applied",
+        "detail": f"a copy of this write went unanswered, and the last answer ({last.status}) does not say "
+                  f"whether it was applied; send it again with Idempotency-Key {key}, or read the device"},
+        last.headers)
     unknown.idempotency_key = key
     return unknown
