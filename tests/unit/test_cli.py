@@ -143,6 +143,21 @@ def test_json_that_json_has_not_an_unreadable_file_and_a_bad_endpoint_are_usage_
     assert server.requests == []
 
 
+
+@pytest.mark.parametrize("release", [503, "no answer"])
+def test_a_lease_whose_release_fails_exits_with_its_commands_status_and_warns(scripted, release):
+    """The command ran: its status is the exit status the help promises, not the release's 3."""
+    grant = {"deviceId": "lamp-1", "leaseId": "1.ab", "leaseToken": "cd" * 16, "fencingToken": 3,
+             "expiresAt": "2026-11-28T00:00:30.000Z", "ttlSeconds": 30}
+    failed = ((503, {"Retry-After": "0"}, {"status": 503, "title": "busy", "detail": "nothing was written"})
+              if release == 503 else (200, {}, b"<html>a proxy's page</html>"))
+    server = scripted((201, {}, grant), failed)
+    result = _run(server.port, "lease", "lamp-1", "--", sys.executable, "-c", "raise SystemExit(7)")
+    assert result.returncode == 7, result.stderr
+    assert "warning: releasing the lease on lamp-1 failed" in result.stderr, result.stderr
+    assert "ends by itself within 60 s" in result.stderr and "Traceback" not in result.stderr
+    assert [method for method, *_ in server.requests] == ["POST"] + ["DELETE"] * 4  # the release, sent again
+
 def test_ctrl_c_ends_a_watch_with_130_not_a_refusals_1(scripted):
     server = scripted((200, {"ETag": '"a"'}, _job({"QUEUED": 2})), (304, {"ETag": '"a"'}, None))
     process = subprocess.Popen([*COMMAND, "jobs", "show", "porch-eco", "--watch", "-o", "json"], text=True,

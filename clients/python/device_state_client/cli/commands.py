@@ -373,7 +373,8 @@ def lease(device_id, command, ttl, wait, owner):
     The command gets DEVICE_STATE_LEASE_DEVICE, DEVICE_STATE_LEASE_TOKEN and
     DEVICE_STATE_FENCING_TOKEN; device-state writes it runs on that device carry the token. The
     lease heartbeats while the command runs and is released when it ends. Exit status: the
-    command's; 1 when the lease is busy, or lost meanwhile (the command is then stopped)."""
+    command's, also when the release fails (a warning then says the lease ends by itself within
+    its TTL); 1 when the lease is busy, or lost meanwhile (the command is then stopped)."""
     import os
     import subprocess
     import threading
@@ -389,7 +390,8 @@ def lease(device_id, command, ttl, wait, owner):
             if "child" in running and running["child"].poll() is None:
                 running["child"].terminate()
 
-    with client.lease(device_id, ttl_seconds=ttl, wait_seconds=wait, owner=owner, on_lost=lost) as held:
+    held = client.lease(device_id, ttl_seconds=ttl, wait_seconds=wait, owner=owner, on_lost=lost)
+    try:
         environment = {**os.environ, "DEVICE_STATE_LEASE_DEVICE": device_id,
                        "DEVICE_STATE_LEASE_TOKEN": held.token, "DEVICE_STATE_FENCING_TOKEN": str(held.fencing_token)}
         with lock:
@@ -399,6 +401,8 @@ def lease(device_id, command, ttl, wait, owner):
                 except OSError as error:
                     raise click.UsageError(f"cannot run {command[0]}: {error.strerror}") from None
         status = running["child"].wait() if "child" in running else REFUSED
+    finally:
+        _release(held, device_id, ttl)
     if "lost" in running:
         from .output import problem_lines
 
@@ -409,6 +413,21 @@ def lease(device_id, command, ttl, wait, owner):
         raise click.exceptions.Exit(REFUSED)
     raise click.exceptions.Exit(status if status >= 0 else 128 - status)
 
+
+
+def _release(held, device_id: str, ttl: float) -> None:
+    """Gives the lease up; a release that fails is a warning, not the command's failure: the
+    command has run, and the lease ends by itself within its TTL (other waiters wait that long)."""
+    import http.client
+
+    from ..errors import ApiError
+
+    try:
+        held.release()
+    except (ApiError, OSError, http.client.HTTPException) as error:
+        said = f"{error.status} {error.slug}" if isinstance(error, ApiError) else str(error) or type(error).__name__
+        click.echo(f"warning: releasing the lease on {device_id} failed ({said}); it ends by itself within "
+                   f"{ttl:g} s", err=True)
 
 # --- settings ----------------------------------------------------------------------------------
 
