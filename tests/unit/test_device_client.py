@@ -23,7 +23,7 @@ from tests.make_serve import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "clients" / "python"))
 from device_state_client import (ApiError, Backoff, CertificateCredentials, DeviceClient,  # noqa: E402
-                                 TokenCredentials)
+                                 OutcomeUnknown, TokenCredentials)
 from device_state_client.client import retry_after  # noqa: E402
 from device_state_client.credentials import token_expiry  # noqa: E402
 
@@ -119,6 +119,20 @@ def test_a_report_answered_504_is_resent_with_the_same_key_and_body(scripted):
     assert first[2]["Content-Type"] == "application/merge-patch+json"
     assert first[2]["Idempotency-Key"] == second[2]["Idempotency-Key"] and first[3] == second[3] == {"power": "on"}
 
+
+
+def test_an_ack_whose_outcome_is_unknown_is_sent_again_under_the_key_it_raised_with(scripted):
+    unknown = {"type": "urn:device-state:problem:outcome-unknown", "status": 504, "detail": "lost"}
+    server = scripted((504, {}, unknown))
+    lamp = _client(server)
+    lamp.write_attempts = 2
+    with pytest.raises(OutcomeUnknown) as raised:
+        lamp.ack("/power", 3, 200)
+    server.script[:] = [(200, {"Idempotent-Replayed": "true"}, DEVICE)]
+    assert lamp.ack("/power", 3, 200, idempotency_key=raised.value.idempotency_key) == DEVICE
+    assert lamp.ack_many([{"path": "/power", "version": 3, "code": 200}], idempotency_key="k-9") == DEVICE
+    keys = [headers["Idempotency-Key"] for _, _, headers, _, _ in server.requests]
+    assert keys == [raised.value.idempotency_key] * 3 + ["k-9"]
 
 def test_429_and_503_are_waited_out_as_retry_after_says_and_4xx_is_not_retried(scripted):
     sleeps = []

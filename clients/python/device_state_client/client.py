@@ -60,16 +60,17 @@ class DeviceClient(Service):
         """Merge-patches the device's ``reported``; answers the device."""
         return self.write("PATCH", f"{self._path}/reported", patch, MERGE_PATCH, idempotency_key)
 
-    def ack(self, path: str, version: int, code: int, reason: str | None = None) -> dict:
+    def ack(self, path: str, version: int, code: int, reason: str | None = None,
+            idempotency_key: str | None = None) -> dict:
         """Tells the service what became of the desire at ``path`` (a JSON Pointer inside
         desired) set at ``version``: ``code`` 200 applied, a 4xx refused (``reason`` says why).
         ``ApiError`` 409 when desired has moved past that version."""
-        return self.ack_many([{"path": path, "version": version, "code": code, "reason": reason}])
+        return self.ack_many([{"path": path, "version": version, "code": code, "reason": reason}], idempotency_key)
 
-    def ack_many(self, acks: list[dict]) -> dict:
+    def ack_many(self, acks: list[dict], idempotency_key: str | None = None) -> dict:
         """Several acks in one request, each ``{"path", "version", "code"[, "reason"]}``."""
         body = {"acks": [{name: value for name, value in ack.items() if value is not None} for ack in acks]}
-        return self.write("POST", f"{self._path}/desired/acks", body, "application/json")
+        return self.write("POST", f"{self._path}/desired/acks", body, "application/json", idempotency_key)
 
     # Credentials
 
