@@ -362,7 +362,8 @@ def test_credentials_and_endpoint_refusals_and_a_service_that_does_not_answer(cl
     unanswered = cli("patch", device, "--merge", '{"n": 1}', "--idempotency-key", "k-1",
                      DEVICE_STATE_ENDPOINT="http://127.0.0.1:1")
     assert unanswered.returncode == UNKNOWN and "no answer from http://127.0.0.1:1" in unanswered.stderr
-    assert "--idempotency-key k-1" in unanswered.stderr  # what to send again to learn the outcome
+    assert "the write was not applied: no copy of it reached the service" in unanswered.stderr  # nothing listens
+    assert "--idempotency-key k-1" in unanswered.stderr
     failing = cli("get", device, DEVICE_STATE_TOKEN=None, DEVICE_STATE_TOKEN_COMMAND="exit 4")
     assert failing.returncode == USAGE and "the token command exited 4" in failing.stderr
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import sys
+import threading
 import time
+import urllib.error
 from decimal import Decimal
 from itertools import islice
 
@@ -63,6 +66,56 @@ def test_a_refusal_is_not_sent_again_and_one_outcome_unknown_to_the_last_attempt
         client.delete("lamp-1")
     assert len(unknown.requests) == 3 and lost.value.slug == "outcome-unknown"
     assert {headers["Idempotency-Key"] for _, _, headers, _, _ in unknown.requests} == {lost.value.idempotency_key}
+
+
+
+class HangingUp:
+    """Reads each of the first ``hangups`` requests whole and closes the connection without an
+    answer (a write that may have applied), then stops listening: later copies are refused
+    their connection and never reach it."""
+
+    def __init__(self, hangups: int):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port, self.keys = self.listener.getsockname()[1], []
+        threading.Thread(target=self._serve, args=(hangups,), daemon=True).start()
+
+    def _serve(self, hangups: int):
+        for _ in range(hangups):
+            connection, _ = self.listener.accept()
+            with connection:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += connection.recv(65536)
+                head, body = data.split(b"\r\n\r\n", 1)
+                headers = dict(line.split(": ", 1) for line in head.decode().split("\r\n")[1:])
+                while len(body) < int(headers.get("Content-Length", 0)):
+                    body += connection.recv(65536)
+                self.keys.append(headers["Idempotency-Key"])
+        self.listener.close()
+
+
+@pytest.mark.parametrize("hangups", [1, 3], ids=["first-copy-then-refused", "every-copy"])
+def test_a_write_whose_copy_reached_the_service_unanswered_ends_unknown_whatever_follows(hangups):
+    """A copy read whole and not answered may have applied: OutcomeUnknown, with its key, also
+    when the later copies find no connection (they say nothing of the first)."""
+    server = HangingUp(hangups)
+    client = AppClient(f"http://127.0.0.1:{server.port}", TokenCredentials("t0k"), sleep=lambda seconds: None)
+    client.write_attempts = 3
+    with pytest.raises(OutcomeUnknown) as unknown:
+        client.patch("lamp-1", [{"op": "increment", "path": "/n", "value": 1}])
+    assert server.keys and set(server.keys) == {unknown.value.idempotency_key}
+    assert f"Idempotency-Key {unknown.value.idempotency_key}" in unknown.value.problem["detail"]
+
+
+def test_a_write_no_copy_of_which_reached_the_service_raises_its_connection_error_with_its_key():
+    """Nothing listens: no copy was sent, nothing was written, and the error says so by its type."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+    client = AppClient(f"http://127.0.0.1:{port}", TokenCredentials("t0k"), sleep=lambda seconds: None)
+    client.write_attempts = 2
+    with pytest.raises(urllib.error.URLError) as refused:
+        client.patch("lamp-1", [{"op": "increment", "path": "/n", "value": 1}], idempotency_key="k-2")
+    assert not isinstance(refused.value, OutcomeUnknown) and refused.value.idempotency_key == "k-2"
 
 
 @pytest.mark.parametrize("first", [(504, {}, UNKNOWN), (502, {}, b"<html>bad gateway</html>"),

@@ -51,9 +51,10 @@ class Service:
               idempotency_key: str | None = None, headers: dict | None = None) -> dict:
         """Sends a write until it is answered, the same request under the same key each time:
         on no answer (a reset, a timeout), 429, 5xx (504 ``outcome-unknown`` included), after
-        ``Retry-After`` or a backoff, at most ``write_attempts`` times. When a copy went unanswered
-        and the last answer does not say what became of it, ``OutcomeUnknown``; what it raises
-        carries the key (``idempotency_key``), to send the write again under."""
+        ``Retry-After`` or a backoff, at most ``write_attempts`` times. When a copy reached the
+        service unanswered and the last answer does not say what became of it (or none came),
+        ``OutcomeUnknown``; when no copy reached it, the connection's ``URLError`` (nothing was
+        written). What it raises carries the key (``idempotency_key``), to send the write again under."""
         key = idempotency_key or str(uuid.uuid4())
         sent = {**(headers or {}), "Idempotency-Key": key}
         if content_type is not None:
@@ -63,7 +64,9 @@ class Service:
         def send():
             try:
                 return self.request(method, path, body, sent)
-            except (OSError, http.client.HTTPException):
+            except urllib.error.URLError:  # no connection, or the request not sent whole: it never reached the service
+                raise
+            except (OSError, http.client.HTTPException):  # sent, and no answer read
                 unanswered.append(None)
                 raise
             except ApiError as error:
@@ -76,10 +79,12 @@ class Service:
             error.idempotency_key = key
             if unanswered and not isinstance(error, OutcomeUnknown) and (
                     error.status in ANSWERED_BEFORE_THE_KEY or error.status >= 500):
-                raise _outcome_unknown(error, key) from error
+                raise _outcome_unknown(key, f"the last answer ({error.status})", error.headers) from error
             raise
         except (OSError, http.client.HTTPException) as error:
-            error.idempotency_key = key
+            if unanswered:
+                raise _outcome_unknown(key, f"the last attempt ({error})") from error
+            error.idempotency_key = key  # no copy reached the service: nothing was written
             raise
 
     def retried(self, send, statuses=frozenset(RETRIED_STATUSES), unanswered: bool = True):
@@ -136,13 +141,14 @@ class Service:
         raise AssertionError("unreachable")
 
 
-def _outcome_unknown(last: ApiError, key: str) -> OutcomeUnknown:
-    """What a write whose copies went unanswered, and whose last answer does not say, comes to."""
+def _outcome_unknown(key: str, last: str, headers=None) -> OutcomeUnknown:
+    """What a write comes to when a copy of it reached the service unanswered and ``last`` (its
+    last answer or attempt) does not say whether it was applied."""
     unknown = OutcomeUnknown(504, {
         "type": "urn:device-state:problem:outcome-unknown", "status": 504,
         "title": "The change may or may not have been applied",
-        "detail": f"a copy of this write went unanswered, and the last answer ({last.status}) does not say "
-                  f"whether it was applied; send it again with Idempotency-Key {key}, or read the device"},
-        last.headers)
+        "detail": f"a copy of this write went unanswered, and {last} does not say whether it was applied; "
+                  f"send it again with Idempotency-Key {key}, or read the device"},
+        headers or {})
     unknown.idempotency_key = key
     return unknown

@@ -127,9 +127,14 @@ def _failure(ctx, error: Exception) -> int | None:
         click.echo(f"error: {error}", err=True)
         return USAGE
     if isinstance(error, (OSError, http.client.HTTPException)):
+        import urllib.error
+
         endpoint = getattr(session, "endpoint", None) or "the service"
         click.echo(f"error: no answer from {endpoint}: {error}", err=True)
-        if key:
+        if key and isinstance(error, urllib.error.URLError):  # the client raises it when no copy was sent whole
+            click.echo(f"  the write was not applied: no copy of it reached the service; the same command with "
+                       f"--idempotency-key {key} sends it again", err=True)
+        elif key:
             click.echo(f"  the write may or may not have been applied; the same command with --idempotency-key "
                        f"{key} applies it at most once and answers what became of it", err=True)
         return UNKNOWN
