@@ -119,6 +119,30 @@ def test_a_desire_set_again_without_the_option_is_not_cleared(manager):
     assert "cleared" not in desired_meta(manager.get("lamp"))["power"]
 
 
+
+@pytest.mark.parametrize("again", [MergePatch({"speed": 5}), JsonPatch([{"op": "add", "path": "/speed", "value": 5}]),
+                                   JsonPatch([{"op": "add", "path": "/speed", "value": {"level": 5}}])],
+                         ids=["merge", "json-patch", "an-object"])
+def test_a_desire_set_again_after_its_cleared_confirmation_and_withdrawn_is_not_shown_confirmed(timed, again):
+    """The confirmation kept of a cleared desire lasts until desired sets the leaf again: a
+    read-free write setting it (then one removing it) leaves no confirmation that answers the
+    new, withdrawn desire as confirmed."""
+    manager, _, spy = timed
+    manager.create("fan", {})
+    wanted = manager.update_with_retry("fan", MergePatch({"speed": 2}), section="desired",
+                                       desire=DesireOptions(clear_on_confirm=True))
+    confirmed = manager.update_with_retry("fan", MergePatch({"speed": 2}), section="reported")
+    assert desired_meta(manager.get("fan"))["speed"] == {"version": wanted.version,
+                                                         "confirmedVersion": confirmed.version, "cleared": True}
+    set_again = manager.update_with_retry("fan", again, section="desired")
+    assert "cleared" not in desired_meta(manager.get("fan"))["speed"]
+    spy.calls.clear()
+    withdrawn = manager.update_with_retry("fan", MergePatch({"speed": None}), section="desired")
+    # removing a member that holds an object reads first (compiled writes remove leaves only)
+    read_free = not isinstance(set_again.desired["speed"], dict)
+    assert spy.calls == (["update_item"] if read_free else ["update_item", "get_item", "update_item"])
+    assert withdrawn.desired == {} and "speed" not in desired_meta(manager.get("fan"))
+
 def test_options_are_for_desired_writes_only(manager):
     manager.create("lamp", {})
     with pytest.raises(ValueError):

@@ -236,3 +236,18 @@ def test_kept_confirmations_are_the_newest_within_the_count_and_the_bytes():
     assert confirmations == [long_leaf]  # the newest first: the older ones do not fit after it
     assert len(long_leaf) + CONFIRMATION_BYTES <= MAX_CLEARED_KEPT_BYTES < 2 * (len(long_leaf) + CONFIRMATION_BYTES)
     assert set(kept(desired, entries, keep_cleared=False)) == {"/wanted"}
+
+
+@pytest.mark.parametrize("desired, shown", [
+    ({}, True),
+    ({"fan": {"mode": "eco"}}, True),  # a sibling of the cleared leaf
+    ({"fan": {"speed": 5}}, False),  # set again
+    ({"fan": {"speed": {"level": 5}}}, False),  # an object set there since
+    ({"fan": 3}, False),  # a leaf above it
+])
+def test_a_cleared_desires_confirmation_counts_until_desired_holds_something_at_above_or_below_it(desired, shown):
+    from functions.device_state.model.desires import cleared, superseded_by
+
+    entries = {"status": {"/fan/speed": {"v": 2, "k": 3}, "/power": {"v": 2, "a": 200, "t": 1}}}
+    assert cleared(desired, entries) == ({"/fan/speed": {"v": 2, "k": 3}} if shown else {})
+    assert superseded_by("/fan/speed") == ["/fan", "/fan/speed"] and superseded_by("/power") == ["/power"]

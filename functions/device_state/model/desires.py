@@ -57,6 +57,7 @@ _LARGEST_VERSION, _LARGEST_MILLISECONDS = {"N": str(VERSION_SPAN - 1)}, {"N": "9
 # every member at its largest.
 STATUS_BYTES = 1 + item_size({"": {"M": {"v": _LARGEST_VERSION, "x": _LARGEST_MILLISECONDS, "c": {"BOOL": True},
                                          "a": {"N": "599"}, "r": {"S": ""}, "t": _LARGEST_MILLISECONDS}}})
+CONFIRMED = "k"  # a status's member: the version of the report that confirmed its cleared desire
 MAX_CLEARED_KEPT = 100  # confirmations of cleared desires kept on the item, newest first
 # ... and their bytes on the item: each its pointer plus CONFIRMATION_BYTES. Ordinary pointers
 # (tens of bytes) meet the count first; of the longest (4,096 bytes) the newest one is kept.
@@ -140,10 +141,27 @@ def current(desired: dict, entries: dict) -> dict[str, dict]:
 
 
 def cleared(desired: dict, entries: dict) -> dict[str, dict]:
-    """The confirmations of cleared desires whose leaf is not in desired."""
+    """The confirmations of cleared desires that no desire since has superseded: desired
+    holds nothing at their leaf, below it or above it."""
+    confirmations = {leaf: status for leaf, status in (entries.get(STATUS) or {}).items() if CONFIRMED in status}
+    if not confirmations:
+        return {}
     present = leaves(desired)
-    return {leaf: status for leaf, status in (entries.get(STATUS) or {}).items()
-            if "k" in status and leaf not in present}
+    held = {above for leaf in present for above in superseded_by(leaf)}  # each leaf and the objects above it
+    return {leaf: status for leaf, status in confirmations.items()
+            if leaf not in held and not any(above in present for above in _above(leaf))}
+
+
+def superseded_by(leaf: str) -> list[str]:
+    """The pointers whose confirmations a desire set at ``leaf`` supersedes, as far as a write
+    that reads nothing can name them: the leaf and each object above it (a write setting an
+    object supersedes those below too, which it cannot name)."""
+    return [*_above(leaf), leaf]
+
+
+def _above(leaf: str) -> list[str]:
+    parts = leaf.split("/")
+    return ["/".join(parts[:end]) for end in range(2, len(parts))]
 
 
 def is_expired(status: dict, now: float) -> bool:
@@ -205,7 +223,7 @@ def annotate(metadata: dict, desired: dict, entries: dict, now: float) -> None:
             if "version" in node:  # a leaf of desired holds this path: the cleared one is history
                 break
         else:
-            node.setdefault(parts[-1], {"version": int(status["v"]), "confirmedVersion": int(status["k"]),
+            node.setdefault(parts[-1], {"version": int(status["v"]), "confirmedVersion": int(status[CONFIRMED]),
                                         "cleared": True})
 
 
@@ -285,7 +303,7 @@ def after_report(desired: dict, reported: dict, entries: dict, version: int) -> 
         return None
     remaining = without_leaves(desired, confirmed)
     kept_statuses = {leaf: status for leaf, status in statuses.items() if leaf not in confirmed}
-    done = {leaf: {"v": int(statuses[leaf]["v"]), "k": version} for leaf in confirmed}
+    done = {leaf: {"v": int(statuses[leaf]["v"]), CONFIRMED: version} for leaf in confirmed}
     return remaining, {**cleared(desired, entries), **done, **kept_statuses}
 
 
@@ -297,8 +315,9 @@ def kept(desired: dict, entries: dict, keep_cleared: bool = True) -> dict:
     if not keep_cleared:
         return statuses
     newest, room = {}, MAX_CLEARED_KEPT_BYTES
-    for leaf, status in sorted(cleared(desired, entries).items(), key=lambda item: (int(item[1]["k"]), item[0]),
-                               reverse=True):
+    newest_first = sorted(cleared(desired, entries).items(), key=lambda item: (int(item[1][CONFIRMED]), item[0]),
+                          reverse=True)
+    for leaf, status in newest_first:
         room -= pointer_bytes(leaf) + CONFIRMATION_BYTES
         if len(newest) == MAX_CLEARED_KEPT or room < 0:
             break

@@ -16,6 +16,7 @@ from ..fleet.index import compiled_attributes, shard_of
 from ..item import job_marks, schema
 from ..item.journal import JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp, trimmed_stamps, trimming
 from ..item.room import LONGEST_NUMBER_BYTES, MAX_STATE_ITEM_BYTES, most_added, value_size
+from ..model import desires
 from ..model.patches import INCREMENT, REMOVED, SET, JsonPatch, MergePatch, exact
 from ..model.sections import (
     MAX_POINTER_BYTES,
@@ -294,6 +295,8 @@ class CompiledPatches(PlanContext):
             conditions += _one_entry_per_leaf(expr, compiled, map_type)
             if section == REPORTED:  # a report that may clear a desire reads first (write_sections)
                 conditions.append(f"attribute_not_exists({name(schema.CLEAR_PENDING)})")
+            else:
+                conditions += _no_confirmation_superseded(expr, compiled)
             # each metadata entry it sets and the section's changed mark, all as if new
             growth += sum(1 + len(leaf.encode()) + value_size(number(pack(VERSION_SPAN - 1, self.now)))
                           for leaf in renewed)
@@ -325,6 +328,19 @@ class CompiledPatches(PlanContext):
                                    self.fence.condition(device_id, expr, self.now),
                                    *self._holder_condition(expr, device_id), *conditions])
         return self._update(device_id, update, expression, expr, write, UPDATED, ReturnValues="ALL_NEW")
+
+
+def _no_confirmation_superseded(expr: Expression, compiled) -> list[str]:
+    """The conditions under which a compiled desired patch supersedes no kept confirmation of a
+    cleared desire (``desires.cleared``), which it would leave behind to be shown again once the
+    leaf is removed: none at or above a leaf it sets, and none at all where it sets an object
+    (the leaves below it cannot be named). Read-modify-write drops those it supersedes."""
+    if any(effect == SET and isinstance(value, dict) for _, effect, value in compiled.effects):
+        return [f"attribute_not_exists({expr.name(schema.STATUS_DESIRED)})"]
+    named = {superseded: None for parts, effect, _ in compiled.effects if effect != REMOVED
+             for superseded in desires.superseded_by(pointer(parts))}
+    return [f"attribute_not_exists({expr.name(schema.STATUS_DESIRED)}.{expr.name(superseded)}."
+            f"{expr.name(desires.CONFIRMED)})" for superseded in named]
 
 
 def _one_entry_per_leaf(expr: Expression, compiled, map_type: str) -> list[str]:
