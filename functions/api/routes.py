@@ -280,7 +280,9 @@ ACKS_BODY = {"type": "object", "required": ["acks"], "additionalProperties": Fal
                      "description": f"JSON Pointer of a desired leaf (at most {MAX_POINTER_BYTES:,} bytes)"},
             "version": {"type": "integer", "minimum": 1, "maximum": MAX_VERSION,
                         "description": "The leaf's desired version"},
-            "code": {"type": "integer", "minimum": 200, "maximum": 599},
+            "code": {"type": "integer", "minimum": 200, "maximum": 599,
+                     "not": {"anyOf": [{"enum": [201]}, {"type": "integer", "minimum": 203, "maximum": 399}]},
+                     "description": "200 applied, 202 in progress, 400-499 refused, 500-599 failed"},
             "reason": Checked({"type": "string", "maxLength": MAX_REASON_CHARS},
                               problem=functools.partial(InvalidValue, limit="ack-reason"))}}},
         parse.acks)}}

@@ -52,6 +52,7 @@ HOSTILE = [
     {"acks": [{"path": "/" + "x" * 100000, "version": 1, "code": 200}]},
     {"acks": [{"path": "/p", "version": 10 ** 40, "code": 200}]},
     {"acks": [{"path": "/p", "version": 1, "code": 10 ** 40}]},
+    *({"acks": [{"path": "/p", "version": 1, "code": code}]} for code in (199, 201, 204, 299, 301, 399, 600)),
     {"acks": [{"path": "/p", "version": 1, "code": 200, "reason": "x" * 257}]},
     {"acks": [{"path": "/p", "version": 1, "code": 200, "reason": 5}]},
     {"acks": [{"path": 5, "version": 1, "code": 200}]},

@@ -251,3 +251,13 @@ def test_a_cleared_desires_confirmation_counts_until_desired_holds_something_at_
     entries = {"status": {"/fan/speed": {"v": 2, "k": 3}, "/power": {"v": 2, "a": 200, "t": 1}}}
     assert cleared(desired, entries) == ({"/fan/speed": {"v": 2, "k": 3}} if shown else {})
     assert superseded_by("/fan/speed") == ["/fan", "/fan/speed"] and superseded_by("/power") == ["/power"]
+
+
+def test_an_ack_code_is_one_the_contract_gives_a_meaning():
+    from functions.device_state import Ack
+
+    for code in (200, 202, 400, 409, 499, 500, 599):
+        assert Ack("/p", 1, code).code == code
+    for code in (199, 201, 204, 299, 301, 399, 600, True):
+        with pytest.raises(ValueError):
+            Ack("/p", 1, code)

@@ -111,8 +111,9 @@ class Ack:
             raise ValueError(f"an ack's path is at most {MAX_POINTER_BYTES} bytes, as a desired leaf's is")
         if isinstance(self.version, bool) or not isinstance(self.version, int) or not 1 <= self.version <= MAX_VERSION:
             raise ValueError("an ack's version is the desired leaf's version (an integer from 1)")
-        if isinstance(self.code, bool) or not isinstance(self.code, int) or not 200 <= self.code <= 599:
-            raise ValueError("an ack's code is 200 to 599: 200 applied, 202 in progress, 4xx refused, 5xx failed")
+        if (isinstance(self.code, bool) or not isinstance(self.code, int)
+                or not (self.code in (200, IN_PROGRESS) or REFUSED_FROM <= self.code <= 599)):
+            raise ValueError("an ack's code is 200 applied, 202 in progress, 400-499 refused or 500-599 failed")
         if self.reason is not None and (not isinstance(self.reason, str) or len(self.reason) > MAX_REASON_CHARS):
             raise InvalidValue(f"an ack's reason is a string of at most {MAX_REASON_CHARS} characters",
                                limit="ack-reason")
