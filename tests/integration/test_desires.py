@@ -68,6 +68,27 @@ def test_a_desire_expires_without_a_write_unless_confirmed(timed):
     assert manager.get("heater").delta() == {"heating": "on"}
 
 
+
+def test_an_expired_desire_is_never_asked_for_again_and_a_report_equal_to_it_shows_as_its_confirmation(timed):
+    """Expiry and confirmation are judged when read, against what reported holds then
+    (docs/api/sections.md): past the deadline a leaf is out of the delta whatever comes, and
+    reported equal to it, early or late, is its confirmation."""
+    manager, clock, _ = timed
+    manager.create("fan", {}, sections={"reported": {"speed": 1, "mode": "eco"}})
+    wanted = manager.update_with_retry("fan", MergePatch({"speed": 3, "mode": "boost"}), section="desired",
+                                       desire=DesireOptions(expires_in=60))
+    in_time = manager.update_with_retry("fan", MergePatch({"speed": 3}), section="reported")
+    clock.now += 61
+    drifted = manager.update_with_retry("fan", MergePatch({"speed": 2}), section="reported")
+    assert drifted.delta(clock.now) == {}  # drifted after the deadline: not asked again
+    shown = desired_meta(manager.get("fan"), clock.now)
+    assert shown["speed"]["expired"] is True and "confirmedVersion" not in shown["speed"]
+    assert shown["mode"]["expired"] is True
+    late = manager.update_with_retry("fan", MergePatch({"mode": "boost"}), section="reported")
+    shown = desired_meta(manager.get("fan"), clock.now)
+    assert shown["mode"]["confirmedVersion"] == late.version and "expired" not in shown["mode"]
+    assert (wanted.version, in_time.version) == (2, 3)
+
 def test_expiry_takes_whole_numbers_of_seconds_up_to_30_days():
     for bad in (0, 30 * 24 * 3600 + 1, 1.5, True, "60"):
         with pytest.raises(InvalidValue):
