@@ -186,3 +186,16 @@ def test_ack_changes_carry_the_acks_and_a_delete_forgets_statuses(manager):
     manager.delete("lamp")
     recreated = manager.create("lamp", {}, sections={"desired": {"brightness": 150}})
     assert recreated.delta() == {"brightness": 150} and "statusDesired" not in manager.live_state("lamp")
+
+
+def test_a_null_desire_is_confirmed_by_a_reported_null_which_only_a_json_patch_writes(manager):
+    """docs/api/sections.md: a merge patch's null removes, so it cannot report a null."""
+    manager.create("fan", {}, sections={"reported": {"timer": 30}})
+    wanted = manager.update_with_retry("fan", JsonPatch([{"op": "add", "path": "/timer", "value": None}]),
+                                       section="desired")
+    assert wanted.delta() == {"timer": None}
+    removed = manager.update_with_retry("fan", MergePatch({"timer": None}), section="reported")
+    assert removed.reported == {} and removed.delta() == {"timer": None}
+    nulled = manager.update_with_retry("fan", JsonPatch([{"op": "add", "path": "/timer", "value": None}]),
+                                       section="reported")
+    assert nulled.reported == {"timer": None} and nulled.delta() == {}
