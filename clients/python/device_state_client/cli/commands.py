@@ -414,7 +414,6 @@ def lease(device_id, command, ttl, wait, owner):
     raise click.exceptions.Exit(status if status >= 0 else 128 - status)
 
 
-
 def _release(held, device_id: str, ttl: float) -> None:
     """Gives the lease up; a release that fails is a warning, not the command's failure: the
     command has run, and the lease ends by itself within its TTL (other waiters wait that long)."""
@@ -428,6 +427,7 @@ def _release(held, device_id: str, ttl: float) -> None:
         said = f"{error.status} {error.slug}" if isinstance(error, ApiError) else str(error) or type(error).__name__
         click.echo(f"warning: releasing the lease on {device_id} failed ({said}); it ends by itself within "
                    f"{ttl:g} s", err=True)
+
 
 # --- settings ----------------------------------------------------------------------------------
 
