@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from functions.device_state import DeviceStateManager, InvalidValue, JsonPatch, MergePatch
-from functions.device_state.model.values import loads
+from functions.device_state.model.values import dumps, loads
 
 
 def increment(value, **bounds):
@@ -90,3 +90,17 @@ def test_lone_surrogates_are_refused_before_anything_is_stored(manager, state):
     with pytest.raises(InvalidValue):
         manager.update_with_retry("d", MergePatch(state))
     assert manager.get("d").state == {} and manager.get("d").version == 1
+
+
+@pytest.mark.parametrize("spelling", ["-0.0", "0.00", "-0", "0E+5"])
+@pytest.mark.parametrize("how", ["create", "merge", "add"])
+def test_a_zero_is_answered_as_the_reads_show_it(manager, spelling, how):
+    """DynamoDB holds every zero as 0: a write's answer says 0 too, not the spelling sent."""
+    value = loads(spelling)
+    if how == "create":
+        answered = manager.create("d", {"n": value})
+    else:
+        manager.create("d", {})
+        patch = MergePatch({"n": value}) if how == "merge" else JsonPatch([{"op": "add", "path": "/n", "value": value}])
+        answered = manager.update_with_retry("d", patch)
+    assert dumps(answered.state) == dumps(manager.get("d").state) == '{"n":0}'

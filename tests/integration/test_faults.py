@@ -12,6 +12,7 @@ import uuid
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from functions.device_state import (
     SECRET,
@@ -33,10 +34,12 @@ from functions.device_state.client import dynamodb_client
 from functions.device_state.feed.items import epoch_of
 from functions.device_state.item.contention import MARK_AFTER_SECONDS
 from functions.device_state import table
-from functions.device_state.item.journal import JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX, journal, trimmed_stamp
+from functions.device_state.item.journal import (JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX, SETTLED_KEEP_SECONDS,
+                                                 WriteId, journal, trimmed_stamp)
 from functions.device_state.write.store import IDEMPOTENT, Store
 from functions.push.subscriptions import SUBSCRIPTION_SK_PREFIX, Subscriptions
 from localdev.faults import Forwarder
+from tests.helpers import Clock
 
 pytestmark = pytest.mark.dynamodb_local
 
@@ -594,3 +597,47 @@ def test_a_transaction_that_only_checks_answers_nothing_written_when_every_answe
     rig.forwarder.lose("TransactWriteItems", times=3)
     rig.manager.transact([Operation.check("a", 1), Operation.update("b", INCREMENT)])
     assert rig.state("b") == {"n": 1}
+
+
+class HoldingFirstUpdate:
+    """A client that keeps the first UpdateItem unsent (``held``, to send later: a copy held
+    up in the network) and raises the timeout its caller would see."""
+
+    def __init__(self, client):
+        self.client, self.held = client, None
+
+    def __getattr__(self, name):
+        attribute = getattr(self.client, name)
+        if name != "update_item":
+            return attribute
+
+        def update_item(**request):
+            if self.held is None:
+                self.held = request
+                raise ReadTimeoutError(endpoint_url="http://held-up")
+            return attribute(**request)
+
+        return update_item
+
+
+def test_a_read_free_copy_arriving_after_its_never_applied_marker_went_is_refused(local_table):
+    """A compiled write's first copy is held up; its settle marks it never applied and the write
+    applies by read-modify-write. A later write drops the marker once it is SETTLED_KEEP_SECONDS
+    old; the held copy arriving after that finds updatedAt past its own deadline and is refused,
+    where the marker alone would have let it apply a second time."""
+    client, name = local_table
+    clock = Clock()
+    other, holding = DeviceStateManager(client, name, clock=clock), HoldingFirstUpdate(client)
+    other.create("d", {"n": 0})
+    assert DeviceStateManager(holding, name, clock=clock).update_with_retry("d", INCREMENT).state["n"] == 1
+    write = WriteId.parse(next(name for name in holding.held["ExpressionAttributeNames"].values()
+                               if name.startswith("w:")))
+    assert dict(journal(other.live_state("d")))[write] == 0  # settled: never applied
+    clock.now += SETTLED_KEEP_SECONDS + 1
+    other.update_with_retry("d", JsonPatch([{"op": "test", "path": "/n", "value": 1},
+                                            {"op": "add", "path": "/x", "value": 1}]))  # reads: drops the marker
+    assert write not in dict(journal(other.live_state("d")))
+    with pytest.raises(ClientError) as refused:
+        client.update_item(**holding.held)
+    assert refused.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    assert other.get("d").state == {"n": 1, "x": 1}

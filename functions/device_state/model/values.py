@@ -144,7 +144,7 @@ def _encode(value, out) -> None:
     elif isinstance(value, str):
         out(json.dumps(value, ensure_ascii=False))
     elif isinstance(value, (Decimal, int)):
-        out(str(value))
+        out(str(value) if value else "0")  # any zero (-0.0, 0E+5) as DynamoDB holds it
     elif isinstance(value, dict):
         out("{")
         for index, (key, member) in enumerate(value.items()):
