@@ -164,6 +164,33 @@ def test_a_desire_set_again_after_its_cleared_confirmation_and_withdrawn_is_not_
     assert spy.calls == (["update_item"] if read_free else ["update_item", "get_item", "update_item"])
     assert withdrawn.desired == {} and "speed" not in desired_meta(manager.get("fan"))
 
+
+@pytest.mark.parametrize("above", [MergePatch({"fan": 5}), JsonPatch([{"op": "add", "path": "/fan", "value": 5}]),
+                                   JsonPatch([{"op": "add", "path": "/fan", "value": {"mode": "eco"}}])],
+                         ids=["merge", "json-patch", "an-object"])
+def test_a_desire_set_above_a_cleared_confirmation_and_withdrawn_does_not_bring_it_back(timed, above):
+    """The confirmation of /fan/speed is superseded by a desire that /fan be a scalar, not by
+    an object without speed (a sibling's desire): read-free, a write setting /fan cannot list
+    the confirmations below it, so ``clearedAbove`` names /fan and the write reads first."""
+    manager, _, spy = timed
+    manager.create("hall", {})
+    manager.update_with_retry("hall", MergePatch({"fan": {"speed": 2}}), section="desired",
+                              desire=DesireOptions(clear_on_confirm=True))
+    confirmed = manager.update_with_retry("hall", MergePatch({"fan": {"speed": 2}}), section="reported")
+    assert confirmed.desired == {} and desired_meta(manager.get("hall"))["fan"]["speed"]["cleared"] is True
+    spy.calls.clear()
+    manager.update_with_retry("hall", above, section="desired")
+    assert spy.calls == ["update_item", "get_item", "update_item"]  # refused read-free, then read-modify-write
+    withdrawn = manager.update_with_retry("hall", MergePatch({"fan": None}), section="desired")
+    kept = desired_meta(manager.get("hall"))
+    assert withdrawn.desired == {} and kept == ({} if not isinstance(above_value(above), dict) else
+                                                {"fan": {"speed": {"version": 2, "confirmedVersion": 3,
+                                                                   "cleared": True}}})
+
+
+def above_value(patch):
+    return patch.patch["fan"] if isinstance(patch, MergePatch) else patch.operations[0]["value"]
+
 def test_options_are_for_desired_writes_only(manager):
     manager.create("lamp", {})
     with pytest.raises(ValueError):

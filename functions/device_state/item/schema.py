@@ -33,6 +33,9 @@ META_REPORTED = "metaReported"
 # Per desired leaf: the device's acknowledgement, the desire's expiry, clear on confirm (model/desires.py).
 STATUS_DESIRED = "statusDesired"
 CLEAR_PENDING = "clearPending"  # set while a desire is to be cleared by its confirming report
+# A string set of each object above a kept confirmation of a cleared desire, for read-free
+# writes, which cannot list statusDesired, to see that setting one would supersede it.
+CLEARED_ABOVE = "clearedAbove"
 CHANGED_DESIRED = "changedDesired"  # the version of the last write to desired (what a delta waiter waits for)
 CHANGED_REPORTED = "changedReported"
 
@@ -92,7 +95,7 @@ BOOKKEEPING_ATTRIBUTES = frozenset({JOURNAL_TRIMMED, JOURNAL_TRIMMED_STAMPS, *LE
                                     *CONNECTIVITY_ATTRIBUTES, *CONTENTION_MARKS, *IDENTITY_ATTRIBUTES})
 # What a delete takes from the item (its index attributes too): a tombstone keeps its version.
 DELETED_WITH_THE_DEVICE = (STATE, *LEASE_ATTRIBUTES, DESIRED, REPORTED, META_DESIRED, META_REPORTED,
-                           CHANGED_DESIRED, CHANGED_REPORTED, STATUS_DESIRED, CLEAR_PENDING,
+                           CHANGED_DESIRED, CHANGED_REPORTED, STATUS_DESIRED, CLEAR_PENDING, CLEARED_ABOVE,
                            *CONNECTIVITY_ATTRIBUTES, *IDENTITY_ATTRIBUTES, JOB_MARKS)
 # What a create over a tombstone or a settle stub removes.
 GONE_ON_CREATE = (DELETED_AT, TTL_ATTRIBUTE, *LEASE_ATTRIBUTES)

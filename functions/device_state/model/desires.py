@@ -160,6 +160,12 @@ def superseded_by(leaf: str) -> list[str]:
     return [*_above(leaf), leaf]
 
 
+def objects_above_confirmations(statuses: dict) -> list[str]:
+    """Each object above a kept confirmation of a cleared desire (what a write setting one,
+    a desire above them, supersedes)."""
+    return sorted({above for leaf, status in statuses.items() if CONFIRMED in status for above in _above(leaf)})
+
+
 def _above(leaf: str) -> list[str]:
     parts = leaf.split("/")
     return ["/".join(parts[:end]) for end in range(2, len(parts))]

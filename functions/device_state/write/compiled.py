@@ -345,14 +345,13 @@ def _not_outlived(expr: Expression, now: float) -> str:
 def _no_confirmation_superseded(expr: Expression, compiled) -> list[str]:
     """The conditions under which a compiled desired patch supersedes no kept confirmation of a
     cleared desire (``desires.cleared``), which it would leave behind to be shown again once the
-    leaf is removed: none at or above a leaf it sets, and none at all where it sets an object
-    (the leaves below it cannot be named). Read-modify-write drops those it supersedes."""
-    if any(effect == SET and isinstance(value, dict) for _, effect, value in compiled.effects):
-        return [f"attribute_not_exists({expr.name(schema.STATUS_DESIRED)})"]
-    named = {superseded: None for parts, effect, _ in compiled.effects if effect != REMOVED
-             for superseded in desires.superseded_by(pointer(parts))}
+    leaf is removed: none at or above a member it sets, and none below it (it is no object in
+    ``clearedAbove``). Refused, read-modify-write drops those it supersedes."""
+    set_at = [pointer(parts) for parts, effect, _ in compiled.effects if effect != REMOVED]
+    named = {superseded: None for leaf in set_at for superseded in desires.superseded_by(leaf)}
     return [f"attribute_not_exists({expr.name(schema.STATUS_DESIRED)}.{expr.name(superseded)}."
-            f"{expr.name(desires.CONFIRMED)})" for superseded in named]
+            f"{expr.name(desires.CONFIRMED)})" for superseded in named] + [
+        f"NOT contains({expr.name(schema.CLEARED_ABOVE)}, {expr.value({'S': leaf})})" for leaf in set_at]
 
 
 def _one_entry_per_leaf(expr: Expression, compiled, map_type: str) -> list[str]:

@@ -289,7 +289,8 @@ def _apply(update_fn: UpdateFn, document: dict) -> dict:
 
 
 def _status_sets(expr: Expression, desired: dict, entries: dict, sets: list, removes: list, written: dict) -> None:
-    """SET or REMOVE clauses of desired's statuses and of the clear-pending mark."""
+    """SET or REMOVE clauses of desired's statuses, of the objects above their kept
+    confirmations and of the clear-pending mark."""
     statuses = entries.get(STATUS) or {}
     if statuses:
         written[schema.STATUS_DESIRED] = to_attribute(statuses)
@@ -297,6 +298,13 @@ def _status_sets(expr: Expression, desired: dict, entries: dict, sets: list, rem
     else:
         written[schema.STATUS_DESIRED] = _REMOVED
         removes.append(expr.name(schema.STATUS_DESIRED))
+    above = desires.objects_above_confirmations(statuses)
+    if above:
+        written[schema.CLEARED_ABOVE] = {"SS": above}
+        sets.append(f"{expr.name(schema.CLEARED_ABOVE)} = {expr.value(written[schema.CLEARED_ABOVE])}")
+    else:
+        written[schema.CLEARED_ABOVE] = _REMOVED
+        removes.append(expr.name(schema.CLEARED_ABOVE))
     if desires.clear_pending(desired, entries):
         written[schema.CLEAR_PENDING] = {"BOOL": True}
         sets.append(f"{expr.name(schema.CLEAR_PENDING)} = {expr.value({'BOOL': True})}")
