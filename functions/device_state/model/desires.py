@@ -317,18 +317,21 @@ def after_report(desired: dict, reported: dict, entries: dict, version: int) -> 
 def kept(desired: dict, entries: dict, keep_cleared: bool = True) -> dict:
     """Desired's statuses as a write that reads leaves them on the item: those that count
     and, with ``keep_cleared``, the newest confirmations of cleared desires, as many as fit
-    in ``MAX_CLEARED_KEPT`` and ``MAX_CLEARED_KEPT_BYTES``."""
+    in ``MAX_CLEARED_KEPT`` and ``MAX_CLEARED_KEPT_BYTES`` (their pointers, and the objects
+    above them that ``objects_above_confirmations`` names on the item)."""
     statuses = current(desired, entries)
     if not keep_cleared:
         return statuses
-    newest, room = {}, MAX_CLEARED_KEPT_BYTES
+    newest, above, room = {}, set(), MAX_CLEARED_KEPT_BYTES
     newest_first = sorted(cleared(desired, entries).items(), key=lambda item: (int(item[1][CONFIRMED]), item[0]),
                           reverse=True)
     for leaf, status in newest_first:
-        room -= pointer_bytes(leaf) + CONFIRMATION_BYTES
+        named = set(_above(leaf)) - above
+        room -= pointer_bytes(leaf) + CONFIRMATION_BYTES + sum(1 + pointer_bytes(pointer) for pointer in named)
         if len(newest) == MAX_CLEARED_KEPT or room < 0:
             break
         newest[leaf] = status
+        above |= named
     return {**newest, **statuses}
 
 
