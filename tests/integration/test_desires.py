@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from functions.device_state import (Ack, DesireMoved, DesireOptions, InvalidValue, JsonPatch,
+from functions.device_state import (Ack, DesireMoved, DesireOptions, DeviceStateManager, InvalidValue, JsonPatch,
                                     MergePatch)
 from functions.device_state.feed.items import acks_between
 
@@ -171,7 +171,7 @@ def test_a_desire_set_again_after_its_cleared_confirmation_and_withdrawn_is_not_
 def test_a_desire_set_above_a_cleared_confirmation_and_withdrawn_does_not_bring_it_back(timed, above):
     """The confirmation of /fan/speed is superseded by a desire that /fan be a scalar, not by
     an object without speed (a sibling's desire): read-free, a write setting /fan cannot list
-    the confirmations below it, so ``clearedAbove`` names /fan and the write reads first."""
+    the confirmations below it, so ``clearedNested`` is set and the write reads first."""
     manager, _, spy = timed
     manager.create("hall", {})
     manager.update_with_retry("hall", MergePatch({"fan": {"speed": 2}}), section="desired",
@@ -226,3 +226,26 @@ def test_a_null_desire_is_confirmed_by_a_reported_null_which_only_a_json_patch_w
     nulled = manager.update_with_retry("fan", JsonPatch([{"op": "add", "path": "/timer", "value": None}]),
                                        section="reported")
     assert nulled.reported == {"timer": None} and nulled.delta() == {}
+
+
+def test_a_write_that_reads_marks_the_nested_confirmations_of_an_item_kept_from_before(engine):
+    """An item whose nested confirmation was kept before ``clearedNested`` existed gets it from
+    its next write that reads, after which a read-free write above it reads first."""
+    from functions.device_state.item import schema
+
+    client, name = engine
+    manager = DeviceStateManager(client, name)
+    manager.create("hall", {})
+    manager.update_with_retry("hall", MergePatch({"fan": {"speed": 2}}), section="desired",
+                              desire=DesireOptions(clear_on_confirm=True))
+    manager.update_with_retry("hall", MergePatch({"fan": {"speed": 2}}), section="reported")
+    key = {"deviceId": {"S": "hall"}, "sk": {"S": "state"}}
+    client.update_item(TableName=name, Key=key, UpdateExpression="REMOVE #a", ExpressionAttributeNames={
+        "#a": schema.CLEARED_NESTED})  # as kept before
+    manager.update_with_retry("hall", JsonPatch([{"op": "add", "path": "/x", "value": 1},
+                                                 {"op": "test", "path": "/x", "value": 1}]))  # reads; no status moves
+    item = client.get_item(TableName=name, Key=key)["Item"]
+    assert item[schema.CLEARED_NESTED] == {"BOOL": True}
+    manager.update_with_retry("hall", MergePatch({"fan": 5}), section="desired")
+    manager.update_with_retry("hall", MergePatch({"fan": None}), section="desired")
+    assert "fan" not in desired_meta(manager.get("hall"))

@@ -35,7 +35,7 @@ from functions.device_state.feed.items import epoch_of
 from functions.device_state.item.contention import MARK_AFTER_SECONDS
 from functions.device_state import table
 from functions.device_state.item.journal import (JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX, SETTLED_KEEP_SECONDS,
-                                                 WriteId, journal, trimmed_stamp)
+                                                 SIGNED_KEEP_SECONDS, WriteId, journal, trimmed_stamp)
 from functions.device_state.write.store import IDEMPOTENT, Store
 from functions.push.subscriptions import SUBSCRIPTION_SK_PREFIX, Subscriptions
 from localdev.faults import Forwarder
@@ -620,11 +620,11 @@ class HoldingFirstUpdate:
         return update_item
 
 
-def test_a_read_free_copy_arriving_after_its_never_applied_marker_went_is_refused(local_table):
+def test_a_read_free_copy_held_up_past_a_minute_is_refused_by_its_never_applied_marker(local_table):
     """A compiled write's first copy is held up; its settle marks it never applied and the write
-    applies by read-modify-write. A later write drops the marker once it is SETTLED_KEEP_SECONDS
-    old; the held copy arriving after that finds updatedAt past its own deadline and is refused,
-    where the marker alone would have let it apply a second time."""
+    applies by read-modify-write. The marker stays as long as DynamoDB would take the copy
+    (signed at most 15 minutes earlier), so the copy arriving a minute later, after other
+    writes, is refused; a marker kept only a minute would have let it apply a second time."""
     client, name = local_table
     clock = Clock()
     other, holding = DeviceStateManager(client, name, clock=clock), HoldingFirstUpdate(client)
@@ -633,11 +633,13 @@ def test_a_read_free_copy_arriving_after_its_never_applied_marker_went_is_refuse
     write = WriteId.parse(next(name for name in holding.held["ExpressionAttributeNames"].values()
                                if name.startswith("w:")))
     assert dict(journal(other.live_state("d")))[write] == 0  # settled: never applied
-    clock.now += SETTLED_KEEP_SECONDS + 1
-    other.update_with_retry("d", JsonPatch([{"op": "test", "path": "/n", "value": 1},
-                                            {"op": "add", "path": "/x", "value": 1}]))  # reads: drops the marker
-    assert write not in dict(journal(other.live_state("d")))
-    with pytest.raises(ClientError) as refused:
-        client.update_item(**holding.held)
-    assert refused.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
-    assert other.get("d").state == {"n": 1, "x": 1}
+    for seconds, kept in ((SETTLED_KEEP_SECONDS + 1, True), (SIGNED_KEEP_SECONDS, False)):
+        clock.now += seconds
+        other.update_with_retry("d", JsonPatch([{"op": "test", "path": "/n", "value": 1},
+                                                {"op": "add", "path": "/x", "value": seconds}]))  # reads and trims
+        assert (write in dict(journal(other.live_state("d")))) is kept
+        if kept:
+            with pytest.raises(ClientError) as refused:
+                client.update_item(**holding.held)
+            assert refused.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    assert other.get("d").state["n"] == 1

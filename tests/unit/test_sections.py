@@ -263,16 +263,9 @@ def test_an_ack_code_is_one_the_contract_gives_a_meaning():
             Ack("/p", 1, code)
 
 
-def test_the_objects_named_above_kept_confirmations_count_in_their_bytes():
-    """``clearedAbove`` names each object above a kept confirmation: a deep pointer's prefixes
-    are bytes on the item too, within ``MAX_CLEARED_KEPT_BYTES`` with the confirmations."""
-    from functions.device_state.model.desires import MAX_CLEARED_KEPT_BYTES, kept, objects_above_confirmations
 
-    deep = "".join(f"/{'n' * 120}{level:02d}" for level in range(32))  # 3,936 bytes, its objects 61,008
-    assert len(deep) < MAX_CLEARED_KEPT_BYTES < sum(len(deep[:end]) for end in range(123, len(deep), 123))
-    assert kept({}, {"status": {deep: {"v": 1, "k": 3}}}) == {}  # its objects do not fit: not kept
-    middle = "".join(f"/{'m' * 99}" for _ in range(4))  # 400 bytes, its objects 600
-    statuses = kept({}, {"status": {middle: {"v": 1, "k": 3}, "/near/leaf": {"v": 1, "k": 2}}})
-    assert set(statuses) == {middle, "/near/leaf"}
-    assert objects_above_confirmations(statuses) == sorted([middle[:100], middle[:200], middle[:300], "/near"])
-    assert objects_above_confirmations({"/near/leaf": {"v": 1, "k": 2}, "/a": {"v": 4, "a": 200}}) == ["/near"]
+def test_a_confirmation_below_an_object_is_nested():
+    from functions.device_state.model.desires import nested_confirmations
+
+    assert nested_confirmations({"/near/leaf": {"v": 1, "k": 2}}) is True
+    assert nested_confirmations({"/top": {"v": 1, "k": 2}, "/a/b": {"v": 4, "a": 200}}) is False

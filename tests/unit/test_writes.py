@@ -417,3 +417,22 @@ def test_a_certificate_of_the_ca_opens_a_device_that_requires_none_and_a_credent
     revoked = PLANNER.revoke_credential(item(**{table.CREDENTIALS: {"M": {"abcdefgh": {"N": "0"}}}}), "abcdefgh")
     assert spelled(revoked.request["Update"], "UpdateExpression") == \
         f"SET {revoked.write.attribute} = version REMOVE {table.CREDENTIALS}.abcdefgh"
+
+
+def test_never_applied_markers_stay_as_long_as_dynamodb_takes_their_writes_copies_the_newest_eight():
+    """The newest MARKERS_KEEP markers stay SIGNED_KEEP_SECONDS (DynamoDB refuses a request
+    signed 15 minutes before), the others SETTLED_KEEP_SECONDS, as do all before their time."""
+    from functions.device_state.item.journal import (MARKERS_KEEP, SETTLED_KEEP_SECONDS, SIGNED_KEEP_SECONDS,
+                                                     trimming)
+    from functions.device_state.write.expressions import Expression
+
+    now = 1_800_000_000.0
+    ages = [5, 30, *range(100, 100 + 10 * (MARKERS_KEEP + 2), 10), SIGNED_KEEP_SECONDS + 1]
+    markers = {WriteId(int((now - age) * 1000), f"{index:06d}"): age for index, age in enumerate(ages)}
+    item = {write.attribute: {"N": "0"} for write in markers}
+    expr = Expression()
+    removed, _ = trimming(expr, item, 1, now)
+    dropped = {markers[write] for write in markers if expr.name(write.attribute) in removed}
+    newest = sorted(markers.values())[:MARKERS_KEEP]
+    assert dropped == {age for age in ages if age not in newest and age > SETTLED_KEEP_SECONDS}
+    assert max(newest) < SIGNED_KEEP_SECONDS and SIGNED_KEEP_SECONDS + 1 in dropped

@@ -41,7 +41,13 @@ JOURNAL_KEEP = 1  # the newest entries every write leaves on the item (its own)
 JOURNAL_KEEP_SECONDS = 20.0
 JOURNAL_MAX = 16  # ...up to this many entries in all
 TRIMMED_STAMPS_KEEP = 2  # a compiled patch that sees this many trimmed stamps prunes them instead of adding one
-SETTLED_KEEP_SECONDS = 60  # a "never applied" marker outlives any copy of its write by far
+# A "never applied" marker must outlive every copy of its write: DynamoDB refuses a request
+# signed more than 15 minutes before it arrives, so the newest MARKERS_KEEP markers stay that
+# long and a minute more; beyond them (more lost answers on one device in that time) the
+# older go after SETTLED_KEEP_SECONDS, which outlasts any copy held up for seconds.
+SETTLED_KEEP_SECONDS = 60
+SIGNED_KEEP_SECONDS = 16 * 60
+MARKERS_KEEP = 8  # about 21 bytes each, in the journal's room (item/room.py)
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 _STAMP_WIDTH = 9  # base 36 milliseconds, good past the year 5000
@@ -120,7 +126,8 @@ def trimming(expr: Expression, item: dict | None, keep: int, now: float,
              covered: int | None = None) -> tuple[list[str], int]:
     """Journal entries to drop so that the newest ``keep`` applied ones remain, and those
     younger than ``JOURNAL_KEEP_SECONDS`` up to ``JOURNAL_MAX`` in all (``keep`` and the
-    maximum count the write's own entry); never-applied markers go once they are old.
+    maximum count the write's own entry); never-applied markers go once they are old (the
+    newest ``MARKERS_KEEP`` after ``SIGNED_KEEP_SECONDS``, others after ``SETTLED_KEEP_SECONDS``).
     ``covered``: drop only applied entries stamped at or before it. Returns the names to
     REMOVE (placeholders from ``expr``) and the newest stamp of an applied entry dropped (0: none)."""
     entries = journal(item)
@@ -132,8 +139,11 @@ def trimming(expr: Expression, item: dict | None, keep: int, now: float,
     kept_writes = {write for _, write in kept}
     dropped = [write for _, write in applied
                if write not in kept_writes and (covered is None or write.stamp_ms <= covered)]
-    old_markers = [write for write, version in entries
-                   if version == 0 and write.stamp_ms < (now - SETTLED_KEEP_SECONDS) * 1000]
+    markers = sorted((write for write, version in entries if version == 0), key=lambda write: write.stamp_ms,
+                     reverse=True)
+    old_markers = [write for rank, write in enumerate(markers)
+                   if write.stamp_ms < (now - (SIGNED_KEEP_SECONDS if rank < MARKERS_KEEP else SETTLED_KEEP_SECONDS))
+                   * 1000]
     newest_dropped = max((write.stamp_ms for write in dropped), default=0)
     return [expr.name(write.attribute) for write in dropped + old_markers], newest_dropped
 

@@ -33,9 +33,9 @@ META_REPORTED = "metaReported"
 # Per desired leaf: the device's acknowledgement, the desire's expiry, clear on confirm (model/desires.py).
 STATUS_DESIRED = "statusDesired"
 CLEAR_PENDING = "clearPending"  # set while a desire is to be cleared by its confirming report
-# A string set of each object above a kept confirmation of a cleared desire, for read-free
-# writes, which cannot list statusDesired, to see that setting one would supersede it.
-CLEARED_ABOVE = "clearedAbove"
+# Set while a kept confirmation of a cleared desire is below an object: a read-free write,
+# which cannot list statusDesired, then reads first before it sets a member of desired.
+CLEARED_NESTED = "clearedNested"
 CHANGED_DESIRED = "changedDesired"  # the version of the last write to desired (what a delta waiter waits for)
 CHANGED_REPORTED = "changedReported"
 
@@ -95,7 +95,7 @@ BOOKKEEPING_ATTRIBUTES = frozenset({JOURNAL_TRIMMED, JOURNAL_TRIMMED_STAMPS, *LE
                                     *CONNECTIVITY_ATTRIBUTES, *CONTENTION_MARKS, *IDENTITY_ATTRIBUTES})
 # What a delete takes from the item (its index attributes too): a tombstone keeps its version.
 DELETED_WITH_THE_DEVICE = (STATE, *LEASE_ATTRIBUTES, DESIRED, REPORTED, META_DESIRED, META_REPORTED,
-                           CHANGED_DESIRED, CHANGED_REPORTED, STATUS_DESIRED, CLEAR_PENDING, CLEARED_ABOVE,
+                           CHANGED_DESIRED, CHANGED_REPORTED, STATUS_DESIRED, CLEAR_PENDING, CLEARED_NESTED,
                            *CONNECTIVITY_ATTRIBUTES, *IDENTITY_ATTRIBUTES, JOB_MARKS)
 # What a create over a tombstone or a settle stub removes.
 GONE_ON_CREATE = (DELETED_AT, TTL_ATTRIBUTE, *LEASE_ATTRIBUTES)

@@ -160,10 +160,10 @@ def superseded_by(leaf: str) -> list[str]:
     return [*_above(leaf), leaf]
 
 
-def objects_above_confirmations(statuses: dict) -> list[str]:
-    """Each object above a kept confirmation of a cleared desire (what a write setting one,
-    a desire above them, supersedes)."""
-    return sorted({above for leaf, status in statuses.items() if CONFIRMED in status for above in _above(leaf)})
+def nested_confirmations(statuses: dict) -> bool:
+    """Whether a kept confirmation of a cleared desire is below an object (a write setting the
+    object, read-free, could not see that it supersedes it)."""
+    return any(CONFIRMED in status and _above(leaf) for leaf, status in statuses.items())
 
 
 def _above(leaf: str) -> list[str]:
@@ -317,21 +317,18 @@ def after_report(desired: dict, reported: dict, entries: dict, version: int) -> 
 def kept(desired: dict, entries: dict, keep_cleared: bool = True) -> dict:
     """Desired's statuses as a write that reads leaves them on the item: those that count
     and, with ``keep_cleared``, the newest confirmations of cleared desires, as many as fit
-    in ``MAX_CLEARED_KEPT`` and ``MAX_CLEARED_KEPT_BYTES`` (their pointers, and the objects
-    above them that ``objects_above_confirmations`` names on the item)."""
+    in ``MAX_CLEARED_KEPT`` and ``MAX_CLEARED_KEPT_BYTES``."""
     statuses = current(desired, entries)
     if not keep_cleared:
         return statuses
-    newest, above, room = {}, set(), MAX_CLEARED_KEPT_BYTES
+    newest, room = {}, MAX_CLEARED_KEPT_BYTES
     newest_first = sorted(cleared(desired, entries).items(), key=lambda item: (int(item[1][CONFIRMED]), item[0]),
                           reverse=True)
     for leaf, status in newest_first:
-        named = set(_above(leaf)) - above
-        room -= pointer_bytes(leaf) + CONFIRMATION_BYTES + sum(1 + pointer_bytes(pointer) for pointer in named)
+        room -= pointer_bytes(leaf) + CONFIRMATION_BYTES
         if len(newest) == MAX_CLEARED_KEPT or room < 0:
             break
         newest[leaf] = status
-        above |= named
     return {**newest, **statuses}
 
 

@@ -14,8 +14,7 @@ import jsonpointer
 from ..errors import InvalidValue
 from ..fleet.index import compiled_attributes, shard_of
 from ..item import job_marks, schema
-from ..item.journal import (JOURNAL_KEEP, SETTLED_KEEP_SECONDS, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp,
-                            trimmed_stamps, trimming)
+from ..item.journal import JOURNAL_KEEP, TRIMMED_STAMPS_KEEP, WriteId, trimmed_stamp, trimmed_stamps, trimming
 from ..item.room import LONGEST_NUMBER_BYTES, MAX_STATE_ITEM_BYTES, most_added, value_size
 from ..model import desires
 from ..model.patches import INCREMENT, REMOVED, SET, JsonPatch, MergePatch, exact
@@ -30,7 +29,7 @@ from ..model.sections import (
     pointer,
     pointer_bytes,
 )
-from ..model.times import millis, time_attribute
+from ..model.times import time_attribute
 from ..model.updates import Compilable
 from ..model.values import canonical, check_state, check_text, to_attribute
 from .expressions import Expression, live, number
@@ -316,7 +315,6 @@ class CompiledPatches(PlanContext):
             f"{version} = {version} + {one}", f"{name(schema.UPDATED_AT)} = {expr.value(time_attribute(self.now))}",
             f"{journaled} = {version} + {one}", f"{item_bytes} = {item_bytes} + {expr.number(growth)}"])
         conditions.insert(0, f"{item_bytes} <= {expr.number(MAX_STATE_ITEM_BYTES - growth)}")
-        conditions.append(_not_outlived(expr, self.now))
         removes += [name(attribute) for attribute in unindexed] + journal_removes + [
             name(schema.LAST_WRITE), *map(name, schema.CONTENTION_MARKS)]
         if removes:
@@ -332,26 +330,19 @@ class CompiledPatches(PlanContext):
         return self._update(device_id, update, expression, expr, write, UPDATED, ReturnValues="ALL_NEW")
 
 
-def _not_outlived(expr: Expression, now: float) -> str:
-    """A copy of this write arriving once its "never applied" marker may be gone is refused:
-    the marker goes with a write made ``SETTLED_KEEP_SECONDS`` after this one was planned, which
-    sets ``updatedAt`` past that (a write that reads is held by its version condition; a state
-    item from before ``updatedAt`` was a number keeps its text until its next write)."""
-    updated = expr.name(schema.UPDATED_AT)
-    return (f"(attribute_type({updated}, {expr.value({'S': 'S'})}) OR "
-            f"{updated} < {expr.number(millis(now + SETTLED_KEEP_SECONDS))})")
-
-
 def _no_confirmation_superseded(expr: Expression, compiled) -> list[str]:
     """The conditions under which a compiled desired patch supersedes no kept confirmation of a
     cleared desire (``desires.cleared``), which it would leave behind to be shown again once the
-    leaf is removed: none at or above a member it sets, and none below it (it is no object in
-    ``clearedAbove``). Refused, read-modify-write drops those it supersedes."""
+    member is removed: none at a member it sets, and none below an object at all (the item
+    has no ``clearedNested``). One above it is gone by then: a member is set below an object that
+    exists, and what set that object dropped it. Refused, read-modify-write drops what is
+    superseded. Two operators a member: DynamoDB takes 300 in a condition."""
     set_at = [pointer(parts) for parts, effect, _ in compiled.effects if effect != REMOVED]
-    named = {superseded: None for leaf in set_at for superseded in desires.superseded_by(leaf)}
-    return [f"attribute_not_exists({expr.name(schema.STATUS_DESIRED)}.{expr.name(superseded)}."
-            f"{expr.name(desires.CONFIRMED)})" for superseded in named] + [
-        f"NOT contains({expr.name(schema.CLEARED_ABOVE)}, {expr.value({'S': leaf})})" for leaf in set_at]
+    if not set_at:
+        return []
+    return [f"attribute_not_exists({expr.name(schema.CLEARED_NESTED)})"] + [
+        f"attribute_not_exists({expr.name(schema.STATUS_DESIRED)}.{expr.name(leaf)}.{expr.name(desires.CONFIRMED)})"
+        for leaf in set_at]
 
 
 def _one_entry_per_leaf(expr: Expression, compiled, map_type: str) -> list[str]:

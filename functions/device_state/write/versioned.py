@@ -289,8 +289,8 @@ def _apply(update_fn: UpdateFn, document: dict) -> dict:
 
 
 def _status_sets(expr: Expression, desired: dict, entries: dict, sets: list, removes: list, written: dict) -> None:
-    """SET or REMOVE clauses of desired's statuses, of the objects above their kept
-    confirmations and of the clear-pending mark."""
+    """SET or REMOVE clauses of desired's statuses, of the mark of nested kept confirmations
+    and of the clear-pending mark."""
     statuses = entries.get(STATUS) or {}
     if statuses:
         written[schema.STATUS_DESIRED] = to_attribute(statuses)
@@ -298,13 +298,12 @@ def _status_sets(expr: Expression, desired: dict, entries: dict, sets: list, rem
     else:
         written[schema.STATUS_DESIRED] = _REMOVED
         removes.append(expr.name(schema.STATUS_DESIRED))
-    above = desires.objects_above_confirmations(statuses)
-    if above:
-        written[schema.CLEARED_ABOVE] = {"SS": above}
-        sets.append(f"{expr.name(schema.CLEARED_ABOVE)} = {expr.value(written[schema.CLEARED_ABOVE])}")
+    if desires.nested_confirmations(statuses):
+        written[schema.CLEARED_NESTED] = {"BOOL": True}
+        sets.append(f"{expr.name(schema.CLEARED_NESTED)} = {expr.value({'BOOL': True})}")
     else:
-        written[schema.CLEARED_ABOVE] = _REMOVED
-        removes.append(expr.name(schema.CLEARED_ABOVE))
+        written[schema.CLEARED_NESTED] = _REMOVED
+        removes.append(expr.name(schema.CLEARED_NESTED))
     if desires.clear_pending(desired, entries):
         written[schema.CLEAR_PENDING] = {"BOOL": True}
         sets.append(f"{expr.name(schema.CLEAR_PENDING)} = {expr.value({'BOOL': True})}")
@@ -333,7 +332,8 @@ def _held_sets(expr: Expression, item: dict, documents: dict, entries: dict, cha
     if statuses:
         entries[STATUS] = statuses
     stored = from_attribute(item[schema.STATUS_DESIRED]) if schema.STATUS_DESIRED in item else {}
-    if statuses != stored or (schema.CLEAR_PENDING in item) != desires.clear_pending(documents[DESIRED], entries):
+    if (statuses != stored or (schema.CLEAR_PENDING in item) != desires.clear_pending(documents[DESIRED], entries)
+            or (schema.CLEARED_NESTED in item) != desires.nested_confirmations(statuses)):  # kept from before the mark
         _status_sets(expr, documents[DESIRED], entries, sets, removes, written)
 
 
