@@ -9,6 +9,7 @@ renewed at 80 % of their life and after a 401. The real routes: tests/api/test_a
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import socket
 import sys
@@ -106,6 +107,21 @@ def test_a_write_whose_copy_reached_the_service_unanswered_ends_unknown_whatever
     assert server.keys and set(server.keys) == {unknown.value.idempotency_key}
     assert f"Idempotency-Key {unknown.value.idempotency_key}" in unknown.value.problem["detail"]
 
+
+def test_a_token_that_could_not_be_had_before_a_write_is_no_copy_of_it(scripted):
+    """Device credentials exchange a token before the write: that exchange unanswered is not an
+    unanswered copy of the write (nothing of it was sent), so it is not OutcomeUnknown."""
+    class Unreachable(TokenCredentials):
+        def bearer_token(self, client, renew=False):
+            raise http.client.RemoteDisconnected("the token exchange went unanswered")
+
+    server = scripted((200, {}, DEVICE))
+    client = AppClient(f"http://127.0.0.1:{server.port}", Unreachable("t0k"), sleep=lambda seconds: None)
+    client.write_attempts = 2
+    with pytest.raises(http.client.RemoteDisconnected) as failed:
+        client.patch("lamp-1", [{"op": "increment", "path": "/n", "value": 1}], idempotency_key="k-3")
+    assert not isinstance(failed.value, OutcomeUnknown) and failed.value.idempotency_key == "k-3"
+    assert server.requests == []
 
 def test_a_write_no_copy_of_which_reached_the_service_raises_its_connection_error_with_its_key():
     """Nothing listens: no copy was sent, nothing was written, and the error says so by its type."""

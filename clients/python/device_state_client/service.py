@@ -62,6 +62,7 @@ class Service:
         unanswered = []  # copies whose answer did not say what became of them
 
         def send():
+            self.credentials.rest_headers(self)  # a token to get first: its failure is no copy of this write
             try:
                 return self.request(method, path, body, sent)
             except urllib.error.URLError:  # no connection, or the request not sent whole: it never reached the service

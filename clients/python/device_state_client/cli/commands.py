@@ -402,7 +402,7 @@ def lease(device_id, command, ttl, wait, owner):
                     raise click.UsageError(f"cannot run {command[0]}: {error.strerror}") from None
         status = running["child"].wait() if "child" in running else REFUSED
     finally:
-        _release(held, device_id, ttl)
+        _release(held, device_id)
     if "lost" in running:
         from .output import problem_lines
 
@@ -414,7 +414,7 @@ def lease(device_id, command, ttl, wait, owner):
     raise click.exceptions.Exit(status if status >= 0 else 128 - status)
 
 
-def _release(held, device_id: str, ttl: float) -> None:
+def _release(held, device_id: str) -> None:
     """Gives the lease up; a release that fails is a warning, not the command's failure: the
     command has run, and the lease ends by itself within its TTL (other waiters wait that long)."""
     import http.client
@@ -426,7 +426,7 @@ def _release(held, device_id: str, ttl: float) -> None:
     except (ApiError, OSError, http.client.HTTPException) as error:
         said = f"{error.status} {error.slug}" if isinstance(error, ApiError) else str(error) or type(error).__name__
         click.echo(f"warning: releasing the lease on {device_id} failed ({said}); it ends by itself within "
-                   f"{ttl:g} s", err=True)
+                   f"{held.ttl_seconds:g} s", err=True)
 
 
 # --- settings ----------------------------------------------------------------------------------
