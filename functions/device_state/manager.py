@@ -424,14 +424,16 @@ class DeviceStateManager:
         check_section(section)
         options = _desire_options(section, desire)
         # a caller's condition, or a desire's options (statuses per leaf), keep read-modify-write
+        refused_item = None
         if idempotency is None and condition is None and not options:
-            compiled = self._writer.compiled(self.fence, device_id, update_fn, section, self.seen_by,
-                                             self._holder_of(device_id))
+            compiled, refused_item = self._writer.compiled(self.fence, device_id, update_fn, section, self.seen_by,
+                                                           self._holder_of(device_id))
             if compiled is not None:
                 return compiled
         return self._write(device_id, lambda planner, item: planner.replace_state(
             expect(device_id, item, None, planner.now), update_fn, condition, UPDATED, section, options),
-            idempotency, max_attempts=max_attempts, budget_seconds=budget_seconds, counted=True)[0]
+            idempotency, max_attempts=max_attempts, budget_seconds=budget_seconds, counted=True,
+            first_item=refused_item)[0]
 
     def delete(self, device_id: str, expected_version: int | None = None, *,
                idempotency: IdempotencyKey | None = None) -> Device:

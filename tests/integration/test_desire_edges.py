@@ -1,6 +1,6 @@
 """Desire statuses (desires.py) count for their own desire only: not for a later one set by
 a writer whose clock is behind, and a clear-on-confirm mark a read-free desired write made
-stale costs one read once."""
+stale costs one refused write once."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from functions.device_state import Ack, DesireMoved, DesireOptions, DeviceStateM
 from tests.helpers import Clock, RecordingClient
 
 
-def test_a_read_free_desired_write_over_a_desire_to_clear_costs_one_read_once(local_table):
+def test_a_read_free_desired_write_over_a_desire_to_clear_costs_one_refused_write_once(local_table):
     """A desire marked clearOnConfirm is replaced by a compiled (read-free) desired write:
     its status no longer counts, but `clearPending` stays on the item until the next report,
-    which is refused in its read-free form, reads, and drops the mark in its write."""
+    which is refused in its read-free form and, on the item the refusal returned, drops the
+    mark in its write."""
     client, name = local_table
     spy = RecordingClient(client)
     manager = DeviceStateManager(spy, name)
@@ -23,9 +24,9 @@ def test_a_read_free_desired_write_over_a_desire_to_clear_costs_one_read_once(lo
     manager.update_with_retry("lamp", MergePatch({"target": 22}), section="reported")
     manager.update_with_retry("lamp", MergePatch({"other": 1}), section="reported")
     calls = list(spy.calls)
-    # the first report pays once (its read-free form refused, a read, a write that drops the
-    # mark); the next is read-free again
-    assert calls == ["update_item", "get_item", "update_item", "update_item"]
+    # the first report pays once (its read-free form refused, then a write that drops the mark,
+    # planned on the item the refusal returned: no read); the next is read-free again
+    assert calls == ["update_item", "update_item", "update_item"]
     assert "clearPending" not in manager.live_state("lamp")
 
 

@@ -36,13 +36,15 @@ class DeviceWriter:
               idempotency: IdempotencyKey | None, *, expected_version: int | None = None,
               created_may_move: bool = False, counted: bool = False, seen_by: str | None = None,
               holder: Holder | None = None,
-              holds: bool = True) -> tuple[Device, str]:
+              holds: bool = True, first_item: dict | None = None) -> tuple[Device, str]:
         """Plan from the item read, send, classify, and go again while the device moved
         under a write that named no version. ``created_may_move`` (PUT, create or replace): a
         create that finds the device created meanwhile, or a replace that finds it deleted
         meanwhile, plans again instead of failing (POST's 409, a replace's 404).
         ``counted``: an update, whose attempts and successes the observer counts. ``holds``: it
-        may hold back on a crowded device (``contention``); never when it names its version."""
+        may hold back on a crowded device (``contention``); never when it names its version.
+        ``first_item``: the item as a refused write just returned it, planned on in place of
+        the first read."""
         if idempotency is not None:
             recorded = self._answers.results(device_id, idempotency)
             if recorded is not None:
@@ -90,7 +92,9 @@ class DeviceWriter:
                 raise
 
         try:
-            return loop.run(device_id, attempt, race.read(lambda: store.get_state(device_id)), count_success=counted)
+            given = [first_item] if first_item is not None else []
+            return loop.run(device_id, attempt, race.read(lambda: given.pop() if given else store.get_state(device_id)),
+                            count_success=counted)
         except idem.REFUSALS_SAME_KEY_MAY_CAUSE:
             recorded = self._answers.results(device_id, idempotency) if idempotency is not None else None
             if recorded is None:
@@ -118,31 +122,33 @@ class DeviceWriter:
         return planned.device, planned.outcome
 
     def compiled(self, fence: Fence, device_id: str, update_fn, section: str = STATE,
-                 seen_by: str | None = None, holder: Holder | None = None) -> Device | None:
+                 seen_by: str | None = None, holder: Holder | None = None) -> tuple[Device | None, dict | None]:
         """Apply a patch that compiles to one UpdateItem: no read, and nothing for another
-        writer to invalidate, so no conflict. None when it does not compile, or DynamoDB
-        refuses it (a guard, a missing parent, a type): read-modify-write then decides.
+        writer to invalidate, so no conflict: (the device, None). (None, the item a refusal
+        returned, if any) when it does not compile, or DynamoDB refuses it (a guard, a missing
+        parent, a type): read-modify-write then decides, on that item when there is one.
         Desired and reported compile nested merge patches too (``compiled.compile_patch``)."""
         compiled = compile_patch(update_fn, section)
         if compiled is None:
-            return None
+            return None, None
         monotonic = self._pipeline.runtime.monotonic
         with self._recent.to_trim(device_id) as seen:
             planner = self._pipeline.planner(fence, seen_by, holder=holder)
             planned = planner.compiled(device_id, compiled, seen, section)
             if planned is None:
-                return None
+                return None, None
             started = monotonic()
             self._observer.attempt(device_id, 1)
             try:
                 applied = self._pipeline.send(planner, planned)
-            except (Moved, ConditionFailed, RequestRefused, ItemTooLarge):
-                # A guard or DynamoDB refused it (its form: expression size, too many names; or
-                # the item's size), or it was settled as never applied. Read-modify-write decides.
-                return None
+            except Moved as refused:  # a guard refused it, returning the item (or it was settled as never applied)
+                return None, refused.item
+            except (ConditionFailed, RequestRefused, ItemTooLarge):
+                # DynamoDB refused its form (expression size, too many names) or the item's size.
+                return None, None
             device, item = applied.device, applied.item
             if item is None:  # settled as applied: what it trimmed was not seen
                 self._recent.forget(device_id)
             self._recent.saw(device_id, item)
         self._observer.succeeded(device_id, 1, monotonic() - started)
-        return device
+        return device, None
