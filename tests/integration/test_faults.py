@@ -297,6 +297,20 @@ def test_when_dynamodb_stays_unreachable_the_outcome_is_unknown_and_applied_at_m
     assert rig.state("d") == {"n": 0, "log": 1} and rig.version("d") == 2
 
 
+
+def test_a_write_no_write_of_which_is_answered_while_reads_are_is_learned_applied_by_a_read(rig):
+    """DynamoDB answers no write (each answer held past the client's read timeout) but answers
+    reads: the write and its settle marks all land unanswered, and a last consistent read finds
+    its journal entry, so it answers applied, where it answered outcome-unknown (a fault probe).
+    Unreachable for reads too, it stays unknown (the test above)."""
+    rig.other.create("d", {"n": 0})
+    rig.forwarder.slow["UpdateItem"] = 4
+    try:
+        device = rig.manager.update_with_retry("d", INCREMENT)
+    finally:
+        rig.forwarder.slow.clear()
+    assert device.version == 2 and rig.state("d") == {"n": 1} and rig.version("d") == 2
+
 def later_writer(rig):
     """Another writer whose clock runs JOURNAL_KEEP_SECONDS ahead: every entry it sees is
     old to it, so it keeps only the newest JOURNAL_KEEP."""

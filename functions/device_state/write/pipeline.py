@@ -148,9 +148,24 @@ class WritePipeline:
             else:
                 return self._never_applied(planned, marked, failed_answer, failure)
             if runtime.monotonic() >= deadline:
+                # A last look, when DynamoDB answered no mark: a consistent read, which it may
+                # answer while it answers no write, shows the write's entry if it applied, or a
+                # mark that landed unanswered (absent, it proves nothing: a copy may still land).
+                item = self._last_look(device_id)
+                version = written_version(item, planned.write)
+                if version:
+                    return self._applied(planned, version, item)
+                if version == 0:
+                    return self._never_applied(planned, item, failed_answer, failure)
                 runtime.observer.outcome_unknown(device_id)
                 raise OutcomeUnknown(device_id, f"DynamoDB did not answer ({cause})")
             runtime.pause(min(attempt, 6))
+
+    def _last_look(self, device_id: str) -> dict | None:
+        try:
+            return self.store.get_state(device_id)
+        except (StorageUnavailable, StorageError):
+            return None
 
     def _never_applied(self, planned: Planned, item: dict, failed_answer: bool, cause: str) -> Device:
         if trimmed_stamp(item) >= planned.write.stamp_ms:
