@@ -162,8 +162,11 @@ class WritePipeline:
             runtime.pause(min(attempt, 6))
 
     def _last_look(self, device_id: str) -> dict | None:
+        """The device's state item, read once (no answer: None), so the settle ends within one
+        read's timeout of its deadline."""
         try:
-            return self.store.get_state(device_id)
+            return self.store.send("get_item", deadline=self.runtime.monotonic(), Key=schema.state_key(device_id),
+                                   ConsistentRead=True).get("Item")
         except (StorageUnavailable, StorageError):
             return None
 
