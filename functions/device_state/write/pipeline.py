@@ -165,8 +165,7 @@ class WritePipeline:
         """The device's state item, read once (no answer: None), so the settle ends within one
         read's timeout of its deadline."""
         try:
-            return self.store.send("get_item", deadline=self.runtime.monotonic(), Key=schema.state_key(device_id),
-                                   ConsistentRead=True).get("Item")
+            return self.store.get_state(device_id, deadline=self.runtime.monotonic())
         except (StorageUnavailable, StorageError):
             return None
 

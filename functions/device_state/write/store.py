@@ -130,12 +130,13 @@ class Store:
 
     # ------------------------------------------------------------------ reads
 
-    def get(self, key: dict) -> dict | None:
-        """One item, strongly consistent, as stored (None when absent)."""
-        return self.send("get_item", Key=key, ConsistentRead=True).get("Item")
+    def get(self, key: dict, deadline: float | None = None) -> dict | None:
+        """One item, strongly consistent, as stored (None when absent); sent again on no answer
+        only until ``deadline`` (monotonic), if given."""
+        return self.send("get_item", deadline=deadline, Key=key, ConsistentRead=True).get("Item")
 
-    def get_state(self, device_id: str) -> dict | None:
-        return self.get(schema.state_key(device_id))
+    def get_state(self, device_id: str, deadline: float | None = None) -> dict | None:
+        return self.get(schema.state_key(device_id), deadline)
 
     def get_live_state(self, device_id: str, now: float) -> dict | None:
         """The device's state item if it is live at ``now`` (not deleted, not expired), else None."""
