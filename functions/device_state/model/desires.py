@@ -154,9 +154,8 @@ def cleared(desired: dict, entries: dict) -> dict[str, dict]:
 
 
 def superseded_by(leaf: str) -> list[str]:
-    """The pointers whose confirmations a desire set at ``leaf`` supersedes, as far as a write
-    that reads nothing can name them: the leaf and each object above it (a write setting an
-    object supersedes those below too, which it cannot name)."""
+    """The pointers whose confirmations a desired leaf at ``leaf`` supersedes from above or at
+    it: each object above it and the leaf (``cleared`` checks those below it apart)."""
     return [*_above(leaf), leaf]
 
 

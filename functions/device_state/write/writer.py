@@ -91,10 +91,13 @@ class DeviceWriter:
                 observer.condition_failed(device_id)
                 raise
 
+        given = [first_item] if first_item is not None else []
+
+        def read():  # the item a refused write returned, once; every later read is the store's
+            return given.pop() if given else store.get_state(device_id)
+
         try:
-            given = [first_item] if first_item is not None else []
-            return loop.run(device_id, attempt, race.read(lambda: given.pop() if given else store.get_state(device_id)),
-                            count_success=counted)
+            return loop.run(device_id, attempt, race.read(read), count_success=counted)
         except idem.REFUSALS_SAME_KEY_MAY_CAUSE:
             recorded = self._answers.results(device_id, idempotency) if idempotency is not None else None
             if recorded is None:
