@@ -424,7 +424,8 @@ def _release(held, device_id: str) -> None:
     try:
         held.release()
     except (ApiError, OSError, http.client.HTTPException) as error:
-        said = f"{error.status} {error.slug}" if isinstance(error, ApiError) else str(error) or type(error).__name__
+        said = (" ".join(filter(None, (str(error.status), error.slug))) if isinstance(error, ApiError)
+                else str(error) or type(error).__name__)
         click.echo(f"warning: releasing the lease on {device_id} failed ({said}); it ends by itself within "
                    f"{held.ttl_seconds:g} s", err=True)
 
