@@ -32,8 +32,11 @@ MEMORY_MB = 512
 SCHEDULE = Duration.minutes(1)  # how soon an idle job's due work or a dead runner's job is taken up
 # What the runner calls on the table: the job's items (Query of its partition, GetItem, PutItem,
 # UpdateItem, DeleteItem, BatchGetItem; transactions of those), the devices' items (GetItem,
-# BatchGetItem, UpdateItem through the one pipeline) and, targeting, the fleet index (Query).
+# BatchGetItem, UpdateItem through the one pipeline) and, targeting, the fleet index (Query; a
+# Scan of whether the table holds devices while a field it filters on is still building).
+# tests/infra/test_fleet_index_stack.py runs the code and checks every request it sends is here.
 DYNAMODB_ACTIONS = (
+    "dynamodb:Scan",
     "dynamodb:GetItem",
     "dynamodb:BatchGetItem",
     "dynamodb:Query",

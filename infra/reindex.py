@@ -29,10 +29,12 @@ MEMORY_MB = 256  # pages of 100 items and one update per device: network-bound, 
 # a throttled asynchronous event for up to six hours, so it runs after the first and resumes
 # from the saved position (or finds every field ready and returns).
 RESERVED_CONCURRENCY = 1
-# What the job calls on the table: the fields' status items (BatchGetItem, PutItem), the job's
-# position (GetItem, PutItem, DeleteItem), the scan of devices and the update of each
-# (Scan, UpdateItem).
+# What the job calls on the table: the fields' status items (Query of their partition first, to
+# forget fields no longer declared; BatchGetItem, PutItem), the job's position (GetItem,
+# PutItem, DeleteItem), the scan of devices and the update of each (Scan, UpdateItem).
+# tests/infra/test_fleet_index_stack.py runs the code and checks every request it sends is here.
 DYNAMODB_ACTIONS = (
+    "dynamodb:Query",
     "dynamodb:Scan",
     "dynamodb:GetItem",
     "dynamodb:BatchGetItem",

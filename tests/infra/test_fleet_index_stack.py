@@ -20,6 +20,7 @@ from functions.device_state import table as model
 from functions.auth import device_tokens
 from infra import api as api_module
 from infra import monitoring
+from infra import jobs as jobs_module
 from infra import reindex
 from tests.infra.conftest import synth_stack
 from tests.infra.test_auth_stack import http_routes
@@ -192,7 +193,7 @@ def test_the_reindex_role_may_use_the_table_its_logs_and_invoke_itself_only(flee
     statements = statements_of(fleet, function)
     [table] = [s for s in statements if any(a.startswith("dynamodb:") for a in actions(s))]
     assert table["Resource"] == {"Fn::GetAtt": [table_id, "Arn"]} and table["Effect"] == "Allow"
-    assert set(actions(table)) == {"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+    assert set(actions(table)) == {"dynamodb:Query", "dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
                                    "dynamodb:DeleteItem", "dynamodb:BatchGetItem"}
     [logs] = [s for s in statements if any(a.startswith("logs:") for a in actions(s))]
     assert logs["Resource"] == {"Fn::GetAtt": [function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"], "Arn"]}
@@ -206,13 +207,65 @@ def test_the_reindex_role_may_use_the_table_its_logs_and_invoke_itself_only(flee
     assert invoke_policy not in function.get("DependsOn", [])
 
 
-def test_the_reindex_code_calls_only_the_dynamodb_actions_granted():
-    source = (REPO_ROOT / "functions" / "device_state" / "fleet" / "reindex.py").read_text()
-    called = set(re.findall(r'send\(\s*"([a-z_]+)"', source))
-    assert {"scan", "batch_get_item", "put_item", "delete_item"} <= called
-    called |= {"get_item", "update_item"}  # store.get (the job's position); the pipeline's update of a device
-    granted = {f"dynamodb:{''.join(part.capitalize() for part in name.split('_'))}" for name in called}
-    assert granted <= set(reindex.DYNAMODB_ACTIONS)
+def iam_actions(requests: list[tuple[str, dict]]) -> set[tuple[str, bool]]:
+    """The IAM actions DynamoDB authorises ``requests`` as (a transaction: each item's own
+    action), each with whether it names an index."""
+    needed = set()
+    for operation, request in requests:
+        kinds = ([next(iter(item)) for item in request["TransactItems"]] if operation == "transact_write_items"
+                 else ["".join(part.capitalize() for part in operation.split("_"))])
+        for kind in kinds:
+            needed.add((f"dynamodb:{kind}{'Item' if operation == 'transact_write_items' else ''}",
+                        "IndexName" in request))
+    return needed
+
+
+def granted_actions(template: Template, function: dict) -> set[tuple[str, bool]]:
+    """The DynamoDB actions the function's role allows, each with whether on the indexes."""
+    return {(action, "/index/" in json.dumps(statement["Resource"]))
+            for statement in statements_of(template, function) if statement["Effect"] == "Allow"
+            for action in actions(statement) if action.startswith("dynamodb:")}
+
+
+@pytest.fixture
+def deployed_fleet(moto_table):
+    """A table holding devices when the stack's fields are declared (a deploy that declares
+    them on a table in use)."""
+    from functions.device_state import DeviceStateManager
+    from functions.device_state.table import create_table
+
+    client, name = moto_table[0], moto_table[1] + "-indexed"
+    create_table(client, name, fleet_index=FLEET_INDEX)
+    before = DeviceStateManager(client, name)  # before the deploy: no field declared
+    for number in range(3):
+        before.create(f"lamp-{number}", {}, sections={"reported": {"firmware": "1.0"}})
+    return client, name
+
+
+def test_the_reindex_and_job_runner_code_send_only_what_their_roles_allow(fleet, deployed_fleet):
+    """Each function's code run in process as it runs deployed (on moto), every request it sends
+    recorded: a request its role does not allow is an AccessDenied only AWS would show. The
+    runner meets the field still building (it scans whether the table holds devices), then the
+    backfill runs, then the runner again."""
+    from functions.device_state import DeviceStateManager
+    from tests.helpers import RecordingClient
+
+    client, name = deployed_fleet
+    runner_client, reindex_client = RecordingClient(client), RecordingClient(client)
+    jobs = DeviceStateManager(runner_client, name, fleet_index=FLEET_INDEX, cursor_key=b"k" * 32)
+    jobs.jobs().create({"jobId": "j1", "filter": 'eq(reported/firmware,"1.0")', "desired": {"mode": "eco"}})
+    runner_client.requests.clear()  # the API function's part
+    jobs.job_runner(concurrency=1).run("j1", 1.5)
+    jobs.due_jobs()
+    assert DeviceStateManager(reindex_client, name, fleet_index=FLEET_INDEX).reindex(budget_seconds=30)
+    jobs.job_runner(concurrency=1).run("j1", 1.5)
+    assert ("dynamodb:Query", True) in iam_actions(runner_client.requests)  # it found the devices on the index
+    assert all(jobs.get(f"lamp-{number}").desired == {"mode": "eco"} for number in range(3))  # and wrote them
+    for handler, sent in ((reindex.HANDLER, reindex_client.requests), (jobs_module.HANDLER, runner_client.requests)):
+        _, function = only(fleet, "AWS::Lambda::Function", {"Handler": handler})
+        needed = iam_actions(sent)
+        assert ("dynamodb:Scan", False) in needed and ("dynamodb:Query", False) in needed, handler
+        assert needed <= granted_actions(fleet, function), (handler, needed - granted_actions(fleet, function))
 
 
 def test_the_reindex_errors_alarm_notifies_the_topic(fleet):
