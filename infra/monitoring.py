@@ -326,8 +326,10 @@ class Monitoring(Construct):
     def _watch_jobs(self, runner: lambda_.IFunction, not_breaching: cloudwatch.TreatMissingData) -> None:
         """The job runner: its errors, the executions stuck in jobs no runner took, and the
         executions made final, in one widget (infra/jobs.py)."""
+        # A series with no datapoint in a period makes the sum none: a timeout or a crash outside
+        # a job's run emits no JobErrors, so each missing one counts as 0.
         errors = cloudwatch.MathExpression(
-            expression="runner + steps", label="Job runner errors", period=PERIOD,
+            expression="FILL(runner, 0) + FILL(steps, 0)", label="Job runner errors", period=PERIOD,
             using_metrics={"runner": runner.metric_errors(statistic="Sum", period=PERIOD),
                            "steps": service_metric(names.JOB_ERRORS)})
         self._alarm("JobErrors", errors, JOB_ERRORS_PER_PERIOD, not_breaching,

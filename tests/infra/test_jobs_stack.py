@@ -50,6 +50,10 @@ def test_the_job_alarms_watch_what_the_code_emits_and_have_runbook_entries(templ
     errors = alarm_named(template, "JobErrors")
     expressions = [metric for metric in errors["Metrics"] if "MetricStat" in metric]
     assert {metric["MetricStat"]["Metric"]["MetricName"] for metric in expressions} == {"Errors", names.JOB_ERRORS}
+    # either series alone raises it: a timeout emits the runner's Errors and no JobErrors
+    [total] = [metric["Expression"] for metric in errors["Metrics"] if "Expression" in metric]
+    terms = [term.strip() for term in total.split("+")]
+    assert sorted(terms) == sorted(f"FILL({metric['Id']}, 0)" for metric in expressions)
     handler = (REPO_ROOT / "functions" / "jobs" / "handler.py").read_text()
     assert "names.JOB_ERRORS" in handler and "names.JOB_STUCK_EXECUTIONS" in handler
     runbook = (REPO_ROOT / "docs" / "operations.md").read_text()
