@@ -29,9 +29,12 @@ from .api import ARCHITECTURE, LOG_RETENTION, RUNTIME
 
 AUDIENCE = "device-state"
 SIGN_ACTIONS = ("kms:Sign",)
-# What the account (its administrators, through IAM) may do with the key: manage it, never sign
-# with it. AWS's key-administrator actions; kms:Put* keeps the key policy editable (no lock-out).
-ADMIN_ACTIONS = ("kms:Create*", "kms:Describe*", "kms:Enable*", "kms:List*", "kms:Put*", "kms:Update*",
+# What the account (its administrators, through IAM) may do with the key: manage it, not use it.
+# AWS's key-administrator actions but kms:CreateGrant (kms:Create* has it: a grant to oneself
+# would use the key). kms:Put* keeps the key policy editable (KMS refuses a policy that locks
+# out its own account), so using the key takes an administrator's change of the key policy
+# first, which CloudTrail records.
+ADMIN_ACTIONS = ("kms:CreateAlias", "kms:Describe*", "kms:Enable*", "kms:List*", "kms:Put*", "kms:Update*",
                  "kms:Revoke*", "kms:Disable*", "kms:Get*", "kms:Delete*", "kms:TagResource", "kms:UntagResource",
                  "kms:ScheduleKeyDeletion", "kms:CancelKeyDeletion")
 
@@ -46,7 +49,7 @@ class DeviceTokens(Construct):
         stack = Stack.of(self)
         # The key policy names who may sign (the API function's role, ``grant_sign``) and read the
         # public key (the custom resource's role); the account administers the key and cannot
-        # sign with it. It replaces CDK's default policy, which gives the account kms:* (every
+        # sign with it (short of changing this policy: ``ADMIN_ACTIONS``). It replaces CDK's default policy, which gives the account kms:* (every
         # role with a broad IAM policy could then sign device tokens).
         self.key_policy = iam.PolicyDocument(statements=[iam.PolicyStatement(
             sid="KeyAdministration", principals=[iam.AccountRootPrincipal()], actions=list(ADMIN_ACTIONS),

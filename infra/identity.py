@@ -27,7 +27,7 @@ class Sealing(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, throwaway: bool):
         super().__init__(scope, construct_id)
         # The key policy names who may seal and open (the API function's role, ``grant_seal``); the
-        # account administers the key and cannot use it. It replaces CDK's default policy, which
+        # account administers the key and cannot use it (short of changing this policy: ``ADMIN_ACTIONS``). It replaces CDK's default policy, which
         # gives the account kms:* (every role with a broad IAM policy could then open secrets).
         self.key_policy = iam.PolicyDocument(statements=[iam.PolicyStatement(
             sid="KeyAdministration", principals=[iam.AccountRootPrincipal()], actions=list(ADMIN_ACTIONS),

@@ -7,6 +7,8 @@ context, checked at synth."""
 
 from __future__ import annotations
 
+from fnmatch import fnmatch
+
 import json
 import time
 
@@ -70,6 +72,7 @@ def test_the_key_policy_lets_only_the_api_function_sign_and_the_account_only_adm
     by_sid = {statement["Sid"]: statement for statement in key["Properties"]["KeyPolicy"]["Statement"]}
     assert set(by_sid) == {"KeyAdministration", "Sign", "ReadPublicKey"}
     assert actions(by_sid["KeyAdministration"]) == list(ADMIN_ACTIONS)
+    assert not [action for action in ADMIN_ACTIONS if fnmatch("kms:CreateGrant", action)]  # a grant to oneself
     assert not set(actions(by_sid["KeyAdministration"])) & set(SIGNING)  # no kms:*, no kms:Sign
     assert by_sid["Sign"]["Principal"] == {"AWS": {"Fn::GetAtt": [role_of(function), "Arn"]}}
     assert actions(by_sid["Sign"]) == ["kms:Sign"]

@@ -7,6 +7,8 @@ entry; and requireRegisteredCredentials reaching the API and push functions."""
 
 from __future__ import annotations
 
+from fnmatch import fnmatch
+
 import pytest
 from aws_cdk.assertions import Template
 
@@ -68,6 +70,7 @@ def test_the_key_policy_lets_only_the_api_function_seal_under_the_services_conte
     by_sid = {statement["Sid"]: statement for statement in key["Properties"]["KeyPolicy"]["Statement"]}
     assert set(by_sid) == {"KeyAdministration", "SealAndOpen"}
     assert actions(by_sid["KeyAdministration"]) == list(ADMIN_ACTIONS)
+    assert not [action for action in ADMIN_ACTIONS if fnmatch("kms:CreateGrant", action)]  # a grant to oneself
     assert not {"kms:*", "kms:Decrypt", "kms:Encrypt"} & set(actions(by_sid["KeyAdministration"]))
     assert by_sid["SealAndOpen"]["Principal"] == {"AWS": {"Fn::GetAtt": [role_of(function), "Arn"]}}
     assert sorted(actions(by_sid["SealAndOpen"])) == sorted(SEALING)
