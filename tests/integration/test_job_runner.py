@@ -363,6 +363,45 @@ class SmallQueryPages:
         return self.query.page_items(text, self.size, cursor, max_limit=self.size)
 
 
+def test_a_job_canceled_while_finding_devices_completes_once_the_stream_makes_its_last_executions_final(battery_rig):
+    """Canceled while its query still had devices to find, a job targets no more: the written
+    ones end by the stream's finals with no word to the runner, whose wake lies at the
+    executions' deadline (an hour ahead), so the job is due at once and completes then."""
+    from functions.device_state.jobs.executions import Verdict
+    from functions.device_state.jobs.finals import Final, Finals
+
+    rig = battery_rig
+    ids = rig.devices(40)
+    for device_id in ids:
+        rig.manager.update_with_retry(device_id, MergePatch({"battery": 5}), section="reported")
+    spec = rig.job(filter="lt(reported/battery,100)", timeoutSeconds=3600)
+    runner = rig.runner()
+    runner._query = SmallQueryPages(runner._query)
+    step = runner._step
+
+    def canceled_once_written(head, writes, deadline):
+        if head.run.at > 0 and head.targeting and head.run.stop is None:
+            rig.manager.jobs().cancel("j1")  # some written, more to find
+        return step(head, writes, deadline)
+
+    runner._step = canceled_once_written
+    assert runner.run("j1", 30).status == IDLE
+    head = rig.jobs.head("j1")
+    assert head.record.status == "CANCELED" and not head.run.targeted and 0 < head.run.total < len(ids)
+    versions, found = rig.versions(ids)
+    written = [device_id for device_id in ids if job_marks.mark_of(found[device_id], "j1")]
+    assert written and head.counts_by_state["IN_PROGRESS"] == len(written)
+    now_ms = int(time.time() * 1000)
+    assert not head.due(now_ms)  # in progress until their confirmations or the deadline
+    Finals(rig.pipeline).record("j1", items.retire_at(spec), [
+        Final(device_id, Verdict("SUCCEEDED", now_ms), versions[device_id], True) for device_id in written])
+    assert rig.jobs.head("j1").due(now_ms) and rig.manager.due_jobs().job_ids == ("j1",)
+    assert rig.runner().run("j1", 60).status == DONE
+    head = rig.jobs.head("j1")
+    assert head.record.status == "CANCELED" and head.record.completed_ms is not None
+    assert rig.counts_agree_with_executions()["SUCCEEDED"] == len(written)
+
+
 def test_a_device_whose_value_moves_ahead_of_the_targeting_cursor_is_targeted_and_counted_once(battery_rig):
     """Found on a first query page and not written yet, a device's battery moves ahead of the query's
     cursor, so a later page finds it again: the naive control (the query's pages one after

@@ -251,9 +251,11 @@ class Head:
     def completable(self) -> bool:
         """Every execution is final and no more will come: the runner that takes the job completes
         it. The stream makes the last executions final with no word to the runner, whose wake may
-        lie days ahead (the executions' deadline), so this alone makes the job due."""
+        lie days ahead (the executions' deadline), so this alone makes the job due. No more will
+        come once targeting reached the end of the query or a stop was carried out (which ends
+        targeting wherever it was)."""
         counts, run = self.counts_by_state, self.run
-        return (run.targeted and counts[QUEUED] == 0 and counts[IN_PROGRESS] == 0
+        return ((run.targeted or run.stopped_ms is not None) and counts[QUEUED] == 0 and counts[IN_PROGRESS] == 0
                 and (not self.record.spec.continuous or run.stopped_ms is not None))
 
     def abortable(self) -> bool:
