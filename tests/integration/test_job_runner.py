@@ -14,6 +14,7 @@ import time
 from collections import Counter
 
 import pytest
+from botocore.exceptions import ClientError
 
 from functions.device_state import DeviceStateManager, FleetIndex, MergePatch, table
 from functions.device_state.client import dynamodb_client
@@ -400,6 +401,51 @@ def test_a_job_canceled_while_finding_devices_completes_once_the_stream_makes_it
     head = rig.jobs.head("j1")
     assert head.record.status == "CANCELED" and head.record.completed_ms is not None
     assert rig.counts_agree_with_executions()["SUCCEEDED"] == len(written)
+
+
+class Throttled:
+    """A DynamoDB client that throttles every UpdateItem on ``device_id``'s items while ``on``."""
+
+    def __init__(self, client, device_id: str):
+        self._client, self._device_id, self.on = client, device_id, True
+
+    def __getattr__(self, name):
+        call = getattr(self._client, name)
+        if name != "update_item":
+            return call
+
+        def throttled(**request):
+            if self.on and request["Key"][PARTITION_KEY]["S"] == self._device_id:
+                raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"},
+                                   "ResponseMetadata": {"HTTPStatusCode": 400}}, "UpdateItem")
+            return call(**request)
+        return throttled
+
+
+@pytest.mark.parametrize("blocked_by", ["lease", "throttling"])
+def test_a_forced_cancel_whose_removal_does_not_apply_removes_the_leaves_when_it_can(rig, blocked_by):
+    """A forced cancel meets a device another holds a lease on (its removal refused, 423), or
+    whose writes DynamoDB throttles: its execution is CANCELED and the others' leaves removed, so
+    the job idles with the job's leaf left on that device alone, due still; once the lease ended
+    (the throttling passed), a runner removes it and the job completes. A runner that does not
+    try again (or lets the lease's refusal escape) leaves the execution CANCELED and the leaf on
+    the device for good."""
+    ids = rig.devices(3)
+    rig.job(deviceIds=ids, timeoutSeconds=600)
+    assert rig.runner().run("j1", 30).status == IDLE
+    client = Throttled(rig.client, ids[1])
+    if blocked_by == "lease":
+        client.on, lease = False, rig.manager.lease(ids[1], ttl_seconds=60).acquire()
+    rig.manager.jobs().cancel("j1", force=True)
+    assert rig.runner(client).run("j1", 30).status == IDLE  # no error escaping: the schedule takes it up again
+    head = rig.jobs.head("j1")
+    assert {execution.state for execution in rig.jobs.executions("j1")} == {"CANCELED"} and head.run.forced == 1
+    assert [rig.manager.get(device_id).desired for device_id in ids] == [{}, {"mode": "eco"}, {}]
+    assert head.record.completed_ms is None and head.due(int(time.time() * 1000))
+    lease.release() if blocked_by == "lease" else setattr(client, "on", False)
+    run_until_done(rig.runner(client))
+    assert [rig.manager.get(device_id).desired for device_id in ids] == [{}, {}, {}]
+    assert rig.jobs.head("j1").record.status == "CANCELED" and rig.counts_agree_with_executions()["CANCELED"] == 3
 
 
 def test_a_device_whose_value_moves_ahead_of_the_targeting_cursor_is_targeted_and_counted_once(battery_rig):

@@ -42,11 +42,13 @@ from dataclasses import dataclass, replace
 from ..errors import (
     AnswerLost,
     ConditionNotMet,
+    DeviceLocked,
     DeviceNotFound,
     IndexBuilding,
     InvalidCursor,
     InvalidFilter,
     JobEnded,
+    LeaseNotHeld,
     OutcomeUnknown,
     RetriesExhausted,
     StorageUnavailable,
@@ -74,6 +76,9 @@ STOP_POLL_SECONDS = 1.0  # a batch being written looks for a stop at least this 
 STOP_CHECK_WRITES = 64  # and again after every so many writes begun (one read of the run item each)
 IDLE_AFTER_SECONDS = 30  # a paced job whose next write is further off than this waits for the schedule
 DEFAULT_CONCURRENCY = 16
+# A forced cancel's removal that did not apply (the device leased, DynamoDB failing) is tried
+# again this much later, by the schedule.
+FORCE_RETRY_SECONDS = 60
 BATCH_PAGES = 4  # a batch of a job with no rollout nor abort criteria: so many target pages (writers seldom idle)
 TARGET_PAGES = 4  # target pages from one page of the fleet query (its 16 shards read once for 400 devices)
 DEFAULT_REQUERY_SECONDS = 60
@@ -188,8 +193,7 @@ class JobRunner:
             self._write_batch(head, writes)
             return None
         if run.force and run.forced < run.at:
-            self._force_page(head)
-            return None
+            return self._force_page(head)
         if run.stop is None and spec.filter is None and not run.checked:
             self._check_listed(head)
             return None
@@ -284,30 +288,46 @@ class JobRunner:
             items.STOPPED: int(self._runtime.clock() * 1000), items.CANCELED_QUEUED: queued},
             absent=(items.STOPPED, items.BATCH), lease_seconds=self.lease_seconds)
 
-    def _force_page(self, head: Head) -> None:
+    def _force_page(self, head: Head) -> Progress | None:
         """A forced cancel: each device still in progress where the job still owns its leaves (no
         other writer set one since) has its execution CANCELED first, then the job's leaves
         removed (the stream then sees the job's own removal after the final state, not a
-        supersession)."""
+        supersession). Where a removal does not apply (the device leased, DynamoDB failing), the
+        page's others go on; the job then idles with its forced position at the first such
+        device, and the schedule takes it up again from there, where the execution is CANCELED
+        already and the job's leaves are removed if still the job's."""
         spec, run = head.record.spec, head.run
         page = self._jobs.page(spec.job_id, run.forced // PAGE_SIZE)
         end = min((run.forced // PAGE_SIZE + 1) * PAGE_SIZE, run.at)
+        left = []
         if page is not None:
             removal = MergePatch(_nulls(spec.leaves))
-            for device_id, version, deadline_ms in self._in_progress(spec, page, run.forced, end):
-                self._force_one(spec, device_id, version, deadline_ms, removal)
-        self._jobs.update_run(spec.job_id, self.owner, sets={items.FORCED: end}, lease_seconds=self.lease_seconds)
+            written = self._written(spec, page, run.forced, end)
+            finals = self._jobs.final_executions(spec.job_id, [device_id for _, device_id, _, _ in written])
+            for position, device_id, version, deadline_ms in written:
+                final = finals.get(device_id)
+                if final is not None and final.state != CANCELED:
+                    continue  # final otherwise: not the job's to remove
+                if not self._force_one(spec, device_id, version, deadline_ms, removal, canceled=final is not None):
+                    left.append(position)
+        self._jobs.update_run(spec.job_id, self.owner, sets={items.FORCED: min(left, default=end)},
+                              lease_seconds=self.lease_seconds)
+        return self._idle(head, int((self._runtime.clock() + FORCE_RETRY_SECONDS) * 1000)) if left else None
 
-    def _force_one(self, spec: JobSpec, device_id: str, version: int, deadline_ms: int, removal: MergePatch) -> None:
+    def _force_one(self, spec: JobSpec, device_id: str, version: int, deadline_ms: int, removal: MergePatch,
+                   canceled: bool) -> bool:
+        """The device's execution CANCELED (unless ``canceled`` already) and the job's leaves
+        removed while the job still owns them; False when the removal did not apply."""
         expires = items.retire_at(spec)
         item = self._store.get_state(device_id)
         verdict = judge(spec.leaves, version, deadline_ms, item, self._runtime.clock())
-        if verdict is not None:  # final already: confirmed, refused, superseded or gone
-            self._finals.record(spec.job_id, expires, [Final(device_id, verdict, version, True)])
-            return
-        canceled = Final(device_id, Verdict(CANCELED, int(self._runtime.clock() * 1000)), version, True)
-        if not self._finals.record(spec.job_id, expires, [canceled]):
-            return  # the stream made it final meanwhile: the job no longer owns the outcome
+        if verdict is not None:  # final already (confirmed, refused, superseded or gone), or its leaves removed
+            if not canceled:
+                self._finals.record(spec.job_id, expires, [Final(device_id, verdict, version, True)])
+            return True
+        canceled_now = Final(device_id, Verdict(CANCELED, int(self._runtime.clock() * 1000)), version, True)
+        if not canceled and not self._finals.record(spec.job_id, expires, [canceled_now]):
+            return True  # the stream made it final meanwhile: the job no longer owns the outcome
 
         def attempt(current, _number):
             if judge(spec.leaves, version, deadline_ms, current, self._runtime.clock()) is not None:
@@ -318,8 +338,13 @@ class JobRunner:
         try:
             RetryLoop(8, 5.0, self._runtime).run(device_id, attempt, lambda: self._store.get_state(device_id),
                                                  count_success=False)
-        except (DeviceNotFound, RetriesExhausted, OutcomeUnknown, StorageUnavailable, Moved):
-            logger.warning("job %s: the canceled desire of %s was left on the device", spec.job_id, device_id)
+        except DeviceNotFound:
+            return True
+        except (RetriesExhausted, OutcomeUnknown, StorageUnavailable, Moved, DeviceLocked, LeaseNotHeld) as error:
+            logger.warning("job %s: the canceled desire of %s is left on the device for now (%s); tried again in %d s",
+                           spec.job_id, device_id, type(error).__name__, FORCE_RETRY_SECONDS)
+            return False
+        return True
 
     def _check_listed(self, head: Head) -> None:
         """A listed device that does not exist has its execution REMOVED at once."""
@@ -529,16 +554,22 @@ class JobRunner:
                      due_by_ms: int | None = None) -> list[tuple[str, int, int]]:
         """(device, version, deadline ms) of the page's written, not final executions in
         [start, end), those whose deadline is ``due_by_ms`` or earlier when given."""
+        written = [entry for entry in self._written(spec, page, start, end)
+                   if due_by_ms is None or entry[3] <= due_by_ms]
+        final = self._jobs.final_devices(spec.job_id, [device_id for _, device_id, _, _ in written])
+        return [(device_id, version, deadline_ms) for _, device_id, version, deadline_ms in written
+                if device_id not in final]
+
+    @staticmethod
+    def _written(spec: JobSpec, page: Page, start: int, end: int) -> list[tuple[int, str, int, int]]:
+        """(position, device, version, deadline ms) of the page's written executions in [start, end)."""
         window_ms = spec.window_seconds * 1000
         written = []
         for index, device_id in enumerate(page.ids):
-            if not start <= page.position(index) < end or not page.writes[index]:
-                continue
-            version, written_ms = items.unpack_write(page.writes[index])
-            if due_by_ms is None or written_ms + window_ms <= due_by_ms:
-                written.append((device_id, version, written_ms + window_ms))
-        final = self._jobs.final_devices(spec.job_id, [device_id for device_id, _, _ in written])
-        return [entry for entry in written if entry[0] not in final]
+            if start <= page.position(index) < end and page.writes[index]:
+                version, written_ms = items.unpack_write(page.writes[index])
+                written.append((page.position(index), device_id, version, written_ms + window_ms))
+        return written
 
     def _sweep(self, head: Head) -> bool:
         """Makes final the written executions whose deadline passed, in write order; True when

@@ -140,10 +140,15 @@ class JobStore:
 
     def final_devices(self, job_id: str, device_ids: list[str]) -> set[str]:
         """Those of ``device_ids`` whose execution is final (an execution item exists)."""
-        final = set()
+        return set(self.final_executions(job_id, device_ids))
+
+    def final_executions(self, job_id: str, device_ids: list[str]) -> dict[str, Execution]:
+        """The final executions of those of ``device_ids`` whose execution is final, by device."""
+        final = {}
         for start in range(0, len(device_ids), 100):
             keys = [items.execution_key(job_id, device_id) for device_id in device_ids[start:start + 100]]
-            final |= {sort_key[len(items.EXECUTION_PREFIX):] for _, sort_key in self._store.batch_get(keys)}
+            final.update((execution.device_id, execution) for execution in map(
+                Execution.from_item, self._store.batch_get(keys).values()))
         return final
 
     def executions(self, job_id: str) -> list[Execution]:
