@@ -79,7 +79,8 @@ class CallerIdentity(Construct):
             CfnOutput(self, name, value=value, description=description).override_logical_id(name)
 
     def _resolved_jwks(self, issuer: str) -> str:
-        """The issuer's JWKS, fetched once per deploy by functions/auth/jwks_resource.py."""
+        """The issuer's JWKS, read by functions/auth/jwks_resource.py when the stack is created or the
+        issuer changes (CloudFormation updates a custom resource only when its properties do)."""
         log_group = logs.LogGroup(self, "JwksLogs", retention=LOG_RETENTION)
         role = iam.Role(self, "JwksRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         role.add_to_policy(iam.PolicyStatement(

@@ -17,6 +17,7 @@ from aws_cdk import aws_apigatewayv2 as apigatewayv2
 from aws_cdk import aws_cloudfront as cloudfront
 from aws_cdk import aws_cloudfront_origins as origins
 from aws_cdk import aws_cognito as cognito
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from constructs import Construct
@@ -24,6 +25,7 @@ from constructs import Construct
 from functions.auth.principals import READ_SCOPE, WRITE_SCOPE
 from functions.device_state import FleetIndex
 
+from .api import LOG_RETENTION
 from .bundling import REPO_ROOT
 
 CONSOLE_DIR = REPO_ROOT / "console"
@@ -132,6 +134,7 @@ class Console(Construct):
             sources=[s3deploy.Source.asset(str(CONSOLE_DIR)),
                      s3deploy.Source.json_data("config.json", self.settings(api_url, websocket_url, fleet_index))],
             distribution=self.distribution, distribution_paths=[f"/{PREFIX}/*"], prune=True, memory_limit=256,
+            log_group=logs.LogGroup(self, "DeploymentLogs", retention=LOG_RETENTION),
             # Browsers ask again (a 304 while unchanged), so a deploy never leaves a page mixing old and new modules.
             cache_control=[s3deploy.CacheControl.no_cache()])
         http_api.node.default_child.add_property_override("CorsConfiguration", {

@@ -10,8 +10,10 @@ import urllib.request
 
 ATTEMPTS = 5  # a user pool created a moment ago may not serve its keys yet
 TIMEOUT_SECONDS = 10
-# Lambda holds 4 KB of environment in all; a JWKS larger than this would not fit beside the rest.
-MAX_BYTES = 3072
+# Lambda holds 4 KB of a function's environment in all; a JWKS larger than this would not fit
+# beside the rest of the API function's (ten fields declared, a device domain: about 2 KB;
+# tests/infra/test_auth_stack.py). Three RSA-2048 keys fit (43-character key ids), or two of 4096 bits.
+MAX_BYTES = 1792
 
 
 def jwks_url(issuer: str) -> str:

@@ -271,6 +271,49 @@ def test_your_own_issuer_needs_an_audience_and_a_readable_jwks(own_jwks, context
                      "authJwksFile": str(own_jwks), **context})
 
 
+# What CloudFormation resolves at deploy time, counted at its longest: a resource's name or id
+# (Ref: a function's name is at most 64 characters, and CloudFormation's generated names stay
+# under), a key's ARN, the device tokens' JWKS (a custom resource's: two EC keys while one is
+# rotated in), the cursor key a dynamic reference reads. Lambda holds 4 KB of a function's
+# resolved environment.
+RESOLVED_AT_MOST = {"Ref": 64, "Arn": 128, "Jwks": 512, "{{resolve:": api_module.CURSOR_KEY_CHARACTERS}
+LAMBDA_ENVIRONMENT_BYTES = 4096
+
+
+def resolved_bytes(value) -> int:
+    if isinstance(value, str):
+        return RESOLVED_AT_MOST["{{resolve:"] if value.startswith("{{resolve:") else len(value.encode())
+    [(function, argument)] = value.items()
+    if function == "Fn::Join":
+        parts = argument[1]
+        if isinstance(parts[0], str) and parts[0].startswith("{{resolve:"):
+            return RESOLVED_AT_MOST["{{resolve:"]
+        return sum(map(resolved_bytes, parts))
+    if function == "Ref":
+        return RESOLVED_AT_MOST["Ref"]
+    assert function == "Fn::GetAtt" and argument[1] in RESOLVED_AT_MOST, value
+    return RESOLVED_AT_MOST[argument[1]]
+
+
+def test_every_function_environment_fits_lambdas_4_kb_with_the_largest_jwks_and_declaration_taken(tmp_path):
+    """Your own issuer's JWKS at the most the synth takes, ten fields declared, a device domain:
+    each function's environment, resolved, fits in Lambda's 4 KB (a larger one fails the
+    deploy, which no synth test would show)."""
+    key = ISSUER.jwks()["keys"][0]
+    padding = jwks_resource.MAX_BYTES - len(jwks_resource.compact({"keys": [key, {**key, "kid": ""}]}))
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps({"keys": [key, {**key, "kid": "k" * padding}]}))
+    assert len(jwks_resource.compact(json.loads(path.read_text()))) == jwks_resource.MAX_BYTES
+    fleet = ",".join(f"reported/sensors/sensor-{number:02d}/temperature:number" for number in range(10))
+    template = template_with({**DEVICE_DOMAIN, "authIssuer": ISSUER.issuer, "authAudience": ISSUER.audience,
+                              "authJwksFile": str(path), "fleetIndex": fleet, "requireRegisteredCredentials": True})
+    sizes = {logical: sum(len(name) + resolved_bytes(value) for name, value in
+                          function["Properties"].get("Environment", {}).get("Variables", {}).items())
+             for logical, function in template.find_resources("AWS::Lambda::Function").items()}
+    assert max(sizes.values()) > jwks_resource.MAX_BYTES  # the JWKS is in
+    assert all(size <= LAMBDA_ENVIRONMENT_BYTES for size in sizes.values()), sizes
+
+
 # ------------------------------------------------------------------------- nag
 
 
