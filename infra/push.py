@@ -46,6 +46,9 @@ DYNAMODB_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem
                     "dynamodb:Query", "dynamodb:BatchGetItem")
 # @connections: post a message, close a connection, ask whether one is open (a connect at its device's cap)
 CONNECTION_METHODS = ("POST", "DELETE", "GET")
+# What each function does with them: the push function answers and asks whether a connection is
+# open, the fan-out sends changes and closes a revoked credential's connections.
+FUNCTION_CONNECTION_METHODS = {"Function": ("POST", "GET"), "FanOut": ("POST", "DELETE")}
 # Nothing on the fan-out's queue needs replaying (the subscribers of its devices catch up with
 # the device's next change, or by subscribing again): a week to read why it failed.
 FAILURE_RETENTION = Duration.days(7)
@@ -128,24 +131,24 @@ class Push(Construct):
         url = CfnOutput(self, "Url", value=self.stage.url, description="WebSocket URL for push (wss://)")
         url.override_logical_id(URL_OUTPUT)
 
-    def connections_arns(self) -> list[str]:
-        """execute-api ARNs of posting to, closing and looking up this API's connections, in its stage."""
+    def connections_arns(self, methods: tuple[str, ...]) -> list[str]:
+        """execute-api ARNs of ``methods`` on this API's connections, in its stage."""
         stack = Stack.of(self)
         return [stack.format_arn(service="execute-api", resource=self.api.api_id,
                                  resource_name=f"{STAGE_NAME}/{method}/@connections/*")
-                for method in CONNECTION_METHODS]
+                for method in methods]
 
     def _function(self, name: str, handler: str, timeout: Duration, table: dynamodb.ITable, code: lambda_.Code,
                   layer: lambda_.ILayerVersion, environment: dict[str, str], snap_start: bool) -> lambda_.Function:
         """A function with its own log group and role: DYNAMODB_ACTIONS on the table, its log
-        group, and posting to, closing and looking up this API's connections."""
+        group, and what it does with this API's connections (``FUNCTION_CONNECTION_METHODS``)."""
         log_group = logs.LogGroup(self, f"{name}Logs", retention=LOG_RETENTION)
         role = iam.Role(self, f"{name}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         role.add_to_policy(iam.PolicyStatement(actions=list(DYNAMODB_ACTIONS), resources=[table.table_arn]))
         role.add_to_policy(iam.PolicyStatement(
             actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]))
         role.add_to_policy(iam.PolicyStatement(actions=["execute-api:ManageConnections"],
-                                               resources=self.connections_arns()))
+                                               resources=self.connections_arns(FUNCTION_CONNECTION_METHODS[name])))
         return lambda_.Function(
             self, name, runtime=RUNTIME, architecture=ARCHITECTURE, handler=handler, code=code, layers=[layer],
             timeout=timeout, memory_size=MEMORY_MB, role=role, log_group=log_group,
