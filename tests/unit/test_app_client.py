@@ -123,6 +123,32 @@ def test_a_token_that_could_not_be_had_before_a_write_is_no_copy_of_it(scripted)
     assert not isinstance(failed.value, OutcomeUnknown) and failed.value.idempotency_key == "k-3"
     assert server.requests == []
 
+class FailingRenewal(TokenCredentials):
+    """A token until it is refused; then its renewal fails (the token command's service down)."""
+
+    renews_refused_tokens = True
+
+    def bearer_token(self, client=None, renew: bool = False):
+        if renew:
+            raise CredentialsError("the token command exited 1: the issuer is down")
+        return super().bearer_token(client)
+
+
+@pytest.mark.parametrize("first", [(504, {}, UNKNOWN), None], ids=["first-copy-unanswered", "no-copy-before"])
+def test_a_write_whose_token_cannot_be_renewed_is_unknown_once_a_copy_went_unanswered(scripted, first):
+    """A copy unanswered, then a 401 whose token cannot be renewed: the first copy may have
+    applied, so OutcomeUnknown under its key (a credentials error says nothing of it); with no
+    copy sent before, the credentials error, carrying the key (nothing was written)."""
+    server = scripted(*[answer for answer in (first, (401, {}, _problem(401, "unauthorized"))) if answer])
+    client = _client(server, credentials=FailingRenewal("t0k"))
+    client.write_attempts = 3
+    expected = OutcomeUnknown if first else CredentialsError
+    with pytest.raises(expected) as failed:
+        client.patch("lamp-1", [{"op": "increment", "path": "/n", "value": 1}], idempotency_key="k-4")
+    assert failed.value.idempotency_key == "k-4"
+    assert {headers["Idempotency-Key"] for _, _, headers, _, _ in server.requests} == {"k-4"}
+
+
 def test_a_write_no_copy_of_which_reached_the_service_raises_its_connection_error_with_its_key():
     """Nothing listens: no copy was sent, nothing was written, and the error says so by its type."""
     with socket.create_server(("127.0.0.1", 0)) as listener:

@@ -12,6 +12,7 @@ import urllib.request
 import uuid
 
 from .backoff import Backoff
+from .credentials import CredentialsError
 from .errors import ApiError, OutcomeUnknown, error_for, retry_after
 from .values import dumps, loads
 
@@ -53,8 +54,9 @@ class Service:
         on no answer (a reset, a timeout), 429, 5xx (504 ``outcome-unknown`` included), after
         ``Retry-After`` or a backoff, at most ``write_attempts`` times. When a copy reached the
         service unanswered and the last answer does not say what became of it (or none came),
-        ``OutcomeUnknown``; when no copy reached it, the connection's ``URLError`` (nothing was
-        written). What it raises carries the key (``idempotency_key``), to send the write again under."""
+        ``OutcomeUnknown`` (also when no token can be had for the next copy); when no copy reached
+        it, the connection's ``URLError`` or the ``CredentialsError`` (nothing was written). What
+        it raises carries the key (``idempotency_key``), to send the write again under."""
         key = idempotency_key or str(uuid.uuid4())
         sent = {**(headers or {}), "Idempotency-Key": key}
         if content_type is not None:
@@ -82,8 +84,8 @@ class Service:
                     error.status in ANSWERED_BEFORE_THE_KEY or error.status >= 500):
                 raise _outcome_unknown(key, f"the last answer ({error.status})", error.headers) from error
             raise
-        except (OSError, http.client.HTTPException) as error:
-            if unanswered:
+        except (OSError, http.client.HTTPException, CredentialsError) as error:
+            if unanswered:  # the last attempt got no answer, or no token to send another copy with
                 raise _outcome_unknown(key, f"the last attempt ({error})") from error
             error.idempotency_key = key  # no copy reached the service: nothing was written
             raise
