@@ -123,6 +123,25 @@ def test_a_token_that_could_not_be_had_before_a_write_is_no_copy_of_it(scripted)
     assert not isinstance(failed.value, OutcomeUnknown) and failed.value.idempotency_key == "k-3"
     assert server.requests == []
 
+@pytest.mark.parametrize("call", [lambda c: c.get("lamp-1"), lambda c: c.create("lamp-1", {"state": {}})],
+                         ids=["GET", "POST"])
+def test_a_redirect_is_answered_as_it_is_never_followed_with_the_token(scripted, call):
+    """An endpoint answering 301 (http:// behind a load balancer that sends to https://): followed,
+    urllib sends a POST on as a GET and the token to the host ``Location`` names."""
+    with socket.create_server(("127.0.0.1", 0)) as elsewhere:
+        elsewhere.settimeout(0.2)
+        location = f"http://localhost:{elsewhere.getsockname()[1]}/devices"
+        server = scripted((301, {"Location": location}, b""))
+        client = _client(server)
+        client.timeout = 2  # followed, the request would wait on ``elsewhere``'s backlog
+        with pytest.raises(ApiError) as redirected:
+            call(client)
+        with pytest.raises(TimeoutError):
+            elsewhere.accept()  # nothing went on
+    assert redirected.value.status == 301 and location in redirected.value.problem["detail"]
+    assert len(server.requests) == 1
+
+
 class FailingRenewal(TokenCredentials):
     """A token until it is refused; then its renewal fails (the token command's service down)."""
 

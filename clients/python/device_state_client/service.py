@@ -30,6 +30,15 @@ ANSWERED_BEFORE_THE_KEY = {401, 429, 503}
 NOTHING_WRITTEN = {429, 503}
 
 
+class _Refused(urllib.request.HTTPRedirectHandler):
+    """The service never redirects: a 3xx (an http:// endpoint a load balancer sends to https://,
+    a wrong path) is answered as it is, never followed (urllib would send a POST on as a GET, and
+    the token to wherever ``Location`` names)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
 class Service:
     """``base_url`` is the API's (ending in ``/prod/`` deployed); ``websocket_url`` defaults to
     its ``/ws`` (as ``make serve`` serves it; deployed, the stack output ``WebSocketUrl``).
@@ -46,6 +55,7 @@ class Service:
         scheme, rest = self.base_url.split("://", 1)
         self.websocket_url = websocket_url or f"{'wss' if scheme == 'https' else 'ws'}://{rest}ws"
         self.ssl_context = credentials.ssl_context(ssl_context)
+        self._opener = urllib.request.build_opener(_Refused(), urllib.request.HTTPSHandler(context=self.ssl_context))
         self.timeout, self.write_attempts, self.sleep = timeout, write_attempts, sleep
 
     def write(self, method: str, path: str, body, content_type: str | None,
@@ -124,8 +134,7 @@ class Service:
                 sent_headers.setdefault("Content-Type", "application/json")
             sent = urllib.request.Request(self.base_url + path, data=data, method=method, headers=sent_headers)
             try:
-                with urllib.request.urlopen(sent, timeout=timeout or self.timeout,
-                                            context=self.ssl_context) as answer:
+                with self._opener.open(sent, timeout=timeout or self.timeout) as answer:
                     text = answer.read()
                     try:
                         document = loads(text, self.exact_numbers) if text else None
@@ -140,6 +149,11 @@ class Service:
                     problem = {"detail": text[:200].decode(errors="replace")}
                 if error.code == 401 and not renew and not own and self.credentials.renews_refused_tokens:
                     continue
+                if 300 <= error.code < 400 and error.code != 304:
+                    problem = {"title": "Redirected", "status": error.code, "detail": (
+                        f"{self.base_url} answered {error.code}, to {error.headers.get('Location')}: the service "
+                        f"never redirects, so the endpoint is not the API's (its scheme, host or path); nothing "
+                        f"was sent on")}
                 raise error_for(error.code, problem if isinstance(problem, dict) else {}, error.headers) from None
         raise AssertionError("unreachable")
 
