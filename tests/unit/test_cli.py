@@ -234,6 +234,24 @@ def test_on_a_terminal_a_listing_is_a_table_and_delete_asks_first(scripted):
     assert status == 0 and "deleted lamp-1" in shown and [request[0] for request in deleting.requests] == ["DELETE"]
 
 
+def test_on_a_terminal_what_devices_stored_is_shown_never_acted_on(scripted):
+    """A device's ack reason, a reported value and a problem's detail holding terminal controls
+    (clear the screen, retitle the window, a bidi override) are shown escaped, in tables and on
+    stderr alike."""
+    clear, title, override = "\x1b[2J\x1b[H", "\x1b]0;pwned\x07", "\u202e"
+    executions = {"items": [{"deviceId": "lamp-1", "state": "FAILED", "version": 2, "code": 500,
+                             "reason": f"{clear}overheated{override}"}], "nextCursor": None}
+    count = {"count": 1, "groups": [{"value": f"{title}1.0", "count": 1}]}
+    refused = (409, {}, {"type": "urn:device-state:problem:conflict", "title": "Conflict", "status": 409,
+                         "detail": f"held by {clear}someone"})
+    for arguments, answer in ((("jobs", "executions", "porch-eco"), (200, {}, executions)),
+                              (("count", "--filter", "eq(reported/online,true)", "--group-by", "reported/firmware"), (200, {}, count)),
+                              (("get", "lamp-1"), refused)):
+        status, shown = _on_a_terminal(scripted(answer).port, *arguments)
+        assert clear not in shown and title not in shown and override not in shown, (arguments, shown)
+        assert "\\u001b" in shown or "\\u202e" in shown, (arguments, shown)
+
+
 def _job(etag_counts: dict, **members) -> dict:
     counts = dict.fromkeys(("QUEUED", "IN_PROGRESS", "SUCCEEDED", "FAILED", "TIMED_OUT", "SUPERSEDED", "REMOVED",
                             "CANCELED"), 0)

@@ -4,6 +4,7 @@ table or YAML is printed."""
 
 from __future__ import annotations
 
+import re
 import sys
 from contextlib import contextmanager
 
@@ -67,6 +68,23 @@ def _text(value) -> str:
     return "-" if value is None else dumps(value)
 
 
+# What a terminal would act on or reorder rather than show: C0 and C1 controls (a device's value
+# could clear the screen or retitle the window), zero-width and bidirectional marks and overrides.
+_UNSHOWABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+
+
+def shown(text: str) -> str:
+    """``text`` as a terminal shows it, what it would act on written as ``\\uXXXX``."""
+    return _UNSHOWABLE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
+def _cell(text: str) -> str:
+    """A table cell: shown as it is (``shown``), Rich's markup escaped."""
+    from rich.markup import escape
+
+    return escape(shown(text))
+
+
 def _table(*columns, **options):
     from rich.table import Table
 
@@ -78,47 +96,40 @@ def _table(*columns, **options):
 
 def _fields_table(document):
     """Any object as rows of member and value."""
-    from rich.markup import escape
 
     table = _table("FIELD", "VALUE")
     if not isinstance(document, dict):
-        table.add_row("value", escape(_text(document)))
+        table.add_row("value", _cell(_text(document)))
         return table
     for name, value in document.items():
-        table.add_row(escape(name), escape(_text(value)))
+        table.add_row(_cell(name), _cell(_text(value)))
     return table
 
 
 def _device_table(device):
-    from rich.markup import escape
-
     table = _table("FIELD", "VALUE")
     for name in ("deviceId", "version", "updatedAt"):
-        table.add_row(name, escape(_text(device.get(name))))
+        table.add_row(name, _cell(_text(device.get(name))))
     connectivity = device.get("connectivity")
     if connectivity:
-        table.add_row("connected", escape(_text(connectivity.get("connected"))))
+        table.add_row("connected", _cell(_text(connectivity.get("connected"))))
     for name in ("state", "desired", "reported", "delta", "metadata"):
         if name in device:
-            table.add_row(name, escape(dumps(device[name], indent=2)))
+            table.add_row(name, _cell(dumps(device[name], indent=2)))
     return table
 
 
 def _count_table(answer):
-    from rich.markup import escape
-
     table = _table("VALUE", "COUNT")
     for group in answer.get("groups") or []:
-        table.add_row(escape(_text(group["value"])), str(group["count"]))
+        table.add_row(_cell(_text(group["value"])), str(group["count"]))
     table.add_row("[bold]total[/bold]", f"[bold]{answer['count']}[/bold]")
     return table
 
 
 def _delta_table(answer):
-    from rich.markup import escape
-
     table = _table("DEVICE", "VERSION", "DELTA")
-    table.add_row(escape(answer["deviceId"]), str(answer["version"]), escape(dumps(answer["delta"], indent=2)))
+    table.add_row(_cell(answer["deviceId"]), str(answer["version"]), _cell(dumps(answer["delta"], indent=2)))
     return table
 
 
@@ -126,13 +137,11 @@ FINAL_STATES = ("SUCCEEDED", "FAILED", "TIMED_OUT", "SUPERSEDED", "REMOVED", "CA
 
 
 def _job_table(job):
-    from rich.markup import escape
-
     table = _table("FIELD", "VALUE")
     for name, value in job.items():
         if name == "counts":
             value = "  ".join(f"{state} {count}" for state, count in value.items())
-        table.add_row(escape(name), escape(_text(value)))
+        table.add_row(_cell(name), _cell(_text(value)))
     return table
 
 
@@ -201,7 +210,6 @@ class Rows:
         self.widths: list[int] | None = None
 
     def print(self, documents: list) -> None:
-        from rich.markup import escape
         from rich.table import Table
 
         rows = [self.cells(document) for document in documents]
@@ -214,12 +222,11 @@ class Rows:
             table.add_column(column, width=width, min_width=width, no_wrap=True, overflow="ellipsis")
         table.add_column(self.columns[-1], no_wrap=True, overflow="ellipsis", ratio=1)
         for row in rows:
-            table.add_row(*map(escape, row))
+            table.add_row(*map(_cell, row))
         _console().print(table)
 
 
 def _transaction_table(answer):
-    from rich.markup import escape
     from rich.table import Table
 
     columns, cells = ROWS["devices"]
@@ -227,7 +234,7 @@ def _transaction_table(answer):
     for column in columns:
         table.add_column(column, no_wrap=column != columns[-1], overflow="fold")
     for device in answer["devices"]:
-        table.add_row(*map(escape, cells(device)))
+        table.add_row(*map(_cell, cells(device)))
     return table
 
 
@@ -318,14 +325,13 @@ def job_progress(output: str):
 
 def _job_progress(job):
     from rich.console import Group
-    from rich.markup import escape
     from rich.progress_bar import ProgressBar
     from rich.table import Table
 
     total, counts = job.get("total") or 0, job.get("counts") or {}
     final = sum(counts.get(state, 0) for state in FINAL_STATES)
     head = Table.grid(padding=(0, 1))
-    head.add_row(f"[bold]{escape(job['jobId'])}[/bold]", escape(job["status"]),
+    head.add_row(f"[bold]{_cell(job['jobId'])}[/bold]", _cell(job["status"]),
                  ProgressBar(total=total or 1, completed=final, width=40),
                  f"{final}/{total} final" + (", finding devices" if job.get("targeting") else ""))
     states = _table(*counts)
@@ -350,4 +356,4 @@ def problem_lines(status: int, problem: dict, slug: str) -> list[str]:
     for operation in problem.get("operations") or []:
         lines.append(f"  operations[{operation.get('index')}] {operation.get('deviceId')}: "
                      f"{operation.get('status')} {operation.get('reason')}: {operation.get('detail')}")
-    return lines
+    return [shown(line) for line in lines]
