@@ -26,8 +26,8 @@ from tests.unit.test_device_client import ScriptedServer, scripted  # noqa: F401
 
 sys.path.insert(0, str(REPO_ROOT / "clients" / "python"))
 from device_state_client import (AppClient, ApiError, ChangesExpired, CommandCredentials, Conflict,  # noqa: E402
-                                 CredentialsError, DeviceExists, NotFound, OutcomeUnknown, PreconditionFailed,
-                                 ServerError, TokenCredentials, TransactionFailed, Unprocessable)
+                                 CredentialsError, DeviceClient, DeviceExists, NotFound, OutcomeUnknown,
+                                 PreconditionFailed, ServerError, TokenCredentials, TransactionFailed, Unprocessable)
 from device_state_client import errors  # noqa: E402
 
 DEVICE = {"deviceId": "lamp-1", "version": 4, "state": {}, "desired": {}, "reported": {}, "delta": {}}
@@ -140,6 +140,18 @@ def test_a_redirect_is_answered_as_it_is_never_followed_with_the_token(scripted,
             elsewhere.accept()  # nothing went on
     assert redirected.value.status == 301 and location in redirected.value.problem["detail"]
     assert len(server.requests) == 1
+
+
+def test_an_empty_id_is_refused_before_anything_is_sent(scripted):
+    """``devices/`` and ``jobs/`` name the collections: an empty id would read the fleet's first
+    page as if it were the device."""
+    server = scripted((200, {}, {"items": [], "nextCursor": None}))
+    client = _client(server)
+    for call in (lambda: client.get(""), lambda: client.job(""), lambda: client.delete(""),
+                 lambda: DeviceClient(f"http://127.0.0.1:{server.port}", "", TokenCredentials("t0k"))):
+        with pytest.raises(ValueError, match="not empty"):
+            call()
+    assert server.requests == []
 
 
 class FailingRenewal(TokenCredentials):

@@ -123,13 +123,16 @@ def test_a_refusal_exits_1_and_bad_usage_2_before_anything_is_sent(scripted):
 
 
 def test_json_that_json_has_not_an_unreadable_file_and_a_bad_endpoint_are_usage_not_tracebacks(scripted, tmp_path):
-    """NaN and Infinity (which Python's reader takes), a file that is not UTF-8, a PERCENT that is
-    not finite and an endpoint that is not a URL exit 2 with a message, before anything is sent."""
+    """NaN and Infinity (which Python's reader takes), a file that is not UTF-8, JSON nested past
+    what Python reads, an empty id (its path would name the collection), a PERCENT that is not
+    finite and an endpoint that is not a URL exit 2 with a message, before anything is sent."""
     server = scripted((200, {}, DEVICE))
     (tmp_path / "nan.json").write_text('{"a": NaN}')
     (tmp_path / "bytes.json").write_bytes(b"\xff\xfe{}")
+    (tmp_path / "deep.json").write_text("[" * 100_000)
     job = ["jobs", "create", "--device-ids", "lamp-1", "--desired"]
-    for usage in (["desire", "lamp-1", '{"a": NaN}'], [*job, '{"a": -Infinity}'], [*job, f"@{tmp_path / 'nan.json'}"],
+    for usage in (["desire", "lamp-1", '{"a": NaN}'], ["desire", "lamp-1", f"@{tmp_path / 'deep.json'}"],
+                  ["get", ""], ["watch", ""], ["jobs", "show", ""], [*job, '{"a": -Infinity}'], [*job, f"@{tmp_path / 'nan.json'}"],
                   [*job, f"@{tmp_path / 'bytes.json'}"], *([*job, '{"a": 1}', "--abort", f"FAILED:{percent}:1"]
                                                            for percent in ("NaN", "Infinity", "sNaN")),
                   *(["--endpoint", endpoint, "get", "lamp-1"] for endpoint in (
@@ -244,9 +247,9 @@ def test_on_a_terminal_what_devices_stored_is_shown_never_acted_on(scripted):
     count = {"count": 1, "groups": [{"value": f"{title}1.0", "count": 1}]}
     refused = (409, {}, {"type": "urn:device-state:problem:conflict", "title": "Conflict", "status": 409,
                          "detail": f"held by {clear}someone"})
+    counting = ("count", "--filter", "eq(reported/online,true)", "--group-by", "reported/firmware")
     for arguments, answer in ((("jobs", "executions", "porch-eco"), (200, {}, executions)),
-                              (("count", "--filter", "eq(reported/online,true)", "--group-by", "reported/firmware"), (200, {}, count)),
-                              (("get", "lamp-1"), refused)):
+                              (counting, (200, {}, count)), (("get", "lamp-1"), refused)):
         status, shown = _on_a_terminal(scripted(answer).port, *arguments)
         assert clear not in shown and title not in shown and override not in shown, (arguments, shown)
         assert "\\u001b" in shown or "\\u202e" in shown, (arguments, shown)

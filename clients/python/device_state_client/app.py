@@ -10,14 +10,10 @@ import urllib.parse
 from typing import Iterator
 
 from .errors import ApiError, LeaseGone, NotFound
-from .service import JSON_PATCH, MERGE_PATCH, NOTHING_WRITTEN, RETRIED_STATUSES, Service
+from .service import JSON_PATCH, MERGE_PATCH, NOTHING_WRITTEN, RETRIED_STATUSES, Service, device_path, item_path
 
 MAX_FOLLOWED = 100  # the WebSocket API's subscriptions per connection
 MAX_PAGE = 100  # the largest page GET /devices, the change feed and the jobs' listings give
-
-
-def _quoted(device_id: str) -> str:
-    return f"devices/{urllib.parse.quote(device_id, safe='')}"
 
 
 def _query(**parameters) -> str:
@@ -26,7 +22,7 @@ def _query(**parameters) -> str:
 
 
 def _job_path(job_id: str) -> str:
-    return f"jobs/{urllib.parse.quote(job_id, safe='')}"
+    return item_path("jobs", job_id)
 
 
 def _first(pages: Iterator[dict], limit: int | None) -> Iterator[dict]:
@@ -84,7 +80,7 @@ class AppClient(Service):
 
     def get(self, device_id: str, metadata: bool = False) -> dict:
         """The device with its ``delta`` (and, with ``metadata``, each leaf's metadata)."""
-        return self.read(_quoted(device_id) + _query(include="metadata" if metadata else None))
+        return self.read(device_path(device_id) + _query(include="metadata" if metadata else None))
 
     def pages(self, filter: str | None = None, sort: str | None = None, page_size: int = MAX_PAGE,
               metadata: bool = False) -> Iterator[dict]:
@@ -105,18 +101,18 @@ class AppClient(Service):
 
     def delta(self, device_id: str, since: int | None = None, wait_seconds: float | None = None) -> dict:
         """``{"deviceId", "version", "delta"}``; a long-poll with ``wait_seconds`` (0-20)."""
-        return self.read(f"{_quoted(device_id)}/delta" + _query(since=since, waitSeconds=wait_seconds),
+        return self.read(f"{device_path(device_id)}/delta" + _query(since=since, waitSeconds=wait_seconds),
                          timeout=self.timeout + (wait_seconds or 0))
 
     def history(self, device_id: str, version: int, metadata: bool = False) -> dict:
         """The device as it was at ``version`` (within the feed's retention)."""
-        return self.read(f"{_quoted(device_id)}/versions/{int(version)}"
+        return self.read(f"{device_path(device_id)}/versions/{int(version)}"
                          + _query(include="metadata" if metadata else None))
 
     def changes_page(self, device_id: str, since: int, limit: int = MAX_PAGE, wait_seconds: float | None = None,
                      sections: str | None = None) -> dict:
         """One page of the change feed: ``{"changes", "nextSince"}``; a long-poll with ``wait_seconds``."""
-        return self.read(f"{_quoted(device_id)}/changes"
+        return self.read(f"{device_path(device_id)}/changes"
                          + _query(since=since, limit=limit, waitSeconds=wait_seconds, sections=sections),
                          timeout=self.timeout + (wait_seconds or 0))
 
@@ -135,7 +131,7 @@ class AppClient(Service):
 
     def lease_status(self, device_id: str) -> dict:
         """``{"holder", "queueLength", "queue"}`` of the device's lease."""
-        return self.read(f"{_quoted(device_id)}/leases")
+        return self.read(f"{device_path(device_id)}/leases")
 
     # Writes
 
@@ -156,7 +152,7 @@ class AppClient(Service):
             lease_token: str | None = None, idempotency_key: str | None = None) -> dict:
         """``PUT /devices/{id}``: creates or replaces; ``if_match`` replaces only that version,
         ``create_only`` creates only."""
-        return self._write("PUT", _quoted(device_id), body, if_match=if_match, lease_token=lease_token,
+        return self._write("PUT", device_path(device_id), body, if_match=if_match, lease_token=lease_token,
                            idempotency_key=idempotency_key, headers={"If-None-Match": "*"} if create_only else None)
 
     def patch(self, device_id: str, patch, *, section: str | None = None, if_match: int | None = None,
@@ -164,7 +160,7 @@ class AppClient(Service):
         """Patches ``state`` (or ``section``: ``desired``, ``reported``): a dict is a merge patch,
         a list a JSON Patch (with ``increment``). Without ``if_match`` the service re-applies it
         to the newest state when another writer got there first."""
-        path = _quoted(device_id) + (f"/{section}" if section else "")
+        path = device_path(device_id) + (f"/{section}" if section else "")
         return self._write("PATCH", path, patch, _patch_type(patch), if_match=if_match, lease_token=lease_token,
                            idempotency_key=idempotency_key)
 
@@ -174,7 +170,7 @@ class AppClient(Service):
         """Patches ``desired``: each leaf it sets leaves the delta ``expires_in`` seconds on unless
         confirmed, and with ``clear_on_confirm`` leaves ``desired`` once reported equal."""
         query = _query(expiresIn=expires_in, clearOnConfirm="true" if clear_on_confirm else None)
-        return self._write("PATCH", f"{_quoted(device_id)}/desired{query}", patch, _patch_type(patch),
+        return self._write("PATCH", f"{device_path(device_id)}/desired{query}", patch, _patch_type(patch),
                            if_match=if_match, lease_token=lease_token, idempotency_key=idempotency_key)
 
     def report(self, device_id: str, patch, *, if_match: int | None = None, lease_token: str | None = None,
@@ -186,7 +182,7 @@ class AppClient(Service):
     def delete(self, device_id: str, *, if_match: int | None = None, lease_token: str | None = None,
                idempotency_key: str | None = None) -> None:
         """``DELETE /devices/{id}``."""
-        self._write("DELETE", _quoted(device_id), if_match=if_match, lease_token=lease_token,
+        self._write("DELETE", device_path(device_id), if_match=if_match, lease_token=lease_token,
                     idempotency_key=idempotency_key)
 
     def transaction(self, operations: list, *, metadata: bool = False, idempotency_key: str | None = None) -> dict:
@@ -289,14 +285,14 @@ class AppClient(Service):
                                                 ("owner", owner)) if value is not None}
         # A grant is not idempotent (a second request queues a second ticket), so it is sent again
         # only after answers that say nothing was written.
-        grant = self.retried(lambda: self.request("POST", f"{_quoted(device_id)}/leases", body,
+        grant = self.retried(lambda: self.request("POST", f"{device_path(device_id)}/leases", body,
                                                   timeout=self.timeout + wait_seconds),
                              NOTHING_WRITTEN, unanswered=False)
         return Lease(self, device_id, grant, heartbeat=heartbeat, on_lost=on_lost)
 
     def end_lease(self, device_id: str, fencing_token: int) -> None:
         """Ends whichever lease or waiting ticket holds ``fencing_token`` (a back-end's right)."""
-        self.retried(lambda: self.request("DELETE", f"{_quoted(device_id)}/leases/{int(fencing_token)}"))
+        self.retried(lambda: self.request("DELETE", f"{device_path(device_id)}/leases/{int(fencing_token)}"))
 
     # Devices' identity (the devices.admin scope)
 
@@ -309,17 +305,17 @@ class AppClient(Service):
         body = {name: value for name, value in (("type", type), ("publicKey", public_key),
                                                 ("certificate", certificate), ("expiresAt", expires_at))
                 if value is not None}
-        return self.retried(lambda: self.request("POST", f"{_quoted(device_id)}/credentials", body),
+        return self.retried(lambda: self.request("POST", f"{device_path(device_id)}/credentials", body),
                             NOTHING_WRITTEN, unanswered=False)
 
     def list_credentials(self, device_id: str) -> list[dict]:
         """The device's registered credentials (never a secret; a revoked one is gone)."""
-        return self.read(f"{_quoted(device_id)}/credentials")["items"]
+        return self.read(f"{device_path(device_id)}/credentials")["items"]
 
     def revoke_credential(self, device_id: str, credential_id: str) -> None:
         """``DELETE /devices/{id}/credentials/{credentialId}``: every token minted from it stops
         working at once. ``NotFound`` for one the device does not hold (or no longer)."""
-        path = f"{_quoted(device_id)}/credentials/{urllib.parse.quote(credential_id, safe='')}"
+        path = f"{device_path(device_id)}/{item_path('credentials', credential_id)}"
         self.retried(lambda: self.request("DELETE", path), NOTHING_WRITTEN, unanswered=False)
 
     def create_enrollment(self, id_pattern: str, max_devices: int, *, enrollment_id: str | None = None,
@@ -337,12 +333,12 @@ class AppClient(Service):
         return self.read("enrollments")["items"]
 
     def get_enrollment(self, enrollment_id: str) -> dict:
-        return self.read(f"enrollments/{urllib.parse.quote(enrollment_id, safe='')}")
+        return self.read(item_path("enrollments", enrollment_id))
 
     def delete_enrollment(self, enrollment_id: str) -> None:
         """``DELETE /enrollments/{id}``: no device provisions itself by it any more; those it
         provisioned keep their credentials."""
-        path = f"enrollments/{urllib.parse.quote(enrollment_id, safe='')}"
+        path = item_path("enrollments", enrollment_id)
         self.retried(lambda: self.request("DELETE", path), NOTHING_WRITTEN, unanswered=False)
 
     # Following
@@ -389,7 +385,7 @@ class Lease:
         self.ttl_seconds = float(grant["ttlSeconds"])
         self.on_lost, self.lost = on_lost, None
         self._stop = threading.Event()
-        self._path = f"{_quoted(device_id)}/leases/{urllib.parse.quote(self.lease_id, safe='')}"
+        self._path = f"{device_path(device_id)}/{item_path('leases', self.lease_id)}"
         self._heartbeats = threading.Thread(target=self._beat, daemon=True) if heartbeat else None
         if self._heartbeats is not None:
             self._heartbeats.start()

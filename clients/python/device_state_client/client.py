@@ -10,7 +10,7 @@ import urllib.parse
 from .credentials import (CertificateCredentials, EnrollmentCredentials, KeyCredentials, SecretCredentials,
                           TokenCredentials)
 from .errors import ApiError, problem_slug, retry_after
-from .service import MERGE_PATCH, NOTHING_WRITTEN, RETRIED_STATUSES, Service
+from .service import MERGE_PATCH, NOTHING_WRITTEN, RETRIED_STATUSES, Service, device_path
 
 __all__ = ["ApiError", "DeviceClient", "MERGE_PATCH", "RETRIED_STATUSES", "problem_slug", "retry_after"]
 
@@ -29,7 +29,7 @@ class DeviceClient(Service):
         super().__init__(base_url, credentials, websocket_url=websocket_url, ssl_context=ssl_context,
                          timeout=timeout, write_attempts=write_attempts, sleep=sleep)
         self.device_id = device_id
-        self._path = f"devices/{urllib.parse.quote(device_id, safe='')}"
+        self._path = device_path(device_id)
 
     # Reads
 

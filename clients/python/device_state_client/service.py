@@ -8,6 +8,7 @@ import http.client
 import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 
@@ -28,6 +29,18 @@ RETRIED_STATUSES = {429, 500, 502, 503, 504}
 ANSWERED_BEFORE_THE_KEY = {401, 429, 503}
 # Answers after which a request that is not idempotent (a lease's grant) may be sent again: nothing was written.
 NOTHING_WRITTEN = {429, 503}
+
+
+def item_path(collection: str, item_id: str) -> str:
+    """The path of one item of a collection (a device of ``devices``, a job of ``jobs``);
+    ``ValueError`` for an empty id, whose path would name the collection."""
+    if not item_id:
+        raise ValueError(f"an id in {collection} is not empty")
+    return f"{collection}/{urllib.parse.quote(item_id, safe='')}"
+
+
+def device_path(device_id: str) -> str:
+    return item_path("devices", device_id)
 
 
 class _Refused(urllib.request.HTTPRedirectHandler):

@@ -290,6 +290,21 @@ def write_options(function):
                              "the lease's own).")(function)
 
 
+class _Id(click.ParamType):
+    """A device's, job's, credential's or enrollment's id: not empty (an empty one would name
+    the collection: ``get ""`` read the fleet's first page)."""
+
+    name = "id"
+
+    def convert(self, value, param, ctx):
+        if not value:
+            self.fail("an id is not empty", param, ctx)
+        return value
+
+
+ID = _Id()
+
+
 def if_match_option(function):
     return click.option("--if-match", "if_match", type=click.IntRange(min=1), metavar="VERSION",
                         help="Write only if the device is at this version (else 412, nothing written).")(function)

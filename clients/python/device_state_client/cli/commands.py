@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from . import (REFUSED, example, if_match_option, include_option, lease_token_for, main, output_option,
+from . import (ID, REFUSED, example, if_match_option, include_option, lease_token_for, main, output_option,
                write_options)
 
 
@@ -32,6 +32,8 @@ def read_json(value: str, what: str):
         return loads(text)
     except ValueError as error:
         raise click.BadParameter(f"{where} is not JSON: {error}", param_hint=what) from None
+    except RecursionError:
+        raise click.BadParameter(f"{where} nests deeper than this program reads", param_hint=what) from None
 
 
 def _object(value: str, what: str) -> dict:
@@ -57,7 +59,7 @@ def _session():
 
 
 @main.command(epilog=example("device-state get lamp-1", "device-state get lamp-1 --include metadata -o yaml"))
-@click.argument("device_id", metavar="ID")
+@click.argument("device_id", metavar="ID", type=ID)
 @include_option
 @output_option
 def get(device_id, include, output):
@@ -113,7 +115,7 @@ def count(filter_, group_by, output):
 
 
 @main.command(epilog=example("device-state delta lamp-1", "device-state delta lamp-1 --since 4 --wait 20"))
-@click.argument("device_id", metavar="ID")
+@click.argument("device_id", metavar="ID", type=ID)
 @click.option("--since", type=click.IntRange(min=0), metavar="VERSION",
               help="With --wait: answer once a write after this version changed desired or reported.")
 @click.option("--wait", type=click.FloatRange(0, 20), metavar="SECONDS", help="Long-poll up to this long.")
@@ -128,7 +130,7 @@ def delta(device_id, since, wait, output):
 
 @main.command(epilog=example("device-state changes lamp-1 --since 0",
                              "device-state changes lamp-1 --follow -o json | jq .version"))
-@click.argument("device_id", metavar="ID")
+@click.argument("device_id", metavar="ID", type=ID)
 @click.option("--since", type=click.IntRange(min=0), default=0, show_default=True, metavar="VERSION",
               help="The changes after this version.")
 @click.option("--follow", "-f", is_flag=True, help="Then wait for new ones and print each as it comes "
@@ -151,7 +153,7 @@ def changes(device_id, since, follow, sections, stop_after, output):
 
 
 @main.command(epilog=example("device-state history lamp-1 3"))
-@click.argument("device_id", metavar="ID")
+@click.argument("device_id", metavar="ID", type=ID)
 @click.argument("version", type=click.IntRange(min=1))
 @include_option
 @output_option
@@ -164,7 +166,7 @@ def history(device_id, version, include, output):
 
 
 @main.command(epilog=example("device-state watch lamp-1 lamp-2", "device-state watch lamp-1 --since 0 -o json"))
-@click.argument("device_ids", metavar="ID...", nargs=-1, required=True)
+@click.argument("device_ids", metavar="ID...", nargs=-1, required=True, type=ID)
 @click.option("--since", type=click.IntRange(min=0), metavar="VERSION",
               help="Each device's changes after this version (default: from its version as read at start).")
 @click.option("--sections", metavar="LIST", help="Only changes to these sections (state,desired,reported).")
@@ -202,7 +204,7 @@ def watch(device_ids, since, sections, stop_after, output):
 
 @main.command(epilog=example("device-state create lamp-1 '{\"state\": {\"power\": \"on\"}, \"desired\": "
                              "{\"brightness\": 80}}'", "device-state create lamp-2 @lamp.json"))
-@click.argument("device_id", metavar="ID")
+@click.argument("device_id", metavar="ID", type=ID)
 @click.argument("body", metavar="[JSON]", default='{"state": {}}')
 @click.option("--idempotency-key", "idempotency_key", metavar="KEY",
               help="The write's Idempotency-Key (default: a new one).")
@@ -224,7 +226,7 @@ def create(device_id, body, idempotency_key, include, output):
 
 
 @main.command(epilog=example("device-state put lamp-1 '{\"state\": {\"power\": \"off\"}}' --if-match 3"))
-@click.argument("device_id", metavar="ID")
+@click.argument("device_id", metavar="ID", type=ID)
 @click.argument("body", metavar="JSON")
 @if_match_option
 @click.option("--create-only", "create_only", is_flag=True, help="Only create (If-None-Match: *; 412 if it exists).")
@@ -246,7 +248,7 @@ def put(device_id, body, if_match, create_only, lease_token, idempotency_key, ou
 @main.command(epilog=example("device-state patch lamp-1 --merge '{\"power\": \"off\"}' --if-match 4",
                              "device-state patch lamp-1 --json-patch "
                              "'[{\"op\": \"increment\", \"path\": \"/brightness\", \"value\": 10, \"max\": 100}]'"))
-@click.argument("device_id", metavar="ID")
+@click.argument("device_id", metavar="ID", type=ID)
 @click.option("--merge", metavar="JSON", help="A JSON Merge Patch (RFC 7396) of state.")
 @click.option("--json-patch", "json_patch", metavar="JSON",
               help="A JSON Patch (RFC 6902, with increment) of state.")
@@ -274,7 +276,7 @@ def patch(device_id, merge, json_patch, if_match, lease_token, idempotency_key, 
 
 @main.command(epilog=example("device-state desire lamp-1 '{\"brightness\": 80}' --expires-in 3600 "
                              "--clear-on-confirm"))
-@click.argument("device_id", metavar="ID")
+@click.argument("device_id", metavar="ID", type=ID)
 @click.argument("body", metavar="JSON")
 @click.option("--expires-in", "expires_in", type=click.IntRange(1, 2_592_000), metavar="SECONDS",
               help="The leaves it sets leave the delta after this long unless reported by then.")
@@ -296,7 +298,7 @@ def desire(device_id, body, expires_in, clear_on_confirm, if_match, lease_token,
 
 
 @main.command(epilog=example("device-state report lamp-1 '{\"brightness\": 80}'"))
-@click.argument("device_id", metavar="ID")
+@click.argument("device_id", metavar="ID", type=ID)
 @click.argument("body", metavar="JSON")
 @if_match_option
 @write_options
@@ -315,7 +317,7 @@ def report(device_id, body, if_match, lease_token, idempotency_key, output):
 
 
 @main.command(epilog=example("device-state delete lamp-1 --if-match 7", "device-state delete lamp-1 --yes"))
-@click.argument("device_id", metavar="ID")
+@click.argument("device_id", metavar="ID", type=ID)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (nothing is asked when stdin is not a terminal).")
 @if_match_option
 @write_options
@@ -360,7 +362,7 @@ def tx(file, idempotency_key, include, output):
 @main.command(context_settings={"ignore_unknown_options": True},
               epilog=example("device-state lease lamp-1 --ttl 30 -- ./update-firmware.sh lamp-1",
                              "device-state lease lamp-1 -- device-state patch lamp-1 --merge '{\"firmware\": \"2.1\"}'"))
-@click.argument("device_id", metavar="ID")
+@click.argument("device_id", metavar="ID", type=ID)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- COMMAND...")
 @click.option("--ttl", type=click.FloatRange(1, 900), default=60, show_default=True, metavar="SECONDS",
               help="The lease's time to live, renewed every half of it while the command runs.")

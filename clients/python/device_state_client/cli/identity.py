@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from . import REFUSED, example, main, output_option
+from . import ID, REFUSED, example, main, output_option
 from .commands import read_json
 
 CREDENTIAL_TYPES = ("publicKey", "certificate", "secret")
@@ -62,7 +62,7 @@ def credentials():
 @credentials.command("add", epilog=example("device-state credentials add lamp-1 --public-key @lamp-1.pub.pem",
                                            "device-state credentials add lamp-1 --secret "
                                            "--expires-at 2027-01-01T00:00:00Z -o json"))
-@click.argument("device_id", metavar="ID")
+@click.argument("device_id", metavar="ID", type=ID)
 @click.option("--public-key", "public_key", metavar="PEM", help="An EC P-256 or RSA (2048+) public key: "
                                                                   "@file.pem, - (stdin) or the PEM itself.")
 @click.option("--certificate", metavar="PEM", help="An X.509 certificate (any issuer): @file.pem, - or the PEM.")
@@ -83,7 +83,7 @@ def add_credential(device_id, public_key, certificate, secret, expires_at, outpu
 
 
 @credentials.command("list", epilog=example("device-state credentials list lamp-1"))
-@click.argument("device_id", metavar="ID")
+@click.argument("device_id", metavar="ID", type=ID)
 @output_option
 def list_credentials(device_id, output):
     """List a device's credentials (never a secret; a revoked one is gone)."""
@@ -92,8 +92,8 @@ def list_credentials(device_id, output):
 
 
 @credentials.command("revoke", epilog=example("device-state credentials revoke lamp-1 3f6kq2n7x4mab2cd --yes"))
-@click.argument("device_id", metavar="ID")
-@click.argument("credential_id", metavar="CREDENTIAL_ID")
+@click.argument("device_id", metavar="ID", type=ID)
+@click.argument("credential_id", metavar="CREDENTIAL_ID", type=ID)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (nothing is asked when stdin is not a terminal).")
 def revoke_credential(device_id, credential_id, yes):
     """Revoke a device's credential: its tokens stop working at their next request."""
@@ -148,7 +148,7 @@ def list_enrollments(output):
 
 
 @enrollments.command("show", epilog=example("device-state enrollments show line-7"))
-@click.argument("enrollment_id", metavar="ID")
+@click.argument("enrollment_id", metavar="ID", type=ID)
 @output_option
 def show_enrollment(enrollment_id, output):
     """Show an enrollment (never its group key)."""
@@ -159,7 +159,7 @@ def show_enrollment(enrollment_id, output):
 
 
 @enrollments.command("delete", epilog=example("device-state enrollments delete line-7 --yes"))
-@click.argument("enrollment_id", metavar="ID")
+@click.argument("enrollment_id", metavar="ID", type=ID)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (nothing is asked when stdin is not a terminal).")
 def delete_enrollment(enrollment_id, yes):
     """End an enrollment: no new device provisions itself by it; those it did keep their credentials."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from . import example, main, output_option
+from . import ID, example, main, output_option
 from .commands import read_json
 
 JOB_STATUSES = ("IN_PROGRESS", "COMPLETED", "CANCELED", "ABORTED")
@@ -134,7 +134,7 @@ def list_jobs(status, limit, page_size, output):
 
 
 @jobs.command("executions", epilog=example("device-state jobs executions porch-eco --state FAILED"))
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", type=ID)
 @click.option("--state", type=click.Choice(EXECUTION_STATES), help="Only the executions in this state.")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most this many executions.")
 @click.option("--page-size", "page_size", type=click.IntRange(1, 100), default=100, show_default=True, metavar="N",
@@ -165,7 +165,7 @@ def _stream(stream, pages, limit: int | None) -> None:
 
 @jobs.command("show", epilog=example("device-state jobs show porch-eco", "device-state jobs show porch-eco --watch",
                                      "device-state jobs show porch-eco --watch -o json | jq -c .counts"))
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", type=ID)
 @click.option("--watch", is_flag=True,
               help="Follow the job until every execution is final and no device is left to find: on a terminal "
                    "a live progress bar with the count of each execution state; piped, one JSON document each "
@@ -190,7 +190,7 @@ def show_job(job_id, watch, output):
 
 @jobs.command("cancel", epilog=example("device-state jobs cancel porch-eco",
                                        "device-state jobs cancel porch-eco --force"))
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", type=ID)
 @click.option("--force", is_flag=True,
               help="Also take the job's leaves back from the devices still in progress where the job still owns "
                    "them (those executions become CANCELED); also on a job canceled already.")
