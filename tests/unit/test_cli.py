@@ -147,6 +147,22 @@ def test_json_that_json_has_not_an_unreadable_file_and_a_bad_endpoint_are_usage_
 
 
 
+def test_a_config_file_that_cannot_be_read_or_a_name_it_cannot_hold_is_usage_naming_the_file(scripted, tmp_path):
+    server = scripted((200, {}, DEVICE))
+    for number, text in enumerate(("[a]\nendpoint = x\n[a]\n", "endpoint = x\n", "[a\n")):
+        broken = tmp_path / f"broken-{number}"
+        broken.write_text(text)
+        result = _run(server.port, "--profile", "a", "get", "lamp-1", DEVICE_STATE_CONFIG=str(broken))
+        assert (result.returncode, "Traceback" in result.stderr) == (2, False), result.stderr
+        assert str(broken) in result.stderr
+    config = tmp_path / "config"
+    for name in ("DEFAULT", "a]\n[b"):
+        result = _run(server.port, "configure", "--profile", name, "--endpoint", "http://x",
+                      DEVICE_STATE_CONFIG=str(config))
+        assert (result.returncode, "Traceback" in result.stderr) == (2, False), (name, result.stderr)
+    assert not config.exists() and server.requests == []
+
+
 @pytest.mark.parametrize("release", [503, "no answer"])
 def test_a_lease_whose_release_fails_exits_with_its_commands_status_and_warns(scripted, release):
     """The command ran: its status is the exit status the help promises, not the release's 3."""

@@ -8,6 +8,8 @@ import configparser
 import os
 from pathlib import Path
 
+import click
+
 SETTINGS = ("endpoint", "token_command", "websocket_url", "ca_file", "output")
 
 
@@ -21,8 +23,20 @@ def config_path() -> Path:
 def _read(path: Path) -> configparser.ConfigParser:
     parser = configparser.ConfigParser(interpolation=None)
     if path.exists():
-        parser.read(path, encoding="utf-8")
+        try:
+            parser.read(path, encoding="utf-8")
+        except (configparser.Error, UnicodeDecodeError) as error:
+            raise click.UsageError(f"the config file {path} cannot be read: {error}".replace("\n", " ")) from None
     return parser
+
+
+def _checked(name: str) -> str:
+    """A profile's name as a section of the file takes it: not DEFAULT (the file's defaults for
+    every section), nothing that would end the section's header or start another."""
+    if not name or name == configparser.DEFAULTSECT or any(character in name for character in "[]\r\n"):
+        raise click.UsageError(f"{name!r} cannot name a profile: give a name without brackets or line breaks, "
+                               f"other than {configparser.DEFAULTSECT}")
+    return name
 
 
 def load_profile(name: str) -> dict | None:
@@ -37,6 +51,7 @@ def save_profile(name: str, settings: dict) -> Path:
     """Sets ``settings`` in the profile (an empty value removes the setting); the file's path."""
     path = config_path()
     parser = _read(path)
+    _checked(name)
     if not parser.has_section(name):
         parser.add_section(name)
     for key, value in settings.items():
