@@ -64,6 +64,9 @@ def test_the_reference_in_docs_cli_md_is_what_the_commands_print():
     assert rewrite(document) == document
     for path, _ in commands():
         assert f"### `{' '.join(path)}`" in document
+    for path, command in commands()[:4]:  # as a wide terminal shows it
+        printed = _run(1, *path[1:], "--help", COLUMNS="160").stdout
+        assert printed.rstrip() == help_text(command, path).rstrip(), path
 
 
 def test_help_loads_click_and_nothing_it_does_not_print_with():

@@ -143,10 +143,10 @@ class AppClient(Service):
 
     def create(self, device_id: str, body: dict | None = None, *, idempotency_key: str | None = None,
                metadata: bool = False) -> dict:
-        """``POST /devices``: ``body`` is ``{"state", "desired", "reported"}`` (each optional)."""
+        """``POST /devices``: ``body`` is ``{"state", "desired", "reported"}``, each optional
+        (``state`` is sent as ``{}`` when left out: the API asks for it)."""
         return self._write("POST", "devices" + _query(include="metadata" if metadata else None),
-                           {"deviceId": device_id, **(body if body is not None else {"state": {}})},
-                           idempotency_key=idempotency_key)
+                           {"deviceId": device_id, "state": {}, **(body or {})}, idempotency_key=idempotency_key)
 
     def put(self, device_id: str, body: dict, *, if_match: int | None = None, create_only: bool = False,
             lease_token: str | None = None, idempotency_key: str | None = None) -> dict:

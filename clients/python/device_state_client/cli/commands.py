@@ -235,7 +235,8 @@ def create(device_id, body, idempotency_key, include, output):
 def put(device_id, body, if_match, create_only, lease_token, idempotency_key, output):
     """Create or replace a device whole.
 
-    JSON is {"state", "desired", "reported"}; a section left out is kept as it is."""
+    JSON is {"state", "desired", "reported"}: state, which it needs, replaces the device's;
+    desired and reported replace theirs when given and are kept as they are when left out."""
     session = _session()
     from .output import show
 

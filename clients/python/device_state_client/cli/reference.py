@@ -8,14 +8,17 @@ import sys
 
 import click
 
-from . import main
+from . import CONTEXT, main
 
 HEADING = "## Command reference"
-WIDTH = 100
+# What Click fills on a terminal at least as wide as the help's widest (its max_content_width):
+# that width less the 2 columns it keeps free.
+WIDTH = CONTEXT["max_content_width"] - 2
 
 
 def help_text(command: click.Command, path: list[str]) -> str:
-    """``command --help`` as printed at ``WIDTH`` columns (``path``: its names from the top)."""
+    """``command --help`` as a terminal of ``max_content_width`` columns or more shows it
+    (``path``: its names from the top)."""
     context, group = None, None
     for name in path[:-1]:  # the groups above it, whose contexts it inherits settings from
         group = main if group is None else group.commands[name]
@@ -24,7 +27,7 @@ def help_text(command: click.Command, path: list[str]) -> str:
 
 
 def _settings(command: click.Command) -> dict:
-    return {**command.context_settings, "terminal_width": WIDTH, "max_content_width": WIDTH}
+    return {**command.context_settings, "terminal_width": WIDTH}
 
 
 def commands() -> list[tuple[list[str], click.Command]]:
