@@ -221,6 +221,8 @@ CALLS = [  # (call on the client, method, path, Content-Type, headers it must ca
      "application/json", {}, {"deviceId": "lamp:1", "state": {"on": True}, "desired": {"on": False}}),
     (lambda c: c.create("lamp-1", metadata=True), "POST", "/devices?include=metadata", "application/json", {},
      {"deviceId": "lamp-1", "state": {}}),
+    (lambda c: c.create("lamp-2", {"desired": {"on": True}}), "POST", "/devices", "application/json", {},
+     {"deviceId": "lamp-2", "state": {}, "desired": {"on": True}}),  # the state the API asks for
     (lambda c: c.put("lamp-1", {"state": {}}, if_match=3), "PUT", "/devices/lamp-1", "application/json",
      {"If-Match": '"3"'}, {"state": {}}),
     (lambda c: c.put("lamp-1", {"state": {}}, create_only=True), "PUT", "/devices/lamp-1", "application/json",
