@@ -154,6 +154,17 @@ def test_an_empty_id_is_refused_before_anything_is_sent(scripted):
     assert server.requests == []
 
 
+def test_a_body_past_the_apis_1_mib_is_refused_413_before_it_is_sent(scripted):
+    """Sent, the API refuses it before reading it whole and closes: the client would meet a
+    broken pipe and call a write nothing could apply unknown (and send it again, in vain)."""
+    server = scripted((200, {}, DEVICE))
+    client = _client(server)
+    with pytest.raises(ApiError) as refused:
+        client.patch("lamp-1", {"blob": "x" * (1024 * 1024)}, idempotency_key="k-5")
+    assert refused.value.status == 413 and not isinstance(refused.value, OutcomeUnknown)
+    assert refused.value.idempotency_key == "k-5" and server.requests == []
+
+
 class FailingRenewal(TokenCredentials):
     """A token until it is refused; then its renewal fails (the token command's service down)."""
 

@@ -29,6 +29,9 @@ RETRIED_STATUSES = {429, 500, 502, 503, 504}
 ANSWERED_BEFORE_THE_KEY = {401, 429, 503}
 # Answers after which a request that is not idempotent (a lease's grant) may be sent again: nothing was written.
 NOTHING_WRITTEN = {429, 503}
+# The API refuses a larger body (413) before reading it all: sent, it would meet a closed
+# connection mid-body, no answer, rather than the 413.
+MAX_BODY_BYTES = 1024 * 1024
 
 
 def item_path(collection: str, item_id: str) -> str:
@@ -143,6 +146,9 @@ class Service:
             sent_headers = {"Accept": "application/json",
                             **({} if own else self.credentials.rest_headers(self, renew=renew)), **(headers or {})}
             data = None if body is None else dumps(body, ascii_only=True).encode()
+            if data is not None and len(data) > MAX_BODY_BYTES:
+                raise error_for(413, {"title": "Body too large", "status": 413, "detail": (
+                    f"the body is {len(data)} bytes as JSON; the API takes at most {MAX_BODY_BYTES}; nothing was sent")})
             if data is not None:
                 sent_headers.setdefault("Content-Type", "application/json")
             sent = urllib.request.Request(self.base_url + path, data=data, method=method, headers=sent_headers)
