@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import http.server
 import json
 import socket
 import sys
@@ -406,6 +407,44 @@ def test_numbers_go_out_and_come_back_with_every_digit(scripted):
     assert b'"level": 0.10000000000000000000000000000000000001' in server.raw[0]
     assert answer["state"] == {"level": Decimal("1.10"), "big": Decimal("1E+41")}
     assert str(answer["state"]["level"]) == "1.10"
+
+
+def test_following_ends_when_a_renewed_token_is_refused_too_and_tells_each_reconnect():
+    """A WebSocket API that refuses every connect 401: the follower renews its token once, and
+    when the renewed one is refused too, renewing cannot cure it (a FollowError, not a silent
+    retry forever); ``on_reconnect`` hears why each connection ended."""
+    from device_state_client.follow import FollowError
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = AppClient(f"http://127.0.0.1:{server.server_port}", CommandCredentials("echo t0k"))
+        told, ended = [], []
+        follower = client.follow(["lamp-1"], since=0, on_reconnect=told.append)
+
+        def follow():
+            try:
+                next(iter(follower))
+            except Exception as error:  # noqa: BLE001 - what ended it is the test's
+                ended.append(error)
+        following = threading.Thread(target=follow, daemon=True)
+        following.start()
+        following.join(30)  # a follower that renews without end never returns
+        assert len(ended) == 1 and isinstance(ended[0], FollowError) and "renewed too" in str(ended[0]), told
+        assert len(told) == 1 and "401" in told[0]
+    finally:
+        server.shutdown()
 
 
 def test_following_takes_one_to_a_hundred_devices_on_its_one_connection(scripted):

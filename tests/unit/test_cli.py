@@ -135,7 +135,8 @@ def test_json_that_json_has_not_an_unreadable_file_and_a_bad_endpoint_are_usage_
     (tmp_path / "deep.json").write_text("[" * 100_000)
     job = ["jobs", "create", "--device-ids", "lamp-1", "--desired"]
     for usage in (["desire", "lamp-1", '{"a": NaN}'], ["desire", "lamp-1", f"@{tmp_path / 'deep.json'}"],
-                  ["get", ""], ["watch", ""], ["jobs", "show", ""], [*job, '{"a": -Infinity}'], [*job, f"@{tmp_path / 'nan.json'}"],
+                  ["get", ""], ["watch", ""], ["jobs", "show", ""], [*job, '{"a": -Infinity}'],
+                  [*job, f"@{tmp_path / 'nan.json'}"],
                   [*job, f"@{tmp_path / 'bytes.json'}"], *([*job, '{"a": 1}', "--abort", f"FAILED:{percent}:1"]
                                                            for percent in ("NaN", "Infinity", "sNaN")),
                   *(["--endpoint", endpoint, "get", "lamp-1"] for endpoint in (
@@ -164,6 +165,19 @@ def test_a_config_file_that_cannot_be_read_or_a_name_it_cannot_hold_is_usage_nam
                       DEVICE_STATE_CONFIG=str(config))
         assert (result.returncode, "Traceback" in result.stderr) == (2, False), (name, result.stderr)
     assert not config.exists() and server.requests == []
+
+
+def test_a_watch_says_why_it_reconnects_at_once_then_at_most_every_30_seconds(capsys):
+    from device_state_client.cli.commands import _Reconnecting
+
+    now = [0.0]
+    reconnecting = _Reconnecting(clock=lambda: now[0])
+    for moment in (0, 1, 2, 29, 31):
+        now[0] = moment
+        reconnecting("ConnectionRefusedError: [Errno 111] Connection refused")
+    said = capsys.readouterr().err.splitlines()
+    refused = "reconnecting: ConnectionRefusedError: [Errno 111] Connection refused"
+    assert said == [refused, f"{refused} (3 more since the last said)"]
 
 
 @pytest.mark.parametrize("release", [503, "no answer"])

@@ -99,17 +99,20 @@ class Follower:
     change feed), not a version the server left out (which would cost a feed read per such
     change). It subscribes to one device at a time, waiting for each answer, so that a refusal
     that names no device is known to be that subscription's. ``reconnects`` lists why each
-    connection ended. ``read_device(id)``, ``read_version(id, version)`` and ``read_changes(id,
-    since)`` are the HTTP reads it fills gaps and resyncs with."""
+    connection ended, and ``on_reconnect(why)`` is told as each ends. ``read_device(id)``,
+    ``read_version(id, version)`` and ``read_changes(id, since)`` are the HTTP reads it fills
+    gaps and resyncs with."""
 
     def __init__(self, client, positions: dict, sections: tuple | None, *, read_device, read_version,
-                 read_changes, ping_seconds: float = 300, backoff: Backoff | None = None, open_timeout: float = 10):
+                 read_changes, ping_seconds: float = 300, backoff: Backoff | None = None, open_timeout: float = 10,
+                 on_reconnect=lambda why: None):
         self.client, self.positions, self.sections = client, dict(positions), sections
         self.read_device, self.read_version, self.read_changes = read_device, read_version, read_changes
         self.ping_seconds, self.open_timeout = ping_seconds, open_timeout
         self.backoff = backoff or Backoff()
         self.reconnects: list[str] = []
-        self._renew_token = False
+        self.on_reconnect = on_reconnect
+        self._renew_token = self._renewed = False
         self._retry_after = 0.0  # what a connect refused 429 asked to wait, where the gateway passed it on
         self._unsubscribed: deque = deque()
         self._pending: str | None = None  # the device whose subscription awaits its answer
@@ -143,15 +146,19 @@ class Follower:
             retry_after = error.response.headers.get("Retry-After", "")
             self._retry_after = float(retry_after) if retry_after.isdigit() else 0.0
         if isinstance(error, InvalidStatus) and error.response.status_code in (401, 403):
+            status = error.response.status_code
             if not self.client.credentials.renewable:
-                status = error.response.status_code
                 raise FollowError(f"the WebSocket API refused the token ({status})") from error
+            if self._renewed:  # a token renewed for this connect, refused too: renewing cannot cure it
+                raise FollowError(f"the WebSocket API refused the token, renewed too ({status})") from error
             self._renew_token = True
-        self.reconnects.append(f"{type(error).__name__}: {error}")
+        why = f"{type(error).__name__}: {error}"
+        self.reconnects.append(why)
+        self.on_reconnect(why)
 
     def _connect(self):
         token = self.client.credentials.bearer_token(self.client, renew=self._renew_token)
-        self._renew_token = False
+        self._renewed, self._renew_token = self._renew_token, False
         expiry = token_expiry(token)
         # A connection is served until its token expires (the server allows 60 s of clock
         # leeway on top); connecting again at expiry, with a renewed token, leaves no silent gap.

@@ -4,6 +4,7 @@ them) and prints the answer."""
 from __future__ import annotations
 
 import sys
+import time
 
 import click
 
@@ -182,7 +183,8 @@ def watch(device_ids, since, sections, stop_after, output):
     from ..follow import Resynced
     from .output import Stream
 
-    follower = session.client().follow(device_ids, since, sections.split(",") if sections else None)
+    follower = session.client().follow(device_ids, since, sections.split(",") if sections else None,
+                                       on_reconnect=_Reconnecting())
     printed = 0
     with Stream(session.output(output), "events", lines=True) as stream:
         for event in follower:
@@ -197,6 +199,25 @@ def watch(device_ids, since, sections, stop_after, output):
             printed += 1
             if stop_after is not None and printed >= stop_after:
                 break
+
+
+class _Reconnecting:
+    """Says on stderr why the watch's connection ended and that it connects again: at once, then
+    at most every ``EVERY_SECONDS`` (with how many more since), so a service down shows and a
+    flapping one does not flood."""
+
+    EVERY_SECONDS = 30
+
+    def __init__(self, clock=time.monotonic):
+        self.clock, self.said_at, self.unsaid = clock, None, 0
+
+    def __call__(self, why: str) -> None:
+        if self.said_at is not None and self.clock() - self.said_at < self.EVERY_SECONDS:
+            self.unsaid += 1
+            return
+        more = f" ({self.unsaid} more since the last said)" if self.unsaid else ""
+        click.echo(f"reconnecting: {why}{more}", err=True)
+        self.said_at, self.unsaid = self.clock(), 0
 
 
 # --- writing -----------------------------------------------------------------------------------
