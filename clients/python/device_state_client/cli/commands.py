@@ -178,7 +178,8 @@ def watch(device_ids, since, sections, stop_after, output):
 
     At most 100 devices. Each version of each device comes once and in order, across
     reconnects. JSON: one change a line, with the delta after it; a line with "resynced": true carries the whole device when
-    changes were past the feed's retention."""
+    changes were past the feed's retention. Why a connection ended goes to stderr as it
+    reconnects."""
     session = _session()
     from ..follow import Resynced
     from .output import Stream
