@@ -96,6 +96,12 @@ export async function answered(sent) {
   }
 }
 
+/** Whether a write's outcome is unknown: no answer came (status 0, from answered()) or the service
+ *  could not tell (504 outcome-unknown). Sent again with the same Idempotency-Key, it learns which. */
+export function outcomeUnknown(answer) {
+  return answer.status === 0 || answer.status === 504;
+}
+
 function address(route, query = {}) {
   const url = new URL(route, base);
   for (const [name, value] of Object.entries(query)) {

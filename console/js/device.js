@@ -3,7 +3,7 @@
 // patch under If-Match, sent again on a later version while desired stays as the edit found it (a
 // 412 after desired changed shows what changed and offers to apply again); the change feed as
 // a timeline, and the difference between any two versions.
-import {path, request, settings} from "./api.js";
+import {answered, outcomeUnknown, path, request, settings} from "./api.js";
 import {announce, h, replace, time} from "./dom.js";
 import {badge} from "./fleet.js";
 import {diff, isObject, leaves, parse, text} from "./json.js";
@@ -210,6 +210,9 @@ export function deviceView(main, {id}) {
         h("button", {type: "button", on: {click: () => { stop(); replace(outcome); }}}, "Cancel")));
     const section = h("section", {class: "panel", "aria-labelledby": "edit-heading"},
       h("h2", {id: "edit-heading"}, "Change desired"), open, form, outcome);
+    // One Idempotency-Key per request an edit sends: the same edit sent again on the same version (its
+    // answer lost) keeps its key, so the service answers with what the first send did.
+    const keyed = {request: null, key: null};
 
     function start() {
       view.editing++;  // an edit of its own: what an earlier one still waits for is dropped
@@ -258,8 +261,11 @@ export function deviceView(main, {id}) {
       const edit = view.editing;
       const dropped = () => view.editing !== edit || view.left;  // cancelled, or another edit begun
       for (let tries = 1; ; tries++) {
-        const answer = await request("PATCH", `${route}/desired`, {query, body: sent, contentType: "application/merge-patch+json",
-                                                                   headers: {"If-Match": `"${view.editBase}"`}});
+        const same = JSON.stringify([edit, view.editBase, sent, query]);
+        if (same !== keyed.request) Object.assign(keyed, {request: same, key: crypto.randomUUID()});
+        const answer = await answered(request("PATCH", `${route}/desired`, {
+          query, body: sent, contentType: "application/merge-patch+json",
+          headers: {"If-Match": `"${view.editBase}"`, "Idempotency-Key": keyed.key}}));
         if (answer.ok) {  // applied, even if cancelled meanwhile: said as it is
           replace(outcome, h("p", {role: "status", class: "ok"}, `Applied: the device is at version ${answer.data.version}.`));
           stop();
@@ -267,10 +273,14 @@ export function deviceView(main, {id}) {
           return;
         }
         if (dropped()) return;
+        if (outcomeUnknown(answer)) {
+          return renderProblem(outcome, {title: "No answer",
+            detail: "the change may or may not have been applied; Apply again to learn which."});
+        }
         if (answer.status !== 412) return renderProblem(outcome, answer.problem);
         // Reports and state writes move the version without touching desired (a device reporting every
         // second would refuse every edit): on a version whose desired is as the edit found it, sent again.
-        const now = tries < SENDS_WHILE_DESIRED_STAYS ? await request("GET", route, {query: {include: "metadata"}}) : null;
+        const now = tries < SENDS_WHILE_DESIRED_STAYS ? await answered(request("GET", route, {query: {include: "metadata"}})) : null;
         if (dropped()) return;
         if (!now?.ok || desires(now.data) !== view.editDesires) return conflict(answer.problem.currentVersion, dropped);
         guard(now.data);
@@ -280,8 +290,8 @@ export function deviceView(main, {id}) {
     /** What changed between the version the edit started from and now; apply again on the new version. */
     async function conflict(current, dropped) {
       const from = view.editBase;
-      const [then, now] = await Promise.all([request("GET", `${route}/versions/${from}`),
-                                             request("GET", route, {query: {include: "metadata"}})]);
+      const [then, now] = await Promise.all([answered(request("GET", `${route}/versions/${from}`)),
+                                             answered(request("GET", route, {query: {include: "metadata"}}))]);
       if (dropped()) return;
       const to = now.ok ? now.data.version : current;
       const shown = then.ok && now.ok

@@ -662,6 +662,55 @@ def test_a_desired_edit_applies_while_the_device_keeps_reporting(served, page):
     assert served.client("GET", f"/devices/{device}")[1]["desired"] == {"power": "off"}
 
 
+def forwarded_then_lost(lost: str):
+    """A route handler that forwards the first request it takes (the service applies it) and loses
+    its answer: the connection drops ("connection") or a gateway answers 504 outcome-unknown; the
+    requests after it go through. Its ``seen`` lists each request's Idempotency-Key."""
+    seen = []
+
+    def handle(route):
+        seen.append(route.request.headers.get("idempotency-key"))
+        if len(seen) > 1:
+            return route.continue_()
+        route.fetch()  # forwarded: the service applies it
+        if lost == "connection":
+            route.abort("connectionreset")
+        else:
+            route.fulfill(status=504, content_type="application/problem+json", body=json.dumps(
+                {"type": "about:blank#outcome-unknown", "title": "Outcome unknown", "status": 504}))
+
+    handle.seen = seen
+    return handle
+
+
+@pytest.mark.parametrize("lost", ["connection", "504"])
+def test_a_desired_edit_whose_answer_is_lost_says_so_and_applying_again_learns_it_applied(served, page, lost):
+    """A hostile probe lost the answer to an applied edit: the page showed nothing, and Apply
+    again was refused 412, blaming the operator's own change on "the device changed". The page
+    says the outcome is unknown; the edit sent again carries the same Idempotency-Key, so the
+    service answers with what the first send did, once. Another edit has a key of its own."""
+    device = editing_desired_power(served, page, "lost", "off")
+    lose = forwarded_then_lost(lost)
+    page.route(f"**/devices/{device}/desired*", lose)
+    page.get_by_role("button", name="Apply", exact=True).click()
+    page.locator("#edit-outcome [role=alert]", has_text="No answer: the change may or may not have been applied; "
+                 "Apply again to learn which").wait_for()
+    assert served.client("GET", f"/devices/{device}")[1]["desired"] == {"power": "off"}  # applied, unanswered
+    page.wait_for_function("() => document.querySelector('#version')?.textContent === '2'")  # pushed: shown live
+    page.get_by_role("button", name="Apply", exact=True).click()
+    page.locator("#edit-outcome", has_text="Applied: the device is at version 2.").wait_for()
+    assert len(lose.seen) == 2 and lose.seen[0] and lose.seen[1] == lose.seen[0]
+    assert served.client("GET", f"/devices/{device}")[1]["version"] == 2  # applied once
+
+    page.get_by_role("button", name="Edit desired").click()
+    page.get_by_label("Merge patch for desired (JSON)").fill('{"power": "dim"}')
+    page.get_by_role("button", name="Apply", exact=True).click()
+    page.locator("#edit-outcome", has_text="Applied: the device is at version 3.").wait_for()
+    assert len(lose.seen) == 3 and lose.seen[2] not in (None, lose.seen[0])
+    assert served.client("GET", f"/devices/{device}")[1]["desired"] == {"power": "dim"}
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
 def test_a_cancel_drops_what_the_edit_still_waits_for_even_once_another_edit_began(served, page):
     """Apply meets a 412; while the page reads the device to decide whether to send again, the
     operator cancels and starts another edit. The first edit's patch is never sent again (a first
