@@ -4,7 +4,7 @@
 // the job changed), its progress per execution state as a bar and counts, its executions by
 // state with their reasons, and cancels it (force: its leaves leave the devices still in
 // progress). The list of jobs is #/jobs, a job's page #/jobs/{id}.
-import {answered, path, request} from "./api.js";
+import {answered, outcomeUnknown, path, request} from "./api.js";
 import {announce, h, replace, time} from "./dom.js";
 import {isObject, parse, text} from "./json.js";
 
@@ -106,7 +106,7 @@ export function createJobSection(filter) {
     desired.focus();
     replace(count, h("p", {class: "muted"}, "Counting the devices it matches…"));
     submit.disabled = true;
-    const answer = await request("GET", "devices/count", {query: {filter}});
+    const answer = await answered(request("GET", "devices/count", {query: {filter}}));
     if (!answer.ok) return problemBox(count, answer.problem);
     const total = answer.data.count;
     replace(count, h("p", {class: "count"}, h("strong", {}, String(total)), ` device${total === 1 ? "" : "s"} match it now`,
@@ -140,10 +140,11 @@ export function createJobSection(filter) {
     const body = `{${members.join(",")}}`;
     if (body !== sent.body) Object.assign(sent, {body, key: crypto.randomUUID()});
     submit.disabled = true;
-    const answer = await request("POST", "jobs", {body, headers: {"Idempotency-Key": sent.key}});
-    submit.disabled = false;
+    const answer = await answered(request("POST", "jobs", {body, headers: {"Idempotency-Key": sent.key}}));
+    submit.disabled = false;  // answered() never throws: pressed again, the same body goes with the same key
     if (!answer.ok) {
-      problemBox(outcome, answer.problem);
+      problemBox(outcome, outcomeUnknown(answer)
+        ? {title: "No answer", detail: "press again (the same Idempotency-Key answers the same job)."} : answer.problem);
       outcome.querySelector("[role=alert]").setAttribute("tabindex", "-1");
       outcome.querySelector("[role=alert]").focus();
       return;
@@ -176,10 +177,11 @@ export function jobsView(main, _params, query) {
 
   async function load() {
     table.setAttribute("aria-busy", "true");
-    const answer = await request("GET", "jobs", {query: {status: state.status, limit: PAGE, cursor: state.cursors[state.page]}});
-    if (left) return;
+    const answer = await answered(request("GET", "jobs", {query: {status: state.status, limit: PAGE, cursor: state.cursors[state.page]}}));
     table.removeAttribute("aria-busy");
+    if (left) return;
     if (!answer.ok) return problemBox(problem, answer.problem);
+    replace(problem);
     state.cursors[state.page + 1] = answer.data.nextCursor;
     const rows = answer.data.items.map((job) => h("tr", {},
       h("th", {scope: "row"}, h("a", {href: `#/jobs/${encodeURIComponent(job.jobId)}`}, job.jobId)),
@@ -396,7 +398,7 @@ export function jobView(main, {id}, query) {
 
     async function send(force) {
       ask.hidden = true;
-      const answer = await request("POST", `${route}/cancel`, {query: {force: force ? "true" : ""}});
+      const answer = await answered(request("POST", `${route}/cancel`, {query: {force: force ? "true" : ""}}));
       if (view.left) return;
       if (!answer.ok) {
         problemBox(outcome, answer.problem);

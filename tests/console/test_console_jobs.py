@@ -15,8 +15,8 @@ import pytest
 
 # The same make serve (one for this module), browser and pages as the console's other tests.
 from tests.console.test_console import (HOSTILE, MERGE, NAIVE_DOM, NARROW, WIDE, axe_violations, browser,  # noqa: F401
-                                        checkout_token, context, fleet_url, page, rendered_markup, screenshot, served,
-                                        unique)
+                                        checkout_token, context, fleet_url, forwarded_then_lost, page, rendered_markup,
+                                        screenshot, served, unique)
 
 pytestmark = pytest.mark.dynamodb_local
 
@@ -193,6 +193,59 @@ def test_a_job_is_canceled_then_force_canceled_from_the_keyboard(served, page):
     assert served.client("GET", f"/devices/{written[0]}")[1]["desired"] == {}  # the job's leaf is gone
     assert page.locator("#cancel-job").is_hidden() and page.locator("#force-cancel").is_hidden()
     assert "nothing to cancel" in page.locator("#cancel-help").inner_text()
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
+def jobs_of(served, filter_text: str) -> list[str]:
+    return [job["jobId"] for job in served.client("GET", "/jobs?limit=100")[1]["items"] if job.get("filter") == filter_text]
+
+
+def test_a_job_create_whose_answer_is_lost_says_so_and_pressing_again_answers_the_same_job(served, page):
+    """A hostile probe lost the answer to a job's creation: the page showed nothing and left its
+    button disabled for good. The page says so and the button works again; pressed again, the same
+    form goes with the same Idempotency-Key and the service answers with the job it created."""
+    filter_text, _ = fleet_of(served, [("silent",)] * 2)
+    page.goto(fleet_url(served, filter=filter_text))
+    page.get_by_role("button", name="Create a job for these devices…").click()
+    page.locator("#job-count", has_text="2 devices match it now").wait_for()
+    page.get_by_label("Desired for every device (JSON merge patch)").fill('{"mode": "eco"}')
+    lose = forwarded_then_lost("connection")
+    page.route("**/jobs", lambda route: lose(route) if route.request.method == "POST" else route.continue_())
+    page.locator("#job-submit").click()
+    page.locator("#job-outcome [role=alert]", has_text="No answer: press again (the same Idempotency-Key answers "
+                 "the same job)").wait_for()
+    assert page.locator("#job-submit").is_enabled()
+    created = jobs_of(served, filter_text)
+    assert len(created) == 1  # created, its answer lost
+    page.locator("#job-submit").click()
+    page.wait_for_url(f"**/console/#/jobs/{created[0]}")
+    assert jobs_of(served, filter_text) == created  # the same job, once
+    assert len(lose.seen) == 2 and lose.seen[0] and lose.seen[1] == lose.seen[0]
+    assert served.client("POST", f"/jobs/{created[0]}/cancel")[0] == 200
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
+def test_a_count_a_cancel_and_a_list_of_jobs_that_get_no_answer_say_so_and_leave_nothing_busy(served, page):
+    filter_text, _ = fleet_of(served, [("silent",)])
+    page.route("**/devices/count?*", lambda route: route.abort())
+    page.goto(fleet_url(served, filter=filter_text))
+    page.get_by_role("button", name="Create a job for these devices…").click()
+    page.locator("#job-count [role=alert]", has_text="No answer from the service").wait_for()
+
+    status, job = served.client("POST", "/jobs", {"filter": filter_text, "desired": {"mode": "eco"}})
+    assert status == 201, job
+    page.route("**/cancel*", lambda route: route.abort())
+    page.goto(job_url(served, job["jobId"]))
+    page.get_by_role("button", name="Cancel job…").click()
+    page.get_by_role("button", name="Cancel the job").click()
+    page.locator("#cancel-outcome [role=alert]", has_text="No answer from the service").wait_for()
+    assert page.get_by_role("button", name="Cancel job…").is_enabled()
+
+    page.route("**/jobs?*", lambda route: route.abort())
+    page.goto(f"{served.url}#/jobs")
+    page.locator("main [role=alert]", has_text="No answer from the service").wait_for()
+    assert page.locator("table.jobs[aria-busy]").count() == 0
+    assert served.client("POST", f"/jobs/{job['jobId']}/cancel")[0] == 200
     assert page.evaluate("window.__violations") == [] and page.errors == []
 
 
