@@ -317,23 +317,26 @@ export function jobView(main, {id}, query) {
         return;
       }
       view.reading = true;
-      do {
-        view.readAgain = false;
-        await sleep(EXECUTIONS_MS - (Date.now() - view.lastRead));
-        if (view.left) break;
-        view.lastRead = Date.now();
-        const answer = await request("GET", `${route}/executions`,
-                                     {query: {state: view.state, limit: PAGE, cursor: view.cursors[view.page]}});
-        if (view.left) break;
-        if (!answer.ok) {
-          problemBox(problem, answer.problem);
-          continue;
-        }
-        replace(problem);
-        view.cursors[view.page + 1] = answer.data.nextCursor;
-        render(answer.data.items, answer.data.nextCursor);
-      } while (view.readAgain);
-      view.reading = false;
+      try {
+        do {
+          view.readAgain = false;
+          await sleep(EXECUTIONS_MS - (Date.now() - view.lastRead));
+          if (view.left) break;
+          view.lastRead = Date.now();
+          const answer = await answered(request("GET", `${route}/executions`,
+                                                {query: {state: view.state, limit: PAGE, cursor: view.cursors[view.page]}}));
+          if (view.left) break;
+          if (!answer.ok) {
+            problemBox(problem, answer.problem);  // the job's next change reads again
+            continue;
+          }
+          replace(problem);
+          view.cursors[view.page + 1] = answer.data.nextCursor;
+          render(answer.data.items, answer.data.nextCursor);
+        } while (view.readAgain);
+      } finally {
+        view.reading = false;  // whatever happened, the next change reads again
+      }
     }
 
     function render(items, nextCursor) {

@@ -249,6 +249,29 @@ def test_a_count_a_cancel_and_a_list_of_jobs_that_get_no_answer_say_so_and_leave
     assert page.evaluate("window.__violations") == [] and page.errors == []
 
 
+def test_an_executions_read_that_gets_no_answer_says_so_and_the_next_change_reads_them_again(served, page):
+    """A hostile probe lost one read of a job's executions: the table never changed again (the
+    page took itself to be still reading). The page says so, and the job's next change reads them."""
+    filter_text, devices = fleet_of(served, [("silent",)] * 2)
+    status, job = served.client("POST", "/jobs", {"filter": filter_text, "desired": {"mode": "eco"}})
+    assert status == 201, job
+    page.goto(job_url(served, job["jobId"]))
+    wait_counts(page, IN_PROGRESS=2)
+    in_state = "(state) => [...document.querySelectorAll('#executions tbody tr')].filter((row) => row.textContent.includes(state)).length"
+    page.wait_for_function(f"() => ({in_state})('in progress') === 2")
+    dropped = []
+    page.route("**/executions*", lambda route: route.continue_() if dropped else (dropped.append(1), route.abort()))
+    first, second = devices
+    assert served.client("PATCH", f"/devices/{first}/reported", {"mode": "eco"}, MERGE,
+                         token=checkout_token(device=first))[0] == 200
+    page.locator("section[aria-labelledby=executions-heading] [role=alert]", has_text="No answer from the service").wait_for()
+    assert served.client("PATCH", f"/devices/{second}/reported", {"mode": "eco"}, MERGE,
+                         token=checkout_token(device=second))[0] == 200
+    page.wait_for_function(f"() => ({in_state})('succeeded') === 2", timeout=JOB_SECONDS)
+    assert page.locator("section[aria-labelledby=executions-heading] [role=alert]").count() == 0
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
 def test_a_jobs_documents_and_reasons_render_as_text_and_nothing_in_them_runs(served, context):
     """A job whose desired value is markup, refused by a device with markup as its reason: the job's
     page, its executions and the jobs list show them as text (the page's policy lifted, so the
