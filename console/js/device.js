@@ -43,7 +43,7 @@ export function deviceView(main, {id}) {
     view.reading = (async () => {
       do {
         view.readAgain = false;
-        const answer = await request("GET", route, {query: {include: "metadata"}});
+        const answer = await answered(request("GET", route, {query: {include: "metadata"}}));
         if (view.left) return;
         if (answer.ok) {
           view.device = answer.data;
@@ -117,6 +117,7 @@ export function deviceView(main, {id}) {
     const from = h("input", {id: "compare-from", type: "number", min: 1, inputmode: "numeric", required: true});
     const to = h("input", {id: "compare-to", type: "number", min: 1, inputmode: "numeric", required: true});
     const result = h("div", {id: "compare-result", "aria-live": "polite"});
+    const problem = h("div", {id: "history-problem"});
     let chosen = false; // once the reader picks versions, new changes leave them be
     for (const input of [from, to]) input.addEventListener("input", () => { chosen = true; });
     const section = h("section", {class: "panel", "aria-labelledby": "history-heading"},
@@ -124,7 +125,7 @@ export function deviceView(main, {id}) {
       h("form", {class: "row compare", on: {submit: (event) => { event.preventDefault(); compare(); }}},
         h("label", {for: "compare-from"}, "Compare version"), from,
         h("label", {for: "compare-to"}, "with version"), to, h("button", {type: "submit"}, "Compare")),
-      result, list, earlier);
+      result, problem, list, earlier);
 
     function add(change) {
       if (view.changes.has(change.version)) return;
@@ -153,7 +154,7 @@ export function deviceView(main, {id}) {
     async function compare() {
       const [a, b] = [Number(from.value), Number(to.value)];
       replace(result, h("p", {class: "muted"}, "Reading both versions…"));
-      const [older, newer] = await Promise.all([a, b].map((version) => request("GET", `${route}/versions/${version}`)));
+      const [older, newer] = await Promise.all([a, b].map((version) => answered(request("GET", `${route}/versions/${version}`))));
       const refused = [older, newer].find((answer) => !answer.ok);
       if (refused) return renderProblem(result, refused.problem);
       replace(result, differences(documentOf(older.data), documentOf(newer.data), `version ${a}`, `version ${b}`));
@@ -167,14 +168,14 @@ export function deviceView(main, {id}) {
       list.insertBefore(item, after || null);
     }
 
-    return {section, add, gap, list, earlier};
+    return {section, add, gap, list, problem, earlier};
   }
 
   async function loadHistory(upTo) {
     const newest = upTo ?? (view.oldest ? view.oldest - 1 : 0);
     if (newest < 1) return 0;
     const since = Math.max(0, newest - HISTORY_PAGE);
-    const answer = await request("GET", `${route}/changes`, {query: {since, limit: newest - since}});
+    const answer = await answered(request("GET", `${route}/changes`, {query: {since, limit: newest - since}}));
     if (String(answer.problem?.type).endsWith(":changes-expired")) { // older than the retention: none to show
       history.earlier.hidden = true;
       history.list.after(h("p", {class: "muted", id: "history-expired"},
@@ -182,9 +183,10 @@ export function deviceView(main, {id}) {
       return newest;
     }
     if (!answer.ok) {
-      renderProblem(history.list, answer.problem);
+      renderProblem(history.problem, answer.problem);
       return since;
     }
+    replace(history.problem);
     for (const change of answer.data.changes) history.add(change);
     history.earlier.hidden = since === 0 || !answer.data.changes.length;
     return answer.data.nextSince; // the feed trails writes: what it has not recorded yet comes by the WebSocket
@@ -313,17 +315,24 @@ export function deviceView(main, {id}) {
   }
 
   // --- start ---
-  read().then(async () => {
-    if (view.left) return;
-    const since = await loadHistory(view.device?.version ?? 0);
-    if (view.left) return;
-    view.follower = new Follower({url: settings.webSocket, deviceId: id, since, onChange: changed, onStatus: liveStatus,
-      onResync: async () => {
-        await read();
-        history.gap(view.device?.version ?? 0);
-        view.follower.resume(view.device?.version ?? 0);
-      }}).start();
-  });
+  // The device and its history, then the follower, whatever they answered: a read that got no answer
+  // shows its problem, and the follower (connecting again with its backoff) brings what it missed.
+  (async () => {
+    let since = 0;
+    try {
+      await read();
+      if (!view.left) since = await loadHistory(view.device?.version ?? 0);
+    } finally {
+      if (!view.left) {
+        view.follower = new Follower({url: settings.webSocket, deviceId: id, since, onChange: changed, onStatus: liveStatus,
+          onResync: async () => {
+            await read();
+            history.gap(view.device?.version ?? 0);
+            view.follower.resume(view.device?.version ?? 0);
+          }}).start();
+      }
+    }
+  })();
 
   // Connectivity is no version (no change is pushed for it): read again now and then while shown.
   const connectivity = setInterval(() => { if (document.visibilityState === "visible") read(); }, CONNECTIVITY_MS);

@@ -481,6 +481,35 @@ def test_live_updates_resume_after_a_dropped_connection_without_missing_a_versio
     assert versions_shown(page) == [7, 6, 5, 4, 3, 2, 1]  # every version once, in order
 
 
+@pytest.mark.parametrize("lost", ["device", "changes"])
+def test_a_device_page_whose_first_read_gets_no_answer_goes_live_all_the_same(served, page, lost):
+    """A hostile probe dropped the page's first read of the device (or of its history): the page
+    never followed the device ("connecting" for good) and showed no later write. The read's problem
+    is shown, the follower starts all the same and brings the device and its changes."""
+    device = unique("blip")
+    assert served.client("PUT", f"/devices/{device}", {"state": {"n": 0}})[0] == 201
+    dropped = []
+
+    def blip(route):
+        if dropped:
+            return route.continue_()
+        dropped.append(route.request.url)
+        route.abort("connectionrefused")
+
+    page.route(f"**/devices/{device}?include=metadata" if lost == "device" else f"**/devices/{device}/changes*", blip)
+    page.goto(device_url(served, device))
+    if lost == "changes":
+        page.locator("#history-problem [role=alert]", has_text="No answer from the service").wait_for()
+    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
+    assert dropped
+    assert served.client("PATCH", f"/devices/{device}", {"n": 1}, MERGE)[0] == 200
+    page.wait_for_function("() => document.querySelector('#version')?.textContent === '2'")
+    assert '"n": 1' in page.locator("#state-document").inner_text()
+    page.wait_for_function("() => document.querySelectorAll('#timeline > li').length === 2")
+    assert versions_shown(page) == [2, 1]
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
 def test_a_gap_past_the_retention_makes_the_page_read_the_device_again_and_follow_on(served, page):
     """A change the page never got (the relay drops it), then gone from the feed (as TTL would
     have it): the next change shows the gap, the feed answers changes-expired, and the page reads
