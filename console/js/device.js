@@ -6,7 +6,7 @@
 import {answered, outcomeUnknown, path, request, settings} from "./api.js";
 import {announce, h, replace, time} from "./dom.js";
 import {badge} from "./fleet.js";
-import {diff, isObject, leaves, parse, text} from "./json.js";
+import {diff, isObject, leaves, parse, text, visible} from "./json.js";
 import {Follower} from "./live.js";
 
 const SECTIONS = ["state", "desired", "reported", "delta"];
@@ -93,7 +93,7 @@ export function deviceView(main, {id}) {
     })(meta, "");
     replace(cleared, found.length ? h("section", {class: "panel", "aria-labelledby": "cleared-heading"},
       h("h2", {id: "cleared-heading"}, "Desires cleared on confirm"),
-      h("ul", {}, found.map(([pointer, entry]) => h("li", {}, h("code", {}, pointer),
+      h("ul", {}, found.map(([pointer, entry]) => h("li", {}, h("code", {}, h("bdi", {}, visible(pointer))),
         ` set at version ${entry.version}, confirmed at version ${entry.confirmedVersion}, cleared`)))) : "");
   }
 
@@ -143,9 +143,11 @@ export function deviceView(main, {id}) {
       }
     }
 
-    function ops(change) {
-      const entries = [...(change.patch || []).map((op) => `${op.op} ${op.path}${"value" in op ? " = " + text(op.value) : ""}`),
-                       ...(change.acks || []).map((ack) => `ack ${ack.path} ${ack.code}${ack.reason ? " " + ack.reason : ""}`)];
+    function ops(change) {  // each path, value and reason isolated: none reorders what is drawn beside it
+      const entries = [...(change.patch || []).map((op) => [`${op.op} `, h("bdi", {}, visible(op.path)),
+                                                            "value" in op ? [" = ", h("bdi", {}, text(op.value))] : ""]),
+                       ...(change.acks || []).map((ack) => ["ack ", h("bdi", {}, visible(ack.path)), ` ${ack.code}`,
+                                                            ack.reason ? [" ", h("bdi", {}, visible(ack.reason))] : ""])];
       if (change.tooLarge) entries.push("too large to show: compare the versions");
       return entries.length ? h("ul", {class: "ops"}, entries.slice(0, 20).map((entry) => h("li", {}, h("code", {}, entry))),
         entries.length > 20 ? h("li", {class: "muted"}, `… ${entries.length - 20} more`) : "") : "";
@@ -358,7 +360,7 @@ function differences(before, after, beforeLabel, afterLabel) {
     h("table", {class: "diff"},
       h("thead", {}, h("tr", {}, h("th", {scope: "col"}, "Path"), h("th", {scope: "col"}, beforeLabel),
                      h("th", {scope: "col"}, afterLabel))),
-      h("tbody", {}, rows.map((row) => h("tr", {}, h("th", {scope: "row"}, h("code", {}, row.path)),
+      h("tbody", {}, rows.map((row) => h("tr", {}, h("th", {scope: "row"}, h("code", {}, h("bdi", {}, visible(row.path)))),
                                          cell(row.before), cell(row.after))))));
 }
 
@@ -371,7 +373,7 @@ function renderProblem(where, problem) {
 function tree(value, meta, section) {
   if (isObject(value) && Object.keys(value).length) {
     return h("ul", {class: "tree"}, Object.keys(value).map((name) => h("li", {},
-      h("span", {class: "key"}, JSON.stringify(name)), ": ", tree(value[name], isObject(meta) ? meta[name] : undefined, section))));
+      h("span", {class: "key"}, text(name)), ": ", tree(value[name], isObject(meta) ? meta[name] : undefined, section))));
   }
   const leaf = h("span", {class: "leaf"}, value === undefined ? "—" : isObject(value) ? "{}" : text(value));
   if (!isObject(meta) || typeof meta.version !== "number") return leaf;
@@ -384,7 +386,7 @@ function annotations(entry, section) {
     if (entry.ack) {
       const kind = entry.ack.code >= 400 ? "refused" : "ok";
       notes.push(h("span", {class: `tag ${kind}`, title: entry.ack.at ? `acknowledged ${entry.ack.at}` : ""},
-        `ack ${entry.ack.code}${entry.ack.reason ? " " + entry.ack.reason : ""}`));
+        `ack ${entry.ack.code}`, entry.ack.reason ? [" ", h("bdi", {}, visible(entry.ack.reason))] : ""));
     }
     if (entry.expired) notes.push(h("span", {class: "tag refused"}, "expired"));
     else if (entry.expiresAt) notes.push(h("span", {class: "tag"}, "expires ", time(entry.expiresAt)));

@@ -6,7 +6,7 @@
 // progress). The list of jobs is #/jobs, a job's page #/jobs/{id}.
 import {answered, outcomeUnknown, path, request} from "./api.js";
 import {announce, h, replace, time} from "./dom.js";
-import {isObject, parse, text} from "./json.js";
+import {isObject, parse, text, visible} from "./json.js";
 
 export const STATES = ["QUEUED", "IN_PROGRESS", "SUCCEEDED", "FAILED", "TIMED_OUT", "SUPERSEDED", "REMOVED", "CANCELED"];
 const STATUSES = ["IN_PROGRESS", "COMPLETED", "CANCELED", "ABORTED"];
@@ -346,7 +346,7 @@ export function jobView(main, {id}, query) {
         h("td", {class: "number"}, execution.version === null || execution.version === undefined ? "—" : String(execution.version)),
         h("td", {}, time(execution.updatedAt)),
         h("td", {class: "number"}, execution.code === undefined ? "" : String(execution.code)),
-        h("td", {class: "value reason"}, execution.reason === undefined ? "" : String(execution.reason))));
+        h("td", {class: "value reason"}, execution.reason === undefined ? "" : visible(execution.reason))));
       replace(table, h("caption", {class: "visually-hidden"},
         `Executions${view.state ? " " + words(view.state) : ""}, page ${view.page + 1}`),
       h("thead", {}, h("tr", {}, ["Device", "State", "Version", "Updated", "Code", "Reason"].map((name) =>

@@ -23,9 +23,18 @@ export function isObject(value) {
   return value !== null && typeof value === "object" && !Array.isArray(value) && !isRaw(value);
 }
 
-/** A value as one line of JSON text (what a leaf shows). */
+// What changes how the text beside it is drawn (bidi controls: U+202E turns "15" into "51") or is
+// not drawn at all (zero-width characters, the soft hyphen): never shown as itself.
+const UNSEEN = /[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/g;
+
+/** A string as the console shows it: each bidi control or zero-width character as its escape (\u202e). */
+export function visible(string) {
+  return String(string).replace(UNSEEN, (character) => `\\u${character.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+/** A value as one line of JSON text (what a leaf shows), its unseen characters as JSON escapes. */
 export function text(value) {
-  return JSON.stringify(value);
+  return visible(JSON.stringify(value));
 }
 
 export function pretty(value) {

@@ -799,6 +799,42 @@ def test_device_documents_render_as_text_and_nothing_in_them_runs(served, contex
     assert rendered_markup(naive) > 0
 
 
+UNSEEN = "\u202e\u202d\u2066\u200f\u200b\ufeff"  # bidi controls and zero-width characters
+
+
+def test_bidi_controls_and_zero_width_characters_are_shown_escaped_and_each_name_and_value_isolated(served, page):
+    """A hostile probe stored {"battery\u202e": 15}: the page drew it as "battery" and 51, the
+    override reversing the value beside the name. Names, values, paths and reasons show such
+    characters as their escapes, in the documents, the timeline, a difference and an ack, and
+    each name and value is drawn apart from what is beside it (unicode-bidi: isolate)."""
+    device = unique("bidi")
+    assert served.client("PUT", f"/devices/{device}", {"state": {"note": "a\u200bb"},
+                                                       "reported": {"battery\u202e": 15, "ok\u2066": "x\u202dy"}})[0] == 201
+    assert served.client("PATCH", f"/devices/{device}/desired", {"setpoint\u202e": 12}, MERGE)[0] == 200
+    assert served.client("POST", f"/devices/{device}/desired/acks", {"acks": [
+        {"path": "/setpoint\u202e", "version": 2, "code": 400, "reason": "no\u200f\ufeff"}]},
+        token=checkout_token(device=device))[0] == 200
+    page.goto(device_url(served, device))
+    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
+    page.wait_for_function("() => document.querySelectorAll('#timeline > li').length === 3")
+    page.locator("#compare-from").fill("1")
+    page.locator("#compare-to").fill("2")
+    page.get_by_role("button", name="Compare").click()
+    page.wait_for_function("() => document.querySelector('#compare-result table')")
+    reported = page.locator("#reported-document").inner_text()
+    assert '"battery\\u202e": 15' in reported and '"ok\\u2066": "x\\u202dy"' in reported
+    assert '"a\\u200bb"' in page.locator("#state-document").inner_text()
+    assert "ack 400 no\\u200f\\ufeff" in page.locator("#desired-document").inner_text()
+    assert "/setpoint\\u202e = 12" in page.locator("#timeline").inner_text()
+    assert "/desired/setpoint\\u202e" in page.locator("#compare-result").inner_text()
+    shown = page.locator("main").inner_text()
+    assert not [character for character in UNSEEN if character in shown]
+    isolated = page.eval_on_selector_all("#reported-document .key, #reported-document .leaf, #timeline bdi",
+                                         "found => found.map((e) => getComputedStyle(e).unicodeBidi)")
+    assert len(isolated) >= 5 and set(isolated) == {"isolate"}
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
 def test_the_policy_refuses_inline_script_and_html_from_strings_on_every_page(served, page):
     device = hostile_device(served)
     page.goto(device_url(served, device))
