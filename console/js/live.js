@@ -5,6 +5,7 @@
 // from the last version it kept.
 import {path, request} from "./api.js";
 import {renew, token} from "./auth.js";
+import {parse} from "./json.js";
 
 const PING_MS = 5 * 60e3; // API Gateway closes a connection idle for 10 minutes
 const BACKOFF_MS = [250, 500, 1000, 2000, 4000, 8000];
@@ -54,7 +55,7 @@ export class Follower {
     socket.addEventListener("message", (event) => {
       let message;
       try {
-        message = JSON.parse(event.data);
+        message = parse(event.data);  // as a read's answer: numbers keep their digits
       } catch {
         return;
       }

@@ -458,6 +458,20 @@ def test_a_write_from_another_client_appears_live_within_a_second(served, page):
     assert min(lags) < 3, lags
 
 
+def test_a_pushed_change_shows_its_numbers_with_every_digit(served, page):
+    """A hostile probe wrote 12345678901234567890: the timeline showed the pushed change as
+    12345678901234567000 (parsed as a double), the same change read from the feed exactly."""
+    device = unique("digits")
+    assert served.client("PUT", f"/devices/{device}", {"state": {}})[0] == 201
+    page.goto(device_url(served, device))
+    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
+    assert served.client("PATCH", f"/devices/{device}/desired", {"n": 12345678901234567890, "m": 9007199254740993},
+                         MERGE)[0] == 200
+    page.wait_for_function("() => document.querySelectorAll('#timeline > li').length === 2")
+    pushed = page.locator("#timeline > li").first.inner_text()
+    assert "/n = 12345678901234567890" in pushed and "/m = 9007199254740993" in pushed, pushed
+
+
 def test_live_updates_resume_after_a_dropped_connection_without_missing_a_version(served, page):
     device = unique("resume")
     assert served.client("PUT", f"/devices/{device}", {"state": {"n": 0}})[0] == 201
