@@ -66,13 +66,17 @@ export function fleetView(main, _params, query) {
     else location.hash = hash;
   }
 
+  let loading = 0; // the latest page asked for: an earlier one's late answer is not shown
   async function load() {
+    const asked = ++loading;
+    for (const button of pager.querySelectorAll("button")) button.disabled = true; // a second click waits for this page
     replace(problemBox);
     filterInput.removeAttribute("aria-invalid");
     const {filter, implied} = effective(state);
     note.textContent = implied ? `Sorted by ${implied}: the devices that hold it (the API sorts what a filter finds).` : "";
     table.setAttribute("aria-busy", "true");
     const answer = await answered(request("GET", "devices", {query: listingQuery(state, state.cursors[state.page])}));
+    if (asked !== loading) return;
     table.removeAttribute("aria-busy");
     if (!answer.ok) {
       showProblem(answer.problem, filter === state.filter ? filterInput.value : filter);

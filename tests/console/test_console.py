@@ -402,6 +402,27 @@ def test_filter_sort_by_a_declared_column_page_by_cursor_and_count_by_group(serv
     assert page.evaluate("window.__violations") == [] and page.errors == []
 
 
+def test_next_page_pressed_twice_at_once_shows_the_next_page_under_its_number(served, page):
+    """A hostile probe double-clicked "Next page": the page showed the first page's rows labelled
+    "Page 3" (the second click asked for a page whose cursor the first had not brought yet)."""
+    site = unique("pager")
+    for n in range(5):
+        assert served.client("PUT", f"/devices/{site}-{n}", {"state": {"site": site}})[0] == 201
+    page.goto(fleet_url(served, filter=f'eq(state/site,"{site}")', limit=2))
+    rows = page.locator("table.devices tbody th[scope=row]")
+    settled = "(label) => document.querySelector('.pager span')?.textContent.trim() === label" \
+              " && !document.querySelector('table.devices[aria-busy]')"
+    page.wait_for_function(settled, arg="Page 1")
+    first = rows.all_inner_texts()
+    page.get_by_role("button", name="Next page").dblclick()
+    page.wait_for_function(settled, arg="Page 2")
+    page.wait_for_timeout(1000)  # a second page asked for would be shown by now
+    assert page.locator(".pager span").inner_text().strip() == "Page 2"
+    second = rows.all_inner_texts()
+    assert len(second) == 2 and not set(second) & set(first), (first, second)
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
 # --- a device ---
 
 def heater(served) -> str:
