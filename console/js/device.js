@@ -286,26 +286,35 @@ export function deviceView(main, {id}) {
         // second would refuse every edit): on a version whose desired is as the edit found it, sent again.
         const now = tries < SENDS_WHILE_DESIRED_STAYS ? await answered(request("GET", route, {query: {include: "metadata"}})) : null;
         if (dropped()) return;
-        if (!now?.ok || desires(now.data) !== view.editDesires) return conflict(answer.problem.currentVersion, dropped);
+        if (!now?.ok || desires(now.data) !== view.editDesires) return conflict(answer.problem.currentVersion, dropped, tries);
         guard(now.data);
       }
     }
 
-    /** What changed between the version the edit started from and now; apply again on the new version. */
-    async function conflict(current, dropped) {
+    /** Why the edit was not applied and what changed between the version it was last sent on and now;
+     *  apply again on the new version. */
+    async function conflict(current, dropped, sends) {
       const from = view.editBase;
       const [then, now] = await Promise.all([answered(request("GET", `${route}/versions/${from}`)),
                                              answered(request("GET", route, {query: {include: "metadata"}}))]);
       if (dropped()) return;
       const to = now.ok ? now.data.version : current;
-      const shown = then.ok && now.ok
-        ? [diff(then.data.desired, now.data.desired).length ? ""
-            : h("p", {}, "Desired was set again meanwhile, to the same values: a newer desire the edit would overwrite."),
-           differences(documentOf(then.data), documentOf(now.data), `version ${from}`, `version ${to}`)]
-        : h("p", {}, `Version ${from} can no longer be read (${then.problem?.title || "refused"}).`);
-      replace(outcome, h("div", {role: "alert", class: "problem", id: "conflict"},
-        h("h3", {}, "Not applied: the device changed"),
-        h("p", {}, `It moved from version ${from} to ${to} while you edited. What changed meanwhile:`), shown,
+      // Desired as the edit found it: only reports and state writes moved the version, faster than the sends.
+      const overtaken = now.ok && desires(now.data) === view.editDesires;
+      const why = overtaken
+        ? [h("h3", {}, "Not applied: the device kept reporting"),
+           h("p", {}, `Each of the ${sends} send${sends === 1 ? " was" : "s was"} overtaken by a newer version (reports or state `
+             + `written meanwhile); desired stayed as you found it. It moved from version ${from} to ${to}. What changed meanwhile:`)]
+        : [h("h3", {}, "Not applied: the device changed"),
+           h("p", {}, `It moved from version ${from} to ${to} while you edited. What changed meanwhile:`),
+           then.ok && now.ok && !diff(then.data.desired, now.data.desired).length
+             ? h("p", {}, "Desired was set again meanwhile, to the same values: a newer desire the edit would overwrite.") : ""];
+      const shown = then.ok && now.ok ? differences(documentOf(then.data), documentOf(now.data), `version ${from}`, `version ${to}`)
+        : !now.ok ? h("p", {}, `The device could not be read (${now.problem?.title || "refused"}).`)
+        : String(then.problem?.type).endsWith(":not-yet-recorded")  // written, its change not in the feed yet
+          ? h("p", {}, `Version ${from} is not recorded in the history yet: compare it with version ${to} below in a moment.`)
+          : h("p", {}, `Version ${from} can no longer be read (${then.problem?.title || "refused"}).`);
+      replace(outcome, h("div", {role: "alert", class: "problem", id: "conflict"}, why, shown,
         h("div", {class: "row"},
           h("button", {type: "button", id: "reapply", on: {click: () => { guard(now.ok ? now.data : {version: to}); moved.textContent = ""; apply(); }}},
             `Apply again on version ${to}`),

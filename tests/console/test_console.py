@@ -775,6 +775,42 @@ def test_a_desired_edit_whose_answer_is_lost_says_so_and_applying_again_learns_i
     assert page.evaluate("window.__violations") == [] and page.errors == []
 
 
+def test_an_edit_overtaken_by_reports_on_every_send_says_so_and_a_version_not_yet_recorded_is_said_apart(served, page):
+    """A hostile probe's device reported faster than the page could send: after five sends the page
+    said "Desired was set again meanwhile, to the same values", when only reported had changed; and
+    it said a version not yet in the history "can no longer be read". Here each send is overtaken
+    by a report written just before it lands, then the compared version is not yet recorded."""
+    device = editing_desired_power(served, page, "overtaken", "off")
+    own, sends = checkout_token(device=device), []
+
+    def overtake(route):  # a report lands first: the send's If-Match is one version behind
+        sends.append(route.request.headers.get("if-match"))
+        assert served.client("PATCH", f"/devices/{device}/reported", {"t": len(sends)}, MERGE, token=own)[0] == 200
+        route.continue_()
+
+    page.route(f"**/devices/{device}/desired*", overtake)
+    page.get_by_role("button", name="Apply", exact=True).click()
+    conflict = page.locator("#conflict")
+    conflict.wait_for()
+    said = conflict.inner_text()
+    assert len(sends) == 5 and "Not applied: the device kept reporting" in said, said
+    assert "Each of the 5 sends was overtaken by a newer version" in said and "set again" not in said, said
+    assert "/reported/t" in said  # what changed meanwhile
+    assert served.client("GET", f"/devices/{device}")[1]["desired"] == {"power": "on"}
+
+    page.unroute(f"**/devices/{device}/desired*")
+    page.route(f"**/devices/{device}/versions/*", lambda route: route.fulfill(
+        status=503, headers={"Retry-After": "0"}, content_type="application/problem+json", body=json.dumps(
+            {"type": "urn:device-state:problem:not-yet-recorded", "title": "The version is written but not yet in the history",
+             "status": 503, "detail": "not yet"})))
+    assert served.client("PATCH", f"/devices/{device}/desired", {"brightness": 1}, MERGE)[0] == 200  # another app
+    page.get_by_role("button", name="Apply again on version").click()
+    page.locator("#conflict", has_text="is not recorded in the history yet").wait_for()
+    said = conflict.inner_text()
+    assert "Not applied: the device changed" in said and "can no longer be read" not in said, said
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
 def test_a_cancel_drops_what_the_edit_still_waits_for_even_once_another_edit_began(served, page):
     """Apply meets a 412; while the page reads the device to decide whether to send again, the
     operator cancels and starts another edit. The first edit's patch is never sent again (a first
