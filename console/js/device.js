@@ -77,7 +77,7 @@ export function deviceView(main, {id}) {
         h("dt", {}, "Live"), h("dd", {}, liveBadge)));
     replace(panes, SECTIONS.map((section) => h("section", {class: "pane", "aria-labelledby": `${section}-heading`},
       h("h2", {id: `${section}-heading`}, section),
-      h("div", {class: "document", id: `${section}-document`},
+      h("div", {class: "document", id: `${section}-document`, tabindex: 0, role: "region", "aria-label": `${section} document`},
         tree(device[section], section === "desired" || section === "reported" ? device.metadata?.[section] : undefined,
              section)))));
     renderCleared(device.metadata?.desired);

@@ -953,6 +953,26 @@ def test_axe_finds_no_serious_violation_and_nothing_overflows_on_each_page(serve
     assert [violation["id"] for violation in axe_violations(page)] == ["image-alt"]
 
 
+def test_a_deeply_nested_document_scrolls_in_its_own_region_that_the_keyboard_reaches(served, context):
+    """A hostile probe stored desired nested 25 deep: at 390 px its document scrolled sideways in a
+    region no key could reach (axe: scrollable-region-focusable, serious)."""
+    device = unique("deep")
+    nested = "Q" * 400
+    for _ in range(25):
+        nested = {"a": nested}
+    assert served.client("PUT", f"/devices/{device}", {"state": {}, "desired": nested})[0] == 201
+    page = context(viewport=NARROW).new_page()
+    page.goto(device_url(served, device))
+    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
+    document = page.locator("#desired-document")
+    assert document.evaluate("(e) => e.scrollWidth > e.clientWidth")  # it scrolls, in its own region
+    assert axe_violations(page) == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= NARROW["width"]
+    document.focus()
+    assert page.evaluate("document.activeElement.id") == "desired-document"
+    assert document.get_attribute("role") == "region" and document.get_attribute("aria-label") == "desired document"
+
+
 def test_the_console_works_from_the_keyboard(served, page):
     device = heater(served)
     page.goto(fleet_url(served))

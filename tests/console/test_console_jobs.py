@@ -322,6 +322,19 @@ def test_a_job_read_refused_for_good_is_said_once_and_not_read_again(served, pag
     assert page.locator("#cancel-section").is_hidden() and page.locator("#executions").is_hidden()
 
 
+def test_a_job_with_a_long_unbroken_value_does_not_scroll_its_page_sideways(served, context):
+    """A hostile probe's job desired a 2,000-character value with no space: its page scrolled sideways at 390 px."""
+    filter_text, _ = fleet_of(served, [("silent",)])
+    status, job = served.client("POST", "/jobs", {"filter": filter_text, "desired": {"m" * 100: "N" * 2000}})
+    assert status == 201, job
+    page = context(viewport=NARROW).new_page()
+    page.goto(job_url(served, job["jobId"]))
+    page.locator("#job-desired-shown").wait_for()
+    assert page.evaluate("document.documentElement.scrollWidth") <= NARROW["width"]
+    assert axe_violations(page) == []
+    assert served.client("POST", f"/jobs/{job['jobId']}/cancel")[0] == 200
+
+
 @pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["1440px", "390px"])
 def test_axe_finds_no_serious_violation_and_nothing_overflows_on_the_jobs_pages(served, context, viewport):
     filter_text, devices = fleet_of(served, [("confirm",), ("refuse", 409, "busy"), ("silent",)])
