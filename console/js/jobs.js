@@ -343,7 +343,7 @@ export function jobView(main, {id}, query) {
       const rows = items.map((execution) => h("tr", {},
         h("th", {scope: "row"}, h("a", {href: `#/devices/${encodeURIComponent(execution.deviceId)}`}, execution.deviceId)),
         h("td", {}, stateTag(execution.state)),
-        h("td", {class: "number"}, execution.version === null || execution.version === undefined ? "—" : String(execution.version)),
+        h("td", {class: "number"}, execution.version ? String(execution.version) : "—"),  // 0: never written
         h("td", {}, time(execution.updatedAt)),
         h("td", {class: "number"}, execution.code === undefined ? "" : String(execution.code)),
         h("td", {class: "value reason"}, execution.reason === undefined ? "" : visible(execution.reason))));

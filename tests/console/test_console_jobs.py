@@ -272,6 +272,22 @@ def test_an_executions_read_that_gets_no_answer_says_so_and_the_next_change_read
     assert page.evaluate("window.__violations") == [] and page.errors == []
 
 
+def test_an_execution_never_written_shows_no_version(served, page):
+    """The API answers version 0 for an execution whose device the job has not written (queued,
+    or canceled before its turn): the page showed "0", a version no device has."""
+    filter_text, _ = fleet_of(served, [("silent",)] * 2)
+    status, job = served.client("POST", "/jobs", {"filter": filter_text, "desired": {"mode": "eco"},
+                                                  "rollout": {"maxPerMinute": 1}})
+    assert status == 201, job
+    page.goto(job_url(served, job["jobId"]))
+    wait_counts(page, IN_PROGRESS=1, QUEUED=1)
+    page.wait_for_function("() => [...document.querySelectorAll('#executions tbody tr')].map((row) => row.cells[1]?.textContent)"
+                           ".sort().join() === 'in progress,queued'")
+    versions = {cells[1]: cells[2] for cells in (row.split("\t") for row in page.locator("#executions tbody tr").all_inner_texts())}
+    assert versions == {"in progress": "2", "queued": "—"}, versions
+    assert served.client("POST", f"/jobs/{job['jobId']}/cancel?force=true")[0] == 200
+
+
 def test_a_jobs_documents_and_reasons_render_as_text_and_nothing_in_them_runs(served, context):
     """A job whose desired value is markup, refused by a device with markup as its reason: the job's
     page, its executions and the jobs list show them as text (the page's policy lifted, so the
