@@ -303,7 +303,7 @@ export function deviceView(main, {id}) {
       const overtaken = now.ok && desires(now.data) === view.editDesires;
       const why = overtaken
         ? [h("h3", {}, "Not applied: the device kept reporting"),
-           h("p", {}, `Each of the ${sends} send${sends === 1 ? " was" : "s was"} overtaken by a newer version (reports or state `
+           h("p", {}, `${sends === 1 ? "The send was" : `Each of the ${sends} sends was`} overtaken by a newer version (reports or state `
              + `written meanwhile); desired stayed as you found it. It moved from version ${from} to ${to}. What changed meanwhile:`)]
         : [h("h3", {}, "Not applied: the device changed"),
            h("p", {}, `It moved from version ${from} to ${to} while you edited. What changed meanwhile:`),
