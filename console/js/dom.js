@@ -49,3 +49,17 @@ export function announce(text) {
   announcer ??= document.body.appendChild(h("div", {role: "status", class: "visually-hidden", "aria-live": "polite"}));
   announcer.textContent = text;
 }
+
+/** A paged table's Previous and Next buttons around its page number (``page`` from 0). A click
+ * disables both and turns the page (``turn(-1)`` or ``turn(1)``), which draws them again: a
+ * second click before the next page's cursor came would read the first page under the next
+ * one's number. */
+export function pagerControls(page, hasNext, turn) {
+  const go = (step) => (event) => {
+    for (const button of event.currentTarget.parentElement.querySelectorAll("button")) button.disabled = true;
+    turn(step);
+  };
+  return [h("button", {type: "button", disabled: page === 0, on: {click: go(-1)}}, "Previous page"),
+    h("span", {class: "muted"}, ` Page ${page + 1} `),
+    h("button", {type: "button", disabled: !hasNext, on: {click: go(1)}}, "Next page")];
+}

@@ -4,7 +4,7 @@
 // The filter and the sort live in the address (#/?filter=…&sort=…), so a view can be shared
 // and the browser's back button works.
 import {answered, request, settings} from "./api.js";
-import {announce, h, replace, time} from "./dom.js";
+import {announce, h, pagerControls, replace, time} from "./dom.js";
 import {effective, fleetAddress, listingQuery} from "./fleet-query.js";
 import {createJobSection} from "./jobs.js";
 import {at, fieldSegments, text} from "./json.js";
@@ -133,12 +133,7 @@ export function fleetView(main, _params, query) {
   }
 
   function renderPager(nextCursor) {
-    replace(pager,
-      h("button", {type: "button", disabled: state.page === 0, on: {click: () => { state.page -= 1; load(); }}},
-        "Previous page"),
-      h("span", {class: "muted"}, ` Page ${state.page + 1} `),
-      h("button", {type: "button", disabled: !nextCursor, on: {click: () => { state.page += 1; load(); }}},
-        "Next page"));
+    replace(pager, pagerControls(state.page, nextCursor, (step) => { state.page += step; load(); }));
   }
 
   let counting = 0; // the latest count asked for: an earlier one's late answer is not shown

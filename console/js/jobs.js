@@ -5,7 +5,7 @@
 // state with their reasons, and cancels it (force: its leaves leave the devices still in
 // progress). The list of jobs is #/jobs, a job's page #/jobs/{id}.
 import {answered, outcomeUnknown, path, request} from "./api.js";
-import {announce, h, replace, time} from "./dom.js";
+import {announce, h, pagerControls, replace, time} from "./dom.js";
 import {isObject, parse, text, visible} from "./json.js";
 
 export const STATES = ["QUEUED", "IN_PROGRESS", "SUCCEEDED", "FAILED", "TIMED_OUT", "SUPERSEDED", "REMOVED", "CANCELED"];
@@ -180,7 +180,10 @@ export function jobsView(main, _params, query) {
     const answer = await answered(request("GET", "jobs", {query: {status: state.status, limit: PAGE, cursor: state.cursors[state.page]}}));
     table.removeAttribute("aria-busy");
     if (left) return;
-    if (!answer.ok) return problemBox(problem, answer.problem);
+    if (!answer.ok) {
+      replace(pager, pagerControls(state.page, state.cursors[state.page + 1], turn));  // a click waits no more
+      return problemBox(problem, answer.problem);
+    }
     replace(problem);
     state.cursors[state.page + 1] = answer.data.nextCursor;
     const rows = answer.data.items.map((job) => h("tr", {},
@@ -190,11 +193,13 @@ export function jobsView(main, _params, query) {
     replace(table, h("caption", {class: "visually-hidden"}, `Jobs, page ${state.page + 1}`),
       h("thead", {}, h("tr", {}, ["Job", "Status", "Progress", "Targets", "Created"].map((name) => h("th", {scope: "col"}, name)))),
       h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", {colspan: 5}, "No job here."))));
-    replace(pager,
-      h("button", {type: "button", disabled: state.page === 0, on: {click: () => { state.page -= 1; load(); }}}, "Previous page"),
-      h("span", {class: "muted"}, ` Page ${state.page + 1} `),
-      h("button", {type: "button", disabled: !answer.data.nextCursor, on: {click: () => { state.page += 1; load(); }}}, "Next page"));
+    replace(pager, pagerControls(state.page, answer.data.nextCursor, turn));
     announce(`${rows.length} jobs on page ${state.page + 1}`);
+  }
+
+  function turn(step) {
+    state.page += step;
+    load();
   }
 
   load();
@@ -328,6 +333,7 @@ export function jobView(main, {id}, query) {
           if (view.left) break;
           if (!answer.ok) {
             problemBox(problem, answer.problem);  // the job's next change reads again
+            replace(pager, pagerControls(view.page, view.cursors[view.page + 1], turn));  // a click waits no more
             continue;
           }
           replace(problem);
@@ -352,10 +358,12 @@ export function jobView(main, {id}, query) {
       h("thead", {}, h("tr", {}, ["Device", "State", "Version", "Updated", "Code", "Reason"].map((name) =>
         h("th", {scope: "col"}, name)))),
       h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", {colspan: 6}, "No execution here."))));
-      replace(pager,
-        h("button", {type: "button", disabled: view.page === 0, on: {click: () => { view.page -= 1; read(); }}}, "Previous page"),
-        h("span", {class: "muted"}, ` Page ${view.page + 1} `),
-        h("button", {type: "button", disabled: !nextCursor, on: {click: () => { view.page += 1; read(); }}}, "Next page"));
+      replace(pager, pagerControls(view.page, nextCursor, turn));
+    }
+
+    function turn(step) {
+      view.page += step;
+      read();
     }
 
     return {section, changed: read};

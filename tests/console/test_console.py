@@ -687,6 +687,10 @@ export function append(parent, children) {
 export function replace(parent, ...children) { parent.replaceChildren(); return append(parent, children); }
 export function time(iso) { return h("time", {}, String(iso)); }
 export function announce() {}
+export function pagerControls(page, hasNext, turn) {
+  return [h("button", {type: "button", disabled: page === 0, on: {click: () => turn(-1)}}, "Previous page"),
+    h("button", {type: "button", disabled: !hasNext, on: {click: () => turn(1)}}, "Next page")];
+}
 """
 
 
