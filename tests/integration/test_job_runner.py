@@ -424,28 +424,58 @@ class Throttled:
 
 @pytest.mark.parametrize("blocked_by", ["lease", "throttling"])
 def test_a_forced_cancel_whose_removal_does_not_apply_removes_the_leaves_when_it_can(rig, blocked_by):
-    """A forced cancel meets a device another holds a lease on (its removal refused, 423), or
-    whose writes DynamoDB throttles: its execution is CANCELED and the others' leaves removed, so
-    the job idles with the job's leaf left on that device alone, due still; once the lease ended
-    (the throttling passed), a runner removes it and the job completes. A runner that does not
-    try again (or lets the lease's refusal escape) leaves the execution CANCELED and the leaf on
-    the device for good."""
-    ids = rig.devices(3)
+    """A forced cancel meets a device on its first page that another holds a lease on (its
+    removal refused, 423), or whose writes DynamoDB throttles: its execution is CANCELED and every
+    other device's leaves are removed, the next page's too, so the job idles with the job's leaf
+    on that device alone, due still. Once the lease ended (the throttling passed), a runner
+    coming back after the executions' deadline removes it, and the job completes. A runner that
+    does not try again (or lets the lease's refusal escape) leaves the leaf on the device for
+    good; one that waits on that device leaves the pages after it undone."""
+    ids = rig.devices(120)  # two target pages
     rig.job(deviceIds=ids, timeoutSeconds=600)
-    assert rig.runner().run("j1", 30).status == IDLE
+    assert rig.runner().run("j1", 60).status == IDLE
     client = Throttled(rig.client, ids[1])
     if blocked_by == "lease":
         client.on, lease = False, rig.manager.lease(ids[1], ttl_seconds=60).acquire()
     rig.manager.jobs().cancel("j1", force=True)
-    assert rig.runner(client).run("j1", 30).status == IDLE  # no error escaping: the schedule takes it up again
+    assert rig.runner(client).run("j1", 60).status == IDLE  # no error escaping: the schedule takes it up again
     head = rig.jobs.head("j1")
-    assert {execution.state for execution in rig.jobs.executions("j1")} == {"CANCELED"} and head.run.forced == 1
-    assert [rig.manager.get(device_id).desired for device_id in ids] == [{}, {"mode": "eco"}, {}]
+    assert {execution.state for execution in rig.jobs.executions("j1")} == {"CANCELED"}
+    assert head.run.forced == head.run.at and head.run.force_left == (1,)  # both pages gone through
+    versions, found = rig.versions(ids)
+    assert [device_id for device_id in ids if job_marks.mark_of(found[device_id], "j1")] == ids
+    assert [device_id for device_id in ids if rig.manager.get(device_id).desired] == [ids[1]]
     assert head.record.completed_ms is None and head.due(int(time.time() * 1000))
     lease.release() if blocked_by == "lease" else setattr(client, "on", False)
-    run_until_done(rig.runner(client))
+    run_until_done(rig.runner(client, ahead=700))  # after the 600 s window: TIMED_OUT, were it still in progress
+    assert rig.manager.get(ids[1]).desired == {}
+    assert rig.jobs.head("j1").record.status == "CANCELED" and rig.counts_agree_with_executions()["CANCELED"] == 120
+
+
+def test_a_forced_cancel_whose_runner_died_between_a_cancel_and_its_removal_removes_it_on_the_next_run(
+        rig, monkeypatch):
+    """The runner records a device's CANCELED, then dies before removing its leaves (before it
+    records the page): the next runner finds the execution final and removes them all the same,
+    where a runner that passes over final executions leaves that leaf for good."""
+    ids = rig.devices(3)
+    rig.job(deviceIds=ids, timeoutSeconds=600)
+    assert rig.runner().run("j1", 30).status == IDLE
+    rig.manager.jobs().cancel("j1", force=True)
+    remove = JobRunner._remove_owned
+
+    def dies_once(self, spec, device_id, version, removal):
+        if device_id == ids[1]:
+            monkeypatch.setattr(JobRunner, "_remove_owned", remove)
+            raise RuntimeError("the invocation timed out")
+        return remove(self, spec, device_id, version, removal)
+
+    monkeypatch.setattr(JobRunner, "_remove_owned", dies_once)
+    with pytest.raises(RuntimeError):
+        rig.runner().run("j1", 30)
+    assert rig.manager.get(ids[1]).desired == {"mode": "eco"} and rig.jobs.head("j1").run.forced == 0
+    run_until_done(rig.runner())
     assert [rig.manager.get(device_id).desired for device_id in ids] == [{}, {}, {}]
-    assert rig.jobs.head("j1").record.status == "CANCELED" and rig.counts_agree_with_executions()["CANCELED"] == 3
+    assert rig.counts_agree_with_executions()["CANCELED"] == 3
 
 
 def test_a_device_whose_value_moves_ahead_of_the_targeting_cursor_is_targeted_and_counted_once(battery_rig):

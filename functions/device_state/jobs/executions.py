@@ -78,6 +78,17 @@ def judge(job_leaves: dict, version: int, deadline_ms: int, item: dict | None, n
     return _by_deadline(first, deadline_ms, now_ms)
 
 
+def owns_leaves(job_leaves: dict, version: int, item: dict | None, now: float) -> bool:
+    """Whether every leaf the job's write set (at ``version``) is still in desired as it set it:
+    the device is there and no other write set or removed one. What a forced cancel removes,
+    whatever became of the execution since (confirmed, refused, past its deadline)."""
+    if not schema.is_live_state(item, now):
+        return False
+    device = Device.from_item(item)
+    entries = leaf_entries(device.desired, device.entries.get(DESIRED, {}))
+    return all(pointer in entries and version_of(entries[pointer]) == version for pointer in job_leaves)
+
+
 def _by_deadline(verdict: Verdict | None, deadline_ms: int, now_ms: int) -> Verdict | None:
     """What happened after the deadline, or nothing by it, is a timeout (an event stamped by a
     writer whose clock runs ahead counts while this clock has not reached the deadline)."""

@@ -42,10 +42,10 @@ SPEC, STATUS, CREATED_MS, COMPLETED_MS, ABORTED_BY, LISTED = (
     "spec", "status", "createdMs", "completedMs", "abortedBy", "listedAs")
 # The run's item.
 OWNER, UNTIL, PAGES, TOTAL, QUERY_CURSOR, TARGETED, AT, SENT, STARTED, BATCH, WRITTEN, SWEEP, STOP, FORCE, \
-    STOPPED, CANCELED_QUEUED, REQUERY_AT, FORCED, CHECKED, WAKE = (
+    STOPPED, CANCELED_QUEUED, REQUERY_AT, FORCED, FORCE_LEFT, CHECKED, WAKE = (
         "owner", "runnerUntil", "pages", "total", "queryCursor", "targeted", "at", "sent", "startedMs", "batch",
-        "written", "sweep", "stop", "force", "stoppedMs", "canceledQueued", "requeryMs", "forced", "checked",
-        "wakeMs")
+        "written", "sweep", "stop", "force", "stoppedMs", "canceledQueued", "requeryMs", "forced", "forceLeft",
+        "checked", "wakeMs")
 # A counter: finals of written executions, and finals by state.
 FINAL_WRITTEN, FINAL_PREFIX = "fw", "f:"
 # A target page.
@@ -168,7 +168,8 @@ class RunState:
     stopped_ms: int | None = None  # queued executions were canceled then
     canceled_queued: int = 0
     requery_ms: int = 0  # a continuous job's next query
-    forced: int = 0  # positions before this had their desire removed by a forced cancel
+    forced: int = 0  # positions before this had their desire removed by a forced cancel,
+    force_left: tuple[int, ...] = ()  # but for these, whose removal did not apply (a lease, DynamoDB failing)
     checked: bool = False  # a listed job's devices were checked to exist
     wake_ms: int | None = None  # when the job has work due next (an idle runner's word to the schedule)
 
@@ -182,8 +183,9 @@ class RunState:
                    _number(item, STARTED), tuple(int(entry["N"]) for entry in batch["L"]) if batch else None,
                    _number(item, WRITTEN), _number(item, SWEEP), _text(item, STOP), FORCE in item,
                    _number(item, STOPPED) if STOPPED in item else None, _number(item, CANCELED_QUEUED),
-                   _number(item, REQUERY_AT), _number(item, FORCED), CHECKED in item,
-                   _number(item, WAKE) if WAKE in item else None)
+                   _number(item, REQUERY_AT), _number(item, FORCED),
+                   tuple(int(entry["N"]) for entry in item[FORCE_LEFT]["L"]) if FORCE_LEFT in item else (),
+                   CHECKED in item, _number(item, WAKE) if WAKE in item else None)
 
 
 @dataclass(frozen=True)
@@ -245,7 +247,8 @@ class Head:
         run = self.run
         if self.record.completed_ms is not None or (run.owner is not None and run.until_ms >= now_ms):
             return False
-        stopping = run.stop is not None and (run.stopped_ms is None or (run.force and run.forced < run.at))
+        stopping = run.stop is not None and (run.stopped_ms is None or (run.force and run.forced < run.at)
+                                             or bool(run.force_left))
         return stopping or run.wake_ms is None or run.wake_ms <= now_ms or self.completable() or self.abortable()
 
     def completable(self) -> bool:
@@ -256,7 +259,7 @@ class Head:
         targeting wherever it was)."""
         counts, run = self.counts_by_state, self.run
         return ((run.targeted or run.stopped_ms is not None) and counts[QUEUED] == 0 and counts[IN_PROGRESS] == 0
-                and (not self.record.spec.continuous or run.stopped_ms is not None))
+                and (not self.record.spec.continuous or run.stopped_ms is not None) and not run.force_left)
 
     def abortable(self) -> bool:
         """An abort criterion is met and nothing stopped the job yet: the runner that takes it

@@ -62,7 +62,7 @@ from ..write.plan import UPDATED
 from ..write.retry import RetryLoop
 from . import items
 from .device_write import JobWrites, Outcome
-from .executions import Verdict, judge
+from .executions import Verdict, judge, owns_leaves
 from .finals import Final, Finals
 from .items import PAGE_SIZE, Head, Page
 from .spec import ABORTED, CANCELED, IN_PROGRESS, QUEUED, REMOVED, JobSpec
@@ -193,7 +193,10 @@ class JobRunner:
             self._write_batch(head, writes)
             return None
         if run.force and run.forced < run.at:
-            return self._force_page(head)
+            self._force_page(head)
+            return None
+        if run.force_left:
+            return self._force_left(head)
         if run.stop is None and spec.filter is None and not run.checked:
             self._check_listed(head)
             return None
@@ -288,14 +291,13 @@ class JobRunner:
             items.STOPPED: int(self._runtime.clock() * 1000), items.CANCELED_QUEUED: queued},
             absent=(items.STOPPED, items.BATCH), lease_seconds=self.lease_seconds)
 
-    def _force_page(self, head: Head) -> Progress | None:
+    def _force_page(self, head: Head) -> None:
         """A forced cancel: each device still in progress where the job still owns its leaves (no
         other writer set one since) has its execution CANCELED first, then the job's leaves
         removed (the stream then sees the job's own removal after the final state, not a
-        supersession). Where a removal does not apply (the device leased, DynamoDB failing), the
-        page's others go on; the job then idles with its forced position at the first such
-        device, and the schedule takes it up again from there, where the execution is CANCELED
-        already and the job's leaves are removed if still the job's."""
+        supersession). A device whose removal does not apply (leased, DynamoDB failing) is left
+        for ``_force_left``, and the pages after it go on. One CANCELED already (a runner that
+        stopped before it recorded the page) has its removal made again where still owed."""
         spec, run = head.record.spec, head.run
         page = self._jobs.page(spec.job_id, run.forced // PAGE_SIZE)
         end = min((run.forced // PAGE_SIZE + 1) * PAGE_SIZE, run.at)
@@ -303,34 +305,53 @@ class JobRunner:
         if page is not None:
             removal = MergePatch(_nulls(spec.leaves))
             written = self._written(spec, page, run.forced, end)
-            finals = self._jobs.final_executions(spec.job_id, [device_id for _, device_id, _, _ in written])
+            finals = self._jobs.final_states(spec.job_id, [device_id for _, device_id, _, _ in written])
             for position, device_id, version, deadline_ms in written:
-                final = finals.get(device_id)
-                if final is not None and final.state != CANCELED:
-                    continue  # final otherwise: not the job's to remove
-                if not self._force_one(spec, device_id, version, deadline_ms, removal, canceled=final is not None):
+                if device_id not in finals:
+                    removed = self._force_one(spec, device_id, version, deadline_ms, removal)
+                else:  # CANCELED: removed again where still owed; another final was not the job's to cancel
+                    removed = finals[device_id] != CANCELED or self._remove_owned(spec, device_id, version, removal)
+                if not removed:
                     left.append(position)
-        self._jobs.update_run(spec.job_id, self.owner, sets={items.FORCED: min(left, default=end)},
-                              lease_seconds=self.lease_seconds)
-        return self._idle(head, int((self._runtime.clock() + FORCE_RETRY_SECONDS) * 1000)) if left else None
+        self._jobs.update_run(spec.job_id, self.owner, sets={
+            items.FORCED: end, **({items.FORCE_LEFT: tuple(sorted({*run.force_left, *left}))} if left else {})},
+            lease_seconds=self.lease_seconds)
 
-    def _force_one(self, spec: JobSpec, device_id: str, version: int, deadline_ms: int, removal: MergePatch,
-                   canceled: bool) -> bool:
-        """The device's execution CANCELED (unless ``canceled`` already) and the job's leaves
-        removed while the job still owns them; False when the removal did not apply."""
+    def _force_left(self, head: Head) -> Progress | None:
+        """The removals a forced cancel left (their executions CANCELED), tried again while the
+        job still owns the device's leaves; the job idles while any is left, for the schedule to
+        take it up again (a lease on the device may last long: the rest of the job went on)."""
+        spec, run = head.record.spec, head.run
+        removal, still = MergePatch(_nulls(spec.leaves)), []
+        for number in sorted({position // PAGE_SIZE for position in run.force_left}):
+            page = self._jobs.page(spec.job_id, number)
+            written = self._written(spec, page, number * PAGE_SIZE, (number + 1) * PAGE_SIZE) if page else []
+            still += [position for position, device_id, version, _ in written if position in run.force_left
+                      and not self._remove_owned(spec, device_id, version, removal)]
+        self._jobs.update_run(spec.job_id, self.owner, sets={items.FORCE_LEFT: tuple(still) or None},
+                              lease_seconds=self.lease_seconds)
+        return self._idle(head, int((self._runtime.clock() + FORCE_RETRY_SECONDS) * 1000)) if still else None
+
+    def _force_one(self, spec: JobSpec, device_id: str, version: int, deadline_ms: int, removal: MergePatch) -> bool:
+        """The device's execution CANCELED and the job's leaves removed while the job still owns
+        them; False when the removal did not apply."""
         expires = items.retire_at(spec)
         item = self._store.get_state(device_id)
         verdict = judge(spec.leaves, version, deadline_ms, item, self._runtime.clock())
-        if verdict is not None:  # final already (confirmed, refused, superseded or gone), or its leaves removed
-            if not canceled:
-                self._finals.record(spec.job_id, expires, [Final(device_id, verdict, version, True)])
+        if verdict is not None:  # final already: confirmed, refused, superseded or gone
+            self._finals.record(spec.job_id, expires, [Final(device_id, verdict, version, True)])
             return True
-        canceled_now = Final(device_id, Verdict(CANCELED, int(self._runtime.clock() * 1000)), version, True)
-        if not canceled and not self._finals.record(spec.job_id, expires, [canceled_now]):
+        canceled = Final(device_id, Verdict(CANCELED, int(self._runtime.clock() * 1000)), version, True)
+        if not self._finals.record(spec.job_id, expires, [canceled]):
             return True  # the stream made it final meanwhile: the job no longer owns the outcome
+        return self._remove_owned(spec, device_id, version, removal)
 
+    def _remove_owned(self, spec: JobSpec, device_id: str, version: int, removal: MergePatch) -> bool:
+        """The job's leaves removed from the device while the job still owns them (``owns_leaves``:
+        whatever the execution came to since its CANCELED, past its deadline too); False when the
+        removal did not apply."""
         def attempt(current, _number):
-            if judge(spec.leaves, version, deadline_ms, current, self._runtime.clock()) is not None:
+            if not owns_leaves(spec.leaves, version, current, self._runtime.clock()):
                 return  # another writer set a leaf (or the device went): its leaves are not the job's now
             planner = self._pipeline.planner()
             self._pipeline.send(planner, planner.replace_state(current, removal, None, UPDATED, DESIRED))

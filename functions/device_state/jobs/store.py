@@ -140,15 +140,15 @@ class JobStore:
 
     def final_devices(self, job_id: str, device_ids: list[str]) -> set[str]:
         """Those of ``device_ids`` whose execution is final (an execution item exists)."""
-        return set(self.final_executions(job_id, device_ids))
+        return set(self.final_states(job_id, device_ids))
 
-    def final_executions(self, job_id: str, device_ids: list[str]) -> dict[str, Execution]:
-        """The final executions of those of ``device_ids`` whose execution is final, by device."""
+    def final_states(self, job_id: str, device_ids: list[str]) -> dict[str, str]:
+        """The final state of each of ``device_ids`` whose execution is final."""
         final = {}
         for start in range(0, len(device_ids), 100):
             keys = [items.execution_key(job_id, device_id) for device_id in device_ids[start:start + 100]]
-            final.update((execution.device_id, execution) for execution in map(
-                Execution.from_item, self._store.batch_get(keys).values()))
+            final.update((execution.device_id, execution.state)
+                         for execution in map(Execution.from_item, self._store.batch_get(keys).values()))
         return final
 
     def executions(self, job_id: str) -> list[Execution]:
