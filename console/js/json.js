@@ -24,8 +24,9 @@ export function isObject(value) {
 }
 
 // What changes how the text beside it is drawn (bidi controls: U+202E turns "15" into "51") or is
-// not drawn at all (zero-width characters, the soft hyphen): never shown as itself.
-const UNSEEN = /[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/g;
+// not drawn at all (zero-width spaces, the soft hyphen): never shown as itself. Zero-width
+// (non-)joiners are: Persian and Indic words and emoji sequences are spelled with them.
+const UNSEEN = /[\u00ad\u061c\u180e\u200b\u200e\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/g;
 
 /** A string as the console shows it: each bidi control or zero-width character as its escape (\u202e). */
 export function visible(string) {

@@ -164,6 +164,9 @@ def test_a_config_file_that_cannot_be_read_or_a_name_it_cannot_hold_is_usage_nam
         result = _run(server.port, "configure", "--profile", name, "--endpoint", "http://x",
                       DEVICE_STATE_CONFIG=str(config))
         assert (result.returncode, "Traceback" in result.stderr) == (2, False), (name, result.stderr)
+    result = _run(server.port, "configure", "--token-command", "echo t\r[default]\rendpoint=http://elsewhere",
+                  DEVICE_STATE_CONFIG=str(config))  # a value that would start a section of its own
+    assert (result.returncode, "Traceback" in result.stderr) == (2, False), result.stderr
     assert not config.exists() and server.requests == []
 
 
@@ -286,6 +289,14 @@ def test_on_a_terminal_what_devices_stored_is_shown_never_acted_on(scripted):
         status, shown = _on_a_terminal(scripted(answer).port, *arguments)
         assert clear not in shown and title not in shown and override not in shown, (arguments, shown)
         assert "\\u001b" in shown or "\\u202e" in shown, (arguments, shown)
+
+
+def test_what_a_terminal_shows_keeps_words_spelled_with_joiners_and_escapes_what_it_would_act_on():
+    from device_state_client.cli.output import shown
+
+    spelled = "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645 \U0001f469\u200d\U0001f4bb \u4e2d\u6587\t\n"
+    assert shown(spelled) == spelled  # Persian, an emoji sequence, CJK, a tab and a line break
+    assert shown("a\u061cb\u2028c\U000e0041d\x1b") == "a\\u061cb\\u2028c\\U000e0041d\\u001b"
 
 
 def _job(etag_counts: dict, **members) -> dict:

@@ -150,7 +150,8 @@ class Follower:
             if not self.client.credentials.renewable:
                 raise FollowError(f"the WebSocket API refused the token ({status})") from error
             if self._renewed:  # a token renewed for this connect, refused too: renewing cannot cure it
-                raise FollowError(f"the WebSocket API refused the token, renewed too ({status})") from error
+                raise FollowError(f"{self.client.websocket_url} refused the token, renewed too ({status}); a 403 "
+                                  f"may also mean the URL or its stage is not the WebSocket API's") from error
             self._renew_token = True
         why = f"{type(error).__name__}: {error}"
         self.reconnects.append(why)

@@ -147,7 +147,8 @@ class Service:
                             **({} if own else self.credentials.rest_headers(self, renew=renew)), **(headers or {})}
             data = None if body is None else dumps(body, ascii_only=True).encode()
             if data is not None and len(data) > MAX_BODY_BYTES:
-                raise error_for(413, {"title": "Body too large", "status": 413, "detail": (
+                raise error_for(413, {"type": "urn:device-state:problem:too-large", "title": "Body too large",
+                                      "status": 413, "detail": (
                     f"the body is {len(data)} bytes as JSON; the API takes at most {MAX_BODY_BYTES}; nothing was sent")})
             if data is not None:
                 sent_headers.setdefault("Content-Type", "application/json")

@@ -216,8 +216,10 @@ class _Reconnecting:
         if self.said_at is not None and self.clock() - self.said_at < self.EVERY_SECONDS:
             self.unsaid += 1
             return
+        from .output import shown
+
         more = f" ({self.unsaid} more since the last said)" if self.unsaid else ""
-        click.echo(f"reconnecting: {why}{more}", err=True)
+        click.echo(shown(f"reconnecting: {why}{more}"), err=True)
         self.said_at, self.unsaid = self.clock(), 0
 
 

@@ -55,6 +55,9 @@ def save_profile(name: str, settings: dict) -> Path:
     if not parser.has_section(name):
         parser.add_section(name)
     for key, value in settings.items():
+        if value and any(ord(character) < 0x20 or character == "\x7f" for character in value):
+            raise click.UsageError(f"the {key} setting holds a control character (a line break, say), which the "
+                                   f"config file cannot hold")
         if value:
             parser.set(name, key, value)
         else:

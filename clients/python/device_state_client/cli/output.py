@@ -68,14 +68,18 @@ def _text(value) -> str:
     return "-" if value is None else dumps(value)
 
 
-# What a terminal would act on or reorder rather than show: C0 and C1 controls (a device's value
-# could clear the screen or retitle the window), zero-width and bidirectional marks and overrides.
-_UNSHOWABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+# What a terminal would act on, reorder or not show at all: C0 and C1 controls (a device's value
+# could clear the screen or retitle the window), line and paragraph separators, bidirectional
+# marks, embeddings, overrides and isolates, zero-width spaces and invisible tags. Zero-width
+# (non-)joiners stay: Persian and Indic words and emoji sequences are spelled with them.
+_UNSHOWABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u2028-\u202e"
+                         "\u2060-\u2069\ufeff\U000e0000-\U000e007f]")
 
 
 def shown(text: str) -> str:
-    """``text`` as a terminal shows it, what it would act on written as ``\\uXXXX``."""
-    return _UNSHOWABLE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+    """``text`` as a terminal shows it, what it would act on written as ``\\uXXXX`` (``\\UXXXXXXXX``)."""
+    return _UNSHOWABLE.sub(lambda found: f"\\u{ord(found.group()):04x}" if ord(found.group()) < 0x10000
+                           else f"\\U{ord(found.group()):08x}", text)
 
 
 def _cell(text: str) -> str:
