@@ -7,7 +7,6 @@ and output; and none of it without the context. One stack is synthesized with fo
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
