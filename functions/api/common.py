@@ -12,8 +12,8 @@ from .resolver import Response
 
 from functions.auth.principals import Principal
 from functions.auth.rights import Forbidden
-from functions.device_state import (CREATED, DELETED, DeviceStateManager, Holder, IdempotencyKey, dumps,
-                                    dynamodb_client, fingerprint, restore)
+from functions.device_state import (CREATED, DELETED, DeviceStateManager, Holder, IdempotencyKey, IdempotencyKeyReused,
+                                    dumps, dynamodb_client, fingerprint, restore)
 
 from . import access
 from . import request_parsing as parse
@@ -265,8 +265,12 @@ def idempotency_key(request: Request, scope: str | None = None, *query: str) -> 
 def replay(request: Request, device_id: str, key: IdempotencyKey | None) -> Response | None:
     """A keyed write that already happened is answered from its record, whatever the
     device and the preconditions say now (but never to a device whose credential was revoked
-    since: then the record is not shown, one read)."""
-    recorded = manager().recorded(device_id, key) if key else None
+    since: then the record is not shown, nor that the key names another request, one read)."""
+    try:
+        recorded = manager().recorded(device_id, key) if key else None
+    except IdempotencyKeyReused:
+        as_caller(request, device_id).check_holder(device_id)
+        raise
     if recorded is None:
         return None
     as_caller(request, device_id).check_holder(device_id)

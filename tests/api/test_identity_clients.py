@@ -135,9 +135,9 @@ def test_a_revoked_credentials_token_is_refused_on_every_route_of_the_device_the
 
 
 def test_a_revoked_credentials_token_gets_no_replay_lease_or_long_poll(server, admin, app):
-    """After the revocation: keyed writes' replays, a lease's heartbeat and release, the waits
-    (the delta's, the feed's caught-up one) are refused too, and so is a feed's long poll that
-    was waiting when the credential was revoked."""
+    """After the revocation: keyed writes' replays (and their keys sent with other bodies), a
+    lease's heartbeat and release, the waits (the delta's, the feed's caught-up one) are refused
+    too, and so is a feed's long poll that was waiting when the credential was revoked."""
     import threading
     import time
 
@@ -165,8 +165,12 @@ def test_a_revoked_credentials_token_gets_no_replay_lease_or_long_poll(server, a
     poll.join(20)
     assert waiting["answer"][0] == 401, waiting["answer"]
     lease_headers = bearer
+    other_transaction = {"operations": [{"deviceId": device, "section": "reported", "mergePatch": {"t": 2}}]}
     requests = [("PATCH", f"{path}/reported", {"on": True}, keyed),
                 ("POST", "/transactions", transaction, keyed_transaction),
+                # the same keys with other bodies: 401, not 422 (which would tell it the record is there)
+                ("PATCH", f"{path}/reported", {"on": False}, keyed),
+                ("POST", "/transactions", other_transaction, keyed_transaction),
                 ("PUT", f"{path}/leases/{lease['leaseId']}", {"ttlSeconds": 30}, lease_headers),
                 ("DELETE", f"{path}/leases/{lease['leaseId']}", None, lease_headers),
                 ("GET", f"{path}/delta?waitSeconds=1", None, bearer),

@@ -16,6 +16,7 @@ from ..errors import (
     DeviceLocked,
     DeviceNotFound,
     DeviceStateError,
+    IdempotencyKeyReused,
     InvalidValue,
     ItemTooLarge,
     LeaseNotHeld,
@@ -172,18 +173,31 @@ class TransactionRunner:
                 check_sections(operation.sections)
         partition = operations[0].device_id  # where a keyed transaction's record lives
         if key is not None:
-            replay = self._recorded_results(partition, key)
+            replay = self._replayed(partition, key, seen)
             if replay is not None:
-                self._check_holder(seen)
-                return [device for device, _ in replay]
+                return replay
         try:
             return self._loop.run(partition, lambda _item, number: self._attempt(operations, key, partition, number),
                                   None, count_success=False)
         except (TransactionFailed, *idem.REFUSALS_SAME_KEY_MAY_CAUSE):
-            replay = self._recorded_results(partition, key) if key is not None else None  # see keyed.py
+            replay = self._replayed(partition, key, seen) if key is not None else None  # see keyed.py
             if replay is None:
                 raise
-            return [device for device, _ in replay]
+            return replay
+
+    def _replayed(self, partition: str, key, devices: set[str]) -> list[Device] | None:
+        """The devices a keyed transaction's record answers with, or None; never shown to a device
+        whose credential was revoked since (``_check_holder``), nor that the key names another
+        request (``IdempotencyKeyReused``)."""
+        try:
+            replay = self._recorded_results(partition, key)
+        except IdempotencyKeyReused:
+            self._check_holder(devices)
+            raise
+        if replay is None:
+            return None
+        self._check_holder(devices)
+        return [device for device, _ in replay]
 
     def _check_holder(self, devices: set[str]) -> None:
         """For a replayed transaction of the device's own: one read, to find the credential it
@@ -236,9 +250,9 @@ class TransactionRunner:
         """The recorded answer when the key's record exists already; otherwise raise what the
         cancellation means: ``TransactionFailed`` or ``Moved``."""
         if RECORD in refused.refused:
-            replay = self._recorded_results(partition, key)
+            replay = self._replayed(partition, key, {operation.device_id for operation in operations})
             if replay is not None:
-                return [device for device, _ in replay]
+                return replay
         failures, retry_reason = [], "conflict" if refused.conflict else None
         for index, (operation, refusal, old) in enumerate(zip(operations, refused.refusals, refused.items)):
             if refusal is None:
