@@ -139,5 +139,5 @@ def provision_device(request: Request):
                                                 (request.body or {}).get("publicKey"), sealer(), time.time())
     if provisioned.created:
         record(names.PROVISIONINGS)
-    return token_response(principal, None, 201 if provisioned.created else 200, deviceId=device_id,
+    return token_response(principal, None, None, 201 if provisioned.created else 200, deviceId=device_id,
                           credentialId=provisioned.credential_id)

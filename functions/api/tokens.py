@@ -13,7 +13,7 @@ from functions.auth.device_tokens import device_token_issuer, issue
 from functions.auth.principals import Principal
 from functions.auth.sealing import sealer
 from functions.auth.signers import SigningFailed, SigningThrottled
-from functions.device_state import DeviceNotFound, registered_credentials, restore
+from functions.device_state import DeviceNotFound, credential_entries, registered_credentials, restore
 
 from . import access
 from .common import as_caller, json_response, manager, route
@@ -30,30 +30,36 @@ def issue_device_token(request: Request):
     device_id = request.path["device_id"]
     assertion = access.assertion(request.event) if request.principal is None else None
     if assertion is not None:
-        principal, credential_expires = identity.proven(manager(), device_id, assertion, sealer(), time.time())
+        principal, credential_expires, entry = identity.proven(manager(), device_id, assertion, sealer(), time.time())
     else:
-        principal, credential_expires = request.principal, _held(request, device_id)
-    return token_response(principal, credential_expires)
+        principal, (credential_expires, entry) = request.principal, _held(request, device_id)
+    return token_response(principal, credential_expires, entry)
 
 
-def _held(request: Request, device_id: str) -> int | None:
+def _held(request: Request, device_id: str) -> tuple[int | None, str | None]:
     """A token names a device that exists when it is issued, and whose item still holds the
     credential the caller comes with: one strongly consistent read of the state item
     (docs/costs.md), made only for the device itself (route() authorized it first). When that
-    credential expires (None: never)."""
+    credential expires (None: never), and its entry on the item (None: the device holds none,
+    a certificate of the trusted CA it never registered)."""
     item = as_caller(request, device_id).live_state(device_id)
     if item is None:
         raise DeviceNotFound(device_id)
-    registered = registered_credentials(item).get(request.principal.credential_id) or None
+    credential = request.principal.credential_id
+    registered = registered_credentials(item).get(credential) or None
     # A certificate's own end (carried on by its tokens) bounds its tokens too.
-    return min(filter(None, (registered, request.principal.credential_expires_at)), default=None)
+    return (min(filter(None, (registered, request.principal.credential_expires_at)), default=None),
+            credential_entries(item).get(credential))
 
 
-def token_response(principal: Principal, credential_expires: int | None, status: int = 200, **members):
-    """A signed device token for ``principal``, never past its credential's expiry."""
+def token_response(principal: Principal, credential_expires: int | None, entry: str | None = None,
+                   status: int = 200, **members):
+    """A signed device token for ``principal``, never past its credential's expiry, naming the
+    credential's ``entry`` on the device's item when it has one."""
     settings, signer = device_token_issuer()
     try:
-        token = issue(principal, signer, settings, credential_expires_at=credential_expires)
+        token = issue(principal, signer, settings, credential_expires_at=credential_expires,
+                      credential_registration=entry)
     except SigningFailed as failed:
         record_signing_failure(throttled=isinstance(failed, SigningThrottled))
         raise

@@ -18,6 +18,7 @@ import functools
 import json
 import math
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,9 @@ DEVICE_URI_PREFIX = "urn:device:"
 # the credential's id, true when it is a client certificate of the trusted CA, and when the
 # credential itself expires (epoch seconds; absent: never), which no WebSocket connection outlives.
 CREDENTIAL_CLAIM, CERTIFICATE_CLAIM, CREDENTIAL_EXPIRES_CLAIM = "cid", "cert", "cexp"
+# The credential's entry on the device's item the token was issued on (item/credentials.Holder).
+CREDENTIAL_REGISTRATION_CLAIM = "creg"
+_REGISTRATION = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?")
 # A browser's WebSocket cannot set Authorization: it offers the token as a subprotocol beside the
 # service's own, new WebSocket(url, ["device-state", "bearer.<token>"]), and the connect answer
 # selects "device-state" (a JWT is base64url and dots, all valid in a subprotocol name).
@@ -209,9 +213,12 @@ def _principal(claims: dict, trusted: TrustedIssuer) -> Principal:
         credential_expires = claims.get(CREDENTIAL_EXPIRES_CLAIM) if credential is not None else None
         if credential_expires is not None and (type(credential_expires) is not int or credential_expires < 0):
             raise Unauthenticated("the token's cexp is no time", token_given=True)
+        registration = claims.get(CREDENTIAL_REGISTRATION_CLAIM) if credential is not None else None
+        if registration is not None and not (isinstance(registration, str) and _REGISTRATION.fullmatch(registration)):
+            raise Unauthenticated("the token's creg is no credential entry", token_given=True)
         return device_principal(claims["device_id"], expires_at, None if auth_time is None else int(auth_time),
                                 credential, credential is not None and claims.get(CERTIFICATE_CLAIM) is True,
-                                credential_expires)
+                                credential_expires, registration)
     subject = claims.get("sub") or claims.get("client_id")
     if not isinstance(subject, str) or not subject:
         raise Unauthenticated("the token names no subject", token_given=True)
@@ -220,10 +227,11 @@ def _principal(claims: dict, trusted: TrustedIssuer) -> Principal:
 
 def device_principal(device_id, expires_at: int | None = None, auth_time: int | None = None,
                      credential_id: str | None = None, certificate: bool = False,
-                     credential_expires_at: int | None = None) -> Principal:
+                     credential_expires_at: int | None = None, credential_registration: str | None = None) -> Principal:
     if not isinstance(device_id, str) or not DEVICE_ID_PATTERN.fullmatch(device_id):
         raise Unauthenticated("the credential names no valid device id", token_given=True)
-    return Principal.device(device_id, expires_at, auth_time, credential_id, certificate, credential_expires_at)
+    return Principal.device(device_id, expires_at, auth_time, credential_id, certificate, credential_expires_at,
+                            credential_registration)
 
 
 def certificate_principal(pem: str, now: float | None = None) -> Principal:

@@ -35,8 +35,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from .credentials import (CERTIFICATE_CLAIM, CREDENTIAL_CLAIM, CREDENTIAL_EXPIRES_CLAIM, DEVICE_TOKEN_AUDIENCE,
-                          DEVICE_TOKEN_ISSUER, LEEWAY_SECONDS, AuthConfigError)
+from .credentials import (CERTIFICATE_CLAIM, CREDENTIAL_CLAIM, CREDENTIAL_EXPIRES_CLAIM, CREDENTIAL_REGISTRATION_CLAIM,
+                          DEVICE_TOKEN_AUDIENCE, DEVICE_TOKEN_ISSUER, LEEWAY_SECONDS, AuthConfigError)
 from .principals import DEVICE, Principal
 from .signers import ALGORITHM, KeyFileSigner, KmsSigner, Signer
 
@@ -115,11 +115,13 @@ def _timestamp(seconds: int) -> str:
 
 
 def issue(principal: Principal, signer: Signer, settings: TokenSettings, now: float | None = None,
-          credential_expires_at: int | None = None) -> dict:
+          credential_expires_at: int | None = None, credential_registration: str | None = None) -> dict:
     """The answer of ``POST /devices/{id}/token`` for ``principal`` (a device, authorized
-    already): a signed token naming its credential, and when it expires (never after
-    ``credential_expires_at``, the credential's own expiry). RenewalRefused past the renewal
-    bound; the signer's SigningFailed when the token cannot be signed now."""
+    already): a signed token naming its credential and the entry the device's item holds for it
+    (``credential_registration``: a credential registered again since opens nothing with the
+    token), and when it expires (never after ``credential_expires_at``, the credential's own
+    expiry). RenewalRefused past the renewal bound; the signer's SigningFailed when the token
+    cannot be signed now."""
     now = int(time.time() if now is None else now)
     if principal.kind != DEVICE or principal.auth_time is None:
         raise RenewalRefused("this credential cannot be renewed: call with the device's certificate or an assertion")
@@ -142,6 +144,8 @@ def issue(principal: Principal, signer: Signer, settings: TokenSettings, now: fl
             claims[CERTIFICATE_CLAIM] = True
         if credential_expires_at:
             claims[CREDENTIAL_EXPIRES_CLAIM] = int(credential_expires_at)
+        if credential_registration is not None:
+            claims[CREDENTIAL_REGISTRATION_CLAIM] = credential_registration
     header = {"alg": ALGORITHM, "typ": "JWT", "kid": signer.kid}
     signing_input = ".".join(_base64url(json.dumps(part, separators=(",", ":")).encode())
                              for part in (header, claims))

@@ -11,7 +11,8 @@ import uuid
 
 from functions.device_state import (CERTIFICATE, CREDENTIAL_ID_PATTERN, ENROLLMENT_ID_PATTERN, PUBLIC_KEY, SECRET,
                                     CredentialRecord, CredentialRevoked, DeviceStateManager, Enrollment,
-                                    EnrollmentNotFound, Provisioned, new_credential_id, registered_credentials)
+                                    EnrollmentNotFound, Provisioned, credential_entries, new_credential_id,
+                                    registered_credentials)
 
 from . import assertions
 from .assertions import (HS256, AssertionAlgorithm, AssertionMalformed, AssertionSignature, CredentialExpired,
@@ -55,10 +56,11 @@ def enrollment(enrollment_id: str | None, id_pattern: str, max_devices: int, ini
 
 
 def proven(manager: DeviceStateManager, device_id: str, token: str, sealer: Sealer,
-           now: float) -> tuple[Principal, int | None]:
-    """The device an assertion proves (authenticated ``now``, holding the assertion's credential)
-    and when that credential expires (None: never). One read (the credential and the device's
-    item together), a KMS Decrypt for a secret, and the jti's write. Refusals are 401s
+           now: float) -> tuple[Principal, int | None, str]:
+    """The device an assertion proves (authenticated ``now``, holding the assertion's credential),
+    when that credential expires (None: never) and its entry on the device's item. One read (the
+    credential and the device's item together), a KMS Decrypt for a secret, and the jti's write.
+    Refusals are 401s
     (``assertions``): ``CredentialUnknown`` alike for a kid that names nothing and a credential
     that does not verify the assertion; only once it verifies, ``CredentialRevoked`` for a
     credential the device no longer holds, ``CredentialExpired``, ``AssertionReplayed`` for a jti
@@ -78,7 +80,8 @@ def proven(manager: DeviceStateManager, device_id: str, token: str, sealer: Seal
     if expires is not None and expires <= now:
         raise CredentialExpired("the credential has expired: register another")
     manager.spend_assertion(device_id, assertion.jti, assertion.expires_at)
-    return Principal.device(device_id, auth_time=int(now), credential_id=record.credential_id), expires
+    return (Principal.device(device_id, auth_time=int(now), credential_id=record.credential_id), expires,
+            credential_entries(item)[assertion.kid])
 
 
 def _verify_or_unknown(assertion: assertions.Assertion, algorithm: str, key, detail: str = NOT_PROVEN) -> None:

@@ -39,6 +39,7 @@ class Principal:
     credential_id: str | None = None
     certificate: bool = False
     credential_expires_at: int | None = None  # when the credential it names expires, if it does
+    credential_registration: str | None = None  # the credential's entry its token was issued on (Holder)
 
     def expired(self, now: float, leeway: float) -> bool:
         return self.expires_at is not None and now > self.expires_at + leeway
@@ -46,9 +47,9 @@ class Principal:
     @classmethod
     def device(cls, device_id: str, expires_at: int | None = None, auth_time: int | None = None,
                credential_id: str | None = None, certificate: bool = False,
-               credential_expires_at: int | None = None) -> "Principal":
+               credential_expires_at: int | None = None, credential_registration: str | None = None) -> "Principal":
         return cls(DEVICE, f"{DEVICE}:{device_id}", frozenset(), device_id, expires_at, auth_time, credential_id,
-                   certificate, credential_expires_at)
+                   certificate, credential_expires_at, credential_registration)
 
     def holder(self, required: bool = False) -> Holder | None:
         """The credential this device's requests come with, as its state item must hold it
@@ -56,7 +57,8 @@ class Principal:
         ``REQUIRE_REGISTERED_CREDENTIALS``); None for a back-end, or a device naming none."""
         if self.kind != DEVICE or self.credential_id is None:
             return None
-        return Holder(self.credential_id, certificate=self.certificate, required=required)
+        return Holder(self.credential_id, certificate=self.certificate, required=required,
+                      registration=self.credential_registration)
 
     @classmethod
     def client(cls, subject: str, scopes, expires_at: int | None = None) -> "Principal":
@@ -73,7 +75,8 @@ class Principal:
                 "deviceId": self.device_id or "", "expiresAt": str(self.expires_at or ""),
                 "authTime": str(self.auth_time or ""), "credentialId": self.credential_id or "",
                 "certificate": "true" if self.certificate else "",
-                "credentialExpiresAt": str(self.credential_expires_at or "")}
+                "credentialExpiresAt": str(self.credential_expires_at or ""),
+                "credentialRegistration": self.credential_registration or ""}
 
     @classmethod
     def from_context(cls, context: dict) -> "Principal | None":
@@ -86,7 +89,8 @@ class Principal:
         if kind == DEVICE and context.get("deviceId"):
             return cls.device(context["deviceId"], expires_at, int(authenticated) if authenticated.isdigit() else None,
                               str(context.get("credentialId") or "") or None, context.get("certificate") == "true",
-                              int(credential_expires) if credential_expires.isdigit() else None)
+                              int(credential_expires) if credential_expires.isdigit() else None,
+                              str(context.get("credentialRegistration") or "") or None)
         if kind == CLIENT and str(context.get("subject", "")).startswith(f"{CLIENT}:"):
             return cls(CLIENT, context["subject"], frozenset(str(context.get("scopes") or "").split()), None,
                        expires_at)

@@ -215,12 +215,14 @@ def _subscription(item: dict) -> Subscription:
 
 
 def _holder_attribute(holder: Holder) -> dict:
+    registration = {} if holder.registration is None else {"registration": {"N": holder.registration}}
     return {"M": {"credentialId": {"S": holder.credential_id}, "certificate": {"BOOL": holder.certificate},
-                  "required": {"BOOL": holder.required}}}
+                  "required": {"BOOL": holder.required}, **registration}}
 
 
 def _holder(attribute: dict | None) -> Holder | None:
     if attribute is None:
         return None
     fields = attribute["M"]
-    return Holder(fields["credentialId"]["S"], fields["certificate"]["BOOL"], fields["required"]["BOOL"])
+    return Holder(fields["credentialId"]["S"], fields["certificate"]["BOOL"], fields["required"]["BOOL"],
+                  fields["registration"]["N"] if "registration" in fields else None)

@@ -353,6 +353,62 @@ def test_a_registered_certificate_signs_assertions_and_registering_it_twice_is_4
     assert twice.value.status == 409 and twice.value.slug == "credential-exists"
 
 
+def test_a_certificate_registered_again_opens_none_of_the_tokens_issued_before(server, admin, app):
+    """A certificate's credential id comes from its thumbprint: the same at every registration.
+    A token issued from it, then the certificate revoked and registered again, or its device
+    deleted and created again under the id with the certificate registered on it: the token is
+    401 on reads, writes and renewal (it named the entry of a registration since gone); a token
+    issued from the new registration opens the device."""
+    import datetime
+    import time
+
+    import jwt
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+
+    device = _new_device(app)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, device)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    pem = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+           .serial_number(x509.random_serial_number()).not_valid_before(now)
+           .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256())
+           .public_bytes(serialization.Encoding.PEM).decode())
+
+    def token_of(credential_id):
+        signed = jwt.encode({"sub": device, "aud": "device-state", "iat": int(time.time()),
+                             "exp": int(time.time()) + 300, "jti": uuid.uuid4().hex},
+                            key, algorithm="ES256", headers={"kid": credential_id})
+        status, _, body = server.request("POST", f"/devices/{device}/token",
+                                         headers={"Authorization": f"Bearer {signed}"})
+        assert status == 200, body
+        return {"Authorization": f"Bearer {json.loads(body)['token']}"}
+
+    def refused(bearer):
+        merge = {**bearer, "Content-Type": "application/merge-patch+json"}
+        for method, path, payload, headers in (("GET", f"/devices/{device}", None, bearer),
+                                               ("PATCH", f"/devices/{device}/reported", {"forged": True}, merge),
+                                               ("POST", f"/devices/{device}/token", None, bearer)):
+            status, _, body = server.request(method, path, payload, headers=headers)
+            assert (status, json.loads(body)["type"]) == (401, "urn:device-state:problem:credential-revoked"), \
+                (method, path, status, body)
+
+    credential_id = admin.add_credential(device, "certificate", certificate=pem)["credentialId"]
+    stolen = token_of(credential_id)
+    admin.revoke_credential(device, credential_id)
+    assert admin.add_credential(device, "certificate", certificate=pem)["credentialId"] == credential_id
+    refused(stolen)
+    fresh = token_of(credential_id)
+    assert server.request("GET", f"/devices/{device}", headers=fresh)[0] == 200
+    app.delete(device)
+    app.create(device, {"state": {"room": "hall"}})
+    admin.add_credential(device, "certificate", certificate=pem)
+    refused(stolen)
+    refused(fresh)
+    assert app.get(device)["reported"] == {}
+
+
 def test_an_assertion_is_good_once_and_only_for_its_own_device(server, admin, app):
     device, other = _new_device(app), _new_device(app)
     added = admin.add_credential(device, "secret")

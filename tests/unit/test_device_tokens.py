@@ -299,6 +299,20 @@ def test_a_credential_expiry_that_is_no_time_refuses_the_token(cexp):
         verify_token(DEVICE_ISSUER.token(device="lamp-1", sub="device:lamp-1", cid="abcdefgh", cexp=cexp), config)
 
 
+@pytest.mark.parametrize("creg", [600, "", "1e9", "4000000000.1234567", "-1", {"n": "1"}])
+def test_a_credential_entry_that_is_no_entry_refuses_the_token_and_one_that_is_rides_to_the_holder(creg):
+    from functions.auth.credentials import Unauthenticated
+    from tests.auth import DEVICE_TOKEN_ISSUER as DEVICE_ISSUER
+
+    config = AuthConfig.from_environment({**ISSUER.environment(), **DEVICE_TOKEN_ENVIRONMENT})
+    with pytest.raises(Unauthenticated, match="creg"):
+        verify_token(DEVICE_ISSUER.token(device="lamp-1", sub="device:lamp-1", cid="abcdefgh", creg=creg), config)
+    verified = verify_token(DEVICE_ISSUER.token(device="lamp-1", sub="device:lamp-1", cid="abcdefgh",
+                                                creg="4123456789"), config)
+    assert verified.holder().registration == "4123456789"
+    assert Principal.from_context(verified.as_context()) == verified
+
+
 def test_a_token_got_with_a_certificate_ends_no_later_than_the_certificate(call_token_route, monkeypatch, tmp_path):
     """A device token minted from a certificate ending in 20 minutes ends with it (the mTLS probe:
     a resumed TLS session showed an expired certificate, and its tokens lived 24 hours on)."""

@@ -402,6 +402,7 @@ def test_a_device_writing_itself_with_a_credential_names_it_in_every_kind_of_wri
 
 def test_a_certificate_of_the_ca_opens_a_device_that_requires_none_and_a_credential_change_is_journaled():
     from functions.device_state import Holder
+    from functions.device_state.item.credentials import CERTIFICATE_NEVER
 
     condition = spelled(Planner("devices", Fence(), NOW, seen_by="d", holder=Holder("c" * 8, certificate=True))
                         .replace_state(item(), lambda state: state, None, "updated").request["Update"],
@@ -409,9 +410,14 @@ def test_a_certificate_of_the_ca_opens_a_device_that_requires_none_and_a_credent
     assert f"OR attribute_not_exists({table.CERTIFICATE_REQUIRED}))" in condition
     registered = PLANNER.register_credential(item(), "abcdefgh", 0, certificate=True)
     update = spelled(registered.request["Update"], "UpdateExpression")
-    assert update.startswith(f"SET {table.CREDENTIALS} = " + "{\"M\":{\"abcdefgh\":{\"N\":\"0\"}}}, "
-                             f"{table.CERTIFICATE_REQUIRED} = " + "{\"BOOL\":true}, "
-                             + registered.write.attribute + " = version")
+    # a certificate's entry is its registration's own: without an expiry, a second past CERTIFICATE_NEVER
+    entry = re.fullmatch(f"SET {table.CREDENTIALS} = " + r'\{"M":\{"abcdefgh":\{"N":"([0-9]+)"\}\}\}, '
+                         f"{table.CERTIFICATE_REQUIRED} = " + r'\{"BOOL":true\}, '
+                         + registered.write.attribute + " = version", update)
+    assert entry and int(entry.group(1)) >= CERTIFICATE_NEVER, update
+    again = spelled(PLANNER.register_credential(item(), "abcdefgh", 0, certificate=True).request["Update"],
+                    "UpdateExpression")
+    assert again.split(",")[0] != update.split(",")[0]  # registered again, another entry
     assert f"attribute_not_exists({registered.write.attribute})" in spelled(registered.request["Update"],
                                                                            "ConditionExpression")
     revoked = PLANNER.revoke_credential(item(**{table.CREDENTIALS: {"M": {"abcdefgh": {"N": "0"}}}}), "abcdefgh")

@@ -7,8 +7,8 @@ certificate, and ``schema.ENROLLMENT``, the mark of the enrollment that provisio
 write of the item is billed by its size, so these are as short as the check needs: names of one
 letter, ids of 8 characters (40 bits: an id names a credential among a device's few, and no
 request can choose it), a mark in place of the enrollment's id: 14 bytes for a device's first
-credential, 10 for each further one, which leave the reference device's report at 1 write unit
-(docs/costs.md).
+key or secret, 10 for each further one, which leave the reference device's report at 1 write
+unit (docs/costs.md); a certificate's entry about 5 more (``certificate_entry``).
 
 A device token names the credential it was issued for; a client certificate names its own id
 (``certificate_id``, derived from its SHA-256 thumbprint, so no read finds it). A request
@@ -29,6 +29,7 @@ import hashlib
 import re
 import secrets
 from dataclasses import dataclass
+from decimal import Decimal
 
 from ..errors import CredentialRevoked, DeviceNotFound
 from ..write.expressions import Expression
@@ -57,10 +58,35 @@ def certificate_id(thumbprint: bytes) -> str:
     return _id(hashlib.sha256(b"device-state certificate\n" + thumbprint).digest())
 
 
+# A certificate's entry is its registration's own: its id, from the thumbprint, is the same at
+# every registration, so the entry is its expiry plus a random fraction of a second or, without
+# one, a random second at or past CERTIFICATE_NEVER (the year 2096). A device token carries the
+# entry it was issued on (``Holder.registration``), so a certificate registered again, on the
+# device or on one created again under its id, opens none of the tokens issued before.
+CERTIFICATE_NEVER = 4_000_000_000
+
+
+def certificate_entry(expires: int) -> str:
+    """A certificate's entry (as stored) for a registration expiring at ``expires``."""
+    if expires == NO_EXPIRY:
+        return str(CERTIFICATE_NEVER + secrets.randbelow(10 ** 9))
+    return f"{expires}.{secrets.randbelow(10 ** 6 - 1) + 1:06d}"
+
+
+def entries(item: dict | None) -> dict[str, str]:
+    """The item's credentials as stored: id -> its entry (a number's text)."""
+    value = (item or {}).get(schema.CREDENTIALS)
+    return {name: entry["N"] for name, entry in value["M"].items()} if value and "M" in value else {}
+
+
+def _expiry(entry: str) -> int:
+    number = Decimal(entry)
+    return NO_EXPIRY if number == 0 or number >= CERTIFICATE_NEVER else int(number)
+
+
 def registered(item: dict | None) -> dict[str, int]:
     """The item's credentials: id -> expiry (epoch seconds, ``NO_EXPIRY`` for none)."""
-    value = (item or {}).get(schema.CREDENTIALS)
-    return {name: int(entry["N"]) for name, entry in value["M"].items()} if value and "M" in value else {}
+    return {name: _expiry(entry) for name, entry in entries(item).items()}
 
 
 def expired(item: dict | None, now: float) -> list[str]:
@@ -83,12 +109,15 @@ class Holder:
     credential_id: str
     certificate: bool = False
     required: bool = False
+    registration: str | None = None  # the entry a device token was issued on (None: any, as before tokens named it)
 
     def admits(self, item: dict | None, now: float) -> bool:
         """Whether the request may act on this state item as it is."""
-        expiry = registered(item).get(self.credential_id)
-        if expiry is not None:
-            return expiry == NO_EXPIRY or expiry > now
+        entry = entries(item).get(self.credential_id)
+        if entry is not None:
+            if self.registration is not None and Decimal(entry) != Decimal(self.registration):
+                return False  # registered again since the token was issued
+            return Decimal(entry) == NO_EXPIRY or Decimal(entry) > now
         return self.certificate and not self.required and not requires_certificate(item)
 
     def check(self, device_id: str, item: dict | None, now: float) -> None:
@@ -104,6 +133,8 @@ class Holder:
         entry = f"{expr.name(schema.CREDENTIALS)}.{expr.name(self.credential_id)}"
         held = (f"(attribute_exists({entry}) AND ({entry} = {expr.number(NO_EXPIRY)} OR "
                 f"{entry} > {expr.number(int(now))}))")
+        if self.registration is not None:
+            held = f"({held} AND {entry} = {expr.value({'N': self.registration})})"
         if not self.certificate or self.required:
             return held
         return f"({held} OR attribute_not_exists({expr.name(schema.CERTIFICATE_REQUIRED)}))"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..fleet.index import QUERYABLE, connectivity_attributes
 from ..item import schema
-from ..item.credentials import MAX_CREDENTIALS, expired, registered
+from ..item.credentials import MAX_CREDENTIALS, certificate_entry, entries, expired
 from ..item.fencing import lease_instant, lease_key
 from ..item.journal import WriteId
 from ..item.room import MAX_STATE_ITEM_BYTES, value_size
@@ -137,10 +137,11 @@ class BookkeepingRequests(PlanContext):
         expr = Expression()
         name, credentials = expr.name, expr.name(schema.CREDENTIALS)
         removes = []
+        value = certificate_entry(expires) if certificate else str(expires)
         if schema.CREDENTIALS in item:  # the map stays, empty, once its last credential is revoked
-            held = registered(item)
+            held = entries(item)
             entry = f"{credentials}.{name(credential_id)}"
-            sets = [f"{entry} = {expr.number(expires)}"]
+            sets = [f"{entry} = {expr.value({'N': value})}"]
             # Expired entries leave in the same write (one of the same id is replaced): the
             # condition holds each at the expiry read, so the size it reads counts them exactly
             # and none revoked and registered again meanwhile is taken off.
@@ -149,12 +150,12 @@ class BookkeepingRequests(PlanContext):
             room = expr.number(MAX_CREDENTIALS + len(gone))
             condition = " AND ".join([
                 f"attribute_exists({credentials}) AND size({credentials}) < {room}",
-                f"{entry} = {expr.number(held[credential_id])}" if credential_id in gone
+                f"{entry} = {expr.value({'N': held[credential_id]})}" if credential_id in gone
                 else f"attribute_not_exists({entry})",
-                *(f"{credentials}.{name(other)} = {expr.number(held[other])}" for other in gone
+                *(f"{credentials}.{name(other)} = {expr.value({'N': held[other]})}" for other in gone
                   if other != credential_id)])
         else:
-            sets = [f"{credentials} = {expr.value({'M': {credential_id: {'N': str(expires)}}})}"]
+            sets = [f"{credentials} = {expr.value({'M': {credential_id: {'N': value}}})}"]
             condition = f"attribute_not_exists({credentials})"
         if certificate:
             sets.append(f"{name(schema.CERTIFICATE_REQUIRED)} = {expr.value({'BOOL': True})}")
