@@ -13,7 +13,7 @@ from functions.auth.device_tokens import device_token_issuer, issue
 from functions.auth.principals import Principal
 from functions.auth.sealing import sealer
 from functions.auth.signers import SigningFailed, SigningThrottled
-from functions.device_state import DeviceNotFound, credential_entries, registered_credentials, restore
+from functions.device_state import DeviceNotFound, credential_token_entry, registered_credentials, restore
 
 from . import access
 from .common import as_caller, json_response, manager, route
@@ -40,16 +40,15 @@ def _held(request: Request, device_id: str) -> tuple[int | None, str | None]:
     """A token names a device that exists when it is issued, and whose item still holds the
     credential the caller comes with: one strongly consistent read of the state item
     (docs/costs.md), made only for the device itself (route() authorized it first). When that
-    credential expires (None: never), and its entry on the item (None: the device holds none,
-    a certificate of the trusted CA it never registered)."""
+    credential expires (None: never), and the entry its token names (``credential_token_entry``)."""
     item = as_caller(request, device_id).live_state(device_id)
     if item is None:
         raise DeviceNotFound(device_id)
-    credential = request.principal.credential_id
-    registered = registered_credentials(item).get(credential) or None
+    principal = request.principal
+    registered = registered_credentials(item).get(principal.credential_id) or None
     # A certificate's own end (carried on by its tokens) bounds its tokens too.
-    return (min(filter(None, (registered, request.principal.credential_expires_at)), default=None),
-            credential_entries(item).get(credential))
+    return (min(filter(None, (registered, principal.credential_expires_at)), default=None),
+            credential_token_entry(item, principal.credential_id, principal.certificate))
 
 
 def token_response(principal: Principal, credential_expires: int | None, entry: str | None = None,

@@ -77,7 +77,8 @@ from .identity.enrollments import (ENROLLMENT_ID_PATTERN, MAX_DEVICES as MAX_ENR
                                    Enrollment, EnrollmentExists, InvalidEnrollment, check_id_pattern)
 from .identity.provisioning import Provisioned
 from .item.credentials import (CREDENTIAL_ID_PATTERN, MAX_CREDENTIALS, Holder, certificate_id, new_credential_id,
-                               entries as credential_entries, registered as registered_credentials)
+                               entries as credential_entries, registered as registered_credentials,
+                               token_entry as credential_token_entry)
 from .manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS, DeviceStateManager
 from .model.connectivity import connectivity_event
 from .model.desires import (
@@ -173,6 +174,7 @@ __all__ = [
     "new_credential_id",
     "registered_credentials",
     "credential_entries",
+    "credential_token_entry",
     "AnswerLost",
     "ConditionNotMet",
     "RequestRefused",

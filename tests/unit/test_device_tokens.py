@@ -313,6 +313,31 @@ def test_a_credential_entry_that_is_no_entry_refuses_the_token_and_one_that_is_r
     assert Principal.from_context(verified.as_context()) == verified
 
 
+def test_a_token_of_a_certificate_never_registered_opens_nothing_once_it_is_registered_whatever_follows():
+    """A token got over mutual TLS with a certificate of the trusted CA the device never
+    registered names UNREGISTERED_CERTIFICATE: it opens the device while the device requires no
+    registered certificate, and nothing once the certificate is registered, revoked and registered
+    again (a token naming no entry would open the device again then)."""
+    from functions.device_state.item.credentials import (CERTIFICATE_NEVER, UNREGISTERED_CERTIFICATE, Holder,
+                                                         certificate_entry, token_entry)
+    from functions.device_state.item import schema
+
+    now = 1_800_000_000.0
+    live = {schema.VERSION: {"N": "1"}, schema.CREATED_AT: {"S": "2026-11-30T00:00:00.000Z"}}
+    entry = token_entry(live, "c" * 8, certificate=True)
+    assert entry == UNREGISTERED_CERTIFICATE and token_entry(live, "c" * 8, certificate=False) is None
+    token, naive = Holder("c" * 8, certificate=True, registration=entry), Holder("c" * 8, certificate=True)
+    assert token.admits(live, now) and naive.admits(live, now)
+    registered = {**live, schema.CREDENTIALS: {"M": {"c" * 8: {"N": certificate_entry(0)}}},
+                  schema.CERTIFICATE_REQUIRED: {"BOOL": True}}
+    revoked = {**registered, schema.CREDENTIALS: {"M": {}}}
+    again = {**registered, schema.CREDENTIALS: {"M": {"c" * 8: {"N": certificate_entry(0)}}}}
+    assert int(again[schema.CREDENTIALS]["M"]["c" * 8]["N"]) >= CERTIFICATE_NEVER
+    assert [token.admits(item, now) for item in (registered, revoked, again)] == [False, False, False]
+    assert naive.admits(again, now)  # the control: a token naming no entry is back
+    assert token_entry(again, "c" * 8, certificate=True) == again[schema.CREDENTIALS]["M"]["c" * 8]["N"]
+
+
 def test_a_token_got_with_a_certificate_ends_no_later_than_the_certificate(call_token_route, monkeypatch, tmp_path):
     """A device token minted from a certificate ending in 20 minutes ends with it (the mTLS probe:
     a resumed TLS session showed an expired certificate, and its tokens lived 24 hours on)."""

@@ -66,6 +66,22 @@ def certificate_id(thumbprint: bytes) -> str:
 CERTIFICATE_NEVER = 4_000_000_000
 
 
+# What a token issued for a certificate the device never registered names as its entry: no
+# registration writes it, so once the certificate is registered (the device then requires
+# registered certificates) the token opens nothing, whatever became of the registration.
+UNREGISTERED_CERTIFICATE = "1"
+
+
+def token_entry(item: dict | None, credential_id: str | None, certificate: bool) -> str | None:
+    """The entry a device token issued now for ``credential_id`` names (``Holder.registration``):
+    the item's; for a certificate it holds none, ``UNREGISTERED_CERTIFICATE``; None for a token
+    that names no credential."""
+    if credential_id is None:
+        return None
+    entry = entries(item).get(credential_id)
+    return UNREGISTERED_CERTIFICATE if entry is None and certificate else entry
+
+
 def certificate_entry(expires: int) -> str:
     """A certificate's entry (as stored) for a registration expiring at ``expires``."""
     if expires == NO_EXPIRY:
