@@ -328,20 +328,28 @@ def test_a_device_deleted_and_provisioned_again_does_not_revive_the_tokens_its_d
     assert status == 401, body  # the token of the incarnation deleted
 
 
-def test_a_registered_certificate_signs_assertions_and_registering_it_twice_is_409(server, admin, app):
+def _self_signed(device: str):
+    """A self-signed P-256 certificate naming ``device`` (registered, any issuer goes), its key."""
     import datetime
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.x509.oid import NameOID
 
-    device = _new_device(app)
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, device)])
     now = datetime.datetime.now(datetime.timezone.utc)
     certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
                    .serial_number(x509.random_serial_number()).not_valid_before(now)
                    .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    return certificate, key
+
+
+def test_a_registered_certificate_signs_assertions_and_registering_it_twice_is_409(server, admin, app):
+    from cryptography.hazmat.primitives import hashes
+
+    device = _new_device(app)
+    certificate, key = _self_signed(device)
     pem = certificate.public_bytes(serialization.Encoding.PEM).decode()
     added = admin.add_credential(device, "certificate", certificate=pem)  # self-signed: any issuer
     assert added["type"] == "certificate"
@@ -359,22 +367,13 @@ def test_a_certificate_registered_again_opens_none_of_the_tokens_issued_before(s
     deleted and created again under the id with the certificate registered on it: the token is
     401 on reads, writes and renewal (it named the entry of a registration since gone); a token
     issued from the new registration opens the device."""
-    import datetime
     import time
 
     import jwt
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.x509.oid import NameOID
 
     device = _new_device(app)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, device)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    pem = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-           .serial_number(x509.random_serial_number()).not_valid_before(now)
-           .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256())
-           .public_bytes(serialization.Encoding.PEM).decode())
+    certificate, key = _self_signed(device)
+    pem = certificate.public_bytes(serialization.Encoding.PEM).decode()
 
     def token_of(credential_id):
         signed = jwt.encode({"sub": device, "aud": "device-state", "iat": int(time.time()),
