@@ -59,6 +59,28 @@ def test_a_credential_added_with_its_answers_lost_is_registered_once(rig, betwee
 
 
 @BETWEEN
+def test_a_certificate_registered_with_its_answers_lost_holds_one_entry_of_its_own(rig, between):
+    """A certificate's entry is drawn at each attempt (its registration's own): every send of the
+    first attempt lost, the settle finds it applied, so the item holds that attempt's entry alone,
+    not a second one of another attempt."""
+    from functions.device_state import CERTIFICATE, CredentialExists, certificate_id
+    from functions.device_state.item.credentials import CERTIFICATE_NEVER, entries
+
+    rig.other.create("lamp", {})
+    thumbprint = "ab" * 32
+    certificate = CredentialRecord(certificate_id(bytes.fromhex(thumbprint)), CERTIFICATE, thumbprint=thumbprint)
+    rig.forwarder.lose("TransactWriteItems", times=SENDS,
+                       then=once(lambda: rig.other.add_credential("lamp", secret_credential())) if between else None)
+    rig.manager.add_credential("lamp", certificate)
+    assert rig.forwarder.lost == ["TransactWriteItems"] * SENDS
+    held = entries(rig.other.live_state("lamp"))
+    assert int(held[certificate.credential_id]) >= CERTIFICATE_NEVER and len(held) == 1 + between
+    with pytest.raises(CredentialExists):
+        rig.other.add_credential("lamp", certificate)
+    assert entries(rig.other.live_state("lamp")) == held
+
+
+@BETWEEN
 def test_a_credential_revoked_with_its_answers_lost_is_revoked_and_says_so(rig, between):
     rig.other.create("lamp", {})
     kept, revoked = rig.other.add_credential("lamp", secret_credential()), rig.other.add_credential(
