@@ -120,6 +120,9 @@ export function deviceView(main, {id}) {
     const problem = h("div", {id: "history-problem"});
     let chosen = false; // once the reader picks versions, new changes leave them be
     for (const input of [from, to]) input.addEventListener("input", () => { chosen = true; });
+    // ... and from the moment one is focused: a value set between the reader's select and typing
+    // would take what they type as appended ("1" typed over a "1" set then read as version 11).
+    const choosing = () => document.activeElement === from || document.activeElement === to;
     const section = h("section", {class: "panel", "aria-labelledby": "history-heading"},
       h("h2", {id: "history-heading"}, "History"),
       h("form", {class: "row compare", on: {submit: (event) => { event.preventDefault(); compare(); }}},
@@ -137,7 +140,7 @@ export function deviceView(main, {id}) {
         ops(change));
       const after = [...list.children].find((other) => Number(other.value) < change.version);
       list.insertBefore(item, after || null);
-      if (!chosen && (!to.value || Number(to.value) < change.version)) {
+      if (!chosen && !choosing() && (!to.value || Number(to.value) < change.version)) {
         to.value = change.version;
         from.value = Math.max(1, change.version - 1);
       }

@@ -613,6 +613,27 @@ def test_a_version_not_yet_in_the_history_is_read_again_after_its_retry_after(se
     assert page.evaluate("window.__violations") == [] and page.errors == []
 
 
+def test_the_compare_follows_new_versions_until_one_of_its_versions_is_focused(served, page):
+    """A new version moves the compare to the newest pair, unless the reader is in one of its
+    fields: a value set between their select and their typing took what they typed as appended
+    (a "1" typed over a "1" set then was read as version 11)."""
+    device = unique("compare")
+    assert served.client("PUT", f"/devices/{device}", {"state": {"n": 0}})[0] == 201
+    page.goto(device_url(served, device))
+    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
+
+    def compared_after(version: int) -> list[str]:
+        assert served.client("PATCH", f"/devices/{device}", {"n": version}, MERGE)[0] == 200
+        page.wait_for_function(f"() => document.querySelector('#timeline > li')?.value === {version}")
+        return [page.locator(f"#compare-{end}").input_value() for end in ("from", "to")]
+
+    assert compared_after(2) == ["1", "2"]
+    page.locator("#compare-from").focus()
+    assert compared_after(3) == ["1", "2"]  # left be while the reader is in a field
+    page.locator("#compare-from").blur()
+    assert compared_after(4) == ["3", "4"]
+
+
 def test_a_desired_edit_under_if_match_shows_what_changed_on_412_and_applies_again(served, page):
     device = unique("edit")
     assert served.client("PUT", f"/devices/{device}", {"state": {"room": "kitchen"}, "reported": {"power": "off"}})[0] == 201
