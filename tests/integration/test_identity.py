@@ -61,15 +61,16 @@ def test_a_device_whose_last_credential_was_revoked_takes_a_new_one(manager):
     assert [record.credential_id for record in manager.credentials("lamp")] == [again.credential_id]
 
 
-def test_an_expired_credential_holds_no_place_among_the_five(manager):
+def test_an_expired_credential_holds_no_place_among_the_five(timed):
     """Listed no more once expired, and no longer counted: the next registration takes it off the
     item in its own write, and the limit counts the live ones."""
+    manager, clock, _ = timed
     manager.create("lamp", {})
     kept = [manager.add_credential("lamp", key()) for _ in range(MAX_CREDENTIALS - 1)]
-    soon = manager.add_credential("lamp", key(expires_at=int(time.time()) + 2))
+    soon = manager.add_credential("lamp", key(expires_at=int(clock.now) + 2))
     with pytest.raises(TooManyCredentials):
         manager.add_credential("lamp", key())
-    time.sleep(2.2)
+    clock.now += 2
     assert len(manager.credentials("lamp")) == MAX_CREDENTIALS - 1
     added = manager.add_credential("lamp", key())
     assert set(registered(item_of(manager, "lamp"))) == {record.credential_id for record in [*kept, added]}
@@ -78,16 +79,17 @@ def test_an_expired_credential_holds_no_place_among_the_five(manager):
         manager.add_credential("lamp", key())
 
 
-def test_an_expired_credential_registered_again_replaces_itself_and_a_revoked_one_is_not_taken_off(manager):
+def test_an_expired_credential_registered_again_replaces_itself_and_a_revoked_one_is_not_taken_off(timed):
     """A certificate's id is its thumbprint's: registered again once expired, it takes its own
     place (not 409 credential-exists). A registration planned while another expired entry was
     there takes that entry off only at the expiry it read: one revoked and registered again
     meanwhile stays."""
+    manager, clock, _ = timed
     manager.create("lamp", {})
-    soon = key(expires_at=int(time.time()) + 2)
+    soon = key(expires_at=int(clock.now) + 2)
     manager.add_credential("lamp", soon)
-    other = manager.add_credential("lamp", key(expires_at=int(time.time()) + 2))
-    time.sleep(2.2)
+    other = manager.add_credential("lamp", key(expires_at=int(clock.now) + 2))
+    clock.now += 2
     again = manager.add_credential("lamp", replace(soon, expires_at=None))
     assert registered(item_of(manager, "lamp")) == {again.credential_id: 0}  # the other expired one went
     assert [record.credential_id for record in manager.credentials("lamp")] == [soon.credential_id]
@@ -108,11 +110,12 @@ def test_a_registration_does_not_take_off_an_expired_credential_revoked_and_regi
     other = DeviceStateManager(client, name)
     forwarder = Forwarder(dynamodb_local.port)
     try:
-        manager = DeviceStateManager(dynamodb_client(forwarder.endpoint, "us-east-1"), name)
+        clock = Clock()
+        manager = DeviceStateManager(dynamodb_client(forwarder.endpoint, "us-east-1"), name, clock=clock)
         manager.create("lamp", {})
-        x = key(expires_at=int(time.time()) + 2)
+        x = key(expires_at=int(clock.now) + 2)
         manager.add_credential("lamp", x)
-        time.sleep(2.2)
+        clock.now += 2
         y = key()
 
         def revoke_and_register_x_again():
@@ -298,12 +301,13 @@ def test_another_devices_credential_or_an_unknown_one_opens_nothing(manager):
             manager.as_device("lamp", holder).update_with_retry("lamp", PATCH, section="reported")
 
 
-def test_an_expired_credential_opens_nothing(manager):
+def test_an_expired_credential_opens_nothing(timed):
+    manager, clock, _ = timed
     manager.create("lamp", {})
-    soon = manager.add_credential("lamp", key(expires_at=int(time.time()) + 2))
+    soon = manager.add_credential("lamp", key(expires_at=int(clock.now) + 2))
     holder = Holder(soon.credential_id)
     manager.as_device("lamp", holder).update_with_retry("lamp", PATCH, section="reported")
-    time.sleep(2.2)
+    clock.now += 2
     with pytest.raises(CredentialRevoked):
         manager.as_device("lamp", holder).update_with_retry("lamp", PATCH, section="reported")
     assert manager.credentials("lamp") == []

@@ -85,7 +85,7 @@ def test_help_loads_click_and_nothing_it_does_not_print_with():
 def test_an_outcome_unknown_after_every_attempt_exits_3_and_names_the_key_to_send_again(scripted):
     unknown = {"type": "urn:device-state:problem:outcome-unknown", "status": 504, "title": "The change may or may "
                "not have been applied", "detail": "DynamoDB did not answer"}
-    server = scripted((504, {"Content-Type": "application/problem+json"}, unknown))
+    server = scripted((504, {"Content-Type": "application/problem+json", "Retry-After": "0"}, unknown))
     result = _run(server.port, "patch", "lamp-1", "--merge", '{"power": "off"}', "--idempotency-key", "k-7")
     assert result.returncode == 3 and result.stdout == ""
     assert result.stderr.splitlines()[:2] == ["error: 504 outcome-unknown: The change may or may not have been applied",
