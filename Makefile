@@ -105,7 +105,7 @@ $(CHROMIUM_STAMP): | $(PY)
 # A test the engine fixture runs on both engines runs here on DynamoDB Local only: its moto twin
 # proves nothing the real engine does not, and is make test-fast's (117 of 1,375 worker-seconds).
 test: setup
-	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder -m "not moto_twin"
+	$(PY) -m pytest -n 4 --dist loadfile --no-loadscope-reorder -m "not moto_twin"
 
 # The quick tier: no DynamoDB Local, no threads, no whole-toolchain runs (CDK CLI, make, pip).
 # It sets up the venv and the npm packages (the CDK's jsii runs the pinned Node 22) and never
