@@ -78,11 +78,13 @@ def once(action):
 class Stall:
     """DynamoDB Local (``engine``) stalled (``pause()``) as the next ``target`` request whose body
     matches ``when`` reaches the forwarder, which then sends that very request on to wait in the
-    stopped engine (no other request takes the hook). ``held()`` once the engine is held; a pause
-    that failed raises there, in the test, not in the forwarder's thread. ``disarm()`` takes the
-    hook back if no request came (else a late one would stop the engine after the test resumed it)."""
+    stopped engine (no other request takes the hook). With ``more`` predicates, each takes the next
+    request it matches and holds it in the forwarder until every one has come; the engine is
+    paused then, and each waits in it. ``held()`` once the engine is held; a pause that failed
+    raises there, in the test, not in the forwarder's thread. ``disarm()`` takes the hooks back if
+    no request came (else a late one would stop the engine after the test resumed it)."""
 
-    def __init__(self, forwarder, engine, target: str, when):
+    def __init__(self, forwarder, engine, target: str, when, *more):
         self._came, self._errors = threading.Event(), []
 
         def pause():
@@ -92,7 +94,14 @@ class Stall:
                 self._errors.append(error)
             finally:
                 self._came.set()
-        self.disarm = forwarder.before(target, pause, when=when)
+        everyone = threading.Barrier(1 + len(more), action=pause, timeout=60)
+        hooks = [forwarder.before(target, everyone.wait, when=matches) for matches in (when, *more)]
+
+        def disarm():
+            for take_back in hooks:
+                take_back()
+            everyone.abort()  # what one request holds in the forwarder goes on (its connection closed)
+        self.disarm = disarm
 
     def held(self, timeout: float = 30) -> bool:
         came = self._came.wait(timeout)

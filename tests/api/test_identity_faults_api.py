@@ -10,7 +10,8 @@ a device provisioning itself by its enrollment (``POST /devices/{id}/provision``
 - with DynamoDB silent from the landing on (504 outcome-unknown: the only case it may answer);
 - with DynamoDB Local stalled (SIGSTOP) as the transaction reaches it, briefly (the write is
   answered as it happened) and for longer than the server waits (504, and once DynamoDB resumes,
-  what landed is there once at most), alone and with another writer queued behind it.
+  what landed is there once at most), alone and with another writer queued behind it; the three
+  verbs wait out each stall side by side, each on its own device.
 
 Each answer is the truth: a success only when the write applied, once; a refusal only when
 nothing was written. Beside them, naive controls: the same handler with its settling step
@@ -388,64 +389,67 @@ class Stalled:
         self.stored = lambda: (held(other, self.device), credential_items(raw, self.device), self.count())
 
 
-def stall_at_the_transaction_of(device: str, forwarder, dynamodb_local) -> Stall:
-    return Stall(forwarder, dynamodb_local, TRANSACTION, when=lambda body: json.dumps(device).encode() in body)
+def stall_at_the_transactions_of(writes: list[Stalled], forwarder, dynamodb_local) -> Stall:
+    """DynamoDB Local stopped once every write's transaction has reached it: the three verbs wait
+    out one stall together (each on its own device), not three stalls one after another."""
+    return Stall(forwarder, dynamodb_local, TRANSACTION,
+                 *(lambda body, device=write.device: json.dumps(device).encode() in body for write in writes))
 
 
-VERBS = pytest.mark.parametrize("verb", ["register", "revoke", "provision"])
+VERBS = ("register", "revoke", "provision")
 
 
-@VERBS
 @BETWEEN
 def test_a_write_dynamodb_stalls_under_briefly_is_answered_as_it_happened_once(
-        server, forwarder, dynamodb_local, raw, other, verb, between):
-    write = Stalled(server, raw, other, verb)
-    before, _, _ = write.stored()
-    stall = stall_at_the_transaction_of(write.device, forwarder, dynamodb_local)
-    request, answered = in_thread(write.send)
+        server, forwarder, dynamodb_local, raw, other, between):
+    writes = [Stalled(server, raw, other, verb) for verb in VERBS]
+    before = [write.stored()[0] for write in writes]
+    stall = stall_at_the_transactions_of(writes, forwarder, dynamodb_local)
+    sent = [in_thread(write.send) for write in writes]
     assert stall.held()
-    writer, _ = in_thread(write.another) if between else (None, None)  # queued behind it, stalled too
+    writers = [in_thread(write.another)[0] for write in writes] if between else []  # queued behind, stalled too
     time.sleep(BRIEF_STALL_SECONDS)
     dynamodb_local.resume()
-    request.join(120)
-    if writer is not None:
-        writer.join(60)
-    [(status, answer)] = answered
-    credentials, items, count = write.stored()
-    assert credentials == items
-    if verb == "register":
-        assert status == 201, answer
-        theirs = {write.theirs.credential_id} if between else set()
-        assert credentials == before | {answer["credentialId"]} | theirs
-    elif verb == "revoke":
-        assert status == 204, answer
-        assert credentials == set() and other.get(write.device).state == {"n": 1 if between else 0}
-    else:
-        assert status == 201, answer
-        assert credentials == {answer["credentialId"]} and count == 1 + between
+    for thread in [request for request, _ in sent] + writers:
+        thread.join(120)
+    for write, was, (_, answered) in zip(writes, before, sent):
+        [(status, answer)] = answered
+        credentials, items, count = write.stored()
+        assert credentials == items, write.verb
+        if write.verb == "register":
+            assert status == 201, answer
+            theirs = {write.theirs.credential_id} if between else set()
+            assert credentials == was | {answer["credentialId"]} | theirs
+        elif write.verb == "revoke":
+            assert status == 204, answer
+            assert credentials == set() and other.get(write.device).state == {"n": 1 if between else 0}
+        else:
+            assert status == 201, answer
+            assert credentials == {answer["credentialId"]} and count == 1 + between
 
 
-@VERBS
 def test_a_write_dynamodb_stalls_under_past_the_servers_patience_is_504_and_lands_at_most_once(
-        server, forwarder, dynamodb_local, raw, other, verb):
-    write = Stalled(server, raw, other, verb)
-    before, _, _ = write.stored()
-    stall = stall_at_the_transaction_of(write.device, forwarder, dynamodb_local)
-    request, answered = in_thread(write.send)
+        server, forwarder, dynamodb_local, raw, other):
+    writes = [Stalled(server, raw, other, verb) for verb in VERBS]
+    before = [write.stored()[0] for write in writes]
+    stall = stall_at_the_transactions_of(writes, forwarder, dynamodb_local)
+    sent = [in_thread(write.send) for write in writes]
     assert stall.held()
-    request.join(120)  # answered while DynamoDB is still stalled
-    [(status, problem)] = answered
-    assert_outcome_unknown(server, status, problem)
+    for request, _ in sent:
+        request.join(120)  # answered while DynamoDB is still stalled
+    for _, [(status, problem)] in sent:
+        assert_outcome_unknown(server, status, problem)
     dynamodb_local.resume()
     time.sleep(1)  # what waited in the stalled engine lands, or is refused
-    credentials, items, count = write.stored()
-    assert credentials == items
-    if verb == "register":
-        assert before <= credentials and len(credentials - before) <= 1
-    elif verb == "revoke":
-        assert credentials in (before, set())
-    else:
-        assert len(credentials) == count <= 1
+    for write, was in zip(writes, before):
+        credentials, items, count = write.stored()
+        assert credentials == items, write.verb
+        if write.verb == "register":
+            assert was <= credentials and len(credentials - was) <= 1
+        elif write.verb == "revoke":
+            assert credentials in (was, set())
+        else:
+            assert len(credentials) == count <= 1
 
 
 # ------------------------------------------------------------------ naive controls

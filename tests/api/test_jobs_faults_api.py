@@ -103,33 +103,38 @@ def test_naive_control_a_cancel_sent_again_without_a_key_is_told_job_ended(serve
     assert status == 409 and problem["type"].endswith("job-ended")  # its own cancel, reported as someone else's
 
 
-@pytest.mark.parametrize("key", [f"stall-{uuid.uuid4().hex}", None], ids=["keyed", "naive"])
-def test_a_cancel_through_a_dynamodb_stall_is_answered_again_under_its_key(server, forwarder, other, dynamodb_local,
-                                                                           key):
-    job_id = written_job(server, other)
-    headers = {"Idempotency-Key": key} if key else {}
-    answers = []
-    # DynamoDB Local stops as the cancel's transaction reaches it, and stays stopped until the
-    # caller is answered: past the server's sends (3, each up to its 3 s read timeout).
-    stall = Stall(forwarder, dynamodb_local, "TransactWriteItems", when=lambda body: b'"cancel"' in body)
-    sender = threading.Thread(target=lambda: answers.append(
-        call(server, "POST", f"/jobs/{job_id}/cancel", headers=headers, timeout=120)))
-    sender.start()
+def test_a_cancel_through_a_dynamodb_stall_is_answered_again_under_its_key(server, forwarder, other, dynamodb_local):
+    """Two cancels wait out one stall side by side: one keyed, and its control sent without a key."""
+    keys = [f"stall-{uuid.uuid4().hex}", None]
+    jobs = [written_job(server, other) for _ in keys]
+    answers = [[] for _ in keys]
+    # DynamoDB Local stops once both cancels' transactions reach it, and stays stopped until the
+    # callers are answered: past the server's sends (3, each up to its 3 s read timeout).
+    stall = Stall(forwarder, dynamodb_local, "TransactWriteItems",
+                  *(lambda body, job_id=job_id: b'"cancel"' in body and job_id.encode() in body
+                    for job_id in jobs))
+    senders = [threading.Thread(target=lambda job_id=job_id, key=key, answered=answered: answered.append(
+        call(server, "POST", f"/jobs/{job_id}/cancel", headers={"Idempotency-Key": key} if key else {}, timeout=120)))
+        for job_id, key, answered in zip(jobs, keys, answers)]
+    for sender in senders:
+        sender.start()
     try:
-        assert stall.held(), "the cancel's transaction never came"
-        sender.join(120)
-        assert not sender.is_alive(), "no answer while DynamoDB was stopped"
+        assert stall.held(), "the cancels' transactions never came"
+        for sender in senders:
+            sender.join(120)
+            assert not sender.is_alive(), "no answer while DynamoDB was stopped"
     finally:
         stall.disarm()
         dynamodb_local.resume()
-    [(status, _, problem)] = answers
-    assert status == 504 and problem["type"].endswith(":outcome-unknown"), (problem, server.log[-3000:])
-    deadline = time.monotonic() + 30
-    while other.jobs().head(job_id).record.status != "CANCELED":  # what waited in DynamoDB's queue applied
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    status, response_headers, answer = call(server, "POST", f"/jobs/{job_id}/cancel", headers=headers)
-    if key:
-        assert status == 200 and response_headers["idempotent-replayed"] == "true" and answer["status"] == "CANCELED"
-    else:  # the control
-        assert status == 409 and answer["type"].endswith("job-ended")
+    for job_id, key, [(status, _, problem)] in zip(jobs, keys, answers):
+        assert status == 504 and problem["type"].endswith(":outcome-unknown"), (problem, server.log[-3000:])
+        deadline = time.monotonic() + 30
+        while other.jobs().head(job_id).record.status != "CANCELED":  # what waited in DynamoDB's queue applied
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        status, response_headers, answer = call(server, "POST", f"/jobs/{job_id}/cancel",
+                                                headers={"Idempotency-Key": key} if key else {})
+        if key:
+            assert (status, response_headers["idempotent-replayed"], answer["status"]) == (200, "true", "CANCELED")
+        else:  # the control
+            assert status == 409 and answer["type"].endswith("job-ended")
