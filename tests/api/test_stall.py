@@ -22,8 +22,9 @@ STALLS = ((1.0, 4.0), (1.0, 6.0))  # (seconds before, seconds stalled): longer t
 CLIENT_TIMEOUT_SECONDS = 120
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def stalling_server():
+    """A dev server on a DynamoDB Local of its own (the module's tests stop it), each test on its own device."""
     engine = DynamoDBLocal().start()
     try:
         process, server = launch(DYNAMODB_ENDPOINT=engine.endpoint, TABLE_NAME=f"stall-{uuid.uuid4().hex[:8]}",
@@ -106,15 +107,15 @@ def test_ending_a_lease_through_a_dynamodb_stall_is_answered_truthfully(stalling
     from tests.auth import bearer
 
     process, server, engine = stalling_server
-    assert server.request("POST", "/devices", {"deviceId": "s", "state": {}})[0] == 201
-    status, _, body = server.request("POST", "/devices/s/leases", {"ttlSeconds": 60},
-                                     headers=bearer(device="s"))
+    assert server.request("POST", "/devices", {"deviceId": "leased", "state": {}})[0] == 201
+    status, _, body = server.request("POST", "/devices/leased/leases", {"ttlSeconds": 60},
+                                     headers=bearer(device="leased"))
     assert status == 201, body
     token = json.loads(body)["fencingToken"]
     answer = {}
 
     def end():
-        answer["status"], _, answer["body"] = server.request("DELETE", f"/devices/s/leases/{token}",
+        answer["status"], _, answer["body"] = server.request("DELETE", f"/devices/leased/leases/{token}",
                                                              timeout=CLIENT_TIMEOUT_SECONDS)
 
     engine.pause()
@@ -124,13 +125,13 @@ def test_ending_a_lease_through_a_dynamodb_stall_is_answered_truthfully(stalling
     engine.resume()
     ender.join()
     assert process.poll() is None, f"the dev server stopped:\n{server.log[-6000:]}"
-    holder = json.loads(server.request("GET", "/devices/s/leases")[2])["holder"]
+    holder = json.loads(server.request("GET", "/devices/leased/leases")[2])["holder"]
     if answer["status"] == 204:
         assert holder is None
     elif answer["status"] == 503:
         assert holder["fencingToken"] == token, "503 said nothing was ended, but it was"
     else:
         assert answer["status"] == 504 and json.loads(answer["body"])["type"].endswith(":outcome-unknown")
-    server.request("DELETE", f"/devices/s/leases/{token}")  # once DynamoDB answers, ending it is sure
-    assert json.loads(server.request("GET", "/devices/s/leases")[2])["holder"] is None
+    server.request("DELETE", f"/devices/leased/leases/{token}")  # once DynamoDB answers, ending it is sure
+    assert json.loads(server.request("GET", "/devices/leased/leases")[2])["holder"] is None
     print("ending a lease through a stall answered", answer["status"])
