@@ -97,9 +97,10 @@ $(CHROMIUM_STAMP): | $(PY)
 	fi
 	@touch $@
 
-# Three pytest-xdist workers on 2 cores, a whole file each (a file's module-scoped server stays
-# on one worker): many tests wait (stalls, long-polls, servers starting), so a third worker
-# overlaps those waits (4.4 instead of 5.8 minutes, measured side by side). Each worker starts
+# Four pytest-xdist workers on 2 cores, a whole file each (a file's module-scoped server stays
+# on one worker): many tests wait (stalls, long-polls, servers starting, paced jobs), so more
+# workers than cores overlap those waits (at three, the cores sat idle a quarter of the run:
+# 655 CPU-s in 461 s; side by side, 412 s at four, 409 at five, 461 at three). Each worker starts
 # its own DynamoDB Local and draws ports from its own range. Files go out in the order collected,
 # the slowest first (tests/conftest.py's SLOW_FILES), so no worker starts a long one near the end.
 # A test the engine fixture runs on both engines runs here on DynamoDB Local only: its moto twin

@@ -81,7 +81,7 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.dynamodb_local)
 
 
-# `make test` hands whole files to three workers in the order collected (--no-loadscope-reorder);
+# `make test` hands whole files to four workers in the order collected (--no-loadscope-reorder);
 # xdist's own order, most tests first, left these files of a few slow tests (a CDK synth, make
 # serve, a bench, a stall) for last, where one worker ran them alone while the others sat done.
 # They go first, slowest first (the seconds its tests took in `make test`, the mean of two runs on
@@ -91,7 +91,6 @@ SLOW_FILES = (
     "tests/integration/test_job_runner.py",  # 107: jobs paced and slowed on purpose, mostly waiting
     "tests/test_readme_examples.py",  # 99: two make serve, the docs' examples
     "tests/api/test_push.py",  # 95
-    "tests/api/test_identity_faults_api.py",  # 95: DynamoDB Local stalled 9 times, three of them past 13 s
     "tests/api/test_authorization_api.py",  # 90: every route, every kind of caller
     "tests/api/test_cli.py",  # 86: every command as a process, each once applied and once refused
     "tests/console/test_console.py",  # 79: make serve and Chromium, 14 pages in the browser
@@ -99,6 +98,7 @@ SLOW_FILES = (
     "tests/api/test_openapi_negative.py",  # 57: schemathesis' negative data, 12 cases for each of 28 operations
     "tests/infra/test_synth_cli.py",  # 54: a CDK CLI synth
     "tests/api/test_device_client.py",  # 52
+    "tests/api/test_identity_faults_api.py",  # 51: DynamoDB Local stalled 3 times, once past 13 s
     "tests/test_make_serve.py",  # 48
     "tests/api/test_stall.py",  # 45: DynamoDB Local stalled four times
     "tests/console/test_console_jobs.py",  # 42
@@ -127,10 +127,10 @@ SLOW_FILES = (
     "tests/test_bench_fleet_smoke.py",  # 21
     "tests/integration/test_concurrency.py",  # 20
     "tests/test_bench_costs_smoke.py",  # 19: two synths
-    "tests/api/test_jobs_faults_api.py",  # 19: 38 before its stall test waited for the answer, not 18 s
     "tests/test_make_test_fast.py",  # 19: the suite collected in a second pytest
     "tests/integration/test_push_sections.py",  # 18
     "tests/unit/test_cli.py",  # 17: a listing of 10,000 devices, twice
+    "tests/api/test_jobs_faults_api.py",  # 16: its keyed cancel and the naive one wait out one stall
     "tests/integration/test_faults.py",  # 16
     "tests/api/test_schemathesis.py",  # 15
 )
