@@ -93,7 +93,7 @@ SLOW_FILES = (
     "tests/api/test_push.py",  # 95
     "tests/api/test_authorization_api.py",  # 90: every route, every kind of caller
     "tests/api/test_cli.py",  # 86: every command as a process, each once applied and once refused
-    "tests/console/test_console.py",  # 79: make serve and Chromium, 14 pages in the browser
+    "tests/console/test_console.py",  # 79: make serve and Chromium, 15 pages in the browser
     "tests/api/test_http.py",  # 74
     "tests/api/test_openapi_negative.py",  # 57: schemathesis' negative data, 12 cases for each of 28 operations
     "tests/infra/test_synth_cli.py",  # 54: a CDK CLI synth

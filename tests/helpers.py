@@ -78,30 +78,46 @@ def once(action):
 class Stall:
     """DynamoDB Local (``engine``) stalled (``pause()``) as the next ``target`` request whose body
     matches ``when`` reaches the forwarder, which then sends that very request on to wait in the
-    stopped engine (no other request takes the hook). With ``more`` predicates, each takes the next
-    request it matches and holds it in the forwarder until every one has come; the engine is
-    paused then, and each waits in it. ``held()`` once the engine is held; a pause that failed
-    raises there, in the test, not in the forwarder's thread. ``disarm()`` takes the hooks back if
-    no request came (else a late one would stop the engine after the test resumed it)."""
+    stopped engine. With ``more`` predicates, each request one matches is held in the forwarder
+    until each predicate has matched one; the engine is stopped then, and they go on to wait in it.
+    A held request's resend (its client gave up waiting) is held too, as the stopped engine would
+    hold it. ``held()`` once the engine is held; a pause that failed raises there, in the test,
+    not in the forwarder's thread. ``disarm()`` takes the hooks back and lets what they hold go on
+    (else a late request would stop the engine after the test resumed it)."""
 
     def __init__(self, forwarder, engine, target: str, when, *more):
         self._came, self._errors = threading.Event(), []
+        predicates = (when, *more)
+        self.came_for: set[int] = set()  # the predicates a request has matched (their positions)
+        go, lock, hooks = threading.Event(), threading.Lock(), []  # go: the engine stopped, or disarmed
 
-        def pause():
-            try:
-                engine.pause()
-            except Exception as error:  # noqa: BLE001 - raised in the test by held()
-                self._errors.append(error)
-            finally:
-                self._came.set()
-        everyone = threading.Barrier(1 + len(more), action=pause, timeout=60)
-        hooks = [forwarder.before(target, everyone.wait, when=matches) for matches in (when, *more)]
+        def arm(index: int) -> None:
+            hooks.append(forwarder.before(target, lambda: hold(index), when=predicates[index]))
 
-        def disarm():
-            for take_back in hooks:
-                take_back()
-            everyone.abort()  # what one request holds in the forwarder goes on (its connection closed)
+        def hold(index: int) -> None:
+            with lock:
+                last = index not in self.came_for and len(self.came_for) == len(predicates) - 1
+                self.came_for.add(index)
+                if not go.is_set():
+                    arm(index)
+            if last:
+                try:
+                    engine.pause()
+                except Exception as error:  # noqa: BLE001 - raised in the test by held()
+                    self._errors.append(error)
+                finally:
+                    self._came.set()
+                    go.set()
+            go.wait(60)
+
+        def disarm() -> None:
+            with lock:
+                go.set()
+                for take_back in hooks:
+                    take_back()
         self.disarm = disarm
+        for index in range(len(predicates)):
+            arm(index)
 
     def held(self, timeout: float = 30) -> bool:
         came = self._came.wait(timeout)

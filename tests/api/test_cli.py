@@ -532,7 +532,7 @@ def test_jobs_cancel_then_cancel_again_is_409_and_force_takes_the_leaves_back(cl
 def test_jobs_show_watch_piped_prints_one_json_document_per_change_until_nothing_is_left_to_happen(cli):
     confirming, silent, ghost, job_id = _new(cli), _new(cli), f"ghost-{uuid.uuid4().hex[:6]}", _job_id()
     assert cli("jobs", "create", "--device-ids", f"{confirming},{silent},{ghost}", "--desired", '{"mode": "eco"}',
-               "--job-id", job_id, "--timeout", "5").returncode == APPLIED
+               "--job-id", job_id, "--timeout", "7").returncode == APPLIED
     watching = cli.start("jobs", "show", job_id, "--watch")
     try:
         printed = []

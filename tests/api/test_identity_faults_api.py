@@ -396,6 +396,10 @@ def stall_at_the_transactions_of(writes: list[Stalled], forwarder, dynamodb_loca
                  *(lambda body, device=write.device: json.dumps(device).encode() in body for write in writes))
 
 
+def came_for(stall: Stall, writes: list[Stalled]) -> str:
+    return f"transactions came for {[writes[index].verb for index in sorted(stall.came_for)]} only"
+
+
 VERBS = ("register", "revoke", "provision")
 
 
@@ -406,10 +410,13 @@ def test_a_write_dynamodb_stalls_under_briefly_is_answered_as_it_happened_once(
     before = [write.stored()[0] for write in writes]
     stall = stall_at_the_transactions_of(writes, forwarder, dynamodb_local)
     sent = [in_thread(write.send) for write in writes]
-    assert stall.held()
-    writers = [in_thread(write.another)[0] for write in writes] if between else []  # queued behind, stalled too
-    time.sleep(BRIEF_STALL_SECONDS)
-    dynamodb_local.resume()
+    try:
+        assert stall.held(), came_for(stall, writes)
+        writers = [in_thread(write.another)[0] for write in writes] if between else []  # queued behind, stalled too
+        time.sleep(BRIEF_STALL_SECONDS)
+    finally:
+        stall.disarm()
+        dynamodb_local.resume()
     for thread in [request for request, _ in sent] + writers:
         thread.join(120)
     for write, was, (_, answered) in zip(writes, before, sent):
@@ -434,12 +441,15 @@ def test_a_write_dynamodb_stalls_under_past_the_servers_patience_is_504_and_land
     before = [write.stored()[0] for write in writes]
     stall = stall_at_the_transactions_of(writes, forwarder, dynamodb_local)
     sent = [in_thread(write.send) for write in writes]
-    assert stall.held()
-    for request, _ in sent:
-        request.join(120)  # answered while DynamoDB is still stalled
+    try:
+        assert stall.held(), came_for(stall, writes)
+        for request, _ in sent:
+            request.join(120)  # answered while DynamoDB is still stalled
+    finally:
+        stall.disarm()
+        dynamodb_local.resume()
     for _, [(status, problem)] in sent:
         assert_outcome_unknown(server, status, problem)
-    dynamodb_local.resume()
     time.sleep(1)  # what waited in the stalled engine lands, or is refused
     for write, was in zip(writes, before):
         credentials, items, count = write.stored()
