@@ -33,12 +33,15 @@ class DynamoDBLocalError(RuntimeError):
 
 
 def free_port() -> int:
-    """A free loopback port. Under pytest-xdist each worker draws from its own range below the
-    kernel's ephemeral ports, so two workers starting servers at once never pick the same one."""
+    """A free loopback port. Under pytest-xdist each worker draws from its own share of 10000-31999
+    (below the kernel's ephemeral ports), so two workers starting servers at once never pick the
+    same one, however many workers run."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if worker.startswith("gw") and worker[2:].isdigit():
-        low = 10000 + 5000 * (int(worker[2:]) % 4)
-        for port in random.sample(range(low, low + 5000), 200):
+        workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+        span = 22000 // workers
+        low = 10000 + span * (int(worker[2:]) % workers)
+        for port in random.sample(range(low, low + span), min(200, span)):
             with socket.socket() as sock:
                 try:
                     sock.bind(("127.0.0.1", port))
