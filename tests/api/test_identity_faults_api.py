@@ -21,6 +21,7 @@ applied with a refusal (409, 404, 401)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -389,15 +390,20 @@ class Stalled:
         self.stored = lambda: (held(other, self.device), credential_items(raw, self.device), self.count())
 
 
-def stall_at_the_transactions_of(writes: list[Stalled], forwarder, dynamodb_local) -> Stall:
-    """DynamoDB Local stopped once every write's transaction has reached it: the three verbs wait
-    out one stall together (each on its own device), not three stalls one after another."""
-    return Stall(forwarder, dynamodb_local, TRANSACTION,
-                 *(lambda body, device=write.device: json.dumps(device).encode() in body for write in writes))
-
-
-def came_for(stall: Stall, writes: list[Stalled]) -> str:
-    return f"transactions came for {[writes[index].verb for index in sorted(stall.came_for)]} only"
+@contextlib.contextmanager
+def sent_into_one_stall(writes: list[Stalled], forwarder, dynamodb_local):
+    """Each write sent, and DynamoDB Local stopped once every one's transaction has reached it:
+    the three verbs wait out one stall together (each on its own device). Yields [(thread, its
+    answers)] while the engine is stopped; resumed after."""
+    stall = Stall(forwarder, dynamodb_local, TRANSACTION,
+                  *(lambda body, device=write.device: json.dumps(device).encode() in body for write in writes))
+    sent = [in_thread(write.send) for write in writes]
+    try:
+        assert stall.held(), f"transactions came for {[writes[index].verb for index in sorted(stall.came_for)]} only"
+        yield sent
+    finally:
+        stall.disarm()
+        dynamodb_local.resume()
 
 
 VERBS = ("register", "revoke", "provision")
@@ -408,15 +414,9 @@ def test_a_write_dynamodb_stalls_under_briefly_is_answered_as_it_happened_once(
         server, forwarder, dynamodb_local, raw, other, between):
     writes = [Stalled(server, raw, other, verb) for verb in VERBS]
     before = [write.stored()[0] for write in writes]
-    stall = stall_at_the_transactions_of(writes, forwarder, dynamodb_local)
-    sent = [in_thread(write.send) for write in writes]
-    try:
-        assert stall.held(), came_for(stall, writes)
+    with sent_into_one_stall(writes, forwarder, dynamodb_local) as sent:
         writers = [in_thread(write.another)[0] for write in writes] if between else []  # queued behind, stalled too
         time.sleep(BRIEF_STALL_SECONDS)
-    finally:
-        stall.disarm()
-        dynamodb_local.resume()
     for thread in [request for request, _ in sent] + writers:
         thread.join(120)
     for write, was, (_, answered) in zip(writes, before, sent):
@@ -439,15 +439,9 @@ def test_a_write_dynamodb_stalls_under_past_the_servers_patience_is_504_and_land
         server, forwarder, dynamodb_local, raw, other):
     writes = [Stalled(server, raw, other, verb) for verb in VERBS]
     before = [write.stored()[0] for write in writes]
-    stall = stall_at_the_transactions_of(writes, forwarder, dynamodb_local)
-    sent = [in_thread(write.send) for write in writes]
-    try:
-        assert stall.held(), came_for(stall, writes)
+    with sent_into_one_stall(writes, forwarder, dynamodb_local) as sent:
         for request, _ in sent:
             request.join(120)  # answered while DynamoDB is still stalled
-    finally:
-        stall.disarm()
-        dynamodb_local.resume()
     for _, [(status, problem)] in sent:
         assert_outcome_unknown(server, status, problem)
     time.sleep(1)  # what waited in the stalled engine lands, or is refused
