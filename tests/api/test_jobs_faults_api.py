@@ -113,9 +113,11 @@ def test_a_cancel_through_a_dynamodb_stall_is_answered_again_under_its_key(serve
     stall = Stall(forwarder, dynamodb_local, "TransactWriteItems",
                   *(lambda body, job_id=job_id: b'"cancel"' in body and job_id.encode() in body
                     for job_id in jobs))
-    senders = [threading.Thread(target=lambda job_id=job_id, key=key, answered=answered: answered.append(
-        call(server, "POST", f"/jobs/{job_id}/cancel", headers={"Idempotency-Key": key} if key else {}, timeout=120)))
-        for job_id, key, answered in zip(jobs, keys, answers)]
+
+    def cancel(job_id: str, key: str | None, answered: list) -> None:
+        answered.append(call(server, "POST", f"/jobs/{job_id}/cancel",
+                             headers={"Idempotency-Key": key} if key else {}, timeout=120))
+    senders = [threading.Thread(target=cancel, args=sent) for sent in zip(jobs, keys, answers)]
     for sender in senders:
         sender.start()
     try:

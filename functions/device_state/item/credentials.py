@@ -131,9 +131,10 @@ class Holder:
         """Whether the request may act on this state item as it is."""
         entry = entries(item).get(self.credential_id)
         if entry is not None:
-            if self.registration is not None and Decimal(entry) != Decimal(self.registration):
+            number = Decimal(entry)
+            if self.registration is not None and number != Decimal(self.registration):
                 return False  # registered again since the token was issued
-            return Decimal(entry) == NO_EXPIRY or Decimal(entry) > now
+            return number == NO_EXPIRY or number > now
         return self.certificate and not self.required and not requires_certificate(item)
 
     def check(self, device_id: str, item: dict | None, now: float) -> None:

@@ -78,8 +78,11 @@ _UNSHOWABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u
 
 def shown(text: str) -> str:
     """``text`` as a terminal shows it, what it would act on written as ``\\uXXXX`` (``\\UXXXXXXXX``)."""
-    return _UNSHOWABLE.sub(lambda found: f"\\u{ord(found.group()):04x}" if ord(found.group()) < 0x10000
-                           else f"\\U{ord(found.group()):08x}", text)
+    return _UNSHOWABLE.sub(lambda found: _escape(ord(found.group())), text)
+
+
+def _escape(code: int) -> str:
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def _cell(text: str) -> str:
