@@ -237,8 +237,10 @@ def test_a_refused_subscription_ends_the_follow_naming_its_device(server):
 def test_a_held_lease_outlives_its_ttl_by_heartbeats_and_hears_when_it_is_ended(server):
     device, client = _device(server), _client(server.port)
     lost = threading.Event()
-    with client.lease(device, ttl_seconds=2, owner="test", on_lost=lambda error: lost.set()) as lease:
-        time.sleep(3)  # past the ttl: heartbeats at 1 s and 2 s kept it
+    # A ttl of 4 s leaves each heartbeat (every 2 s, after the last one's answer) 2 s to land: at
+    # 2 s, one late by a second under make test's load let the lease lapse.
+    with client.lease(device, ttl_seconds=4, owner="test", on_lost=lambda error: lost.set()) as lease:
+        time.sleep(5)  # past the ttl: heartbeats at about 2 s and 4 s kept it
         assert client.patch(device, {"leased": True}, lease_token=lease.token)["version"] == 2
         with pytest.raises(Locked):
             client.patch(device, {"leased": False})
