@@ -34,6 +34,7 @@ from localdev.dynamodb_local import free_port
 from localdev.tls import LocalCA
 from tests.api.test_http import launch
 from tests.auth import bearer, token
+from tests.helpers import served
 from tests.make_serve import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "clients" / "python"))  # the package as a device author installs it
@@ -476,11 +477,7 @@ class AnswerDroppingProxy:
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
-
-    def close(self):
-        self._server.shutdown()
-        self._server.server_close()
+        self.close = served(self._server)
 
 
 @pytest.mark.parametrize("retry_with_the_same_key, versions_written", [(True, 1), (False, 2)])

@@ -22,6 +22,7 @@ from itertools import islice
 
 import pytest
 
+from tests.helpers import served
 from tests.make_serve import REPO_ROOT
 from tests.unit.test_device_client import ScriptedServer, scripted  # noqa: F401 - the fixture
 
@@ -427,7 +428,7 @@ def test_following_ends_when_a_renewed_token_is_refused_too_and_tells_each_recon
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stop = served(server)
     try:
         client = AppClient(f"http://127.0.0.1:{server.server_port}", CommandCredentials("echo t0k"))
         told, ended = [], []
@@ -444,7 +445,7 @@ def test_following_ends_when_a_renewed_token_is_refused_too_and_tells_each_recon
         assert len(ended) == 1 and isinstance(ended[0], FollowError) and "renewed too" in str(ended[0]), told
         assert len(told) == 1 and "401" in told[0]
     finally:
-        server.shutdown()
+        stop()
 
 
 def test_following_takes_one_to_a_hundred_devices_on_its_one_connection(scripted):

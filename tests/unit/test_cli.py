@@ -16,13 +16,13 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 
 import click
 import pytest
 
+from tests.helpers import served
 from tests.make_serve import REPO_ROOT
 from tests.unit.test_device_client import ScriptedServer, scripted  # noqa: F401 - the fixture
 
@@ -356,11 +356,7 @@ class Fleet:
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
-
-    def close(self):
-        self._server.shutdown()
-        self._server.server_close()
+        self.close = served(self._server)
 
 
 COLLECTING_CONTROL = ("import os, sys\n"

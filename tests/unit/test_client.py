@@ -4,13 +4,13 @@ client signs with the credentials the environment holds when it is made."""
 
 import contextlib
 import http.server
-import threading
 import uuid
 
 import botocore.session
 import pytest
 
 from functions.device_state import dynamodb_client, new_client
+from tests.helpers import served
 
 
 @pytest.fixture(autouse=True)
@@ -75,12 +75,11 @@ def signatures_received():
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stop = served(server)
     try:
         yield f"http://127.0.0.1:{server.server_port}", seen
     finally:
-        server.shutdown()
-        server.server_close()
+        stop()
 
 
 @pytest.fixture

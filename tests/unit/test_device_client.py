@@ -12,13 +12,13 @@ import json
 import re
 import ssl
 import sys
-import threading
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from localdev.tls import LocalCA
+from tests.helpers import served
 from tests.make_serve import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "clients" / "python"))
@@ -65,11 +65,7 @@ class ScriptedServer:
         if tls:
             self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()  # shut down at once
-
-    def close(self):
-        self._server.shutdown()
-        self._server.server_close()
+        self.close = served(self._server)
 
 
 @pytest.fixture

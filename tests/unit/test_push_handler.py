@@ -19,6 +19,7 @@ from functions.push import connections, handler
 from functions.push import services as push_services
 from functions.push.subscriptions import CONNECTION_PK_PREFIX, DEVICES, Subscriptions
 from tests.api.test_metrics_and_openapi import emitted_metrics
+from tests.helpers import served
 
 
 def _connect_event(principal: Principal) -> dict:
@@ -237,7 +238,6 @@ def test_a_message_storage_does_not_take_is_answered_503_for_the_client_to_conne
 def test_known_gone_is_true_only_when_api_gateway_answers_gone():
     """GET @connections/{id}: 410 GoneException is gone; 200 is open; any other answer, or none,
     leaves the connection counted (a connect at the cap is then refused, not let past it)."""
-    import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from localdev.dynamodb_local import free_port
@@ -260,14 +260,14 @@ def test_known_gone_is_true_only_when_api_gateway_answers_gone():
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stop = served(server)
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         assert [connections.known_gone(name, endpoint) for name in ("open", "closed", "broken")] == [
             False, True, False]
         assert connections.known_gone("open", f"http://127.0.0.1:{free_port()}") is False  # nobody answers
     finally:
-        server.shutdown()
+        stop()
 
 
 def test_known_gone_without_an_endpoint_counts_the_connection(monkeypatch):
@@ -275,10 +275,12 @@ def test_known_gone_without_an_endpoint_counts_the_connection(monkeypatch):
     assert connections.known_gone("c1") is False
 
 
-def test_known_gone_counts_a_connection_api_gateway_is_slow_to_answer_about():
+def test_known_gone_counts_a_connection_api_gateway_is_slow_to_answer_about(monkeypatch):
     """A connect at the cap waits for its lookups at most LOOKUP_TIMEOUT_SECONDS each (side by
     side): a management API that does not answer in time leaves the connection counted."""
     import socket
+
+    monkeypatch.setattr(connections, "LOOKUP_TIMEOUT_SECONDS", 0.25)  # the bound is the constant, whatever it is
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
