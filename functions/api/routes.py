@@ -176,7 +176,7 @@ DEVICE_ID_SCHEMA = Checked({"type": "string", "pattern": f"^{DEVICE_ID_PATTERN.p
                            within(lambda value: parse.not_reserved(validate_device_id(value))), validate=False)
 PATH_PARAMETERS = {
     "device_id": Param("deviceId", DEVICE_ID_SCHEMA, required=True),
-    "lease_id": Param("leaseId", {"type": "string"}, required=True, description=(
+    "lease_id": Param("leaseId", {"type": "string", "pattern": parse.UTF8_TEXT}, required=True, description=(
         "The leaseId its grant returned; on DELETE also the lease's fencingToken alone (digits), which ends that "
         "lease or waiting ticket whoever holds it: a back-end with devices.write may, a device may not (403).")),
     "version": Param("version", {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}, required=True),
@@ -202,7 +202,8 @@ DEVICE_WRITE_HEADERS = (IF_MATCH, IF_NONE_MATCH, IDEMPOTENCY_KEY, LEASE_TOKEN)
 
 INCLUDE = Param("include", {"type": "string", "enum": ["metadata"]}, description=(
     "metadata: add per-leaf version, updatedAt and confirmedVersion of desired and reported"))
-FILTER = Param("filter", Checked({"type": "string", "minLength": 1, "maxLength": MAX_FILTER_CHARS},
+FILTER = Param("filter", Checked({"type": "string", "minLength": 1, "maxLength": MAX_FILTER_CHARS,
+                                  "pattern": parse.UTF8_TEXT},
                                  problem=InvalidFilter), description=(
     "RQL over declared fields (FLEET_INDEX): eq, ne, gt, ge, lt, le, in, like (a prefix ending in *), exists, and, "
     'or, not; e.g. and(eq(reported/online,true),like(state/site,"berlin-*")). exists(delta) and '

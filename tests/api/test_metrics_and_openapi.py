@@ -103,6 +103,20 @@ def test_the_documents_limits_are_the_services_constants():
     assert key["schema"]["pattern"] == f"^{KEY_PATTERN.pattern}$"
 
 
+@pytest.mark.parametrize("text", ["\ufffd", "1.\ufffd", "lamp\udc80"])
+def test_no_path_or_query_parameter_of_the_document_admits_what_stands_in_for_bytes_not_utf8(text):
+    """Every route refuses a path or query holding U+FFFD or a lone surrogate (400: a byte that
+    was no UTF-8), so no parameter's schema may admit one (schemathesis found a leaseId that did)."""
+    import jsonschema
+
+    document = json.loads(dumps(OPENAPI))
+    admitted = [(path, parameter["name"]) for path, item in document["paths"].items()
+                for operation in [item, *(item[method] for method in item if method != "parameters")]
+                for parameter in operation.get("parameters", []) if parameter["in"] in ("path", "query")
+                if jsonschema.Draft202012Validator(parameter["schema"]).is_valid(text)]
+    assert admitted == []
+
+
 def test_every_get_has_a_head_and_get_of_a_device_documents_if_match_and_412():
     for path, item in OPENAPI["paths"].items():
         assert ("get" in item) == ("head" in item), path
