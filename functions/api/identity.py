@@ -110,7 +110,8 @@ def create_enrollment(request: Request):
 
 @route(router, "listEnrollments")
 def list_enrollments(request: Request):
-    return json_response({"items": [enrollment_json(found) for found in manager().enrollments()]})
+    found, cursor = manager().enrollments(request.query["limit"], request.query.get("cursor"))
+    return json_response({"items": [enrollment_json(each) for each in found], "nextCursor": cursor})
 
 
 @route(router, "getEnrollment")

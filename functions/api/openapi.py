@@ -279,8 +279,9 @@ SCHEMAS = {
     "NewEnrollment": {"allOf": [{"$ref": "#/components/schemas/Enrollment"}, {
         "type": "object", "required": ["groupKey"], "properties": {
             "groupKey": {"type": "string", "description": "32 random bytes (base64): shown in this answer alone"}}}]},
-    "EnrollmentList": {"type": "object", "required": ["items"], "properties": {
-        "items": {"type": "array", "items": {"$ref": "#/components/schemas/Enrollment"}}}},
+    "EnrollmentPage": {"type": "object", "required": ["items", "nextCursor"], "properties": {
+        "items": {"type": "array", "items": {"$ref": "#/components/schemas/Enrollment"}},
+        "nextCursor": {"type": "string", "nullable": True}}},
     "Provisioned": {**_DEVICE_TOKEN, "required": ["deviceId", "credentialId", *_DEVICE_TOKEN["required"]],
                     "properties": {"deviceId": {"type": "string"}, "credentialId": {"type": "string"},
                                    **_DEVICE_TOKEN["properties"]}},

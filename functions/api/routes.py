@@ -18,7 +18,7 @@ from functions.auth.rights import (COLLECTION, CREDENTIALS, DESIRED, DEVICE_MAX_
                                    JOBS, LEASES, LIST, MANAGE, READ, REPORTED, STATE, TOKEN, WRITE, WriteKind,
                                    device_resource, needed_for_write, needed_to_follow)
 from functions.device_state import (CREDENTIAL_ID_PATTERN, CREDENTIAL_KINDS, ENROLLMENT_ID_PATTERN,
-                                    MAX_CREDENTIALS, MAX_ENROLLMENT_DEVICES, MAX_ID_PATTERN_CHARS,
+                                    MAX_CREDENTIALS, MAX_ENROLLMENT_DEVICES, MAX_ENROLLMENTS_LIMIT, MAX_ID_PATTERN_CHARS,
                                     CURSOR_PATTERN, DEVICE_ID_PATTERN, DEVICE_SECTIONS, KEY_PATTERN, MAX_ACKS,
                                     MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_EXPIRY_SECONDS, MAX_FEED_LIMIT,
                                     MAX_FILTER_CHARS, MAX_LIST_LIMIT, MAX_OPERATIONS, MAX_POINTER_BYTES,
@@ -329,7 +329,7 @@ JOB_BODY = Ref("JobRequest", {"description": "Targets by filter or by deviceIds;
 JOB_IF_NONE_MATCH = Param(parse.IF_NONE_MATCH, {"type": "string", "pattern": parse.TAGS_PATTERN}, description=(
     "The job's ETag as last seen: 304 while it is still the job's (after waitSeconds, if given)"))
 JOB_LIMIT = Param("limit", {"type": "integer", "minimum": 1, "maximum": jobs.MAX_LIMIT, "default": DEFAULT_LIST_LIMIT})
-JOB_CURSOR = Param("cursor", LISTING_CURSOR,
+PAGE_CURSOR = Param("cursor", LISTING_CURSOR,
                    description="nextCursor of the page before, as given: any other string is 400 invalid-cursor")
 
 
@@ -465,7 +465,9 @@ IDENTITY_ROUTES = (
         "A group enrollment: a device whose factory stored deviceKey = base64(HMAC-SHA256(base64decode(groupKey), "
         "deviceId)) provisions itself at POST /devices/{deviceId}/provision.")),
     Route(("GET", "HEAD"), "/enrollments", "listEnrollments", _ENROLLMENTS, {
-        "200": Answer("Every enrollment not deleted (never a group key)", "EnrollmentList"), **COMMON}),
+        "200": Answer("A page of the enrollments not deleted, by id (never a group key)", "EnrollmentPage"), **COMMON,
+    }, query=(Param("limit", {"type": "integer", "minimum": 1, "maximum": MAX_ENROLLMENTS_LIMIT,
+                              "default": DEFAULT_LIST_LIMIT}), PAGE_CURSOR)),
     Route(("GET", "HEAD"), "/enrollments/<enrollment_id>", "getEnrollment", _ENROLLMENTS, {
         "200": Answer("The enrollment with how many devices it provisioned", "Enrollment"), "404": NO_ENROLLMENT,
         **COMMON}),
@@ -632,7 +634,7 @@ ROUTES: tuple[Route, ...] = (
         "200": Answer("A page of the jobs whose write reached the device, by job id, each with the device's "
                       "execution", "DeviceJobs"),
         "404": NO_DEVICE, **COMMON,
-    }, query=(JOB_LIMIT, JOB_CURSOR), description=(
+    }, query=(JOB_LIMIT, PAGE_CURSOR), description=(
         "Each job whose desired write reached the device, while the device keeps its mark (until a day after the "
         "execution's deadline). A device may read its own.")),
     Route(("POST",), "/jobs", "createJob", (WRITE, JOBS), {
@@ -645,7 +647,7 @@ ROUTES: tuple[Route, ...] = (
         "and tracked per device from what the device reports. See docs/api/jobs.md.")),
     Route(("GET", "HEAD"), "/jobs", "listJobs", (READ, JOBS), {
         "200": Answer("A page of jobs, newest first", "JobPage"), **COMMON,
-    }, query=(Param("status", {"type": "string", "enum": list(jobs.JOB_STATUSES)}), JOB_LIMIT, JOB_CURSOR)),
+    }, query=(Param("status", {"type": "string", "enum": list(jobs.JOB_STATUSES)}), JOB_LIMIT, PAGE_CURSOR)),
     Route(("GET", "HEAD"), "/jobs/<job_id>", "getJob", (READ, JOBS), {
         "200": Answer("The job with its counts", "Job", ("ETag",)), "304": Answer("Not modified"),
         "404": "No such job", **COMMON,
@@ -655,7 +657,7 @@ ROUTES: tuple[Route, ...] = (
     Route(("GET", "HEAD"), "/jobs/<job_id>/executions", "listJobExecutions", (READ, JOBS), {
         "200": Answer("A page of the job's executions, in target order", "ExecutionPage"),
         "404": "No such job", **COMMON,
-    }, query=(Param("state", {"type": "string", "enum": list(jobs.EXECUTION_STATES)}), JOB_LIMIT, JOB_CURSOR)),
+    }, query=(Param("state", {"type": "string", "enum": list(jobs.EXECUTION_STATES)}), JOB_LIMIT, PAGE_CURSOR)),
     Route(("POST",), "/jobs/<job_id>/cancel", "cancelJob", (WRITE, JOBS), {
         "200": Answer("The job, canceled", "Job", ("ETag", "Idempotent-Replayed")), "404": "No such job",
         "409": "The job has ended (job-ended)", "422": REUSED, **COMMON, "504": None,

@@ -22,7 +22,7 @@ from .fleet.cursors import CursorSeal
 from .fleet.index import FleetIndex
 from .identity.assertions import use_once
 from .identity.credentials import CredentialRecord, Credentials
-from .identity.enrollments import Enrollment, Enrollments
+from .identity.enrollments import MAX_LIMIT as MAX_ENROLLMENTS_LIMIT, Enrollment, Enrollments
 from .identity.provisioning import Provisioned, Provisioning
 from .item import schema
 from .item.credentials import Holder
@@ -282,8 +282,13 @@ class DeviceStateManager:
     def enrollment(self, enrollment_id: str) -> Enrollment:
         return self._enrollments.get(enrollment_id)
 
-    def enrollments(self) -> list[Enrollment]:
-        return self._enrollments.listed()
+    def enrollments(self, limit: int = MAX_ENROLLMENTS_LIMIT, cursor: str | None = None
+                    ) -> tuple[list[Enrollment], str | None]:
+        """A page of enrollments not deleted, by id (``Enrollments.page``), and the cursor of the next
+        page (None at the end); ``InvalidCursor`` for a cursor this service did not issue for it."""
+        scope = ["enrollments"]
+        found, last = self._enrollments.page(limit, self._cursors.open(scope, cursor) if cursor else None)
+        return found, None if last is None else self._cursors.seal(scope, last)
 
     def delete_enrollment(self, enrollment_id: str) -> None:
         self._enrollments.delete(enrollment_id)

@@ -269,6 +269,29 @@ def test_a_transaction_whose_answer_would_pass_lambdas_limit_is_413_before_anyth
     assert fits_in_an_answer(applied.json)
 
 
+def test_enrollments_at_their_largest_list_a_page_at_a_time_each_within_lambdas_answer(api):
+    """49 enrollments whose initial documents are 32,700 quotes each (64 KB as JSON, the most
+    taken) made GET /enrollments answer 13 MB: past Lambda's 6 MB, a 500 for good. Pages hold them."""
+    quotes = {"state": {"note": '"' * 32_700}}
+    for number in range(49):
+        created = api("POST", "/enrollments", {"enrollmentId": f"e{number:02d}", "idPattern": "m-[0-9]+",
+                                               "maxDevices": 1, "initial": quotes})
+        assert created.status == 201, created.text
+    seen, cursor, pages = [], None, 0
+    while True:
+        page = api("GET", "/enrollments" + (f"?cursor={cursor}" if cursor else ""))
+        assert page.status == 200 and fits_in_an_answer(page.json), page.status
+        seen += [enrollment["enrollmentId"] for enrollment in page.json["items"]]
+        pages, cursor = pages + 1, page.json["nextCursor"]
+        if cursor is None:
+            break
+    assert seen == [f"e{number:02d}" for number in range(49)] and pages > 1
+    assert not fits_in_an_answer({"items": [page.json["items"][0]] * 49, "nextCursor": None})  # the control
+    small = api("GET", "/enrollments?limit=3")
+    assert [enrollment["enrollmentId"] for enrollment in small.json["items"]] == ["e00", "e01", "e02"]
+    assert api("GET", "/enrollments?cursor=forged").json["type"].endswith(":invalid-cursor")
+
+
 def test_a_transaction_is_held_to_its_answer_at_its_largest_whenever_a_replay_shows_it(api, monkeypatch):
     """As a desire expires, its leaf's metadata says so while the delta loses it: 200 small leaves
     expiring in 100 s grow the answer, a large leaf expiring in 1,000 s shrinks it. Between the

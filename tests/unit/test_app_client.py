@@ -390,6 +390,13 @@ def test_a_listing_reads_each_page_only_when_the_caller_reaches_it(scripted):
     assert [path for _, path, *_ in limited.requests] == ["/devices?limit=1"]
 
 
+def test_the_enrollments_are_listed_page_after_page(scripted):
+    server = scripted((200, {}, {"items": [{"enrollmentId": "a"}], "nextCursor": "61.62"}),
+                      (200, {}, {"items": [{"enrollmentId": "b"}], "nextCursor": None}))
+    assert [enrollment["enrollmentId"] for enrollment in _client(server).list_enrollments()] == ["a", "b"]
+    assert [path for _, path, *_ in server.requests] == ["/enrollments", "/enrollments?cursor=61.62"]
+
+
 def test_the_change_feed_is_read_to_its_end_or_followed_with_long_polls(scripted):
     change = {"deviceId": "lamp-1", "version": 2, "previousVersion": 1, "kind": "updated"}
     server = scripted((200, {}, {"changes": [change], "nextSince": 2}), (200, {}, {"changes": [], "nextSince": 2}))

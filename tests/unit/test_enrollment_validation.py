@@ -122,7 +122,7 @@ def test_an_initial_desired_leaf_past_the_pointer_limit_is_refused_as_a_create_i
     with pytest.raises(InvalidValue) as unstorable:
         manager.create_enrollment(enrollment({"desired": {"": 1}}, "other"))
     assert unstorable.value.limit == "member-name"
-    assert manager.enrollments() == []
+    assert manager.enrollments() == ([], None)
 
 
 def test_initial_documents_a_device_could_be_created_with_are_accepted(manager: DeviceStateManager):

@@ -329,8 +329,8 @@ class AppClient(Service):
         return self.retried(lambda: self.request("POST", "enrollments", body), NOTHING_WRITTEN, unanswered=False)
 
     def list_enrollments(self) -> list[dict]:
-        """Every enrollment, with its ``provisioned`` count (never a group key)."""
-        return self.read("enrollments")["items"]
+        """Every enrollment, by id, with its ``provisioned`` count (never a group key), read a page at a time."""
+        return [enrollment for page in self._pages("enrollments") for enrollment in page["items"]]
 
     def get_enrollment(self, enrollment_id: str) -> dict:
         return self.read(item_path("enrollments", enrollment_id))

@@ -14,7 +14,7 @@ from ..errors import ConditionNotMet, DeviceStateError, EnrollmentNotFound
 from ..item import schema
 from ..model.sections import DEVICE_SECTIONS, STATE, check_sections
 from ..model.times import timestamp
-from ..model.values import check_new_id, check_state, from_attribute, to_attribute
+from ..model.values import MAX_PAGE_BYTES, check_new_id, check_state, from_attribute, item_size, to_attribute
 from ..runtime import Runtime
 from ..write.expressions import Expression
 from ..write.store import IDEMPOTENT, Store
@@ -24,6 +24,10 @@ SK_PREFIX = "enrollment#"
 ENROLLMENT_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 MAX_ID_PATTERN_CHARS = 256
 MAX_DEVICES = 1_000_000
+MAX_LIMIT = 100  # enrollments on a listed page
+# A page reads on past deleted enrollments (they stay, so their ids are never used again) at most
+# this often: it may then hold fewer than asked, with a cursor, rather than read them all at once.
+MAX_READS_PER_PAGE = 10
 # The enrollment item's attributes.
 _PATTERN, _INITIAL, _MAX_DEVICES, _PROVISIONED, _GROUP_KEY, _CREATED_AT, _UNTIL, _DELETED_AT = (
     "idPattern", "initial", "maxDevices", "provisioned", "groupKey", "createdAt", "until", "endedAt")
@@ -189,13 +193,32 @@ class Enrollments:
             raise EnrollmentNotFound(enrollment_id)
         return Enrollment.from_item(item)
 
-    def listed(self) -> list[Enrollment]:
-        """Every enrollment not deleted, by id."""
-        items = self._store.query_all({
-            "KeyConditionExpression": "#p = :p", "ConsistentRead": True,
-            "ExpressionAttributeNames": {"#p": schema.PARTITION_KEY},
-            "ExpressionAttributeValues": {":p": {"S": PARTITION}}})
-        return [enrollment for enrollment in map(Enrollment.from_item, items) if not enrollment.deleted]
+    def page(self, limit: int, after: str | None = None) -> tuple[list[Enrollment], str | None]:
+        """Enrollments not deleted, by id, after the one ``after`` names: at most ``limit``, whose
+        items as stored take at most ``MAX_PAGE_BYTES`` (the first always: an enrollment's initial
+        documents may take 64 KB, so a page of 100 could pass what a Lambda may answer). With the
+        id the next page starts after, or None when there is no next page."""
+        expr = Expression()
+        request = {"KeyConditionExpression": f"{expr.name(schema.PARTITION_KEY)} = {expr.value({'S': PARTITION})}",
+                   "FilterExpression": f"attribute_not_exists({expr.name(_DELETED_AT)})", "ConsistentRead": True,
+                   **expr.attributes()}
+        if after is not None:
+            request["ExclusiveStartKey"] = enrollment_key(after)
+        found: list[Enrollment] = []
+        size = 0
+        for _ in range(MAX_READS_PER_PAGE):
+            answer = self._store.send("query", **request, Limit=limit - len(found))
+            for item in answer.get("Items", []):
+                size += item_size(item)
+                if found and size > MAX_PAGE_BYTES:
+                    return found, found[-1].enrollment_id
+                found.append(Enrollment.from_item(item))
+            if "LastEvaluatedKey" not in answer:
+                return found, None
+            request["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+            if len(found) >= limit:
+                break
+        return found, request["ExclusiveStartKey"][schema.SORT_KEY]["S"][len(SK_PREFIX):]
 
     def delete(self, enrollment_id: str) -> None:
         """Ends an enrollment: no device provisions with it any more (the devices it provisioned
