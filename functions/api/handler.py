@@ -18,7 +18,8 @@ from functions.device_state import dumps, restore
 from . import changes, devices, identity, jobs, leases, request_parsing, tokens, transactions
 from .common import RESPONSE_MARGIN_SECONDS, json_response, route  # noqa: F401
 from .common import manager as _manager  # noqa: F401  (tests reset its cache)
-from .routes import MAX_LEASE_WAIT_SECONDS, Request, allowed_methods  # noqa: F401  (the stack's timeout: the wait's)
+from .routes import MAX_LEASE_WAIT_SECONDS  # noqa: F401  (the stack's timeout: the wait's)
+from .routes import Request, allowed_methods, unroutable
 from .observability import logger, metrics, record_refusal, tracer
 from .problems import BadRequest, MethodNotAllowed, RouteNotFound, internal_error_response, known_error_response
 
@@ -47,6 +48,8 @@ def not_found(_error):
     except BadRequest as problem:
         return known_error_response(problem, instance=path)
     allowed = allowed_methods(path)
+    if app.current_event.http_method in allowed:  # its route's but for a parameter Powertools routes with none
+        return known_error_response(unroutable(path), instance=path)
     if allowed:
         problem = MethodNotAllowed(
             f"{app.current_event.http_method} is not allowed here", headers={"Allow": ", ".join(allowed)}

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import functools
 import re
+from urllib.parse import unquote
 
 from functions.auth.assertions import MAX_LIFETIME_SECONDS, MAX_PEM_CHARS
 from functions.auth.rights import (COLLECTION, CREDENTIALS, DESIRED, DEVICE_MAX_LEASE_SECONDS, ENROLLMENTS, ISSUE,
                                    JOBS, LEASES, LIST, MANAGE, READ, REPORTED, STATE, TOKEN, WRITE, WriteKind,
                                    device_resource, needed_for_write, needed_to_follow)
 from functions.device_state import (CREDENTIAL_ID_PATTERN, CREDENTIAL_KINDS, ENROLLMENT_ID_PATTERN,
-                                    MAX_CREDENTIALS, MAX_ENROLLMENT_DEVICES, MAX_ENROLLMENTS_LIMIT, MAX_ID_PATTERN_CHARS,
+                                    MAX_CREDENTIALS, MAX_ENROLLMENT_DEVICES, MAX_ENROLLMENTS_LIMIT,
+                                    MAX_ID_PATTERN_CHARS,
                                     CURSOR_PATTERN, DEVICE_ID_PATTERN, DEVICE_SECTIONS, KEY_PATTERN, MAX_ACKS,
                                     MAX_COUNT_INDEX_ENTRIES, MAX_COUNT_ITEMS, MAX_EXPIRY_SECONDS, MAX_FEED_LIMIT,
                                     MAX_FILTER_CHARS, MAX_LIST_LIMIT, MAX_OPERATIONS, MAX_POINTER_BYTES,
                                     MAX_REASON_CHARS, MAX_VERSION, MIN_EXPIRY_SECONDS, SECTIONS, InvalidFilter,
-                                    InvalidIdempotencyKey, InvalidValue, validate_device_id)
+                                    InvalidDeviceId, InvalidIdempotencyKey, InvalidValue, validate_device_id)
 from functions.device_state import leases  # MAX_TTL_SECONDS: not yet among the library's exports
 from functions.device_state import jobs
 
@@ -701,7 +703,22 @@ def rules_for_path(path: str) -> list[Route]:
 
 @functools.lru_cache(maxsize=None)
 def _rule_pattern(rule: str) -> re.Pattern:
-    return re.compile(re.sub(r"<\w+>", "[^/]+", re.escape(rule)))
+    return re.compile(re.sub(r"<(\w+)>", r"(?P<\1>[^/]+)", re.escape(rule)))
+
+
+def unroutable(path: str) -> Exception:
+    """The refusal of a path a route of its method would take but for a parameter holding a
+    character Powertools routes none with (a raw ", \\, ` or control character, a symbol): the
+    device id's own refusal when it is the device id, else a BadRequest. Percent-encoded, the same
+    parameter reaches its route and is refused there alike."""
+    for declaration in rules_for_path(path):
+        for name, value in _rule_pattern(declaration.rule).fullmatch(path.rstrip("/") or "/").groupdict().items():
+            if name == "device_id":
+                try:
+                    validate_device_id(unquote(value))
+                except InvalidDeviceId as refused:
+                    return refused
+    return BadRequest("a path parameter holds a character none may (such as \", \\, ` or a control character)")
 
 
 def allowed_methods(path: str) -> list[str]:

@@ -163,6 +163,23 @@ def test_unknown_methods_are_405_with_allow(api, method):
     assert result.status == 405 and result.header("Allow") == "DELETE, GET, HEAD, PATCH, PUT"
 
 
+@pytest.mark.parametrize("raw", ['lamp"1', "a\\b", "a`b", "a\x7fb", "a\x01b", "lamp\u20ac"])
+@pytest.mark.parametrize("method", ["GET", "PUT", "HEAD"])
+def test_a_device_id_holding_a_character_no_route_takes_is_400_not_a_405_allowing_its_method(api, raw, method):
+    """Powertools routes no parameter holding a raw ", \\, `, control character or symbol: the
+    request used to fall through to a 405 whose Allow listed its own method. Percent-encoded, the
+    same id reaches the route and is refused there: both are 400 invalid-device-id."""
+    from urllib.parse import quote
+
+    below = "desired" if method == "PUT" else "changes"
+    for path in (f"/devices/{raw}", f"/devices/{quote(raw, safe='')}", f"/devices/{raw}/{below}"):
+        answer = api(method, path, {"state": {}} if method == "PUT" else None)
+        assert answer.status == 400, (path, answer.status, answer.text)
+        if method != "HEAD":
+            assert answer.json["type"].endswith(":invalid-device-id"), answer.text
+    assert api("DELETE", f"/devices/ok/leases/{raw}").status == 400  # not a device id: refused all the same
+
+
 def test_a_503_shows_no_internal_endpoint(api, monkeypatch):
     from functions.api import common
 
