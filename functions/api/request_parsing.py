@@ -125,8 +125,9 @@ def json_body(event, accepted: tuple[str, ...] = (JSON,)):
 
 # One entity tag (RFC 9110 8.8.3): weak or strong, its characters etagc (obs-text included).
 _ENTITY_TAG = r'(W/)?"([!#-~\x80-\xff]*)"'
-# If-Match and If-None-Match: * or a list of entity tags, as the document states it and the parser reads it.
-TAGS_PATTERN = rf'^\s*(\*|{_ENTITY_TAG}(\s*,\s*{_ENTITY_TAG})*)\s*$'
+# If-Match and If-None-Match: * or a list of entity tags, as the document states it and the parser reads it;
+# empty elements of the list (a comma more) are ignored, as RFC 9110 5.6.1.2 asks of a recipient.
+TAGS_PATTERN = rf'^\s*(\*|(,\s*)*{_ENTITY_TAG}(\s*,(\s*{_ENTITY_TAG})?)*)\s*$'
 ONE_STRONG_TAG_OR_ANY = '^(\\*|"[1-9][0-9]{0,17}")$'  # a transaction operation's ifMatch
 _VERSION = re.compile(r"[1-9][0-9]{0,17}")
 

@@ -155,6 +155,11 @@ def test_if_match_on_get_and_head_is_412_when_false(api):
     assert api("GET", "/devices/h", headers={"If-Match": '"7"', "If-None-Match": '"1"'}).status == 412
     assert api("GET", "/devices/h", headers={"If-Match": '"1"', "If-None-Match": '"1"'}).status == 304
     assert api("GET", "/devices/h", headers={"If-Match": ""}).status == 400
+    # a list's empty elements are ignored (RFC 9110 5.6.1.2); a list of none is no list
+    assert api("GET", "/devices/h", headers={"If-None-Match": '"1", '}).status == 304
+    assert api("GET", "/devices/h", headers={"If-Match": ', "1"'}).status == 200
+    assert api("GET", "/devices/h", headers={"If-Match": '"7",, "1" ,'}).status == 200
+    assert api("GET", "/devices/h", headers={"If-Match": ", ,"}).status == 400
 
 
 @pytest.mark.parametrize("method", ["TRACE", "OPTIONS", "CONNECT", "FOO"])
