@@ -68,3 +68,23 @@ def assertion(device_id: str, kid: str, key: bytes, lifetime: int = 300, **claim
     now = int(time.time())
     body = {"sub": device_id, "aud": "device-state", "iat": now, "exp": now + lifetime, "jti": uuid.uuid4().hex}
     return jwt.encode({**body, **claims}, key, algorithm="HS256", headers={"kid": kid})
+
+
+def self_signed_certificate(device: str, days: float = 1):
+    """A self-signed P-256 certificate naming ``device`` (registered, any issuer goes), valid from
+    now for ``days`` (for a negative ``days``, from two days ago until ``-days`` ago), and its key."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, device)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number())
+                   .not_valid_before(now if days > 0 else now - datetime.timedelta(days=2))
+                   .not_valid_after(now + datetime.timedelta(days=days)).sign(key, hashes.SHA256()))
+    return certificate, key

@@ -20,6 +20,7 @@ import base64
 import hashlib
 import hmac
 import math
+import re
 from dataclasses import dataclass
 
 from functions.device_state import certificate_id
@@ -34,6 +35,9 @@ ES256, RS256, HS256 = "ES256", "RS256", "HS256"
 ALGORITHMS = (ES256, RS256, HS256)
 MIN_RSA_BITS = 2048
 MAX_PEM_CHARS = 16384  # a public key or certificate as registered
+# One PEM block (RFC 7468) with nothing around it but white space: cryptography's loaders read the
+# first block they find and drop whatever follows, so a second key would be registered unseen.
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----[A-Za-z0-9+/=\s]+-----END \1-----")
 LAST_EPOCH_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z
 
 
@@ -165,10 +169,17 @@ def public_key(pem: str):
     from cryptography.hazmat.primitives import serialization
 
     try:
-        key = serialization.load_pem_public_key(pem.encode())
+        key = serialization.load_pem_public_key(_one_block(pem))
     except (ValueError, TypeError, UnicodeError):
-        raise InvalidKey("publicKey is not a public key in PEM (-----BEGIN PUBLIC KEY-----)") from None
+        raise InvalidKey("publicKey is not one public key in PEM (-----BEGIN PUBLIC KEY-----), alone") from None
     return key, key_algorithm(key)
+
+
+def _one_block(pem: str) -> bytes:
+    """``pem``'s bytes when it is one PEM block alone (``_PEM_BLOCK``); ValueError otherwise."""
+    if not isinstance(pem, str) or not _PEM_BLOCK.fullmatch(pem.strip()):
+        raise ValueError("not one PEM block alone")
+    return pem.encode()
 
 
 def key_algorithm(key) -> str:
@@ -190,11 +201,12 @@ def public_key_pem(key) -> str:
 @dataclass(frozen=True)
 class Certificate:
     """What registering a certificate stores: its key (PEM), its SHA-256 thumbprint (hex) and the
-    credential id mutual TLS derives from it."""
+    credential id mutual TLS derives from it; and its notAfter (epoch seconds)."""
 
     public_key: str
     thumbprint: str
     credential_id: str
+    not_after: int
 
 
 def thumbprint(der: bytes) -> bytes:
@@ -207,13 +219,15 @@ def certificate(pem: str) -> Certificate:
     from cryptography.hazmat.primitives import serialization
 
     try:
-        parsed = x509.load_pem_x509_certificate(pem.encode())
+        parsed = x509.load_pem_x509_certificate(_one_block(pem))
     except (ValueError, TypeError, UnicodeError):
-        raise InvalidKey("certificate is not an X.509 certificate in PEM (-----BEGIN CERTIFICATE-----)") from None
+        raise InvalidKey("certificate is not one X.509 certificate in PEM (-----BEGIN CERTIFICATE-----), "
+                         "alone") from None
     key = parsed.public_key()
     key_algorithm(key)
     digest = thumbprint(parsed.public_bytes(serialization.Encoding.DER))
-    return Certificate(public_key_pem(key), digest.hex(), certificate_id(digest))
+    return Certificate(public_key_pem(key), digest.hex(), certificate_id(digest),
+                       int(parsed.not_valid_after_utc.timestamp()))
 
 
 def device_key(group_key: bytes, device_id: str) -> bytes:

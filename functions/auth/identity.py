@@ -7,6 +7,7 @@ written is the library's (``functions/device_state/identity``); what verifies a 
 from __future__ import annotations
 
 import secrets
+import time
 import uuid
 
 from functions.device_state import (CERTIFICATE, CREDENTIAL_ID_PATTERN, ENROLLMENT_ID_PATTERN, PUBLIC_KEY, SECRET,
@@ -36,9 +37,14 @@ def credential(kind: str, device_id: str, sealer: Sealer, *, public_key: str | N
         return CredentialRecord(new_credential_id(), PUBLIC_KEY, public_key=assertions.public_key_pem(key),
                                 expires_at=expires_at), None
     if kind == CERTIFICATE:
+        # A certificate's registration ends at its notAfter at the latest: mutual TLS refuses it from
+        # then on, and its key no longer signs assertions either (nor holds one of the device's slots).
         parsed = assertions.certificate(certificate)
+        if parsed.not_after <= time.time():
+            raise assertions.InvalidKey("the certificate has expired (its notAfter has passed)")
+        until = parsed.not_after if expires_at is None else min(expires_at, parsed.not_after)
         return CredentialRecord(parsed.credential_id, CERTIFICATE, public_key=parsed.public_key,
-                                thumbprint=parsed.thumbprint, expires_at=expires_at), None
+                                thumbprint=parsed.thumbprint, expires_at=until), None
     if kind != SECRET:
         raise ValueError(f"unknown credential type {kind!r}")
     secret, credential_id = secrets.token_bytes(SECRET_BYTES), new_credential_id()

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from functions.auth.principals import ADMIN_SCOPE, READ_SCOPE, WRITE_SCOPE
 from tests.api.test_http import launch
-from tests.auth import assertion, token
+from tests.auth import assertion, self_signed_certificate, token
 from tests.make_serve import REPO_ROOT
 
 import sys
@@ -328,28 +328,11 @@ def test_a_device_deleted_and_provisioned_again_does_not_revive_the_tokens_its_d
     assert status == 401, body  # the token of the incarnation deleted
 
 
-def _self_signed(device: str):
-    """A self-signed P-256 certificate naming ``device`` (registered, any issuer goes), its key."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, device)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-                   .serial_number(x509.random_serial_number()).not_valid_before(now)
-                   .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
-    return certificate, key
-
-
 def test_a_registered_certificate_signs_assertions_and_registering_it_twice_is_409(server, admin, app):
     from cryptography.hazmat.primitives import hashes
 
     device = _new_device(app)
-    certificate, key = _self_signed(device)
+    certificate, key = self_signed_certificate(device)
     pem = certificate.public_bytes(serialization.Encoding.PEM).decode()
     added = admin.add_credential(device, "certificate", certificate=pem)  # self-signed: any issuer
     assert added["type"] == "certificate"
@@ -372,7 +355,7 @@ def test_a_certificate_registered_again_opens_none_of_the_tokens_issued_before(s
     import jwt
 
     device = _new_device(app)
-    certificate, key = _self_signed(device)
+    certificate, key = self_signed_certificate(device)
     pem = certificate.public_bytes(serialization.Encoding.PEM).decode()
 
     def token_of(credential_id):
