@@ -277,11 +277,14 @@ def test_a_write_is_visible_to_the_next_query_and_count(fleet):
     ("/devices/count", {}, 400, "bad-request"),
     ("/devices/count", {"filter": "exists(state/site)", "groupBy": "state/x"}, 400, "invalid-filter"),
     ("/devices/count", {"filter": "eq(reported/online,1)"}, 400, "invalid-filter"),
+    ("/devices", {"filter": "or(" + ",".join(f'eq(state/site,"a{n}")' for n in range(101)) + ")"}, 400,
+     "invalid-filter"),  # 101 ranges of the index; 100 are read (docs/api/fleet-query.md)
+    ("/devices", {"filter": "or(" + ",".join(f'eq(state/site,"a{n}")' for n in range(100)) + ")"}, 200, None),
 ])
 def test_bad_queries_are_refused_with_a_problem_naming_the_cause(fleet, path, query, status, slug):
     server, _ = fleet
     got, body = get(server, path, **query)
-    assert (got, body["type"].rsplit(":", 1)[-1]) == (status, slug), body
+    assert (got, body.get("type", ":").rsplit(":", 1)[-1] or None) == (status, slug), body
     if slug == "invalid-filter" and "position" in body:
         assert isinstance(body["position"], int)
     if slug == "unindexed-filter":
