@@ -236,7 +236,8 @@ def _body(raw) -> dict:
 def _only(body: dict, allowed: set) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise BadMessage("bad-message", "Bad message", f"unknown member {unknown[0]}")
+        # as JSON escapes it: a name may hold a lone surrogate (\\ud800 in the message), which no answer can carry
+        raise BadMessage("bad-message", "Bad message", f"unknown member {json.dumps(unknown[0])}")
 
 
 def _device_id(body: dict) -> str:

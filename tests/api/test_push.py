@@ -275,6 +275,8 @@ def _wait_for(condition) -> None:
     ('{"action": "subscribe", "deviceId": "d", "since": 0, "extra": 1}', "bad-message"),
     ('{"action": "unsubscribe", "deviceId": "d", "extra": 1}', "bad-message"),
     ('{"action": "ping", "x": 1}', "bad-message"), ('{"action": ["ping"]}', "unknown-action"),
+    ('{"action": "ping", "\\ud800": 1}', "bad-message"),  # a lone surrogate's name, echoed: an answer it crashed
+    ('{"action": "subscribe", "deviceId": "d", "since": 0, "\\udfff": 1}', "bad-message"),
     ('{"action": "subscribe", "deviceId": "d", "since": 0, "sections": [["state"]]}', "bad-message"),
     ('{"action": "subscribe", "deviceId": "d", "since": 0, "sections": [{}]}', "bad-message"),
     ("[" * 2000 + "]" * 2000, "bad-message"), ('{"a":' * 1000 + "1" + "}" * 1000, "bad-message"),
