@@ -321,9 +321,11 @@ def _request_credentials(event: dict) -> tuple[str | None, str | None]:
     if len(given) > 1:
         raise Unauthenticated("send one Authorization header", token_given=True)
     authorization = given[0] if given else None
-    if authorization is None and is_websocket_connect(event):
+    if is_websocket_connect(event):
         token = websocket_token(event)
-        authorization = None if token is None else f"Bearer {token}"
+        if token is not None and authorization is not None:  # one token in all, or which one is meant?
+            raise Unauthenticated("send one token", token_given=True)
+        authorization = authorization if token is None else f"Bearer {token}"
     identity = (event.get("requestContext") or {}).get("identity") or {}
     return authorization, (identity.get("clientCert") or {}).get("clientCertPem")
 

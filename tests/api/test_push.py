@@ -312,9 +312,12 @@ def test_an_upgrade_with_two_tokens_is_refused_as_a_rest_request_is(server):
         with pytest.raises(InvalidStatus) as refused:
             _connect(server, credentials)
         assert refused.value.response.status_code == 401
-    with pytest.raises(InvalidStatus) as refused:
-        _connect(server, {}, query=f"?token={first}&token={second}")
-    assert refused.value.response.status_code == 401
+    for credentials, query in (({}, f"?token={first}&token={second}"),
+                               ({"Authorization": f"Bearer {first}"}, f"?token={second}"),  # the header and another
+                               ({"Authorization": f"Bearer {first}", "Sec-WebSocket-Protocol": f"bearer.{second}"}, "")):
+        with pytest.raises(InvalidStatus) as refused:
+            _connect(server, credentials, query=query)
+        assert refused.value.response.status_code == 401
     assert server.request("GET", f"/devices/{device}", headers={  # the HTTP route's answer to the same
         "Authorization": f"Bearer {first}", "authorization": f"Bearer {second}"})[0] == 401
     with _connect(server, [("Authorization", f"Bearer {second}")]) as client:  # the control: one is enough
