@@ -298,6 +298,9 @@ SCHEMAS = {
             "updatedAt": _TIME,
             "acks": {"type": "array", "description": "Only on a change that recorded acknowledgements: each {path, "
                                                      "version, code, reason, at}", "items": {"type": "object"}},
+            "acksOmitted": {"type": "boolean", "enum": [True], "description": (
+                "Instead of acks when they take more than 8 KB as JSON: the version's desired metadata "
+                "(GET /devices/{deviceId}/versions/{version}?include=metadata) holds them")},
             "sections": {"type": "array", "items": _SECTION_NAMES, "description": "The sections the write changed"}},
     },
     "ChangePage": {
