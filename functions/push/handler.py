@@ -69,7 +69,7 @@ def lambda_handler(event, _context):
             # expire unused, never a member of the device's connectivity counting against its cap.
             forgotten: list[str] = []  # at its cap: held connections found closed, then forgotten
             try:  # the device must still hold the credential it comes with: checked in the connect's own write
-                devices().as_device(principal.device_id, holder).connected(  # at its cap, closed ones are forgotten
+                known = devices().as_device(principal.device_id, holder).connected(  # at its cap, closed ones go
                     principal.device_id, connection_id, ends,
                     closed=lambda held: _closed(subscriptions, held, forgotten))
             except CredentialRevoked:
@@ -84,6 +84,9 @@ def lambda_handler(event, _context):
             finally:
                 if forgotten:
                     metrics.add_metric(name=names.CONNECTIONS_FORGOTTEN, unit=MetricUnit.Count, value=len(forgotten))
+            if not known:  # no such device: nothing would count this connection against its cap
+                metrics.add_metric(name=names.CONNECTIONS_REFUSED, unit=MetricUnit.Count, value=1)
+                return {"statusCode": 404}
         return _connected(event)
     if route == "$disconnect":
         forget(subscriptions, connection_id)

@@ -304,6 +304,25 @@ def test_ping_is_answered_pong_while_the_token_is_valid_and_401_after(server):
             assert "connect again" in refused["problem"]["detail"]
 
 
+def test_a_device_connects_once_it_exists_so_that_its_cap_counts_every_connection(server):
+    """A device's connects before its device existed were let in and never counted: six, then four
+    more once created, ten in all against a cap of four (found by a hostile review)."""
+    device = f"push-{uuid.uuid4().hex[:8]}"
+    own = {"Authorization": f"Bearer {token(device=device)}"}
+    with pytest.raises(InvalidStatus) as refused:
+        _connect(server, own)
+    assert refused.value.response.status_code == 404
+    assert server.request("POST", "/devices", {"deviceId": device, "state": {}})[0] == 201
+    held = [_connect(server, own) for _ in range(4)]
+    try:
+        with pytest.raises(InvalidStatus) as full:
+            _connect(server, own)
+        assert full.value.response.status_code == 429
+    finally:
+        for client in held:
+            client.close()
+
+
 def test_an_upgrade_with_two_tokens_is_refused_as_a_rest_request_is(server):
     device = _device(server)
     first, second = token(device=device), token()

@@ -71,6 +71,13 @@ class _RevokedDevice(_FullDevice):
         raise CredentialRevoked(device_id)
 
 
+class _UnknownDevice(_FullDevice):
+    """A device that does not exist (yet, or any more)."""
+
+    def connected(self, device_id, connection_id, until, closed=None):
+        return False
+
+
 class _Subscriptions:
     def ends(self, credential_ends):
         return credential_ends
@@ -85,7 +92,8 @@ class _Subscriptions:
 @pytest.mark.parametrize("device, answer, metric", [
     (_FullDevice, {"statusCode": 429, "headers": {"Retry-After": "1"}}, names.CONNECTIONS_REFUSED),
     (_RevokedDevice, {"statusCode": 401}, names.REVOKED_CREDENTIAL_REQUESTS),
-], ids=["over-the-cap", "credential-revoked"])
+    (_UnknownDevice, {"statusCode": 404}, names.CONNECTIONS_REFUSED),  # it was let in, its cap never counting it
+], ids=["over-the-cap", "credential-revoked", "no-such-device"])
 def test_a_refused_connect_is_answered_and_counted(monkeypatch, capsys, device, answer, metric):
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
     monkeypatch.setenv("TABLE_NAME", "devices")
