@@ -52,7 +52,10 @@ PUSH_VARIABLES = STORAGE_VARIABLES + (FLEET_INDEX, REQUIRE_REGISTERED_CREDENTIAL
 
 MAX_BUDGET_SECONDS = 20.0  # must stay under API Gateway's 29 s integration timeout
 MAX_SETTLE_SECONDS = 15.0
-MIN_RETENTION_SECONDS = 60
+# Past a WebSocket connection's 2 hours: the fan-out leaves a follower of some sections where it last
+# heard until one of them changes, and its catch-up then reads the feed from there (a minute's
+# retention threw caught-up followers out with changes-expired).
+MIN_RETENTION_SECONDS = 3 * 60 * 60
 MAX_RETENTION_SECONDS = MAX_TOMBSTONE_SECONDS = 366 * 24 * 60 * 60
 
 

@@ -8,6 +8,7 @@ from constructs import Construct
 from functions.device_state import DEFAULT_RETENTION_SECONDS
 from functions.device_state import DEFAULT_TOMBSTONE_SECONDS
 from functions.auth.credentials import AUTH_AUDIENCE
+from functions.config import MAX_RETENTION_SECONDS, MIN_RETENTION_SECONDS
 from functions.device_state import FleetIndex, FleetIndexError
 
 from .api import DeviceApi, DeviceDomain
@@ -103,6 +104,16 @@ def _optional_int(value) -> int | None:
     return None if str(value).lower() in ("none", "") else int(value)
 
 
+def _retention(value) -> int:
+    """changeRetentionSeconds, within what every function takes (a function refuses any other at its
+    first request): refused at the synth, not by every request of the deployed service."""
+    seconds = int(value) if str(value).isdigit() else -1
+    if not MIN_RETENTION_SECONDS <= seconds <= MAX_RETENTION_SECONDS:
+        raise ValueError(f"context changeRetentionSeconds: {value!r} is not {MIN_RETENTION_SECONDS} to "
+                         f"{MAX_RETENTION_SECONDS} seconds")
+    return seconds
+
+
 def _generation(value) -> int:
     """A whole number from context (``-c`` gives a string)."""
     if isinstance(value, str) and value.isdigit():
@@ -165,6 +176,7 @@ class DeviceStateStack(Stack):
             audiences = f"{auth_environment[AUTH_AUDIENCE]},{self.console.client.user_pool_client_id}"
             auth_environment[AUTH_AUDIENCE] = audiences
         require_registered = _flag(context(self, "requireRegisteredCredentials"))
+        retention = _retention(context(self, "changeRetentionSeconds"))
         domain_name = context(self, "deviceDomainName")
         self.api = DeviceApi(
             self, "DeviceApi",
@@ -174,7 +186,7 @@ class DeviceStateStack(Stack):
             require_if_match=_flag(context(self, "requireIfMatch")),
             reserved_concurrency=_optional_int(context(self, "reservedConcurrency")),
             waiting_reserved_concurrency=_optional_int(context(self, "waitingReservedConcurrency")),
-            change_retention_seconds=int(context(self, "changeRetentionSeconds")),
+            change_retention_seconds=retention,
             snap_start=_flag(context(self, "snapStart")),
             auth_environment=auth_environment,
             token_environment={**self.device_tokens.signing_environment, **self.sealing.environment},
@@ -188,12 +200,12 @@ class DeviceStateStack(Stack):
         self.sealing.grant_seal(self.api.function)
         self.changes = ChangeFeed(self, "ChangeFeed", table=self.devices.table, code=self.api.code,
                                   layer=self.api.layer,
-                                  retention_seconds=int(context(self, "changeRetentionSeconds")),
+                                  retention_seconds=retention,
                                   snap_start=_flag(context(self, "snapStart")),
                                   publish_events=_flag(context(self, "publishEvents")))
         self.push = Push(self, "Push", table=self.devices.table, code=self.api.code, layer=self.api.layer,
                          authorizer=self.api.authorizer_handler, auth_environment=auth_environment,
-                         retention_seconds=int(context(self, "changeRetentionSeconds")),
+                         retention_seconds=retention,
                          throttle_rate=float(context(self, "throttleRateLimit")),
                          throttle_burst=int(context(self, "throttleBurstLimit")),
                          snap_start=_flag(context(self, "snapStart")), fleet_index=fleet_index,
@@ -204,12 +216,12 @@ class DeviceStateStack(Stack):
         # The fleet index's backfill, for fields declared on a table that already holds devices.
         self.reindex = Reindex(
             self, "Reindex", table=self.devices.table, code=self.api.code, layer=self.api.layer,
-            fleet_index=fleet_index, retention_seconds=int(context(self, "changeRetentionSeconds")),
+            fleet_index=fleet_index, retention_seconds=retention,
         ) if fleet_index else None
         # Jobs: the runner, started by the API function and woken by its schedule (infra/jobs.py).
         self.jobs = JobRunner(self, "Jobs", table=self.devices.table, code=self.api.code, layer=self.api.layer,
                               fleet_index=fleet_index, cursor_key=self.api.cursor_key,
-                              retention_seconds=int(context(self, "changeRetentionSeconds")))
+                              retention_seconds=retention)
         self.jobs.let_start(self.api.function, self.api.waiting_function)
         self.monitoring = Monitoring(
             self, "Monitoring", table=self.devices.table, function=self.api.function, api=self.api.api,

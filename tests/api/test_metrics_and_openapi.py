@@ -158,10 +158,19 @@ def test_config_from_environment():
     {"TABLE_NAME": "t", "REQUIRE_IF_MATCH": "maybe", "CURSOR_KEY": KEY},
     {"TABLE_NAME": "t"},  # no cursor key: each instance would refuse the others' cursors
     {"TABLE_NAME": "t", "CURSOR_KEY": KEY[1:]},
+    {"TABLE_NAME": "t", "CURSOR_KEY": KEY, "CHANGE_RETENTION_SECONDS": "7200"},  # a connection's life: too short
 ])
 def test_bad_configuration_is_refused(environ):
     with pytest.raises(ConfigError):
         Config.from_environment(environ)
+
+
+def test_the_feed_outlives_any_connection_that_follows_it():
+    from functions.config import MIN_RETENTION_SECONDS
+    from functions.push.subscriptions import CONNECTION_LIFETIME_SECONDS
+
+    assert MIN_RETENTION_SECONDS > CONNECTION_LIFETIME_SECONDS
+    assert Config.from_environment({"TABLE_NAME": "t", "CURSOR_KEY": KEY, "CHANGE_RETENTION_SECONDS": "10800"})
 
 
 @pytest.mark.parametrize("request_path, server", [("/openapi.json", "/"), ("/prod/openapi.json", "/prod")])
