@@ -32,6 +32,12 @@ def test_an_object_is_refused_in_the_words_of_its_rule():
     assert refusal({"type": "object", "properties": {"put": OBJECT}}, {"put": {}}) == "put needs state"
 
 
+@pytest.mark.parametrize("text", ["1e999999999", "-1e1000000", "1e999999", "1e18", "1e-999999999"])
+def test_a_number_past_any_exponent_is_refused_not_a_500(text):
+    """abs() of 1e1000000 is past the decimal context's exponents: an Overflow, answered 500."""
+    assert refusal(OBJECT, {"state": {}, "n": loads(f'{{"n": {text}}}')["n"]}) == "n must be an integer from 1 to 9"
+
+
 def test_a_whole_number_is_an_integer_and_a_boolean_is_not():
     assert validate(OBJECT, {"state": {}, "n": Decimal("3.0")}) == {"state": {}, "n": 3}
     assert isinstance(validate(OBJECT, loads('{"state": {}, "n": 3}'))["n"], int)
