@@ -496,7 +496,8 @@ def test_a_token_command_may_print_an_oauth_answer_and_a_failing_one_says_why(tm
     assert credentials.bearer_token() == "opaque-token"
     with pytest.raises(CredentialsError, match="exited 3: .*no key"):
         CommandCredentials("echo no key >&2; exit 3").bearer_token()
-    with pytest.raises(CredentialsError, match="no single token"):
-        CommandCredentials("echo two words").bearer_token()
+    for printed in ("echo two words", """echo '{"access_token": 5}'""", """echo '{"token": ["a"]}'"""):
+        with pytest.raises(CredentialsError, match="no single token"):  # not a TypeError's traceback
+            CommandCredentials(printed).bearer_token()
     with pytest.raises(CredentialsError, match="DEVICE_STATE_TOKEN_NOT_SET"):
         TokenCredentials.from_environment("DEVICE_STATE_TOKEN_NOT_SET")

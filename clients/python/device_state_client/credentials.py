@@ -93,7 +93,7 @@ class CommandCredentials(TokenCredentials):
                 lifetime = answer.get("expires_in", answer.get("expiresIn"))
             except (ValueError, AttributeError):
                 output = ""
-        if not output or any(character.isspace() for character in output):
+        if not isinstance(output, str) or not output or any(character.isspace() for character in output):
             raise CredentialsError(f"the token command printed no single token: {self.command}")
         expires = token_expiry(output)
         if expires is None and isinstance(lifetime, (int, float)):
