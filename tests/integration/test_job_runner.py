@@ -427,7 +427,7 @@ def test_a_forced_cancel_whose_removal_does_not_apply_removes_the_leaves_when_it
     """A forced cancel meets a device on its first page that another holds a lease on (its
     removal refused, 423), or whose writes DynamoDB throttles: its execution is CANCELED and every
     other device's leaves are removed, the next page's too, so the job idles with the job's leaf
-    on that device alone, due still. Once the lease ended (the throttling passed), a runner
+    on that device alone, due again a minute later (not at every turn of the schedule). Once the lease ended (the throttling passed), a runner
     coming back after the executions' deadline removes it, and the job completes. A runner that
     does not try again (or lets the lease's refusal escape) leaves the leaf on the device for
     good; one that waits on that device leaves the pages after it undone."""
@@ -445,11 +445,26 @@ def test_a_forced_cancel_whose_removal_does_not_apply_removes_the_leaves_when_it
     versions, found = rig.versions(ids)
     assert [device_id for device_id in ids if job_marks.mark_of(found[device_id], "j1")] == ids
     assert [device_id for device_id in ids if rig.manager.get(device_id).desired] == [ids[1]]
-    assert head.record.completed_ms is None and head.due(int(time.time() * 1000))
+    now_ms = int(time.time() * 1000)
+    assert head.record.completed_ms is None and not head.due(now_ms) and head.due(now_ms + 61_000)
     lease.release() if blocked_by == "lease" else setattr(client, "on", False)
     run_until_done(rig.runner(client, ahead=700))  # after the 600 s window: TIMED_OUT, were it still in progress
     assert rig.manager.get(ids[1]).desired == {}
     assert rig.jobs.head("j1").record.status == "CANCELED" and rig.counts_agree_with_executions()["CANCELED"] == 120
+
+
+def test_a_forced_cancel_removes_a_nested_leaf_and_the_object_it_leaves_empty_not_what_others_hold(rig):
+    """Nulls at the job's leaves alone left {"fan": {}} on the device, a leaf of its own that the
+    delta asked for (found by a hostile review); an object still holding another leaf stays."""
+    ids = rig.devices(2)
+    rig.manager.update_with_retry(ids[1], MergePatch({"fan": {"mode": "auto"}, "keep": 1}), section="desired")
+    rig.job(deviceIds=ids, timeoutSeconds=600, desired={"fan": {"speed": 3}})
+    assert rig.runner().run("j1", 30).status == IDLE
+    assert [rig.manager.get(device_id).desired for device_id in ids] == [
+        {"fan": {"speed": 3}}, {"fan": {"mode": "auto", "speed": 3}, "keep": 1}]
+    rig.manager.jobs().cancel("j1", force=True)
+    run_until_done(rig.runner())
+    assert [rig.manager.get(device_id).desired for device_id in ids] == [{}, {"fan": {"mode": "auto"}, "keep": 1}]
 
 
 def test_a_forced_cancel_whose_runner_died_between_a_cancel_and_its_removal_removes_it_on_the_next_run(
@@ -463,11 +478,11 @@ def test_a_forced_cancel_whose_runner_died_between_a_cancel_and_its_removal_remo
     rig.manager.jobs().cancel("j1", force=True)
     remove = JobRunner._remove_owned
 
-    def dies_once(self, spec, device_id, version, removal):
+    def dies_once(self, spec, device_id, version):
         if device_id == ids[1]:
             monkeypatch.setattr(JobRunner, "_remove_owned", remove)
             raise RuntimeError("the invocation timed out")
-        return remove(self, spec, device_id, version, removal)
+        return remove(self, spec, device_id, version)
 
     monkeypatch.setattr(JobRunner, "_remove_owned", dies_once)
     with pytest.raises(RuntimeError):
@@ -744,6 +759,38 @@ def test_an_abort_criterion_met_stops_the_job_and_cancels_what_is_queued(rig):
     assert counts["FAILED"] == 30 and counts["IN_PROGRESS"] == 70 and counts["CANCELED"] == 150
     versions, _ = rig.versions(ids)
     assert all(versions[device_id] == 1 for device_id in ids[100:])  # queued when it aborted: never written
+
+
+@pytest.mark.parametrize("abort", [True, False], ids=["abort-criterion", "control-none"])
+def test_an_abort_criterion_met_while_a_paced_batch_writes_ends_the_batch_then(rig, abort):
+    """A paced batch claims what its rollout allows over 10 s, and its look-out read the run item
+    alone: a criterion the devices' refusals met went unseen until the batch ended (19 devices
+    more written over 9.5 s, found by a hostile review). The control, with no criterion, writes on."""
+    from functions.device_state.jobs.executions import Verdict
+    from functions.device_state.jobs.finals import Final, Finals
+
+    ids = rig.devices(30)
+    spec = rig.job(deviceIds=ids, timeoutSeconds=3600, rollout={"maxPerMinute": 240},  # 4 a second: 7.5 s for 30
+                   **({"abort": [{"on": "FAILED", "thresholdPercent": 50, "minExecuted": 2}]} if abort else {}))
+    writes = itertools.count()
+
+    def refused_by_the_first_two():  # as the tracker records the refusals of the devices written first
+        if next(writes) == 2:
+            now_ms = int(time.time() * 1000)
+            Finals(rig.pipeline).record("j1", items.retire_at(spec), [
+                Final(device_id, Verdict("FAILED", now_ms, 400, "no"), 2, True) for device_id in ids[:2]])
+
+    client = Slow(dynamodb_client(rig.dynamodb_local.endpoint, "us-east-1"), 0, job_writes_only=True,
+                  before_job_write=refused_by_the_first_two)
+    rig.runner(client).run("j1", 30)
+    written = client.job_writes
+    if abort:
+        assert written <= 2 + 4 * (STOP_POLL_SECONDS + 1), written  # a look a second, 4 writes a second
+        rig.runner().run("j1", 30)  # the next step aborts it (what it wrote waits for its deadline)
+        head = rig.jobs.head("j1")
+        assert head.record.status == "ABORTED" and head.counts_by_state["CANCELED"] == 30 - written
+    else:
+        assert written == 30
 
 
 def test_the_schedule_finds_a_new_job_and_make_serves_loop_runs_it_to_the_end(rig):

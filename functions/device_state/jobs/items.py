@@ -247,8 +247,8 @@ class Head:
         run = self.run
         if self.record.completed_ms is not None or (run.owner is not None and run.until_ms >= now_ms):
             return False
-        stopping = run.stop is not None and (run.stopped_ms is None or (run.force and run.forced < run.at)
-                                             or bool(run.force_left))
+        # a removal left (a lease, throttling) waits for the wake its runner set: tried again once a minute
+        stopping = run.stop is not None and (run.stopped_ms is None or (run.force and run.forced < run.at))
         return stopping or run.wake_ms is None or run.wake_ms <= now_ms or self.completable() or self.abortable()
 
     def completable(self) -> bool:

@@ -36,6 +36,7 @@ import itertools
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -54,6 +55,8 @@ from ..errors import (
     StorageUnavailable,
 )
 from ..item import job_marks, schema
+from ..model.desires import without_leaves
+from ..model.device import Device
 from ..model.patches import MergePatch
 from ..model.sections import DESIRED
 from ..write.outcomes import Moved
@@ -98,14 +101,14 @@ class Progress:
 
 class StopWatch:
     """A batch's look-out for a stop (a cancel, an abort, ``endsAt``) or its run taken by another
-    runner: it reads the run item after every ``STOP_CHECK_WRITES`` writes begun, and at least
-    every ``STOP_POLL_SECONDS``, so after a cancel about that many writes begin, and those begun
-    while the look is answered (those in flight land), however fast the batch writes. A look that
-    fails is taken again at the next turn. ``stopped`` is set once it saw one; the batch calls
-    ``finish`` when it ends."""
+    runner: it looks (``look``: True when the batch must stop) after every ``STOP_CHECK_WRITES``
+    writes begun, and at least every ``STOP_POLL_SECONDS``, so after a cancel about that many
+    writes begin, and those begun while the look is answered (those in flight land), however fast
+    the batch writes. A look that fails is taken again at the next turn. ``stopped`` is set once it
+    saw one; the batch calls ``finish`` when it ends."""
 
-    def __init__(self, read_run, owner: str):
-        self._read_run, self._owner = read_run, owner
+    def __init__(self, look: Callable[[], bool]):
+        self._look = look
         self.stopped, self.finished, self._due = threading.Event(), threading.Event(), threading.Event()
         self._begun = itertools.count(1)
 
@@ -125,11 +128,11 @@ class StopWatch:
             if self.finished.is_set():
                 return
             try:
-                run = self._read_run()
+                stop = self._look()
             except Exception:  # noqa: BLE001 - a look that failed is taken again, never the end of the watch
                 logger.warning("a look for a job's stop failed; looking again", exc_info=True)
                 continue
-            if run.stop is not None or run.owner != self._owner:
+            if stop:
                 self.stopped.set()
                 return
 
@@ -242,6 +245,23 @@ class JobRunner:
 
     # ------------------------------------------------------------- stops
 
+    def _stop_look(self, spec: JobSpec) -> Callable[[], bool]:
+        """What a batch's ``StopWatch`` reads: the run item alone (a stop asked, or the run
+        another's); for a job with abort criteria its head (one query: the run and the counts),
+        so that a criterion met while a paced batch writes ends the batch then, not its 10 s later
+        (the next step aborts the job)."""
+        def stopped(run: items.RunState) -> bool:
+            return run.stop is not None or run.owner != self.owner
+
+        if not spec.abort:
+            return lambda: stopped(self._jobs.run(spec.job_id))
+
+        def look() -> bool:
+            head = self._jobs.head(spec.job_id)
+            return head is None or stopped(head.run) or any(
+                criterion.met(head.counts_by_state) for criterion in spec.abort)
+        return look
+
     def _stopping(self, head: Head, now: float) -> bool:
         """Asks a stop when ``endsAt`` passed or an abort criterion is met; True when it did."""
         spec = head.record.spec
@@ -303,14 +323,13 @@ class JobRunner:
         end = min((run.forced // PAGE_SIZE + 1) * PAGE_SIZE, run.at)
         left = []
         if page is not None:
-            removal = MergePatch(_nulls(spec.leaves))
             written = self._written(spec, page, run.forced, end)
             finals = self._jobs.final_states(spec.job_id, [device_id for _, device_id, _, _ in written])
             for position, device_id, version, deadline_ms in written:
                 if device_id not in finals:
-                    removed = self._force_one(spec, device_id, version, deadline_ms, removal)
+                    removed = self._force_one(spec, device_id, version, deadline_ms)
                 else:  # CANCELED: removed again where still owed; another final was not the job's to cancel
-                    removed = finals[device_id] != CANCELED or self._remove_owned(spec, device_id, version, removal)
+                    removed = finals[device_id] != CANCELED or self._remove_owned(spec, device_id, version)
                 if not removed:
                     left.append(position)
         self._jobs.update_run(spec.job_id, self.owner, sets={
@@ -322,17 +341,17 @@ class JobRunner:
         job still owns the device's leaves; the job idles while any is left, for the schedule to
         take it up again (a lease on the device may last long: the rest of the job went on)."""
         spec, run = head.record.spec, head.run
-        removal, still = MergePatch(_nulls(spec.leaves)), []
+        still = []
         for number in sorted({position // PAGE_SIZE for position in run.force_left}):
             page = self._jobs.page(spec.job_id, number)
             written = self._written(spec, page, number * PAGE_SIZE, (number + 1) * PAGE_SIZE) if page else []
             still += [position for position, device_id, version, _ in written if position in run.force_left
-                      and not self._remove_owned(spec, device_id, version, removal)]
+                      and not self._remove_owned(spec, device_id, version)]
         self._jobs.update_run(spec.job_id, self.owner, sets={items.FORCE_LEFT: tuple(still) or None},
                               lease_seconds=self.lease_seconds)
         return self._idle(head, int((self._runtime.clock() + FORCE_RETRY_SECONDS) * 1000)) if still else None
 
-    def _force_one(self, spec: JobSpec, device_id: str, version: int, deadline_ms: int, removal: MergePatch) -> bool:
+    def _force_one(self, spec: JobSpec, device_id: str, version: int, deadline_ms: int) -> bool:
         """The device's execution CANCELED and the job's leaves removed while the job still owns
         them; False when the removal did not apply."""
         expires = items.retire_at(spec)
@@ -344,9 +363,9 @@ class JobRunner:
         canceled = Final(device_id, Verdict(CANCELED, int(self._runtime.clock() * 1000)), version, True)
         if not self._finals.record(spec.job_id, expires, [canceled]):
             return True  # the stream made it final meanwhile: the job no longer owns the outcome
-        return self._remove_owned(spec, device_id, version, removal)
+        return self._remove_owned(spec, device_id, version)
 
-    def _remove_owned(self, spec: JobSpec, device_id: str, version: int, removal: MergePatch) -> bool:
+    def _remove_owned(self, spec: JobSpec, device_id: str, version: int) -> bool:
         """The job's leaves removed from the device while the job still owns them (``owns_leaves``:
         whatever the execution came to since its CANCELED, past its deadline too); False when the
         removal did not apply."""
@@ -354,6 +373,7 @@ class JobRunner:
             if not owns_leaves(spec.leaves, version, current, self._runtime.clock()):
                 return  # another writer set a leaf (or the device went): its leaves are not the job's now
             planner = self._pipeline.planner()
+            removal = _removal(spec.leaves, Device.from_item(current).desired)
             self._pipeline.send(planner, planner.replace_state(current, removal, None, UPDATED, DESIRED))
 
         try:
@@ -483,7 +503,7 @@ class JobRunner:
             entries = [entry for entry in entries if entry[2] not in final]
         sent_before = run.sent - sum(1 for _ in _inside(pages, run.batch))  # (a paced batch's are in a row)
         started = run.started_ms / 1000
-        watch = StopWatch(lambda: self._jobs.run(spec.job_id), self.owner)
+        watch = StopWatch(self._stop_look(spec))
         # no write starts once the lease is about to lapse: another runner may take the job up then
         lease_end = run.until_ms / 1000 - self.lease_seconds / 3
         threading.Thread(target=watch.run, daemon=True).start()
@@ -653,16 +673,17 @@ def _inside(pages: list[Page], batch: tuple[int, int]):
                 yield page, index, device_id
 
 
-def _nulls(leaves: dict) -> dict:
-    """The merge patch that removes ``leaves`` (pointers) from desired."""
-    patch: dict = {}
-    for pointer in leaves:
-        parts = [part.replace("~1", "/").replace("~0", "~") for part in pointer.split("/")[1:]]
-        node = patch
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = None
-    return patch
+def _removal(leaves: dict, desired: dict) -> MergePatch:
+    """The merge patch that removes ``leaves`` (pointers) from ``desired``, and the objects that
+    leaves empty: nulls at the leaves alone would leave ``{"fan": {}}`` where the job set
+    fan/speed, an empty object being a leaf of its own that the delta would ask for."""
+    return MergePatch(_merge_diff(desired, without_leaves(desired, leaves)))
+
+
+def _merge_diff(before: dict, after: dict) -> dict:
+    """The merge patch from ``before`` to ``after``, where ``after`` only lacks members of ``before``."""
+    return {key: None if key not in after else _merge_diff(value, after[key])
+            for key, value in before.items() if key not in after or (isinstance(value, dict) and value != after[key])}
 
 
 STUCK_AFTER_MS = 5 * 60 * 1000  # a job due this long with no runner at it is stuck
