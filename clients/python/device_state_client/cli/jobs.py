@@ -193,7 +193,7 @@ def show_job(job_id, watch, output):
 @click.argument("job_id", metavar="ID", type=ID)
 @click.option("--force", is_flag=True,
               help="Also take the job's leaves back from the devices still in progress where the job still owns "
-                   "them (those executions become CANCELED); also on a job canceled already.")
+                   "them (those executions become CANCELED); also on a job canceled already, until it completed.")
 @click.option("--idempotency-key", "idempotency_key", metavar="KEY",
               help="The cancel's Idempotency-Key (default: a new one). The same command with the same key answers "
                    "the job its first run canceled, rather than 409 job-ended.")
