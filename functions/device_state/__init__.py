@@ -74,7 +74,8 @@ from .item.room import MAX_STATE_ITEM_BYTES
 from .identity.credentials import (CERTIFICATE, CREDENTIAL_SK_PREFIX, KINDS as CREDENTIAL_KINDS, PUBLIC_KEY, SECRET,
                                    CredentialRecord)
 from .identity.enrollments import (ENROLLMENT_ID_PATTERN, MAX_DEVICES as MAX_ENROLLMENT_DEVICES, MAX_ID_PATTERN_CHARS,
-                                   MAX_LIMIT as MAX_ENROLLMENTS_LIMIT, Enrollment, EnrollmentExists, InvalidEnrollment, check_id_pattern)
+                                   MAX_LIMIT as MAX_ENROLLMENTS_LIMIT, Enrollment, EnrollmentExists, InvalidEnrollment,
+                                   check_id_pattern)
 from .identity.provisioning import Provisioned
 from .item.credentials import (CREDENTIAL_ID_PATTERN, MAX_CREDENTIALS, Holder, certificate_id, new_credential_id,
                                entries as credential_entries, registered as registered_credentials,

@@ -333,7 +333,8 @@ def test_an_upgrade_with_two_tokens_is_refused_as_a_rest_request_is(server):
         assert refused.value.response.status_code == 401
     for credentials, query in (({}, f"?token={first}&token={second}"),
                                ({"Authorization": f"Bearer {first}"}, f"?token={second}"),  # the header and another
-                               ({"Authorization": f"Bearer {first}", "Sec-WebSocket-Protocol": f"bearer.{second}"}, "")):
+                               ({"Authorization": f"Bearer {first}",
+                                 "Sec-WebSocket-Protocol": f"bearer.{second}"}, "")):
         with pytest.raises(InvalidStatus) as refused:
             _connect(server, credentials, query=query)
         assert refused.value.response.status_code == 401

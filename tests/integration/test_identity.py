@@ -11,7 +11,8 @@ import pytest
 
 from functions.device_state import (MAX_CREDENTIALS, SECRET, AssertionReplayed, ChangeLog, CredentialNotFound,
                                     CredentialRecord, CredentialRevoked, DeviceNotFound, DeviceStateManager,
-                                    Enrollment, EnrollmentExists, Holder, InvalidCursor, InvalidEnrollment, InvalidSince, MergePatch, Operation,
+                                    Enrollment, EnrollmentExists, Holder, InvalidCursor, InvalidEnrollment, InvalidSince,
+                                    MergePatch, Operation,
                                     JsonPatch, ProvisioningRefused, TooManyConnections, TooManyCredentials, certificate_id,
                                     new_credential_id, table)
 from functions.device_state.item.credentials import provisioned_credential_id, registered
