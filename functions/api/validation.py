@@ -198,7 +198,8 @@ def _number(schema: dict, value, where: str, what: str = "a number"):
     """A JSON number (the service reads every number as a Decimal); for ``integer``, a whole one
     (``3`` or ``3.0``, as JSON Schema counts it), taken as an int."""
     # adjusted(), not abs(): abs() rounds to the context, and 1e1000000 is past its exponents (an Overflow, a 500)
-    if what == "an integer" and isinstance(value, Decimal) and value.is_finite() and value.adjusted() < 18 \
+    if what == "an integer" and isinstance(value, Decimal) and value.is_finite() \
+            and (value.is_zero() or value.adjusted() < 18) \
             and value == value.to_integral_value():
         value = int(value)
     wrong_type = isinstance(value, bool) or not isinstance(value, (int, Decimal) if what == "a number" else int)

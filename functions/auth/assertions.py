@@ -35,8 +35,9 @@ ES256, RS256, HS256 = "ES256", "RS256", "HS256"
 ALGORITHMS = (ES256, RS256, HS256)
 MIN_RSA_BITS = 2048
 MAX_PEM_CHARS = 16384  # a public key or certificate as registered
-# One PEM block (RFC 7468) with nothing around it but white space: cryptography's loaders read the
-# first block they find and drop whatever follows, so a second key would be registered unseen.
+# One PEM block (RFC 7468), text around it ignored (openssl's -text, a PKCS#12 export's bag
+# attributes): cryptography's loaders read the first block they find and drop whatever follows,
+# so a second block (another key, a certificate's chain) would be registered unseen.
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----[A-Za-z0-9+/=\s]+-----END \1-----")
 LAST_EPOCH_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z
 
@@ -171,15 +172,16 @@ def public_key(pem: str):
     try:
         key = serialization.load_pem_public_key(_one_block(pem))
     except (ValueError, TypeError, UnicodeError):
-        raise InvalidKey("publicKey is not one public key in PEM (-----BEGIN PUBLIC KEY-----), alone") from None
+        raise InvalidKey("publicKey is not one public key in PEM (-----BEGIN PUBLIC KEY-----)") from None
     return key, key_algorithm(key)
 
 
 def _one_block(pem: str) -> bytes:
-    """``pem``'s bytes when it is one PEM block alone (``_PEM_BLOCK``); ValueError otherwise."""
-    if not isinstance(pem, str) or not _PEM_BLOCK.fullmatch(pem.strip()):
-        raise ValueError("not one PEM block alone")
-    return pem.encode()
+    """The one PEM block of ``pem`` (``_PEM_BLOCK``); ValueError for none, or more than one."""
+    found = _PEM_BLOCK.search(pem) if isinstance(pem, str) and pem.count("-----BEGIN ") == 1 else None
+    if found is None:
+        raise ValueError("not one PEM block")
+    return found.group(0).encode()
 
 
 def key_algorithm(key) -> str:
@@ -221,8 +223,8 @@ def certificate(pem: str) -> Certificate:
     try:
         parsed = x509.load_pem_x509_certificate(_one_block(pem))
     except (ValueError, TypeError, UnicodeError):
-        raise InvalidKey("certificate is not one X.509 certificate in PEM (-----BEGIN CERTIFICATE-----), "
-                         "alone") from None
+        raise InvalidKey("certificate is not one X.509 certificate in PEM (-----BEGIN CERTIFICATE-----): "
+                         "a chain is the device's certificate alone") from None
     key = parsed.public_key()
     key_algorithm(key)
     digest = thumbprint(parsed.public_bytes(serialization.Encoding.DER))

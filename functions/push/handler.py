@@ -181,8 +181,8 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
                          currentVersion=expired.current_version) from None
     except InvalidSince as invalid:
         raise BadMessage("invalid-since", "Invalid since", str(invalid)) from None
-    except DeviceNotFound as missing:  # a device not created yet may be followed from 0: its first change comes
-        _refuse_revoked(missing, device_id, holder)  # by fan-out (to the device itself only with a certificate)
+    except DeviceNotFound as missing:  # a back-end may follow a device not created yet from 0 (a device's own
+        _refuse_revoked(missing, device_id, holder)  # connect waits for it): its first change comes by fan-out
         if since:
             raise BadMessage("invalid-since", "Invalid since", f"{device_id} has no version yet: subscribe from 0") \
                 from None

@@ -185,9 +185,10 @@ def test_a_device_id_holding_a_character_no_route_takes_is_400_not_a_405_allowin
     assert api("DELETE", f"/devices/ok/leases/{raw}").status == 400  # not a device id: refused all the same
 
 
-def test_a_pem_holding_a_second_key_or_text_around_it_or_a_certificate_expired_is_400_and_registers_nothing(api):
+def test_a_pem_holding_a_second_block_or_a_certificate_expired_is_400_and_registers_nothing(api):
     """cryptography reads a PEM's first block and drops the rest: a second key pasted after the
-    first was registered unseen (an assertion it signed then refused), text around it taken."""
+    first was registered unseen (an assertion it signed then refused). Text around the one block
+    is ignored (RFC 7468), as openssl's -text and a PKCS#12 export's bag attributes put there."""
     import datetime
 
     from cryptography.hazmat.primitives import serialization
@@ -203,12 +204,13 @@ def test_a_pem_holding_a_second_key_or_text_around_it_or_a_certificate_expired_i
     cert = certificate.public_bytes(serialization.Encoding.PEM).decode()
     expired = self_signed_certificate("pem", days=-1)[0].public_bytes(serialization.Encoding.PEM).decode()
     create(api, {}, "pem")
-    for kind, pem in (("publicKey", one + two), ("publicKey", one + "trailing <script>"), ("publicKey", "hi\n" + one),
+    for kind, pem in (("publicKey", one + two), ("publicKey", "\n" + one + "-----BEGIN PUBLIC KEY-----\n"),
                       ("certificate", cert + cert), ("certificate", cert + one), ("certificate", expired)):
         refused = api("POST", "/devices/pem/credentials", {"type": kind, kind: pem})
         assert refused.status == 400 and refused.json["type"].endswith(":invalid-credential"), (kind, refused.text)
     assert api("GET", "/devices/pem/credentials").json["items"] == []
-    assert api("POST", "/devices/pem/credentials", {"type": "publicKey", "publicKey": f"\n{one}\n\n"}).status == 201
+    around = {"type": "publicKey", "publicKey": f"\ufeffBag Attributes\n{one}trailing <script>\n"}
+    assert api("POST", "/devices/pem/credentials", around).status == 201
     registered = api("POST", "/devices/pem/credentials", {"type": "certificate", "certificate": cert,
                                                            "expiresAt": "2099-01-01T00:00:00Z"})
     until = certificate.not_valid_after_utc.replace(microsecond=0)  # its notAfter, not the later expiresAt asked

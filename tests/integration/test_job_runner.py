@@ -785,7 +785,7 @@ def test_an_abort_criterion_met_while_a_paced_batch_writes_ends_the_batch_then(r
     rig.runner(client).run("j1", 30)
     written = client.job_writes
     if abort:
-        assert written <= 2 + 4 * (STOP_POLL_SECONDS + 1), written  # a look a second, 4 writes a second
+        assert written <= 2 + 4 * (2 * STOP_POLL_SECONDS + 1), written  # a look a second (one may just miss it)
         rig.runner().run("j1", 30)  # the next step aborts it (what it wrote waits for its deadline)
         head = rig.jobs.head("j1")
         assert head.record.status == "ABORTED" and head.counts_by_state["CANCELED"] == 30 - written

@@ -36,6 +36,7 @@ def test_an_object_is_refused_in_the_words_of_its_rule():
 def test_a_number_past_any_exponent_is_refused_not_a_500(text):
     """abs() of 1e1000000 is past the decimal context's exponents: an Overflow, answered 500."""
     assert refusal(OBJECT, {"state": {}, "n": loads(f'{{"n": {text}}}')["n"]}) == "n must be an integer from 1 to 9"
+    assert validate({"type": "integer"}, loads(f"{text[0] if text[0] == '-' else ''}0e1000000")) == 0  # a zero is one
 
 
 def test_a_whole_number_is_an_integer_and_a_boolean_is_not():

@@ -332,8 +332,10 @@ class JobRunner:
                     removed = finals[device_id] != CANCELED or self._remove_owned(spec, device_id, version)
                 if not removed:
                     left.append(position)
+        retry_ms = int((self._runtime.clock() + FORCE_RETRY_SECONDS) * 1000)  # the wake that retries what is left
         self._jobs.update_run(spec.job_id, self.owner, sets={
-            items.FORCED: end, **({items.FORCE_LEFT: tuple(sorted({*run.force_left, *left}))} if left else {})},
+            items.FORCED: end, **({items.FORCE_LEFT: tuple(sorted({*run.force_left, *left})),
+                                   items.WAKE: min(retry_ms, run.wake_ms or retry_ms)} if left else {})},
             lease_seconds=self.lease_seconds)
 
     def _force_left(self, head: Head) -> Progress | None:
