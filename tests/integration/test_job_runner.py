@@ -428,8 +428,8 @@ def test_a_forced_cancel_whose_removal_does_not_apply_removes_the_leaves_when_it
     removal refused, 423), or whose writes DynamoDB throttles: its execution is CANCELED and every
     other device's leaves are removed, the next page's too, so the job idles with the job's leaf
     on that device alone, due again a minute later (not at every turn of the schedule). Once the
-    lease ended (the throttling passed), a runner coming back after the executions' deadline removes it, and the job completes. A runner that
-    does not try again (or lets the lease's refusal escape) leaves the leaf on the device for
+    lease ended (the throttling passed), a runner coming back after the executions' deadline
+    removes it, and the job completes. A runner that does not try again (or lets the lease's refusal escape) leaves the leaf on the device for
     good; one that waits on that device leaves the pages after it undone."""
     ids = rig.devices(120)  # two target pages
     rig.job(deviceIds=ids, timeoutSeconds=600)
