@@ -107,7 +107,7 @@ def _optional_int(value) -> int | None:
 def _retention(value) -> int:
     """changeRetentionSeconds, within what every function takes (a function refuses any other at its
     first request): refused at the synth, not by every request of the deployed service."""
-    seconds = int(value) if str(value).isdigit() else -1
+    seconds = int(value) if str(value).isdecimal() else -1
     if not MIN_RETENTION_SECONDS <= seconds <= MAX_RETENTION_SECONDS:
         raise ValueError(f"context changeRetentionSeconds: {value!r} is not {MIN_RETENTION_SECONDS} to "
                          f"{MAX_RETENTION_SECONDS} seconds")

@@ -45,7 +45,7 @@ def test_the_processor_shares_the_api_asset_and_layer_on_arm64(template):
     assert environment[processor_config.CHANGE_RETENTION_SECONDS] == retention == "604800"
 
 
-@pytest.mark.parametrize("seconds", ["60", "7200", str(367 * 24 * 3600), "a week"])
+@pytest.mark.parametrize("seconds", ["60", "7200", str(367 * 24 * 3600), "a week", "\u00b2"])
 def test_a_retention_the_functions_would_refuse_fails_the_synth(seconds):
     """Each function refuses a retention outside its bounds at its first request: every request
     of the deployed service would fail. The feed outlives a WebSocket connection's 2 hours."""
