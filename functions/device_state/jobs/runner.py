@@ -258,8 +258,7 @@ class JobRunner:
 
         def look() -> bool:
             head = self._jobs.head(spec.job_id)
-            return head is None or stopped(head.run) or any(
-                criterion.met(head.counts_by_state) for criterion in spec.abort)
+            return head is None or stopped(head.run) or head.abortable()
         return look
 
     def _stopping(self, head: Head, now: float) -> bool:
