@@ -318,7 +318,11 @@ def test_a_key_never_makes_a_write_too_large_that_fits_without_one(local_table):
     assert manager.get("big").version == 3
 
 
-def test_a_keyed_transaction_of_large_devices_fits_as_without_a_key(manager):
+def test_a_keyed_transaction_of_large_devices_fits_as_without_a_key(local_table):
+    """On DynamoDB Local only: moto (5.1) sizes a binary attribute by its base64 text, a third
+    more than DynamoDB bills and limits, so the compressed states and their recorded answer
+    exceed its limit where DynamoDB's holds them."""
+    manager = DeviceStateManager(*local_table)
     states = {name: {"blob": _incompressible(150 * 1024)} for name in ("a", "b", "c")}
     for name in states:
         manager.create(name, {})
