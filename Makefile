@@ -98,9 +98,10 @@ $(CHROMIUM_STAMP): | $(PY)
 	@touch $@
 
 # Four pytest-xdist workers on 2 cores, a whole file each (a file's module-scoped server stays
-# on one worker): many tests wait (stalls, long-polls, servers starting, paced jobs), so more
-# workers than cores overlap those waits (at three, the cores sat idle a quarter of the run:
-# 655 CPU-s in 461 s; side by side, 412 s at four, 409 at five, 461 at three). Each worker starts
+# on one worker; tests/infra goes whole to one, which then starts jsii once): many tests wait
+# (stalls, long-polls, servers starting, paced jobs), so more workers than cores overlap those
+# waits (at three, the cores sat idle a quarter of the run: 655 CPU-s in 461 s; side by side,
+# 412 s at four, 409 at five, 461 at three). Each worker starts
 # its own DynamoDB Local and draws ports from its own range. Files go out in the order collected,
 # the slowest first (tests/conftest.py's SLOW_FILES), so no worker starts a long one near the end.
 # A test the engine fixture runs on both engines runs here on DynamoDB Local only: its moto twin
@@ -110,8 +111,8 @@ test: setup
 
 # The quick tier: no DynamoDB Local, no threads, no whole-toolchain runs (CDK CLI, make, pip).
 # It sets up the venv and the npm packages (the CDK's jsii runs the pinned Node 22) and never
-# checks for Java, which only DynamoDB Local needs. Two workers, a whole file each: a file's
-# module-scoped synth then runs once, not on both (72 s against 73, 125 CPU-s against 128).
+# checks for Java, which only DynamoDB Local needs. Two workers, a whole file each (tests/infra
+# all on one: tests/conftest.py's ONE_UNIT), so a module-scoped synth runs once, not on both.
 test-fast:
 	@$(MAKE) $(SIDE_BY_SIDE) setup-fast-steps
 	$(PY) -m pytest -n 2 --dist loadfile -m "not dynamodb_local and not concurrency and not toolchain"

@@ -146,6 +146,25 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: (rank.get(file_of(item), len(rank)), -tests_in[file_of(item)], file_of(item)))
 
 
+# The CDK's tests (tests/infra) go to one worker as one unit, not a file each: every process that
+# synthesizes pays for jsii's start (node, aws-cdk-lib's assembly) and its first synth, so
+# tests/infra cost make test-fast 41 CPU-s on two workers against 29 on one (measured).
+ONE_UNIT = "tests/infra/"
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile with tests/infra as one unit (ONE_UNIT); any other --dist as xdist has it."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LoadFileWithInfraAsOne(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return ONE_UNIT if nodeid.startswith(ONE_UNIT) else super()._split_scope(nodeid)
+
+    return LoadFileWithInfraAsOne(config, log)
+
+
 def new_table_name() -> str:
     return f"devices-{uuid.uuid4().hex[:12]}"
 

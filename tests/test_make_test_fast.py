@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -118,3 +119,19 @@ def test_make_test_hands_out_the_slow_files_first_and_each_of_them_exists():
     assert len(set(SLOW_FILES)) == len(SLOW_FILES)
     for path in SLOW_FILES:
         assert (REPO_ROOT / path).is_file(), path
+
+
+def test_tests_infra_goes_to_one_worker_as_one_unit_and_every_other_file_alone():
+    """Work units under --dist loadfile (both make targets): a file each, tests/infra all one."""
+    from tests.conftest import pytest_xdist_make_scheduler
+
+    settings = {"dist": "loadfile", "tx": ["2*popen"]}
+    scheduler = pytest_xdist_make_scheduler(SimpleNamespace(getvalue=settings.get), log=None)
+    units = {nodeid: scheduler._split_scope(nodeid) for nodeid in (
+        "tests/infra/test_stack.py::test_a", "tests/infra/test_auth_stack.py::test_b[x]",
+        "tests/api/test_http.py::test_c", "tests/api/test_http.py::test_d", "tests/api/test_push.py::test_e")}
+    assert len(set(units.values())) == 3
+    assert units["tests/infra/test_stack.py::test_a"] == units["tests/infra/test_auth_stack.py::test_b[x]"]
+    assert units["tests/api/test_http.py::test_c"] == units["tests/api/test_http.py::test_d"] != units[
+        "tests/api/test_push.py::test_e"]
+    assert pytest_xdist_make_scheduler(SimpleNamespace(getvalue={"dist": "load"}.get), log=None) is None
