@@ -5,7 +5,7 @@ self-invocations do (functions/jobs/handler.py). Every ``TICK_SECONDS`` each ope
 deployed, each job's run is an invocation of its own, so one job pacing its writes holds no
 other back. A created job starts within a tick, a paced or waiting one is woken when due, and a
 cancel is carried out. At most ``MAX_RUNS`` jobs run at once (deployed, the function's
-concurrency bounds them); the others wait for a tick with a run to spare."""
+concurrency bounds them): a run to spare goes to the due job that has waited longest."""
 
 from __future__ import annotations
 
@@ -24,14 +24,20 @@ def serve(manager, stop=lambda: False) -> None:
     """Runs due jobs until ``stop()`` is true, then waits for the runs under way to end."""
     runner = manager.job_runner()
     running: dict[str, threading.Thread] = {}
+    started: dict[str, int] = {}  # job id -> the tick its last run started on
+    tick = 0
     while not stop():
+        tick += 1
         running = {job_id: run for job_id, run in running.items() if run.is_alive()}
         try:
             due = [job_id for job_id in manager.due_jobs().job_ids if job_id not in running]
         except Exception:  # noqa: BLE001 - as the schedule's next minute would: the next tick looks again
             logger.exception("looking for due jobs failed; trying again")
             due = []
-        for job_id in due[:MAX_RUNS - len(running)]:
+        # The longest waiting first (never run before any): four paced jobs, due again each time
+        # their run ends, take turns with the others rather than keep every run to themselves.
+        for job_id in sorted(due, key=lambda job_id: started.get(job_id, 0))[:MAX_RUNS - len(running)]:
+            started[job_id] = tick
             running[job_id] = threading.Thread(target=_run, args=(runner, job_id), name=f"job {job_id}", daemon=True)
             running[job_id].start()
         time.sleep(TICK_SECONDS)

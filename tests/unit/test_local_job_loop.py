@@ -75,3 +75,11 @@ def test_no_more_than_max_runs_jobs_run_at_once(monkeypatch):
     monkeypatch.setattr(local_runner, "MAX_RUNS", 2)
     runs = _serve_while_paced_holds(local_runner.serve, monkeypatch, due=("paced", "paced-2", "paced-3"))
     assert runs == ["paced", "paced-2"], runs
+
+
+def test_a_run_to_spare_goes_to_the_job_that_waited_longest(monkeypatch):
+    """Jobs due again each time their run ends (as paced ones are) take turns: the first listed
+    does not take every run to spare while the others wait."""
+    monkeypatch.setattr(local_runner, "MAX_RUNS", 1)
+    runs = _serve_while_paced_holds(local_runner.serve, monkeypatch, due=("a", "b", "c"))
+    assert len(runs) >= 6 and runs[:6] == ["a", "b", "c"] * 2, runs
