@@ -422,7 +422,8 @@ def test_a_create_of_a_taken_id_in_the_same_millisecond_is_refused_though_neithe
     assert manager.enrollment("same").max_devices == 3
 
 
-@pytest.mark.parametrize("pattern", ["(a+)+", "(a|aa)*", r"(x)\1", "[", "", "a" * 300])
+@pytest.mark.parametrize("pattern", ["(a+)+", "(a|aa)*", r"(x)\1", "[", "", "a" * 300, "a{4294967295}",
+                                     "a{1,99999999999999999999}"])
 def test_an_id_pattern_whose_matching_could_run_away_or_that_is_no_pattern_is_refused(manager, pattern):
     with pytest.raises(InvalidEnrollment):
         manager.create_enrollment(enrollment(id_pattern=pattern))

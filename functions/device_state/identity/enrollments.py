@@ -94,7 +94,7 @@ def check_id_pattern(pattern) -> str:
     try:
         parsed = _parser.parse(pattern)
         re.compile(pattern)
-    except re.error as error:
+    except (re.error, OverflowError, RecursionError) as error:  # a repetition past re's bound, {4294967295}
         raise InvalidEnrollment(f"idPattern is not a regular expression: {error}") from None
     found = _runaway(parsed)
     if not found and _repetitions(parsed) > MAX_ID_PATTERN_REPETITIONS:
