@@ -268,3 +268,17 @@ def test_deep_or_invalid_transaction_and_lease_bodies_are_400_and_change_nothing
     create(api, {"n": 1})
     assert api("POST", path, raw=body).status == 400
     assert device(api)["version"] == 1 and api("GET", "/devices/h/leases").json["holder"] is None
+
+
+@pytest.mark.parametrize("method,path,body", [
+    ("POST", "/devices", '{"deviceId": "e", "state": {"x": 1e9999999999999999999}}'),
+    ("PATCH", "/devices/h", '{"x": 1e-9999999999999999999}'),
+    ("POST", "/devices/h/leases", '{"ttlSeconds": 1e9999999999999999999}'),
+    ("POST", "/transactions", '{"operations": [{"deviceId": "h", "check": true}], "x": 1e9999999999999999999}'),
+])
+def test_a_number_whose_exponent_decimal_cannot_hold_is_400_on_any_body_and_changes_nothing(api, method, path, body):
+    create(api, {"n": 1})
+    content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
+    result = api(method, path, raw=body, content_type=content_type)
+    assert result.status == 400 and result.json["type"].endswith(":invalid-value"), result.text
+    assert device(api)["version"] == 1 and api("GET", "/devices/e").status == 404

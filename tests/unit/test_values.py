@@ -30,6 +30,16 @@ def test_nan_and_infinity_are_refused(text):
     assert caught.value.limit == "number-finite"
 
 
+@pytest.mark.parametrize("text", ["1e9999999999999999999", "-1E+9999999999999999999", "1e-9999999999999999999",
+                                  "1." + "0" * 5000 + "1e9999999999999999999"])
+def test_a_number_whose_exponent_decimal_cannot_hold_is_out_of_range_not_a_crash(text):
+    """Decimal raised InvalidOperation past an exponent of 999999999999999999: a 500 on every body."""
+    with pytest.raises(InvalidValue) as caught:
+        loads(f'{{"a": {text}}}')
+    assert caught.value.limit == "number-range"
+    assert loads('{"a": 0e9999999999999999999, "b": -0.000E-9999999999999999999}') == {"a": 0, "b": 0}
+
+
 def test_absurd_nesting_is_a_value_error_not_a_crash():
     with pytest.raises(InvalidValue):
         loads("[" * 100000 + "]" * 100000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from decimal import Context, Decimal
+from decimal import Context, Decimal, InvalidOperation
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
@@ -19,6 +19,7 @@ DEVICE_ID_PATTERN = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_DEVICE_ID_CHARS}}}")
 MAX_SIGNIFICANT_DIGITS = 38
 MAX_EXPONENT = 125  # largest magnitude 9.99...E+125
 MIN_EXPONENT = -130  # smallest magnitude 1E-130
+RANGE = "1E-130 to under 1E+126 in magnitude"
 MAX_STATE_DEPTH = 31  # the state map itself is one level; 32 levels in all per attribute
 MAX_ITEM_BYTES = 400 * 1024
 # A page's items as stored (devices of a listing, changes of a feed), in bytes: no more than one
@@ -79,6 +80,17 @@ def check_new_id(kind: str, identifier: str, error: type[Exception]) -> str:
     return identifier
 
 
+def _decimal(text: str) -> Decimal:
+    """A JSON number as a Decimal, one whose exponent is past what Decimal holds (1e99999999999999999999)
+    refused as out of DynamoDB's range (a zero of it is 0, as any zero is)."""
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        if not re.search("[1-9]", re.split("[eE]", text)[0]):
+            return Decimal(0)
+        raise InvalidValue(f"number {text[:40]} is outside DynamoDB's range ({RANGE})", limit="number-range") from None
+
+
 def _reject_constant(name: str):
     raise InvalidValue(f"{name} is not a number JSON or DynamoDB can hold", limit="number-finite")
 
@@ -90,7 +102,7 @@ def loads(text: str | bytes):
     that cannot be encoded again."""
     try:
         value = json.loads(
-            text, parse_float=Decimal, parse_int=Decimal, parse_constant=_reject_constant
+            text, parse_float=_decimal, parse_int=Decimal, parse_constant=_reject_constant
         )
     except RecursionError:
         raise _too_deep(MAX_JSON_DEPTH) from None
@@ -184,7 +196,7 @@ def check_number(number) -> Decimal:
         )
     if not MIN_EXPONENT <= number.adjusted() <= MAX_EXPONENT:
         raise InvalidValue(
-            f"number {number} is outside DynamoDB's range (1E-130 to 9.9E+125 in magnitude)",
+            f"number {number} is outside DynamoDB's range ({RANGE})",
             limit="number-range",
         )
     return number
