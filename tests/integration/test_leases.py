@@ -252,6 +252,38 @@ def test_waiters_acquire_in_the_order_they_queued(local_manager):
     assert local_manager.get("lamp-1").state["order"] == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_a_waiter_whose_lease_is_short_keeps_its_place_however_long_it_waits(local_manager):
+    """A waiting row lives no longer than the lease asked for (here 1 s) and is refreshed at each
+    half of its life. Refreshed every 2.5 s whatever its life, it ran out under its waiter: the
+    waiter behind went first and the first was told its lease was gone."""
+    holder = local_manager.lease("lamp-1", ttl_seconds=30).acquire()
+    queue, order, errors = local_manager.lease_queue(), [], []
+
+    def waiter(name, ttl_seconds):
+        try:
+            with local_manager.lease("lamp-1", ttl_seconds=ttl_seconds, wait_seconds=20):
+                order.append(name)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = []
+    for name, ttl_seconds in (("short", 1), ("long", 30)):
+        threads.append(threading.Thread(target=waiter, args=(name, ttl_seconds)))
+        threads[-1].start()
+        deadline = time.monotonic() + 10
+        while queue.status("lamp-1").waiting < len(threads):  # queued before the next one starts
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    time.sleep(3)  # past the short row's life, and past the 2.5 s its refresh once waited
+    assert queue.status("lamp-1").waiting == 2
+    holder.release()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and order == ["short", "long"], (errors, order)
+
+
 def _counter_run(manager, use_lease: bool, threads: int = 6, rounds: int = 4) -> int:
     """Each thread does read, sleep, blind write (no version check) of a counter."""
     barrier = threading.Barrier(threads)

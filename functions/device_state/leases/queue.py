@@ -171,8 +171,11 @@ class LeaseQueue:
         ticket = self._draw(device_id)
         secret = secrets.token_hex(16)
         lease_id = f"{ticket}.{secret}"
-        row_refreshed = runtime.monotonic()
-        waiting_until = lambda: runtime.clock() + min(ttl_seconds, WAITING_ROW_SECONDS)  # noqa: E731
+        # A waiting row lives no longer than the lease would (a dead waiter holds the queue up no
+        # longer than a dead holder), refreshed at each half of its life: a poll's sleep ends then.
+        row_seconds = min(ttl_seconds, WAITING_ROW_SECONDS)
+        refresh_at = runtime.monotonic() + row_seconds / 2
+        waiting_until = lambda: runtime.clock() + row_seconds  # noqa: E731
         self._put_row(device_id, ticket, secret, owner, ttl_seconds, waiting_until(), first=True)
         try:
             while True:
@@ -187,9 +190,10 @@ class LeaseQueue:
                 if remaining <= 0:
                     runtime.observer.lease_busy(device_id)
                     raise LeaseBusy(device_id, holder_until, len(ahead))
-                runtime.sleep(min(remaining, runtime.rng.uniform(*POLL_SECONDS)))
-                if runtime.monotonic() - row_refreshed > WAITING_ROW_SECONDS / 2:
-                    row_refreshed = runtime.monotonic()
+                runtime.sleep(max(0.0, min(remaining, runtime.rng.uniform(*POLL_SECONDS),
+                                           refresh_at - runtime.monotonic())))
+                if runtime.monotonic() >= refresh_at:
+                    refresh_at = runtime.monotonic() + row_seconds / 2
                     self._put_row(device_id, ticket, secret, owner, ttl_seconds, waiting_until())
         except BaseException as error:
             if isinstance(error, OutcomeUnknown):
