@@ -170,7 +170,8 @@ def test_a_lease_id_never_issued_is_404_and_an_ended_one_410(lamp):
     lease = lamp("POST", "/devices/lamp-1/leases").json
     forged_secret = f"{lease['leaseId'].split('.')[0]}.{'0' * 32}"
     never_drawn = f"{lease['fencingToken'] + 50}.{'0' * 32}"
-    for lease_id in (forged_secret, never_drawn):
+    ticket_zero = f"0.{'0' * 32}"  # tickets start at 1: never one drawn, though below the counter
+    for lease_id in (forged_secret, never_drawn, ticket_zero):
         assert lamp("PUT", f"/devices/lamp-1/leases/{lease_id}").status == 404
         assert lamp("DELETE", f"/devices/lamp-1/leases/{lease_id}").status == 404
     assert lamp("DELETE", f"/devices/lamp-1/leases/{lease['leaseId']}").status == 204

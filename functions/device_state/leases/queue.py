@@ -493,10 +493,10 @@ class LeaseQueue:
         return not self._drawn(device_id, ticket)
 
     def _drawn(self, device_id: str, ticket: int) -> bool:
-        """Whether the device's counter has reached ``ticket``."""
+        """Whether the device's counter has reached ``ticket`` (they start at 1)."""
         counter = self._store.get({schema.PARTITION_KEY: {"S": device_id},
                                    schema.SORT_KEY: {"S": table.LEASE_COUNTER_SK}})
-        return ticket <= (int(counter[_TICKET]["N"]) if counter else 0)
+        return 1 <= ticket <= (int(counter[_TICKET]["N"]) if counter else 0)
 
 
 def _check_credential(device_id: str, refused: Refusals, credential: Holder | None, now: float) -> None:
