@@ -42,7 +42,6 @@ DEFAULT_LIST_LIMIT = 50
 DEFAULT_FEED_LIMIT = 100
 MAX_WAIT_SECONDS = 20  # a long-poll of the feed or the delta
 MAX_LEASE_WAIT_SECONDS = 25  # inside API Gateway's 29 s integration timeout
-MAX_OWNER_LENGTH = 128
 # Lease numbers: (minimum, maximum) of each member of a lease request's body.
 LEASE_LIMITS = {"ttlSeconds": (1, leases.MAX_TTL_SECONDS), "waitSeconds": (0, MAX_LEASE_WAIT_SECONDS)}
 
@@ -297,7 +296,7 @@ LEASE_BODY = Body({JSON: {"type": "object", "additionalProperties": False, "prop
     "ttlSeconds": {**_TTL, "description": DEVICE_TTL},
     "waitSeconds": {"type": "number", "minimum": LEASE_LIMITS["waitSeconds"][0],
                     "maximum": LEASE_LIMITS["waitSeconds"][1]},
-    "owner": {"type": "string", "minLength": 1, "maxLength": MAX_OWNER_LENGTH}}}}, required=False)
+    "owner": {"type": "string", "minLength": 1, "maxLength": leases.MAX_OWNER_CHARS}}}}, required=False)
 
 
 _JOB_ID = {"type": "string", "pattern": f"^{jobs.JOB_ID_PATTERN.pattern}$"}

@@ -10,7 +10,7 @@ import pytest
 from functions.config import ApiConfig as Config, ConfigError
 from functions.api.openapi import OPENAPI
 from functions.device_state.model.values import dumps
-from functions.device_state import DeviceStateManager
+from functions.device_state import DeviceStateManager, leases
 from functions.device_state import metrics as names
 
 
@@ -98,7 +98,7 @@ def test_the_documents_limits_are_the_services_constants():
     lease_body = paths["/devices/{deviceId}/leases"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert lease_body["properties"]["ttlSeconds"]["maximum"] == MAX_TTL_SECONDS
     assert lease_body["properties"]["waitSeconds"]["maximum"] == routes.MAX_LEASE_WAIT_SECONDS
-    assert lease_body["properties"]["owner"]["maxLength"] == routes.MAX_OWNER_LENGTH
+    assert lease_body["properties"]["owner"]["maxLength"] == leases.MAX_OWNER_CHARS
     key = next(p for p in paths["/devices"]["post"]["parameters"] if p["name"] == "Idempotency-Key")
     assert key["schema"]["pattern"] == f"^{KEY_PATTERN.pattern}$"
 

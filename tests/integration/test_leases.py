@@ -67,8 +67,13 @@ def test_a_lease_needs_an_existing_device_and_sane_numbers(manager):
     for bad in (0, 901, "x"):
         with pytest.raises(InvalidLease):
             manager.lease("lamp-1", ttl_seconds=bad)
-    with pytest.raises(InvalidLease):
-        manager.lease_queue().acquire("lamp-1", 10, wait_seconds=-1)
+    for wait_seconds in (-1, "abc", None, True, float("nan")):
+        with pytest.raises(InvalidLease):
+            manager.lease_queue().acquire("lamp-1", 10, wait_seconds=wait_seconds)
+    for owner in (5, {"a": 1}, "", "o" * 129):  # before anything is sent: no ticket drawn for them
+        with pytest.raises(InvalidLease):
+            manager.lease_queue().acquire("lamp-1", 10, owner=owner)
+    assert manager.lease("lamp-1", owner="o" * 128).acquire().fencing_token == 1
     with pytest.raises(InvalidLease):
         manager.lease_queue().heartbeat("lamp-1", "not-a-lease-id")
 

@@ -16,7 +16,7 @@ from functions.device_state.write.pipeline import WritePipeline
 from functions.device_state.write.planner import Planner
 from functions.device_state.runtime import Runtime
 from functions.device_state import AnswerLost
-from functions.device_state.write.store import FailedAnswer, Store
+from functions.device_state.write.store import IDEMPOTENT, FailedAnswer, Store
 
 NOW = 1_800_000_000.0
 ITEM = {**table.state_key("d"), "version": {"N": "3"}, "state": {"M": {}},
@@ -166,3 +166,23 @@ def test_a_transaction_cancelled_for_throughput_alone_is_sent_again_as_a_throttl
     client = ThrottledOnce()
     pipeline_on(client).send_together(planner, [planned], {"row": [{"Put": {}}]}, "token")
     assert client.sends == 2
+
+
+def test_a_request_botocore_refuses_to_send_is_refused_not_a_lost_answer():
+    """botocore checks a request's parameters before sending it: nothing can have been written, so
+    it is no AnswerLost (which a caller settles or answers 504) and no second copy is sent."""
+    from botocore.exceptions import ParamValidationError
+
+    from functions.device_state import RequestRefused
+
+    class Refusing:
+        calls = 0
+
+        def put_item(self, **request):
+            Refusing.calls += 1
+            raise ParamValidationError(report="Invalid type for parameter Item.owner.S")
+
+    store = Store(Refusing(), "devices", Runtime(clock=lambda: NOW, sleep=lambda _: None))
+    with pytest.raises(RequestRefused, match="not sent"):
+        store.send("put_item", IDEMPOTENT, Item={})
+    assert Refusing.calls == 1

@@ -5,7 +5,7 @@ that takes no lease never loads them."""
 
 import importlib
 
-from .limits import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, TICKET_DIGITS
+from .limits import DEFAULT_TTL_SECONDS, MAX_OWNER_CHARS, MAX_TTL_SECONDS, TICKET_DIGITS
 
 _LOADED_ON_USE = {"Lease": "handle", "LeaseGrant": "queue", "LeaseQueue": "queue", "LeaseStatus": "queue",
                   "check_ttl": "queue", "lease_token_of": "queue", "parse_lease_id": "queue"}
@@ -17,5 +17,5 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(f".{_LOADED_ON_USE[name]}", __name__), name)
 
 
-__all__ = ["DEFAULT_TTL_SECONDS", "Lease", "LeaseGrant", "LeaseQueue", "LeaseStatus", "MAX_TTL_SECONDS",
+__all__ = ["DEFAULT_TTL_SECONDS", "Lease", "LeaseGrant", "LeaseQueue", "LeaseStatus", "MAX_OWNER_CHARS", "MAX_TTL_SECONDS",
            "TICKET_DIGITS", "check_ttl", "lease_token_of", "parse_lease_id"]

@@ -32,6 +32,7 @@ import math
 import secrets
 import uuid
 from dataclasses import dataclass, replace
+from decimal import Decimal
 
 from .. import table
 from ..errors import (
@@ -60,7 +61,7 @@ from ..write.outcomes import Moved, Refusals
 from ..write.pipeline import WritePipeline
 from ..write.retry import RetryLoop
 from ..write.store import IDEMPOTENT
-from .limits import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, TICKET_DIGITS
+from .limits import DEFAULT_TTL_SECONDS, MAX_OWNER_CHARS, MAX_TTL_SECONDS, TICKET_DIGITS
 
 # A waiting row lives this long past each poll, so a crashed waiter stops blocking the
 # queue soon after it stops polling (a holder's row lives for its ttl).
@@ -156,9 +157,13 @@ class LeaseQueue:
         own request, which takes the lease only while the device holds it (in the take's
         condition: ``CredentialRevoked`` for one revoked during the wait)."""
         validate_device_id(device_id)
-        ttl_seconds, wait_seconds = check_ttl(ttl_seconds), float(wait_seconds)
-        if not 0 <= wait_seconds <= MAX_TTL_SECONDS or math.isnan(wait_seconds):
-            raise InvalidLease(f"wait_seconds must be from 0 to {MAX_TTL_SECONDS}")
+        ttl_seconds = check_ttl(ttl_seconds)
+        if isinstance(wait_seconds, bool) or not isinstance(wait_seconds, (int, float, Decimal)) \
+                or math.isnan(wait_seconds) or not 0 <= wait_seconds <= MAX_TTL_SECONDS:
+            raise InvalidLease(f"wait_seconds must be a number from 0 to {MAX_TTL_SECONDS}")
+        wait_seconds = float(wait_seconds)
+        if owner is not None and (not isinstance(owner, str) or not 1 <= len(owner) <= MAX_OWNER_CHARS):
+            raise InvalidLease(f"owner must be text of 1 to {MAX_OWNER_CHARS} characters")
         runtime = self._runtime
         device = self._store.get_live_state(device_id, runtime.clock())
         if credential is not None:

@@ -13,7 +13,8 @@ not): a blind resend of a conditional write whose first copy landed is a second 
 
 from __future__ import annotations
 
-from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError
+from botocore.exceptions import (BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError,
+                                 ParamValidationError)
 
 from ..errors import (
     AnswerLost,
@@ -106,6 +107,8 @@ class Store:
                 cause = f"{code or status}"
             except (ConnectTimeoutError, EndpointConnectionError) as error:
                 applied, cause = False, type(error).__name__
+            except ParamValidationError as error:  # botocore's own check of the request: nothing was sent
+                raise RequestRefused(f"DynamoDB {operation} not sent: {error}") from None
             except BotoCoreError as error:
                 applied, cause = None, type(error).__name__
             lost = FailedAnswer if failed_answer else AnswerLost
