@@ -73,7 +73,10 @@ def test_a_lease_needs_an_existing_device_and_sane_numbers(manager):
     for owner in (5, {"a": 1}, "", "o" * 129):  # before anything is sent: no ticket drawn for them
         with pytest.raises(InvalidLease):
             manager.lease_queue().acquire("lamp-1", 10, owner=owner)
-    assert manager.lease("lamp-1", owner="o" * 128).acquire().fencing_token == 1
+    lease = manager.lease("lamp-1", owner="o" * 128).acquire()
+    assert lease.fencing_token == 1
+    with pytest.raises(TypeError, match="a Lease or its lease token"):
+        manager.fenced({"lamp-1": lease.fencing_token})  # a number that orders leases, no token
     with pytest.raises(InvalidLease):
         manager.lease_queue().heartbeat("lamp-1", "not-a-lease-id")
 
