@@ -154,6 +154,21 @@ def test_update_at_expected_version(manager):
     assert manager.get("lamp-1") == updated
 
 
+def test_a_version_named_as_text_or_a_bool_is_refused_before_anything_is_sent(engine):
+    """Not a conflict saying "at version 1, not 1": the version named must be an int."""
+    spy, manager = recording(engine)
+    manager.create("lamp-1", {"n": 1})
+    spy.calls.clear()
+    for named in ("1", True, 1.0, -1):
+        with pytest.raises(ValueError, match="expected_version must be an int"):
+            manager.update("lamp-1", MergePatch({"n": 2}), expected_version=named)
+        with pytest.raises(ValueError, match="expected_version must be an int"):
+            manager.delete("lamp-1", expected_version=named)
+        with pytest.raises(ValueError, match="expected_version must be an int"):
+            Operation.check("lamp-1", expected_version=named)
+    assert spy.calls == [] and manager.get("lamp-1").version == 1
+
+
 def test_update_at_stale_version_is_a_conflict_carrying_the_current_device(engine):
     spy, manager = recording(engine)
     manager.create("lamp-1", {"brightness": 50})

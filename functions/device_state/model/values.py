@@ -80,6 +80,13 @@ def check_new_id(kind: str, identifier: str, error: type[Exception]) -> str:
     return identifier
 
 
+def check_version(version, name: str = "expected_version") -> int:
+    """A version a caller names: an int from 0 to ``MAX_VERSION`` (never a bool, nor text)."""
+    if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= MAX_VERSION:
+        raise ValueError(f"{name} must be an int from 0 to {MAX_VERSION}, not {version!r}")
+    return version
+
+
 def _decimal(text: str) -> Decimal:
     """A JSON number as a Decimal, one whose exponent is past what Decimal holds (1e99999999999999999999)
     refused as out of DynamoDB's range (a zero of it is 0, as any zero is)."""

@@ -29,7 +29,7 @@ from ..item.credentials import Holder
 from ..item.fencing import Fence
 from ..model.device import Device
 from ..model.sections import STATE, check_section, check_sections, replacing
-from ..model.values import check_state, item_size, validate_device_id
+from ..model.values import check_state, check_version, item_size, validate_device_id
 from . import keyed as idem
 from .keyed import REPLACED, UPDATED
 from .outcomes import RECORD, Moved, Refusals
@@ -61,6 +61,10 @@ class Operation:
     condition: ConditionBase | None = None
     section: str = STATE  # the section an update patches
     sections: dict | None = None  # desired/reported a create, put or replace sets beside the state
+
+    def __post_init__(self):
+        if self.expected_version is not None:
+            check_version(self.expected_version)
 
     @classmethod
     def create(cls, device_id: str, state: dict, sections: dict | None = None) -> "Operation":

@@ -15,6 +15,7 @@ from ..item.fencing import Fence
 from ..item.journal import RecentJournals
 from ..model.device import Device
 from ..model.sections import STATE
+from ..model.values import check_version
 from . import keyed as idem
 from .compiled import compile_patch
 from .keyed import IdempotencyKey, RecordedAnswers
@@ -45,6 +46,8 @@ class DeviceWriter:
         may hold back on a crowded device (``contention``); never when it names its version.
         ``first_item``: the item as a refused write just returned it, planned on in place of
         the first read."""
+        if expected_version is not None:
+            check_version(expected_version)
         if idempotency is not None:
             recorded = self._answers.results(device_id, idempotency)
             if recorded is not None:
