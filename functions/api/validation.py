@@ -140,12 +140,27 @@ def _any_of(branches: list, value, where: str):
     if not isinstance(value, dict):
         raise refusals[0][2]
     complete = [(size, refused) for missing, size, refused in refusals if not missing]
+    clash = _clash([branch for branch, (missing, _, _) in zip(branches, refusals) if not missing], value)
+    if clash:
+        raise BadRequest(f"{where} may hold {' or '.join(clash)}, not both" if len(clash) == 2 else
+                         f"{where} may hold only one of {', '.join(clash)}")
     if complete:
         raise max(complete, key=lambda pair: pair[0])[1]
     fewest = min(len(missing) for missing, _, _ in refusals)
     options = list(dict.fromkeys(" and ".join(missing) for missing, _, _ in refusals if len(missing) == fewest))
     raise BadRequest(f"{where} needs {options[0]}" if len(options) == 1 else
                      f"{where} needs one of {', '.join(options)}")
+
+
+def _clash(complete: list, value: dict) -> list[str]:
+    """The members of ``value`` that belong to different forms, when it holds all a form needs of
+    two forms or more and each refuses a member another takes (``mergePatch`` beside ``delete``,
+    ``ifMatch`` beside ``ifNoneMatch``): said as such, not as an unknown member. Else none."""
+    known = [set((branch.schema if isinstance(branch, Ref) else branch).get("properties", {})) for branch in complete]
+    strays = [set(value) - members for members in known]
+    if len(complete) < 2 or not all(strays) or set(value) - set().union(*known):  # one no form takes: unknown
+        return []
+    return sorted(set().union(*strays))
 
 
 def _object(schema: dict, value, where: str):

@@ -95,6 +95,17 @@ def test_any_of_names_what_the_closest_form_lacks():
     with pytest.raises(BadRequest) as refused:
         validate(schema, {"deviceId": "a", "put": {"state": {}}, "ifNoneMatch": "x"}, "operations[0]")
     assert refused.value.detail == "operations[0].ifNoneMatch can only be *"
+    for clashing, detail in (({"mergePatch": {"x": 1}, "delete": True}, "may hold delete or mergePatch, not both"),
+                             ({"put": {"state": {}}, "ifMatch": "*", "ifNoneMatch": "*"},
+                              "may hold ifMatch or ifNoneMatch, not both"),
+                             ({"mergePatch": {}, "delete": True, "check": True},
+                              "may hold only one of check, delete, mergePatch")):
+        with pytest.raises(BadRequest) as refused:
+            validate(schema, {"deviceId": "a", **clashing}, "operations[0]")
+        assert refused.value.detail == f"operations[0] {detail}"  # not "has unknown members: delete"
+    with pytest.raises(BadRequest) as refused:
+        validate(schema, {"deviceId": "a", "mergePatch": {}, "delete": True, "bogus": 1}, "operations[0]")
+    assert "unknown members" in refused.value.detail and "bogus" in refused.value.detail
 
 
 def test_a_transaction_operation_becomes_the_library_operation_its_form_names():
