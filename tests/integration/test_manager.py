@@ -342,6 +342,17 @@ def test_decimals_are_exact_end_to_end(manager):
     assert stored["tiny"] == Decimal("1E-130")
 
 
+def test_a_section_that_is_no_object_or_no_section_is_refused_naming_it(manager):
+    with pytest.raises(InvalidValue, match="^desired must be a JSON object$") as caught:
+        manager.create("s-1", {}, sections={"desired": [1]})
+    assert caught.value.limit == "state-object"
+    with pytest.raises(InvalidValue, match="not 'foo'") as caught:
+        manager.create("s-1", {}, sections={"foo": {}})
+    assert caught.value.limit == "section"
+    with pytest.raises(DeviceNotFound):
+        manager.get("s-1")
+
+
 @pytest.mark.parametrize(
     "state, limit",
     [

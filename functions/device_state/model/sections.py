@@ -218,8 +218,8 @@ def check_sections(sections: dict | None) -> None:
     pointers (the keys of their metadata) fit ``MAX_POINTER_BYTES``."""
     for section, document in (sections or {}).items():
         if section not in DEVICE_SECTIONS:
-            raise ValueError(f"sections are {', '.join(DEVICE_SECTIONS)}, not {section!r}")
-        check_state(document)
+            raise InvalidValue(f"sections are {', '.join(DEVICE_SECTIONS)}, not {section!r}", limit="section")
+        check_state(document, section)
         for leaf in leaves(document):
             check_pointer(leaf)
 

@@ -226,10 +226,10 @@ def significant_digits(number: Decimal) -> int:
     return len("".join(map(str, number.as_tuple().digits)).strip("0"))
 
 
-def check_state(state) -> None:
-    """Refuse a state that DynamoDB could not store exactly (item size aside)."""
+def check_state(state, name: str = "state") -> None:
+    """Refuse a state (or the section ``name``) that DynamoDB could not store exactly (item size aside)."""
     if not isinstance(state, dict):
-        raise InvalidValue("state must be a JSON object", limit="state-object")
+        raise InvalidValue(f"{name} must be a JSON object", limit="state-object")
     _check_value(state, 1)
 
 
