@@ -17,5 +17,5 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(f".{_LOADED_ON_USE[name]}", __name__), name)
 
 
-__all__ = ["DEFAULT_TTL_SECONDS", "Lease", "LeaseGrant", "LeaseQueue", "LeaseStatus", "MAX_OWNER_CHARS", "MAX_TTL_SECONDS",
-           "TICKET_DIGITS", "check_ttl", "lease_token_of", "parse_lease_id"]
+__all__ = ["DEFAULT_TTL_SECONDS", "Lease", "LeaseGrant", "LeaseQueue", "LeaseStatus", "MAX_OWNER_CHARS",
+           "MAX_TTL_SECONDS", "TICKET_DIGITS", "check_ttl", "lease_token_of", "parse_lease_id"]
