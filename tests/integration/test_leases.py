@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from decimal import Decimal
 
 import pytest
 
@@ -67,7 +68,7 @@ def test_a_lease_needs_an_existing_device_and_sane_numbers(manager):
     for bad in (0, 901, "x"):
         with pytest.raises(InvalidLease):
             manager.lease("lamp-1", ttl_seconds=bad)
-    for wait_seconds in (-1, "abc", None, True, float("nan")):
+    for wait_seconds in (-1, "abc", None, True, float("nan"), Decimal("NaN"), 10 ** 400):
         with pytest.raises(InvalidLease):
             manager.lease_queue().acquire("lamp-1", 10, wait_seconds=wait_seconds)
     for owner in (5, {"a": 1}, "", "o" * 129):  # before anything is sent: no ticket drawn for them

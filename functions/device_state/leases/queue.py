@@ -32,7 +32,6 @@ import math
 import secrets
 import uuid
 from dataclasses import dataclass, replace
-from decimal import Decimal
 
 from .. import table
 from ..errors import (
@@ -158,8 +157,11 @@ class LeaseQueue:
         condition: ``CredentialRevoked`` for one revoked during the wait)."""
         validate_device_id(device_id)
         ttl_seconds = check_ttl(ttl_seconds)
-        if isinstance(wait_seconds, bool) or not isinstance(wait_seconds, (int, float, Decimal)) \
-                or math.isnan(wait_seconds) or not 0 <= wait_seconds <= MAX_TTL_SECONDS:
+        try:
+            waits = not isinstance(wait_seconds, bool) and 0 <= wait_seconds <= MAX_TTL_SECONDS  # NaN: False
+        except (TypeError, ArithmeticError):  # text, None; a Decimal NaN
+            waits = False
+        if not waits:
             raise InvalidLease(f"wait_seconds must be a number from 0 to {MAX_TTL_SECONDS}")
         wait_seconds = float(wait_seconds)
         if owner is not None and (not isinstance(owner, str) or not 1 <= len(owner) <= MAX_OWNER_CHARS):
