@@ -47,13 +47,13 @@ def _one_at_a_time(manager, stop) -> None:
 
 
 def _serve_while_paced_holds(loop, monkeypatch, due=("paced", "plain")) -> list[str]:
-    """The runs ``loop`` starts in a second while the paced jobs' first runs hold."""
-    monkeypatch.setattr(local_runner, "TICK_SECONDS", 0.05)
+    """The runs ``loop`` starts in 0.3 s (30 ticks) while the paced jobs' first runs hold."""
+    monkeypatch.setattr(local_runner, "TICK_SECONDS", 0.01)
     runner, done = _Runner(), threading.Event()
     thread = threading.Thread(target=loop, args=(_Manager(runner, due), done.is_set))
     thread.start()
     try:
-        time.sleep(1)
+        time.sleep(0.3)
         return list(runner.runs)
     finally:
         done.set()
