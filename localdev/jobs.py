@@ -36,6 +36,7 @@ def serve(manager, stop=lambda: False) -> None:
             due = []
         # The longest waiting first (never run before any): four paced jobs, due again each time
         # their run ends, take turns with the others rather than keep every run to themselves.
+        started = {job_id: at for job_id, at in started.items() if job_id in running or job_id in due}
         for job_id in sorted(due, key=lambda job_id: started.get(job_id, 0))[:MAX_RUNS - len(running)]:
             started[job_id] = tick
             running[job_id] = threading.Thread(target=_run, args=(runner, job_id), name=f"job {job_id}", daemon=True)

@@ -39,6 +39,12 @@ class Fence:
         self.tokens = dict(tokens or {})
 
     def with_tokens(self, tokens: dict) -> "Fence":
+        """``{device_id: a Lease or its lease token}``; anything else (the fencing token, a
+        number) is refused here, before a write's condition would fail on it."""
+        for device_id, token in tokens.items():
+            if not isinstance(token, str) and not hasattr(token, "lease_token_if_held"):
+                raise TypeError(f"fenced() takes a Lease or its lease token for {device_id!r}, "
+                                f"not {type(token).__name__}")
         return Fence({**self.tokens, **tokens})
 
     def condition(self, device_id: str, expr: Expression, now: float) -> str:
