@@ -212,10 +212,11 @@ class Preconditions:
 # What stands for bytes that are not UTF-8 in a decoded query: a lone surrogate (Python's
 # surrogateescape, as the dev server decodes) or U+FFFD (a lossy decoder's replacement). A client
 # that means U+FFFD writes it as a filter's JSON escape, \\ufffd. UTF8_TEXT says it in the
-# OpenAPI document, for a path parameter no narrower pattern holds to it.
+# OpenAPI document, for a path parameter no narrower pattern holds to it; UTF8_CHAR, inside a pattern.
 _STAND_INS = r"\ud800-\udfff\ufffd"
 _NOT_UTF8 = re.compile(f"[{_STAND_INS}]")
-UTF8_TEXT = f"^[^{_STAND_INS}]*$"
+UTF8_CHAR = f"[^{_STAND_INS}]"
+UTF8_TEXT = f"^{UTF8_CHAR}*$"
 
 
 def check_utf8(event) -> None:

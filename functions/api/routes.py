@@ -209,7 +209,7 @@ FILTER = Param("filter", Checked({"type": "string", "minLength": 1, "maxLength":
     "RQL over declared fields (FLEET_INDEX): eq, ne, gt, ge, lt, le, in, like (a prefix ending in *), exists, and, "
     'or, not; e.g. and(eq(reported/online,true),like(state/site,"berlin-*")). exists(delta) and '
     "exists(delta/<path>) filter beside a declared field. See docs/api/fleet-query.md."))
-_FIELD = f"({'|'.join(SECTIONS)})/.+"
+_FIELD = f"({'|'.join(SECTIONS)})/{parse.UTF8_CHAR}+"  # a query's text is UTF-8 (parse.check_utf8)
 # The form of every cursor the service issues, the plain listing's and a fleet query's alike (the
 # library's, so the document states it exactly); which listing issued it, the library checks.
 LISTING_CURSOR_PATTERN = f"^{CURSOR_PATTERN.pattern}$"

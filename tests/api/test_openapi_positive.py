@@ -139,3 +139,20 @@ def test_the_refusal_check_can_fail():
     assert not _explained({"type": "urn:device-state:problem:bad-request", "detail": "deviceId differs"})
     assert _explained({"type": "urn:device-state:problem:invalid-since",
                        "detail": "since (9) is past the device's current version (1)"})
+
+
+def test_no_query_pattern_admits_what_stands_in_for_bytes_that_are_not_utf8():
+    """The server refuses U+FFFD and lone surrogates anywhere in a query (400 bad-request), so no
+    query parameter's pattern in the document may admit them (Hypothesis drew a sort field
+    holding U+FFFD from the pattern "(state|...)/.+")."""
+    checked = 0
+    for path, methods in OPENAPI["paths"].items():
+        for method, operation in methods.items():
+            for parameter in operation.get("parameters", []) if isinstance(operation, dict) else ():
+                pattern = parameter.get("schema", {}).get("pattern")
+                if parameter.get("in") == "query" and pattern:
+                    checked += 1
+                    for stand_in in ("\ufffd", "\udcff"):
+                        for value in ("+state/a" + stand_in, "state/" + stand_in, stand_in):
+                            assert not re.search(pattern, value), (method, path, parameter["name"], value)
+    assert checked >= 3  # sort, groupBy and filter at least
