@@ -314,6 +314,17 @@ class DeviceLocked(DeviceStateError):
         self.lease_expires_at = lease_expires_at
 
 
+class LeaseOvertaken(DeviceStateError):
+    """A waiter's take refused because a later ticket was granted first (its row was queued
+    after that ticket looked at the queue): granting it now would hand out a fencing token lower
+    than one already granted. The lease queue answers it by queueing the waiter again under a
+    new ticket; it never reaches a caller."""
+
+    def __init__(self, device_id: str):
+        super().__init__(f"a later ticket took the lease on device {device_id!r} first")
+        self.device_id = device_id
+
+
 class LeaseNotHeld(DeviceStateError):
     """A write presented a lease token, but no lease with that token is active on the device."""
 

@@ -4,6 +4,7 @@ DynamoDB Local only."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from decimal import Decimal
@@ -446,3 +447,76 @@ def test_control_a_waiter_that_refreshes_its_row_blindly_comes_back_after_it_was
     # The second waiter got it only once the first one's lease ran out unheartbeated.
     assert got["second"].fencing_token > got["first"].fencing_token
     assert got["second"].expires_at >= got["first"].expires_at + 4
+
+
+def _overtaken_waiter(manager) -> tuple:
+    """Two acquires together: A draws ticket 1 and B ticket 2, but B's queue row is put first, so B
+    finds nobody ahead and takes the lease; A's row lands after. Once A waits, B releases. Returns
+    (A's lease, B's lease), A's acquired after B's release."""
+    a_drew, b_holds = threading.Event(), threading.Event()
+    put_row = LeaseQueue._put_row
+
+    def held_put_row(queue, device_id, ticket, *rest, first=False):
+        if first and threading.current_thread().name == "A" and not b_holds.is_set():
+            a_drew.set()
+            assert b_holds.wait(10)
+        return put_row(queue, device_id, ticket, *rest, first=first)
+
+    got = {}
+
+    def a():
+        try:
+            got["A"] = manager.lease("lamp-1", ttl_seconds=30, wait_seconds=15).acquire()
+        except Exception as error:  # noqa: BLE001 - returned to the test
+            got["A"] = error
+
+    LeaseQueue._put_row = held_put_row
+    try:
+        thread = threading.Thread(target=a, name="A")
+        thread.start()
+        assert a_drew.wait(10)
+        b = manager.lease("lamp-1", ttl_seconds=30).acquire()
+        b_holds.set()
+        deadline = time.monotonic() + 10
+        while manager.lease_queue().status("lamp-1").waiting < 1:  # A's row is in, behind B's lease
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        b.release()
+        thread.join(20)
+    finally:
+        LeaseQueue._put_row = put_row
+    return got["A"], b
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_a_waiter_a_later_ticket_overtook_is_granted_a_higher_fencing_token(local_manager):
+    a, b = _overtaken_waiter(local_manager)
+    assert b.fencing_token == 2 and not isinstance(a, Exception), a
+    assert a.fencing_token > b.fencing_token  # granted after B's lease: a token above B's
+    assert local_manager.lease_queue().status("lamp-1").holder_token == a.fencing_token
+    a.manager.update_with_retry("lamp-1", lambda state: {**state, "n": 1})  # its token opens the device
+    a.release()
+    local_manager.update_with_retry("lamp-1", lambda state: {**state, "n": 2})  # and no lease is left on it
+    assert local_manager.lease_queue().status("lamp-1").holder_token is None
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_control_a_holder_that_forgets_the_last_ticket_granted_grants_a_lower_one_after_it(local_manager, monkeypatch):
+    """The control: a release that also removes the last ticket granted from the state item, as
+    the first lease queue did: A is then granted ticket 1 after B held ticket 2."""
+    from functions.device_state.write.bookkeeping import BookkeepingRequests
+
+    clear_lease = BookkeepingRequests.clear_lease
+
+    def forgetting(planner, device_id, ticket):
+        planned = clear_lease(planner, device_id, ticket)
+        update = planned.request["Update"]
+        forgot = {**update, "UpdateExpression": update["UpdateExpression"] + ", #lastTicket",
+                  "ExpressionAttributeNames": {**update["ExpressionAttributeNames"], "#lastTicket": "leaseToken"}}
+        return dataclasses.replace(planned, request={**planned.request, "Update": forgot})
+
+    monkeypatch.setattr(BookkeepingRequests, "clear_lease", forgetting)
+    a, b = _overtaken_waiter(local_manager)
+    assert b.fencing_token == 2 and a.fencing_token == 1  # granted after B, with a lower token

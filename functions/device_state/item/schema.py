@@ -57,6 +57,8 @@ JOURNAL_TRIMMED = "journalTrimmed"  # the newest write-id stamp (ms) trimmed by 
 JOURNAL_TRIMMED_STAMPS = "journalTrimmedStamps"  # number set: the newest stamps compiled patches dropped
 
 # The active lease holder, recorded on the state item so every write can be fenced (item/fencing.py).
+# A lease is active while leaseUntil is present and in the future. leaseToken stays when the lease
+# ends: the last ticket granted, so no lower ticket is granted after it (leases/queue.py).
 LEASE_TOKEN = "leaseToken"  # the holder's fencing token (its ticket): ordering, never a credential
 LEASE_KEY = "leaseKey"  # a digest of the holder's secret lease token: what a write must present
 LEASE_UNTIL = "leaseUntil"  # epoch seconds (to the millisecond) when the holder's lease ends

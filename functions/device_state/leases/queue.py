@@ -9,14 +9,19 @@ In the device's partition:
   ``secret``, ``owner``, ``ttlSeconds``, ``createdAt``, ``until`` (epoch seconds to the
   millisecond) and ``expiresAt`` (whole seconds, the TTL backstop). A row whose ``until``
   has passed is ignored at once and deleted when a waiter meets it.
-- On the state item, ``leaseToken`` and ``leaseUntil`` name the active holder. They are
+- On the state item, ``leaseToken`` and ``leaseUntil`` name the active holder (``leaseToken``
+  stays when the lease ends: the last ticket granted). They are
   what fences writes (see ``item/fencing.py``): the queue gives the order, the
   state item's condition gives mutual exclusion, so even two waiters that both believe
   they are at the head cannot both hold the lease.
 
 A waiter is at the head when no live row with a lower ticket exists; it then takes the
 lease with one transaction (its row refreshed, the holder recorded on the state item
-under the condition that no other lease is active). Heartbeats extend both in one
+under the condition that no other lease is active and no later ticket was granted).
+A ticket is drawn before its row is put, so a later ticket may look at the queue in
+between, find it empty and take the lease: the earlier waiter's take is then refused
+(``LeaseOvertaken``) and it queues again under a new ticket, so fencing tokens go up in
+the order leases are granted. Heartbeats extend both in one
 transaction; release deletes the row and clears the holder in one transaction.
 
 Anyone the caller trusts to do so (the API: a back-end with the write right) may *end* a
@@ -43,6 +48,7 @@ from ..errors import (
     LeaseBusy,
     LeaseLost,
     LeaseNotHeld,
+    LeaseOvertaken,
     OutcomeUnknown,
     RetriesExhausted,
     StorageError,
@@ -189,7 +195,16 @@ class LeaseQueue:
                 ahead = self._live_rows(device_id, since, below=ticket)
                 holder_until = float(ahead[0][_UNTIL]["N"]) if ahead else None
                 if not ahead:
-                    taken, holder_until = self._take(device_id, ticket, secret, owner, ttl_seconds, credential)
+                    try:
+                        taken, holder_until = self._take(device_id, ticket, secret, owner, ttl_seconds, credential)
+                    except LeaseOvertaken:  # our row was put after a later ticket looked and took the lease
+                        if not self._withdraw(device_id, ticket, secret):
+                            raise self._lost(device_id, lease_id) from None  # ended meanwhile
+                        ticket = self._draw(device_id)  # to the back of the queue, above every ticket granted
+                        lease_id = f"{ticket}.{secret}"
+                        self._put_row(device_id, ticket, secret, owner, ttl_seconds, waiting_until(), first=True)
+                        refresh_at = runtime.monotonic() + row_seconds / 2
+                        continue
                     if taken is not None:
                         runtime.observer.lease_acquired(device_id, runtime.monotonic() - started)
                         return LeaseGrant(device_id, lease_id, ticket, taken, ttl_seconds)

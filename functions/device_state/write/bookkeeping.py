@@ -189,9 +189,12 @@ class BookkeepingRequests(PlanContext):
         expr = Expression()
         token, holder_until, ours = expr.name(schema.LEASE_TOKEN), expr.name(schema.LEASE_UNTIL), expr.number(ticket)
         now = lease_instant(self.now)
+        # leaseToken outlives the lease (the last ticket granted): a lower ticket is never granted
+        # after it, so fencing tokens go up in the order leases are granted.
         condition = " AND ".join([
             live(expr, now), *self._holder_condition(expr, device_id),
-            f"(attribute_not_exists({token}) OR {holder_until} <= {expr.number(now)} OR {token} = {ours})"])
+            f"(attribute_not_exists({token}) OR ({token} = {ours} AND attribute_exists({holder_until})) OR "
+            f"({token} < {ours} AND (attribute_not_exists({holder_until}) OR {holder_until} <= {expr.number(now)})))"])
         update = (f"SET {token} = {ours}, {expr.name(schema.LEASE_KEY)} = {expr.value({'S': lease_key(lease_token)})}, "
                   f"{holder_until} = {expr.number(until)}")
         return self._update(device_id, update, condition, expr, None, LEASE_TAKEN)
@@ -209,11 +212,12 @@ class BookkeepingRequests(PlanContext):
 
     def clear_lease(self, device_id: str, ticket: int) -> Planned:
         """Clear the lease holder, only if it is ``ticket`` (and the device's own request still holds
-        its credential)."""
+        its credential). Its ``leaseToken`` stays, as the last ticket granted (``take_lease``)."""
         expr = Expression()
-        holder = ", ".join(expr.name(attribute) for attribute in schema.LEASE_ATTRIBUTES)
+        holder_until = expr.name(schema.LEASE_UNTIL)
+        holder = f"{expr.name(schema.LEASE_KEY)}, {holder_until}"
         condition = " AND ".join([f"{expr.name(schema.LEASE_TOKEN)} = {expr.number(ticket)}",
-                                  *self._holder_condition(expr, device_id)])
+                                  f"attribute_exists({holder_until})", *self._holder_condition(expr, device_id)])
         return self._update(device_id, f"REMOVE {holder}", condition, expr, None, LEASE_CLEARED)
 
 

@@ -20,6 +20,7 @@ from ..errors import (
     JobAlreadyWritten,
     LeaseLost,
     LeaseNotHeld,
+    LeaseOvertaken,
     TooManyConnections,
     TooManyCredentials,
 )
@@ -102,10 +103,10 @@ class Refusals(Exception):
 
 def refusal(planned: Planned, old: dict | None, planner: PlanContext) -> Exception:
     """Why ``planned``'s condition failed: a typed error, or ``Moved`` when planning again
-    from ``Moved.item`` may succeed. For lease holder changes: ``DeviceNotFound`` or
-    ``DeviceLocked`` (another lease is active) for a take, ``LeaseLost`` for an extension,
-    ``LeaseNotHeld`` for a clear whose ticket is not the holder; ``TooManyConnections`` for a
-    connect over the cap."""
+    from ``Moved.item`` may succeed. For lease holder changes: ``DeviceNotFound``,
+    ``DeviceLocked`` (another lease is active) or ``LeaseOvertaken`` (a later ticket was granted)
+    for a take, ``LeaseLost`` for an extension, ``LeaseNotHeld`` for a clear whose ticket is not
+    the holder; ``TooManyConnections`` for a connect over the cap."""
     device_id, fence, now = planned.device_id, planner.fence, planner.now
     live = old if schema.is_live_state(old, now) else None
     holder = planner.holder_of(device_id)
@@ -124,8 +125,11 @@ def refusal(planned: Planned, old: dict | None, planner: PlanContext) -> Excepti
         return LeaseNotHeld(device_id)
     if planned.outcome == LEASE_EXTENDED:
         return LeaseLost(device_id, "(the lease is no longer the holder)")
-    if planned.outcome == LEASE_TAKEN:
-        return DeviceNotFound(device_id) if live is None else DeviceLocked(device_id, active_holder(live, now)[1])
+    if planned.outcome == LEASE_TAKEN:  # refused by a live device: another lease is active, or a later one was
+        if live is None:
+            return DeviceNotFound(device_id)
+        until = active_holder(live, now)[1]
+        return LeaseOvertaken(device_id) if until is None else DeviceLocked(device_id, until)
     if planned.outcome in CONNECTIVITY_OUTCOMES:  # carries no fence and no version
         if live is None:
             return DeviceNotFound(device_id)
