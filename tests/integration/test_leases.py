@@ -25,7 +25,9 @@ from functions.device_state import (
     UpdateObserver,
 )
 from functions.device_state import table
+from functions.device_state.client import dynamodb_client
 from functions.device_state.leases.queue import LeaseQueue
+from localdev.faults import Forwarder
 
 
 class LeaseEvents(UpdateObserver):
@@ -449,10 +451,11 @@ def test_control_a_waiter_that_refreshes_its_row_blindly_comes_back_after_it_was
     assert got["second"].expires_at >= got["first"].expires_at + 4
 
 
-def _overtaken_waiter(manager) -> tuple:
+def _overtaken_waiter(manager, a_manager=None, before_a_queues=None) -> tuple:
     """Two acquires together: A draws ticket 1 and B ticket 2, but B's queue row is put first, so B
-    finds nobody ahead and takes the lease; A's row lands after. Once A waits, B releases. Returns
-    (A's lease, B's lease), A's acquired after B's release."""
+    finds nobody ahead and takes the lease; A's row lands after (``before_a_queues(b)`` runs just
+    before). Unless that released B, B releases once A waits. Returns (A's lease or error, B's
+    lease). ``a_manager``: A's own (through a fault forwarder, say)."""
     a_drew, b_holds = threading.Event(), threading.Event()
     put_row = LeaseQueue._put_row
 
@@ -466,7 +469,7 @@ def _overtaken_waiter(manager) -> tuple:
 
     def a():
         try:
-            got["A"] = manager.lease("lamp-1", ttl_seconds=30, wait_seconds=15).acquire()
+            got["A"] = (a_manager or manager).lease("lamp-1", ttl_seconds=30, wait_seconds=15).acquire()
         except Exception as error:  # noqa: BLE001 - returned to the test
             got["A"] = error
 
@@ -476,36 +479,79 @@ def _overtaken_waiter(manager) -> tuple:
         thread.start()
         assert a_drew.wait(10)
         b = manager.lease("lamp-1", ttl_seconds=30).acquire()
+        if before_a_queues:
+            before_a_queues(b)
         b_holds.set()
-        deadline = time.monotonic() + 10
-        while manager.lease_queue().status("lamp-1").waiting < 1:  # A's row is in, behind B's lease
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        b.release()
+        if before_a_queues is None:  # B still holds: released once A's row is in, behind it
+            deadline = time.monotonic() + 10
+            while manager.lease_queue().status("lamp-1").waiting < 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            b.release()
         thread.join(20)
     finally:
         LeaseQueue._put_row = put_row
     return got["A"], b
 
 
+def _granted_after(a, b_token: int, manager) -> None:
+    assert not isinstance(a, Exception), a
+    assert a.fencing_token > b_token  # granted after B's lease: a token above B's
+    assert manager.lease_queue().status("lamp-1").holder_token == a.fencing_token
+    a.manager.update_with_retry("lamp-1", lambda state: {**state, "n": 1})  # its token opens the device
+    a.release()
+    manager.update_with_retry("lamp-1", lambda state: {**state, "n": 2})  # and no lease is left on it
+    assert manager.lease_queue().status("lamp-1").holder_token is None
+    item = manager.client.get_item(TableName=manager.table_name, Key=table.state_key("lamp-1"))["Item"]
+    # No holder left for an earlier release to read as one (it fences on leaseToken); only the last ticket.
+    assert not {"leaseToken", "leaseKey", "leaseUntil"} & set(item) and item["leaseLast"] == {"N": str(a.fencing_token)}
+
+
 @pytest.mark.dynamodb_local
 @pytest.mark.concurrency
 def test_a_waiter_a_later_ticket_overtook_is_granted_a_higher_fencing_token(local_manager):
     a, b = _overtaken_waiter(local_manager)
-    assert b.fencing_token == 2 and not isinstance(a, Exception), a
-    assert a.fencing_token > b.fencing_token  # granted after B's lease: a token above B's
-    assert local_manager.lease_queue().status("lamp-1").holder_token == a.fencing_token
-    a.manager.update_with_retry("lamp-1", lambda state: {**state, "n": 1})  # its token opens the device
-    a.release()
-    local_manager.update_with_retry("lamp-1", lambda state: {**state, "n": 2})  # and no lease is left on it
-    assert local_manager.lease_queue().status("lamp-1").holder_token is None
+    assert b.fencing_token == 2
+    _granted_after(a, 2, local_manager)
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_a_waiter_overtaken_across_a_delete_and_create_is_granted_a_higher_fencing_token(local_manager):
+    def release_delete_and_create(b):
+        b.release()
+        local_manager.delete("lamp-1")
+        local_manager.create("lamp-1", {"n": 0})
+
+    a, _ = _overtaken_waiter(local_manager, before_a_queues=release_delete_and_create)
+    _granted_after(a, 2, local_manager)
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_an_overtaken_waiter_whose_requeue_answer_is_lost_still_gets_the_lease(dynamodb_local, local_table):
+    """The requeue (the old row deleted, the new one put) lands and its answer is lost: the store's
+    resend is dropped by DynamoDB (the same ClientRequestToken), not refused as an ended row."""
+    client, name = local_table
+    manager = DeviceStateManager(client, name)
+    manager.create("lamp-1", {"n": 0})
+    forwarder = Forwarder(dynamodb_local.port)
+    try:
+        # The first request that deletes A's old row, in whatever form it is sent, lands unanswered.
+        forwarder.lose("TransactWriteItems", when=lambda body: b'"Delete"' in body and b'"Put"' in body)
+        forwarder.lose("DeleteItem", when=lambda body: b"lease#" in body)
+        a, _ = _overtaken_waiter(manager, DeviceStateManager(dynamodb_client(forwarder.endpoint, "us-east-1"), name))
+        assert len(forwarder.lost) == 1  # the requeue's answer was lost
+    finally:
+        forwarder.close()
+    _granted_after(a, 2, manager)
 
 
 @pytest.mark.dynamodb_local
 @pytest.mark.concurrency
 def test_control_a_holder_that_forgets_the_last_ticket_granted_grants_a_lower_one_after_it(local_manager, monkeypatch):
-    """The control: a release that also removes the last ticket granted from the state item, as
-    the first lease queue did: A is then granted ticket 1 after B held ticket 2."""
+    """The control: a release that also forgets the last ticket granted, as the first lease
+    queue did (it kept none): A is then granted ticket 1 after B held ticket 2."""
     from functions.device_state.write.bookkeeping import BookkeepingRequests
 
     clear_lease = BookkeepingRequests.clear_lease
@@ -514,7 +560,7 @@ def test_control_a_holder_that_forgets_the_last_ticket_granted_grants_a_lower_on
         planned = clear_lease(planner, device_id, ticket)
         update = planned.request["Update"]
         forgot = {**update, "UpdateExpression": update["UpdateExpression"] + ", #lastTicket",
-                  "ExpressionAttributeNames": {**update["ExpressionAttributeNames"], "#lastTicket": "leaseToken"}}
+                  "ExpressionAttributeNames": {**update["ExpressionAttributeNames"], "#lastTicket": "leaseLast"}}
         return dataclasses.replace(planned, request={**planned.request, "Update": forgot})
 
     monkeypatch.setattr(BookkeepingRequests, "clear_lease", forgetting)

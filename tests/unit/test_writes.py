@@ -25,7 +25,7 @@ PLANNER = Planner("devices", Fence(), NOW, tombstone_seconds=100)
 # Expressions as spelled(): placeholders replaced by the attribute names and values they stand for.
 LIVE = "(attribute_exists(version) AND attribute_not_exists(deletedAt) AND " \
        f"(attribute_not_exists(expiresAt) OR expiresAt > {NOW}))"
-UNFENCED = f"(attribute_not_exists(leaseUntil) OR leaseUntil <= {NOW})"
+UNFENCED = f"(attribute_not_exists(leaseToken) OR leaseUntil <= {NOW})"
 
 
 def spelled(request: dict, expression: str) -> str:
@@ -179,16 +179,16 @@ def test_lease_holder_changes_name_their_ticket_and_carry_no_journal_entry():
     taken = PLANNER.take_lease("d", 7, "secret-token", NOW + 30)
     request = taken.request["Update"]
     assert spelled(request, "UpdateExpression") == (
-        f"SET leaseToken = 7, leaseKey = {lease_key('secret-token')!r}, leaseUntil = {NOW + 30}")
+        f"SET leaseToken = 7, leaseKey = {lease_key('secret-token')!r}, leaseUntil = {NOW + 30}, leaseLast = 7")
     assert spelled(request, "ConditionExpression") == (
-        f"{LIVE} AND (attribute_not_exists(leaseToken) OR (leaseToken = 7 AND attribute_exists(leaseUntil)) OR "
-        f"(leaseToken < 7 AND (attribute_not_exists(leaseUntil) OR leaseUntil <= {NOW})))")
+        f"{LIVE} AND (attribute_not_exists(leaseToken) OR leaseUntil <= {NOW} OR leaseToken = 7) AND "
+        f"(attribute_not_exists(leaseLast) OR leaseLast <= 7)")
     extended = PLANNER.extend_lease("d", 7, NOW + 60).request["Update"]
     assert spelled(extended, "UpdateExpression") == f"SET leaseUntil = {NOW + 60}"
     assert spelled(extended, "ConditionExpression") == f"leaseToken = 7 AND leaseUntil > {NOW}"
     cleared = PLANNER.clear_lease("d", 7).request["Update"]
-    assert spelled(cleared, "UpdateExpression") == "REMOVE leaseKey, leaseUntil"  # leaseToken: the last granted
-    assert spelled(cleared, "ConditionExpression") == "leaseToken = 7 AND attribute_exists(leaseUntil)"
+    assert spelled(cleared, "UpdateExpression") == "REMOVE leaseToken, leaseKey, leaseUntil"  # not leaseLast
+    assert spelled(cleared, "ConditionExpression") == "leaseToken = 7"
     for planned in (taken, PLANNER.extend_lease("d", 7, NOW + 60), PLANNER.clear_lease("d", 7)):
         assert planned.write is None and planned.device_id == "d" and planned.request["Update"]["Key"] == \
             table.state_key("d")

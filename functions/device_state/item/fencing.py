@@ -1,9 +1,9 @@
 """Lease fencing: the condition every state write carries, and why it refused one.
 
 The active lease holder is recorded on the state item: ``leaseToken`` (its fencing token,
-a ticket number that orders leases, kept when the lease ends), ``leaseKey`` (a digest of the
-holder's secret lease token) and ``leaseUntil`` (present while a lease is recorded). A write
-to a device with an active lease must present that lease's secret token; a write that presents a token succeeds only while that lease is
+a ticket number that orders leases), ``leaseKey`` (a digest of the holder's secret lease
+token) and ``leaseUntil``. A write to a device with an active lease must present that
+lease's secret token; a write that presents a token succeeds only while that lease is
 the active one. The fencing token opens nothing: anyone may see it.
 """
 
@@ -52,7 +52,7 @@ class Fence:
         until, now_epoch = expr.name(schema.LEASE_UNTIL), expr.number(now)
         token = self.tokens.get(device_id)
         if token is None:
-            return f"(attribute_not_exists({until}) OR {until} <= {now_epoch})"
+            return f"(attribute_not_exists({expr.name(schema.LEASE_TOKEN)}) OR {until} <= {now_epoch})"
         if not isinstance(token, str):
             token = token.lease_token_if_held()
         return f"({expr.name(schema.LEASE_KEY)} = {expr.value({'S': lease_key(token)})} AND {until} > {now_epoch})"

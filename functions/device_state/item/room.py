@@ -13,9 +13,10 @@ from . import schema
 
 # Room a state write leaves on the item for what later requests add without a state change:
 # journal entries (up to 16, ~25 bytes each) and the trimmed stamps, settle marks, the lease
-# holder (~120), connectivity (up to 4 connections of ~31 bytes, connectedSince and lastSeen,
-# and where connectivity/connected is declared its index attribute and the shard), and the
-# device's credentials (up to 5 of 17 bytes, the certificate flag, its enrollment's mark).
+# holder and the last ticket granted (~140), connectivity (up to 4 connections of ~31 bytes,
+# connectedSince and lastSeen, and where connectivity/connected is declared its index attribute
+# and the shard), and the device's credentials (up to 5 of 17 bytes, the certificate flag, its
+# enrollment's mark).
 BOOKKEEPING_BYTES = 1024
 MAX_STATE_ITEM_BYTES = MAX_ITEM_BYTES - BOOKKEEPING_BYTES  # the most a state write may leave on the item
 COMPILED_EXTRA_BYTES = 8  # a compiled patch's version gaining a digit

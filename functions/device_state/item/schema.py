@@ -57,11 +57,12 @@ JOURNAL_TRIMMED = "journalTrimmed"  # the newest write-id stamp (ms) trimmed by 
 JOURNAL_TRIMMED_STAMPS = "journalTrimmedStamps"  # number set: the newest stamps compiled patches dropped
 
 # The active lease holder, recorded on the state item so every write can be fenced (item/fencing.py).
-# A lease is active while leaseUntil is present and in the future. leaseToken stays when the lease
-# ends: the last ticket granted, so no lower ticket is granted after it (leases/queue.py).
 LEASE_TOKEN = "leaseToken"  # the holder's fencing token (its ticket): ordering, never a credential
 LEASE_KEY = "leaseKey"  # a digest of the holder's secret lease token: what a write must present
 LEASE_UNTIL = "leaseUntil"  # epoch seconds (to the millisecond) when the holder's lease ends
+# The last ticket granted, kept when the lease ends, the device is deleted or created again: no
+# lower ticket is granted after it (leases/queue.py), so fencing tokens go up in grant order.
+LEASE_LAST = "leaseLast"
 
 # The device's credentials (item/credentials.py), billed on every write of the item, so named in one
 # letter: a map of each registered, unrevoked credential's id to its expiry (epoch seconds; 0:
@@ -93,7 +94,7 @@ CONNECTIVITY_ATTRIBUTES = (CONNECTIONS, CONNECTED_SINCE, LAST_SEEN)
 CONTENTION_MARKS = (RACED_UNTIL, CONTENDED_UNTIL)
 IDENTITY_ATTRIBUTES = (CREDENTIALS, CERTIFICATE_REQUIRED, ENROLLMENT)
 # Kept only in the room the state leaves (item/room.py), beside the journal's entries.
-BOOKKEEPING_ATTRIBUTES = frozenset({JOURNAL_TRIMMED, JOURNAL_TRIMMED_STAMPS, *LEASE_ATTRIBUTES,
+BOOKKEEPING_ATTRIBUTES = frozenset({JOURNAL_TRIMMED, JOURNAL_TRIMMED_STAMPS, *LEASE_ATTRIBUTES, LEASE_LAST,
                                     *CONNECTIVITY_ATTRIBUTES, *CONTENTION_MARKS, *IDENTITY_ATTRIBUTES})
 # What a delete takes from the item (its index attributes too): a tombstone keeps its version.
 DELETED_WITH_THE_DEVICE = (STATE, *LEASE_ATTRIBUTES, DESIRED, REPORTED, META_DESIRED, META_REPORTED,

@@ -9,20 +9,22 @@ In the device's partition:
   ``secret``, ``owner``, ``ttlSeconds``, ``createdAt``, ``until`` (epoch seconds to the
   millisecond) and ``expiresAt`` (whole seconds, the TTL backstop). A row whose ``until``
   has passed is ignored at once and deleted when a waiter meets it.
-- On the state item, ``leaseToken`` and ``leaseUntil`` name the active holder (``leaseToken``
-  stays when the lease ends: the last ticket granted). They are
+- On the state item, ``leaseToken`` and ``leaseUntil`` name the active holder, and
+  ``leaseLast`` the last ticket granted (kept when the lease ends and across a delete). They are
   what fences writes (see ``item/fencing.py``): the queue gives the order, the
   state item's condition gives mutual exclusion, so even two waiters that both believe
   they are at the head cannot both hold the lease.
 
 A waiter is at the head when no live row with a lower ticket exists; it then takes the
 lease with one transaction (its row refreshed, the holder recorded on the state item
-under the condition that no other lease is active and no later ticket was granted).
+under the condition that no other lease is active and no later ticket was granted:
+``leaseLast``). Heartbeats extend both in one transaction; release deletes the row and
+clears the holder in one transaction.
+
 A ticket is drawn before its row is put, so a later ticket may look at the queue in
 between, find it empty and take the lease: the earlier waiter's take is then refused
-(``LeaseOvertaken``) and it queues again under a new ticket, so fencing tokens go up in
-the order leases are granted. Heartbeats extend both in one
-transaction; release deletes the row and clears the holder in one transaction.
+(``LeaseOvertaken``) and it queues again under a new ticket (``_requeue``), so fencing
+tokens go up in the order leases are granted.
 
 Anyone the caller trusts to do so (the API: a back-end with the write right) may *end* a
 lease or a waiting ticket by its fencing token alone (``end``): the same transaction as a
@@ -198,11 +200,8 @@ class LeaseQueue:
                     try:
                         taken, holder_until = self._take(device_id, ticket, secret, owner, ttl_seconds, credential)
                     except LeaseOvertaken:  # our row was put after a later ticket looked and took the lease
-                        if not self._withdraw(device_id, ticket, secret):
-                            raise self._lost(device_id, lease_id) from None  # ended meanwhile
-                        ticket = self._draw(device_id)  # to the back of the queue, above every ticket granted
+                        ticket = self._requeue(device_id, ticket, secret, owner, ttl_seconds, waiting_until())
                         lease_id = f"{ticket}.{secret}"
-                        self._put_row(device_id, ticket, secret, owner, ttl_seconds, waiting_until(), first=True)
                         refresh_at = runtime.monotonic() + row_seconds / 2
                         continue
                     if taken is not None:
@@ -236,6 +235,21 @@ class LeaseQueue:
             UpdateExpression=f"ADD {counter.name(_TICKET)} {counter.number(1)}", **counter.attributes(),
             ReturnValues="UPDATED_NEW",
         )["Attributes"][_TICKET]["N"])
+
+    def _requeue(self, device_id, ticket, secret, owner, ttl_seconds, until) -> int:
+        """An overtaken waiter's row swapped for one under a fresh ticket, behind every ticket
+        granted, in one transaction under a ClientRequestToken: the store's resend after a lost
+        answer whose first copy landed is dropped, not refused as if the old row had been ended.
+        ``LeaseLost`` when it was (``end``); the ticket drawn for it then goes unused."""
+        new = self._draw(device_id)
+        swap = [{"Delete": self._delete_own_row(device_id, ticket, secret)},
+                {"Put": {"TableName": self._store.table_name,
+                         "Item": self._row(device_id, new, secret, owner, ttl_seconds, until)}}]
+        try:
+            self._pipeline.send_together(self._pipeline.planner(), [], {ROW: swap}, uuid.uuid4().hex)
+        except Refusals:
+            raise self._lost(device_id, f"{ticket}.{secret}") from None
+        return new
 
     def _take(self, device_id, ticket, secret, owner, ttl_seconds,
               credential: Holder | None = None) -> tuple[float | None, float | None]:

@@ -185,18 +185,18 @@ class BookkeepingRequests(PlanContext):
 
     def take_lease(self, device_id: str, ticket: int, lease_token: str, until: float) -> Planned:
         """Record ``ticket`` as the lease holder (until ``until``) on the live device, unless
-        another lease is active (or the device's own request no longer holds its credential)."""
+        another lease is active, a later ticket was granted (``leaseLast``), or the device's own
+        request no longer holds its credential."""
         expr = Expression()
         token, holder_until, ours = expr.name(schema.LEASE_TOKEN), expr.name(schema.LEASE_UNTIL), expr.number(ticket)
+        last = expr.name(schema.LEASE_LAST)
         now = lease_instant(self.now)
-        # leaseToken outlives the lease (the last ticket granted): a lower ticket is never granted
-        # after it, so fencing tokens go up in the order leases are granted.
         condition = " AND ".join([
             live(expr, now), *self._holder_condition(expr, device_id),
-            f"(attribute_not_exists({token}) OR ({token} = {ours} AND attribute_exists({holder_until})) OR "
-            f"({token} < {ours} AND (attribute_not_exists({holder_until}) OR {holder_until} <= {expr.number(now)})))"])
+            f"(attribute_not_exists({token}) OR {holder_until} <= {expr.number(now)} OR {token} = {ours})",
+            f"(attribute_not_exists({last}) OR {last} <= {ours})"])  # no lower ticket after a higher one
         update = (f"SET {token} = {ours}, {expr.name(schema.LEASE_KEY)} = {expr.value({'S': lease_key(lease_token)})}, "
-                  f"{holder_until} = {expr.number(until)}")
+                  f"{holder_until} = {expr.number(until)}, {last} = {ours}")
         return self._update(device_id, update, condition, expr, None, LEASE_TAKEN)
 
     def extend_lease(self, device_id: str, ticket: int, until: float) -> Planned:
@@ -212,12 +212,11 @@ class BookkeepingRequests(PlanContext):
 
     def clear_lease(self, device_id: str, ticket: int) -> Planned:
         """Clear the lease holder, only if it is ``ticket`` (and the device's own request still holds
-        its credential). Its ``leaseToken`` stays, as the last ticket granted (``take_lease``)."""
+        its credential)."""
         expr = Expression()
-        holder_until = expr.name(schema.LEASE_UNTIL)
-        holder = f"{expr.name(schema.LEASE_KEY)}, {holder_until}"
+        holder = ", ".join(expr.name(attribute) for attribute in schema.LEASE_ATTRIBUTES)
         condition = " AND ".join([f"{expr.name(schema.LEASE_TOKEN)} = {expr.number(ticket)}",
-                                  f"attribute_exists({holder_until})", *self._holder_condition(expr, device_id)])
+                                  *self._holder_condition(expr, device_id)])
         return self._update(device_id, f"REMOVE {holder}", condition, expr, None, LEASE_CLEARED)
 
 
