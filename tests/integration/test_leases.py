@@ -21,6 +21,7 @@ from functions.device_state import (
     LeaseLost,
     LeaseNotHeld,
     MergePatch,
+    StorageUnavailable,
     UnknownLease,
     UpdateObserver,
 )
@@ -545,6 +546,28 @@ def test_an_overtaken_waiter_whose_requeue_answer_is_lost_still_gets_the_lease(d
     finally:
         forwarder.close()
     _granted_after(a, 2, manager)
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_an_overtaken_waiter_whose_requeue_stays_unanswered_leaves_no_row_to_block_the_queue(dynamodb_local,
+                                                                                             local_table):
+    """Every answer to the requeue lost, after it landed: the acquire fails as storage unavailable
+    (nothing it holds), and the row it may have put under its new ticket is withdrawn, not left to
+    hold up the next waiter for the row's life."""
+    client, name = local_table
+    manager = DeviceStateManager(client, name)
+    manager.create("lamp-1", {"n": 0})
+    forwarder = Forwarder(dynamodb_local.port)
+    try:
+        forwarder.lose("TransactWriteItems", when=lambda body: b'"Delete"' in body and b'"Put"' in body, times=50)
+        a, _ = _overtaken_waiter(manager, DeviceStateManager(dynamodb_client(forwarder.endpoint, "us-east-1"), name))
+        assert forwarder.lost and isinstance(a, StorageUnavailable), a
+    finally:
+        forwarder.close()
+    status = manager.lease_queue().status("lamp-1")
+    assert status.holder_token is None and status.waiting == 0
+    assert manager.lease("lamp-1", ttl_seconds=30).acquire().fencing_token > 2  # at once, nobody ahead
 
 
 @pytest.mark.dynamodb_local

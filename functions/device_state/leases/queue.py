@@ -246,9 +246,17 @@ class LeaseQueue:
                 {"Put": {"TableName": self._store.table_name,
                          "Item": self._row(device_id, new, secret, owner, ttl_seconds, until)}}]
         try:
-            self._pipeline.send_together(self._pipeline.planner(), [], {ROW: swap}, uuid.uuid4().hex)
-        except Refusals:
-            raise self._lost(device_id, f"{ticket}.{secret}") from None
+            self._transact(device_id, lambda planner: (new, None, swap))  # tried again after a conflict
+        except Refusals as refused:
+            if ROW in refused.refused:
+                raise self._lost(device_id, f"{ticket}.{secret}") from None
+            raise
+        except (OutcomeUnknown, StorageError, StorageUnavailable):  # AnswerLost among them: it may have landed
+            try:
+                self._withdraw(device_id, new, secret)  # the caller withdraws the old row
+            except (StorageError, StorageUnavailable):
+                pass  # the row runs out by itself; what the caller must hear is the first error
+            raise
         return new
 
     def _take(self, device_id, ticket, secret, owner, ttl_seconds,
@@ -486,8 +494,8 @@ class LeaseQueue:
         return {"ConditionExpression": f"{expr.name(_SECRET)} = {expr.value({'S': secret})}", **expr.attributes()}
 
     def _transact(self, device_id: str, plan, credential: Holder | None = None):
-        """One holder change and its queue-row items in one transaction, planned afresh
-        (``plan(planner)`` → (result, planned holder change, row items)) and tried again
+        """One holder change (or none) and its queue-row items in one transaction, planned afresh
+        (``plan(planner)`` → (result, planned holder change or None, row items)) and tried again
         after a TransactionConflict (another request on the same items at that instant, e.g.
         a waiter taking the lease), which is not an answer. Returns the plan's result;
         ``Refusals`` when a condition failed; ``StorageUnavailable`` when conflicts persist."""
@@ -496,7 +504,7 @@ class LeaseQueue:
             planner = self._pipeline.planner(seen_by=device_id if credential else None, holder=credential)
             result, planned, rows = plan(planner)
             try:
-                self._pipeline.send_together(planner, [planned], {ROW: rows}, uuid.uuid4().hex)
+                self._pipeline.send_together(planner, [planned] if planned else [], {ROW: rows}, uuid.uuid4().hex)
             except Refusals as refused:
                 if refused.conflict and refused.refusal is None and not refused.refused:
                     raise Moved(None, reason="conflict") from None
