@@ -262,7 +262,8 @@ class LeaseQueue:
     def _take(self, device_id, ticket, secret, owner, ttl_seconds,
               credential: Holder | None = None) -> tuple[float | None, float | None]:
         """At the head: record this ticket as the holder unless another lease is active.
-        Returns (our expiry, None) or (None, the active holder's expiry, if any)."""
+        Returns (our expiry, None) or (None, the active holder's expiry, if any);
+        ``LeaseOvertaken`` when a later ticket was granted first."""
         planner = self._pipeline.planner(seen_by=device_id if credential else None, holder=credential)
         until = lease_instant(planner.now + ttl_seconds)  # as stored
         row = {"Put": {"TableName": self._store.table_name,
@@ -277,7 +278,7 @@ class LeaseQueue:
             if isinstance(refused.refusal, DeviceLocked):
                 return None, refused.refusal.lease_expires_at
             if refused.refusal is not None:
-                raise refused.refusal from None  # DeviceNotFound
+                raise refused.refusal from None  # DeviceNotFound, LeaseOvertaken
             return None, None  # someone else's heartbeat or write at that instant: poll again
         return until, None
 
