@@ -530,21 +530,25 @@ def test_a_waiter_overtaken_across_a_delete_and_create_is_granted_a_higher_fenci
 
 @pytest.mark.dynamodb_local
 @pytest.mark.concurrency
-def test_an_overtaken_waiter_whose_requeue_answer_is_lost_still_gets_the_lease(dynamodb_local, local_table):
-    """The requeue (the old row deleted, the new one put) lands and its answer is lost: the store's
-    resend is dropped by DynamoDB (the same ClientRequestToken), not refused as an ended row."""
+@pytest.mark.parametrize("between", [False, True], ids=["alone", "another-writer-between"])
+def test_an_overtaken_waiter_whose_requeue_answer_is_lost_still_gets_the_lease(dynamodb_local, local_table, between):
+    """The requeue (the old row deleted, the new one put) lands and its answer is lost, alone or
+    with another client's write to the device landing before the resend: the store's resend is
+    dropped by DynamoDB (the same ClientRequestToken), not refused as an ended row."""
     client, name = local_table
     manager = DeviceStateManager(client, name)
     manager.create("lamp-1", {"n": 0})
+    other = (lambda: manager.update_with_retry("lamp-1", lambda state: {**state, "other": True})) if between else None
     forwarder = Forwarder(dynamodb_local.port)
     try:
         # The first request that deletes A's old row, in whatever form it is sent, lands unanswered.
-        forwarder.lose("TransactWriteItems", when=lambda body: b'"Delete"' in body and b'"Put"' in body)
-        forwarder.lose("DeleteItem", when=lambda body: b"lease#" in body)
+        forwarder.lose("TransactWriteItems", when=lambda body: b'"Delete"' in body and b'"Put"' in body, then=other)
+        forwarder.lose("DeleteItem", when=lambda body: b"lease#" in body, then=other)
         a, _ = _overtaken_waiter(manager, DeviceStateManager(dynamodb_client(forwarder.endpoint, "us-east-1"), name))
         assert len(forwarder.lost) == 1  # the requeue's answer was lost
     finally:
         forwarder.close()
+    assert manager.get("lamp-1").state.get("other") is (True if between else None)
     _granted_after(a, 2, manager)
 
 
