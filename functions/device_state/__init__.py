@@ -81,7 +81,7 @@ from .item.credentials import (CREDENTIAL_ID_PATTERN, MAX_CREDENTIALS, Holder, c
                                entries as credential_entries, registered as registered_credentials,
                                token_entry as credential_token_entry)
 from .manager import DEFAULT_BUDGET_SECONDS, DEFAULT_MAX_ATTEMPTS, DeviceStateManager
-from .model.connectivity import connectivity_event
+from .model.connectivity import connectivity_event, counted_connections
 from .model.desires import (
     CONFIRMATION_BYTES,
     MAX_ACKS,
@@ -185,6 +185,7 @@ __all__ = [
     "check_acks",
     "CONFIRMATION_BYTES",
     "connectivity_event",
+    "counted_connections",
     "DesireMoved",
     "DesireOptions",
     "MAX_ACKS",

@@ -187,7 +187,8 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
             raise BadMessage("invalid-since", "Invalid since", f"{device_id} has no version yet: subscribe from 0") \
                 from None
     try:
-        subscription = subscriptions.subscribe(connection_id, device_id, since, sections)
+        subscription = subscriptions.subscribe(connection_id, device_id, since, sections,
+                                               own=principal.device_id == device_id)
     except TooManySubscriptions as error:
         raise BadMessage("too-many-subscriptions", "Too many subscriptions", str(error), 429) from None
     except UnknownConnection:

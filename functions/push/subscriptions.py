@@ -7,7 +7,8 @@ A connection's item (partition ``connection#<id>``, never a device id: those hav
 lists the devices it follows, for the limit and for clean-up. Both expire with API
 Gateway's connection lifetime. Neither is a device's state item, so neither makes a change.
 A device's own connection records the credential it was opened with (``HOLDER``, on both
-items), so the fan-out can close it once the device no longer holds that credential."""
+items) and its subscription to itself is marked (``OWN``), so the fan-out can close it once the
+device no longer holds that credential or no longer counts the connection (``revocation``)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ DEVICES = "devices"  # on a connection's item: the devices it follows (a string 
 DELIVERED = "delivered"  # on a subscription: the last version sent
 SUBSCRIBED_BY = "subscribedBy"  # on a subscription: the subscribe that put it (a random id)
 HOLDER = "holder"  # on a device's own connection and its subscription: the credential it came with
+OWN = "own"  # on a device's own subscription to itself, whatever its token names
 CONNECTION_LIFETIME_SECONDS = 2 * 60 * 60  # API Gateway closes a WebSocket connection after 2 hours
 OPENED_AT = "openedAt"  # on a connection's item: when its $connect stored it (epoch seconds)
 # API Gateway answers a connection whose $connect has not returned yet as gone, as it does a closed
@@ -56,6 +58,7 @@ class Subscription:
     sections: tuple
     expires: float | None = None  # the connection's end (its token's expiry, or API Gateway's 2 hours)
     holder: Holder | None = None  # a device's own connection: the credential it was opened with
+    own: bool = False  # the device's own connection following itself
 
     def expired(self, now: float) -> bool:
         return self.expires is not None and self.expires <= now
@@ -92,8 +95,9 @@ class Subscriptions:
         expires = int(self.clock()) + CONNECTION_LIFETIME_SECONDS
         return expires if credential_expires_at is None else min(expires, credential_expires_at)
 
-    def subscribe(self, connection_id: str, device_id: str, since: int, sections) -> Subscription:
-        """Follows ``device_id`` from ``since`` (a subscription of the same device replaced)."""
+    def subscribe(self, connection_id: str, device_id: str, since: int, sections, own: bool = False) -> Subscription:
+        """Follows ``device_id`` from ``since`` (a subscription of the same device replaced);
+        ``own``: the connection is the device's own."""
         expr = Expression()
         devices = expr.name(DEVICES)
         condition = (f"attribute_exists({expr.name(table.SORT_KEY)}) AND (attribute_not_exists({devices}) OR "
@@ -110,7 +114,7 @@ class Subscriptions:
             raise TooManySubscriptions(f"a connection follows at most {MAX_SUBSCRIPTIONS} devices") from None
         expires, holder = answer["Attributes"][table.TTL_ATTRIBUTE], answer["Attributes"].get(HOLDER)
         subscription = Subscription(device_id, connection_id, since, tuple(sections), float(expires["N"]),
-                                    _holder(holder))
+                                    _holder(holder), own)
         # Put unless this subscribe's own first copy landed already: a resend after a lost answer
         # would move `delivered` back over versions the fan-out sent meanwhile (sent again).
         ours, put = {"S": uuid.uuid4().hex[:16]}, Expression()
@@ -119,7 +123,8 @@ class Subscriptions:
             self.store.send("put_item", IDEMPOTENT, Item={
                 **_subscription_key(device_id, connection_id), "connectionId": {"S": connection_id},
                 DELIVERED: number(since), "sections": {"L": [{"S": name} for name in sections]},
-                SUBSCRIBED_BY: ours, table.TTL_ATTRIBUTE: expires, **({HOLDER: holder} if holder is not None else {})},
+                SUBSCRIBED_BY: ours, table.TTL_ATTRIBUTE: expires, **({HOLDER: holder} if holder is not None else {}),
+                **({OWN: {"BOOL": True}} if own else {})},
                 ConditionExpression=f"attribute_not_exists({mark}) OR {mark} <> {put.value(ours)}", **put.attributes())
         except ConditionNotMet:
             pass  # this subscribe's own copy, landed first
@@ -211,7 +216,8 @@ def _subscription(item: dict) -> Subscription:
     expires = item.get(table.TTL_ATTRIBUTE, {}).get("N")
     return Subscription(item[table.PARTITION_KEY]["S"], item["connectionId"]["S"], int(item[DELIVERED]["N"]),
                         tuple(entry["S"] for entry in item.get("sections", {}).get("L", [])),
-                        None if expires is None else float(expires), _holder(item.get(HOLDER)))
+                        None if expires is None else float(expires), _holder(item.get(HOLDER)),
+                        item.get(OWN, {}).get("BOOL", False))
 
 
 def _holder_attribute(holder: Holder) -> dict:

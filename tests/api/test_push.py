@@ -3,6 +3,7 @@ fan-out consumer on DynamoDB Local), with real WebSocket clients."""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import threading
@@ -14,13 +15,14 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from functions.auth.credentials import LEEWAY_SECONDS
+from functions.auth.principals import ADMIN_SCOPE
 from functions.device_state import table
 from functions.device_state.feed.items import change_sk
 from functions.device_state.model.connectivity import MAX_CONNECTIONS
 from functions.device_state.client import dynamodb_client
 from functions.push.subscriptions import CONNECTION_PK_PREFIX, MAX_SUBSCRIPTIONS, SUBSCRIPTION_SK_PREFIX
 from tests.api.test_http import launch
-from tests.auth import bearer, token
+from tests.auth import assertion, bearer, token
 from tests.helpers import run_writers
 
 pytestmark = pytest.mark.dynamodb_local
@@ -313,7 +315,12 @@ def test_a_device_connects_once_it_exists_so_that_its_cap_counts_every_connectio
         _connect(server, own)
     assert refused.value.response.status_code == 404
     assert server.request("POST", "/devices", {"deviceId": device, "state": {}})[0] == 201
-    held = [_connect(server, own) for _ in range(4)]
+    _fills_its_cap(server, own)
+
+
+def _fills_its_cap(server, own: dict) -> None:
+    """``MAX_CONNECTIONS`` connects with the device's ``own`` headers are let in, one more is 429."""
+    held = [_connect(server, own) for _ in range(MAX_CONNECTIONS)]
     try:
         with pytest.raises(InvalidStatus) as full:
             _connect(server, own)
@@ -467,6 +474,62 @@ def test_a_deleted_devices_deleted_change_is_pushed(server):
         message = json.loads(client.recv(timeout=RECEIVE_SECONDS))
         assert (message["type"], message["kind"], message["version"], message["delta"]) == (
             "change", "deleted", 2, None)
+
+
+def _credential_token(server, device: str) -> tuple[str, str]:
+    """A device token minted from a secret registered on ``device``: (the token, the credential's id)."""
+    status, _, body = server.request("POST", f"/devices/{device}/credentials", {"type": "secret"},
+                                     headers=bearer((ADMIN_SCOPE,)))
+    assert status == 201, body
+    added = json.loads(body)
+    status, _, body = server.request("POST", f"/devices/{device}/token", headers={
+        "Authorization": f"Bearer {assertion(device, added['credentialId'], base64.b64decode(added['secret']))}"})
+    assert status == 200, body
+    return json.loads(body)["token"], added["credentialId"]
+
+
+def _closed_with_nothing_after(client, last_version: int) -> None:
+    """Receives until the service closes the connection; fails on a change past ``last_version``
+    or when the connection stays open."""
+    deadline = time.monotonic() + RECEIVE_SECONDS
+    while True:
+        try:
+            message = json.loads(client.recv(timeout=max(deadline - time.monotonic(), 0.01)))
+        except ConnectionClosed:
+            return
+        except TimeoutError:
+            pytest.fail(f"the connection is still open {RECEIVE_SECONDS} s on")
+        assert message.get("version", 0) <= last_version, message
+
+
+@pytest.mark.parametrize("names_a_credential, ending", [(False, "delete"), (True, "delete"), (True, "revoke")],
+                         ids=["plain-token-device-deleted", "credential-token-device-deleted", "credential-revoked"])
+def test_a_devices_own_connection_ends_with_its_device_or_credential_and_a_back_ends_follows_on(
+        server, names_a_credential, ending):
+    """docs/api/feed-and-push.md: deleting a device closes its own connections, whatever their token
+    names (one naming no credential was left open, uncounted once the device was created again, and
+    sent the new device's changes); revoking a credential closes those opened with it. A back-end
+    following the device hears the delete and what comes after."""
+    device = _device(server)
+    own_token, credential = _credential_token(server, device) if names_a_credential else (token(device=device), None)
+    own_headers = {"Authorization": f"Bearer {own_token}"}
+    with _connect(server, own_headers) as own, _connect(server) as back_end:
+        for client in (own, back_end):
+            assert _subscribe(client, device)["type"] == "subscribed"
+            assert _changes(client, device, 1) == [1]
+        if ending == "delete":
+            assert server.request("DELETE", f"/devices/{device}")[0] == 204
+            assert server.request("POST", "/devices", {"deviceId": device, "state": {"n": 9}})[0] == 201
+        else:
+            status, _, body = server.request("DELETE", f"/devices/{device}/credentials/{credential}",
+                                             headers=bearer((ADMIN_SCOPE,)))
+            assert status == 204, body
+            assert server.request("PATCH", f"/devices/{device}", {"n": 1}, headers=MERGE)[0] == 200
+        _closed_with_nothing_after(own, 1)
+        assert _changes(back_end, device, 3 if ending == "delete" else 2, seen=1) == (
+            [2, 3] if ending == "delete" else [2])
+    if not names_a_credential:  # the device connects again, and those connections count against its cap
+        _fills_its_cap(server, own_headers)
 
 
 def test_a_gap_past_the_retention_found_by_the_fan_out_is_changes_expired_410(server, dynamodb_local):

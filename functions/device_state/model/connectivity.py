@@ -43,6 +43,11 @@ def members(item: dict | None) -> list[str]:
     return schema.StateItem.of(item).strings(schema.CONNECTIONS)
 
 
+def counted_connections(item: dict | None) -> set[str]:
+    """The ids of the connections the item counts against the device's cap (none without an item)."""
+    return {connection_of(entry) for entry in members(item)}
+
+
 def open_members(item: dict | None, now: float) -> list[str]:
     return [entry for entry in members(item) if _until_ms(entry) > now * 1000]
 
