@@ -91,15 +91,15 @@ class ApiConfig(StorageConfig):
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "ApiConfig":
+        storage = _storage(environ)
         return cls(
-            **_storage(environ),
+            **storage,
             max_attempts=_integer(environ, MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS, 1, 100),
             retry_budget_seconds=_number(environ, RETRY_BUDGET_SECONDS, DEFAULT_BUDGET_SECONDS, 0.0,
                                          MAX_BUDGET_SECONDS),
             require_if_match=_boolean(environ, REQUIRE_IF_MATCH),
             settle_seconds=_number(environ, SETTLE_SECONDS, DEFAULT_SETTLE_SECONDS, 0.0, MAX_SETTLE_SECONDS),
-            tombstone_seconds=_integer(environ, TOMBSTONE_SECONDS, DEFAULT_TOMBSTONE_SECONDS, 60,
-                                       MAX_TOMBSTONE_SECONDS),
+            tombstone_seconds=tombstone_seconds(environ.get(TOMBSTONE_SECONDS), storage["change_retention_seconds"]),
             fleet_index=fleet_index(environ),
             never_wait=_boolean(environ, NEVER_WAIT),
             cursor_key=_cursor_key(environ),
@@ -149,6 +149,22 @@ def _storage(environ) -> dict:
     return {"table_name": table_name, "dynamodb_endpoint": environ.get(DYNAMODB_ENDPOINT) or None,
             "change_retention_seconds": _integer(environ, CHANGE_RETENTION_SECONDS, DEFAULT_RETENTION_SECONDS,
                                                  MIN_RETENTION_SECONDS, MAX_RETENTION_SECONDS)}
+
+
+def tombstone_seconds(raw, change_retention_seconds: int, name: str = TOMBSTONE_SECONDS) -> int:
+    """How long a deleted device keeps its version: ``raw`` (unset: the larger of 30 days and the
+    change retention), never less than the retention. A device created again once its tombstone is
+    gone starts over at version 1, so its former changes must have expired by then (a shorter
+    tombstone left them in its feed and history, and its own changes unrecorded). ``name``: what
+    set ``raw``, for the error."""
+    if raw in (None, ""):
+        return max(DEFAULT_TOMBSTONE_SECONDS, change_retention_seconds)
+    value = int(raw) if str(raw).isdecimal() else -1
+    if not change_retention_seconds <= value <= MAX_TOMBSTONE_SECONDS:
+        raise ConfigError(f"{name}: {raw!r} is not {change_retention_seconds} (the change retention) to "
+                          f"{MAX_TOMBSTONE_SECONDS} seconds; a device created again after its tombstone expired "
+                          "would find its former changes in its feed")
+    return value
 
 
 def _cursor_key(environ) -> bytes:

@@ -125,6 +125,7 @@ class DeviceApi(Construct):
         reserved_concurrency: int | None = None,
         waiting_reserved_concurrency: int | None = None,
         change_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
+        tombstone_seconds: int = config.DEFAULT_TOMBSTONE_SECONDS,
         snap_start: bool = True,
         auth_environment: dict[str, str],
         token_environment: dict[str, str] | None = None,
@@ -145,8 +146,7 @@ class DeviceApi(Construct):
             config.MAX_ATTEMPTS: str(DEFAULT_MAX_ATTEMPTS),
             config.RETRY_BUDGET_SECONDS: str(DEFAULT_BUDGET_SECONDS),
             config.SETTLE_SECONDS: str(config.DEFAULT_SETTLE_SECONDS),
-            config.TOMBSTONE_SECONDS: str(self.node.try_get_context("tombstoneSeconds")
-                                          or config.DEFAULT_TOMBSTONE_SECONDS),
+            config.TOMBSTONE_SECONDS: str(tombstone_seconds),
             config.REQUIRE_IF_MATCH: "true" if require_if_match else "false",
             config.REQUIRE_REGISTERED_CREDENTIALS: "true" if require_registered_credentials else "false",
             config.CHANGE_RETENTION_SECONDS: str(change_retention_seconds),

@@ -8,7 +8,7 @@ from constructs import Construct
 from functions.device_state import DEFAULT_RETENTION_SECONDS
 from functions.device_state import DEFAULT_TOMBSTONE_SECONDS
 from functions.auth.credentials import AUTH_AUDIENCE
-from functions.config import MAX_RETENTION_SECONDS, MIN_RETENTION_SECONDS
+from functions.config import MAX_RETENTION_SECONDS, MIN_RETENTION_SECONDS, tombstone_seconds
 from functions.device_state import FleetIndex, FleetIndexError
 
 from .api import DeviceApi, DeviceDomain
@@ -177,6 +177,7 @@ class DeviceStateStack(Stack):
             auth_environment[AUTH_AUDIENCE] = audiences
         require_registered = _flag(context(self, "requireRegisteredCredentials"))
         retention = _retention(context(self, "changeRetentionSeconds"))
+        tombstone = tombstone_seconds(context(self, "tombstoneSeconds"), retention, "context tombstoneSeconds")
         domain_name = context(self, "deviceDomainName")
         self.api = DeviceApi(
             self, "DeviceApi",
@@ -187,6 +188,7 @@ class DeviceStateStack(Stack):
             reserved_concurrency=_optional_int(context(self, "reservedConcurrency")),
             waiting_reserved_concurrency=_optional_int(context(self, "waitingReservedConcurrency")),
             change_retention_seconds=retention,
+            tombstone_seconds=tombstone,
             snap_start=_flag(context(self, "snapStart")),
             auth_environment=auth_environment,
             token_environment={**self.device_tokens.signing_environment, **self.sealing.environment},

@@ -159,10 +159,26 @@ def test_config_from_environment():
     {"TABLE_NAME": "t"},  # no cursor key: each instance would refuse the others' cursors
     {"TABLE_NAME": "t", "CURSOR_KEY": KEY[1:]},
     {"TABLE_NAME": "t", "CURSOR_KEY": KEY, "CHANGE_RETENTION_SECONDS": "7200"},  # a connection's life: too short
+    {"TABLE_NAME": "t", "CURSOR_KEY": KEY, "TOMBSTONE_SECONDS": "60"},  # shorter than the changes it outlives
+    {"TABLE_NAME": "t", "CURSOR_KEY": KEY, "CHANGE_RETENTION_SECONDS": "864000", "TOMBSTONE_SECONDS": "863999"},
+    {"TABLE_NAME": "t", "CURSOR_KEY": KEY, "TOMBSTONE_SECONDS": "a month"},
+    {"TABLE_NAME": "t", "CURSOR_KEY": KEY, "TOMBSTONE_SECONDS": str(367 * 24 * 3600)},
 ])
 def test_bad_configuration_is_refused(environ):
     with pytest.raises(ConfigError):
         Config.from_environment(environ)
+
+
+def test_a_tombstone_outlives_the_changes_before_it():
+    """A device created again once its tombstone expired starts over at version 1: the former
+    device's changes must have expired by then (tests/integration/test_changes.py)."""
+    def tombstone(**environ) -> int:
+        return Config.from_environment({"TABLE_NAME": "t", "CURSOR_KEY": KEY, **environ}).tombstone_seconds
+
+    assert tombstone() == 30 * 24 * 3600
+    assert tombstone(CHANGE_RETENTION_SECONDS="7776000") == 7776000  # unset: at least the retention
+    assert tombstone(CHANGE_RETENTION_SECONDS="864000", TOMBSTONE_SECONDS="864000") == 864000
+    assert tombstone(TOMBSTONE_SECONDS="604800") == 604800  # the default retention, 7 days
 
 
 def test_the_feed_outlives_any_connection_that_follows_it():

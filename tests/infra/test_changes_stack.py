@@ -55,6 +55,18 @@ def test_a_retention_the_functions_would_refuse_fails_the_synth(seconds):
         synth_stack({"changeRetentionSeconds": seconds})
 
 
+@pytest.mark.parametrize("context", [{"tombstoneSeconds": 60}, {"tombstoneSeconds": "a month"},
+                                     {"changeRetentionSeconds": 90 * 24 * 3600}])
+def test_a_tombstone_shorter_than_the_changes_it_outlives_fails_the_synth(context):
+    """A device created again after its tombstone expired would find its former changes in its
+    feed (the functions refuse it too, at every request)."""
+    from functions.config import ConfigError
+    from tests.infra.conftest import synth_stack
+
+    with pytest.raises(ConfigError, match="context tombstoneSeconds"):
+        synth_stack(context)
+
+
 def test_the_mapping_filters_bisects_bounds_retries_and_sends_failures_to_an_encrypted_queue(template):
     _, mapping = under(template, "AWS::Lambda::EventSourceMapping", "ChangeFeed")
     props = mapping["Properties"]

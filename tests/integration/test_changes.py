@@ -15,14 +15,16 @@ import pytest
 
 from functions.changes.events import LogPublisher
 from functions.changes.handler import process
-from functions.device_state import (SECRET, CredentialRecord, CredentialRevoked, DeviceNotFound,
-                                    DeviceStateManager, Holder, IdempotencyKey, JsonPatch, MergePatch,
+from functions.device_state import (DEFAULT_TOMBSTONE_SECONDS, SECRET, CredentialRecord, CredentialRevoked,
+                                    DeviceNotFound, DeviceStateManager, Holder, IdempotencyKey, JsonPatch, MergePatch,
                                     new_credential_id)
 from functions.device_state.feed.items import LEGACY_CHANGE_SK_PREFIX, change_sk
 from functions.device_state.feed.log import (CHANGE_SK_PREFIX, LEGACY_READ_UNTIL, RECORDED_WITHIN_SECONDS, ChangeLog,
                                             ChangesExpired, InvalidSince, VersionNotFound, VersionNotRecorded,
                                             change_of)
+from functions.device_state.item.schema import state_key
 from functions.device_state.model.times import timestamp
+from functions.device_state.write.store import IDEMPOTENT, ConditionNotMet
 from localdev.stream import StreamPoller
 from tests.helpers import RecordingClient, run_writers
 
@@ -259,6 +261,58 @@ def test_a_lease_produces_no_change_and_a_delete_produces_one_with_the_tombstone
     assert log.at_version("leased", 3).state == {"n": 2}  # the tombstone's history stays readable
     manager.create("leased", {"again": True})
     assert [(c.version, c.kind) for c in log.wait("leased", 4, wait_seconds=10)] == [(5, "created")]
+
+
+class _KeepingWhateverHoldsTheKey(ChangeLog):
+    """The control: a recorder that takes any item under a change's key for the change, expired or not."""
+
+    def _put_once(self, item: dict) -> None:
+        try:
+            self.store.send("put_item", IDEMPOTENT, Item=item, ConditionExpression="attribute_not_exists(sk)")
+        except ConditionNotMet:
+            pass
+
+
+def _created_again_once_its_tombstone_expired(client, name, log: ChangeLog) -> None:
+    """``lamp`` written twice and deleted a tombstone's life ago, created again once TTL deleted its
+    tombstone, and written once more: each change recorded by ``log`` as the processor would."""
+    lived = time.time() - DEFAULT_TOMBSTONE_SECONDS - 60
+    former, manager = DeviceStateManager(client, name, clock=lambda: lived), DeviceStateManager(client, name)
+
+    def written(write):
+        def raw():
+            return client.get_item(TableName=name, Key=state_key("lamp"), ConsistentRead=True).get("Item")
+        old = raw()
+        write()
+        log.record(old, raw())
+
+    written(lambda: former.create("lamp", {"life": "former"}))
+    written(lambda: former.update_with_retry("lamp", MergePatch({"n": 1})))
+    written(lambda: former.delete("lamp"))
+    client.delete_item(TableName=name, Key=state_key("lamp"))  # the expired tombstone, as TTL deletes it
+    written(lambda: manager.create("lamp", {"life": "new"}))
+    written(lambda: manager.update_with_retry("lamp", MergePatch({"n": 2})))
+
+
+def test_an_id_created_again_once_its_tombstone_expired_has_a_feed_of_its_own(local_table):
+    """A tombstone outlives the changes before it (TOMBSTONE_SECONDS is at least the change
+    retention), so once it has expired and the id is created again at version 1, the former
+    device's change items TTL has not deleted yet are all past their expiry: the new device's
+    changes replace them."""
+    client, name = local_table
+    log = ChangeLog(client, name)
+    _created_again_once_its_tombstone_expired(client, name, log)
+    assert [(c.version, c.kind) for c in log.read("lamp", 0)] == [(1, "created"), (2, "updated")]
+    assert log.at_version("lamp", 1).state == {"life": "new"}
+    assert log.at_version("lamp", 2).state == {"life": "new", "n": 2}
+
+
+def test_control_a_recorder_taking_an_expired_item_for_the_change_loses_the_new_devices_changes(local_table):
+    client, name = local_table
+    log = _KeepingWhateverHoldsTheKey(client, name)
+    _created_again_once_its_tombstone_expired(client, name, log)
+    with pytest.raises(ChangesExpired):
+        log.read("lamp", 0)
 
 
 def test_non_state_items_and_unversioned_changes_are_no_change():

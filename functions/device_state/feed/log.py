@@ -214,10 +214,15 @@ class ChangeLog:
         return int(answer["Attributes"][TRIES]["N"])
 
     def _put_once(self, item: dict) -> None:
+        """Puts the change unless it is there; one past its expiry (TTL deletes late) counts as gone:
+        a former device's, under an id created again once its tombstone (which outlives its
+        changes) had expired, which the new device's change replaces."""
         expr = Expression()
+        expires = expr.name(schema.TTL_ATTRIBUTE)
         try:
             self.store.send("put_item", IDEMPOTENT, Item=item,
-                            ConditionExpression=f"attribute_not_exists({expr.name(schema.SORT_KEY)})",
+                            ConditionExpression=f"attribute_not_exists({expr.name(schema.SORT_KEY)}) OR "
+                                                f"{expires} <= {expr.number(int(self.clock()))}",
                             **expr.attributes())
         except ConditionNotMet:
             pass  # written before: by an earlier delivery of this record
