@@ -285,7 +285,8 @@ ACKS_BODY = {"type": "object", "required": ["acks"], "additionalProperties": Fal
             "code": {"type": "integer", "minimum": 200, "maximum": 599,
                      "not": {"anyOf": [{"enum": [201]}, {"type": "integer", "minimum": 203, "maximum": 399}]},
                      "description": "200 applied, 202 in progress, 400-499 refused, 500-599 failed"},
-            "reason": Checked({"type": "string", "maxLength": MAX_REASON_CHARS},
+            "reason": Checked({"type": "string", "nullable": True, "maxLength": MAX_REASON_CHARS,
+                               "description": "Why (null or left out: none), as the feed shows it"},
                               problem=functools.partial(InvalidValue, limit="ack-reason"))}}},
         parse.acks)}}
 

@@ -96,10 +96,11 @@ class VersionConflict(DeviceStateError):
 
 class DesireMoved(DeviceStateError):
     """An acknowledgement answers a desire that is not the leaf's current one: desired has
-    set the leaf again since (``current_version``), or no longer holds it (None)."""
+    set the leaf again since (``current_version``), or does not hold it (None): never did, or
+    no longer does."""
 
     def __init__(self, path: str, version: int, current_version: int | None):
-        where = ("desired no longer holds it" if current_version is None
+        where = ("desired does not hold it" if current_version is None
                  else f"desired set it at version {current_version}")
         super().__init__(f"the ack of {path} answers version {version}, but {where}")
         self.path, self.version, self.current_version = path, version, current_version

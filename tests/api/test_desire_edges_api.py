@@ -85,3 +85,14 @@ def test_rights_on_the_acks_route(api):
     print(answers)
     assert set(answers.values()) == {403}
     assert api("GET", "/devices/lamp").json["version"] == 1
+
+
+def test_an_ack_without_a_reason_may_say_so_with_null_as_the_feed_shows_one(api):
+    """The feed, push and events show an ack without a reason as ``"reason": null``: a client
+    sending an ack back as it read it is answered as for one leaving the reason out."""
+    api("PUT", "/devices/lamp", {"state": {}, "desired": {"p": 1, "q": 1}})
+    acks = [{"path": "/p", "version": 1, "code": 400, "reason": None}, {"path": "/q", "version": 1, "code": 400}]
+    answer = api("POST", "/devices/lamp/desired/acks", {"acks": acks}, headers=bearer(device="lamp"))
+    assert answer.status == 200, answer.json
+    metadata = api("GET", "/devices/lamp?include=metadata").json["metadata"]["desired"]
+    assert metadata["p"]["ack"] == metadata["q"]["ack"] and "reason" not in metadata["p"]["ack"], metadata
