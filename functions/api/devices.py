@@ -166,6 +166,11 @@ def _not_modified(device, preconditions: parse.Preconditions) -> Response | None
     """RFC 9110 13.2.2 for a read: If-Match (strong) first, 412 when false; then
     If-None-Match (weak), a 304 when it matches; None when the read answers in full."""
     _if_match(device, preconditions)
+    return _unchanged(device, preconditions)
+
+
+def _unchanged(device, preconditions: parse.Preconditions) -> Response | None:
+    """If-None-Match (weak): a 304 when it matches the device read."""
     if (preconditions.if_none_match is not None and preconditions.if_none_match.matches_weak(device.version)
             and not device.changed_since_written()):  # an expired desire changed this version's delta
         return Response(status_code=304, headers={"ETag": etag(device.version)})
@@ -258,15 +263,15 @@ def get_delta(request: Request):
     preconditions = parse.Preconditions.of(request)
     reader = as_caller(request, device_id)
     device = reader.get(device_id) if since is None or preconditions.if_match is not None else None
-    if device is not None:
-        _if_match(device, preconditions)  # a false If-Match is answered at once, not after the wait
+    if device is not None:  # If-Match is judged on the device as the request found it, not after the wait
+        _if_match(device, preconditions)
     if wait and since is None:
         since = device.version  # waits for the next change from the version it found
     if since is not None:
         device = reader.wait_for_sections(device_id, since, wait_budget(request.context, wait))
     _seen(request, device)
     shown = device.as_dict()
-    return _not_modified(device, preconditions) or json_response(
+    return _unchanged(device, preconditions) or json_response(
         {key: shown[key] for key in ("deviceId", "version", "delta")}, headers={"ETag": etag(device.version)})
 
 

@@ -125,6 +125,23 @@ def test_a_delta_long_poll_waits_for_a_section_write_and_not_for_a_state_write(a
     assert 0.5 < time.monotonic() - started < 5
 
 
+@pytest.mark.parametrize("query", ["since=1&waitSeconds=10", "waitSeconds=10"])
+def test_a_delta_long_poll_whose_if_match_held_answers_the_change_it_waited_for(api, query):
+    """If-Match is judged on the version the request found: the write it waits for moves the
+    version on, which must not turn its answer into a 412 (found by a hostile review)."""
+    lamp(api, desired={"a": 1})
+
+    def later():
+        time.sleep(0.3)
+        api("PATCH", "/devices/lamp-1/desired", {"b": 2}, content_type=MERGE)
+
+    writer = threading.Thread(target=later)
+    writer.start()
+    answer = api("GET", f"/devices/lamp-1/delta?{query}", headers={"If-Match": '"1"'})
+    writer.join()
+    assert (answer.status, answer.json) == (200, {"deviceId": "lamp-1", "version": 2, "delta": {"a": 1, "b": 2}})
+
+
 def test_a_delta_long_poll_ends_at_its_deadline_with_the_current_delta(api):
     lamp(api, desired={"a": 1})
     started = time.monotonic()
