@@ -215,10 +215,10 @@ class InvalidJob(DeviceStateError, ValueError):
 
 
 class JobEnded(DeviceStateError):
-    """The job ended already (``status``): it cannot be cancelled."""
+    """The job ended already (``status``): it cannot be canceled."""
 
     def __init__(self, job_id: str, status: str):
-        super().__init__(f"job {job_id!r} is {status}: it cannot be cancelled")
+        super().__init__(f"job {job_id!r} is {status}: it cannot be canceled")
         self.job_id, self.status = job_id, status
 
 

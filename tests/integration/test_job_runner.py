@@ -743,13 +743,18 @@ def test_a_cancel_ends_a_batch_of_four_pages_within_a_second_and_what_it_left_is
     assert counts["IN_PROGRESS"] == written and counts["CANCELED"] == 400 - written and counts["QUEUED"] == 0
 
 
-def test_an_abort_criterion_met_stops_the_job_and_cancels_what_is_queued(rig):
-    ids = rig.devices(250)
+def _in_the_most_jobs(rig, device_ids) -> None:
+    """The devices hold the most job marks already: a job's write fails there."""
     full = {f"other{number}": {"N": str(job_marks.pack(int(time.time() * 1000) + 600_000, 1))} for number in range(10)}
-    for device_id in ids[:30]:  # these devices are in the most jobs already: the job's write fails there
+    for device_id in device_ids:
         rig.client.update_item(TableName=rig.name, Key=table.state_key(device_id),
                                UpdateExpression="SET #j = :m", ExpressionAttributeNames={"#j": table.JOB_MARKS},
                                ExpressionAttributeValues={":m": {"M": full}})
+
+
+def test_an_abort_criterion_met_stops_the_job_and_cancels_what_is_queued(rig):
+    ids = rig.devices(250)
+    _in_the_most_jobs(rig, ids[:30])
     rig.job(deviceIds=ids, timeoutSeconds=600,
             abort=[{"on": "FAILED", "thresholdPercent": 50, "minExecuted": 10}])
     rig.runner().run("j1", 30)
@@ -759,6 +764,24 @@ def test_an_abort_criterion_met_stops_the_job_and_cancels_what_is_queued(rig):
     assert counts["FAILED"] == 30 and counts["IN_PROGRESS"] == 70 and counts["CANCELED"] == 150
     versions, _ = rig.versions(ids)
     assert all(versions[device_id] == 1 for device_id in ids[100:])  # queued when it aborted: never written
+
+
+def test_a_forced_cancel_of_an_aborted_job_takes_back_the_leaves_still_in_progress_and_it_stays_aborted(rig):
+    """An abort stops queuing and leaves what is in progress; forcing a cancel then was 409
+    job-ended, so a failing rollout's leaves stayed on its devices (found by a hostile review)."""
+    ids = rig.devices(20)
+    _in_the_most_jobs(rig, ids[:6])
+    rig.job(deviceIds=ids, timeoutSeconds=600, abort=[{"on": "FAILED", "thresholdPercent": 50, "minExecuted": 5}])
+    rig.runner().run("j1", 30)
+    head = rig.jobs.head("j1")
+    assert head.record.status == "ABORTED" and head.counts_by_state["IN_PROGRESS"] == 14, head.counts_by_state
+    answered, _ = rig.manager.jobs().cancel("j1", force=True)
+    assert answered.record.status == "ABORTED"
+    run_until_done(rig.runner())
+    counts = rig.counts_agree_with_executions()
+    assert (counts["FAILED"], counts["CANCELED"], counts["IN_PROGRESS"]) == (6, 14, 0), counts
+    assert rig.jobs.head("j1").record.status == "ABORTED"
+    assert [rig.manager.get(device_id).desired for device_id in ids[6:]] == [{}] * 14
 
 
 @pytest.mark.parametrize("abort", [True, False], ids=["abort-criterion", "control-none"])

@@ -292,9 +292,10 @@ class JobStore:
         """Asks the runner to stop queuing (``reason``: cancel, abort, end); ``status``: the job's
         new status (CANCELED, ABORTED), in the same transaction, only while it is IN_PROGRESS
         (``JobEnded`` otherwise; ``JobNotFound`` when there is no job). A forced cancel of a job
-        canceled already adds the force. ``key_entry``: the entry of the Idempotency-Key it was
-        asked with, in the same transaction (``Refusals`` naming "key" when one is there). Returns
-        the head read before, with what the write changed."""
+        canceled or aborted already, not yet completed, adds the force (an aborted one stays
+        ABORTED). ``key_entry``: the entry of the Idempotency-Key it was asked with, in the same
+        transaction (``Refusals`` naming "key" when one is there). Returns the head read before,
+        with what the write changed."""
         head = self.head(job_id)
         if head is None:
             raise JobNotFound(job_id)
@@ -304,12 +305,14 @@ class JobStore:
             run_sets.append(f"{expr.name(items.FORCE)} = {expr.value({'BOOL': True})}")
         parts = {"run": [{"Update": {"TableName": self.table, "Key": items.run_key(job_id),
                                      "UpdateExpression": "SET " + ", ".join(run_sets), **expr.attributes()}}]}
+        if force and status == CANCELED and head.record.status == ABORTED:
+            status = ABORTED  # its leaves still in progress may be taken back too; it stays aborted
         if status is not None:
             record, expr = head.record, Expression()
             sets = [f"{expr.name(items.STATUS)} = {expr.value({'S': status})}"]
             if aborted_by is not None:
                 sets.append(f"{expr.name(items.ABORTED_BY)} = {expr.value({'S': dumps(aborted_by)})}")
-            allowed = (IN_PROGRESS, CANCELED) if force and status == CANCELED else (IN_PROGRESS,)
+            allowed = {CANCELED: (IN_PROGRESS, CANCELED), ABORTED: (ABORTED,)}[status] if force else (IN_PROGRESS,)
             condition = " OR ".join(f"{expr.name(items.STATUS)} = {expr.value({'S': one})}" for one in allowed)
             parts["job"] = [{"Update": {"TableName": self.table, "Key": items.job_key(job_id),
                                         "UpdateExpression": "SET " + ", ".join(sets),
