@@ -7,17 +7,19 @@ with the device's next change, or by subscribing again from the last version the
 
 Before a batch's changes go out, a device whose credentials changed (a credential's item added
 or removed) or that was deleted has the connections it no longer admits closed (``revocation``),
-so a revoked credential's connection gets no further message."""
+so a revoked credential's connection gets no further message; after they went out, a deleted
+device's own connections that heard its delete."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
 from functions.device_state import CHANGE_SK_PREFIX, DELETED, LEGACY_CHANGE_SK_PREFIX, change_from_item, table
 
 from . import connections
-from .revocation import CREDENTIAL_PATTERN, close_revoked, is_credential_change
+from .revocation import CREDENTIAL_PATTERN, close_revoked, close_uncounted, is_credential_change
 from .services import devices, forget, services
 
 logger = logging.getLogger("device_state.push")
@@ -78,19 +80,30 @@ def lambda_handler(event, _context):
         if marks is not None and (current is None or change.version > version):
             marks = current
         newest[device_id] = (max(version, change.version), first, marks)
-    failed = []
+    failed, left = [], {}  # left: device -> (its state item, the followers its revocation left)
+    close_ended = functools.partial(forget, subscriptions)
     for device_id, sequence in revoking.items():
+        first = min(sequence, newest.get(device_id, (0, sequence, None))[1], key=int)
         try:
-            close_revoked(device_id, subscriptions, devices().live_state(device_id), time.time(), connections.close,
-                          lambda connection_id: forget(subscriptions, connection_id))
+            item = devices().live_state(device_id)
+            left[device_id] = first, item, close_revoked(device_id, subscriptions.of_device(device_id), item,
+                                                         time.time(), connections.close, close_ended)
         except Exception:  # noqa: BLE001 - retried by the mapping from this device's first record
             logger.exception("closing revoked connections failed", extra={"deviceId": device_id})
             # its changes wait too (none goes out to a connection that may be revoked): retried from the first
-            failed.append(min(sequence, newest.pop(device_id, (0, sequence, None))[1], key=int))
+            newest.pop(device_id, None)
+            failed.append(first)
     for device_id, (version, sequence, marks) in newest.items():
         try:
             delivery.fan_out(device_id, version, marks, streamed[device_id])
         except Exception:  # noqa: BLE001 - retried by the mapping from this device's first record
             logger.exception("fan-out failed", extra={"deviceId": device_id, "version": version})
             failed.append(sequence)
+            left.pop(device_id, None)  # closed once its changes went out, when retried
+    for device_id, (first, item, followers) in left.items():
+        try:
+            close_uncounted(device_id, followers, item, connections.close, close_ended)
+        except Exception:  # noqa: BLE001 - retried by the mapping from this device's first record
+            logger.exception("closing a deleted device's connections failed", extra={"deviceId": device_id})
+            failed.append(first)
     return {"batchItemFailures": [{"itemIdentifier": sequence} for sequence in sorted(failed, key=int)[:1]]}

@@ -1,13 +1,14 @@
 """A device's own connections end with the credential they were opened with and with the
-device: once the device no longer holds that credential (revoked, expired, a certificate it never
-registered once it registers one) or no longer counts the connection (the device deleted, or
-deleted and created again: a connection of a token naming no credential too), the fan-out closes
-them (@connections DELETE) and forgets them, so they get no further message; the device connects
-again once it exists, and that connection counts against its cap. It learns of such a change from
-the stream: a credential's item added or removed (``CREDENTIAL_PATTERN``), or a device's delete
-among the change items; it then reads the device's state item once and judges each subscriber by
-it (``Holder.admits``, ``counted_connections``). A back-end's subscription stays: it follows the
-device id, created again or not."""
+device. Once the device no longer holds that credential (revoked, expired, a certificate it never
+registered once it registers one, or the device deleted), the fan-out closes them (@connections
+DELETE) and forgets them before the batch's changes go out, so they get no further message. Once
+the device no longer counts a connection (deleted, or deleted and created again: a connection of
+a token naming no credential too), the fan-out closes it after the batch's changes went out, so
+it hears the delete; the device connects again once it exists, and that connection counts
+against its cap. It learns of such a change from the stream: a credential's item added or removed
+(``CREDENTIAL_PATTERN``), or a device's delete among the change items; it then reads the device's
+state item once and judges each subscriber by it (``Holder.admits``, ``counted_connections``). A
+back-end's subscription stays: it follows the device id, created again or not."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Callable
 
 from functions.device_state import CREDENTIAL_SK_PREFIX, counted_connections, table
 
-from .subscriptions import Subscription, Subscriptions
+from .subscriptions import Subscription
 
 logger = logging.getLogger("device_state.push")
 
@@ -32,25 +33,30 @@ def is_credential_change(record: dict) -> bool:
             and keys.get(table.SORT_KEY, {}).get("S", "").startswith(CREDENTIAL_SK_PREFIX))
 
 
-def close_revoked(device_id: str, subscriptions: Subscriptions, item: dict | None, now: float,
-                  close: Callable[[str], None], forget: Callable[[str], None]) -> list[str]:
-    """Closes (``close``) and forgets (``forget``) every connection of the device's own that the
-    device's state item now (``item``; None: it is gone) no longer admits; their ids."""
-    closed = []
-    for subscription in subscriptions.of_device(device_id):
-        if not _shut_out(subscription, item, now):
-            continue
+def close_revoked(device_id: str, followers: list[Subscription], item: dict | None, now: float,
+                  close: Callable[[str], None], forget: Callable[[str], None]) -> list[Subscription]:
+    """Closes (``close``) and forgets (``forget``) each of the device's ``followers`` whose
+    credential the device's state item now (``item``; None: it is gone) no longer admits; the
+    followers left."""
+    revoked = [subscription for subscription in followers if subscription.holder is not None
+               and (item is None or not subscription.holder.admits(item, now))]
+    _close(device_id, revoked, close, forget, "connections of a revoked credential closed")
+    return [subscription for subscription in followers if subscription not in revoked]
+
+
+def close_uncounted(device_id: str, followers: list[Subscription], item: dict | None,
+                    close: Callable[[str], None], forget: Callable[[str], None]) -> None:
+    """Closes and forgets each of the device's own ``followers`` that its state item (``item``)
+    does not count: once the delete went out to them."""
+    counted = counted_connections(item)
+    _close(device_id, [subscription for subscription in followers
+                       if subscription.own and subscription.connection_id not in counted],
+           close, forget, "connections of a deleted device closed")
+
+
+def _close(device_id: str, ending: list[Subscription], close, forget, what: str) -> None:
+    for subscription in ending:
         close(subscription.connection_id)
         forget(subscription.connection_id)
-        closed.append(subscription.connection_id)
-    if closed:
-        logger.info("connections of a revoked credential or a deleted device closed",
-                    extra={"deviceId": device_id, "closed": len(closed)})
-    return closed
-
-
-def _shut_out(subscription: Subscription, item: dict | None, now: float) -> bool:
-    holder = subscription.holder
-    if holder is not None and (item is None or not holder.admits(item, now)):
-        return True
-    return subscription.own and subscription.connection_id not in counted_connections(item)
+    if ending:
+        logger.info(what, extra={"deviceId": device_id, "closed": len(ending)})

@@ -488,28 +488,30 @@ def _credential_token(server, device: str) -> tuple[str, str]:
     return json.loads(body)["token"], added["credentialId"]
 
 
-def _closed_with_nothing_after(client, last_version: int) -> None:
-    """Receives until the service closes the connection; fails on a change past ``last_version``
-    or when the connection stays open."""
-    deadline = time.monotonic() + RECEIVE_SECONDS
+def _closed_with_nothing_after(client, last_version: int) -> list[int]:
+    """Receives until the service closes the connection: the versions of the changes it got; fails
+    on a change past ``last_version`` or when the connection stays open."""
+    deadline, versions = time.monotonic() + RECEIVE_SECONDS, []
     while True:
         try:
             message = json.loads(client.recv(timeout=max(deadline - time.monotonic(), 0.01)))
         except ConnectionClosed:
-            return
+            return versions
         except TimeoutError:
             pytest.fail(f"the connection is still open {RECEIVE_SECONDS} s on")
         assert message.get("version", 0) <= last_version, message
+        versions.append(message.get("version"))
 
 
 @pytest.mark.parametrize("names_a_credential, ending", [(False, "delete"), (True, "delete"), (True, "revoke")],
                          ids=["plain-token-device-deleted", "credential-token-device-deleted", "credential-revoked"])
 def test_a_devices_own_connection_ends_with_its_device_or_credential_and_a_back_ends_follows_on(
         server, names_a_credential, ending):
-    """docs/api/feed-and-push.md: deleting a device closes its own connections, whatever their token
-    names (one naming no credential was left open, uncounted once the device was created again, and
-    sent the new device's changes); revoking a credential closes those opened with it. A back-end
-    following the device hears the delete and what comes after."""
+    """docs/api/feed-and-push.md: deleting a device closes its own connections once they heard the
+    delete, whatever their token names (one naming no credential was left open, uncounted against
+    the cap once the device was created again, and sent the new device's changes); revoking a
+    credential, the delete included, closes those opened with it before anything more goes out.
+    A back-end following the device hears the delete and what comes after."""
     device = _device(server)
     own_token, credential = _credential_token(server, device) if names_a_credential else (token(device=device), None)
     own_headers = {"Authorization": f"Bearer {own_token}"}
@@ -519,15 +521,17 @@ def test_a_devices_own_connection_ends_with_its_device_or_credential_and_a_back_
             assert _changes(client, device, 1) == [1]
         if ending == "delete":
             assert server.request("DELETE", f"/devices/{device}")[0] == 204
+            heard = _closed_with_nothing_after(own, 1 if names_a_credential else 2)
+            assert heard == ([] if names_a_credential else [2])  # the delete, which ends a device's follow
             assert server.request("POST", "/devices", {"deviceId": device, "state": {"n": 9}})[0] == 201
+            assert _changes(back_end, device, 3, seen=1) == [2, 3]
         else:
             status, _, body = server.request("DELETE", f"/devices/{device}/credentials/{credential}",
                                              headers=bearer((ADMIN_SCOPE,)))
             assert status == 204, body
             assert server.request("PATCH", f"/devices/{device}", {"n": 1}, headers=MERGE)[0] == 200
-        _closed_with_nothing_after(own, 1)
-        assert _changes(back_end, device, 3 if ending == "delete" else 2, seen=1) == (
-            [2, 3] if ending == "delete" else [2])
+            _closed_with_nothing_after(own, 1)
+            assert _changes(back_end, device, 2, seen=1) == [2]
     if not names_a_credential:  # the device connects again, and those connections count against its cap
         _fills_its_cap(server, own_headers)
 
