@@ -151,8 +151,8 @@ _RETRYABLE = (RetriesExhausted, StorageUnavailable, VersionNotRecorded, IndexBui
 # Errors whose own message names internals (endpoint URLs, botocore's text): the client
 # gets this detail instead; the message is logged with the request.
 _GENERIC_DETAIL = {
-    StorageUnavailable: "Storage is unavailable for now. Retry after Retry-After; send a write again with "
-                        "the same Idempotency-Key to learn whether it was applied.",
+    StorageUnavailable: "Storage is unavailable for now; nothing was written. Send the request again after "
+                        "Retry-After.",
 }
 
 

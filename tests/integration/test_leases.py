@@ -29,6 +29,7 @@ from functions.device_state import table
 from functions.device_state.client import dynamodb_client
 from functions.device_state.leases.queue import LeaseQueue
 from localdev.faults import Forwarder
+from tests.helpers import RecordingClient
 
 
 class LeaseEvents(UpdateObserver):
@@ -120,6 +121,31 @@ def test_a_bounded_wait_gives_up_after_the_wait_and_withdraws(lamp, engine):
         lamp.lease("lamp-1", wait_seconds=0.4).acquire()
     assert time.monotonic() - started >= 0.4
     assert len(lease_rows(*engine)) == 1
+    holder.release()
+
+
+def test_a_wait_counts_from_the_call_so_a_slow_first_read_spends_it_too(lamp):
+    """The route's wait is what is left of the Lambda's time: counted from after the device's
+    first read, a read that took long (DynamoDB stalling) ran the request past it (found by a
+    hostile review: 30 to 33 s against the function's 28). A fake clock: the first read takes 10 s."""
+    holder = lamp.lease("lamp-1", ttl_seconds=30).acquire()
+    now, slept = [0.0], []
+
+    class SlowFirstRead(RecordingClient):
+        def get_item(self, **request):
+            if "get_item" not in self.calls:
+                now[0] += 10
+            self.calls.append("get_item")
+            return lamp.client.get_item(**request)
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    waiter = DeviceStateManager(SlowFirstRead(lamp.client), lamp.table_name, monotonic=lambda: now[0], sleep=sleep)
+    with pytest.raises(LeaseBusy):
+        waiter.lease("lamp-1", wait_seconds=5).acquire()
+    assert sum(slept) < 1, slept  # the 5 s were gone with the read: no waiting after it
     holder.release()
 
 

@@ -175,14 +175,14 @@ class LeaseQueue:
         if owner is not None and (not isinstance(owner, str) or not 1 <= len(owner) <= MAX_OWNER_CHARS):
             raise InvalidLease(f"owner must be text of 1 to {MAX_OWNER_CHARS} characters")
         runtime = self._runtime
+        started = runtime.monotonic()
+        deadline = started + wait_seconds  # from the call: a slow first read spends the wait too
         device = self._store.get_live_state(device_id, runtime.clock())
         if credential is not None:
             credential.check(device_id, device, runtime.clock())
         if device is None:
             raise DeviceNotFound(device_id)
         since = stored_time(device[schema.CREATED_AT])  # rows of an earlier incarnation of the device do not count
-        started = runtime.monotonic()
-        deadline = started + wait_seconds
         ticket = self._draw(device_id)
         secret = secrets.token_hex(16)
         lease_id = f"{ticket}.{secret}"
