@@ -39,8 +39,8 @@ ARCHITECTURE = lambda_.Architecture.ARM_64
 POWERTOOLS_LAYER_PARAMETER = "/aws/service/powertools/python/arm64/python{python}/{version}"
 HANDLER = "functions.api.handler.lambda_handler"
 OUTPUT_NAME = "Url"  # the stack output holding the API's base URL
-# A lease request may wait up to 25 s (POST .../leases waitSeconds); the retry budget is
-# 5 s. Both are capped by the remaining time, and this stays under API Gateway's 29 s.
+# Every request answers by the function's end (functions.api.common.answer_deadline): waits
+# and the retry budget are capped by the remaining time, and this stays under API Gateway's 29 s.
 TIMEOUT = Duration.seconds(28)
 MEMORY_MB = 512
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from urllib.parse import quote, unquote
 
 from .resolver import Response
 
 from functions.auth.principals import Principal
 from functions.auth.rights import Forbidden
-from functions.device_state import (CREATED, DELETED, DeviceStateManager, Holder, IdempotencyKey, IdempotencyKeyReused,
-                                    dumps, dynamodb_client, fingerprint, restore)
+from functions.device_state import (CREATED, DELETED, LONGEST_SEND_SECONDS, DeviceStateManager, Holder, IdempotencyKey,
+                                    IdempotencyKeyReused, dumps, dynamodb_client, fingerprint, restore)
 
 from . import access
 from . import request_parsing as parse
@@ -189,11 +190,21 @@ def _check_holder(principal: Principal | None) -> None:
         manager().as_device(principal.device_id, held).check_holder(principal.device_id)
 
 
+def answer_deadline(context) -> float | None:
+    """When the request must have its answer (monotonic): the Lambda's end, less the time to send
+    it; None without a Lambda context."""
+    if context is None or not hasattr(context, "get_remaining_time_in_millis"):
+        return None
+    return time.monotonic() + context.get_remaining_time_in_millis() / 1000 - RESPONSE_MARGIN_SECONDS
+
+
 def budget(context, wanted: float | None = None) -> float:
-    """The retry budget (or another wait), never past the Lambda's own deadline."""
+    """The retry budget (or another wait), ending with time left for the two requests that may
+    follow it (a last read, a withdrawal or a settle's look) before the answer's deadline."""
     seconds = api_config().retry_budget_seconds if wanted is None else wanted
-    if context is not None and hasattr(context, "get_remaining_time_in_millis"):
-        seconds = min(seconds, context.get_remaining_time_in_millis() / 1000 - RESPONSE_MARGIN_SECONDS)
+    deadline = answer_deadline(context)
+    if deadline is not None:
+        seconds = min(seconds, deadline - time.monotonic() - 2 * LONGEST_SEND_SECONDS)
     return max(seconds, 0.0)
 
 

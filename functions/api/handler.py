@@ -13,10 +13,10 @@ from functions import cold_start  # first: no garbage collection while the modul
 from .resolver import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
 
-from functions.device_state import dumps, restore
+from functions.device_state import answer_by, dumps, restore
 
 from . import changes, devices, identity, jobs, leases, request_parsing, tokens, transactions
-from .common import RESPONSE_MARGIN_SECONDS, json_response, route  # noqa: F401
+from .common import RESPONSE_MARGIN_SECONDS, answer_deadline, json_response, route  # noqa: F401
 from .common import manager as _manager  # noqa: F401  (tests reset its cache)
 from .routes import MAX_LEASE_WAIT_SECONDS  # noqa: F401  (the stack's timeout: the wait's)
 from .routes import Request, allowed_methods, unroutable
@@ -82,7 +82,8 @@ def handle_error(error: Exception):
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event, context):
-    return app.resolve(event, context)
+    with answer_by(answer_deadline(context)):  # no request to DynamoDB may outlast the function
+        return app.resolve(event, context)
 
 
 cold_start.done()

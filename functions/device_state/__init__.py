@@ -122,7 +122,8 @@ from .model.values import (
     loads,
     validate_device_id,
 )
-from .runtime import Backoff, UpdateObserver
+from .client import LONGEST_SEND_SECONDS
+from .runtime import Backoff, UpdateObserver, answer_by
 from .write import transactions  # the public module of transaction operations (kinds, failure reasons)
 from .write.keyed import KEY_PATTERN, IdempotencyKey, InvalidIdempotencyKey, fingerprint
 from .write.pipeline import DEFAULT_SETTLE_SECONDS
@@ -185,6 +186,8 @@ __all__ = [
     "check_acks",
     "CONFIRMATION_BYTES",
     "connectivity_event",
+    "LONGEST_SEND_SECONDS",
+    "answer_by",
     "counted_connections",
     "DesireMoved",
     "DesireOptions",

@@ -5,12 +5,37 @@ framework; subclass it and override what you need). Tests drive time by passing 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .client import LONGEST_SEND_SECONDS
 from .restore import random_generator
+
+# When the caller must have its answer (monotonic seconds), if it said (``answer_by``).
+_ANSWER_BY: contextvars.ContextVar[float | None] = contextvars.ContextVar("answer_by", default=None)
+
+
+@contextlib.contextmanager
+def answer_by(deadline: float | None):
+    """Within it, no request to DynamoDB starts that could still be unanswered at ``deadline``
+    (monotonic; a Lambda's end, less the time to answer): a resend or a settle step that would
+    is left out, and the caller hears what is known by then (nothing written, or the outcome
+    unknown). Outside it, there is no such bound."""
+    token = _ANSWER_BY.set(deadline)
+    try:
+        yield
+    finally:
+        _ANSWER_BY.reset(token)
+
+
+def last_send_start() -> float | None:
+    """The latest moment (monotonic) a request may start within ``answer_by``; None outside."""
+    deadline = _ANSWER_BY.get()
+    return None if deadline is None else deadline - LONGEST_SEND_SECONDS
 
 
 class UpdateObserver:

@@ -4,6 +4,7 @@ API Gateway events (moto and DynamoDB Local)."""
 from __future__ import annotations
 
 import base64
+import json
 from decimal import Decimal
 
 import pytest
@@ -458,3 +459,18 @@ def test_a_fault_is_a_logged_500_problem(api, monkeypatch):
     assert response["statusCode"] == 500
     assert header_of(response, "Content-Type") == "application/problem+json"
     assert "ResourceNotFoundException" in log.getvalue()  # the cause is in the log
+
+
+def test_a_request_with_no_time_left_to_hear_dynamodb_sends_it_nothing_and_is_503(api):
+    """The handler answers by the function's end (``answer_by``): no request to DynamoDB starts
+    that could still be unanswered then, so a write with 3 s left (less than the 1 s to answer
+    and the 4 s one request may take) writes nothing and says so, where running on, deployed,
+    would end in API Gateway's bare 503 whatever had landed."""
+    from functions.api.handler import lambda_handler
+    from localdev.apigw import LambdaContext, make_event
+
+    create(api)
+    response = lambda_handler(make_event("PATCH", "/devices/lamp-1", with_credentials(
+        {"Content-Type": "application/merge-patch+json"}), '{"a": 1}'), LambdaContext(timeout_seconds=3.0))
+    assert response["statusCode"] == 503 and "nothing was written" in json.loads(response["body"])["detail"]
+    assert version_of(api) == 1

@@ -135,3 +135,4 @@ def test_ending_a_lease_through_a_dynamodb_stall_is_answered_truthfully(stalling
     server.request("DELETE", f"/devices/leased/leases/{token}")  # once DynamoDB answers, ending it is sure
     assert json.loads(server.request("GET", "/devices/leased/leases")[2])["holder"] is None
     print("ending a lease through a stall answered", answer["status"])
+

@@ -298,6 +298,32 @@ def test_when_dynamodb_stays_unreachable_the_outcome_is_unknown_and_applied_at_m
 
 
 
+def test_a_write_whose_caller_must_answer_by_a_deadline_is_settled_by_then_where_the_settle_alone_runs_on(rig):
+    """The API answers by its function's end (``answer_by``): a request still running then gets
+    API Gateway's bare 503, which says nothing was written though the write may have landed.
+    DynamoDB unreachable once the write landed: with the deadline 6 s ahead the outcome is
+    unknown within it; without one (the control) the settle runs its 10 s. Each applied once."""
+    from functions.device_state import answer_by
+
+    patient = DeviceStateManager(dynamodb_client(rig.forwarder.endpoint, "us-east-1"), rig.name, settle_seconds=10)
+    rig.other.create("d", {"n": 0})
+
+    def seconds_to_outcome(deadline_seconds):
+        rig.forwarder.lose("UpdateItem", then=lambda: setattr(rig.forwarder, "unreachable", True))
+        started = time.monotonic()
+        try:
+            with answer_by(None if deadline_seconds is None else started + deadline_seconds):
+                with pytest.raises(OutcomeUnknown):
+                    patient.update_with_retry("d", INCREMENT)
+        finally:
+            rig.forwarder.unreachable = False
+        return time.monotonic() - started
+
+    bounded, control = seconds_to_outcome(6.0), seconds_to_outcome(None)
+    assert bounded < 6.0 and control >= 10, (bounded, control)
+    assert rig.version("d") == 3 and rig.state("d") == {"n": 2}
+
+
 def test_a_write_no_write_of_which_is_answered_while_reads_are_is_learned_applied_by_a_read(rig):
     """DynamoDB answers no write (each answer held past the client's read timeout) but answers
     reads: the write and its settle marks all land unanswered, and a last consistent read finds

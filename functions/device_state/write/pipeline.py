@@ -26,7 +26,8 @@ from ..item.job_marks import JobMark
 from ..item.journal import trimmed_stamp, written_version
 from ..model.device import Device
 from ..model.times import timestamp
-from ..runtime import Runtime
+from ..client import LONGEST_SEND_SECONDS
+from ..runtime import Runtime, last_send_start
 from .outcomes import Applied, NeverApplied, Refusals, refusal
 from .plan import DEFAULT_TOMBSTONE_SECONDS, Planned
 from .planner import Planner
@@ -123,11 +124,14 @@ class WritePipeline:
         applied is ``StorageUnavailable`` (nothing written) rather than tried again."""
         runtime, device_id = self.runtime, planned.device_id
         deadline = runtime.monotonic() + self.settle_seconds
+        latest = last_send_start()
+        if latest is not None:  # its last look, a read, must be answered by then too
+            deadline = min(deadline, latest - LONGEST_SEND_SECONDS)
         failed_answer = isinstance(lost, FailedAnswer)
         on_versioned_item, attempt, cause = True, 0, str(lost)
         failure = cause
         logger.warning("write answer lost; settling", extra={"device_id": device_id, "cause": cause})
-        while True:
+        while latest is None or runtime.monotonic() < deadline:
             attempt += 1
             mark = self.planner().settle_mark(device_id, planned.write, on_versioned_item)
             try:
@@ -148,18 +152,20 @@ class WritePipeline:
             else:
                 return self._never_applied(planned, marked, failed_answer, failure)
             if runtime.monotonic() >= deadline:
-                # A last look, when DynamoDB answered no mark: a consistent read, which it may
-                # answer while it answers no write, shows the write's entry if it applied, or a
-                # mark that landed unanswered (absent, it proves nothing: a copy may still land).
-                item = self._last_look(device_id)
-                version = written_version(item, planned.write)
-                if version:
-                    return self._applied(planned, version, item)
-                if version == 0:
-                    return self._never_applied(planned, item, failed_answer, failure)
-                runtime.observer.outcome_unknown(device_id)
-                raise OutcomeUnknown(device_id, f"DynamoDB did not answer ({cause})")
+                break
             runtime.pause(min(attempt, 6))
+        # A last look, when DynamoDB answered no mark: a consistent read, which it may answer
+        # while it answers no write, shows the write's entry if it applied, or a mark that landed
+        # unanswered (absent, it proves nothing: a copy may still land). None past the answer's
+        # deadline, which it could not meet.
+        item = self._last_look(device_id) if latest is None or runtime.monotonic() < latest else None
+        version = written_version(item, planned.write)
+        if version:
+            return self._applied(planned, version, item)
+        if version == 0:
+            return self._never_applied(planned, item, failed_answer, failure)
+        runtime.observer.outcome_unknown(device_id)
+        raise OutcomeUnknown(device_id, f"DynamoDB did not answer ({cause})")
 
     def _last_look(self, device_id: str) -> dict | None:
         """The device's state item, read once (no answer: None), so the settle ends within one

@@ -26,7 +26,7 @@ from ..errors import (
 )
 from ..item import schema
 from ..model.values import MAX_ITEM_BYTES
-from ..runtime import Runtime
+from ..runtime import Runtime, last_send_start
 
 THROTTLING_CODES = frozenset(
     {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
@@ -78,6 +78,10 @@ class Store:
         while True:
             attempt += 1
             failed_answer = False
+            latest = last_send_start()
+            if attempt == 1 and latest is not None and self.runtime.monotonic() >= latest:
+                raise StorageUnavailable(f"DynamoDB {operation} not sent: no time left to hear its answer before "
+                                         "the caller's deadline; nothing was written")
             try:
                 answer = getattr(self.client, operation)(**request)
                 self._meter(operation, answer)
@@ -116,7 +120,8 @@ class Store:
             if applied is None and mode == ONCE:
                 raise lost(f"DynamoDB {operation}: {what} ({cause})")
             maybe_applied = maybe_applied or (applied is None and mode == IDEMPOTENT)
-            out_of_time = deadline is not None and self.runtime.monotonic() >= deadline
+            latest = min((moment for moment in (deadline, last_send_start()) if moment is not None), default=None)
+            out_of_time = latest is not None and self.runtime.monotonic() >= latest
             if attempt >= SEND_ATTEMPTS or out_of_time:
                 if maybe_applied:
                     raise lost(f"DynamoDB {operation}: {what} ({cause})")
