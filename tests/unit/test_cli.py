@@ -409,3 +409,46 @@ def test_the_top_command_is_click_group_and_its_settings_are_options_of_the_grou
     assert isinstance(main, click.Group)
     names = {option.name for option in main.params}
     assert {"endpoint", "token", "token_command", "websocket_url", "ca_file", "profile"} <= names
+
+
+def test_a_write_that_takes_no_key_whose_answer_is_unknown_says_so_and_how_to_find_out(scripted):
+    """credentials add, enrollments create and lease take no Idempotency-Key: a lost answer
+    (here a 504) was told like a refused connection, though the credential had been registered
+    and its secret, shown once, was lost with the answer (found by a hostile review)."""
+    unknown = {"type": "urn:device-state:problem:outcome-unknown", "status": 504, "title": "unknown", "detail": "x"}
+    server = scripted((504, {}, unknown))
+    for arguments, hint in ((["credentials", "add", "lamp-1", "--secret"], "device-state credentials list lamp-1"),
+                            (["enrollments", "create", "--id-pattern", "lamp-[0-9]+", "--max-devices", "5"],
+                             "device-state enrollments list"),
+                            (["lease", "lamp-1", "--ttl", "30", "--", "true"], "ends by itself within 30 s")):
+        result = _run(server.port, *arguments)
+        assert result.returncode == 3, (arguments, result.stderr)
+        assert "the write may or may not have been applied; " in result.stderr and hint in result.stderr, result.stderr
+
+
+def test_watch_refuses_what_it_cannot_follow_as_usage_and_delta_waits_whole_seconds(scripted):
+    """101 devices were a traceback; a section that is none was a watch printing nothing forever
+    (the service takes the subscription); `delta --wait 20` (docs/cli.md) sent 20.0, which the
+    service refuses (found by a hostile review)."""
+    server = scripted((200, {}, {"deviceId": "lamp-1", "version": 4, "delta": {}}))
+    many = _run(server.port, "watch", *(f"w{number}" for number in range(101)))
+    typo = _run(server.port, "watch", "lamp-1", "--since", "0", "--sections", "reportd")
+    for result, said in ((many, "follow 1 to 100 devices"), (typo, "not reportd")):
+        assert result.returncode == 2 and said in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert _run(server.port, "delta", "lamp-1", "--since", "4", "--wait", "20").returncode == 0
+    assert [path for _, path, _, _, _ in server.requests] == ["/devices/lamp-1/delta?since=4&waitSeconds=20"]
+
+
+def test_a_table_into_a_pipe_its_reader_closed_exits_as_the_command_did_and_an_output_setting_can_go(
+        scripted, tmp_path):
+    """Rich exits 1 ("refused") on a broken pipe, though the write had applied; `configure
+    --output ''` was refused although an empty value removes a setting (found by a hostile review)."""
+    server = scripted((200, {}, DEVICE))
+    command = " ".join([*COMMAND, "patch", "lamp-1", "--merge", "'{\"power\": \"off\"}'", "-o", "table"])
+    piped = subprocess.run(["bash", "-c", f"set -o pipefail; {command} | true"], capture_output=True, text=True,
+                           env=_environment(server.port), timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    config = tmp_path / "config"
+    for setting in ("table", ""):
+        assert _run(server.port, "configure", "--output", setting, DEVICE_STATE_CONFIG=str(config)).returncode == 0
+    assert "output" not in config.read_text()

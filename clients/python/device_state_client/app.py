@@ -13,6 +13,7 @@ from .errors import ApiError, LeaseGone, NotFound
 from .service import JSON_PATCH, MERGE_PATCH, NOTHING_WRITTEN, RETRIED_STATUSES, Service, device_path, item_path
 
 MAX_FOLLOWED = 100  # the WebSocket API's subscriptions per connection
+SECTIONS = ("state", "desired", "reported")  # what a subscription may follow
 MAX_PAGE = 100  # the largest page GET /devices, the change feed and the jobs' listings give
 
 
@@ -355,6 +356,9 @@ class AppClient(Service):
         device_ids = list(dict.fromkeys(device_ids))
         if not device_ids or len(device_ids) > MAX_FOLLOWED:
             raise ValueError(f"follow 1 to {MAX_FOLLOWED} devices on one connection, not {len(device_ids)}")
+        unknown = sorted(set(sections or ()) - set(SECTIONS))
+        if unknown:  # the service would take the subscription and send nothing, forever
+            raise ValueError(f"sections are {', '.join(SECTIONS)}, not {', '.join(unknown)}")
         if isinstance(since, dict):
             positions = {device_id: int(since.get(device_id, 0)) for device_id in device_ids}
         elif since is not None:

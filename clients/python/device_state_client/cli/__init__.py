@@ -88,10 +88,12 @@ class CommandLine(click.Group):
             ctx.exit(APPLIED)
         except KeyboardInterrupt:  # Ctrl-C (a watch's usual end): not a refusal, which Click's 1 would say
             click.echo(err=True)
-            key = getattr(ctx.obj, "idempotency_key", None)
+            key, to_see = (getattr(ctx.obj, name, None) for name in ("idempotency_key", "write_to_see"))
             if key:
                 click.echo(f"interrupted: the write may or may not have been applied; the same command with "
                            f"--idempotency-key {key} applies it at most once and answers what became of it", err=True)
+            elif to_see:
+                click.echo(f"interrupted: the write may or may not have been applied; {to_see}", err=True)
             ctx.exit(INTERRUPTED)
         except Exception as error:  # noqa: BLE001 - each kind is told apart in _failure
             status = _failure(ctx, error)
@@ -111,6 +113,7 @@ def _failure(ctx, error: Exception) -> int | None:
 
     session = ctx.obj
     key = getattr(session, "idempotency_key", None)
+    to_see = getattr(session, "write_to_see", None)
     if isinstance(error, ApiError):
         for line in problem_lines(error.status, error.problem, error.slug):
             click.echo(line, err=True)
@@ -119,6 +122,8 @@ def _failure(ctx, error: Exception) -> int | None:
             what = "was not applied" if error.status in (429, 503) else "may or may not have been applied"
             click.echo(f"  the write {what}; the same command with --idempotency-key {key} applies it at most "
                        "once and answers what became of it", err=True)
+        elif unknown and to_see and error.status not in (429, 503):
+            click.echo(f"  the write may or may not have been applied; {to_see}", err=True)
         return UNKNOWN if unknown else REFUSED
     if isinstance(error, FollowError):
         click.echo(f"error: {error}", err=True)
@@ -137,6 +142,8 @@ def _failure(ctx, error: Exception) -> int | None:
         elif key:
             click.echo(f"  the write may or may not have been applied; the same command with --idempotency-key "
                        f"{key} applies it at most once and answers what became of it", err=True)
+        elif to_see:
+            click.echo(f"  the write may or may not have been applied; {to_see}", err=True)
         return UNKNOWN
     return None
 
@@ -148,6 +155,7 @@ class Session:
     def __init__(self, ctx, options: dict):
         self.ctx, self.options = ctx, options
         self.idempotency_key: str | None = None
+        self.write_to_see: str | None = None
         self._profile: dict | None = None
 
     def profile(self) -> dict:
@@ -230,6 +238,11 @@ class Session:
         """The Idempotency-Key of this run's write: the one given, else a new one."""
         self.idempotency_key = given or str(uuid.uuid4())
         return self.idempotency_key
+
+    def unkeyed_write(self, to_see: str) -> None:
+        """This run sends a write that takes no Idempotency-Key: an answer lost on the way leaves
+        it unknown, and ``to_see`` says how to find out what became of it."""
+        self.write_to_see = to_see
 
 
 def lease_token_for(device_id: str, given: str | None) -> str | None:

@@ -119,7 +119,7 @@ def count(filter_, group_by, output):
 @click.argument("device_id", metavar="ID", type=ID)
 @click.option("--since", type=click.IntRange(min=0), metavar="VERSION",
               help="With --wait: answer once a write after this version changed desired or reported.")
-@click.option("--wait", type=click.FloatRange(0, 20), metavar="SECONDS", help="Long-poll up to this long.")
+@click.option("--wait", type=click.IntRange(0, 20), metavar="SECONDS", help="Long-poll up to this long.")
 @output_option
 def delta(device_id, since, wait, output):
     """Show what a device is asked to do: desired leaves it has not reported."""
@@ -184,8 +184,11 @@ def watch(device_ids, since, sections, stop_after, output):
     from ..follow import Resynced
     from .output import Stream
 
-    follower = session.client().follow(device_ids, since, sections.split(",") if sections else None,
-                                       on_reconnect=_Reconnecting())
+    try:
+        follower = session.client().follow(device_ids, since, sections.split(",") if sections else None,
+                                           on_reconnect=_Reconnecting())
+    except ValueError as error:  # too many devices, a section that is none
+        raise click.UsageError(str(error)) from None
     printed = 0
     with Stream(session.output(output), "events", lines=True) as stream:
         for event in follower:
@@ -417,7 +420,9 @@ def lease(device_id, command, ttl, wait, owner):
             if "child" in running and running["child"].poll() is None:
                 running["child"].terminate()
 
+    session.unkeyed_write(f"a lease it took, whose token is lost with the answer, ends by itself within {ttl:g} s")
     held = client.lease(device_id, ttl_seconds=ttl, wait_seconds=wait, owner=owner, on_lost=lost)
+    session.write_to_see = None  # answered: what follows is the command's
     try:
         environment = {**os.environ, "DEVICE_STATE_LEASE_DEVICE": device_id,
                        "DEVICE_STATE_LEASE_TOKEN": held.token, "DEVICE_STATE_FENCING_TOKEN": str(held.fencing_token)}
@@ -469,8 +474,8 @@ def _release(held, device_id: str) -> None:
 @click.option("--token-command", "token_command", metavar="COMMAND", help="A shell command that prints a token.")
 @click.option("--websocket-url", "websocket_url", metavar="URL", help="The WebSocket API's URL.")
 @click.option("--ca-file", "ca_file", metavar="PEM", help="A CA to trust beside the system's.")
-@click.option("--output", "output_setting", type=click.Choice(("table", "json", "yaml")),
-              help="The default output.")
+@click.option("--output", "output_setting", type=click.Choice(("table", "json", "yaml", "")),
+              help="The default output ('' removes it).")
 @click.option("--show", is_flag=True, help="Print the profile's settings.")
 def configure(profile_name, endpoint, token_command, websocket_url, ca_file, output_setting, show):
     """Save settings in a profile of the config file.

@@ -4,6 +4,7 @@ A secret or group key is printed once, in the answer that made it, and never aga
 
 from __future__ import annotations
 
+import shlex
 import sys
 
 import click
@@ -77,6 +78,8 @@ def add_credential(device_id, public_key, certificate, secret, expires_at, outpu
     session = _session()
     from .output import show
 
+    session.unkeyed_write(f"`device-state credentials list {shlex.quote(device_id)}` shows it if it was (a secret "
+                          "it made is lost with the answer: revoke that credential and add another)")
     answer = session.client().add_credential(device_id, given[0], public_key=_pem(public_key, "--public-key"),
                                              certificate=_pem(certificate, "--certificate"), expires_at=expires_at)
     show(answer, session.output(output), "credential")
@@ -100,6 +103,7 @@ def revoke_credential(device_id, credential_id, yes):
     session = _session()
     if not yes and sys.stdin.isatty() and not click.confirm(f"Revoke {credential_id} of {device_id}?", err=True):
         raise click.exceptions.Exit(REFUSED)
+    session.unkeyed_write("revoking it again is safe (404 credential-not-found once it is gone)")
     session.client().revoke_credential(device_id, credential_id)
     if sys.stdout.isatty():
         click.echo(f"revoked {credential_id} of {device_id}")
@@ -133,6 +137,8 @@ def create_enrollment(id_pattern, max_devices, enrollment_id, initial, expires_a
     session = _session()
     from .output import show
 
+    session.unkeyed_write("`device-state enrollments list` shows it if it was (its group key is lost with the "
+                          "answer: delete it and create another)")
     answer = session.client().create_enrollment(
         id_pattern, max_devices, enrollment_id=enrollment_id,
         initial=None if initial is None else _initial(initial), expires_at=expires_at)
@@ -166,6 +172,7 @@ def delete_enrollment(enrollment_id, yes):
     session = _session()
     if not yes and sys.stdin.isatty() and not click.confirm(f"Delete enrollment {enrollment_id}?", err=True):
         raise click.exceptions.Exit(REFUSED)
+    session.unkeyed_write("deleting it again is safe (404 enrollment-not-found once it is gone)")
     session.client().delete_enrollment(enrollment_id)
     if sys.stdout.isatty():
         click.echo(f"deleted enrollment {enrollment_id}")

@@ -59,7 +59,12 @@ def _console(stderr: bool = False):
         return _live
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    class PipedConsole(Console):
+        def on_broken_pipe(self) -> None:  # Rich would exit 1 ("refused"): the command's handler decides
+            self.quiet = True
+            raise BrokenPipeError
+
+    return PipedConsole(stderr=stderr, highlight=False, soft_wrap=False)
 
 
 def _text(value) -> str:
