@@ -21,10 +21,11 @@ _ANSWER_BY: contextvars.ContextVar[float | None] = contextvars.ContextVar("answe
 
 @contextlib.contextmanager
 def answer_by(deadline: float | None):
-    """Within it, no request to DynamoDB starts that could still be unanswered at ``deadline``
-    (monotonic; a Lambda's end, less the time to answer): a resend or a settle step that would
-    is left out, and the caller hears what is known by then (nothing written, or the outcome
-    unknown). Outside it, there is no such bound."""
+    """Within it, no resend to DynamoDB and no step of a settle starts that could still be
+    unanswered at ``deadline`` (monotonic; a Lambda's end, less the time to answer): the caller
+    hears what is known by then (nothing written, or the outcome unknown). A request's first send
+    always goes: a read or a withdrawal it needs to tell the truth is never held back. Outside
+    it, there is no such bound."""
     token = _ANSWER_BY.set(deadline)
     try:
         yield

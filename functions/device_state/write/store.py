@@ -78,10 +78,6 @@ class Store:
         while True:
             attempt += 1
             failed_answer = False
-            latest = last_send_start()
-            if attempt == 1 and latest is not None and self.runtime.monotonic() >= latest:
-                raise StorageUnavailable(f"DynamoDB {operation} not sent: no time left to hear its answer before "
-                                         "the caller's deadline; nothing was written")
             try:
                 answer = getattr(self.client, operation)(**request)
                 self._meter(operation, answer)
