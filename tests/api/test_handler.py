@@ -474,6 +474,7 @@ def test_the_handler_answers_by_the_functions_end_and_leaves_no_deadline_behind(
 
     seen = []
     monkeypatch.setattr(handler.app, "resolve", lambda event, context: seen.append(last_send_start()) or {})
-    handler.lambda_handler(make_event("GET", "/devices/lamp-1", with_credentials({})), LambdaContext(timeout_seconds=10))
+    handler.lambda_handler(make_event("GET", "/devices/lamp-1", with_credentials({})),
+                           LambdaContext(timeout_seconds=10))
     assert seen[0] == pytest.approx(time.monotonic() + 10 - 1 - LONGEST_SEND_SECONDS, abs=1)
     assert last_send_start() is None
