@@ -90,12 +90,20 @@ def wait_counts(page, **counts: int) -> None:
                            arg=wanted, timeout=JOB_SECONDS)
 
 
+def open_job_form(page, served, filter_text: str) -> None:
+    """The fleet page of `filter_text` once its count is shown, then its job form opened. The count
+    renders above the job panel and, on a narrow screen, wraps to more lines than "Counting…": a
+    click while it was on its way landed where the button had been, and opened nothing."""
+    page.goto(fleet_url(served, filter=filter_text))
+    page.wait_for_function("""() => !['', 'Counting…'].includes(
+        document.querySelector('#count-result')?.textContent.trim() ?? '')""")
+    page.get_by_role("button", name="Create a job for these devices…").click()
+
+
 def create_from_fleet(page, served, filter_text: str, desired: str, expected: int, shot: str = "",
                       **fields: str) -> str:
     """On the fleet page of `filter_text`: open the job form, see the count, create the job; its id."""
-    page.goto(fleet_url(served, filter=filter_text))
-    page.locator("table.devices tbody tr").first.wait_for()
-    page.get_by_role("button", name="Create a job for these devices…").click()
+    open_job_form(page, served, filter_text)
     plural = "" if expected == 1 else "s"
     page.locator("#job-count", has_text=f"{expected} device{plural} match it now").wait_for()
     submit = page.locator("#job-submit")
@@ -205,8 +213,7 @@ def test_a_job_create_whose_answer_is_lost_says_so_and_pressing_again_answers_th
     button disabled for good. The page says so and the button works again; pressed again, the same
     form goes with the same Idempotency-Key and the service answers with the job it created."""
     filter_text, _ = fleet_of(served, [("silent",)] * 2)
-    page.goto(fleet_url(served, filter=filter_text))
-    page.get_by_role("button", name="Create a job for these devices…").click()
+    open_job_form(page, served, filter_text)
     page.locator("#job-count", has_text="2 devices match it now").wait_for()
     page.get_by_label("Desired for every device (JSON merge patch)").fill('{"mode": "eco"}')
     lose = forwarded_then_lost("connection")
@@ -228,8 +235,7 @@ def test_a_job_create_whose_answer_is_lost_says_so_and_pressing_again_answers_th
 def test_a_count_a_cancel_and_a_list_of_jobs_that_get_no_answer_say_so_and_leave_nothing_busy(served, page):
     filter_text, _ = fleet_of(served, [("silent",)])
     page.route("**/devices/count?*", lambda route: route.abort())
-    page.goto(fleet_url(served, filter=filter_text))
-    page.get_by_role("button", name="Create a job for these devices…").click()
+    open_job_form(page, served, filter_text)
     page.locator("#job-count [role=alert]", has_text="No answer from the service").wait_for()
 
     status, job = served.client("POST", "/jobs", {"filter": filter_text, "desired": {"mode": "eco"}})
@@ -380,8 +386,7 @@ def test_axe_finds_no_serious_violation_and_nothing_overflows_on_the_jobs_pages(
     page.locator("#job-status").wait_for()
     assert page.locator("h1").inner_text() == job_id
 
-    page.goto(fleet_url(served, filter=filter_text))
-    page.get_by_role("button", name="Create a job for these devices…").click()
+    open_job_form(page, served, filter_text)
     page.locator("#job-count", has_text="3 devices match it now").wait_for()
     assert axe_violations(page) == []
     assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
