@@ -80,7 +80,7 @@ def lambda_handler(event, _context):
         if marks is not None and (current is None or change.version > version):
             marks = current
         newest[device_id] = (max(version, change.version), first, marks)
-    failed, left = [], {}  # left: device -> (its state item, the followers its revocation left)
+    failed, left = [], {}  # device -> (its first sequence number, its state item, the followers revocation left)
     close_ended = functools.partial(forget, subscriptions)
     for device_id, sequence in revoking.items():
         first = min(sequence, newest.get(device_id, (0, sequence, None))[1], key=int)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from ..client import LONGEST_SEND_SECONDS
 from ..errors import (
     AnswerLost,
     ConditionNotMet,
@@ -26,7 +27,6 @@ from ..item.job_marks import JobMark
 from ..item.journal import trimmed_stamp, written_version
 from ..model.device import Device
 from ..model.times import timestamp
-from ..client import LONGEST_SEND_SECONDS
 from ..runtime import Runtime, last_send_start
 from .outcomes import Applied, NeverApplied, Refusals, refusal
 from .plan import DEFAULT_TOMBSTONE_SECONDS, Planned

@@ -239,9 +239,9 @@ class Session:
         self.idempotency_key = given or str(uuid.uuid4())
         return self.idempotency_key
 
-    def unkeyed_write(self, to_see: str) -> None:
+    def unkeyed_write(self, to_see: str | None) -> None:
         """This run sends a write that takes no Idempotency-Key: an answer lost on the way leaves
-        it unknown, and ``to_see`` says how to find out what became of it."""
+        it unknown, and ``to_see`` says how to find out what became of it (None: it was answered)."""
         self.write_to_see = to_see
 
 

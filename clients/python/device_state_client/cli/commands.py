@@ -422,7 +422,7 @@ def lease(device_id, command, ttl, wait, owner):
 
     session.unkeyed_write(f"a lease it took, whose token is lost with the answer, ends by itself within {ttl:g} s")
     held = client.lease(device_id, ttl_seconds=ttl, wait_seconds=wait, owner=owner, on_lost=lost)
-    session.write_to_see = None  # answered: what follows is the command's
+    session.unkeyed_write(None)  # answered: what follows is the command's
     try:
         environment = {**os.environ, "DEVICE_STATE_LEASE_DEVICE": device_id,
                        "DEVICE_STATE_LEASE_TOKEN": held.token, "DEVICE_STATE_FENCING_TOKEN": str(held.fencing_token)}
