@@ -5,7 +5,6 @@ created or canceled job's runner is started at once where one is deployed (``JOB
 
 from __future__ import annotations
 
-import json
 import logging
 from urllib.parse import quote
 
@@ -16,6 +15,7 @@ from . import request_parsing as parse
 from .common import IDEMPOTENT_REPLAYED, idempotency_key, json_response, manager, own_holder, route, wait_budget
 from .routes import Request
 from functions.config import api_config
+from functions.device_state import start_function
 
 router = Router()
 logger = logging.getLogger("device_state.api")
@@ -35,10 +35,7 @@ def _start_runner(job_id: str) -> None:
     if not function:
         return
     try:
-        import boto3
-
-        boto3.session.Session().client("lambda").invoke(FunctionName=function, InvocationType="Event",
-                                                        Payload=json.dumps({"jobId": job_id}).encode())
+        start_function(function, {"jobId": job_id})
     except Exception:  # noqa: BLE001 - the schedule wakes the job anyway
         logger.warning("job runner not started; the schedule will", extra={"job_id": job_id})
 

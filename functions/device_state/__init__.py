@@ -4,7 +4,7 @@ Free of HTTP and of Powertools; takes its DynamoDB client and table name as argu
 """
 
 from . import leases  # its limits; the lease code itself loads when first used (leases/__init__.py)
-from .client import dynamodb_client, new_client
+from .client import dynamodb_client, new_client, start_function
 from .errors import (
     AssertionReplayed,
     CredentialExists,
@@ -239,6 +239,7 @@ __all__ = [
     "dumps",
     "dynamodb_client",
     "new_client",
+    "start_function",
     "fingerprint",
     "IdempotencyKey",
     "IdempotencyKeyReused",

@@ -11,15 +11,13 @@ marks make any repeat of a write harmless."""
 from __future__ import annotations
 
 import functools
-import json
 import os
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from functions.config import JobsConfig
-from functions.device_state import DeviceStateManager, dynamodb_client
+from functions.device_state import DeviceStateManager, dynamodb_client, start_function
 from functions.device_state import metrics as names
 from functions.device_state.jobs import BUSY
 
@@ -37,14 +35,8 @@ def _manager() -> DeviceStateManager:
                               fleet_index=config.fleet_index, cursor_key=config.cursor_key)
 
 
-@functools.lru_cache(maxsize=1)
-def _lambda():
-    return boto3.session.Session().client("lambda")
-
-
 def _invoke(context, job_id: str) -> None:
-    _lambda().invoke(FunctionName=os.environ.get("AWS_LAMBDA_FUNCTION_NAME", context.function_name),
-                     InvocationType="Event", Payload=json.dumps({"jobId": job_id}).encode())
+    start_function(os.environ.get("AWS_LAMBDA_FUNCTION_NAME", context.function_name), {"jobId": job_id})
 
 
 @logger.inject_lambda_context

@@ -5,8 +5,6 @@ as a job error and raised (Lambda retries, the schedule takes the job up again).
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from functions.device_state.jobs import BUSY, DONE, IDLE, Progress
@@ -19,9 +17,9 @@ class Recorder:
     def __init__(self):
         self.invoked = []
 
-    def invoke(self, FunctionName, InvocationType, Payload):  # noqa: N803 - boto3's names
-        assert InvocationType == "Event"
-        self.invoked.append(json.loads(Payload))
+    def start_function(self, function_name, payload):
+        assert function_name == LambdaContext.function_name
+        self.invoked.append(payload)
 
 
 class FakeRunner:
@@ -49,7 +47,7 @@ class FakeManager:
 @pytest.fixture
 def rig(monkeypatch):
     recorder = Recorder()
-    monkeypatch.setattr(handler, "_lambda", lambda: recorder)
+    monkeypatch.setattr(handler, "start_function", recorder.start_function)
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "DeviceState")
 
     def with_manager(manager):
