@@ -452,3 +452,25 @@ def test_a_table_into_a_pipe_its_reader_closed_exits_as_the_command_did_and_an_o
     for setting in ("table", ""):
         assert _run(server.port, "configure", "--output", setting, DEVICE_STATE_CONFIG=str(config)).returncode == 0
     assert "output" not in config.read_text()
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_json_and_yaml_escape_what_a_terminal_would_act_on_and_parse_to_the_same_document(output, capsys):
+    import yaml
+
+    from device_state_client.cli.output import Stream, show
+
+    acting = "\x1b]0;pwned\x07 \x85\x9b2J \u202eevil\u202c \u2028\u2066x\u2069 \ufeff\U000e0041 \x7f"
+    document = {"reason": acting, acting: ["\U0001f469\u200d\U0001f4bb \u0645\u06cc\u200c\u062e", "\t\n"],
+                "nested": {"a": acting * 20}}
+    show(document, output)
+    one = capsys.readouterr().out
+    with Stream(output, "devices") as stream:
+        stream.add_page([document, {"deviceId": "\u202elamp"}])
+    many = capsys.readouterr().out
+    for printed in (one, many):
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u2028-\u202e\u2060-\u2069"
+                             "\ufeff\U000e0000-\U000e007f]", printed), printed
+        assert "\U0001f469\u200d\U0001f4bb \u0645\u06cc\u200c\u062e" in printed  # words keep their joiners
+    parse = json.loads if output == "json" else yaml.safe_load
+    assert parse(one) == document and parse(many) == [document, {"deviceId": "\u202elamp"}]

@@ -4,6 +4,7 @@ table or YAML is printed."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from contextlib import contextmanager
@@ -29,14 +30,22 @@ def _write(text: str) -> None:
 def show(document, output: str, kind: str = "document") -> None:
     """Prints one answer: as JSON, YAML, or the table for its ``kind``."""
     if output == "json":
-        _write(dumps(document, indent=2) + "\n")
+        _write(_json(document, indent=2) + "\n")
     elif output == "yaml":
         _write(_yaml(document))
     else:
         _console().print(TABLES.get(kind, _fields_table)(document))
 
 
+def _json(document, indent: int | None = None) -> str:
+    """``document`` as JSON, what a terminal would act on (``shown``) in JSON's own escapes
+    (``\\u202e``; past U+FFFF a surrogate pair): the same document to any parser."""
+    return _UNSHOWABLE.sub(lambda found: json.dumps(found.group())[1:-1], dumps(document, indent=indent))
+
+
 def _yaml(document) -> str:
+    """``document`` as YAML; a string holding what a terminal would act on is double-quoted, where
+    PyYAML escapes controls and ``\\uXXXX`` (``\\UXXXXXXXX``) stands for the rest."""
     import yaml
 
     class Dumper(yaml.SafeDumper):
@@ -45,10 +54,15 @@ def _yaml(document) -> str:
     def decimal(dumper, number):  # exact digits, as a YAML float
         return dumper.represent_scalar("tag:yaml.org,2002:float", str(number))
 
+    def text(dumper, value):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value,
+                                       style='"' if _UNSHOWABLE.search(value) else None)
+
     from decimal import Decimal
 
     Dumper.add_representer(Decimal, decimal)
-    return yaml.dump(document, Dumper=Dumper, sort_keys=False, allow_unicode=True)
+    Dumper.add_representer(str, text)
+    return shown(yaml.dump(document, Dumper=Dumper, sort_keys=False, allow_unicode=True))
 
 
 _live = None  # the console a progress display is drawn on, while one is: tables are printed through it
@@ -279,9 +293,9 @@ class Stream:
             return
         for document in documents:
             if self.output == "json" and self.lines:
-                _write(dumps(document) + "\n")
+                _write(_json(document) + "\n")
             elif self.output == "json":
-                _write(("," if self.count else "[") + "\n" + dumps(document))
+                _write(("," if self.count else "[") + "\n" + _json(document))
             else:
                 _write("---\n" + _yaml(document) if self.lines else _yaml([document]))
             self.count += 1
