@@ -50,13 +50,13 @@ export async function request(method, route,
   }
   const send = async () => fetch(url, {
     method, cache: "no-store", signal,
-    headers: {Authorization: `Bearer ${await token()}`,
+    headers: {Authorization: `Bearer ${await signedIn(token)}`,
               ...(body === undefined ? {} : {"Content-Type": contentType || "application/json"}), ...headers},
     body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
   });
   let response = refusedEarly ? null : await send();
   if (refusedEarly || (response.status === 401 && renewal)) {
-    await renew();
+    await signedIn(renew);
     response = await send();
   }
   for (let retry = 0; method === "GET" && retry < READ_RETRIES; retry++) {
@@ -87,11 +87,28 @@ function retryAfterSeconds(response) {
   return response.status === 503 && /^\d+$/.test(header) ? Math.min(Number(header), MAX_RETRY_WAIT_SECONDS) : null;
 }
 
-/** A request's answer, or a problem to show when none came (the network or the service down). */
+/** Thrown where no token could be had (a sign-in not renewed): the request was not sent, or was
+ *  refused (401) and not sent again. Either way nothing was written. */
+class NotSignedIn extends Error {}
+
+async function signedIn(step) {
+  try {
+    return await step();
+  } catch (error) {
+    throw new NotSignedIn(String(error.message || error));
+  }
+}
+
+/** A request's answer, or a problem to show when none came (the network or the service down) or
+ *  when the sign-in could not be renewed (401: nothing was written, so no outcome is unknown). */
 export async function answered(sent) {
   try {
     return await sent;
   } catch (error) {
+    if (error instanceof NotSignedIn) {
+      return {status: 401, ok: false, problem: {status: 401, title: "Not signed in: nothing was written",
+                                                detail: `The sign-in could not be renewed: ${error.message}`}};
+    }
     return {status: 0, ok: false, problem: {title: "No answer from the service", detail: String(error.message || error)}};
   }
 }

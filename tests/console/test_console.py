@@ -800,6 +800,25 @@ def test_a_desired_edit_whose_answer_is_lost_says_so_and_applying_again_learns_i
     assert page.evaluate("window.__violations") == [] and page.errors == []
 
 
+def test_an_edit_refused_401_whose_sign_in_cannot_be_renewed_says_so_not_that_its_outcome_is_unknown(served, page):
+    """The service refused the edit's token (401) and make serve's token endpoint refused the
+    renewal: nothing was written, and the page says so. It said "No answer: the change may or
+    may not have been applied", as if the answer had been lost."""
+    device = editing_desired_power(served, page, "unsigned", "off")
+    refused, renewals = [], []
+    page.route(f"**/devices/{device}/desired*", lambda route: (refused.append(1), route.fulfill(
+        status=401, content_type="application/problem+json",
+        json={"type": "urn:device-state:problem:unauthorized", "title": "Unauthorized", "status": 401}))[1])
+    page.route("**/console/local-token", lambda route: (renewals.append(1), route.fulfill(status=403))[1])
+    page.get_by_role("button", name="Apply", exact=True).click()
+    alert = page.locator("#edit-outcome [role=alert]", has_text="Not signed in: nothing was written")
+    alert.wait_for()
+    assert "could not be renewed" in alert.inner_text() and "may or may not" not in alert.inner_text()
+    assert refused == [1] and renewals == [1]  # refused once, renewal asked once, not sent again
+    assert served.client("GET", f"/devices/{device}")[1]["desired"] == {"power": "on"}
+    assert page.evaluate("window.__violations") == []
+
+
 def test_an_edit_overtaken_by_reports_on_every_send_says_so_and_a_version_not_yet_recorded_is_said_apart(served, page):
     """A hostile probe's device reported faster than the page could send: after five sends the page
     said "Desired was set again meanwhile, to the same values", when only reported had changed; and
