@@ -167,10 +167,13 @@ def verify(assertion: Assertion, algorithm: str, key) -> None:
 def public_key(pem: str):
     """(the key, its algorithm) of a public key in PEM: an EC P-256 key (ES256) or an RSA key of at
     least ``MIN_RSA_BITS`` (RS256); ``InvalidKey`` for any other."""
+    from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives import serialization
 
     try:
         key = serialization.load_pem_public_key(_one_block(pem))
+    except UnsupportedAlgorithm:  # a key of an algorithm cryptography does not know (no ValueError)
+        raise InvalidKey(KEY_ALGORITHMS) from None
     except (ValueError, TypeError, UnicodeError):
         raise InvalidKey("publicKey is not one public key in PEM (-----BEGIN PUBLIC KEY-----)") from None
     return key, key_algorithm(key)
@@ -184,6 +187,9 @@ def _one_block(pem: str) -> bytes:
     return found.group(0).encode()
 
 
+KEY_ALGORITHMS = f"the key must be EC P-256 (ES256) or RSA of at least {MIN_RSA_BITS} bits (RS256)"
+
+
 def key_algorithm(key) -> str:
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -191,7 +197,7 @@ def key_algorithm(key) -> str:
         return ES256
     if isinstance(key, rsa.RSAPublicKey) and key.key_size >= MIN_RSA_BITS:
         return RS256
-    raise InvalidKey(f"the key must be EC P-256 (ES256) or RSA of at least {MIN_RSA_BITS} bits (RS256)")
+    raise InvalidKey(KEY_ALGORITHMS)
 
 
 def public_key_pem(key) -> str:
@@ -218,6 +224,7 @@ def thumbprint(der: bytes) -> bytes:
 def certificate(pem: str) -> Certificate:
     """A certificate in PEM (any issuer, self-signed included) whose key can verify assertions."""
     from cryptography import x509
+    from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives import serialization
 
     try:
@@ -225,7 +232,10 @@ def certificate(pem: str) -> Certificate:
     except (ValueError, TypeError, UnicodeError):
         raise InvalidKey("certificate is not one X.509 certificate in PEM (-----BEGIN CERTIFICATE-----): "
                          "a chain is the device's certificate alone") from None
-    key = parsed.public_key()
+    try:
+        key = parsed.public_key()  # read only now: a key cryptography does not know fails here
+    except (UnsupportedAlgorithm, ValueError):
+        raise InvalidKey(KEY_ALGORITHMS) from None
     key_algorithm(key)
     digest = thumbprint(parsed.public_bytes(serialization.Encoding.DER))
     return Certificate(public_key_pem(key), digest.hex(), certificate_id(digest),

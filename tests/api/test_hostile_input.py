@@ -218,6 +218,48 @@ def test_a_pem_holding_a_second_block_or_a_certificate_expired_is_400_and_regist
         registered.json["expiresAt"].replace("Z", "+00:00")) == until, registered.text
 
 
+def _der(tag: int, body: bytes) -> bytes:
+    """One DER element."""
+    size = len(body)
+    width = (size.bit_length() + 7) // 8
+    return bytes([tag]) + (bytes([size]) if size < 128 else bytes([0x80 | width]) + size.to_bytes(width, "big")) + body
+
+
+def test_a_key_of_an_algorithm_no_one_knows_is_400_wherever_a_key_is_taken_and_stores_nothing(api):
+    """cryptography raises UnsupportedAlgorithm, no ValueError, for a key whose algorithm it does not
+    know (OID 1.2.3.4): a public key, a certificate holding one and a provisioned device's key were
+    answered 500."""
+    import hashlib
+    import hmac
+
+    from cryptography.hazmat.primitives import serialization
+
+    from tests.auth import assertion, self_signed_certificate
+
+    def pem(label: str, der: bytes) -> str:
+        return f"-----BEGIN {label}-----\n{base64.encodebytes(der).decode()}-----END {label}-----\n"
+
+    odd = _der(0x30, _der(0x30, _der(0x06, bytes([0x2a, 0x03, 0x04]))) + _der(0x03, b"\x00" + b"\x01" * 32))
+    certificate, key = self_signed_certificate("odd")
+    real = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    signed, to_be_signed = certificate.public_bytes(serialization.Encoding.DER), certificate.tbs_certificate_bytes
+    header = 2 + (to_be_signed[1] & 0x7f if to_be_signed[1] & 0x80 else 0)
+    rest = signed[signed.index(to_be_signed) + len(to_be_signed):]  # its signature (no one checks it)
+    odd_certificate = _der(0x30, _der(0x30, to_be_signed[header:].replace(real, odd)) + rest)
+    create(api, {}, "odd")
+    for kind, value in (("publicKey", pem("PUBLIC KEY", odd)), ("certificate", pem("CERTIFICATE", odd_certificate))):
+        refused = api("POST", "/devices/odd/credentials", {"type": kind, kind: value})
+        assert refused.status == 400 and refused.json["type"].endswith(":invalid-credential"), (kind, refused.text)
+        assert "EC P-256" in refused.json["detail"]
+    assert api("GET", "/devices/odd/credentials").json["items"] == []
+    enrollment = api("POST", "/enrollments", {"enrollmentId": "odd-line", "idPattern": "odd-[0-9]+", "maxDevices": 2})
+    derived = hmac.new(base64.b64decode(enrollment.json["groupKey"]), b"odd-1", hashlib.sha256).digest()
+    refused = api("POST", "/devices/odd-1/provision", {"publicKey": pem("PUBLIC KEY", odd)},
+                  headers={"Authorization": f"Bearer {assertion('odd-1', 'odd-line', derived)}"})
+    assert refused.status == 400 and refused.json["type"].endswith(":invalid-credential"), refused.text
+    assert api("GET", "/devices/odd-1").status == 404
+
+
 def test_a_503_shows_no_internal_endpoint(api, monkeypatch):
     from functions.api import common
 
