@@ -97,9 +97,10 @@ def check_id_pattern(pattern) -> str:
     except (re.error, OverflowError, RecursionError) as error:  # a repetition past re's bound, {4294967295}
         raise InvalidEnrollment(f"idPattern is not a regular expression: {error}") from None
     found = _runaway(parsed)
-    if not found and _repetitions(parsed) > MAX_ID_PATTERN_REPETITIONS:
-        found = (f"more than {MAX_ID_PATTERN_REPETITIONS} repetitions (such as a*a*a*a*b, whose matching "
-                 "time grows as the id's length to the power of their number)")
+    if not found and _choices(parsed) > MAX_ID_PATTERN_REPETITIONS:
+        found = (f"more than {MAX_ID_PATTERN_REPETITIONS} repetitions or alternations (each ?, *, +, {{m,n}} "
+                 "and a|bc counts: a*a*a*a*b matches in time growing as the id's length to the power of "
+                 "their number, a?a?a?...aaa... as 2 to it)")
     if found:
         raise InvalidEnrollment(f"idPattern may not hold {found}: its matching time must not grow "
                                 "faster than the id")
@@ -114,9 +115,12 @@ def _sub_patterns(av):
                 yield part
 
 
-def _repetitions(parsed) -> int:
-    """How many repetitions of more than once the parsed pattern holds, at any depth."""
-    return sum((op in _REPEATS and av[1] > 1) + sum(map(_repetitions, _sub_patterns(av))) for op, av in parsed)
+def _choices(parsed) -> int:
+    """How many places the parsed pattern holds, at any depth, where matching chooses and may come
+    back to choose again: a repetition whose count varies (``?`` too; a fixed ``{4}`` chooses
+    nothing) and an alternation (one of single characters the parser has made a set already)."""
+    return sum((op in _REPEATS and av[0] != av[1]) + (op is sre.BRANCH and len(av[1]) > 1)
+               + sum(map(_choices, _sub_patterns(av))) for op, av in parsed)
 
 
 def _runaway(parsed, repeated: bool = False) -> str | None:
