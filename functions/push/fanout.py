@@ -61,6 +61,7 @@ def lambda_handler(event, _context):
     newest: dict[str, tuple[int, str, dict | None]] = {}  # device -> (version, first sequence number, marks)
     streamed: dict[str, list] = {}  # device -> the changes the batch brought, in stream order
     revoking: dict[str, str] = {}  # device whose credentials changed -> its first sequence number
+    closing: dict[str, set] = {}  # deleted device -> the connections it counted until then
     for record in event.get("Records", []):
         dynamodb = record.get("dynamodb") or {}
         if is_credential_change(record):
@@ -73,6 +74,7 @@ def lambda_handler(event, _context):
         streamed.setdefault(device_id, []).append(change)
         if change.kind == DELETED:  # deleting a device revokes its credentials
             revoking.setdefault(device_id, dynamodb["SequenceNumber"])
+            closing.setdefault(device_id, set()).update(change.closing)
         version, first, marks = newest.get(device_id, (0, dynamodb["SequenceNumber"], {}))
         # the newest change's marks cover the batch's earlier ones; a delete or a lost change
         # anywhere in it (None) keeps every subscriber in
@@ -87,7 +89,8 @@ def lambda_handler(event, _context):
         try:
             item = devices().live_state(device_id)
             left[device_id] = first, item, close_revoked(device_id, subscriptions.of_device(device_id), item,
-                                                         time.time(), connections.close, close_ended)
+                                                         time.time(), connections.close, close_ended,
+                                                         subscriptions.holders)
         except Exception:  # noqa: BLE001 - retried by the mapping from this device's first record
             logger.exception("closing revoked connections failed", extra={"deviceId": device_id})
             # its changes wait too (none goes out to a connection that may be revoked): retried from the first
@@ -102,7 +105,7 @@ def lambda_handler(event, _context):
             left.pop(device_id, None)  # closed once its changes went out, when retried
     for device_id, (first, item, followers) in left.items():
         try:
-            close_uncounted(device_id, followers, item, connections.close, close_ended)
+            close_uncounted(device_id, followers, item, connections.close, close_ended, closing.get(device_id, ()))
         except Exception:  # noqa: BLE001 - retried by the mapping from this device's first record
             logger.exception("closing a deleted device's connections failed", extra={"deviceId": device_id})
             failed.append(first)

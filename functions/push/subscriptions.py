@@ -179,6 +179,18 @@ class Subscriptions:
                 gone.update(connection_id for connection_id, dead in zip(kept, pool.map(known_gone, kept)) if dead)
         return gone
 
+    def holders(self, connection_ids: list[str]) -> dict[str, Holder]:
+        """Of ``connection_ids`` (at most 100), the open connections a device's own credential
+        opened, and the credential each came with (strongly consistent)."""
+        keys = [_connection_key(connection_id) for connection_id in connection_ids]
+        found, now, held = self.store.batch_get(keys), self.clock(), {}
+        for connection_id, key in zip(connection_ids, keys):
+            item = found.get((key[table.PARTITION_KEY]["S"], CONNECTION_SK))
+            holder = None if item is None or table.is_expired(item, now) else _holder(item.get(HOLDER))
+            if holder is not None:
+                held[connection_id] = holder
+        return held
+
     def of_device(self, device_id: str) -> list[Subscription]:
         now, found, start = self.clock(), [], None
         expr = Expression()

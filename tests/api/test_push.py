@@ -538,6 +538,42 @@ def test_a_devices_own_connection_ends_with_its_device_or_credential_and_a_back_
         _fills_its_cap(server, own_headers)
 
 
+def test_a_revoked_credentials_connections_that_follow_nothing_are_closed_and_free_the_devices_places(server):
+    """A stolen token's holder opened the device's MAX_CONNECTIONS connections and subscribed to
+    nothing: the revocation closed none of them (only subscriptions were looked at), they still
+    answered pings, and the device with its new credential was refused 429 until the stolen
+    token expired (found by a hostile review)."""
+    device = _device(server)
+    stolen, credential = _credential_token(server, device)
+    idle = [_connect(server, {"Authorization": f"Bearer {stolen}"}) for _ in range(MAX_CONNECTIONS)]
+    try:
+        status, _, body = server.request("DELETE", f"/devices/{device}/credentials/{credential}",
+                                         headers=bearer((ADMIN_SCOPE,)))
+        assert status == 204, body
+        for client in idle:
+            with pytest.raises(ConnectionClosed):
+                client.recv(timeout=RECEIVE_SECONDS)  # closed by the fan-out, nothing sent before
+        renewed = {"Authorization": f"Bearer {_credential_token(server, device)[0]}"}
+        with _connect(server, renewed) as own:  # a place under the cap
+            assert _subscribe(own, device)["type"] == "subscribed"
+    finally:
+        for client in idle:
+            client.close()
+
+
+@pytest.mark.parametrize("names_a_credential", [False, True], ids=["plain-token", "credential-token"])
+def test_a_deleted_devices_own_connections_that_follow_nothing_are_closed(server, names_a_credential):
+    """A delete removes the connections from the device's item, and only subscriptions were looked
+    at: an own connection that followed nothing stayed open, answering pings, through the delete
+    and a create again (found by a hostile review). The delete's change names them."""
+    device = _device(server)
+    own_token = _credential_token(server, device)[0] if names_a_credential else token(device=device)
+    with _connect(server, {"Authorization": f"Bearer {own_token}"}) as idle:
+        assert server.request("DELETE", f"/devices/{device}")[0] == 204
+        with pytest.raises(ConnectionClosed):
+            idle.recv(timeout=RECEIVE_SECONDS)  # closed by the fan-out, nothing sent before
+
+
 def test_a_gap_past_the_retention_found_by_the_fan_out_is_changes_expired_410(server, dynamodb_local):
     """The subscription is taken (version 1's change could still be on its way), and the fan-out,
     bringing it up to version 2, finds version 1's change gone: the same 410 the subscribe answers.

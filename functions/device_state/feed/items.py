@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..item import schema
+from ..model.connectivity import counted_connections
 from ..model.device import Device
 from ..model.sections import DESIRED, REPORTED, SECTIONS, STATE, STATUS, VERSION_SPAN, entries_of
 from ..model.times import stored_time, timestamp
@@ -34,6 +35,9 @@ SECTIONS_CHANGED = "sections"  # the sections the write changed (a list of names
 LOST = "lost"  # true on the marker of a version whose change could not be recorded
 ACKS = "acks"  # the device's acknowledgements of desires this write recorded, as JSON text
 ACKS_OMITTED = "acksOmitted"  # true when they were more than MAX_ACKS_BYTES (read them in the metadata)
+# On a delete's change: the connections the device counted (a string set), which the fan-out closes
+# (a delete removes them from the state item; those that follow nothing are found nowhere else).
+CLOSING = "closing"
 # The most a change carries of its acknowledgements, as JSON: what every form of its item, a
 # push message and an event can hold beside the rest (100 acks of long paths and reasons would
 # not fit; then the change says acksOmitted and the version's metadata has them).
@@ -77,6 +81,7 @@ class Change:
     last_changed: dict = field(default_factory=dict)
     acks: tuple = ()  # the acknowledgements of desires this write recorded (``acks_between``)
     acks_omitted: bool = False  # it recorded more than MAX_ACKS_BYTES of them
+    closing: tuple = ()  # a delete's: the ids of the connections the device counted until then
 
     def as_dict(self) -> dict:
         shown = {"deviceId": self.device_id, "version": self.version, "previousVersion": self.previous_version,
@@ -121,7 +126,8 @@ def change_of(old: dict | None, new: dict | None) -> Change | None:
         updated_at=stored_time(new[schema.UPDATED_AT]) if schema.UPDATED_AT in new else new[schema.DELETED_AT]["S"],
         sections=SECTIONS if kind in (CREATED, DELETED) else changed_sections(before, after, new, version),
         desired=after and after[DESIRED], reported=after and after[REPORTED], entries=after and entries_of(new),
-        last_changed=_last_changed(new), **_acks(acks_between(old, new) if kind == UPDATED else ()))
+        last_changed=_last_changed(new), **_acks(acks_between(old, new) if kind == UPDATED else ()),
+        closing=tuple(sorted(counted_connections(old))) if kind == DELETED else ())
 
 
 def _acks(acks: tuple) -> dict:
@@ -223,6 +229,8 @@ def _change_base(change: Change, retention_seconds: int) -> dict:
         item[ACKS] = {"S": dumps(list(change.acks))}
     if change.acks_omitted:
         item[ACKS_OMITTED] = {"BOOL": True}
+    if change.closing:
+        item[CLOSING] = {"SS": list(change.closing)}
     return item
 
 
@@ -312,4 +320,5 @@ def change_from_item(item: dict) -> Change:
         created_at=item.get(schema.CREATED_AT, {}).get("S"), updated_at=item[schema.UPDATED_AT]["S"],
         sections=sections, desired=whole[DESIRED], reported=whole[REPORTED], entries=entries_of(item),
         lost=LOST in item, last_changed=_last_changed(item),
-        acks=tuple(loads(item[ACKS]["S"])) if ACKS in item else (), acks_omitted=ACKS_OMITTED in item)
+        acks=tuple(loads(item[ACKS]["S"])) if ACKS in item else (), acks_omitted=ACKS_OMITTED in item,
+        closing=tuple(sorted(item[CLOSING]["SS"])) if CLOSING in item else ())
