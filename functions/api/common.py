@@ -12,7 +12,6 @@ from urllib.parse import quote, unquote
 from .resolver import Response
 
 from functions.auth.principals import Principal
-from functions.auth.rights import Forbidden
 from functions.device_state import (CREATED, DELETED, LONGEST_SEND_SECONDS, DeviceStateManager, Holder, IdempotencyKey,
                                     IdempotencyKeyReused, dumps, dynamodb_client, fingerprint, restore)
 
@@ -22,7 +21,7 @@ from .routes import BY_OPERATION, PATH_PARAMETERS, Request, Route
 from .validation import from_text, validate
 from functions.config import api_config
 from .observability import MetricsObserver
-from .problems import BadRequest, HttpProblem, etag
+from .problems import BadRequest, etag, refused_on_its_form
 
 # Time kept back from the Lambda's remaining time for answering after the retry loop.
 RESPONSE_MARGIN_SECONDS = 1.0
@@ -61,18 +60,20 @@ def route(router, operation: str, reads_holder: bool = False):
             event = router.current_event
             parse.check_utf8(event)
             principal = access.authenticate(event, declaration)
-            path = {name: _path_value(name, raw) for name, raw in raw_path.items()}
-            access.check_route(principal, declaration, path)
-            request = Request(event, router.lambda_context, principal, path, _query(declaration, event),
-                              _headers(declaration, event), *_body(declaration, event))
-            access.check_writes(principal, declaration, request)
-            if not reads_holder:
-                _check_holder(principal)
-                return function(request)
+            holder_checked = False
             try:
+                path = {name: _path_value(name, raw) for name, raw in raw_path.items()}
+                access.check_route(principal, declaration, path)
+                request = Request(event, router.lambda_context, principal, path, _query(declaration, event),
+                                  _headers(declaration, event), *_body(declaration, event))
+                access.check_writes(principal, declaration, request)
+                if not reads_holder:
+                    _check_holder(principal)
+                    holder_checked = True
                 return function(request)
-            except (HttpProblem, Forbidden):  # refused on the request alone, before the library checked
-                _check_holder(principal)  # the credential: a revoked one hears 401 all the same (one read)
+            except Exception as error:  # refused on the request alone (its form, its rights), maybe before the
+                if not holder_checked and refused_on_its_form(error):  # credential was checked: a revoked one
+                    _check_holder(principal)  # hears 401 all the same (one read)
                 raise
 
         return router.route(declaration.rule, method=list(declaration.methods))(checked)

@@ -265,6 +265,15 @@ def known_error_response(error: Exception, instance: str | None = None) -> Respo
     return problem_response(status, slug, title, detail, instance=instance, headers=headers, **members)
 
 
+def refused_on_its_form(error: Exception) -> bool:
+    """Whether ``error`` refuses a request on its form or its rights (the API's own refusals, and
+    the library's 400, 403 and 413), which may come before anything of the caller's device is read."""
+    if isinstance(error, HttpProblem):
+        return True
+    mapped = next((_LIBRARY_ERRORS[cls] for cls in type(error).__mro__ if cls in _LIBRARY_ERRORS), None)
+    return mapped is not None and mapped[0] in (400, 403, 413)
+
+
 def status_is_fault(status: int) -> bool:
     """5xx answers that are faults of the service; 503 (nothing was written) and 504 (the
     outcome is unknown) are answers about DynamoDB that the client must act on."""

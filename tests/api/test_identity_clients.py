@@ -128,7 +128,13 @@ def test_a_revoked_credentials_token_is_refused_on_every_route_of_the_device_the
     for method, target, payload, headers in requests:
         assert server.request(method, target, payload, headers=headers)[0] in (200, 201), (method, target)
     admin.revoke_credential(device, added["credentialId"])
-    for method, target, payload, headers in requests:
+    # and what the token was never allowed, or sends in a form refused: 401 all the same, not the 403
+    # or 400 its form or rights would hear (a device could not tell it had been revoked)
+    refused = [("PATCH", f"{path}/desired", {"on": True}, merge), ("PATCH", f"{path}/reported", "{", merge),
+               ("GET", f"{path}/versions/xyz", None, bearer), ("POST", f"{path}/desired/acks", {"x": 1}, bearer),
+               ("GET", "/devices/another", None, bearer), ("GET", "/jobs", None, bearer),
+               ("POST", "/transactions", {"operations": [{"op": "check", "deviceId": "another"}]}, bearer)]
+    for method, target, payload, headers in requests + refused:
         status, _, body = server.request(method, target, payload, headers=headers)
         assert (status, json.loads(body)["type"]) == (401, "urn:device-state:problem:credential-revoked"), target
     assert app.get(device)["version"] == 2  # the report before the revocation, none after
