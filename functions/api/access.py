@@ -10,6 +10,8 @@ replayed event (``make invoke``) names its caller in."""
 
 from __future__ import annotations
 
+import contextlib
+
 from functions.auth import authorizer
 from functions.auth.credentials import Unauthenticated, assertion_of
 from functions.auth.principals import Principal
@@ -37,6 +39,8 @@ def authenticate(event, declaration: Route) -> Principal | None:
     if declaration.assertion and assertion(event) is not None:
         return None
     if declaration.right == BY_ASSERTION:
+        with contextlib.suppress(Unauthenticated):  # read for its 400 alone: a certificate beside a token
+            principal_of(event)  # is mixed-credentials here too, as on every route
         raise Unauthenticated("this route needs 'Authorization: Bearer <assertion>': a JWT the device signs "
                               "with its key (docs/api/identity.md)")
     return principal_of(event)

@@ -122,6 +122,7 @@ def test_a_device_certificate_may_do_nothing_else_and_a_refusal_writes_nothing(s
 @pytest.mark.parametrize("method, path, body", [
     ("PATCH", "/devices/lamp-1/reported", {"brightness": 5}),
     ("GET", "/devices/lamp-1", None),
+    ("POST", "/devices/lamp-1/provision", None),  # a route that takes an assertion alone: it was 401
 ])
 def test_a_certificate_and_a_token_together_are_a_400_problem_and_write_nothing(server, lamp_1, method, path, body):
     before = device(server, "lamp-1")
