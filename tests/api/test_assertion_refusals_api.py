@@ -91,3 +91,22 @@ def test_each_refused_assertion_has_a_log_line_saying_why_and_never_the_assertio
         ("urn:device-state:problem:credential-unknown", "holder", "kid names nothing")]
     logged = json.dumps([vars(line) for line in lines], default=str)
     assert all(token.rsplit(".", 1)[1] not in logged for token in (forged, guessed))
+
+
+def test_an_expired_credential_is_credential_expired_also_once_a_later_registration_dropped_it(api):
+    """A registration keeps only the unexpired entries on the device's item: an assertion of a
+    credential that had expired was then answered credential-revoked (found by a hostile review)."""
+    import datetime
+
+    assert api("POST", "/devices", {"deviceId": "ending", "state": {}}).status == 201
+    until = int(time.time()) + 2
+    added = api("POST", "/devices/ending/credentials", {
+        "type": "secret", "expiresAt": datetime.datetime.fromtimestamp(until, datetime.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")}).json
+    kid, secret = added["credentialId"], base64.b64decode(added["secret"])
+    time.sleep(max(0.0, until - time.time()) + 0.2)
+    assert refusal(token_answer(api, "ending", assertion("ending", kid, secret)))[:2] == (
+        401, "urn:device-state:problem:credential-expired")
+    assert api("POST", "/devices/ending/credentials", {"type": "secret"}).status == 201
+    assert refusal(token_answer(api, "ending", assertion("ending", kid, secret)))[:2] == (
+        401, "urn:device-state:problem:credential-expired")
