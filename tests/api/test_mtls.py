@@ -132,6 +132,31 @@ def test_a_certificate_and_a_token_together_are_a_400_problem_and_write_nothing(
     assert device(server, "lamp-1") == before
 
 
+def test_a_token_its_registered_certificate_got_is_refused_once_its_device_is_deleted_and_created_again(
+        server, local_ca):
+    """Deleting a device revokes its credentials and every token minted from them (identity.md). A
+    token minted over mutual TLS from a registered certificate still opened the device created
+    again (no certificate registered on it: the CA's rule), found by a hostile review; the
+    certificate itself does, by that rule."""
+    from functions.auth.principals import ADMIN_SCOPE
+
+    paths = local_ca.device_certificate("lamp-9")
+    own = client_context(local_ca, paths)
+    assert server.request("POST", "/devices", {"deviceId": "lamp-9", "state": {}}, headers=bearer())[0] == 201
+    status, _, body = server.request("POST", "/devices/lamp-9/credentials", {
+        "type": "certificate", "certificate": paths[0].read_text()}, headers=bearer((ADMIN_SCOPE,)))
+    assert status == 201, body
+    status, _, body = server.request("POST", "/devices/lamp-9/token", headers=NO_CREDENTIALS, tls=own)
+    assert status == 200, body
+    minted = {"Authorization": f"Bearer {json.loads(body)['token']}"}
+    assert server.request("GET", "/devices/lamp-9", headers=minted)[0] == 200
+    assert server.request("DELETE", "/devices/lamp-9", headers=bearer())[0] == 204
+    assert server.request("POST", "/devices", {"deviceId": "lamp-9", "state": {}}, headers=bearer())[0] == 201
+    status, _, body = server.request("GET", "/devices/lamp-9", headers=minted)
+    assert (status, problem_type(body)) == (401, "credential-revoked"), body
+    assert server.request("GET", "/devices/lamp-9", headers=NO_CREDENTIALS, tls=own)[0] == 200
+
+
 def test_another_cas_certificate_is_refused_at_the_handshake_and_the_server_keeps_serving(
         server, local_ca, lamp_1, tmp_path):
     stranger = LocalCA.load_or_create(tmp_path)  # same names as the local CA, another key

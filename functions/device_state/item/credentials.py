@@ -125,7 +125,14 @@ class Holder:
     credential_id: str
     certificate: bool = False
     required: bool = False
-    registration: str | None = None  # the entry a device token was issued on (None: any, as before tokens named it)
+    # the entry a device token was issued on (None: any, as before tokens named it); a certificate's
+    # token issued on one opens no device by the CA's rule: its registration, not the CA, let it in
+    registration: str | None = None
+
+    @property
+    def by_the_cas_rule(self) -> bool:
+        """Whether it may open a device that registered no certificate (the trusted CA's rule)."""
+        return self.certificate and not self.required and self.registration in (None, UNREGISTERED_CERTIFICATE)
 
     def admits(self, item: dict | None, now: float) -> bool:
         """Whether the request may act on this state item as it is."""
@@ -135,7 +142,7 @@ class Holder:
             if self.registration is not None and number != Decimal(self.registration):
                 return False  # registered again since the token was issued
             return number == NO_EXPIRY or number > now
-        return self.certificate and not self.required and not requires_certificate(item)
+        return self.by_the_cas_rule and not requires_certificate(item)
 
     def check(self, device_id: str, item: dict | None, now: float) -> None:
         """For a request of the device's own on the state ``item`` it read: ``DeviceNotFound``
@@ -152,7 +159,7 @@ class Holder:
                 f"{entry} > {expr.number(int(now))}))")
         if self.registration is not None:
             held = f"({held} AND {entry} = {expr.value({'N': self.registration})})"
-        if not self.certificate or self.required:
+        if not self.by_the_cas_rule:
             return held
         return f"({held} OR attribute_not_exists({expr.name(schema.CERTIFICATE_REQUIRED)}))"
 
