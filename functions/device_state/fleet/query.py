@@ -310,6 +310,10 @@ class FleetQuery:
         node = self.parse(text)
         read: dict = {}  # each scan read once per count
         group = self.group_field(group_by) if group_by is not None else None
+        ranges = len(self._count_reads(node) | ({Scan(group, "all")} if group else set()))
+        if ranges > MAX_SCANS:  # a page reads its cheapest cover; a count every declared predicate's
+            raise InvalidFilter(f"counting this filter reads {ranges} ranges of the indexes (each declared predicate "
+                                f"of an and, each or branch and in value, and a groupBy field); at most {MAX_SCANS}")
         self._check_ready(self._declared_in(node) | ({group} if group else set()))
         budget = _Budget(self.max_count_index_entries, self._judged_on_items(node))
         if group is None and (fast := self._single_scan_count(node, budget)) is not None:
@@ -340,6 +344,15 @@ class FleetQuery:
             answer["groups"] = [{"value": value, "count": count}
                                 for value, count in sorted(counts.items(), key=lambda pair: (-pair[1], repr(pair[0])))]
         return answer
+
+    def _count_reads(self, node) -> set:
+        """The ranges of the indexes ``_ids`` reads for ``node`` (each once)."""
+        if isinstance(node, rql.Or):
+            return set().union(*map(self._count_reads, node.children))
+        if isinstance(node, rql.And):
+            return set().union(*(self._count_reads(child.child if isinstance(child, rql.Not) else child)
+                                 for child in node.children))
+        return set() if isinstance(node, rql.Not) else set(self._cover(node) or ())
 
     def _judged_on_items(self, node) -> list[str]:
         """The paths of a filter that a count judges on each device's item: those not
