@@ -241,6 +241,12 @@ def test_a_transaction_on_a_leased_device_needs_its_token(lamp):
     with pytest.raises(TransactionFailed) as failed:
         lamp.transact(operations)
     assert [(f.index, f.reason) for f in failed.value.failures] == [(0, "locked")]
+    # refused before it is sent (a version another operation names has moved): the lease is named too,
+    # not found only once the version is put right and the transaction sent again (a hostile review)
+    stale = [operations[0], Operation.update("lamp-2", MergePatch({"n": 1}), expected_version=9)]
+    with pytest.raises(TransactionFailed) as failed:
+        lamp.transact(stale)
+    assert [(f.index, f.reason) for f in failed.value.failures] == [(0, "locked"), (1, "version")]
     devices = lamp.fenced({"lamp-1": lease.lease_token}).transact(operations)
     assert [d.version for d in devices] == [2, 2]
     lease.release()

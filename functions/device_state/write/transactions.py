@@ -229,7 +229,8 @@ class TransactionRunner:
                 live = item if schema.is_live_state(item, planner.now) else None
                 failures.append(_failure_of(index, operation, error, live))
         if failures:
-            raise TransactionFailed(failures)
+            raise TransactionFailed(sorted(failures + self._fenced_out(operations, items, planner.now, failures),
+                                           key=lambda failure: failure.index))
         if self._answer_fits is not None and not self._answer_fits([plan.device for plan in planned]):
             raise AnswerTooLarge()
         record = []
@@ -249,6 +250,21 @@ class TransactionRunner:
             return self._refused(operations, planned, key, partition, refused)
         pipeline.runtime.observer.transaction_committed(len(operations), number)
         return [plan.device for plan in planned]
+
+    def _fenced_out(self, operations: list, items: dict, now: float, failed: list) -> list:
+        """A transaction refused before it is sent names the operations a lease refuses too, judged
+        on the items as read (sent, each write's own condition would judge its device's lease), so
+        that its report names each failing operation, not only those its plans refused."""
+        named = {failure.index for failure in failed}
+        found = []
+        for index, operation in enumerate(operations):
+            item = items.get(operation.device_id)
+            if index in named or operation.action == CHECK or not schema.is_live_state(item, now):
+                continue
+            refusal = self._fence.error(operation.device_id, item, now)
+            if refusal is not None:
+                found.append(_failure_of_refusal(index, operation, refusal, item))
+        return found
 
     def _refused(self, operations, planned, key, partition: str, refused: Refusals):
         """The recorded answer when the key's record exists already; otherwise raise what the
