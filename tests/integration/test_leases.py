@@ -625,3 +625,39 @@ def test_control_a_holder_that_forgets_the_last_ticket_granted_grants_a_lower_on
     monkeypatch.setattr(BookkeepingRequests, "clear_lease", forgetting)
     a, b = _overtaken_waiter(local_manager)
     assert b.fencing_token == 2 and a.fencing_token == 1  # granted after B, with a lower token
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+@pytest.mark.parametrize("created_again", [False, True], ids=["deleted", "deleted-and-created-again"])
+def test_a_waiter_on_a_device_its_holder_deletes_hears_so_within_a_refresh(local_manager, created_again):
+    """The waiter went on counting the deleted holder's row (its wait read the device once): it
+    waited out its whole wait and heard lease-busy, the device gone or created again and free
+    (a hostile review). It reads the device at each refresh of its row."""
+    holder = local_manager.lease("lamp-1", ttl_seconds=120).acquire()
+    outcome = {}
+
+    def wait():
+        started = time.monotonic()
+        try:
+            with local_manager.lease("lamp-1", ttl_seconds=5, wait_seconds=15) as lease:
+                outcome["granted"] = lease.lease_token
+        except Exception as error:  # noqa: BLE001 - asserted below
+            outcome["error"] = error
+        outcome["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while local_manager.lease_queue().status("lamp-1").waiting < 1:  # queued behind the holder
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    local_manager.fenced({"lamp-1": holder.lease_token}).delete("lamp-1")
+    if created_again:
+        local_manager.create("lamp-1", {"n": 0})
+    thread.join(30)
+    assert outcome["seconds"] < 8, outcome  # a refresh is every 2.5 s here; the wait was 15
+    if created_again:
+        assert "granted" in outcome, outcome
+    else:
+        assert isinstance(outcome.get("error"), DeviceNotFound), outcome

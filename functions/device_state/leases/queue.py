@@ -215,6 +215,7 @@ class LeaseQueue:
                                            refresh_at - runtime.monotonic())))
                 if runtime.monotonic() >= refresh_at:
                     refresh_at = runtime.monotonic() + row_seconds / 2
+                    since = self._incarnation(device_id)  # deleted meanwhile: its queue ended with it
                     self._put_row(device_id, ticket, secret, owner, ttl_seconds, waiting_until())
         except BaseException as error:
             if isinstance(error, OutcomeUnknown):
@@ -224,6 +225,14 @@ class LeaseQueue:
             except (StorageError, StorageUnavailable):
                 pass  # the row runs out by itself; what the caller must hear is the first error
             raise
+
+    def _incarnation(self, device_id: str) -> str:
+        """When the device as it is now was created (the queue rows of an earlier one do not count):
+        ``DeviceNotFound`` once it is deleted."""
+        device = self._store.get_live_state(device_id, self._runtime.clock())
+        if device is None:
+            raise DeviceNotFound(device_id)
+        return stored_time(device[schema.CREATED_AT])
 
     def _draw(self, device_id: str) -> int:
         """The next ticket. A resend after a lost answer may skip a number: harmless, tickets
