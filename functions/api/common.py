@@ -12,8 +12,9 @@ from urllib.parse import quote, unquote
 from .resolver import Response
 
 from functions.auth.principals import Principal
-from functions.device_state import (CREATED, DELETED, LONGEST_SEND_SECONDS, DeviceStateManager, Holder, IdempotencyKey,
-                                    IdempotencyKeyReused, dumps, dynamodb_client, fingerprint, restore)
+from functions.device_state import (CREATED, DELETED, LONGEST_SEND_SECONDS, CredentialRevoked, DeviceNotFound,
+                                    DeviceStateManager, Holder, IdempotencyKey, IdempotencyKeyReused,
+                                    StorageUnavailable, dumps, dynamodb_client, fingerprint, restore)
 
 from . import access
 from . import request_parsing as parse
@@ -73,7 +74,7 @@ def route(router, operation: str, reads_holder: bool = False):
                 return function(request)
             except Exception as error:  # refused on the request alone (its form, its rights), maybe before the
                 if not holder_checked and refused_on_its_form(error):  # credential was checked: a revoked one
-                    _check_holder(principal)  # hears 401 all the same (one read)
+                    _revoked_before_refused(principal)  # hears 401 all the same (one read)
                 raise
 
         return router.route(declaration.rule, method=list(declaration.methods))(checked)
@@ -189,6 +190,18 @@ def _check_holder(principal: Principal | None) -> None:
     held = holder(principal)
     if held is not None and principal.device_id is not None:
         manager().as_device(principal.device_id, held).check_holder(principal.device_id)
+
+
+def _revoked_before_refused(principal: Principal | None) -> None:
+    """Before a refusal on the request's form or rights: ``CredentialRevoked`` for a credential
+    the device no longer holds, its device deleted too; where the check cannot be made (storage
+    unavailable), the refusal stands, since sending the request again would not change it."""
+    try:
+        _check_holder(principal)
+    except DeviceNotFound:
+        raise CredentialRevoked(principal.device_id) from None
+    except StorageUnavailable:
+        pass
 
 
 def answer_deadline(context) -> float | None:

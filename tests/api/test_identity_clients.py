@@ -138,6 +138,15 @@ def test_a_revoked_credentials_token_is_refused_on_every_route_of_the_device_the
         status, _, body = server.request(method, target, payload, headers=headers)
         assert (status, json.loads(body)["type"]) == (401, "urn:device-state:problem:credential-revoked"), target
     assert app.get(device)["version"] == 2  # the report before the revocation, none after
+    gone = _new_device(app)  # a deleted device's token: not 404 "no such device" for another device or /jobs
+    added = admin.add_credential(gone, "secret")
+    status, _, body = server.request("POST", f"/devices/{gone}/token", headers={
+        "Authorization": f"Bearer {assertion(gone, added['credentialId'], base64.b64decode(added['secret']))}"})
+    deleted = {"Authorization": f"Bearer {json.loads(body)['token']}"}
+    app.delete(gone)
+    for method, target, payload, headers in refused:
+        status, _, body = server.request(method, target, payload, headers={**headers, **deleted})
+        assert (status, json.loads(body)["type"]) == (401, "urn:device-state:problem:credential-revoked"), target
 
 
 def test_a_revoked_credentials_token_gets_no_replay_lease_or_long_poll(server, admin, app):
