@@ -79,15 +79,17 @@ def _client(endpoint_url: str | None, region_name: str | None):
 dynamodb_client.cache_clear = _client.cache_clear  # a test that swaps engines starts from fresh clients
 
 
-def start_function(function_name: str, payload: dict) -> None:
-    """Starts a Lambda function without waiting for its run (an Event invoke), in one attempt held
-    to a DynamoDB send's timeouts (``LONGEST_SEND_SECONDS``): boto3's defaults (60 s to read, and
-    retried) would hold a request whose caller must be answered in time. Raises what boto3 raises."""
+def start_function(function_name: str, payload: dict, attempts: int = 1) -> None:
+    """Starts a Lambda function without waiting for its run (an Event invoke), each attempt held
+    to a DynamoDB send's timeouts (``LONGEST_SEND_SECONDS``): boto3's defaults (60 s to read)
+    would hold a request whose caller must be answered in time, which makes one attempt; a caller
+    with time to spare (the job runner) tries again after a throttle or a lost connection.
+    Raises what boto3 raises."""
     import json
 
     from botocore.config import Config
 
-    config = Config(retries={"total_max_attempts": 1, "mode": "standard"},
+    config = Config(retries={"total_max_attempts": attempts, "mode": "standard"},
                     connect_timeout=CONNECT_TIMEOUT_SECONDS, read_timeout=READ_TIMEOUT_SECONDS)
     new_client("lambda", config=config).invoke(FunctionName=function_name, InvocationType="Event",
                                                Payload=json.dumps(payload).encode())

@@ -22,6 +22,9 @@ from functions.device_state import metrics as names
 from functions.device_state.jobs import BUSY
 
 SAFETY_SECONDS = 30  # left for the last batch and the next invocation
+# A wake-up or a run's next invocation throttled (Lambda's TooManyRequests) or cut off is sent again,
+# with backoff, as boto3 does by default: one lost would leave the schedule's other due jobs unwoken.
+INVOKE_ATTEMPTS = 5
 
 logger = Logger(service=names.SERVICE)
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or names.NAMESPACE,
@@ -36,7 +39,8 @@ def _manager() -> DeviceStateManager:
 
 
 def _invoke(context, job_id: str) -> None:
-    start_function(os.environ.get("AWS_LAMBDA_FUNCTION_NAME", context.function_name), {"jobId": job_id})
+    start_function(os.environ.get("AWS_LAMBDA_FUNCTION_NAME", context.function_name), {"jobId": job_id},
+                   attempts=INVOKE_ATTEMPTS)
 
 
 @logger.inject_lambda_context

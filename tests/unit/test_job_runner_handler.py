@@ -17,8 +17,8 @@ class Recorder:
     def __init__(self):
         self.invoked = []
 
-    def start_function(self, function_name, payload):
-        assert function_name == LambdaContext.function_name
+    def start_function(self, function_name, payload, attempts):
+        assert function_name == LambdaContext.function_name and attempts == handler.INVOKE_ATTEMPTS > 1
         self.invoked.append(payload)
 
 
@@ -79,3 +79,41 @@ def test_a_failed_run_is_counted_and_raised(rig, capsys):
     with pytest.raises(RuntimeError):
         handler.handler({"jobId": "j1"}, LambdaContext(60))
     assert '"JobErrors"' in capsys.readouterr().out
+
+
+def test_the_schedule_wakes_every_due_job_through_a_throttled_invoke(monkeypatch):
+    """Lambda answering one invoke 429 (TooManyRequests, past the function's concurrency): the
+    schedule sends it again and wakes the other due jobs too. With one attempt (the API's), the
+    first throttle ended the tick, its other jobs unwoken and its metric unpublished (a review)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen = []
+
+    class Lambda(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            seen.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0))))
+            throttled = len(seen) == 1
+            body = json.dumps({"Type": "User", "message": "Rate Exceeded."}).encode() if throttled else b""
+            self.send_response(429 if throttled else 202)
+            if throttled:
+                self.send_header("x-amzn-ErrorType", "TooManyRequestsException")
+                self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Lambda)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", f"http://127.0.0.1:{server.server_port}")
+        monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "DeviceState")
+        monkeypatch.setattr(handler, "_manager", lambda: FakeManager(due=Due(("a", "b"), 7)))
+        assert handler.handler({}, LambdaContext(60)) == {"woken": 2, "stuck": 7}
+    finally:
+        server.shutdown()
+    assert seen == [{"jobId": "a"}, {"jobId": "a"}, {"jobId": "b"}]
