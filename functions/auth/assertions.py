@@ -229,7 +229,7 @@ def certificate(pem: str) -> Certificate:
 
     try:
         parsed = x509.load_pem_x509_certificate(_one_block(pem))
-    except (ValueError, TypeError, UnicodeError):
+    except (ValueError, TypeError, UnicodeError, x509.InvalidVersion):  # InvalidVersion: no ValueError
         raise InvalidKey("certificate is not one X.509 certificate in PEM (-----BEGIN CERTIFICATE-----): "
                          "a chain is the device's certificate alone") from None
     try:

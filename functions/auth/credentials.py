@@ -247,7 +247,7 @@ def certificate_principal(pem: str, now: float | None = None) -> Principal:
 
     try:
         certificate = x509.load_pem_x509_certificate(pem.encode())
-    except ValueError:
+    except (ValueError, x509.InvalidVersion):  # InvalidVersion: no ValueError
         raise Unauthenticated("the client certificate cannot be read") from None
     held = certificate_id(hashlib.sha256(certificate.public_bytes(serialization.Encoding.DER)).digest())
     auth_time = int(time.time() if now is None else now)

@@ -251,6 +251,10 @@ def test_a_key_of_an_algorithm_no_one_knows_is_400_wherever_a_key_is_taken_and_s
         refused = api("POST", "/devices/odd/credentials", {"type": kind, kind: value})
         assert refused.status == 400 and refused.json["type"].endswith(":invalid-credential"), (kind, refused.text)
         assert "EC P-256" in refused.json["detail"]
+    version_2 = signed.replace(bytes.fromhex("a003020102"), bytes.fromhex("a003020101"), 1)  # no ValueError either
+    refused = api("POST", "/devices/odd/credentials", {"type": "certificate", "certificate": pem("CERTIFICATE",
+                                                                                                  version_2)})
+    assert refused.status == 400 and refused.json["type"].endswith(":invalid-credential"), refused.text
     assert api("GET", "/devices/odd/credentials").json["items"] == []
     enrollment = api("POST", "/enrollments", {"enrollmentId": "odd-line", "idPattern": "odd-[0-9]+", "maxDevices": 2})
     derived = hmac.new(base64.b64decode(enrollment.json["groupKey"]), b"odd-1", hashlib.sha256).digest()
