@@ -314,6 +314,10 @@ def test_a_count_reads_a_bounded_number_of_index_entries_and_items_and_is_refuse
     with pytest.raises(FilterTooBroad) as refused:
         fleet(max_count_index_entries=11).count("exists(state/site)")
     assert refused.value.limit == "count-index-entries"
+    with pytest.raises(FilterTooBroad) as narrowed:  # an and(…) reads each declared predicate's range in full
+        fleet(max_count_index_entries=11).count('and(exists(state/site),eq(state/site,"t"))')
+    assert narrowed.value.limit == "count-index-entries"
+    assert "does not lessen" in str(narrowed.value) and "narrow the broad predicate itself" in str(narrowed.value)
     assert fleet(max_count_index_entries=12).count("exists(state/site)") == {"count": 12}
     queries = [request for operation, request in spy.requests if operation == "query"]
     assert queries and all(request["Limit"] == INDEX_PAGE for request in queries)

@@ -508,8 +508,9 @@ class _Budget:
             if self.left < 0:
                 raise FilterTooBroad(
                     f"counting this filter reads more than {self._limit} entries of the fleet index, as many as a "
-                    "count may; narrow it with a more selective declared predicate (an eq, a prefix or a range "
-                    "inside and(…))", "count-index-entries", self.fields)
+                    "count may. A count reads each declared predicate's range in full, so another predicate "
+                    "and(…)ed to it does not lessen that: narrow the broad predicate itself (an eq, a longer prefix "
+                    "or a tighter range), or page through GET /devices?filter=…", "count-index-entries", self.fields)
 
 
 def _documents(device: Device) -> dict:
