@@ -12,6 +12,7 @@ import random
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from botocore.exceptions import ClientError
@@ -118,6 +119,13 @@ class Rig:
         finals["CANCELED"] += head.run.canceled_queued  # never written: no execution item (see their page)
         assert {state: counts[state] for state in FINAL_STATES} == {state: finals[state] for state in FINAL_STATES}
         assert sum(counts.values()) == head.run.total + 0  # every targeted device in exactly one state
+        listed, cursor = Counter(), None
+        while True:  # and as GET /jobs/{id}/executions lists them, device by device
+            page, cursor = self.manager.jobs().executions(job_id, None, 100, cursor)
+            listed.update(execution["state"] for execution in page)
+            if not cursor:
+                break
+        assert {state: n for state, n in counts.items() if n} == dict(listed)
         return counts
 
 
@@ -594,7 +602,7 @@ def test_a_device_refused_in_a_batch_tried_again_is_not_written_after_its_execut
 
     monkeypatch.setattr(JobWrites, "write", write)
     if naive:
-        monkeypatch.setattr(JobStore, "final_devices", lambda self, job_id, device_ids: set())
+        monkeypatch.setattr(JobStore, "finals", lambda self, job_id, device_ids: {})
     rig.job(filter="lt(reported/battery,20)", timeoutSeconds=600)
     runner = rig.runner()
     step, steps = runner._step, []
@@ -618,6 +626,92 @@ def test_a_device_refused_in_a_batch_tried_again_is_not_written_after_its_execut
     assert job_marks.mark_of(found["d0000"], "j1") is None and versions["d0000"] == 2  # created, reported
     assert sum(head.counts_by_state.values()) == head.run.total == 2
     assert head.counts_by_state["IN_PROGRESS"] == 1 and head.counts_by_state["FAILED"] == 1
+
+
+def _judged_by_the_stream(rig, spec, device_id: str, state: str, version: int) -> None:
+    """What the stream processor records once it sees the device confirm (or go): its final state."""
+    from functions.device_state.jobs.executions import Verdict
+    from functions.device_state.jobs.finals import Final, Finals
+
+    Finals(rig.pipeline).record(spec.job_id, items.retire_at(spec),
+                                [Final(device_id, Verdict(state, int(time.time() * 1000)), version, True)])
+
+
+@pytest.mark.parametrize("naive", [False, True], ids=["runner", "naive-control"])
+def test_a_write_whose_answer_was_lost_and_the_stream_judged_before_its_retry_counts_as_written(
+        rig, monkeypatch, naive):
+    """d0001's write lands, its answer lost, and the device confirms before the batch is tried
+    again: the retry finds its execution SUCCEEDED and does not write it again, and it still counts
+    as written, so d0000 and d0002 count IN_PROGRESS, as listed, and a cancel leaves none of them
+    CANCELED. The naive control (a runner counting as written only what its pages record) counts
+    one device QUEUED that is not, and cancels it a second time."""
+    from functions.device_state.jobs.device_write import JobWrites, Outcome
+
+    ids = rig.devices(3)
+    spec = rig.job(deviceIds=ids, timeoutSeconds=600)
+    write, lost = JobWrites.write, {"d0001"}
+
+    def answer_lost(self, device_id):
+        outcome = write(self, device_id)
+        if device_id in lost:
+            lost.discard(device_id)
+            rig.manager.as_device(device_id).update_with_retry(device_id, MergePatch({"mode": "eco"}),
+                                                               section="reported")
+            _judged_by_the_stream(rig, spec, device_id, "SUCCEEDED", outcome.version)
+            return Outcome()
+        return outcome
+
+    monkeypatch.setattr(JobWrites, "write", answer_lost)
+    if naive:
+        finals = JobStore.finals
+        monkeypatch.setattr(JobStore, "finals", lambda self, job_id, device_ids: {
+            device_id: replace(execution, written=False) for device_id, execution in finals(self, job_id, device_ids).items()})
+    assert rig.runner().run("j1", 20).status == IDLE
+    head = rig.jobs.head("j1")
+    if naive:
+        assert head.counts_by_state["QUEUED"] == 1 and head.counts_by_state["IN_PROGRESS"] == 1
+        return
+    assert rig.counts_agree_with_executions() == {**dict.fromkeys(EXECUTION_STATES, 0), "IN_PROGRESS": 2,
+                                                  "SUCCEEDED": 1}
+    rig.manager.jobs().cancel("j1")
+    for device_id in ("d0000", "d0002"):
+        _judged_by_the_stream(rig, spec, device_id, "SUCCEEDED", rig.versions([device_id])[0][device_id])
+    run_until_done(rig.runner())
+    assert rig.counts_agree_with_executions()["SUCCEEDED"] == 3
+
+
+def test_a_runner_dead_mid_batch_whose_written_device_was_deleted_counts_it_written_at_a_cancel(rig, monkeypatch):
+    """The runner writes d0001 and dies; the device is deleted (the stream records REMOVED) and
+    the job canceled: the next runner's stop finds d0001 final and written, so it is not counted
+    QUEUED too and canceled again, and the job completes only once d0000 and d0002 are final."""
+    from functions.device_state.jobs.device_write import JobWrites
+
+    ids = rig.devices(3)
+    spec = rig.job(deviceIds=ids, timeoutSeconds=600)
+    write, dies = JobWrites.write, {"d0001"}
+
+    def dies_after(self, device_id):
+        outcome = write(self, device_id)
+        if device_id in dies:
+            dies.discard(device_id)
+            rig.manager.delete(device_id)
+            _judged_by_the_stream(rig, spec, device_id, "REMOVED", outcome.version)
+            raise RuntimeError("the invocation timed out")
+        return outcome
+
+    monkeypatch.setattr(JobWrites, "write", dies_after)
+    with pytest.raises(RuntimeError):
+        rig.runner().run("j1", 20)
+    monkeypatch.setattr(JobWrites, "write", write)
+    rig.manager.jobs().cancel("j1")
+    rig.runner().run("j1", 10)
+    counts = rig.counts_agree_with_executions()
+    assert (counts["IN_PROGRESS"], counts["REMOVED"], counts["CANCELED"]) == (2, 1, 0)
+    assert rig.jobs.head("j1").record.completed_ms is None
+    for device_id in ("d0000", "d0002"):
+        _judged_by_the_stream(rig, spec, device_id, "SUCCEEDED", rig.versions([device_id])[0][device_id])
+    run_until_done(rig.runner())
+    assert rig.counts_agree_with_executions()["SUCCEEDED"] == 2
 
 
 class NaiveRunner:

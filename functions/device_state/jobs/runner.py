@@ -285,14 +285,15 @@ class JobRunner:
         a count of the queued would have counted it again."""
         spec, run = head.record.spec, head.run
         pages = self._read_batch(spec, run)
-        states = {}
+        states, finals = {}, {}
         for page in pages:  # a page's devices at a time: a batch read takes up to 100
             unrecorded = [device_id for _, index, device_id in _inside([page], run.batch) if not page.writes[index]]
             states.update(self._store.batch_get_states(unrecorded) if unrecorded else {})
+            finals.update(self._jobs.finals(spec.job_id, unrecorded))
         recorded, canceled = {}, []
         now_ms = int(self._runtime.clock() * 1000)
         for page, index, device_id in _inside(pages, run.batch):
-            if page.writes[index]:
+            if page.writes[index] or device_id in finals:  # final already: the stream judged its write
                 continue
             mark = job_marks.mark_of(states.get(device_id), spec.job_id)
             if mark is not None:
@@ -302,7 +303,7 @@ class JobRunner:
                 canceled.append(Final(device_id, Verdict(CANCELED, now_ms)))
         self._record(spec, pages, recorded)
         self._finals.record(spec.job_id, items.retire_at(spec), canceled)
-        self._move_past(head, pages, recorded)
+        self._move_past(head, pages, recorded, sum(execution.written for execution in finals.values()))
 
     def _cancel_queued(self, head: Head) -> None:
         queued = head.counts_by_state[QUEUED]
@@ -498,9 +499,11 @@ class JobRunner:
         pages = pages if pages is not None else self._read_batch(spec, run)
         entries = [(page, index, device_id) for page, index, device_id in _inside(pages, run.batch)
                    if not page.writes[index]]
-        if spec.filter is None or again:  # final already: a listed device found missing at the start, or
-            # one an earlier try refused (a lease, a too large document): never written after its FAILED
-            final = self._jobs.final_devices(spec.job_id, [device_id for _, _, device_id in entries])
+        final = {}
+        if spec.filter is None or again:  # final already: a listed device found missing at the start, one
+            # an earlier try refused (a lease, a too large document): never written after its FAILED; or
+            # one an earlier try wrote, its answer lost, that the stream judged since (written: counted so)
+            final = self._jobs.finals(spec.job_id, [device_id for _, _, device_id in entries])
             entries = [entry for entry in entries if entry[2] not in final]
         sent_before = run.sent - sum(1 for _ in _inside(pages, run.batch))  # (a paced batch's are in a row)
         started = run.started_ms / 1000
@@ -537,7 +540,7 @@ class JobRunner:
         if unknown:  # written again at the next step (or found on the devices by a stop)
             self._jobs.update_run(spec.job_id, self.owner, lease_seconds=self._batch_lease(spec))
             return
-        self._move_past(head, pages, recorded)
+        self._move_past(head, pages, recorded, sum(execution.written for execution in final.values()))
 
     def _record(self, spec: JobSpec, pages: list[Page], recorded: dict) -> None:
         """``recorded`` ((page number, index) -> packed write) on each page, the pages side by side."""
@@ -566,10 +569,12 @@ class JobRunner:
         """The lease a batch is written under: a paced one waits its turns."""
         return self.lease_seconds + (BATCH_SECONDS if spec.max_per_minute is not None else 0)
 
-    def _move_past(self, head: Head, pages: list[Page], recorded: dict) -> None:
+    def _move_past(self, head: Head, pages: list[Page], recorded: dict, final_written: int) -> None:
+        """Moves the run past its batch, counting as written the devices recorded on their pages
+        and ``final_written``, those found final and written (the stream judged them first)."""
         first, end = head.run.batch
-        written = sum(1 for page, index, _ in _inside(pages, head.run.batch)
-                      if page.writes[index] or (page.number, index) in recorded)
+        written = final_written + sum(1 for page, index, _ in _inside(pages, head.run.batch)
+                                      if page.writes[index] or (page.number, index) in recorded)
         self._jobs.update_run(head.record.spec.job_id, self.owner, sets={items.AT: end, items.BATCH: None},
                               adds={items.WRITTEN: written}, conditions={items.BATCH: (first, end)},
                               lease_seconds=self.lease_seconds)

@@ -144,10 +144,14 @@ class JobStore:
 
     def final_states(self, job_id: str, device_ids: list[str]) -> dict[str, str]:
         """The final state of each of ``device_ids`` whose execution is final."""
+        return {device_id: execution.state for device_id, execution in self.finals(job_id, device_ids).items()}
+
+    def finals(self, job_id: str, device_ids: list[str]) -> dict[str, Execution]:
+        """The execution of each of ``device_ids`` whose execution is final."""
         final = {}
         for start in range(0, len(device_ids), 100):
             keys = [items.execution_key(job_id, device_id) for device_id in device_ids[start:start + 100]]
-            final.update((execution.device_id, execution.state)
+            final.update((execution.device_id, execution)
                          for execution in map(Execution.from_item, self._store.batch_get(keys).values()))
         return final
 
