@@ -24,3 +24,14 @@ def test_a_job_stopped_before_its_targeting_ended_is_not_shown_targeting():
     canceled = head("CANCELED", targeted=False, stop=items.STOP_CANCEL, stopped_ms=1)
     assert "targeting" not in canceled.as_dict()
     assert canceled.etag() != head("CANCELED", targeted=False).etag()
+
+
+def test_default_job_ids_sort_as_they_were_created():
+    """A device's jobs are listed in job id order: ids made a millisecond apart, over a day's
+    seconds, sort as they were made (base32's A-Z2-7 does not: 2 comes after Z)."""
+    from functions.device_state.jobs.spec import new_job_id
+
+    start = 1796099688.397
+    made = [new_job_id(start + step / 1000) for step in range(0, 86_400_000, 86_400_000 // 20_000)]
+    assert made == sorted(made) and len(set(made)) == len(made)
+    assert all(len(job_id) == 16 and job_id.isalnum() and job_id == job_id.lower() for job_id in made)

@@ -48,9 +48,9 @@ MIN_THRESHOLD_PERCENT = Decimal("0.01")
 
 def new_job_id(now: float) -> str:
     """A job id that sorts by creation time: 48 bits of epoch milliseconds, then 40 random
-    bits, in base32 (16 characters, lower case)."""
+    bits, in base32hex (16 characters of 0-9a-v)."""
     raw = int(now * 1000).to_bytes(6, "big") + secrets.token_bytes(4)
-    return base64.b32encode(raw).decode().lower()
+    return base64.b32hexencode(raw).decode().lower()  # 0-9a-v: in the order of the bytes
 
 
 @dataclass(frozen=True)
