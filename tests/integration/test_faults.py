@@ -31,7 +31,7 @@ from functions.device_state import (
     VersionConflict,
 )
 from functions.device_state.client import dynamodb_client
-from functions.device_state.feed.items import epoch_of
+from functions.device_state.model.times import epoch_of
 from functions.device_state.item.contention import MARK_AFTER_SECONDS
 from functions.device_state import table
 from functions.device_state.item.journal import (JOURNAL_KEEP, JOURNAL_KEEP_SECONDS, JOURNAL_MAX, SETTLED_KEEP_SECONDS,

@@ -714,6 +714,25 @@ def test_a_runner_dead_mid_batch_whose_written_device_was_deleted_counts_it_writ
     assert rig.counts_agree_with_executions()["SUCCEEDED"] == 2
 
 
+def test_a_leaf_another_writer_removed_before_the_deadline_is_superseded_when_judged_after_it(rig):
+    """Another writer removes d0000's leaf and sets d0001's, both before the deadline; judged
+    after it (a late stream record, the sweep, a forced cancel), each is SUPERSEDED when that
+    write was made, not TIMED_OUT as if the removal happened when it was judged."""
+    from functions.device_state.jobs.executions import judge
+
+    ids = rig.devices(2)
+    spec = rig.job(deviceIds=ids, timeoutSeconds=60)
+    assert rig.runner().run("j1", 20).status == IDLE
+    rig.manager.update_with_retry(ids[0], MergePatch({"mode": None}), section="desired")
+    rig.manager.update_with_retry(ids[1], MergePatch({"mode": "x"}), section="desired")
+    written = time.time()
+    _, found = rig.versions(ids)
+    for device_id in ids:
+        version, deadline_ms = job_marks.mark_of(found[device_id], "j1")
+        verdict = judge(spec.leaves, version, deadline_ms, found[device_id], deadline_ms / 1000 + 5)
+        assert verdict.state == "SUPERSEDED" and verdict.at_ms <= written * 1000 < deadline_ms
+
+
 class NaiveRunner:
     """Page the list and PATCH each device, saving its progress after each page (what a script
     does): restarted mid-page, it writes the page's first devices again."""

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from ..item import schema
 from ..model.connectivity import counted_connections
 from ..model.device import Device
 from ..model.sections import DESIRED, REPORTED, SECTIONS, STATE, STATUS, VERSION_SPAN, entries_of
-from ..model.times import stored_time, timestamp
+from ..model.times import epoch_of, stored_time, timestamp
 from ..model.values import MAX_ITEM_BYTES, dumps, from_attribute, item_size, loads
 from ..write.expressions import number
 
@@ -209,10 +208,6 @@ def apply_patch(state: dict, patch: list) -> dict:
     import jsonpatch  # only a history read needs it; kept off the cold start
 
     return jsonpatch.apply_patch(copy.deepcopy(state), patch)
-
-
-def epoch_of(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def _change_base(change: Change, retention_seconds: int) -> dict:

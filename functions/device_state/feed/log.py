@@ -38,7 +38,7 @@ from ..errors import ConditionNotMet, DeviceNotFound, DeviceStateError, ItemTooL
 from ..item import schema
 from ..item.credentials import Holder
 from ..model.device import Device
-from ..model.times import stored_time
+from ..model.times import epoch_of, stored_time
 from ..model.values import MAX_PAGE_BYTES, item_size, validate_device_id
 from ..runtime import Runtime
 from ..write.expressions import Expression
@@ -54,7 +54,6 @@ from .items import (
     change_of,
     change_sk,
     device_after,
-    epoch_of,
     is_snapshot,
     lost_marker,
     without_sections,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from ..item import schema
 from ..model import desires
 from ..model.device import Device
+from ..model.times import epoch_of
 from ..model.sections import DESIRED, REPORTED, VERSION_SPAN, leaf_entries, leaves, same_value, version_of
 from .spec import FAILED, REMOVED, SUCCEEDED, SUPERSEDED, TIMED_OUT
 
@@ -59,8 +60,8 @@ def judge(job_leaves: dict, version: int, deadline_ms: int, item: dict | None, n
             done = cleared.get(pointer)
             if done is not None and int(done.get("v", 0)) == version:  # cleared on confirm: confirmed
                 confirmed_at.append(_time_ms(reported_entries[pointer]) if pointer in reported_entries else now_ms)
-            else:  # another write removed it
-                ended.append(Verdict(SUPERSEDED, now_ms))
+            else:  # another write removed it: at the latest, when the item was last written
+                ended.append(Verdict(SUPERSEDED, int(epoch_of(device.updated_at) * 1000)))
             continue
         entry = desired_entries[pointer]
         if version_of(entry) != version:

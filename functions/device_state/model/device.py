@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from ..item import schema
 from . import desires
 from .connectivity import CONNECTIVITY, connectivity_of
 from .sections import DESIRED, entries_of, metadata
-from .times import stored_time, timestamp
+from .times import epoch_of, stored_time, timestamp
 from .values import from_attribute
 
 __all__ = ["Device", "timestamp"]
@@ -57,8 +56,8 @@ class Device:
     def changed_since_written(self, now: float | None = None) -> bool:
         """Whether the delta changed after this version was written, with no write: a
         desire expired since. A cached copy of this version may then be out of date."""
-        written = datetime.fromisoformat(self.updated_at.replace("Z", "+00:00")).timestamp()
-        return desires.expired_since(self.desired, self.entries, written, time.time() if now is None else now)
+        return desires.expired_since(self.desired, self.entries, epoch_of(self.updated_at),
+                                     time.time() if now is None else now)
 
     def as_dict(self, include_metadata: bool = False, now: float | None = None) -> dict:
         """The resource as the API shows it at ``now``; per-leaf metadata only when asked."""

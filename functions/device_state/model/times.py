@@ -38,6 +38,11 @@ def epoch_seconds(text: str) -> int:
     return seconds
 
 
+def epoch_of(stamp: str) -> float:
+    """The epoch seconds of a time ``timestamp`` wrote."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
 def millis(epoch: float) -> int:
     """The epoch milliseconds ``timestamp(epoch)`` shows (computed on the same datetime, so
     ``timestamp(millis(epoch) / 1000) == timestamp(epoch)``)."""
