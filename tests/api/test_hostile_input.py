@@ -328,3 +328,21 @@ def test_a_number_whose_exponent_decimal_cannot_hold_is_400_on_any_body_and_chan
     result = api(method, path, raw=body, content_type=content_type)
     assert result.status == 400 and result.json["type"].endswith(":invalid-value"), result.text
     assert device(api)["version"] == 1 and api("GET", "/devices/e").status == 404
+
+
+def test_copies_that_double_the_document_are_413_at_once_and_change_nothing(api):
+    """Each copy of the whole state doubles it: 21 of them in a 1 KB patch would make 2 million
+    copies (minutes and gigabytes before the size of the result was judged, past the function's
+    memory and deadline: a 5xx). The patch's copies are sized as they go: 413 item-size, at once."""
+    create(api, {"a": "x" * 40})
+    doubling = [{"op": "copy", "from": "", "path": f"/c{number}"} for number in range(21)]
+    for method, path, body, content_type in (
+            ("PATCH", "/devices/h", doubling, JSON_PATCH),
+            ("POST", "/transactions", {"operations": [{"deviceId": "h", "jsonPatch": doubling}]}, "application/json")):
+        result = api(method, path, body, content_type=content_type)
+        assert result.status == 413 and result.json["limit"] == "item-size", result.text
+        assert "copies" in result.json["detail"]
+    assert device(api)["version"] == 1
+    fits = [{"op": "copy", "from": "", "path": f"/c{number}"} for number in range(3)]
+    assert api("PATCH", "/devices/h", fits, content_type=JSON_PATCH).status == 200
+    assert len(device(api)["state"]) == 4

@@ -11,9 +11,10 @@ from decimal import Context, Decimal, Inexact, localcontext
 
 import jsonpointer
 
-from ..errors import InvalidPatch, InvalidValue, PatchNotApplicable, PatchTestFailed
+from ..errors import InvalidPatch, InvalidValue, ItemTooLarge, PatchNotApplicable, PatchTestFailed
 from .sections import pointer
 from .values import (
+    MAX_ITEM_BYTES,
     MAX_PATCH_OPERATIONS,
     MAX_SIGNIFICANT_DIGITS,
     canonical,
@@ -189,8 +190,13 @@ class JsonPatch:
         document's own terms (paths and JSON values), one operation applied at a time."""
         import jsonpatch
 
-        result = state
+        result, copied = state, 0
         for index, (operation, step) in enumerate(zip(self.operations, self._steps)):
+            if operation["op"] == "copy":  # each copy may double the document: 21 would make 2 million of it
+                copied += len(dumps(_resolve(result, operation["from"])[0]))
+                if copied > MAX_ITEM_BYTES:
+                    raise ItemTooLarge(f"operation {index} (copy {operation['path']}): the patch's copies would add "
+                                       f"more than {MAX_ITEM_BYTES} bytes, more than an item holds")
             try:
                 result = step.apply(result, in_place=True)
             except PatchNotApplicable:
