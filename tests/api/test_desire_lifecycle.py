@@ -124,6 +124,24 @@ def test_clear_on_confirm_over_http(server):
                                                      "confirmedVersion": reported["version"], "cleared": True}
 
 
+def test_a_cleared_desires_confirmation_shows_beside_a_desired_member_named_version(server):
+    """A member called "version" beside a confirmed, cleared leaf is a member like any other:
+    the leaf's metadata still shows the confirmation, as it does beside a member called "z"."""
+    device = new_lamp(server)
+    for sibling in ("z", "version"):
+        status, _, wanted = call(server, "PUT", f"/devices/{device}/desired?clearOnConfirm=true",
+                                 {"desired": {"x": {"y": 1}}}, APP)
+        status, _, reported = call(server, "PATCH", f"/devices/{device}/reported", {"x": {"y": 1}},
+                                   {**bearer(device=device), **MERGE})
+        assert status == 200 and reported["desired"] == {}
+        assert call(server, "PATCH", f"/devices/{device}/desired", {"x": {sibling: 5}}, {**APP, **MERGE})[0] == 200
+        shown = call(server, "GET", f"/devices/{device}?include=metadata", headers=APP)[2]["metadata"]["desired"]
+        assert shown["x"]["y"] == {"version": wanted["version"], "confirmedVersion": reported["version"],
+                                   "cleared": True}, (sibling, shown)
+        assert shown["x"][sibling]["version"] > reported["version"]
+        call(server, "PATCH", f"/devices/{device}/desired", {"x": None}, {**APP, **MERGE})
+
+
 def test_acks_that_do_not_fit_are_refused_and_change_nothing(server):
     device = new_lamp(server, desired={"brightness": 150})
     me = bearer(device=device)

@@ -226,7 +226,8 @@ def annotate(metadata: dict, desired: dict, entries: dict, now: float) -> None:
         node = metadata
         for part in parts[:-1]:
             node = node.setdefault(part, {})
-            if "version" in node:  # a leaf of desired holds this path: the cleared one is history
+            if isinstance(node.get("version"), int):  # a leaf of desired holds this path: the cleared one is
+                # history (a member named "version" has its own metadata object there, not a number)
                 break
         else:
             node.setdefault(parts[-1], {"version": int(status["v"]), "confirmedVersion": int(status[CONFIRMED]),
