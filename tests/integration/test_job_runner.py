@@ -733,6 +733,29 @@ def test_a_leaf_another_writer_removed_before_the_deadline_is_superseded_when_ju
         assert verdict.state == "SUPERSEDED" and verdict.at_ms <= written * 1000 < deadline_ms
 
 
+def test_a_key_that_refused_a_create_and_lapsed_before_its_replay_was_read_is_written_afresh(rig, monkeypatch):
+    """The create's transaction is refused on its Idempotency-Key's entry, which lapses before the
+    replay reads it (its 24 hours end between the two): the create is sent again, and answers the
+    replay that the key still names, not the bare refusal (a 500)."""
+    from functions.device_state.jobs.service import JobService
+    from functions.device_state.write.keyed import IdempotencyKey
+
+    ids = rig.devices(1)
+    service, key = rig.manager.jobs(), IdempotencyKey("k1", "POST.jobs", "same-body")
+    body = {"jobId": "j1", "deviceIds": ids, "desired": {"mode": "eco"}}
+    first, replayed = service.create(body, key)
+    assert not replayed
+    reads, real = [], JobService._replayed
+
+    def lapsed_twice(self, key):  # unseen before the write, lapsed just after its refusal
+        reads.append(key)
+        return None if len(reads) <= 2 else real(self, key)
+
+    monkeypatch.setattr(JobService, "_replayed", lapsed_twice)
+    again, replayed = service.create(body, key)
+    assert replayed and again.record.spec.job_id == "j1" and len(reads) == 3
+
+
 class NaiveRunner:
     """Page the list and PATCH each device, saving its progress after each page (what a script
     does): restarted mid-page, it writes the page's first devices again."""

@@ -56,7 +56,7 @@ class JobService:
             self._query.parse(spec.filter)
         return self._keyed(key, spec.job_id, lambda entry: self._jobs.create(spec, entry))
 
-    def _keyed(self, key: IdempotencyKey | None, job_id: str, write) -> tuple[Head, bool]:
+    def _keyed(self, key: IdempotencyKey | None, job_id: str, write, again: bool = False) -> tuple[Head, bool]:
         """``write(entry)`` of a write on the job ``job_id`` under ``key``, returning the job's head as
         it wrote it: the entry is the key's, for the write to put in its own transaction (only while
         absent: a refusal names the part "key").
@@ -79,6 +79,8 @@ class JobService:
                 replayed = self._replayed(key)
                 if replayed is not None:
                     return replayed, True
+                if not again:  # the key lapsed since it refused: it is free
+                    return self._keyed(key, job_id, write, again=True)
             raise
         try:
             return self.head(job_id), False
@@ -93,7 +95,7 @@ class JobService:
             return None
         if found[items.FINGERPRINT]["S"] != key.fingerprint:
             raise IdempotencyKeyReused(None, key.key)
-        return self._jobs.head(found[items.JOB_ID]["S"])
+        return self.head(found[items.JOB_ID]["S"])
 
     # -------------------------------------------------------------- read
 
