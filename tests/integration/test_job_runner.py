@@ -637,6 +637,22 @@ def _judged_by_the_stream(rig, spec, device_id: str, state: str, version: int) -
                                 [Final(device_id, Verdict(state, int(time.time() * 1000)), version, True)])
 
 
+def _once_written(monkeypatch, device_id: str, then) -> None:
+    """The job's write of ``device_id`` lands, then ``then(outcome)`` answers for it, once."""
+    from functions.device_state.jobs.device_write import JobWrites
+
+    write, left = JobWrites.write, {device_id}
+
+    def written(self, writing):
+        outcome = write(self, writing)
+        if writing in left:
+            left.discard(writing)
+            return then(outcome)
+        return outcome
+
+    monkeypatch.setattr(JobWrites, "write", written)
+
+
 @pytest.mark.parametrize("naive", [False, True], ids=["runner", "naive-control"])
 def test_a_write_whose_answer_was_lost_and_the_stream_judged_before_its_retry_counts_as_written(
         rig, monkeypatch, naive):
@@ -645,23 +661,17 @@ def test_a_write_whose_answer_was_lost_and_the_stream_judged_before_its_retry_co
     as written, so d0000 and d0002 count IN_PROGRESS, as listed, and a cancel leaves none of them
     CANCELED. The naive control (a runner counting as written only what its pages record) counts
     one device QUEUED that is not, and cancels it a second time."""
-    from functions.device_state.jobs.device_write import JobWrites, Outcome
+    from functions.device_state.jobs.device_write import Outcome
 
     ids = rig.devices(3)
     spec = rig.job(deviceIds=ids, timeoutSeconds=600)
-    write, lost = JobWrites.write, {"d0001"}
 
-    def answer_lost(self, device_id):
-        outcome = write(self, device_id)
-        if device_id in lost:
-            lost.discard(device_id)
-            rig.manager.as_device(device_id).update_with_retry(device_id, MergePatch({"mode": "eco"}),
-                                                               section="reported")
-            _judged_by_the_stream(rig, spec, device_id, "SUCCEEDED", outcome.version)
-            return Outcome()
-        return outcome
+    def confirmed_and_its_answer_lost(outcome):
+        rig.manager.as_device("d0001").update_with_retry("d0001", MergePatch({"mode": "eco"}), section="reported")
+        _judged_by_the_stream(rig, spec, "d0001", "SUCCEEDED", outcome.version)
+        return Outcome()
 
-    monkeypatch.setattr(JobWrites, "write", answer_lost)
+    _once_written(monkeypatch, "d0001", confirmed_and_its_answer_lost)
     if naive:
         finals = JobStore.finals
         monkeypatch.setattr(JobStore, "finals", lambda self, job_id, device_ids: {
@@ -684,25 +694,17 @@ def test_a_runner_dead_mid_batch_whose_written_device_was_deleted_counts_it_writ
     """The runner writes d0001 and dies; the device is deleted (the stream records REMOVED) and
     the job canceled: the next runner's stop finds d0001 final and written, so it is not counted
     QUEUED too and canceled again, and the job completes only once d0000 and d0002 are final."""
-    from functions.device_state.jobs.device_write import JobWrites
-
     ids = rig.devices(3)
     spec = rig.job(deviceIds=ids, timeoutSeconds=600)
-    write, dies = JobWrites.write, {"d0001"}
 
-    def dies_after(self, device_id):
-        outcome = write(self, device_id)
-        if device_id in dies:
-            dies.discard(device_id)
-            rig.manager.delete(device_id)
-            _judged_by_the_stream(rig, spec, device_id, "REMOVED", outcome.version)
-            raise RuntimeError("the invocation timed out")
-        return outcome
+    def deleted_and_the_runner_dies(outcome):
+        rig.manager.delete("d0001")
+        _judged_by_the_stream(rig, spec, "d0001", "REMOVED", outcome.version)
+        raise RuntimeError("the invocation timed out")
 
-    monkeypatch.setattr(JobWrites, "write", dies_after)
+    _once_written(monkeypatch, "d0001", deleted_and_the_runner_dies)
     with pytest.raises(RuntimeError):
         rig.runner().run("j1", 20)
-    monkeypatch.setattr(JobWrites, "write", write)
     rig.manager.jobs().cancel("j1")
     rig.runner().run("j1", 10)
     counts = rig.counts_agree_with_executions()
