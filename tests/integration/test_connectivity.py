@@ -50,6 +50,36 @@ def test_a_connection_whose_close_never_came_ends_at_its_limit_and_is_forgotten(
     manager.connected("lamp", "conn-0", clock.now + 7200)  # the same connection again is no new one
 
 
+def test_a_connect_after_connections_that_all_ended_unclosed_is_a_new_connected_period(timed):
+    """The device's only connection ended without its close (its $disconnect never came), so
+    reads show it disconnected; its next connect starts a new connected period: since is that
+    connect, not the lost one's, and the stream's images tell device.disconnected, then
+    device.connected (where the connect alone kept the old since, and told nothing)."""
+    from functions.device_state import connectivity_event
+
+    manager, clock, spy = timed
+    manager.create("lamp", {})
+    images, update_item = [manager.live_state("lamp")], spy.update_item
+
+    def imaged(**request):  # each write's new image, as the stream would carry it
+        answer = update_item(**request)
+        images.append(manager.live_state("lamp"))
+        return answer
+
+    spy.update_item = imaged
+    manager.connected("lamp", "lost", clock.now + 60)
+    clock.now += 61
+    assert shown(manager, "lamp", clock)["connected"] is False
+    manager.connected("lamp", "next", clock.now + 7200)
+    now = shown(manager, "lamp", clock)
+    assert now["connected"] and now["since"] == now["lastSeen"]  # since this connect
+    assert manager.live_state("lamp")["connections"]["SS"] == [member("next", clock.now + 7200)]
+    events = [event[0] for event in map(connectivity_event, images, images[1:]) if event]
+    assert events == ["device.connected", "device.disconnected", "device.connected"]
+    manager.connected("lamp", "another", clock.now + 7200)  # connected already: no new period
+    assert shown(manager, "lamp", clock)["since"] == now["since"]
+
+
 def test_at_the_cap_connections_known_closed_are_forgotten_and_the_connect_recorded(timed):
     """``closed`` is asked about the held connections only at the cap with none past its end;
     those it names go (one write), then the connect; with none named, TooManyConnections."""

@@ -65,7 +65,8 @@ class BookkeepingRequests(PlanContext):
     def connect(self, device_id: str, opened: str) -> Planned:
         """Records the connection ``opened`` (``connectivity.member``) on the live device,
         unless it has ``MAX_CONNECTIONS`` open already: connected (also in the fleet index,
-        where declared), since now if it was not, seen now."""
+        where declared), since now if it was not, seen now. It returns what the item held before
+        (UPDATED_OLD, at no cost): connections that all ended without their close show there."""
         expr = Expression()
         connections, since = expr.name(schema.CONNECTIONS), expr.name(schema.CONNECTED_SINCE)
         ours, now = expr.value({"SS": [opened]}), expr.number(int(self.now * 1000))
@@ -76,7 +77,7 @@ class BookkeepingRequests(PlanContext):
             f"(attribute_not_exists({connections}) OR contains({connections}, {expr.value({'S': opened})}) OR "
             f"size({connections}) < {expr.number(MAX_CONNECTIONS)})"])
         return self._update(device_id, f"ADD {connections} {ours} SET {', '.join(sets)}", condition, expr, None,
-                            CONNECTED)
+                            CONNECTED, ReturnValues="UPDATED_OLD")
 
     def disconnect(self, device_id: str, closed: list[str], held: list[str] | None = None) -> Planned:
         """Forgets the connections ``closed`` (members) of the live device, seen now, while

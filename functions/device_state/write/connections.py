@@ -39,7 +39,7 @@ class Connections:
         validate_device_id(device_id)
         opened = connectivity.member(connection_id, until)
         try:
-            return self._send_connectivity(device_id, lambda planner: planner.connect(device_id, opened), holder)
+            before = self._send_connectivity(device_id, lambda planner: planner.connect(device_id, opened), holder)
         except TooManyConnections as full:
             ended = connectivity.ended_members(list(full.held), self._clock())
             if not ended and closed is not None:
@@ -47,8 +47,24 @@ class Connections:
                 ended = [entry for entry in full.held if connectivity.connection_of(entry) in gone]
             if not ended:
                 raise
-        self._send_connectivity(device_id, lambda planner: planner.disconnect(device_id, ended))
-        return self._send_connectivity(device_id, lambda planner: planner.connect(device_id, opened), holder)
+            self._send_connectivity(device_id, lambda planner: planner.disconnect(device_id, ended))
+            before = self._send_connectivity(device_id, lambda planner: planner.connect(device_id, opened), holder)
+        if before is None:
+            return False
+        held_before = connectivity.members(before)  # a since goes only with the last of them
+        if held_before and not connectivity.open_members(before, self._clock()):
+            self._reconnected(device_id, opened, holder, held_before)
+        return True
+
+    def _reconnected(self, device_id: str, opened: str, holder: Holder | None, ended: list[str]) -> None:
+        """The connect found the device connected only by connections that all ended without
+        their close: it was disconnected, so it is recorded so (those members and its since go,
+        the stream sees device.disconnected) and connected anew (a since of now, device.connected).
+        Two writes more, only then; a connect or close of another connection in between leaves
+        it as it is."""
+        held = sorted({*ended, opened})
+        if self._send_connectivity(device_id, lambda planner: planner.all_disconnected(device_id, held)) is not None:
+            self._send_connectivity(device_id, lambda planner: planner.connect(device_id, opened), holder)
 
     def disconnected(self, device_id: str, connection_id: str, until: float) -> None:
         """Forgets a connection ``connected`` recorded: one read and one write, each write
@@ -69,7 +85,7 @@ class Connections:
                 sent = self._send_connectivity(device_id, lambda planner: planner.disconnect(device_id, [closing], held))
             else:
                 sent = self._send_connectivity(device_id, lambda planner: planner.all_disconnected(device_id, held))
-            if sent:
+            if sent is not None:
                 return
         logger.warning("disconnect not recorded: the connections kept changing", extra={"device_id": device_id})
 
@@ -81,19 +97,20 @@ class Connections:
         self._send_connectivity(device.device_id, lambda planner: planner.seen(device.device_id))
 
     def _send_connectivity(self, device_id: str, plan: Callable[[Planner], Planned],
-                           holder: Holder | None = None) -> bool:
-        """One connectivity change; False when the device is not there, or the change's
-        condition says it is not needed (seen recently, a connect meanwhile).
+                           holder: Holder | None = None) -> dict | None:
+        """One connectivity change: what DynamoDB returned of the item (``{}``: nothing asked);
+        None when the device is not there, or the change's condition says it is not needed (seen
+        recently, a connect meanwhile).
         ``CredentialRevoked`` for a ``holder`` that no device of that id admits now: its
         credential went with the device it was registered on."""
         planner = self._pipeline.planner(seen_by=device_id, holder=holder)
         planned = plan(planner)
         try:
-            self._pipeline.send(planner, planned)
+            applied = self._pipeline.send(planner, planned)
         except DeviceNotFound:
             if holder is not None and not holder.admits(None, self._clock()):
                 raise CredentialRevoked(device_id) from None
-            return False
+            return None
         except ConditionFailed:  # not needed (a TooManyConnections goes to the caller)
-            return False
-        return True
+            return None
+        return applied.item or {}

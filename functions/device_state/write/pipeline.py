@@ -75,7 +75,8 @@ class WritePipeline:
         except AnswerLost as lost:
             return self._lost(planned, lost)
         attributes = answer.get("Attributes")
-        device = planned.device or (Device.from_item(attributes) if attributes else None)
+        whole = attributes if attributes and schema.VERSION in attributes else None  # not UPDATED_OLD's part
+        device = planned.device or (Device.from_item(whole) if whole else None)
         return Applied(device, attributes, device.version if device is not None else None)
 
     def send_together(self, planner: Planner, planned: list[Planned], others: dict[str, list[dict]],
