@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable, Sequence
@@ -23,6 +24,7 @@ logger = logging.getLogger("device_state.push")
 MAX_MESSAGE_BYTES = 128 * 1024  # API Gateway's WebSocket message limit
 PAGE = 100
 CATCH_UP_VERSIONS = 64  # a subscriber is moved on through changes it does not follow at least this often
+CATCH_UP_SECONDS = 15.0  # of a subscribe's catch-up, well inside the push function's 28 s
 FAN_OUT_THREADS = 16  # subscribers of one device posted to side by side
 
 
@@ -32,7 +34,14 @@ class Gone(Exception):
 
 class PostFailed(Exception):
     """A post to one connection failed otherwise (throttled, timed out): that subscriber stays
-    where it was and catches up with the device's next change, or when it subscribes again."""
+    where it was. The fan-out raises it once the device's other subscribers had their turn, so
+    the device's records are sent again (retried by the mapping); a catch-up tells the client to
+    subscribe again from the last version it kept."""
+
+
+class CatchUpStopped(Exception):
+    """A catch-up ran out of its time (``CATCH_UP_SECONDS``) before the subscriber had every
+    change: the client subscribes again from the last version it kept, and gets the rest."""
 
 
 def change_message(change: Change, delta: dict | None) -> dict:
@@ -47,16 +56,21 @@ def change_message(change: Change, delta: dict | None) -> dict:
 
 
 class Delivery:
-    def __init__(self, subscriptions: Subscriptions, log: ChangeLog, post: Callable[[str, dict], None]):
+    def __init__(self, subscriptions: Subscriptions, log: ChangeLog, post: Callable[[str, dict], None],
+                 forget: Callable[[str], object] | None = None):
+        """``forget(connection_id)``: what a connection API Gateway answers gone leaves behind
+        (its subscriptions, a device's connectivity); by default its subscriptions."""
         self.subscriptions, self.log, self.post = subscriptions, log, post
+        self.forget = forget or subscriptions.close
 
     def advance(self, subscription: Subscription, up_to: int | None = None,
-                known: Sequence[Change] = ()) -> Subscription | None:
+                known: Sequence[Change] = (), until: float | None = None) -> Subscription | None:
         """Sends the subscriber the changes after its ``delivered`` (up to ``up_to``, or all
         recorded yet), starting from ``known`` (changes already read, oldest first) where they
         reach. Raises ChangesExpired when the next one is past the retention, Gone when the
-        connection is; returns the subscription as it ends (None if it ended, or its connection
-        is past its expiry)."""
+        connection is, CatchUpStopped when a post would begin at or after ``until`` (monotonic
+        seconds); returns the subscription as it ends (None if it ended, or its connection is
+        past its expiry)."""
         device = None  # the device as the change before the one in hand left it, where known
         while subscription is not None and (up_to is None or subscription.delivered < up_to):
             changes = [change for change in known if change.version > subscription.delivered]
@@ -70,6 +84,8 @@ class Delivery:
                 return subscription
             for change in changes:
                 if set(subscription.sections).intersection(change.sections) or change.kind == DELETED:
+                    if until is not None and time.monotonic() >= until:
+                        raise CatchUpStopped(f"sent up to version {subscription.delivered}")
                     device = self._device(change, device)
                     if not self._post(subscription, change_message(change, device and device.delta())):
                         return None
@@ -116,7 +132,9 @@ class Delivery:
                 streamed: Sequence[Change] = ()) -> int:
         """Brings every subscriber of the device up to ``version``, side by side (the changes
         read once for all); how many were sent to. A failure other than a gone connection or
-        an expired ``since`` is raised once every subscriber has had its turn.
+        an expired ``since`` (a post that failed too) is raised once every subscriber has had
+        its turn: the mapping sends the device's records again, and those brought up already
+        are left where they are.
 
         ``last_changed``: per section, the version that last changed it as of ``version``
         (``fanout.changed_since``; None: not known). A subscriber with nothing it follows
@@ -151,11 +169,9 @@ class Delivery:
         try:
             self.advance(subscription, version, known)
         except Gone:
-            self.subscriptions.close(subscription.connection_id)
+            self.forget(subscription.connection_id)
         except ChangesExpired as expired:
             self._expired(subscription, expired)
-        except PostFailed as failed:  # this subscriber only: it catches up later, the others go on
-            logger.warning("post failed; the subscriber catches up later", extra={"reason": str(failed)})
         except Exception as error:  # noqa: BLE001 - raised by fan_out after the others had their turn
             return error
         return None
@@ -167,7 +183,8 @@ class Delivery:
                     "changes-expired", "Changes past the retention", str(expired), 410,
                     deviceId=subscription.device_id, currentVersion=expired.current_version))
         except Gone:
-            pass
+            self.forget(subscription.connection_id)
+            return
         self.subscriptions.unsubscribe(subscription.connection_id, subscription.device_id)
 
 

@@ -26,7 +26,7 @@ from functions.device_state import (MAX_VERSION, SECTIONS, ChangesExpired, Crede
                                     TooManyConnections, metrics as names, validate_device_id)
 
 from . import connections
-from .delivery import PAGE, Delivery, Gone, PostFailed, error_message
+from .delivery import CATCH_UP_SECONDS, PAGE, CatchUpStopped, Delivery, Gone, PostFailed, error_message
 from .services import devices, forget, services
 from .subscriptions import Subscriptions, TooManySubscriptions, UnknownConnection
 
@@ -98,9 +98,6 @@ def lambda_handler(event, _context):
     except Gone:
         forget(subscriptions, connection_id)
         return {"statusCode": 200}
-    except PostFailed as failed:  # the catch-up stopped at a post; the fan-out goes on from where it got
-        logger.warning("catch-up stopped", extra={"reason": str(failed)})
-        return {"statusCode": 200}
     except (StorageUnavailable, OutcomeUnknown) as error:  # a 5xx error message: clients connect again
         logger.warning("message not served", extra={"reason": str(error)})
         answer = error_message("storage-unavailable", "Storage temporarily unavailable",
@@ -111,6 +108,8 @@ def lambda_handler(event, _context):
             connections.post(connection_id, answer)
         except Gone:
             forget(subscriptions, connection_id)
+        except Exception as error:  # noqa: BLE001 - the client's next message is answered afresh
+            logger.warning("answer not posted", extra={"reason": str(error)})
     return {"statusCode": 200}
 
 
@@ -195,12 +194,16 @@ def _message(event: dict, subscriptions: Subscriptions, delivery: Delivery, conn
         raise Gone(connection_id) from None
     connections.post(connection_id, {"type": "subscribed", "deviceId": device_id, "since": since,
                                      "sections": list(sections)})
-    try:
-        delivery.advance(subscription, known=known)  # catch-up: every change after since, then the fan-out's
+    try:  # catch-up: every change after since, then the fan-out's
+        delivery.advance(subscription, known=known, until=time.monotonic() + CATCH_UP_SECONDS)
     except ChangesExpired as expired:
         subscriptions.unsubscribe(connection_id, device_id)
         raise BadMessage("changes-expired", "Changes past the retention", str(expired), 410, deviceId=device_id,
                          currentVersion=expired.current_version) from None
+    except (PostFailed, CatchUpStopped) as stopped:  # the subscription stays: the fan-out goes on from there
+        logger.warning("catch-up stopped", extra={"reason": str(stopped)})
+        raise BadMessage("catch-up-stopped", "Catch-up stopped", f"The changes after since were not all sent "
+                         f"({stopped}): subscribe again from the last version kept", 503, deviceId=device_id) from None
     return None
 
 

@@ -23,7 +23,7 @@ def services() -> tuple[Subscriptions, Delivery]:
     client = dynamodb_client(config.dynamodb_endpoint)
     subscriptions = Subscriptions(client, config.table_name)
     log = ChangeLog(client, config.table_name, retention_seconds=config.change_retention_seconds)
-    return subscriptions, Delivery(subscriptions, log, connections.post)
+    return subscriptions, Delivery(subscriptions, log, connections.post, functools.partial(forget, subscriptions))
 
 
 @functools.lru_cache(maxsize=1)

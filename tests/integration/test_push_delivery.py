@@ -15,7 +15,7 @@ import pytest
 
 from functions.device_state import MergePatch
 from functions.device_state.client import dynamodb_client
-from functions.push.delivery import Delivery
+from functions.push.delivery import CatchUpStopped, Delivery, PostFailed
 from functions.push.subscriptions import DELIVERED, Subscriptions
 from localdev.faults import Forwarder
 from tests.helpers import Clock
@@ -109,22 +109,31 @@ def test_the_naive_control_delivers_out_of_order(recorded):
     assert any(kept != list(range(1, VERSIONS + 1)) for kept in orders), orders
 
 
-def test_one_subscriber_whose_posts_fail_holds_up_none_of_the_others(recorded):
+def test_one_subscriber_whose_posts_fail_holds_up_none_of_the_others_and_its_changes_are_sent_again(recorded):
+    """A post to "slow" times out: "fine" gets every version all the same, then the fan-out
+    raises, so the mapping sends the device's records again, and that retry brings "slow" up
+    (where swallowing the failure left it behind until the device wrote again)."""
     subscriptions, log = recorded
-    recorder = Recorder(3)
+    recorder, failing = Recorder(3), {"slow"}
 
     def post(connection_id, message):
-        if connection_id == "slow":
+        if connection_id in failing:
             raise TimeoutError("the connection's post timed out")
         recorder.post(connection_id, message)
 
     for connection in ("slow", "fine"):
         subscriptions.open(connection, "test")
         subscriptions.subscribe(connection, "lamp", 0, ("state",))
-    assert Delivery(subscriptions, log, post).fan_out("lamp", VERSIONS) == 2  # no exception: the batch goes on
+    delivery = Delivery(subscriptions, log, post)
+    with pytest.raises(PostFailed):
+        delivery.fan_out("lamp", VERSIONS)
     assert recorder.received["fine"] == list(range(1, VERSIONS + 1))
     [slow] = [subscription for subscription in subscriptions.of_device("lamp") if subscription.connection_id == "slow"]
-    assert slow.delivered == 0  # it catches up later from where it was
+    assert slow.delivered == 0
+    failing.clear()
+    assert delivery.fan_out("lamp", VERSIONS) == 1  # the retry: "fine" is up to date already
+    assert recorder.received["slow"] == list(range(1, VERSIONS + 1))
+    assert recorder.received["fine"] == list(range(1, VERSIONS + 1))
 
 
 BETWEEN = pytest.mark.parametrize("between", [False, True], ids=["alone", "another-sender-between"])
@@ -224,3 +233,68 @@ def test_a_catch_up_that_runs_past_the_token_expiry_stops_posting_there(recorded
 
     Delivery(subscriptions, log, post).advance(subscriptions.subscribe("y", "lamp", 0, ("state",)))
     assert recorder.received["y"] == [1, 2, 3]
+
+
+def test_a_catch_up_stops_at_its_time_and_says_where_it_got(recorded, monkeypatch):
+    """A catch-up posts no change once its time is up (the push function's own limit would cut
+    it off anywhere): it raises where it got, and a subscribe from there sends the rest."""
+    from types import SimpleNamespace
+
+    from functions.push import delivery as delivery_module
+
+    subscriptions, log = recorded
+    recorder, posted = Recorder(4), []
+
+    def post(connection_id, message):  # each post takes a second of the catch-up's clock
+        posted.append(message.get("version"))
+        recorder.post(connection_id, message)
+
+    subscriptions.open("c", "test")
+    delivery = Delivery(subscriptions, log, post)
+    monkeypatch.setattr(delivery_module, "time", SimpleNamespace(monotonic=lambda: len(posted)))
+    with pytest.raises(CatchUpStopped, match="up to version 5"):
+        delivery.advance(subscriptions.subscribe("c", "lamp", 0, ("state",)), until=5)
+    assert posted == [1, 2, 3, 4, 5]
+    monkeypatch.undo()
+    delivery.advance(subscriptions.subscribe("c", "lamp", 5, ("state",)), until=time.monotonic() + 60)
+    assert first_arrivals(recorder.received["c"]) == list(range(1, VERSIONS + 1))
+
+
+def test_a_connection_the_fan_out_finds_gone_is_forgotten_with_the_devices_connectivity(feed, local_table,  # noqa: F811
+                                                                                          monkeypatch):
+    """The device's own connection is gone when the fan-out posts to it (API Gateway answers
+    410, its $disconnect still to come): the fan-out forgets it as $disconnect does, so the
+    device reads disconnected. Closing only its subscriptions left the device connected for
+    the connection's 2 hours: the $disconnect that came next found nothing to forget."""
+    from functions.auth.principals import Principal
+    from functions.config import PushConfig
+    from functions.push import services as push_services
+    from functions.push.delivery import Gone
+
+    manager, log, start = feed
+    start()
+    client, name = local_table
+    monkeypatch.setattr(push_services, "devices", lambda: manager)
+    subscriptions = Subscriptions(client, name)
+    manager.create("lamp", {"n": 0})
+    until = subscriptions.open("own", Principal.device("lamp").subject)
+    assert manager.connected("lamp", "own", until)
+    subscriptions.subscribe("own", "lamp", 1, ("desired",), own=True)
+    manager.update_with_retry("lamp", MergePatch({"power": "on"}), section="desired")
+    follow(log, "lamp", 2)
+
+    def gone(connection_id, message):
+        raise Gone(connection_id)
+
+    monkeypatch.setenv("TABLE_NAME", name)
+    monkeypatch.setenv("DYNAMODB_ENDPOINT", client.meta.endpoint_url)
+    monkeypatch.setattr(push_services, "push_config", PushConfig.from_environment)  # not another test's, cached
+    push_services.services.cache_clear()
+    try:
+        _, delivery = push_services.services()  # as the push functions make it
+    finally:
+        push_services.services.cache_clear()
+    delivery.post = gone
+    delivery.fan_out("lamp", 2)
+    assert manager.get("lamp").as_dict()["connectivity"]["connected"] is False
+    assert "connections" not in manager.live_state("lamp")

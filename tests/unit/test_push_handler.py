@@ -330,3 +330,55 @@ def test_connections_forgotten_at_the_cap_are_counted_unless_the_connect_is_503(
     assert _device_connects(monkeypatch, _OneClosed(), _AtCapFinding(then))["statusCode"] == status
     found = (names.NAMESPACE, names.CONNECTIONS_FORGOTTEN) in emitted_metrics(capsys.readouterr().out)
     assert found is counted
+
+
+@pytest.mark.parametrize("stopped", ["post-failed", "out-of-time"])
+def test_a_catch_up_that_stops_short_tells_the_client_to_subscribe_again_and_keeps_the_subscription(
+        posted, monkeypatch, stopped):
+    """A post of the catch-up fails (throttled) or its time runs out: the client hears a 503 it
+    acts on (subscribe again from the last version kept), where it heard nothing and waited for
+    the device's next write; the subscription stays for the fan-out to go on from."""
+    from functions.push.delivery import CatchUpStopped, PostFailed
+
+    class Log:
+        def read(self, device_id, since, limit, holder=None):
+            return []
+
+    class Delivery:
+        log = Log()
+
+        def advance(self, subscription, known=(), until=None):
+            assert until is not None and until > time.monotonic()  # a catch-up runs on a clock
+            raise PostFailed("post to c1 failed: throttled") if stopped == "post-failed" else \
+                CatchUpStopped("sent up to version 7")
+
+    class Held:
+        unsubscribed = []
+
+        def subscribe(self, connection_id, device_id, since, sections, own=False):
+            return object()
+
+        def unsubscribe(self, *args):
+            self.unsubscribed.append(args)
+
+    subscriptions = Held()
+    monkeypatch.setattr(handler, "services", lambda: (subscriptions, Delivery()))
+    monkeypatch.setattr(handler, "push_config", lambda: type("Config", (), {"require_registered_credentials": False}))
+    assert handler.lambda_handler(_event(int(time.time()) + 3600), None) == {"statusCode": 200}
+    (_, subscribed), (_, message) = posted
+    assert subscribed["type"] == "subscribed" and message["type"] == "error"
+    problem = message["problem"]
+    assert (problem["status"], problem["type"].rsplit(":", 1)[1], problem["deviceId"]) == (
+        503, "catch-up-stopped", "lamp-1")
+    assert "subscribe again from the last version kept" in problem["detail"]
+    assert subscriptions.unsubscribed == []
+
+
+def test_an_answer_the_gateway_refuses_to_take_is_logged_not_a_function_error(monkeypatch):
+    """Posting the answer fails (throttled): the message is over, not an "Internal server error"."""
+    def throttled(connection, message):
+        raise RuntimeError("LimitExceededException")
+
+    monkeypatch.setattr(handler.connections, "post", throttled)
+    monkeypatch.setattr(handler, "services", lambda: (None, None))
+    assert handler.lambda_handler(_event(int(time.time()) - 3600), None) == {"statusCode": 200}
