@@ -375,6 +375,42 @@ def test_a_held_lease_heartbeats_every_half_ttl_and_says_when_it_was_lost(script
     assert lost[0].slug == "lease-gone"
 
 
+@pytest.mark.parametrize("answer", ["cut off", "token command fails"])
+def test_a_lease_whose_heartbeats_get_no_answer_past_its_ttl_says_it_was_lost(scripted, answer):
+    """Each heartbeat's answer is a proxy's page (not JSON), or the token cannot be renewed: the
+    heartbeats go on while the lease may still be held, and once its ttl has passed since the
+    last one answered it is lost (the lease may be another's), where the heartbeat thread died
+    at the first such failure and the holder went on as if it held it."""
+    from device_state_client.credentials import CredentialsError
+
+    grant = {"deviceId": "lamp-1", "leaseId": "1.ab", "leaseToken": "cd" * 16, "fencingToken": 3,
+             "expiresAt": "2026-01-01T00:00:00.000Z", "ttlSeconds": 0.4}
+    server = scripted((201, {}, grant), (200, {}, b"<html>a proxy's page</html>"))
+    client, lost = _client(server), []
+    lease = client.lease("lamp-1", ttl_seconds=0.4, on_lost=lost.append)
+    if answer == "token command fails":
+        def no_token():
+            raise CredentialsError("the token command exited 7")
+        client.request = lambda *args, **kwargs: no_token()
+    deadline = time.monotonic() + 10
+    while not lost and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lost and lease.lost is lost[0] and lost[0].slug == "lease-gone"
+    assert "no heartbeat answered within the lease's 0.4 s" in lost[0].problem["detail"]
+    lease._stop.set()
+
+
+def test_a_retry_after_longer_than_a_minute_is_answered_not_waited_out(scripted):
+    """A proxy asking for a day is the caller's to decide on: the refusal, at once, not a day's sleep."""
+    from device_state_client.errors import ApiError
+
+    server = scripted((503, {"Retry-After": "86400"}, _problem(503, "busy")))
+    sleeps = []
+    with pytest.raises(ApiError) as refused:
+        _client(server, sleeps).get("lamp-1")
+    assert refused.value.status == 503 and sleeps == [] and len(server.requests) == 1
+
+
 def test_a_listing_reads_each_page_only_when_the_caller_reaches_it(scripted):
     first = {"items": [{"deviceId": "a"}, {"deviceId": "b"}], "nextCursor": "61.7374617465"}
     server = scripted((200, {}, first), (200, {}, {"items": [{"deviceId": "c"}], "nextCursor": None}))

@@ -197,6 +197,31 @@ def test_a_lease_whose_release_fails_exits_with_its_commands_status_and_warns(sc
     assert "ends by itself within 30 s" in result.stderr and "Traceback" not in result.stderr  # the grant's TTL
     assert [method for method, *_ in server.requests] == ["POST"] + ["DELETE"] * 4  # the release, sent again
 
+def test_a_lease_whose_release_cannot_get_a_token_exits_with_its_commands_status_and_warns(scripted, tmp_path):
+    """The token command works for the grant and fails at the release: a warning and the
+    command's status, not the CLI's 2 for a token it could not get."""
+    grant = {"deviceId": "lamp-1", "leaseId": "1.ab", "leaseToken": "cd" * 16, "fencingToken": 3,
+             "expiresAt": "2026-11-28T00:00:30.000Z", "ttlSeconds": 30}
+    once = tmp_path / "once"
+    server = scripted((201, {}, grant), (204, {}, None))
+    result = _run(server.port, "lease", "lamp-1", "--", sys.executable, "-c", "raise SystemExit(7)",
+                  DEVICE_STATE_TOKEN="", DEVICE_STATE_TOKEN_COMMAND=f"test ! -e {once} && touch {once} && "
+                                             "echo '{\"access_token\": \"t0k\", \"expires_in\": 0}'")
+    assert result.returncode == 7, result.stderr
+    assert "warning: releasing the lease on lamp-1 failed" in result.stderr and "Traceback" not in result.stderr
+    assert [method for method, *_ in server.requests] == ["POST"]
+
+
+def test_a_transaction_run_under_a_lease_carries_its_token_on_the_leased_devices_operations(scripted):
+    server = scripted((200, {}, {"devices": [None, None]}))
+    operations = '[{"deviceId": "lamp-1", "mergePatch": {"a": 1}}, {"deviceId": "lamp-2", "delete": true}]'
+    result = _run(server.port, "tx", operations, DEVICE_STATE_LEASE_DEVICE="lamp-1", DEVICE_STATE_LEASE_TOKEN="ab" * 16)
+    assert result.returncode == 0, result.stderr
+    sent = server.requests[0][3]["operations"]
+    assert sent == [{"deviceId": "lamp-1", "mergePatch": {"a": 1}, "leaseToken": "ab" * 16},
+                    {"deviceId": "lamp-2", "delete": True}]  # another device's would be refused as a lease not held
+
+
 def test_ctrl_c_ends_a_watch_with_130_not_a_refusals_1(scripted):
     server = scripted((200, {"ETag": '"a"'}, _job({"QUEUED": 2})), (304, {"ETag": '"a"'}, None))
     process = subprocess.Popen([*COMMAND, "jobs", "show", "porch-eco", "--watch", "-o", "json"], text=True,

@@ -5,10 +5,13 @@ WebSocket, and jobs (one desired change to many devices) created, read, followed
 
 from __future__ import annotations
 
+import http.client
 import threading
+import time
 import urllib.parse
 from typing import Iterator
 
+from .credentials import CredentialsError
 from .errors import ApiError, LeaseGone, NotFound
 from .service import JSON_PATCH, MERGE_PATCH, NOTHING_WRITTEN, RETRIED_STATUSES, Service, device_path, item_path
 
@@ -379,8 +382,9 @@ class AppClient(Service):
 class Lease:
     """A held lease: ``token`` (the ``Lease-Token`` writes need), ``fencing_token``,
     ``expires_at``. While held it heartbeats every half ``ttl_seconds`` in a thread; ``lost``
-    is set (and ``on_lost`` called) if the service says it ended. ``release()``, or the end
-    of a ``with`` block, gives it up."""
+    is set (and ``on_lost`` called) if the service says it ended, or once its ttl has passed
+    since the last heartbeat that was answered (none since could be sent or read: the lease may
+    be another's by then). ``release()``, or the end of a ``with`` block, gives it up."""
 
     def __init__(self, client: AppClient, device_id: str, grant: dict, heartbeat: bool = True, on_lost=None):
         self.client, self.device_id, self.grant = client, device_id, grant
@@ -388,6 +392,7 @@ class Lease:
         self.lease_id, self.expires_at = grant["leaseId"], grant["expiresAt"]
         self.ttl_seconds = float(grant["ttlSeconds"])
         self.on_lost, self.lost = on_lost, None
+        self._held_until = time.monotonic() + self.ttl_seconds  # by this client's clock, as last extended
         self._stop = threading.Event()
         self._path = f"{device_path(device_id)}/{item_path('leases', self.lease_id)}"
         self._heartbeats = threading.Thread(target=self._beat, daemon=True) if heartbeat else None
@@ -396,8 +401,9 @@ class Lease:
 
     def heartbeat(self) -> dict:
         """Extends the lease by its ttl from now; ``LeaseGone`` once it has ended."""
+        sent = time.monotonic()
         answer = self.client.retried(lambda: self.client.request("PUT", self._path))
-        self.expires_at = answer["expiresAt"]
+        self.expires_at, self._held_until = answer["expiresAt"], sent + self.ttl_seconds
         return answer
 
     def _beat(self) -> None:
@@ -405,12 +411,22 @@ class Lease:
             try:
                 self.heartbeat()
             except LeaseGone as gone:
-                self.lost = gone
-                if self.on_lost is not None:
-                    self.on_lost(gone)
+                self._end(gone)
                 return
-            except (ApiError, OSError):  # the next beat tries again, well before the lease runs out
-                continue
+            except (ApiError, OSError, http.client.HTTPException, CredentialsError, ValueError) as error:
+                # (an answer cut off or not JSON, a token that could not be renewed): the next beat
+                # tries again while the lease may still be held
+                if time.monotonic() >= self._held_until:
+                    self._end(LeaseGone(410, {"type": "urn:device-state:problem:lease-gone", "title": "Lease gone",
+                                              "detail": f"no heartbeat answered within the lease's "
+                                                        f"{self.ttl_seconds:g} s ({error or type(error).__name__}): "
+                                                        "it has ended, or may be another's"}))
+                    return
+
+    def _end(self, gone: LeaseGone) -> None:
+        self.lost = gone
+        if self.on_lost is not None:
+            self.on_lost(gone)
 
     def release(self) -> None:
         """Gives the lease up (the next waiter proceeds); also when it has already ended."""

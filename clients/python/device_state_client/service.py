@@ -29,6 +29,9 @@ RETRIED_STATUSES = {429, 500, 502, 503, 504}
 ANSWERED_BEFORE_THE_KEY = {401, 429, 503}
 # Answers after which a request that is not idempotent (a lease's grant) may be sent again: nothing was written.
 NOTHING_WRITTEN = {429, 503}
+# The longest Retry-After waited out before sending again (the service asks 1 s to 30 s); one longer
+# (a proxy's, a day) is answered to the caller as the refusal it came with.
+MAX_RETRY_AFTER_SECONDS = 60
 # The API refuses a larger body (413) before reading it all: sent, it would meet a closed
 # connection mid-body, no answer, rather than the 413.
 MAX_BODY_BYTES = 1024 * 1024
@@ -118,7 +121,8 @@ class Service:
 
     def retried(self, send, statuses=frozenset(RETRIED_STATUSES), unanswered: bool = True):
         """``send()`` until it is answered with anything but ``statuses`` (and, with ``unanswered``,
-        while no answer comes), after ``Retry-After`` or a backoff, at most ``write_attempts`` times."""
+        while no answer comes), after ``Retry-After`` or a backoff, at most ``write_attempts`` times;
+        a ``Retry-After`` past ``MAX_RETRY_AFTER_SECONDS`` is raised at once, not waited out."""
         backoff = Backoff()
         for attempt in range(1, self.write_attempts + 1):
             try:
@@ -131,6 +135,8 @@ class Service:
                 if error.status not in statuses or attempt == self.write_attempts:
                     raise
                 delay = retry_after(error.headers)
+                if delay is not None and delay > MAX_RETRY_AFTER_SECONDS:  # the caller decides on a wait that long
+                    raise
                 self.sleep(backoff.next_delay() if delay is None else delay)
         raise AssertionError("unreachable")
 

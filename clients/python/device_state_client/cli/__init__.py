@@ -19,7 +19,8 @@ APPLIED, REFUSED, USAGE, UNKNOWN, INTERRUPTED = 0, 1, 2, 3, 130
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 LEASE_ENVIRONMENT = ("DEVICE_STATE_LEASE_DEVICE", "DEVICE_STATE_LEASE_TOKEN")
 # Sends of a request before the command gives up (about 4 s of backoff when nothing answers,
-# or what Retry-After asks): a person waits at a prompt; a script runs the command again.
+# or what Retry-After asks, up to a minute each): a person waits at a prompt; a script runs the
+# command again.
 ATTEMPTS = 4
 
 

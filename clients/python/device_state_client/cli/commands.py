@@ -382,6 +382,9 @@ def tx(file, idempotency_key, include, output):
     if not isinstance(operations, list):
         raise click.BadParameter('holds no list of operations (an array, or {"operations": [...]})',
                                  param_hint="FILE")
+    operations = [{**operation, "leaseToken": token} if isinstance(operation, dict) and "leaseToken" not in operation
+                  and (token := lease_token_for(str(operation.get("deviceId")), None)) else operation
+                  for operation in operations]  # under device-state lease, those on its device carry its token
     answer = session.client().transaction(operations, metadata=include == "metadata",
                                           idempotency_key=session.write_key(idempotency_key))
     show(answer, session.output(output), "transaction")
@@ -451,11 +454,12 @@ def _release(held, device_id: str) -> None:
     command has run, and the lease ends by itself within its TTL (other waiters wait that long)."""
     import http.client
 
+    from ..credentials import CredentialsError
     from ..errors import ApiError
 
     try:
         held.release()
-    except (ApiError, OSError, http.client.HTTPException) as error:
+    except (ApiError, OSError, http.client.HTTPException, CredentialsError) as error:
         said = (" ".join(filter(None, (str(error.status), error.slug))) if isinstance(error, ApiError)
                 else str(error) or type(error).__name__)
         click.echo(f"warning: releasing the lease on {device_id} failed ({said}); it ends by itself within "
