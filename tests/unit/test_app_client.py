@@ -537,3 +537,35 @@ def test_a_token_command_may_print_an_oauth_answer_and_a_failing_one_says_why(tm
             CommandCredentials(printed).bearer_token()
     with pytest.raises(CredentialsError, match="DEVICE_STATE_TOKEN_NOT_SET"):
         TokenCredentials.from_environment("DEVICE_STATE_TOKEN_NOT_SET")
+
+
+def test_a_follow_whose_token_command_fails_once_connects_again_rather_than_ending(monkeypatch):
+    """A watch outlives a token hiccup: the connect that could not get a token is tried again
+    after the backoff, as a refused connect is, where the follow (and the watch) ended."""
+    from device_state_client.credentials import CredentialsError
+    from device_state_client.follow import Follower
+
+    class Flaky:
+        renewable, calls = True, 0
+
+        def bearer_token(self, client=None, renew=False):
+            self.calls += 1
+            raise CredentialsError("the token command exited 7")
+
+    client = type("Client", (), {"credentials": Flaky(), "websocket_url": "ws://127.0.0.1:9/ws"})()
+    follower = Follower(client, {"lamp-1": 0}, None, read_device=None, read_version=None, read_changes=None,
+                        backoff=type("NoWait", (), {"next_delay": lambda self: 0.0})())
+    reasons = []
+
+    class Enough(Exception):
+        pass
+
+    def ended(error):  # the follower's own reconnect bookkeeping, stopped after the third
+        reasons.append(error)
+        if len(reasons) == 3:
+            raise Enough
+
+    monkeypatch.setattr(follower, "_ended", ended)
+    with pytest.raises(Enough):
+        next(iter(follower))
+    assert client.credentials.calls == 3 and all(isinstance(reason, CredentialsError) for reason in reasons)

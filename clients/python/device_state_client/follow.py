@@ -3,6 +3,7 @@ after its ``since``, exactly once and in version order, across any disconnect.""
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 from collections import deque
@@ -12,7 +13,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.sync.client import connect
 
 from .backoff import Backoff
-from .credentials import token_expiry
+from .credentials import CredentialsError, token_expiry
 from .errors import ApiError, problem_slug
 
 PING = json.dumps({"action": "ping"})
@@ -128,7 +129,8 @@ class Follower:
             try:
                 with self._connect() as websocket:
                     yield from self._follow(websocket)
-            except (ConnectionClosed, InvalidHandshake, OSError, _Reconnect) as error:
+            except (ConnectionClosed, InvalidHandshake, OSError, http.client.HTTPException, CredentialsError,
+                    _Reconnect) as error:  # (an answer cut off, a token command that failed once: tried again)
                 self._ended(error)
             except ApiError as error:  # a read the follower needed (feed, device) failed
                 if error.status in (401, 429) or error.status >= 500:
