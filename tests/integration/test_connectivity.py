@@ -50,11 +50,13 @@ def test_a_connection_whose_close_never_came_ends_at_its_limit_and_is_forgotten(
     manager.connected("lamp", "conn-0", clock.now + 7200)  # the same connection again is no new one
 
 
-def test_a_connect_after_connections_that_all_ended_unclosed_is_a_new_connected_period(timed):
-    """The device's only connection ended without its close (its $disconnect never came), so
-    reads show it disconnected; its next connect starts a new connected period: since is that
-    connect, not the lost one's, and the stream's images tell device.disconnected, then
-    device.connected (where the connect alone kept the old since, and told nothing)."""
+@pytest.mark.parametrize("lost", [1, MAX_CONNECTIONS], ids=["one", "at-the-cap"])
+def test_a_connect_after_connections_that_all_ended_unclosed_is_a_new_connected_period(timed, lost):
+    """The device's connections all ended without their close (their $disconnect never came),
+    so reads show it disconnected; its next connect starts a new connected period: since is that
+    connect, not the lost ones', and the stream's images tell device.disconnected, then
+    device.connected (where the connect alone kept the old since, and told nothing). At the cap
+    the connect forgets the ended ones first, the same way."""
     from functions.device_state import connectivity_event
 
     manager, clock, spy = timed
@@ -67,7 +69,8 @@ def test_a_connect_after_connections_that_all_ended_unclosed_is_a_new_connected_
         return answer
 
     spy.update_item = imaged
-    manager.connected("lamp", "lost", clock.now + 60)
+    for number in range(lost):
+        manager.connected("lamp", f"lost-{number}", clock.now + 60)
     clock.now += 61
     assert shown(manager, "lamp", clock)["connected"] is False
     manager.connected("lamp", "next", clock.now + 7200)

@@ -47,7 +47,10 @@ class Connections:
                 ended = [entry for entry in full.held if connectivity.connection_of(entry) in gone]
             if not ended:
                 raise
-            self._send_connectivity(device_id, lambda planner: planner.disconnect(device_id, ended))
+            if set(ended) == set(full.held):  # every one it held ended: it was disconnected (a new since)
+                self._send_connectivity(device_id, lambda planner: planner.all_disconnected(device_id, list(full.held)))
+            else:
+                self._send_connectivity(device_id, lambda planner: planner.disconnect(device_id, ended))
             before = self._send_connectivity(device_id, lambda planner: planner.connect(device_id, opened), holder)
         if before is None:
             return False
