@@ -73,6 +73,7 @@ class Delivery:
         past its expiry)."""
         device = None  # the device as the change before the one in hand left it, where known
         while subscription is not None and (up_to is None or subscription.delivered < up_to):
+            _in_time(until, subscription)  # at a page's start: those it passed over are recorded
             changes = [change for change in known if change.version > subscription.delivered]
             known = ()
             if not changes or changes[0].version != subscription.delivered + 1:
@@ -84,8 +85,7 @@ class Delivery:
                 return subscription
             for change in changes:
                 if set(subscription.sections).intersection(change.sections) or change.kind == DELETED:
-                    if until is not None and time.monotonic() >= until:
-                        raise CatchUpStopped(f"sent up to version {subscription.delivered}")
+                    _in_time(until, subscription)
                     device = self._device(change, device)
                     if not self._post(subscription, change_message(change, device and device.delta())):
                         return None
@@ -186,6 +186,11 @@ class Delivery:
             self.forget(subscription.connection_id)
             return
         self.subscriptions.unsubscribe(subscription.connection_id, subscription.device_id)
+
+
+def _in_time(until: float | None, subscription: Subscription) -> None:
+    if until is not None and time.monotonic() >= until:
+        raise CatchUpStopped(f"sent up to version {subscription.delivered}")
 
 
 def error_message(slug: str, title: str, detail: str, status: int = 400, **members) -> dict:

@@ -298,3 +298,28 @@ def test_a_connection_the_fan_out_finds_gone_is_forgotten_with_the_devices_conne
     delivery.fan_out("lamp", 2)
     assert manager.get("lamp").as_dict()["connectivity"]["connected"] is False
     assert "connections" not in manager.live_state("lamp")
+
+
+def test_a_catch_up_through_changes_it_does_not_follow_stops_at_its_time_too(recorded, monkeypatch):
+    """A subscriber of desired behind a device of state changes only (but its creation): the
+    catch-up sends nothing, page after page, and stops all the same once its time is up, each page passed over recorded,
+    where only a post looked at the clock (a chatty device's catch-up ran on past the function)."""
+    from types import SimpleNamespace
+
+    from functions.push import delivery as delivery_module
+
+    subscriptions, log = recorded
+    reads, read = [], log.read
+
+    def counted(*args, **kwargs):  # each page read takes a second of the catch-up's clock
+        reads.append(args)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(log, "read", counted)
+    monkeypatch.setattr(delivery_module, "PAGE", 5)
+    monkeypatch.setattr(delivery_module, "time", SimpleNamespace(monotonic=lambda: len(reads)))
+    subscriptions.open("c", "test")
+    with pytest.raises(CatchUpStopped, match="up to version 10"):
+        Delivery(subscriptions, log, lambda *_: None).advance(
+            subscriptions.subscribe("c", "lamp", 0, ("desired",)), until=2)
+    assert len(reads) == 2 and subscriptions.current(subscriptions.of_device("lamp")[0]).delivered == 10
