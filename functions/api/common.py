@@ -265,12 +265,13 @@ def include_metadata(request: Request) -> bool:
     return "include" in request.query
 
 
-def idempotency_key(request: Request, scope: str | None = None, *query: str) -> IdempotencyKey | None:
+def idempotency_key(request: Request, scope: str | None = None, *query: str,
+                    body: str | None = None) -> IdempotencyKey | None:
     """The request's Idempotency-Key, scoped to the method and the caller (the device scopes
     it too: a key one caller used never replays its answer to another) and fingerprinted by
     everything that makes two requests the same request (``query``: what of the route's query
-    does, as ``name=value``). The path is taken decoded: ``lamp%2D1`` and ``lamp-1`` name the
-    same device."""
+    does, as ``name=value``; ``body``: what of the body does, where not all of it). The path is
+    taken decoded: ``lamp%2D1`` and ``lamp-1`` name the same device."""
     raw = request.headers.get(parse.IDEMPOTENCY_KEY)
     if raw is None:
         return None
@@ -278,7 +279,8 @@ def idempotency_key(request: Request, scope: str | None = None, *query: str) -> 
     options = parse.desire_options(request.query)  # what a desired write's query says of its leaves
     scope = f"{scope or event.http_method}.{request.principal.digest}"
     return IdempotencyKey(raw, scope=scope, fingerprint=fingerprint(
-        event.http_method, unquote(event.path), event.get("body"), str(bool(event.get("isBase64Encoded"))),
+        event.http_method, unquote(event.path), event.get("body") if body is None else body,
+        str(bool(event.get("isBase64Encoded")) if body is None else "parsed"),
         parse.header(event, "Content-Type"), parse.list_header(event, parse.IF_MATCH),
         parse.list_header(event, parse.IF_NONE_MATCH),
         # none: the fingerprint it always had

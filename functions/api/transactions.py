@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import time
 
-from functions.device_state import MAX_EXPIRY_SECONDS
+from functions.device_state import MAX_EXPIRY_SECONDS, dumps
 
 from .resolver import Router
 
+from . import request_parsing as parse
 from .common import (IDEMPOTENT_REPLAYED, as_caller, budget, fits_in_an_answer, idempotency_key, include_metadata,
                      json_response, manager, route)
 from .routes import Request
@@ -22,13 +23,24 @@ def run_transaction(request: Request):
     entries = request.body["operations"]
     operations = [entry.operation for entry in entries]
     tokens = {entry.operation.device_id: entry.lease_token for entry in entries if entry.lease_token is not None}
-    key = idempotency_key(request, scope="transaction")
+    key = idempotency_key(request, scope="transaction", body=_without_lease_tokens(request, entries))
     device_id = request.principal.device_id
     writer = as_caller(request, device_id) if device_id is not None else manager()
     devices = writer.fenced(tokens).transact(operations, idempotency=key, budget_seconds=budget(request.context),
                                              answer_fits=lambda planned: replays_fit(operations, planned))
     headers = {IDEMPOTENT_REPLAYED: "true"} if devices and devices[0].replayed else None
     return json_response(answer(operations, devices, include_metadata(request)), headers=headers)
+
+
+def _without_lease_tokens(request: Request, entries) -> str | None:
+    """What of the body makes two transactions the same, where its operations carry lease tokens:
+    all but those (a lease's token is no part of what is asked, as a PATCH's Lease-Token header
+    is not: the same transaction sent again under a later lease replays); None: the body as sent."""
+    if all(entry.lease_token is None for entry in entries):
+        return None
+    sent = parse.json_body(request.event)
+    return dumps({**sent, "operations": [{name: value for name, value in operation.items() if name != "leaseToken"}
+                                         for operation in sent["operations"]]})
 
 
 def replays_fit(operations, devices) -> bool:

@@ -101,6 +101,25 @@ def test_a_transaction_operation_carries_its_lease_token(lamp):
     assert lamp("POST", "/transactions", {"operations": operations}).status == 400
 
 
+def test_a_keyed_transaction_sent_again_under_a_later_lease_replays_as_a_keyed_patch_does(lamp):
+    """A lease's token is no part of what a write asks: the same keyed transaction sent again
+    (device-state tx re-run with its key, under a new lease) replays its answer, as a keyed PATCH
+    does with its Lease-Token header, where it was 422 idempotency-key-reused; another body is."""
+    def operations(lease, power="off"):
+        return {"operations": [{"deviceId": "lamp-1", "mergePatch": {"power": power}, "leaseToken": lease["leaseToken"]}]}
+
+    first = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": 30}).json
+    applied = lamp("POST", "/transactions", operations(first), headers={"Idempotency-Key": "k-tx"})
+    assert applied.status == 200, applied.text
+    assert lamp("DELETE", f"/devices/lamp-1/leases/{first['leaseId']}").status == 204
+    second = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": 30}).json
+    replay = lamp("POST", "/transactions", operations(second), headers={"Idempotency-Key": "k-tx"})
+    assert (replay.status, replay.header("Idempotent-Replayed"), replay.json) == (200, "true", applied.json)
+    other = lamp("POST", "/transactions", operations(second, "on"), headers={"Idempotency-Key": "k-tx"})
+    assert other.status == 422 and other.json["type"].endswith("idempotency-key-reused")
+    assert lamp("GET", "/devices/lamp-1").json["version"] == applied.json["devices"][0]["version"]
+
+
 @pytest.mark.parametrize("method, path, body", [
     ("POST", "/devices/lamp-1/leases", {"ttlSeconds": 0}),
     ("POST", "/devices/lamp-1/leases", {"ttlSeconds": 901}),
