@@ -400,6 +400,32 @@ def test_a_lease_whose_heartbeats_get_no_answer_past_its_ttl_says_it_was_lost(sc
     lease._stop.set()
 
 
+def test_a_heartbeat_answered_after_a_retry_holds_the_lease_from_the_copy_answered(scripted, monkeypatch):
+    """The service extends the lease when it answers: from the copy it answered (after a 503 and
+    its wait), not from the first copy sent, or a later beat's failure would call a lease lost
+    that the service still holds."""
+    from types import SimpleNamespace
+
+    from device_state_client import app
+
+    grant = {"deviceId": "lamp-1", "leaseId": "1.ab", "leaseToken": "cd" * 16, "fencingToken": 3,
+             "expiresAt": "2026-01-01T00:00:00.000Z", "ttlSeconds": 30}
+    server = scripted((201, {}, grant), (503, {"Retry-After": "0"}, _problem(503, "busy")),
+                      (200, {}, {**grant, "expiresAt": "2026-01-01T00:00:35.000Z"}))
+    now = [100.0]
+    monkeypatch.setattr(app, "time", SimpleNamespace(monotonic=lambda: now[0]))
+
+    def waited(seconds):  # the 503's wait, and the time its answer took
+        now[0] += 20
+
+    client = _client(server, sleeps=[])
+    client.sleep = waited
+    lease = client.lease("lamp-1", ttl_seconds=30, heartbeat=False)
+    assert lease.held_until == 130
+    lease.heartbeat()
+    assert lease.held_until == 150 and lease.expires_at == "2026-01-01T00:00:35.000Z"
+
+
 def test_a_retry_after_longer_than_a_minute_is_answered_not_waited_out(scripted):
     """A proxy asking for a day is the caller's to decide on: the refusal, at once, not a day's sleep."""
     from device_state_client.errors import ApiError
@@ -539,22 +565,36 @@ def test_a_token_command_may_print_an_oauth_answer_and_a_failing_one_says_why(tm
         TokenCredentials.from_environment("DEVICE_STATE_TOKEN_NOT_SET")
 
 
-def test_a_follow_whose_token_command_fails_once_connects_again_rather_than_ending(monkeypatch):
-    """A watch outlives a token hiccup: the connect that could not get a token is tried again
-    after the backoff, as a refused connect is, where the follow (and the watch) ended."""
+@pytest.mark.parametrize("connected_first", [True, False], ids=["after-a-connection", "never-connected"])
+def test_a_follow_whose_token_command_fails_once_connects_again_rather_than_ending(monkeypatch, connected_first):
+    """A watch outlives a token hiccup: once a connection was made, a connect that could not get a
+    token is tried again after the backoff, as a refused connect is, where the follow (and the
+    watch) ended. A token command that never worked ends it at once (exit 2), not a loop."""
+    import contextlib
+
+    from device_state_client import follow as follow_module
     from device_state_client.credentials import CredentialsError
-    from device_state_client.follow import Follower
+    from device_state_client.follow import FollowError, Follower
 
     class Flaky:
         renewable, calls = True, 0
 
         def bearer_token(self, client=None, renew=False):
             self.calls += 1
+            if connected_first and self.calls == 1:
+                return "t0k"
             raise CredentialsError("the token command exited 7")
 
     client = type("Client", (), {"credentials": Flaky(), "websocket_url": "ws://127.0.0.1:9/ws"})()
+    monkeypatch.setattr(follow_module, "connect", lambda *args, **kwargs: contextlib.nullcontext("socket"))
     follower = Follower(client, {"lamp-1": 0}, None, read_device=None, read_version=None, read_changes=None,
                         backoff=type("NoWait", (), {"next_delay": lambda self: 0.0})())
+
+    def dropped(websocket):  # the connection drops at once
+        raise OSError("connection reset")
+        yield
+
+    monkeypatch.setattr(follower, "_follow", dropped)
     reasons = []
 
     class Enough(Exception):
@@ -566,6 +606,12 @@ def test_a_follow_whose_token_command_fails_once_connects_again_rather_than_endi
             raise Enough
 
     monkeypatch.setattr(follower, "_ended", ended)
+    if not connected_first:
+        with pytest.raises(FollowError, match="exited 7"):
+            next(iter(follower))
+        assert client.credentials.calls == 1
+        return
     with pytest.raises(Enough):
         next(iter(follower))
-    assert client.credentials.calls == 3 and all(isinstance(reason, CredentialsError) for reason in reasons)
+    assert client.credentials.calls == 3 and isinstance(reasons[0], OSError)
+    assert all(isinstance(reason, CredentialsError) for reason in reasons[1:])

@@ -381,7 +381,8 @@ class AppClient(Service):
 
 class Lease:
     """A held lease: ``token`` (the ``Lease-Token`` writes need), ``fencing_token``,
-    ``expires_at``. While held it heartbeats every half ``ttl_seconds`` in a thread; ``lost``
+    ``expires_at``, ``held_until`` (when it runs out unless extended, by ``time.monotonic``, from
+    the request the service last answered). While held it heartbeats every half ``ttl_seconds`` in a thread; ``lost``
     is set (and ``on_lost`` called) if the service says it ended, or once its ttl has passed
     since the last heartbeat that was answered (none since could be sent or read: the lease may
     be another's by then). ``release()``, or the end of a ``with`` block, gives it up."""
@@ -392,7 +393,7 @@ class Lease:
         self.lease_id, self.expires_at = grant["leaseId"], grant["expiresAt"]
         self.ttl_seconds = float(grant["ttlSeconds"])
         self.on_lost, self.lost = on_lost, None
-        self._held_until = time.monotonic() + self.ttl_seconds  # by this client's clock, as last extended
+        self.held_until = time.monotonic() + self.ttl_seconds  # by this client's clock, as last extended
         self._stop = threading.Event()
         self._path = f"{device_path(device_id)}/{item_path('leases', self.lease_id)}"
         self._heartbeats = threading.Thread(target=self._beat, daemon=True) if heartbeat else None
@@ -401,9 +402,14 @@ class Lease:
 
     def heartbeat(self) -> dict:
         """Extends the lease by its ttl from now; ``LeaseGone`` once it has ended."""
-        sent = time.monotonic()
-        answer = self.client.retried(lambda: self.client.request("PUT", self._path))
-        self.expires_at, self._held_until = answer["expiresAt"], sent + self.ttl_seconds
+        sent = []
+
+        def attempt():
+            sent.append(time.monotonic())  # the lease runs from the copy that was answered
+            return self.client.request("PUT", self._path)
+
+        answer = self.client.retried(attempt)
+        self.expires_at, self.held_until = answer["expiresAt"], sent[-1] + self.ttl_seconds
         return answer
 
     def _beat(self) -> None:
@@ -416,7 +422,7 @@ class Lease:
             except (ApiError, OSError, http.client.HTTPException, CredentialsError, ValueError) as error:
                 # (an answer cut off or not JSON, a token that could not be renewed): the next beat
                 # tries again while the lease may still be held
-                if time.monotonic() >= self._held_until:
+                if time.monotonic() >= self.held_until:
                     self._end(LeaseGone(410, {"type": "urn:device-state:problem:lease-gone", "title": "Lease gone",
                                               "detail": f"no heartbeat answered within the lease's "
                                                         f"{self.ttl_seconds:g} s ({error or type(error).__name__}): "

@@ -117,6 +117,7 @@ class Follower:
         self._retry_after = 0.0  # what a connect refused 429 asked to wait, where the gateway passed it on
         self._unsubscribed: deque = deque()
         self._pending: str | None = None  # the device whose subscription awaits its answer
+        self._connected = False  # once: its credentials served (a token command failing before is no hiccup)
 
     @property
     def position(self) -> int:
@@ -128,9 +129,13 @@ class Follower:
         while True:
             try:
                 with self._connect() as websocket:
+                    self._connected = True
                     yield from self._follow(websocket)
-            except (ConnectionClosed, InvalidHandshake, OSError, http.client.HTTPException, CredentialsError,
-                    _Reconnect) as error:  # (an answer cut off, a token command that failed once: tried again)
+            except CredentialsError as error:  # tried again once a connection was made with it: a hiccup
+                if not self._connected:
+                    raise FollowError(str(error)) from error
+                self._ended(error)
+            except (ConnectionClosed, InvalidHandshake, OSError, http.client.HTTPException, _Reconnect) as error:
                 self._ended(error)
             except ApiError as error:  # a read the follower needed (feed, device) failed
                 if error.status in (401, 429) or error.status >= 500:
