@@ -47,8 +47,9 @@ class Connections:
                 ended = [entry for entry in full.held if connectivity.connection_of(entry) in gone]
             if not ended:
                 raise
-            if set(ended) == set(full.held):  # every one it held ended: it was disconnected (a new since)
-                self._send_connectivity(device_id, lambda planner: planner.all_disconnected(device_id, list(full.held)))
+            held = list(full.held)
+            if set(ended) == set(held):  # every one it held ended: it was disconnected (a new since)
+                self._send_connectivity(device_id, lambda planner: planner.all_disconnected(device_id, held))
             else:
                 self._send_connectivity(device_id, lambda planner: planner.disconnect(device_id, ended))
             before = self._send_connectivity(device_id, lambda planner: planner.connect(device_id, opened), holder)
