@@ -93,6 +93,9 @@ export class Follower {
       } else if (problem.status === 401) { // the token the connection was opened with expired
         await renew().catch(() => {});
         this.socket?.close(4000, "token renewed");
+      } else if (problem.status >= 500 || problem.status === 429) { // connect again, from the last version kept
+        this.failures += 1; // backed off as a refused connect is
+        this.socket?.close(4002, "asked to subscribe again");
       } else {
         this.onStatus("offline", problem.detail || problem.title || "refused");
       }

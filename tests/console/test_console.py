@@ -584,6 +584,41 @@ def test_a_gap_past_the_retention_makes_the_page_read_the_device_again_and_follo
     page.wait_for_function("() => document.querySelector('#version')?.textContent === '4'")
 
 
+def test_a_live_view_told_to_subscribe_again_does_so_and_gets_what_it_missed(served, page):
+    """The service says the catch-up stopped short (503 catch-up-stopped: a post failed, or its
+    time ran out), here in place of a pushed change: the page connects again and subscribes from
+    the last version it kept, so the change it missed comes, where it showed "offline" and waited
+    for the device's next write."""
+    device = unique("restart")
+    assert served.client("PUT", f"/devices/{device}", {"state": {"n": 0}})[0] == 201
+    stopping, connections = [], []
+
+    def relay(route):
+        connections.append(route)
+        server = route.connect_to_server()
+
+        def forward(message):
+            if stopping and '"type": "change"' in message.replace('":"', '": "'):
+                stopping.clear()
+                route.send(json.dumps({"type": "error", "problem": {
+                    "type": "urn:device-state:problem:catch-up-stopped", "title": "Catch-up stopped",
+                    "status": 503, "detail": "subscribe again from the last version kept", "deviceId": device}}))
+            else:
+                route.send(message)
+
+        server.on_message(forward)
+
+    page.route_web_socket(re.compile(r".*/ws$"), relay)
+    page.goto(device_url(served, device))
+    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
+    stopping.append(True)
+    assert served.client("PATCH", f"/devices/{device}", {"n": 1}, MERGE)[0] == 200
+    page.wait_for_function("() => document.querySelector('#version')?.textContent === '2'", timeout=20_000)
+    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
+    assert len(connections) == 2 and not stopping  # the change was held back, then came on the new connection
+    assert page.errors == []
+
+
 def test_a_version_not_yet_in_the_history_is_read_again_after_its_retry_after(served, page):
     """A version the live view shows can be written before the history holds it (push and the
     stream processor each follow the stream): the service answers `503 not-yet-recorded` with
