@@ -397,13 +397,38 @@ def test_a_crashed_holder_is_overtaken_right_after_expiry_and_fenced_off(local_m
 @pytest.mark.dynamodb_local
 @pytest.mark.concurrency
 def test_the_background_heartbeat_keeps_a_long_job_its_lease(local_manager):
-    with local_manager.lease("lamp-1", ttl_seconds=1) as lease:
-        time.sleep(2.2)  # more than two ttls: only heartbeats at ttl/2 keep it
+    # A ttl of 2 s: heartbeats at ttl/2 leave ttl/2 for a heartbeat to be written. At 1 s that
+    # was 0.5 s, which a DynamoDB Local write and a thread's wake-up outran once under the full
+    # suite on 2 cores (the lease lapsed and was granted to the next caller).
+    with local_manager.lease("lamp-1", ttl_seconds=2) as lease:
+        time.sleep(4.4)  # more than two ttls: only heartbeats keep it
         with pytest.raises(LeaseBusy):
             local_manager.lease("lamp-1", wait_seconds=0).acquire()
         lease.manager.replace("lamp-1", {"n": 1})
     assert lease.lost  # released: nothing more may be written under it
     assert local_manager.get("lamp-1").state == {"n": 1}
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_a_slow_heartbeat_answer_does_not_push_the_next_heartbeat_later(local_manager, monkeypatch):
+    """Each heartbeat's answer comes 0.8 s after its write (a slow network): the next heartbeat
+    still goes ttl/2 after the last one was sent, not ttl/2 after its answer, which left
+    ttl/2 - 0.8 s for the next one to land (with ttl 2: 1.8 s between heartbeats, the lease
+    extended to 2 s after each)."""
+    sent, heartbeat = [], LeaseQueue.heartbeat
+
+    def slow_answer(self, *args, **kwargs):
+        sent.append(time.monotonic())
+        grant = heartbeat(self, *args, **kwargs)
+        time.sleep(0.8)
+        return grant
+
+    monkeypatch.setattr(LeaseQueue, "heartbeat", slow_answer)
+    with local_manager.lease("lamp-1", ttl_seconds=2):
+        time.sleep(4.2)
+    gaps = [later - earlier for earlier, later in zip(sent, sent[1:])]
+    assert len(sent) >= 3 and all(0.9 <= gap < 1.4 for gap in gaps), gaps
 
 
 # ---- Issue 27 row 4: ending a lease or a waiting ticket that is not ours (by its fencing token).

@@ -413,7 +413,9 @@ class Lease:
         return answer
 
     def _beat(self) -> None:
-        while not self._stop.wait(self.ttl_seconds / 2):
+        wait = self.ttl_seconds / 2
+        while not self._stop.wait(wait):
+            began = time.monotonic()  # the next beat goes half a ttl after this one was sent
             try:
                 self.heartbeat()
             except LeaseGone as gone:
@@ -428,6 +430,7 @@ class Lease:
                                                         f"{self.ttl_seconds:g} s ({error or type(error).__name__}): "
                                                         "it has ended, or may be another's"}))
                     return
+            wait = max(0.0, self.ttl_seconds / 2 - (time.monotonic() - began))
 
     def _end(self, gone: LeaseGone) -> None:
         self.lost = gone

@@ -97,13 +97,16 @@ class Lease:
         self.release()
 
     def _heartbeat_loop(self) -> None:
-        """Heartbeat at ttl/2; a failed heartbeat (storage trouble) is tried again sooner,
-        and the lease counts as lost once it is refused or its expiry has passed."""
+        """Heartbeat every ttl/2, counted from each heartbeat's send (a slow answer does not push
+        the next one later: the lease was extended when it was written); a failed heartbeat
+        (storage trouble) is tried again sooner, and the lease counts as lost once it is refused
+        or its expiry has passed."""
         interval = self.ttl_seconds / 2
         while not self._stop.wait(interval):
+            sent = self._queue.runtime.monotonic()
             try:
                 self.heartbeat()
-                interval = self.ttl_seconds / 2
+                interval = max(0.0, self.ttl_seconds / 2 - (self._queue.runtime.monotonic() - sent))
             except (LeaseLost, CredentialRevoked):
                 return
             except (StorageError, StorageUnavailable, OutcomeUnknown):  # try again sooner
