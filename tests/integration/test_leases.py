@@ -428,7 +428,7 @@ def test_a_slow_heartbeat_answer_does_not_push_the_next_heartbeat_later(local_ma
     with local_manager.lease("lamp-1", ttl_seconds=2):
         time.sleep(4.2)
     gaps = [later - earlier for earlier, later in zip(sent, sent[1:])]
-    assert len(sent) >= 3 and all(0.9 <= gap < 1.4 for gap in gaps), gaps
+    assert len(sent) >= 3 and all(0.9 <= gap < 1.6 for gap in gaps), gaps  # 1.8 s when counted from the answer
 
 
 # ---- Issue 27 row 4: ending a lease or a waiting ticket that is not ours (by its fencing token).
