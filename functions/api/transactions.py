@@ -36,8 +36,8 @@ def _without_lease_tokens(request: Request, entries) -> str | None:
     """What of the body makes two transactions the same, where its operations carry lease tokens:
     all but those (a lease's token is no part of what is asked, as a PATCH's Lease-Token header
     is not: the same transaction sent again under a later lease replays); None: the body as sent."""
-    if all(entry.lease_token is None for entry in entries):
-        return None
+    if parse.IDEMPOTENCY_KEY not in request.headers or all(entry.lease_token is None for entry in entries):
+        return None  # (read again only for a key's sake)
     sent = parse.json_body(request.event)
     return dumps({**sent, "operations": [{name: value for name, value in operation.items() if name != "leaseToken"}
                                          for operation in sent["operations"]]})

@@ -80,12 +80,12 @@ def proven(manager: DeviceStateManager, device_id: str, token: str, sealer: Seal
     _verify_or_unknown(assertion, *_verifying_key(record, device_id, sealer))
     # Only the holder of the credential's key learns what became of it.
     held = registered_credentials(item)
-    if assertion.kid not in held and record.expires_at is not None and record.expires_at <= now:
-        # expired, and dropped from the item by a later registration (which keeps unexpired ones only)
-        raise CredentialExpired("the credential has expired: register another")
-    if assertion.kid not in held:  # revoked, or one of the items a deleted device left
-        raise CredentialRevoked(device_id)
-    expires = held[assertion.kid] or None
+    if assertion.kid in held:
+        expires = held[assertion.kid] or None
+    else:  # revoked, one of the items a deleted device left, or expired and dropped from the item by a
+        expires = record.expires_at  # later registration (which keeps unexpired ones only)
+        if expires is None or expires > now:
+            raise CredentialRevoked(device_id)
     if expires is not None and expires <= now:
         raise CredentialExpired("the credential has expired: register another")
     manager.spend_assertion(device_id, assertion.jti, assertion.expires_at)
