@@ -829,6 +829,13 @@ def test_a_paced_job_keeps_its_rate_and_a_cancel_stops_queuing_then_force_remove
     runner = rig.runner(recorded)
     worker = threading.Thread(target=lambda: runner.run("j1", 30))
     worker.start()
+    # 3 s of writing at 10 a second, counted from the first write: the runner's start (reading the
+    # job, claiming its first batch) took 1.7 s of a 3 s window from the thread's start once, under
+    # the full suite on 2 cores, and left 13 writes where the rate makes 30
+    deadline = time.monotonic() + 30
+    while not recorded.job_write_starts:
+        assert time.monotonic() < deadline, "the runner wrote nothing"
+        time.sleep(0.01)
     time.sleep(3)
     rig.jobs.stop("j1", items.STOP_CANCEL, "CANCELED")
     stopped = time.monotonic()
