@@ -96,12 +96,33 @@ def context(scope: Construct, name: str):
     return CONTEXT_DEFAULTS[name] if value is None else value
 
 
-def _flag(value) -> bool:
-    return value is True or str(value).lower() == "true"
+def _flag(scope: Construct, name: str) -> bool:
+    """A true/false context value (``-c name=true``); anything else stops the synth, naming it:
+    a ``yes`` read as false would turn a default-on flag off, or a security flag silently off."""
+    value = context(scope, name)
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("true", "false"):
+        return str(value).lower() == "true"
+    raise ValueError(f"context {name}: {value!r} is neither true nor false")
 
 
-def _optional_int(value) -> int | None:
-    return None if str(value).lower() in ("none", "") else int(value)
+def _number(scope: Construct, name: str, kind=int, minimum: float = 1, optional: bool = False):
+    """A number from context, at least ``minimum`` (``-c`` gives a string); ``optional``: ``none``
+    (or empty) is None. Anything else stops the synth, naming the value (a reserved concurrency
+    of 0 would throttle every request; a bare ``could not convert`` names no context)."""
+    value = context(scope, name)
+    if optional and str(value).lower() in ("none", ""):
+        return None
+    try:
+        number = kind(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not number >= minimum:
+        what = "a whole number" if kind is int else "a number"
+        raise ValueError(f"context {name}: {value!r} is not {what} of at least {minimum:g}"
+                         + (" (or none)" if optional else ""))
+    return number
 
 
 def _retention(value) -> int:
@@ -155,41 +176,41 @@ class DeviceStateStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, **kwargs):
         super().__init__(scope, construct_id, **kwargs)
         fleet_index = _fleet_index(context(self, "fleetIndex"))
-        self.devices = DevicesTable(self, "Devices", throwaway=_flag(context(self, "throwaway")),
+        self.devices = DevicesTable(self, "Devices", throwaway=_flag(self, "throwaway"),
                                     fleet_index=fleet_index, capacity=_capacity(self))
         self.identity = CallerIdentity(
-            self, "Callers", throwaway=_flag(context(self, "throwaway")),
+            self, "Callers", throwaway=_flag(self, "throwaway"),
             domain_prefix=context(self, "authDomainPrefix"), issuer=context(self, "authIssuer"),
             audience=context(self, "authAudience"), jwks_file=context(self, "authJwksFile"))
         self.device_tokens = DeviceTokens(
-            self, "DeviceTokens", throwaway=_flag(context(self, "throwaway")),
-            lifetime_seconds=int(context(self, "deviceTokenSeconds")),
-            max_seconds=int(context(self, "deviceTokenMaxSeconds")),
-            renewal_seconds=int(context(self, "deviceTokenRenewalSeconds")))
+            self, "DeviceTokens", throwaway=_flag(self, "throwaway"),
+            lifetime_seconds=_number(self, "deviceTokenSeconds"),
+            max_seconds=_number(self, "deviceTokenMaxSeconds"),
+            renewal_seconds=_number(self, "deviceTokenRenewalSeconds"))
         # Devices' secrets and enrollments' group keys, sealed by the API function alone.
-        self.sealing = Sealing(self, "Sealing", throwaway=_flag(context(self, "throwaway")))
+        self.sealing = Sealing(self, "Sealing", throwaway=_flag(self, "throwaway"))
         self.console = Console(self, "Console", user_pool=self.identity.user_pool, domain=self.identity.domain,
-                               oauth_scopes=self.identity.oauth_scopes) if _flag(context(self, "console")) else None
+                               oauth_scopes=self.identity.oauth_scopes) if _flag(self, "console") else None
         # Every function that authenticates callers trusts both issuers; only the API function signs.
         auth_environment = {**self.identity.environment, **self.device_tokens.verification_environment}
         if self.console is not None and self.console.client is not None:  # the console's users' tokens name its client
             audiences = f"{auth_environment[AUTH_AUDIENCE]},{self.console.client.user_pool_client_id}"
             auth_environment[AUTH_AUDIENCE] = audiences
-        require_registered = _flag(context(self, "requireRegisteredCredentials"))
+        require_registered = _flag(self, "requireRegisteredCredentials")
         retention = _retention(context(self, "changeRetentionSeconds"))
         tombstone = tombstone_seconds(context(self, "tombstoneSeconds"), retention, "context tombstoneSeconds")
         domain_name = context(self, "deviceDomainName")
         self.api = DeviceApi(
             self, "DeviceApi",
             table=self.devices.table,
-            throttle_rate=float(context(self, "throttleRateLimit")),
-            throttle_burst=int(context(self, "throttleBurstLimit")),
-            require_if_match=_flag(context(self, "requireIfMatch")),
-            reserved_concurrency=_optional_int(context(self, "reservedConcurrency")),
-            waiting_reserved_concurrency=_optional_int(context(self, "waitingReservedConcurrency")),
+            throttle_rate=_number(self, "throttleRateLimit", float, minimum=0.001),
+            throttle_burst=_number(self, "throttleBurstLimit"),
+            require_if_match=_flag(self, "requireIfMatch"),
+            reserved_concurrency=_number(self, "reservedConcurrency", optional=True),
+            waiting_reserved_concurrency=_number(self, "waitingReservedConcurrency", optional=True),
             change_retention_seconds=retention,
             tombstone_seconds=tombstone,
-            snap_start=_flag(context(self, "snapStart")),
+            snap_start=_flag(self, "snapStart"),
             auth_environment=auth_environment,
             token_environment={**self.device_tokens.signing_environment, **self.sealing.environment},
             require_registered_credentials=require_registered,
@@ -203,14 +224,14 @@ class DeviceStateStack(Stack):
         self.changes = ChangeFeed(self, "ChangeFeed", table=self.devices.table, code=self.api.code,
                                   layer=self.api.layer,
                                   retention_seconds=retention,
-                                  snap_start=_flag(context(self, "snapStart")),
-                                  publish_events=_flag(context(self, "publishEvents")))
+                                  snap_start=_flag(self, "snapStart"),
+                                  publish_events=_flag(self, "publishEvents"))
         self.push = Push(self, "Push", table=self.devices.table, code=self.api.code, layer=self.api.layer,
                          authorizer=self.api.authorizer_handler, auth_environment=auth_environment,
                          retention_seconds=retention,
-                         throttle_rate=float(context(self, "throttleRateLimit")),
-                         throttle_burst=int(context(self, "throttleBurstLimit")),
-                         snap_start=_flag(context(self, "snapStart")), fleet_index=fleet_index,
+                         throttle_rate=_number(self, "throttleRateLimit", float, minimum=0.001),
+                         throttle_burst=_number(self, "throttleBurstLimit"),
+                         snap_start=_flag(self, "snapStart"), fleet_index=fleet_index,
                          require_registered_credentials=require_registered)
         if self.console is not None:
             self.console.publish(http_api=self.api.api, api_url=self.api.stage.url, websocket_url=self.push.stage.url,

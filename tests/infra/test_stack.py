@@ -401,3 +401,25 @@ def test_every_acknowledgement_carries_a_reason():
     for finding, reason in REVIEWED:
         assert finding.startswith("AwsSolutions::AwsSolutions-")
         assert len(reason) > 40
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("requireRegisteredCredentials", "yes"), ("console", "1"), ("snapStart", "on"),
+    ("reservedConcurrency", 0), ("waitingReservedConcurrency", "-1"), ("throttleRateLimit", "-5"),
+    ("throttleRateLimit", "abc"), ("throttleBurstLimit", "0"), ("deviceTokenSeconds", "1h"),
+])
+def test_a_context_value_the_stack_cannot_read_stops_the_synth_naming_it(name, value):
+    """A flag read as false unless exactly "true" turned a security flag off on a "yes" and a
+    default-on one off; a reserved concurrency of 0 throttled every request; "abc" failed bare."""
+    with pytest.raises(ValueError, match=rf"context {name}: {value!r}"):
+        synth_stack({name: value})
+
+
+def test_flags_read_true_and_false_in_any_case_and_as_json_booleans():
+    from aws_cdk import App
+
+    from infra.stack import _flag
+
+    for value, expected in ((True, True), ("TRUE", True), ("true", True), (False, False), ("False", False)):
+        app = App(context={"requireIfMatch": value})
+        assert _flag(app, "requireIfMatch") is expected
