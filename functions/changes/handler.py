@@ -116,6 +116,7 @@ class InOrder:
             except Exception:
                 self.failed.add(device_id)
                 raise
+            count_lost()
         except Exception:
             if self._given_up(record.raw_event):
                 return
@@ -136,11 +137,18 @@ class InOrder:
             return False
         logger.exception("stream record failed on every try: its version is marked lost",
                          extra={"device_id": record_device(raw)})
+        count_lost()
         return True
 
 
 # Failures no retry can cure: the record's change cannot be stored (DynamoDB refuses it).
 PERMANENT_FAILURES = (InvalidValue, RequestRefused)
+
+
+def count_lost() -> None:
+    """A version marked lost: the invocation succeeds and nothing reaches the on-failure queue,
+    so this metric (and its alarm, ChangesLost) is how an operator learns of it."""
+    metrics.add_metric(name=names.CHANGES_LOST, unit=MetricUnit.Count, value=1)
 
 
 def record_device(raw: dict) -> str | None:
@@ -199,6 +207,7 @@ def give_up(record: dict) -> None:
     """What the local poller does with a record it gives up (Lambda's on-failure
     destination): its version is marked lost, so followers learn at once."""
     change_log().record_lost((record.get("dynamodb") or {}).get("NewImage"))
+    count_lost()
 
 
 @logger.inject_lambda_context

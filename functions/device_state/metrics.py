@@ -56,6 +56,8 @@ CONNECTIONS_FORGOTTEN = "ConnectionsForgotten"
 # write (the stream record's creation) each was written.
 CHANGES_RECORDED = "ChangesRecorded"
 CHANGE_LAG = "ChangeLag"  # milliseconds
+# Versions the processor marked lost: their change failed every try, or DynamoDB refuses it for good.
+CHANGES_LOST = "ChangesLost"
 
 # Jobs: executions made final by the stream processor or the runner; runner steps that failed
 # (an error the step could not place); executions in progress past their deadline plus the sweep's
@@ -70,7 +72,7 @@ WRITE_UNITS = "WriteUnits"
 
 COUNT_METRICS = (UPDATES, UPDATE_ATTEMPTS, VERSION_CONFLICTS, RETRIES_EXHAUSTED, CONDITION_FAILURES,
                  IDEMPOTENT_REPLAYS, OUTCOME_UNKNOWN, TRANSACTIONS, TRANSACTION_RETRIES, TRANSACTION_CONFLICTS,
-                 LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST, CHANGES_RECORDED,
+                 LEASES_ACQUIRED, LEASE_BUSY, LEASES_RECLAIMED, LEASE_HEARTBEATS_LOST, CHANGES_RECORDED, CHANGES_LOST,
                  DEVICE_TOKENS, SIGNING_THROTTLED, SIGNING_UNAVAILABLE, CONNECTIONS_REFUSED, CONNECTIONS_FORGOTTEN,
                  ASSERTIONS_REFUSED,
                  PROVISIONINGS, PROVISIONINGS_REFUSED, REVOKED_CREDENTIAL_REQUESTS, SEALING_FAILURES,

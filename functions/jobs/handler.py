@@ -49,9 +49,11 @@ def handler(event, context):
     job_id = (event or {}).get("jobId")
     if not job_id:  # the schedule
         due = _manager().due_jobs()
+        # Counted before the invokes: one that fails (throttled) still leaves the count, which the
+        # JobStuckExecutions alarm misses in a period only when the schedule itself stops.
+        metrics.add_metric(name=names.JOB_STUCK_EXECUTIONS, unit=MetricUnit.Count, value=due.stuck_executions)
         for one in due.job_ids:
             _invoke(context, one)
-        metrics.add_metric(name=names.JOB_STUCK_EXECUTIONS, unit=MetricUnit.Count, value=due.stuck_executions)
         return {"woken": len(due.job_ids), "stuck": due.stuck_executions}
     budget = max(context.get_remaining_time_in_millis() / 1000 - SAFETY_SECONDS, 1.0)
     try:

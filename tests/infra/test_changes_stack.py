@@ -10,7 +10,8 @@ from functions import config as processor_config
 from functions.changes.handler import BATCH_SIZE, FILTER_PATTERN, MAX_RECORD_AGE_SECONDS, MAX_RETRY_ATTEMPTS
 from functions import config as api_config
 from infra import changes as changes_module
-from tests.infra.test_stack import REPO_ROOT, api_function, only, under
+from functions.device_state import metrics as names
+from tests.infra.test_stack import REPO_ROOT, alarm_named, api_function, only, under
 
 
 def _statements(template, role_id):
@@ -130,6 +131,8 @@ def test_feed_alarms_exist_and_each_has_a_runbook_entry(template):
     metrics = {alarm["Properties"].get("MetricName") for alarm in alarms.values()}
     assert {"IteratorAge", "ApproximateNumberOfMessagesVisible"} <= metrics
     runbook = (REPO_ROOT / "docs" / "operations.md").read_text()
-    for name in ("ChangeFeedIteratorAge", "ChangeFeedFailures", "ChangeProcessorErrors"):
+    lost = alarm_named(template, "ChangesLost")
+    assert lost["MetricName"] == names.CHANGES_LOST and lost["Threshold"] == 0
+    for name in ("ChangeFeedIteratorAge", "ChangeFeedFailures", "ChangeProcessorErrors", "ChangesLost"):
         assert any(name in logical_id for logical_id in alarms), name
         assert f"`{name}`" in runbook, f"docs/operations.md has no runbook entry for {name}"

@@ -47,6 +47,8 @@ def test_the_api_function_starts_a_jobs_run_and_the_waiting_function_may_not(tem
 def test_the_job_alarms_watch_what_the_code_emits_and_have_runbook_entries(template):
     stuck = alarm_named(template, "JobStuckExecutions")
     assert stuck["MetricName"] == names.JOB_STUCK_EXECUTIONS and stuck["Threshold"] == 0
+    # the schedule counts every minute: a period with no count is a schedule stopped or failing
+    assert stuck["TreatMissingData"] == "breaching"
     errors = alarm_named(template, "JobErrors")
     expressions = [metric for metric in errors["Metrics"] if "MetricStat" in metric]
     assert {metric["MetricStat"]["Metric"]["MetricName"] for metric in expressions} == {"Errors", names.JOB_ERRORS}

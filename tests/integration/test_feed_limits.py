@@ -13,7 +13,9 @@ import pytest
 
 from functions.api.common import fits_in_an_answer
 from functions.changes.events import LogPublisher
+from functions.changes import handler
 from functions.changes.handler import MAX_RETRY_ATTEMPTS, process
+from functions.device_state import metrics as names
 from functions.device_state import DeviceStateManager, MergePatch
 from functions.device_state.feed.items import change_of
 from functions.device_state.feed.log import GIVEN_UP_SECONDS, ChangeLog, ChangesExpired, VersionNotFound
@@ -242,7 +244,8 @@ def test_a_section_change_too_large_to_hold_its_sections_keeps_its_patch_and_met
     assert set(at_two.entries["desired"]) == {"/blob", "/extra"}  # the version's metadata, kept with its patch
 
 
-def test_the_processor_marks_a_version_lost_on_its_last_try_so_lambda_never_gives_it_up_silently(local_table):
+def test_the_processor_marks_a_version_lost_on_its_last_try_so_lambda_never_gives_it_up_silently(local_table,
+                                                                                                   monkeypatch):
     """Lambda sends a record it gives up to the on-failure queue and leaves no marker; the
     processor counts its own tries and, on the last one, marks the version lost itself, so
     followers get 410 at once on AWS too. Before the last try the record is retried."""
@@ -255,7 +258,11 @@ def test_the_processor_marks_a_version_lost_on_its_last_try_so_lambda_never_give
         assert process({"Records": records[1:]}, None, failing, LogPublisher()) == {
             "batchItemFailures": [{"itemIdentifier": "201"}]}
         assert log.read("hard", 1) == []  # retried, nothing marked yet
+    counted = []
+    monkeypatch.setattr(handler.metrics, "add_metric", lambda **metric: counted.append(metric["name"]))
     assert process({"Records": records[1:]}, None, failing, LogPublisher()) == {"batchItemFailures": []}
     with pytest.raises(ChangesExpired) as gone:
         log.read("hard", 1)
     assert gone.value.current_version == 2
+    # the invocation succeeds and nothing reaches the on-failure queue: the metric is its only trace
+    assert counted == [names.CHANGES_LOST]

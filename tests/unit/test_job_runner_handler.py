@@ -74,6 +74,20 @@ def test_the_schedule_invokes_one_run_per_due_job_and_reports_the_stuck(rig, cap
     assert '"JobStuckExecutions"' in capsys.readouterr().out  # the metric Powertools writes
 
 
+def test_the_schedule_reports_the_stuck_even_when_it_cannot_wake_a_job(rig, monkeypatch, capsys):
+    """The JobStuckExecutions alarm takes a period without a count for a schedule that failed: a
+    throttled invoke must not take the count with it (it was emitted after the invokes)."""
+    rig(FakeManager(due=Due(("a",), 3)))
+
+    def throttled(*args, **kwargs):
+        raise RuntimeError("Rate Exceeded")
+
+    monkeypatch.setattr(handler, "start_function", throttled)
+    with pytest.raises(RuntimeError):
+        handler.handler({}, LambdaContext(60))
+    assert '"JobStuckExecutions"' in capsys.readouterr().out
+
+
 def test_a_failed_run_is_counted_and_raised(rig, capsys):
     rig(FakeManager(RuntimeError("boom")))
     with pytest.raises(RuntimeError):
