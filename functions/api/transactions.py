@@ -23,7 +23,7 @@ def run_transaction(request: Request):
     entries = request.body["operations"]
     operations = [entry.operation for entry in entries]
     tokens = {entry.operation.device_id: entry.lease_token for entry in entries if entry.lease_token is not None}
-    key = idempotency_key(request, scope="transaction", body=_without_lease_tokens(request, entries))
+    key = idempotency_key(request, scope="transaction", body=_without_lease_tokens(request))
     device_id = request.principal.device_id
     writer = as_caller(request, device_id) if device_id is not None else manager()
     devices = writer.fenced(tokens).transact(operations, idempotency=key, budget_seconds=budget(request.context),
@@ -32,12 +32,14 @@ def run_transaction(request: Request):
     return json_response(answer(operations, devices, include_metadata(request)), headers=headers)
 
 
-def _without_lease_tokens(request: Request, entries) -> str | None:
-    """What of the body makes two transactions the same, where its operations carry lease tokens:
-    all but those (a lease's token is no part of what is asked, as a PATCH's Lease-Token header
-    is not: the same transaction sent again under a later lease replays); None: the body as sent."""
-    if parse.IDEMPOTENCY_KEY not in request.headers or all(entry.lease_token is None for entry in entries):
-        return None  # (read again only for a key's sake)
+def _without_lease_tokens(request: Request) -> str | None:
+    """What of the body makes two transactions the same: all but the operations' lease tokens (a
+    lease's token is no part of what is asked, as a PATCH's Lease-Token header is not: the same
+    transaction sent again under a later lease, or with no lease left to name, replays). Always
+    this form, tokens or none, so that a retry which adds or drops one meets the same fingerprint.
+    None without a key (the body is read again only for a key's sake)."""
+    if parse.IDEMPOTENCY_KEY not in request.headers:
+        return None
     sent = parse.json_body(request.event)
     return dumps({**sent, "operations": [{name: value for name, value in operation.items() if name != "leaseToken"}
                                          for operation in sent["operations"]]})

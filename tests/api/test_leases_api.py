@@ -119,6 +119,26 @@ def test_a_keyed_transaction_sent_again_under_a_later_lease_replays_as_a_keyed_p
     assert other.status == 422 and other.json["type"].endswith("idempotency-key-reused")
     assert lamp("GET", "/devices/lamp-1").json["version"] == applied.json["devices"][0]["version"]
 
+@pytest.mark.parametrize("leased_first", [False, True], ids=["token-added", "token-dropped"])
+def test_a_keyed_transaction_sent_again_with_a_lease_token_added_or_dropped_replays(lamp, leased_first):
+    """A client that retries a keyed transaction after taking a lease (adding its token), or
+    after its lease ended (dropping it), asks the same thing: it replays, where it was 422 because
+    a body without tokens was fingerprinted as sent and one with tokens without them."""
+    def body(lease=None):
+        operation = {"deviceId": "lamp-1", "mergePatch": {"power": "off"}}
+        return {"operations": [{**operation, "leaseToken": lease["leaseToken"]} if lease else operation]}
+
+    lease = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": 30}).json if leased_first else None
+    applied = lamp("POST", "/transactions", body(lease), headers={"Idempotency-Key": "k-tx2"})
+    assert applied.status == 200, applied.text
+    if lease:
+        assert lamp("DELETE", f"/devices/lamp-1/leases/{lease['leaseId']}").status == 204
+    else:
+        lease = lamp("POST", "/devices/lamp-1/leases", {"ttlSeconds": 30}).json
+    replay = lamp("POST", "/transactions", body(None if leased_first else lease), headers={"Idempotency-Key": "k-tx2"})
+    assert (replay.status, replay.header("Idempotent-Replayed"), replay.json) == (200, "true", applied.json)
+    assert lamp("GET", "/devices/lamp-1").json["version"] == applied.json["devices"][0]["version"]
+
 
 @pytest.mark.parametrize("method, path, body", [
     ("POST", "/devices/lamp-1/leases", {"ttlSeconds": 0}),
