@@ -575,14 +575,20 @@ def test_a_waiter_a_later_ticket_overtook_is_granted_a_higher_fencing_token(loca
 
 @pytest.mark.dynamodb_local
 @pytest.mark.concurrency
-def test_a_waiter_overtaken_across_a_delete_and_create_is_granted_a_higher_fencing_token(local_manager):
+def test_a_waiter_overtaken_across_a_delete_and_create_takes_nothing_and_the_next_lease_a_higher_token(
+        local_manager):
+    """A drew its ticket on the device that was deleted and created again before its row was
+    in: its queue ended with that device (DeviceNotFound, nothing held); a lease on the device
+    created again gets a token above the one granted before the delete."""
     def release_delete_and_create(b):
         b.release()
         local_manager.delete("lamp-1")
         local_manager.create("lamp-1", {"n": 0})
 
     a, _ = _overtaken_waiter(local_manager, before_a_queues=release_delete_and_create)
-    _granted_after(a, 2, local_manager)
+    assert isinstance(a, DeviceNotFound), a
+    assert local_manager.lease_queue().status("lamp-1").holder_token is None
+    _granted_after(local_manager.lease("lamp-1", ttl_seconds=30).acquire(), 2, local_manager)
 
 
 @pytest.mark.dynamodb_local
@@ -658,7 +664,9 @@ def test_control_a_holder_that_forgets_the_last_ticket_granted_grants_a_lower_on
 def test_a_waiter_on_a_device_its_holder_deletes_hears_so_within_a_refresh(local_manager, created_again):
     """The waiter went on counting the deleted holder's row (its wait read the device once): it
     waited out its whole wait and heard lease-busy, the device gone or created again and free
-    (a hostile review). It reads the device at each refresh of its row."""
+    (a hostile review). It reads the device at each refresh of its row. Its queue ended with the
+    device: it was granted a lease on the device created again, locking it for the new device's
+    writers, until the take named the incarnation it queued on (a later review)."""
     holder = local_manager.lease("lamp-1", ttl_seconds=120).acquire()
     outcome = {}
 
@@ -682,7 +690,36 @@ def test_a_waiter_on_a_device_its_holder_deletes_hears_so_within_a_refresh(local
         local_manager.create("lamp-1", {"n": 0})
     thread.join(30)
     assert outcome["seconds"] < 8, outcome  # a refresh is every 2.5 s here; the wait was 15
+    assert isinstance(outcome.get("error"), DeviceNotFound), outcome
     if created_again:
-        assert "granted" in outcome, outcome
-    else:
-        assert isinstance(outcome.get("error"), DeviceNotFound), outcome
+        assert local_manager.lease_queue().status("lamp-1").holder_token is None
+        assert local_manager.update_with_retry("lamp-1", MergePatch({"n": 1})).state == {"n": 1}  # nobody's lease
+
+
+@pytest.mark.dynamodb_local
+@pytest.mark.concurrency
+def test_a_waiter_that_reaches_the_head_before_its_refresh_sees_the_device_created_again_takes_nothing(local_manager):
+    """The take itself names the device the ticket queued on (its createdAt), so a waiter whose
+    holder's row runs out before the waiter reads the device again (a long ttl: refreshes 15 s
+    apart) does not take the lease on the device created in between."""
+    holder = local_manager.lease("lamp-1", ttl_seconds=1).acquire()
+    outcome = {}
+
+    def wait():
+        try:
+            with local_manager.lease("lamp-1", ttl_seconds=60, wait_seconds=10) as lease:
+                outcome["granted"] = lease.lease_token
+        except Exception as error:  # noqa: BLE001 - asserted below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while local_manager.lease_queue().status("lamp-1").waiting < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    local_manager.fenced({"lamp-1": holder.lease_token}).delete("lamp-1")
+    local_manager.create("lamp-1", {"n": 0})
+    thread.join(30)
+    assert isinstance(outcome.get("error"), DeviceNotFound), outcome
+    assert local_manager.lease_queue().status("lamp-1").holder_token is None

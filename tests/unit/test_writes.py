@@ -176,12 +176,13 @@ def test_settling_marks_the_write_as_never_applied_only_if_its_entry_is_absent()
 
 
 def test_lease_holder_changes_name_their_ticket_and_carry_no_journal_entry():
-    taken = PLANNER.take_lease("d", 7, "secret-token", NOW + 30)
+    taken = PLANNER.take_lease("d", 7, "secret-token", NOW + 30, {"N": "1700000000000"})
     request = taken.request["Update"]
     assert spelled(request, "UpdateExpression") == (
         f"SET leaseToken = 7, leaseKey = {lease_key('secret-token')!r}, leaseUntil = {NOW + 30}, leaseLast = 7")
-    assert spelled(request, "ConditionExpression") == (
-        f"{LIVE} AND (attribute_not_exists(leaseToken) OR leaseUntil <= {NOW} OR leaseToken = 7) AND "
+    assert spelled(request, "ConditionExpression") == (  # on the device the ticket queued on, not one created since
+        f"{LIVE} AND createdAt = 1700000000000 AND "
+        f"(attribute_not_exists(leaseToken) OR leaseUntil <= {NOW} OR leaseToken = 7) AND "
         f"(attribute_not_exists(leaseLast) OR leaseLast <= 7)")
     extended = PLANNER.extend_lease("d", 7, NOW + 60).request["Update"]
     assert spelled(extended, "UpdateExpression") == f"SET leaseUntil = {NOW + 60}"

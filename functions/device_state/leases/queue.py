@@ -182,7 +182,8 @@ class LeaseQueue:
             credential.check(device_id, device, runtime.clock())
         if device is None:
             raise DeviceNotFound(device_id)
-        since = stored_time(device[schema.CREATED_AT])  # rows of an earlier incarnation of the device do not count
+        created = device[schema.CREATED_AT]  # the incarnation queued on: only it can be taken
+        since = stored_time(created)  # rows of an earlier incarnation of the device do not count
         ticket = self._draw(device_id)
         secret = secrets.token_hex(16)
         lease_id = f"{ticket}.{secret}"
@@ -198,7 +199,8 @@ class LeaseQueue:
                 holder_until = float(ahead[0][_UNTIL]["N"]) if ahead else None
                 if not ahead:
                     try:
-                        taken, holder_until = self._take(device_id, ticket, secret, owner, ttl_seconds, credential)
+                        taken, holder_until = self._take(device_id, ticket, secret, owner, ttl_seconds, created,
+                                                         credential)
                     except LeaseOvertaken:  # our row was put after a later ticket looked and took the lease
                         ticket = self._requeue(device_id, ticket, secret, owner, ttl_seconds, waiting_until())
                         lease_id = f"{ticket}.{secret}"
@@ -215,7 +217,8 @@ class LeaseQueue:
                                            refresh_at - runtime.monotonic())))
                 if runtime.monotonic() >= refresh_at:
                     refresh_at = runtime.monotonic() + row_seconds / 2
-                    since = self._incarnation(device_id)  # deleted meanwhile: its queue ended with it
+                    if self._incarnation(device_id) != since:  # deleted meanwhile: its queue ended with it
+                        raise DeviceNotFound(device_id)
                     self._put_row(device_id, ticket, secret, owner, ttl_seconds, waiting_until())
         except BaseException as error:
             if isinstance(error, OutcomeUnknown):
@@ -268,11 +271,12 @@ class LeaseQueue:
             raise
         return new
 
-    def _take(self, device_id, ticket, secret, owner, ttl_seconds,
+    def _take(self, device_id, ticket, secret, owner, ttl_seconds, created: dict,
               credential: Holder | None = None) -> tuple[float | None, float | None]:
         """At the head: record this ticket as the holder unless another lease is active.
         Returns (our expiry, None) or (None, the active holder's expiry, if any);
-        ``LeaseOvertaken`` when a later ticket was granted first."""
+        ``LeaseOvertaken`` when a later ticket was granted first; ``DeviceNotFound`` when the
+        device the ticket queued on (created at ``created``) was deleted, even if created again."""
         planner = self._pipeline.planner(seen_by=device_id if credential else None, holder=credential)
         until = lease_instant(planner.now + ttl_seconds)  # as stored
         row = {"Put": {"TableName": self._store.table_name,
@@ -280,10 +284,13 @@ class LeaseQueue:
                        **self._still_ours(secret)}}
         try:
             self._pipeline.send_together(planner, [planner.take_lease(device_id, ticket, lease_token_of(secret),
-                                                                      until)], {ROW: [row]}, uuid.uuid4().hex)
+                                                                      until, created)], {ROW: [row]}, uuid.uuid4().hex)
         except Refusals as refused:
             if ROW in refused.refused:  # our ticket was ended while we waited
                 raise self._lost(device_id, f"{ticket}.{secret}") from None
+            [item] = refused.items
+            if item is not None and item.get(schema.CREATED_AT) not in (None, created):
+                raise DeviceNotFound(device_id) from None  # created again: the queue it waited in ended
             if isinstance(refused.refusal, DeviceLocked):
                 return None, refused.refusal.lease_expires_at
             if refused.refusal is not None:

@@ -184,16 +184,18 @@ class BookkeepingRequests(PlanContext):
         return self._update(device_id, update, f"{condition} AND attribute_not_exists({journaled})", expr, write,
                             outcome, device)
 
-    def take_lease(self, device_id: str, ticket: int, lease_token: str, until: float) -> Planned:
-        """Record ``ticket`` as the lease holder (until ``until``) on the live device, unless
-        another lease is active, a later ticket was granted (``leaseLast``), or the device's own
-        request no longer holds its credential."""
+    def take_lease(self, device_id: str, ticket: int, lease_token: str, until: float, created_at: dict) -> Planned:
+        """Record ``ticket`` as the lease holder (until ``until``) on the live device created at
+        ``created_at`` (its stored attribute: the one the ticket queued on, not one created again
+        since), unless another lease is active, a later ticket was granted (``leaseLast``), or the
+        device's own request no longer holds its credential."""
         expr = Expression()
         token, holder_until, ours = expr.name(schema.LEASE_TOKEN), expr.name(schema.LEASE_UNTIL), expr.number(ticket)
         last = expr.name(schema.LEASE_LAST)
         now = lease_instant(self.now)
         condition = " AND ".join([
-            live(expr, now), *self._holder_condition(expr, device_id),
+            live(expr, now), f"{expr.name(schema.CREATED_AT)} = {expr.value(created_at)}",
+            *self._holder_condition(expr, device_id),
             f"(attribute_not_exists({token}) OR {holder_until} <= {expr.number(now)} OR {token} = {ours})",
             f"(attribute_not_exists({last}) OR {last} <= {ours})"])  # no lower ticket after a higher one
         update = (f"SET {token} = {ours}, {expr.name(schema.LEASE_KEY)} = {expr.value({'S': lease_key(lease_token)})}, "
