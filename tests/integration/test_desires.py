@@ -89,6 +89,19 @@ def test_an_expired_desire_is_never_asked_for_again_and_a_report_equal_to_it_sho
     assert shown["mode"]["confirmedVersion"] == late.version and "expired" not in shown["mode"]
     assert (wanted.version, in_time.version) == (2, 3)
 
+def test_a_desire_reported_already_holds_is_not_shown_expired_past_its_deadline(timed):
+    """Past its deadline a leaf was shown expired though reported held its value all along
+    (equal, not confirmed: the report came first), telling an app the desire ran out unmet
+    when nothing was left to do (a hostile review); expired says so only where reported differs."""
+    manager, clock, _ = timed
+    manager.create("fan", {}, sections={"reported": {"mode": "eco", "speed": 1}})
+    manager.update_with_retry("fan", MergePatch({"mode": "eco", "speed": 3}), section="desired",
+                              desire=DesireOptions(expires_in=60))
+    shown = desired_meta(manager.get("fan"), clock.now + 61)
+    assert "expired" not in shown["mode"] and "confirmedVersion" not in shown["mode"] and shown["mode"]["expiresAt"]
+    assert shown["speed"]["expired"] is True
+
+
 def test_expiry_takes_whole_numbers_of_seconds_up_to_30_days():
     for bad in (0, 30 * 24 * 3600 + 1, 1.5, True, "60"):
         with pytest.raises(InvalidValue):

@@ -214,13 +214,16 @@ def without_leaves(document: dict, pointers) -> dict:
     return document
 
 
-def annotate(metadata: dict, desired: dict, entries: dict, now: float) -> None:
+def annotate(metadata: dict, desired: dict, reported: dict, entries: dict, now: float) -> None:
     """Adds to desired's metadata (``sections.metadata``, nested like the section) what
-    each leaf's status says, and the confirmations of cleared desires."""
+    each leaf's status says, and the confirmations of cleared desires. A leaf reported holds
+    at its value is not shown expired: nothing is left undone (it is in no delta either)."""
+    desired_values, reported_values = leaves(desired), leaves(reported)
     for leaf, status in current(desired, entries).items():
         entry = _at(metadata, leaf)
         if entry is not None:
-            entry.update(leaf_status(status, "confirmedVersion" in entry, now))
+            met = leaf in reported_values and same_value(desired_values.get(leaf), reported_values[leaf])
+            entry.update(leaf_status(status, "confirmedVersion" in entry or met, now))
     for leaf, status in cleared(desired, entries).items():
         parts = _parts(leaf)
         node = metadata
@@ -244,12 +247,13 @@ def _at(tree: dict, pointer: str) -> dict | None:
     return tree
 
 
-def leaf_status(status: dict, confirmed: bool, now: float) -> dict:
-    """What a desired leaf's metadata shows of its status."""
+def leaf_status(status: dict, met: bool, now: float) -> dict:
+    """What a desired leaf's metadata shows of its status (``met``: confirmed, or reported holds
+    its value, so it is never ``expired``)."""
     shown = {}
     if "x" in status:
         shown["expiresAt"] = timestamp(int(status["x"]) / 1000)
-        if not confirmed and is_expired(status, now):
+        if not met and is_expired(status, now):
             shown["expired"] = True
     if status.get("c"):
         shown["clearOnConfirm"] = True

@@ -76,5 +76,5 @@ class Device:
             shown[CONNECTIVITY] = connectivity_of(self.presence, now)
         if include_metadata:
             shown["metadata"] = metadata(self.desired, self.reported, self.entries)
-            desires.annotate(shown["metadata"][DESIRED], self.desired, self.entries, now)
+            desires.annotate(shown["metadata"][DESIRED], self.desired, self.reported, self.entries, now)
         return shown
