@@ -72,8 +72,11 @@ export async function request(method, route,
   } catch {
     data = null;
   }
-  const problem = response.ok ? null : (data && typeof data === "object" ? data
-    : {status: response.status, title: response.statusText || "Request failed", detail: text.slice(0, 200)});
+  // The service's refusals are problem documents; a gateway's own answer ({"message": ...}) is not,
+  // and is shown by its status, its message the detail.
+  const problem = response.ok ? null : (data && typeof data === "object" && (data.type || data.title) ? data
+    : {status: response.status, title: response.statusText || `Answered ${response.status}`,
+       detail: typeof data?.message === "string" ? data.message : text.slice(0, 200)});
   return {status: response.status, ok: response.ok, etag: response.headers.get("ETag"), data, problem};
 }
 
@@ -113,10 +116,12 @@ export async function answered(sent) {
   }
 }
 
-/** Whether a write's outcome is unknown: no answer came (status 0, from answered()) or the service
- *  could not tell (504 outcome-unknown). Sent again with the same Idempotency-Key, it learns which. */
+/** Whether a write's outcome is unknown: no answer came (status 0, from answered()), the service
+ *  could not tell (504 outcome-unknown), or a 5xx came from a gateway, not the service (no problem
+ *  type: the function crashed or timed out, perhaps after its write). Sent again with the same
+ *  Idempotency-Key, it learns which. */
 export function outcomeUnknown(answer) {
-  return answer.status === 0 || answer.status === 504;
+  return answer.status === 0 || answer.status === 504 || (answer.status >= 500 && !answer.problem?.type);
 }
 
 function address(route, query = {}) {

@@ -222,6 +222,10 @@ export function deviceView(main, {id}) {
     const keyed = {request: null, key: null};
 
     function start() {
+      if (!view.device) { // not read (no such device, or its read failed): nothing to guard the edit by
+        renderProblem(outcome, {title: "Not read", detail: "the device could not be read; reload the page to edit it"});
+        return;
+      }
       view.editing++;  // an edit of its own: what an earlier one still waits for is dropped
       guard(view.device);
       patch.value = patch.value || "{}";
@@ -377,8 +381,8 @@ function differences(before, after, beforeLabel, afterLabel) {
 }
 
 function renderProblem(where, problem) {
-  replace(where, h("div", {role: "alert", class: "problem"}, h("strong", {}, String(problem?.title || "Refused")), ": ",
-    String(problem?.detail ?? "")));
+  replace(where, h("div", {role: "alert", class: "problem"}, h("strong", {}, visible(problem?.title || "Refused")), ": ",
+    h("bdi", {}, visible(problem?.detail ?? ""))));
 }
 
 /** A section as a tree of text; each leaf beside its metadata (desired: version, ack, expiry, confirmation). */

@@ -7,7 +7,7 @@ import {answered, request, settings} from "./api.js";
 import {announce, h, pagerControls, replace, time} from "./dom.js";
 import {effective, fleetAddress, listingQuery} from "./fleet-query.js";
 import {createJobSection} from "./jobs.js";
-import {at, fieldSegments, text} from "./json.js";
+import {at, fieldSegments, text, visible} from "./json.js";
 
 const LIMITS = [25, 50, 100];
 
@@ -80,8 +80,10 @@ export function fleetView(main, _params, query) {
     table.removeAttribute("aria-busy");
     if (!answer.ok) {
       showProblem(answer.problem, filter === state.filter ? filterInput.value : filter);
-      replace(table);
-      replace(pager);
+      if (answer.status >= 400 && answer.status < 500) { // refused: the page shown is not this filter's
+        replace(table);
+        replace(pager);
+      } // no answer, or a 5xx: the page and its pager stay, to try the turn again
       return;
     }
     state.cursors[state.page + 1] = answer.data.nextCursor;
@@ -91,7 +93,8 @@ export function fleetView(main, _params, query) {
   }
 
   function showProblem(problem, filterText) {
-    const shown = [h("p", {}, h("strong", {}, problem.title || "Refused"), ": ", String(problem.detail ?? ""))];
+    const shown = [h("p", {}, h("strong", {}, visible(problem.title || "Refused")), ": ",
+                        h("bdi", {}, visible(problem.detail ?? "")))];
     if (Number.isInteger(problem.position) && filterText) {
       const characters = Array.from(filterText); // the service counts characters, not UTF-16 units
       const position = Math.min(problem.position, characters.length);
@@ -103,7 +106,7 @@ export function fleetView(main, _params, query) {
       filterInput.focus();
       filterInput.setSelectionRange(start, start + (characters[position] ?? "").length);
     }
-    filterInput.setAttribute("aria-invalid", "true");
+    if (problem.status === 400) filterInput.setAttribute("aria-invalid", "true"); // the filter's fault, not the network's
     replace(problemBox, h("div", {role: "alert", class: "problem"}, shown));
   }
 
@@ -149,13 +152,13 @@ export function fleetView(main, _params, query) {
     const answer = await answered(request("GET", "devices/count", {query: {filter, groupBy: state.groupBy}}));
     if (asked !== counting) return;
     if (!answer.ok) {
-      replace(countResult, h("div", {class: "problem"}, h("strong", {}, answer.problem.title || "Refused"), ": ",
-                             String(answer.problem.detail ?? "")));
+      replace(countResult, h("div", {class: "problem"}, h("strong", {}, visible(answer.problem.title || "Refused")), ": ",
+                             h("bdi", {}, visible(answer.problem.detail ?? ""))));
       return;
     }
     const {count: total, groups} = answer.data;
     const heading = h("p", {class: "count"}, h("strong", {}, String(total)), ` device${total === 1 ? "" : "s"} match `,
-      h("code", {}, filter));
+      h("code", {}, h("bdi", {}, visible(filter))));
     if (!groups) return replace(countResult, heading);
     const largest = Math.max(1, ...groups.map((group) => group.count));
     replace(countResult, heading, h("table", {class: "bars"},

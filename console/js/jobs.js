@@ -54,8 +54,9 @@ function stateTag(state) {
 }
 
 function problemBox(where, problem) {
-  replace(where, h("div", {role: "alert", class: "problem"}, h("strong", {}, String(problem?.title || "Refused")), ": ",
-    String(problem?.detail ?? ""), problem?.member ? [" (", h("code", {}, String(problem.member)), ")"] : ""));
+  replace(where, h("div", {role: "alert", class: "problem"}, h("strong", {}, visible(problem?.title || "Refused")), ": ",
+    h("bdi", {}, visible(problem?.detail ?? "")),
+    problem?.member ? [" (", h("code", {}, h("bdi", {}, visible(problem.member))), ")"] : ""));
 }
 
 // --- creating a job (on the fleet page) ---
@@ -86,7 +87,7 @@ export function createJobSection(filter) {
   const outcome = h("div", {id: "job-outcome"});
   const sent = {body: null, key: null}; // the same body sent again (a lost answer) keeps its Idempotency-Key
   const form = h("form", {id: "job-form", hidden: true, on: {submit: (event) => { event.preventDefault(); create(); }}},
-    h("p", {}, "Targets ", h("code", {id: "job-filter"}, filter)), count,
+    h("p", {}, "Targets ", h("code", {id: "job-filter"}, h("bdi", {}, visible(filter)))), count,
     h("label", {for: "job-desired"}, "Desired for every device (JSON merge patch)"), desired,
     h("p", {id: "job-desired-help", class: "muted"}, "Values to set; a job removes nothing (no null)."),
     h("div", {class: "fields"},
@@ -207,7 +208,9 @@ export function jobsView(main, _params, query) {
 }
 
 function targetsOf(job) {
-  if (typeof job.filter === "string") return [h("code", {}, job.filter), job.targets === "continuous" ? " (continuous)" : ""];
+  if (typeof job.filter === "string") {
+    return [h("code", {}, h("bdi", {}, visible(job.filter))), job.targets === "continuous" ? " (continuous)" : ""];
+  }
   return `${job.deviceIdCount} listed device${job.deviceIdCount === 1 ? "" : "s"}`;
 }
 

@@ -854,6 +854,65 @@ def test_an_edit_refused_401_whose_sign_in_cannot_be_renewed_says_so_not_that_it
     assert page.evaluate("window.__violations") == []
 
 
+def test_a_pasted_token_asked_for_again_keeps_the_page_and_the_held_edit_applies_on_it(served, page):
+    """With a pasted token (auth kind "token"), a token asked for again (refused, or near its end)
+    replaced the page with the sign-in form and, once pasted, left it there: the edit the renewal
+    held was sent and applied, its answer drawn into a page no longer shown (a hostile review). The
+    form is a dialog over the page; the page stays, and the edit's outcome shows on it."""
+    config = {"api": "/", "webSocket": f"ws://127.0.0.1:{served.port}/ws", "auth": {"kind": "token"},
+              "fleetFields": []}
+    page.route("**/console/config.json", lambda route: route.fulfill(json=config))
+    first, second = checkout_token(), checkout_token()
+    page.add_init_script(f"""sessionStorage.setItem("device-state-console.session", JSON.stringify(
+      {{token: "{first}", lifetime: 3600e3, expiresAt: Date.now() + 3000e3, subject: "tab"}}))""")
+    device = editing_desired_power(served, page, "pasted-again", "off")
+    sent = []
+
+    def refuse_once(route):
+        sent.append(route.request.headers["authorization"])
+        if len(sent) == 1:
+            return route.fulfill(status=401, content_type="application/problem+json", json={
+                "type": "urn:device-state:problem:unauthorized", "title": "Unauthorized", "status": 401})
+        route.continue_()
+
+    page.route(f"**/devices/{device}/desired*", refuse_once)
+    page.get_by_role("button", name="Apply", exact=True).click()
+    dialog = page.get_by_role("dialog", name="Your token has expired")
+    dialog.wait_for()
+    assert page.locator("#edit-heading").is_visible()  # the page is still there, under the dialog
+    dialog.locator("textarea#token").fill(second)
+    dialog.get_by_role("button", name="Sign in").click()
+    page.locator("#edit-outcome", has_text="Applied: the device is at version 2").wait_for()
+    assert page.locator("textarea#token").count() == 0  # the dialog, and the token pasted, are gone
+    assert sent == [f"Bearer {first}", f"Bearer {second}"]
+    assert served.client("GET", f"/devices/{device}")[1]["desired"] == {"power": "off"}
+    assert page.evaluate("window.__violations") == [] and page.errors == []
+
+
+def test_an_edit_applied_whose_answer_a_gateway_replaced_with_its_own_500_says_its_outcome_is_unknown(served, page):
+    """A function that failed after its write (a crash, its own timeout) is answered by API Gateway
+    itself: 500 {"message": "Internal Server Error"}, no problem document. The page said "Refused:"
+    of a write that applied; it is an outcome unknown, and Apply again learns it applied, once."""
+    device = editing_desired_power(served, page, "gateway", "off")
+    seen = []
+
+    def gateway_500_once(route):
+        seen.append(route.request.headers.get("idempotency-key"))
+        if len(seen) > 1:
+            return route.continue_()
+        route.fetch()  # the service applies it
+        route.fulfill(status=500, content_type="application/json", body='{"message":"Internal Server Error"}')
+
+    page.route(f"**/devices/{device}/desired*", gateway_500_once)
+    page.get_by_role("button", name="Apply", exact=True).click()
+    page.locator("#edit-outcome [role=alert]", has_text="the change may or may not have been applied").wait_for()
+    assert served.client("GET", f"/devices/{device}")[1]["desired"] == {"power": "off"}
+    page.get_by_role("button", name="Apply", exact=True).click()
+    page.locator("#edit-outcome", has_text="Applied: the device is at version 2.").wait_for()
+    assert len(seen) == 2 and seen[0] and seen[1] == seen[0]
+    assert served.client("GET", f"/devices/{device}")[1]["version"] == 2
+
+
 def test_an_edit_overtaken_by_reports_on_every_send_says_so_and_a_version_not_yet_recorded_is_said_apart(served, page):
     """A hostile probe's device reported faster than the page could send: after five sends the page
     said "Desired was set again meanwhile, to the same values", when only reported had changed; and

@@ -9,6 +9,7 @@ With UPDATE_SCREENSHOTS=1 the tests also write the docs' screenshots (docs/image
 from __future__ import annotations
 
 import threading
+import uuid
 import time
 
 import pytest
@@ -391,3 +392,18 @@ def test_axe_finds_no_serious_violation_and_nothing_overflows_on_the_jobs_pages(
     assert axe_violations(page) == []
     assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
     assert served.client("POST", f"/jobs/{job_id}/cancel?force=true")[0] == 200
+
+
+def test_a_jobs_filter_with_bidi_and_zero_width_characters_is_shown_with_them_escaped(served, page):
+    """A filter value holding U+202E drew "eq(reported/firmware,"0.2.1")" as "...1.2.0" on the job's
+    page, and a zero-width space hid itself (a hostile review): the page shows what is stored,
+    each such character as its escape, as it does for desired."""
+    tag = f"lab\u200b-{uuid.uuid4().hex[:6]}"
+    filter_text = f'eq(state/site,"{tag}\u202e0.2.1\u202c")'
+    status, job = served.client("POST", "/jobs", {"filter": filter_text, "desired": {"mode": "eco"}})
+    assert status == 201, job
+    page.goto(job_url(served, job["jobId"]))
+    shown = page.locator("dd.value code", has_text="eq(")
+    shown.wait_for()
+    assert shown.inner_text() == filter_text.replace("\u200b", "\\u200b").replace("\u202e", "\\u202e").replace(
+        "\u202c", "\\u202c")
