@@ -89,7 +89,7 @@ def test_the_device_refuses_one_leaf_applies_another_and_the_app_sees_both(serve
         time.sleep(0.2)
     assert [change.get("acks", []) != [] for change in feed["changes"]] == [True, False]
     # the fleet query sees the same delta: nothing asked of this device any more
-    count = call(server, "GET", f"/devices/count?filter=and(eq(reported/power,\"on\"),exists(delta))",
+    count = call(server, "GET", "/devices/count?filter=and(eq(reported/power,\"on\"),exists(delta))",
                  headers=APP)[2]
     assert count == {"count": 0}
 
@@ -201,7 +201,7 @@ def test_connectivity_follows_the_devices_own_connections_and_calls(server, even
     with connect(f"ws://127.0.0.1:{server.port}/ws", additional_headers=bearer(device=device), open_timeout=10):
         online = call(server, "GET", f"/devices/{device}", headers=APP)[2]
         assert online["connectivity"]["connected"] is True and online["connectivity"]["since"]
-        found = call(server, "GET", f"/devices?filter=eq(connectivity/connected,true)&limit=100", headers=APP)[2]
+        found = call(server, "GET", "/devices?filter=eq(connectivity/connected,true)&limit=100", headers=APP)[2]
         assert device in [item["deviceId"] for item in found["items"]]
     offline = wait_for(lambda: (lambda answer: answer if not answer["connectivity"]["connected"] else None)(
         call(server, "GET", f"/devices/{device}", headers=APP)[2]))

@@ -18,7 +18,6 @@ from functions.device_state import (
     MergePatch,
     Operation,
     RetriesExhausted,
-    StorageUnavailable,
     TransactionFailed,
     TransactionTooLarge,
 )
