@@ -10,7 +10,8 @@
 //             console's own public app client (no secret).
 //   "token"   any other issuer: paste a bearer token.
 
-const RENEW_AT = 0.8; // of a token's life
+const RENEW_AT = 0.8; // of a token's life, where a new one comes silently (make serve's, a refresh token)
+const LAST_SECONDS = 30; // otherwise the token is used until this close to its end
 const STORED = "device-state-console.session";
 const STORED_LOCAL = "device-state-console.local-session"; // make serve's, never taken for a person's
 const PENDING = "device-state-console.sign-in";
@@ -32,11 +33,14 @@ export function subject() {
   return current?.subject ?? "";
 }
 
-/** The bearer token to send now, renewed first when most of its life is gone. */
+/** The bearer token to send now, renewed first when most of its life is gone and a new one comes
+ *  without the operator; else only at its end (a sign-in asked for early, from a background read,
+ *  would stop the page under an edit being typed). */
 export async function token() {
   if (!current) throw new Error("not signed in");
   const left = current.expiresAt - Date.now();
-  if (left < (1 - RENEW_AT) * (current.lifetime || 3600e3)) await renew();
+  const silent = config.auth.kind === "local" || (config.auth.kind === "cognito" && current.refreshToken);
+  if (left < (silent ? (1 - RENEW_AT) * (current.lifetime || 3600e3) : LAST_SECONDS * 1000)) await renew();
   return current.token;
 }
 
@@ -47,7 +51,7 @@ export function renew() {
       const auth = config.auth;
       if (auth.kind === "local") keep(await localToken());
       else if (auth.kind === "cognito" && current?.refreshToken) keep(await refresh(auth, current.refreshToken));
-      else if (auth.kind === "cognito") await redirectToSignIn(auth);
+      else if (auth.kind === "cognito") await signInAgain(auth);
       else await pasted(true);
     } finally {
       renewing = null;
@@ -146,6 +150,14 @@ async function redirectToSignIn(auth) {
   }).toString();
   location.assign(authorize.toString());
   return new Promise(() => {}); // the page is leaving
+}
+
+/** A renewal the hosted UI must do (no refresh token: the tab was reloaded): asked first, so the
+ *  page never leaves by itself under an edit, then to the hosted UI and back. */
+async function signInAgain(auth) {
+  const {askToSignInAgain} = await import("./token-form.js");
+  await askToSignInAgain();
+  return redirectToSignIn(auth);
 }
 
 async function finishSignIn(auth, query) {

@@ -1,8 +1,9 @@
-// Sign-in for an issuer the console cannot talk to: paste a bearer token it issued.
+// Sign-in for an issuer the console cannot talk to: paste a bearer token it issued. And the
+// dialog that asks before the page leaves for a sign-in it cannot do silently.
 import {h, replace} from "./dom.js";
 
 /** A pasted token. The first sign-in takes the page (there is none yet); a token asked for
- *  ``again`` (refused, or near its end) is asked for in a dialog over the page, which stays as it
+ *  ``again`` (refused, or at its end) is asked for in a dialog over the page, which stays as it
  *  is: what it was doing (an edit, a request held by the renewal) goes on with the new token and
  *  draws its answer where the operator sees it. */
 export function askForToken(again) {
@@ -14,10 +15,8 @@ export function askForToken(again) {
       const value = input.value.trim().replace(/^Bearer\s+/i, "");
       if (!value) return;
       input.value = "";
-      if (dialog) {
-        dialog.close();
-        dialog.remove();
-      }
+      dialog?.close();
+      dialog?.remove();
       resolve(value);
     }}},
     h("h1", {id: "token-heading"}, again ? "Your token has expired" : "Sign in"),
@@ -25,13 +24,37 @@ export function askForToken(again) {
     h("label", {for: "token"}, "Bearer token"), input,
     h("p", {}, h("button", {type: "submit"}, "Sign in")));
     if (again) {
-      dialog = h("dialog", {id: "token-dialog", "aria-labelledby": "token-heading",
-                            on: {cancel: (event) => event.preventDefault()}}, form); // nothing goes on without one
-      document.body.append(dialog);
-      dialog.showModal();
+      dialog = modal(form);
     } else {
       replace(document.getElementById("main"), form);
     }
     input.focus();
   });
+}
+
+/** Resolves once the operator chooses to leave for the sign-in page (a hosted UI with no refresh
+ *  token left, after a reload): the page does not leave by itself, under an edit being typed. */
+export function askToSignInAgain() {
+  return new Promise((resolve) => {
+    const button = h("button", {type: "submit"}, "Sign in again");
+    const dialog = modal(h("form", {class: "panel", on: {submit: (event) => {
+      event.preventDefault();
+      dialog.close();
+      dialog.remove();
+      resolve();
+    }}},
+    h("h1", {id: "token-heading"}, "Your sign-in has ended"),
+    h("p", {}, "Nothing more is sent until you sign in again. Signing in leaves this page and comes back to it: "
+      + "copy anything you typed and have not applied first."),
+    h("p", {}, button)));
+    button.focus();
+  });
+}
+
+function modal(form) {
+  const dialog = h("dialog", {id: "token-dialog", "aria-labelledby": "token-heading",
+                              on: {cancel: (event) => event.preventDefault()}}, form); // nothing goes on without it
+  document.body.append(dialog);
+  dialog.showModal();
+  return dialog;
 }

@@ -192,11 +192,9 @@ def test_the_local_token_is_handed_only_to_the_console_on_this_machine(served):
                           LambdaContext())["statusCode"] in (401, 404)
 
 
-def test_sign_in_through_an_authorization_server_uses_pkce_and_leaves_no_code_in_the_address(served, context):
-    """The deployed sign-in (Cognito's hosted UI, authorization code + PKCE) against a stand-in
-    authorization server the browser reaches through routes; the CSP is lifted for it alone, as
-    the stand-in has no origin the page's policy names (the policy is tested above)."""
-    page = context(bypass_csp=True).new_page()
+def stand_in_authorization_server(served, page) -> tuple[str, dict, str]:
+    """Cognito's hosted UI as a stand-in the browser reaches through routes: (its domain, what it
+    was asked: "authorize", "token", "authorizations", the access token it hands out)."""
     domain, asked = "https://auth.example.test", {}
     access_token = checkout_token()
     config = {"api": "/", "webSocket": f"ws://127.0.0.1:{served.port}/ws",
@@ -217,6 +215,15 @@ def test_sign_in_through_an_authorization_server_uses_pkce_and_leaves_no_code_in
 
     page.route(f"{domain}/oauth2/authorize*", authorize)
     page.route(f"{domain}/oauth2/token", token)
+    return domain, asked, access_token
+
+
+def test_sign_in_through_an_authorization_server_uses_pkce_and_leaves_no_code_in_the_address(served, context):
+    """The deployed sign-in (Cognito's hosted UI, authorization code + PKCE) against a stand-in
+    authorization server the browser reaches through routes; the CSP is lifted for it alone, as
+    the stand-in has no origin the page's policy names (the policy is tested above)."""
+    page = context(bypass_csp=True).new_page()
+    domain, asked, access_token = stand_in_authorization_server(served, page)
     authorizations = []
     page.on("request", lambda request: authorizations.append(request.headers.get("authorization"))
             if "/devices" in request.url else None)
@@ -232,20 +239,59 @@ def test_sign_in_through_an_authorization_server_uses_pkce_and_leaves_no_code_in
     assert "code=" not in page.url and page.url.endswith("#/?filter=exists%28state%2Fsite%29")  # back where it was
     assert set(authorizations) == {f"Bearer {access_token}"}
 
-    # The tab keeps the token for a reload; one the API refuses (revoked, or past its end) leads
-    # back to the hosted UI, then to the same page.
+    # The tab keeps the token for a reload; one the API refuses (revoked, or past its end) asks to
+    # sign in again (the page leaves only when told to), then the hosted UI leads back to the page.
     refused = Issuer.generate().token()
     page.evaluate("""(token) => {
       const session = JSON.parse(sessionStorage.getItem("device-state-console.session"));
       sessionStorage.setItem("device-state-console.session", JSON.stringify({...session, token}));
     }""", refused)
     authorizations.clear()
+    page.reload()
+    page.get_by_role("dialog", name="Your sign-in has ended").wait_for()
+    assert asked["authorizations"] == 1
     with page.expect_request(f"{domain}/oauth2/authorize*"):
-        page.reload()
+        page.get_by_role("button", name="Sign in again").click()
     page.locator("table.devices tbody tr").first.wait_for()
     assert asked["authorizations"] == 2 and asked["authorize"]["state"] != request["state"]
     assert authorizations[0] == f"Bearer {refused}" and authorizations[-1] == f"Bearer {access_token}"
     assert "code=" not in page.url and page.url.endswith("#/?filter=exists%28state%2Fsite%29")
+
+
+def test_a_reloaded_hosted_ui_sign_in_sends_an_edit_on_its_token_and_never_leaves_by_itself(served, context):
+    """After a reload the tab holds no refresh token: at 80 % of the token's life the next request
+    (the operator's Apply, or a background read under an edit being typed) left for the hosted UI,
+    the edit dropped without a word (a hostile review). The token is used to its end; there, the
+    page asks before it leaves."""
+    page = context(bypass_csp=True).new_page()
+    domain, asked, access_token = stand_in_authorization_server(served, page)
+    device = unique("reloaded")
+    assert served.client("PUT", f"/devices/{device}", {"state": {}, "desired": {"power": "on"}})[0] == 201
+    page.goto(device_url(served, device))
+    page.locator("#edit-heading").wait_for()
+    page.evaluate("""(token) => sessionStorage.setItem("device-state-console.session", JSON.stringify(
+      {token, lifetime: 3600e3, expiresAt: Date.now() + 600e3, subject: "operator"}))""", access_token)
+    page.reload()  # past 80 % of its life, and no refresh token in memory
+    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
+    page.get_by_role("button", name="Edit desired").click()
+    page.get_by_label("Merge patch for desired (JSON)").fill('{"power": "off"}')
+    page.get_by_role("button", name="Apply", exact=True).click()
+    page.locator("#edit-outcome", has_text="Applied: the device is at version 2").wait_for()
+    assert asked["authorizations"] == 1 and served.client("GET", f"/devices/{device}")[1]["desired"] == {"power": "off"}
+    # at its end: asked, and nothing leaves or is sent until the operator says so
+    patches = []
+    page.on("request", lambda request: patches.append(request.url) if request.method == "PATCH" else None)
+    page.clock.install()
+    page.reload()
+    page.wait_for_function("() => document.querySelector('#live')?.textContent === 'live'")
+    page.get_by_role("button", name="Edit desired").click()
+    page.get_by_label("Merge patch for desired (JSON)").fill('{"power": "dim"}')
+    page.clock.fast_forward(600_000 - 20_000)  # 20 s of the token's life left: the page's next read asks
+    page.get_by_role("dialog", name="Your sign-in has ended").wait_for()
+    assert patches == [] and asked["authorizations"] == 1
+    assert page.get_by_label("Merge patch for desired (JSON)").input_value() == '{"power": "dim"}'  # still there
+    with page.expect_request(f"{domain}/oauth2/authorize*"):
+        page.get_by_role("button", name="Sign in again").click()
 
 
 def test_the_fleets_first_listing_is_sent_once_signed_in_while_the_other_pages_modules_still_load(served, page):
