@@ -25,7 +25,7 @@ from tests.infra.conftest import synth_stack
 from tests.infra.test_auth_stack import http_routes
 from tests.infra.test_push_stack import PUSH_HANDLERS, actions, statements_of
 from tests.infra.test_snapstart import alias_of, function_of
-from tests.infra.test_stack import REPO_ROOT, alarm_named, alarms, api_function, only
+from tests.infra.test_stack import REPO_ROOT, alarm_named, alarms, api_function, missing_data_as, only
 
 FLEET = "reported/firmware:string,reported/online:boolean,reported/battery:number,state/site:string"
 FLEET_INDEX = FleetIndex.parse(FLEET)
@@ -276,7 +276,7 @@ def test_the_reindex_errors_alarm_notifies_the_topic(fleet):
     assert props["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": logical}}]
     assert props["ComparisonOperator"] == "GreaterThanThreshold"
     for alarm in alarms(fleet).values():  # as every alarm of the stack
-        assert alarm["AlarmActions"] == [{"Ref": topic_id}] and alarm["TreatMissingData"] == "notBreaching"
+        assert alarm["AlarmActions"] == [{"Ref": topic_id}] and alarm["TreatMissingData"] == missing_data_as(alarm)
 
 
 def test_the_reindex_alarm_has_a_runbook_entry():
