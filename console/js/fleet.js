@@ -80,10 +80,10 @@ export function fleetView(main, _params, query) {
     table.removeAttribute("aria-busy");
     if (!answer.ok) {
       showProblem(answer.problem, filter === state.filter ? filterInput.value : filter);
-      if (answer.status >= 400 && answer.status < 500) { // refused: the page shown is not this filter's
-        replace(table);
-        replace(pager);
-      } // no answer, or a 5xx: the page and its pager stay, to try the turn again
+      replace(table);
+      // refused: nothing to try again; no answer, or a 5xx: the same page asked for again
+      replace(pager, answer.status >= 400 && answer.status < 500 ? null
+        : h("button", {type: "button", on: {click: () => load()}}, `Try page ${state.page + 1} again`));
       return;
     }
     state.cursors[state.page + 1] = answer.data.nextCursor;

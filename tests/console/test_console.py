@@ -342,6 +342,32 @@ def test_a_refused_pasted_token_held_by_the_tab_is_asked_for_again_by_the_page_n
     assert page.evaluate("window.__violations") == []
 
 
+def test_a_page_turn_that_gets_no_answer_offers_the_same_page_again_and_marks_no_filter(served, page):
+    """A page turn with no answer removed the pager (no way on but a reload) and marked the filter
+    invalid for what was the network's fault (a hostile review): the page says so and offers
+    the same page again, which then shows."""
+    site = unique("turn")
+    for n in range(3):
+        assert served.client("PUT", f"/devices/{site}-{n}", {"state": {"site": site}})[0] == 201
+    page.goto(fleet_url(served, filter=f'eq(state/site,"{site}")', limit=2))
+    page.locator("table.devices tbody tr").first.wait_for()
+    failed = []
+
+    def lose_once(route):
+        if "cursor=" in route.request.url and not failed:
+            failed.append(route.request.url)
+            return route.abort("connectionreset")
+        route.continue_()
+
+    page.route("**/devices?*", lose_once)
+    page.get_by_role("button", name="Next page").click()
+    page.get_by_role("button", name="Try page 2 again").wait_for()
+    assert page.locator("#filter").get_attribute("aria-invalid") is None and failed
+    page.get_by_role("button", name="Try page 2 again").click()
+    page.locator("table.devices tbody th[scope=row]", has_text=f"{site}-2").wait_for()
+    assert page.locator("table.devices tbody tr").count() == 1
+
+
 def test_a_reload_keeps_make_serves_token_for_the_tab_and_one_refused_or_near_its_end_is_replaced(served, page):
     device = unique("reload")
     assert served.client("PUT", f"/devices/{device}", {"state": {"site": device}})[0] == 201
