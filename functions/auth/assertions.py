@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from functions.device_state import certificate_id
 
-from .credentials import LEEWAY_SECONDS, MAX_TOKEN_LENGTH, Unauthenticated
+from .credentials import LAST_EPOCH_SECOND, LEEWAY_SECONDS, MAX_TOKEN_LENGTH, Unauthenticated
 
 AUDIENCE = "device-state"
 MAX_LIFETIME_SECONDS = 600  # an assertion's exp at most this long after its iat
@@ -39,7 +39,6 @@ MAX_PEM_CHARS = 16384  # a public key or certificate as registered
 # attributes): cryptography's loaders read the first block they find and drop whatever follows,
 # so a second block (another key, a certificate's chain) would be registered unseen.
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----[A-Za-z0-9+/=\s]+-----END \1-----")
-LAST_EPOCH_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z
 
 
 class AssertionRefused(Unauthenticated):

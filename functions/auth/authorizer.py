@@ -65,7 +65,7 @@ def principal_of(event: dict) -> Principal:
         principal = authenticate_event(event)
         context["authorizer"] = {"principalId": principal.subject, **principal.as_context()}
     if principal.expired(time.time(), LEEWAY_SECONDS):  # a cached authorizer answer outlives its token
-        raise Unauthenticated("the token has expired", token_given=True)
+        raise Unauthenticated("the token, or the credential it was issued on, has expired", token_given=True)
     return principal
 
 

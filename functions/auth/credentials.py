@@ -37,6 +37,7 @@ DEVICE_TOKEN_JWKS = "DEVICE_TOKEN_JWKS"
 DEVICE_TOKEN_VARIABLES = (DEVICE_TOKEN_ISSUER, DEVICE_TOKEN_AUDIENCE, DEVICE_TOKEN_JWKS)
 ALGORITHMS = {"RSA": "RS256", "EC": "ES256"}  # the one algorithm accepted for each key type
 LEEWAY_SECONDS = 60
+LAST_EPOCH_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z: the latest time a token's claim may name
 MAX_TOKEN_LENGTH = 8192
 DEVICE_URI_PREFIX = "urn:device:"
 # A device token's claims naming the credential its device proved itself with (device_tokens):
@@ -179,9 +180,10 @@ def verify_token(token: str, config: AuthConfig | None = None) -> Principal:
         raise Unauthenticated("the token is malformed or its signature is invalid", token_given=True) from None
     for name in ("exp", "nbf", "iat", "auth_time"):  # RFC 7519: NumericDate, a JSON number (PyJWT would take "123")
         value = claims.get(name)
+        # compared, not math.isfinite(): an int of 400 digits is no float (OverflowError, a 500); NaN fails both
         if name in claims and (isinstance(value, bool) or not isinstance(value, (int, float))
-                               or not math.isfinite(value)):  # json.loads takes NaN and Infinity
-            raise Unauthenticated(f"the token's {name} is not a number", token_given=True)
+                               or not -LAST_EPOCH_SECOND <= value <= LAST_EPOCH_SECOND):
+            raise Unauthenticated(f"the token's {name} is not a number of seconds", token_given=True)
     # PyJWT holds iat and nbf to the clock; auth_time bounds renewal (device_tokens), so it is held too.
     if claims.get("auth_time", -math.inf) > time.time() + LEEWAY_SECONDS:
         raise Unauthenticated("the token's auth_time is in the future", token_given=True)

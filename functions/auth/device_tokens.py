@@ -134,6 +134,8 @@ def issue(principal: Principal, signer: Signer, settings: TokenSettings, now: fl
     if now >= renewable_until:
         raise RenewalRefused(f"the device last proved itself with its certificate or an assertion more than "
                              f"{settings.renewal_seconds} s ago: call with its certificate or a new assertion")
+    if credential_expires_at is not None and now >= credential_expires_at:  # it would be born expired
+        raise RenewalRefused("the credential the device proved itself with has expired: call with one it holds")
     expires_at = min(now + settings.lifetime_seconds, renewable_until, credential_expires_at or renewable_until)
     claims = {"iss": settings.issuer, "aud": settings.audience, "sub": principal.subject,
               "device_id": principal.device_id, "iat": now, "nbf": now, "exp": expires_at,

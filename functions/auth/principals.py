@@ -42,7 +42,10 @@ class Principal:
     credential_registration: str | None = None  # the credential's entry its token was issued on (Holder)
 
     def expired(self, now: float, leeway: float) -> bool:
-        return self.expires_at is not None and now > self.expires_at + leeway
+        """Past its token's exp (with ``leeway`` for clocks), or at its credential's own end
+        (``credential_expires_at``, the token's cexp: no leeway, as docs/api/feed-and-push.md says)."""
+        return ((self.expires_at is not None and now > self.expires_at + leeway)
+                or (self.credential_expires_at is not None and now >= self.credential_expires_at))
 
     @classmethod
     def device(cls, device_id: str, expires_at: int | None = None, auth_time: int | None = None,

@@ -362,3 +362,35 @@ def test_a_token_got_with_a_certificate_ends_no_later_than_the_certificate(call_
     assert answer["expiresIn"] <= 20 * 60, answer
     claims = jwt.decode(answer["token"], options={"verify_signature": False})
     assert claims["exp"] <= certificate.not_valid_after_utc.timestamp()
+
+
+def test_a_token_is_refused_once_its_credential_has_ended_though_its_exp_is_within_the_leeway():
+    """A token got with a certificate (or a credential registered with an end) carries that end as
+    cexp, and its exp is no later; within the 60 s leeway past exp its requests and its renewal
+    were answered 200 (the renewal with expiresIn -15), and the WebSocket heard nothing at all (a
+    hostile review). At cexp it is refused: no leeway, as feed-and-push.md says."""
+    from functions.auth.authorizer import principal_of
+    from functions.auth.credentials import Unauthenticated
+
+    settings, signer = device_tokens.device_token_issuer()  # the suite's, which every handler trusts
+    now = int(time.time())
+    held = Principal.device("lamp-1", auth_time=now - 30, credential_id="abcdefgh", certificate=True)
+    answer = issue(held, signer, settings, now=now - 30, credential_expires_at=now - 5)
+    assert answer["expiresIn"] == 25  # issued 30 s ago, its credential's end 5 s ago
+    with pytest.raises(Unauthenticated, match="has expired"):
+        principal_of({"headers": {"authorization": f"Bearer {answer['token']}"}, "requestContext": {}})
+    alive = issue(held, signer, settings, now=now - 30, credential_expires_at=now + 60)
+    assert principal_of({"headers": {"authorization": f"Bearer {alive['token']}"}, "requestContext": {}}).device_id == \
+        "lamp-1"  # the same token before its credential's end
+    with pytest.raises(RenewalRefused, match="has expired"):  # a renewal would be born expired
+        issue(held, signer, settings, now=now, credential_expires_at=now - 5)
+
+
+@pytest.mark.parametrize("claim, value", [("exp", 10**400), ("iat", -10**400), ("auth_time", 10**400)])
+def test_a_time_claim_no_float_can_hold_is_a_401_not_a_500(claim, value):
+    """math.isfinite() of an int of 400 digits raises OverflowError: a signed token with one was 500."""
+    from functions.auth.credentials import Unauthenticated
+
+    config = AuthConfig.from_environment(ISSUER.environment())
+    with pytest.raises(Unauthenticated, match=claim):
+        verify_token(ISSUER.token(**{claim: value}), config)
