@@ -157,3 +157,24 @@ def test_client_json_deeper_than_64_is_refused_without_recursion(depth):
 def test_to_attribute_writes_an_equal_spelling_dynamodb_accepts(number, attribute):
     assert to_attribute(Decimal(number)) == {"N": attribute}
     assert check_number(Decimal(number)) == Decimal(number)
+
+
+def test_the_nesting_limit_counts_the_state_object_itself_as_the_docs_limits_table_says():
+    """resource.md said 31 levels below the state object, which refused the 31st (a docs review):
+    31 levels counting the state itself, 30 objects below it."""
+    from pathlib import Path
+
+    from functions.device_state.model.values import MAX_STATE_DEPTH, check_state
+
+    def nested(below: int) -> dict:
+        state: dict = {}
+        for _ in range(below):
+            state = {"a": state}
+        return state
+
+    check_state(nested(MAX_STATE_DEPTH - 1))
+    with pytest.raises(InvalidValue):
+        check_state(nested(MAX_STATE_DEPTH))
+    limits = (Path(__file__).parents[2] / "docs" / "api" / "resource.md").read_text()
+    assert (f"| state nesting | {MAX_STATE_DEPTH} levels counting the state object itself "
+            f"({MAX_STATE_DEPTH - 1} objects or arrays below it;") in limits
