@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from localdev import console, docs, websocket
 from localdev.apigw import LambdaContext, make_event
@@ -50,14 +50,17 @@ LAMBDA_TIMEOUT_SECONDS = 28.0  # the deployed function's timeout (infra/api.py),
 REQUEST_READ_SECONDS = float(os.environ.get("REQUEST_READ_SECONDS", "5"))  # to read one whole request
 HANG_UP_POLL_SECONDS = 0.1  # how often a waiting request's connection is checked for a hang-up
 _waiting_slots = None  # a semaphore shared by the workers (made before they fork)
+_waiting_count = 0  # how many it holds
 _interruptible = False  # a waiting request is being handled, and may be stopped when its client goes
 
 
-def configure(waiting_slots, websocket_channel: socket.socket | None) -> None:
-    """Before the workers fork: the semaphore that caps waiting requests, and where a
-    WebSocket upgrade is handed (None: no WebSocket process)."""
-    global _waiting_slots, _websocket_channel
-    _waiting_slots, _websocket_channel = waiting_slots, websocket_channel
+def configure(waiting: int, websocket_channel: socket.socket | None) -> None:
+    """Before the workers fork: how many waiting requests may be handled at once (a semaphore
+    the workers share), and where a WebSocket upgrade is handed (None: no WebSocket process)."""
+    global _waiting_slots, _waiting_count, _websocket_channel
+    import multiprocessing
+
+    _waiting_slots, _waiting_count, _websocket_channel = multiprocessing.Semaphore(waiting), waiting, websocket_channel
 
 
 class _ClientGone(BaseException):
@@ -245,10 +248,13 @@ class _Handler(BaseHTTPRequestHandler):
             return self._serve
         raise AttributeError(name)
 
-    def _refuse(self, status: int, title: str, detail: str, headers: dict | None = None) -> None:
-        """The server's own refusals (framing, load), as problem details like the handler's."""
-        body = json.dumps({"type": "about:blank", "title": title, "status": status, "detail": detail})
-        self._send(status, {"Content-Type": "application/problem+json", **(headers or {})}, body.encode())
+    def _refuse(self, status: int, slug: str, title: str, detail: str, headers: dict | None = None) -> None:
+        """The server's own refusals (framing, load), as problem details of the service's own
+        namespace (docs/api/errors.md), as the handler's are."""
+        from functions.problem_details import MEDIA_TYPE, problem
+
+        body = json.dumps(problem(status, slug, title, detail, instance=quote(self.path.split("?")[0], safe="/%")))
+        self._send(status, {"Content-Type": MEDIA_TYPE, **(headers or {})}, body.encode())
 
     def _content_length(self) -> int | None:
         values = {value.strip() for value in self.headers.get_all("Content-Length") or []}
@@ -263,14 +269,14 @@ class _Handler(BaseHTTPRequestHandler):
 
         started = time.perf_counter()
         if self.headers.get("Transfer-Encoding"):
-            self._refuse(411, "Length required", "send the body with a Content-Length")
+            self._refuse(411, "length-required", "Length required", "send the body with a Content-Length")
             return
         length = self._content_length()
         if length is None:
-            self._refuse(400, "Bad request", "Content-Length must be one non-negative decimal integer")
+            self._refuse(400, "bad-request", "Bad request", "Content-Length must be one non-negative decimal integer")
             return
         if length > MAX_REQUEST_BYTES:
-            self._refuse(413, "Request too large", f"requests are limited to {MAX_REQUEST_BYTES} bytes")
+            self._refuse(413, "request-too-large", "Request too large", f"requests are limited to {MAX_REQUEST_BYTES} bytes")
             return
         raw = self.rfile.read(length) if length else None
         if raw is not None and len(raw) < length:
@@ -290,8 +296,9 @@ class _Handler(BaseHTTPRequestHandler):
                            client_cert=self._client_cert())
         waiting = waits(self.command, self.path, raw)
         if waiting and not _waiting_slots.acquire(block=False):
-            self._refuse(503, "Too many waiting requests",
-                         "every worker this server gives to waiting requests is taken; retry after Retry-After",
+            self._refuse(503, "too-many-waiting", "Too many waiting requests",
+                         f"this server gives {_waiting_count} of its workers to waiting requests and every one is "
+                         "taken; retry after Retry-After",
                          {"Retry-After": "1"})
             return
         try:
@@ -311,7 +318,7 @@ class _Handler(BaseHTTPRequestHandler):
                 len(json.dumps(result, ensure_ascii=False).encode()) > LAMBDA_ANSWER_BYTES:
             sys.stderr.write(f"{self.client_address[0]} {self.command} {self.path} {result['statusCode']}: "
                              f"the answer exceeds Lambda's {LAMBDA_ANSWER_BYTES} bytes; answered 500 as the API would\n")
-            self._refuse(500, "Internal Server Error", "the function's answer exceeded Lambda's response payload limit")
+            self._refuse(500, "answer-too-large", "Internal Server Error", "the function's answer exceeded Lambda's response payload limit")
             return
         data = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
         response_headers = dict(result.get("headers") or {})

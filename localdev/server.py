@@ -14,7 +14,6 @@ once (half of them by default).
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import secrets
 import shlex
@@ -318,8 +317,7 @@ def _jobs(args, listener: socket.socket, tls, endpoint: str) -> list[tuple]:
     connections_listener = socket.create_server(("127.0.0.1", 0))
     os.environ["CONNECTIONS_ENDPOINT"] = f"http://127.0.0.1:{connections_listener.getsockname()[1]}"
     workers_count = max(1, args.workers)
-    http_front.configure(multiprocessing.Semaphore(min(args.waiting or max(1, workers_count // 2), workers_count)),
-                         websocket_channel)
+    http_front.configure(waiting_capacity(args), websocket_channel)
     jobs = [(http_front.worker, listener, tls)] * workers_count + [(_websocket_process, websocket_inbox,
                                                                     connections_listener)]
     if stream_processor_on():
@@ -332,10 +330,18 @@ def _jobs(args, listener: socket.socket, tls, endpoint: str) -> list[tuple]:
     return jobs
 
 
+def waiting_capacity(args) -> int:
+    """How many waiting requests (long-polls, lease waits) the HTTP workers take at once: half
+    of them unless --waiting says; the next one is 503 too-many-waiting (docs/api/errors.md)."""
+    workers_count = max(1, args.workers)
+    return min(args.waiting or max(1, workers_count // 2), workers_count)
+
+
 def _announce(args, tls, local_ca, workers: int, issuer_note: str, endpoint: str) -> None:
     scheme = "https" if tls else "http"
     print(f"Serving the device-state API on {scheme}://{args.host}:{args.port} "
-          f"(table {os.environ['TABLE_NAME']}, {workers} workers); Ctrl-C stops", flush=True)
+          f"(table {os.environ['TABLE_NAME']}, {max(1, args.workers)} HTTP workers, at most "
+          f"{waiting_capacity(args)} waiting requests at once; {workers} processes); Ctrl-C stops", flush=True)
     certificates = "; a device with a certificate connects with a token of POST /devices/<id>/token" if tls else ""
     print(f"WebSocket push: {'wss' if tls else 'ws'}://{args.host}:{args.port}{websocket.PATH} (@connections on "
           f"{os.environ['CONNECTIONS_ENDPOINT']}{certificates})", flush=True)

@@ -4,6 +4,7 @@ gives its worker back at once."""
 
 from __future__ import annotations
 
+import json
 import select
 import socket
 import time
@@ -49,9 +50,14 @@ def answer_of(connection: socket.socket) -> tuple[int, str | None]:
     response = b""
     while chunk := connection.recv(65536):
         response += chunk
-    head = response.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
-    headers = dict(line.lower().split(": ", 1) for line in head[1:])
-    return int(head[0].split()[1]), headers.get("retry-after")
+    head, _, body = response.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    status = int(lines[0].split()[1])
+    if status == 503:  # the server's own refusal is a problem of the service's namespace, like the handler's
+        assert json.loads(body)["type"] == "urn:device-state:problem:too-many-waiting", body
+        assert headers["content-type"] == "application/problem+json"
+    return status, headers.get("retry-after")
 
 
 @pytest.mark.parametrize("poll", ["changes", "delta"])
