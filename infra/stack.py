@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from aws_cdk import Stack
 from constructs import Construct
 
@@ -115,10 +117,12 @@ def _number(scope: Construct, name: str, kind=int, minimum: float = 1, optional:
     if optional and str(value).lower() in ("none", ""):
         return None
     try:
-        number = kind(value) if not isinstance(value, bool) else None
+        number = None if isinstance(value, bool) else float(value)
     except (TypeError, ValueError):
         number = None
-    if number is None or not number >= minimum:
+    if number is not None and kind is int:
+        number = int(number) if number.is_integer() else None  # 1.5 is no whole number (int() would make it 1)
+    if number is None or not minimum <= number < math.inf:
         what = "a whole number" if kind is int else "a number"
         raise ValueError(f"context {name}: {value!r} is not {what} of at least {minimum:g}"
                          + (" (or none)" if optional else ""))

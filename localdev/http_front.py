@@ -276,7 +276,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(400, "bad-request", "Bad request", "Content-Length must be one non-negative decimal integer")
             return
         if length > MAX_REQUEST_BYTES:
-            self._refuse(413, "request-too-large", "Request too large", f"requests are limited to {MAX_REQUEST_BYTES} bytes")
+            self._refuse(413, "too-large", "Request or resulting item too large",
+                         f"requests are limited to {MAX_REQUEST_BYTES} bytes")
             return
         raw = self.rfile.read(length) if length else None
         if raw is not None and len(raw) < length:

@@ -340,8 +340,8 @@ def waiting_capacity(args) -> int:
 def _announce(args, tls, local_ca, workers: int, issuer_note: str, endpoint: str) -> None:
     scheme = "https" if tls else "http"
     print(f"Serving the device-state API on {scheme}://{args.host}:{args.port} "
-          f"(table {os.environ['TABLE_NAME']}, {max(1, args.workers)} HTTP workers, at most "
-          f"{waiting_capacity(args)} waiting requests at once; {workers} processes); Ctrl-C stops", flush=True)
+          f"(table {os.environ['TABLE_NAME']}, {max(1, args.workers)} HTTP workers, {waiting_capacity(args)} of them "
+          f"for waiting requests; {workers} processes); Ctrl-C stops", flush=True)
     certificates = "; a device with a certificate connects with a token of POST /devices/<id>/token" if tls else ""
     print(f"WebSocket push: {'wss' if tls else 'ws'}://{args.host}:{args.port}{websocket.PATH} (@connections on "
           f"{os.environ['CONNECTIONS_ENDPOINT']}{certificates})", flush=True)

@@ -222,8 +222,9 @@ export function deviceView(main, {id}) {
     const keyed = {request: null, key: null};
 
     function start() {
-      if (!view.device) { // not read (no such device, or its read failed): nothing to guard the edit by
-        renderProblem(outcome, {title: "Not read", detail: "the device could not be read; reload the page to edit it"});
+      if (!view.device || view.missing) { // nothing to guard the edit by: no such device, or its read failed
+        renderProblem(outcome, view.missing ? {title: "No such device", detail: "nothing to edit"}
+          : {title: "Not read", detail: "the device could not be read; reload the page to edit it"});
         return;
       }
       view.editing++;  // an edit of its own: what an earlier one still waits for is dropped

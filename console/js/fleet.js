@@ -99,8 +99,8 @@ export function fleetView(main, _params, query) {
       const characters = Array.from(filterText); // the service counts characters, not UTF-16 units
       const position = Math.min(problem.position, characters.length);
       shown.push(h("pre", {class: "filter-echo", "aria-label": `The filter, marked at position ${position}`},
-        characters.slice(0, position).join(""), h("mark", {}, characters[position] ?? " "),
-        characters.slice(position + 1).join("")),
+        h("bdi", {}, visible(characters.slice(0, position).join("")), h("mark", {}, visible(characters[position] ?? " ")),
+          visible(characters.slice(position + 1).join("")))),
       h("p", {class: "muted"}, `at position ${position}`));
       const start = characters.slice(0, position).join("").length;
       filterInput.focus();

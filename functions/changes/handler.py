@@ -161,7 +161,8 @@ def handle(raw: dict, log: ChangeLog, events) -> None:
     if not matches_filter(raw):
         return
     dynamodb = raw["dynamodb"]
-    change = log.record(dynamodb.get("OldImage"), dynamodb.get("NewImage"))
+    lost = []
+    change = log.record(dynamodb.get("OldImage"), dynamodb.get("NewImage"), on_lost=lost.append)
     # connected or disconnected (a connection, or a delete of a connected device): an event of its own
     became = connectivity_event(dynamodb.get("OldImage"), dynamodb.get("NewImage"))
     if change is None:
@@ -171,6 +172,10 @@ def handle(raw: dict, log: ChangeLog, events) -> None:
     events.publish(change)
     if became is not None:
         events.send(*became)
+    if lost:  # no form of it fits an item: its version is marked lost, as an exhausted record's is
+        logger.warning("change fits no item: its version is marked lost", extra={"device_id": change.device_id})
+        count_lost()
+        return
     metrics.add_metric(name=names.CHANGES_RECORDED, unit=MetricUnit.Count, value=1)
     created = dynamodb.get("ApproximateCreationDateTime")
     if isinstance(created, (int, float)):

@@ -368,6 +368,24 @@ def test_a_page_turn_that_gets_no_answer_offers_the_same_page_again_and_marks_no
     assert page.locator("table.devices tbody tr").count() == 1
 
 
+def test_a_refused_filters_echo_shows_bidi_characters_escaped(served, page):
+    """A malformed filter is echoed with the place it fails marked; a U+202E in it reversed the
+    rest of the echoed line (the problem's detail was escaped, the echo was not)."""
+    page.goto(fleet_url(served, filter='eq(state/site,"\u202eevil") and'))
+    echo = page.locator("pre.filter-echo")
+    echo.wait_for()
+    assert "\u202e" not in echo.inner_text() and "\\u202e" in echo.inner_text()
+    assert page.locator("pre.filter-echo mark").count() == 1
+
+
+def test_edit_desired_on_a_device_that_does_not_exist_says_so(served, page):
+    page.goto(device_url(served, unique("absent")))
+    page.get_by_text("No such device.").wait_for()
+    page.get_by_role("button", name="Edit desired").click()  # it threw (the device never read), then said reload
+    page.locator("#edit-outcome", has_text="No such device: nothing to edit").wait_for()
+    assert page.errors == []
+
+
 def test_a_reload_keeps_make_serves_token_for_the_tab_and_one_refused_or_near_its_end_is_replaced(served, page):
     device = unique("reload")
     assert served.client("PUT", f"/devices/{device}", {"state": {"site": device}})[0] == 201

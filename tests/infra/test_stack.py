@@ -423,6 +423,7 @@ def test_every_acknowledgement_carries_a_reason():
     ("requireRegisteredCredentials", "yes"), ("console", "1"), ("snapStart", "on"),
     ("reservedConcurrency", 0), ("waitingReservedConcurrency", "-1"), ("throttleRateLimit", "-5"),
     ("throttleRateLimit", "abc"), ("throttleBurstLimit", "0"), ("deviceTokenSeconds", "1h"),
+    ("throttleRateLimit", "inf"), ("reservedConcurrency", 1.5), ("throttleBurstLimit", "2.5"),
 ])
 def test_a_context_value_the_stack_cannot_read_stops_the_synth_naming_it(name, value):
     """A flag read as false unless exactly "true" turned a security flag off on a "yes" and a

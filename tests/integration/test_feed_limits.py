@@ -147,10 +147,13 @@ def stream_record(device_id: str, version: int, old_state: dict | None, new_stat
             "eventSource": "aws:dynamodb", "eventSourceARN": "arn", "dynamodb": dynamodb}
 
 
-def test_a_change_too_large_to_hold_its_state_keeps_its_patch_and_history_rebuilds_it(local_table):
+def test_a_change_too_large_to_hold_its_state_keeps_its_patch_and_history_rebuilds_it(local_table, monkeypatch):
     """Records a state write can no longer produce (its limit keeps the change record in
-    size), as an older item or a bug could: the version is never dropped."""
+    size), as an older item or a bug could: the version is never dropped. The one marked lost is
+    counted as lost, not recorded (ChangesLost: nothing else tells an operator)."""
     client, name = local_table
+    counted = []
+    monkeypatch.setattr(handler.metrics, "add_metric", lambda **metric: counted.append(metric["name"]))
     log = ChangeLog(client, name)
     base = {"blob": "b" * 300_000}
     grown = {**base, "extra": "e" * 105_000}  # 405 KB: no change record can hold this state
@@ -163,6 +166,7 @@ def test_a_change_too_large_to_hold_its_state_keeps_its_patch_and_history_rebuil
     assert log.at_version("huge", 2).state == grown
     with pytest.raises(ChangesExpired):  # neither state nor patch fits: marked lost, 410 at once
         log.read("lost", 0)
+    assert counted.count(names.CHANGES_LOST) == 1 and counted.count(names.CHANGES_RECORDED) == 3
 
 
 def pages(log: ChangeLog, device_id: str) -> list[list]:

@@ -167,9 +167,11 @@ class ChangeLog:
 
     # ------------------------------------------------------------------ writes
 
-    def record(self, old_image: dict | None, new_image: dict | None) -> Change | None:
+    def record(self, old_image: dict | None, new_image: dict | None, on_lost=None) -> Change | None:
         """Write the change a stream record describes, once; None when it is no change.
-        A record seen again finds its item there and changes nothing."""
+        A record seen again finds its item there and changes nothing. Where no form of the
+        change fits an item, its version is marked lost instead, and ``on_lost(change)`` is
+        called (the processor counts it: nothing else tells an operator)."""
         change = change_of(old_image, new_image)
         if change is None:
             return None
@@ -183,9 +185,11 @@ class ChangeLog:
         for form in forms:
             try:
                 self._put_once(form)
-                return change
             except ItemTooLarge:
                 continue  # a smaller form next; the last (the lost marker) always fits
+            if form is forms[-1] and on_lost is not None:
+                on_lost(change)
+            return change
         return change
 
     def record_lost(self, new_image: dict | None) -> Change | None:
