@@ -319,7 +319,8 @@ class _Handler(BaseHTTPRequestHandler):
                 len(json.dumps(result, ensure_ascii=False).encode()) > LAMBDA_ANSWER_BYTES:
             sys.stderr.write(f"{self.client_address[0]} {self.command} {self.path} {result['statusCode']}: "
                              f"the answer exceeds Lambda's {LAMBDA_ANSWER_BYTES} bytes; answered 500 as the API would\n")
-            self._refuse(500, "answer-too-large", "Internal Server Error", "the function's answer exceeded Lambda's response payload limit")
+            self._refuse(500, "answer-too-large", "Internal Server Error",
+                         "the function's answer exceeded Lambda's response payload limit")
             return
         data = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
         response_headers = dict(result.get("headers") or {})
