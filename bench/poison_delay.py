@@ -34,11 +34,11 @@ from localdev.stream import StreamPoller  # noqa: E402
 
 
 class PoisonLog(ChangeLog):
-    def record(self, old_image, new_image):
+    def record(self, old_image, new_image, **options):
         change = change_of(old_image, new_image)
         if change is not None and change.device_id == "poison":
             raise RuntimeError("injected failure")
-        return super().record(old_image, new_image)
+        return super().record(old_image, new_image, **options)
 
 
 def one_run(endpoint: str) -> float:

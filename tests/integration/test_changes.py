@@ -42,13 +42,13 @@ class FlakyLog(ChangeLog):
         super().__init__(*args, **kwargs)
         self.version, self.left, self.failures = version, times, 0
 
-    def record(self, old_image, new_image):
+    def record(self, old_image, new_image, **options):
         change = change_of(old_image, new_image)
         if change is not None and change.version == self.version and self.left > 0:
             self.left -= 1
             self.failures += 1
             raise RuntimeError("injected processor failure")
-        return super().record(old_image, new_image)
+        return super().record(old_image, new_image, **options)
 
 
 @pytest.fixture

@@ -37,12 +37,12 @@ class PoisonLog(ChangeLog):
         super().__init__(*args, **kwargs)
         self.poisoned, self.failures = poisoned, 0
 
-    def record(self, old_image, new_image):
+    def record(self, old_image, new_image, **options):
         change = change_of(old_image, new_image)
         if change is not None and change.device_id == self.poisoned:
             self.failures += 1
             raise RuntimeError("injected processor failure")
-        return super().record(old_image, new_image)
+        return super().record(old_image, new_image, **options)
 
 
 def poller(dynamodb_local, local_table, log: ChangeLog, **options) -> StreamPoller:
