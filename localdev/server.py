@@ -14,6 +14,7 @@ once (half of them by default).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import shlex
@@ -129,12 +130,29 @@ def _websocket_process(channel: socket.socket, connections_listener: socket.sock
     websocket.serve(channel, connections_listener)
 
 
+@contextlib.contextmanager
+def _stops_held():
+    """SIGTERM held (blocked) while children are forked and recorded. A stop that reached a
+    child just after its fork, while the interpreter was setting itself up, was dropped (CPython
+    clears the signals it caught then: they were meant for the parent), and the server then
+    waited for that child for ever; one that reached the parent between the fork and the record
+    left the child out of the stop. Held, each is delivered once it can be handled."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 def _forked(target, *args) -> int:
     """Runs ``target`` in a forked child that exits when it ends, however it ends: an error
-    must never carry the child back into ``main``, whose clean-up would stop its siblings."""
+    must never carry the child back into ``main``, whose clean-up would stop its siblings.
+    Called under ``_stops_held``: the child lets SIGTERM in once it ends the child (SIG_DFL)."""
     pid = os.fork()
     if pid:
         return pid
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     code = 1
     try:
         target(*args)
@@ -196,7 +214,8 @@ def _supervise(workers: dict[int, tuple]) -> None:
             return
         print(f"worker {pid} exited unexpectedly ({_exit_description(status)}); starting another",
               file=sys.stderr, flush=True)
-        workers[_forked(*job)] = job
+        with _stops_held():
+            workers[_forked(*job)] = job
 
 
 def _exit_description(status: int) -> str:
@@ -404,7 +423,9 @@ def main(argv=None) -> None:
         _ensure_table(endpoint, os.environ["TABLE_NAME"])
         import functions.api.handler  # noqa: F401  (imported once, before the workers fork)
 
-        workers.update((_forked(*job), job) for job in _jobs(args, listener, tls, endpoint))
+        jobs = _jobs(args, listener, tls, endpoint)
+        with _stops_held():
+            workers.update((_forked(*job), job) for job in jobs)
         _announce(args, tls, local_ca, len(workers), issuer_note, endpoint)
         _supervise(workers)
     except KeyboardInterrupt:

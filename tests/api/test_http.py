@@ -609,6 +609,28 @@ def test_a_table_kept_without_a_stream_gets_one_from_a_server_with_the_stream_pr
         admin.delete_table(TableName=name)
 
 
+def test_a_child_stopped_the_instant_it_is_forked_ends_and_is_not_left_running():
+    """A SIGTERM that reached a child just after its fork, while the interpreter set itself up,
+    could be dropped (CPython clears the signals it caught then, as the parent's): the server
+    then waited on that child for ever, and a clean clone's test of a replaced worker timed out
+    in the server's stop. Forked under _stops_held, the stop is held until the child can take it."""
+    import os
+    import signal
+    import time
+
+    from localdev import server
+
+    for _ in range(30):
+        with server._stops_held():
+            pid = server._forked(time.sleep, 60)
+            os.kill(pid, signal.SIGTERM)  # at once: pending in the child until it lets it in
+        deadline = time.monotonic() + 10
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            assert time.monotonic() < deadline, "the child did not stop"
+            time.sleep(0.01)
+        assert os.WIFSIGNALED(done[1]) and os.WTERMSIG(done[1]) == signal.SIGTERM
+
+
 def test_a_worker_that_dies_is_replaced_and_the_server_keeps_serving(dynamodb_local):
     """One failed worker (killed here; a bug would do the same) never stops the server: the
     others keep serving, a new worker takes its place, and the log says what happened."""
