@@ -132,11 +132,13 @@ def _websocket_process(channel: socket.socket, connections_listener: socket.sock
 
 @contextlib.contextmanager
 def _stops_held():
-    """SIGTERM held (blocked) while children are forked and recorded. A stop that reached a
-    child just after its fork, while the interpreter was setting itself up, was dropped (CPython
-    clears the signals it caught then: they were meant for the parent), and the server then
-    waited for that child for ever; one that reached the parent between the fork and the record
-    left the child out of the stop. Held, each is delivered once it can be handled."""
+    """SIGTERM held (blocked) while children are forked and recorded. A stop that reached the
+    server while it forked ran its handler inside logging's after-fork callback, where the
+    KeyboardInterrupt it raises is ignored ("Exception ignored in: <function _releaseLock>",
+    seen in a server left running after a clean clone's test): the server went on waiting for
+    its workers for ever. One reaching it between a fork and the record would leave the child out
+    of the stop, and one reaching a child before it set its own handler would run the server's.
+    Held, each is delivered once it can be handled."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         yield

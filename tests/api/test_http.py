@@ -610,10 +610,10 @@ def test_a_table_kept_without_a_stream_gets_one_from_a_server_with_the_stream_pr
 
 
 def test_a_child_stopped_the_instant_it_is_forked_ends_and_is_not_left_running():
-    """A SIGTERM that reached a child just after its fork, while the interpreter set itself up,
-    could be dropped (CPython clears the signals it caught then, as the parent's): the server
-    then waited on that child for ever, and a clean clone's test of a replaced worker timed out
-    in the server's stop. Forked under _stops_held, the stop is held until the child can take it."""
+    """A SIGTERM that reached the server while it forked a worker was swallowed (its handler's
+    KeyboardInterrupt raised inside logging's after-fork callback, where exceptions are ignored),
+    and a clean clone's test of a replaced worker timed out in the server's stop. Forks happen
+    under _stops_held: here each child, sent SIGTERM at once, still takes it once it can."""
     import os
     import signal
     import time
